@@ -1,0 +1,16 @@
+# LockstepInstall.cmake: install rules and the CMake package config for find_package(lockstep).
+include(CMakePackageConfigHelpers)
+file(GLOB LOCKSTEP_PUBLIC_HEADERS
+  ${PROJECT_SOURCE_DIR}/runtime/core/*.h ${PROJECT_SOURCE_DIR}/runtime/*.h
+  ${PROJECT_SOURCE_DIR}/kernels/ops.h ${PROJECT_SOURCE_DIR}/collectives/*.h)
+list(FILTER LOCKSTEP_PUBLIC_HEADERS EXCLUDE REGEX "_impl\\.h$|device_probe\\.h$")
+install(FILES ${LOCKSTEP_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep)
+install(TARGETS lockstep EXPORT lockstepTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(EXPORT lockstepTargets NAMESPACE lockstep:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lockstep)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/lockstepConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/lockstepConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lockstep)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/lockstepConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/lockstepConfig.cmake ${PROJECT_BINARY_DIR}/lockstepConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lockstep)

@@ -1,0 +1,170 @@
+/* cpu_ops.c: the CPU op table. GEMMs go through OpenBLAS (cblas); the elementwise, softmax
+ * cross-entropy and optimizer loops come from cpu_impl.inc, instantiated for f32 and f64 (f64 is
+ * the reference used by gradient checks). Each entry dispatches on dtype. */
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "ops.h"
+
+#define LS_CAT_(a, b) a##b
+#define LS_CAT(a, b) LS_CAT_(a, b)
+
+#define T float
+#define SFX f32
+#define GEMM cblas_sgemm
+#define EXP expf
+#define LOG logf
+#define ERF erff
+#define SQRT sqrtf
+#include "cpu_impl.inc"
+#undef T
+#undef SFX
+#undef GEMM
+#undef EXP
+#undef LOG
+#undef ERF
+#undef SQRT
+
+#define T double
+#define SFX f64
+#define GEMM cblas_dgemm
+#define EXP exp
+#define LOG log
+#define ERF erf
+#define SQRT sqrt
+#include "cpu_impl.inc"
+
+static ls_status ls_cpu_bad_dtype(const char *op, ls_dtype t) {
+    return ls_error(LS_ERR_UNSUPPORTED, "the CPU backend's %s does not compute in %s (use f32 or f64)",
+                    op, ls_dtype_name(t));
+}
+
+#define LS_CPU_DISPATCH(op, t, call32, call64)                                                     \
+    do {                                                                                           \
+        if ((t) == LS_F32) {                                                                       \
+            call32;                                                                                \
+            return LS_OK;                                                                          \
+        }                                                                                          \
+        if ((t) == LS_F64) {                                                                       \
+            call64;                                                                                \
+            return LS_OK;                                                                          \
+        }                                                                                          \
+        return ls_cpu_bad_dtype(op, t);                                                            \
+    } while (0)
+
+static ls_status cpu_init(ls_device dev, void **state) {
+    *state = NULL;
+    return LS_OK;
+}
+static void cpu_fini(void *st) {}
+static ls_status cpu_sync(void *st) { return LS_OK; }
+
+static ls_status cpu_gemm(void *st, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                          double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                          double beta, void *c, int64_t ldc) {
+    LS_CPU_DISPATCH("gemm", t, gemm_f32(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc),
+                    gemm_f64(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
+}
+static ls_status cpu_bias_add(void *st, ls_dtype t, int64_t rows, int64_t cols, const void *b, void *y) {
+    LS_CPU_DISPATCH("bias_add", t, bias_add_f32(rows, cols, b, y), bias_add_f64(rows, cols, b, y));
+}
+static ls_status cpu_bias_grad(void *st, ls_dtype t, int64_t rows, int64_t cols, const void *dy, void *db) {
+    LS_CPU_DISPATCH("bias_grad", t, bias_grad_f32(rows, cols, dy, db), bias_grad_f64(rows, cols, dy, db));
+}
+static ls_status cpu_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x,
+                                const void *w, const void *b, void *y) {
+    LS_CPU_DISPATCH("linear", t, linear_fwd_f32(B, in, out, x, w, b, y),
+                    linear_fwd_f64(B, in, out, x, w, b, y));
+}
+static ls_status cpu_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy,
+                                const void *x, const void *w, void *dx, void *dw, void *db) {
+    LS_CPU_DISPATCH("linear backward", t, linear_bwd_f32(B, in, out, dy, x, w, dx, dw, db),
+                    linear_bwd_f64(B, in, out, dy, x, w, dx, dw, db));
+}
+static ls_status cpu_act_fwd(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, void *y) {
+    LS_CPU_DISPATCH("activation", t, act_fwd_f32(act, n, x, y), act_fwd_f64(act, n, x, y));
+}
+static ls_status cpu_act_bwd(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, const void *dy,
+                             void *dx) {
+    LS_CPU_DISPATCH("activation backward", t, act_bwd_f32(act, n, x, dy, dx), act_bwd_f64(act, n, x, dy, dx));
+}
+static ls_status cpu_xent_fwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits,
+                              const int32_t *labels, void *probs, void *losses) {
+    LS_CPU_DISPATCH("cross-entropy", t, xent_fwd_f32(B, C, logits, labels, probs, losses),
+                    xent_fwd_f64(B, C, logits, labels, probs, losses));
+}
+static ls_status cpu_xent_bwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs,
+                              const int32_t *labels, double scale, void *dlogits) {
+    LS_CPU_DISPATCH("cross-entropy backward", t, xent_bwd_f32(B, C, probs, labels, (float)scale, dlogits),
+                    xent_bwd_f64(B, C, probs, labels, scale, dlogits));
+}
+static ls_status cpu_argmax(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits,
+                            const int32_t *labels, int32_t *pred, int32_t *correct) {
+    LS_CPU_DISPATCH("argmax", t, argmax_f32(B, C, logits, labels, pred, correct),
+                    argmax_f64(B, C, logits, labels, pred, correct));
+}
+static ls_status cpu_convert(void *st, int64_t n, ls_dtype src_t, const void *src, ls_dtype dst_t, void *dst) {
+    return ls_cpu_convert(n, src_t, src, dst_t, dst);
+}
+static ls_status cpu_scale(void *st, ls_dtype t, int64_t n, double alpha, void *x) {
+    LS_CPU_DISPATCH("scale", t, scale_f32(n, (float)alpha, x), scale_f64(n, alpha, x));
+}
+static ls_status cpu_axpy(void *st, ls_dtype t, int64_t n, double alpha, const void *x, void *y) {
+    LS_CPU_DISPATCH("axpy", t, axpy_f32(n, (float)alpha, x, y), axpy_f64(n, alpha, x, y));
+}
+static ls_status cpu_sumsq(void *st, ls_dtype t, int64_t n, const void *x, double *out, int *nonfinite) {
+    LS_CPU_DISPATCH("sum of squares", t, sumsq_f32(n, x, out, nonfinite), sumsq_f64(n, x, out, nonfinite));
+}
+static ls_status cpu_sgd_step(void *st, ls_dtype t, int k, void *const *p, void *const *g, void *const *m,
+                              const int64_t *n, const ls_sgd_params *hp) {
+    for (int i = 0; i < k; i++) {
+        void *mi = m ? m[i] : NULL;
+        if (t == LS_F32)
+            sgd_f32(n[i], p[i], g[i], mi, hp);
+        else if (t == LS_F64)
+            sgd_f64(n[i], p[i], g[i], mi, hp);
+        else
+            return ls_cpu_bad_dtype("SGD", t);
+    }
+    return LS_OK;
+}
+static ls_status cpu_adamw_step(void *st, ls_dtype t, int k, void *const *p, void *const *g,
+                                void *const *m, void *const *v, const int64_t *n,
+                                const ls_adamw_params *hp) {
+    for (int i = 0; i < k; i++) {
+        if (t == LS_F32)
+            adamw_f32(n[i], p[i], g[i], m[i], v[i], hp);
+        else if (t == LS_F64)
+            adamw_f64(n[i], p[i], g[i], m[i], v[i], hp);
+        else
+            return ls_cpu_bad_dtype("AdamW", t);
+    }
+    return LS_OK;
+}
+
+const ls_ops ls_cpu_ops = {
+    .name = "cpu",
+    .init = cpu_init,
+    .fini = cpu_fini,
+    .synchronize = cpu_sync,
+    .allocator_create = NULL,
+    .gemm = cpu_gemm,
+    .bias_add = cpu_bias_add,
+    .bias_grad = cpu_bias_grad,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd = cpu_linear_bwd,
+    .act_fwd = cpu_act_fwd,
+    .act_bwd = cpu_act_bwd,
+    .xent_fwd = cpu_xent_fwd,
+    .xent_bwd = cpu_xent_bwd,
+    .argmax = cpu_argmax,
+    .convert = cpu_convert,
+    .scale = cpu_scale,
+    .axpy = cpu_axpy,
+    .sumsq = cpu_sumsq,
+    .sgd_step = cpu_sgd_step,
+    .adamw_step = cpu_adamw_step,
+};

@@ -1,0 +1,88 @@
+/* device.c: parsing and selection of the compute device. The CUDA probe itself lives in
+ * device_probe_cuda.c or device_probe_none.c, whichever the build chose. */
+#include "device.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device_probe.h"
+#include "log.h"
+
+ls_status ls_device_parse(const char *s, ls_device *out) {
+    if (!s) return ls_error(LS_ERR_INVALID_ARGUMENT, "device string is missing");
+    if (strcmp(s, "cpu") == 0) {
+        *out = ls_device_cpu();
+        return LS_OK;
+    }
+    if (strcmp(s, "cuda") == 0 || strcmp(s, "gpu") == 0) {
+        out->type = LS_DEVICE_CUDA;
+        out->index = -1;
+        return LS_OK;
+    }
+    if (strncmp(s, "cuda:", 5) == 0 && s[5]) {
+        char *end = NULL;
+        errno = 0;
+        long idx = strtol(s + 5, &end, 10);
+        if (errno == 0 && *end == '\0' && idx >= 0 && idx < 1024) {
+            out->type = LS_DEVICE_CUDA;
+            out->index = (int)idx;
+            return LS_OK;
+        }
+    }
+    return ls_error(LS_ERR_INVALID_ARGUMENT, "device '%s' is not one of cpu, cuda, cuda:N", s);
+}
+
+const char *ls_device_str(ls_device d, char *buf, int len) {
+    if (d.type == LS_DEVICE_CPU)
+        snprintf(buf, (size_t)len, "cpu");
+    else
+        snprintf(buf, (size_t)len, "cuda:%d", d.index);
+    return buf;
+}
+
+int ls_device_cuda_count(char *why, int why_len) {
+    char reason[256] = "";
+    int n = ls_device_probe_cuda(reason, sizeof reason);
+    if (n <= 0) {
+        n = 0;
+        if (why && why_len > 0) snprintf(why, (size_t)why_len, "%s", reason);
+    }
+    return n;
+}
+
+ls_status ls_device_select(const char *request, int local_rank, ls_device *out) {
+    const char *source = "the request";
+    if (!request || !*request) {
+        request = getenv("LOCKSTEP_DEVICE");
+        source = "LOCKSTEP_DEVICE";
+    }
+    char why[256] = "";
+    if (!request || !*request || strcmp(request, "auto") == 0) {
+        int n = ls_device_cuda_count(why, sizeof why);
+        if (n > 0) {
+            out->type = LS_DEVICE_CUDA;
+            out->index = (local_rank < 0 ? 0 : local_rank) % n;
+        } else {
+            *out = ls_device_cpu();
+            LS_LOG_I("no usable CUDA device (%s); running on the CPU", why);
+        }
+        return LS_OK;
+    }
+    ls_device d;
+    if (ls_device_parse(request, &d) != LS_OK)
+        return ls_error_context(LS_ERR_INVALID_ARGUMENT, "%s", source);
+    if (d.type == LS_DEVICE_CUDA) {
+        int n = ls_device_cuda_count(why, sizeof why);
+        if (n == 0)
+            return ls_error(LS_ERR_DEVICE, "%s asks for device '%s' but no CUDA device is usable: %s",
+                            source, request, why);
+        if (d.index < 0) d.index = (local_rank < 0 ? 0 : local_rank) % n;
+        if (d.index >= n)
+            return ls_error(LS_ERR_DEVICE, "%s asks for device '%s' but only %d CUDA device%s visible",
+                            source, request, n, n == 1 ? " is" : "s are");
+    }
+    *out = d;
+    return LS_OK;
+}

@@ -1,0 +1,18 @@
+/* device_probe_cuda.c: counts CUDA devices through the runtime API; a missing driver or GPU
+ * is a count of 0 with the runtime's own words as the reason. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+
+#include "device_probe.h"
+
+int ls_device_probe_cuda(char *why, int why_len) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why, (size_t)why_len, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        (void)cudaGetLastError(); /* clear the sticky error so later probes see the same */
+        return 0;
+    }
+    if (n == 0) snprintf(why, (size_t)why_len, "the CUDA driver sees no GPU");
+    return n;
+}

@@ -1,0 +1,59 @@
+/* log.c: process-wide logging configuration (level, rank prefix) and the writer. The two
+ * settings are the only process-wide state in runtime/core; they are atomics so any thread may
+ * log. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+static atomic_int ls_log_level_cur = -1; /* -1: not yet read from the environment */
+static atomic_int ls_log_rank = -1;
+
+static const char *const ls_level_names[] = {"error", "warn", "info", "debug"};
+
+ls_status ls_log_level_parse(const char *s, ls_log_level *out) {
+    for (int i = 0; i < 4; i++) {
+        if (s && strcasecmp(s, ls_level_names[i]) == 0) {
+            *out = (ls_log_level)i;
+            return LS_OK;
+        }
+    }
+    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                    "log level '%s' is not one of error, warn, info, debug", s ? s : "(null)");
+}
+
+ls_log_level ls_log_get_level(void) {
+    int lv = atomic_load(&ls_log_level_cur);
+    if (lv < 0) {
+        ls_log_level parsed = LS_LOG_WARN;
+        const char *env = getenv("LOCKSTEP_LOG");
+        if (env && *env && ls_log_level_parse(env, &parsed) != LS_OK) {
+            fprintf(stderr, "[lockstep warn] LOCKSTEP_LOG='%s' is not one of error, warn, info, "
+                            "debug; using warn\n", env);
+            parsed = LS_LOG_WARN;
+        }
+        atomic_store(&ls_log_level_cur, (int)parsed);
+        lv = (int)parsed;
+    }
+    return (ls_log_level)lv;
+}
+
+void ls_log_set_level(ls_log_level level) { atomic_store(&ls_log_level_cur, (int)level); }
+void ls_log_set_rank(int rank) { atomic_store(&ls_log_rank, rank); }
+int ls_log_enabled(ls_log_level level) { return (int)level <= (int)ls_log_get_level(); }
+
+void ls_log(ls_log_level level, const char *fmt, ...) {
+    if (!ls_log_enabled(level)) return;
+    char line[2048];
+    int rank = atomic_load(&ls_log_rank);
+    int n = rank >= 0 ? snprintf(line, sizeof line, "[lockstep r%d %s] ", rank, ls_level_names[level])
+                      : snprintf(line, sizeof line, "[lockstep %s] ", ls_level_names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", line); /* one write per line so ranks do not interleave mid-line */
+}

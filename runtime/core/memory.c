@@ -1,0 +1,279 @@
+/* memory.c: the generic allocator (statistics, cap, pointer->size table) and the host backend.
+ * Sizes are tracked in an open-addressing table keyed by pointer so device memory, which has
+ * no room for a header, is handled the same way. */
+#include "memory.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ls_allocator {
+    const ls_allocator_vtable *vt;
+    void *state;
+    ls_device device;
+    pthread_mutex_t mu;
+    ls_memory_stats st;
+    char hint[512];
+    /* pointer -> size table; keys NULL = empty, (void*)1 = deleted */
+    void **keys;
+    size_t *sizes;
+    size_t cap_slots, used_slots;
+};
+
+#define LS_TOMBSTONE ((void *)1)
+
+static size_t ls_hash_ptr(const void *p, size_t mask) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x & mask;
+}
+
+static int ls_table_grow(ls_allocator *a) {
+    size_t ncap = a->cap_slots ? a->cap_slots * 2 : 256;
+    void **nk = calloc(ncap, sizeof *nk);
+    size_t *ns = calloc(ncap, sizeof *ns);
+    if (!nk || !ns) {
+        free(nk);
+        free(ns);
+        return -1;
+    }
+    size_t used = 0;
+    for (size_t i = 0; i < a->cap_slots; i++) {
+        void *k = a->keys[i];
+        if (!k || k == LS_TOMBSTONE) continue;
+        size_t j = ls_hash_ptr(k, ncap - 1);
+        while (nk[j]) j = (j + 1) & (ncap - 1);
+        nk[j] = k;
+        ns[j] = a->sizes[i];
+        used++;
+    }
+    free(a->keys);
+    free(a->sizes);
+    a->keys = nk;
+    a->sizes = ns;
+    a->cap_slots = ncap;
+    a->used_slots = used;
+    return 0;
+}
+
+static int ls_table_put(ls_allocator *a, void *p, size_t n) {
+    if ((a->used_slots + 1) * 2 > a->cap_slots && ls_table_grow(a) != 0) return -1;
+    size_t mask = a->cap_slots - 1, j = ls_hash_ptr(p, mask);
+    while (a->keys[j] && a->keys[j] != LS_TOMBSTONE) j = (j + 1) & mask;
+    if (!a->keys[j]) a->used_slots++;
+    a->keys[j] = p;
+    a->sizes[j] = n;
+    return 0;
+}
+
+static int ls_table_take(ls_allocator *a, void *p, size_t *n) {
+    if (!a->cap_slots) return -1;
+    size_t mask = a->cap_slots - 1, j = ls_hash_ptr(p, mask);
+    while (a->keys[j]) {
+        if (a->keys[j] == p) {
+            *n = a->sizes[j];
+            a->keys[j] = LS_TOMBSTONE;
+            return 0;
+        }
+        j = (j + 1) & mask;
+    }
+    return -1;
+}
+
+/* ---- host backend ---- */
+static void *ls_host_alloc(void *state, size_t bytes) {
+    (void)state;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    return aligned_alloc(64, rounded ? rounded : 64);
+}
+static void ls_host_free(void *state, void *ptr, size_t bytes) {
+    (void)state;
+    (void)bytes;
+    free(ptr);
+}
+static ls_status ls_host_copy(void *state, void *dst, int dd, const void *src, int sd, size_t n) {
+    (void)state;
+    (void)dd;
+    (void)sd;
+    if (n) memmove(dst, src, n);
+    return LS_OK;
+}
+static ls_status ls_host_zero(void *state, void *ptr, size_t n) {
+    (void)state;
+    if (n) memset(ptr, 0, n);
+    return LS_OK;
+}
+static const ls_allocator_vtable ls_host_vtable = {"host", ls_host_alloc, ls_host_free, ls_host_copy,
+                                                   ls_host_zero, NULL, NULL};
+
+ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device,
+                              size_t cap_bytes, ls_allocator **out) {
+    ls_allocator *a = calloc(1, sizeof *a);
+    if (!a) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate an allocator object");
+    a->vt = vt;
+    a->state = state;
+    a->device = device;
+    a->st.cap_bytes = cap_bytes;
+    pthread_mutex_init(&a->mu, NULL);
+    *out = a;
+    return LS_OK;
+}
+
+ls_status ls_host_allocator_create(size_t cap_bytes, ls_allocator **out) {
+    return ls_allocator_create(&ls_host_vtable, NULL, ls_device_cpu(), cap_bytes, out);
+}
+
+ls_status ls_host_allocator_create_from_env(ls_allocator **out) {
+    size_t cap = 0;
+    const char *env = getenv("LOCKSTEP_MEMORY_LIMIT");
+    if (env && *env && ls_memory_parse_size(env, &cap) != LS_OK)
+        return ls_error_context(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_MEMORY_LIMIT");
+    return ls_host_allocator_create(cap, out);
+}
+
+void ls_allocator_destroy(ls_allocator *a) {
+    if (!a) return;
+    for (size_t i = 0; i < a->cap_slots; i++)
+        if (a->keys[i] && a->keys[i] != LS_TOMBSTONE) a->vt->free(a->state, a->keys[i], a->sizes[i]);
+    if (a->vt->destroy) a->vt->destroy(a->state);
+    free(a->keys);
+    free(a->sizes);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out) {
+    char b1[32], b2[32], b3[32], b4[32], dev[32];
+    *out = NULL;
+    pthread_mutex_lock(&a->mu);
+    if (a->st.cap_bytes && (bytes > a->st.cap_bytes || a->st.live_bytes > a->st.cap_bytes - bytes)) {
+        ls_memory_stats s = a->st;
+        pthread_mutex_unlock(&a->mu);
+        return ls_error(LS_ERR_OUT_OF_MEMORY,
+                        "out of memory on %s: cannot allocate %s for %s; the cap is %s, %s is "
+                        "already in use, the peak so far is %s%s%s",
+                        ls_device_str(a->device, dev, sizeof dev), ls_memory_format(bytes, b1, 32),
+                        what ? what : "an unnamed buffer", ls_memory_format(s.cap_bytes, b2, 32),
+                        ls_memory_format(s.live_bytes, b3, 32), ls_memory_format(s.peak_bytes, b4, 32),
+                        a->hint[0] ? ". " : "", a->hint);
+    }
+    void *p = a->vt->alloc(a->state, bytes);
+    if (!p || ls_table_put(a, p, bytes) != 0) {
+        if (p) a->vt->free(a->state, p, bytes);
+        ls_memory_stats s = a->st;
+        pthread_mutex_unlock(&a->mu);
+        return ls_error(LS_ERR_OUT_OF_MEMORY,
+                        "out of memory on %s: the %s allocator could not provide %s for %s; %s is "
+                        "already in use, the peak so far is %s%s%s",
+                        ls_device_str(a->device, dev, sizeof dev), a->vt->name,
+                        ls_memory_format(bytes, b1, 32), what ? what : "an unnamed buffer",
+                        ls_memory_format(s.live_bytes, b3, 32), ls_memory_format(s.peak_bytes, b4, 32),
+                        a->hint[0] ? ". " : "", a->hint);
+    }
+    a->st.live_bytes += bytes;
+    if (a->st.live_bytes > a->st.peak_bytes) a->st.peak_bytes = a->st.live_bytes;
+    a->st.allocs++;
+    pthread_mutex_unlock(&a->mu);
+    *out = p;
+    return LS_OK;
+}
+
+void ls_free(ls_allocator *a, void *ptr) {
+    if (!a || !ptr) return;
+    size_t n = 0;
+    pthread_mutex_lock(&a->mu);
+    int found = ls_table_take(a, ptr, &n) == 0;
+    if (found) {
+        a->st.live_bytes -= n;
+        a->st.frees++;
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (found) a->vt->free(a->state, ptr, n);
+}
+
+ls_device ls_allocator_device(const ls_allocator *a) { return a->device; }
+
+void ls_allocator_stats(ls_allocator *a, ls_memory_stats *out) {
+    pthread_mutex_lock(&a->mu);
+    *out = a->st;
+    out->reserved_bytes = a->vt->reserved ? a->vt->reserved(a->state) : a->st.live_bytes;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void ls_allocator_reset_peak(ls_allocator *a) {
+    pthread_mutex_lock(&a->mu);
+    a->st.peak_bytes = a->st.live_bytes;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void ls_allocator_set_cap(ls_allocator *a, size_t cap_bytes) {
+    pthread_mutex_lock(&a->mu);
+    a->st.cap_bytes = cap_bytes;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void ls_allocator_set_oom_hint(ls_allocator *a, const char *hint) {
+    pthread_mutex_lock(&a->mu);
+    snprintf(a->hint, sizeof a->hint, "%s", hint ? hint : "");
+    pthread_mutex_unlock(&a->mu);
+}
+
+ls_status ls_allocator_copy(ls_allocator *a, void *dst, int dst_on_device, const void *src,
+                            int src_on_device, size_t n) {
+    return a->vt->copy(a->state, dst, dst_on_device, src, src_on_device, n);
+}
+
+ls_status ls_allocator_set_zero(ls_allocator *a, void *ptr, size_t n) {
+    return a->vt->set_zero(a->state, ptr, n);
+}
+
+ls_status ls_memory_parse_size(const char *s, size_t *out) {
+    if (!s) return ls_error(LS_ERR_INVALID_ARGUMENT, "memory size is missing");
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno != 0 || !(v >= 0) || isinf(v))
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "memory size '%s' is not a number of bytes with an optional unit (e.g. 2GiB, 512MiB)", s);
+    while (isspace((unsigned char)*end)) end++;
+    static const struct { const char *u; double m; } units[] = {
+        {"", 1},       {"b", 1},          {"k", 1024.0},         {"kib", 1024.0},
+        {"kb", 1e3},   {"m", 1048576.0},  {"mib", 1048576.0},    {"mb", 1e6},
+        {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9}, {"t", 1099511627776.0},
+        {"tib", 1099511627776.0}, {"tb", 1e12}};
+    char unit[8] = {0};
+    if (strlen(end) >= sizeof unit) goto bad;
+    for (size_t i = 0; end[i] && i < sizeof unit - 1; i++) unit[i] = (char)tolower((unsigned char)end[i]);
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(unit, units[i].u) == 0) {
+            double bytes = v * units[i].m;
+            if (bytes > 1.8e19) goto bad;
+            *out = (size_t)bytes;
+            return LS_OK;
+        }
+    }
+bad:
+    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                    "memory size '%s' has an unknown unit or is too large (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s);
+}
+
+const char *ls_memory_format(size_t bytes, char *buf, int len) {
+    static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int i = 0;
+    while (v >= 1024.0 && i < 4) {
+        v /= 1024.0;
+        i++;
+    }
+    if (i == 0)
+        snprintf(buf, (size_t)len, "%zu B", bytes);
+    else
+        snprintf(buf, (size_t)len, "%.2f %s", v, u[i]);
+    return buf;
+}

@@ -1,0 +1,368 @@
+/* nn.c: Linear, activations, Sequential and the cross-entropy loss. Each module is a vtable plus
+ * its state; Sequential holds the flat parameter list of its children in order and fires the
+ * gradient hook for a child's parameters (last first) right after that child's backward. */
+#include "nn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ls_module_vt {
+    const char *kind;
+    ls_status (*forward)(ls_module *m, const ls_tensor *x, const ls_tensor **y);
+    ls_status (*backward)(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx);
+    void (*destroy)(ls_module *m);
+} ls_module_vt;
+
+#define LS_NAME_MAX 64
+
+struct ls_module {
+    const ls_module_vt *vt;
+    ls_ctx *ctx;
+    int n_params;
+    ls_tensor **params;
+    ls_tensor **grads;
+    char (*names)[LS_NAME_MAX];
+    ls_grad_hook hook;
+    void *hook_user;
+    /* kind-specific */
+    const ls_tensor *x;  /* input of the last forward */
+    ls_tensor *y, *dx;   /* owned buffers */
+    ls_act act;
+    int n_children;
+    ls_module **children;
+    int *child_first; /* index of each child's first parameter in the flat list */
+};
+
+/* (Re)allocate *t unless it already has this shape and dtype. */
+static ls_status ensure(ls_ctx *ctx, ls_tensor **t, ls_dtype dtype, int ndim, const int64_t *shape,
+                        const char *what) {
+    if (*t && (*t)->dtype == dtype && (*t)->ndim == ndim) {
+        int same = 1;
+        for (int i = 0; i < ndim; i++) same &= (*t)->shape[i] == shape[i];
+        if (same) return LS_OK;
+    }
+    ls_tensor_destroy(*t);
+    *t = NULL;
+    return ls_tensor_create(ctx->alloc, dtype, ndim, shape, what, t);
+}
+
+static ls_status module_alloc(ls_ctx *ctx, const ls_module_vt *vt, int n_params, ls_module **out) {
+    ls_module *m = calloc(1, sizeof *m);
+    if (!m) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a module");
+    m->vt = vt;
+    m->ctx = ctx;
+    m->n_params = n_params;
+    if (n_params) {
+        m->params = calloc((size_t)n_params, sizeof *m->params);
+        m->grads = calloc((size_t)n_params, sizeof *m->grads);
+        m->names = calloc((size_t)n_params, sizeof *m->names);
+        if (!m->params || !m->grads || !m->names) {
+            free(m->params);
+            free(m->grads);
+            free(m->names);
+            free(m);
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a module's parameter list");
+        }
+    }
+    *out = m;
+    return LS_OK;
+}
+
+void ls_module_destroy(ls_module *m) {
+    if (!m) return;
+    if (m->vt->destroy) m->vt->destroy(m);
+    ls_tensor_destroy(m->y);
+    ls_tensor_destroy(m->dx);
+    free(m->params);
+    free(m->grads);
+    free(m->names);
+    free(m);
+}
+
+/* ---- Linear ---- */
+static void linear_destroy(ls_module *m) {
+    for (int i = 0; i < m->n_params; i++) {
+        ls_tensor_destroy(m->params[i]);
+        ls_tensor_destroy(m->grads[i]);
+    }
+}
+
+static ls_status linear_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
+    const ls_tensor *w = m->params[0], *b = m->n_params > 1 ? m->params[1] : NULL;
+    char a[64];
+    if (x->ndim != 2 || x->shape[1] != w->shape[1])
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: input is %s, expected [batch, %lld]", m->names[0],
+                        ls_tensor_describe(x, a, 64), (long long)w->shape[1]);
+    LS_CHECK(ensure(m->ctx, &m->y, w->dtype, 2, (int64_t[]){x->shape[0], w->shape[0]}, "linear output"));
+    LS_CHECK(ls_op_linear_forward(m->ctx, x, w, b, m->y));
+    m->x = x;
+    *y = m->y;
+    return LS_OK;
+}
+
+static ls_status linear_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+    if (!m->x) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: backward called before forward", m->names[0]);
+    if (want_dx)
+        LS_CHECK(ensure(m->ctx, &m->dx, m->x->dtype, 2, m->x->shape, "linear input gradient"));
+    LS_CHECK(ls_op_linear_backward(m->ctx, dy, m->x, m->params[0], want_dx ? m->dx : NULL, m->grads[0],
+                                   m->n_params > 1 ? m->grads[1] : NULL));
+    if (dx) *dx = want_dx ? m->dx : NULL;
+    return LS_OK;
+}
+
+static const ls_module_vt linear_vt = {"Linear", linear_forward, linear_backward, linear_destroy};
+
+ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int bias, uint64_t seed,
+                           const char *name, ls_module **out_m) {
+    if (in <= 0 || out <= 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "linear layer %s: sizes must be positive, got in=%lld out=%lld",
+                        name ? name : "", (long long)in, (long long)out);
+    ls_module *m;
+    LS_CHECK(module_alloc(ctx, &linear_vt, bias ? 2 : 1, &m));
+    ls_status s = LS_OK;
+    int64_t wshape[2] = {out, in}, bshape[1] = {out};
+    for (int i = 0; i < m->n_params && s == LS_OK; i++) {
+        const int64_t *shape = i == 0 ? wshape : bshape;
+        s = ls_tensor_create(ctx->alloc, dtype, 2 - i, shape, i == 0 ? "linear weight" : "linear bias",
+                             &m->params[i]);
+        if (s == LS_OK)
+            s = ls_tensor_create(ctx->alloc, dtype, 2 - i, shape, "linear gradient", &m->grads[i]);
+        if (s == LS_OK) s = ls_tensor_zero(m->grads[i]);
+        snprintf(m->names[i], LS_NAME_MAX, "%s%s%s", name ? name : "", name && *name ? "." : "",
+                 i == 0 ? "weight" : "bias");
+    }
+    if (s != LS_OK) {
+        ls_module_destroy(m);
+        return s;
+    }
+    /* torch.nn.Linear's init: kaiming_uniform(a=sqrt(5)) gives U(-1/sqrt(in), 1/sqrt(in)); same for bias. */
+    double bound = 1.0 / sqrt((double)in);
+    ls_rng rng;
+    ls_rng_init(&rng, seed);
+    for (int i = 0; i < m->n_params && s == LS_OK; i++) {
+        int64_t n = ls_tensor_numel(m->params[i]);
+        size_t esz = ls_dtype_size(dtype);
+        void *h = malloc((size_t)n * esz);
+        if (!h) {
+            s = ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory to initialize %s", m->names[i]);
+            break;
+        }
+        for (int64_t j = 0; j < n; j++) {
+            double v = (2.0 * (double)ls_rng_uniform(&rng) - 1.0) * bound;
+            if (dtype == LS_F64)
+                ((double *)h)[j] = v;
+            else
+                ((float *)h)[j] = (float)v;
+        }
+        if (dtype != LS_F64 && dtype != LS_F32)
+            s = ls_error(LS_ERR_UNSUPPORTED, "linear layer %s: parameters must be f32 or f64", m->names[i]);
+        if (s == LS_OK) {
+            ls_tensor ht = ls_tensor_view(h, dtype, ls_device_cpu(), m->params[i]->ndim, m->params[i]->shape);
+            s = ls_tensor_copy(ctx->alloc, m->params[i], &ht);
+        }
+        free(h);
+    }
+    if (s != LS_OK) {
+        ls_module_destroy(m);
+        return s;
+    }
+    *out_m = m;
+    return LS_OK;
+}
+
+/* ---- activations ---- */
+static ls_status act_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
+    LS_CHECK(ensure(m->ctx, &m->y, x->dtype, x->ndim, x->shape, "activation output"));
+    LS_CHECK(ls_op_act_forward(m->ctx, m->act, x, m->y));
+    m->x = x;
+    *y = m->y;
+    return LS_OK;
+}
+
+static ls_status act_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+    if (!m->x) return ls_error(LS_ERR_INVALID_ARGUMENT, "activation: backward called before forward");
+    if (!want_dx) {
+        if (dx) *dx = NULL;
+        return LS_OK;
+    }
+    LS_CHECK(ensure(m->ctx, &m->dx, m->x->dtype, m->x->ndim, m->x->shape, "activation input gradient"));
+    LS_CHECK(ls_op_act_backward(m->ctx, m->act, m->x, dy, m->dx));
+    if (dx) *dx = m->dx;
+    return LS_OK;
+}
+
+static const ls_module_vt relu_vt = {"ReLU", act_forward, act_backward, NULL};
+static const ls_module_vt gelu_vt = {"GELU", act_forward, act_backward, NULL};
+
+ls_status ls_activation_create(ls_ctx *ctx, ls_act act, ls_module **out_m) {
+    if (act != LS_ACT_RELU && act != LS_ACT_GELU)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "unknown activation %d", (int)act);
+    LS_CHECK(module_alloc(ctx, act == LS_ACT_RELU ? &relu_vt : &gelu_vt, 0, out_m));
+    (*out_m)->act = act;
+    return LS_OK;
+}
+
+/* ---- Sequential ---- */
+static ls_status seq_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
+    const ls_tensor *cur = x;
+    for (int i = 0; i < m->n_children; i++) {
+        ls_status s = ls_module_forward(m->children[i], cur, &cur);
+        if (s != LS_OK) return ls_error_context(s, "layer %d (%s)", i, m->children[i]->vt->kind);
+    }
+    *y = cur;
+    return LS_OK;
+}
+
+static ls_status seq_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+    const ls_tensor *cur = dy;
+    for (int i = m->n_children - 1; i >= 0; i--) {
+        ls_module *c = m->children[i];
+        ls_status s = ls_module_backward(c, cur, i > 0 || want_dx, &cur);
+        if (s != LS_OK) return ls_error_context(s, "layer %d (%s) backward", i, c->vt->kind);
+        if (m->hook)
+            for (int p = c->n_params - 1; p >= 0; p--) LS_CHECK(m->hook(m->hook_user, m->child_first[i] + p));
+    }
+    if (dx) *dx = want_dx ? cur : NULL;
+    return LS_OK;
+}
+
+static void seq_destroy(ls_module *m) {
+    for (int i = 0; i < m->n_children; i++) ls_module_destroy(m->children[i]);
+    free(m->children);
+    free(m->child_first);
+}
+
+static const ls_module_vt seq_vt = {"Sequential", seq_forward, seq_backward, seq_destroy};
+
+ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, ls_module **out_m) {
+    int total = 0;
+    for (int i = 0; i < n; i++) total += children[i]->n_params;
+    ls_module *m;
+    LS_CHECK(module_alloc(ctx, &seq_vt, total, &m));
+    m->children = calloc((size_t)(n ? n : 1), sizeof *m->children);
+    m->child_first = calloc((size_t)(n ? n : 1), sizeof *m->child_first);
+    if (!m->children || !m->child_first) {
+        ls_module_destroy(m);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a sequential container");
+    }
+    m->n_children = n;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        ls_module *c = children[i];
+        m->children[i] = c;
+        m->child_first[i] = k;
+        for (int p = 0; p < c->n_params; p++, k++) {
+            m->params[k] = c->params[p];
+            m->grads[k] = c->grads[p];
+            snprintf(m->names[k], LS_NAME_MAX, "%d.%.*s", i, LS_NAME_MAX - 12, c->names[p]);
+        }
+    }
+    *out_m = m;
+    return LS_OK;
+}
+
+ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act,
+                        uint64_t seed, ls_module **out_m) {
+    if (n_sizes < 2) return ls_error(LS_ERR_INVALID_ARGUMENT, "an MLP needs at least 2 sizes, got %d", n_sizes);
+    int n = 2 * (n_sizes - 1) - 1;
+    ls_module **mods = calloc((size_t)n, sizeof *mods);
+    if (!mods) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the MLP's layer list");
+    ls_status s = LS_OK;
+    int k = 0;
+    for (int i = 0; i + 1 < n_sizes && s == LS_OK; i++) {
+        s = ls_linear_create(ctx, dtype, sizes[i], sizes[i + 1], 1, seed + (uint64_t)i, "", &mods[k]);
+        if (s != LS_OK) break;
+        k++;
+        if (i + 2 < n_sizes) {
+            s = ls_activation_create(ctx, act, &mods[k]);
+            if (s == LS_OK) k++;
+        }
+    }
+    if (s == LS_OK) s = ls_sequential_create(ctx, n, mods, out_m);
+    if (s != LS_OK)
+        for (int i = 0; i < k; i++) ls_module_destroy(mods[i]);
+    free(mods);
+    return s;
+}
+
+/* ---- generic ---- */
+ls_status ls_module_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) { return m->vt->forward(m, x, y); }
+
+ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+    if (m->vt != &seq_vt && m->hook) {
+        LS_CHECK(m->vt->backward(m, dy, want_dx, dx));
+        for (int p = m->n_params - 1; p >= 0; p--) LS_CHECK(m->hook(m->hook_user, p));
+        return LS_OK;
+    }
+    return m->vt->backward(m, dy, want_dx, dx);
+}
+
+int ls_module_num_params(const ls_module *m) { return m->n_params; }
+ls_tensor *ls_module_param(ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->params[i] : NULL; }
+ls_tensor *ls_module_grad(ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->grads[i] : NULL; }
+const char *ls_module_param_name(const ls_module *m, int i) {
+    return i >= 0 && i < m->n_params ? m->names[i] : NULL;
+}
+const char *ls_module_kind(const ls_module *m) { return m->vt->kind; }
+
+int64_t ls_module_num_elements(const ls_module *m) {
+    int64_t n = 0;
+    for (int i = 0; i < m->n_params; i++) n += ls_tensor_numel(m->params[i]);
+    return n;
+}
+
+ls_status ls_module_zero_grad(ls_module *m) {
+    for (int i = 0; i < m->n_params; i++) LS_CHECK(ls_tensor_zero(m->grads[i]));
+    return LS_OK;
+}
+
+void ls_module_set_grad_hook(ls_module *m, ls_grad_hook hook, void *user) {
+    m->hook = hook;
+    m->hook_user = user;
+}
+
+/* ---- loss ---- */
+struct ls_xent {
+    ls_ctx *ctx;
+    ls_tensor *probs, *losses, *dlogits, *pred;
+    const ls_tensor *labels;
+};
+
+ls_status ls_xent_create(ls_ctx *ctx, ls_xent **out) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the loss");
+    (*out)->ctx = ctx;
+    return LS_OK;
+}
+
+void ls_xent_destroy(ls_xent *l) {
+    if (!l) return;
+    ls_tensor_destroy(l->probs);
+    ls_tensor_destroy(l->losses);
+    ls_tensor_destroy(l->dlogits);
+    ls_tensor_destroy(l->pred);
+    free(l);
+}
+
+ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, double *loss) {
+    LS_CHECK(ensure(l->ctx, &l->probs, logits->dtype, logits->ndim, logits->shape, "softmax probabilities"));
+    LS_CHECK(ensure(l->ctx, &l->losses, logits->dtype, 1, logits->shape, "per-sample losses"));
+    LS_CHECK(ls_op_xent_forward(l->ctx, logits, labels, l->probs, l->losses, loss));
+    l->labels = labels;
+    return LS_OK;
+}
+
+ls_status ls_xent_backward(ls_xent *l, double scale, const ls_tensor **dlogits) {
+    if (!l->labels) return ls_error(LS_ERR_INVALID_ARGUMENT, "loss backward called before forward");
+    LS_CHECK(ensure(l->ctx, &l->dlogits, l->probs->dtype, l->probs->ndim, l->probs->shape, "logit gradient"));
+    LS_CHECK(ls_op_xent_backward(l->ctx, l->probs, l->labels, scale, l->dlogits));
+    *dlogits = l->dlogits;
+    return LS_OK;
+}
+
+ls_status ls_xent_correct(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, int64_t *correct) {
+    LS_CHECK(ensure(l->ctx, &l->pred, LS_I32, 1, (int64_t[]){logits->shape[0] + 1}, "predictions"));
+    return ls_op_accuracy(l->ctx, logits, labels, l->pred, correct);
+}

@@ -1,0 +1,64 @@
+/* nn.h: modules with forward/backward and ordered parameter/gradient lists, a sequential
+ * container, and the softmax cross-entropy loss. Modules own their output and input-gradient
+ * buffers (reallocated when the batch size changes, from the context's allocator); forward keeps
+ * a pointer to its input, which must stay alive until backward. Parameter gradients accumulate
+ * (call ls_module_zero_grad between steps). A gradient hook, set on the root module, is called
+ * with each parameter's index as soon as its gradient is final in backward (reverse order), which
+ * is when the data-parallel reducer may launch that gradient's bucket. */
+#ifndef LOCKSTEP_NN_H
+#define LOCKSTEP_NN_H
+
+#include <stdint.h>
+
+#include "ops.h"
+#include "rng.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ls_module ls_module;
+typedef ls_status (*ls_grad_hook)(void *user, int param_index);
+
+/* Linear layer y = x w^T + b, w [out, in]; initialized like torch.nn.Linear
+ * (U(-1/sqrt(in), 1/sqrt(in)) for w and b) from a Philox stream of seed. */
+ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int bias, uint64_t seed,
+                           const char *name, ls_module **out_m);
+ls_status ls_activation_create(ls_ctx *ctx, ls_act act, ls_module **out_m);
+/* Takes ownership of the children. Parameter names become "<i>.<child name>". */
+ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, ls_module **out_m);
+/* An MLP: Linear(sizes[0], sizes[1]), act, ..., Linear(sizes[n-2], sizes[n-1]) (no act at the end);
+ * layer i's init stream is seed + i. */
+ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act,
+                        uint64_t seed, ls_module **out_m);
+void ls_module_destroy(ls_module *m);
+
+/* y points at a buffer owned by the module, valid until the next forward. */
+ls_status ls_module_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y);
+/* dx (if want_dx) points at a module-owned buffer. Gradients accumulate into the grads. */
+ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx);
+
+int ls_module_num_params(const ls_module *m);
+ls_tensor *ls_module_param(ls_module *m, int i);
+ls_tensor *ls_module_grad(ls_module *m, int i);
+const char *ls_module_param_name(const ls_module *m, int i);
+int64_t ls_module_num_elements(const ls_module *m); /* total parameter elements */
+ls_status ls_module_zero_grad(ls_module *m);
+void ls_module_set_grad_hook(ls_module *m, ls_grad_hook hook, void *user);
+const char *ls_module_kind(const ls_module *m);
+
+/* Softmax cross-entropy over int32 labels, mean over the batch. */
+typedef struct ls_xent ls_xent;
+ls_status ls_xent_create(ls_ctx *ctx, ls_xent **out);
+void ls_xent_destroy(ls_xent *l);
+/* Forward: mean loss into *loss (host). Keeps the probabilities for backward. */
+ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, double *loss);
+/* dlogits = d(sum of losses)/dlogits * scale; scale = 1/B gives the gradient of the mean. */
+ls_status ls_xent_backward(ls_xent *l, double scale, const ls_tensor **dlogits);
+/* Correct predictions in the last forward's logits. */
+ls_status ls_xent_correct(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, int64_t *correct);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

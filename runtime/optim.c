@@ -1,0 +1,184 @@
+/* optim.c: SGD and AdamW driving the backend's multi-tensor step entries, the learning-rate
+ * schedule and gradient clipping. */
+#include "optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ls_optimizer {
+    ls_ctx *ctx;
+    ls_optim_config cfg;
+    int n;
+    ls_dtype dtype;
+    ls_tensor **p, **g, **m, **v;
+    void **pp, **gp, **mp, **vp;
+    int64_t *numel;
+    int64_t steps;
+};
+
+ls_optim_config ls_optim_defaults(ls_optim_kind kind) {
+    ls_optim_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.beta1 = 0.9f;
+    c.beta2 = 0.999f;
+    c.eps = 1e-8f;
+    if (kind == LS_OPTIM_SGD) {
+        c.lr = 0.1f;
+        c.momentum = 0.9f;
+    } else {
+        c.lr = 1e-3f;
+        c.weight_decay = 0.01f;
+    }
+    return c;
+}
+
+ls_status ls_optim_kind_parse(const char *s, ls_optim_kind *out) {
+    if (s && strcmp(s, "sgd") == 0) {
+        *out = LS_OPTIM_SGD;
+        return LS_OK;
+    }
+    if (s && strcmp(s, "adamw") == 0) {
+        *out = LS_OPTIM_ADAMW;
+        return LS_OK;
+    }
+    return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer '%s' is not one of sgd, adamw", s ? s : "(null)");
+}
+
+void ls_optimizer_destroy(ls_optimizer *o) {
+    if (!o) return;
+    for (int i = 0; i < o->n; i++) {
+        if (o->m) ls_tensor_destroy(o->m[i]);
+        if (o->v) ls_tensor_destroy(o->v[i]);
+    }
+    free(o->p);
+    free(o->g);
+    free(o->m);
+    free(o->v);
+    free(o->pp);
+    free(o->gp);
+    free(o->mp);
+    free(o->vp);
+    free(o->numel);
+    free(o);
+}
+
+ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_tensor *const *grads,
+                              const ls_optim_config *cfg, ls_optimizer **out) {
+    char a[64], b[64];
+    *out = NULL;
+    if (n < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: no parameters");
+    if (!(cfg->lr >= 0) || !(cfg->weight_decay >= 0) || !(cfg->momentum >= 0) ||
+        !(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->eps >= 0))
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "optimizer: invalid hyperparameters (lr %g, weight decay %g, momentum %g, betas %g %g, eps %g)",
+                        cfg->lr, cfg->weight_decay, cfg->momentum, cfg->beta1, cfg->beta2, cfg->eps);
+    if (cfg->nesterov && (cfg->momentum <= 0 || cfg->dampening != 0))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: nesterov needs momentum > 0 and dampening 0");
+    ls_optimizer *o = calloc(1, sizeof *o);
+    if (!o) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the optimizer");
+    o->ctx = ctx;
+    o->cfg = *cfg;
+    o->n = n;
+    o->dtype = params[0]->dtype;
+    int need_m = cfg->kind == LS_OPTIM_ADAMW || cfg->momentum > 0, need_v = cfg->kind == LS_OPTIM_ADAMW;
+    size_t np = (size_t)n;
+    o->p = calloc(np, sizeof *o->p);
+    o->g = calloc(np, sizeof *o->g);
+    o->pp = calloc(np, sizeof *o->pp);
+    o->gp = calloc(np, sizeof *o->gp);
+    o->numel = calloc(np, sizeof *o->numel);
+    if (need_m) {
+        o->m = calloc(np, sizeof *o->m);
+        o->mp = calloc(np, sizeof *o->mp);
+    }
+    if (need_v) {
+        o->v = calloc(np, sizeof *o->v);
+        o->vp = calloc(np, sizeof *o->vp);
+    }
+    ls_status s = LS_OK;
+    if (!o->p || !o->g || !o->pp || !o->gp || !o->numel || (need_m && (!o->m || !o->mp)) ||
+        (need_v && (!o->v || !o->vp))) {
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the optimizer's lists");
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        if (params[i]->dtype != o->dtype || grads[i]->dtype != o->dtype ||
+            ls_tensor_numel(params[i]) != ls_tensor_numel(grads[i])) {
+            s = ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: parameter %d is %s but its gradient is %s", i,
+                         ls_tensor_describe(params[i], a, 64), ls_tensor_describe(grads[i], b, 64));
+            goto fail;
+        }
+        o->p[i] = params[i];
+        o->g[i] = grads[i];
+        o->pp[i] = params[i]->data;
+        o->gp[i] = grads[i]->data;
+        o->numel[i] = ls_tensor_numel(params[i]);
+        if (need_m) {
+            LS_CHECK_GOTO(ls_tensor_create(ctx->alloc, o->dtype, params[i]->ndim, params[i]->shape,
+                                           "optimizer state", &o->m[i]), s, fail);
+            LS_CHECK_GOTO(ls_tensor_zero(o->m[i]), s, fail);
+            o->mp[i] = o->m[i]->data;
+        }
+        if (need_v) {
+            LS_CHECK_GOTO(ls_tensor_create(ctx->alloc, o->dtype, params[i]->ndim, params[i]->shape,
+                                           "optimizer state", &o->v[i]), s, fail);
+            LS_CHECK_GOTO(ls_tensor_zero(o->v[i]), s, fail);
+            o->vp[i] = o->v[i]->data;
+        }
+    }
+    *out = o;
+    return LS_OK;
+fail:
+    ls_optimizer_destroy(o);
+    return s;
+}
+
+ls_status ls_optimizer_step(ls_optimizer *o, float lr) {
+    const ls_ops *ops = o->ctx->ops;
+    if (o->cfg.kind == LS_OPTIM_SGD) {
+        ls_sgd_params hp = {lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov,
+                            o->steps == 0};
+        LS_CHECK(ops->sgd_step(o->ctx->state, o->dtype, o->n, o->pp, o->gp, o->mp, o->numel, &hp));
+    } else {
+        ls_adamw_params hp = {lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay, o->steps + 1};
+        LS_CHECK(ops->adamw_step(o->ctx->state, o->dtype, o->n, o->pp, o->gp, o->mp, o->vp, o->numel, &hp));
+    }
+    o->steps++;
+    return LS_OK;
+}
+
+int64_t ls_optimizer_num_steps(const ls_optimizer *o) { return o->steps; }
+void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps) { o->steps = steps; }
+
+ls_tensor *ls_optimizer_state(ls_optimizer *o, int i, int slot) {
+    if (i < 0 || i >= o->n) return NULL;
+    if (slot == 0) return o->m ? o->m[i] : NULL;
+    if (slot == 1) return o->v ? o->v[i] : NULL;
+    return NULL;
+}
+
+float ls_lr_at(const ls_lr_schedule *s, int64_t step) {
+    if (s->warmup_steps > 0 && step < s->warmup_steps)
+        return s->base_lr * (float)(step + 1) / (float)s->warmup_steps;
+    if (s->total_steps <= s->warmup_steps) return s->base_lr;
+    double t = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);
+    if (t > 1) t = 1;
+    return s->min_lr + (s->base_lr - s->min_lr) * (float)(0.5 * (1.0 + cos(M_PI * t)));
+}
+
+ls_status ls_clip_grad_norm(ls_ctx *ctx, int n, ls_tensor *const *grads, double max_norm, double *norm) {
+    double sq = 0;
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        LS_CHECK(ctx->ops->sumsq(ctx->state, grads[i]->dtype, ls_tensor_numel(grads[i]), grads[i]->data, &sq, &bad));
+    double total = bad ? NAN : sqrt(sq);
+    if (norm) *norm = total;
+    if (bad || !(max_norm > 0)) return LS_OK;
+    double coef = max_norm / (total + 1e-6);
+    if (coef < 1)
+        for (int i = 0; i < n; i++)
+            LS_CHECK(ctx->ops->scale(ctx->state, grads[i]->dtype, ls_tensor_numel(grads[i]), coef, grads[i]->data));
+    return LS_OK;
+}

@@ -1,0 +1,56 @@
+/* optim.h: optimizers over parallel lists of parameter and gradient tensors (torch.optim's
+ * SGD with momentum/dampening/nesterov/weight decay, and AdamW), the warmup + cosine
+ * learning-rate schedule, and gradient-norm clipping. State (momentum, moments) lives on the
+ * parameters' device and is reachable for checkpoints. */
+#ifndef LOCKSTEP_OPTIM_H
+#define LOCKSTEP_OPTIM_H
+
+#include <stdint.h>
+
+#include "ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ls_optim_kind { LS_OPTIM_SGD = 0, LS_OPTIM_ADAMW = 1 } ls_optim_kind;
+
+typedef struct ls_optim_config {
+    ls_optim_kind kind;
+    float lr;           /* base learning rate (the schedule's peak) */
+    float weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled */
+    float momentum, dampening;
+    int nesterov;
+    float beta1, beta2, eps;
+} ls_optim_config;
+
+/* SGD defaults: lr 0.1, momentum 0.9; AdamW defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0.01. */
+ls_optim_config ls_optim_defaults(ls_optim_kind kind);
+ls_status ls_optim_kind_parse(const char *s, ls_optim_kind *out);
+
+typedef struct ls_optimizer ls_optimizer;
+ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_tensor *const *grads,
+                              const ls_optim_config *cfg, ls_optimizer **out);
+void ls_optimizer_destroy(ls_optimizer *o);
+/* One step at learning rate lr (from the schedule). */
+ls_status ls_optimizer_step(ls_optimizer *o, float lr);
+int64_t ls_optimizer_num_steps(const ls_optimizer *o);
+/* State tensors of parameter i: slot 0 = momentum / first moment, 1 = second moment (NULL if none). */
+ls_tensor *ls_optimizer_state(ls_optimizer *o, int i, int slot);
+void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps);
+
+/* Linear warmup from lr/warmup to lr over warmup steps, then cosine decay to min_lr at total. */
+typedef struct ls_lr_schedule {
+    float base_lr, min_lr;
+    int64_t warmup_steps, total_steps; /* total 0: constant after warmup */
+} ls_lr_schedule;
+float ls_lr_at(const ls_lr_schedule *s, int64_t step);
+
+/* Scale the gradients so their global 2-norm is at most max_norm; *norm gets the norm before
+ * clipping (inf/NaN if any gradient is not finite, in which case nothing is scaled). */
+ls_status ls_clip_grad_norm(ls_ctx *ctx, int n, ls_tensor *const *grads, double max_norm, double *norm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
