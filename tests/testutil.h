@@ -10,7 +10,7 @@
 
 #include "status.h"
 
-static int ls_test_failures = 0;
+static int ls_test_failures __attribute__((unused)) = 0;
 
 #define LS_EXPECT(cond)                                                                            \
     do {                                                                                           \

@@ -1,0 +1,63 @@
+/* test_memory.c: size parsing, live/peak statistics, and the cap's out-of-memory error, which
+ * must name the request, the cap and the peak. */
+#include "memory.h"
+#include "testutil.h"
+
+int main(void) {
+    size_t n;
+    LS_REQUIRE_OK(ls_memory_parse_size("2GiB", &n));
+    LS_EXPECT(n == 2147483648u);
+    LS_REQUIRE_OK(ls_memory_parse_size("512MiB", &n));
+    LS_EXPECT(n == 536870912u);
+    LS_REQUIRE_OK(ls_memory_parse_size("1.5GB", &n));
+    LS_EXPECT(n == 1500000000u);
+    LS_REQUIRE_OK(ls_memory_parse_size("4096", &n));
+    LS_EXPECT(n == 4096);
+    LS_REQUIRE_OK(ls_memory_parse_size("64k", &n));
+    LS_EXPECT(n == 65536);
+    LS_EXPECT_ERR(ls_memory_parse_size("lots", &n), LS_ERR_INVALID_ARGUMENT, "memory size 'lots'");
+    LS_EXPECT_ERR(ls_memory_parse_size("3 parsecs", &n), LS_ERR_INVALID_ARGUMENT, "unknown unit");
+    LS_EXPECT_ERR(ls_memory_parse_size("-1GiB", &n), LS_ERR_INVALID_ARGUMENT, "memory size");
+
+    ls_allocator *a;
+    LS_REQUIRE_OK(ls_host_allocator_create(10 << 20, &a)); /* 10 MiB cap */
+    void *p1, *p2, *p3;
+    LS_REQUIRE_OK(ls_alloc(a, 4 << 20, "first", &p1));
+    LS_REQUIRE_OK(ls_alloc(a, 3 << 20, "second", &p2));
+    memset(p1, 1, 4 << 20);
+    ls_memory_stats st;
+    ls_allocator_stats(a, &st);
+    LS_EXPECT(st.live_bytes == (7u << 20) && st.peak_bytes == (7u << 20) && st.allocs == 2);
+    ls_free(a, p1);
+    ls_allocator_stats(a, &st);
+    LS_EXPECT(st.live_bytes == (3u << 20) && st.peak_bytes == (7u << 20) && st.frees == 1);
+    ls_allocator_set_oom_hint(a, "try a smaller --batch-size");
+    LS_EXPECT_ERR(ls_alloc(a, 8 << 20, "activations of layer 3", &p3), LS_ERR_OUT_OF_MEMORY,
+                  "out of memory on cpu: cannot allocate 8.00 MiB for activations of layer 3; the cap is "
+                  "10.00 MiB, 3.00 MiB is already in use, the peak so far is 7.00 MiB. try a smaller --batch-size");
+    LS_EXPECT(p3 == NULL);
+    ls_allocator_stats(a, &st);
+    LS_EXPECT(st.live_bytes == (3u << 20)); /* a failed request changes nothing */
+    LS_REQUIRE_OK(ls_alloc(a, 7 << 20, "fits exactly", &p3));
+    ls_free(a, p3);
+    ls_allocator_reset_peak(a);
+    ls_allocator_stats(a, &st);
+    LS_EXPECT(st.peak_bytes == (3u << 20));
+    /* many small allocations exercise the pointer table's growth */
+    void *ptrs[1000];
+    for (int i = 0; i < 1000; i++) LS_REQUIRE_OK(ls_alloc(a, (size_t)i, "small", &ptrs[i]));
+    for (int i = 0; i < 1000; i += 2) ls_free(a, ptrs[i]);
+    for (int i = 1; i < 1000; i += 2) ls_free(a, ptrs[i]);
+    ls_allocator_stats(a, &st);
+    LS_EXPECT(st.live_bytes == (3u << 20));
+    ls_free(a, p2);
+    ls_allocator_destroy(a);
+
+    setenv("LOCKSTEP_MEMORY_LIMIT", "1MiB", 1);
+    LS_REQUIRE_OK(ls_host_allocator_create_from_env(&a));
+    LS_EXPECT_ERR(ls_alloc(a, 2 << 20, "big", &p1), LS_ERR_OUT_OF_MEMORY, "the cap is 1.00 MiB");
+    ls_allocator_destroy(a);
+    setenv("LOCKSTEP_MEMORY_LIMIT", "plenty", 1);
+    LS_EXPECT_ERR(ls_host_allocator_create_from_env(&a), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_MEMORY_LIMIT: memory size 'plenty'");
+    LS_TEST_END();
+}

@@ -1,0 +1,99 @@
+/* test_values.c: f32 ops against straightforward f64 reference loops: the OpenBLAS linear
+ * forward and backward, argmax/accuracy, SGD (momentum, nesterov, weight decay) and AdamW against
+ * torch.optim's formulas written out. */
+#include <stdlib.h>
+
+#include "gradcheck.h"
+
+static ls_ctx *C;
+
+int main(void) {
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &C));
+    ls_rng r;
+    ls_rng_init(&r, 99);
+    int64_t B = 33, in = 70, out = 19;
+    float *x = malloc(sizeof(float) * B * in), *w = malloc(sizeof(float) * out * in), b[19];
+    float *y = malloc(sizeof(float) * B * out), *dy = malloc(sizeof(float) * B * out);
+    float *dx = malloc(sizeof(float) * B * in), *dw = calloc((size_t)(out * in), sizeof(float)), db[19] = {0};
+    for (int64_t i = 0; i < B * in; i++) x[i] = ls_rng_normal(&r);
+    for (int64_t i = 0; i < out * in; i++) w[i] = ls_rng_normal(&r);
+    for (int64_t i = 0; i < out; i++) b[i] = ls_rng_normal(&r);
+    for (int64_t i = 0; i < B * out; i++) dy[i] = ls_rng_normal(&r);
+    LS_REQUIRE_OK(C->ops->linear_fwd(C->state, LS_F32, B, in, out, x, w, b, y));
+    LS_REQUIRE_OK(C->ops->linear_bwd(C->state, LS_F32, B, in, out, dy, x, w, dx, dw, db));
+    double worst = 0;
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t j = 0; j < out; j++) {
+            double ref = b[j];
+            for (int64_t k = 0; k < in; k++) ref += (double)x[i * in + k] * w[j * in + k];
+            worst = fmax(worst, fabs(ref - y[i * out + j]) / fmax(1, fabs(ref)));
+        }
+    LS_EXPECT(worst < 1e-5);
+    worst = 0;
+    for (int64_t j = 0; j < out; j++)
+        for (int64_t k = 0; k < in; k++) {
+            double ref = 0;
+            for (int64_t i = 0; i < B; i++) ref += (double)dy[i * out + j] * x[i * in + k];
+            worst = fmax(worst, fabs(ref - dw[j * in + k]) / fmax(1, fabs(ref)));
+        }
+    LS_EXPECT(worst < 1e-5);
+    worst = 0;
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t k = 0; k < in; k++) {
+            double ref = 0;
+            for (int64_t j = 0; j < out; j++) ref += (double)dy[i * out + j] * w[j * in + k];
+            worst = fmax(worst, fabs(ref - dx[i * in + k]) / fmax(1, fabs(ref)));
+        }
+    LS_EXPECT(worst < 1e-5);
+    for (int64_t j = 0; j < out; j++) {
+        double ref = 0;
+        for (int64_t i = 0; i < B; i++) ref += dy[i * out + j];
+        LS_EXPECT_NEAR(db[j], ref, 1e-4);
+    }
+
+    /* argmax: first maximum wins ties; counts matches */
+    float logits[3 * 4] = {0, 2, 2, 1, 5, -1, 0, 0, -3, -2, -1, -1};
+    int32_t labels[3] = {1, 0, 3}, pred[3], correct;
+    LS_REQUIRE_OK(C->ops->argmax(C->state, LS_F32, 3, 4, logits, labels, pred, &correct));
+    LS_EXPECT(pred[0] == 1 && pred[1] == 0 && pred[2] == 2 && correct == 2);
+
+    /* SGD with momentum, dampening 0, weight decay, over 3 steps against the formula */
+    double p = 1.0, m = 0, g[3] = {0.5, -0.25, 1.0};
+    float pf = 1.0f, mf = 0, gf;
+    for (int s = 0; s < 3; s++) {
+        double d = g[s] + 0.01 * p;
+        m = s == 0 ? d : 0.9 * m + d;
+        p -= 0.1 * (d + 0.9 * m); /* nesterov */
+        gf = (float)g[s];
+        void *pp = &pf, *gp = &gf, *mp = &mf;
+        int64_t n = 1;
+        ls_sgd_params hp = {0.1f, 0.9f, 0.0f, 0.01f, 1, s == 0};
+        LS_REQUIRE_OK(C->ops->sgd_step(C->state, LS_F32, 1, &pp, &gp, &mp, &n, &hp));
+    }
+    LS_EXPECT_NEAR(pf, p, 1e-6);
+    /* AdamW over 3 steps */
+    double ap = 0.5, am = 0, av = 0;
+    float apf = 0.5f, amf = 0, avf = 0;
+    for (int s = 1; s <= 3; s++) {
+        double gg = g[s - 1];
+        ap *= 1 - 1e-2 * 0.1;
+        am = 0.9 * am + 0.1 * gg;
+        av = 0.999 * av + 0.001 * gg * gg;
+        double mh = am / (1 - pow(0.9, s)), vh = av / (1 - pow(0.999, s));
+        ap -= 1e-2 * mh / (sqrt(vh) + 1e-8);
+        gf = (float)gg;
+        void *pp = &apf, *gp = &gf, *mp = &amf, *vp = &avf;
+        int64_t n = 1;
+        ls_adamw_params hp = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, s};
+        LS_REQUIRE_OK(C->ops->adamw_step(C->state, LS_F32, 1, &pp, &gp, &mp, &vp, &n, &hp));
+    }
+    LS_EXPECT_NEAR(apf, ap, 1e-6);
+    free(x);
+    free(w);
+    free(y);
+    free(dy);
+    free(dx);
+    free(dw);
+    ls_ctx_destroy(C);
+    LS_TEST_END();
+}
