@@ -44,7 +44,9 @@ ls_status ls_error_context(ls_status s, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(ls_error_msg, sizeof ls_error_msg, fmt, ap);
     va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof ls_error_msg && prev[0])
-        snprintf(ls_error_msg + n, sizeof ls_error_msg - (size_t)n, ": %s", prev);
+    if (n >= 0 && (size_t)n < sizeof ls_error_msg && prev[0]) {
+        int k = snprintf(ls_error_msg + n, sizeof ls_error_msg - (size_t)n, ": %s", prev);
+        (void)k; /* a message longer than the buffer is cut, which is fine */
+    }
     return s;
 }

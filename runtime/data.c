@@ -1,0 +1,607 @@
+/* data.c: IDX reading (plain or gzip through zlib), Fashion-MNIST loading and normalization,
+ * in-memory data sets, and the distributed sampler. Data sets live in host memory: images f32
+ * [n, features] row-major, labels int32 [n]. The sampler keeps one int64 permutation [N]. */
+#include "data.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "rng.h"
+
+#define LS_FASHION_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
+#define LS_FASHION_MEAN 0.2860f
+#define LS_FASHION_STD 0.3530f
+#define LS_FASHION_CLASSES 10
+#define LS_IDX_FIRST_CHUNK ((int64_t)16 << 20) /* first buffer for gzip data of unknown length */
+
+/* ---------------------------------------------------------------- IDX source (plain or gzip) */
+
+typedef struct idx_src {
+    const char *path;
+    FILE *f;            /* plain file, or NULL */
+    gzFile gz;          /* gzip file, or NULL */
+    int64_t plain_size; /* plain: file size in bytes */
+} idx_src;
+
+static ls_status src_open(const char *path, idx_src *s) {
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    FILE *f = fopen(path, "rb");
+    if (!f) return ls_error(LS_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    unsigned char magic[2];
+    size_t got = fread(magic, 1, 2, f);
+    if (got < 2 && ferror(f)) {
+        int e = errno;
+        fclose(f);
+        return ls_error(LS_ERR_IO, "cannot read '%s': %s", path, strerror(e));
+    }
+    if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+        fclose(f);
+        errno = 0;
+        s->gz = gzopen(path, "rb");
+        if (!s->gz)
+            return ls_error(LS_ERR_IO, "cannot open '%s' as gzip: %s", path,
+                            errno ? strerror(errno) : "out of memory");
+        gzbuffer(s->gz, 1u << 17);
+        return LS_OK;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || fseek(f, 0, SEEK_SET) != 0) {
+        int e = errno;
+        fclose(f);
+        return ls_error(LS_ERR_IO, "cannot read '%s': %s", path, strerror(e));
+    }
+    s->f = f;
+    s->plain_size = (int64_t)st.st_size;
+    return LS_OK;
+}
+
+static void src_close(idx_src *s) {
+    if (s->f) fclose(s->f);
+    if (s->gz) gzclose(s->gz);
+    s->f = NULL;
+    s->gz = NULL;
+}
+
+/* zlib's message without the "<path>: " it puts in front (we name the file ourselves). */
+static const char *gz_message(idx_src *s, int *errnum) {
+    const char *msg = gzerror(s->gz, errnum);
+    if (!msg) return "";
+    size_t n = strlen(s->path);
+    if (strncmp(msg, s->path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ') msg += n + 2;
+    return msg;
+}
+
+/* Read up to n bytes; *got < n only at the end of the data. Errors name the file. */
+static ls_status src_read(idx_src *s, void *buf, int64_t n, int64_t *got) {
+    unsigned char *p = buf;
+    *got = 0;
+    while (*got < n) {
+        int64_t want = n - *got;
+        if (want > (1 << 30)) want = 1 << 30;
+        if (s->f) {
+            size_t r = fread(p + *got, 1, (size_t)want, s->f);
+            *got += (int64_t)r;
+            if ((int64_t)r < want) {
+                if (ferror(s->f))
+                    return ls_error(LS_ERR_IO, "cannot read '%s': %s", s->path, strerror(errno));
+                return LS_OK; /* end of file */
+            }
+        } else {
+            int r = gzread(s->gz, p + *got, (unsigned)want);
+            if (r < 0) {
+                int errnum = 0;
+                const char *msg = gz_message(s, &errnum);
+                if (errnum == Z_ERRNO)
+                    return ls_error(LS_ERR_IO, "cannot read '%s': %s", s->path, strerror(errno));
+                if (errnum == Z_MEM_ERROR)
+                    return ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': zlib is out of memory", s->path);
+                return ls_error(LS_ERR_FORMAT, "'%s': corrupt gzip stream: %s", s->path,
+                                msg[0] ? msg : "unknown zlib error");
+            }
+            *got += r;
+            if (r == 0) return LS_OK; /* end of data (possibly a cut-off stream, see src_note) */
+        }
+    }
+    return LS_OK;
+}
+
+/* After a short read: why the gzip stream ended (e.g. "unexpected end of file"), or "". */
+static const char *src_note(idx_src *s) {
+    if (!s->gz) return "";
+    int errnum = 0;
+    const char *msg = gz_message(s, &errnum);
+    return errnum != Z_OK ? msg : "";
+}
+
+static ls_status src_truncated(idx_src *s, const char *what, int64_t expected, int64_t found) {
+    const char *note = src_note(s);
+    return ls_error(LS_ERR_FORMAT, "'%s' is truncated: expected %lld bytes of %s, found %lld%s%s%s",
+                    s->path, (long long)expected, what, (long long)found, note[0] ? " (gzip: " : "",
+                    note, note[0] ? ")" : "");
+}
+
+/* After all the data the header describes: the file must end there, and a gzip stream must
+ * end with a valid trailer (reading on makes zlib check the CRC and length). */
+static ls_status src_expect_end(idx_src *s, int64_t count) {
+    unsigned char extra[64];
+    int64_t got = 0;
+    LS_CHECK(src_read(s, extra, (int64_t)sizeof extra, &got));
+    if (got > 0)
+        return ls_error(LS_ERR_FORMAT,
+                        "'%s' has extra data after the %lld bytes its IDX dimensions describe",
+                        s->path, (long long)count);
+    const char *note = src_note(s);
+    if (note[0]) return ls_error(LS_ERR_FORMAT, "'%s': corrupt gzip stream: %s", s->path, note);
+    return LS_OK;
+}
+
+/* ---------------------------------------------------------------- IDX reader */
+
+/* Valid IDX element types other than unsigned byte (which we do not read). */
+static const char *idx_type_name(unsigned t) {
+    switch (t) {
+    case 0x09: return "signed byte";
+    case 0x0B: return "int16";
+    case 0x0C: return "int32";
+    case 0x0D: return "float32";
+    case 0x0E: return "float64";
+    default: return NULL;
+    }
+}
+
+/* Read an IDX file keeping at most max_first (<= 0: all) entries along dims[0]; *full_first
+ * receives the file's dims[0]. */
+static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out,
+                                int64_t *full_first) {
+    memset(out, 0, sizeof *out);
+    if (!path) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_idx_read: path is NULL");
+    idx_src s;
+    LS_CHECK(src_open(path, &s));
+    ls_status st = LS_OK;
+    uint8_t *data = NULL;
+    unsigned char hdr[4 + 4 * 4];
+    int64_t got = 0;
+
+    LS_CHECK_GOTO(src_read(&s, hdr, 4, &got), st, fail);
+    if (got == 0) {
+        const char *note = src_note(&s);
+        st = ls_error(LS_ERR_FORMAT, "'%s' is empty: no IDX header%s%s%s", path,
+                      note[0] ? " (gzip: " : "", note, note[0] ? ")" : "");
+        goto fail;
+    }
+    if (got < 4) {
+        st = src_truncated(&s, "IDX header", 4, got);
+        goto fail;
+    }
+    uint32_t magic =
+        (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+    if (hdr[0] != 0 || hdr[1] != 0) {
+        st = ls_error(LS_ERR_FORMAT, "'%s' is not an IDX file: bad magic 0x%08x", path, magic);
+        goto fail;
+    }
+    if (hdr[2] != 0x08) {
+        const char *tn = idx_type_name(hdr[2]);
+        if (tn)
+            st = ls_error(LS_ERR_UNSUPPORTED,
+                          "'%s': unsupported IDX data type 0x%02x (%s); only unsigned byte (0x08) "
+                          "is supported",
+                          path, hdr[2], tn);
+        else
+            st = ls_error(LS_ERR_FORMAT,
+                          "'%s' is not an IDX file: unknown data type 0x%02x (magic 0x%08x)", path,
+                          hdr[2], magic);
+        goto fail;
+    }
+    int ndim = hdr[3];
+    if (ndim == 0) {
+        st = ls_error(LS_ERR_FORMAT, "'%s': IDX file has 0 dimensions", path);
+        goto fail;
+    }
+    if (ndim > 4) {
+        st = ls_error(LS_ERR_UNSUPPORTED,
+                      "'%s': IDX file has %d dimensions; at most 4 are supported", path, ndim);
+        goto fail;
+    }
+    LS_CHECK_GOTO(src_read(&s, hdr + 4, 4 * ndim, &got), st, fail);
+    if (got < 4 * ndim) {
+        st = src_truncated(&s, "IDX dimensions", 4 * ndim, got);
+        goto fail;
+    }
+    int64_t count = 1, row = 1;
+    for (int i = 0; i < ndim; i++) {
+        const unsigned char *d = hdr + 4 + 4 * i;
+        int64_t v =
+            (int64_t)((uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 | d[3]);
+        if (v == 0) {
+            st = ls_error(LS_ERR_FORMAT, "'%s': IDX dimension %d is zero", path, i);
+            goto fail;
+        }
+        if (count > INT64_MAX / v) {
+            st = ls_error(LS_ERR_FORMAT, "'%s': IDX dimensions overflow (dimension %d = %lld)",
+                          path, i, (long long)v);
+            goto fail;
+        }
+        count *= v;
+        if (i > 0) row *= v;
+        out->dims[i] = v;
+    }
+    out->ndim = ndim;
+    *full_first = out->dims[0];
+    int64_t full_count = count;
+    if (max_first > 0 && max_first < out->dims[0]) {
+        out->dims[0] = max_first;
+        count = max_first * row;
+    }
+    if ((uint64_t)count > (uint64_t)SIZE_MAX) {
+        st = ls_error(LS_ERR_FORMAT, "'%s': IDX data of %lld bytes is too large", path,
+                      (long long)count);
+        goto fail;
+    }
+    int64_t header = 4 + 4 * (int64_t)ndim;
+    if (s.f && s.plain_size - header < count) {
+        st = src_truncated(&s, "data", count, s.plain_size - header);
+        goto fail;
+    }
+    /* Plain files are known to hold count bytes; gzip data grows the buffer as it arrives so a
+     * lying header cannot make us allocate more than the stream holds (plus a factor 2). */
+    int64_t cap = s.f ? count : (count < LS_IDX_FIRST_CHUNK ? count : LS_IDX_FIRST_CHUNK);
+    int64_t have = 0;
+    data = malloc((size_t)cap);
+    if (!data) {
+        st = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %lld bytes for IDX data", path,
+                      (long long)cap);
+        goto fail;
+    }
+    for (;;) {
+        LS_CHECK_GOTO(src_read(&s, data + have, cap - have, &got), st, fail);
+        have += got;
+        if (have < cap) {
+            st = src_truncated(&s, "data", count, have);
+            goto fail;
+        }
+        if (have == count) break;
+        int64_t ncap = cap > count / 2 ? count : cap * 2;
+        uint8_t *nd = realloc(data, (size_t)ncap);
+        if (!nd) {
+            st = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %lld bytes for IDX data",
+                          path, (long long)ncap);
+            goto fail;
+        }
+        data = nd;
+        cap = ncap;
+    }
+    if (count == full_count) LS_CHECK_GOTO(src_expect_end(&s, count), st, fail);
+    src_close(&s);
+    out->data = data;
+    out->count = count;
+    return LS_OK;
+
+fail:
+    free(data);
+    src_close(&s);
+    memset(out, 0, sizeof *out);
+    return st;
+}
+
+ls_status ls_idx_read(const char *path, ls_idx *out) {
+    if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_idx_read: out is NULL");
+    int64_t full_first = 0;
+    return idx_read_first(path, 0, out, &full_first);
+}
+
+void ls_idx_free(ls_idx *idx) {
+    if (!idx) return;
+    free(idx->data);
+    memset(idx, 0, sizeof *idx);
+}
+
+/* ---------------------------------------------------------------- data sets */
+
+static ls_status dataset_alloc(int64_t n, int64_t features, ls_dataset **out) {
+    ls_dataset *d = calloc(1, sizeof *d);
+    if (!d) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a data set");
+    size_t ni = (size_t)n * (size_t)features, nl = (size_t)n;
+    d->images = malloc((ni ? ni : 1) * sizeof(float));
+    d->labels = malloc((nl ? nl : 1) * sizeof(int32_t));
+    if (!d->images || !d->labels) {
+        ls_dataset_destroy(d);
+        return ls_error(LS_ERR_OUT_OF_MEMORY,
+                        "cannot allocate a data set of %lld samples x %lld features (%.1f MiB)",
+                        (long long)n, (long long)features,
+                        (double)(ni * sizeof(float) + nl * sizeof(int32_t)) / 1048576.0);
+    }
+    d->n = n;
+    d->features = features;
+    d->rows = 1;
+    d->cols = features;
+    *out = d;
+    return LS_OK;
+}
+
+void ls_dataset_destroy(ls_dataset *d) {
+    if (!d) return;
+    free(d->images);
+    free(d->labels);
+    free(d);
+}
+
+ls_status ls_dataset_from_arrays(int64_t n, int64_t features, int32_t num_classes,
+                                 const float *images, const int32_t *labels, ls_dataset **out) {
+    if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_from_arrays: out is NULL");
+    *out = NULL;
+    if (n < 0 || features < 1 || num_classes < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_dataset_from_arrays: need n >= 0, features >= 1 and num_classes >= 1, "
+                        "got n=%lld features=%lld num_classes=%d",
+                        (long long)n, (long long)features, (int)num_classes);
+    if (n > 0 && (!images || !labels))
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_dataset_from_arrays: images or labels is NULL");
+    if (n > 0 && (uint64_t)features > (uint64_t)(SIZE_MAX / sizeof(float)) / (uint64_t)n)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_dataset_from_arrays: %lld samples x %lld features overflows",
+                        (long long)n, (long long)features);
+    for (int64_t i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= num_classes)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "ls_dataset_from_arrays: label %d at index %lld is outside [0, %d)",
+                            (int)labels[i], (long long)i, (int)num_classes);
+    ls_dataset *d;
+    LS_CHECK(dataset_alloc(n, features, &d));
+    d->num_classes = num_classes;
+    if (n > 0) {
+        memcpy(d->images, images, (size_t)n * (size_t)features * sizeof(float));
+        memcpy(d->labels, labels, (size_t)n * sizeof(int32_t));
+    }
+    *out = d;
+    return LS_OK;
+}
+
+ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t count,
+                            float *images_out, int32_t *labels_out) {
+    if (!d || count < 0 || (count > 0 && !idx))
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_dataset_gather: need a data set, count >= 0 and indices (count=%lld)",
+                        (long long)count);
+    for (int64_t i = 0; i < count; i++)
+        if (idx[i] < 0 || idx[i] >= d->n)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "ls_dataset_gather: index %lld at position %lld is outside [0, %lld)",
+                            (long long)idx[i], (long long)i, (long long)d->n);
+    size_t f = (size_t)d->features;
+    for (int64_t i = 0; i < count; i++) {
+        if (images_out)
+            memcpy(images_out + (size_t)i * f, d->images + (size_t)idx[i] * f, f * sizeof(float));
+        if (labels_out) labels_out[i] = d->labels[idx[i]];
+    }
+    return LS_OK;
+}
+
+/* ---------------------------------------------------------------- Fashion-MNIST */
+
+ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_dataset **out) {
+    if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_fashion_mnist_load: out is NULL");
+    *out = NULL;
+    if (!dir || !dir[0]) dir = getenv("LOCKSTEP_FASHION_DIR");
+    if (!dir || !dir[0]) dir = LS_FASHION_DEFAULT_DIR;
+    const char *prefix = train ? "train" : "t10k";
+    char ipath[4096], lpath[4096];
+    int ni = snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
+    int nl = snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
+    if (ni < 0 || nl < 0 || (size_t)ni >= sizeof ipath || (size_t)nl >= sizeof lpath)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_fashion_mnist_load: directory name too long");
+
+    ls_status st = LS_OK;
+    ls_idx img, lab;
+    memset(&img, 0, sizeof img);
+    memset(&lab, 0, sizeof lab);
+    ls_dataset *d = NULL;
+    int64_t n_img = 0, n_lab = 0;
+
+    LS_CHECK_GOTO(idx_read_first(lpath, limit, &lab, &n_lab), st, fail);
+    if (lab.ndim != 1) {
+        st = ls_error(LS_ERR_FORMAT, "'%s' should hold labels [n] but has %d dimensions", lpath,
+                      lab.ndim);
+        goto fail;
+    }
+    LS_CHECK_GOTO(idx_read_first(ipath, limit, &img, &n_img), st, fail);
+    if (img.ndim != 3) {
+        st =
+            ls_error(LS_ERR_FORMAT, "'%s' should hold images [n, rows, cols] but has %d dimensions",
+                     ipath, img.ndim);
+        goto fail;
+    }
+    if (n_img != n_lab) {
+        st = ls_error(LS_ERR_FORMAT, "'%s' has %lld images but '%s' has %lld labels", ipath,
+                      (long long)n_img, lpath, (long long)n_lab);
+        goto fail;
+    }
+    int64_t n = img.dims[0], features = img.dims[1] * img.dims[2];
+    for (int64_t i = 0; i < n; i++)
+        if (lab.data[i] >= LS_FASHION_CLASSES) {
+            st = ls_error(LS_ERR_FORMAT, "'%s': label %d at index %lld is out of range [0, %d)",
+                          lpath, (int)lab.data[i], (long long)i, LS_FASHION_CLASSES);
+            goto fail;
+        }
+    LS_CHECK_GOTO(dataset_alloc(n, features, &d), st, fail);
+    d->rows = img.dims[1];
+    d->cols = img.dims[2];
+    d->num_classes = LS_FASHION_CLASSES;
+    float lut[256];
+    for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - LS_FASHION_MEAN) / LS_FASHION_STD;
+    for (int64_t i = 0; i < img.count; i++) d->images[i] = lut[img.data[i]];
+    for (int64_t i = 0; i < n; i++) d->labels[i] = lab.data[i];
+    ls_idx_free(&img);
+    ls_idx_free(&lab);
+    *out = d;
+    return LS_OK;
+
+fail:
+    if (st == LS_ERR_IO && strlen(ls_last_error()) < 700) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ls_last_error());
+        ls_error(st, "%s (Fashion-MNIST directory '%s'; pass another or set LOCKSTEP_FASHION_DIR)",
+                 msg, dir);
+    }
+    ls_dataset_destroy(d);
+    ls_idx_free(&img);
+    ls_idx_free(&lab);
+    return st;
+}
+
+/* ---------------------------------------------------------------- sampler */
+
+struct ls_sampler {
+    int64_t n;           /* data-set size */
+    int64_t total;       /* positions over all ranks: padded (PAD), truncated (DROP_LAST) or n */
+    int64_t num_samples; /* this rank's share of total */
+    int rank, world;
+    uint64_t seed;
+    int shuffle;
+    ls_sampler_mode mode;
+    int64_t epoch;
+    int64_t *perm; /* [n]: position p < n holds perm[p]; padded position p >= n holds perm[p % n] */
+};
+
+ls_status ls_sampler_create(int64_t dataset_size, int rank, int world, uint64_t seed, int shuffle,
+                            ls_sampler_mode mode, ls_sampler **out) {
+    if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_create: out is NULL");
+    *out = NULL;
+    if (dataset_size < 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_create: dataset size %lld is negative",
+                        (long long)dataset_size);
+    if (world < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_create: world size %d must be >= 1",
+                        world);
+    if (rank < 0 || rank >= world)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_sampler_create: rank %d is out of range [0, %d)", rank, world);
+    if (mode != LS_SAMPLER_PAD && mode != LS_SAMPLER_DROP_LAST && mode != LS_SAMPLER_EXACT)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_create: unknown mode %d", (int)mode);
+    if (shuffle && dataset_size > (int64_t)UINT32_MAX)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_sampler_create: dataset size %lld is too large to shuffle (max %lld)",
+                        (long long)dataset_size, (long long)UINT32_MAX);
+    if ((uint64_t)dataset_size > (uint64_t)(SIZE_MAX / sizeof(int64_t)) - 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_sampler_create: dataset size %lld is too large",
+                        (long long)dataset_size);
+
+    ls_sampler *s = calloc(1, sizeof *s);
+    if (!s) return ls_error(LS_ERR_OUT_OF_MEMORY, "ls_sampler_create: cannot allocate a sampler");
+    s->perm = malloc(((size_t)dataset_size + 1) * sizeof(int64_t));
+    if (!s->perm) {
+        free(s);
+        return ls_error(LS_ERR_OUT_OF_MEMORY,
+                        "ls_sampler_create: cannot allocate a permutation of %lld samples",
+                        (long long)dataset_size);
+    }
+    int64_t n = dataset_size, w = world;
+    s->n = n;
+    s->rank = rank;
+    s->world = world;
+    s->seed = seed;
+    s->shuffle = shuffle != 0;
+    s->mode = mode;
+    switch (mode) {
+    case LS_SAMPLER_PAD:
+        s->num_samples = n / w + (n % w != 0);
+        s->total = s->num_samples * w;
+        break;
+    case LS_SAMPLER_DROP_LAST:
+        s->num_samples = n / w;
+        s->total = s->num_samples * w;
+        break;
+    case LS_SAMPLER_EXACT:
+        s->total = n;
+        s->num_samples = n > rank ? (n - rank + w - 1) / w : 0;
+        break;
+    }
+    s->epoch = -1;
+    ls_status st = ls_sampler_set_epoch(s, 0);
+    if (st != LS_OK) {
+        ls_sampler_destroy(s);
+        return st;
+    }
+    *out = s;
+    return LS_OK;
+}
+
+void ls_sampler_destroy(ls_sampler *s) {
+    if (!s) return;
+    free(s->perm);
+    free(s);
+}
+
+ls_status ls_sampler_set_epoch(ls_sampler *s, int64_t epoch) {
+    if (!s) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_set_epoch: sampler is NULL");
+    if (epoch < 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_set_epoch: epoch %lld is negative",
+                        (long long)epoch);
+    for (int64_t i = 0; i < s->n; i++) s->perm[i] = i;
+    if (s->shuffle) {
+        ls_rng rng;
+        ls_rng_init_stream(&rng, s->seed, (uint64_t)epoch);
+        ls_rng_shuffle(&rng, s->perm, s->n);
+    }
+    s->epoch = epoch;
+    return LS_OK;
+}
+
+int64_t ls_sampler_epoch(const ls_sampler *s) { return s ? s->epoch : 0; }
+
+int64_t ls_sampler_num_samples(const ls_sampler *s) { return s ? s->num_samples : 0; }
+
+/* world * b, or -1 when it overflows. */
+static int64_t sampler_global_batch(const ls_sampler *s, int64_t b) {
+    if (b < 1 || b > INT64_MAX / s->world) return -1;
+    return b * s->world;
+}
+
+int64_t ls_sampler_steps(const ls_sampler *s, int64_t batch_per_rank) {
+    if (!s || batch_per_rank < 1) return 0;
+    /* total is a multiple of world except in EXACT mode, where rank 0's share decides. */
+    int64_t per_rank = s->mode == LS_SAMPLER_EXACT ? s->n / s->world + (s->n % s->world != 0)
+                                                   : s->total / s->world;
+    if (s->mode == LS_SAMPLER_DROP_LAST) return per_rank / batch_per_rank;
+    return per_rank / batch_per_rank + (per_rank % batch_per_rank != 0);
+}
+
+ls_status ls_sampler_batch(const ls_sampler *s, int64_t step, int64_t batch_per_rank,
+                           int64_t *idx_out, int64_t *count_out, int64_t *global_count_out) {
+    if (!s || !count_out || (batch_per_rank > 0 && !idx_out))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_batch: NULL sampler or output");
+    int64_t B = sampler_global_batch(s, batch_per_rank);
+    if (B < 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_sampler_batch: batch per rank %lld must be >= 1 (and world x batch fit "
+                        "in 64 bits)",
+                        (long long)batch_per_rank);
+    int64_t steps = ls_sampler_steps(s, batch_per_rank);
+    if (step < 0 || step >= steps)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_sampler_batch: step %lld is out of range [0, %lld) for batch %lld per "
+                        "rank",
+                        (long long)step, (long long)steps, (long long)batch_per_rank);
+    /* Rank r's k-th sample is global position r + k*world; step j takes k in [j*b, (j+1)*b),
+     * i.e. the positions of [j*B, (j+1)*B) congruent to r. */
+    int64_t first = step * batch_per_rank, end = first + batch_per_rank;
+    if (end > s->num_samples) end = s->num_samples;
+    int64_t c = 0;
+    for (int64_t k = first; k < end; k++) {
+        int64_t p = (int64_t)s->rank + k * s->world;
+        idx_out[c++] = s->perm[p < s->n ? p : p % s->n];
+    }
+    *count_out = c;
+    if (global_count_out) {
+        int64_t g = s->total - step * B;
+        *global_count_out = g < B ? g : B;
+    }
+    return LS_OK;
+}

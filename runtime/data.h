@@ -1,0 +1,96 @@
+/* data.h: datasets and sampling. IDX files (optionally gzip, through zlib) such as
+ * Fashion-MNIST, normalized into host f32 [n, features] with int32 labels; and a distributed
+ * sampler with torch.utils.data.DistributedSampler's semantics, plus a no-padding mode in which
+ * the union of all ranks' batch j is exactly the single-rank batch j (for exact equivalence). */
+#ifndef LOCKSTEP_DATA_H
+#define LOCKSTEP_DATA_H
+
+#include <stdint.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A labelled data set in host memory. Owned by the library: free with ls_dataset_destroy. */
+typedef struct ls_dataset {
+    int64_t n;           /* samples */
+    int64_t rows, cols;  /* image dims (28x28 for Fashion-MNIST; 1 x features from arrays) */
+    int64_t features;    /* rows*cols */
+    int32_t num_classes; /* 10 for Fashion-MNIST */
+    float *images;       /* host [n, features], normalized */
+    int32_t *labels;     /* host [n], each in [0, num_classes) */
+} ls_dataset;
+
+/* The contents of an IDX file: dims[0..ndim) big-endian in the file, row-major data. */
+typedef struct ls_idx {
+    int ndim;        /* 1..4 */
+    int64_t dims[4]; /* each >= 1 */
+    uint8_t *data;   /* malloc'd [count] */
+    int64_t count;   /* product of dims */
+} ls_idx;
+
+/* Read an IDX file, plain or gzip (detected by the magic bytes 1f 8b). Only the unsigned-byte
+ * type 0x08 is supported. Errors (LS_ERR_IO, LS_ERR_FORMAT, LS_ERR_UNSUPPORTED,
+ * LS_ERR_OUT_OF_MEMORY) name the file and the problem; on error *out is left empty. */
+ls_status ls_idx_read(const char *path, ls_idx *out);
+/* Free idx->data and zero the struct (NULL is fine). */
+void ls_idx_free(ls_idx *idx);
+
+/* Load Fashion-MNIST: train=1 reads train-images-idx3-ubyte.gz + train-labels-idx1-ubyte.gz,
+ * train=0 the t10k-* pair. dir NULL or "" means $LOCKSTEP_FASHION_DIR, else
+ * /usr/share/datasets/fashion-mnist. limit > 0 keeps only the first limit samples (all if the
+ * set is smaller). Pixels become (x/255 - 0.2860)/0.3530; labels are checked to be < 10. */
+ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_dataset **out);
+/* Build a data set from memory (copies images [n, features] and labels [n]); rows = 1 and
+ * cols = features (set them afterwards for images). Labels are checked to be in
+ * [0, num_classes). Used by tests and synthetic benchmarks. */
+ls_status ls_dataset_from_arrays(int64_t n, int64_t features, int32_t num_classes,
+                                 const float *images, const int32_t *labels, ls_dataset **out);
+void ls_dataset_destroy(ls_dataset *d);
+/* Copy samples idx[0..count) into images_out [count, features] and labels_out [count]; either
+ * output may be NULL to skip it. An index outside [0, n) is LS_ERR_INVALID_ARGUMENT. */
+ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t count,
+                            float *images_out, int32_t *labels_out);
+
+typedef enum ls_sampler_mode {
+    LS_SAMPLER_PAD = 0,       /* default, DistributedSampler: pad by repeating the start of the
+                                 (shuffled) list to a multiple of world */
+    LS_SAMPLER_DROP_LAST = 1, /* truncate to a multiple of world */
+    LS_SAMPLER_EXACT = 2      /* no padding: shards differ by at most 1 sample */
+} ls_sampler_mode;
+
+/* Which samples this rank sees in which step. Every rank builds the same permutation of the
+ * global list of positions (identity when shuffle = 0); rank r owns positions r, r+world,
+ * r+2*world, ... of the padded/truncated/exact total, like DistributedSampler. */
+typedef struct ls_sampler ls_sampler;
+
+/* dataset_size >= 0, 0 <= rank < world, mode one of ls_sampler_mode, else
+ * LS_ERR_INVALID_ARGUMENT. Starts at epoch 0. */
+ls_status ls_sampler_create(int64_t dataset_size, int rank, int world, uint64_t seed, int shuffle,
+                            ls_sampler_mode mode, ls_sampler **out);
+void ls_sampler_destroy(ls_sampler *s);
+/* Reshuffle for epoch e >= 0: the permutation of 0..N-1 from ls_rng_init_stream(&rng, seed, e)
+ * and ls_rng_shuffle, identical on every rank. Call before reading each epoch. */
+ls_status ls_sampler_set_epoch(ls_sampler *s, int64_t epoch);
+/* The current epoch (with the seed, all a checkpoint needs to resume the sampler). */
+int64_t ls_sampler_epoch(const ls_sampler *s);
+/* This rank's samples in one epoch. */
+int64_t ls_sampler_num_samples(const ls_sampler *s);
+/* Steps per epoch for a per-rank batch b >= 1: ceil(total/(world*b)), in DROP_LAST mode
+ * floor(total/(world*b)) (partial batches are dropped too). Same on all ranks; 0 if b < 1. */
+int64_t ls_sampler_steps(const ls_sampler *s, int64_t batch_per_rank);
+/* This rank's batch for step j in [0, steps): writes up to batch_per_rank data-set indices into
+ * idx_out, their number into *count_out (0 is possible in EXACT mode at the tail), and the
+ * number of samples in step j summed over all ranks into *global_count_out (computed locally;
+ * may be NULL). With world*b = B, the union over ranks of step j's batches equals the
+ * single-rank batch-B step j as a multiset: always in EXACT mode, in PAD mode when world
+ * divides N. */
+ls_status ls_sampler_batch(const ls_sampler *s, int64_t step, int64_t batch_per_rank,
+                           int64_t *idx_out, int64_t *count_out, int64_t *global_count_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

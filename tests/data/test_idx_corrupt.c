@@ -1,0 +1,316 @@
+/* test_idx_corrupt.c: the IDX reader and the Fashion-MNIST loader on small crafted files in a
+ * temporary directory, plain and gzip: every malformed input gives the right status and a message
+ * naming the file and the problem, and good files round-trip exactly. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "data.h"
+#include "testutil.h"
+
+static char tmpdir[] = "/tmp/ls_test_idx_XXXXXX";
+static char created[64][512];
+static int ncreated = 0;
+
+/* A path inside the temporary directory, remembered for cleanup. */
+static const char *tmp_path(const char *name) {
+    LS_REQUIRE(ncreated < 64);
+    snprintf(created[ncreated], sizeof created[0], "%s/%s", tmpdir, name);
+    return created[ncreated++];
+}
+
+static void write_plain(const char *path, const uint8_t *bytes, size_t n) {
+    FILE *f = fopen(path, "wb");
+    LS_REQUIRE(f != NULL);
+    LS_REQUIRE(fwrite(bytes, 1, n, f) == n);
+    LS_REQUIRE(fclose(f) == 0);
+}
+
+static void write_gz(const char *path, const uint8_t *bytes, size_t n) {
+    gzFile g = gzopen(path, "wb");
+    LS_REQUIRE(g != NULL);
+    LS_REQUIRE(n == 0 || gzwrite(g, bytes, (unsigned)n) == (int)n);
+    LS_REQUIRE(gzclose(g) == Z_OK);
+}
+
+/* IDX bytes: header (type 0x08, ndim dims) followed by data_len bytes of data (pattern i*7+1). */
+static size_t make_idx(uint8_t *buf, int ndim, const uint32_t *dims, size_t data_len) {
+    size_t p = 0;
+    buf[p++] = 0;
+    buf[p++] = 0;
+    buf[p++] = 0x08;
+    buf[p++] = (uint8_t)ndim;
+    for (int i = 0; i < ndim; i++) {
+        buf[p++] = (uint8_t)(dims[i] >> 24);
+        buf[p++] = (uint8_t)(dims[i] >> 16);
+        buf[p++] = (uint8_t)(dims[i] >> 8);
+        buf[p++] = (uint8_t)dims[i];
+    }
+    for (size_t i = 0; i < data_len; i++) buf[p++] = (uint8_t)(i * 7 + 1);
+    return p;
+}
+
+static char expect_buf[1024];
+#define EXPECTED(...) (snprintf(expect_buf, sizeof expect_buf, __VA_ARGS__), expect_buf)
+
+static void check_idx_errors(void) {
+    static uint8_t buf[1 << 16];
+    ls_idx idx;
+    const char *p;
+
+    p = tmp_path("missing.idx");
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_IO,
+                  EXPECTED("cannot open '%s': No such file or directory", p));
+    LS_EXPECT(idx.data == NULL && idx.count == 0);
+
+    p = tmp_path("empty.idx");
+    write_plain(p, buf, 0);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' is empty", p));
+    p = tmp_path("empty.idx.gz");
+    write_gz(p, buf, 0);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' is empty", p));
+
+    p = tmp_path("gif.idx");
+    write_plain(p, (const uint8_t *)"GIF89a not an idx file", 22);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                  EXPECTED("'%s' is not an IDX file: bad magic 0x47494638", p));
+    p = tmp_path("gif.idx.gz");
+    write_gz(p, (const uint8_t *)"GIF89a not an idx file", 22);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                  EXPECTED("'%s' is not an IDX file: bad magic 0x47494638", p));
+
+    uint32_t dims2[2] = {3, 4};
+    size_t n = make_idx(buf, 2, dims2, 12);
+    buf[2] = 0x0D; /* float32: valid IDX, not supported */
+    p = tmp_path("float.idx");
+    write_plain(p, buf, n);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_UNSUPPORTED,
+                  EXPECTED("'%s': unsupported IDX data type 0x0d", p));
+    buf[2] = 0x42; /* not an IDX type at all */
+    p = tmp_path("type42.idx");
+    write_plain(p, buf, n);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("unknown data type 0x42"));
+
+    n = make_idx(buf, 0, NULL, 0);
+    p = tmp_path("ndim0.idx");
+    write_plain(p, buf, n);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s': IDX file has 0 dim", p));
+    uint32_t dims5[5] = {1, 1, 1, 1, 1};
+    n = make_idx(buf, 5, dims5, 1);
+    p = tmp_path("ndim5.idx");
+    write_plain(p, buf, n);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_UNSUPPORTED, "has 5 dimensions");
+
+    uint32_t dims_zero[2] = {3, 0};
+    n = make_idx(buf, 2, dims_zero, 0);
+    p = tmp_path("zero_dim.idx");
+    write_plain(p, buf, n);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                  EXPECTED("'%s': IDX dimension 1 is zero", p));
+    uint32_t dims_big[4] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 2};
+    n = make_idx(buf, 4, dims_big, 16);
+    p = tmp_path("overflow.idx.gz");
+    write_gz(p, buf, n);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                  EXPECTED("'%s': IDX dimensions overflow", p));
+    /* A header claiming 4 GiB in a tiny gzip file: truncated, without allocating 4 GiB. */
+    uint32_t dims_huge[2] = {0x10000u, 0x10000u};
+    n = make_idx(buf, 2, dims_huge, 100);
+    p = tmp_path("huge.idx.gz");
+    write_gz(p, buf, n);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                  EXPECTED("'%s' is truncated: expected 4294967296 bytes of data, found 100", p));
+
+    /* Header cut inside the dimensions. */
+    n = make_idx(buf, 2, dims2, 0);
+    p = tmp_path("short_header.idx");
+    write_plain(p, buf, n - 3);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                  EXPECTED("'%s' is truncated: expected 8 bytes of IDX dimensions, found 5", p));
+    p = tmp_path("short_magic.idx");
+    write_plain(p, buf, 3);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' is truncated", p));
+
+    /* Data shorter than the dims say: plain and gzip (a complete stream with too little data). */
+    n = make_idx(buf, 2, dims2, 7);
+    p = tmp_path("trunc.idx");
+    write_plain(p, buf, n);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                  EXPECTED("'%s' is truncated: expected 12 bytes of data, found 7", p));
+    p = tmp_path("trunc.idx.gz");
+    write_gz(p, buf, n);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                  EXPECTED("'%s' is truncated: expected 12 bytes of data, found 7", p));
+
+    /* A gzip file cut in the middle of its deflate stream (incompressible data). */
+    uint32_t dims_rand[2] = {100, 200};
+    n = make_idx(buf, 2, dims_rand, 0);
+    uint32_t x = 12345;
+    for (int i = 0; i < 20000; i++) {
+        x = x * 1664525u + 1013904223u;
+        buf[n++] = (uint8_t)(x >> 24);
+    }
+    p = tmp_path("cut.idx.gz");
+    write_gz(p, buf, n);
+    FILE *f = fopen(p, "rb");
+    LS_REQUIRE(f != NULL);
+    static uint8_t gzbytes[1 << 16];
+    size_t gzlen = fread(gzbytes, 1, sizeof gzbytes, f);
+    fclose(f);
+    LS_REQUIRE(gzlen > 1000);
+    write_plain(p, gzbytes, gzlen / 2);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                  EXPECTED("'%s' is truncated: expected 20000 bytes of data, found", p));
+    LS_EXPECT(strstr(ls_last_error(), "(gzip: unexpected end of file)") != NULL);
+
+    /* A valid gzip header followed by garbage: corrupt deflate data. */
+    static const uint8_t garbage[] = {0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03,
+                                      0xff, 0xff, 0xff, 0xff, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x11,
+                                      0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb};
+    p = tmp_path("garbage.gz");
+    write_plain(p, garbage, sizeof garbage);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s': corrupt gzip stream", p));
+    /* A gzip file whose CRC does not match its data. */
+    n = make_idx(buf, 2, dims2, 12);
+    p = tmp_path("badcrc.idx.gz");
+    write_gz(p, buf, n);
+    f = fopen(p, "rb");
+    LS_REQUIRE(f != NULL);
+    gzlen = fread(gzbytes, 1, sizeof gzbytes, f);
+    fclose(f);
+    gzbytes[gzlen - 8] ^= 0x55; /* CRC32 in the trailer */
+    write_plain(p, gzbytes, gzlen);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s': corrupt gzip stream", p));
+    /* A gzip file cut inside its trailer: all the data is there, the check is not. */
+    write_gz(p, buf, n);
+    f = fopen(p, "rb");
+    LS_REQUIRE(f != NULL);
+    gzlen = fread(gzbytes, 1, sizeof gzbytes, f);
+    fclose(f);
+    write_plain(p, gzbytes, gzlen - 3);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s': corrupt gzip stream", p));
+    /* More data than the dimensions describe. */
+    n = make_idx(buf, 2, dims2, 13);
+    p = tmp_path("long.idx");
+    write_plain(p, buf, n);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' has extra data", p));
+    p = tmp_path("long.idx.gz");
+    write_gz(p, buf, n);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' has extra data", p));
+
+    /* A directory is not a file. */
+    LS_EXPECT_ERR(ls_idx_read(tmpdir, &idx), LS_ERR_IO, EXPECTED("'%s'", tmpdir));
+    LS_EXPECT_ERR(ls_idx_read(NULL, &idx), LS_ERR_INVALID_ARGUMENT, "NULL");
+}
+
+static void check_idx_roundtrip(void) {
+    static uint8_t buf[4096];
+    uint32_t dims[3] = {5, 6, 7};
+    size_t n = make_idx(buf, 3, dims, 210);
+    const char *paths[2] = {tmp_path("good.idx"), tmp_path("good.idx.gz")};
+    write_plain(paths[0], buf, n);
+    write_gz(paths[1], buf, n);
+    for (int k = 0; k < 2; k++) {
+        ls_idx idx;
+        LS_REQUIRE_OK(ls_idx_read(paths[k], &idx));
+        LS_EXPECT(idx.ndim == 3);
+        LS_EXPECT(idx.dims[0] == 5 && idx.dims[1] == 6 && idx.dims[2] == 7);
+        LS_EXPECT(idx.count == 210);
+        LS_EXPECT(memcmp(idx.data, buf + 16, 210) == 0);
+        ls_idx_free(&idx);
+        LS_EXPECT(idx.data == NULL && idx.count == 0);
+    }
+    ls_idx_free(NULL);
+}
+
+/* A Fashion-MNIST-like pair in a sub-directory: n_img images of 3x4 and the given labels. */
+static const char *make_fashion_dir(const char *name, int n_img, const uint8_t *labels, int n_lab) {
+    const char *dir = tmp_path(name);
+    LS_REQUIRE(mkdir(dir, 0700) == 0);
+    static uint8_t buf[4096];
+    char path[600];
+    uint32_t dims[3] = {(uint32_t)n_img, 3, 4};
+    size_t n = make_idx(buf, 3, dims, (size_t)n_img * 12);
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", dir);
+    write_gz(path, buf, n);
+    uint32_t ldims[1] = {(uint32_t)n_lab};
+    n = make_idx(buf, 1, ldims, 0);
+    memcpy(buf + n, labels, (size_t)n_lab);
+    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", dir);
+    write_gz(path, buf, n + (size_t)n_lab);
+    return dir;
+}
+
+static void remove_fashion_dir(const char *dir) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", dir);
+    unlink(path);
+}
+
+static void check_fashion_small(void) {
+    static const uint8_t labels[6] = {0, 9, 3, 3, 1, 7};
+    ls_dataset *d = NULL;
+
+    const char *good = make_fashion_dir("good", 6, labels, 6);
+    LS_REQUIRE_OK(ls_fashion_mnist_load(good, 1, 0, &d));
+    LS_EXPECT(d->n == 6 && d->rows == 3 && d->cols == 4 && d->features == 12);
+    LS_EXPECT(d->num_classes == 10);
+    int exact = 1;
+    for (int i = 0; i < 72; i++) {
+        float want = ((float)(uint8_t)(i * 7 + 1) / 255.0f - 0.2860f) / 0.3530f;
+        exact &= d->images[i] == want;
+    }
+    LS_EXPECT(exact);
+    for (int i = 0; i < 6; i++) LS_EXPECT(d->labels[i] == labels[i]);
+    ls_dataset_destroy(d);
+    d = NULL;
+    LS_REQUIRE_OK(ls_fashion_mnist_load(good, 1, 4, &d));
+    LS_EXPECT(d->n == 4 && d->features == 12);
+    LS_EXPECT(d->labels[3] == 3);
+    LS_EXPECT(d->images[47] == ((float)(uint8_t)(47 * 7 + 1) / 255.0f - 0.2860f) / 0.3530f);
+    ls_dataset_destroy(d);
+    d = NULL;
+    LS_REQUIRE_OK(ls_fashion_mnist_load(good, 1, 100, &d)); /* limit above n keeps all */
+    LS_EXPECT(d->n == 6);
+    ls_dataset_destroy(d);
+    d = NULL;
+    char path[600];
+    snprintf(path, sizeof path, "%s/t10k-labels-idx1-ubyte.gz", good);
+    LS_EXPECT_ERR(ls_fashion_mnist_load(good, 0, 0, &d), LS_ERR_IO,
+                  EXPECTED("cannot open '%s': No such file or directory", path));
+    LS_EXPECT(d == NULL);
+    remove_fashion_dir(good);
+
+    const char *mismatch = make_fashion_dir("mismatch", 6, labels, 5);
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", mismatch);
+    LS_EXPECT_ERR(ls_fashion_mnist_load(mismatch, 1, 0, &d), LS_ERR_FORMAT,
+                  EXPECTED("'%s' has 6 images but '%s/train-labels-idx1-ubyte.gz' has 5 labels",
+                           path, mismatch));
+    LS_EXPECT_ERR(ls_fashion_mnist_load(mismatch, 1, 2, &d), LS_ERR_FORMAT, "has 5 labels");
+    LS_EXPECT(d == NULL);
+    remove_fashion_dir(mismatch);
+
+    static const uint8_t bad_labels[6] = {0, 9, 10, 3, 1, 7}; /* 10: the first bad one */
+    const char *badlab = make_fashion_dir("badlabel", 6, bad_labels, 6);
+    LS_EXPECT_ERR(
+        ls_fashion_mnist_load(badlab, 1, 0, &d), LS_ERR_FORMAT,
+        EXPECTED("'%s/train-labels-idx1-ubyte.gz': label 10 at index 2 is out of range", badlab));
+    LS_EXPECT(d == NULL);
+    remove_fashion_dir(badlab);
+}
+
+int main(void) {
+    LS_REQUIRE(mkdtemp(tmpdir) != NULL);
+    check_idx_errors();
+    check_idx_roundtrip();
+    check_fashion_small();
+    for (int i = ncreated - 1; i >= 0; i--)
+        if (unlink(created[i]) != 0) rmdir(created[i]);
+    LS_EXPECT(rmdir(tmpdir) == 0);
+    LS_TEST_END();
+}
