@@ -71,6 +71,8 @@ typedef struct ls_ops {
                         const int32_t *labels, int32_t *pred, int32_t *correct);
     /* dst = src converted between f32, f16, bf16, f64 (round to nearest even). */
     ls_status (*convert)(void *st, int64_t n, ls_dtype src_t, const void *src, ls_dtype dst_t, void *dst);
+    /* y = a * b elementwise (y may alias a or b). Optional: NULL where a backend lacks it. */
+    ls_status (*mul)(void *st, ls_dtype t, int64_t n, const void *a, const void *b, void *y);
     /* x *= alpha. */
     ls_status (*scale)(void *st, ls_dtype t, int64_t n, double alpha, void *x);
     /* y += alpha * x. */

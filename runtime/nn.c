@@ -15,6 +15,8 @@ typedef struct ls_module_vt {
     void (*destroy)(ls_module *m);
 } ls_module_vt;
 
+static const ls_module_vt seq_vt, ckpt_vt;
+
 #define LS_NAME_MAX 64
 
 struct ls_module {
@@ -31,9 +33,24 @@ struct ls_module {
     ls_tensor *y, *dx;   /* owned buffers */
     ls_act act;
     int n_children;
-    ls_module **children;
+    ls_module **children; /* Sequential's children; a Checkpoint's one inner module */
     int *child_first; /* index of each child's first parameter in the flat list */
+    int training;     /* dropout active */
+    float p;          /* dropout probability */
+    uint64_t seed;    /* dropout stream */
+    uint64_t backward_passes; /* dropout's mask is a function of (seed, backward passes done) */
+    ls_tensor *mask;  /* dropout multipliers: 0 or 1/(1-p) */
 };
+
+/* Free the activation buffers of m and everything inside it (not parameters or gradients). */
+static void release_buffers(ls_module *m) {
+    ls_tensor_destroy(m->y);
+    ls_tensor_destroy(m->dx);
+    ls_tensor_destroy(m->mask);
+    m->y = m->dx = m->mask = NULL;
+    m->x = NULL;
+    for (int i = 0; i < m->n_children; i++) release_buffers(m->children[i]);
+}
 
 /* (Re)allocate *t unless it already has this shape and dtype. */
 static ls_status ensure(ls_ctx *ctx, ls_tensor **t, ls_dtype dtype, int ndim, const int64_t *shape,
@@ -285,6 +302,181 @@ ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t 
         for (int i = 0; i < k; i++) ls_module_destroy(mods[i]);
     free(mods);
     return s;
+}
+
+/* ---- Dropout ---- */
+static ls_status dropout_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
+    m->x = x;
+    if (!m->training || m->p == 0) {
+        *y = x;
+        return LS_OK;
+    }
+    if (!m->ctx->ops->mul)
+        return ls_error(LS_ERR_UNSUPPORTED, "dropout: the %s backend has no elementwise multiply", m->ctx->ops->name);
+    if (x->dtype != LS_F32 && x->dtype != LS_F64)
+        return ls_error(LS_ERR_UNSUPPORTED, "dropout: inputs must be f32 or f64");
+    LS_CHECK(ensure(m->ctx, &m->y, x->dtype, x->ndim, x->shape, "dropout output"));
+    LS_CHECK(ensure(m->ctx, &m->mask, x->dtype, x->ndim, x->shape, "dropout mask"));
+    int64_t n = ls_tensor_numel(x);
+    size_t esz = ls_dtype_size(x->dtype);
+    void *h = malloc((size_t)n * esz + 1);
+    if (!h) return ls_error(LS_ERR_OUT_OF_MEMORY, "dropout: no host memory for the mask");
+    /* Keyed by the number of backward passes so far: a forward recomputed before the next
+     * backward (activation checkpointing) draws exactly the same mask. */
+    ls_rng r;
+    ls_rng_init_stream(&r, m->seed, m->backward_passes);
+    double keep = 1.0 / (1.0 - (double)m->p);
+    for (int64_t i = 0; i < n; i++) {
+        double v = ls_rng_uniform(&r) >= m->p ? keep : 0.0;
+        if (x->dtype == LS_F64)
+            ((double *)h)[i] = v;
+        else
+            ((float *)h)[i] = (float)v;
+    }
+    ls_tensor ht = ls_tensor_view(h, x->dtype, ls_device_cpu(), x->ndim, x->shape);
+    ls_status s = ls_tensor_copy(m->ctx->alloc, m->mask, &ht);
+    free(h);
+    LS_CHECK(s);
+    LS_CHECK(m->ctx->ops->mul(m->ctx->state, x->dtype, n, x->data, m->mask->data, m->y->data));
+    *y = m->y;
+    return LS_OK;
+}
+
+static ls_status dropout_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+    if (!m->x) return ls_error(LS_ERR_INVALID_ARGUMENT, "dropout: backward called before forward");
+    m->backward_passes++;
+    if (!want_dx) {
+        if (dx) *dx = NULL;
+        return LS_OK;
+    }
+    if (!m->training || m->p == 0) {
+        if (dx) *dx = dy;
+        return LS_OK;
+    }
+    LS_CHECK(ensure(m->ctx, &m->dx, dy->dtype, dy->ndim, dy->shape, "dropout input gradient"));
+    LS_CHECK(m->ctx->ops->mul(m->ctx->state, dy->dtype, ls_tensor_numel(dy), dy->data, m->mask->data, m->dx->data));
+    if (dx) *dx = m->dx;
+    return LS_OK;
+}
+
+static const ls_module_vt dropout_vt = {"Dropout", dropout_forward, dropout_backward, NULL};
+
+ls_status ls_dropout_create(ls_ctx *ctx, float p, uint64_t seed, ls_module **out_m) {
+    if (!(p >= 0 && p < 1)) return ls_error(LS_ERR_INVALID_ARGUMENT, "dropout probability %g is outside [0, 1)", p);
+    LS_CHECK(module_alloc(ctx, &dropout_vt, 0, out_m));
+    (*out_m)->p = p;
+    (*out_m)->seed = seed;
+    (*out_m)->training = 1;
+    return LS_OK;
+}
+
+/* ---- Checkpoint (activation recomputation) ---- */
+static ls_status ckpt_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
+    const ls_tensor *out;
+    ls_module *in = m->children[0];
+    LS_CHECK(ls_module_forward(in, x, &out));
+    LS_CHECK(ensure(m->ctx, &m->y, out->dtype, out->ndim, out->shape, "checkpoint segment output"));
+    LS_CHECK(ls_tensor_copy(m->ctx->alloc, m->y, out));
+    release_buffers(in); /* keep only the segment's input (x) and its output (y) */
+    m->x = x;
+    *y = m->y;
+    return LS_OK;
+}
+
+static ls_status ckpt_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+    if (!m->x) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint: backward called before forward");
+    ls_module *in = m->children[0];
+    const ls_tensor *out, *g = NULL;
+    LS_CHECK(ls_module_forward(in, m->x, &out)); /* recompute the segment's activations */
+    LS_CHECK(ls_module_backward(in, dy, want_dx, &g));
+    if (want_dx && g) {
+        LS_CHECK(ensure(m->ctx, &m->dx, g->dtype, g->ndim, g->shape, "checkpoint input gradient"));
+        LS_CHECK(ls_tensor_copy(m->ctx->alloc, m->dx, g));
+    }
+    release_buffers(in);
+    if (dx) *dx = want_dx ? m->dx : NULL;
+    return LS_OK;
+}
+
+static void ckpt_destroy(ls_module *m) {
+    ls_module_destroy(m->children[0]);
+    free(m->children);
+}
+
+static const ls_module_vt ckpt_vt = {"Checkpoint", ckpt_forward, ckpt_backward, ckpt_destroy};
+
+ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m) {
+    ls_module *m;
+    LS_CHECK(module_alloc(ctx, &ckpt_vt, inner->n_params, &m));
+    m->children = calloc(1, sizeof *m->children);
+    if (!m->children) {
+        ls_module_destroy(m);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a checkpoint wrapper");
+    }
+    m->children[0] = inner;
+    m->n_children = 1;
+    for (int p = 0; p < inner->n_params; p++) {
+        m->params[p] = inner->params[p];
+        m->grads[p] = inner->grads[p];
+        memcpy(m->names[p], inner->names[p], LS_NAME_MAX);
+    }
+    *out_m = m;
+    return LS_OK;
+}
+
+ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out_m) {
+    if (seq->vt != &seq_vt)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint_sequential needs a Sequential, got %s", seq->vt->kind);
+    int n = seq->n_children;
+    if (segments < 1 || segments > n)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "cannot split %d layers into %d checkpoint segments", n, segments);
+    ls_ctx *ctx = seq->ctx;
+    ls_module **segs = calloc((size_t)segments, sizeof *segs);
+    if (!segs) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the segment list");
+    ls_status s = LS_OK;
+    int made = 0, start = 0;
+    /* torch.utils.checkpoint.checkpoint_sequential: equal segments, the last takes the rest */
+    int per = n / segments;
+    for (int k = 0; k < segments && s == LS_OK; k++) {
+        int end = k == segments - 1 ? n : start + per;
+        ls_module *inner;
+        s = ls_sequential_create(ctx, end - start, seq->children + start, &inner);
+        if (s == LS_OK) {
+            /* keep the original parameter names ("<layer>.weight") */
+            for (int p = 0; p < inner->n_params; p++)
+                memcpy(inner->names[p], seq->names[seq->child_first[start] + p], LS_NAME_MAX);
+            s = ls_checkpoint_create(ctx, inner, &segs[k]);
+            if (s != LS_OK) {
+                inner->n_children = 0; /* the layers still belong to seq */
+                ls_module_destroy(inner);
+            } else {
+                made++;
+            }
+        }
+        start = end;
+    }
+    if (s == LS_OK) s = ls_sequential_create(ctx, segments, segs, out_m);
+    if (s != LS_OK) {
+        for (int k = 0; k < made; k++) {
+            segs[k]->children[0]->n_children = 0;
+            ls_module_destroy(segs[k]);
+        }
+        free(segs);
+        return s;
+    }
+    free(segs);
+    /* the layers now belong to the segments: dismantle the old container without them */
+    (*out_m)->hook = seq->hook;
+    (*out_m)->hook_user = seq->hook_user;
+    for (int p = 0; p < seq->n_params; p++) memcpy((*out_m)->names[p], seq->names[p], LS_NAME_MAX);
+    seq->n_children = 0;
+    ls_module_destroy(seq);
+    return LS_OK;
+}
+
+void ls_module_set_training(ls_module *m, int training) {
+    m->training = training;
+    for (int i = 0; i < m->n_children; i++) ls_module_set_training(m->children[i], training);
 }
 
 /* ---- generic ---- */

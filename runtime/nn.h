@@ -33,6 +33,20 @@ ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t 
                         uint64_t seed, ls_module **out_m);
 void ls_module_destroy(ls_module *m);
 
+/* Dropout with probability p (inverted: kept values scaled by 1/(1-p)); inactive when not
+ * training. Its mask is a function of (seed, backward passes so far), so a forward recomputed
+ * before the next backward (activation checkpointing) replays the same mask. */
+ls_status ls_dropout_create(ls_ctx *ctx, float p, uint64_t seed, ls_module **out_m);
+/* Activation checkpointing: wrap inner (ownership taken) so forward keeps only the input and the
+ * output, and backward recomputes inner's activations before its backward. */
+ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m);
+/* torch.utils.checkpoint.checkpoint_sequential: split a Sequential's layers into segments (equal
+ * sizes, the last takes the rest), each checkpointed. Consumes seq; the parameter order and
+ * names are unchanged. On error seq is left untouched. */
+ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out_m);
+/* Training mode (dropout active) for m and everything inside it; modules start in training mode. */
+void ls_module_set_training(ls_module *m, int training);
+
 /* y points at a buffer owned by the module, valid until the next forward. */
 ls_status ls_module_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y);
 /* dx (if want_dx) points at a module-owned buffer. Gradients accumulate into the grads. */

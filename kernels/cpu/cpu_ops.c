@@ -109,6 +109,9 @@ static ls_status cpu_argmax(void *st, ls_dtype t, int64_t B, int64_t C, const vo
 static ls_status cpu_convert(void *st, int64_t n, ls_dtype src_t, const void *src, ls_dtype dst_t, void *dst) {
     return ls_cpu_convert(n, src_t, src, dst_t, dst);
 }
+static ls_status cpu_mul(void *st, ls_dtype t, int64_t n, const void *a, const void *b, void *y) {
+    LS_CPU_DISPATCH("mul", t, mul_f32(n, a, b, y), mul_f64(n, a, b, y));
+}
 static ls_status cpu_scale(void *st, ls_dtype t, int64_t n, double alpha, void *x) {
     LS_CPU_DISPATCH("scale", t, scale_f32(n, (float)alpha, x), scale_f64(n, alpha, x));
 }
@@ -162,6 +165,7 @@ const ls_ops ls_cpu_ops = {
     .xent_bwd = cpu_xent_bwd,
     .argmax = cpu_argmax,
     .convert = cpu_convert,
+    .mul = cpu_mul,
     .scale = cpu_scale,
     .axpy = cpu_axpy,
     .sumsq = cpu_sumsq,

@@ -1,0 +1,96 @@
+/* test_checkpoint.c: activation checkpointing. A deep MLP with dropout, plain and split by
+ * checkpoint_sequential into 4 segments, built from the same seeds: the loss and every gradient
+ * must be bitwise equal (recomputation replays dropout's masks), parameter names and order are
+ * kept, and the peak of activation memory (forward + backward, measured by the allocator) drops
+ * by at least a third. */
+#include "../kernels/gradcheck.h"
+#include "nn.h"
+
+#define DEPTH 12
+#define WIDTH 256
+#define BATCH 256
+
+static ls_module *build(ls_ctx *c) {
+    ls_module *layers[3 * DEPTH];
+    int k = 0;
+    for (int i = 0; i < DEPTH; i++) {
+        LS_REQUIRE_OK(ls_linear_create(c, LS_F32, WIDTH, i == DEPTH - 1 ? 10 : WIDTH, 1, 100 + (uint64_t)i, "", &layers[k++]));
+        if (i == DEPTH - 1) break;
+        LS_REQUIRE_OK(ls_activation_create(c, i % 2 ? LS_ACT_GELU : LS_ACT_RELU, &layers[k++]));
+        if (i % 3 == 1) LS_REQUIRE_OK(ls_dropout_create(c, 0.2f, 7 + (uint64_t)i, &layers[k++]));
+    }
+    ls_module *m;
+    LS_REQUIRE_OK(ls_sequential_create(c, k, layers, &m));
+    return m;
+}
+
+/* two training micro-steps (so dropout draws two different masks); returns the peak bytes of
+ * activations above the parameters */
+static size_t run(ls_ctx *c, ls_module *m, ls_tensor *x, ls_tensor *lab, double *loss_out) {
+    ls_xent *loss;
+    LS_REQUIRE_OK(ls_xent_create(c, &loss));
+    ls_memory_stats st;
+    ls_allocator_stats(c->alloc, &st);
+    size_t base = st.live_bytes;
+    ls_allocator_reset_peak(c->alloc);
+    for (int step = 0; step < 2; step++) {
+        const ls_tensor *y, *dl;
+        LS_REQUIRE_OK(ls_module_forward(m, x, &y));
+        LS_REQUIRE_OK(ls_xent_forward(loss, y, lab, &loss_out[step]));
+        LS_REQUIRE_OK(ls_xent_backward(loss, 1.0 / BATCH, &dl));
+        LS_REQUIRE_OK(ls_module_backward(m, dl, 0, NULL));
+    }
+    ls_allocator_stats(c->alloc, &st);
+    ls_xent_destroy(loss);
+    return st.peak_bytes - base;
+}
+
+int main(void) {
+    ls_allocator *h1, *h2;
+    LS_REQUIRE_OK(ls_host_allocator_create(0, &h1));
+    LS_REQUIRE_OK(ls_host_allocator_create(0, &h2));
+    ls_ctx *c1, *c2;
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), h1, &c1));
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), h2, &c2));
+    ls_module *plain = build(c1), *seq = build(c2), *ck;
+    LS_REQUIRE_OK(ls_checkpoint_sequential(seq, 4, &ck));
+    LS_EXPECT(ls_module_num_params(ck) == ls_module_num_params(plain));
+    for (int i = 0; i < ls_module_num_params(ck); i++)
+        LS_EXPECT(strcmp(ls_module_param_name(ck, i), ls_module_param_name(plain, i)) == 0);
+    LS_EXPECT(strcmp(ls_module_param_name(ck, 2), "2.weight") == 0);
+
+    ls_rng r;
+    ls_rng_init(&r, 3);
+    ls_tensor *x1 = gc_tensor(c1, LS_F32, 2, (int64_t[]){BATCH, WIDTH}), *x2 = gc_tensor(c2, LS_F32, 2, (int64_t[]){BATCH, WIDTH});
+    ls_tensor *l1 = gc_tensor(c1, LS_I32, 1, (int64_t[]){BATCH}), *l2 = gc_tensor(c2, LS_I32, 1, (int64_t[]){BATCH});
+    for (int64_t i = 0; i < BATCH * WIDTH; i++) ((float *)x1->data)[i] = ((float *)x2->data)[i] = ls_rng_normal(&r);
+    for (int64_t i = 0; i < BATCH; i++) ((int32_t *)l1->data)[i] = ((int32_t *)l2->data)[i] = (int32_t)(i % 10);
+    double loss1[2], loss2[2];
+    size_t peak_plain = run(c1, plain, x1, l1, loss1);
+    size_t peak_ck = run(c2, ck, x2, l2, loss2);
+    LS_EXPECT(loss1[0] == loss2[0] && loss1[1] == loss2[1]);
+    LS_EXPECT(loss1[0] != loss1[1]); /* the second micro-step saw different dropout masks */
+    int equal = 1;
+    for (int i = 0; i < ls_module_num_params(ck); i++) {
+        ls_tensor *g1 = ls_module_grad(plain, i), *g2 = ls_module_grad(ck, i);
+        equal &= memcmp(g1->data, g2->data, ls_tensor_nbytes(g1)) == 0;
+    }
+    LS_EXPECT(equal);
+    printf("activation peak: plain %zu bytes, checkpointed %zu bytes (%.0f%%)\n", peak_plain, peak_ck,
+           100.0 * (double)peak_ck / (double)peak_plain);
+    LS_EXPECT(peak_ck * 3 < peak_plain * 2);
+    ls_tensor_destroy(x1);
+    ls_tensor_destroy(x2);
+    ls_tensor_destroy(l1);
+    ls_tensor_destroy(l2);
+    ls_module_destroy(plain);
+    ls_module_destroy(ck);
+    ls_module *tmp = build(c1);
+    LS_EXPECT_ERR(ls_checkpoint_sequential(tmp, 40, &ck), LS_ERR_INVALID_ARGUMENT, "into 40 checkpoint segments");
+    ls_module_destroy(tmp); /* left untouched on error */
+    ls_ctx_destroy(c1);
+    ls_ctx_destroy(c2);
+    ls_allocator_destroy(h1);
+    ls_allocator_destroy(h2);
+    LS_TEST_END();
+}
