@@ -1,0 +1,140 @@
+/* bench_mlp.c: lockstep's side of the MLP benchmark: trains the 784-512-256-10 MLP on
+ * Fashion-MNIST with the real training step (ls_trainer_step: gather, forward, loss, backward,
+ * SGD momentum) and prints samples/s and achieved GFLOP/s; with --sgemm it instead times OpenBLAS
+ * sgemm alone on the same eight GEMM shapes a step runs, the ceiling for the achieved rate.
+ * Not a test: cluster/bench/compare_mlp.py runs it beside PyTorch. */
+#include <cblas.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+#include "nn.h"
+#include "optim.h"
+#include "train.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define CHECK(what, expr)                                                                          \
+    do {                                                                                           \
+        ls_status s_ = (expr);                                                                     \
+        if (s_ != LS_OK) {                                                                         \
+            fprintf(stderr, "bench_mlp: %s: %s\n", what, ls_last_error());                         \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* GEMM FLOPs of one training step: forward of every layer, weight gradients of every layer, and
+ * input gradients of every layer but the first. */
+static double step_flops(const int64_t *s, int n, int64_t B) {
+    double f = 0;
+    for (int i = 0; i + 1 < n; i++) {
+        double layer = 2.0 * (double)B * (double)s[i] * (double)s[i + 1];
+        f += layer * (i == 0 ? 2 : 3);
+    }
+    return f;
+}
+
+static int run_sgemm(const int64_t *s, int n, int64_t B, int steps) {
+    int64_t maxd = 0;
+    for (int i = 0; i < n; i++) maxd = s[i] > maxd ? s[i] : maxd;
+    float *a = calloc((size_t)(B * maxd), 4), *w = calloc((size_t)(maxd * maxd), 4), *c = calloc((size_t)(maxd * maxd), 4);
+    for (int64_t i = 0; i < B * maxd; i++) a[i] = (float)(i % 7) * 0.1f;
+    for (int64_t i = 0; i < maxd * maxd; i++) w[i] = (float)(i % 5) * 0.1f;
+    double t0 = 0;
+    for (int it = -20; it < steps; it++) {
+        if (it == 0) t0 = now_s();
+        for (int i = 0; i + 1 < n; i++) {
+            int in = (int)s[i], out = (int)s[i + 1], b = (int)B;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, out, in, 1, a, in, w, in, 1, c, out);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, b, 1, c, out, a, in, 1, w, in);
+            if (i > 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, in, out, 1, c, out, w, in, 0, a, in);
+        }
+    }
+    double dt = now_s() - t0;
+    printf("sgemm GFLOP/s %.2f step_ms %.3f\n", step_flops(s, n, B) * steps / dt / 1e9, 1000 * dt / steps);
+    free(a);
+    free(w);
+    free(c);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int64_t B = 128;
+    int steps = 400, sgemm = 0;
+    const char *dir = NULL;
+    static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'}, {"steps", required_argument, 0, 'n'},
+                                         {"data-dir", required_argument, 0, 'd'}, {"sgemm", no_argument, 0, 'g'},
+                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'b') B = atoll(optarg);
+        else if (c == 'n') steps = atoi(optarg);
+        else if (c == 'd') dir = optarg;
+        else if (c == 'g') sgemm = 1;
+        else {
+            printf("usage: bench_mlp [--batch-size N] [--steps N] [--data-dir DIR] [--sgemm]\n");
+            return c == 'h' ? 0 : 2;
+        }
+    }
+    if (B < 1 || steps < 1) {
+        fprintf(stderr, "bench_mlp: --batch-size and --steps must be >= 1\n");
+        return 2;
+    }
+    int64_t sizes[4] = {784, 512, 256, 10};
+    if (sgemm) return run_sgemm(sizes, 4, B, steps);
+    ls_ctx *ctx;
+    ls_dataset *data;
+    ls_module *model;
+    ls_optimizer *opt;
+    ls_trainer *tr;
+    ls_sampler *smp;
+    CHECK("context", ls_ctx_create(ls_device_cpu(), NULL, &ctx));
+    CHECK("data", ls_fashion_mnist_load(dir, 1, 0, &data));
+    CHECK("model", ls_mlp_create(ctx, LS_F32, 4, sizes, LS_ACT_RELU, 42, &model));
+    ls_tensor *p[6], *g[6];
+    for (int i = 0; i < 6; i++) {
+        p[i] = ls_module_param(model, i);
+        g[i] = ls_module_grad(model, i);
+    }
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+    oc.lr = 0.05f;
+    CHECK("optimizer", ls_optimizer_create(ctx, 6, p, g, &oc, &opt));
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = B;
+    tc.accum_steps = 1;
+    tc.lr.base_lr = oc.lr;
+    CHECK("trainer", ls_trainer_create(ctx, NULL, model, opt, &tc, &tr));
+    CHECK("sampler", ls_sampler_create(data->n, 0, 1, 42, 1, LS_SAMPLER_PAD, &smp));
+    int64_t per_epoch = ls_sampler_steps(smp, B), *idx = malloc(sizeof(int64_t) * (size_t)B);
+    double t0 = 0;
+    ls_step_stats st;
+    for (int it = -20, j = 0; it < steps; it++, j++) {
+        if (it == 0) t0 = now_s();
+        if (j == per_epoch) {
+            j = 0;
+            CHECK("epoch", ls_sampler_set_epoch(smp, ls_sampler_epoch(smp) + 1));
+        }
+        int64_t count, global;
+        CHECK("batch", ls_sampler_batch(smp, j, B, idx, &count, &global));
+        CHECK("step", ls_trainer_step(tr, data, idx, count, global, &st));
+    }
+    double dt = now_s() - t0;
+    printf("lockstep samples/s %.1f step_ms %.3f GFLOP/s %.2f loss %.4f\n", (double)steps * (double)B / dt,
+           1000 * dt / steps, step_flops(sizes, 4, B) * steps / dt / 1e9, st.loss_sum / (double)st.samples);
+    free(idx);
+    ls_sampler_destroy(smp);
+    ls_trainer_destroy(tr);
+    ls_optimizer_destroy(opt);
+    ls_module_destroy(model);
+    ls_dataset_destroy(data);
+    ls_ctx_destroy(ctx);
+    return 0;
+}

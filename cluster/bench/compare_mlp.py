@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""compare_mlp.py: lockstep vs PyTorch on the same MLP, batch, data and cores, A B A B.
+
+Runs bench_mlp (lockstep) and torch_mlp.py (PyTorch, each thread setting in the list, the fastest
+one counted) alternately for --rounds rounds, then OpenBLAS sgemm alone on the step's GEMM shapes,
+and prints the medians and ratios. Usage (from the repository root, after building build/):
+    /usr/bin/python3 cluster/bench/compare_mlp.py --build build --rounds 5
+"""
+import argparse
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd, env):
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def num(line, key):
+    return float(re.search(re.escape(key) + r" ([0-9.]+)", line).group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--threads", default="2", help="cores both sides use")
+    ap.add_argument("--torch-threads", default="1,2", help="PyTorch thread settings to try; the fastest counts")
+    args = ap.parse_args()
+    bench = os.path.join(args.build, "cluster", "bench", "bench_mlp")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=args.threads, OMP_NUM_THREADS=args.threads)
+    common = ["--steps", str(args.steps), "--batch-size", str(args.batch_size)]
+    ls, gf, torch = [], [], {t: [] for t in args.torch_threads.split(",")}
+    for r in range(args.rounds):
+        line = run([bench] + common, env)
+        ls.append(num(line, "samples/s"))
+        gf.append(num(line, "GFLOP/s"))
+        for t in torch:
+            line = run(["/usr/bin/python3", os.path.join(HERE, "torch_mlp.py"), "--threads", t] + common, env)
+            torch[t].append(num(line, "samples/s"))
+        print(f"round {r + 1}: lockstep {ls[-1]:.0f} samples/s; " +
+              ", ".join(f"torch({t} threads) {v[-1]:.0f}" for t, v in torch.items()), flush=True)
+    sg = [num(run([bench, "--sgemm"] + common, env), "GFLOP/s") for _ in range(args.rounds)]
+    med = {t: statistics.median(v) for t, v in torch.items()}
+    best_t = max(med, key=med.get)
+    ls_med, gf_med, sg_med = statistics.median(ls), statistics.median(gf), statistics.median(sg)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+          f"batch {args.batch_size}, {args.steps} steps, {args.rounds} rounds, OPENBLAS_NUM_THREADS={args.threads}")
+    print(f"lockstep          median {ls_med:10.0f} samples/s")
+    for t in med:
+        print(f"torch {t} thread(s)  median {med[t]:10.0f} samples/s")
+    print(f"ratio lockstep / torch(best: {best_t} threads) = {ls_med / med[best_t]:.2f}x  (target >= 1.2x)")
+    print(f"lockstep achieved {gf_med:.1f} GFLOP/s, sgemm alone {sg_med:.1f} GFLOP/s: "
+          f"{100 * gf_med / sg_med:.0f}% (target >= 70%)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

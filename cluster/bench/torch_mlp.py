@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""torch_mlp.py: the PyTorch peer for lockstep's MLP benchmark. Trains the same 784-512-256-10
+ReLU MLP on the same Fashion-MNIST data (normalized the same way), same batch, SGD with momentum
+0.9, indices drawn from a shuffled permutation each epoch, and prints one line:
+    torch samples/s <value> threads <n> steps <n>
+Data loading is outside the timed region, as in lockstep's benchmark. Use Debian's python3-torch:
+/usr/bin/python3 cluster/bench/torch_mlp.py --steps 400 --threads 2
+"""
+import argparse
+import gzip
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    magic, = struct.unpack(">I", data[:4])
+    ndim = magic & 0xFF
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default=os.environ.get("LOCKSTEP_FASHION_DIR", "/usr/share/datasets/fashion-mnist"))
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave default)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    ap.add_argument("--hidden", default="512,256")
+    args = ap.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(42)
+    x = read_idx(os.path.join(args.data_dir, "train-images-idx3-ubyte.gz")).reshape(-1, 784)
+    y = read_idx(os.path.join(args.data_dir, "train-labels-idx1-ubyte.gz"))
+    x = torch.from_numpy(((x.astype(np.float32) / 255.0) - 0.2860) / 0.3530).to(args.device)
+    y = torch.from_numpy(y.astype(np.int64)).to(args.device)
+    sizes = [784] + [int(h) for h in args.hidden.split(",")] + [10]
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+        if i + 2 < len(sizes):
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers).to(args.device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    lossf = torch.nn.CrossEntropyLoss()
+    n = x.shape[0]
+    B = args.batch_size
+    amp = args.precision != "fp32"
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float16
+    scaler = torch.cuda.amp.GradScaler() if args.precision == "fp16" else None
+
+    def step(idx):
+        opt.zero_grad(set_to_none=True)
+        if amp:
+            with torch.autocast(device_type="cuda" if args.device.startswith("cuda") else "cpu", dtype=dtype):
+                loss = lossf(model(x[idx]), y[idx])
+        else:
+            loss = lossf(model(x[idx]), y[idx])
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        return loss
+
+    perm = torch.randperm(n, device=args.device)
+    pos = 0
+    def next_idx():
+        nonlocal perm, pos
+        if pos + B > n:
+            perm = torch.randperm(n, device=args.device)
+            pos = 0
+        idx = perm[pos:pos + B]
+        pos += B
+        return idx
+
+    for _ in range(args.warmup):
+        step(next_idx())
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step(next_idx())
+    loss.item()
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    print(f"torch samples/s {args.steps * B / dt:.1f} threads {torch.get_num_threads()} steps {args.steps} "
+          f"step_ms {1000 * dt / args.steps:.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+/* fashion_mlp: trains a 784-512-256-10 ReLU MLP on Fashion-MNIST, data-parallel when started by
+ * lockstep-run (one rank per GPU, or per CPU slot), on the CPU where no GPU is usable. Prints
+ * per-epoch loss, test accuracy, samples/s and peak memory; a progress line while an epoch
+ * runs when stderr is a terminal. --batch-size is per rank (DDP's convention). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "data.h"
+#include "device.h"
+#include "log.h"
+#include "nn.h"
+#include "optim.h"
+#include "train.h"
+
+typedef struct options {
+    int epochs;
+    int64_t batch, train_limit, test_limit;
+    int accum;
+    const char *optimizer;
+    double lr, weight_decay, momentum, clip;
+    int64_t warmup;
+    uint64_t seed;
+    const char *data_dir, *device, *comm, *dump_params, *hidden, *activation, *sampler;
+    int progress; /* -1 auto */
+} options;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: fashion_mlp [options]\n"
+            "Trains a 784-512-256-10 MLP on Fashion-MNIST (data-parallel under lockstep-run).\n\n"
+            "  --epochs N            epochs (default 5)\n"
+            "  --batch-size N        samples per rank per micro-step (default 128)\n"
+            "  --accum-steps N       micro-steps per optimizer step, gradients accumulated (default 1)\n"
+            "  --optimizer sgd|adamw optimizer (default sgd: momentum 0.9)\n"
+            "  --lr X                peak learning rate (default 0.05 for sgd, 0.001 for adamw)\n"
+            "  --momentum X          SGD momentum (default 0.9)\n"
+            "  --weight-decay X      weight decay (default 0 for sgd, 0.01 for adamw)\n"
+            "  --warmup-steps N      linear warmup steps before the cosine decay (default 100)\n"
+            "  --clip-grad-norm X    clip the global gradient norm to X (default off)\n"
+            "  --hidden A,B,...      hidden layer sizes (default 512,256)\n"
+            "  --activation relu|gelu (default relu)\n"
+            "  --seed N              seed for initialization and shuffling (default 42)\n"
+            "  --train-limit N       use only the first N training samples (default all 60000)\n"
+            "  --test-limit N        use only the first N test samples (default all 10000)\n"
+            "  --sampler pad|drop-last|exact  how uneven shards are handled (default pad, as DDP)\n"
+            "  --data-dir DIR        Fashion-MNIST .gz files (default $LOCKSTEP_FASHION_DIR or\n"
+            "                        /usr/share/datasets/fashion-mnist)\n"
+            "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
+            "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
+            "  --dump-params FILE    after training, rank 0 writes all parameters as raw f32\n"
+            "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
+            "  -h, --help            this text\n\n"
+            "Environment: LOCKSTEP_LOG=error|warn|info|debug, LOCKSTEP_DEVICE, LOCKSTEP_COMM,\n"
+            "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n"
+            "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1).\n");
+}
+
+static int parse_i64(const char *flag, const char *s, int64_t min, int64_t *out) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < min) {
+        fprintf(stderr, "fashion_mlp: %s '%s' must be an integer >= %lld\n", flag, s, (long long)min);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_f64(const char *flag, const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= 0)) {
+        fprintf(stderr, "fashion_mlp: %s '%s' must be a number >= 0\n", flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_options(int argc, char **argv, options *o) {
+    memset(o, 0, sizeof *o);
+    o->epochs = 5;
+    o->batch = 128;
+    o->accum = 1;
+    o->optimizer = "sgd";
+    o->lr = -1;
+    o->weight_decay = -1;
+    o->momentum = 0.9;
+    o->warmup = 100;
+    o->seed = 42;
+    o->hidden = "512,256";
+    o->activation = "relu";
+    o->sampler = "pad";
+    o->progress = -1;
+    static const struct option longopts[] = {
+        {"epochs", required_argument, 0, 'e'},        {"batch-size", required_argument, 0, 'b'},
+        {"accum-steps", required_argument, 0, 'A'},   {"optimizer", required_argument, 0, 'o'},
+        {"lr", required_argument, 0, 'l'},            {"momentum", required_argument, 0, 'm'},
+        {"weight-decay", required_argument, 0, 'w'},  {"warmup-steps", required_argument, 0, 'W'},
+        {"clip-grad-norm", required_argument, 0, 'c'}, {"hidden", required_argument, 0, 'H'},
+        {"activation", required_argument, 0, 'a'},    {"seed", required_argument, 0, 's'},
+        {"train-limit", required_argument, 0, 'T'},   {"test-limit", required_argument, 0, 't'},
+        {"sampler", required_argument, 0, 'S'},       {"data-dir", required_argument, 0, 'd'},
+        {"device", required_argument, 0, 'D'},        {"comm", required_argument, 0, 'C'},
+        {"dump-params", required_argument, 0, 'P'},   {"progress", no_argument, 0, 'p'},
+        {"no-progress", no_argument, 0, 'N'},         {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    int c;
+    int64_t v;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'e': if (parse_i64("--epochs", optarg, 0, &v)) return -1; o->epochs = (int)v; break;
+        case 'b': if (parse_i64("--batch-size", optarg, 1, &o->batch)) return -1; break;
+        case 'A': if (parse_i64("--accum-steps", optarg, 1, &v)) return -1; o->accum = (int)v; break;
+        case 'o': o->optimizer = optarg; break;
+        case 'l': if (parse_f64("--lr", optarg, &o->lr)) return -1; break;
+        case 'm': if (parse_f64("--momentum", optarg, &o->momentum)) return -1; break;
+        case 'w': if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1; break;
+        case 'W': if (parse_i64("--warmup-steps", optarg, 0, &o->warmup)) return -1; break;
+        case 'c': if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1; break;
+        case 'H': o->hidden = optarg; break;
+        case 'a': o->activation = optarg; break;
+        case 's': if (parse_i64("--seed", optarg, 0, &v)) return -1; o->seed = (uint64_t)v; break;
+        case 'T': if (parse_i64("--train-limit", optarg, 1, &o->train_limit)) return -1; break;
+        case 't': if (parse_i64("--test-limit", optarg, 1, &o->test_limit)) return -1; break;
+        case 'S': o->sampler = optarg; break;
+        case 'd': o->data_dir = optarg; break;
+        case 'D': o->device = optarg; break;
+        case 'C': o->comm = optarg; break;
+        case 'P': o->dump_params = optarg; break;
+        case 'p': o->progress = 1; break;
+        case 'N': o->progress = 0; break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "fashion_mlp: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fail(const char *what, ls_status s) {
+    fprintf(stderr, "fashion_mlp: %s: %s: %s\n", what, ls_status_name(s), ls_last_error());
+    return 1;
+}
+
+#define TRY(what, expr)                                                                            \
+    do {                                                                                           \
+        ls_status s_ = (expr);                                                                     \
+        if (s_ != LS_OK) {                                                                         \
+            rc = fail(what, s_);                                                                   \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* Rank 0 writes every parameter, in order, as raw little-endian f32. */
+static ls_status dump_params(ls_ctx *ctx, ls_module *m, const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing", path);
+    ls_status s = LS_OK;
+    for (int i = 0; i < ls_module_num_params(m) && s == LS_OK; i++) {
+        ls_tensor *p = ls_module_param(m, i);
+        void *h = malloc(ls_tensor_nbytes(p));
+        if (!h) {
+            s = ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory to dump parameters");
+            break;
+        }
+        ls_tensor ht = ls_tensor_view(h, p->dtype, ls_device_cpu(), p->ndim, p->shape);
+        s = ls_tensor_copy(ctx->alloc, &ht, p);
+        if (s == LS_OK && fwrite(h, 1, ls_tensor_nbytes(p), f) != ls_tensor_nbytes(p))
+            s = ls_error(LS_ERR_IO, "short write to '%s'", path);
+        free(h);
+    }
+    if (fclose(f) != 0 && s == LS_OK) s = ls_error(LS_ERR_IO, "cannot close '%s'", path);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    if (parse_options(argc, argv, &o) != 0) return 2;
+    int rc = 0;
+    ls_rank_info ri;
+    ls_device dev;
+    ls_ctx *ctx = NULL;
+    ls_comm *comm = NULL;
+    ls_dataset *train = NULL, *test = NULL;
+    ls_sampler *sampler = NULL, *test_sampler = NULL;
+    ls_module *model = NULL;
+    ls_optimizer *opt = NULL;
+    ls_trainer *trainer = NULL;
+    int64_t *idx = NULL, *test_idx = NULL;
+
+    ls_optim_kind kind;
+    ls_act act = LS_ACT_RELU;
+    ls_sampler_mode mode = LS_SAMPLER_PAD;
+    TRY("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
+    if (strcmp(o.activation, "gelu") == 0) act = LS_ACT_GELU;
+    else if (strcmp(o.activation, "relu") != 0)
+        TRY("--activation", ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' is not one of relu, gelu", o.activation));
+    if (strcmp(o.sampler, "drop-last") == 0) mode = LS_SAMPLER_DROP_LAST;
+    else if (strcmp(o.sampler, "exact") == 0) mode = LS_SAMPLER_EXACT;
+    else if (strcmp(o.sampler, "pad") != 0)
+        TRY("--sampler", ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' is not one of pad, drop-last, exact", o.sampler));
+    int64_t sizes[8];
+    int n_sizes = 0;
+    sizes[n_sizes++] = 784;
+    for (const char *p = o.hidden; *p && n_sizes < 7;) {
+        char *end;
+        long long h = strtoll(p, &end, 10);
+        if (end == p || h < 1 || (*end != ',' && *end != '\0'))
+            TRY("--hidden", ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' is not a comma-separated list of positive sizes (at most 6)", o.hidden));
+        sizes[n_sizes++] = h;
+        p = *end ? end + 1 : end;
+    }
+    sizes[n_sizes++] = 10;
+
+    TRY("rank discovery", ls_rank_discover(&ri));
+    TRY("device", ls_device_select(o.device, ri.local_rank, &dev));
+    TRY("context", ls_ctx_create(dev, NULL, &ctx));
+    TRY("communicator", ls_comm_create(ctx, o.comm, &comm));
+    int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
+
+    TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
+    TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
+    TRY("model", ls_mlp_create(ctx, LS_F32, n_sizes, sizes, act, o.seed, &model));
+    ls_optim_config oc = ls_optim_defaults(kind);
+    if (o.lr >= 0) oc.lr = (float)o.lr;
+    else if (kind == LS_OPTIM_SGD) oc.lr = 0.05f;
+    if (o.weight_decay >= 0) oc.weight_decay = (float)o.weight_decay;
+    if (kind == LS_OPTIM_SGD) oc.momentum = (float)o.momentum;
+    int np = ls_module_num_params(model);
+    ls_tensor *params[16], *grads[16];
+    for (int i = 0; i < np; i++) {
+        params[i] = ls_module_param(model, i);
+        grads[i] = ls_module_grad(model, i);
+    }
+    TRY("optimizer", ls_optimizer_create(ctx, np, params, grads, &oc, &opt));
+
+    TRY("sampler", ls_sampler_create(train->n, rank, world, o.seed, 1, mode, &sampler));
+    TRY("test sampler", ls_sampler_create(test->n, rank, world, 0, 0, LS_SAMPLER_EXACT, &test_sampler));
+    int64_t per_step = o.batch * o.accum;
+    int64_t steps = ls_sampler_steps(sampler, per_step);
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = o.batch;
+    tc.accum_steps = o.accum;
+    tc.lr.base_lr = oc.lr;
+    tc.lr.min_lr = 0;
+    tc.lr.warmup_steps = o.warmup;
+    tc.lr.total_steps = steps * o.epochs;
+    tc.clip_grad_norm = o.clip;
+    tc.buckets.first_bucket_bytes = 0; /* defaults / environment */
+    tc.buckets.bucket_bytes = 0;
+    TRY("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
+
+    char devname[32];
+    if (rank == 0)
+        printf("fashion_mlp: %d rank%s, device %s, communicator %s, %lld parameters, %lld train / %lld test "
+               "samples, batch %lld per rank x %d accumulation x %d ranks, %lld steps per epoch\n",
+               world, world == 1 ? "" : "s", ls_device_str(dev, devname, sizeof devname),
+               ls_comm_backend_name(comm), (long long)ls_module_num_elements(model), (long long)train->n,
+               (long long)test->n, (long long)o.batch, o.accum, world, (long long)steps);
+    fflush(stdout);
+    int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
+    idx = malloc((size_t)per_step * sizeof *idx);
+    test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
+    if (!idx || !test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
+    int64_t test_count = 0, tc_global = 0;
+    TRY("test shard", ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx,
+                                       &test_count, &tc_global));
+
+    for (int epoch = 0; epoch < o.epochs; epoch++) {
+        TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
+        double t0 = now_s(), m[3] = {0, 0, 0};
+        int64_t seen = 0;
+        for (int64_t j = 0; j < steps; j++) {
+            int64_t count, global;
+            ls_step_stats st;
+            TRY("batch", ls_sampler_batch(sampler, j, per_step, idx, &count, &global));
+            TRY("training step", ls_trainer_step(trainer, train, idx, count, global, &st));
+            m[0] += st.loss_sum;
+            m[1] += (double)st.correct;
+            m[2] += (double)st.samples;
+            seen += global;
+            if (progress && (j % 20 == 0 || j + 1 == steps)) {
+                double el = now_s() - t0;
+                fprintf(stderr, "\repoch %d  step %lld/%lld  loss %.4f  %.0f samples/s   ", epoch + 1,
+                        (long long)(j + 1), (long long)steps, st.loss_sum / (double)(st.samples ? st.samples : 1),
+                        el > 0 ? (double)seen / el : 0.0);
+            }
+        }
+        double train_time = now_s() - t0;
+        if (progress) fprintf(stderr, "\r%*s\r", 70, "");
+        double ev[3];
+        int64_t correct;
+        TRY("evaluation", ls_trainer_evaluate(trainer, test, test_idx, test_count, &ev[0], &correct));
+        ev[1] = (double)correct;
+        ev[2] = (double)test_count;
+        TRY("metrics", ls_comm_allreduce(comm, m, 3, LS_F64, LS_REDUCE_SUM));
+        TRY("metrics", ls_comm_allreduce(comm, ev, 3, LS_F64, LS_REDUCE_SUM));
+        ls_memory_stats ms;
+        ls_allocator_stats(ctx->alloc, &ms);
+        double peak = (double)ms.peak_bytes;
+        TRY("metrics", ls_comm_allreduce(comm, &peak, 1, LS_F64, LS_REDUCE_MAX));
+        if (rank == 0) {
+            char pk[32];
+            printf("epoch %d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
+                   "%.0f samples/s  %.2f s  peak memory %s\n",
+                   epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
+                   (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk));
+            fflush(stdout);
+        }
+    }
+    if (o.dump_params && rank == 0) TRY("--dump-params", dump_params(ctx, model, o.dump_params));
+
+done:
+    free(idx);
+    free(test_idx);
+    ls_trainer_destroy(trainer);
+    ls_optimizer_destroy(opt);
+    ls_module_destroy(model);
+    ls_sampler_destroy(sampler);
+    ls_sampler_destroy(test_sampler);
+    ls_dataset_destroy(train);
+    ls_dataset_destroy(test);
+    if (rc != 0 && comm && ls_comm_world(comm) > 1) ls_comm_abort(comm, "fashion_mlp failed");
+    ls_comm_destroy(comm);
+    ls_ctx_destroy(ctx);
+    return rc;
+}

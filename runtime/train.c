@@ -1,0 +1,201 @@
+/* train.c: the training step: gather a micro-batch on the host, copy it to the device, forward,
+ * loss, backward with the reducer's gradient hook, optimizer step. */
+#include "train.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+struct ls_trainer {
+    ls_ctx *ctx;
+    ls_comm *comm; /* NULL or world 1: no exchange */
+    ls_module *model;
+    ls_optimizer *opt;
+    ls_train_config cfg;
+    ls_xent *loss;
+    ls_reducer *reducer;
+    int64_t steps;
+    int64_t cap;           /* rows the input buffers hold */
+    float *hx;             /* host staging [cap, features] */
+    int32_t *hy;
+    ls_tensor *x, *y;      /* device copies */
+    int n_params;
+    ls_tensor **grads;
+};
+
+static ls_status reducer_hook(void *user, int i) { return ls_reducer_grad_ready(user, i); }
+
+void ls_trainer_destroy(ls_trainer *t) {
+    if (!t) return;
+    ls_reducer_destroy(t->reducer);
+    ls_xent_destroy(t->loss);
+    if (t->x && t->x->data != t->hx) ls_tensor_destroy(t->x);
+    else free(t->x);
+    if (t->y && t->y->data != t->hy) ls_tensor_destroy(t->y);
+    else free(t->y);
+    free(t->hx);
+    free(t->hy);
+    free(t->grads);
+    if (t->model) ls_module_set_grad_hook(t->model, NULL, NULL);
+    free(t);
+}
+
+ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt,
+                            const ls_train_config *cfg, ls_trainer **out) {
+    *out = NULL;
+    if (cfg->batch_per_rank < 1 || cfg->accum_steps < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "batch size (%lld) and accumulation steps (%d) must be >= 1",
+                        (long long)cfg->batch_per_rank, cfg->accum_steps);
+    ls_trainer *t = calloc(1, sizeof *t);
+    if (!t) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
+    t->ctx = ctx;
+    t->comm = comm && ls_comm_world(comm) > 1 ? comm : NULL;
+    t->model = model;
+    t->opt = opt;
+    t->cfg = *cfg;
+    t->n_params = ls_module_num_params(model);
+    ls_status s = LS_OK;
+    t->grads = calloc((size_t)t->n_params, sizeof *t->grads);
+    if (!t->grads) {
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
+        goto fail;
+    }
+    for (int i = 0; i < t->n_params; i++) t->grads[i] = ls_module_grad(model, i);
+    LS_CHECK_GOTO(ls_xent_create(ctx, &t->loss), s, fail);
+    if (t->comm) {
+        ls_tensor **params = malloc((size_t)t->n_params * sizeof *params);
+        const char **names = malloc((size_t)t->n_params * sizeof *names);
+        if (!params || !names) {
+            free(params);
+            free(names);
+            s = ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the parameter list");
+            goto fail;
+        }
+        for (int i = 0; i < t->n_params; i++) {
+            params[i] = ls_module_param(model, i);
+            names[i] = ls_module_param_name(model, i);
+        }
+        s = ls_ddp_check_signature(t->comm, t->n_params, params, names);
+        if (s == LS_OK) s = ls_ddp_broadcast_params(t->comm, t->n_params, params);
+        free(params);
+        free(names);
+        if (s != LS_OK) goto fail;
+        LS_CHECK_GOTO(ls_reducer_create(t->comm, ctx, t->n_params, t->grads, &cfg->buckets, &t->reducer), s, fail);
+    }
+    *out = t;
+    return LS_OK;
+fail:
+    ls_trainer_destroy(t);
+    return s;
+}
+
+int64_t ls_trainer_num_steps(const ls_trainer *t) { return t->steps; }
+
+/* Make room for n rows and copy the samples to the device. */
+static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t n) {
+    if (n > t->cap || !t->x || t->x->shape[1] != data->features) {
+        int64_t cap = n > t->cap ? n : t->cap;
+        free(t->hx);
+        free(t->hy);
+        t->hx = malloc((size_t)(cap * data->features) * sizeof(float) + 1);
+        t->hy = malloc((size_t)cap * sizeof(int32_t) + 1);
+        if (!t->hx || !t->hy) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch of %lld", (long long)cap);
+        t->cap = cap;
+        if (t->ctx->device.type != LS_DEVICE_CPU) {
+            ls_tensor_destroy(t->x);
+            ls_tensor_destroy(t->y);
+            t->x = t->y = NULL;
+            LS_CHECK(ls_tensor_create(t->ctx->alloc, LS_F32, 2, (int64_t[]){cap, data->features}, "input batch", &t->x));
+            LS_CHECK(ls_tensor_create(t->ctx->alloc, LS_I32, 1, (int64_t[]){cap}, "label batch", &t->y));
+        } else {
+            free(t->x);
+            free(t->y);
+            t->x = malloc(sizeof *t->x);
+            t->y = malloc(sizeof *t->y);
+            if (!t->x || !t->y) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch view");
+        }
+    }
+    LS_CHECK(ls_dataset_gather(data, idx, n, t->hx, t->hy));
+    ls_tensor hx = ls_tensor_view(t->hx, LS_F32, ls_device_cpu(), 2, (int64_t[]){n, data->features});
+    ls_tensor hy = ls_tensor_view(t->hy, LS_I32, ls_device_cpu(), 1, (int64_t[]){n});
+    if (t->ctx->device.type == LS_DEVICE_CPU) {
+        *t->x = hx;
+        *t->y = hy;
+        return LS_OK;
+    }
+    t->x->shape[0] = n; /* the device buffers hold cap rows; use the first n */
+    t->y->shape[0] = n;
+    LS_CHECK(ls_tensor_copy(t->ctx->alloc, t->x, &hx));
+    return ls_tensor_copy(t->ctx->alloc, t->y, &hy);
+}
+
+ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
+                          int64_t global_count, ls_step_stats *stats) {
+    int64_t b = t->cfg.batch_per_rank;
+    int accum = t->cfg.accum_steps;
+    if (count < 0 || count > b * accum)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "step of %lld samples exceeds %d micro-batches of %lld",
+                        (long long)count, accum, (long long)b);
+    if (global_count < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "a step needs at least one sample");
+    ls_step_stats st;
+    memset(&st, 0, sizeof st);
+    st.global_samples = global_count;
+    LS_CHECK(ls_module_zero_grad(t->model));
+    double scale = 1.0 / (double)global_count;
+    for (int k = 0; k < accum; k++) {
+        int last = k == accum - 1;
+        int64_t lo = k * b, hi = lo + b < count ? lo + b : count;
+        int64_t n = hi > lo ? hi - lo : 0;
+        if (last && t->reducer) {
+            LS_CHECK(ls_reducer_begin(t->reducer, 1.0));
+            ls_module_set_grad_hook(t->model, reducer_hook, t->reducer);
+        }
+        if (n > 0) {
+            LS_CHECK(load_batch(t, data, idx + lo, n));
+            const ls_tensor *logits, *dlogits;
+            double mean_loss;
+            int64_t correct;
+            LS_CHECK(ls_module_forward(t->model, t->x, &logits));
+            LS_CHECK(ls_xent_forward(t->loss, logits, t->y, &mean_loss));
+            LS_CHECK(ls_xent_correct(t->loss, logits, t->y, &correct));
+            st.loss_sum += mean_loss * (double)n;
+            st.correct += correct;
+            st.samples += n;
+            LS_CHECK(ls_xent_backward(t->loss, scale, &dlogits));
+            LS_CHECK(ls_module_backward(t->model, dlogits, 0, NULL));
+        }
+        if (last && t->reducer) {
+            ls_module_set_grad_hook(t->model, NULL, NULL);
+            LS_CHECK(ls_reducer_finish(t->reducer)); /* grads never marked ready (no samples) count as ready */
+        }
+    }
+    if (t->cfg.clip_grad_norm > 0)
+        LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm, &st.grad_norm));
+    st.lr = ls_lr_at(&t->cfg.lr, t->steps);
+    LS_CHECK(ls_optimizer_step(t->opt, st.lr));
+    t->steps++;
+    if (stats) *stats = st;
+    return LS_OK;
+}
+
+ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
+                              double *loss_sum, int64_t *correct) {
+    int64_t chunk = t->cfg.batch_per_rank * t->cfg.accum_steps;
+    if (chunk < 256) chunk = 256;
+    *loss_sum = 0;
+    *correct = 0;
+    for (int64_t lo = 0; lo < count; lo += chunk) {
+        int64_t n = count - lo < chunk ? count - lo : chunk;
+        LS_CHECK(load_batch(t, data, idx + lo, n));
+        const ls_tensor *logits;
+        double mean_loss;
+        int64_t c;
+        LS_CHECK(ls_module_forward(t->model, t->x, &logits));
+        LS_CHECK(ls_xent_forward(t->loss, logits, t->y, &mean_loss));
+        LS_CHECK(ls_xent_correct(t->loss, logits, t->y, &c));
+        *loss_sum += mean_loss * (double)n;
+        *correct += c;
+    }
+    return LS_OK;
+}

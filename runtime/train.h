@@ -1,0 +1,60 @@
+/* train.h: the data-parallel training step and epoch loop shared by examples, tests and
+ * benchmarks. A step is accum_steps micro-batches; each rank's micro-batch gradients are scaled
+ * by 1/(global samples in the step), so summing across ranks and micro-steps gives exactly the
+ * gradient of the mean loss over the global batch, whatever the split. Gradients are exchanged
+ * only on the last micro-step, bucket by bucket while backward runs (DDP's no_sync before). */
+#ifndef LOCKSTEP_TRAIN_H
+#define LOCKSTEP_TRAIN_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "data.h"
+#include "ddp.h"
+#include "nn.h"
+#include "optim.h"
+#include "reducer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ls_train_config {
+    int64_t batch_per_rank; /* micro-batch per rank */
+    int accum_steps;        /* micro-batches per optimizer step (>= 1) */
+    ls_lr_schedule lr;
+    double clip_grad_norm;  /* 0: off */
+    ls_reducer_config buckets;
+} ls_train_config;
+
+typedef struct ls_step_stats {
+    double loss_sum;    /* sum of per-sample losses on this rank */
+    int64_t correct;    /* correct predictions on this rank */
+    int64_t samples;    /* samples on this rank */
+    int64_t global_samples;
+    float lr;
+    double grad_norm;   /* before clipping (0 when clipping is off) */
+} ls_step_stats;
+
+typedef struct ls_trainer ls_trainer;
+
+/* comm may be NULL (single process). Broadcasts rank 0's parameters and checks that every rank
+ * has the same model (parameter count, shapes, dtypes) before the first step. */
+ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt,
+                            const ls_train_config *cfg, ls_trainer **out);
+void ls_trainer_destroy(ls_trainer *t);
+
+/* One optimizer step over this rank's samples idx[0..count) (count <= accum_steps *
+ * batch_per_rank, split into micro-batches), global_count = samples in the step over all ranks. */
+ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
+                          int64_t global_count, ls_step_stats *stats);
+int64_t ls_trainer_num_steps(const ls_trainer *t);
+
+/* Sum of loss and correct over a shard of a data set (no gradients); *count gets the samples. */
+ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
+                              double *loss_sum, int64_t *correct);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

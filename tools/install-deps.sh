@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs the Debian 12 packages lockstep builds, tests and runs with (as root).
+# The CUDA toolkit is optional and not installed here: with /usr/local/cuda present the build adds
+# the CUDA backend, without it the build is CPU-only.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config git libopenblas-dev zlib1g-dev libcjson-dev
+      openmpi-bin libopenmpi-dev dataset-fashion-mnist iproute2 clang libclang-rt-14-dev)
+if [ "${LOCKSTEP_WITH_TORCH:-0}" = 1 ]; then pkgs+=(python3-torch python3-numpy); fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

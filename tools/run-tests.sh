@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# run-tests.sh: builds lockstep and runs the whole test suite: the default configuration (CUDA
+# when the toolkit is found: GPU tests skip without a GPU), then a CPU-only ASan+UBSan build that
+# runs the unit and mpi tests again. Build trees: build/ and build-asan/. Exits non-zero on failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+echo "== default build (build/)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
+echo "== CPU-only ASan+UBSan build (build-asan/)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLOCKSTEP_CUDA=OFF -DLOCKSTEP_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs" -L 'unit' --timeout 600
