@@ -1,0 +1,206 @@
+/* hosts.c: reads the host list of a multi-host run, from an Open MPI hostfile ("host slots=N" per
+ * line) or from --hosts "h1:2,h2:2", and validates it so that mistakes are reported here, naming
+ * the file and line, rather than by mpirun after it has started daemons. */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "launch.h"
+
+#define LSR_MAX_SLOTS 1000000
+
+int lsr_parse_int(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s || isspace((unsigned char)*s)) return -1;
+    errno = 0;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (errno || *end != '\0' || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int host_name_ok(const char *s, size_t len, int allow_colon) {
+    if (len == 0) return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == '@' ||
+              (allow_colon && c == ':')))
+            return 0;
+    }
+    return s[0] != '-';
+}
+
+static void hostlist_add(lsr_hostlist *hl, const char *name, size_t len, int slots) {
+    lsr_host *v = realloc(hl->v, (hl->n + 1) * sizeof *v);
+    char *copy = malloc(len + 1);
+    if (!v || !copy) {
+        fprintf(stderr, "lockstep-run: out of memory\n");
+        exit(1);
+    }
+    memcpy(copy, name, len);
+    copy[len] = '\0';
+    hl->v = v;
+    hl->v[hl->n].name = copy;
+    hl->v[hl->n].slots = slots;
+    hl->n++;
+}
+
+void lsr_hostlist_free(lsr_hostlist *hl) {
+    for (size_t i = 0; i < hl->n; i++) free(hl->v[i].name);
+    free(hl->v);
+    hl->v = NULL;
+    hl->n = 0;
+}
+
+/* One "key=value" (spaces allowed around '=') starting at *pp; advances *pp past it. */
+static int parse_attr(char **pp, const char *path, int lineno, int *slots, int *max_slots,
+                      char *err, size_t errlen) {
+    char *p = *pp;
+    char *key = p;
+    while (*p && (isalnum((unsigned char)*p) || *p == '_' || *p == '-')) p++;
+    size_t klen = (size_t)(p - key);
+    while (*p == ' ' || *p == '\t') p++;
+    if (klen == 0 || *p != '=') {
+        char *tok_end = key;
+        while (*tok_end && !isspace((unsigned char)*tok_end)) tok_end++;
+        snprintf(err, errlen, "%s:%d: expected 'slots=N' after the host name, got '%.*s'", path,
+                 lineno, (int)(tok_end - key), key);
+        return -1;
+    }
+    p++;
+    while (*p == ' ' || *p == '\t') p++;
+    char *val = p;
+    while (*p && !isspace((unsigned char)*p)) p++;
+    char saved = *p;
+    *p = '\0';
+    long v = 0;
+    int bad = lsr_parse_int(val, 1, LSR_MAX_SLOTS, &v);
+    int *dst = NULL;
+    if ((klen == 5 && !strncmp(key, "slots", 5)) || (klen == 5 && !strncmp(key, "count", 5)) ||
+        (klen == 3 && !strncmp(key, "cpu", 3)))
+        dst = slots;
+    else if ((klen == 9 && (!strncmp(key, "max_slots", 9) || !strncmp(key, "max-slots", 9))))
+        dst = max_slots;
+    if (!dst) {
+        snprintf(err, errlen, "%s:%d: unknown attribute '%.*s' (expected slots=N or max_slots=N)",
+                 path, lineno, (int)klen, key);
+        *p = saved;
+        return -1;
+    }
+    if (bad) {
+        snprintf(err, errlen, "%s:%d: %.*s must be a positive integer, got '%s'", path, lineno,
+                 (int)klen, key, val);
+        *p = saved;
+        return -1;
+    }
+    *dst = (int)v;
+    *p = saved;
+    *pp = p;
+    return 0;
+}
+
+int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "cannot read hostfile '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0, rc = 0;
+    while (getline(&line, &cap, f) >= 0) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *p = line;
+        while (isspace((unsigned char)*p)) p++;
+        if (!*p) continue;
+        char *name = p;
+        while (*p && !isspace((unsigned char)*p)) p++;
+        size_t nlen = (size_t)(p - name);
+        if (!host_name_ok(name, nlen, 1)) {
+            snprintf(err, errlen, "%s:%d: '%.*s' is not a host name", path, lineno, (int)nlen,
+                     name);
+            rc = -1;
+            break;
+        }
+        int slots = 0, max_slots = 0;
+        for (;;) {
+            while (isspace((unsigned char)*p)) p++;
+            if (!*p) break;
+            if (parse_attr(&p, path, lineno, &slots, &max_slots, err, errlen)) {
+                rc = -1;
+                break;
+            }
+        }
+        if (rc) break;
+        if (max_slots && slots > max_slots) {
+            snprintf(err, errlen, "%s:%d: slots=%d exceeds max_slots=%d", path, lineno, slots,
+                     max_slots);
+            rc = -1;
+            break;
+        }
+        hostlist_add(out, name, nlen, slots);
+    }
+    if (!rc && ferror(f)) {
+        snprintf(err, errlen, "cannot read hostfile '%s': %s", path, strerror(errno));
+        rc = -1;
+    }
+    if (!rc && out->n == 0) {
+        snprintf(err, errlen, "hostfile '%s' names no hosts", path);
+        rc = -1;
+    }
+    free(line);
+    fclose(f);
+    if (rc) lsr_hostlist_free(out);
+    return rc;
+}
+
+int lsr_hosts_parse(const char *spec, lsr_hostlist *out, char *err, size_t errlen) {
+    const char *p = spec;
+    if (!*spec) {
+        snprintf(err, errlen, "--hosts: empty host list (expected host[:slots],...)");
+        return -1;
+    }
+    if (strlen(spec) > INT_MAX / 2) {
+        snprintf(err, errlen, "--hosts: host list too long");
+        return -1;
+    }
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = memchr(p, ':', len);
+        size_t nlen = colon ? (size_t)(colon - p) : len;
+        int slots = 0;
+        if (!host_name_ok(p, nlen, 0)) {
+            snprintf(err, errlen, "--hosts: '%.*s' is not host[:slots] (in '%s')", (int)len, p,
+                     spec);
+            lsr_hostlist_free(out);
+            return -1;
+        }
+        if (colon) {
+            char num[32] = "";
+            size_t slen = len - nlen - 1;
+            long v = 0;
+            if (slen < sizeof num) {
+                memcpy(num, colon + 1, slen);
+                num[slen] = '\0';
+            }
+            if (slen >= sizeof num || lsr_parse_int(num, 1, LSR_MAX_SLOTS, &v)) {
+                snprintf(err, errlen,
+                         "--hosts: slots in '%.*s' must be a positive integer (in '%s')", (int)len,
+                         p, spec);
+                lsr_hostlist_free(out);
+                return -1;
+            }
+            slots = (int)v;
+        }
+        hostlist_add(out, p, nlen, slots);
+        if (!end) break;
+        p = end + 1;
+    }
+    return 0;
+}

@@ -1,0 +1,58 @@
+/* launch.h: internals of lockstep-run shared by its files: a growable string vector (the child's
+ * argv is built in one, never as a shell string), the host list read from --hostfile/--hosts, and
+ * probes of this machine (GPUs, CPUs, PATH lookup). Functions that can fail return -1 and write a
+ * one-line reason into a caller's buffer; main decides how to exit. */
+#ifndef LOCKSTEP_LAUNCH_H
+#define LOCKSTEP_LAUNCH_H
+
+#include <stddef.h>
+
+#define LSR_ERRLEN 512
+
+/* NULL-terminated vector of heap strings. */
+typedef struct lsr_strvec {
+    char **v; /* [n + 1], v[n] == NULL */
+    size_t n;
+    size_t cap;
+} lsr_strvec;
+
+void lsr_strvec_push(lsr_strvec *sv, const char *s);
+void lsr_strvec_pushf(lsr_strvec *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int lsr_strvec_contains(const lsr_strvec *sv, const char *s);
+void lsr_strvec_free(lsr_strvec *sv);
+
+/* Hosts from --hostfile or --hosts, in order. slots == 0: not given (Open MPI then uses the
+ * host's core count for a hostfile line and 1 for --host). */
+typedef struct lsr_host {
+    char *name;
+    int slots;
+} lsr_host;
+
+typedef struct lsr_hostlist {
+    lsr_host *v; /* [n] */
+    size_t n;
+} lsr_hostlist;
+
+/* Open MPI hostfile: "host [slots=N] [max_slots=N]" per line, '#' comments, blank lines. */
+int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t errlen);
+/* --hosts "h1:2,h2:2,h3" (":N" optional). */
+int lsr_hosts_parse(const char *spec, lsr_hostlist *out, char *err, size_t errlen);
+void lsr_hostlist_free(lsr_hostlist *hl);
+
+/* Parses a whole decimal int in [lo, hi]; -1 when s is not one. */
+int lsr_parse_int(const char *s, long lo, long hi, long *out);
+
+/* GPUs this process may use: NVIDIA device nodes (/dev/nvidiaN, else /proc/driver/nvidia/gpus),
+ * limited by CUDA_VISIBLE_DEVICES when set. *why gets a short description of what was found. */
+int lsr_count_gpus(const char **why);
+/* Logical CPUs in this process's affinity mask (what BLAS threads would use). */
+int lsr_count_cpus(void);
+/* Physical cores among those CPUs (what Open MPI counts as slots on a host). */
+int lsr_count_cores(void);
+
+/* Resolves a program like execvp: a name with '/' is used as is, else searched in PATH. Returns
+ * 0 with a malloc'd path in *out, or an errno-like code: ENOENT (not found), EACCES (not an
+ * executable regular file). */
+int lsr_find_program(const char *name, char **out);
+
+#endif

@@ -1,0 +1,688 @@
+/* lockstep_run.c: lockstep-run, which starts one rank of a program per GPU. It picks a launcher
+ * (the program itself for one rank, Open MPI's mpirun, or srun inside a Slurm job), builds the
+ * launcher's argv as an array and execs it: no shell runs in between, so the program's arguments
+ * arrive verbatim. --dry-run prints that argv, shell-quoted, instead of running it.
+ * Exit status: the program's (through mpirun/srun); 2 for usage errors; 126/127 when the program
+ * is not executable / not found. */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "launch.h"
+
+#ifndef LSR_VERSION
+#define LSR_VERSION "unknown"
+#endif
+
+#define EXIT_USAGE 2
+#define EXIT_NOEXEC 126
+#define EXIT_NOTFOUND 127
+#define MAX_RANKS 1000000
+
+extern char **environ;
+
+typedef enum lsr_launcher {
+    LSR_AUTO = 0,
+    LSR_DIRECT,
+    LSR_MPIRUN,
+    LSR_SRUN,
+} lsr_launcher;
+
+static const char *const launcher_names[] = {"auto", "direct", "mpirun", "srun"};
+
+typedef struct lsr_opts {
+    long np;                  /* 0: not given */
+    const char *hostfile;     /* --hostfile */
+    const char *hosts;        /* --hosts */
+    lsr_launcher launcher;    /* --launcher / LOCKSTEP_LAUNCHER */
+    const char *launcher_src; /* where launcher came from, for messages */
+    int no_slurm;
+    const char *mpirun;     /* --mpirun / LOCKSTEP_MPIRUN, NULL: search PATH */
+    const char *mpirun_src; /* "--mpirun" or "LOCKSTEP_MPIRUN" */
+    lsr_strvec mca;         /* KEY, VALUE, KEY, VALUE, ... */
+    const char *bind;       /* NULL: default */
+    int oversubscribe;
+    lsr_strvec xvars; /* -x NAME or NAME=VALUE, as given */
+    int dry_run;
+    int verbose;
+    char **prog; /* program and its arguments, NULL-terminated */
+} lsr_opts;
+
+/* Variables forwarded to every rank when set: prefixes and exact names. */
+static const char *const fwd_prefixes[] = {"LOCKSTEP_", "NCCL_", "OMP_", "OPENBLAS_", "MKL_"};
+static const char *const fwd_names[] = {"CUDA_VISIBLE_DEVICES", "GOTO_NUM_THREADS"};
+/* Any of these set by the user means "I chose the thread count". */
+static const char *const thread_vars[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                          "MKL_NUM_THREADS", "GOTO_NUM_THREADS"};
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "Usage: lockstep-run [options] [--] program [args...]\n"
+        "Start one rank of program per GPU: through mpirun (Open MPI), through srun inside a\n"
+        "Slurm job, or, for a single rank, by running program directly. The command is built as\n"
+        "an argument vector with no shell in between: arguments reach program verbatim.\n"
+        "\n"
+        "Options:\n"
+        "  -n, --np N           ranks to start (default: one per GPU this host may use; 1 on a\n"
+        "                       host without GPUs; the sum of slots with --hostfile/--hosts; the\n"
+        "                       job's SLURM_NTASKS under Slurm)\n"
+        "      --hostfile FILE  Open MPI hostfile: 'host [slots=N] [max_slots=N]' per line, '#'\n"
+        "                       comments; checked before mpirun starts\n"
+        "      --hosts LIST     hosts as host[:slots],... e.g. node1:4,node2:4 (slots default 1;\n"
+        "                       --host, as in mpirun, is the same option)\n"
+        "      --launcher L     auto (default), mpirun, srun or direct (run program itself;\n"
+        "                       one rank only). auto: mpirun with hosts; srun when\n"
+        "                       SLURM_JOB_ID is set and srun is in PATH; direct for one rank;\n"
+        "                       mpirun otherwise\n"
+        "      --no-slurm       ignore a Slurm job (auto never picks srun)\n"
+        "      --mpirun PATH    mpirun to use (default: mpirun in PATH)\n"
+        "      --mca KEY VALUE  pass an Open MPI MCA parameter to mpirun (repeatable; also\n"
+        "                       --mca KEY=VALUE), e.g. --mca btl_tcp_if_include 10.0.0.0/24;\n"
+        "                       with srun or direct: sets OMPI_MCA_KEY=VALUE instead\n"
+        "      --bind WHAT      none, core or socket: CPU binding of each rank (mpirun default\n"
+        "                       none, so a rank's BLAS threads are not confined to one core;\n"
+        "                       srun: the site's default unless given)\n"
+        "      --oversubscribe  allow more ranks than slots/cores (added by itself for a\n"
+        "                       single-host mpirun run with more ranks than cores)\n"
+        "  -x NAME[=VALUE]      also forward variable NAME to every rank (repeatable), with\n"
+        "                       VALUE: set it to VALUE first\n"
+        "      --dry-run        print the command, shell-quoted on one line, and exit 0\n"
+        "  -v, --verbose        say what was detected and decided, and print the command\n"
+        "  -h, --help           print this help and exit\n"
+        "      --version        print the version and exit\n"
+        "\n"
+        "Forwarded to every rank when set: LOCKSTEP_*, NCCL_*, OMP_*, OPENBLAS_*, MKL_*,\n"
+        "GOTO_NUM_THREADS, CUDA_VISIBLE_DEVICES (mpirun: -x NAME; srun: --export=ALL).\n"
+        "Threads: when several ranks share a host and none of OMP_NUM_THREADS,\n"
+        "OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, GOTO_NUM_THREADS is set, each rank gets\n"
+        "OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=max(1, CPUs / ranks on the host): one BLAS thread\n"
+        "each when ranks share cores.\n"
+        "As root, mpirun gets --allow-run-as-root.\n"
+        "GPUs are counted without CUDA: /dev/nvidia<N> (else /proc/driver/nvidia/gpus), limited\n"
+        "by CUDA_VISIBLE_DEVICES when set (an empty value hides every GPU).\n"
+        "\n"
+        "Environment:\n"
+        "  LOCKSTEP_MPIRUN      mpirun to use, as --mpirun (the flag wins)\n"
+        "  LOCKSTEP_LAUNCHER    launcher, as --launcher (the flag wins)\n"
+        "  SLURM_JOB_ID         inside a Slurm job, auto uses srun; SLURM_NTASKS gives the\n"
+        "                       default -n; SLURM_JOB_NUM_NODES the ranks per node\n"
+        "\n"
+        "Exit status: the program's (mpirun and srun pass it on); 2 for a usage error (bad\n"
+        "option, hostfile, -n, missing mpirun); 127 when program is not found, 126 when it is\n"
+        "not executable.\n"
+        "\n"
+        "Examples:\n"
+        "  lockstep-run ./fashion_mlp --epochs 2             one rank per local GPU\n"
+        "  lockstep-run -n 4 ./fashion_mlp                   4 CPU ranks on this host\n"
+        "  lockstep-run --hosts a:8,b:8 ./fashion_mlp        16 ranks on two hosts\n"
+        "  lockstep-run --dry-run -n 2 ./fashion_mlp         show the mpirun command\n");
+}
+
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die_usage(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("lockstep-run: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\n", stderr);
+    va_end(ap);
+    exit(EXIT_USAGE);
+}
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("lockstep-run: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\n", stderr);
+    va_end(ap);
+}
+
+static int valid_env_name(const char *s, size_t len) {
+    if (len == 0 || !(isalpha((unsigned char)s[0]) || s[0] == '_')) return 0;
+    for (size_t i = 1; i < len; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '_')) return 0;
+    return 1;
+}
+
+static lsr_launcher parse_launcher(const char *s, const char *src) {
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, launcher_names[i])) return (lsr_launcher)i;
+    die_usage("%s: unknown launcher '%s' (expected auto, mpirun, srun or direct)", src, s);
+}
+
+static void parse_args(int argc, char **argv, lsr_opts *o) {
+    enum {
+        OPT_HOSTFILE = 256,
+        OPT_HOSTS,
+        OPT_LAUNCHER,
+        OPT_NO_SLURM,
+        OPT_MPIRUN,
+        OPT_MCA,
+        OPT_BIND,
+        OPT_OVERSUB,
+        OPT_DRY_RUN,
+        OPT_VERSION,
+    };
+    static const struct option longopts[] = {
+        {"np", required_argument, NULL, 'n'},
+        {"hostfile", required_argument, NULL, OPT_HOSTFILE},
+        {"hosts", required_argument, NULL, OPT_HOSTS},
+        {"host", required_argument, NULL, OPT_HOSTS},
+        {"launcher", required_argument, NULL, OPT_LAUNCHER},
+        {"no-slurm", no_argument, NULL, OPT_NO_SLURM},
+        {"mpirun", required_argument, NULL, OPT_MPIRUN},
+        {"mca", required_argument, NULL, OPT_MCA},
+        {"bind", required_argument, NULL, OPT_BIND},
+        {"oversubscribe", no_argument, NULL, OPT_OVERSUB},
+        {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    int c;
+    /* '+': stop at the program name, so its own options are left alone. */
+    while ((c = getopt_long(argc, argv, "+:n:x:vh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            if (!strcmp(optarg, "p"))
+                die_usage("mpirun's -np is -n N or --np N here");
+            if (lsr_parse_int(optarg, 1, MAX_RANKS, &o->np))
+                die_usage("-n/--np must be a positive integer, got '%s'", optarg);
+            break;
+        case OPT_HOSTFILE: o->hostfile = optarg; break;
+        case OPT_HOSTS: o->hosts = optarg; break;
+        case OPT_LAUNCHER:
+            o->launcher = parse_launcher(optarg, "--launcher");
+            o->launcher_src = "--launcher";
+            break;
+        case OPT_NO_SLURM: o->no_slurm = 1; break;
+        case OPT_MPIRUN:
+            o->mpirun = optarg;
+            o->mpirun_src = "--mpirun";
+            break;
+        case OPT_MCA: {
+            /* MCA parameter names are identifiers: they also become OMPI_MCA_<name> variables. */
+            const char *eq = strchr(optarg, '=');
+            size_t klen = eq ? (size_t)(eq - optarg) : strlen(optarg);
+            int ok = klen > 0;
+            for (size_t i = 0; i < klen && ok; i++)
+                ok = isalnum((unsigned char)optarg[i]) || optarg[i] == '_';
+            if (!ok) die_usage("--mca: '%.*s' is not an MCA parameter name", (int)klen, optarg);
+            if (!eq && optind >= argc)
+                die_usage("--mca needs a parameter name and a value: --mca KEY VALUE");
+            lsr_strvec_pushf(&o->mca, "%.*s", (int)klen, optarg);
+            lsr_strvec_push(&o->mca, eq ? eq + 1 : argv[optind++]);
+            break;
+        }
+        case OPT_BIND:
+            if (strcmp(optarg, "none") && strcmp(optarg, "core") && strcmp(optarg, "socket"))
+                die_usage("--bind must be none, core or socket, got '%s'", optarg);
+            o->bind = optarg;
+            break;
+        case OPT_OVERSUB: o->oversubscribe = 1; break;
+        case 'x': {
+            const char *eq = strchr(optarg, '=');
+            size_t len = eq ? (size_t)(eq - optarg) : strlen(optarg);
+            if (!valid_env_name(optarg, len))
+                die_usage("-x: '%s' is not NAME or NAME=VALUE with a valid variable name", optarg);
+            lsr_strvec_push(&o->xvars, optarg);
+            break;
+        }
+        case OPT_DRY_RUN: o->dry_run = 1; break;
+        case 'v': o->verbose = 1; break;
+        case 'h': usage(stdout); exit(0);
+        case OPT_VERSION: printf("lockstep-run %s\n", LSR_VERSION); exit(0);
+        case ':':
+            if (optopt && optopt < 256)
+                die_usage("option '-%c' needs a value (see lockstep-run --help)", optopt);
+            die_usage("option '%s' needs a value (see lockstep-run --help)", argv[optind - 1]);
+        default:
+            if (optopt && optopt < 256)
+                die_usage("unknown option '-%c' (see lockstep-run --help)", optopt);
+            die_usage("unknown or ambiguous option '%s' (see lockstep-run --help)",
+                      argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        die_usage("no program given (usage: lockstep-run [options] [--] program [args...]; "
+                  "see --help)");
+    o->prog = argv + optind;
+}
+
+/* ---- shell quoting, for --dry-run and --verbose only ---------------------------------------- */
+
+static int shell_safe(const char *s, int command_word) {
+    if (!*s) return 0;
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (isalnum(c) || strchr("_@%+:,./-", c)) continue;
+        if (c == '=' && !command_word) continue;
+        return 0;
+    }
+    return 1;
+}
+
+static void print_quoted(FILE *f, const char *s, int command_word) {
+    if (shell_safe(s, command_word)) {
+        fputs(s, f);
+        return;
+    }
+    fputc('\'', f);
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'')
+            fputs("'\\''", f);
+        else
+            fputc(*p, f);
+    }
+    fputc('\'', f);
+}
+
+/* env: NAME=VALUE assignments for the command's environment, printed as a prefix. */
+static void print_command(FILE *f, const lsr_strvec *env, char *const *argv) {
+    int first = 1;
+    for (size_t i = 0; i < env->n; i++) {
+        const char *eq = strchr(env->v[i], '=');
+        fprintf(f, "%s%.*s=", first ? "" : " ", (int)(eq - env->v[i]), env->v[i]);
+        if (eq[1])
+            print_quoted(f, eq + 1, 0);
+        else
+            fputs("''", f);
+        first = 0;
+    }
+    for (size_t i = 0; argv[i]; i++) {
+        if (!first) fputc(' ', f);
+        print_quoted(f, argv[i], i == 0);
+        first = 0;
+    }
+    fputc('\n', f);
+}
+
+/* ---- the plan -------------------------------------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Names of the variables in the environment that ranks get, sorted. */
+static void forwarded_env(lsr_strvec *out) {
+    for (char **e = environ; *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        size_t len = (size_t)(eq - *e);
+        if (!valid_env_name(*e, len)) continue;
+        int fwd = 0;
+        for (size_t i = 0; i < sizeof fwd_prefixes / sizeof *fwd_prefixes && !fwd; i++)
+            fwd = !strncmp(*e, fwd_prefixes[i], strlen(fwd_prefixes[i]));
+        for (size_t i = 0; i < sizeof fwd_names / sizeof *fwd_names && !fwd; i++)
+            fwd = len == strlen(fwd_names[i]) && !strncmp(*e, fwd_names[i], len);
+        if (!fwd) continue;
+        char name[256];
+        if (len >= sizeof name) continue;
+        memcpy(name, *e, len);
+        name[len] = '\0';
+        if (!lsr_strvec_contains(out, name)) lsr_strvec_push(out, name);
+    }
+    if (out->n) qsort(out->v, out->n, sizeof *out->v, cmp_str);
+}
+
+static int user_set_threads(const lsr_opts *o) {
+    for (size_t i = 0; i < sizeof thread_vars / sizeof *thread_vars; i++) {
+        const char *v = getenv(thread_vars[i]);
+        if (v && *v) return 1;
+        size_t len = strlen(thread_vars[i]);
+        for (size_t j = 0; j < o->xvars.n; j++)
+            if (!strncmp(o->xvars.v[j], thread_vars[i], len) && o->xvars.v[j][len] == '=') return 1;
+    }
+    return 0;
+}
+
+static long env_long(const char *name, long dflt) {
+    const char *v = getenv(name);
+    long out = 0;
+    if (v && !lsr_parse_int(v, 1, MAX_RANKS, &out)) return out;
+    return dflt;
+}
+
+static long slurm_nodes(void) {
+    return env_long("SLURM_JOB_NUM_NODES", env_long("SLURM_NNODES", 1));
+}
+
+/* What lockstep-run decided; built by plan_*() from the options and this machine. */
+typedef struct lsr_plan {
+    lsr_hostlist hosts; /* from --hostfile or --hosts; n == 0: this host only */
+    int hosts_from_file;
+    lsr_launcher launcher; /* never LSR_AUTO once planned */
+    const char *launcher_why;
+    long np;
+    const char *np_why;
+    long per_host; /* ranks on the busiest host */
+    long threads;  /* OMP/OpenBLAS threads per rank to set; 0: leave alone */
+    char *prog_path;
+    char *mpirun_path;
+    char *srun_path;
+} lsr_plan;
+
+static void plan_free(lsr_plan *p) {
+    lsr_hostlist_free(&p->hosts);
+    free(p->prog_path);
+    free(p->mpirun_path);
+    free(p->srun_path);
+}
+
+static void plan_hosts(const lsr_opts *o, lsr_plan *p) {
+    char err[LSR_ERRLEN];
+    if (o->hostfile && o->hosts) die_usage("--hostfile and --hosts are alternatives; give one");
+    if (o->hostfile) {
+        if (lsr_hostfile_parse(o->hostfile, &p->hosts, err, sizeof err)) die_usage("%s", err);
+        p->hosts_from_file = 1;
+    } else if (o->hosts && lsr_hosts_parse(o->hosts, &p->hosts, err, sizeof err)) {
+        die_usage("%s", err);
+    }
+}
+
+/* srun when asked, or by default inside a Slurm job without explicit hosts. */
+static void plan_srun(const lsr_opts *o, lsr_plan *p) {
+    const char *job = getenv("SLURM_JOB_ID");
+    int in_slurm = job && *job && !o->no_slurm;
+    p->launcher = o->launcher;
+    p->launcher_why = o->launcher_src;
+    if (p->launcher != LSR_SRUN && !(p->launcher == LSR_AUTO && in_slurm && !p->hosts.n)) return;
+    if (lsr_find_program("srun", &p->srun_path)) {
+        if (p->launcher == LSR_SRUN)
+            die_usage("%s srun: srun was not found in PATH", o->launcher_src);
+        if (o->verbose) note("SLURM_JOB_ID is set but srun is not in PATH; not using srun");
+        return;
+    }
+    if (p->launcher == LSR_AUTO) {
+        p->launcher = LSR_SRUN;
+        p->launcher_why = "inside a Slurm job";
+    }
+    if (p->hosts.n)
+        die_usage("--hostfile/--hosts cannot be used with srun (Slurm places ranks); use "
+                  "--launcher mpirun or drop them");
+}
+
+static void plan_np(const lsr_opts *o, lsr_plan *p) {
+    const lsr_hostlist *h = &p->hosts;
+    const char *gpu_why = "";
+    int gpus = -1;
+    p->np = o->np;
+    p->np_why = "-n";
+    if (p->np) {
+        /* given */
+    } else if (h->n) {
+        /* Hosts without slots: one rank per GPU of this host (hosts assumed alike) for a hostfile
+         * line, one for a --hosts entry without ":N" (as Open MPI counts it). */
+        for (size_t i = 0; i < h->n; i++) {
+            if (h->v[i].slots) {
+                p->np += h->v[i].slots;
+            } else if (p->hosts_from_file) {
+                if (gpus < 0) gpus = lsr_count_gpus(&gpu_why);
+                p->np += gpus > 0 ? gpus : 1;
+            } else {
+                p->np += 1;
+            }
+        }
+        p->np_why = "slots of the hosts";
+    } else if (p->launcher == LSR_SRUN && env_long("SLURM_NTASKS", 0) > 0) {
+        p->np = env_long("SLURM_NTASKS", 1);
+        p->np_why = "SLURM_NTASKS";
+    } else {
+        long nodes = p->launcher == LSR_SRUN ? slurm_nodes() : 1;
+        gpus = lsr_count_gpus(&gpu_why);
+        p->np_why = gpu_why;
+        if (gpus > 0) {
+            p->np = gpus * nodes;
+        } else {
+            p->np = nodes;
+            note("%s: starting %ld rank%s on the CPU%s; pass -n N for more", gpu_why, p->np,
+                 p->np > 1 ? "s" : "", nodes > 1 ? " (one per node)" : "");
+        }
+    }
+
+    /* Open MPI: a hostfile line without slots gets the host's core count (unknown here, so no
+     * check), a --hosts entry without ":N" one slot. */
+    long total = 0;
+    int known = 1;
+    for (size_t i = 0; i < h->n; i++) {
+        total += h->v[i].slots ? h->v[i].slots : 1;
+        known &= h->v[i].slots > 0 || !p->hosts_from_file;
+    }
+    if (h->n && known && !o->oversubscribe && p->np > total)
+        die_usage("-n %ld exceeds the %ld slot%s given by %s; add slots or pass --oversubscribe",
+                  p->np, total, total == 1 ? "" : "s", o->hostfile ? o->hostfile : "--hosts");
+}
+
+static void plan_launcher(const lsr_opts *o, lsr_plan *p) {
+    if (p->launcher == LSR_AUTO) {
+        p->launcher = p->hosts.n || p->np > 1 ? LSR_MPIRUN : LSR_DIRECT;
+        p->launcher_why = p->hosts.n ? "hosts given" : p->np > 1 ? "several ranks" : "one rank";
+    }
+    if (p->launcher == LSR_DIRECT && (p->np > 1 || p->hosts.n))
+        die_usage("%s direct runs one process on this host; -n %ld%s needs mpirun or srun",
+                  o->launcher_src, p->np, p->hosts.n ? " on other hosts" : "");
+    if (p->launcher != LSR_MPIRUN) return;
+    if (o->mpirun) {
+        int rc = lsr_find_program(o->mpirun, &p->mpirun_path);
+        if (rc == ENOENT) die_usage("%s %s: no such program", o->mpirun_src, o->mpirun);
+        if (rc) die_usage("%s %s: not an executable file", o->mpirun_src, o->mpirun);
+    } else if (lsr_find_program("mpirun", &p->mpirun_path)) {
+        if (p->hosts.n)
+            die_usage("%s needs mpirun, which was not found in PATH; install Open MPI "
+                      "(openmpi-bin) or pass --mpirun PATH",
+                      o->hostfile ? "--hostfile" : "--hosts");
+        die_usage("-n %ld needs mpirun, which was not found in PATH; install Open MPI "
+                  "(openmpi-bin) or pass --mpirun PATH",
+                  p->np);
+    }
+}
+
+/* Ranks on the busiest host, and the thread count that shares its CPUs among them. */
+static void plan_threads(const lsr_opts *o, lsr_plan *p) {
+    long np = p->np;
+    p->per_host = np;
+    if (p->launcher == LSR_MPIRUN && p->hosts.n) {
+        /* Open MPI fills each host's slots in order. */
+        long max_slots = 1, n = (long)p->hosts.n;
+        for (size_t i = 0; i < p->hosts.n; i++) {
+            long s = p->hosts.v[i].slots;
+            if (!s) s = p->hosts_from_file ? lsr_count_cores() : 1;
+            if (s > max_slots) max_slots = s;
+        }
+        long even = (np + n - 1) / n;
+        p->per_host = np < max_slots ? np : max_slots;
+        if (even > p->per_host) p->per_host = even;
+    } else if (p->launcher == LSR_SRUN) {
+        long nodes = slurm_nodes();
+        p->per_host = (np + nodes - 1) / nodes;
+    }
+    if (p->per_host <= 1 || user_set_threads(o)) return;
+    int cpus = lsr_count_cpus();
+    p->threads = cpus / p->per_host;
+    if (p->threads < 1) p->threads = 1;
+    if (o->verbose)
+        note("%ld ranks share %d CPU(s) per host: OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=%ld",
+             p->per_host, cpus, p->threads);
+}
+
+static void push_prog(lsr_strvec *cmd, const lsr_opts *o) {
+    for (char **a = o->prog; *a; a++) lsr_strvec_push(cmd, *a);
+}
+
+/* mpirun -np N [--hostfile F | --host L] [--allow-run-as-root] [--oversubscribe] --bind-to B
+ *        --map-by slot [--mca K V]... [-x NAME]... [-x NAME=VALUE]... program args... */
+static void build_mpirun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) {
+    lsr_strvec_push(cmd, p->mpirun_path);
+    lsr_strvec_push(cmd, "-np");
+    lsr_strvec_pushf(cmd, "%ld", p->np);
+    if (o->hostfile) {
+        lsr_strvec_push(cmd, "--hostfile");
+        lsr_strvec_push(cmd, o->hostfile);
+    } else if (o->hosts) {
+        lsr_strvec_push(cmd, "--host");
+        lsr_strvec_push(cmd, o->hosts);
+    }
+    if (geteuid() == 0) lsr_strvec_push(cmd, "--allow-run-as-root");
+    /* Without hosts Open MPI offers one slot per core of this host. */
+    int cores = p->hosts.n ? 0 : lsr_count_cores();
+    if (o->oversubscribe || (!p->hosts.n && p->np > cores)) {
+        lsr_strvec_push(cmd, "--oversubscribe");
+        if (o->verbose && !o->oversubscribe)
+            note("%ld ranks on %d core(s): adding --oversubscribe", p->np, cores);
+    }
+    lsr_strvec_push(cmd, "--bind-to");
+    lsr_strvec_push(cmd, o->bind ? o->bind : "none");
+    lsr_strvec_push(cmd, "--map-by");
+    lsr_strvec_push(cmd, "slot");
+    for (size_t i = 0; i + 1 < o->mca.n; i += 2) {
+        lsr_strvec_push(cmd, "--mca");
+        lsr_strvec_push(cmd, o->mca.v[i]);
+        lsr_strvec_push(cmd, o->mca.v[i + 1]);
+    }
+    lsr_strvec names = {0};
+    forwarded_env(&names);
+    for (size_t i = 0; i < names.n; i++) {
+        int dup = 0;
+        size_t len = strlen(names.v[i]);
+        for (size_t j = 0; j < o->xvars.n && !dup; j++)
+            dup = !strncmp(o->xvars.v[j], names.v[i], len) &&
+                  (o->xvars.v[j][len] == '=' || o->xvars.v[j][len] == '\0');
+        if (!dup) {
+            lsr_strvec_push(cmd, "-x");
+            lsr_strvec_push(cmd, names.v[i]);
+        }
+    }
+    lsr_strvec_free(&names);
+    for (size_t i = 0; i < o->xvars.n; i++) {
+        lsr_strvec_push(cmd, "-x");
+        lsr_strvec_push(cmd, o->xvars.v[i]);
+    }
+    if (p->threads) {
+        lsr_strvec_push(cmd, "-x");
+        lsr_strvec_pushf(cmd, "OMP_NUM_THREADS=%ld", p->threads);
+        lsr_strvec_push(cmd, "-x");
+        lsr_strvec_pushf(cmd, "OPENBLAS_NUM_THREADS=%ld", p->threads);
+    }
+    push_prog(cmd, o);
+}
+
+/* Without mpirun, -x NAME=VALUE, --mca and the thread rule become variables of the environment
+ * the ranks inherit (srun --export=ALL forwards it; Open MPI reads OMPI_MCA_<name>). */
+static void build_env(const lsr_opts *o, const lsr_plan *p, lsr_strvec *env) {
+    for (size_t i = 0; i < o->xvars.n; i++)
+        if (strchr(o->xvars.v[i], '=')) lsr_strvec_push(env, o->xvars.v[i]);
+    for (size_t i = 0; i + 1 < o->mca.n; i += 2)
+        lsr_strvec_pushf(env, "OMPI_MCA_%s=%s", o->mca.v[i], o->mca.v[i + 1]);
+    if (p->threads) {
+        lsr_strvec_pushf(env, "OMP_NUM_THREADS=%ld", p->threads);
+        lsr_strvec_pushf(env, "OPENBLAS_NUM_THREADS=%ld", p->threads);
+    }
+}
+
+/* srun --ntasks=N --kill-on-bad-exit=1 [--cpu-bind=B] [--overcommit] --export=ALL program args */
+static void build_srun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) {
+    lsr_strvec_push(cmd, p->srun_path);
+    lsr_strvec_pushf(cmd, "--ntasks=%ld", p->np);
+    lsr_strvec_push(cmd, "--kill-on-bad-exit=1");
+    if (o->bind)
+        lsr_strvec_pushf(cmd, "--cpu-bind=%s",
+                         !strcmp(o->bind, "none")   ? "none"
+                         : !strcmp(o->bind, "core") ? "cores"
+                                                    : "sockets");
+    if (o->oversubscribe) lsr_strvec_push(cmd, "--overcommit");
+    lsr_strvec_push(cmd, "--export=ALL");
+    push_prog(cmd, o);
+}
+
+int main(int argc, char **argv) {
+    lsr_opts o = {0};
+    const char *env_launcher = getenv("LOCKSTEP_LAUNCHER");
+    if (env_launcher && *env_launcher) {
+        o.launcher = parse_launcher(env_launcher, "LOCKSTEP_LAUNCHER");
+        o.launcher_src = "LOCKSTEP_LAUNCHER";
+    }
+    const char *env_mpirun = getenv("LOCKSTEP_MPIRUN");
+    if (env_mpirun && *env_mpirun) {
+        o.mpirun = env_mpirun;
+        o.mpirun_src = "LOCKSTEP_MPIRUN";
+    }
+    parse_args(argc, argv, &o);
+
+    lsr_plan p = {0};
+    lsr_strvec cmd = {0}, env = {0};
+    int rc = 0;
+    plan_hosts(&o, &p);
+    /* The program must exist before anything is started. */
+    int prc = lsr_find_program(o.prog[0], &p.prog_path);
+    if (prc) {
+        if (prc == ENOENT)
+            note("program '%s' not found%s", o.prog[0],
+                 strchr(o.prog[0], '/') ? "" : " in PATH (give a path such as ./prog)");
+        else
+            note("program '%s' is not an executable file", o.prog[0]);
+        rc = prc == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
+        goto done;
+    }
+    plan_srun(&o, &p);
+    plan_np(&o, &p);
+    plan_launcher(&o, &p);
+    plan_threads(&o, &p);
+    if (o.verbose)
+        note("launcher %s (%s), %ld rank%s (%s)", launcher_names[p.launcher], p.launcher_why, p.np,
+             p.np == 1 ? "" : "s", p.np_why);
+
+    if (p.launcher == LSR_MPIRUN) {
+        build_mpirun(&o, &p, &cmd);
+    } else {
+        build_env(&o, &p, &env);
+        if (p.launcher == LSR_SRUN)
+            build_srun(&o, &p, &cmd);
+        else
+            push_prog(&cmd, &o);
+    }
+
+    if (o.dry_run) {
+        print_command(stdout, &env, cmd.v);
+        fflush(stdout);
+        rc = ferror(stdout) ? 1 : 0;
+        goto done;
+    }
+    if (o.verbose) {
+        fputs("lockstep-run: exec ", stderr);
+        print_command(stderr, &env, cmd.v);
+    }
+    for (size_t i = 0; i < env.n; i++) {
+        char *eq = strchr(env.v[i], '=');
+        *eq = '\0';
+        int bad = setenv(env.v[i], eq + 1, 1);
+        *eq = '=';
+        if (bad) {
+            note("cannot set %s: %s", env.v[i], strerror(errno));
+            rc = 1;
+            goto done;
+        }
+    }
+    fflush(NULL);
+    const char *exe = p.launcher == LSR_DIRECT ? p.prog_path : cmd.v[0];
+    execv(exe, cmd.v);
+    int e = errno;
+    note("cannot run %s: %s", exe, strerror(e));
+    rc = e == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
+done:
+    lsr_strvec_free(&cmd);
+    lsr_strvec_free(&env);
+    lsr_strvec_free(&o.mca);
+    lsr_strvec_free(&o.xvars);
+    plan_free(&p);
+    return rc;
+}

@@ -1,0 +1,170 @@
+/* probe.c: what lockstep-run learns about this machine without linking CUDA or MPI: the GPUs it
+ * may use (NVIDIA device nodes or the driver's /proc entries, limited by CUDA_VISIBLE_DEVICES),
+ * its logical CPUs and physical cores (affinity mask, sysfs topology), and programs in PATH. */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "launch.h"
+
+static int count_dir(const char *dir, int dev_nodes) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        if (dev_nodes) {
+            /* nvidia0, nvidia1, ...; not nvidiactl, nvidia-uvm, nvidia-caps. */
+            const char *s = e->d_name;
+            if (strncmp(s, "nvidia", 6) != 0 || !s[6]) continue;
+            int digits = 1;
+            for (s += 6; *s; s++) digits &= isdigit((unsigned char)*s) != 0;
+            if (!digits) continue;
+        }
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Entries of CUDA_VISIBLE_DEVICES that CUDA would accept: it stops at the first invalid one. */
+static int count_visible(const char *cvd) {
+    int n = 0;
+    const char *p = cvd;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && isspace((unsigned char)*p)) {
+            p++;
+            len--;
+        }
+        if (len == 0) break;
+        int ok = !strncmp(p, "GPU-", 4) || !strncmp(p, "MIG-", 4);
+        if (!ok) {
+            ok = 1;
+            for (size_t i = 0; i < len && ok; i++)
+                ok = isdigit((unsigned char)p[i]) != 0 || (i > 0 && isspace((unsigned char)p[i]));
+        }
+        if (!ok) break;
+        n++;
+        if (!end) break;
+        p = end + 1;
+    }
+    return n;
+}
+
+int lsr_count_gpus(const char **why) {
+    /* Device nodes first: inside a container they show the GPUs it was given, while
+     * /proc/driver/nvidia/gpus may list the host's. The driver creates them lazily on some hosts,
+     * so fall back to /proc. */
+    int n = count_dir("/dev", 1);
+    const char *src = "/dev/nvidia*";
+    if (n == 0) {
+        n = count_dir("/proc/driver/nvidia/gpus", 0);
+        src = "/proc/driver/nvidia/gpus";
+    }
+    if (n == 0) {
+        *why = "no NVIDIA GPU found (no /dev/nvidia<N>, no /proc/driver/nvidia/gpus)";
+        return 0;
+    }
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd) {
+        int v = count_visible(cvd);
+        if (v < n) n = v;
+        *why = n ? "GPUs listed in CUDA_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES hides every GPU";
+        return n;
+    }
+    *why = src;
+    return n;
+}
+
+int lsr_count_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static int read_int_file(const char *path, long *out) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int ok = fscanf(f, "%ld", out) == 1;
+    fclose(f);
+    return ok ? 0 : -1;
+}
+
+int lsr_count_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return lsr_count_cpus();
+    /* Distinct (package, core) pairs among the CPUs we may run on. */
+    long seen[CPU_SETSIZE][2];
+    int nseen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set)) continue;
+        char path[128];
+        long pkg = 0, core = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id",
+                 cpu);
+        if (read_int_file(path, &pkg)) return lsr_count_cpus();
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+        if (read_int_file(path, &core)) return lsr_count_cpus();
+        int dup = 0;
+        for (int i = 0; i < nseen && !dup; i++) dup = seen[i][0] == pkg && seen[i][1] == core;
+        if (!dup) {
+            seen[nseen][0] = pkg;
+            seen[nseen][1] = core;
+            nseen++;
+        }
+    }
+    return nseen > 0 ? nseen : lsr_count_cpus();
+}
+
+static int check_exec(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return errno == ENOENT || errno == ENOTDIR ? ENOENT : EACCES;
+    if (!S_ISREG(st.st_mode) || access(path, X_OK) != 0) return EACCES;
+    return 0;
+}
+
+int lsr_find_program(const char *name, char **out) {
+    *out = NULL;
+    if (!*name) return ENOENT;
+    if (strchr(name, '/')) {
+        int rc = check_exec(name);
+        if (!rc) *out = strdup(name);
+        return rc;
+    }
+    const char *path = getenv("PATH");
+    if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+    int found_noexec = 0;
+    const char *p = path;
+    for (;;) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        size_t need = len + strlen(name) + 3;
+        char *cand = malloc(need);
+        if (!cand) return ENOMEM;
+        /* An empty PATH entry means the current directory, as for execvp. */
+        snprintf(cand, need, "%.*s%s%s", (int)(len ? len : 1), len ? p : ".", "/", name);
+        int rc = check_exec(cand);
+        if (!rc) {
+            *out = cand;
+            return 0;
+        }
+        free(cand);
+        found_noexec |= rc == EACCES;
+        if (!end) break;
+        p = end + 1;
+    }
+    return found_noexec ? EACCES : ENOENT;
+}

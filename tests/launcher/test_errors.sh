@@ -1,0 +1,102 @@
+#!/bin/bash
+# test_errors.sh: every mistake gets a one-line message naming it (the file and line for a
+# hostfile), nothing on stdout, and exit status 2 (usage), 127 (program not found) or 126 (not
+# executable); nothing is started.
+. "$(dirname "$0")/lib.sh"
+fake mpirun 0
+
+# err STATUS NEEDLE [NAME=VALUE...] args...: lockstep-run must fail with STATUS and NEEDLE.
+err() {
+    local status=$1 needle=$2
+    shift 2
+    local envs=()
+    while [ $# -gt 0 ] && [[ $1 == [A-Z_]*=* ]]; do envs+=("$1"); shift; done
+    case_ "$*"
+    run "${envs[@]}" "$LSR" "$@"
+    expect_rc "$status"
+    expect_out ""
+    expect_err "lockstep-run: $needle"
+    [ "$(printf '%s\n' "$err" | grep -c .)" -le 1 ] || fail "more than one line: $err"
+}
+
+# The program.
+err 127 "program 'no-such-program-xyz' not found in PATH" -n 2 no-such-program-xyz
+err 127 "program './no-such-program' not found" ./no-such-program
+err 127 "program '/nonexistent/prog' not found" --dry-run /nonexistent/prog
+printf '#!/bin/sh\n' >"$tmp/noexec"
+chmod 644 "$tmp/noexec"
+err 126 "program '$tmp/noexec' is not an executable file" -n 2 "$tmp/noexec"
+err 126 "program '$tmp' is not an executable file" "$tmp"
+
+# -n
+err 2 "-n/--np must be a positive integer, got '0'" -n 0 true
+err 2 "-n/--np must be a positive integer, got '0'" --np=0 true
+err 2 "-n/--np must be a positive integer, got '-1'" -n -1 true
+err 2 "-n/--np must be a positive integer, got 'abc'" -n abc true
+err 2 "-n/--np must be a positive integer, got '2x'" -n 2x true
+err 2 "-n/--np must be a positive integer, got ''" -n '' true
+err 2 "-n/--np must be a positive integer, got ' 2'" -n ' 2' true
+err 2 "-n/--np must be a positive integer, got '99999999999'" -n 99999999999 true
+err 2 "option '-n' needs a value" -n
+
+# Hostfiles.
+HF=$tmp/hf
+err 2 "cannot read hostfile '/nonexistent/hostfile': No such file or directory" --hostfile /nonexistent/hostfile true
+err 2 "cannot read hostfile '$tmp': Is a directory" --hostfile "$tmp" true
+printf 'node1 slots=2\n# ok so far\nnode2 slots=two\n' >"$HF"
+err 2 "$HF:3: slots must be a positive integer, got 'two'" --hostfile "$HF" true
+printf 'node1 slots=0\n' >"$HF"
+err 2 "$HF:1: slots must be a positive integer, got '0'" --hostfile "$HF" true
+printf 'node1 slots=\n' >"$HF"
+err 2 "$HF:1: slots must be a positive integer, got ''" --hostfile "$HF" true
+printf '\nnode1 cores=3\n' >"$HF"
+err 2 "$HF:2: unknown attribute 'cores' (expected slots=N or max_slots=N)" --hostfile "$HF" true
+printf 'node1 2\n' >"$HF"
+err 2 "$HF:1: expected 'slots=N' after the host name, got '2'" --hostfile "$HF" true
+printf 'no$de slots=1\n' >"$HF"
+err 2 "$HF:1: 'no\$de' is not a host name" --hostfile "$HF" true
+printf 'node1 slots=4 max_slots=2\n' >"$HF"
+err 2 "$HF:1: slots=4 exceeds max_slots=2" --hostfile "$HF" true
+printf '# nothing\n\n' >"$HF"
+err 2 "hostfile '$HF' names no hosts" --hostfile "$HF" true
+err 2 "option '--hostfile' needs a value" --hostfile
+
+# --hosts
+err 2 "--hosts: slots in 'a:0' must be a positive integer (in 'a:0')" --hosts a:0 true
+err 2 "--hosts: slots in 'b:x' must be a positive integer (in 'a:1,b:x')" --hosts a:1,b:x true
+err 2 "--hosts: slots in 'a:2:3' must be a positive integer" --hosts a:2:3 true
+err 2 "--hosts: '' is not host[:slots] (in 'a,,b')" --hosts a,,b true
+err 2 "--hosts: 'a b' is not host[:slots]" --hosts 'a b' true
+err 2 "--hosts: ':2' is not host[:slots]" --hosts :2 true
+err 2 "--hosts: '-a' is not host[:slots]" --hosts=-a true
+err 2 "--hosts: empty host list" --hosts '' true
+err 2 "--hostfile and --hosts are alternatives; give one" --hostfile "$HF" --hosts a true
+
+# mpirun
+err 2 "--mpirun /nonexistent/mpirun: no such program" -n 2 --mpirun /nonexistent/mpirun true
+err 2 "--mpirun $tmp/noexec: not an executable file" -n 2 --mpirun "$tmp/noexec" true
+err 2 "LOCKSTEP_MPIRUN /nonexistent/mpirun: no such program" LOCKSTEP_MPIRUN=/nonexistent/mpirun -n 2 true
+err 2 "-n 2 needs mpirun, which was not found in PATH; install Open MPI (openmpi-bin) or pass --mpirun PATH" \
+    PATH="$tmp/empty" -n 2 /bin/true
+err 2 "--hosts needs mpirun, which was not found in PATH" PATH="$tmp/empty" --hosts a,b /bin/true
+err 2 "--launcher direct runs one process on this host; -n 2 needs mpirun or srun" --launcher direct -n 2 true
+err 2 "LOCKSTEP_LAUNCHER direct runs one process on this host" LOCKSTEP_LAUNCHER=direct -n 2 true
+
+# Other options.
+err 2 "unknown or ambiguous option '--bogus' (see lockstep-run --help)" --bogus true
+err 2 "unknown or ambiguous option '--ho'" --ho a true
+err 2 "mpirun's -np is -n N or --np N here" -np 2 true
+err 2 "unknown option '-q' (see lockstep-run --help)" -q true
+err 2 "--mca needs a parameter name and a value: --mca KEY VALUE" --mca btl
+err 2 "--mca: '' is not an MCA parameter name" --mca =x true
+err 2 "--mca: 'a b' is not an MCA parameter name" --mca 'a b' c true
+err 2 "--mca: 'x;y' is not an MCA parameter name" --mca 'x;y=1' true
+err 2 "--launcher: unknown launcher 'ssh' (expected auto, mpirun, srun or direct)" --launcher ssh true
+err 2 "LOCKSTEP_LAUNCHER: unknown launcher 'x'" LOCKSTEP_LAUNCHER=x true
+err 2 "--bind must be none, core or socket, got 'hwthread'" --bind hwthread true
+err 2 "-x: '1BAD' is not NAME or NAME=VALUE" -x 1BAD true
+err 2 "-x: '=v' is not NAME or NAME=VALUE" -x =v true
+err 2 "no program given" -n 2
+err 2 "no program given" -n 2 --
+
+finish
