@@ -73,6 +73,9 @@ static ls_status want(const char *op, const char *name, const ls_tensor *t, ls_d
     return LS_OK;
 }
 
+/* Parameter gradients, softmax probabilities and losses stay f32 when activations are f16/bf16. */
+static ls_dtype master(ls_dtype t) { return t == LS_F16 || t == LS_BF16 ? LS_F32 : t; }
+
 static ls_status matrix(const char *op, const char *name, const ls_tensor *t) {
     char a[64];
     if (t->ndim != 2)
@@ -112,14 +115,14 @@ ls_status ls_op_linear_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor 
     ls_dtype t = x->dtype;
     LS_CHECK(want(op, "weight", w, t, 2, out, in));
     LS_CHECK(want(op, "output gradient", dy, t, 2, B, out));
-    LS_CHECK(want(op, "weight gradient", dw, t, 2, out, in));
+    LS_CHECK(want(op, "weight gradient", dw, master(t), 2, out, in));
     if (dx) {
         LS_CHECK(on_ctx(c, op, "input gradient", dx));
         LS_CHECK(want(op, "input gradient", dx, t, 2, B, in));
     }
     if (db) {
         LS_CHECK(on_ctx(c, op, "bias gradient", db));
-        LS_CHECK(want(op, "bias gradient", db, t, 1, out, 0));
+        LS_CHECK(want(op, "bias gradient", db, master(t), 1, out, 0));
     }
     return c->ops->linear_bwd(c->state, t, B, in, out, dy->data, x->data, w->data, dx ? dx->data : NULL,
                               dw->data, db ? db->data : NULL);
@@ -196,8 +199,8 @@ ls_status ls_op_xent_forward(ls_ctx *c, const ls_tensor *logits, const ls_tensor
     int64_t B = logits->shape[0], C = logits->shape[1];
     if (C < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: logits have no classes", op);
     LS_CHECK(check_labels(op, labels, B, C));
-    LS_CHECK(same(op, "probabilities", probs, logits));
-    LS_CHECK(want(op, "losses", losses, logits->dtype, 1, B, 0));
+    LS_CHECK(want(op, "probabilities", probs, master(logits->dtype), 2, B, C));
+    LS_CHECK(want(op, "losses", losses, master(logits->dtype), 1, B, 0));
     LS_CHECK(c->ops->xent_fwd(c->state, logits->dtype, B, C, logits->data, labels->data, probs->data,
                               losses->data));
     if (host_loss) {
@@ -229,8 +232,10 @@ ls_status ls_op_xent_backward(ls_ctx *c, const ls_tensor *probs, const ls_tensor
     LS_CHECK(matrix(op, "probabilities", probs));
     int64_t B = probs->shape[0], C = probs->shape[1];
     LS_CHECK(check_labels(op, labels, B, C));
-    LS_CHECK(same(op, "logit gradient", dlogits, probs));
-    return c->ops->xent_bwd(c->state, probs->dtype, B, C, probs->data, labels->data, scale, dlogits->data);
+    LS_CHECK(matrix(op, "logit gradient", dlogits));
+    LS_CHECK(want(op, "probabilities", probs, master(dlogits->dtype), 2, B, C));
+    LS_CHECK(want(op, "logit gradient", dlogits, dlogits->dtype, 2, B, C));
+    return c->ops->xent_bwd(c->state, dlogits->dtype, B, C, probs->data, labels->data, scale, dlogits->data);
 }
 
 ls_status ls_op_accuracy(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, ls_tensor *pred,

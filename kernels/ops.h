@@ -3,7 +3,9 @@
  * allocator and its backend state (streams, cuBLAS handles). The ls_op_* wrappers below take
  * tensors, check shapes, dtypes and devices, and dispatch on the context's device.
  * Layout: row-major; a linear layer's weight is [out, in] (PyTorch's), activations [batch, features].
- * Backward entries ACCUMULATE into parameter gradients (dw += ...), so micro-steps add up. */
+ * Backward entries ACCUMULATE into parameter gradients (dw += ...), so micro-steps add up.
+ * Mixed precision: with f16/bf16 activations (dtype t), weights come as low-precision copies of
+ * the f32 masters, while parameter gradients (dw, db), softmax probabilities and losses are f32. */
 #ifndef LOCKSTEP_OPS_H
 #define LOCKSTEP_OPS_H
 

@@ -40,6 +40,7 @@ struct ls_module {
     uint64_t seed;    /* dropout stream */
     uint64_t backward_passes; /* dropout's mask is a function of (seed, backward passes done) */
     ls_tensor *mask;  /* dropout multipliers: 0 or 1/(1-p) */
+    ls_tensor *lowp[2]; /* Linear: f16/bf16 copies of weight and bias for low-precision inputs */
 };
 
 /* Free the activation buffers of m and everything inside it (not parameters or gradients). */
@@ -103,16 +104,37 @@ static void linear_destroy(ls_module *m) {
     for (int i = 0; i < m->n_params; i++) {
         ls_tensor_destroy(m->params[i]);
         ls_tensor_destroy(m->grads[i]);
+        ls_tensor_destroy(m->lowp[i]);
     }
 }
 
+/* The weights to compute with for input dtype t: the parameters themselves, or (autocast) their
+ * f16/bf16 copies, refreshed from the f32 masters at every forward. */
+static ls_status linear_weights(ls_module *m, ls_dtype t, const ls_tensor **w, const ls_tensor **b) {
+    *w = m->params[0];
+    *b = m->n_params > 1 ? m->params[1] : NULL;
+    if (t == (*w)->dtype) return LS_OK;
+    if ((t != LS_F16 && t != LS_BF16) || (*w)->dtype != LS_F32)
+        return ls_error(LS_ERR_UNSUPPORTED, "%s: %s input with %s parameters (low precision needs f32 masters)",
+                        m->names[0], ls_dtype_name(t), ls_dtype_name((*w)->dtype));
+    for (int i = 0; i < m->n_params; i++) {
+        ls_tensor *p = m->params[i];
+        LS_CHECK(ensure(m->ctx, &m->lowp[i], t, p->ndim, p->shape, "low-precision weight copy"));
+        LS_CHECK(ls_op_convert(m->ctx, p, m->lowp[i]));
+    }
+    *w = m->lowp[0];
+    *b = m->n_params > 1 ? m->lowp[1] : NULL;
+    return LS_OK;
+}
+
 static ls_status linear_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
-    const ls_tensor *w = m->params[0], *b = m->n_params > 1 ? m->params[1] : NULL;
+    const ls_tensor *w, *b;
     char a[64];
-    if (x->ndim != 2 || x->shape[1] != w->shape[1])
+    if (x->ndim != 2 || x->shape[1] != m->params[0]->shape[1])
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: input is %s, expected [batch, %lld]", m->names[0],
-                        ls_tensor_describe(x, a, 64), (long long)w->shape[1]);
-    LS_CHECK(ensure(m->ctx, &m->y, w->dtype, 2, (int64_t[]){x->shape[0], w->shape[0]}, "linear output"));
+                        ls_tensor_describe(x, a, 64), (long long)m->params[0]->shape[1]);
+    LS_CHECK(linear_weights(m, x->dtype, &w, &b));
+    LS_CHECK(ensure(m->ctx, &m->y, x->dtype, 2, (int64_t[]){x->shape[0], w->shape[0]}, "linear output"));
     LS_CHECK(ls_op_linear_forward(m->ctx, x, w, b, m->y));
     m->x = x;
     *y = m->y;
@@ -123,7 +145,8 @@ static ls_status linear_backward(ls_module *m, const ls_tensor *dy, int want_dx,
     if (!m->x) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: backward called before forward", m->names[0]);
     if (want_dx)
         LS_CHECK(ensure(m->ctx, &m->dx, m->x->dtype, 2, m->x->shape, "linear input gradient"));
-    LS_CHECK(ls_op_linear_backward(m->ctx, dy, m->x, m->params[0], want_dx ? m->dx : NULL, m->grads[0],
+    const ls_tensor *w = m->x->dtype == m->params[0]->dtype ? m->params[0] : m->lowp[0];
+    LS_CHECK(ls_op_linear_backward(m->ctx, dy, m->x, w, want_dx ? m->dx : NULL, m->grads[0],
                                    m->n_params > 1 ? m->grads[1] : NULL));
     if (dx) *dx = want_dx ? m->dx : NULL;
     return LS_OK;
@@ -520,6 +543,7 @@ struct ls_xent {
     ls_ctx *ctx;
     ls_tensor *probs, *losses, *dlogits, *pred;
     const ls_tensor *labels;
+    ls_dtype logit_dtype;
 };
 
 ls_status ls_xent_create(ls_ctx *ctx, ls_xent **out) {
@@ -539,8 +563,10 @@ void ls_xent_destroy(ls_xent *l) {
 }
 
 ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, double *loss) {
-    LS_CHECK(ensure(l->ctx, &l->probs, logits->dtype, logits->ndim, logits->shape, "softmax probabilities"));
-    LS_CHECK(ensure(l->ctx, &l->losses, logits->dtype, 1, logits->shape, "per-sample losses"));
+    ls_dtype t = logits->dtype == LS_F16 || logits->dtype == LS_BF16 ? LS_F32 : logits->dtype;
+    LS_CHECK(ensure(l->ctx, &l->probs, t, logits->ndim, logits->shape, "softmax probabilities"));
+    LS_CHECK(ensure(l->ctx, &l->losses, t, 1, logits->shape, "per-sample losses"));
+    l->logit_dtype = logits->dtype;
     LS_CHECK(ls_op_xent_forward(l->ctx, logits, labels, l->probs, l->losses, loss));
     l->labels = labels;
     return LS_OK;
@@ -548,7 +574,7 @@ ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *
 
 ls_status ls_xent_backward(ls_xent *l, double scale, const ls_tensor **dlogits) {
     if (!l->labels) return ls_error(LS_ERR_INVALID_ARGUMENT, "loss backward called before forward");
-    LS_CHECK(ensure(l->ctx, &l->dlogits, l->probs->dtype, l->probs->ndim, l->probs->shape, "logit gradient"));
+    LS_CHECK(ensure(l->ctx, &l->dlogits, l->logit_dtype, l->probs->ndim, l->probs->shape, "logit gradient"));
     LS_CHECK(ls_op_xent_backward(l->ctx, l->probs, l->labels, scale, l->dlogits));
     *dlogits = l->dlogits;
     return LS_OK;

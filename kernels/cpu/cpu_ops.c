@@ -1,9 +1,14 @@
 /* cpu_ops.c: the CPU op table. GEMMs go through OpenBLAS (cblas); the elementwise, softmax
  * cross-entropy and optimizer loops come from cpu_impl.inc, instantiated for f32 and f64 (f64 is
- * the reference used by gradient checks). Each entry dispatches on dtype. */
+ * the reference used by gradient checks). Each entry dispatches on dtype. f16/bf16 tensors are
+ * computed in f32 and stored in the low precision (the GPU's mixed-precision policy): inputs are
+ * widened into a per-context scratch buffer, the f32 kernel runs, outputs are rounded back. With
+ * low-precision activations the parameter gradients (dw, db) and the softmax probabilities and
+ * losses are f32, as with fp32 master weights. */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -55,11 +60,42 @@ static ls_status ls_cpu_bad_dtype(const char *op, ls_dtype t) {
         return ls_cpu_bad_dtype(op, t);                                                            \
     } while (0)
 
+/* Backend state: scratch for the low-precision paths (grown on demand, reused). */
+typedef struct cpu_state {
+    float *scratch;
+    size_t cap; /* floats */
+} cpu_state;
+
 static ls_status cpu_init(ls_device dev, void **state) {
-    *state = NULL;
+    *state = calloc(1, sizeof(cpu_state));
+    if (!*state) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the CPU backend state");
     return LS_OK;
 }
-static void cpu_fini(void *st) {}
+static void cpu_fini(void *st) {
+    if (!st) return;
+    free(((cpu_state *)st)->scratch);
+    free(st);
+}
+
+/* n floats of scratch; previously returned pointers are invalidated. */
+static float *scratch(void *st, int64_t n) {
+    cpu_state *s = st;
+    if ((size_t)n > s->cap) {
+        float *p = realloc(s->scratch, (size_t)n * sizeof(float) + 64);
+        if (!p) return NULL;
+        s->scratch = p;
+        s->cap = (size_t)n;
+    }
+    return s->scratch;
+}
+
+static int lowp(ls_dtype t) { return t == LS_F16 || t == LS_BF16; }
+
+static ls_status widen(ls_dtype t, int64_t n, const void *src, float *dst) {
+    return src ? ls_cpu_convert(n, t, src, LS_F32, dst) : LS_OK;
+}
+
+#define LS_SCRATCH(var, st, n)                                                                         float *var = scratch(st, n);                                                                       if (!var) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for %lld floats of scratch", (long long)(n))
 static ls_status cpu_sync(void *st) { return LS_OK; }
 
 static ls_status cpu_gemm(void *st, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k,
@@ -74,35 +110,92 @@ static ls_status cpu_bias_add(void *st, ls_dtype t, int64_t rows, int64_t cols, 
 static ls_status cpu_bias_grad(void *st, ls_dtype t, int64_t rows, int64_t cols, const void *dy, void *db) {
     LS_CPU_DISPATCH("bias_grad", t, bias_grad_f32(rows, cols, dy, db), bias_grad_f64(rows, cols, dy, db));
 }
+static ls_status lowp_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x,
+                                 const void *w, const void *b, void *y) {
+    LS_SCRATCH(buf, st, B * in + out * in + out + B * out);
+    float *x32 = buf, *w32 = x32 + B * in, *b32 = w32 + out * in, *y32 = b32 + out;
+    LS_CHECK(widen(t, B * in, x, x32));
+    LS_CHECK(widen(t, out * in, w, w32));
+    LS_CHECK(widen(t, out, b, b32));
+    linear_fwd_f32(B, in, out, x32, w32, b ? b32 : NULL, y32);
+    return ls_cpu_convert(B * out, LS_F32, y32, t, y);
+}
+
 static ls_status cpu_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x,
                                 const void *w, const void *b, void *y) {
+    if (lowp(t)) return lowp_linear_fwd(st, t, B, in, out, x, w, b, y);
     LS_CPU_DISPATCH("linear", t, linear_fwd_f32(B, in, out, x, w, b, y),
                     linear_fwd_f64(B, in, out, x, w, b, y));
 }
+/* dw, db: f32 master gradients, accumulated. */
+static ls_status lowp_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy,
+                                 const void *x, const void *w, void *dx, void *dw, void *db) {
+    LS_SCRATCH(buf, st, B * out + B * in + out * in + B * in);
+    float *dy32 = buf, *x32 = dy32 + B * out, *w32 = x32 + B * in, *dx32 = w32 + out * in;
+    LS_CHECK(widen(t, B * out, dy, dy32));
+    LS_CHECK(widen(t, B * in, x, x32));
+    LS_CHECK(widen(t, out * in, w, w32));
+    linear_bwd_f32(B, in, out, dy32, x32, w32, dx ? dx32 : NULL, dw, db);
+    return dx ? ls_cpu_convert(B * in, LS_F32, dx32, t, dx) : LS_OK;
+}
+
 static ls_status cpu_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy,
                                 const void *x, const void *w, void *dx, void *dw, void *db) {
+    if (lowp(t)) return lowp_linear_bwd(st, t, B, in, out, dy, x, w, dx, dw, db);
     LS_CPU_DISPATCH("linear backward", t, linear_bwd_f32(B, in, out, dy, x, w, dx, dw, db),
                     linear_bwd_f64(B, in, out, dy, x, w, dx, dw, db));
 }
 static ls_status cpu_act_fwd(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, void *y) {
+    if (lowp(t)) {
+        LS_SCRATCH(x32, st, n);
+        LS_CHECK(widen(t, n, x, x32));
+        act_fwd_f32(act, n, x32, x32);
+        return ls_cpu_convert(n, LS_F32, x32, t, y);
+    }
     LS_CPU_DISPATCH("activation", t, act_fwd_f32(act, n, x, y), act_fwd_f64(act, n, x, y));
 }
 static ls_status cpu_act_bwd(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, const void *dy,
                              void *dx) {
+    if (lowp(t)) {
+        LS_SCRATCH(buf, st, 2 * n);
+        LS_CHECK(widen(t, n, x, buf));
+        LS_CHECK(widen(t, n, dy, buf + n));
+        act_bwd_f32(act, n, buf, buf + n, buf + n);
+        return ls_cpu_convert(n, LS_F32, buf + n, t, dx);
+    }
     LS_CPU_DISPATCH("activation backward", t, act_bwd_f32(act, n, x, dy, dx), act_bwd_f64(act, n, x, dy, dx));
 }
+/* Low-precision logits: probs and losses are f32. */
 static ls_status cpu_xent_fwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits,
                               const int32_t *labels, void *probs, void *losses) {
+    if (lowp(t)) {
+        LS_SCRATCH(z32, st, B * C);
+        LS_CHECK(widen(t, B * C, logits, z32));
+        xent_fwd_f32(B, C, z32, labels, probs, losses);
+        return LS_OK;
+    }
     LS_CPU_DISPATCH("cross-entropy", t, xent_fwd_f32(B, C, logits, labels, probs, losses),
                     xent_fwd_f64(B, C, logits, labels, probs, losses));
 }
+/* Low-precision dlogits: probs are f32. */
 static ls_status cpu_xent_bwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs,
                               const int32_t *labels, double scale, void *dlogits) {
+    if (lowp(t)) {
+        LS_SCRATCH(d32, st, B * C);
+        xent_bwd_f32(B, C, probs, labels, (float)scale, d32);
+        return ls_cpu_convert(B * C, LS_F32, d32, t, dlogits);
+    }
     LS_CPU_DISPATCH("cross-entropy backward", t, xent_bwd_f32(B, C, probs, labels, (float)scale, dlogits),
                     xent_bwd_f64(B, C, probs, labels, scale, dlogits));
 }
 static ls_status cpu_argmax(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits,
                             const int32_t *labels, int32_t *pred, int32_t *correct) {
+    if (lowp(t)) {
+        LS_SCRATCH(z32, st, B * C);
+        LS_CHECK(widen(t, B * C, logits, z32));
+        argmax_f32(B, C, z32, labels, pred, correct);
+        return LS_OK;
+    }
     LS_CPU_DISPATCH("argmax", t, argmax_f32(B, C, logits, labels, pred, correct),
                     argmax_f64(B, C, logits, labels, pred, correct));
 }
@@ -110,6 +203,13 @@ static ls_status cpu_convert(void *st, int64_t n, ls_dtype src_t, const void *sr
     return ls_cpu_convert(n, src_t, src, dst_t, dst);
 }
 static ls_status cpu_mul(void *st, ls_dtype t, int64_t n, const void *a, const void *b, void *y) {
+    if (lowp(t)) {
+        LS_SCRATCH(buf, st, 2 * n);
+        LS_CHECK(widen(t, n, a, buf));
+        LS_CHECK(widen(t, n, b, buf + n));
+        mul_f32(n, buf, buf + n, buf);
+        return ls_cpu_convert(n, LS_F32, buf, t, y);
+    }
     LS_CPU_DISPATCH("mul", t, mul_f32(n, a, b, y), mul_f64(n, a, b, y));
 }
 static ls_status cpu_scale(void *st, ls_dtype t, int64_t n, double alpha, void *x) {
@@ -119,6 +219,12 @@ static ls_status cpu_axpy(void *st, ls_dtype t, int64_t n, double alpha, const v
     LS_CPU_DISPATCH("axpy", t, axpy_f32(n, (float)alpha, x, y), axpy_f64(n, alpha, x, y));
 }
 static ls_status cpu_sumsq(void *st, ls_dtype t, int64_t n, const void *x, double *out, int *nonfinite) {
+    if (lowp(t)) {
+        LS_SCRATCH(x32, st, n);
+        LS_CHECK(widen(t, n, x, x32));
+        sumsq_f32(n, x32, out, nonfinite);
+        return LS_OK;
+    }
     LS_CPU_DISPATCH("sum of squares", t, sumsq_f32(n, x, out, nonfinite), sumsq_f64(n, x, out, nonfinite));
 }
 static ls_status cpu_sgd_step(void *st, ls_dtype t, int k, void *const *p, void *const *g, void *const *m,

@@ -17,11 +17,13 @@ static inline ls_tensor *gc_tensor(ls_ctx *c, ls_dtype t, int ndim, const int64_
 
 /* Uniform in [-1, 1), optionally kept away from 0 by at least gap (for kinks). */
 static inline void gc_fill(ls_rng *r, ls_tensor *x, double gap) {
-    double *d = x->data;
     for (int64_t i = 0; i < ls_tensor_numel(x); i++) {
         double v = 2.0 * ls_rng_uniform(r) - 1.0;
         if (gap > 0 && fabs(v) < gap) v = v < 0 ? v - gap : v + gap;
-        d[i] = v;
+        if (x->dtype == LS_F32)
+            ((float *)x->data)[i] = (float)v;
+        else
+            ((double *)x->data)[i] = v;
     }
 }
 

@@ -178,9 +178,9 @@ int main(void) {
     ls_tensor *y = gc_tensor(C, LS_F64, 2, (int64_t[]){2, 4}), *wf = gc_tensor(C, LS_F32, 2, (int64_t[]){4, 3});
     LS_EXPECT_ERR(ls_op_linear_forward(C, x, w, NULL, y), LS_ERR_INVALID_ARGUMENT, "linear: weight is [4, 5] f64 cpu, expected [4, 3] f64");
     LS_EXPECT_ERR(ls_op_linear_forward(C, x, wf, NULL, y), LS_ERR_INVALID_ARGUMENT, "weight is [4, 3] f32 cpu, expected [4, 3] f64");
-    ls_tensor *h = gc_tensor(C, LS_F16, 2, (int64_t[]){2, 3}), *hw = gc_tensor(C, LS_F16, 2, (int64_t[]){4, 3});
-    ls_tensor *hy = gc_tensor(C, LS_F16, 2, (int64_t[]){2, 4});
-    LS_EXPECT_ERR(ls_op_linear_forward(C, h, hw, NULL, hy), LS_ERR_UNSUPPORTED, "does not compute in f16");
+    ls_tensor *h = gc_tensor(C, LS_I32, 2, (int64_t[]){2, 3}), *hw = gc_tensor(C, LS_I32, 2, (int64_t[]){4, 3});
+    ls_tensor *hy = gc_tensor(C, LS_I32, 2, (int64_t[]){2, 4});
+    LS_EXPECT_ERR(ls_op_linear_forward(C, h, hw, NULL, hy), LS_ERR_UNSUPPORTED, "does not compute in i32");
     ls_tensor_destroy(x);
     ls_tensor_destroy(w);
     ls_tensor_destroy(y);

@@ -1,0 +1,327 @@
+/* elementwise.cu: the CUDA element-wise and reduction kernels: bias add, bias gradient (column
+ * sums), ReLU/GELU forward and backward, scale, axpy and the sum of squares. Element-wise kernels
+ * are grid-stride loops over 16-byte packs when every pointer is 16-byte aligned, with a scalar
+ * tail; reductions are two-stage (per-block partials in the scratch area, then one fixed-order
+ * pass) so results are deterministic, which keeps data-parallel replicas bit-identical. */
+#include "cuda_common.cuh"
+
+namespace lsk {
+
+__device__ __forceinline__ float d_erf(float x) { return erff(x); }
+__device__ __forceinline__ double d_erf(double x) { return erf(x); }
+__device__ __forceinline__ float d_exp(float x) { return expf(x); }
+__device__ __forceinline__ double d_exp(double x) { return exp(x); }
+
+/* out[i] = f(a[i], b[i]) (b only when TWO). out may alias a or b: each element is read before it
+ * is written, by the same thread. */
+template <typename T, bool TWO, typename F>
+__global__ void ew_kernel(int64_t n, const T *a, const T *b, T *out, F f, int vec) {
+    constexpr int N = vec_width<T>();
+    const int64_t tid = global_tid(), stride = grid_stride();
+    int64_t i0 = 0;
+    if (vec) {
+        const int64_t np = n / N;
+        const Pack<T, N> *pa = reinterpret_cast<const Pack<T, N> *>(a);
+        const Pack<T, N> *pb = reinterpret_cast<const Pack<T, N> *>(b);
+        Pack<T, N> *po = reinterpret_cast<Pack<T, N> *>(out);
+        for (int64_t p = tid; p < np; p += stride) {
+            Pack<T, N> va = pa[p], vo;
+            if constexpr (TWO) {
+                Pack<T, N> vb = pb[p];
+#pragma unroll
+                for (int j = 0; j < N; j++) vo.v[j] = f(va.v[j], vb.v[j]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < N; j++) vo.v[j] = f(va.v[j], va.v[j]);
+            }
+            po[p] = vo;
+        }
+        i0 = np * N;
+    }
+    for (int64_t i = i0 + tid; i < n; i += stride) {
+        if constexpr (TWO)
+            out[i] = f(a[i], b[i]);
+        else
+            out[i] = f(a[i], a[i]);
+    }
+}
+
+template <typename T, bool TWO, typename F>
+static cudaError_t ew_launch(const ls_cuda_launch *l, int64_t n, const T *a, const T *b, T *out, F f) {
+    if (n <= 0) return cudaSuccess;
+    int vec = aligned_to(a, 16) && aligned_to(out, 16) && (!TWO || aligned_to(b, 16));
+    int64_t work = vec ? n / vec_width<T>() + vec_width<T>() : n;
+    ew_kernel<T, TWO, F><<<grid_for(l, work, 256), 256, 0, l->stream>>>(n, a, b, out, f, vec);
+    return cudaGetLastError();
+}
+
+template <typename T> struct Relu {
+    __device__ T operator()(T x, T) const {
+        typename Acc<T>::type v = to_acc(x);
+        return from_acc<T>(v > 0 ? v : 0);
+    }
+};
+template <typename T> struct Gelu { /* exact: x * Phi(x) */
+    __device__ T operator()(T x, T) const {
+        using A = typename Acc<T>::type;
+        A v = to_acc(x);
+        return from_acc<T>(A(0.5) * v * (A(1) + d_erf(v * A(0.70710678118654752440))));
+    }
+};
+template <typename T> struct ReluBwd { /* (x, dy) */
+    __device__ T operator()(T x, T dy) const {
+        return from_acc<T>(to_acc(x) > 0 ? to_acc(dy) : 0);
+    }
+};
+template <typename T> struct GeluBwd { /* (x, dy) */
+    __device__ T operator()(T x, T dy) const {
+        using A = typename Acc<T>::type;
+        A v = to_acc(x);
+        A cdf = A(0.5) * (A(1) + d_erf(v * A(0.70710678118654752440)));
+        A pdf = d_exp(A(-0.5) * v * v) * A(0.39894228040143267794);
+        return from_acc<T>(to_acc(dy) * (cdf + v * pdf));
+    }
+};
+template <typename T> struct Scale {
+    typename Acc<T>::type alpha;
+    __device__ T operator()(T x, T) const { return from_acc<T>(to_acc(x) * alpha); }
+};
+template <typename T> struct Axpy { /* (x, y) -> y + alpha x */
+    typename Acc<T>::type alpha;
+    __device__ T operator()(T x, T y) const { return from_acc<T>(to_acc(y) + alpha * to_acc(x)); }
+};
+
+/* y[r, c] += b[c]; packs when cols is a multiple of the pack width (a pack never spans rows). */
+template <typename T>
+__global__ void bias_add_kernel(int64_t rows, int64_t cols, const T *b, T *y, int vec) {
+    constexpr int N = vec_width<T>();
+    const int64_t tid = global_tid(), stride = grid_stride(), total = rows * cols;
+    if (vec) {
+        const int64_t np = total / N, cpn = cols / N;
+        const Pack<T, N> *pb = reinterpret_cast<const Pack<T, N> *>(b);
+        Pack<T, N> *py = reinterpret_cast<Pack<T, N> *>(y);
+        for (int64_t p = tid; p < np; p += stride) {
+            Pack<T, N> vy = py[p], vb = pb[p % cpn];
+#pragma unroll
+            for (int j = 0; j < N; j++) vy.v[j] = from_acc<T>(to_acc(vy.v[j]) + to_acc(vb.v[j]));
+            py[p] = vy;
+        }
+        return;
+    }
+    for (int64_t i = tid; i < total; i += stride) y[i] = from_acc<T>(to_acc(y[i]) + to_acc(b[i % cols]));
+}
+
+/* Column sums of dy over the rows [blockIdx.y * rows_per_split, ...): block (32, 8) covers 32
+ * columns; a warp reads 32 consecutive columns of a row (coalesced). The 8 row lanes are added
+ * in a fixed order, then either added into db (one split) or written to partial[split][col]. */
+template <typename T>
+__global__ void colsum_kernel(int64_t rows, int64_t cols, const T *dy, int64_t rows_per_split,
+                              typename Acc<T>::type *partial, T *db) {
+    using A = typename Acc<T>::type;
+    __shared__ A sh[8][33];
+    const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    const int64_t r0 = (int64_t)blockIdx.y * rows_per_split;
+    const int64_t r1 = r0 + rows_per_split < rows ? r0 + rows_per_split : rows;
+    A s = 0;
+    if (c < cols)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) s += to_acc(dy[r * cols + c]);
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        A t = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) t += sh[j][threadIdx.x];
+        if (partial)
+            partial[(int64_t)blockIdx.y * cols + c] = t;
+        else
+            db[c] = from_acc<T>(to_acc(db[c]) + t);
+    }
+}
+
+template <typename T>
+__global__ void colsum_finish_kernel(int64_t cols, int splits, const typename Acc<T>::type *partial,
+                                     T *db) {
+    using A = typename Acc<T>::type;
+    for (int64_t c = global_tid(); c < cols; c += grid_stride()) {
+        A t = 0;
+        for (int s = 0; s < splits; s++) t += partial[(int64_t)s * cols + c];
+        db[c] = from_acc<T>(to_acc(db[c]) + t);
+    }
+}
+
+template <typename T>
+static cudaError_t bias_grad_t(const ls_cuda_launch *l, int64_t rows, int64_t cols, const T *dy, T *db) {
+    using A = typename Acc<T>::type;
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    const int64_t gx = (cols + 31) / 32;
+    /* Split the rows so that about two blocks per SM run, each over at least 64 rows, with the
+     * partials fitting the scratch area. */
+    int64_t gy = (2 * (int64_t)l->sm_count + gx - 1) / gx;
+    if (gy > (rows + 63) / 64) gy = (rows + 63) / 64;
+    int64_t fit = (int64_t)(l->scratch_bytes / ((size_t)cols * sizeof(A)));
+    if (gy > fit) gy = fit;
+    if (gy > 65535) gy = 65535;
+    if (gy < 1 || !l->scratch) gy = 1;
+    if (gx > 2147483647) return cudaErrorInvalidValue;
+    const int64_t per = (rows + gy - 1) / gy;
+    gy = (rows + per - 1) / per;
+    A *partial = gy > 1 ? static_cast<A *>(l->scratch) : nullptr;
+    colsum_kernel<T><<<dim3((unsigned)gx, (unsigned)gy), dim3(32, 8), 0, l->stream>>>(rows, cols, dy, per,
+                                                                                      partial, db);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || gy == 1) return e;
+    colsum_finish_kernel<T><<<grid_for(l, cols, 256), 256, 0, l->stream>>>(cols, (int)gy, partial, db);
+    return cudaGetLastError();
+}
+
+/* Sum of squares in double and a nonfinite flag: per-block partials {sum, flag}, then one warp
+ * adds them in a fixed order. */
+template <typename T>
+__global__ void sumsq_kernel(int64_t n, const T *x, int vec, double *partial) {
+    constexpr int N = vec_width<T>();
+    const int64_t tid = global_tid(), stride = grid_stride();
+    double s = 0;
+    int bad = 0;
+    int64_t i0 = 0;
+    if (vec) {
+        const int64_t np = n / N;
+        const Pack<T, N> *px = reinterpret_cast<const Pack<T, N> *>(x);
+        for (int64_t p = tid; p < np; p += stride) {
+            Pack<T, N> v = px[p];
+#pragma unroll
+            for (int j = 0; j < N; j++) {
+                double d = (double)to_acc(v.v[j]);
+                s += d * d;
+                bad |= !isfinite(d);
+            }
+        }
+        i0 = np * N;
+    }
+    for (int64_t i = i0 + tid; i < n; i += stride) {
+        double d = (double)to_acc(x[i]);
+        s += d * d;
+        bad |= !isfinite(d);
+    }
+    __shared__ double sh_s[32];
+    __shared__ int sh_b[32];
+    s = warp_sum(s);
+    bad = __any_sync(0xffffffffu, bad);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sh_s[warp] = s;
+        sh_b[warp] = bad;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const int nw = (blockDim.x + 31) >> 5;
+        s = lane < nw ? sh_s[lane] : 0.0;
+        bad = lane < nw ? sh_b[lane] : 0;
+        s = warp_sum(s);
+        bad = __any_sync(0xffffffffu, bad);
+        if (lane == 0) {
+            partial[2 * blockIdx.x] = s;
+            partial[2 * blockIdx.x + 1] = bad ? 1.0 : 0.0;
+        }
+    }
+}
+
+__global__ void sumsq_finish_kernel(int blocks, const double *partial, double *out) {
+    const int lane = threadIdx.x;
+    double s = 0;
+    int bad = 0;
+    for (int b = lane; b < blocks; b += 32) {
+        s += partial[2 * b];
+        bad |= partial[2 * b + 1] != 0.0;
+    }
+    s = warp_sum(s);
+    bad = __any_sync(0xffffffffu, bad);
+    if (lane == 0) {
+        out[0] = s;
+        out[1] = bad ? 1.0 : 0.0;
+    }
+}
+
+} // namespace lsk
+
+using namespace lsk;
+
+extern "C" cudaError_t ls_cuda_probe_kernels(void) {
+    cudaFuncAttributes attr;
+    return cudaFuncGetAttributes(&attr, sumsq_finish_kernel);
+}
+
+extern "C" cudaError_t ls_cuda_bias_add(const ls_cuda_launch *l, ls_dtype t, int64_t rows, int64_t cols,
+                                        const void *b, void *y) {
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    LSK_DISPATCH_FLOAT(t, T, {
+        int vec = cols % vec_width<T>() == 0 && aligned_to(b, 16) && aligned_to(y, 16);
+        int64_t work = vec ? rows * cols / vec_width<T>() : rows * cols;
+        bias_add_kernel<T><<<grid_for(l, work, 256), 256, 0, l->stream>>>(rows, cols, (const T *)b,
+                                                                           (T *)y, vec);
+    });
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ls_cuda_bias_grad(const ls_cuda_launch *l, ls_dtype t, int64_t rows, int64_t cols,
+                                         const void *dy, void *db) {
+    LSK_DISPATCH_FLOAT(t, T, return bias_grad_t<T>(l, rows, cols, (const T *)dy, (T *)db));
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t ls_cuda_act_fwd(const ls_cuda_launch *l, ls_dtype t, ls_act act, int64_t n,
+                                       const void *x, void *y) {
+    LSK_DISPATCH_FLOAT(t, T, {
+        if (act == LS_ACT_RELU) return ew_launch<T, false>(l, n, (const T *)x, (const T *)nullptr, (T *)y, Relu<T>{});
+        if (act == LS_ACT_GELU) return ew_launch<T, false>(l, n, (const T *)x, (const T *)nullptr, (T *)y, Gelu<T>{});
+        return cudaErrorInvalidValue;
+    });
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t ls_cuda_act_bwd(const ls_cuda_launch *l, ls_dtype t, ls_act act, int64_t n,
+                                       const void *x, const void *dy, void *dx) {
+    LSK_DISPATCH_FLOAT(t, T, {
+        if (act == LS_ACT_RELU)
+            return ew_launch<T, true>(l, n, (const T *)x, (const T *)dy, (T *)dx, ReluBwd<T>{});
+        if (act == LS_ACT_GELU)
+            return ew_launch<T, true>(l, n, (const T *)x, (const T *)dy, (T *)dx, GeluBwd<T>{});
+        return cudaErrorInvalidValue;
+    });
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t ls_cuda_scale(const ls_cuda_launch *l, ls_dtype t, int64_t n, double alpha, void *x) {
+    LSK_DISPATCH_FLOAT(t, T, {
+        Scale<T> f{(typename Acc<T>::type)alpha};
+        return ew_launch<T, false>(l, n, (const T *)x, (const T *)nullptr, (T *)x, f);
+    });
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t ls_cuda_axpy(const ls_cuda_launch *l, ls_dtype t, int64_t n, double alpha,
+                                    const void *x, void *y) {
+    LSK_DISPATCH_FLOAT(t, T, {
+        Axpy<T> f{(typename Acc<T>::type)alpha};
+        return ew_launch<T, true>(l, n, (const T *)x, (const T *)y, (T *)y, f);
+    });
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *x,
+                                     double *dev_out) {
+    /* partials live in the scratch area after its first 256 bytes (where dev_out may sit) */
+    double *partial = reinterpret_cast<double *>(static_cast<char *>(l->scratch) + 256);
+    if (n <= 0) return cudaMemsetAsync(dev_out, 0, 2 * sizeof(double), l->stream);
+    LSK_DISPATCH_FLOAT(t, T, {
+        int vec = aligned_to(x, 16);
+        int64_t work = vec ? n / vec_width<T>() + vec_width<T>() : n;
+        unsigned blocks = grid_for(l, work, 256);
+        size_t room = (l->scratch_bytes - 256) / (2 * sizeof(double));
+        if (blocks > room) blocks = (unsigned)room;
+        sumsq_kernel<T><<<blocks, 256, 0, l->stream>>>(n, (const T *)x, vec, partial);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+        sumsq_finish_kernel<<<1, 32, 0, l->stream>>>((int)blocks, partial, dev_out);
+    });
+    return cudaGetLastError();
+}

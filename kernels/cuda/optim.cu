@@ -1,0 +1,194 @@
+/* optim.cu: SGD (momentum, dampening, Nesterov, weight decay) and AdamW as fused multi-tensor
+ * kernels, the formulas of torch.optim as in kernels/cpu/cpu_impl.inc. As in apex/PyTorch's
+ * multi_tensor_apply, the host packs up to MT_TENSORS tensor addresses and a block -> (tensor,
+ * chunk) map of up to MT_BLOCKS entries into the kernel's argument struct (under the 4 KiB
+ * parameter limit) and launches once per pack: a whole model's step is a few launches. */
+#include <math.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+namespace lsk {
+
+constexpr int MT_TENSORS = 24;
+constexpr int MT_BLOCKS = 320;
+constexpr int64_t MT_CHUNK = 65536; /* elements per block; a multiple of every pack width */
+
+template <typename T> struct MTList {
+    T *p[MT_TENSORS];
+    T *g[MT_TENSORS];
+    T *m[MT_TENSORS]; /* NULL: no such state (SGD without momentum, or SGD's v) */
+    T *v[MT_TENSORS];
+    int64_t n[MT_TENSORS];
+    uint8_t vec[MT_TENSORS]; /* all of the tensor's pointers are 16-byte aligned */
+    uint8_t tensor[MT_BLOCKS];
+    int32_t chunk[MT_BLOCKS];
+};
+static_assert(sizeof(MTList<double>) <= 4000, "multi-tensor argument struct exceeds the parameter limit");
+
+template <typename T, typename Op> __global__ void __launch_bounds__(256) mt_kernel(MTList<T> L, Op op) {
+    const int t = L.tensor[blockIdx.x];
+    const int64_t n = L.n[t];
+    const int64_t start = (int64_t)L.chunk[blockIdx.x] * MT_CHUNK;
+    const int64_t end = start + MT_CHUNK < n ? start + MT_CHUNK : n;
+    T *p = L.p[t], *m = L.m[t], *v = L.v[t];
+    const T *g = L.g[t];
+    int64_t i0 = start;
+    if (L.vec[t]) {
+        constexpr int N = vec_width<T>();
+        using P = Pack<T, N>;
+        const int64_t np = (end - start) / N;
+        for (int64_t q = threadIdx.x; q < np; q += blockDim.x) {
+            const int64_t i = start + q * N;
+            P vp = *reinterpret_cast<const P *>(p + i), vg = *reinterpret_cast<const P *>(g + i), vm, vv;
+            if (m) vm = *reinterpret_cast<const P *>(m + i);
+            if (v) vv = *reinterpret_cast<const P *>(v + i);
+#pragma unroll
+            for (int j = 0; j < N; j++) {
+                if (!m) vm.v[j] = T(0);
+                if (!v) vv.v[j] = T(0);
+                op(vp.v[j], vg.v[j], vm.v[j], vv.v[j]);
+            }
+            *reinterpret_cast<P *>(p + i) = vp;
+            if (m) *reinterpret_cast<P *>(m + i) = vm;
+            if (v) *reinterpret_cast<P *>(v + i) = vv;
+        }
+        i0 = start + np * N;
+    }
+    for (int64_t i = i0 + threadIdx.x; i < end; i += blockDim.x) {
+        T pi = p[i], mi = m ? m[i] : T(0), vi = v ? v[i] : T(0);
+        op(pi, g[i], mi, vi);
+        p[i] = pi;
+        if (m) m[i] = mi;
+        if (v) v[i] = vi;
+    }
+}
+
+/* torch.optim.SGD: d = g + wd p; buf = first ? d : momentum buf + (1 - dampening) d;
+ * d = nesterov ? d + momentum buf : buf; p -= lr d. */
+template <typename T> struct SgdOp {
+    T lr, mom, damp, wd;
+    int nesterov, first, has_m;
+    __device__ void operator()(T &p, T g, T &m, T &) const {
+        T d = g + wd * p;
+        if (has_m) {
+            T buf = first ? d : mom * m + damp * d;
+            m = buf;
+            d = nesterov ? d + mom * buf : buf;
+        }
+        p -= lr * d;
+    }
+};
+
+/* torch.optim.AdamW: p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ * p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps). */
+template <typename T> struct AdamWOp {
+    T b1, b2, eps, decay, bc2_sqrt, step_size;
+    __device__ void operator()(T &p, T g, T &m, T &v) const {
+        T mi = b1 * m + (T(1) - b1) * g;
+        T vi = b2 * v + (T(1) - b2) * g * g;
+        m = mi;
+        v = vi;
+        p = p * decay - step_size * mi / (sqrt(vi) / bc2_sqrt + eps);
+    }
+};
+
+template <typename T, typename Op>
+static cudaError_t mt_launch(const ls_cuda_launch *l, const MTList<T> &L, int blocks, Op op) {
+    mt_kernel<T, Op><<<blocks, 256, 0, l->stream>>>(L, op);
+    return cudaGetLastError();
+}
+
+/* Pack the tensors into argument structs and launch: a tensor whose chunks do not all fit one
+ * launch continues in slot 0 of the next. */
+template <typename T, typename Op>
+static cudaError_t mt_apply(const ls_cuda_launch *l, int k, void *const *p, void *const *g, void *const *m,
+                            void *const *v, const int64_t *n, Op op) {
+    MTList<T> L;
+    memset(&L, 0, sizeof L);
+    int nt = 0, nb = 0;
+    for (int t = 0; t < k; t++) {
+        if (n[t] <= 0) continue;
+        L.p[nt] = static_cast<T *>(p[t]);
+        L.g[nt] = static_cast<T *>(g[t]);
+        L.m[nt] = m ? static_cast<T *>(m[t]) : nullptr;
+        L.v[nt] = v ? static_cast<T *>(v[t]) : nullptr;
+        L.n[nt] = n[t];
+        L.vec[nt] = aligned_to(L.p[nt], 16) && aligned_to(L.g[nt], 16) && aligned_to(L.m[nt], 16) &&
+                    aligned_to(L.v[nt], 16);
+        const int64_t chunks = (n[t] + MT_CHUNK - 1) / MT_CHUNK;
+        for (int64_t c = 0; c < chunks; c++) {
+            L.tensor[nb] = (uint8_t)nt;
+            L.chunk[nb] = (int32_t)c;
+            nb++;
+            const bool last = c == chunks - 1;
+            if (nb == MT_BLOCKS || (last && nt + 1 == MT_TENSORS)) {
+                cudaError_t e = mt_launch<T>(l, L, nb, op);
+                if (e != cudaSuccess) return e;
+                nb = 0;
+                if (last) {
+                    nt = -1; /* every slot is free again */
+                } else {   /* this tensor goes on in slot 0 */
+                    L.p[0] = L.p[nt];
+                    L.g[0] = L.g[nt];
+                    L.m[0] = L.m[nt];
+                    L.v[0] = L.v[nt];
+                    L.n[0] = L.n[nt];
+                    L.vec[0] = L.vec[nt];
+                    nt = 0;
+                }
+            }
+        }
+        nt++;
+    }
+    return nb ? mt_launch<T>(l, L, nb, op) : cudaSuccess;
+}
+
+template <typename T>
+static cudaError_t sgd_t(const ls_cuda_launch *l, int k, void *const *p, void *const *g, void *const *m,
+                         const int64_t *n, const ls_sgd_params *hp) {
+    SgdOp<T> op;
+    op.lr = (T)hp->lr;
+    op.mom = (T)hp->momentum;
+    op.damp = (T)1 - (T)hp->dampening;
+    op.wd = (T)hp->weight_decay;
+    op.nesterov = hp->nesterov;
+    op.first = hp->first_step;
+    op.has_m = m != nullptr;
+    return mt_apply<T>(l, k, p, g, m, nullptr, n, op);
+}
+
+template <typename T>
+static cudaError_t adamw_t(const ls_cuda_launch *l, int k, void *const *p, void *const *g, void *const *m,
+                           void *const *v, const int64_t *n, const ls_adamw_params *hp) {
+    /* the same constants, computed the same way, as the CPU backend */
+    AdamWOp<T> op;
+    op.b1 = (T)hp->beta1;
+    op.b2 = (T)hp->beta2;
+    op.eps = (T)hp->eps;
+    op.decay = (T)1 - (T)hp->lr * (T)hp->weight_decay;
+    const T bc1 = (T)1 - (T)pow((double)hp->beta1, (double)hp->step);
+    op.bc2_sqrt = (T)sqrt(1.0 - pow((double)hp->beta2, (double)hp->step));
+    op.step_size = (T)hp->lr / bc1;
+    return mt_apply<T>(l, k, p, g, m, v, n, op);
+}
+
+} // namespace lsk
+
+using namespace lsk;
+
+extern "C" cudaError_t ls_cuda_sgd_step(const ls_cuda_launch *l, ls_dtype t, int k, void *const *p,
+                                        void *const *g, void *const *m, const int64_t *n,
+                                        const ls_sgd_params *hp) {
+    if (t == LS_F32) return sgd_t<float>(l, k, p, g, m, n, hp);
+    if (t == LS_F64) return sgd_t<double>(l, k, p, g, m, n, hp);
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t ls_cuda_adamw_step(const ls_cuda_launch *l, ls_dtype t, int k, void *const *p,
+                                          void *const *g, void *const *m, void *const *v, const int64_t *n,
+                                          const ls_adamw_params *hp) {
+    if (t == LS_F32) return adamw_t<float>(l, k, p, g, m, v, n, hp);
+    if (t == LS_F64) return adamw_t<double>(l, k, p, g, m, v, n, hp);
+    return cudaErrorInvalidValue;
+}

@@ -1,0 +1,198 @@
+/* xent.cu: fused, numerically stable softmax cross-entropy (forward: probabilities and per-row
+ * losses in one kernel; backward: (probs - onehot) * scale) and the per-row argmax with the count
+ * of correct predictions. A row is handled by one warp when it has at most 1024 classes, by a
+ * whole 256-thread block otherwise. Arithmetic in f32 (f64 for f64); rows are [B, C] row-major. */
+#include "cuda_common.cuh"
+
+namespace lsk {
+
+__device__ __forceinline__ float d_exp(float x) { return expf(x); }
+__device__ __forceinline__ double d_exp(double x) { return exp(x); }
+__device__ __forceinline__ float d_log(float x) { return logf(x); }
+__device__ __forceinline__ double d_log(double x) { return log(x); }
+/* Products that must not be fused into an FMA (to round as the CPU does). */
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
+/* Reductions over the TPR threads of a row: a warp (TPR 32) or the 256-thread block (TPR 256,
+ * through sh[8]; every thread of the block calls it the same number of times). */
+template <int TPR, typename A> __device__ __forceinline__ A row_max(A v, A *sh) {
+    v = warp_max(v);
+    if constexpr (TPR == 32) {
+        return v;
+    } else {
+        __syncthreads(); /* sh may still be read from the previous reduction */
+        if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+        __syncthreads();
+        v = sh[0];
+#pragma unroll
+        for (int j = 1; j < TPR / 32; j++) v = fmax(v, sh[j]);
+        return v;
+    }
+}
+template <int TPR, typename A> __device__ __forceinline__ A row_sum(A v, A *sh) {
+    v = warp_sum(v);
+    if constexpr (TPR == 32) {
+        return v;
+    } else {
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+        __syncthreads();
+        v = sh[0];
+#pragma unroll
+        for (int j = 1; j < TPR / 32; j++) v += sh[j];
+        return v;
+    }
+}
+
+template <typename T, int TPR>
+__global__ void xent_fwd_kernel(int64_t B, int64_t C, const T *logits, const int32_t *labels, T *probs,
+                                T *losses) {
+    using A = typename Acc<T>::type;
+    constexpr int RPB = 256 / TPR; /* rows per block step */
+    __shared__ A sh[8];
+    const int lane = threadIdx.x % TPR, sub = threadIdx.x / TPR;
+    for (int64_t r = (int64_t)blockIdx.x * RPB + sub; r < B; r += (int64_t)gridDim.x * RPB) {
+        const T *z = logits + r * C;
+        T *p = probs + r * C;
+        A mx = -INFINITY;
+        for (int64_t j = lane; j < C; j += TPR) mx = fmax(mx, to_acc(z[j]));
+        mx = row_max<TPR>(mx, sh);
+        A sum = 0;
+        for (int64_t j = lane; j < C; j += TPR) sum += d_exp(to_acc(z[j]) - mx);
+        sum = row_sum<TPR>(sum, sh);
+        const A inv = A(1) / sum;
+        for (int64_t j = lane; j < C; j += TPR) p[j] = from_acc<T>(mul_rn(d_exp(to_acc(z[j]) - mx), inv));
+        if (lane == 0) {
+            const int32_t y = labels[r];
+            /* -log softmax from the logits (never log(0)); a label outside [0, C) gives NaN */
+            A loss = (y >= 0 && y < C) ? d_log(sum) + (mx - to_acc(z[y])) : A(NAN);
+            losses[r] = from_acc<T>(loss);
+        }
+    }
+}
+
+/* dlogits = probs * scale, minus scale at the label (two roundings, as on the CPU). */
+template <typename T>
+__global__ void xent_bwd_kernel(int64_t B, int64_t C, const T *probs, const int32_t *labels,
+                                typename Acc<T>::type scale, T *dlogits) {
+    using A = typename Acc<T>::type;
+    const int64_t n = B * C;
+    for (int64_t i = global_tid(); i < n; i += grid_stride()) {
+        const int64_t r = i / C, j = i - r * C;
+        A d = mul_rn(to_acc(probs[i]), scale);
+        if (labels[r] == j) d -= scale;
+        dlogits[i] = from_acc<T>(d);
+    }
+}
+
+/* (v, i) pairs: the larger value wins, the smaller index on ties (argmax's first maximum). */
+template <typename A> __device__ __forceinline__ void better(A &v, int64_t &i, A v2, int64_t i2) {
+    if (v2 > v || (v2 == v && i2 < i)) {
+        v = v2;
+        i = i2;
+    }
+}
+
+template <typename T, int TPR>
+__global__ void argmax_kernel(int64_t B, int64_t C, const T *logits, const int32_t *labels, int32_t *pred,
+                              int32_t *correct) {
+    using A = typename Acc<T>::type;
+    constexpr int RPB = 256 / TPR;
+    __shared__ A sh_v[8];
+    __shared__ int64_t sh_i[8];
+    const int lane = threadIdx.x % TPR, sub = threadIdx.x / TPR;
+    for (int64_t r = (int64_t)blockIdx.x * RPB + sub; r < B; r += (int64_t)gridDim.x * RPB) {
+        const T *z = logits + r * C;
+        /* each thread scans its strided columns with a strict >, so it keeps the first maximum */
+        A v = to_acc(z[lane < C ? lane : 0]);
+        int64_t bi = lane < C ? lane : 0;
+        for (int64_t j = lane + TPR; j < C; j += TPR) {
+            A x = to_acc(z[j]);
+            if (x > v) {
+                v = x;
+                bi = j;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            A v2 = __shfl_xor_sync(0xffffffffu, v, o);
+            int64_t i2 = __shfl_xor_sync(0xffffffffu, bi, o);
+            better(v, bi, v2, i2);
+        }
+        if constexpr (TPR > 32) {
+            __syncthreads();
+            if ((threadIdx.x & 31) == 0) {
+                sh_v[threadIdx.x >> 5] = v;
+                sh_i[threadIdx.x >> 5] = bi;
+            }
+            __syncthreads();
+            v = sh_v[0];
+            bi = sh_i[0];
+#pragma unroll
+            for (int w = 1; w < TPR / 32; w++) better(v, bi, sh_v[w], sh_i[w]);
+        }
+        if (lane == 0) {
+            pred[r] = (int32_t)bi;
+            if (labels && correct && labels[r] == (int32_t)bi) atomicAdd(correct, 1);
+        }
+    }
+}
+
+template <typename T>
+static cudaError_t xent_fwd_t(const ls_cuda_launch *l, int64_t B, int64_t C, const void *logits,
+                              const int32_t *labels, void *probs, void *losses) {
+    if (C <= 1024) {
+        xent_fwd_kernel<T, 32><<<grid_for(l, B, 8), 256, 0, l->stream>>>(B, C, (const T *)logits, labels,
+                                                                         (T *)probs, (T *)losses);
+    } else {
+        xent_fwd_kernel<T, 256><<<grid_for(l, B, 1), 256, 0, l->stream>>>(B, C, (const T *)logits, labels,
+                                                                          (T *)probs, (T *)losses);
+    }
+    return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t argmax_t(const ls_cuda_launch *l, int64_t B, int64_t C, const void *logits,
+                            const int32_t *labels, int32_t *pred, int32_t *correct) {
+    if (C <= 1024) {
+        argmax_kernel<T, 32><<<grid_for(l, B, 8), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, pred,
+                                                                       correct);
+    } else {
+        argmax_kernel<T, 256><<<grid_for(l, B, 1), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, pred,
+                                                                        correct);
+    }
+    return cudaGetLastError();
+}
+
+} // namespace lsk
+
+using namespace lsk;
+
+extern "C" cudaError_t ls_cuda_xent_fwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C,
+                                        const void *logits, const int32_t *labels, void *probs, void *losses) {
+    if (B <= 0 || C <= 0) return cudaSuccess;
+    LSK_DISPATCH_FLOAT(t, T, return xent_fwd_t<T>(l, B, C, logits, labels, probs, losses));
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t ls_cuda_xent_bwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C,
+                                        const void *probs, const int32_t *labels, double scale, void *dlogits) {
+    if (B <= 0 || C <= 0) return cudaSuccess;
+    LSK_DISPATCH_FLOAT(t, T, {
+        xent_bwd_kernel<T><<<grid_for(l, B * C, 256), 256, 0, l->stream>>>(
+            B, C, (const T *)probs, labels, (typename Acc<T>::type)scale, (T *)dlogits);
+    });
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ls_cuda_argmax(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C,
+                                      const void *logits, const int32_t *labels, int32_t *pred,
+                                      int32_t *correct) {
+    if (correct) {
+        cudaError_t e = cudaMemsetAsync(correct, 0, sizeof(int32_t), l->stream);
+        if (e != cudaSuccess) return e;
+    }
+    if (B <= 0 || C <= 0) return cudaSuccess;
+    LSK_DISPATCH_FLOAT(t, T, return argmax_t<T>(l, B, C, logits, labels, pred, correct));
+    return cudaErrorInvalidValue;
+}
