@@ -1,0 +1,306 @@
+/* bench_bucketing.c: the gradient exchange of realistic parameter lists (the MLP 784-512-256-10,
+ * 6 tensors; ResNet-18, 62 tensors of mixed sizes) done four ways: the bucketed reducer (grad_ready
+ * in backward order, finish), one blocking allreduce per tensor, one async allreduce per tensor
+ * (all started, then waited), and a single bucket holding everything. Median over runs of the
+ * step time (max over ranks); the ratio column is time / bucketed time. With --compute-us, a
+ * simulated backward (busy work proportional to each tensor's size) runs before each gradient is
+ * marked ready, showing how much communication the reducer hides. Results are checked. Not a test. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "reducer.h"
+#include "tensor.h"
+
+static int R, W;
+static ls_comm *C;
+
+#define DIE(...)                                                                                             \
+    do {                                                                                                     \
+        fprintf(stderr, "bench_bucketing: " __VA_ARGS__);                                                    \
+        fprintf(stderr, "\n");                                                                               \
+        if (C && W > 1) ls_comm_abort(C, "bench_bucketing failed");                                          \
+        exit(1);                                                                                             \
+    } while (0)
+#define CHECK(what, expr)                                                                                    \
+    do {                                                                                                     \
+        if ((expr) != LS_OK) DIE("%s: %s", what, ls_last_error());                                           \
+    } while (0)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void spin(double seconds) {
+    if (seconds <= 0) return;
+    double end = now_s() + seconds;
+    while (now_s() < end) {
+    }
+}
+
+/* ---- parameter lists ---- */
+
+typedef struct plist {
+    const char *name;
+    int n;
+    int64_t numel[80];
+} plist;
+
+static void add(plist *p, int64_t a, int64_t b, int64_t c, int64_t d) { p->numel[p->n++] = a * b * c * d; }
+
+static plist mlp_params(void) {
+    plist p = {"mlp-784-512-256-10", 0, {0}};
+    add(&p, 512, 784, 1, 1);
+    add(&p, 512, 1, 1, 1);
+    add(&p, 256, 512, 1, 1);
+    add(&p, 256, 1, 1, 1);
+    add(&p, 10, 256, 1, 1);
+    add(&p, 10, 1, 1, 1);
+    return p;
+}
+
+static plist resnet18_params(void) {
+    plist p = {"resnet18", 0, {0}};
+    add(&p, 64, 3, 7, 7); /* conv1 */
+    add(&p, 64, 1, 1, 1);
+    add(&p, 64, 1, 1, 1); /* bn1 */
+    int in = 64;
+    const int widths[4] = {64, 128, 256, 512};
+    for (int l = 0; l < 4; l++) {
+        int w = widths[l];
+        for (int blk = 0; blk < 2; blk++) {
+            int cin = blk == 0 ? in : w;
+            add(&p, w, cin, 3, 3);
+            add(&p, w, 1, 1, 1);
+            add(&p, w, 1, 1, 1);
+            add(&p, w, w, 3, 3);
+            add(&p, w, 1, 1, 1);
+            add(&p, w, 1, 1, 1);
+            if (blk == 0 && cin != w) { /* downsample */
+                add(&p, w, cin, 1, 1);
+                add(&p, w, 1, 1, 1);
+                add(&p, w, 1, 1, 1);
+            }
+        }
+        in = w;
+    }
+    add(&p, 1000, 512, 1, 1); /* fc */
+    add(&p, 1000, 1, 1, 1);
+    return p;
+}
+
+/* ---- methods ---- */
+
+typedef enum {
+    M_BUCKETED,
+    M_PER_TENSOR,
+    M_PER_TENSOR_ASYNC,
+    M_SINGLE_BUCKET,
+    M_COMPUTE_ONLY,
+    M_COUNT
+} method;
+static const char *method_names[] = {"bucketed (reducer)", "per-tensor allreduce", "per-tensor async",
+                                     "single bucket", "compute only"};
+
+typedef struct setup {
+    plist p;
+    ls_tensor *g[80];
+    ls_reducer *red, *single;
+    double compute_s[80]; /* simulated backward time of each tensor */
+    int64_t total;
+} setup;
+
+static void scale_all(setup *s, int i) {
+    float *x = s->g[i]->data, f = 1.0f / (float)W;
+    for (int64_t k = 0; k < s->p.numel[i]; k++) x[k] *= f;
+}
+
+static void run_method(setup *s, method m) {
+    const int n = s->p.n;
+    switch (m) {
+    case M_BUCKETED:
+    case M_SINGLE_BUCKET: {
+        ls_reducer *r = m == M_BUCKETED ? s->red : s->single;
+        CHECK("begin", ls_reducer_begin(r, 1.0 / W));
+        for (int i = n - 1; i >= 0; i--) {
+            spin(s->compute_s[i]);
+            CHECK("grad_ready", ls_reducer_grad_ready(r, i));
+        }
+        CHECK("finish", ls_reducer_finish(r));
+        break;
+    }
+    case M_PER_TENSOR:
+        for (int i = n - 1; i >= 0; i--) {
+            spin(s->compute_s[i]);
+            CHECK("allreduce", ls_comm_allreduce(C, s->g[i]->data, s->p.numel[i], LS_F32, LS_REDUCE_SUM));
+            scale_all(s, i);
+        }
+        break;
+    case M_PER_TENSOR_ASYNC: {
+        ls_comm_request *req[80];
+        for (int i = n - 1; i >= 0; i--) {
+            spin(s->compute_s[i]);
+            CHECK("iallreduce",
+                  ls_comm_iallreduce(C, s->g[i]->data, s->p.numel[i], LS_F32, LS_REDUCE_SUM, &req[i]));
+        }
+        for (int i = n - 1; i >= 0; i--) {
+            CHECK("wait", ls_comm_wait(req[i]));
+            scale_all(s, i);
+        }
+        break;
+    }
+    case M_COMPUTE_ONLY:
+        for (int i = n - 1; i >= 0; i--) spin(s->compute_s[i]);
+        break;
+    default: break;
+    }
+}
+
+static float gval(int r, int i, int64_t k) { return (float)((r * 3 + i * 5 + (int)(k % 11)) % 13) * 0.5f; }
+
+static int64_t check_method(setup *s, method m) {
+    for (int i = 0; i < s->p.n; i++)
+        for (int64_t k = 0; k < s->p.numel[i]; k++) ((float *)s->g[i]->data)[k] = gval(R, i, k);
+    run_method(s, m);
+    int64_t wrong = 0;
+    for (int i = 0; i < s->p.n; i++)
+        for (int64_t k = 0; k < s->p.numel[i]; k++) {
+            float sum = 0;
+            for (int r = 0; r < W; r++) sum += gval(r, i, k);
+            float want = sum * (1.0f / (float)W), got = ((float *)s->g[i]->data)[k];
+            wrong += !(fabsf(got - want) <= 1e-6f * (1 + fabsf(want)));
+        }
+    double w = (double)wrong;
+    CHECK("check", ls_comm_allreduce_host(C, &w, 1, LS_F64, LS_REDUCE_SUM));
+    return (int64_t)w;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    int runs = 20, warmup = 3, which = 3; /* 1 mlp, 2 resnet, 3 both */
+    double compute_us = 0, bucket_mb = 0, first_mb = 0;
+    const char *backend = NULL;
+    static const struct option longopts[] = {{"runs", required_argument, 0, 'n'},
+                                             {"warmup", required_argument, 0, 'w'},
+                                             {"model", required_argument, 0, 'm'},
+                                             {"compute-us", required_argument, 0, 'u'},
+                                             {"bucket-mb", required_argument, 0, 'B'},
+                                             {"first-bucket-mb", required_argument, 0, 'F'},
+                                             {"backend", required_argument, 0, 'b'},
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "n:w:m:u:h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'n': runs = atoi(optarg); break;
+        case 'w': warmup = atoi(optarg); break;
+        case 'm':
+            which = !strcmp(optarg, "mlp")      ? 1
+                    : !strcmp(optarg, "resnet") ? 2
+                    : !strcmp(optarg, "all")    ? 3
+                                                : 0;
+            break;
+        case 'u': compute_us = atof(optarg); break;
+        case 'B': bucket_mb = atof(optarg); break;
+        case 'F': first_mb = atof(optarg); break;
+        case 'b': backend = optarg; break;
+        case 'h':
+        default:
+            fprintf(
+                ch == 'h' ? stdout : stderr,
+                "usage: mpirun -np N bench_bucketing [options]\n"
+                "  -n, --runs N            timed runs per method (median; default 20)\n"
+                "  -w, --warmup N          untimed runs first (default 3)\n"
+                "  -m, --model NAME        mlp, resnet or all (default all)\n"
+                "  -u, --compute-us US     simulated backward time per step, spread over the tensors\n"
+                "                          by size (default 0: communication only)\n"
+                "      --bucket-mb MB      bucket cap (default: LOCKSTEP_BUCKET_MB, then 25)\n"
+                "      --first-bucket-mb MB first bucket cap (default: LOCKSTEP_FIRST_BUCKET_MB, then 1)\n"
+                "      --backend NAME      self, mpi, nccl or auto\n");
+            return ch == 'h' ? 0 : 2;
+        }
+    }
+    if (runs < 1 || warmup < 0 || !which) DIE("bad arguments (see --help)");
+    CHECK("communicator", ls_comm_create(NULL, backend, &C));
+    R = ls_comm_rank(C);
+    W = ls_comm_world(C);
+    ls_allocator *a = NULL;
+    CHECK("allocator", ls_host_allocator_create(0, &a));
+    if (R == 0) {
+        printf("# bench_bucketing:");
+        for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
+        const char *prog = getenv("LOCKSTEP_MPI_PROGRESS");
+        printf("\n# ranks %d, backend %s, MPI progress %s, runs %d (median of max over ranks), compute %.0f "
+               "us/step\n",
+               W, ls_comm_backend_name(C), prog && *prog ? prog : "default", runs, compute_us);
+        printf("# %-20s %7s %9s %7s  %-22s %10s %8s %7s\n", "model", "tensors", "MB", "buckets", "method",
+               "time (ms)", "vs bucketed", "#wrong");
+    }
+    for (int model = 1; model <= 2; model++) {
+        if (!(which & model)) continue;
+        setup s;
+        memset(&s, 0, sizeof s);
+        s.p = model == 1 ? mlp_params() : resnet18_params();
+        for (int i = 0; i < s.p.n; i++) {
+            int64_t shape[1] = {s.p.numel[i]};
+            CHECK("gradient", ls_tensor_create(a, LS_F32, 1, shape, "grad", &s.g[i]));
+            s.total += s.p.numel[i];
+        }
+        for (int i = 0; i < s.p.n; i++)
+            s.compute_s[i] = compute_us * 1e-6 * (double)s.p.numel[i] / (double)s.total;
+        ls_reducer_config cfg = {(size_t)(first_mb * 1048576.0), (size_t)(bucket_mb * 1048576.0)};
+        CHECK("reducer", ls_reducer_create(C, NULL, s.p.n, s.g, &cfg, &s.red));
+        ls_reducer_config one = {(size_t)s.total * 4 + 1, (size_t)s.total * 4 + 1};
+        CHECK("reducer", ls_reducer_create(C, NULL, s.p.n, s.g, &one, &s.single));
+        double med[M_COUNT];
+        int64_t wrong[M_COUNT];
+        double *t = calloc((size_t)runs, sizeof *t);
+        for (int m = 0; m < M_COUNT; m++) {
+            if (m == M_COMPUTE_ONLY && compute_us <= 0) continue;
+            wrong[m] = m == M_COMPUTE_ONLY ? 0 : check_method(&s, (method)m);
+            for (int k = 0; k < warmup; k++) run_method(&s, (method)m);
+            for (int k = 0; k < runs; k++) {
+                CHECK("barrier", ls_comm_barrier(C));
+                double t0 = now_s();
+                run_method(&s, (method)m);
+                t[k] = now_s() - t0;
+                CHECK("time", ls_comm_allreduce_host(C, &t[k], 1, LS_F64, LS_REDUCE_MAX));
+            }
+            qsort(t, (size_t)runs, sizeof *t, cmp_double);
+            med[m] = runs % 2 ? t[runs / 2] : 0.5 * (t[runs / 2 - 1] + t[runs / 2]);
+        }
+        free(t);
+        if (R == 0) {
+            for (int m = 0; m < M_COUNT; m++) {
+                if (m == M_COMPUTE_ONLY && compute_us <= 0) continue;
+                int nb = m == M_BUCKETED        ? ls_reducer_num_buckets(s.red)
+                         : m == M_SINGLE_BUCKET ? 1
+                         : m == M_COMPUTE_ONLY  ? 0
+                                                : s.p.n;
+                printf("  %-20s %7d %9.3f %7d  %-22s %10.3f %8.3f %7lld\n", s.p.name, s.p.n,
+                       (double)s.total * 4 / 1048576.0, nb, method_names[m], med[m] * 1e3,
+                       med[m] / med[M_BUCKETED], (long long)wrong[m]);
+            }
+            fflush(stdout);
+        }
+        ls_reducer_destroy(s.red);
+        ls_reducer_destroy(s.single);
+        for (int i = 0; i < s.p.n; i++) ls_tensor_destroy(s.g[i]);
+    }
+    ls_allocator_destroy(a);
+    ls_comm_destroy(C);
+    return 0;
+}

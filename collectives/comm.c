@@ -1,0 +1,305 @@
+/* comm.c: the backend-neutral half of the communicator: argument checks, dispatch to the
+ * backend's function table, requests (wait/test), accessors and destruction. Backend selection
+ * and creation live in registry.c. */
+#include "comm_impl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+size_t ls_comm_dtype_size(ls_dtype t) {
+    switch (t) {
+    case LS_F32: return 4;
+    case LS_F16: return 2;
+    case LS_BF16: return 2;
+    case LS_F64: return 8;
+    case LS_I32: return 4;
+    case LS_U8: return 1;
+    }
+    return 0;
+}
+
+const char *ls_coll_kind_name(ls_coll_kind k) {
+    switch (k) {
+    case LS_COLL_ALLREDUCE: return "allreduce";
+    case LS_COLL_BROADCAST: return "broadcast";
+    case LS_COLL_ALLGATHER: return "allgather";
+    case LS_COLL_REDUCE_SCATTER: return "reduce-scatter";
+    case LS_COLL_BARRIER: return "barrier";
+    }
+    return "?";
+}
+
+const char *ls_reduce_op_name(ls_reduce_op op) {
+    switch (op) {
+    case LS_REDUCE_SUM: return "sum";
+    case LS_REDUCE_AVG: return "avg";
+    case LS_REDUCE_MAX: return "max";
+    case LS_REDUCE_MIN: return "min";
+    }
+    return "?";
+}
+
+int64_t ls_coll_send_count(const ls_coll_op *op, int world) {
+    switch (op->kind) {
+    case LS_COLL_REDUCE_SCATTER: return op->count * world;
+    case LS_COLL_BARRIER: return 0;
+    default: return op->count;
+    }
+}
+
+int64_t ls_coll_recv_count(const ls_coll_op *op, int world) {
+    switch (op->kind) {
+    case LS_COLL_ALLGATHER: return op->count * world;
+    case LS_COLL_BARRIER: return 0;
+    default: return op->count;
+    }
+}
+
+ls_status ls_comm_timeout_from_env(double *out) {
+    *out = 1800.0;
+    const char *s = getenv("LOCKSTEP_COMM_TIMEOUT");
+    if (!s || !*s) return LS_OK;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0))
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "LOCKSTEP_COMM_TIMEOUT=%s is not a number of seconds (0: wait forever)", s);
+    *out = v;
+    return LS_OK;
+}
+
+static void ls_coll_describe(const ls_comm *c, const ls_coll_op *op, char *buf, size_t len) {
+    if (op->kind == LS_COLL_BARRIER)
+        snprintf(buf, len, "barrier");
+    else
+        snprintf(buf, len, "%s of %" PRId64 " %s", ls_coll_kind_name(op->kind), op->count,
+                 ls_dtype_name(op->dtype));
+}
+
+static ls_status ls_coll_check(const ls_comm *c, const ls_coll_op *op) {
+    if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", ls_coll_kind_name(op->kind));
+    const char *what = ls_coll_kind_name(op->kind);
+    if (c->aborted)
+        return ls_error(LS_ERR_COMM, "%s on rank %d: the communicator was aborted (%s)", what, c->rank,
+                        c->abort_why);
+    if (op->kind == LS_COLL_BARRIER) return LS_OK;
+    size_t es = ls_comm_dtype_size(op->dtype);
+    if (es == 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", what, (int)op->dtype);
+    if (op->count < 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: negative count %" PRId64, what, op->count);
+    if (op->count > INT64_MAX / (int64_t)es / c->world)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: count %" PRId64 " overflows", what, op->count);
+    if ((op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER) &&
+        ((int)op->op < LS_REDUCE_SUM || (int)op->op > LS_REDUCE_MIN))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: unknown reduction %d", what, (int)op->op);
+    if (op->kind == LS_COLL_BROADCAST && (op->root < 0 || op->root >= c->world))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "broadcast: root %d is not a rank of %d", op->root,
+                        c->world);
+    if (op->count > 0) {
+        if (!op->recv) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: buffer is NULL", what);
+        if ((op->kind == LS_COLL_ALLGATHER || op->kind == LS_COLL_REDUCE_SCATTER) && !op->send)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: send buffer is NULL", what);
+    }
+    return LS_OK;
+}
+
+ls_status ls_comm_run_op(ls_comm *c, const ls_coll_op *op) {
+    LS_CHECK(ls_coll_check(c, op));
+    ls_status s = c->iface->run(c->state, op);
+    if (s != LS_OK) {
+        char d[64];
+        ls_coll_describe(c, op, d, sizeof d);
+        return ls_error_context(s, "%s on rank %d (%s)", d, c->rank, c->iface->name);
+    }
+    return LS_OK;
+}
+
+static ls_status ls_comm_start_op(ls_comm *c, const ls_coll_op *op, ls_comm_request **req) {
+    if (!req)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: request pointer is NULL", ls_coll_kind_name(op->kind));
+    *req = NULL;
+    LS_CHECK(ls_coll_check(c, op));
+    ls_comm_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a request", ls_coll_kind_name(op->kind));
+    r->comm = c;
+    ls_coll_describe(c, op, r->what, sizeof r->what);
+    ls_status s;
+    if (c->iface->start) {
+        s = c->iface->start(c->state, op, &r->handle);
+    } else {
+        s = c->iface->run(c->state, op);
+        r->completed = 1;
+        r->status = s;
+    }
+    if (s != LS_OK) {
+        free(r);
+        char d[64];
+        ls_coll_describe(c, op, d, sizeof d);
+        return ls_error_context(s, "%s on rank %d (%s)", d, c->rank, c->iface->name);
+    }
+    *req = r;
+    return LS_OK;
+}
+
+ls_status ls_comm_wait(ls_comm_request *r) {
+    if (!r) return LS_OK;
+    ls_comm *c = r->comm;
+    ls_status s;
+    if (r->completed) {
+        s = r->status;
+        if (s != LS_OK) ls_error(s, "%s on rank %d (%s) failed earlier", r->what, c->rank, c->iface->name);
+    } else {
+        s = c->iface->wait(c->state, r->handle);
+        if (s != LS_OK) ls_error_context(s, "%s on rank %d (%s)", r->what, c->rank, c->iface->name);
+    }
+    free(r);
+    return s;
+}
+
+ls_status ls_comm_test(ls_comm_request *r, int *done) {
+    if (!r || !done) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_comm_test: NULL request or flag");
+    *done = 0;
+    if (!r->completed) {
+        ls_comm *c = r->comm;
+        int d = 0;
+        ls_status s = c->iface->test(c->state, r->handle, &d);
+        if (s != LS_OK) return ls_error_context(s, "%s on rank %d (%s)", r->what, c->rank, c->iface->name);
+        if (!d) return LS_OK;
+        r->status = c->iface->wait(c->state, r->handle);
+        if (r->status != LS_OK)
+            ls_error_context(r->status, "%s on rank %d (%s)", r->what, c->rank, c->iface->name);
+        r->handle = NULL;
+        r->completed = 1;
+    }
+    *done = 1;
+    return r->status;
+}
+
+/* ---- public wrappers ---- */
+
+static ls_coll_op ls_op_make(ls_coll_kind kind, const void *send, void *recv, int64_t count, ls_dtype t,
+                             ls_reduce_op op, int root, int host) {
+    ls_coll_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    o.send = send;
+    o.recv = recv;
+    o.count = count;
+    o.dtype = t;
+    o.op = op;
+    o.root = root;
+    o.host = host;
+    return o;
+}
+
+ls_status ls_comm_allreduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op) {
+    ls_coll_op o = ls_op_make(LS_COLL_ALLREDUCE, buf, buf, count, t, op, 0, 0);
+    return ls_comm_run_op(c, &o);
+}
+
+ls_status ls_comm_broadcast(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root) {
+    ls_coll_op o = ls_op_make(LS_COLL_BROADCAST, buf, buf, count, t, LS_REDUCE_SUM, root, 0);
+    return ls_comm_run_op(c, &o);
+}
+
+ls_status ls_comm_allgather(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t) {
+    ls_coll_op o = ls_op_make(LS_COLL_ALLGATHER, send, recv, n, t, LS_REDUCE_SUM, 0, 0);
+    return ls_comm_run_op(c, &o);
+}
+
+ls_status ls_comm_reduce_scatter(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t,
+                                 ls_reduce_op op) {
+    ls_coll_op o = ls_op_make(LS_COLL_REDUCE_SCATTER, send, recv, n, t, op, 0, 0);
+    return ls_comm_run_op(c, &o);
+}
+
+ls_status ls_comm_barrier(ls_comm *c) {
+    ls_coll_op o = ls_op_make(LS_COLL_BARRIER, NULL, NULL, 0, LS_U8, LS_REDUCE_SUM, 0, 0);
+    return ls_comm_run_op(c, &o);
+}
+
+ls_status ls_comm_iallreduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op,
+                             ls_comm_request **req) {
+    ls_coll_op o = ls_op_make(LS_COLL_ALLREDUCE, buf, buf, count, t, op, 0, 0);
+    return ls_comm_start_op(c, &o, req);
+}
+
+ls_status ls_comm_ibroadcast(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root,
+                             ls_comm_request **req) {
+    ls_coll_op o = ls_op_make(LS_COLL_BROADCAST, buf, buf, count, t, LS_REDUCE_SUM, root, 0);
+    return ls_comm_start_op(c, &o, req);
+}
+
+ls_status ls_comm_iallgather(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t,
+                             ls_comm_request **req) {
+    ls_coll_op o = ls_op_make(LS_COLL_ALLGATHER, send, recv, n, t, LS_REDUCE_SUM, 0, 0);
+    return ls_comm_start_op(c, &o, req);
+}
+
+ls_status ls_comm_ireduce_scatter(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t,
+                                  ls_reduce_op op, ls_comm_request **req) {
+    ls_coll_op o = ls_op_make(LS_COLL_REDUCE_SCATTER, send, recv, n, t, op, 0, 0);
+    return ls_comm_start_op(c, &o, req);
+}
+
+ls_status ls_comm_ibarrier(ls_comm *c, ls_comm_request **req) {
+    ls_coll_op o = ls_op_make(LS_COLL_BARRIER, NULL, NULL, 0, LS_U8, LS_REDUCE_SUM, 0, 0);
+    return ls_comm_start_op(c, &o, req);
+}
+
+ls_status ls_comm_allreduce_host(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op) {
+    ls_coll_op o = ls_op_make(LS_COLL_ALLREDUCE, buf, buf, count, t, op, 0, 1);
+    return ls_comm_run_op(c, &o);
+}
+
+ls_status ls_comm_broadcast_host(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root) {
+    ls_coll_op o = ls_op_make(LS_COLL_BROADCAST, buf, buf, count, t, LS_REDUCE_SUM, root, 1);
+    return ls_comm_run_op(c, &o);
+}
+
+ls_status ls_comm_allgather_host(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t) {
+    ls_coll_op o = ls_op_make(LS_COLL_ALLGATHER, send, recv, n, t, LS_REDUCE_SUM, 0, 1);
+    return ls_comm_run_op(c, &o);
+}
+
+ls_status ls_comm_set_compute_stream(ls_comm *c, void *stream) {
+    if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_comm_set_compute_stream: communicator is NULL");
+    if (!c->iface->set_compute_stream) return LS_OK;
+    return c->iface->set_compute_stream(c->state, stream);
+}
+
+void ls_comm_abort(ls_comm *c, const char *why) {
+    if (!c) return;
+    if (!why) why = "no reason given";
+    LS_LOG_E("aborting the %s communicator (rank %d of %d): %s", c->iface->name, c->rank, c->world, why);
+    c->aborted = 1;
+    snprintf(c->abort_why, sizeof c->abort_why, "%s", why);
+    if (c->iface->abort) c->iface->abort(c->state, why);
+}
+
+/* ---- accessors, destruction ---- */
+
+int ls_comm_rank(const ls_comm *c) { return c ? c->rank : 0; }
+int ls_comm_world(const ls_comm *c) { return c ? c->world : 1; }
+const char *ls_comm_backend_name(const ls_comm *c) { return c ? c->iface->name : "none"; }
+const ls_rank_info *ls_comm_rank_info(const ls_comm *c) { return c ? &c->info : NULL; }
+ls_device ls_comm_device(const ls_comm *c) { return c ? c->env.device : ls_device_cpu(); }
+
+void ls_comm_free_shell(ls_comm *c) {
+    if (!c) return;
+    if (c->own_host) ls_allocator_destroy(c->own_host);
+    free(c);
+}
+
+void ls_comm_destroy(ls_comm *c) {
+    if (!c) return;
+    if (c->iface && c->iface->destroy) c->iface->destroy(c->state);
+    ls_comm_free_shell(c);
+}

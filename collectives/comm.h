@@ -1,0 +1,127 @@
+/* comm.h: the communicator. One ls_comm per rank connects the ranks of a data-parallel job and
+ * runs collectives (allreduce, broadcast, allgather, reduce-scatter, barrier), blocking or async,
+ * over one of three backends behind one interface: self (one rank), mpi (host memory; device
+ * buffers staged through the host unless the MPI is CUDA-aware) and nccl (device memory, its own
+ * stream). Buffers live on the device of the ls_ctx the communicator was created with (host memory
+ * for a CPU context); the _host variants take host memory whatever the device (small control data:
+ * metrics, flags, signatures). Counts are elements, not bytes. Not thread-safe: one user thread
+ * drives a communicator. */
+#ifndef LOCKSTEP_COMM_H
+#define LOCKSTEP_COMM_H
+
+#include <stdint.h>
+
+#include "ops.h"
+#include "status.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ls_comm ls_comm;
+typedef struct ls_comm_request ls_comm_request;
+
+typedef enum ls_reduce_op {
+    LS_REDUCE_SUM = 0,
+    LS_REDUCE_AVG = 1, /* sum / world; integer types truncate toward zero */
+    LS_REDUCE_MAX = 2,
+    LS_REDUCE_MIN = 3
+} ls_reduce_op;
+
+/* Where this process sits in the job, read from the launcher's environment. */
+typedef struct ls_rank_info {
+    int rank, world;             /* global */
+    int local_rank, local_world; /* on this node */
+    char launcher[16];           /* "none", "mpi", "slurm", "torchrun" */
+} ls_rank_info;
+
+/* Rank discovery from the environment only (no MPI calls), first match wins:
+ *   mpi:      OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (Open MPI),
+ *             PMI_RANK/PMI_SIZE + MPI_LOCALRANKID/MPI_LOCALNRANKS (MPICH, Intel MPI)
+ *   slurm:    SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS, SLURM_LOCALID, and the local
+ *             count from SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE at SLURM_NODEID
+ *   torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+ *   none:     rank 0 of 1.
+ * A missing local rank/size means one node (local = global). Values that are not integers or are
+ * inconsistent (rank >= world, local_rank >= local_world, ...) are LS_ERR_INVALID_ARGUMENT naming
+ * the variables. */
+ls_status ls_rank_discover(ls_rank_info *out);
+
+/* Create the communicator for this rank. ctx: the compute context whose device holds the buffers
+ * (NULL: CPU, host memory). backend: "self", "mpi", "nccl", or NULL/""/"auto" for LOCKSTEP_COMM,
+ * then automatic: nccl when the build has it and every rank's ctx is on CUDA (agreed with an MPI
+ * allreduce), else mpi when a launcher started ranks or MPI is already initialized, else self.
+ * An unknown name, a backend this build lacks, nccl where a rank has no GPU, and self when a
+ * launcher started several ranks are errors (the last two on every rank, without hanging).
+ * Calls MPI_Init_thread (MPI_THREAD_MULTIPLE requested) if MPI is needed and not initialized; the
+ * last communicator destroyed finalizes it in that case, so keep one communicator alive for the
+ * life of the process. Sets the log's rank prefix when world > 1. ctx must outlive the comm. */
+ls_status ls_comm_create(ls_ctx *ctx, const char *backend, ls_comm **out);
+/* Free the communicator. Every request must have been waited for. NULL is fine. */
+void ls_comm_destroy(ls_comm *c);
+
+int ls_comm_rank(const ls_comm *c);
+int ls_comm_world(const ls_comm *c);
+const char *ls_comm_backend_name(const ls_comm *c);
+/* What ls_rank_discover saw when the communicator was created (rank/world from the backend). */
+const ls_rank_info *ls_comm_rank_info(const ls_comm *c);
+ls_device ls_comm_device(const ls_comm *c);
+
+/* ---- blocking collectives (device buffers) ---- */
+/* buf[count] reduced across ranks, in place. */
+ls_status ls_comm_allreduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op);
+/* buf[count] from root to every rank, in place. */
+ls_status ls_comm_broadcast(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root);
+/* recv[world * count_per_rank] = concatenation of every rank's send[count_per_rank] in rank order.
+ * In place when send == recv + rank * count_per_rank. */
+ls_status ls_comm_allgather(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t);
+/* recv[count_per_rank] = this rank's block of the reduction of send[world * count_per_rank]. */
+ls_status ls_comm_reduce_scatter(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t,
+                                 ls_reduce_op op);
+ls_status ls_comm_barrier(ls_comm *c);
+
+/* ---- async collectives: start now, complete with ls_comm_wait ----
+ * Buffers must stay untouched until the wait. Requests complete in the order they were started
+ * on every rank, and every rank must start the same collectives in the same order. */
+ls_status ls_comm_iallreduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op,
+                             ls_comm_request **req);
+ls_status ls_comm_ibroadcast(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root,
+                             ls_comm_request **req);
+ls_status ls_comm_iallgather(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t,
+                             ls_comm_request **req);
+ls_status ls_comm_ireduce_scatter(ls_comm *c, const void *send, void *recv, int64_t count_per_rank,
+                                  ls_dtype t, ls_reduce_op op, ls_comm_request **req);
+ls_status ls_comm_ibarrier(ls_comm *c, ls_comm_request **req);
+/* Block until req completes (results then visible to the host and to later device work), free it
+ * and return its status. A request that does not complete within LOCKSTEP_COMM_TIMEOUT seconds
+ * (default 1800, 0 = wait forever) is LS_ERR_COMM ("a rank may have failed or skipped this
+ * collective"): call ls_comm_abort then. The bound holds for ls_comm_wait on every backend and for
+ * blocking nccl collectives; a blocking mpi collective issued while no request is in flight runs
+ * on the caller's thread unbounded (as MPI itself). NULL is LS_OK. */
+ls_status ls_comm_wait(ls_comm_request *req);
+/* *done = 1 once req has completed (then returns its status); drives progress. Does not free:
+ * call ls_comm_wait afterwards. */
+ls_status ls_comm_test(ls_comm_request *req, int *done);
+
+/* ---- host-memory variants (work on every backend; nccl routes them over its MPI bootstrap) ---- */
+ls_status ls_comm_allreduce_host(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op);
+ls_status ls_comm_broadcast_host(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root);
+ls_status ls_comm_allgather_host(ls_comm *c, const void *send, void *recv, int64_t count_per_rank,
+                                 ls_dtype t);
+
+/* nccl: the CUDA stream (cudaStream_t) that produces and consumes the buffers; collectives wait
+ * for the work queued on it so far. NULL: the legacy default stream. Other backends: no-op. */
+ls_status ls_comm_set_compute_stream(ls_comm *c, void *stream);
+
+/* Give up: log why, and make every rank stop instead of hanging. mpi: MPI_Abort on the job (does
+ * not return); nccl: ncclCommAbort, then MPI_Abort over its bootstrap; self: later calls fail with
+ * LS_ERR_COMM. */
+void ls_comm_abort(ls_comm *c, const char *why);
+
+const char *ls_reduce_op_name(ls_reduce_op op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,765 @@
+/* comm_mpi.c: the MPI backend. Collectives run on host memory over a duplicate of MPI_COMM_WORLD.
+ * Device buffers are staged through host memory with the context's allocator copy unless the MPI
+ * is CUDA-aware (MPIX_Query_cuda_support, or LOCKSTEP_MPI_CUDA_AWARE=0|1). f16/bf16 reductions
+ * are staged through f32 (one rounding of the f32 result back to 16 bits); avg is sum then divide.
+ * Progress (LOCKSTEP_MPI_PROGRESS): "thread" (default when MPI gives MPI_THREAD_MULTIPLE): async
+ * collectives are queued to one communication thread per communicator that runs them in order with
+ * the blocking MPI calls, so they progress while the caller computes; blocking calls run on the
+ * caller's thread when the queue is empty, else go through the queue (collectives stay ordered).
+ * Thread discipline: MPI_Init_thread asks for MPI_THREAD_MULTIPLE; per communicator, calls are
+ * serialized (the caller touches MPI only while its communication thread is idle), but several
+ * communicators' threads may call MPI at once, hence MULTIPLE. Where MPI offers less, or with
+ * "nonblocking": MPI_I* calls progressed by ls_comm_test/wait on the caller's thread (the reducer
+ * tests its in-flight buckets on every grad_ready).
+ * Staging copies and conversions always run on the caller's thread (at start and at wait). */
+#include <errno.h>
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif
+
+#include "comm_impl.h"
+#include "half_impl.h"
+#include "log.h"
+
+/* MPI is initialized once per process: count the communicators using it and finalize after the
+ * last one only if lockstep initialized it. */
+static pthread_mutex_t ls_mpi_global_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ls_mpi_users = 0;
+static int ls_mpi_we_initialized = 0;
+
+static ls_status ls_mpi_error(int rc, const char *call) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
+    return ls_error(LS_ERR_COMM, "%s failed: %s", call, s);
+}
+
+#define LS_MPI_CHECK(call, name)                                                                             \
+    do {                                                                                                     \
+        int ls_mpi_rc_ = (call);                                                                             \
+        if (ls_mpi_rc_ != MPI_SUCCESS) return ls_mpi_error(ls_mpi_rc_, name);                                \
+    } while (0)
+
+typedef struct ls_mpi_req ls_mpi_req;
+
+typedef struct ls_mpi_state {
+    ls_comm_env env;
+    MPI_Comm comm;
+    int rank, world;
+    int cuda_aware; /* device pointers may go to MPI directly */
+    int threaded;   /* communication thread progress */
+    pthread_t worker;
+    int worker_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    ls_mpi_req *head, *tail; /* queued, not yet started by the worker */
+    int inflight;            /* queued + running on the worker */
+    int orphans;             /* timed-out requests the worker still runs */
+    int stop;
+} ls_mpi_state;
+
+/* One collective as MPI sees it, plus the staging around it. */
+struct ls_mpi_req {
+    ls_coll_op user;
+    ls_coll_kind kind;
+    const void *msend; /* NULL with in_place */
+    void *mrecv;
+    int in_place;
+    int mcount;
+    MPI_Datatype dt;
+    MPI_Op mop;
+    int root;
+    void *stage; /* host block owning the staging buffers */
+    /* pre (caller's thread, at start): device -> host copy, then widen 16-bit -> f32 */
+    const void *pre_dev;
+    void *pre_host;
+    size_t pre_bytes;
+    const void *widen_src;
+    float *widen_dst;
+    int64_t widen_n;
+    /* post (caller's thread, at completion): avg divide, narrow f32 -> 16-bit, host -> device */
+    void *avg_buf;
+    ls_dtype avg_type;
+    int64_t avg_n;
+    const float *narrow_src;
+    void *narrow_dst;
+    int64_t narrow_n;
+    const void *post_host;
+    void *post_dev;
+    size_t post_bytes;
+    ls_dtype user_dtype;
+    /* progress */
+    MPI_Request req;
+    int posted;   /* nonblocking: req is live */
+    int done;     /* thread: worker finished */
+    int orphaned; /* thread: the waiter gave up; the worker frees it */
+    ls_status status;
+    char err[256];
+    ls_mpi_req *next;
+};
+
+static MPI_Datatype ls_mpi_dtype(ls_dtype t) {
+    switch (t) {
+    case LS_F32: return MPI_FLOAT;
+    case LS_F64: return MPI_DOUBLE;
+    case LS_I32: return MPI_INT32_T;
+    case LS_U8: return MPI_UINT8_T;
+    case LS_F16:
+    case LS_BF16: return MPI_UINT16_T; /* bytes only: reductions are staged through f32 */
+    }
+    return MPI_DATATYPE_NULL;
+}
+
+static MPI_Op ls_mpi_op(ls_reduce_op op) {
+    switch (op) {
+    case LS_REDUCE_MAX: return MPI_MAX;
+    case LS_REDUCE_MIN: return MPI_MIN;
+    default: return MPI_SUM;
+    }
+}
+
+static void ls_mpi_req_free(ls_mpi_state *st, ls_mpi_req *r) {
+    if (!r) return;
+    if (r->stage) ls_free(st->env.host, r->stage);
+    free(r);
+}
+
+/* ---- staging ---- */
+
+static void ls_widen(ls_dtype t, const void *src, float *dst, int64_t n) {
+    const uint16_t *s = src;
+    if (t == LS_F16)
+        for (int64_t i = 0; i < n; i++) dst[i] = ls_f16_to_f32(s[i]);
+    else
+        for (int64_t i = 0; i < n; i++) dst[i] = ls_bf16_to_f32(s[i]);
+}
+
+static void ls_narrow(ls_dtype t, const float *src, void *dst, int64_t n) {
+    uint16_t *d = dst;
+    if (t == LS_F16)
+        for (int64_t i = 0; i < n; i++) d[i] = ls_f32_to_f16(src[i]);
+    else
+        for (int64_t i = 0; i < n; i++) d[i] = ls_f32_to_bf16(src[i]);
+}
+
+static void ls_avg_divide(ls_dtype t, void *buf, int64_t n, int world) {
+    switch (t) {
+    case LS_F32: {
+        float *x = buf, w = (float)world;
+        for (int64_t i = 0; i < n; i++) x[i] /= w;
+        break;
+    }
+    case LS_F64: {
+        double *x = buf;
+        for (int64_t i = 0; i < n; i++) x[i] /= world;
+        break;
+    }
+    case LS_I32: {
+        int32_t *x = buf;
+        for (int64_t i = 0; i < n; i++) x[i] /= world;
+        break;
+    }
+    case LS_U8: {
+        uint8_t *x = buf;
+        for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)(x[i] / world);
+        break;
+    }
+    default: break;
+    }
+}
+
+/* Plan the MPI call and the staging for op; allocates r->stage. */
+static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_req **out) {
+    *out = NULL;
+    int64_t n = op->count;
+    if (n > INT_MAX)
+        return ls_error(LS_ERR_UNSUPPORTED, "count %lld exceeds MPI's int count limit (%d)", (long long)n,
+                        INT_MAX);
+    ls_mpi_req *r = calloc(1, sizeof *r);
+    if (!r) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate an MPI request");
+    r->user = *op;
+    r->kind = op->kind;
+    r->mcount = (int)n;
+    r->root = op->root;
+    r->user_dtype = op->dtype;
+    if (op->kind == LS_COLL_BARRIER || n == 0) {
+        *out = r;
+        return LS_OK;
+    }
+    const int world = st->world;
+    const size_t es = ls_comm_dtype_size(op->dtype);
+    const int stage_dev = !op->host && st->env.device.type != LS_DEVICE_CPU && !st->cuda_aware;
+    const int reduction = op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER;
+    const int convert = reduction && (op->dtype == LS_F16 || op->dtype == LS_BF16);
+    const ls_dtype mtype = convert ? LS_F32 : op->dtype;
+    const size_t mes = ls_comm_dtype_size(mtype);
+    r->dt = ls_mpi_dtype(mtype);
+    r->mop = ls_mpi_op(op->op);
+    const int avg = reduction && op->op == LS_REDUCE_AVG;
+    size_t block = 0;
+    char *b = NULL;
+
+    switch (op->kind) {
+    case LS_COLL_ALLREDUCE:
+    case LS_COLL_BROADCAST: {
+        const int is_root = op->kind == LS_COLL_ALLREDUCE || op->root == st->rank;
+        const int receives = op->kind == LS_COLL_ALLREDUCE || op->root != st->rank;
+        if (!stage_dev && !convert) {
+            r->mrecv = op->recv;
+            r->in_place = 1;
+        } else {
+            block = (size_t)n * mes + (stage_dev && convert ? (size_t)n * es : 0);
+        }
+        if (block) {
+            ls_status s = ls_alloc(st->env.host, block, "MPI staging buffer", (void **)&b);
+            if (s != LS_OK) {
+                free(r);
+                return s;
+            }
+            r->stage = b;
+            r->mrecv = b;
+            r->in_place = 1;
+            void *raw = convert ? (stage_dev ? (void *)(b + (size_t)n * mes) : op->recv) : (void *)b;
+            if (is_root) {
+                if (stage_dev) {
+                    r->pre_dev = op->recv;
+                    r->pre_host = raw;
+                    r->pre_bytes = (size_t)n * es;
+                }
+                if (convert) {
+                    r->widen_src = raw;
+                    r->widen_dst = (float *)b;
+                    r->widen_n = n;
+                }
+            }
+            if (receives) {
+                if (convert) {
+                    r->narrow_src = (const float *)b;
+                    r->narrow_dst = raw;
+                    r->narrow_n = n;
+                }
+                if (stage_dev) {
+                    r->post_host = raw;
+                    r->post_dev = op->recv;
+                    r->post_bytes = (size_t)n * es;
+                }
+            }
+        }
+        if (avg) {
+            r->avg_buf = r->mrecv;
+            r->avg_type = mtype;
+            r->avg_n = n;
+        }
+        break;
+    }
+    case LS_COLL_ALLGATHER: {
+        const char *my_slot = (const char *)op->recv + (size_t)st->rank * (size_t)n * es;
+        if (!stage_dev) {
+            r->mrecv = op->recv;
+            r->in_place = op->send == (const void *)my_slot;
+            r->msend = r->in_place ? NULL : op->send;
+        } else {
+            block = (size_t)n * (size_t)world * es;
+            ls_status s = ls_alloc(st->env.host, block, "MPI staging buffer", (void **)&b);
+            if (s != LS_OK) {
+                free(r);
+                return s;
+            }
+            r->stage = b;
+            r->mrecv = b;
+            r->in_place = 1;
+            r->pre_dev = op->send;
+            r->pre_host = b + (size_t)st->rank * (size_t)n * es;
+            r->pre_bytes = (size_t)n * es;
+            r->post_host = b;
+            r->post_dev = op->recv;
+            r->post_bytes = block;
+        }
+        break;
+    }
+    case LS_COLL_REDUCE_SCATTER: {
+        const int64_t ns = n * world;
+        if (!stage_dev && !convert) {
+            r->mrecv = op->recv;
+            r->in_place = op->send == (const void *)op->recv;
+            r->msend = r->in_place ? NULL : op->send;
+        } else {
+            size_t ms_bytes = (size_t)ns * mes, mr_bytes = (size_t)n * mes;
+            size_t raw_bytes = stage_dev && convert ? (size_t)ns * es + (size_t)n * es : 0;
+            block = ms_bytes + mr_bytes + raw_bytes;
+            ls_status s = ls_alloc(st->env.host, block, "MPI staging buffer", (void **)&b);
+            if (s != LS_OK) {
+                free(r);
+                return s;
+            }
+            r->stage = b;
+            char *ms = b, *mr = b + ms_bytes;
+            const void *raw_send = convert ? (stage_dev ? (const void *)(mr + mr_bytes) : op->send) : ms;
+            void *raw_recv =
+                convert ? (stage_dev ? (void *)(mr + mr_bytes + (size_t)ns * es) : op->recv) : (void *)mr;
+            r->msend = ms;
+            r->mrecv = mr;
+            if (stage_dev) {
+                r->pre_dev = op->send;
+                r->pre_host = (void *)raw_send;
+                r->pre_bytes = (size_t)ns * es;
+                r->post_host = raw_recv;
+                r->post_dev = op->recv;
+                r->post_bytes = (size_t)n * es;
+            }
+            if (convert) {
+                r->widen_src = raw_send;
+                r->widen_dst = (float *)ms;
+                r->widen_n = ns;
+                r->narrow_src = (const float *)mr;
+                r->narrow_dst = raw_recv;
+                r->narrow_n = n;
+            }
+        }
+        if (avg) {
+            r->avg_buf = r->mrecv;
+            r->avg_type = mtype;
+            r->avg_n = n;
+        }
+        break;
+    }
+    case LS_COLL_BARRIER: break;
+    }
+    *out = r;
+    return LS_OK;
+}
+
+static ls_status ls_mpi_pre(ls_mpi_state *st, ls_mpi_req *r) {
+    if (r->pre_bytes) {
+        ls_status s = ls_allocator_copy(st->env.dev, r->pre_host, 0, r->pre_dev, 1, r->pre_bytes);
+        if (s != LS_OK) return ls_error_context(s, "staging device buffer to host");
+    }
+    if (r->widen_n) ls_widen(r->user_dtype, r->widen_src, r->widen_dst, r->widen_n);
+    return LS_OK;
+}
+
+static ls_status ls_mpi_post(ls_mpi_state *st, ls_mpi_req *r) {
+    if (r->avg_n) ls_avg_divide(r->avg_type, r->avg_buf, r->avg_n, st->world);
+    if (r->narrow_n) ls_narrow(r->user_dtype, r->narrow_src, r->narrow_dst, r->narrow_n);
+    if (r->post_bytes) {
+        ls_status s = ls_allocator_copy(st->env.dev, r->post_dev, 1, r->post_host, 0, r->post_bytes);
+        if (s != LS_OK) return ls_error_context(s, "copying the result back to the device");
+    }
+    return LS_OK;
+}
+
+static int ls_mpi_trivial(const ls_mpi_req *r) { return r->kind != LS_COLL_BARRIER && r->mcount == 0; }
+
+/* The blocking MPI call (any thread). */
+static ls_status ls_mpi_exec(ls_mpi_state *st, ls_mpi_req *r) {
+    if (ls_mpi_trivial(r)) return LS_OK;
+    const void *sb = r->in_place ? MPI_IN_PLACE : r->msend;
+    switch (r->kind) {
+    case LS_COLL_ALLREDUCE:
+        LS_MPI_CHECK(MPI_Allreduce(sb, r->mrecv, r->mcount, r->dt, r->mop, st->comm), "MPI_Allreduce");
+        break;
+    case LS_COLL_BROADCAST:
+        LS_MPI_CHECK(MPI_Bcast(r->mrecv, r->mcount, r->dt, r->root, st->comm), "MPI_Bcast");
+        break;
+    case LS_COLL_ALLGATHER:
+        LS_MPI_CHECK(MPI_Allgather(sb, r->mcount, r->dt, r->mrecv, r->mcount, r->dt, st->comm),
+                     "MPI_Allgather");
+        break;
+    case LS_COLL_REDUCE_SCATTER:
+        LS_MPI_CHECK(MPI_Reduce_scatter_block(sb, r->mrecv, r->mcount, r->dt, r->mop, st->comm),
+                     "MPI_Reduce_scatter_block");
+        break;
+    case LS_COLL_BARRIER: LS_MPI_CHECK(MPI_Barrier(st->comm), "MPI_Barrier"); break;
+    }
+    return LS_OK;
+}
+
+/* The nonblocking MPI call (caller's thread). */
+static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
+    if (ls_mpi_trivial(r)) return LS_OK;
+    const void *sb = r->in_place ? MPI_IN_PLACE : r->msend;
+    switch (r->kind) {
+    case LS_COLL_ALLREDUCE:
+        LS_MPI_CHECK(MPI_Iallreduce(sb, r->mrecv, r->mcount, r->dt, r->mop, st->comm, &r->req),
+                     "MPI_Iallreduce");
+        break;
+    case LS_COLL_BROADCAST:
+        LS_MPI_CHECK(MPI_Ibcast(r->mrecv, r->mcount, r->dt, r->root, st->comm, &r->req), "MPI_Ibcast");
+        break;
+    case LS_COLL_ALLGATHER:
+        LS_MPI_CHECK(MPI_Iallgather(sb, r->mcount, r->dt, r->mrecv, r->mcount, r->dt, st->comm, &r->req),
+                     "MPI_Iallgather");
+        break;
+    case LS_COLL_REDUCE_SCATTER:
+        LS_MPI_CHECK(MPI_Ireduce_scatter_block(sb, r->mrecv, r->mcount, r->dt, r->mop, st->comm, &r->req),
+                     "MPI_Ireduce_scatter_block");
+        break;
+    case LS_COLL_BARRIER: LS_MPI_CHECK(MPI_Ibarrier(st->comm, &r->req), "MPI_Ibarrier"); break;
+    }
+    r->posted = 1;
+    return LS_OK;
+}
+
+/* ---- the communication thread ---- */
+
+static void *ls_mpi_worker(void *arg) {
+    ls_mpi_state *st = arg;
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        while (!st->head && !st->stop) pthread_cond_wait(&st->work_cv, &st->mu);
+        if (!st->head) break;
+        ls_mpi_req *r = st->head;
+        st->head = r->next;
+        if (!st->head) st->tail = NULL;
+        pthread_mutex_unlock(&st->mu);
+        ls_status s = ls_mpi_exec(st, r);
+        pthread_mutex_lock(&st->mu);
+        r->status = s;
+        if (s != LS_OK) snprintf(r->err, sizeof r->err, "%s", ls_last_error());
+        r->done = 1;
+        st->inflight--;
+        if (r->orphaned) {
+            st->orphans--;
+            ls_mpi_req_free(st, r);
+        }
+        pthread_cond_broadcast(&st->done_cv);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+static void ls_mpi_enqueue(ls_mpi_state *st, ls_mpi_req *r) {
+    pthread_mutex_lock(&st->mu);
+    r->next = NULL;
+    if (st->tail)
+        st->tail->next = r;
+    else
+        st->head = r;
+    st->tail = r;
+    st->inflight++;
+    pthread_cond_signal(&st->work_cv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+static double ls_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ls_status ls_mpi_timeout_error(ls_mpi_state *st, const ls_mpi_req *r) {
+    return ls_error(LS_ERR_COMM,
+                    "did not complete within %g s (LOCKSTEP_COMM_TIMEOUT): a rank may have failed or "
+                    "skipped this collective; call ls_comm_abort",
+                    st->env.timeout_s);
+}
+
+/* Wait for the worker to finish r; frees r on timeout (via the worker). */
+static ls_status ls_mpi_wait_thread(ls_mpi_state *st, ls_mpi_req *r, int *gave_up) {
+    *gave_up = 0;
+    pthread_mutex_lock(&st->mu);
+    if (st->env.timeout_s > 0) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        double secs = st->env.timeout_s;
+        dl.tv_sec += (time_t)secs;
+        dl.tv_nsec += (long)((secs - (double)(time_t)secs) * 1e9);
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        while (!r->done) {
+            if (pthread_cond_timedwait(&st->done_cv, &st->mu, &dl) == ETIMEDOUT && !r->done) {
+                r->orphaned = 1;
+                st->orphans++;
+                *gave_up = 1;
+                pthread_mutex_unlock(&st->mu);
+                return ls_mpi_timeout_error(st, r);
+            }
+        }
+    } else {
+        while (!r->done) pthread_cond_wait(&st->done_cv, &st->mu);
+    }
+    pthread_mutex_unlock(&st->mu);
+    if (r->status != LS_OK) return ls_error(r->status, "%s", r->err);
+    return LS_OK;
+}
+
+static ls_status ls_mpi_wait_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
+    if (!r->posted) return LS_OK;
+    double t0 = st->env.timeout_s > 0 ? ls_now() : 0;
+    for (long spins = 0;; spins++) {
+        int flag = 0;
+        LS_MPI_CHECK(MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        if (flag) break;
+        if (st->env.timeout_s > 0 && (spins & 1023) == 0 && ls_now() - t0 > st->env.timeout_s)
+            return ls_mpi_timeout_error(st, r);
+    }
+    r->posted = 0;
+    return LS_OK;
+}
+
+/* ---- the interface ---- */
+
+static ls_status ls_mpi_start(void *sp, const ls_coll_op *op, void **handle) {
+    ls_mpi_state *st = sp;
+    ls_mpi_req *r = NULL;
+    LS_CHECK(ls_mpi_prepare(st, op, &r));
+    ls_status s = ls_mpi_pre(st, r);
+    if (s == LS_OK) {
+        if (ls_mpi_trivial(r))
+            r->done = 1;
+        else if (st->threaded)
+            ls_mpi_enqueue(st, r);
+        else
+            s = ls_mpi_post_nonblocking(st, r);
+    }
+    if (s != LS_OK) {
+        ls_mpi_req_free(st, r);
+        return s;
+    }
+    *handle = r;
+    return LS_OK;
+}
+
+static ls_status ls_mpi_wait(void *sp, void *h) {
+    ls_mpi_state *st = sp;
+    ls_mpi_req *r = h;
+    ls_status s;
+    if (ls_mpi_trivial(r)) {
+        s = LS_OK;
+    } else if (st->threaded) {
+        int gave_up = 0;
+        s = ls_mpi_wait_thread(st, r, &gave_up);
+        if (gave_up) return s; /* the worker owns r now */
+    } else {
+        s = ls_mpi_wait_nonblocking(st, r);
+        if (s != LS_OK && r->posted) return s; /* MPI may still write the buffers: leak r */
+    }
+    if (s == LS_OK) s = ls_mpi_post(st, r);
+    ls_mpi_req_free(st, r);
+    return s;
+}
+
+static ls_status ls_mpi_test(void *sp, void *h, int *done) {
+    ls_mpi_state *st = sp;
+    ls_mpi_req *r = h;
+    if (ls_mpi_trivial(r)) {
+        *done = 1;
+    } else if (st->threaded) {
+        pthread_mutex_lock(&st->mu);
+        *done = r->done;
+        pthread_mutex_unlock(&st->mu);
+    } else if (!r->posted) {
+        *done = 1;
+    } else {
+        int flag = 0;
+        LS_MPI_CHECK(MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        if (flag) r->posted = 0;
+        *done = flag;
+    }
+    return LS_OK;
+}
+
+static ls_status ls_mpi_run(void *sp, const ls_coll_op *op) {
+    ls_mpi_state *st = sp;
+    int idle = 1;
+    if (st->threaded) {
+        pthread_mutex_lock(&st->mu);
+        idle = st->inflight == 0;
+        pthread_mutex_unlock(&st->mu);
+    }
+    if (!idle) { /* keep the order of the queued collectives */
+        void *h = NULL;
+        LS_CHECK(ls_mpi_start(sp, op, &h));
+        return ls_mpi_wait(sp, h);
+    }
+    /* Idle (or no worker): only this thread touches MPI for this communicator now. */
+    ls_mpi_req *r = NULL;
+    LS_CHECK(ls_mpi_prepare(st, op, &r));
+    ls_status s = ls_mpi_pre(st, r);
+    if (s == LS_OK) s = ls_mpi_exec(st, r);
+    if (s == LS_OK) s = ls_mpi_post(st, r);
+    ls_mpi_req_free(st, r);
+    return s;
+}
+
+static void ls_mpi_abort(void *sp, const char *why) {
+    ls_mpi_state *st = sp;
+    MPI_Abort(st->comm, 1);
+}
+
+static void ls_mpi_release(void) {
+    pthread_mutex_lock(&ls_mpi_global_lock);
+    if (--ls_mpi_users == 0 && ls_mpi_we_initialized) {
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (!fin) MPI_Finalize();
+        ls_mpi_we_initialized = 0;
+    }
+    pthread_mutex_unlock(&ls_mpi_global_lock);
+}
+
+static void ls_mpi_destroy(void *sp) {
+    ls_mpi_state *st = sp;
+    if (!st) return;
+    if (st->worker_started) {
+        pthread_mutex_lock(&st->mu);
+        if (st->orphans) { /* the thread is stuck in a collective that timed out: leave it be */
+            pthread_mutex_unlock(&st->mu);
+            LS_LOG_W("mpi communicator destroyed with a timed-out collective still running: its "
+                     "thread and resources are left behind (call ls_comm_abort after a timeout)");
+            pthread_detach(st->worker);
+            return;
+        }
+        st->stop = 1;
+        pthread_cond_broadcast(&st->work_cv);
+        pthread_mutex_unlock(&st->mu);
+        pthread_join(st->worker, NULL);
+    }
+    if (st->comm != MPI_COMM_NULL) MPI_Comm_free(&st->comm);
+    pthread_cond_destroy(&st->work_cv);
+    pthread_cond_destroy(&st->done_cv);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+    ls_mpi_release();
+}
+
+static const ls_comm_iface ls_mpi_iface = {
+    .name = "mpi",
+    .run = ls_mpi_run,
+    .start = ls_mpi_start,
+    .wait = ls_mpi_wait,
+    .test = ls_mpi_test,
+    .set_compute_stream = NULL,
+    .abort = ls_mpi_abort,
+    .destroy = ls_mpi_destroy,
+};
+
+int ls_comm_mpi_initialized(void) {
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    return inited && !fin;
+}
+
+/* Open MPI busy-polls without yielding unless it knows the node is oversubscribed; with a
+ * communication thread per rank, ranks x 2 busy threads on fewer CPUs can starve each other (a
+ * spinning thread holds the CPU another rank's thread needs: steps 50x slower). So where this
+ * process initializes MPI, the launcher says local_world ranks share this node, and
+ * 2 * local_world exceeds the online CPUs, ask Open MPI to yield when idle (unless set). */
+static void ls_mpi_tune_yield(void) {
+    if (getenv("OMPI_MCA_mpi_yield_when_idle")) return;
+    ls_rank_info ri;
+    if (ls_rank_discover(&ri) != LS_OK) return;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && 2L * ri.local_world > cpus) {
+        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+        LS_LOG_D("%d ranks with communication threads on %ld CPUs: OMPI_MCA_mpi_yield_when_idle=1",
+                 ri.local_world, cpus);
+    }
+}
+
+static ls_status ls_mpi_acquire(int *thread_level) {
+    pthread_mutex_lock(&ls_mpi_global_lock);
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (fin) {
+        pthread_mutex_unlock(&ls_mpi_global_lock);
+        return ls_error(LS_ERR_COMM, "MPI was already finalized (by the destruction of the last "
+                                     "communicator?): keep one communicator alive for the whole process");
+    }
+    if (!inited) {
+        ls_mpi_tune_yield();
+        int provided = 0;
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+        if (rc != MPI_SUCCESS) {
+            pthread_mutex_unlock(&ls_mpi_global_lock);
+            return ls_mpi_error(rc, "MPI_Init_thread");
+        }
+        ls_mpi_we_initialized = 1;
+    }
+    MPI_Query_thread(thread_level);
+    ls_mpi_users++;
+    pthread_mutex_unlock(&ls_mpi_global_lock);
+    return LS_OK;
+}
+
+static int ls_mpi_query_cuda_aware(void) {
+    const char *e = getenv("LOCKSTEP_MPI_CUDA_AWARE");
+    if (e && *e) return strcmp(e, "0") != 0;
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+    return MPIX_Query_cuda_support();
+#else
+    return 0;
+#endif
+}
+
+ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface, void **state, int *rank,
+                             int *world) {
+    const char *prog = getenv("LOCKSTEP_MPI_PROGRESS");
+    int want_thread = 1;
+    if (prog && *prog) {
+        if (!strcmp(prog, "thread"))
+            want_thread = 1;
+        else if (!strcmp(prog, "nonblocking"))
+            want_thread = 0;
+        else
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "LOCKSTEP_MPI_PROGRESS=%s: expected thread or nonblocking", prog);
+    }
+    int level = MPI_THREAD_SINGLE;
+    LS_CHECK(ls_mpi_acquire(&level));
+    ls_mpi_state *st = calloc(1, sizeof *st);
+    if (!st) {
+        ls_mpi_release();
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "MPI communicator: out of host memory");
+    }
+    st->env = *env;
+    st->comm = MPI_COMM_NULL;
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->work_cv, NULL);
+    pthread_cond_init(&st->done_cv, NULL);
+    ls_status s = LS_OK;
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &st->comm);
+    if (rc != MPI_SUCCESS) {
+        s = ls_mpi_error(rc, "MPI_Comm_dup");
+        goto fail;
+    }
+    MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(st->comm, &st->rank);
+    MPI_Comm_size(st->comm, &st->world);
+    st->cuda_aware = env->device.type != LS_DEVICE_CPU && ls_mpi_query_cuda_aware();
+    st->threaded = want_thread && level >= MPI_THREAD_MULTIPLE;
+    if (want_thread && !st->threaded && prog && *prog)
+        LS_LOG_W("LOCKSTEP_MPI_PROGRESS=thread needs MPI_THREAD_MULTIPLE; this MPI gives level %d: "
+                 "using nonblocking progress",
+                 level);
+    if (st->threaded) {
+        if (pthread_create(&st->worker, NULL, ls_mpi_worker, st) != 0) {
+            s = ls_error(LS_ERR_COMM, "cannot start the MPI communication thread");
+            goto fail;
+        }
+        st->worker_started = 1;
+    }
+    LS_LOG_D("mpi communicator: rank %d of %d, progress %s, device buffers %s", st->rank, st->world,
+             st->threaded ? "thread" : "nonblocking", st->cuda_aware ? "direct (CUDA-aware)" : "staged");
+    *iface = &ls_mpi_iface;
+    *state = st;
+    *rank = st->rank;
+    *world = st->world;
+    return LS_OK;
+fail:
+    ls_mpi_destroy(st);
+    return s;
+}

@@ -1,0 +1,335 @@
+/* comm_nccl.c: the NCCL backend. Device buffers only; collectives run on a dedicated non-blocking
+ * communication stream that first waits (event) for the work queued so far on the compute stream
+ * (ls_comm_set_compute_stream; default the legacy stream). Waits poll the completion event and
+ * ncclCommGetAsyncError, so a failed peer becomes an error (after ncclCommAbort) rather than a hang;
+ * LOCKSTEP_COMM_TIMEOUT bounds the wait. The unique id travels over the MPI bootstrap communicator,
+ * which also serves the host-memory collectives. Every CUDA/NCCL call is checked. */
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm_impl.h"
+#include "log.h"
+
+typedef struct ls_nccl_state {
+    ls_comm_env env;
+    ls_comm *boot; /* mpi: unique id, host collectives, abort */
+    ncclComm_t comm;
+    int dev;
+    int rank, world;
+    cudaStream_t stream;  /* communication */
+    cudaStream_t compute; /* producer/consumer of the buffers; NULL: legacy default stream */
+    cudaEvent_t ready;    /* recorded on compute before each collective */
+    int32_t *scratch;     /* one int on the device for the barrier */
+} ls_nccl_state;
+
+typedef struct ls_nccl_req {
+    void *boot_handle; /* host op delegated to the bootstrap */
+    int delegated;
+    int boot_done;
+    cudaEvent_t done;
+} ls_nccl_req;
+
+static ls_status ls_cuda_status(cudaError_t e, const char *call) {
+    if (e == cudaSuccess) return LS_OK;
+    return ls_error(LS_ERR_CUDA, "%s failed: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static ls_status ls_nccl_status(ls_nccl_state *st, ncclResult_t r, const char *call) {
+    if (r == ncclSuccess) return LS_OK;
+    const char *detail = st && st->comm ? ncclGetLastError(st->comm) : ncclGetLastError(NULL);
+    return ls_error(LS_ERR_COMM, "%s failed: %s%s%s", call, ncclGetErrorString(r),
+                    detail && *detail ? ": " : "", detail ? detail : "");
+}
+
+#define LS_CUDA_CHECK(call) LS_CHECK(ls_cuda_status((call), #call))
+#define LS_NCCL_CHECK(st, call) LS_CHECK(ls_nccl_status((st), (call), #call))
+#define LS_CUDA_CHECK_GOTO(call, s, label) LS_CHECK_GOTO(ls_cuda_status((call), #call), s, label)
+
+static ncclDataType_t ls_nccl_dtype(ls_dtype t) {
+    switch (t) {
+    case LS_F32: return ncclFloat32;
+    case LS_F16: return ncclFloat16;
+    case LS_BF16: return ncclBfloat16;
+    case LS_F64: return ncclFloat64;
+    case LS_I32: return ncclInt32;
+    case LS_U8: return ncclUint8;
+    }
+    return ncclFloat32;
+}
+
+static ncclRedOp_t ls_nccl_op(ls_reduce_op op) {
+    switch (op) {
+    case LS_REDUCE_SUM: return ncclSum;
+    case LS_REDUCE_AVG: return ncclAvg;
+    case LS_REDUCE_MAX: return ncclMax;
+    case LS_REDUCE_MIN: return ncclMin;
+    }
+    return ncclSum;
+}
+
+static double ls_nccl_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Abort the NCCL communicator after an asynchronous failure (peers' waits then fail too). */
+static void ls_nccl_kill(ls_nccl_state *st) {
+    if (st->comm) {
+        ncclCommAbort(st->comm);
+        st->comm = NULL;
+    }
+}
+
+static ls_status ls_nccl_alive(ls_nccl_state *st) {
+    if (!st->comm) return ls_error(LS_ERR_COMM, "the NCCL communicator was aborted after an earlier failure");
+    ncclResult_t ar = ncclSuccess;
+    LS_NCCL_CHECK(st, ncclCommGetAsyncError(st->comm, &ar));
+    if (ar != ncclSuccess && ar != ncclInProgress) {
+        ls_status s = ls_nccl_status(st, ar, "NCCL (asynchronous error)");
+        ls_nccl_kill(st);
+        return s;
+    }
+    return LS_OK;
+}
+
+/* Enqueue op on the communication stream. */
+static ls_status ls_nccl_enqueue(ls_nccl_state *st, const ls_coll_op *op) {
+    LS_CHECK(ls_nccl_alive(st));
+    LS_CUDA_CHECK(cudaSetDevice(st->dev));
+    LS_CUDA_CHECK(cudaEventRecord(st->ready, st->compute));
+    LS_CUDA_CHECK(cudaStreamWaitEvent(st->stream, st->ready, 0));
+    ncclDataType_t dt = ls_nccl_dtype(op->dtype);
+    size_t n = (size_t)op->count;
+    switch (op->kind) {
+    case LS_COLL_ALLREDUCE:
+        LS_NCCL_CHECK(st, ncclAllReduce(op->send, op->recv, n, dt, ls_nccl_op(op->op), st->comm, st->stream));
+        break;
+    case LS_COLL_BROADCAST:
+        LS_NCCL_CHECK(st, ncclBroadcast(op->send, op->recv, n, dt, op->root, st->comm, st->stream));
+        break;
+    case LS_COLL_ALLGATHER:
+        LS_NCCL_CHECK(st, ncclAllGather(op->send, op->recv, n, dt, st->comm, st->stream));
+        break;
+    case LS_COLL_REDUCE_SCATTER:
+        LS_NCCL_CHECK(st,
+                      ncclReduceScatter(op->send, op->recv, n, dt, ls_nccl_op(op->op), st->comm, st->stream));
+        break;
+    case LS_COLL_BARRIER:
+        LS_NCCL_CHECK(st,
+                      ncclAllReduce(st->scratch, st->scratch, 1, ncclInt32, ncclSum, st->comm, st->stream));
+        break;
+    }
+    return LS_OK;
+}
+
+static ls_status ls_nccl_poll(ls_nccl_state *st, cudaEvent_t ev, int *done) {
+    *done = 0;
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) {
+        *done = 1;
+        return LS_OK;
+    }
+    if (e != cudaErrorNotReady) return ls_cuda_status(e, "cudaEventQuery");
+    return ls_nccl_alive(st);
+}
+
+static ls_status ls_nccl_wait_event(ls_nccl_state *st, cudaEvent_t ev) {
+    double t0 = ls_nccl_now();
+    for (;;) {
+        int done = 0;
+        LS_CHECK(ls_nccl_poll(st, ev, &done));
+        if (done) return LS_OK;
+        if (st->env.timeout_s > 0 && ls_nccl_now() - t0 > st->env.timeout_s) {
+            ls_nccl_kill(st);
+            return ls_error(LS_ERR_COMM,
+                            "did not complete within %g s (LOCKSTEP_COMM_TIMEOUT): a rank may have "
+                            "failed or skipped this collective; the NCCL communicator was aborted",
+                            st->env.timeout_s);
+        }
+        sched_yield();
+    }
+}
+
+static ls_status ls_nccl_start(void *sp, const ls_coll_op *op, void **handle) {
+    ls_nccl_state *st = sp;
+    ls_nccl_req *r = calloc(1, sizeof *r);
+    if (!r) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate an NCCL request");
+    ls_status s = LS_OK;
+    if (op->host) {
+        ls_comm *b = st->boot;
+        r->delegated = 1;
+        if (b->iface->start) {
+            s = b->iface->start(b->state, op, &r->boot_handle);
+        } else {
+            s = b->iface->run(b->state, op);
+            r->boot_done = 1;
+        }
+        if (s != LS_OK) goto fail;
+    } else {
+        LS_CHECK_GOTO(ls_nccl_enqueue(st, op), s, fail);
+        LS_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), s, fail);
+        s = ls_cuda_status(cudaEventRecord(r->done, st->stream), "cudaEventRecord");
+        if (s != LS_OK) {
+            cudaEventDestroy(r->done);
+            goto fail;
+        }
+    }
+    *handle = r;
+    return LS_OK;
+fail:
+    free(r);
+    return s;
+}
+
+static ls_status ls_nccl_wait(void *sp, void *h) {
+    ls_nccl_state *st = sp;
+    ls_nccl_req *r = h;
+    ls_status s = LS_OK;
+    if (r->delegated) {
+        if (!r->boot_done) s = st->boot->iface->wait(st->boot->state, r->boot_handle);
+    } else {
+        s = ls_nccl_wait_event(st, r->done);
+        cudaEventDestroy(r->done);
+    }
+    free(r);
+    return s;
+}
+
+static ls_status ls_nccl_test(void *sp, void *h, int *done) {
+    ls_nccl_state *st = sp;
+    ls_nccl_req *r = h;
+    if (r->delegated) {
+        if (r->boot_done) {
+            *done = 1;
+            return LS_OK;
+        }
+        return st->boot->iface->test(st->boot->state, r->boot_handle, done);
+    }
+    return ls_nccl_poll(st, r->done, done);
+}
+
+static ls_status ls_nccl_run(void *sp, const ls_coll_op *op) {
+    ls_nccl_state *st = sp;
+    if (op->host) return st->boot->iface->run(st->boot->state, op);
+    void *h = NULL;
+    LS_CHECK(ls_nccl_start(sp, op, &h));
+    return ls_nccl_wait(sp, h);
+}
+
+static ls_status ls_nccl_set_compute_stream(void *sp, void *stream) {
+    ls_nccl_state *st = sp;
+    st->compute = (cudaStream_t)stream;
+    return LS_OK;
+}
+
+static void ls_nccl_abort(void *sp, const char *why) {
+    ls_nccl_state *st = sp;
+    ls_nccl_kill(st);
+    ls_comm_abort(st->boot, why);
+}
+
+static void ls_nccl_destroy(void *sp) {
+    ls_nccl_state *st = sp;
+    if (!st) return;
+    if (st->comm) {
+        cudaSetDevice(st->dev);
+        if (st->stream) cudaStreamSynchronize(st->stream);
+        ncclCommDestroy(st->comm);
+    }
+    if (st->scratch) cudaFree(st->scratch);
+    if (st->ready) cudaEventDestroy(st->ready);
+    if (st->stream) cudaStreamDestroy(st->stream);
+    ls_comm_destroy(st->boot);
+    free(st);
+}
+
+static const ls_comm_iface ls_nccl_iface = {
+    .name = "nccl",
+    .run = ls_nccl_run,
+    .start = ls_nccl_start,
+    .wait = ls_nccl_wait,
+    .test = ls_nccl_test,
+    .set_compute_stream = ls_nccl_set_compute_stream,
+    .abort = ls_nccl_abort,
+    .destroy = ls_nccl_destroy,
+};
+
+/* Local setup that can fail; done before the collective NCCL init so a failing rank cannot
+ * leave the others waiting in ncclCommInitRank. */
+static ls_status ls_nccl_local_setup(ls_nccl_state *st) {
+    LS_CUDA_CHECK(cudaSetDevice(st->dev));
+    LS_CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+    LS_CUDA_CHECK(cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming));
+    LS_CUDA_CHECK(cudaMalloc((void **)&st->scratch, sizeof(int32_t)));
+    LS_CUDA_CHECK(cudaMemset(st->scratch, 0, sizeof(int32_t)));
+    return LS_OK;
+}
+
+ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *boot, const ls_comm_iface **iface,
+                              void **state) {
+    ls_nccl_state *st = calloc(1, sizeof *st);
+    if (!st) return ls_error(LS_ERR_OUT_OF_MEMORY, "NCCL communicator: out of host memory");
+    st->env = *env;
+    st->dev = env->device.index;
+    st->rank = ls_comm_rank(boot);
+    st->world = ls_comm_world(boot);
+
+    /* 1. local setup, agreed by every rank (min of ok flags). */
+    ls_status local = ls_nccl_local_setup(st);
+    char local_msg[256];
+    snprintf(local_msg, sizeof local_msg, "%s", local == LS_OK ? "" : ls_last_error());
+    int32_t ok = local == LS_OK ? st->world : st->rank;
+    ls_status s = ls_comm_allreduce_host(boot, &ok, 1, LS_I32, LS_REDUCE_MIN);
+    if (s != LS_OK) goto fail;
+    if (ok < st->world) {
+        s = local != LS_OK
+                ? ls_error(local, "NCCL setup on rank %d (cuda:%d): %s", st->rank, st->dev, local_msg)
+                : ls_error(LS_ERR_COMM, "NCCL setup failed on rank %d", (int)ok);
+        goto fail;
+    }
+
+    /* 2. rank 0's unique id (with its status) to everyone. */
+    struct {
+        int32_t ok;
+        ncclUniqueId id;
+    } msg;
+    memset(&msg, 0, sizeof msg);
+    if (st->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&msg.id);
+        msg.ok = r == ncclSuccess;
+        if (!msg.ok) ls_nccl_status(NULL, r, "ncclGetUniqueId");
+    }
+    s = ls_comm_broadcast_host(boot, &msg, (int64_t)sizeof msg, LS_U8, 0);
+    if (s != LS_OK) goto fail;
+    if (!msg.ok) {
+        s = st->rank == 0 ? LS_ERR_COMM : ls_error(LS_ERR_COMM, "ncclGetUniqueId failed on rank 0");
+        goto fail;
+    }
+
+    /* 3. the collective init. */
+    s = ls_nccl_status(NULL, ncclCommInitRank(&st->comm, st->world, msg.id, st->rank), "ncclCommInitRank");
+    if (s != LS_OK) {
+        st->comm = NULL;
+        goto fail;
+    }
+    st->boot = boot;
+    LS_LOG_D("nccl communicator: rank %d of %d on cuda:%d", st->rank, st->world, st->dev);
+    *iface = &ls_nccl_iface;
+    *state = st;
+    return LS_OK;
+fail:
+    st->boot = NULL; /* the caller keeps the bootstrap on failure */
+    {
+        char keep[512];
+        snprintf(keep, sizeof keep, "%s", ls_last_error());
+        ls_nccl_destroy(st);
+        ls_error(s, "%s", keep);
+    }
+    return s;
+}

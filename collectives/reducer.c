@@ -1,0 +1,360 @@
+/* reducer.c: the DDP gradient reducer: bucket plan (reverse parameter order, capped sizes), one
+ * fusion buffer per multi-gradient bucket on the gradients' device, async allreduce launched in
+ * bucket order as buckets fill, then scale and copy back at finish. */
+#include "reducer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define LS_MIB ((size_t)1 << 20)
+
+typedef struct ls_bucket {
+    int lo, hi;
+    size_t bytes;
+    int64_t numel;
+    void *fusion;         /* NULL: single gradient reduced in place */
+    int pending;          /* gradients not yet ready this step */
+    ls_comm_request *req; /* in flight */
+    int launched;
+} ls_bucket;
+
+struct ls_reducer {
+    ls_comm *comm;
+    ls_ctx *ctx;
+    ls_allocator *alloc; /* device memory of the gradients */
+    int on_device;
+    int n;
+    ls_tensor **grads;    /* [n] */
+    int *bucket_of;       /* [n] */
+    size_t *offset;       /* [n] byte offset within the bucket's fusion buffer */
+    unsigned char *ready; /* [n] */
+    ls_bucket *b;
+    int nb;
+    int next_launch;
+    int active;
+    double scale;
+    ls_status err; /* first error of the step */
+    ls_reducer_config cfg;
+};
+
+static ls_status ls_env_mib(const char *name, size_t *out) {
+    const char *s = getenv(name);
+    if (!s || !*s) return LS_OK;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v > 0) || v > 1e6)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s=%s: expected a positive size in MiB (e.g. 25 or 0.5)",
+                        name, s);
+    size_t bytes = (size_t)llround(v * (double)LS_MIB);
+    *out = bytes ? bytes : 1;
+    return LS_OK;
+}
+
+ls_status ls_reducer_config_resolve(const ls_reducer_config *cfg, ls_reducer_config *out) {
+    ls_reducer_config r = {LS_MIB, 25 * LS_MIB};
+    LS_CHECK(ls_env_mib("LOCKSTEP_FIRST_BUCKET_MB", &r.first_bucket_bytes));
+    LS_CHECK(ls_env_mib("LOCKSTEP_BUCKET_MB", &r.bucket_bytes));
+    if (cfg && cfg->first_bucket_bytes) r.first_bucket_bytes = cfg->first_bucket_bytes;
+    if (cfg && cfg->bucket_bytes) r.bucket_bytes = cfg->bucket_bytes;
+    *out = r;
+    return LS_OK;
+}
+
+int ls_reducer_plan_buckets(int n, const size_t *nbytes, size_t first_cap, size_t cap, int *bucket_of) {
+    int nb = 0;
+    size_t fill = 0;
+    int open = 0; /* the current bucket has gradients */
+    for (int i = n - 1; i >= 0; i--) {
+        size_t limit = nb == 0 ? first_cap : cap;
+        if (open && fill + nbytes[i] > limit) {
+            nb++;
+            fill = 0;
+            open = 0;
+            limit = cap;
+        }
+        bucket_of[i] = nb;
+        fill += nbytes[i];
+        open = 1;
+        if (fill > limit) { /* oversized gradient alone in its bucket: close it */
+            nb++;
+            fill = 0;
+            open = 0;
+        }
+    }
+    return open ? nb + 1 : nb;
+}
+
+static ls_status ls_dev_copy(ls_reducer *r, void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return LS_OK;
+    if (!r->on_device) {
+        memcpy(dst, src, bytes);
+        return LS_OK;
+    }
+    return ls_allocator_copy(r->alloc, dst, 1, src, 1, bytes);
+}
+
+static ls_status ls_dev_scale(ls_reducer *r, void *buf, int64_t n) {
+    if (r->scale == 1.0 || n == 0) return LS_OK;
+    if (!r->on_device) {
+        float *x = buf, s = (float)r->scale;
+        for (int64_t i = 0; i < n; i++) x[i] *= s;
+        return LS_OK;
+    }
+    if (!r->ctx || !r->ctx->ops || !r->ctx->ops->scale)
+        return ls_error(LS_ERR_UNSUPPORTED, "gradient reducer: the device's op table has no scale op");
+    return r->ctx->ops->scale(r->ctx->state, LS_F32, n, r->scale, buf);
+}
+
+void ls_reducer_destroy(ls_reducer *r) {
+    if (!r) return;
+    for (int k = 0; r->b && k < r->nb; k++) {
+        if (r->b[k].req) ls_comm_wait(r->b[k].req);
+        if (r->b[k].fusion && r->alloc)
+            ls_free(r->alloc, r->b[k].fusion);
+        else
+            free(r->b[k].fusion);
+    }
+    free(r->b);
+    free(r->grads);
+    free(r->bucket_of);
+    free(r->offset);
+    free(r->ready);
+    free(r);
+}
+
+ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads,
+                            const ls_reducer_config *cfg, ls_reducer **out) {
+    if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: out is NULL");
+    *out = NULL;
+    if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: communicator is NULL");
+    if (n < 0 || (n > 0 && !grads))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: bad gradient list (%d)", n);
+    ls_reducer_config rc;
+    LS_CHECK(ls_reducer_config_resolve(cfg, &rc));
+    ls_device dev = ls_comm_device(c);
+    if (ctx && ctx->device.type != dev.type)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_reducer_create: the context and the communicator are on different devices");
+    for (int i = 0; i < n; i++) {
+        char d[64];
+        if (!grads[i]) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: gradient %d is NULL", i);
+        if (grads[i]->dtype != LS_F32)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "ls_reducer_create: gradient %d is %s; the reducer takes f32", i,
+                            ls_tensor_describe(grads[i], d, sizeof d));
+        if (grads[i]->device.type != dev.type)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "ls_reducer_create: gradient %d is %s, not on the communicator's device", i,
+                            ls_tensor_describe(grads[i], d, sizeof d));
+        if (ls_tensor_numel(grads[i]) > 0 && !grads[i]->data)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: gradient %d has no data", i);
+    }
+    ls_reducer *r = calloc(1, sizeof *r);
+    if (!r) return ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: out of host memory");
+    r->comm = c;
+    r->ctx = ctx;
+    r->cfg = rc;
+    r->on_device = dev.type != LS_DEVICE_CPU;
+    r->alloc = ctx ? ctx->alloc : NULL;
+    if (r->on_device && !r->alloc) {
+        free(r);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: device gradients need their context");
+    }
+    r->n = n;
+    size_t nn = (size_t)(n > 0 ? n : 1);
+    r->grads = calloc(nn, sizeof *r->grads);
+    r->bucket_of = calloc(nn, sizeof *r->bucket_of);
+    r->offset = calloc(nn, sizeof *r->offset);
+    r->ready = calloc(nn, 1);
+    size_t *nbytes = calloc(nn, sizeof *nbytes);
+    ls_status s = LS_OK;
+    if (!r->grads || !r->bucket_of || !r->offset || !r->ready || !nbytes) {
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: out of host memory");
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        r->grads[i] = grads[i];
+        nbytes[i] = ls_tensor_nbytes(grads[i]);
+    }
+    r->nb = ls_reducer_plan_buckets(n, nbytes, rc.first_bucket_bytes, rc.bucket_bytes, r->bucket_of);
+    r->b = calloc((size_t)(r->nb > 0 ? r->nb : 1), sizeof *r->b);
+    if (!r->b) {
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: out of host memory");
+        goto fail;
+    }
+    for (int k = 0; k < r->nb; k++) r->b[k].lo = n, r->b[k].hi = -1;
+    for (int i = n - 1; i >= 0; i--) {
+        ls_bucket *b = &r->b[r->bucket_of[i]];
+        if (b->hi < 0) b->hi = i;
+        b->lo = i;
+        r->offset[i] = b->bytes;
+        b->bytes += nbytes[i];
+        b->numel += ls_tensor_numel(grads[i]);
+    }
+    for (int k = 0; k < r->nb; k++) {
+        ls_bucket *b = &r->b[k];
+        if (b->hi == b->lo) continue; /* single gradient: in place */
+        if (!r->alloc) {
+            b->fusion = malloc(b->bytes ? b->bytes : 1);
+            if (!b->fusion) {
+                s = ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: fusion buffer %d of %zu bytes", k,
+                             b->bytes);
+                goto fail;
+            }
+        } else {
+            char what[48];
+            snprintf(what, sizeof what, "gradient bucket %d", k);
+            LS_CHECK_GOTO(ls_alloc(r->alloc, b->bytes, what, &b->fusion), s, fail);
+        }
+    }
+    free(nbytes);
+    LS_LOG_D("gradient reducer: %d gradients in %d buckets (first cap %zu B, cap %zu B)", n, r->nb,
+             rc.first_bucket_bytes, rc.bucket_bytes);
+    *out = r;
+    return LS_OK;
+fail:
+    free(nbytes);
+    ls_reducer_destroy(r);
+    return s;
+}
+
+ls_status ls_reducer_begin(ls_reducer *r, double post_scale) {
+    if (!r) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_begin: reducer is NULL");
+    if (r->active)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_reducer_begin: the previous step was not finished (ls_reducer_finish)");
+    if (!isfinite(post_scale))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_begin: post_scale %g is not finite", post_scale);
+    r->active = 1;
+    r->scale = post_scale;
+    r->next_launch = 0;
+    r->err = LS_OK;
+    memset(r->ready, 0, (size_t)(r->n > 0 ? r->n : 1));
+    for (int k = 0; k < r->nb; k++) {
+        r->b[k].pending = r->b[k].hi - r->b[k].lo + 1;
+        r->b[k].launched = 0;
+        r->b[k].req = NULL;
+    }
+    return LS_OK;
+}
+
+static ls_status ls_bucket_launch(ls_reducer *r, int k) {
+    ls_bucket *b = &r->b[k];
+    void *buf = b->fusion ? b->fusion : r->grads[b->lo]->data;
+    b->launched = 1;
+    ls_status s = ls_comm_iallreduce(r->comm, buf, b->numel, LS_F32, LS_REDUCE_SUM, &b->req);
+    if (s != LS_OK) return ls_error_context(s, "gradient bucket %d (%zu bytes)", k, b->bytes);
+    return LS_OK;
+}
+
+/* Mark i ready (copy into its fusion buffer), then launch the buckets that can go, in order. */
+static ls_status ls_mark(ls_reducer *r, int i) {
+    ls_bucket *b = &r->b[r->bucket_of[i]];
+    r->ready[i] = 1;
+    if (b->fusion) {
+        ls_status s = ls_dev_copy(r, (char *)b->fusion + r->offset[i], r->grads[i]->data,
+                                  ls_tensor_nbytes(r->grads[i]));
+        if (s != LS_OK) return ls_error_context(s, "copying gradient %d into its bucket", i);
+    }
+    b->pending--;
+    while (r->next_launch < r->nb && r->b[r->next_launch].pending == 0)
+        LS_CHECK(ls_bucket_launch(r, r->next_launch++));
+    return LS_OK;
+}
+
+ls_status ls_reducer_grad_ready(ls_reducer *r, int i) {
+    if (!r) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_grad_ready: reducer is NULL");
+    if (!r->active)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_reducer_grad_ready(%d) outside a step (ls_reducer_begin)", i);
+    if (i < 0 || i >= r->n)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_grad_ready: gradient %d is not in 0..%d", i,
+                        r->n - 1);
+    if (r->ready[i])
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_reducer_grad_ready: gradient %d marked ready twice in one step", i);
+    if (r->err != LS_OK) return ls_error(r->err, "gradient reducer: an earlier error in this step");
+    ls_status s = ls_mark(r, i);
+    if (s != LS_OK) {
+        r->err = s;
+        return s;
+    }
+    /* Drive progress of what is in flight (needed by nonblocking MPI progress). */
+    for (int k = 0; k < r->next_launch; k++) {
+        if (!r->b[k].req) continue;
+        int done = 0;
+        s = ls_comm_test(r->b[k].req, &done);
+        if (s != LS_OK) {
+            r->err = s;
+            return s;
+        }
+        if (!done) break;
+    }
+    return LS_OK;
+}
+
+ls_status ls_reducer_finish(ls_reducer *r) {
+    if (!r) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_finish: reducer is NULL");
+    if (!r->active)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_finish outside a step (ls_reducer_begin)");
+    ls_status err = r->err;
+    char msg[512] = "";
+    if (err != LS_OK) snprintf(msg, sizeof msg, "%s", ls_last_error());
+    /* Unmarked gradients count as ready, in backward (reverse) order. */
+    for (int i = r->n - 1; i >= 0 && err == LS_OK; i--) {
+        if (r->ready[i]) continue;
+        err = ls_mark(r, i);
+        if (err != LS_OK) snprintf(msg, sizeof msg, "%s", ls_last_error());
+    }
+    for (int k = 0; k < r->nb; k++) {
+        ls_bucket *b = &r->b[k];
+        if (!b->launched) continue;
+        ls_status s = ls_comm_wait(b->req);
+        b->req = NULL;
+        if (s == LS_OK && err == LS_OK) {
+            void *buf = b->fusion ? b->fusion : r->grads[b->lo]->data;
+            s = ls_dev_scale(r, buf, b->numel);
+            for (int i = b->hi; i >= b->lo && s == LS_OK && b->fusion; i--)
+                s = ls_dev_copy(r, r->grads[i]->data, (char *)b->fusion + r->offset[i],
+                                ls_tensor_nbytes(r->grads[i]));
+        }
+        if (s != LS_OK && err == LS_OK) {
+            err = ls_error_context(s, "gradient bucket %d (%zu bytes)", k, b->bytes);
+            snprintf(msg, sizeof msg, "%s", ls_last_error());
+        }
+    }
+    r->active = 0;
+    r->err = LS_OK;
+    if (err != LS_OK) return ls_error(err, "%s", msg);
+    return LS_OK;
+}
+
+int ls_reducer_num_buckets(const ls_reducer *r) { return r ? r->nb : 0; }
+
+ls_status ls_reducer_bucket(const ls_reducer *r, int k, ls_reducer_bucket_info *out) {
+    if (!r || !out || k < 0 || k >= r->nb)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_bucket: no bucket %d", k);
+    out->lo = r->b[k].lo;
+    out->hi = r->b[k].hi;
+    out->bytes = r->b[k].bytes;
+    out->fused = r->b[k].fusion != NULL;
+    return LS_OK;
+}
+
+int ls_reducer_bucket_of(const ls_reducer *r, int i) {
+    if (!r || i < 0 || i >= r->n) return -1;
+    return r->bucket_of[i];
+}
+
+int ls_reducer_launched(const ls_reducer *r) { return r ? r->next_launch : 0; }
+
+ls_reducer_config ls_reducer_get_config(const ls_reducer *r) {
+    ls_reducer_config z = {0, 0};
+    return r ? r->cfg : z;
+}

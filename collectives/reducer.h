@@ -1,0 +1,79 @@
+/* reducer.h: the DDP gradient reducer. Gradients (f32, parameter order, on the communicator's
+ * device) are grouped into buckets in REVERSE parameter order (the order backward produces them):
+ * the first bucket holds at most first_bucket_bytes (default 1 MiB), the others at most
+ * bucket_bytes (default 25 MiB); a gradient larger than the cap gets a bucket of its own (reduced
+ * in place, no fusion copy). When every gradient of a bucket is ready its gradients are copied
+ * into the bucket's fusion buffer and an async allreduce (sum) starts; buckets start strictly in
+ * bucket order (as DDP), so communication overlaps the rest of backward. finish waits, multiplies
+ * by post_scale and copies back.
+ *
+ * Step protocol: begin(post_scale) -> grad_ready(i) as each gradient becomes final (any order;
+ * optional) -> finish (treats unmarked gradients as ready). Gradient accumulation ("no_sync"):
+ * on non-final micro-steps simply do not call begin/grad_ready/finish; gradients accumulate
+ * locally and the final micro-step's reduction carries the sum.
+ * The caps differ from PyTorch's in one respect: PyTorch closes a bucket once it reaches the cap;
+ * here a bucket never exceeds its cap unless it holds a single oversized gradient. */
+#ifndef LOCKSTEP_REDUCER_H
+#define LOCKSTEP_REDUCER_H
+
+#include <stddef.h>
+
+#include "comm.h"
+#include "ops.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ls_reducer ls_reducer;
+
+typedef struct ls_reducer_config {
+    size_t first_bucket_bytes; /* 0: LOCKSTEP_FIRST_BUCKET_MB, else 1 MiB */
+    size_t bucket_bytes;       /* 0: LOCKSTEP_BUCKET_MB, else 25 MiB */
+} ls_reducer_config;
+
+typedef struct ls_reducer_bucket_info {
+    int lo, hi;   /* parameters lo..hi (inclusive); filled from hi down to lo */
+    size_t bytes; /* sum of the gradients' bytes */
+    int fused;    /* 1: a fusion buffer; 0: one gradient reduced in place */
+} ls_reducer_bucket_info;
+
+/* Fill in the caps: a non-zero field wins, then the environment (MiB, fractions allowed), then the
+ * defaults. cfg may be NULL. A bad environment value is LS_ERR_INVALID_ARGUMENT. */
+ls_status ls_reducer_config_resolve(const ls_reducer_config *cfg, ls_reducer_config *out);
+
+/* The bucket assignment alone: bucket_of[i] for gradients of nbytes[i] bytes (i = 0..n-1).
+ * Returns the number of buckets. Bucket 0 holds the last parameters. */
+int ls_reducer_plan_buckets(int n, const size_t *nbytes, size_t first_bucket_bytes, size_t bucket_bytes,
+                            int *bucket_of);
+
+/* grads[0..n): the gradient tensors in parameter order (the reducer keeps the pointers; the tensors
+ * must outlive it). ctx: their context (NULL: CPU). */
+ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads,
+                            const ls_reducer_config *cfg, ls_reducer **out);
+void ls_reducer_destroy(ls_reducer *r);
+
+/* A synchronized backward begins; after the sum, gradients are multiplied by post_scale
+ * (1/world averages). */
+ls_status ls_reducer_begin(ls_reducer *r, double post_scale);
+/* grads[i] is final for this step. Launches every bucket that became ready, in bucket order, and
+ * drives the progress of those in flight. Marking a gradient twice in a step is an error. */
+ls_status ls_reducer_grad_ready(ls_reducer *r, int i);
+/* Launch what remains (unmarked gradients count as ready), wait for every bucket, scale and copy
+ * back. After an error in the step, still waits for what was launched and returns the first error. */
+ls_status ls_reducer_finish(ls_reducer *r);
+
+int ls_reducer_num_buckets(const ls_reducer *r);
+ls_status ls_reducer_bucket(const ls_reducer *r, int b, ls_reducer_bucket_info *out);
+/* The bucket holding parameter i (-1 when out of range). */
+int ls_reducer_bucket_of(const ls_reducer *r, int i);
+/* Buckets launched so far in the current (or last) step. */
+int ls_reducer_launched(const ls_reducer *r);
+/* The caps in use. */
+ls_reducer_config ls_reducer_get_config(const ls_reducer *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,255 @@
+/* test_comm_collectives.c: every collective of the automatically chosen communicator (self when
+ * run alone, mpi under mpirun) against reference results: allreduce (sum/avg/max/min), broadcast
+ * from every root, allgather and reduce-scatter (also in place), barrier, over every dtype and
+ * counts 0, 1, odd sizes and a few million elements; async variants with several requests in
+ * flight, test/wait, a blocking collective while requests are in flight; host variants; argument
+ * errors. Run with any number of ranks. */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "commtest.h"
+#include "testutil.h"
+
+static ls_comm *C;
+static int R, W;
+
+static void *xalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    LS_REQUIRE(p);
+    return p;
+}
+
+/* Count the elements of buf (dtype t) that differ from want(i); report the first. */
+#define CHECK_ELEMS(what, buf, t, n, want_expr)                                                              \
+    do {                                                                                                     \
+        int64_t bad_ = 0;                                                                                    \
+        for (int64_t i = 0; i < (n); i++) {                                                                  \
+            double w_ = (want_expr), g_ = ct_get((buf), (t), i);                                             \
+            if (!(fabs(g_ - w_) <= ct_tol((t), w_))) {                                                       \
+                if (!bad_)                                                                                   \
+                    fprintf(stderr, "rank %d: %s %s n=%" PRId64 ": element %" PRId64 " = %g, expected %g\n", \
+                            R, (what), ls_dtype_name(t), (int64_t)(n), i, g_, w_);                           \
+                bad_++;                                                                                      \
+            }                                                                                                \
+        }                                                                                                    \
+        LS_EXPECT(bad_ == 0);                                                                                \
+    } while (0)
+
+static const int64_t counts[] = {0, 1, 2, 7, 1023};
+#define NCOUNTS ((int)(sizeof counts / sizeof counts[0]))
+
+static void test_allreduce(void) {
+    static const ls_reduce_op ops[] = {LS_REDUCE_SUM, LS_REDUCE_AVG, LS_REDUCE_MAX, LS_REDUCE_MIN};
+    int salt = 0;
+    for (int d = 0; d < CT_NDTYPES; d++)
+        for (int o = 0; o < 4; o++)
+            for (int k = 0; k < NCOUNTS; k++, salt++) {
+                ls_dtype t = ct_all_dtypes[d];
+                int64_t n = counts[k];
+                void *buf = xalloc((size_t)n * ls_dtype_size(t));
+                for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, salt));
+                LS_REQUIRE_OK(ls_comm_allreduce(C, n ? buf : NULL, n, t, ops[o]));
+                char what[64];
+                snprintf(what, sizeof what, "allreduce %s", ls_reduce_op_name(ops[o]));
+                CHECK_ELEMS(what, buf, t, n, ct_expect(t, ops[o], W, i, salt));
+                free(buf);
+            }
+}
+
+static void test_allreduce_large(void) {
+    const int64_t n = 3000001;
+    float *a = xalloc((size_t)n * 4), *b = xalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) a[i] = b[i] = (float)ct_val(LS_F32, R, i, 1);
+    LS_REQUIRE_OK(ls_comm_allreduce(C, a, n, LS_F32, LS_REDUCE_SUM));
+    CHECK_ELEMS("large allreduce", a, LS_F32, n, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 1));
+    ls_comm_request *req = NULL;
+    LS_REQUIRE_OK(ls_comm_iallreduce(C, b, n, LS_F32, LS_REDUCE_AVG, &req));
+    LS_REQUIRE_OK(ls_comm_wait(req));
+    CHECK_ELEMS("large iallreduce avg", b, LS_F32, n, ct_expect(LS_F32, LS_REDUCE_AVG, W, i, 1));
+    free(a);
+    free(b);
+}
+
+static void test_broadcast(void) {
+    static const int64_t bc[] = {0, 1, 7, 100003};
+    for (int root = 0; root < W; root++)
+        for (int d = 0; d < CT_NDTYPES; d++)
+            for (int k = 0; k < 4; k++) {
+                ls_dtype t = ct_all_dtypes[d];
+                int64_t n = bc[k];
+                void *buf = xalloc((size_t)n * ls_dtype_size(t));
+                for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, 3));
+                LS_REQUIRE_OK(ls_comm_broadcast(C, buf, n, t, root));
+                CHECK_ELEMS("broadcast", buf, t, n, ct_val(t, root, i, 3));
+                free(buf);
+            }
+}
+
+static void test_allgather(void) {
+    static const int64_t gc[] = {0, 1, 5, 4099};
+    for (int d = 0; d < CT_NDTYPES; d++)
+        for (int k = 0; k < 4; k++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                ls_dtype t = ct_all_dtypes[d];
+                int64_t n = gc[k];
+                size_t es = ls_dtype_size(t);
+                void *recv = xalloc((size_t)n * (size_t)W * es);
+                memset(recv, 0xab, (size_t)n * (size_t)W * es);
+                void *send = inplace ? (char *)recv + (size_t)R * (size_t)n * es : xalloc((size_t)n * es);
+                for (int64_t i = 0; i < n; i++) ct_set(send, t, i, ct_val(t, R, i, 4));
+                LS_REQUIRE_OK(ls_comm_allgather(C, send, recv, n, t));
+                CHECK_ELEMS(inplace ? "allgather in place" : "allgather", recv, t, n * W,
+                            ct_val(t, (int)(i / (n ? n : 1)), i % (n ? n : 1), 4));
+                if (!inplace) free(send);
+                free(recv);
+            }
+}
+
+static void test_reduce_scatter(void) {
+    static const int64_t rc[] = {0, 1, 5, 4099};
+    static const ls_reduce_op ops[] = {LS_REDUCE_SUM, LS_REDUCE_AVG, LS_REDUCE_MAX, LS_REDUCE_MIN};
+    for (int d = 0; d < CT_NDTYPES; d++)
+        for (int o = 0; o < 4; o++)
+            for (int k = 0; k < 4; k++)
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    ls_dtype t = ct_all_dtypes[d];
+                    int64_t n = rc[k];
+                    size_t es = ls_dtype_size(t);
+                    void *send = xalloc((size_t)n * (size_t)W * es);
+                    for (int64_t j = 0; j < n * W; j++) ct_set(send, t, j, ct_val(t, R, j, 5 + o));
+                    void *recv = inplace ? send : xalloc((size_t)n * es);
+                    LS_REQUIRE_OK(ls_comm_reduce_scatter(C, send, recv, n, t, ops[o]));
+                    char what[64];
+                    snprintf(what, sizeof what, "reduce-scatter %s%s", ls_reduce_op_name(ops[o]),
+                             inplace ? " in place" : "");
+                    CHECK_ELEMS(what, recv, t, n, ct_expect(t, ops[o], W, (int64_t)R * n + i, 5 + o));
+                    if (!inplace) free(recv);
+                    free(send);
+                }
+}
+
+/* Several async collectives in flight, completed by test and wait, with a blocking collective
+ * issued while they are in flight (it must stay ordered after them). */
+static void test_async(void) {
+    enum { K = 6 };
+    const int64_t n = 20011;
+    float *bufs[K];
+    ls_comm_request *reqs[K];
+    for (int k = 0; k < K; k++) {
+        bufs[k] = xalloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) bufs[k][i] = (float)ct_val(LS_F32, R, i, 10 + k);
+        LS_REQUIRE_OK(ls_comm_iallreduce(C, bufs[k], n, LS_F32, LS_REDUCE_SUM, &reqs[k]));
+    }
+    double *bc = xalloc(5 * sizeof(double));
+    for (int i = 0; i < 5; i++) bc[i] = R * 10 + i;
+    ls_comm_request *rb = NULL, *rg = NULL, *rs = NULL, *rbar = NULL;
+    LS_REQUIRE_OK(ls_comm_ibroadcast(C, bc, 5, LS_F64, W - 1, &rb));
+    int32_t *gs = xalloc(3 * sizeof(int32_t)), *gr = xalloc((size_t)W * 3 * sizeof(int32_t));
+    for (int i = 0; i < 3; i++) gs[i] = R * 100 + i;
+    LS_REQUIRE_OK(ls_comm_iallgather(C, gs, gr, 3, LS_I32, &rg));
+    float *ss = xalloc((size_t)W * 2 * 4), *sr = xalloc(2 * 4);
+    for (int j = 0; j < W * 2; j++) ss[j] = (float)(j + R);
+    LS_REQUIRE_OK(ls_comm_ireduce_scatter(C, ss, sr, 2, LS_F32, LS_REDUCE_MAX, &rs));
+    LS_REQUIRE_OK(ls_comm_ibarrier(C, &rbar));
+
+    /* blocking while requests are in flight */
+    int32_t x = R + 1;
+    LS_REQUIRE_OK(ls_comm_allreduce(C, &x, 1, LS_I32, LS_REDUCE_SUM));
+    LS_EXPECT(x == W * (W + 1) / 2);
+
+    /* poll the first two with test until done, then wait (which frees) */
+    for (int k = 0; k < 2; k++) {
+        int done = 0;
+        for (long spins = 0; !done; spins++) {
+            LS_REQUIRE_OK(ls_comm_test(reqs[k], &done));
+            LS_REQUIRE(spins < 100000000L);
+        }
+        int again = 0;
+        LS_REQUIRE_OK(ls_comm_test(reqs[k], &again)); /* done stays done */
+        LS_EXPECT(again == 1);
+    }
+    /* wait in reverse order: completion order must not matter to the caller */
+    for (int k = K - 1; k >= 0; k--) LS_REQUIRE_OK(ls_comm_wait(reqs[k]));
+    LS_REQUIRE_OK(ls_comm_wait(rbar));
+    LS_REQUIRE_OK(ls_comm_wait(rs));
+    LS_REQUIRE_OK(ls_comm_wait(rg));
+    LS_REQUIRE_OK(ls_comm_wait(rb));
+    LS_REQUIRE_OK(ls_comm_wait(NULL));
+    for (int k = 0; k < K; k++) {
+        CHECK_ELEMS("iallreduce", bufs[k], LS_F32, n, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 10 + k));
+        free(bufs[k]);
+    }
+    CHECK_ELEMS("ibroadcast", bc, LS_F64, 5, (W - 1) * 10 + i);
+    CHECK_ELEMS("iallgather", gr, LS_I32, W * 3, (i / 3) * 100 + i % 3);
+    CHECK_ELEMS("ireduce_scatter", sr, LS_F32, 2, (R * 2 + i) + (W - 1));
+    free(bc);
+    free(gs);
+    free(gr);
+    free(ss);
+    free(sr);
+}
+
+static void test_host_variants(void) {
+    double v[3] = {R, 1, -R};
+    LS_REQUIRE_OK(ls_comm_allreduce_host(C, v, 3, LS_F64, LS_REDUCE_SUM));
+    LS_EXPECT(v[0] == W * (W - 1) / 2.0 && v[1] == W && v[2] == -W * (W - 1) / 2.0);
+    int32_t b = R == 0 ? 42 : -1;
+    LS_REQUIRE_OK(ls_comm_broadcast_host(C, &b, 1, LS_I32, 0));
+    LS_EXPECT(b == 42);
+    int32_t mine = R * 3, *all = xalloc((size_t)W * 4);
+    LS_REQUIRE_OK(ls_comm_allgather_host(C, &mine, all, 1, LS_I32));
+    for (int r = 0; r < W; r++) LS_EXPECT(all[r] == r * 3);
+    free(all);
+    LS_REQUIRE_OK(ls_comm_barrier(C));
+}
+
+static void test_errors(void) {
+    float f = 0;
+    LS_EXPECT_ERR(ls_comm_broadcast(C, &f, 1, LS_F32, W), LS_ERR_INVALID_ARGUMENT, "is not a rank of");
+    LS_EXPECT_ERR(ls_comm_broadcast(C, &f, 1, LS_F32, -1), LS_ERR_INVALID_ARGUMENT, "root -1");
+    LS_EXPECT_ERR(ls_comm_allreduce(C, &f, -1, LS_F32, LS_REDUCE_SUM), LS_ERR_INVALID_ARGUMENT,
+                  "negative count");
+    LS_EXPECT_ERR(ls_comm_allreduce(C, NULL, 4, LS_F32, LS_REDUCE_SUM), LS_ERR_INVALID_ARGUMENT,
+                  "buffer is NULL");
+    LS_EXPECT_ERR(ls_comm_allreduce(C, &f, 1, (ls_dtype)99, LS_REDUCE_SUM), LS_ERR_INVALID_ARGUMENT, "dtype");
+    LS_EXPECT_ERR(ls_comm_allreduce(C, &f, 1, LS_F32, (ls_reduce_op)9), LS_ERR_INVALID_ARGUMENT, "reduction");
+    LS_EXPECT_ERR(ls_comm_iallreduce(C, &f, 1, LS_F32, LS_REDUCE_SUM, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "request pointer");
+    LS_EXPECT_ERR(ls_comm_allgather(C, NULL, &f, 1, LS_F32), LS_ERR_INVALID_ARGUMENT, "send buffer is NULL");
+}
+
+int main(void) {
+    ls_rank_info ri;
+    LS_REQUIRE_OK(ls_rank_discover(&ri));
+    LS_REQUIRE_OK(ls_comm_create(NULL, NULL, &C));
+    R = ls_comm_rank(C);
+    W = ls_comm_world(C);
+    LS_EXPECT(R == ri.rank && W == ri.world);
+    const char *want = strcmp(ri.launcher, "none") ? "mpi" : "self";
+    if (getenv("LOCKSTEP_COMM") && *getenv("LOCKSTEP_COMM")) want = getenv("LOCKSTEP_COMM");
+    LS_EXPECT(!strcmp(ls_comm_backend_name(C), want));
+    LS_EXPECT(ls_comm_device(C).type == LS_DEVICE_CPU);
+    LS_EXPECT(ls_comm_set_compute_stream(C, NULL) == LS_OK);
+
+    test_allreduce();
+    test_allreduce_large();
+    test_broadcast();
+    test_allgather();
+    test_reduce_scatter();
+    test_async();
+    test_host_variants();
+    test_errors();
+
+    /* every rank reports its failures to every rank, so all agree on the verdict */
+    int32_t fails = ls_test_failures;
+    LS_REQUIRE_OK(ls_comm_allreduce(C, &fails, 1, LS_I32, LS_REDUCE_SUM));
+    if (R == 0)
+        printf("%s backend, %d rank(s): %d failed check(s) in all\n", ls_comm_backend_name(C), W, (int)fails);
+    ls_comm_destroy(C);
+    if (fails && !ls_test_failures) ls_test_failures = 1;
+    LS_TEST_END();
+}

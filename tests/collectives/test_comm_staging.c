@@ -1,0 +1,172 @@
+/* test_comm_staging.c: the mpi backend's device-buffer path without a GPU. A fake "cuda:0"
+ * allocator (host memory underneath, copies counted) stands in for a GPU context, so the mpi
+ * backend must stage every device buffer through host memory with the allocator's copy (and
+ * stage f16/bf16 reductions through f32): results are checked for every collective, and the copy
+ * counters prove the staging ran (host variants must not stage). The gradient reducer runs on the
+ * same fake device (fusion copies through the allocator, scale through the CPU op table). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "commtest.h"
+#include "ops.h"
+#include "reducer.h"
+#include "testutil.h"
+
+#ifndef LS_TEST_HAVE_MPI
+#define LS_TEST_HAVE_MPI 0
+#endif
+
+static long to_dev, to_host, dev_to_dev;
+
+static void *fake_alloc(void *st, size_t n) { return malloc(n ? n : 1); }
+static void fake_free(void *st, void *p, size_t n) { free(p); }
+static ls_status fake_copy(void *st, void *dst, int dd, const void *src, int sd, size_t n) {
+    if (dd && sd)
+        dev_to_dev++;
+    else if (dd)
+        to_dev++;
+    else if (sd)
+        to_host++;
+    memmove(dst, src, n);
+    return LS_OK;
+}
+static ls_status fake_zero(void *st, void *p, size_t n) {
+    memset(p, 0, n);
+    return LS_OK;
+}
+static const ls_allocator_vtable fake_vt = {"fake-cuda", fake_alloc, fake_free, fake_copy,
+                                            fake_zero,   NULL,       NULL};
+
+static ls_comm *C;
+static int R, W;
+
+#define CHECK_ALL(what, buf, t, n, want_expr)                                                                \
+    do {                                                                                                     \
+        int64_t bad_ = 0;                                                                                    \
+        for (int64_t i = 0; i < (n); i++) {                                                                  \
+            double w_ = (want_expr), g_ = ct_get((buf), (t), i);                                             \
+            if (!(fabs(g_ - w_) <= ct_tol((t), w_))) {                                                       \
+                if (!bad_)                                                                                   \
+                    fprintf(stderr, "rank %d: %s %s: element %lld = %g, expected %g\n", R, (what),           \
+                            ls_dtype_name(t), (long long)i, g_, w_);                                         \
+                bad_++;                                                                                      \
+            }                                                                                                \
+        }                                                                                                    \
+        LS_EXPECT(bad_ == 0);                                                                                \
+    } while (0)
+
+static void test_collectives(ls_allocator *dev) {
+    const int64_t n = 1001;
+    for (int d = 0; d < CT_NDTYPES; d++) {
+        ls_dtype t = ct_all_dtypes[d];
+        size_t es = ls_dtype_size(t);
+        void *buf = NULL, *big = NULL;
+        LS_REQUIRE_OK(ls_alloc(dev, (size_t)n * (size_t)W * es, "buf", &buf));
+        LS_REQUIRE_OK(ls_alloc(dev, (size_t)n * (size_t)W * es, "big", &big));
+        for (int op = LS_REDUCE_SUM; op <= LS_REDUCE_MIN; op++) {
+            long h0 = to_host, d0 = to_dev;
+            for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, op));
+            LS_REQUIRE_OK(ls_comm_allreduce(C, buf, n, t, (ls_reduce_op)op));
+            CHECK_ALL("allreduce", buf, t, n, ct_expect(t, (ls_reduce_op)op, W, i, op));
+            LS_EXPECT(to_host == h0 + 1 && to_dev == d0 + 1);
+
+            for (int64_t j = 0; j < n * W; j++) ct_set(big, t, j, ct_val(t, R, j, 7 + op));
+            LS_REQUIRE_OK(ls_comm_reduce_scatter(C, big, buf, n, t, (ls_reduce_op)op));
+            CHECK_ALL("reduce-scatter", buf, t, n,
+                      ct_expect(t, (ls_reduce_op)op, W, (int64_t)R * n + i, 7 + op));
+        }
+        for (int root = 0; root < W; root++) {
+            for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, 20));
+            long d0 = to_dev, h0 = to_host;
+            LS_REQUIRE_OK(ls_comm_broadcast(C, buf, n, t, root));
+            CHECK_ALL("broadcast", buf, t, n, ct_val(t, root, i, 20));
+            /* the root only sends, the others only receive */
+            LS_EXPECT(R == root ? (to_host == h0 + 1 && to_dev == d0) : (to_host == h0 && to_dev == d0 + 1));
+        }
+        for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, 30));
+        LS_REQUIRE_OK(ls_comm_allgather(C, buf, big, n, t));
+        CHECK_ALL("allgather", big, t, n * W, ct_val(t, (int)(i / n), i % n, 30));
+
+        ls_comm_request *rq = NULL;
+        for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, 40));
+        LS_REQUIRE_OK(ls_comm_iallreduce(C, buf, n, t, LS_REDUCE_SUM, &rq));
+        LS_REQUIRE_OK(ls_comm_wait(rq));
+        CHECK_ALL("iallreduce", buf, t, n, ct_expect(t, LS_REDUCE_SUM, W, i, 40));
+        ls_free(dev, buf);
+        ls_free(dev, big);
+    }
+    /* host variants never stage */
+    long h0 = to_host, d0 = to_dev;
+    double v[2] = {1, R};
+    LS_REQUIRE_OK(ls_comm_allreduce_host(C, v, 2, LS_F64, LS_REDUCE_SUM));
+    LS_EXPECT(v[0] == W && v[1] == W * (W - 1) / 2.0);
+    LS_EXPECT(to_host == h0 && to_dev == d0);
+}
+
+static void test_reducer(ls_ctx *ctx) {
+    enum { N = 9 };
+    ls_tensor *g[N];
+    for (int k = 0; k < N; k++) {
+        int64_t shape[1] = {k == 4 ? 5000 : 37 * (k + 1)};
+        LS_REQUIRE_OK(ls_tensor_create(ctx->alloc, LS_F32, 1, shape, "grad", &g[k]));
+        LS_EXPECT(g[k]->device.type == LS_DEVICE_CUDA);
+    }
+    ls_reducer_config cfg = {1024, 4096};
+    ls_reducer *r = NULL;
+    LS_REQUIRE_OK(ls_reducer_create(C, ctx, N, g, &cfg, &r));
+    for (int step = 0; step < 2; step++) {
+        for (int k = 0; k < N; k++)
+            for (int64_t i = 0; i < ls_tensor_numel(g[k]); i++)
+                ((float *)g[k]->data)[i] = (float)((R + k + i + step) % 9);
+        long dd0 = dev_to_dev;
+        LS_REQUIRE_OK(ls_reducer_begin(r, 1.0 / W));
+        for (int k = N - 1; k >= 0; k--) LS_REQUIRE_OK(ls_reducer_grad_ready(r, k));
+        LS_REQUIRE_OK(ls_reducer_finish(r));
+        LS_EXPECT(dev_to_dev > dd0); /* fusion copies went through the device allocator */
+        int64_t bad = 0;
+        for (int k = 0; k < N; k++)
+            for (int64_t i = 0; i < ls_tensor_numel(g[k]); i++) {
+                float s = 0;
+                for (int q = 0; q < W; q++) s += (float)((q + k + i + step) % 9);
+                bad += fabsf(((float *)g[k]->data)[i] - s * (float)(1.0 / W)) > 1e-6f * (1 + s);
+            }
+        LS_EXPECT(bad == 0);
+    }
+    ls_reducer_destroy(r);
+    for (int k = 0; k < N; k++) ls_tensor_destroy(g[k]);
+}
+
+int main(void) {
+    if (!LS_TEST_HAVE_MPI) LS_SKIP("this build has no MPI");
+    setenv("LOCKSTEP_MPI_CUDA_AWARE", "0", 1);
+    ls_allocator *host = NULL, *dev = NULL;
+    LS_REQUIRE_OK(ls_host_allocator_create(0, &host));
+    ls_device fake = {LS_DEVICE_CUDA, 0};
+    LS_REQUIRE_OK(ls_allocator_create(&fake_vt, NULL, fake, 0, &dev));
+    ls_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.device = fake;
+    ctx.ops = ls_ops_for(LS_DEVICE_CPU); /* scale runs on the host memory underneath */
+    LS_REQUIRE(ctx.ops);
+    LS_REQUIRE_OK(ctx.ops->init(ls_device_cpu(), &ctx.state));
+    ctx.alloc = dev;
+    ctx.host = host;
+
+    LS_REQUIRE_OK(ls_comm_create(&ctx, "mpi", &C));
+    R = ls_comm_rank(C);
+    W = ls_comm_world(C);
+    LS_EXPECT(ls_comm_device(C).type == LS_DEVICE_CUDA);
+    test_collectives(dev);
+    test_reducer(&ctx);
+
+    int32_t fails = ls_test_failures;
+    LS_REQUIRE_OK(ls_comm_allreduce_host(C, &fails, 1, LS_I32, LS_REDUCE_MAX));
+    if (fails && !ls_test_failures) ls_test_failures = 1;
+    ls_comm_destroy(C);
+    ctx.ops->fini(ctx.state);
+    ls_allocator_destroy(dev);
+    ls_allocator_destroy(host);
+    LS_TEST_END();
+}

@@ -1,0 +1,193 @@
+/* test_reducer_plan.c: the gradient reducer on one rank: the bucket assignment (reverse parameter
+ * order, first-bucket cap, later cap, a gradient over the cap alone, exact fits, empty tensors),
+ * the caps from config and environment (and bad values), bucket queries, launches as buckets
+ * fill in and out of order, post_scale, and misuse errors (ready twice, outside a step, ...). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "ops.h"
+#include "reducer.h"
+#include "testutil.h"
+
+static int plan_is(int n, const size_t *bytes, size_t first, size_t cap, int want_nb, const int *want) {
+    int got[16];
+    int nb = ls_reducer_plan_buckets(n, bytes, first, cap, got);
+    int ok = nb == want_nb;
+    for (int i = 0; i < n; i++) ok = ok && got[i] == want[i];
+    if (!ok) {
+        fprintf(stderr, "plan: got %d buckets [", nb);
+        for (int i = 0; i < n; i++) fprintf(stderr, " %d", got[i]);
+        fprintf(stderr, " ], expected %d\n", want_nb);
+    }
+    return ok;
+}
+
+static void test_plan(void) {
+    { /* reverse order: the last parameters share bucket 0 up to the first cap */
+        size_t b[6] = {40, 40, 40, 40, 40, 40};
+        int w[6] = {1, 1, 1, 1, 0, 0};
+        LS_EXPECT(plan_is(6, b, 100, 250, 2, w));
+    }
+    { /* an oversized gradient gets its own bucket, wherever it falls */
+        size_t b[4] = {10, 300, 10, 10};
+        int w[4] = {2, 1, 0, 0};
+        LS_EXPECT(plan_is(4, b, 100, 250, 3, w));
+        size_t c[2] = {10, 500};
+        int wc[2] = {1, 0};
+        LS_EXPECT(plan_is(2, c, 100, 250, 2, wc));
+    }
+    { /* exact fit stays in one bucket */
+        size_t b[2] = {50, 50};
+        int w[2] = {0, 0};
+        LS_EXPECT(plan_is(2, b, 100, 250, 1, w));
+    }
+    { /* the first cap applies to bucket 0 only */
+        size_t b[4] = {200, 200, 200, 10};
+        int w[4] = {2, 1, 1, 0};
+        LS_EXPECT(plan_is(4, b, 100, 450, 3, w));
+    }
+    { /* empty tensors; no tensors */
+        size_t b[3] = {0, 0, 0};
+        int w[3] = {0, 0, 0};
+        LS_EXPECT(plan_is(3, b, 100, 250, 1, w));
+        LS_EXPECT(ls_reducer_plan_buckets(0, b, 100, 250, NULL) == 0);
+    }
+    { /* many equal tensors: full buckets of cap/size each */
+        size_t b[10];
+        int w[10];
+        for (int i = 0; i < 10; i++) b[i] = 30;
+        /* first cap 60: params 9,8 -> bucket 0; cap 90: 7,6,5 -> 1; 4,3,2 -> 2; 1,0 -> 3 */
+        int want[10] = {3, 3, 2, 2, 2, 1, 1, 1, 0, 0};
+        memcpy(w, want, sizeof w);
+        LS_EXPECT(plan_is(10, b, 60, 90, 4, w));
+    }
+}
+
+static void test_config(void) {
+    ls_reducer_config c;
+    unsetenv("LOCKSTEP_BUCKET_MB");
+    unsetenv("LOCKSTEP_FIRST_BUCKET_MB");
+    LS_REQUIRE_OK(ls_reducer_config_resolve(NULL, &c));
+    LS_EXPECT(c.first_bucket_bytes == 1u << 20 && c.bucket_bytes == 25u << 20);
+    setenv("LOCKSTEP_BUCKET_MB", "0.5", 1);
+    setenv("LOCKSTEP_FIRST_BUCKET_MB", "2", 1);
+    LS_REQUIRE_OK(ls_reducer_config_resolve(NULL, &c));
+    LS_EXPECT(c.first_bucket_bytes == 2u << 20 && c.bucket_bytes == 512u << 10);
+    ls_reducer_config mine = {4096, 0};
+    LS_REQUIRE_OK(ls_reducer_config_resolve(&mine, &c));
+    LS_EXPECT(c.first_bucket_bytes == 4096 && c.bucket_bytes == 512u << 10);
+    setenv("LOCKSTEP_BUCKET_MB", "lots", 1);
+    LS_EXPECT_ERR(ls_reducer_config_resolve(NULL, &c), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_BUCKET_MB=lots");
+    setenv("LOCKSTEP_BUCKET_MB", "0", 1);
+    LS_EXPECT_ERR(ls_reducer_config_resolve(NULL, &c), LS_ERR_INVALID_ARGUMENT, "positive size in MiB");
+    unsetenv("LOCKSTEP_BUCKET_MB");
+    unsetenv("LOCKSTEP_FIRST_BUCKET_MB");
+}
+
+/* One rank (self): bucket queries, launches as buckets complete, post_scale, errors. */
+static void test_reducer_one_rank(ls_ctx *ctx) {
+    ls_comm *c = NULL;
+    LS_REQUIRE_OK(ls_comm_create(ctx, "self", &c));
+    ls_allocator *a = ctx ? ctx->alloc : NULL;
+    ls_allocator *own = NULL;
+    if (!a) {
+        LS_REQUIRE_OK(ls_host_allocator_create(0, &own));
+        a = own;
+    }
+    /* 6 gradients of 10 floats (40 B) and one of 100 floats (400 B) at index 2 */
+    enum { N = 7 };
+    ls_tensor *g[N];
+    for (int i = 0; i < N; i++) {
+        int64_t shape[1] = {i == 2 ? 100 : 10};
+        LS_REQUIRE_OK(ls_tensor_create(a, LS_F32, 1, shape, "grad", &g[i]));
+    }
+    ls_reducer_config cfg = {80, 120};
+    ls_reducer *r = NULL;
+    LS_REQUIRE_OK(ls_reducer_create(c, ctx, N, g, &cfg, &r));
+    /* reverse: 6,5 -> b0 (80); 4,3 -> b1 (80, next 2 is 400 > 120); 2 -> b2 alone; 1,0 -> b3 */
+    LS_EXPECT(ls_reducer_num_buckets(r) == 4);
+    int want_b[N] = {3, 3, 2, 1, 1, 0, 0};
+    for (int i = 0; i < N; i++) LS_EXPECT(ls_reducer_bucket_of(r, i) == want_b[i]);
+    LS_EXPECT(ls_reducer_bucket_of(r, N) == -1);
+    ls_reducer_bucket_info bi;
+    LS_REQUIRE_OK(ls_reducer_bucket(r, 0, &bi));
+    LS_EXPECT(bi.lo == 5 && bi.hi == 6 && bi.bytes == 80 && bi.fused == 1);
+    LS_REQUIRE_OK(ls_reducer_bucket(r, 2, &bi));
+    LS_EXPECT(bi.lo == 2 && bi.hi == 2 && bi.bytes == 400 && bi.fused == 0);
+    LS_EXPECT_ERR(ls_reducer_bucket(r, 4, &bi), LS_ERR_INVALID_ARGUMENT, "no bucket 4");
+    LS_EXPECT(ls_reducer_get_config(r).first_bucket_bytes == 80);
+
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < N; i++)
+            for (int64_t j = 0; j < ls_tensor_numel(g[i]); j++)
+                ((float *)g[i]->data)[j] = (float)(i * 1000 + j);
+        LS_REQUIRE_OK(ls_reducer_begin(r, 0.5));
+        if (step == 0) { /* backward order: each bucket launches as soon as it fills */
+            int launched_after[N] = {0, 1, 1, 2, 3, 3, 4}; /* marking 6,5,4,3,2,1,0 */
+            for (int k = 0; k < N; k++) {
+                LS_REQUIRE_OK(ls_reducer_grad_ready(r, N - 1 - k));
+                LS_EXPECT(ls_reducer_launched(r) == launched_after[k]);
+            }
+        } else if (step == 1) { /* out of order: nothing launches until bucket 0 is complete */
+            int order[N] = {0, 2, 3, 4, 1, 6, 5};
+            int launched_after[N] = {0, 0, 0, 0, 0, 0, 4};
+            for (int k = 0; k < N; k++) {
+                LS_REQUIRE_OK(ls_reducer_grad_ready(r, order[k]));
+                LS_EXPECT(ls_reducer_launched(r) == launched_after[k]);
+            }
+            LS_EXPECT_ERR(ls_reducer_grad_ready(r, 3), LS_ERR_INVALID_ARGUMENT,
+                          "gradient 3 marked ready twice");
+        } else { /* never marked: finish does it all */
+            LS_REQUIRE_OK(ls_reducer_grad_ready(r, 6));
+            LS_EXPECT(ls_reducer_launched(r) == 0);
+        }
+        LS_REQUIRE_OK(ls_reducer_finish(r));
+        LS_EXPECT(ls_reducer_launched(r) == 4);
+        int64_t bad = 0;
+        for (int i = 0; i < N; i++)
+            for (int64_t j = 0; j < ls_tensor_numel(g[i]); j++)
+                bad += ((float *)g[i]->data)[j] != 0.5f * (float)(i * 1000 + j);
+        LS_EXPECT(bad == 0);
+    }
+
+    LS_EXPECT_ERR(ls_reducer_grad_ready(r, 0), LS_ERR_INVALID_ARGUMENT, "outside a step");
+    LS_EXPECT_ERR(ls_reducer_finish(r), LS_ERR_INVALID_ARGUMENT, "outside a step");
+    LS_REQUIRE_OK(ls_reducer_begin(r, 1.0));
+    LS_EXPECT_ERR(ls_reducer_begin(r, 1.0), LS_ERR_INVALID_ARGUMENT, "previous step was not finished");
+    LS_EXPECT_ERR(ls_reducer_grad_ready(r, 7), LS_ERR_INVALID_ARGUMENT, "gradient 7 is not in 0..6");
+    LS_REQUIRE_OK(ls_reducer_finish(r));
+    ls_reducer_destroy(r);
+
+    /* only f32 gradients */
+    int64_t s1[1] = {3};
+    ls_tensor *d = NULL;
+    LS_REQUIRE_OK(ls_tensor_create(a, LS_F64, 1, s1, "grad", &d));
+    ls_tensor *mixed[2] = {g[0], d};
+    LS_EXPECT_ERR(ls_reducer_create(c, ctx, 2, mixed, NULL, &r), LS_ERR_INVALID_ARGUMENT,
+                  "the reducer takes f32");
+    ls_tensor_destroy(d);
+    /* an empty list is fine */
+    LS_REQUIRE_OK(ls_reducer_create(c, ctx, 0, NULL, NULL, &r));
+    LS_EXPECT(ls_reducer_num_buckets(r) == 0);
+    LS_REQUIRE_OK(ls_reducer_begin(r, 1.0));
+    LS_REQUIRE_OK(ls_reducer_finish(r));
+    ls_reducer_destroy(r);
+
+    for (int i = 0; i < N; i++) ls_tensor_destroy(g[i]);
+    ls_comm_destroy(c);
+    if (own) ls_allocator_destroy(own);
+}
+
+int main(void) {
+    unsetenv("LOCKSTEP_COMM");
+    test_plan();
+    test_config();
+    test_reducer_one_rank(NULL);
+    ls_ctx *ctx = NULL;
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
+    test_reducer_one_rank(ctx);
+    ls_ctx_destroy(ctx);
+    LS_TEST_END();
+}
