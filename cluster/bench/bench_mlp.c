@@ -1,8 +1,9 @@
-/* bench_mlp.c: lockstep's side of the MLP benchmark: trains the 784-512-256-10 MLP on
+/* bench_mlp.c: lockstep's side of the MLP benchmarks: trains the 784-512-256-10 MLP on
  * Fashion-MNIST with the real training step (ls_trainer_step: gather, forward, loss, backward,
- * SGD momentum) and prints samples/s and achieved GFLOP/s; with --sgemm it instead times OpenBLAS
- * sgemm alone on the same eight GEMM shapes a step runs, the ceiling for the achieved rate.
- * Not a test: cluster/bench/compare_mlp.py runs it beside PyTorch. */
+ * SGD momentum; under mpirun also the bucketed gradient all-reduce) and prints global samples/s
+ * and achieved GFLOP/s per rank; with --sgemm it instead times OpenBLAS sgemm alone on the same
+ * eight GEMM shapes a step runs, the ceiling for the achieved rate. --batch-size is per rank.
+ * Not a test: compare_mlp.py and compare_ddp.py run it beside PyTorch. */
 #include <cblas.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm.h"
 #include "data.h"
 #include "nn.h"
 #include "optim.h"
@@ -90,12 +92,15 @@ int main(int argc, char **argv) {
     int64_t sizes[4] = {784, 512, 256, 10};
     if (sgemm) return run_sgemm(sizes, 4, B, steps);
     ls_ctx *ctx;
+    ls_comm *comm;
     ls_dataset *data;
     ls_module *model;
     ls_optimizer *opt;
     ls_trainer *tr;
     ls_sampler *smp;
     CHECK("context", ls_ctx_create(ls_device_cpu(), NULL, &ctx));
+    CHECK("communicator", ls_comm_create(ctx, NULL, &comm));
+    int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
     CHECK("data", ls_fashion_mnist_load(dir, 1, 0, &data));
     CHECK("model", ls_mlp_create(ctx, LS_F32, 4, sizes, LS_ACT_RELU, 42, &model));
     ls_tensor *p[6], *g[6];
@@ -111,13 +116,16 @@ int main(int argc, char **argv) {
     tc.batch_per_rank = B;
     tc.accum_steps = 1;
     tc.lr.base_lr = oc.lr;
-    CHECK("trainer", ls_trainer_create(ctx, NULL, model, opt, &tc, &tr));
-    CHECK("sampler", ls_sampler_create(data->n, 0, 1, 42, 1, LS_SAMPLER_PAD, &smp));
+    CHECK("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &tr));
+    CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
     int64_t per_epoch = ls_sampler_steps(smp, B), *idx = malloc(sizeof(int64_t) * (size_t)B);
     double t0 = 0;
     ls_step_stats st;
     for (int it = -20, j = 0; it < steps; it++, j++) {
-        if (it == 0) t0 = now_s();
+        if (it == 0) {
+            CHECK("barrier", ls_comm_barrier(comm));
+            t0 = now_s();
+        }
         if (j == per_epoch) {
             j = 0;
             CHECK("epoch", ls_sampler_set_epoch(smp, ls_sampler_epoch(smp) + 1));
@@ -126,15 +134,19 @@ int main(int argc, char **argv) {
         CHECK("batch", ls_sampler_batch(smp, j, B, idx, &count, &global));
         CHECK("step", ls_trainer_step(tr, data, idx, count, global, &st));
     }
+    CHECK("barrier", ls_comm_barrier(comm));
     double dt = now_s() - t0;
-    printf("lockstep samples/s %.1f step_ms %.3f GFLOP/s %.2f loss %.4f\n", (double)steps * (double)B / dt,
-           1000 * dt / steps, step_flops(sizes, 4, B) * steps / dt / 1e9, st.loss_sum / (double)st.samples);
+    if (rank == 0)
+        printf("lockstep ranks %d samples/s %.1f step_ms %.3f GFLOP/s %.2f loss %.4f\n", world,
+               (double)steps * (double)B * world / dt, 1000 * dt / steps, step_flops(sizes, 4, B) * steps / dt / 1e9,
+               st.loss_sum / (double)st.samples);
     free(idx);
     ls_sampler_destroy(smp);
     ls_trainer_destroy(tr);
     ls_optimizer_destroy(opt);
     ls_module_destroy(model);
     ls_dataset_destroy(data);
+    ls_comm_destroy(comm);
     ls_ctx_destroy(ctx);
     return 0;
 }
