@@ -11,18 +11,6 @@
 
 #include "log.h"
 
-size_t ls_comm_dtype_size(ls_dtype t) {
-    switch (t) {
-    case LS_F32: return 4;
-    case LS_F16: return 2;
-    case LS_BF16: return 2;
-    case LS_F64: return 8;
-    case LS_I32: return 4;
-    case LS_U8: return 1;
-    }
-    return 0;
-}
-
 const char *ls_coll_kind_name(ls_coll_kind k) {
     switch (k) {
     case LS_COLL_ALLREDUCE: return "allreduce";
@@ -89,7 +77,7 @@ static ls_status ls_coll_check(const ls_comm *c, const ls_coll_op *op) {
         return ls_error(LS_ERR_COMM, "%s on rank %d: the communicator was aborted (%s)", what, c->rank,
                         c->abort_why);
     if (op->kind == LS_COLL_BARRIER) return LS_OK;
-    size_t es = ls_comm_dtype_size(op->dtype);
+    size_t es = ls_dtype_size(op->dtype);
     if (es == 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", what, (int)op->dtype);
     if (op->count < 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: negative count %" PRId64, what, op->count);

@@ -88,7 +88,6 @@ LS_COMM_INTERNAL ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *
                                                const ls_comm_iface **iface, void **state);
 
 /* comm.c helpers shared with the backends. */
-LS_COMM_INTERNAL size_t ls_comm_dtype_size(ls_dtype t);
 LS_COMM_INTERNAL const char *ls_coll_kind_name(ls_coll_kind k);
 /* Elements of op's send and recv buffers for world ranks. */
 LS_COMM_INTERNAL int64_t ls_coll_send_count(const ls_coll_op *op, int world);

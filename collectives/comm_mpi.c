@@ -196,12 +196,12 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
         return LS_OK;
     }
     const int world = st->world;
-    const size_t es = ls_comm_dtype_size(op->dtype);
+    const size_t es = ls_dtype_size(op->dtype);
     const int stage_dev = !op->host && st->env.device.type != LS_DEVICE_CPU && !st->cuda_aware;
     const int reduction = op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER;
     const int convert = reduction && (op->dtype == LS_F16 || op->dtype == LS_BF16);
     const ls_dtype mtype = convert ? LS_F32 : op->dtype;
-    const size_t mes = ls_comm_dtype_size(mtype);
+    const size_t mes = ls_dtype_size(mtype);
     r->dt = ls_mpi_dtype(mtype);
     r->mop = ls_mpi_op(op->op);
     const int avg = reduction && op->op == LS_REDUCE_AVG;

@@ -13,7 +13,7 @@ typedef struct ls_self_state {
 static ls_status ls_self_run(void *st, const ls_coll_op *op) {
     ls_self_state *s = st;
     if (op->kind != LS_COLL_ALLGATHER && op->kind != LS_COLL_REDUCE_SCATTER) return LS_OK;
-    size_t bytes = (size_t)op->count * ls_comm_dtype_size(op->dtype);
+    size_t bytes = (size_t)op->count * ls_dtype_size(op->dtype);
     if (bytes == 0 || op->send == op->recv) return LS_OK;
     if (op->host || s->env.device.type == LS_DEVICE_CPU) {
         memmove(op->recv, op->send, bytes);
