@@ -210,6 +210,11 @@ ls_status ls_comm_create(ls_ctx *ctx, const char *backend, ls_comm **out) {
         goto fail;
 #endif
     }
+    if (ctx) {
+        /* NCCL orders its collectives after the compute stream's work (no-op elsewhere) */
+        s = ls_comm_set_compute_stream(c, ls_ctx_compute_stream(ctx));
+        if (s != LS_OK) goto fail;
+    }
     if (c->world > 1) ls_log_set_rank(c->rank);
     LS_LOG_I("communicator: %s, rank %d of %d (launcher %s, local rank %d of %d)", c->iface->name, c->rank,
              c->world, c->info.launcher, c->info.local_rank, c->info.local_world);

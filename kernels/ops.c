@@ -49,6 +49,10 @@ void ls_ctx_destroy(ls_ctx *c) {
 
 ls_status ls_ctx_synchronize(ls_ctx *c) { return c->ops->synchronize(c->state); }
 
+void *ls_ctx_compute_stream(const ls_ctx *c) {
+    return c && c->ops->compute_stream ? c->ops->compute_stream(c->state) : NULL;
+}
+
 /* ---- validation helpers ---- */
 static ls_status on_ctx(ls_ctx *c, const char *op, const char *name, const ls_tensor *t) {
     char a[64], d[32];

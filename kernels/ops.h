@@ -41,6 +41,9 @@ typedef struct ls_ops {
     ls_status (*synchronize)(void *state);
     /* Device allocator for this backend (NULL: host memory is the device memory). */
     ls_status (*allocator_create)(void *state, ls_device dev, ls_allocator **out);
+    /* The stream every op is enqueued on (a cudaStream_t on CUDA), for other components to order
+     * their work against (NCCL). Optional: NULL where ops run synchronously. */
+    void *(*compute_stream)(void *state);
 
     /* C[m,n] = alpha * op(A) @ op(B) + beta * C, row-major, op = transpose when ta/tb. */
     ls_status (*gemm)(void *st, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k,
@@ -108,6 +111,8 @@ typedef struct ls_ctx {
 ls_status ls_ctx_create(ls_device dev, ls_allocator *host, ls_ctx **out);
 void ls_ctx_destroy(ls_ctx *ctx);
 ls_status ls_ctx_synchronize(ls_ctx *ctx);
+/* The context's compute stream (cudaStream_t on CUDA); NULL on the CPU. */
+void *ls_ctx_compute_stream(const ls_ctx *ctx);
 
 /* ---- tensor-level ops: validate, then dispatch ---- */
 ls_status ls_op_linear_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b,

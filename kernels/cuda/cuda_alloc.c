@@ -157,8 +157,8 @@ static cu_block *best_fit(cu_pool *pool, size_t size) {
 }
 
 /* Hand out size bytes of the free block b (removed from the free list), splitting off the rest
- * as a new free block when it is worth keeping. Returns b, or NULL when the split node could
- * not be allocated (b is then back on the free list). */
+ * as a new free block when it is worth keeping (the whole block goes out when the rest is small,
+ * or when there is no host memory for the new node). Returns b. */
 static cu_block *take_block(cu_pool *pool, int pool_id, cu_block *b, size_t size) {
     free_list_remove(pool, b);
     size_t rest = b->size - size;

@@ -88,7 +88,7 @@ ls_status ls_cuda_allocator_create(ls_cuda_state *s, ls_device dev, ls_allocator
  * when the build lacks its architecture). */
 cudaError_t ls_cuda_probe_kernels(void);
 
-/* elementwise.cu: t in f32, f64, f16, bf16. */
+/* elementwise.cu: t in f32, f64, f16, bf16. bias_grad's db is f32 when t is f16/bf16. */
 cudaError_t ls_cuda_bias_add(const ls_cuda_launch *l, ls_dtype t, int64_t rows, int64_t cols,
                              const void *b, void *y);
 cudaError_t ls_cuda_bias_grad(const ls_cuda_launch *l, ls_dtype t, int64_t rows, int64_t cols,
@@ -97,6 +97,8 @@ cudaError_t ls_cuda_act_fwd(const ls_cuda_launch *l, ls_dtype t, ls_act act, int
                             void *y);
 cudaError_t ls_cuda_act_bwd(const ls_cuda_launch *l, ls_dtype t, ls_act act, int64_t n, const void *x,
                             const void *dy, void *dx);
+cudaError_t ls_cuda_mul(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *a, const void *b,
+                         void *y);
 cudaError_t ls_cuda_scale(const ls_cuda_launch *l, ls_dtype t, int64_t n, double alpha, void *x);
 cudaError_t ls_cuda_axpy(const ls_cuda_launch *l, ls_dtype t, int64_t n, double alpha, const void *x,
                          void *y);
@@ -108,7 +110,8 @@ cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const 
 cudaError_t ls_cuda_convert(const ls_cuda_launch *l, int64_t n, ls_dtype src_t, const void *src,
                             ls_dtype dst_t, void *dst);
 
-/* xent.cu: t in f32, f64, f16, bf16. */
+/* xent.cu: t in f32, f64, f16, bf16: the dtype of logits (fwd, argmax) and dlogits (bwd);
+ * probs and losses are f32 when t is f16/bf16, else t. */
 cudaError_t ls_cuda_xent_fwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C,
                              const void *logits, const int32_t *labels, void *probs, void *losses);
 cudaError_t ls_cuda_xent_bwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C,

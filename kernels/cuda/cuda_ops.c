@@ -6,7 +6,9 @@
  * run on tensor cores with f32 accumulation; f32 uses TF32 tensor cores when LOCKSTEP_TF32=1.
  * Supported dtypes per entry:
  *   gemm, linear_fwd, linear_bwd, bias_add, bias_grad, act_fwd, act_bwd, xent_fwd, xent_bwd,
- *   argmax, scale, axpy, sumsq: f32, f64, f16, bf16 (f16/bf16 compute in f32)
+ *   argmax, mul, scale, axpy, sumsq: f32, f64, f16, bf16 (f16/bf16 compute in f32; following
+ *   ops.h's mixed-precision rule, with f16/bf16 the parameter gradients of linear_bwd and
+ *   bias_grad and the probabilities and losses of xent_fwd/xent_bwd are f32)
  *   convert: any pair of f32, f64, f16, bf16
  *   sgd_step, adamw_step: f32, f64 (master weights)
  * Anything else is LS_ERR_UNSUPPORTED with a message. Ops return once the work is enqueued; only
@@ -113,6 +115,9 @@ static cublasComputeType_t compute_type(const ls_cuda_state *s, ls_dtype t) {
     return CUBLAS_COMPUTE_32F;
 }
 
+/* The dtype of parameter gradients, probabilities and losses for activations of dtype t. */
+static ls_dtype master(ls_dtype t) { return t == LS_F16 || t == LS_BF16 ? LS_F32 : t; }
+
 static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 /* Build (or find) the cached entry for key; its bias pointer is set per call. */
@@ -179,7 +184,7 @@ static ls_status lt_prepare(ls_cuda_state *s, const lt_key *key, const void *bia
     }
     e->key = *key;
     e->used = 1;
-    e->supported = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    e->supported = hs == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
     if (e->supported) e->algo = res.algo;
     *out = e;
     return LS_OK;
@@ -219,8 +224,13 @@ static ls_status lt_gemm(ls_cuda_state *s, ls_dtype t, int ta, int tb, int64_t m
     if (bias)
         LS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                        sizeof bias));
-    LS_CUBLAS_CHECK(cublasLtMatmul(s->lt, e->desc, &alpha, b, e->la, a, e->lb, &beta, c, e->lc, c, e->lc, &e->algo,
-                                   s->workspace, s->workspace_bytes, s->stream));
+    cublasStatus_t ms = cublasLtMatmul(s->lt, e->desc, &alpha, b, e->la, a, e->lb, &beta, c, e->lc, c, e->lc,
+                                       &e->algo, s->workspace, s->workspace_bytes, s->stream);
+    if (ms == CUBLAS_STATUS_NOT_SUPPORTED) { /* remember, and let the caller fall back */
+        e->supported = 0;
+        return LS_OK;
+    }
+    if (ms != CUBLAS_STATUS_SUCCESS) return ls_cublas_error(ms, "cublasLtMatmul", __FILE__, __LINE__);
     *done = 1;
     return LS_OK;
 }
@@ -312,15 +322,18 @@ static ls_status cu_sync(void *st) {
     return LS_OK;
 }
 
+static void *cu_compute_stream(void *st) { return ((ls_cuda_state *)st)->stream; }
+
 static ls_status cu_allocator_create(void *st, ls_device dev, ls_allocator **out) {
     return ls_cuda_allocator_create(st, dev, out);
 }
 
 /* ---- GEMM ---- */
-/* Row-major C[m,n] = alpha op(A) op(B) + beta C through cublasGemmEx. */
-static ls_status gemm_ex(ls_cuda_state *s, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                         double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
-                         void *c, int64_t ldc) {
+/* Row-major C[m,n] = alpha op(A) op(B) + beta C through cublasGemmEx; A and B are t, C is ct
+ * (t, or f32 for f16/bf16 inputs accumulating into f32 master gradients). */
+static ls_status gemm_ex(ls_cuda_state *s, ls_dtype t, ls_dtype ct, int ta, int tb, int64_t m, int64_t n,
+                         int64_t k, double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                         double beta, void *c, int64_t ldc) {
     if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) || !fits_int(ldc))
         return ls_error(LS_ERR_UNSUPPORTED, "gemm: [%lld x %lld x %lld] exceeds cuBLAS's 32-bit sizes",
                         (long long)m, (long long)n, (long long)k);
@@ -329,7 +342,7 @@ static ls_status gemm_ex(ls_cuda_state *s, ls_dtype t, int ta, int tb, int64_t m
     const void *pa = t == LS_F64 ? (const void *)&alpha : (const void *)&af;
     const void *pb = t == LS_F64 ? (const void *)&beta : (const void *)&bf;
     LS_CUBLAS_CHECK(cublasGemmEx(s->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
-                                 (int)m, (int)k, pa, b, dt, (int)ldb, a, dt, (int)lda, pb, c, dt, (int)ldc,
+                                 (int)m, (int)k, pa, b, dt, (int)ldb, a, dt, (int)lda, pb, c, cuda_type(ct), (int)ldc,
                                  compute_type(s, t), CUBLAS_GEMM_DEFAULT));
     return LS_OK;
 }
@@ -362,7 +375,7 @@ static ls_status cu_gemm(void *st, ls_dtype t, int ta, int tb, int64_t m, int64_
     NEED_FLOAT("gemm", t);
     if (m <= 0 || n <= 0) return LS_OK;
     if (k <= 0) return scale_rows(s, t, m, n, beta, c, ldc);
-    return gemm_ex(s, t, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return gemm_ex(s, t, t, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 static ls_status cu_bias_add(void *st, ls_dtype t, int64_t rows, int64_t cols, const void *b, void *y) {
@@ -396,13 +409,14 @@ static ls_status cu_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int6
         LS_CHECK(lt_gemm(s, t, 0, 1, B, out, in, 1.0f, x, in, w, in, 0.0f, y, out, b, &done));
         if (done) return LS_OK;
     }
-    LS_CHECK(gemm_ex(s, t, 0, 1, B, out, in, 1.0, x, in, w, in, 0.0, y, out));
+    LS_CHECK(gemm_ex(s, t, t, 0, 1, B, out, in, 1.0, x, in, w, in, 0.0, y, out));
     if (b) LS_CUDA_CHECK(ls_cuda_bias_add(&s->launch, t, B, out, b, y));
     return LS_OK;
 }
 
 /* dx = dy @ w; dw += dy^T @ x (beta = 1); db += colsum(dy) (the column-sum kernel: cuBLASLt's
- * BGRADB epilogue overwrites the bias gradient, and accumulation is what micro-steps need). */
+ * BGRADB epilogue overwrites the bias gradient, and accumulation is what micro-steps need).
+ * With f16/bf16 t, dw and db are f32 (the GEMM accumulates in f32 and adds into f32). */
 static ls_status cu_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy,
                                const void *x, const void *w, void *dx, void *dw, void *db) {
     ls_cuda_state *s = st;
@@ -412,9 +426,10 @@ static ls_status cu_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int6
         if (out <= 0)
             LS_CUDA_CHECK(cudaMemsetAsync(dx, 0, (size_t)(B * in) * ls_dtype_size(t), s->stream));
         else
-            LS_CHECK(gemm_ex(s, t, 0, 0, B, in, out, 1.0, dy, out, w, in, 0.0, dx, in));
+            LS_CHECK(gemm_ex(s, t, t, 0, 0, B, in, out, 1.0, dy, out, w, in, 0.0, dx, in));
     }
-    if (in > 0 && out > 0) LS_CHECK(gemm_ex(s, t, 1, 0, out, in, B, 1.0, dy, out, x, in, 1.0, dw, in));
+    if (in > 0 && out > 0)
+        LS_CHECK(gemm_ex(s, t, master(t), 1, 0, out, in, B, 1.0, dy, out, x, in, 1.0, dw, in));
     if (db) LS_CUDA_CHECK(ls_cuda_bias_grad(&s->launch, t, B, out, dy, db));
     return LS_OK;
 }
@@ -478,6 +493,13 @@ static ls_status cu_convert(void *st, int64_t n, ls_dtype src_t, const void *src
     return LS_OK;
 }
 
+static ls_status cu_mul(void *st, ls_dtype t, int64_t n, const void *a, const void *b, void *y) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("mul", t);
+    LS_CUDA_CHECK(ls_cuda_mul(&s->launch, t, n, a, b, y));
+    return LS_OK;
+}
+
 static ls_status cu_scale(void *st, ls_dtype t, int64_t n, double alpha, void *x) {
     ls_cuda_state *s = st;
     NEED_FLOAT("scale", t);
@@ -529,6 +551,7 @@ const ls_ops ls_cuda_ops = {
     .fini = cu_fini,
     .synchronize = cu_sync,
     .allocator_create = cu_allocator_create,
+    .compute_stream = cu_compute_stream,
     .gemm = cu_gemm,
     .bias_add = cu_bias_add,
     .bias_grad = cu_bias_grad,
@@ -540,6 +563,7 @@ const ls_ops ls_cuda_ops = {
     .xent_bwd = cu_xent_bwd,
     .argmax = cu_argmax,
     .convert = cu_convert,
+    .mul = cu_mul,
     .scale = cu_scale,
     .axpy = cu_axpy,
     .sumsq = cu_sumsq,

@@ -1,8 +1,9 @@
 /* elementwise.cu: the CUDA element-wise and reduction kernels: bias add, bias gradient (column
- * sums), ReLU/GELU forward and backward, scale, axpy and the sum of squares. Element-wise kernels
- * are grid-stride loops over 16-byte packs when every pointer is 16-byte aligned, with a scalar
- * tail; reductions are two-stage (per-block partials in the scratch area, then one fixed-order
- * pass) so results are deterministic, which keeps data-parallel replicas bit-identical. */
+ * sums; into f32 master gradients for f16/bf16), ReLU/GELU forward and backward, multiply, scale,
+ * axpy and the sum of squares. Element-wise kernels are grid-stride loops over 16-byte packs when
+ * every pointer is 16-byte aligned, with a scalar tail; reductions are two-stage (per-block
+ * partials in the scratch area, then one fixed-order pass) so results are deterministic, which
+ * keeps data-parallel replicas bit-identical. */
 #include "cuda_common.cuh"
 
 namespace lsk {
@@ -86,6 +87,9 @@ template <typename T> struct Scale {
     typename Acc<T>::type alpha;
     __device__ T operator()(T x, T) const { return from_acc<T>(to_acc(x) * alpha); }
 };
+template <typename T> struct Mul {
+    __device__ T operator()(T a, T b) const { return from_acc<T>(to_acc(a) * to_acc(b)); }
+};
 template <typename T> struct Axpy { /* (x, y) -> y + alpha x */
     typename Acc<T>::type alpha;
     __device__ T operator()(T x, T y) const { return from_acc<T>(to_acc(y) + alpha * to_acc(x)); }
@@ -113,10 +117,11 @@ __global__ void bias_add_kernel(int64_t rows, int64_t cols, const T *b, T *y, in
 
 /* Column sums of dy over the rows [blockIdx.y * rows_per_split, ...): block (32, 8) covers 32
  * columns; a warp reads 32 consecutive columns of a row (coalesced). The 8 row lanes are added
- * in a fixed order, then either added into db (one split) or written to partial[split][col]. */
-template <typename T>
+ * in a fixed order, then either added into db (one split) or written to partial[split][col].
+ * db is of type O: T, or f32 for f16/bf16 dy (master gradients). */
+template <typename T, typename O>
 __global__ void colsum_kernel(int64_t rows, int64_t cols, const T *dy, int64_t rows_per_split,
-                              typename Acc<T>::type *partial, T *db) {
+                              typename Acc<T>::type *partial, O *db) {
     using A = typename Acc<T>::type;
     __shared__ A sh[8][33];
     const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
@@ -134,23 +139,21 @@ __global__ void colsum_kernel(int64_t rows, int64_t cols, const T *dy, int64_t r
         if (partial)
             partial[(int64_t)blockIdx.y * cols + c] = t;
         else
-            db[c] = from_acc<T>(to_acc(db[c]) + t);
+            db[c] = from_acc<O>(to_acc(db[c]) + t);
     }
 }
 
-template <typename T>
-__global__ void colsum_finish_kernel(int64_t cols, int splits, const typename Acc<T>::type *partial,
-                                     T *db) {
-    using A = typename Acc<T>::type;
+template <typename A, typename O>
+__global__ void colsum_finish_kernel(int64_t cols, int splits, const A *partial, O *db) {
     for (int64_t c = global_tid(); c < cols; c += grid_stride()) {
         A t = 0;
         for (int s = 0; s < splits; s++) t += partial[(int64_t)s * cols + c];
-        db[c] = from_acc<T>(to_acc(db[c]) + t);
+        db[c] = from_acc<O>(to_acc(db[c]) + t);
     }
 }
 
-template <typename T>
-static cudaError_t bias_grad_t(const ls_cuda_launch *l, int64_t rows, int64_t cols, const T *dy, T *db) {
+template <typename T, typename O>
+static cudaError_t bias_grad_t(const ls_cuda_launch *l, int64_t rows, int64_t cols, const T *dy, O *db) {
     using A = typename Acc<T>::type;
     if (rows <= 0 || cols <= 0) return cudaSuccess;
     const int64_t gx = (cols + 31) / 32;
@@ -166,11 +169,11 @@ static cudaError_t bias_grad_t(const ls_cuda_launch *l, int64_t rows, int64_t co
     const int64_t per = (rows + gy - 1) / gy;
     gy = (rows + per - 1) / per;
     A *partial = gy > 1 ? static_cast<A *>(l->scratch) : nullptr;
-    colsum_kernel<T><<<dim3((unsigned)gx, (unsigned)gy), dim3(32, 8), 0, l->stream>>>(rows, cols, dy, per,
-                                                                                      partial, db);
+    colsum_kernel<T, O><<<dim3((unsigned)gx, (unsigned)gy), dim3(32, 8), 0, l->stream>>>(rows, cols, dy, per,
+                                                                                         partial, db);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || gy == 1) return e;
-    colsum_finish_kernel<T><<<grid_for(l, cols, 256), 256, 0, l->stream>>>(cols, (int)gy, partial, db);
+    colsum_finish_kernel<A, O><<<grid_for(l, cols, 256), 256, 0, l->stream>>>(cols, (int)gy, partial, db);
     return cudaGetLastError();
 }
 
@@ -264,8 +267,13 @@ extern "C" cudaError_t ls_cuda_bias_add(const ls_cuda_launch *l, ls_dtype t, int
 
 extern "C" cudaError_t ls_cuda_bias_grad(const ls_cuda_launch *l, ls_dtype t, int64_t rows, int64_t cols,
                                          const void *dy, void *db) {
-    LSK_DISPATCH_FLOAT(t, T, return bias_grad_t<T>(l, rows, cols, (const T *)dy, (T *)db));
-    return cudaErrorInvalidValue;
+    switch (t) {
+    case LS_F32: return bias_grad_t(l, rows, cols, (const float *)dy, (float *)db);
+    case LS_F64: return bias_grad_t(l, rows, cols, (const double *)dy, (double *)db);
+    case LS_F16: return bias_grad_t(l, rows, cols, (const __half *)dy, (float *)db);
+    case LS_BF16: return bias_grad_t(l, rows, cols, (const __nv_bfloat16 *)dy, (float *)db);
+    default: return cudaErrorInvalidValue;
+    }
 }
 
 extern "C" cudaError_t ls_cuda_act_fwd(const ls_cuda_launch *l, ls_dtype t, ls_act act, int64_t n,
@@ -295,6 +303,12 @@ extern "C" cudaError_t ls_cuda_scale(const ls_cuda_launch *l, ls_dtype t, int64_
         Scale<T> f{(typename Acc<T>::type)alpha};
         return ew_launch<T, false>(l, n, (const T *)x, (const T *)nullptr, (T *)x, f);
     });
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t ls_cuda_mul(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *a, const void *b,
+                                   void *y) {
+    LSK_DISPATCH_FLOAT(t, T, return ew_launch<T, true>(l, n, (const T *)a, (const T *)b, (T *)y, Mul<T>{}));
     return cudaErrorInvalidValue;
 }
 

@@ -1,7 +1,8 @@
 /* xent.cu: fused, numerically stable softmax cross-entropy (forward: probabilities and per-row
- * losses in one kernel; backward: (probs - onehot) * scale) and the per-row argmax with the count
- * of correct predictions. A row is handled by one warp when it has at most 1024 classes, by a
- * whole 256-thread block otherwise. Arithmetic in f32 (f64 for f64); rows are [B, C] row-major. */
+ * losses in one kernel, both f32 for f16/bf16 logits; backward: (probs - onehot) * scale) and
+ * the per-row argmax with the count of correct predictions. A row is handled by one warp when
+ * it has at most 1024 classes, by a whole 256-thread block otherwise. Arithmetic in f32 (f64 for
+ * f64); rows are [B, C] row-major. */
 #include "cuda_common.cuh"
 
 namespace lsk {
@@ -45,16 +46,17 @@ template <int TPR, typename A> __device__ __forceinline__ A row_sum(A v, A *sh) 
     }
 }
 
+/* probs and losses are A: the logits' type, or f32 for f16/bf16 logits. */
 template <typename T, int TPR>
-__global__ void xent_fwd_kernel(int64_t B, int64_t C, const T *logits, const int32_t *labels, T *probs,
-                                T *losses) {
+__global__ void xent_fwd_kernel(int64_t B, int64_t C, const T *logits, const int32_t *labels,
+                                typename Acc<T>::type *probs, typename Acc<T>::type *losses) {
     using A = typename Acc<T>::type;
     constexpr int RPB = 256 / TPR; /* rows per block step */
     __shared__ A sh[8];
     const int lane = threadIdx.x % TPR, sub = threadIdx.x / TPR;
     for (int64_t r = (int64_t)blockIdx.x * RPB + sub; r < B; r += (int64_t)gridDim.x * RPB) {
         const T *z = logits + r * C;
-        T *p = probs + r * C;
+        A *p = probs + r * C;
         A mx = -INFINITY;
         for (int64_t j = lane; j < C; j += TPR) mx = fmax(mx, to_acc(z[j]));
         mx = row_max<TPR>(mx, sh);
@@ -62,25 +64,25 @@ __global__ void xent_fwd_kernel(int64_t B, int64_t C, const T *logits, const int
         for (int64_t j = lane; j < C; j += TPR) sum += d_exp(to_acc(z[j]) - mx);
         sum = row_sum<TPR>(sum, sh);
         const A inv = A(1) / sum;
-        for (int64_t j = lane; j < C; j += TPR) p[j] = from_acc<T>(mul_rn(d_exp(to_acc(z[j]) - mx), inv));
+        for (int64_t j = lane; j < C; j += TPR) p[j] = mul_rn(d_exp(to_acc(z[j]) - mx), inv);
         if (lane == 0) {
             const int32_t y = labels[r];
             /* -log softmax from the logits (never log(0)); a label outside [0, C) gives NaN */
             A loss = (y >= 0 && y < C) ? d_log(sum) + (mx - to_acc(z[y])) : A(NAN);
-            losses[r] = from_acc<T>(loss);
+            losses[r] = loss;
         }
     }
 }
 
-/* dlogits = probs * scale, minus scale at the label (two roundings, as on the CPU). */
+/* dlogits (T) = probs (A) * scale, minus scale at the label (two roundings, as on the CPU). */
 template <typename T>
-__global__ void xent_bwd_kernel(int64_t B, int64_t C, const T *probs, const int32_t *labels,
+__global__ void xent_bwd_kernel(int64_t B, int64_t C, const typename Acc<T>::type *probs, const int32_t *labels,
                                 typename Acc<T>::type scale, T *dlogits) {
     using A = typename Acc<T>::type;
     const int64_t n = B * C;
     for (int64_t i = global_tid(); i < n; i += grid_stride()) {
         const int64_t r = i / C, j = i - r * C;
-        A d = mul_rn(to_acc(probs[i]), scale);
+        A d = mul_rn(probs[i], scale);
         if (labels[r] == j) d -= scale;
         dlogits[i] = from_acc<T>(d);
     }
@@ -141,12 +143,13 @@ __global__ void argmax_kernel(int64_t B, int64_t C, const T *logits, const int32
 template <typename T>
 static cudaError_t xent_fwd_t(const ls_cuda_launch *l, int64_t B, int64_t C, const void *logits,
                               const int32_t *labels, void *probs, void *losses) {
+    using A = typename Acc<T>::type;
     if (C <= 1024) {
         xent_fwd_kernel<T, 32><<<grid_for(l, B, 8), 256, 0, l->stream>>>(B, C, (const T *)logits, labels,
-                                                                         (T *)probs, (T *)losses);
+                                                                         (A *)probs, (A *)losses);
     } else {
         xent_fwd_kernel<T, 256><<<grid_for(l, B, 1), 256, 0, l->stream>>>(B, C, (const T *)logits, labels,
-                                                                          (T *)probs, (T *)losses);
+                                                                          (A *)probs, (A *)losses);
     }
     return cudaGetLastError();
 }
@@ -180,7 +183,7 @@ extern "C" cudaError_t ls_cuda_xent_bwd(const ls_cuda_launch *l, ls_dtype t, int
     if (B <= 0 || C <= 0) return cudaSuccess;
     LSK_DISPATCH_FLOAT(t, T, {
         xent_bwd_kernel<T><<<grid_for(l, B * C, 256), 256, 0, l->stream>>>(
-            B, C, (const T *)probs, labels, (typename Acc<T>::type)scale, (T *)dlogits);
+            B, C, (const typename Acc<T>::type *)probs, labels, (typename Acc<T>::type)scale, (T *)dlogits);
     });
     return cudaGetLastError();
 }

@@ -3,6 +3,7 @@
 #include "device.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,13 @@ ls_status ls_device_select(const char *request, int local_rank, ls_device *out) 
             out->index = (local_rank < 0 ? 0 : local_rank) % n;
         } else {
             *out = ls_device_cpu();
-            LS_LOG_I("no usable CUDA device (%s); running on the CPU", why);
+            /* A CUDA build without a usable GPU says so once per process (like a warning from
+             * torch); a CPU-only build has nothing to report. */
+            static atomic_int said = 0;
+            if (ls_device_probe_built() && atomic_exchange(&said, 1) == 0)
+                LS_LOG_W("no usable CUDA device (%s); running on the CPU", why);
+            else
+                LS_LOG_D("running on the CPU: %s", why);
         }
         return LS_OK;
     }

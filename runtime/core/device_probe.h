@@ -4,4 +4,6 @@
 #define LOCKSTEP_DEVICE_PROBE_H
 /* Returns the count (>= 0); when 0, why receives the reason. */
 int ls_device_probe_cuda(char *why, int why_len);
+/* 1 when this build has the CUDA backend. */
+int ls_device_probe_built(void);
 #endif

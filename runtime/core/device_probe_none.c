@@ -7,3 +7,5 @@ int ls_device_probe_cuda(char *why, int why_len) {
     snprintf(why, (size_t)why_len, "this build of lockstep has no CUDA support (LOCKSTEP_CUDA=OFF)");
     return 0;
 }
+
+int ls_device_probe_built(void) { return 0; }

@@ -1,0 +1,692 @@
+/* test_gpu_parity.c: every entry of the CUDA op table (init to adamw_step) against the CPU op
+ * table on fresh random inputs, in f32, f64, f16 and bf16, and f32 GEMMs again with TF32 on.
+ * f16/bf16 follow ops.h's mixed-precision rule (parameter gradients, probabilities and losses f32)
+ * and are checked against the CPU's own f16/bf16 entries where it has them, else against f32 on
+ * the same rounded inputs. Output buffers are poisoned (0xFF bytes: NaN) first, so an element the
+ * GPU forgets to write fails. Error = max |gpu - cpu| / max |cpu| over the output;
+ * tolerances: f64 1e-10, f32 1e-5, TF32 1e-3, f16/bf16 1e-2; any NaN the CPU lacks fails; argmax,
+ * convert and counts must match exactly. Exits 77 where no CUDA device is usable.
+ * --self runs the harness with the CPU as the "device" (checks the test itself). Without a GPU it
+ * still checks that the CUDA op table has every entry, then exits 77. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu.h"
+#include "ops.h"
+#include "rng.h"
+#include "testutil.h"
+
+static ls_ctx *CPU, *DEV, *DEV_TF32;
+static int self_mode;
+static ls_rng R;
+static int n_cases, n_skipped;
+static double worst_f32, worst_tf32, worst_low; /* the largest errors seen, for the summary */
+
+/* ---- host values: doubles, packed to a dtype's bytes on demand ---- */
+static void *pack(const double *v, ls_dtype t, int64_t n) {
+    void *p = malloc((size_t)(n > 0 ? n : 1) * ls_dtype_size(t));
+    LS_REQUIRE(p);
+    for (int64_t i = 0; i < n; i++) {
+        switch (t) {
+        case LS_F32: ((float *)p)[i] = (float)v[i]; break;
+        case LS_F64: ((double *)p)[i] = v[i]; break;
+        case LS_F16: ((uint16_t *)p)[i] = ls_f32_to_f16((float)v[i]); break;
+        case LS_BF16: ((uint16_t *)p)[i] = ls_f32_to_bf16((float)v[i]); break;
+        default: LS_REQUIRE(!"pack: not a float dtype");
+        }
+    }
+    return p;
+}
+
+static double *unpack(const void *p, ls_dtype t, int64_t n) {
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    LS_REQUIRE(v);
+    for (int64_t i = 0; i < n; i++) {
+        switch (t) {
+        case LS_F32: v[i] = ((const float *)p)[i]; break;
+        case LS_F64: v[i] = ((const double *)p)[i]; break;
+        case LS_F16: v[i] = ls_f16_to_f32(((const uint16_t *)p)[i]); break;
+        case LS_BF16: v[i] = ls_bf16_to_f32(((const uint16_t *)p)[i]); break;
+        default: LS_REQUIRE(!"unpack: not a float dtype");
+        }
+    }
+    return v;
+}
+
+/* Random values (normal * scale), rounded to what dtype t can hold. */
+static double *rnd(int64_t n, double scale, ls_dtype t) {
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    LS_REQUIRE(v);
+    for (int64_t i = 0; i < n; i++) v[i] = ls_rng_normal(&R) * scale;
+    void *p = pack(v, t, n);
+    double *r = unpack(p, t, n);
+    free(p);
+    free(v);
+    return r;
+}
+
+/* The f32 (or f64) reference type of t, for the CPU entries without f16/bf16; also the dtype of
+ * parameter gradients, probabilities and losses under f16/bf16 activations. */
+static ls_dtype ref_type(ls_dtype t) { return t == LS_F64 ? LS_F64 : LS_F32; }
+static ls_dtype master(ls_dtype t) { return ref_type(t); }
+
+/* ---- device buffers ---- */
+static void *dev_alloc(size_t bytes) {
+    void *d = NULL;
+    LS_REQUIRE_OK(ls_alloc(DEV->alloc, bytes ? bytes : 1, "parity test buffer", &d));
+    return d;
+}
+static void *dev_bytes(const void *h, size_t bytes) {
+    void *d = dev_alloc(bytes);
+    if (bytes) LS_REQUIRE_OK(ls_allocator_copy(DEV->alloc, d, 1, h, 0, bytes));
+    return d;
+}
+static void *dev_vals(const double *v, ls_dtype t, int64_t n) {
+    void *h = pack(v, t, n);
+    void *d = dev_bytes(h, (size_t)n * ls_dtype_size(t));
+    free(h);
+    return d;
+}
+static void *dev_poison(size_t bytes) {
+    void *h = malloc(bytes ? bytes : 1);
+    LS_REQUIRE(h);
+    memset(h, 0xFF, bytes);
+    void *d = dev_bytes(h, bytes);
+    free(h);
+    return d;
+}
+static void dev_get(void *h, const void *d, size_t bytes) {
+    if (bytes) LS_REQUIRE_OK(ls_allocator_copy(DEV->alloc, h, 0, d, 1, bytes));
+}
+static double *dev_read(const void *d, ls_dtype t, int64_t n) {
+    void *h = malloc((size_t)(n > 0 ? n : 1) * ls_dtype_size(t));
+    LS_REQUIRE(h);
+    dev_get(h, d, (size_t)n * ls_dtype_size(t));
+    double *v = unpack(h, t, n);
+    free(h);
+    return v;
+}
+static void dev_free(void *d) { ls_free(DEV->alloc, d); }
+
+/* ---- comparison ---- */
+static double tol_for(ls_dtype t, int tf32) {
+    if (t == LS_F64) return 1e-10;
+    if (t == LS_F32) return tf32 ? 1e-3 : 1e-5;
+    return 1e-2;
+}
+
+static void note(ls_dtype t, int tf32, double err) {
+    double *w = t == LS_F64 ? NULL : t == LS_F32 ? (tf32 ? &worst_tf32 : &worst_f32) : &worst_low;
+    if (w && err > *w) *w = err;
+}
+
+static void check(const char *what, ls_dtype t, int tf32, const double *got, const double *ref, int64_t n) {
+    double num = 0, den = 0;
+    int64_t nan_at = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(got[i]) != isnan(ref[i]) || isinf(got[i]) != isinf(ref[i])) {
+            if (nan_at < 0) nan_at = i;
+            continue;
+        }
+        if (!isfinite(ref[i])) continue;
+        num = fmax(num, fabs(got[i] - ref[i]));
+        den = fmax(den, fabs(ref[i]));
+    }
+    double err = den > 0 ? num / den : num;
+    double tol = tol_for(t, tf32);
+    n_cases++;
+    note(t, tf32, err);
+    int ok = nan_at < 0 && err <= tol;
+    printf("%-4s %-52s %-5s err %.3g (tol %.0e)%s\n", ok ? "ok" : "FAIL", what,
+           tf32 ? "tf32" : ls_dtype_name(t), err, tol, nan_at >= 0 ? " NaN/inf mismatch" : "");
+    if (nan_at >= 0)
+        fprintf(stderr, "%s %s: element %lld is %g on the device, %g on the CPU\n", what, ls_dtype_name(t),
+                (long long)nan_at, got[nan_at], ref[nan_at]);
+    if (!ok) ls_test_failures++;
+}
+
+/* The device's answer to a call: LS_OK, or (in --self mode only) a skip for f16/bf16. */
+static int dev_ok(ls_status s, const char *what, ls_dtype t) {
+    if (s == LS_OK) return 1;
+    if (self_mode && s == LS_ERR_UNSUPPORTED && (t == LS_F16 || t == LS_BF16)) {
+        n_skipped++;
+        return 0;
+    }
+    fprintf(stderr, "%s %s on the device failed: %s: %s\n", what, ls_dtype_name(t), ls_status_name(s),
+            ls_last_error());
+    ls_test_failures++;
+    return 0;
+}
+
+static const ls_dtype FLOATS[] = {LS_F32, LS_F64, LS_F16, LS_BF16};
+#define N_FLOATS 4
+
+/* ---- gemm ---- */
+static void case_gemm(ls_ctx *dev, ls_dtype t, int tf32, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                      double beta) {
+    ls_ctx *save = DEV;
+    DEV = dev;
+    ls_dtype rt = ref_type(t);
+    int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    int64_t lda = ac + 3, ldb = bc + 2, ldc = n + 1;
+    int64_t na = ar * lda, nb = br * ldb, nc = m * ldc;
+    double *a = rnd(na, 1.0, t), *b = rnd(nb, 1.0, t), *c = rnd(nc, 1.0, t);
+    double alpha = 0.75;
+    void *ha = pack(a, rt, na), *hb = pack(b, rt, nb), *hc = pack(c, rt, nc);
+    LS_REQUIRE_OK(CPU->ops->gemm(CPU->state, rt, ta, tb, m, n, k, alpha, ha, lda, hb, ldb, beta, hc, ldc));
+    double *ref = unpack(hc, rt, nc);
+    void *da = dev_vals(a, t, na), *db = dev_vals(b, t, nb);
+    void *dc = beta == 0 ? dev_poison((size_t)nc * ls_dtype_size(t)) : dev_vals(c, t, nc);
+    char what[96];
+    snprintf(what, sizeof what, "gemm %s%s [%lld x %lld x %lld] beta %g", ta ? "T" : "N", tb ? "T" : "N",
+             (long long)m, (long long)n, (long long)k, beta);
+    if (dev_ok(dev->ops->gemm(dev->state, t, ta, tb, m, n, k, alpha, da, lda, db, ldb, beta, dc, ldc), what, t)) {
+        double *got = dev_read(dc, t, nc);
+        /* compare the m x n part only: the padding is not the op's */
+        double *g2 = malloc(sizeof(double) * (size_t)(m * n)), *r2 = malloc(sizeof(double) * (size_t)(m * n));
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                g2[i * n + j] = got[i * ldc + j];
+                r2[i * n + j] = ref[i * ldc + j];
+            }
+        check(what, t, tf32, g2, r2, m * n);
+        free(g2);
+        free(r2);
+        free(got);
+    }
+    dev_free(da);
+    dev_free(db);
+    dev_free(dc);
+    free(a), free(b), free(c), free(ha), free(hb), free(hc), free(ref);
+    DEV = save;
+}
+
+/* ---- linear forward / backward (the CPU computes f16/bf16 itself) ---- */
+static void case_linear(ls_ctx *dev, ls_dtype t, int tf32, int64_t B, int64_t in, int64_t out, int with_bias,
+                        int with_dx) {
+    ls_ctx *save = DEV;
+    DEV = dev;
+    ls_dtype mt = master(t);
+    size_t es = ls_dtype_size(t);
+    double *x = rnd(B * in, 1.0, t), *w = rnd(out * in, 0.1, t), *b = rnd(out, 1.0, t);
+    double *dy = rnd(B * out, 1.0, t), *dw0 = rnd(out * in, 1.0, mt), *db0 = rnd(out, 1.0, mt);
+    char what[96];
+    /* CPU */
+    void *hx = pack(x, t, B * in), *hw = pack(w, t, out * in), *hb = pack(b, t, out), *hdy = pack(dy, t, B * out);
+    void *hy = pack(dy, t, B * out), *hdx = pack(x, t, B * in), *hdw = pack(dw0, mt, out * in), *hdb = pack(db0, mt, out);
+    LS_REQUIRE_OK(CPU->ops->linear_fwd(CPU->state, t, B, in, out, hx, hw, with_bias ? hb : NULL, hy));
+    LS_REQUIRE_OK(CPU->ops->linear_bwd(CPU->state, t, B, in, out, hdy, hx, hw, with_dx ? hdx : NULL, hdw,
+                                       with_bias ? hdb : NULL));
+    /* device */
+    void *dx_ = dev_vals(x, t, B * in), *dw_ = dev_vals(w, t, out * in), *db_ = dev_vals(b, t, out);
+    void *ddy = dev_vals(dy, t, B * out), *dy_out = dev_poison((size_t)(B * out) * es);
+    void *ddx = dev_poison((size_t)(B * in) * es);
+    void *ddw = dev_vals(dw0, mt, out * in), *ddb = dev_vals(db0, mt, out);
+    snprintf(what, sizeof what, "linear fwd [%lld, %lld] -> %lld%s", (long long)B, (long long)in, (long long)out,
+             with_bias ? " +bias" : "");
+    if (dev_ok(dev->ops->linear_fwd(dev->state, t, B, in, out, dx_, dw_, with_bias ? db_ : NULL, dy_out), what, t)) {
+        double *got = dev_read(dy_out, t, B * out), *ref = unpack(hy, t, B * out);
+        check(what, t, tf32, got, ref, B * out);
+        free(got), free(ref);
+    }
+    snprintf(what, sizeof what, "linear bwd [%lld, %lld] -> %lld%s%s", (long long)B, (long long)in, (long long)out,
+             with_bias ? " +db" : "", with_dx ? " +dx" : "");
+    if (dev_ok(dev->ops->linear_bwd(dev->state, t, B, in, out, ddy, dx_, dw_, with_dx ? ddx : NULL, ddw,
+                                    with_bias ? ddb : NULL), what, t)) {
+        char w2[128];
+        double *got = dev_read(ddw, mt, out * in), *ref = unpack(hdw, mt, out * in);
+        snprintf(w2, sizeof w2, "%s: dw (%s)", what, ls_dtype_name(mt));
+        check(w2, t, tf32, got, ref, out * in);
+        free(got), free(ref);
+        if (with_dx) {
+            got = dev_read(ddx, t, B * in), ref = unpack(hdx, t, B * in);
+            snprintf(w2, sizeof w2, "%s: dx", what);
+            check(w2, t, tf32, got, ref, B * in);
+            free(got), free(ref);
+        }
+        if (with_bias) {
+            got = dev_read(ddb, mt, out), ref = unpack(hdb, mt, out);
+            snprintf(w2, sizeof w2, "%s: db (%s)", what, ls_dtype_name(mt));
+            check(w2, t, 0, got, ref, out);
+            free(got), free(ref);
+        }
+    }
+    void *ds[] = {dx_, dw_, db_, ddy, dy_out, ddx, ddw, ddb};
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) dev_free(ds[i]);
+    void *hs[] = {x, w, b, dy, dw0, db0, hx, hw, hb, hdy, hy, hdx, hdw, hdb};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
+    DEV = save;
+}
+
+/* ---- bias ---- */
+static void case_bias(ls_dtype t, int64_t rows, int64_t cols) {
+    ls_dtype rt = ref_type(t);
+    double *y = rnd(rows * cols, 1.0, t), *b = rnd(cols, 1.0, t), *db0 = rnd(cols, 1.0, t);
+    void *hy = pack(y, rt, rows * cols), *hb = pack(b, rt, cols), *hdb = pack(db0, rt, cols);
+    /* bias_grad's db is f32 for f16/bf16 dy (a parameter gradient) */
+    void *dy = dev_vals(y, t, rows * cols), *db = dev_vals(b, t, cols), *ddb = dev_vals(db0, master(t), cols);
+    char what[96];
+    LS_REQUIRE_OK(CPU->ops->bias_grad(CPU->state, rt, rows, cols, hy, hdb)); /* before y changes */
+    LS_REQUIRE_OK(CPU->ops->bias_add(CPU->state, rt, rows, cols, hb, hy));
+    snprintf(what, sizeof what, "bias_grad [%lld, %lld]", (long long)rows, (long long)cols);
+    if (dev_ok(DEV->ops->bias_grad(DEV->state, t, rows, cols, dy, ddb), what, t)) {
+        double *got = dev_read(ddb, master(t), cols), *ref = unpack(hdb, rt, cols);
+        check(what, t, 0, got, ref, cols);
+        free(got), free(ref);
+    }
+    snprintf(what, sizeof what, "bias_add [%lld, %lld]", (long long)rows, (long long)cols);
+    if (dev_ok(DEV->ops->bias_add(DEV->state, t, rows, cols, db, dy), what, t)) {
+        double *got = dev_read(dy, t, rows * cols), *ref = unpack(hy, rt, rows * cols);
+        check(what, t, 0, got, ref, rows * cols);
+        free(got), free(ref);
+    }
+    dev_free(dy), dev_free(db), dev_free(ddb);
+    free(y), free(b), free(db0), free(hy), free(hb), free(hdb);
+}
+
+/* ---- activations ---- */
+static void case_act(ls_dtype t, ls_act act, int64_t n, int in_place) {
+    ls_dtype rt = t; /* the CPU computes f16/bf16 activations itself */
+    size_t es = ls_dtype_size(t);
+    double *x = rnd(n, 2.0, t), *dy = rnd(n, 1.0, t);
+    void *hx = pack(x, rt, n), *hy = pack(x, rt, n), *hdy = pack(dy, rt, n), *hdx = pack(dy, rt, n);
+    LS_REQUIRE_OK(CPU->ops->act_fwd(CPU->state, rt, act, n, hx, hy));
+    LS_REQUIRE_OK(CPU->ops->act_bwd(CPU->state, rt, act, n, hx, hdy, hdx));
+    void *dx = dev_vals(x, t, n), *ddy = dev_vals(dy, t, n);
+    void *dy_out = in_place ? dev_vals(x, t, n) : dev_poison((size_t)n * es);
+    void *ddx = in_place ? ddy : dev_poison((size_t)n * es);
+    const char *name = act == LS_ACT_RELU ? "relu" : "gelu";
+    char what[96];
+    snprintf(what, sizeof what, "%s fwd n=%lld%s", name, (long long)n, in_place ? " in place" : "");
+    if (dev_ok(DEV->ops->act_fwd(DEV->state, t, act, n, in_place ? dy_out : dx, dy_out), what, t)) {
+        double *got = dev_read(dy_out, t, n), *ref = unpack(hy, rt, n);
+        check(what, t, 0, got, ref, n);
+        free(got), free(ref);
+    }
+    snprintf(what, sizeof what, "%s bwd n=%lld%s", name, (long long)n, in_place ? " in place" : "");
+    if (dev_ok(DEV->ops->act_bwd(DEV->state, t, act, n, dx, ddy, ddx), what, t)) {
+        double *got = dev_read(ddx, t, n), *ref = unpack(hdx, rt, n);
+        check(what, t, 0, got, ref, n);
+        free(got), free(ref);
+    }
+    dev_free(dx), dev_free(ddy), dev_free(dy_out);
+    if (!in_place) dev_free(ddx);
+    free(x), free(dy), free(hx), free(hy), free(hdy), free(hdx);
+}
+
+/* ---- softmax cross-entropy and argmax (the CPU computes f16/bf16 itself) ---- */
+static void case_xent(ls_dtype t, int64_t B, int64_t C, int ties) {
+    ls_dtype mt = master(t); /* probabilities and losses */
+    double *z = rnd(B * C, 3.0, t);
+    if (ties)
+        for (int64_t i = 0; i < B * C; i++) z[i] = (double)(ls_rng_u32(&R) % 4);
+    int32_t *lab = malloc(sizeof(int32_t) * (size_t)B);
+    for (int64_t i = 0; i < B; i++) lab[i] = (int32_t)ls_rng_below(&R, (uint32_t)C);
+    double scale = 1.0 / (double)B;
+    void *hz = pack(z, t, B * C), *hp = pack(z, mt, B * C), *hl = pack(z, mt, B), *hd = pack(z, t, B * C);
+    int32_t *hpred = malloc(sizeof(int32_t) * (size_t)B), hcorrect = -1;
+    LS_REQUIRE_OK(CPU->ops->xent_fwd(CPU->state, t, B, C, hz, lab, hp, hl));
+    LS_REQUIRE_OK(CPU->ops->xent_bwd(CPU->state, t, B, C, hp, lab, scale, hd));
+    LS_REQUIRE_OK(CPU->ops->argmax(CPU->state, t, B, C, hz, lab, hpred, &hcorrect));
+    void *dz = dev_vals(z, t, B * C), *dlab = dev_bytes(lab, sizeof(int32_t) * (size_t)B);
+    void *dp = dev_poison((size_t)(B * C) * ls_dtype_size(mt)), *dl = dev_poison((size_t)B * ls_dtype_size(mt));
+    void *dd = dev_poison((size_t)(B * C) * ls_dtype_size(t));
+    void *dpred = dev_poison(sizeof(int32_t) * (size_t)(B + 1));
+    /* backward from the CPU's probabilities, so that it checks only itself */
+    void *dp_cpu = dev_bytes(hp, (size_t)(B * C) * ls_dtype_size(mt));
+    char what[96];
+    snprintf(what, sizeof what, "xent fwd [%lld, %lld]: probs (%s)", (long long)B, (long long)C, ls_dtype_name(mt));
+    if (dev_ok(DEV->ops->xent_fwd(DEV->state, t, B, C, dz, dlab, dp, dl), what, t)) {
+        double *got = dev_read(dp, mt, B * C), *ref = unpack(hp, mt, B * C);
+        check(what, t, 0, got, ref, B * C);
+        free(got), free(ref);
+        snprintf(what, sizeof what, "xent fwd [%lld, %lld]: losses (%s)", (long long)B, (long long)C,
+                 ls_dtype_name(mt));
+        got = dev_read(dl, mt, B), ref = unpack(hl, mt, B);
+        check(what, t, 0, got, ref, B);
+        free(got), free(ref);
+    }
+    snprintf(what, sizeof what, "xent bwd [%lld, %lld]", (long long)B, (long long)C);
+    if (dev_ok(DEV->ops->xent_bwd(DEV->state, t, B, C, dp_cpu, dlab, scale, dd), what, t)) {
+        double *got = dev_read(dd, t, B * C), *ref = unpack(hd, t, B * C);
+        check(what, t, 0, got, ref, B * C);
+        free(got), free(ref);
+    }
+    snprintf(what, sizeof what, "argmax [%lld, %lld]%s", (long long)B, (long long)C, ties ? " with ties" : "");
+    int32_t *p = dpred;
+    if (dev_ok(DEV->ops->argmax(DEV->state, t, B, C, dz, dlab, p, p + B), what, t)) {
+        int32_t *got = malloc(sizeof(int32_t) * (size_t)(B + 1));
+        dev_get(got, dpred, sizeof(int32_t) * (size_t)(B + 1));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < B; i++) bad += got[i] != hpred[i];
+        n_cases++;
+        int ok = bad == 0 && got[B] == hcorrect;
+        printf("%-4s %-52s %-5s %lld of %lld rows differ, correct %d vs %d\n", ok ? "ok" : "FAIL", what,
+               ls_dtype_name(t), (long long)bad, (long long)B, got[B], hcorrect);
+        if (!ok) ls_test_failures++;
+        free(got);
+    }
+    dev_free(dz), dev_free(dlab), dev_free(dp), dev_free(dl), dev_free(dd), dev_free(dpred), dev_free(dp_cpu);
+    free(z), free(lab), free(hz), free(hp), free(hl), free(hd), free(hpred);
+}
+
+/* ---- convert: bit-exact against the CPU ---- */
+static void case_convert(ls_dtype st, ls_dtype dt, int64_t n, int64_t offset) {
+    double *v = malloc(sizeof(double) * (size_t)(n + offset));
+    static const double scales[] = {1.0, 1e-6, 1e-3, 300.0, 7e4, 1e5};
+    for (int64_t i = 0; i < n + offset; i++) v[i] = ls_rng_normal(&R) * scales[i % 6];
+    v[0] = 65520.0; /* f16 overflow at the tie */
+    if (n + offset > 1) v[1] = 1.0 + 1.0 / 2048; /* f16 tie to even */
+    void *hs = pack(v, st, n + offset);
+    size_t ds = ls_dtype_size(dt), ss = ls_dtype_size(st);
+    void *hd = malloc((size_t)n * ds), *got = malloc((size_t)n * ds);
+    LS_REQUIRE_OK(ls_cpu_convert(n, st, (char *)hs + offset * ss, dt, hd));
+    void *dsrc = dev_bytes(hs, (size_t)(n + offset) * ss);
+    void *ddst = dev_poison((size_t)(n + offset) * ds);
+    char what[96];
+    snprintf(what, sizeof what, "convert %s -> %s n=%lld offset %lld", ls_dtype_name(st), ls_dtype_name(dt),
+             (long long)n, (long long)offset);
+    ls_status s = DEV->ops->convert(DEV->state, n, st, (char *)dsrc + offset * ss, dt, (char *)ddst + offset * ds);
+    if (dev_ok(s, what, (st == LS_F16 || st == LS_BF16) ? st : dt)) {
+        dev_get(got, (char *)ddst + offset * ds, (size_t)n * ds);
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n; i++)
+            if (memcmp((char *)got + i * ds, (char *)hd + i * ds, ds) != 0) {
+                bad++;
+                if (first < 0) first = i;
+            }
+        n_cases++;
+        printf("%-4s %-52s %lld differ\n", bad ? "FAIL" : "ok", what, (long long)bad);
+        if (bad) {
+            fprintf(stderr, "%s: first difference at %lld (source value %.9g)\n", what, (long long)first,
+                    v[first + offset]);
+            ls_test_failures++;
+        }
+    }
+    dev_free(dsrc), dev_free(ddst);
+    free(v), free(hs), free(hd), free(got);
+}
+
+/* ---- scale, axpy, sumsq ---- */
+static void case_blas1(ls_dtype t, int64_t n) {
+    ls_dtype rt = ref_type(t);
+    double *x = rnd(n, 1.0, t), *y = rnd(n, 1.0, t), *x2 = rnd(n, 1.0, t);
+    void *hx = pack(x, rt, n), *hy = pack(y, rt, n), *hx2 = pack(x2, rt, n);
+    LS_REQUIRE_OK(CPU->ops->scale(CPU->state, rt, n, -0.375, hx));
+    LS_REQUIRE_OK(CPU->ops->axpy(CPU->state, rt, n, 1.5, hx2, hy));
+    void *dx = dev_vals(x, t, n), *dy = dev_vals(y, t, n), *dx2 = dev_vals(x2, t, n);
+    char what[96];
+    snprintf(what, sizeof what, "scale n=%lld", (long long)n);
+    if (dev_ok(DEV->ops->scale(DEV->state, t, n, -0.375, dx), what, t)) {
+        double *got = dev_read(dx, t, n), *ref = unpack(hx, rt, n);
+        check(what, t, 0, got, ref, n);
+        free(got), free(ref);
+    }
+    snprintf(what, sizeof what, "axpy n=%lld", (long long)n);
+    if (dev_ok(DEV->ops->axpy(DEV->state, t, n, 1.5, dx2, dy), what, t)) {
+        double *got = dev_read(dy, t, n), *ref = unpack(hy, rt, n);
+        check(what, t, 0, got, ref, n);
+        free(got), free(ref);
+    }
+    /* mul (the CPU computes f16/bf16 itself), in place into its first operand */
+    void *ha = pack(x2, t, n), *hb2 = pack(y, t, n), *da = dev_vals(x2, t, n), *db2 = dev_vals(y, t, n);
+    LS_REQUIRE_OK(CPU->ops->mul(CPU->state, t, n, ha, hb2, ha));
+    snprintf(what, sizeof what, "mul n=%lld in place", (long long)n);
+    if (dev_ok(DEV->ops->mul(DEV->state, t, n, da, db2, da), what, t)) {
+        double *got = dev_read(da, t, n), *ref = unpack(ha, t, n);
+        check(what, t, 0, got, ref, n);
+        free(got), free(ref);
+    }
+    free(ha), free(hb2);
+    dev_free(da), dev_free(db2);
+    free(x2), free(hx2);
+    dev_free(dx2);
+    /* sumsq: added onto what is there; twice for determinism; then with an inf and a NaN */
+    double hs = 1.5, ds1 = 1.5, ds2 = 1.5;
+    int hbad = 0, dbad1 = 0, dbad2 = 0;
+    void *hy0 = pack(y, rt, n);
+    void *dy0 = dev_vals(y, t, n);
+    LS_REQUIRE_OK(CPU->ops->sumsq(CPU->state, rt, n, hy0, &hs, &hbad));
+    snprintf(what, sizeof what, "sumsq n=%lld", (long long)n);
+    if (dev_ok(DEV->ops->sumsq(DEV->state, t, n, dy0, &ds1, &dbad1), what, t) &&
+        dev_ok(DEV->ops->sumsq(DEV->state, t, n, dy0, &ds2, &dbad2), what, t)) {
+        double err = fabs(ds1 - hs) / fabs(hs);
+        int ok = err <= 1e-10 && ds1 == ds2 && !dbad1 && !dbad2 && !hbad;
+        n_cases++;
+        printf("%-4s %-52s %-5s err %.3g, repeat %s\n", ok ? "ok" : "FAIL", what, ls_dtype_name(t), err,
+               ds1 == ds2 ? "bit-identical" : "DIFFERS");
+        if (!ok) ls_test_failures++;
+        y[n / 3] = INFINITY;
+        void *d_inf = dev_vals(y, t, n);
+        y[n / 3] = NAN;
+        void *d_nan = dev_vals(y, t, n);
+        double s = 0;
+        int b1 = 0, b2 = 0;
+        LS_REQUIRE_OK(DEV->ops->sumsq(DEV->state, t, n, d_inf, &s, &b1));
+        LS_REQUIRE_OK(DEV->ops->sumsq(DEV->state, t, n, d_nan, &s, &b2));
+        n_cases++;
+        printf("%-4s %-52s %-5s inf flagged %d, NaN flagged %d\n", b1 && b2 ? "ok" : "FAIL", "sumsq nonfinite",
+               ls_dtype_name(t), b1, b2);
+        if (!(b1 && b2)) ls_test_failures++;
+        dev_free(d_inf), dev_free(d_nan);
+    }
+    dev_free(dx), dev_free(dy), dev_free(dy0);
+    free(x), free(y), free(hx), free(hy), free(hy0);
+}
+
+/* ---- optimizers: k tensors of mixed sizes (one past a full launch of chunks), 3 steps ---- */
+static void case_optim(ls_dtype t, int adamw, int momentum) {
+    enum { K = 30 };
+    int64_t n[K];
+    for (int i = 0; i < K; i++) n[i] = 1 + (int64_t)ls_rng_below(&R, 5000);
+    n[3] = 65536, n[4] = 65537, n[7] = 200003, n[11] = 0;
+    /* AdamW: one tensor of more than 320 chunks of 65536, so it continues into a second launch */
+    n[20] = adamw ? 21 * 1000 * 1000 + 5 : 1000003;
+    void *hp[K], *hg[K], *hm[K], *hv[K], *dp[K], *dg[K], *dm[K], *dv[K];
+    size_t es = ls_dtype_size(t);
+    for (int i = 0; i < K; i++) {
+        double *p = rnd(n[i], 1.0, t), *z = calloc((size_t)n[i] + 1, sizeof(double));
+        hp[i] = pack(p, t, n[i]);
+        hm[i] = pack(z, t, n[i]);
+        hv[i] = pack(z, t, n[i]);
+        hg[i] = malloc((size_t)n[i] * es + 1);
+        dp[i] = dev_vals(p, t, n[i]);
+        dm[i] = dev_vals(z, t, n[i]);
+        dv[i] = dev_vals(z, t, n[i]);
+        dg[i] = dev_alloc((size_t)n[i] * es);
+        free(p), free(z);
+    }
+    const char *name = adamw ? "adamw" : momentum ? "sgd momentum nesterov wd" : "sgd plain";
+    int ok_all = 1;
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < K; i++) { /* fresh gradients each step */
+            double *g = rnd(n[i], 0.5, t);
+            void *h = pack(g, t, n[i]);
+            memcpy(hg[i], h, (size_t)n[i] * es);
+            if (n[i]) LS_REQUIRE_OK(ls_allocator_copy(DEV->alloc, dg[i], 1, h, 0, (size_t)n[i] * es));
+            free(g), free(h);
+        }
+        ls_status s;
+        if (adamw) {
+            ls_adamw_params hp_ = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, step + 1};
+            LS_REQUIRE_OK(CPU->ops->adamw_step(CPU->state, t, K, hp, hg, hm, hv, n, &hp_));
+            s = DEV->ops->adamw_step(DEV->state, t, K, dp, dg, dm, dv, n, &hp_);
+        } else {
+            ls_sgd_params hp_ = {0.05f, momentum ? 0.9f : 0.0f, momentum ? 0.1f : 0.0f, 0.01f, momentum, step == 0};
+            LS_REQUIRE_OK(CPU->ops->sgd_step(CPU->state, t, K, hp, hg, momentum ? hm : NULL, n, &hp_));
+            s = DEV->ops->sgd_step(DEV->state, t, K, dp, dg, momentum ? dm : NULL, n, &hp_);
+        }
+        if (!dev_ok(s, name, t)) {
+            ok_all = 0;
+            break;
+        }
+    }
+    if (ok_all) {
+        /* compare every tensor's p (and m, v) as one vector */
+        int64_t total = 0;
+        for (int i = 0; i < K; i++) total += n[i];
+        const char *part[3] = {"p", "m", "v"};
+        for (int which = 0; which < 3; which++) {
+            if (which == 1 && !adamw && !momentum) break;
+            if (which == 2 && !adamw) break;
+            double *got = malloc(sizeof(double) * (size_t)total), *ref = malloc(sizeof(double) * (size_t)total);
+            int64_t off = 0;
+            for (int i = 0; i < K; i++) {
+                void *h = which == 0 ? hp[i] : which == 1 ? hm[i] : hv[i];
+                void *d = which == 0 ? dp[i] : which == 1 ? dm[i] : dv[i];
+                double *g = dev_read(d, t, n[i]), *r = unpack(h, t, n[i]);
+                memcpy(got + off, g, sizeof(double) * (size_t)n[i]);
+                memcpy(ref + off, r, sizeof(double) * (size_t)n[i]);
+                off += n[i];
+                free(g), free(r);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "%s x3 steps, %d tensors: %s", name, K, part[which]);
+            check(what, t, 0, got, ref, total);
+            free(got), free(ref);
+        }
+    }
+    for (int i = 0; i < K; i++) {
+        dev_free(dp[i]), dev_free(dg[i]), dev_free(dm[i]), dev_free(dv[i]);
+        free(hp[i]), free(hg[i]), free(hm[i]), free(hv[i]);
+    }
+}
+
+/* ---- the tensor-level wrappers over device tensors (copies of results to the host) ---- */
+static void case_wrappers(void) {
+    int64_t B = 50, C = 10;
+    double *z = rnd(B * C, 2.0, LS_F32);
+    int32_t lab[50];
+    for (int64_t i = 0; i < B; i++) lab[i] = (int32_t)ls_rng_below(&R, (uint32_t)C);
+    void *hz = pack(z, LS_F32, B * C);
+    ls_tensor hzt = ls_tensor_view(hz, LS_F32, ls_device_cpu(), 2, (int64_t[]){B, C});
+    ls_tensor hlt = ls_tensor_view(lab, LS_I32, ls_device_cpu(), 1, (int64_t[]){B});
+    ls_tensor *zt[2], *lt[2], *pt[2], *lo[2], *pr[2];
+    double loss[2];
+    int64_t correct[2];
+    ls_ctx *ctx[2] = {CPU, DEV};
+    for (int i = 0; i < 2; i++) {
+        ls_allocator *a = ctx[i]->alloc;
+        LS_REQUIRE_OK(ls_tensor_create(a, LS_F32, 2, (int64_t[]){B, C}, "logits", &zt[i]));
+        LS_REQUIRE_OK(ls_tensor_create(a, LS_I32, 1, (int64_t[]){B}, "labels", &lt[i]));
+        LS_REQUIRE_OK(ls_tensor_create(a, LS_F32, 2, (int64_t[]){B, C}, "probs", &pt[i]));
+        LS_REQUIRE_OK(ls_tensor_create(a, LS_F32, 1, (int64_t[]){B}, "losses", &lo[i]));
+        LS_REQUIRE_OK(ls_tensor_create(a, LS_I32, 1, (int64_t[]){B + 1}, "pred", &pr[i]));
+        LS_REQUIRE_OK(ls_tensor_copy(a, zt[i], &hzt));
+        LS_REQUIRE_OK(ls_tensor_copy(a, lt[i], &hlt));
+        LS_REQUIRE_OK(ls_op_xent_forward(ctx[i], zt[i], lt[i], pt[i], lo[i], &loss[i]));
+        LS_REQUIRE_OK(ls_op_accuracy(ctx[i], zt[i], lt[i], pr[i], &correct[i]));
+    }
+    int ok = fabs(loss[0] - loss[1]) <= 1e-5 * fabs(loss[0]) && correct[0] == correct[1];
+    n_cases++;
+    printf("%-4s %-52s %-5s loss %.7g vs %.7g, correct %lld vs %lld\n", ok ? "ok" : "FAIL",
+           "ls_op_xent_forward + ls_op_accuracy (device tensors)", "f32", loss[1], loss[0],
+           (long long)correct[1], (long long)correct[0]);
+    if (!ok) ls_test_failures++;
+    for (int i = 0; i < 2; i++) {
+        ls_tensor_destroy(zt[i]), ls_tensor_destroy(lt[i]), ls_tensor_destroy(pt[i]);
+        ls_tensor_destroy(lo[i]), ls_tensor_destroy(pr[i]);
+    }
+    free(z), free(hz);
+}
+
+/* 0 when every entry from init to adamw_step is set, else the 1-based index of the first missing
+ * one (they are all function pointers, so they are read as an array). The convolution, pooling and
+ * normalization entries after adamw_step are NULL on CUDA until their kernels land (ops.h). */
+static int missing_entry(const ls_ops *o) {
+    typedef void (*fn)(void);
+    size_t n = (offsetof(ls_ops, adamw_step) - offsetof(ls_ops, init)) / sizeof(fn) + 1;
+    const char *base = (const char *)o + offsetof(ls_ops, init);
+    for (size_t i = 0; i < n; i++) {
+        fn f;
+        memcpy(&f, base + i * sizeof f, sizeof f);
+        if (!f) return (int)i + 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    self_mode = argc > 1 && strcmp(argv[1], "--self") == 0;
+    /* checked with or without a GPU: the CUDA table has every entry of ops.h */
+    const ls_ops *cuda_ops = ls_ops_for(LS_DEVICE_CUDA);
+    LS_REQUIRE(cuda_ops != NULL);
+    if (missing_entry(cuda_ops)) {
+        fprintf(stderr, "the CUDA op table lacks entry %d counting from init (in ops.h order)\n",
+                missing_entry(cuda_ops));
+        return 1;
+    }
+    char why[256] = "";
+    if (!self_mode && ls_device_cuda_count(why, sizeof why) == 0) LS_SKIP("no usable CUDA device: %s", why);
+    ls_device dev = self_mode ? ls_device_cpu() : (ls_device){LS_DEVICE_CUDA, 0};
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &CPU));
+    unsetenv("LOCKSTEP_TF32");
+    LS_REQUIRE_OK(ls_ctx_create(dev, NULL, &DEV));
+    setenv("LOCKSTEP_TF32", "1", 1);
+    LS_REQUIRE_OK(ls_ctx_create(dev, NULL, &DEV_TF32));
+    unsetenv("LOCKSTEP_TF32");
+    ls_rng_init(&R, 20240611);
+    printf("parity: %s against cpu\n", self_mode ? "cpu (--self)" : "cuda:0");
+
+    for (int i = 0; i < N_FLOATS; i++) {
+        ls_dtype t = FLOATS[i];
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                case_gemm(DEV, t, 0, ta, tb, 37, 53, 29, 0.5);
+                case_gemm(DEV, t, 0, ta, tb, 128, 96, 300, 0.0);
+            }
+        case_gemm(DEV, t, 0, 0, 0, 9, 7, 0, 0.5); /* k = 0: C = beta C */
+        case_linear(DEV, t, 0, 64, 784, 512, 1, 1);
+        case_linear(DEV, t, 0, 33, 70, 19, 1, 1);
+        case_linear(DEV, t, 0, 33, 70, 19, 0, 0);
+        case_linear(DEV, t, 0, 5, 0, 3, 1, 0); /* in = 0: y = b */
+        case_bias(t, 67, 129);
+        case_bias(t, 64, 256);
+        case_bias(t, 3000, 300);
+        case_bias(t, 5, 7);
+        for (int a = 0; a < 2; a++) {
+            case_act(t, (ls_act)a, 1000003, 0);
+            case_act(t, (ls_act)a, 4096, 1);
+        }
+        case_xent(t, 128, 10, 0);
+        case_xent(t, 7, 5000, 0);
+        case_xent(t, 300, 1024, 0);
+        case_xent(t, 128, 10, 1);
+        case_xent(t, 9, 3000, 1);
+        case_blas1(t, 1000003);
+        case_blas1(t, 17);
+        for (int j = 0; j < N_FLOATS; j++) {
+            case_convert(t, FLOATS[j], 1001, 0);
+            case_convert(t, FLOATS[j], 4096, 1);
+        }
+    }
+    /* TF32: f32 GEMMs on tensor cores */
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) case_gemm(DEV_TF32, LS_F32, 1, ta, tb, 128, 96, 300, 0.5);
+    case_linear(DEV_TF32, LS_F32, 1, 64, 784, 512, 1, 1);
+    /* optimizers: f32 and f64 */
+    for (int i = 0; i < 2; i++) {
+        case_optim(FLOATS[i], 0, 0);
+        case_optim(FLOATS[i], 0, 1);
+        case_optim(FLOATS[i], 1, 0);
+    }
+    case_wrappers();
+    /* unsupported dtypes: a clear error, not a crash */
+    if (!self_mode) {
+        void *p = NULL, *g = NULL;
+        int64_t n1 = 1;
+        ls_sgd_params hp = {0.1f, 0, 0, 0, 0, 1};
+        LS_EXPECT_ERR(DEV->ops->sgd_step(DEV->state, LS_BF16, 1, &p, &g, NULL, &n1, &hp), LS_ERR_UNSUPPORTED,
+                      "does not compute in bf16");
+        LS_EXPECT_ERR(DEV->ops->scale(DEV->state, LS_I32, 1, 2.0, p), LS_ERR_UNSUPPORTED, "does not compute in i32");
+    }
+    LS_REQUIRE_OK(ls_ctx_synchronize(DEV));
+    printf("parity: %d comparisons, %d skipped, %d failed; worst error f32 %.3g, tf32 %.3g, f16/bf16 %.3g\n",
+           n_cases, n_skipped, ls_test_failures, worst_f32, worst_tf32, worst_low);
+    ls_ctx_destroy(DEV_TF32);
+    ls_ctx_destroy(DEV);
+    ls_ctx_destroy(CPU);
+    LS_TEST_END();
+}
