@@ -92,6 +92,8 @@ fail:
 
 int64_t ls_trainer_num_steps(const ls_trainer *t) { return t->steps; }
 
+void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps) { t->steps = steps; }
+
 /* Make room for n rows and copy the samples to the device. */
 static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t n) {
     if (n > t->cap || !t->x || t->x->shape[1] != data->features) {

@@ -49,6 +49,8 @@ void ls_trainer_destroy(ls_trainer *t);
 ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats);
 int64_t ls_trainer_num_steps(const ls_trainer *t);
+/* Set the step count (the learning-rate schedule's position), e.g. after loading a checkpoint. */
+void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps);
 
 /* Sum of loss and correct over a shard of a data set (no gradients); *count gets the samples. */
 ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,

@@ -1,14 +1,17 @@
 /* fashion_mlp: trains a 784-512-256-10 ReLU MLP on Fashion-MNIST, data-parallel when started by
  * lockstep-run (one rank per GPU, or per CPU slot), on the CPU where no GPU is usable. Prints
  * per-epoch loss, test accuracy, samples/s and peak memory; a progress line while an epoch
- * runs when stderr is a terminal. --batch-size is per rank (DDP's convention). */
+ * runs when stderr is a terminal. --batch-size is per rank (DDP's convention). Checkpoints every
+ * --save-every steps and on SIGTERM/SIGINT; --resume continues from one. */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "data.h"
 #include "device.h"
@@ -27,6 +30,8 @@ typedef struct options {
     uint64_t seed;
     const char *data_dir, *device, *comm, *dump_params, *hidden, *activation, *sampler;
     int progress; /* -1 auto */
+    int64_t max_steps, save_every, keep_last;
+    const char *checkpoint_dir, *resume, *log_steps;
 } options;
 
 static void usage(FILE *f) {
@@ -53,11 +58,31 @@ static void usage(FILE *f) {
             "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
             "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
             "  --dump-params FILE    after training, rank 0 writes all parameters as raw f32\n"
+            "  --max-steps N         stop after N optimizer steps in all, resumed ones included (default: no limit)\n"
+            "  --save-every N        write a checkpoint every N optimizer steps and at the end (default 0: only\n"
+            "                        on SIGTERM/SIGINT)\n"
+            "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints)\n"
+            "  --keep-last K         keep the K newest checkpoints, remove older ones (default 3; 0 keeps all)\n"
+            "  --resume auto|PATH    auto: continue from the newest valid checkpoint in --checkpoint-dir (start\n"
+            "                        afresh when there is none); PATH: from that checkpoint directory\n"
+            "  --log-steps FILE      rank 0 writes \"step loss\" per optimizer step (mean over the global batch,\n"
+            "                        17 digits); on resume, lines past the resumed step are dropped, new ones appended\n"
             "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
             "  -h, --help            this text\n\n"
+            "Checkpoints hold the weights (model.safetensors), the optimizer state (optimizer.safetensors),\n"
+            "the step, schedule, sampler position and settings (state.json), checksummed by manifest.json;\n"
+            "rank 0 writes them. Resuming with the same ranks and batch continues bitwise as if never\n"
+            "stopped; with another world size or batch, from the next step boundary of the saved epoch.\n\n"
+            "Preemption: on SIGTERM or SIGINT every rank finishes the current step, a checkpoint is written,\n"
+            "\"received SIGTERM: finished step N, saved checkpoint DIR/step-0000000N; exiting\" is printed and\n"
+            "the program exits with 128 + the signal number (143 for SIGTERM, 130 for SIGINT): run it again\n"
+            "with --resume auto. A second signal stops at once. Under mpirun, signal the ranks (as Slurm\n"
+            "does), not mpirun, which kills its ranks 1 s after forwarding a signal.\n"
+            "Exit status: 0 done, 1 error, 2 bad usage, 130/143 stopped by a signal after a checkpoint.\n\n"
             "Environment: LOCKSTEP_LOG=error|warn|info|debug, LOCKSTEP_DEVICE, LOCKSTEP_COMM,\n"
             "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n"
-            "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1).\n");
+            "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1),\n"
+            "LOCKSTEP_CKPT_CRASH_AT=<stage> (tests: kill the process at that stage of a checkpoint save).\n");
 }
 
 static int parse_i64(const char *flag, const char *s, int64_t min, int64_t *out) {
@@ -97,6 +122,8 @@ static int parse_options(int argc, char **argv, options *o) {
     o->activation = "relu";
     o->sampler = "pad";
     o->progress = -1;
+    o->keep_last = 3;
+    o->checkpoint_dir = "checkpoints";
     static const struct option longopts[] = {
         {"epochs", required_argument, 0, 'e'},        {"batch-size", required_argument, 0, 'b'},
         {"accum-steps", required_argument, 0, 'A'},   {"optimizer", required_argument, 0, 'o'},
@@ -109,6 +136,9 @@ static int parse_options(int argc, char **argv, options *o) {
         {"device", required_argument, 0, 'D'},        {"comm", required_argument, 0, 'C'},
         {"dump-params", required_argument, 0, 'P'},   {"progress", no_argument, 0, 'p'},
         {"no-progress", no_argument, 0, 'N'},         {"help", no_argument, 0, 'h'},
+        {"max-steps", required_argument, 0, 'M'},     {"save-every", required_argument, 0, 'V'},
+        {"checkpoint-dir", required_argument, 0, 'K'}, {"keep-last", required_argument, 0, 'L'},
+        {"resume", required_argument, 0, 'R'},        {"log-steps", required_argument, 0, 'G'},
         {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -135,12 +165,22 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'P': o->dump_params = optarg; break;
         case 'p': o->progress = 1; break;
         case 'N': o->progress = 0; break;
+        case 'M': if (parse_i64("--max-steps", optarg, 1, &o->max_steps)) return -1; break;
+        case 'V': if (parse_i64("--save-every", optarg, 0, &o->save_every)) return -1; break;
+        case 'K': o->checkpoint_dir = optarg; break;
+        case 'L': if (parse_i64("--keep-last", optarg, 0, &o->keep_last)) return -1; break;
+        case 'R': o->resume = optarg; break;
+        case 'G': o->log_steps = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "fashion_mlp: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (!o->checkpoint_dir[0]) {
+        fprintf(stderr, "fashion_mlp: --checkpoint-dir must not be empty\n");
         return -1;
     }
     return 0;
@@ -188,6 +228,44 @@ static ls_status dump_params(ls_ctx *ctx, ls_module *m, const char *path) {
     return s;
 }
 
+/* Keep the lines of a --log-steps file whose step is at most last (a run that died after its last
+ * checkpoint wrote lines that the resumed run writes again). A missing file is fine. */
+static ls_status truncate_step_log(const char *path, int64_t last) {
+    FILE *f = fopen(path, "r");
+    if (!f) return LS_OK;
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+        fclose(f);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "--log-steps path '%s' is too long", path);
+    }
+    FILE *g = fopen(tmp, "w");
+    if (!g) {
+        fclose(f);
+        return ls_error(LS_ERR_IO, "cannot create '%s'", tmp);
+    }
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        if (strtoll(line, NULL, 10) <= last) fputs(line, g);
+    fclose(f);
+    if (fclose(g) != 0 || rename(tmp, path) != 0) return ls_error(LS_ERR_IO, "cannot rewrite '%s'", path);
+    return LS_OK;
+}
+
+static ls_status save_checkpoint(ls_comm *comm, ls_ctx *ctx, const options *o, ls_module *model, ls_optimizer *opt,
+                                 const ls_ckpt_state *run, int64_t step, int64_t epoch, int64_t epoch_samples,
+                                 char *path, size_t len) {
+    ls_ckpt_state st = *run;
+    st.step = step;
+    st.epoch = epoch;
+    st.epoch_samples = epoch_samples;
+    LS_CHECK(ls_ckpt_save(comm, ctx, o->checkpoint_dir, (int)o->keep_last, model, opt, &st, path, len));
+    if (ls_comm_rank(comm) == 0) {
+        printf("fashion_mlp: saved checkpoint %s (step %lld)\n", path, (long long)step);
+        fflush(stdout);
+    }
+    return LS_OK;
+}
+
 int main(int argc, char **argv) {
     options o;
     if (parse_options(argc, argv, &o) != 0) return 2;
@@ -202,6 +280,8 @@ int main(int argc, char **argv) {
     ls_optimizer *opt = NULL;
     ls_trainer *trainer = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
+    FILE *step_log = NULL;
+    int preempt_installed = 0;
 
     ls_optim_kind kind;
     ls_act act = LS_ACT_RELU;
@@ -274,6 +354,49 @@ int main(int argc, char **argv) {
                ls_comm_backend_name(comm), (long long)ls_module_num_elements(model), (long long)train->n,
                (long long)test->n, (long long)o.batch, o.accum, world, (long long)steps);
     fflush(stdout);
+
+    /* This run's settings, saved with each checkpoint and compared with a resumed one's. */
+    ls_ckpt_state run;
+    memset(&run, 0, sizeof run);
+    run.steps_per_epoch = steps;
+    run.world_size = world;
+    run.batch_per_rank = o.batch;
+    run.accum_steps = o.accum;
+    run.seed = o.seed;
+    run.lr = tc.lr;
+    run.optim = oc;
+    int64_t global_batch = per_step * world, start_epoch = 0, start_j = 0, last_saved = -1;
+    char ckpt_path[LS_CKPT_PATH_MAX];
+    if (o.resume) {
+        ls_ckpt_state saved;
+        int found, exact;
+        TRY("--resume", ls_ckpt_load(comm, ctx, o.checkpoint_dir, o.resume, model, opt, &saved, &found, ckpt_path,
+                                     sizeof ckpt_path));
+        if (found) {
+            ls_trainer_set_num_steps(trainer, saved.step);
+            last_saved = saved.step;
+            ls_ckpt_resume_position(&saved, global_batch, steps, &start_epoch, &start_j, &exact);
+            if (rank == 0) {
+                ls_ckpt_warn_changes(&saved, &run);
+                if (!exact)
+                    printf("fashion_mlp: the checkpoint had consumed %lld samples of epoch %lld, not a multiple of this "
+                           "run's global batch of %lld: continuing at the next step boundary (%lld samples skipped)\n",
+                           (long long)saved.epoch_samples, (long long)saved.epoch + 1, (long long)global_batch,
+                           (long long)(start_j * global_batch - saved.epoch_samples));
+                printf("fashion_mlp: resumed from %s at step %lld, epoch %lld (step %lld of %lld in the epoch)\n",
+                       ckpt_path, (long long)saved.step, (long long)start_epoch + 1, (long long)start_j,
+                       (long long)steps);
+            }
+        } else if (rank == 0) {
+            printf("fashion_mlp: no checkpoint in %s; starting from step 0\n", o.checkpoint_dir);
+        }
+        fflush(stdout);
+    }
+    if (o.log_steps && rank == 0) {
+        if (last_saved >= 0) TRY("--log-steps", truncate_step_log(o.log_steps, last_saved));
+        step_log = fopen(o.log_steps, last_saved >= 0 ? "a" : "w");
+        if (!step_log) TRY("--log-steps", ls_error(LS_ERR_IO, "cannot open '%s' for writing", o.log_steps));
+    }
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
     idx = malloc((size_t)per_step * sizeof *idx);
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
@@ -282,26 +405,67 @@ int main(int argc, char **argv) {
     TRY("test shard", ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx,
                                        &test_count, &tc_global));
 
-    for (int epoch = 0; epoch < o.epochs; epoch++) {
+    TRY("signal handlers", ls_preempt_install());
+    preempt_installed = 1;
+    int64_t gstep = ls_trainer_num_steps(trainer);
+    int64_t pos_epoch = start_epoch, pos_samples = start_j * global_batch; /* where the next step starts */
+    int max_reached = 0;
+    for (int64_t epoch = start_epoch; epoch < o.epochs && !max_reached; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
         double t0 = now_s(), m[3] = {0, 0, 0};
-        int64_t seen = 0;
-        for (int64_t j = 0; j < steps; j++) {
+        int64_t seen = 0, j0 = epoch == start_epoch ? start_j : 0;
+        int64_t epoch_samples = j0 * global_batch;
+        for (int64_t j = j0; j < steps; j++) {
             int64_t count, global;
             ls_step_stats st;
+            if (o.max_steps > 0 && gstep >= o.max_steps) {
+                max_reached = 1;
+                break;
+            }
             TRY("batch", ls_sampler_batch(sampler, j, per_step, idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, train, idx, count, global, &st));
+            gstep = ls_trainer_num_steps(trainer);
             m[0] += st.loss_sum;
             m[1] += (double)st.correct;
             m[2] += (double)st.samples;
             seen += global;
+            epoch_samples += global;
+            if (o.log_steps) {
+                double l[2] = {st.loss_sum, (double)st.samples};
+                TRY("--log-steps", ls_comm_allreduce(comm, l, 2, LS_F64, LS_REDUCE_SUM));
+                if (step_log) {
+                    fprintf(step_log, "%lld %.17g\n", (long long)gstep, l[0] / l[1]);
+                    fflush(step_log);
+                }
+            }
+            /* Every rank stops after the same step when any rank got SIGTERM/SIGINT. */
+            int sig;
+            TRY("preemption", ls_preempt_agree(comm, &sig));
+            pos_epoch = j + 1 == steps ? epoch + 1 : epoch;
+            pos_samples = j + 1 == steps ? 0 : epoch_samples;
+            if (sig || (o.save_every > 0 && gstep % o.save_every == 0)) {
+                TRY("checkpoint", save_checkpoint(comm, ctx, &o, model, opt, &run, gstep, pos_epoch, pos_samples,
+                                                  ckpt_path, sizeof ckpt_path));
+                last_saved = gstep;
+            }
+            if (sig) {
+                if (progress) fprintf(stderr, "\r%*s\r", 70, "");
+                if (rank == 0)
+                    printf("fashion_mlp: received %s: finished step %lld, saved checkpoint %s; exiting\n",
+                           sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", (long long)gstep,
+                           ckpt_path);
+                fflush(stdout);
+                rc = 128 + sig;
+                goto done;
+            }
             if (progress && (j % 20 == 0 || j + 1 == steps)) {
                 double el = now_s() - t0;
-                fprintf(stderr, "\repoch %d  step %lld/%lld  loss %.4f  %.0f samples/s   ", epoch + 1,
+                fprintf(stderr, "\repoch %d  step %lld/%lld  loss %.4f  %.0f samples/s   ", (int)epoch + 1,
                         (long long)(j + 1), (long long)steps, st.loss_sum / (double)(st.samples ? st.samples : 1),
                         el > 0 ? (double)seen / el : 0.0);
             }
         }
+        if (max_reached && seen == 0) break;
         double train_time = now_s() - t0;
         if (progress) fprintf(stderr, "\r%*s\r", 70, "");
         double ev[3];
@@ -319,11 +483,15 @@ int main(int argc, char **argv) {
             char pk[32];
             printf("epoch %d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
                    "%.0f samples/s  %.2f s  peak memory %s\n",
-                   epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
+                   (int)epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
                    (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk));
             fflush(stdout);
         }
     }
+    if (max_reached && rank == 0) printf("fashion_mlp: stopped at step %lld (--max-steps)\n", (long long)gstep);
+    if (o.save_every > 0 && gstep > 0 && gstep != last_saved)
+        TRY("checkpoint", save_checkpoint(comm, ctx, &o, model, opt, &run, gstep, pos_epoch, pos_samples, ckpt_path,
+                                          sizeof ckpt_path));
     if (o.dump_params && rank == 0) TRY("--dump-params", dump_params(ctx, model, o.dump_params));
 
 done:
@@ -336,7 +504,9 @@ done:
     ls_sampler_destroy(test_sampler);
     ls_dataset_destroy(train);
     ls_dataset_destroy(test);
-    if (rc != 0 && comm && ls_comm_world(comm) > 1) ls_comm_abort(comm, "fashion_mlp failed");
+    if (step_log) fclose(step_log);
+    if (preempt_installed) ls_preempt_uninstall();
+    if (rc == 1 && comm && ls_comm_world(comm) > 1) ls_comm_abort(comm, "fashion_mlp failed");
     ls_comm_destroy(comm);
     ls_ctx_destroy(ctx);
     return rc;

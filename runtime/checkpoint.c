@@ -1,0 +1,1814 @@
+/* checkpoint.c: the safetensors reader and writer, crash-safe file writes (NAME.tmp, fsync,
+ * rename, fsync of the directory), checkpoint save/load with a CRC32 manifest (rank 0 does the
+ * I/O, the other ranks receive status, state and tensors by broadcast), the resume position at a
+ * new world size, and the SIGTERM/SIGINT preemption flag. Files are read whole into host memory. */
+#include "checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "ddp.h"
+#include "log.h"
+
+#define MAX_EXACT_INT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact integers */
+
+/* ---------------------------------------------------------------- small helpers */
+
+static int host_little_endian(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+static uint64_t get_le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static void put_le64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) {
+        p[i] = (unsigned char)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+/* A JSON number that is an integer in [0, 2^53]. */
+static int json_uint(const cJSON *j, uint64_t *out) {
+    if (!cJSON_IsNumber(j)) return 0;
+    double d = j->valuedouble;
+    if (!(d >= 0 && d <= MAX_EXACT_INT) || d != floor(d)) return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+static int utf8_valid(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        uint32_t cp, min;
+        if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
+        else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
+        else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
+        else return 0;
+        if (n - i < len) return 0;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += len;
+    }
+    return 1;
+}
+
+static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t len) {
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int k = 0; k < ndim && n < len; k++)
+        n += (size_t)snprintf(buf + n, len - n, k ? ", %lld" : "%lld", (long long)shape[k]);
+    if (n < len) snprintf(buf + n, len - n, "]");
+    return buf;
+}
+
+static uint32_t crc32_of(const void *buf, size_t len) {
+    uLong c = crc32(0L, Z_NULL, 0);
+    const unsigned char *p = buf;
+    while (len > 0) {
+        uInt chunk = len > (1u << 30) ? (1u << 30) : (uInt)len;
+        c = crc32(c, p, chunk);
+        p += chunk;
+        len -= chunk;
+    }
+    return (uint32_t)c;
+}
+
+/* ---------------------------------------------------------------- safetensors */
+
+typedef struct st_dtype {
+    const char *name;
+    size_t size;
+    int has;
+    ls_dtype dt;
+} st_dtype;
+
+static const st_dtype st_dtypes[] = {
+    {"F64", 8, 1, LS_F64},     {"F32", 4, 1, LS_F32},     {"F16", 2, 1, LS_F16},
+    {"BF16", 2, 1, LS_BF16},   {"I32", 4, 1, LS_I32},     {"U8", 1, 1, LS_U8},
+    {"I64", 8, 0, LS_F32},     {"I16", 2, 0, LS_F32},     {"I8", 1, 0, LS_F32},
+    {"U64", 8, 0, LS_F32},     {"U32", 4, 0, LS_F32},     {"U16", 2, 0, LS_F32},
+    {"BOOL", 1, 0, LS_F32},    {"F8_E4M3", 1, 0, LS_F32}, {"F8_E5M2", 1, 0, LS_F32},
+    {"F8_E8M0", 1, 0, LS_F32},
+};
+#define N_ST_DTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
+
+static const st_dtype *st_dtype_by_name(const char *s) {
+    for (size_t i = 0; i < N_ST_DTYPES; i++)
+        if (strcmp(st_dtypes[i].name, s) == 0) return &st_dtypes[i];
+    return NULL;
+}
+
+static const char *st_dtype_name(ls_dtype t) {
+    for (size_t i = 0; i < N_ST_DTYPES; i++)
+        if (st_dtypes[i].has && st_dtypes[i].dt == t) return st_dtypes[i].name;
+    return "?";
+}
+
+typedef struct st_entry {
+    ls_safetensors_info info;
+    uint64_t begin, end;
+} st_entry;
+
+typedef struct st_meta {
+    char *key, *value;
+} st_meta;
+
+struct ls_safetensors {
+    char *name;
+    unsigned char *owned; /* the file's contents when we read it */
+    const unsigned char *buf;
+    size_t len;
+    int n;
+    st_entry *t; /* sorted by data offset */
+    int n_meta;
+    st_meta *meta;
+};
+
+void ls_safetensors_close(ls_safetensors *f) {
+    if (!f) return;
+    for (int i = 0; i < f->n; i++) free((char *)f->t[i].info.name);
+    for (int i = 0; i < f->n_meta; i++) {
+        free(f->meta[i].key);
+        free(f->meta[i].value);
+    }
+    free(f->t);
+    free(f->meta);
+    free(f->owned);
+    free(f->name);
+    free(f);
+}
+
+static int cmp_entry_offset(const void *a, const void *b) {
+    const st_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Parse one tensor entry of the header into e (name already set). */
+static ls_status st_parse_entry(const char *nm, const cJSON *c, st_entry *e) {
+    const char *key = e->info.name;
+    char sb[160];
+    if (!cJSON_IsObject(c)) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' is not a JSON object", nm, key);
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(c, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(c, "shape");
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(c, "data_offsets");
+    if (!cJSON_IsString(dtype))
+        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has no \"dtype\" string", nm, key);
+    const st_dtype *dt = st_dtype_by_name(dtype->valuestring);
+    if (!dt)
+        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has unknown dtype '%.32s'", nm, key, dtype->valuestring);
+    if (!cJSON_IsArray(shape))
+        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has no \"shape\" array", nm, key);
+    int ndim = cJSON_GetArraySize(shape);
+    if (ndim > LS_SAFETENSORS_MAX_DIMS)
+        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has %d dimensions; at most %d are supported", nm, key,
+                        ndim, LS_SAFETENSORS_MAX_DIMS);
+    uint64_t numel = 1;
+    int k = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, shape) {
+        uint64_t v;
+        if (!json_uint(d, &v))
+            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has a shape entry that is not a non-negative integer",
+                            nm, key);
+        if (__builtin_mul_overflow(numel, v, &numel) || numel > (uint64_t)INT64_MAX)
+            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has a shape whose element count overflows", nm, key);
+        e->info.shape[k++] = (int64_t)v;
+    }
+    uint64_t b, en;
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_uint(cJSON_GetArrayItem(offs, 0), &b) ||
+        !json_uint(cJSON_GetArrayItem(offs, 1), &en) || b > en)
+        return ls_error(LS_ERR_FORMAT,
+                        "'%s': tensor '%s' has invalid \"data_offsets\" (need [begin, end], integers, begin <= end)",
+                        nm, key);
+    uint64_t bytes;
+    if (__builtin_mul_overflow(numel, (uint64_t)dt->size, &bytes) || bytes != en - b)
+        return ls_error(LS_ERR_FORMAT,
+                        "'%s': tensor '%s': shape %s of %s needs %llu bytes but data_offsets [%llu, %llu] span %llu",
+                        nm, key, shape_str(ndim, e->info.shape, sb, sizeof sb), dt->name,
+                        (unsigned long long)(numel * dt->size), (unsigned long long)b, (unsigned long long)en,
+                        (unsigned long long)(en - b));
+    e->info.dtype_name = dt->name;
+    e->info.has_dtype = dt->has;
+    e->info.dtype = dt->dt;
+    e->info.elem_size = dt->size;
+    e->info.ndim = ndim;
+    e->info.numel = (int64_t)numel;
+    e->info.nbytes = (size_t)bytes;
+    e->begin = b;
+    e->end = en;
+    return LS_OK;
+}
+
+static ls_status st_parse_metadata(ls_safetensors *f, const cJSON *c) {
+    if (f->meta) return ls_error(LS_ERR_FORMAT, "'%s': \"__metadata__\" appears more than once", f->name);
+    if (!cJSON_IsObject(c)) return ls_error(LS_ERR_FORMAT, "'%s': \"__metadata__\" is not an object", f->name);
+    int n = cJSON_GetArraySize(c);
+    f->meta = calloc((size_t)n + 1, sizeof *f->meta);
+    if (!f->meta) return ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory for the metadata", f->name);
+    const cJSON *m;
+    cJSON_ArrayForEach(m, c) {
+        if (!m->string || !cJSON_IsString(m))
+            return ls_error(LS_ERR_FORMAT, "'%s': \"__metadata__\" value '%.64s' is not a string", f->name,
+                            m->string ? m->string : "");
+        for (int i = 0; i < f->n_meta; i++)
+            if (strcmp(f->meta[i].key, m->string) == 0)
+                return ls_error(LS_ERR_FORMAT, "'%s': \"__metadata__\" key '%.64s' appears twice", f->name, m->string);
+        st_meta *e = &f->meta[f->n_meta];
+        e->key = strdup(m->string);
+        e->value = strdup(m->valuestring);
+        if (!e->key || !e->value) {
+            free(e->key);
+            free(e->value);
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory for the metadata", f->name);
+        }
+        f->n_meta++;
+    }
+    return LS_OK;
+}
+
+static ls_status st_check_layout(ls_safetensors *f, const unsigned char *data, uint64_t data_len) {
+    const char *nm = f->name;
+    qsort(f->t, (size_t)f->n, sizeof *f->t, cmp_entry_offset);
+    uint64_t pos = 0;
+    for (int i = 0; i < f->n; i++) {
+        st_entry *e = &f->t[i];
+        if (e->begin < pos)
+            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' (data_offsets [%llu, %llu]) overlaps the tensor before it",
+                            nm, e->info.name, (unsigned long long)e->begin, (unsigned long long)e->end);
+        if (e->begin > pos)
+            return ls_error(LS_ERR_FORMAT,
+                            "'%s': %llu unused bytes before tensor '%s' (data_offsets must tile the data exactly)", nm,
+                            (unsigned long long)(e->begin - pos), e->info.name);
+        if (e->end > data_len)
+            return ls_error(LS_ERR_FORMAT,
+                            "'%s': tensor '%s' (data_offsets [%llu, %llu]) ends beyond the %llu bytes of data "
+                            "(truncated?)",
+                            nm, e->info.name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                            (unsigned long long)data_len);
+        pos = e->end;
+        e->info.data = data + e->begin;
+    }
+    if (pos != data_len)
+        return ls_error(LS_ERR_FORMAT,
+                        "'%s': %llu bytes after the last tensor's data (data_offsets must cover the data exactly)", nm,
+                        (unsigned long long)(data_len - pos));
+    return LS_OK;
+}
+
+static ls_status st_parse(ls_safetensors *f) {
+    const char *nm = f->name;
+    if (!host_little_endian())
+        return ls_error(LS_ERR_UNSUPPORTED, "'%s': reading safetensors needs a little-endian host", nm);
+    if (f->len < 8)
+        return ls_error(LS_ERR_FORMAT,
+                        "'%s': %zu bytes is too short for a safetensors file (no 8-byte header length; truncated?)",
+                        nm, f->len);
+    uint64_t hl = get_le64(f->buf);
+    if (hl > LS_SAFETENSORS_MAX_HEADER)
+        return ls_error(LS_ERR_FORMAT, "'%s': header length %llu exceeds the format's limit of %llu bytes", nm,
+                        (unsigned long long)hl, LS_SAFETENSORS_MAX_HEADER);
+    if (hl > f->len - 8)
+        return ls_error(LS_ERR_FORMAT, "'%s': header length %llu exceeds the %zu bytes after it (truncated?)", nm,
+                        (unsigned long long)hl, f->len - 8);
+    const char *h = (const char *)f->buf + 8;
+    if (hl == 0 || h[0] != '{')
+        return ls_error(LS_ERR_FORMAT, "'%s': header does not start with '{' (not a safetensors file?)", nm);
+    if (!utf8_valid((const unsigned char *)h, (size_t)hl))
+        return ls_error(LS_ERR_FORMAT, "'%s': header is not valid UTF-8", nm);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(h, (size_t)hl, &end, 0);
+    if (!root) {
+        size_t at = end && end >= h ? (size_t)(end - h) : 0;
+        return ls_error(LS_ERR_FORMAT, "'%s': header is not valid JSON (error at header byte %zu)", nm, at);
+    }
+    ls_status s = LS_OK;
+    for (const char *p = end; p < h + hl; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            s = ls_error(LS_ERR_FORMAT, "'%s': header has bytes after its JSON object (at header byte %zu)", nm,
+                         (size_t)(p - h));
+            goto done;
+        }
+    if (!cJSON_IsObject(root)) {
+        s = ls_error(LS_ERR_FORMAT, "'%s': header is not a JSON object", nm);
+        goto done;
+    }
+    int total = cJSON_GetArraySize(root);
+    f->t = calloc((size_t)total + 1, sizeof *f->t);
+    if (!f->t) {
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory for %d header entries", nm, total);
+        goto done;
+    }
+    const cJSON *c;
+    cJSON_ArrayForEach(c, root) {
+        if (!c->string) {
+            s = ls_error(LS_ERR_FORMAT, "'%s': header entry without a name", nm);
+            goto done;
+        }
+        if (strcmp(c->string, "__metadata__") == 0) {
+            LS_CHECK_GOTO(st_parse_metadata(f, c), s, done);
+            continue;
+        }
+        st_entry *e = &f->t[f->n];
+        e->info.name = strdup(c->string);
+        if (!e->info.name) {
+            s = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory for tensor names", nm);
+            goto done;
+        }
+        f->n++;
+        LS_CHECK_GOTO(st_parse_entry(nm, c, e), s, done);
+    }
+    if (f->n > 1) {
+        const char **names = malloc((size_t)f->n * sizeof *names);
+        if (!names) {
+            s = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory to check tensor names", nm);
+            goto done;
+        }
+        for (int i = 0; i < f->n; i++) names[i] = f->t[i].info.name;
+        qsort(names, (size_t)f->n, sizeof *names, cmp_str_ptr);
+        for (int i = 1; i < f->n && s == LS_OK; i++)
+            if (strcmp(names[i - 1], names[i]) == 0)
+                s = ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' appears more than once in the header", nm, names[i]);
+        free(names);
+        if (s != LS_OK) goto done;
+    }
+    s = st_check_layout(f, f->buf + 8 + hl, (uint64_t)(f->len - 8 - hl));
+done:
+    cJSON_Delete(root);
+    return s;
+}
+
+static ls_status st_open(unsigned char *owned, const void *buf, size_t len, const char *name, ls_safetensors **out) {
+    *out = NULL;
+    ls_safetensors *f = calloc(1, sizeof *f);
+    char *nm = strdup(name ? name : "(memory)");
+    if (!f || !nm) {
+        free(f);
+        free(nm);
+        free(owned);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory to open '%s'", name ? name : "(memory)");
+    }
+    f->name = nm;
+    f->owned = owned;
+    f->buf = buf;
+    f->len = len;
+    ls_status s = st_parse(f);
+    if (s != LS_OK) {
+        ls_safetensors_close(f);
+        return s;
+    }
+    *out = f;
+    return LS_OK;
+}
+
+ls_status ls_safetensors_open_memory(const void *buf, size_t len, const char *name, ls_safetensors **out) {
+    if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_open_memory: out is NULL");
+    if (!buf && len) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_open_memory: buffer is NULL");
+    static const unsigned char empty[1] = {0};
+    return st_open(NULL, buf ? buf : empty, len, name, out);
+}
+
+/* Read a whole file into a malloc'd buffer (NUL-terminated, the terminator not counted). */
+static ls_status read_file(const char *path, unsigned char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ls_error(LS_ERR_IO, "'%s': not a regular file", path);
+    }
+    size_t n = (size_t)st.st_size;
+    unsigned char *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory to read %zu bytes", path, n);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return ls_error(LS_ERR_IO, "'%s': read failed after %zu of %zu bytes: %s", path, got, n,
+                            r < 0 ? strerror(e) : "file shrank");
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return LS_OK;
+}
+
+ls_status ls_safetensors_open(const char *path, ls_safetensors **out) {
+    if (!out || !path) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_open: NULL path or out");
+    *out = NULL;
+    unsigned char *buf;
+    size_t len;
+    LS_CHECK(read_file(path, &buf, &len));
+    return st_open(buf, buf, len, path, out);
+}
+
+int ls_safetensors_count(const ls_safetensors *f) { return f ? f->n : 0; }
+
+const ls_safetensors_info *ls_safetensors_tensor(const ls_safetensors *f, int i) {
+    return f && i >= 0 && i < f->n ? &f->t[i].info : NULL;
+}
+
+const ls_safetensors_info *ls_safetensors_find(const ls_safetensors *f, const char *name) {
+    if (!f || !name) return NULL;
+    for (int i = 0; i < f->n; i++)
+        if (strcmp(f->t[i].info.name, name) == 0) return &f->t[i].info;
+    return NULL;
+}
+
+const char *ls_safetensors_metadata(const ls_safetensors *f, const char *key) {
+    if (!f || !key) return NULL;
+    for (int i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta[i].key, key) == 0) return f->meta[i].value;
+    return NULL;
+}
+
+ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allocator *alloc, ls_tensor *dst) {
+    char a[160], b[160];
+    if (!f || !name || !dst) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_read: NULL argument");
+    const ls_safetensors_info *t = ls_safetensors_find(f, name);
+    if (!t) return ls_error(LS_ERR_FORMAT, "'%s': no tensor '%s'", f->name, name);
+    if (!t->has_dtype || t->dtype != dst->dtype)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' is %s but %s is expected", f->name, name, t->dtype_name,
+                        st_dtype_name(dst->dtype));
+    int same = t->ndim == dst->ndim;
+    for (int k = 0; same && k < t->ndim; k++) same = t->shape[k] == dst->shape[k];
+    if (!same)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' has shape %s but %s is expected", f->name, name,
+                        shape_str(t->ndim, t->shape, a, sizeof a), shape_str(dst->ndim, dst->shape, b, sizeof b));
+    ls_tensor src = ls_tensor_view((void *)(uintptr_t)t->data, t->dtype, ls_device_cpu(), t->ndim, t->shape);
+    return ls_tensor_copy(alloc, dst, &src);
+}
+
+ls_status ls_safetensors_serialize(int n, const char *const *names, const ls_tensor *const *tensors,
+                                   const char *const *metadata, ls_allocator *alloc, void **out,
+                                   size_t *out_len) {
+    if (!out || !out_len) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_serialize: NULL output");
+    *out = NULL;
+    *out_len = 0;
+    if (!host_little_endian())
+        return ls_error(LS_ERR_UNSUPPORTED, "writing safetensors needs a little-endian host");
+    if (n < 0 || (n > 0 && (!names || !tensors)))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_serialize: bad tensor list (n = %d)", n);
+    for (int i = 0; i < n; i++) {
+        if (!names[i] || !names[i][0] || strcmp(names[i], "__metadata__") == 0 || !tensors[i])
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: tensor %d has an empty or reserved name", i);
+        if (tensors[i]->ndim < 0 || tensors[i]->ndim > LS_MAX_DIMS)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: tensor '%s' has %d dimensions", names[i],
+                            tensors[i]->ndim);
+        for (int j = 0; j < i; j++)
+            if (strcmp(names[i], names[j]) == 0)
+                return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: tensor name '%s' appears twice", names[i]);
+    }
+    cJSON *root = cJSON_CreateObject();
+    int ok = root != NULL;
+    if (ok && metadata && metadata[0]) {
+        cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+        ok = meta != NULL;
+        for (int k = 0; ok && metadata[k]; k += 2) {
+            if (!metadata[k + 1]) {
+                cJSON_Delete(root);
+                return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: metadata key '%s' has no value", metadata[k]);
+            }
+            ok = cJSON_AddStringToObject(meta, metadata[k], metadata[k + 1]) != NULL;
+        }
+    }
+    uint64_t off = 0;
+    for (int i = 0; ok && i < n; i++) {
+        const ls_tensor *t = tensors[i];
+        size_t nb = ls_tensor_nbytes(t);
+        cJSON *e = cJSON_AddObjectToObject(root, names[i]);
+        cJSON *shape = e ? cJSON_CreateArray() : NULL;
+        cJSON *offs = shape ? cJSON_CreateArray() : NULL;
+        ok = e && shape && offs && cJSON_AddStringToObject(e, "dtype", st_dtype_name(t->dtype)) != NULL;
+        if (shape && ok) cJSON_AddItemToObject(e, "shape", shape);
+        else cJSON_Delete(shape);
+        if (offs && ok) cJSON_AddItemToObject(e, "data_offsets", offs);
+        else cJSON_Delete(offs);
+        for (int k = 0; ok && k < t->ndim; k++) {
+            cJSON *d = cJSON_CreateNumber((double)t->shape[k]);
+            ok = d != NULL;
+            if (d) cJSON_AddItemToArray(shape, d);
+        }
+        cJSON *b = ok ? cJSON_CreateNumber((double)off) : NULL;
+        cJSON *en = b ? cJSON_CreateNumber((double)(off + nb)) : NULL;
+        ok = b && en;
+        if (b) cJSON_AddItemToArray(offs, b);
+        if (en) cJSON_AddItemToArray(offs, en);
+        off += nb;
+    }
+    char *hdr = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (!hdr) return ls_error(LS_ERR_OUT_OF_MEMORY, "safetensors: no memory for the header");
+    size_t hl = strlen(hdr), padded = (hl + 7) & ~(size_t)7;
+    size_t total = 8 + padded + (size_t)off;
+    unsigned char *buf = malloc(total);
+    if (!buf) {
+        free(hdr);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "safetensors: no memory for a %zu-byte file", total);
+    }
+    put_le64(buf, padded);
+    memcpy(buf + 8, hdr, hl);
+    memset(buf + 8 + hl, ' ', padded - hl);
+    free(hdr);
+    size_t pos = 8 + padded;
+    for (int i = 0; i < n; i++) {
+        const ls_tensor *t = tensors[i];
+        ls_tensor dst = ls_tensor_view(buf + pos, t->dtype, ls_device_cpu(), t->ndim, t->shape);
+        ls_status s = ls_tensor_copy(alloc, &dst, t);
+        if (s != LS_OK) {
+            free(buf);
+            return ls_error_context(s, "safetensors: tensor '%s'", names[i]);
+        }
+        pos += ls_tensor_nbytes(t);
+    }
+    *out = buf;
+    *out_len = total;
+    return LS_OK;
+}
+
+/* ---------------------------------------------------------------- crash-safe files */
+
+/* LOCKSTEP_CKPT_CRASH_AT=<stage>: die here, as a power cut or kill -9 would. */
+static void crash_point(const char *stage) {
+    const char *want = getenv("LOCKSTEP_CKPT_CRASH_AT");
+    if (want && strcmp(want, stage) == 0) {
+        fprintf(stderr, "lockstep: LOCKSTEP_CKPT_CRASH_AT=%s: killing this process in the middle of a checkpoint\n",
+                stage);
+        fflush(NULL);
+        raise(SIGKILL);
+    }
+}
+
+static void dir_of(const char *path, char *out, size_t len) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(out, len, ".");
+    else if (slash == path) snprintf(out, len, "/");
+    else snprintf(out, len, "%.*s", (int)(slash - path), path);
+}
+
+static ls_status fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot open the directory to fsync it: %s", dir, strerror(errno));
+    int r = fsync(fd), e = errno;
+    close(fd);
+    if (r != 0 && e != EINVAL && e != EROFS) /* some file systems cannot fsync directories */
+        return ls_error(LS_ERR_IO, "'%s': fsync of the directory failed: %s", dir, strerror(e));
+    return LS_OK;
+}
+
+static ls_status write_all(int fd, const unsigned char *p, size_t n, const char *path) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return ls_error(LS_ERR_IO, "'%s': write failed: %s", path, w < 0 ? strerror(errno) : "no progress");
+        p += w;
+        n -= (size_t)w;
+    }
+    return LS_OK;
+}
+
+/* path.tmp, fsync, rename to path, fsync of the directory. inject: honour the file-level crash
+ * stages ("mid-write", "tmpfile"). */
+static ls_status write_file_atomic(const char *path, const void *buf, size_t len, int inject) {
+    char tmp[LS_CKPT_PATH_MAX + 8], dir[LS_CKPT_PATH_MAX];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "path '%s' is too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot create: %s", tmp, strerror(errno));
+    const unsigned char *p = buf;
+    ls_status s = LS_OK;
+    if (inject && len > 1) {
+        s = write_all(fd, p, len / 2, tmp);
+        if (s == LS_OK) {
+            fsync(fd);
+            crash_point("mid-write");
+            s = write_all(fd, p + len / 2, len - len / 2, tmp);
+        }
+    } else {
+        s = write_all(fd, p, len, tmp);
+    }
+    if (s == LS_OK && fsync(fd) != 0) s = ls_error(LS_ERR_IO, "'%s': fsync failed: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && s == LS_OK) s = ls_error(LS_ERR_IO, "'%s': close failed: %s", tmp, strerror(errno));
+    if (s != LS_OK) {
+        unlink(tmp);
+        return s;
+    }
+    if (inject) crash_point("tmpfile");
+    if (rename(tmp, path) != 0) {
+        s = ls_error(LS_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+        unlink(tmp);
+        return s;
+    }
+    dir_of(path, dir, sizeof dir);
+    return fsync_dir(dir);
+}
+
+ls_status ls_safetensors_write(const char *path, int n, const char *const *names,
+                               const ls_tensor *const *tensors, const char *const *metadata,
+                               ls_allocator *alloc) {
+    if (!path) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_write: path is NULL");
+    void *buf;
+    size_t len;
+    LS_CHECK(ls_safetensors_serialize(n, names, tensors, metadata, alloc, &buf, &len));
+    ls_status s = write_file_atomic(path, buf, len, 0);
+    free(buf);
+    return s;
+}
+
+static ls_status make_dirs(const char *dir) {
+    char buf[LS_CKPT_PATH_MAX];
+    if ((size_t)snprintf(buf, sizeof buf, "%s", dir) >= sizeof buf)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory '%s' is too long", dir);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return ls_error(LS_ERR_IO, "'%s': cannot create the directory: %s", buf, strerror(errno));
+            *p = c;
+            if (c == '\0') break;
+        }
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ls_error(LS_ERR_IO, "'%s' is not a directory", dir);
+    return LS_OK;
+}
+
+/* Remove a checkpoint directory: its files, then itself. Returns 0 on success. */
+static int remove_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    struct dirent *e;
+    char f[LS_CKPT_PATH_MAX + 300];
+    int rc = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+        if (unlink(f) != 0) rc = -1;
+    }
+    closedir(d);
+    if (rmdir(path) != 0) rc = -1;
+    if (rc != 0) LS_LOG_W("could not remove '%s' completely: %s", path, strerror(errno));
+    return rc;
+}
+
+static int path_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* "step-<digits>" (complete) or "step-<anything>.tmp" (debris of an interrupted save). */
+static int parse_step_name(const char *name, int64_t *step) {
+    if (strncmp(name, "step-", 5) != 0) return 0;
+    const char *p = name + 5;
+    if (*p < '0' || *p > '9') return 0;
+    int64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (INT64_MAX - 9) / 10) return 0;
+        v = v * 10 + (*p - '0');
+    }
+    if (*p != '\0') return 0;
+    *step = v;
+    return 1;
+}
+
+static int is_tmp_name(const char *name) {
+    size_t n = strlen(name);
+    return strncmp(name, "step-", 5) == 0 && n > 9 && strcmp(name + n - 4, ".tmp") == 0;
+}
+
+typedef struct step_dir {
+    int64_t step;
+    char name[64];
+} step_dir;
+
+static int cmp_step_desc(const void *a, const void *b) {
+    const step_dir *x = a, *y = b;
+    return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
+}
+
+/* Complete checkpoint directories in dir, newest first. A missing dir has none. */
+static ls_status list_steps(const char *dir, step_dir **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return LS_OK;
+        return ls_error(LS_ERR_IO, "'%s': cannot list the checkpoint directory: %s", dir, strerror(errno));
+    }
+    int cap = 0;
+    step_dir *v = NULL;
+    struct dirent *e;
+    char p[LS_CKPT_PATH_MAX + 300];
+    while ((e = readdir(d)) != NULL) {
+        int64_t step;
+        if (!parse_step_name(e->d_name, &step) || strlen(e->d_name) >= sizeof v->name) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (!is_dir(p)) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            step_dir *nv = realloc(v, (size_t)cap * sizeof *v);
+            if (!nv) {
+                free(v);
+                closedir(d);
+                return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory to list '%s'", dir);
+            }
+            v = nv;
+        }
+        v[*n].step = step;
+        memcpy(v[*n].name, e->d_name, strlen(e->d_name) + 1); /* shorter than name: checked above */
+        (*n)++;
+    }
+    closedir(d);
+    if (*n > 1) qsort(v, (size_t)*n, sizeof *v, cmp_step_desc);
+    *out = v;
+    return LS_OK;
+}
+
+static void remove_stale_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[LS_CKPT_PATH_MAX + 300];
+    while ((e = readdir(d)) != NULL) {
+        if (!is_tmp_name(e->d_name)) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (!is_dir(p)) continue;
+        LS_LOG_I("removing '%s', left by an interrupted save", p);
+        remove_tree(p);
+    }
+    closedir(d);
+}
+
+/* ---------------------------------------------------------------- manifest */
+
+#define CKPT_MAX_FILES 8
+enum { F_MODEL = 0, F_OPTIM = 1, F_STATE = 2, N_REQUIRED = 3 };
+static const char *const ckpt_required[N_REQUIRED] = {"model.safetensors", "optimizer.safetensors", "state.json"};
+
+typedef struct ckpt_file {
+    char name[64];
+    uint64_t size;
+    uint32_t crc;
+} ckpt_file;
+
+typedef struct ckpt_manifest {
+    int64_t step;
+    int n;
+    ckpt_file files[CKPT_MAX_FILES];
+} ckpt_manifest;
+
+static char *manifest_json(const ckpt_manifest *m) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *files = root ? cJSON_CreateArray() : NULL;
+    int ok = root && files;
+    if (ok) {
+        cJSON_AddStringToObject(root, "format", "lockstep-checkpoint");
+        cJSON_AddNumberToObject(root, "version", 1);
+        cJSON_AddNumberToObject(root, "step", (double)m->step);
+        cJSON_AddItemToObject(root, "files", files);
+    } else {
+        cJSON_Delete(files);
+    }
+    for (int i = 0; ok && i < m->n; i++) {
+        cJSON *f = cJSON_CreateObject();
+        ok = f && cJSON_AddStringToObject(f, "name", m->files[i].name) &&
+             cJSON_AddNumberToObject(f, "size", (double)m->files[i].size) &&
+             cJSON_AddNumberToObject(f, "crc32", (double)m->files[i].crc);
+        if (f) cJSON_AddItemToArray(files, f);
+    }
+    char *s = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    return s;
+}
+
+static ls_status manifest_parse(const char *text, size_t len, const char *name, ckpt_manifest *m) {
+    memset(m, 0, sizeof *m);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root) return ls_error(LS_ERR_FORMAT, "'%s': not valid JSON (damaged manifest)", name);
+    ls_status s = LS_OK;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
+    uint64_t v, step;
+    if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "lockstep-checkpoint") != 0) {
+        s = ls_error(LS_ERR_FORMAT, "'%s': not a lockstep checkpoint manifest", name);
+        goto done;
+    }
+    if (!json_uint(ver, &v) || v != 1) {
+        s = ls_error(LS_ERR_UNSUPPORTED, "'%s': manifest version is not 1, the only one this build reads", name);
+        goto done;
+    }
+    if (!json_uint(cJSON_GetObjectItemCaseSensitive(root, "step"), &step)) {
+        s = ls_error(LS_ERR_FORMAT, "'%s': \"step\" is missing or not a non-negative integer", name);
+        goto done;
+    }
+    m->step = (int64_t)step;
+    if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) < 1 || cJSON_GetArraySize(files) > CKPT_MAX_FILES) {
+        s = ls_error(LS_ERR_FORMAT, "'%s': \"files\" must list 1 to %d files", name, CKPT_MAX_FILES);
+        goto done;
+    }
+    const cJSON *f;
+    cJSON_ArrayForEach(f, files) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f, "name");
+        uint64_t size, crc;
+        if (!cJSON_IsString(fn) || !fn->valuestring[0] || strlen(fn->valuestring) >= sizeof m->files[0].name ||
+            strchr(fn->valuestring, '/') || fn->valuestring[0] == '.' ||
+            !json_uint(cJSON_GetObjectItemCaseSensitive(f, "size"), &size) ||
+            !json_uint(cJSON_GetObjectItemCaseSensitive(f, "crc32"), &crc) || crc > 0xffffffffu) {
+            s = ls_error(LS_ERR_FORMAT, "'%s': file entry %d needs a plain \"name\", a \"size\" and a 32-bit \"crc32\"",
+                         name, m->n);
+            goto done;
+        }
+        for (int i = 0; i < m->n; i++)
+            if (strcmp(m->files[i].name, fn->valuestring) == 0) {
+                s = ls_error(LS_ERR_FORMAT, "'%s': file '%s' is listed twice", name, fn->valuestring);
+                goto done;
+            }
+        snprintf(m->files[m->n].name, sizeof m->files[0].name, "%s", fn->valuestring);
+        m->files[m->n].size = size;
+        m->files[m->n].crc = (uint32_t)crc;
+        m->n++;
+    }
+    for (int r = 0; r < N_REQUIRED; r++) {
+        int have = 0;
+        for (int i = 0; i < m->n; i++) have |= strcmp(m->files[i].name, ckpt_required[r]) == 0;
+        if (!have) {
+            s = ls_error(LS_ERR_FORMAT, "'%s': the manifest does not list %s", name, ckpt_required[r]);
+            goto done;
+        }
+    }
+done:
+    cJSON_Delete(root);
+    return s;
+}
+
+/* A checkpoint read and verified: the required files' contents. */
+typedef struct ckpt_bundle {
+    char path[LS_CKPT_PATH_MAX];
+    int64_t step;
+    unsigned char *data[N_REQUIRED];
+    size_t len[N_REQUIRED];
+} ckpt_bundle;
+
+static void bundle_free(ckpt_bundle *b) {
+    for (int i = 0; i < N_REQUIRED; i++) {
+        free(b->data[i]);
+        b->data[i] = NULL;
+    }
+}
+
+static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
+    memset(b, 0, sizeof *b);
+    char p[LS_CKPT_PATH_MAX + 80];
+    if ((size_t)snprintf(b->path, sizeof b->path, "%s", ckpt_dir) >= sizeof b->path)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint path '%s' is too long", ckpt_dir);
+    snprintf(p, sizeof p, "%s/manifest.json", ckpt_dir);
+    if (!is_dir(ckpt_dir)) return ls_error(LS_ERR_IO, "'%s': no such checkpoint directory", ckpt_dir);
+    if (!path_exists(p))
+        return ls_error(LS_ERR_IO, "'%s' is missing: '%s' is an incomplete checkpoint or not a checkpoint", p,
+                        ckpt_dir);
+    unsigned char *text;
+    size_t len;
+    LS_CHECK(read_file(p, &text, &len));
+    ckpt_manifest m;
+    ls_status s = manifest_parse((const char *)text, len, p, &m);
+    free(text);
+    LS_CHECK(s);
+    const char *base = strrchr(ckpt_dir, '/');
+    base = base ? base + 1 : ckpt_dir;
+    int64_t named;
+    if (parse_step_name(base, &named) && named != m.step)
+        return ls_error(LS_ERR_FORMAT, "'%s': the manifest says step %lld but the directory is named %s", p,
+                        (long long)m.step, base);
+    b->step = m.step;
+    for (int i = 0; i < m.n; i++) {
+        snprintf(p, sizeof p, "%s/%s", ckpt_dir, m.files[i].name);
+        if (!path_exists(p)) {
+            s = ls_error(LS_ERR_IO, "'%s' is missing (listed in the manifest): the checkpoint is incomplete", p);
+            break;
+        }
+        unsigned char *buf;
+        LS_CHECK_GOTO(read_file(p, &buf, &len), s, fail);
+        if (len != m.files[i].size) {
+            free(buf);
+            s = ls_error(LS_ERR_FORMAT, "'%s': %zu bytes but the manifest records %llu (%s)", p, len,
+                         (unsigned long long)m.files[i].size, len < m.files[i].size ? "truncated" : "damaged");
+            break;
+        }
+        uint32_t crc = crc32_of(buf, len);
+        if (crc != m.files[i].crc) {
+            free(buf);
+            s = ls_error(LS_ERR_FORMAT, "'%s': CRC32 %08x does not match the manifest's %08x (the file is damaged)", p,
+                         (unsigned)crc, (unsigned)m.files[i].crc);
+            break;
+        }
+        int kept = 0;
+        for (int r = 0; r < N_REQUIRED; r++)
+            if (strcmp(m.files[i].name, ckpt_required[r]) == 0) {
+                b->data[r] = buf;
+                b->len[r] = len;
+                kept = 1;
+            }
+        if (!kept) free(buf);
+    }
+fail:
+    if (s != LS_OK) bundle_free(b);
+    return s;
+}
+
+ls_status ls_ckpt_verify(const char *ckpt_dir, int64_t *step) {
+    if (!ckpt_dir) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_verify: NULL path");
+    ckpt_bundle b;
+    LS_CHECK(ckpt_read(ckpt_dir, &b));
+    if (step) *step = b.step;
+    bundle_free(&b);
+    return LS_OK;
+}
+
+/* The newest checkpoint in dir that verifies, read into b. */
+static ls_status find_and_read(const char *dir, ckpt_bundle *b, int *found) {
+    *found = 0;
+    memset(b, 0, sizeof *b);
+    step_dir *v;
+    int n;
+    LS_CHECK(list_steps(dir, &v, &n));
+    if (n == 0) {
+        free(v);
+        return LS_OK;
+    }
+    char p[LS_CKPT_PATH_MAX + 80], first_err[1024] = "";
+    ls_status first = LS_OK;
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
+        ls_status s = ckpt_read(p, b);
+        if (s == LS_OK) {
+            *found = 1;
+            free(v);
+            return LS_OK;
+        }
+        if (first == LS_OK) {
+            first = s;
+            snprintf(first_err, sizeof first_err, "%s", ls_last_error());
+        }
+        LS_LOG_W("skipping damaged checkpoint '%s': %s", p, ls_last_error());
+    }
+    free(v);
+    return ls_error(first, "no valid checkpoint in '%s' (%d damaged; the newest: %s)", dir, n, first_err);
+}
+
+ls_status ls_ckpt_find_latest(const char *dir, char *path_out, size_t path_len, int *found) {
+    if (!dir || !found) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_find_latest: NULL argument");
+    ckpt_bundle b;
+    LS_CHECK(find_and_read(dir, &b, found));
+    if (*found && path_out && path_len) snprintf(path_out, path_len, "%s", b.path);
+    bundle_free(&b);
+    return LS_OK;
+}
+
+/* ---------------------------------------------------------------- state.json */
+
+static const char *kind_name(ls_optim_kind k) { return k == LS_OPTIM_ADAMW ? "adamw" : "sgd"; }
+
+static cJSON *u64_string(uint64_t v) {
+    char b[32];
+    snprintf(b, sizeof b, "%llu", (unsigned long long)v);
+    return cJSON_CreateString(b);
+}
+
+static int add(cJSON *obj, const char *key, cJSON *item) {
+    if (!item) return 0;
+    cJSON_AddItemToObject(obj, key, item);
+    return 1;
+}
+
+static cJSON *signature_json(ls_module *model) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < ls_module_num_params(model); i++) {
+        ls_tensor *t = ls_module_param(model, i);
+        cJSON *e = cJSON_CreateObject();
+        cJSON *shape = cJSON_CreateArray();
+        int ok = e && shape && cJSON_AddStringToObject(e, "name", ls_module_param_name(model, i)) &&
+                 cJSON_AddStringToObject(e, "dtype", st_dtype_name(t->dtype));
+        for (int k = 0; ok && k < t->ndim; k++) {
+            cJSON *d = cJSON_CreateNumber((double)t->shape[k]);
+            ok = d != NULL;
+            if (d) cJSON_AddItemToArray(shape, d);
+        }
+        if (!ok) {
+            cJSON_Delete(e);
+            cJSON_Delete(shape);
+            cJSON_Delete(arr);
+            return NULL;
+        }
+        cJSON_AddItemToObject(e, "shape", shape);
+        cJSON_AddItemToArray(arr, e);
+    }
+    return arr;
+}
+
+ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char **out) {
+    if (!st || !out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_state_to_json: NULL argument");
+    *out = NULL;
+    if (st->n_loss_scaler < 0 || st->n_loss_scaler > LS_CKPT_MAX_KV || st->n_rng < 0 || st->n_rng > LS_CKPT_MAX_RNG)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint state: %d loss-scaler values / %d RNG streams (max %d / %d)",
+                        st->n_loss_scaler, st->n_rng, LS_CKPT_MAX_KV, LS_CKPT_MAX_RNG);
+    cJSON *r = cJSON_CreateObject();
+    cJSON *lr = cJSON_CreateObject(), *op = cJSON_CreateObject(), *ls = cJSON_CreateObject();
+    cJSON *rng = cJSON_CreateArray();
+    int ok = r && lr && op && ls && rng;
+    if (!ok) {
+        cJSON_Delete(r);
+        cJSON_Delete(lr);
+        cJSON_Delete(op);
+        cJSON_Delete(ls);
+        cJSON_Delete(rng);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the checkpoint state");
+    }
+    ok = add(r, "format", cJSON_CreateString("lockstep-state")) && add(r, "version", cJSON_CreateNumber(1)) &&
+         add(r, "step", cJSON_CreateNumber((double)st->step)) &&
+         add(r, "epoch", cJSON_CreateNumber((double)st->epoch)) &&
+         add(r, "epoch_samples", cJSON_CreateNumber((double)st->epoch_samples)) &&
+         add(r, "steps_per_epoch", cJSON_CreateNumber((double)st->steps_per_epoch)) &&
+         add(r, "world_size", cJSON_CreateNumber(st->world_size)) &&
+         add(r, "batch_per_rank", cJSON_CreateNumber((double)st->batch_per_rank)) &&
+         add(r, "accum_steps", cJSON_CreateNumber(st->accum_steps)) && add(r, "seed", u64_string(st->seed));
+    add(r, "lr_schedule", lr);
+    add(r, "optimizer", op);
+    add(r, "loss_scaler", ls);
+    add(r, "rng", rng);
+    ok = ok && add(lr, "base_lr", cJSON_CreateNumber(st->lr.base_lr)) &&
+         add(lr, "min_lr", cJSON_CreateNumber(st->lr.min_lr)) &&
+         add(lr, "warmup_steps", cJSON_CreateNumber((double)st->lr.warmup_steps)) &&
+         add(lr, "total_steps", cJSON_CreateNumber((double)st->lr.total_steps));
+    const ls_optim_config *c = &st->optim;
+    ok = ok && add(op, "kind", cJSON_CreateString(kind_name(c->kind))) &&
+         add(op, "steps", cJSON_CreateNumber((double)st->optim_steps)) && add(op, "lr", cJSON_CreateNumber(c->lr)) &&
+         add(op, "weight_decay", cJSON_CreateNumber(c->weight_decay)) &&
+         add(op, "momentum", cJSON_CreateNumber(c->momentum)) &&
+         add(op, "dampening", cJSON_CreateNumber(c->dampening)) &&
+         add(op, "nesterov", cJSON_CreateBool(c->nesterov)) && add(op, "beta1", cJSON_CreateNumber(c->beta1)) &&
+         add(op, "beta2", cJSON_CreateNumber(c->beta2)) && add(op, "eps", cJSON_CreateNumber(c->eps));
+    for (int i = 0; ok && i < st->n_loss_scaler; i++)
+        ok = add(ls, st->loss_scaler[i].key, cJSON_CreateNumber(st->loss_scaler[i].value));
+    for (int i = 0; ok && i < st->n_rng; i++) {
+        const ls_rng *g = &st->rng[i].rng;
+        cJSON *e = cJSON_CreateObject();
+        cJSON *buf = cJSON_CreateArray();
+        ok = e && buf && add(e, "name", cJSON_CreateString(st->rng[i].name)) && add(e, "seed", u64_string(g->seed)) &&
+             add(e, "offset", u64_string(g->offset)) && add(e, "avail", cJSON_CreateNumber(g->avail));
+        for (int k = 0; ok && k < 4; k++) {
+            cJSON *w = cJSON_CreateNumber((double)g->buf[k]);
+            ok = w != NULL;
+            if (w) cJSON_AddItemToArray(buf, w);
+        }
+        if (e) cJSON_AddItemToArray(rng, e);
+        if (buf && e) cJSON_AddItemToObject(e, "buf", buf);
+        else cJSON_Delete(buf);
+    }
+    if (ok && model) ok = add(r, "model", signature_json(model));
+    char *s = ok ? cJSON_Print(r) : NULL;
+    cJSON_Delete(r);
+    if (!s) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the checkpoint state");
+    *out = s;
+    return LS_OK;
+}
+
+static ls_status get_uint(const cJSON *o, const char *key, const char *file, int64_t *out) {
+    uint64_t v;
+    if (!json_uint(cJSON_GetObjectItemCaseSensitive(o, key), &v))
+        return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" is missing or not a non-negative integer", file, key);
+    *out = (int64_t)v;
+    return LS_OK;
+}
+
+static ls_status get_num(const cJSON *o, const char *key, const char *file, double *out) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble))
+        return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" is missing or not a finite number", file, key);
+    *out = j->valuedouble;
+    return LS_OK;
+}
+
+static ls_status get_float(const cJSON *o, const char *key, const char *file, float *out) {
+    double d = 0;
+    LS_CHECK(get_num(o, key, file, &d));
+    if (fabs(d) > 3.4e38) return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" is out of range", file, key);
+    *out = (float)d;
+    return LS_OK;
+}
+
+static ls_status get_u64str(const cJSON *o, const char *key, const char *file, uint64_t *out) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    const char *s = cJSON_IsString(j) ? j->valuestring : NULL;
+    int ok = s && *s && strlen(s) <= 20;
+    for (const char *p = s; ok && *p; p++) ok = *p >= '0' && *p <= '9';
+    if (ok) {
+        errno = 0;
+        unsigned long long v = strtoull(s, NULL, 10);
+        ok = errno == 0;
+        *out = (uint64_t)v;
+    }
+    if (!ok) return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" is missing or not a decimal string", file, key);
+    return LS_OK;
+}
+
+static ls_status get_int_range(const cJSON *o, const char *key, const char *file, int64_t lo, int64_t hi,
+                               int64_t *out) {
+    LS_CHECK(get_uint(o, key, file, out));
+    if (*out < lo || *out > hi)
+        return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" = %lld is outside [%lld, %lld]", file, key, (long long)*out,
+                        (long long)lo, (long long)hi);
+    return LS_OK;
+}
+
+static const char *param_desc(const char *name, const char *dtype, int ndim, const int64_t *shape, char *buf,
+                              size_t len) {
+    char sb[160];
+    snprintf(buf, len, "'%s' %s %s", name, shape_str(ndim, shape, sb, sizeof sb), dtype);
+    return buf;
+}
+
+static ls_status check_signature(const cJSON *arr, const char *file, ls_module *model) {
+    char a[320], b[320];
+    if (!cJSON_IsArray(arr)) return ls_error(LS_ERR_FORMAT, "'%s': \"model\" (the model signature) is missing", file);
+    int nc = cJSON_GetArraySize(arr), nm = ls_module_num_params(model);
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+        const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+        int64_t sh[LS_SAFETENSORS_MAX_DIMS];
+        int nd = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
+        int ok = cJSON_IsString(name) && cJSON_IsString(dtype) && nd >= 0 && nd <= LS_SAFETENSORS_MAX_DIMS;
+        int k = 0;
+        const cJSON *d;
+        if (ok) cJSON_ArrayForEach(d, shape) {
+                uint64_t v;
+                ok = ok && json_uint(d, &v);
+                if (ok) sh[k++] = (int64_t)v;
+            }
+        if (!ok) return ls_error(LS_ERR_FORMAT, "'%s': model signature entry %d is malformed", file, i);
+        if (i >= nm)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "'%s': the checkpoint's model has %d parameters but this model has %d (first extra: %s); "
+                            "a different model?",
+                            file, nc, nm, param_desc(name->valuestring, dtype->valuestring, nd, sh, a, sizeof a));
+        ls_tensor *t = ls_module_param(model, i);
+        const char *mname = ls_module_param_name(model, i);
+        int same = strcmp(name->valuestring, mname) == 0 && strcmp(dtype->valuestring, st_dtype_name(t->dtype)) == 0 &&
+                   nd == t->ndim;
+        for (k = 0; same && k < nd; k++) same = sh[k] == t->shape[k];
+        if (!same)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "'%s': parameter %d is %s in the checkpoint but %s in this model (a different model?)", file,
+                            i, param_desc(name->valuestring, dtype->valuestring, nd, sh, a, sizeof a),
+                            param_desc(mname, st_dtype_name(t->dtype), t->ndim, t->shape, b, sizeof b));
+        i++;
+    }
+    if (nc < nm) {
+        ls_tensor *t = ls_module_param(model, nc);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "'%s': the checkpoint's model has %d parameters but this model has %d (first missing: %s); a "
+                        "different model?",
+                        file, nc, nm,
+                        param_desc(ls_module_param_name(model, nc), st_dtype_name(t->dtype), t->ndim, t->shape, a,
+                                   sizeof a));
+    }
+    return LS_OK;
+}
+
+static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *model, ls_ckpt_state *st) {
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
+    if (!cJSON_IsObject(r) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "lockstep-state") != 0)
+        return ls_error(LS_ERR_FORMAT, "'%s': not a lockstep checkpoint state", file);
+    int64_t v = 0;
+    LS_CHECK(get_uint(r, "version", file, &v));
+    if (v != 1) return ls_error(LS_ERR_UNSUPPORTED, "'%s': state version %lld is not 1, the only one this build reads",
+                                file, (long long)v);
+    LS_CHECK(get_uint(r, "step", file, &st->step));
+    LS_CHECK(get_uint(r, "epoch", file, &st->epoch));
+    LS_CHECK(get_uint(r, "epoch_samples", file, &st->epoch_samples));
+    LS_CHECK(get_uint(r, "steps_per_epoch", file, &st->steps_per_epoch));
+    LS_CHECK(get_int_range(r, "world_size", file, 1, INT_MAX, &v));
+    st->world_size = (int)v;
+    LS_CHECK(get_int_range(r, "batch_per_rank", file, 1, INT64_MAX, &st->batch_per_rank));
+    LS_CHECK(get_int_range(r, "accum_steps", file, 1, INT_MAX, &v));
+    st->accum_steps = (int)v;
+    LS_CHECK(get_u64str(r, "seed", file, &st->seed));
+    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(r, "lr_schedule");
+    if (!cJSON_IsObject(lr)) return ls_error(LS_ERR_FORMAT, "'%s': \"lr_schedule\" is missing", file);
+    LS_CHECK(get_float(lr, "base_lr", file, &st->lr.base_lr));
+    LS_CHECK(get_float(lr, "min_lr", file, &st->lr.min_lr));
+    LS_CHECK(get_uint(lr, "warmup_steps", file, &st->lr.warmup_steps));
+    LS_CHECK(get_uint(lr, "total_steps", file, &st->lr.total_steps));
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(r, "optimizer");
+    if (!cJSON_IsObject(op)) return ls_error(LS_ERR_FORMAT, "'%s': \"optimizer\" is missing", file);
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(op, "kind");
+    if (!cJSON_IsString(kind) || ls_optim_kind_parse(kind->valuestring, &st->optim.kind) != LS_OK)
+        return ls_error(LS_ERR_FORMAT, "'%s': optimizer \"kind\" is missing or not sgd/adamw", file);
+    LS_CHECK(get_uint(op, "steps", file, &st->optim_steps));
+    LS_CHECK(get_float(op, "lr", file, &st->optim.lr));
+    LS_CHECK(get_float(op, "weight_decay", file, &st->optim.weight_decay));
+    LS_CHECK(get_float(op, "momentum", file, &st->optim.momentum));
+    LS_CHECK(get_float(op, "dampening", file, &st->optim.dampening));
+    LS_CHECK(get_float(op, "beta1", file, &st->optim.beta1));
+    LS_CHECK(get_float(op, "beta2", file, &st->optim.beta2));
+    LS_CHECK(get_float(op, "eps", file, &st->optim.eps));
+    const cJSON *nes = cJSON_GetObjectItemCaseSensitive(op, "nesterov");
+    if (!cJSON_IsBool(nes)) return ls_error(LS_ERR_FORMAT, "'%s': optimizer \"nesterov\" is not true/false", file);
+    st->optim.nesterov = cJSON_IsTrue(nes);
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(r, "loss_scaler");
+    if (!cJSON_IsObject(ls) || cJSON_GetArraySize(ls) > LS_CKPT_MAX_KV)
+        return ls_error(LS_ERR_FORMAT, "'%s': \"loss_scaler\" must be an object of at most %d numbers", file,
+                        LS_CKPT_MAX_KV);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ls) {
+        ls_ckpt_kv *kv = &st->loss_scaler[st->n_loss_scaler];
+        if (!e->string || strlen(e->string) >= sizeof kv->key)
+            return ls_error(LS_ERR_FORMAT, "'%s': loss-scaler key is empty or too long", file);
+        for (int i = 0; i < st->n_loss_scaler; i++)
+            if (strcmp(st->loss_scaler[i].key, e->string) == 0)
+                return ls_error(LS_ERR_FORMAT, "'%s': loss-scaler key '%s' appears twice", file, e->string);
+        snprintf(kv->key, sizeof kv->key, "%s", e->string);
+        LS_CHECK(get_num(ls, e->string, file, &kv->value));
+        st->n_loss_scaler++;
+    }
+    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(r, "rng");
+    if (!cJSON_IsArray(rng) || cJSON_GetArraySize(rng) > LS_CKPT_MAX_RNG)
+        return ls_error(LS_ERR_FORMAT, "'%s': \"rng\" must be a list of at most %d streams", file, LS_CKPT_MAX_RNG);
+    cJSON_ArrayForEach(e, rng) {
+        ls_ckpt_rng *g = &st->rng[st->n_rng];
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+        const cJSON *buf = cJSON_GetObjectItemCaseSensitive(e, "buf");
+        if (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof g->name || !cJSON_IsArray(buf) ||
+            cJSON_GetArraySize(buf) != 4)
+            return ls_error(LS_ERR_FORMAT, "'%s': RNG stream %d needs a \"name\" and a 4-word \"buf\"", file, st->n_rng);
+        snprintf(g->name, sizeof g->name, "%s", name->valuestring);
+        LS_CHECK(get_u64str(e, "seed", file, &g->rng.seed));
+        LS_CHECK(get_u64str(e, "offset", file, &g->rng.offset));
+        LS_CHECK(get_int_range(e, "avail", file, 0, 4, &v));
+        g->rng.avail = (int)v;
+        for (int k = 0; k < 4; k++) {
+            uint64_t w;
+            if (!json_uint(cJSON_GetArrayItem(buf, k), &w) || w > 0xffffffffu)
+                return ls_error(LS_ERR_FORMAT, "'%s': RNG stream '%s' has a \"buf\" word that is not 32-bit", file,
+                                g->name);
+            g->rng.buf[k] = (uint32_t)w;
+        }
+        st->n_rng++;
+    }
+    if (model) LS_CHECK(check_signature(cJSON_GetObjectItemCaseSensitive(r, "model"), file, model));
+    return LS_OK;
+}
+
+ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls_module *model,
+                              ls_ckpt_state *out) {
+    if (!out || (!text && len)) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_state_parse: NULL argument");
+    memset(out, 0, sizeof *out);
+    if (!name) name = "state.json";
+    cJSON *r = cJSON_ParseWithLength(text ? text : "", len);
+    if (!r) return ls_error(LS_ERR_FORMAT, "'%s': not valid JSON (damaged state)", name);
+    ls_status s = parse_state_obj(r, name, model, out);
+    cJSON_Delete(r);
+    return s;
+}
+
+int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
+    int n = 0;
+    if (a->world_size != b->world_size || a->batch_per_rank != b->batch_per_rank || a->accum_steps != b->accum_steps) {
+        LS_LOG_W("the checkpoint was written by %d rank(s) x batch %lld x %d accumulation, this run has %d x %lld x %d: "
+                 "training continues, but not bitwise as an uninterrupted run would",
+                 a->world_size, (long long)a->batch_per_rank, a->accum_steps, b->world_size,
+                 (long long)b->batch_per_rank, b->accum_steps);
+        n++;
+    }
+    if (a->seed != b->seed) {
+        LS_LOG_W("the checkpoint's seed is %llu, this run's %llu: the sample order differs from the saved run's",
+                 (unsigned long long)a->seed, (unsigned long long)b->seed);
+        n++;
+    }
+    if (a->lr.base_lr != b->lr.base_lr || a->lr.min_lr != b->lr.min_lr || a->lr.warmup_steps != b->lr.warmup_steps ||
+        a->lr.total_steps != b->lr.total_steps) {
+        LS_LOG_W("learning-rate schedule changed: saved base %g min %g warmup %lld total %lld, now %g %g %lld %lld",
+                 a->lr.base_lr, a->lr.min_lr, (long long)a->lr.warmup_steps, (long long)a->lr.total_steps, b->lr.base_lr,
+                 b->lr.min_lr, (long long)b->lr.warmup_steps, (long long)b->lr.total_steps);
+        n++;
+    }
+    const ls_optim_config *x = &a->optim, *y = &b->optim;
+    if (x->kind != y->kind || x->lr != y->lr || x->weight_decay != y->weight_decay || x->momentum != y->momentum ||
+        x->dampening != y->dampening || x->nesterov != y->nesterov || x->beta1 != y->beta1 || x->beta2 != y->beta2 ||
+        x->eps != y->eps) {
+        LS_LOG_W("optimizer settings changed since the checkpoint (saved %s lr %g wd %g momentum %g, now %s lr %g wd %g "
+                 "momentum %g); this run's apply",
+                 kind_name(x->kind), x->lr, x->weight_decay, x->momentum, kind_name(y->kind), y->lr, y->weight_decay,
+                 y->momentum);
+        n++;
+    }
+    return n;
+}
+
+void ls_ckpt_resume_position(const ls_ckpt_state *st, int64_t global_batch, int64_t steps_per_epoch,
+                             int64_t *epoch, int64_t *step_in_epoch, int *exact) {
+    int64_t e = st->epoch, s = st->epoch_samples, j = 0;
+    int ex = 1;
+    if (global_batch > 0) {
+        j = s / global_batch + (s % global_batch != 0);
+        ex = s % global_batch == 0;
+    }
+    if (steps_per_epoch > 0 && j >= steps_per_epoch) {
+        e++;
+        j = 0;
+    }
+    if (epoch) *epoch = e;
+    if (step_in_epoch) *step_in_epoch = j;
+    if (exact) *exact = ex;
+}
+
+/* ---------------------------------------------------------------- save / load */
+
+static const char *slot_name(ls_optim_kind k, int slot) {
+    return slot == 0 ? (k == LS_OPTIM_ADAMW ? "exp_avg" : "momentum") : "exp_avg_sq";
+}
+
+/* The optimizer's state tensors with their checkpoint names (name storage malloc'd in *names). */
+typedef struct opt_list {
+    int n;
+    ls_tensor **t;
+    char **names;
+} opt_list;
+
+static void opt_list_free(opt_list *l) {
+    for (int i = 0; i < l->n; i++) free(l->names[i]);
+    free(l->t);
+    free(l->names);
+    memset(l, 0, sizeof *l);
+}
+
+static ls_status opt_list_make(ls_module *model, ls_optimizer *opt, ls_optim_kind kind, opt_list *l) {
+    memset(l, 0, sizeof *l);
+    int np = ls_module_num_params(model);
+    if (!opt) return LS_OK;
+    l->t = calloc((size_t)np * 2 + 1, sizeof *l->t);
+    l->names = calloc((size_t)np * 2 + 1, sizeof *l->names);
+    if (!l->t || !l->names) {
+        opt_list_free(l);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the optimizer state list");
+    }
+    for (int i = 0; i < np; i++)
+        for (int slot = 0; slot < 2; slot++) {
+            ls_tensor *t = ls_optimizer_state(opt, i, slot);
+            if (!t) continue;
+            const char *pn = ls_module_param_name(model, i);
+            size_t len = strlen(pn) + 16;
+            char *nm = malloc(len);
+            if (!nm) {
+                opt_list_free(l);
+                return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the optimizer state list");
+            }
+            snprintf(nm, len, "%s.%s", pn, slot_name(kind, slot));
+            l->t[l->n] = t;
+            l->names[l->n] = nm;
+            l->n++;
+        }
+    return LS_OK;
+}
+
+static ls_status serialize_and_write(const char *dir, const char *file, int n, const char *const *names,
+                                     const ls_tensor *const *tensors, const char *const *meta, ls_allocator *alloc,
+                                     ckpt_file *rec, int inject) {
+    char p[LS_CKPT_PATH_MAX + 80];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    void *buf;
+    size_t len;
+    LS_CHECK(ls_safetensors_serialize(n, names, tensors, meta, alloc, &buf, &len));
+    ls_status s = write_file_atomic(p, buf, len, inject);
+    if (s == LS_OK) {
+        snprintf(rec->name, sizeof rec->name, "%s", file);
+        rec->size = len;
+        rec->crc = crc32_of(buf, len);
+    }
+    free(buf);
+    return s;
+}
+
+static ls_status write_text(const char *dir, const char *file, const char *text, ckpt_file *rec) {
+    char p[LS_CKPT_PATH_MAX + 80];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    size_t len = strlen(text);
+    LS_CHECK(write_file_atomic(p, text, len, 0));
+    if (rec) {
+        snprintf(rec->name, sizeof rec->name, "%s", file);
+        rec->size = len;
+        rec->crc = crc32_of(text, len);
+    }
+    return LS_OK;
+}
+
+static void prune(const char *dir, int keep_last, int64_t just_written) {
+    step_dir *v;
+    int n;
+    if (list_steps(dir, &v, &n) != LS_OK) {
+        LS_LOG_W("--keep-last: %s", ls_last_error());
+        return;
+    }
+    char p[LS_CKPT_PATH_MAX + 80];
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (v[i].step > just_written)
+            LS_LOG_W("'%s/%s' is newer than the checkpoint just written (step %lld), left by an earlier run: "
+                     "--resume auto would pick it; remove it if this run replaces it",
+                     dir, v[i].name, (long long)just_written);
+        if (v[i].step == just_written || (keep_last <= 0) || kept < keep_last) {
+            kept++;
+            continue;
+        }
+        snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
+        LS_LOG_I("--keep-last %d: removing '%s'", keep_last, p);
+        remove_tree(p);
+    }
+    free(v);
+}
+
+static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
+                            const ls_ckpt_state *state, char *final, size_t final_len) {
+    char tmpdir[LS_CKPT_PATH_MAX + 16], old[LS_CKPT_PATH_MAX + 16], stepbuf[32], latest[LS_CKPT_PATH_MAX + 16];
+    if (!dir || !dir[0]) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory is empty");
+    if (state->step < 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint step %lld is negative", (long long)state->step);
+    if ((size_t)snprintf(final, final_len, "%s/step-%08lld", dir, (long long)state->step) >= final_len ||
+        strlen(final) + 10 >= LS_CKPT_PATH_MAX)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory '%s' is too long", dir);
+    snprintf(tmpdir, sizeof tmpdir, "%s.tmp", final);
+    snprintf(old, sizeof old, "%s.old.tmp", final);
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)state->step);
+    LS_CHECK(make_dirs(dir));
+    remove_stale_tmp(dir);
+    if (mkdir(tmpdir, 0755) != 0) return ls_error(LS_ERR_IO, "'%s': cannot create: %s", tmpdir, strerror(errno));
+
+    ckpt_manifest m;
+    memset(&m, 0, sizeof m);
+    m.step = state->step;
+    m.n = N_REQUIRED;
+    ls_status s = LS_OK;
+    int np = ls_module_num_params(model);
+    const char **names = calloc((size_t)np + 1, sizeof *names);
+    const ls_tensor **ts = calloc((size_t)np + 1, sizeof *ts);
+    opt_list ol = {0, NULL, NULL};
+    char *text = NULL, *mtext = NULL;
+    if (!names || !ts) {
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
+        goto done;
+    }
+    for (int i = 0; i < np; i++) {
+        names[i] = ls_module_param_name(model, i);
+        ts[i] = ls_module_param(model, i);
+    }
+    const char *mmeta[] = {"format", "pt", "lockstep", "model", "step", stepbuf, NULL};
+    LS_CHECK_GOTO(serialize_and_write(tmpdir, ckpt_required[F_MODEL], np, names, ts, mmeta, ctx->alloc,
+                                      &m.files[F_MODEL], 1),
+                  s, done);
+    LS_CHECK_GOTO(opt_list_make(model, opt, state->optim.kind, &ol), s, done);
+    const char *ometa[] = {"format", "pt", "lockstep", "optimizer", "optimizer", kind_name(state->optim.kind),
+                           "step", stepbuf, NULL};
+    LS_CHECK_GOTO(serialize_and_write(tmpdir, ckpt_required[F_OPTIM], ol.n, (const char *const *)ol.names,
+                                      (const ls_tensor *const *)ol.t, ometa, ctx->alloc, &m.files[F_OPTIM], 0),
+                  s, done);
+    ls_ckpt_state st = *state;
+    st.optim_steps = opt ? ls_optimizer_num_steps(opt) : st.optim_steps;
+    LS_CHECK_GOTO(ls_ckpt_state_to_json(&st, model, &text), s, done);
+    LS_CHECK_GOTO(write_text(tmpdir, ckpt_required[F_STATE], text, &m.files[F_STATE]), s, done);
+    crash_point("before-manifest");
+    mtext = manifest_json(&m);
+    if (!mtext) {
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the manifest");
+        goto done;
+    }
+    LS_CHECK_GOTO(write_text(tmpdir, "manifest.json", mtext, NULL), s, done);
+    crash_point("before-rename");
+    int replaced = 0;
+    if (path_exists(final)) {
+        LS_LOG_W("replacing the existing checkpoint '%s'", final);
+        if (rename(final, old) != 0) {
+            s = ls_error(LS_ERR_IO, "cannot move the existing '%s' aside: %s", final, strerror(errno));
+            goto done;
+        }
+        replaced = 1;
+    }
+    if (rename(tmpdir, final) != 0) {
+        s = ls_error(LS_ERR_IO, "cannot rename '%s' to '%s': %s", tmpdir, final, strerror(errno));
+        if (replaced && rename(old, final) != 0) LS_LOG_W("could not move '%s' back to '%s'", old, final);
+        goto done;
+    }
+    LS_CHECK_GOTO(fsync_dir(dir), s, done);
+    if (replaced) remove_tree(old);
+    crash_point("before-latest");
+    {
+        char line[80];
+        const char *base = strrchr(final, '/');
+        snprintf(line, sizeof line, "%s\n", base ? base + 1 : final);
+        LS_CHECK_GOTO(write_file_atomic(latest, line, strlen(line), 0), s, done);
+    }
+    prune(dir, keep_last, state->step);
+done:
+    if (s != LS_OK && path_exists(tmpdir)) remove_tree(tmpdir);
+    free(text);
+    free(mtext);
+    opt_list_free(&ol);
+    free(names);
+    free(ts);
+    return s;
+}
+
+/* What rank 0 tells the others after a save or a load (exchanged as bytes). */
+typedef struct ckpt_result {
+    int32_t status;
+    int32_t found;
+    int64_t text_len;
+    char path[LS_CKPT_PATH_MAX];
+    char msg[1024];
+} ckpt_result;
+
+static int comm_world(ls_comm *comm) { return comm ? ls_comm_world(comm) : 1; }
+static int comm_rank(ls_comm *comm) { return comm ? ls_comm_rank(comm) : 0; }
+
+/* Broadcast rank 0's status and message; other ranks adopt them. */
+static ls_status share_result(ls_comm *comm, ckpt_result *r, ls_status s) {
+    if (comm_rank(comm) == 0) {
+        r->status = (int32_t)s;
+        if (s != LS_OK) snprintf(r->msg, sizeof r->msg, "%s", ls_last_error());
+    }
+    LS_CHECK(ls_comm_broadcast_host(comm, r, (int64_t)sizeof *r, LS_U8, 0));
+    r->path[sizeof r->path - 1] = r->msg[sizeof r->msg - 1] = '\0';
+    if (comm_rank(comm) != 0 && r->status != LS_OK)
+        return ls_error((ls_status)r->status, "%s (on rank 0)", r->msg);
+    return (ls_status)r->status;
+}
+
+ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model,
+                       ls_optimizer *opt, const ls_ckpt_state *state, char *path_out, size_t path_len) {
+    if (!ctx || !model || !state) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: NULL argument");
+    ckpt_result r;
+    memset(&r, 0, sizeof r);
+    ls_status s = LS_OK;
+    if (comm_rank(comm) == 0) s = save_rank0(ctx, dir, keep_last, model, opt, state, r.path, sizeof r.path);
+    if (comm_world(comm) > 1) s = share_result(comm, &r, s);
+    if (s == LS_OK && path_out && path_len) snprintf(path_out, path_len, "%s", r.path);
+    return s;
+}
+
+/* Load tensors of a verified checkpoint into rank 0's model and optimizer. */
+static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *model, ls_optimizer *opt,
+                              const ls_ckpt_state *st) {
+    char p[LS_CKPT_PATH_MAX + 80];
+    ls_safetensors *f = NULL;
+    snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[F_MODEL]);
+    LS_CHECK(ls_safetensors_open_memory(b->data[F_MODEL], b->len[F_MODEL], p, &f));
+    ls_status s = LS_OK;
+    int np = ls_module_num_params(model);
+    for (int i = 0; i < np && s == LS_OK; i++)
+        s = ls_safetensors_read(f, ls_module_param_name(model, i), ctx->alloc, ls_module_param(model, i));
+    if (s == LS_OK && ls_safetensors_count(f) != np)
+        s = ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' holds %d tensors but the model has %d parameters", p,
+                     ls_safetensors_count(f), np);
+    ls_safetensors_close(f);
+    f = NULL;
+    if (s != LS_OK || !opt) return s;
+
+    snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[F_OPTIM]);
+    LS_CHECK(ls_safetensors_open_memory(b->data[F_OPTIM], b->len[F_OPTIM], p, &f));
+    int this_adamw = ls_optimizer_state(opt, 0, 1) != NULL;
+    if (this_adamw != (st->optim.kind == LS_OPTIM_ADAMW)) {
+        s = ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': the checkpoint's optimizer is %s but this run's is %s", p,
+                     kind_name(st->optim.kind), this_adamw ? "adamw" : "sgd");
+        ls_safetensors_close(f);
+        return s;
+    }
+    opt_list ol;
+    s = opt_list_make(model, opt, st->optim.kind, &ol);
+    for (int i = 0; i < ol.n && s == LS_OK; i++) {
+        if (!ls_safetensors_find(f, ol.names[i]))
+            s = ls_error(LS_ERR_INVALID_ARGUMENT,
+                         "'%s': no tensor '%s' for this run's optimizer (the saved %s kept no such state: momentum 0?)",
+                         p, ol.names[i], kind_name(st->optim.kind));
+        else
+            s = ls_safetensors_read(f, ol.names[i], ctx->alloc, ol.t[i]);
+    }
+    if (s == LS_OK && ls_safetensors_count(f) > ol.n)
+        LS_LOG_W("'%s': %d optimizer state tensors that this run's optimizer does not keep are ignored", p,
+                 ls_safetensors_count(f) - ol.n);
+    opt_list_free(&ol);
+    ls_safetensors_close(f);
+    if (s == LS_OK) ls_optimizer_set_num_steps(opt, st->optim_steps);
+    return s;
+}
+
+static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_module *model, ls_optimizer *opt,
+                            ls_ckpt_state *st, ckpt_result *r, char **text) {
+    ckpt_bundle b;
+    int found = 1;
+    int is_auto = !which || !which[0] || strcmp(which, "auto") == 0;
+    if (is_auto) {
+        if (!dir || !dir[0]) return ls_error(LS_ERR_INVALID_ARGUMENT, "resume auto needs a checkpoint directory");
+        LS_CHECK(find_and_read(dir, &b, &found));
+    } else {
+        char mp[LS_CKPT_PATH_MAX + 80];
+        snprintf(mp, sizeof mp, "%s/manifest.json", which);
+        step_dir *v = NULL;
+        int n = 0;
+        if (is_dir(which) && !path_exists(mp) && list_steps(which, &v, &n) == LS_OK && n > 0) {
+            free(v);
+            LS_CHECK(find_and_read(which, &b, &found));
+        } else {
+            free(v);
+            LS_CHECK(ckpt_read(which, &b));
+        }
+    }
+    r->found = found;
+    if (!found) return LS_OK;
+    char sp[LS_CKPT_PATH_MAX + 80];
+    snprintf(sp, sizeof sp, "%s/%s", b.path, ckpt_required[F_STATE]);
+    ls_status s = ls_ckpt_state_parse((const char *)b.data[F_STATE], b.len[F_STATE], sp, model, st);
+    if (s == LS_OK && st->step != b.step)
+        s = ls_error(LS_ERR_FORMAT, "'%s': step %lld differs from the manifest's %lld", sp, (long long)st->step,
+                     (long long)b.step);
+    if (s == LS_OK) s = load_tensors(ctx, &b, model, opt, st);
+    if (s == LS_OK) {
+        snprintf(r->path, sizeof r->path, "%s", b.path);
+        r->text_len = (int64_t)b.len[F_STATE];
+        *text = (char *)b.data[F_STATE];
+        b.data[F_STATE] = NULL;
+    }
+    bundle_free(&b);
+    return s;
+}
+
+/* Collective: whether any rank failed. Every rank returns the lowest failing rank's status, with
+ * its message (" (on rank N)" added on the other ranks); LS_OK when none failed. */
+static ls_status agree(ls_comm *comm, ls_status s) {
+    int rank = comm_rank(comm);
+    ckpt_result er;
+    memset(&er, 0, sizeof er);
+    if (s != LS_OK) {
+        er.status = (int32_t)s;
+        snprintf(er.msg, sizeof er.msg, "%s", ls_last_error());
+    }
+    int32_t bad = s == LS_OK ? INT32_MAX : rank;
+    LS_CHECK(ls_comm_allreduce_host(comm, &bad, 1, LS_I32, LS_REDUCE_MIN));
+    if (bad == INT32_MAX) return LS_OK;
+    LS_CHECK(ls_comm_broadcast_host(comm, &er, (int64_t)sizeof er, LS_U8, bad));
+    er.msg[sizeof er.msg - 1] = '\0';
+    if (rank == bad) return ls_error(s, "%s", er.msg);
+    return ls_error(er.status ? (ls_status)er.status : LS_ERR_INTERNAL, "%s (on rank %d)", er.msg, (int)bad);
+}
+
+/* Ranks other than 0 receive what rank 0 loaded: the state text, parameters, optimizer state. */
+static ls_status load_share(ls_comm *comm, ls_module *model, ls_optimizer *opt, ls_ckpt_state *state,
+                            const ckpt_result *r, char **text) {
+    int rank = comm_rank(comm);
+    ls_status s = LS_OK;
+    if (r->text_len < 0 || r->text_len > (int64_t)1 << 30)
+        return ls_error(LS_ERR_INTERNAL, "checkpoint state of %lld bytes from rank 0", (long long)r->text_len);
+    if (rank != 0) {
+        *text = malloc((size_t)r->text_len + 1);
+        if (!*text) s = ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the checkpoint state");
+    }
+    LS_CHECK(agree(comm, s));
+    LS_CHECK(ls_comm_broadcast_host(comm, *text, r->text_len, LS_U8, 0));
+    if (rank != 0) s = ls_ckpt_state_parse(*text, (size_t)r->text_len, "state.json (from rank 0)", model, state);
+    opt_list ol = {0, NULL, NULL};
+    int np = ls_module_num_params(model);
+    ls_tensor **params = malloc(((size_t)np + 1) * sizeof *params);
+    if (s == LS_OK && !params) s = ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
+    for (int i = 0; params && i < np; i++) params[i] = ls_module_param(model, i);
+    if (s == LS_OK) s = opt_list_make(model, opt, state->optim.kind, &ol);
+    s = agree(comm, s);
+    int32_t v[2] = {ol.n, -ol.n};
+    if (s == LS_OK) s = ls_comm_allreduce_host(comm, v, 2, LS_I32, LS_REDUCE_MIN);
+    if (s == LS_OK && v[0] != -v[1])
+        s = ls_error(LS_ERR_MISMATCH, "ranks keep different numbers of optimizer state tensors (%d to %d)", (int)v[0],
+                     (int)-v[1]);
+    if (s == LS_OK) s = ls_ddp_broadcast_params(comm, np, params);
+    if (s == LS_OK && ol.n > 0) s = ls_ddp_broadcast_params(comm, ol.n, ol.t);
+    if (s == LS_OK && rank != 0 && opt) ls_optimizer_set_num_steps(opt, state->optim_steps);
+    free(params);
+    opt_list_free(&ol);
+    return s;
+}
+
+ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *which, ls_module *model,
+                       ls_optimizer *opt, ls_ckpt_state *state, int *found, char *path_out, size_t path_len) {
+    if (!ctx || !model || !state || !found) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_load: NULL argument");
+    *found = 0;
+    memset(state, 0, sizeof *state);
+    ckpt_result r;
+    memset(&r, 0, sizeof r);
+    char *text = NULL;
+    ls_status s = LS_OK;
+    if (comm_rank(comm) == 0) s = load_rank0(ctx, dir, which, model, opt, state, &r, &text);
+    if (comm_world(comm) > 1) {
+        s = share_result(comm, &r, s);
+        if (s == LS_OK && r.found) s = load_share(comm, model, opt, state, &r, &text);
+    }
+    free(text);
+    if (s != LS_OK || !r.found) return s;
+    *found = 1;
+    if (path_out && path_len) snprintf(path_out, path_len, "%s", r.path);
+    return LS_OK;
+}
+
+/* ---------------------------------------------------------------- preemption */
+
+static volatile sig_atomic_t g_preempt_signal;
+static struct sigaction g_old_term, g_old_int;
+static int g_preempt_installed;
+
+static void preempt_handler(int sig) {
+    if (g_preempt_signal == sig) { /* asked twice: stop now */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_preempt_signal = sig;
+}
+
+ls_status ls_preempt_install(void) {
+    if (g_preempt_installed) return LS_OK;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = preempt_handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(SIGTERM, &sa, &g_old_term) != 0 || sigaction(SIGINT, &sa, &g_old_int) != 0)
+        return ls_error(LS_ERR_INTERNAL, "cannot install the SIGTERM/SIGINT handlers: %s", strerror(errno));
+    g_preempt_signal = 0;
+    g_preempt_installed = 1;
+    return LS_OK;
+}
+
+void ls_preempt_uninstall(void) {
+    if (!g_preempt_installed) return;
+    sigaction(SIGTERM, &g_old_term, NULL);
+    sigaction(SIGINT, &g_old_int, NULL);
+    g_preempt_installed = 0;
+    g_preempt_signal = 0;
+}
+
+int ls_preempt_pending(void) { return (int)g_preempt_signal; }
+
+ls_status ls_preempt_agree(ls_comm *comm, int *signum) {
+    int32_t v = (int32_t)g_preempt_signal;
+    if (comm_world(comm) > 1) LS_CHECK(ls_comm_allreduce_host(comm, &v, 1, LS_I32, LS_REDUCE_MAX));
+    if (signum) *signum = (int)v;
+    return LS_OK;
+}

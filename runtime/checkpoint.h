@@ -1,0 +1,207 @@
+/* checkpoint.h: training checkpoints. A validating safetensors reader and writer, save/resume of a
+ * whole training state (weights, optimizer state, step, schedule, sampler position, RNG, loss
+ * scaler) written crash-safely with a CRC32 manifest, and the SIGTERM/SIGINT preemption flag that
+ * every rank agrees on. Layout and atomicity are described below; rank 0 reads and writes, the
+ * other ranks receive what it read by broadcast, so no shared file system is needed. */
+#ifndef LOCKSTEP_CHECKPOINT_H
+#define LOCKSTEP_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "nn.h"
+#include "optim.h"
+#include "rng.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- safetensors
+ * The format (huggingface/safetensors): an 8-byte little-endian header length N, N bytes of JSON
+ * {"__metadata__": {"key": "string", ...}, "name": {"dtype": "F32", "shape": [..],
+ * "data_offsets": [begin, end]}, ...}, then the tensors' raw little-endian bytes. Offsets are
+ * relative to the end of the header. The writer pads the header with spaces to a multiple of 8
+ * and lays tensors out contiguously in the order given.
+ * The reader accepts exactly what the reference implementation accepts: N <= 100 MB and within
+ * the file, a header that starts with '{', is UTF-8 JSON (trailing whitespace allowed), has no
+ * duplicate names, known dtypes, integer shapes and offsets, shape product x dtype size equal to
+ * each offset span, and spans that tile the data section exactly (no gap, no overlap, nothing
+ * after the last). Every error is LS_ERR_FORMAT naming the file and, where there is one, the
+ * tensor. Host byte order must be little-endian (LS_ERR_UNSUPPORTED otherwise). */
+
+#define LS_SAFETENSORS_MAX_DIMS 8
+#define LS_SAFETENSORS_MAX_HEADER 100000000ull
+
+typedef struct ls_safetensors ls_safetensors;
+
+typedef struct ls_safetensors_info {
+    const char *name;
+    const char *dtype_name; /* as in the file: "F32", "I64", ... */
+    int has_dtype;          /* 1 when lockstep has this dtype (F64, F32, F16, BF16, I32, U8) */
+    ls_dtype dtype;         /* valid when has_dtype */
+    size_t elem_size;
+    int ndim;
+    int64_t shape[LS_SAFETENSORS_MAX_DIMS];
+    int64_t numel;
+    const void *data; /* inside the file's buffer, little-endian, not necessarily aligned */
+    size_t nbytes;
+} ls_safetensors_info;
+
+/* Read and validate a whole file. */
+ls_status ls_safetensors_open(const char *path, ls_safetensors **out);
+/* Validate a buffer already in memory (borrowed: keep it alive until close). name labels errors. */
+ls_status ls_safetensors_open_memory(const void *buf, size_t len, const char *name, ls_safetensors **out);
+void ls_safetensors_close(ls_safetensors *f);
+
+/* Tensors in data-offset (file) order. */
+int ls_safetensors_count(const ls_safetensors *f);
+const ls_safetensors_info *ls_safetensors_tensor(const ls_safetensors *f, int i);
+/* NULL when absent. */
+const ls_safetensors_info *ls_safetensors_find(const ls_safetensors *f, const char *name);
+/* A "__metadata__" value, NULL when absent. */
+const char *ls_safetensors_metadata(const ls_safetensors *f, const char *key);
+/* Copy tensor `name` into dst (any device; alloc does host->device transfers, NULL for host).
+ * Missing: LS_ERR_FORMAT; different dtype or shape: LS_ERR_INVALID_ARGUMENT, naming file and tensor. */
+ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allocator *alloc, ls_tensor *dst);
+
+/* Serialize tensors[0..n) named names[0..n) (on any device: alloc does device->host copies,
+ * NULL for host tensors) into a malloc'd buffer *out of *out_len bytes. metadata: NULL or
+ * "key", "value", ..., NULL. Duplicate or empty names are LS_ERR_INVALID_ARGUMENT. */
+ls_status ls_safetensors_serialize(int n, const char *const *names, const ls_tensor *const *tensors,
+                                   const char *const *metadata, ls_allocator *alloc, void **out,
+                                   size_t *out_len);
+/* Serialize and write path crash-safely (path.tmp, fsync, rename, fsync of the directory). */
+ls_status ls_safetensors_write(const char *path, int n, const char *const *names,
+                               const ls_tensor *const *tensors, const char *const *metadata,
+                               ls_allocator *alloc);
+
+/* ---------------------------------------------------------------- training checkpoints
+ * Layout, for step S (8 digits, more when needed):
+ *   DIR/step-0000000S/model.safetensors      parameters, named as ls_module_param_name ("0.weight")
+ *   DIR/step-0000000S/optimizer.safetensors  "<param>.momentum" (SGD) or "<param>.exp_avg" and
+ *                                            "<param>.exp_avg_sq" (AdamW)
+ *   DIR/step-0000000S/state.json             everything else (ls_ckpt_state) + the model signature
+ *   DIR/step-0000000S/manifest.json          written last: step, each file's size and CRC32 (zlib)
+ *   DIR/latest                               "step-0000000S\n", for people and scripts
+ * Atomicity: every file is written as NAME.tmp, fsynced and renamed, then its directory fsynced;
+ * the whole checkpoint is built in DIR/step-S.tmp/ and that directory is renamed to step-S only
+ * after its manifest is durable. So a step-S directory exists only when complete, and a crash at
+ * any instant leaves at most a step-S.tmp directory (removed by the next save) while the previous
+ * checkpoints stay whole; the manifest's sizes and CRCs additionally catch damage done later
+ * (truncation, bit rot, a copy cut short). Why a temporary directory rather than manifest-last in
+ * the final one: both survive a crash (a reader needs the manifest either way), but with the
+ * rename a half-written step-S never exists, so listing, pruning and cleanup go by name alone and
+ * an interrupted save is never mistaken for a damaged checkpoint.
+ * --keep-last K: after a checkpoint is complete, only the K newest complete ones (by step) are
+ * kept; the one just written is never removed.
+ * Resume "auto": the newest step-S directory whose manifest and files verify; damaged newer ones
+ * are skipped with a warning. A checkpoint left by an abandoned run with a higher step would win
+ * over this run's: the save warns when it sees one.
+ * Ranks: rank 0 writes (the state is replicated) and reads; a load is broadcast from rank 0, so
+ * the checkpoint directory only needs to be reachable from rank 0. Every rank returns the same
+ * status and message for a save or load: no rank is left waiting. Rank 0 holds one file's bytes
+ * in host memory while saving it, and the whole checkpoint while loading.
+ * Fault injection for tests: LOCKSTEP_CKPT_CRASH_AT=<stage> kills the writing process with
+ * SIGKILL at that instant of a save: "mid-write" (half of model.safetensors.tmp written),
+ * "tmpfile" (model.safetensors.tmp complete, not renamed), "before-manifest" (data files done),
+ * "before-rename" (manifest done, directory still step-S.tmp), "before-latest" (directory renamed,
+ * latest not updated, nothing pruned). */
+
+#define LS_CKPT_MAX_KV 8
+#define LS_CKPT_MAX_RNG 4
+#define LS_CKPT_PATH_MAX 1024
+
+typedef struct ls_ckpt_kv {
+    char key[32];
+    double value;
+} ls_ckpt_kv;
+
+typedef struct ls_ckpt_rng {
+    char name[32];
+    ls_rng rng;
+} ls_ckpt_rng;
+
+/* Everything but tensors. The caller fills it for a save; a load fills it (and sets the
+ * optimizer's step count itself). */
+typedef struct ls_ckpt_state {
+    int64_t step;           /* optimizer steps completed */
+    int64_t epoch;          /* epoch the next step belongs to (0-based) */
+    int64_t epoch_samples;  /* global samples of that epoch already consumed */
+    int64_t steps_per_epoch; /* at save time (informational) */
+    int world_size;         /* ranks at save time */
+    int64_t batch_per_rank; /* micro-batch per rank */
+    int accum_steps;
+    uint64_t seed;
+    ls_lr_schedule lr;
+    ls_optim_config optim;  /* kind and hyperparameters */
+    int64_t optim_steps;    /* the optimizer's step count (filled by save from the optimizer) */
+    int n_loss_scaler;      /* e.g. {"scale", 65536}, {"growth_tracker", 0}; 0 when no scaler */
+    ls_ckpt_kv loss_scaler[LS_CKPT_MAX_KV];
+    int n_rng;              /* named RNG streams to restore exactly */
+    ls_ckpt_rng rng[LS_CKPT_MAX_RNG];
+} ls_ckpt_state;
+
+/* Collective (comm NULL: one process). Writes DIR/step-<state->step> as above (DIR created if
+ * missing), then prunes to keep_last (0: keep all). Rank 0's model and optimizer are saved.
+ * path_out (may be NULL) receives the checkpoint's directory. */
+ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model,
+                       ls_optimizer *opt, const ls_ckpt_state *state, char *path_out, size_t path_len);
+
+/* Collective. which: "auto" (or NULL) = the newest valid checkpoint in dir, *found = 0 and LS_OK
+ * when dir has none (a missing dir included), an error when it has some but none verifies;
+ * otherwise the path of one checkpoint directory (or of a DIR holding step-S directories, then
+ * as auto there), which must verify. Checks the model signature and the optimizer kind
+ * (LS_ERR_INVALID_ARGUMENT naming the first differing parameter), loads parameters and optimizer
+ * state into every rank's model/optimizer, sets the optimizer's step count and fills *state.
+ * path_out (may be NULL) receives the checkpoint's directory. On an error the model may be
+ * partly loaded. */
+ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *which, ls_module *model,
+                       ls_optimizer *opt, ls_ckpt_state *state, int *found, char *path_out,
+                       size_t path_len);
+
+/* Check one checkpoint directory: manifest present and well-formed, every listed file present
+ * with the recorded size and CRC32. *step (may be NULL) gets its step. Errors name the file. */
+ls_status ls_ckpt_verify(const char *ckpt_dir, int64_t *step);
+/* The newest checkpoint in dir that verifies (damaged newer ones are skipped with a warning) into
+ * path_out; *found = 0 when dir holds no checkpoint directories; an error when none verifies. */
+ls_status ls_ckpt_find_latest(const char *dir, char *path_out, size_t path_len, int *found);
+
+/* state.json: text of a state plus the model's signature (model may be NULL: no signature). The
+ * returned string is malloc'd. */
+ls_status ls_ckpt_state_to_json(const ls_ckpt_state *state, ls_module *model, char **out);
+/* Parse state.json text (len bytes, no terminator needed); name labels errors. With model, also
+ * compare the signature: LS_ERR_INVALID_ARGUMENT naming the first differing parameter. */
+ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls_module *model,
+                              ls_ckpt_state *out);
+/* Warn (log) about settings that differ between a saved state and this run's (world size, batch,
+ * seed, schedule, optimizer hyperparameters); returns how many differ. */
+int ls_ckpt_warn_changes(const ls_ckpt_state *saved, const ls_ckpt_state *now);
+
+/* Where to continue in the saved epoch with a global batch of global_batch samples per step:
+ * *step_in_epoch = ceil(epoch_samples / global_batch) (*exact = 0 when that rounds up, i.e. the
+ * world size or batch changed and the saved position is not on a step boundary: a few samples
+ * of that epoch are skipped); past the last step it moves to the start of the next epoch.
+ * Bitwise continuation is promised only for the same world size and batch. */
+void ls_ckpt_resume_position(const ls_ckpt_state *state, int64_t global_batch, int64_t steps_per_epoch,
+                             int64_t *epoch, int64_t *step_in_epoch, int *exact);
+
+/* ---------------------------------------------------------------- preemption
+ * What a scheduler sends before it preempts or cancels a job (Slurm, Kubernetes: SIGTERM; a
+ * terminal: SIGINT). The handler only records the signal; the training loop asks after each step
+ * whether any rank got one, so every rank stops after the same step, saves and exits. A second
+ * signal of the same kind on a rank kills that process at once (the default action). The flag is
+ * process-wide, as signals are. */
+ls_status ls_preempt_install(void);
+/* Restore the previous handlers and clear the flag. */
+void ls_preempt_uninstall(void);
+/* The signal this process received (SIGTERM or SIGINT), 0 if none. */
+int ls_preempt_pending(void);
+/* Collective: *signum = the largest signal number pending on any rank, 0 if none. */
+ls_status ls_preempt_agree(ls_comm *comm, int *signum);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,492 @@
+/* test_ckpt.c: training checkpoints on a tiny MLP. Save/load round trips (SGD and AdamW: every
+ * parameter and state byte, the step counts, the state fields), the on-disk layout, --keep-last,
+ * auto-resume falling back past a damaged newest checkpoint, each bad input (truncated,
+ * bit-flipped, missing file, missing manifest, wrong model, wrong dtype, wrong optimizer) as a
+ * status and a message naming the file and the problem, a crash at each stage of a save (a forked
+ * child killed by LOCKSTEP_CKPT_CRASH_AT) leaving the previous checkpoint loadable, the resume
+ * position at a new world size, and the preemption flag. Run alone (self) or under mpirun: loads
+ * are broadcast from rank 0, and a failure on rank 0 fails every rank with the same message. */
+#include <dirent.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "testutil.h"
+
+static ls_ctx *ctx;
+static ls_comm *comm;
+static int rank, world;
+static char root[64]; /* rank 0's scratch directory */
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void rm_rf(const char *p) { nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+static ls_module *make_model(int64_t hidden, ls_dtype dt, uint64_t seed) {
+    ls_module *m;
+    int64_t sizes[3] = {4, hidden, 3};
+    LS_REQUIRE_OK(ls_mlp_create(ctx, dt, 3, sizes, LS_ACT_RELU, seed, &m));
+    return m;
+}
+
+static ls_optimizer *make_opt(ls_module *m, ls_optim_kind kind) {
+    ls_tensor *p[8], *g[8];
+    int n = ls_module_num_params(m);
+    for (int i = 0; i < n; i++) {
+        p[i] = ls_module_param(m, i);
+        g[i] = ls_module_grad(m, i);
+    }
+    ls_optim_config c = ls_optim_defaults(kind);
+    ls_optimizer *o;
+    LS_REQUIRE_OK(ls_optimizer_create(ctx, n, p, g, &c, &o));
+    return o;
+}
+
+/* Deterministic contents, different for each salt (and rank, so a load must overwrite them). */
+static void fill(ls_tensor *t, int salt) {
+    int64_t n = ls_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        double v = (double)((i * 7 + salt * 13) % 23) / 8.0 - 1.0;
+        if (t->dtype == LS_F64) ((double *)t->data)[i] = v;
+        else ((float *)t->data)[i] = (float)v;
+    }
+}
+
+static void fill_all(ls_module *m, ls_optimizer *o, int salt) {
+    for (int i = 0; i < ls_module_num_params(m); i++) {
+        fill(ls_module_param(m, i), salt + i);
+        for (int s = 0; o && s < 2; s++)
+            if (ls_optimizer_state(o, i, s)) fill(ls_optimizer_state(o, i, s), salt + 50 * (s + 1) + i);
+    }
+    if (o) ls_optimizer_set_num_steps(o, 100 + salt);
+}
+
+/* 1 when every parameter and state tensor of (a, oa) equals (b, ob) byte for byte. */
+static int same_all(ls_module *a, ls_optimizer *oa, ls_module *b, ls_optimizer *ob) {
+    for (int i = 0; i < ls_module_num_params(a); i++) {
+        ls_tensor *x = ls_module_param(a, i), *y = ls_module_param(b, i);
+        if (memcmp(x->data, y->data, ls_tensor_nbytes(x)) != 0) return 0;
+        for (int s = 0; oa && s < 2; s++) {
+            ls_tensor *u = ls_optimizer_state(oa, i, s), *v = ls_optimizer_state(ob, i, s);
+            if ((u == NULL) != (v == NULL)) return 0;
+            if (u && memcmp(u->data, v->data, ls_tensor_nbytes(u)) != 0) return 0;
+        }
+    }
+    return !oa || ls_optimizer_num_steps(oa) == ls_optimizer_num_steps(ob);
+}
+
+static ls_ckpt_state make_state(int64_t step, ls_optim_kind kind) {
+    ls_ckpt_state s;
+    memset(&s, 0, sizeof s);
+    s.step = step;
+    s.epoch = 2;
+    s.epoch_samples = 640;
+    s.steps_per_epoch = 32;
+    s.world_size = 2;
+    s.batch_per_rank = 16;
+    s.accum_steps = 1;
+    s.seed = 18446744073709551557ull; /* beyond 2^53: must survive exactly */
+    s.lr = (ls_lr_schedule){0.05f, 0.001f, 100, 960};
+    s.optim = ls_optim_defaults(kind);
+    s.n_loss_scaler = 2;
+    snprintf(s.loss_scaler[0].key, sizeof s.loss_scaler[0].key, "scale");
+    s.loss_scaler[0].value = 65536;
+    snprintf(s.loss_scaler[1].key, sizeof s.loss_scaler[1].key, "growth_tracker");
+    s.loss_scaler[1].value = 17;
+    s.n_rng = 1;
+    snprintf(s.rng[0].name, sizeof s.rng[0].name, "dropout");
+    ls_rng_init(&s.rng[0].rng, 99);
+    (void)ls_rng_u32(&s.rng[0].rng); /* partly consumed: offset 1, 3 words left */
+    return s;
+}
+
+static void path_of(char *out, size_t len, const char *dir, int64_t step, const char *file) {
+    if (file) snprintf(out, len, "%s/step-%08lld/%s", dir, (long long)step, file);
+    else snprintf(out, len, "%s/step-%08lld", dir, (long long)step);
+}
+
+static void save(const char *dir, int keep, ls_module *m, ls_optimizer *o, int64_t step, ls_optim_kind kind) {
+    ls_ckpt_state s = make_state(step, kind);
+    char p[LS_CKPT_PATH_MAX], want[LS_CKPT_PATH_MAX];
+    LS_REQUIRE_OK(ls_ckpt_save(comm, ctx, dir, keep, m, o, &s, p, sizeof p));
+    path_of(want, sizeof want, dir, step, NULL);
+    LS_EXPECT(strcmp(p, want) == 0);
+}
+
+static int count_entries(const char *dir, const char *suffix) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name), sl = strlen(suffix);
+        if (e->d_name[0] != '.' && l >= sl && strcmp(e->d_name + l - sl, suffix) == 0) n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static void read_text(const char *p, char *buf, size_t len) {
+    FILE *f = fopen(p, "r");
+    size_t n = f ? fread(buf, 1, len - 1, f) : 0;
+    buf[n] = '\0';
+    if (f) fclose(f);
+}
+
+static void test_round_trip(ls_optim_kind kind) {
+    char dir[128], p[LS_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/rt-%s/nested", root, kind == LS_OPTIM_SGD ? "sgd" : "adamw");
+    ls_module *a = make_model(8, LS_F32, 1), *b = make_model(8, LS_F32, 2);
+    ls_optimizer *oa = make_opt(a, kind), *ob = make_opt(b, kind);
+    fill_all(a, oa, 1);
+    fill_all(b, ob, 2 + rank);
+    save(dir, 3, a, oa, 20, kind);
+    LS_EXPECT(!same_all(a, oa, b, ob));
+    ls_ckpt_state got, want = make_state(20, kind);
+    int found = 0;
+    LS_REQUIRE_OK(ls_ckpt_load(comm, ctx, dir, "auto", b, ob, &got, &found, p, sizeof p));
+    LS_EXPECT(found == 1);
+    if (rank == 0) LS_EXPECT(same_all(a, oa, b, ob));
+    else LS_EXPECT(ls_optimizer_num_steps(ob) == 101); /* rank 0's value, broadcast */
+    LS_EXPECT(got.step == 20 && got.epoch == 2 && got.epoch_samples == 640 && got.steps_per_epoch == 32);
+    LS_EXPECT(got.world_size == 2 && got.batch_per_rank == 16 && got.accum_steps == 1);
+    LS_EXPECT(got.seed == want.seed && got.optim_steps == 101);
+    LS_EXPECT(memcmp(&got.lr, &want.lr, sizeof want.lr) == 0);
+    LS_EXPECT(got.optim.kind == kind && got.optim.lr == want.optim.lr && got.optim.beta2 == want.optim.beta2 &&
+              got.optim.eps == want.optim.eps && got.optim.momentum == want.optim.momentum);
+    LS_EXPECT(got.n_loss_scaler == 2 && strcmp(got.loss_scaler[1].key, "growth_tracker") == 0 &&
+              got.loss_scaler[0].value == 65536 && got.loss_scaler[1].value == 17);
+    LS_EXPECT(got.n_rng == 1 && strcmp(got.rng[0].name, "dropout") == 0 &&
+              memcmp(&got.rng[0].rng, &want.rng[0].rng, sizeof want.rng[0].rng) == 0);
+    /* The restored stream continues with the same numbers as the saved one. */
+    LS_EXPECT(ls_rng_u32(&got.rng[0].rng) == ls_rng_u32(&want.rng[0].rng));
+    if (rank == 0) {
+        char txt[64];
+        snprintf(p, sizeof p, "%s/latest", dir);
+        read_text(p, txt, sizeof txt);
+        LS_EXPECT(strcmp(txt, "step-00000020\n") == 0);
+        path_of(p, sizeof p, dir, 20, NULL);
+        LS_EXPECT(count_entries(p, ".safetensors") == 2 && count_entries(p, ".json") == 2 &&
+                  count_entries(p, ".tmp") == 0);
+        /* Optimizer tensor names follow PyTorch's state names. */
+        path_of(p, sizeof p, dir, 20, "optimizer.safetensors");
+        ls_safetensors *f;
+        LS_REQUIRE_OK(ls_safetensors_open(p, &f));
+        if (kind == LS_OPTIM_SGD)
+            LS_EXPECT(ls_safetensors_count(f) == 4 && ls_safetensors_find(f, "0.weight.momentum"));
+        else
+            LS_EXPECT(ls_safetensors_count(f) == 8 && ls_safetensors_find(f, "2.bias.exp_avg") &&
+                      ls_safetensors_find(f, "2.bias.exp_avg_sq"));
+        LS_EXPECT(strcmp(ls_safetensors_metadata(f, "optimizer"), kind == LS_OPTIM_SGD ? "sgd" : "adamw") == 0);
+        ls_safetensors_close(f);
+        path_of(p, sizeof p, dir, 20, "model.safetensors");
+        LS_REQUIRE_OK(ls_safetensors_open(p, &f));
+        LS_EXPECT(ls_safetensors_count(f) == 4 && strcmp(ls_safetensors_tensor(f, 0)->name, "0.weight") == 0 &&
+                  strcmp(ls_safetensors_metadata(f, "format"), "pt") == 0);
+        ls_safetensors_close(f);
+    }
+    ls_optimizer_destroy(oa);
+    ls_optimizer_destroy(ob);
+    ls_module_destroy(a);
+    ls_module_destroy(b);
+}
+
+static void test_keep_last_and_fallback(void) {
+    char dir[128], p[LS_CKPT_PATH_MAX], q[LS_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/keep", root);
+    ls_module *a = make_model(8, LS_F32, 1), *b = make_model(8, LS_F32, 2);
+    ls_optimizer *oa = make_opt(a, LS_OPTIM_SGD), *ob = make_opt(b, LS_OPTIM_SGD);
+    for (int s = 1; s <= 5; s++) {
+        fill_all(a, oa, s);
+        save(dir, 2, a, oa, s, LS_OPTIM_SGD);
+    }
+    if (rank == 0) {
+        LS_EXPECT(count_entries(dir, "") == 3); /* step-4, step-5, latest */
+        path_of(p, sizeof p, dir, 4, NULL);
+        LS_EXPECT(access(p, F_OK) == 0);
+        path_of(p, sizeof p, dir, 3, NULL);
+        LS_EXPECT(access(p, F_OK) != 0);
+        int found = 0;
+        LS_REQUIRE_OK(ls_ckpt_find_latest(dir, p, sizeof p, &found));
+        path_of(q, sizeof q, dir, 5, NULL);
+        LS_EXPECT(found && strcmp(p, q) == 0);
+        /* Flip one bit in the newest's weights: auto falls back to step 4, with a warning. */
+        path_of(p, sizeof p, dir, 5, "model.safetensors");
+        FILE *f = fopen(p, "r+b");
+        LS_REQUIRE(f && fseek(f, 200, SEEK_SET) == 0);
+        int c = fgetc(f);
+        fseek(f, 200, SEEK_SET);
+        fputc(c ^ 0x10, f);
+        fclose(f);
+        LS_REQUIRE_OK(ls_ckpt_find_latest(dir, p, sizeof p, &found));
+        path_of(q, sizeof q, dir, 4, NULL);
+        LS_EXPECT(found && strcmp(p, q) == 0);
+    }
+    fill_all(a, oa, 4);
+    ls_ckpt_state st;
+    int found = 0;
+    LS_REQUIRE_OK(ls_ckpt_load(comm, ctx, dir, "auto", b, ob, &st, &found, p, sizeof p));
+    path_of(q, sizeof q, dir, 4, NULL);
+    LS_EXPECT(found && st.step == 4 && strcmp(p, q) == 0);
+    LS_EXPECT(same_all(a, oa, b, ob));
+    /* A directory with no checkpoints: nothing found, no error; the same for one that is missing. */
+    snprintf(q, sizeof q, "%s/empty", root);
+    if (rank == 0) mkdir(q, 0755);
+    LS_REQUIRE_OK(ls_ckpt_load(comm, ctx, q, "auto", b, ob, &st, &found, p, sizeof p));
+    LS_EXPECT(found == 0);
+    snprintf(q, sizeof q, "%s/missing", root);
+    LS_REQUIRE_OK(ls_ckpt_load(comm, ctx, q, NULL, b, ob, &st, &found, p, sizeof p));
+    LS_EXPECT(found == 0);
+    /* An explicit PATH naming the top directory works like auto there. */
+    LS_REQUIRE_OK(ls_ckpt_load(comm, ctx, "unused", dir, b, ob, &st, &found, p, sizeof p));
+    LS_EXPECT(found && st.step == 4);
+    ls_optimizer_destroy(oa);
+    ls_optimizer_destroy(ob);
+    ls_module_destroy(a);
+    ls_module_destroy(b);
+}
+
+/* Damage one checkpoint in a fresh copy; expect the load of PATH to fail with status and needle. */
+typedef enum { TRUNCATE, BITFLIP, REMOVE, NONE } damage;
+
+static void expect_load_error(const char *tag, damage d, const char *file, ls_module *m, ls_optimizer *o,
+                              ls_status want, const char *needle) {
+    char dir[128], ck[LS_CKPT_PATH_MAX], p[LS_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/bad-%s", root, tag);
+    ls_module *src = make_model(8, LS_F32, 1);
+    ls_optimizer *so = make_opt(src, LS_OPTIM_SGD);
+    fill_all(src, so, 3);
+    save(dir, 0, src, so, 7, LS_OPTIM_SGD);
+    path_of(ck, sizeof ck, dir, 7, NULL);
+    path_of(p, sizeof p, dir, 7, file);
+    if (rank == 0) {
+        struct stat sb;
+        LS_REQUIRE(file == NULL || stat(p, &sb) == 0);
+        if (d == TRUNCATE) LS_REQUIRE(truncate(p, sb.st_size - 100) == 0);
+        if (d == REMOVE) LS_REQUIRE(unlink(p) == 0);
+        if (d == BITFLIP) {
+            FILE *f = fopen(p, "r+b");
+            LS_REQUIRE(f && fseek(f, sb.st_size - 5, SEEK_SET) == 0);
+            int c = fgetc(f);
+            fseek(f, sb.st_size - 5, SEEK_SET);
+            fputc(c ^ 1, f);
+            fclose(f);
+        }
+    }
+    ls_ckpt_state st;
+    int found = 7;
+    char out[LS_CKPT_PATH_MAX] = "";
+    ls_status s = ls_ckpt_load(comm, ctx, NULL, ck, m, o, &st, &found, out, sizeof out);
+    const char *msg = ls_last_error();
+    int ok = s == want && strstr(msg, needle) && found == 0 && (file == NULL || strstr(msg, p)) &&
+             (rank == 0 || strstr(msg, "(on rank 0)"));
+    if (!ok) {
+        fprintf(stderr, "rank %d, %s: got %s '%s', expected %s naming '%s' with '%s'\n", rank, tag, ls_status_name(s),
+                msg, ls_status_name(want), file ? p : "-", needle);
+        ls_test_failures++;
+    }
+    /* auto over the same directory fails the same way: its only checkpoint is damaged. */
+    if (d != NONE) {
+        s = ls_ckpt_load(comm, ctx, dir, "auto", m, o, &st, &found, out, sizeof out);
+        LS_EXPECT(s == want && strstr(ls_last_error(), "no valid checkpoint in") && strstr(ls_last_error(), needle));
+    }
+    ls_optimizer_destroy(so);
+    ls_module_destroy(src);
+}
+
+static void test_bad_inputs(void) {
+    ls_module *m = make_model(8, LS_F32, 5);
+    ls_optimizer *o = make_opt(m, LS_OPTIM_SGD);
+    expect_load_error("truncated", TRUNCATE, "model.safetensors", m, o, LS_ERR_FORMAT,
+                      "bytes but the manifest records");
+    expect_load_error("truncated2", TRUNCATE, "model.safetensors", m, o, LS_ERR_FORMAT, "(truncated)");
+    expect_load_error("bitflip", BITFLIP, "optimizer.safetensors", m, o, LS_ERR_FORMAT,
+                      "does not match the manifest's");
+    expect_load_error("bitflip-state", BITFLIP, "state.json", m, o, LS_ERR_FORMAT, "(the file is damaged)");
+    expect_load_error("missing", REMOVE, "optimizer.safetensors", m, o, LS_ERR_IO,
+                      "is missing (listed in the manifest): the checkpoint is incomplete");
+    expect_load_error("nomanifest", REMOVE, "manifest.json", m, o, LS_ERR_IO,
+                      "is an incomplete checkpoint or not a checkpoint");
+    ls_module *wide = make_model(9, LS_F32, 5);
+    ls_optimizer *wo = make_opt(wide, LS_OPTIM_SGD);
+    expect_load_error("wrong-model", NONE, "state.json", wide, wo, LS_ERR_INVALID_ARGUMENT,
+                      "parameter 0 is '0.weight' [8, 4] F32 in the checkpoint but '0.weight' [9, 4] F32 in this model");
+    ls_module *f64 = make_model(8, LS_F64, 5);
+    ls_optimizer *fo = make_opt(f64, LS_OPTIM_SGD);
+    expect_load_error("wrong-dtype", NONE, "state.json", f64, fo, LS_ERR_INVALID_ARGUMENT,
+                      "'0.weight' [8, 4] F32 in the checkpoint but '0.weight' [8, 4] F64 in this model");
+    ls_optimizer *ao = make_opt(m, LS_OPTIM_ADAMW);
+    expect_load_error("wrong-optimizer", NONE, "optimizer.safetensors", m, ao, LS_ERR_INVALID_ARGUMENT,
+                      "the checkpoint's optimizer is sgd but this run's is adamw");
+    char nodir[128];
+    snprintf(nodir, sizeof nodir, "%s/nowhere/step-00000001", root);
+    ls_ckpt_state st;
+    int found;
+    LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, NULL, nodir, m, o, &st, &found, NULL, 0), LS_ERR_IO,
+                  "no such checkpoint directory");
+    ls_optimizer_destroy(ao);
+    ls_optimizer_destroy(fo);
+    ls_module_destroy(f64);
+    ls_optimizer_destroy(wo);
+    ls_module_destroy(wide);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+}
+
+/* A save killed at each stage leaves step 1 loadable (step 2 once its directory is renamed); the
+ * next save clears the debris. Forks, so rank 0 / single process only. */
+static void test_crash_stages(void) {
+    static const char *stages[] = {"mid-write", "tmpfile", "before-manifest", "before-rename", "before-latest"};
+    for (int k = 0; k < 5; k++) {
+        char dir[128], p[LS_CKPT_PATH_MAX], q[LS_CKPT_PATH_MAX], txt[64];
+        snprintf(dir, sizeof dir, "%s/crash-%s", root, stages[k]);
+        ls_module *a = make_model(8, LS_F32, 1), *b = make_model(8, LS_F32, 2);
+        ls_optimizer *oa = make_opt(a, LS_OPTIM_SGD), *ob = make_opt(b, LS_OPTIM_SGD);
+        fill_all(a, oa, 1);
+        LS_REQUIRE_OK(ls_ckpt_save(NULL, ctx, dir, 3, a, oa, &(ls_ckpt_state){.step = 1, .world_size = 1,
+                                   .batch_per_rank = 1, .accum_steps = 1}, NULL, 0));
+        fflush(NULL);
+        pid_t pid = fork();
+        LS_REQUIRE(pid >= 0);
+        if (pid == 0) {
+            setenv("LOCKSTEP_CKPT_CRASH_AT", stages[k], 1);
+            fill_all(a, oa, 2);
+            ls_ckpt_state s2 = make_state(2, LS_OPTIM_SGD);
+            ls_ckpt_save(NULL, ctx, dir, 1, a, oa, &s2, NULL, 0);
+            _exit(3); /* not reached: the save kills this process */
+        }
+        int ws;
+        LS_REQUIRE(waitpid(pid, &ws, 0) == pid);
+        LS_EXPECT(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+        int late = strcmp(stages[k], "before-latest") == 0;
+        int found = 0;
+        LS_REQUIRE_OK(ls_ckpt_find_latest(dir, p, sizeof p, &found));
+        path_of(q, sizeof q, dir, late ? 2 : 1, NULL);
+        if (!found || strcmp(p, q) != 0) {
+            fprintf(stderr, "crash at %s: resume would pick '%s', expected '%s'\n", stages[k], found ? p : "-", q);
+            ls_test_failures++;
+        }
+        ls_ckpt_state st;
+        LS_REQUIRE_OK(ls_ckpt_load(NULL, ctx, dir, "auto", b, ob, &st, &found, NULL, 0));
+        fill_all(a, oa, late ? 2 : 1);
+        LS_EXPECT(found && st.step == (late ? 2 : 1) && same_all(a, oa, b, ob));
+        /* latest still names step 1: it is updated only after the directory is complete. */
+        snprintf(p, sizeof p, "%s/latest", dir);
+        read_text(p, txt, sizeof txt);
+        LS_EXPECT(strcmp(txt, "step-00000001\n") == 0);
+        LS_EXPECT(count_entries(dir, ".tmp") == (late ? 0 : 1));
+        /* The next save removes the debris and prunes as asked. */
+        LS_REQUIRE_OK(ls_ckpt_save(NULL, ctx, dir, 1, a, oa, &(ls_ckpt_state){.step = 3, .world_size = 1,
+                                   .batch_per_rank = 1, .accum_steps = 1}, NULL, 0));
+        LS_EXPECT(count_entries(dir, ".tmp") == 0 && count_entries(dir, "") == 2);
+        ls_optimizer_destroy(oa);
+        ls_optimizer_destroy(ob);
+        ls_module_destroy(a);
+        ls_module_destroy(b);
+    }
+}
+
+static void test_state_json(void) {
+    ls_ckpt_state s = make_state(5, LS_OPTIM_ADAMW), got;
+    char *text;
+    LS_REQUIRE_OK(ls_ckpt_state_to_json(&s, NULL, &text));
+    LS_REQUIRE_OK(ls_ckpt_state_parse(text, strlen(text), "x.json", NULL, &got));
+    LS_EXPECT(got.seed == s.seed && got.step == 5 && got.optim.kind == LS_OPTIM_ADAMW);
+    /* Without the model signature a model check cannot pass. */
+    ls_module *m = make_model(8, LS_F32, 1);
+    LS_EXPECT_ERR(ls_ckpt_state_parse(text, strlen(text), "x.json", m, &got), LS_ERR_FORMAT,
+                  "'x.json': \"model\" (the model signature) is missing");
+    char *bad = strdup(text);
+    char *at = strstr(bad, "\"epoch_samples\"");
+    LS_REQUIRE(at);
+    memcpy(at, "\"epoch_sample_\"", 15);
+    LS_EXPECT_ERR(ls_ckpt_state_parse(bad, strlen(bad), "x.json", NULL, &got), LS_ERR_FORMAT,
+                  "'x.json': \"epoch_samples\" is missing or not a non-negative integer");
+    LS_EXPECT_ERR(ls_ckpt_state_parse(text, strlen(text) / 2, "x.json", NULL, &got), LS_ERR_FORMAT,
+                  "'x.json': not valid JSON");
+    LS_EXPECT_ERR(ls_ckpt_state_parse("{\"format\":\"lockstep-state\",\"version\":2}", 39, "x.json", NULL, &got),
+                  LS_ERR_UNSUPPORTED, "state version 2 is not 1");
+    free(bad);
+    free(text);
+    ls_module_destroy(m);
+}
+
+static void test_resume_position(void) {
+    ls_ckpt_state s;
+    memset(&s, 0, sizeof s);
+    s.epoch = 1;
+    s.epoch_samples = 640; /* 20 steps of 2 ranks x 16 */
+    int64_t e, j;
+    int exact;
+    ls_ckpt_resume_position(&s, 32, 32, &e, &j, &exact); /* same world and batch */
+    LS_EXPECT(e == 1 && j == 20 && exact);
+    ls_ckpt_resume_position(&s, 48, 21, &e, &j, &exact); /* 3 ranks: 640/48 = 13.3 -> 14 */
+    LS_EXPECT(e == 1 && j == 14 && !exact);
+    ls_ckpt_resume_position(&s, 16, 63, &e, &j, &exact); /* 1 rank x 16 */
+    LS_EXPECT(e == 1 && j == 40 && exact);
+    ls_ckpt_resume_position(&s, 100, 7, &e, &j, &exact); /* 640 -> step 7 = the end: next epoch */
+    LS_EXPECT(e == 2 && j == 0 && !exact);
+}
+
+static void test_preempt(void) {
+    LS_EXPECT(ls_preempt_pending() == 0);
+    LS_REQUIRE_OK(ls_preempt_install());
+    int sig = -1;
+    LS_REQUIRE_OK(ls_preempt_agree(NULL, &sig));
+    LS_EXPECT(sig == 0);
+    raise(SIGTERM); /* handled: recorded, the process lives on */
+    LS_EXPECT(ls_preempt_pending() == SIGTERM);
+    LS_REQUIRE_OK(ls_preempt_agree(NULL, &sig));
+    LS_EXPECT(sig == SIGTERM);
+    ls_preempt_uninstall();
+    LS_EXPECT(ls_preempt_pending() == 0);
+    /* A second signal of the same kind ends the process at once, by that signal. */
+    fflush(NULL);
+    pid_t pid = fork();
+    LS_REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ls_preempt_install();
+        raise(SIGINT);
+        if (ls_preempt_pending() != SIGINT) _exit(4);
+        raise(SIGINT);
+        _exit(5);
+    }
+    int ws;
+    LS_REQUIRE(waitpid(pid, &ws, 0) == pid);
+    LS_EXPECT(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGINT);
+}
+
+int main(void) {
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
+    LS_REQUIRE_OK(ls_comm_create(ctx, NULL, &comm));
+    rank = ls_comm_rank(comm);
+    world = ls_comm_world(comm);
+    snprintf(root, sizeof root, "/tmp/ls_ckpt_XXXXXX");
+    if (rank == 0) LS_REQUIRE(mkdtemp(root) != NULL);
+    LS_REQUIRE_OK(ls_comm_broadcast_host(comm, root, (int64_t)sizeof root, LS_U8, 0));
+
+    test_round_trip(LS_OPTIM_SGD);
+    test_round_trip(LS_OPTIM_ADAMW);
+    test_keep_last_and_fallback();
+    test_bad_inputs();
+    if (world == 1) {
+        test_crash_stages();
+        test_state_json();
+        test_resume_position();
+        test_preempt();
+    }
+    if (rank == 0) rm_rf(root);
+    ls_comm_destroy(comm);
+    ls_ctx_destroy(ctx);
+    LS_TEST_END();
+}

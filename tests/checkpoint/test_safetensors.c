@@ -1,0 +1,221 @@
+/* test_safetensors.c: the safetensors writer produces the exact bytes of the format (checked for a
+ * tiny tensor byte for byte), round-trips every lockstep dtype with metadata through memory and a
+ * file, and the reader rejects each kind of malformed file with LS_ERR_FORMAT and a message naming
+ * the file and, where there is one, the tensor. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "testutil.h"
+
+#define NAME "t.safetensors"
+
+/* A file from a header text and raw data, the header length given explicitly when hl_override >= 0. */
+static unsigned char *make(const char *hdr, const void *data, size_t dlen, long long hl_override, size_t *len) {
+    size_t hl = strlen(hdr);
+    *len = 8 + hl + dlen;
+    unsigned char *b = malloc(*len + 1);
+    uint64_t v = hl_override >= 0 ? (uint64_t)hl_override : hl;
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+    memcpy(b + 8, hdr, hl);
+    if (dlen) memcpy(b + 8 + hl, data, dlen);
+    return b;
+}
+
+/* Expect opening hdr+data to fail with LS_ERR_FORMAT and a message holding the file name and needle. */
+static void expect_bad(const char *hdr, size_t dlen, long long hl, const char *needle) {
+    static const unsigned char zeros[64];
+    size_t len;
+    unsigned char *b = make(hdr, zeros, dlen, hl, &len);
+    ls_safetensors *f = NULL;
+    ls_status s = ls_safetensors_open_memory(b, len, NAME, &f);
+    if (s != LS_ERR_FORMAT || !strstr(ls_last_error(), needle) || !strstr(ls_last_error(), "'" NAME "'") || f) {
+        fprintf(stderr, "header %s: got %s '%s', expected format error with '%s'\n", hdr, ls_status_name(s),
+                ls_last_error(), needle);
+        ls_test_failures++;
+    }
+    ls_safetensors_close(f);
+    free(b);
+}
+
+static void test_exact_bytes(void) {
+    float w[2] = {1.0f, -2.0f};
+    ls_tensor t = ls_tensor_view(w, LS_F32, ls_device_cpu(), 1, (int64_t[]){2});
+    const ls_tensor *ts[] = {&t};
+    const char *names[] = {"w"};
+    void *buf;
+    size_t len;
+    LS_REQUIRE_OK(ls_safetensors_serialize(1, names, ts, NULL, NULL, &buf, &len));
+    /* {"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}} is 54 bytes, padded with 2 spaces to 56. */
+    static const unsigned char want[] = {
+        56, 0, 0, 0, 0, 0, 0, 0, '{', '"', 'w', '"', ':', '{', '"', 'd', 't', 'y', 'p', 'e', '"', ':', '"', 'F', '3',
+        '2', '"', ',', '"', 's', 'h', 'a', 'p', 'e', '"', ':', '[', '2', ']', ',', '"', 'd', 'a', 't', 'a', '_', 'o',
+        'f', 'f', 's', 'e', 't', 's', '"', ':', '[', '0', ',', '8', ']', '}', '}', ' ', ' ', 0x00, 0x00, 0x80, 0x3f,
+        0x00, 0x00, 0x00, 0xc0};
+    LS_EXPECT(len == sizeof want);
+    LS_EXPECT(len == sizeof want && memcmp(buf, want, len) == 0);
+    free(buf);
+
+    /* With metadata, "__metadata__" comes first, as Python's safetensors writes it. */
+    const char *meta[] = {"format", "pt", NULL};
+    LS_REQUIRE_OK(ls_safetensors_serialize(1, names, ts, meta, NULL, &buf, &len));
+    const char *hdr = "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8;
+    LS_EXPECT(len == 8 + padded + 8);
+    LS_EXPECT(((unsigned char *)buf)[0] == padded && memcmp((char *)buf + 8, hdr, hl) == 0);
+    for (size_t i = hl; i < padded; i++) LS_EXPECT(((char *)buf)[8 + i] == ' ');
+    free(buf);
+}
+
+static void test_round_trip(void) {
+    float a[6] = {0.5f, -1.25f, 3.0f, 1e-30f, -0.0f, 7.0f};
+    double b[4] = {1.0 / 3.0, -2.5, 1e300, 0.0};
+    int32_t c[1] = {-123456};
+    uint8_t d[3] = {0, 127, 255};
+    uint16_t h[2] = {0x3c00, 0xc000}, bf[2] = {0x3f80, 0x4049};
+    ls_tensor ts[6] = {ls_tensor_view(a, LS_F32, ls_device_cpu(), 2, (int64_t[]){2, 3}),
+                       ls_tensor_view(b, LS_F64, ls_device_cpu(), 1, (int64_t[]){4}),
+                       ls_tensor_view(c, LS_I32, ls_device_cpu(), 1, (int64_t[]){1}),
+                       ls_tensor_view(d, LS_U8, ls_device_cpu(), 3, (int64_t[]){1, 3, 1}),
+                       ls_tensor_view(h, LS_F16, ls_device_cpu(), 1, (int64_t[]){2}),
+                       ls_tensor_view(bf, LS_BF16, ls_device_cpu(), 1, (int64_t[]){2})};
+    const ls_tensor *tp[6] = {&ts[0], &ts[1], &ts[2], &ts[3], &ts[4], &ts[5]};
+    const char *names[6] = {"layer.weight", "b", "c", "d", "half", "brain"};
+    const char *dtn[6] = {"F32", "F64", "I32", "U8", "F16", "BF16"};
+    const char *meta[] = {"format", "pt", "note", "x\"y\\z", NULL};
+    char dir[] = "/tmp/ls_st_XXXXXX", path[128], tmp[140];
+    LS_REQUIRE(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    LS_REQUIRE_OK(ls_safetensors_write(path, 6, names, tp, meta, NULL));
+    LS_EXPECT(access(tmp, F_OK) != 0); /* renamed into place */
+    ls_safetensors *f;
+    LS_REQUIRE_OK(ls_safetensors_open(path, &f));
+    LS_EXPECT(ls_safetensors_count(f) == 6);
+    LS_EXPECT(ls_safetensors_metadata(f, "format") && strcmp(ls_safetensors_metadata(f, "format"), "pt") == 0);
+    LS_EXPECT(ls_safetensors_metadata(f, "note") && strcmp(ls_safetensors_metadata(f, "note"), "x\"y\\z") == 0);
+    LS_EXPECT(ls_safetensors_metadata(f, "absent") == NULL);
+    LS_EXPECT(ls_safetensors_find(f, "absent") == NULL);
+    for (int i = 0; i < 6; i++) {
+        const ls_safetensors_info *in = ls_safetensors_tensor(f, i);
+        LS_EXPECT(strcmp(in->name, names[i]) == 0); /* file order = the order written */
+        LS_EXPECT(strcmp(in->dtype_name, dtn[i]) == 0 && in->has_dtype && in->dtype == ts[i].dtype);
+        LS_EXPECT(in->ndim == ts[i].ndim && in->nbytes == ls_tensor_nbytes(&ts[i]));
+        LS_EXPECT(memcmp(in->data, ts[i].data, in->nbytes) == 0);
+        unsigned char out[64];
+        ls_tensor o = ls_tensor_view(out, ts[i].dtype, ls_device_cpu(), ts[i].ndim, ts[i].shape);
+        LS_REQUIRE_OK(ls_safetensors_read(f, names[i], NULL, &o));
+        LS_EXPECT(memcmp(out, ts[i].data, in->nbytes) == 0);
+    }
+    /* Wrong dtype, wrong shape, missing name: errors naming the file and the tensor. */
+    double wrong[6];
+    ls_tensor o = ls_tensor_view(wrong, LS_F64, ls_device_cpu(), 2, (int64_t[]){2, 3});
+    LS_EXPECT_ERR(ls_safetensors_read(f, "layer.weight", NULL, &o), LS_ERR_INVALID_ARGUMENT,
+                  "w.safetensors': tensor 'layer.weight' is F32 but F64 is expected");
+    float wf[6];
+    o = ls_tensor_view(wf, LS_F32, ls_device_cpu(), 2, (int64_t[]){3, 2});
+    LS_EXPECT_ERR(ls_safetensors_read(f, "layer.weight", NULL, &o), LS_ERR_INVALID_ARGUMENT,
+                  "tensor 'layer.weight' has shape [2, 3] but [3, 2] is expected");
+    LS_EXPECT_ERR(ls_safetensors_read(f, "nope", NULL, &o), LS_ERR_FORMAT, "w.safetensors': no tensor 'nope'");
+    ls_safetensors_close(f);
+    unlink(path);
+    rmdir(dir);
+
+    /* Writer input errors. */
+    const char *dup[2] = {"x", "x"};
+    void *buf;
+    size_t len;
+    LS_EXPECT_ERR(ls_safetensors_serialize(2, dup, tp, NULL, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
+                  "tensor name 'x' appears twice");
+    const char *reserved[1] = {"__metadata__"};
+    LS_EXPECT_ERR(ls_safetensors_serialize(1, reserved, tp, NULL, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
+                  "empty or reserved name");
+    /* No tensors at all is a valid file: "{}" padded. */
+    LS_REQUIRE_OK(ls_safetensors_serialize(0, NULL, NULL, NULL, NULL, &buf, &len));
+    LS_EXPECT(len == 16 && memcmp((char *)buf + 8, "{}      ", 8) == 0);
+    LS_REQUIRE_OK(ls_safetensors_open_memory(buf, len, NAME, &f));
+    LS_EXPECT(ls_safetensors_count(f) == 0);
+    ls_safetensors_close(f);
+    free(buf);
+}
+
+static void test_bad_files(void) {
+    const char *ok = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    /* The valid baseline opens. */
+    static const unsigned char zeros[16];
+    size_t len;
+    unsigned char *b = make(ok, zeros, 8, -1, &len);
+    ls_safetensors *f;
+    LS_REQUIRE_OK(ls_safetensors_open_memory(b, len, NAME, &f));
+    ls_safetensors_close(f);
+    /* Truncations at every length: never accepted, never a crash. */
+    for (size_t cut = 0; cut < len; cut++) {
+        ls_status s = ls_safetensors_open_memory(b, cut, NAME, &f);
+        LS_EXPECT(s == LS_ERR_FORMAT && strstr(ls_last_error(), "'" NAME "'"));
+    }
+    LS_EXPECT_ERR(ls_safetensors_open_memory(b, 5, NAME, &f), LS_ERR_FORMAT, "5 bytes is too short");
+    LS_EXPECT_ERR(ls_safetensors_open_memory(b, len - 3, NAME, &f), LS_ERR_FORMAT,
+                  "tensor 'a' (data_offsets [0, 8]) ends beyond the 5 bytes of data (truncated?)");
+    free(b);
+
+    expect_bad(ok, 8, 1000, "header length 1000 exceeds the 62 bytes after it (truncated?)");
+    expect_bad(ok, 8, 200000000, "exceeds the format's limit");
+    expect_bad(" {}", 0, -1, "does not start with '{'");
+    expect_bad("{\"a\":", 0, -1, "not valid JSON");
+    expect_bad("{} x", 0, -1, "bytes after its JSON object");
+    expect_bad("{\"\xff\":1}", 0, -1, "not valid UTF-8");
+    expect_bad("[]", 0, -1, "does not start with '{'");
+    expect_bad("{\"a\":1}", 0, -1, "tensor 'a' is not a JSON object");
+    expect_bad("{\"a\":{\"dtype\":\"F17\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, -1,
+               "tensor 'a' has unknown dtype 'F17'");
+    expect_bad("{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, -1, "tensor 'a' has no \"dtype\" string");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, -1,
+               "tensor 'a' has a shape entry that is not a non-negative integer");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,8]}}", 8, -1,
+               "not a non-negative integer");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, -1,
+               "tensor 'a': shape [3] of F32 needs 12 bytes but data_offsets [0, 8] span 8");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, -1, "invalid \"data_offsets\"");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8, -1, "invalid \"data_offsets\"");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,8]}}", 8, -1,
+               "overflows");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+               "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+               12, -1, "tensor 'b' (data_offsets [4, 12]) overlaps the tensor before it");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, -1,
+               "4 unused bytes before tensor 'a'");
+    expect_bad(ok, 12, -1, "4 bytes after the last tensor's data");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+               "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+               8, -1, "tensor 'a' appears more than once");
+    expect_bad("{\"__metadata__\":{\"k\":1}}", 0, -1, "\"__metadata__\" value 'k' is not a string");
+    expect_bad("{\"__metadata__\":[]}", 0, -1, "\"__metadata__\" is not an object");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, -1,
+               "tensor 'a' has 9 dimensions");
+
+    /* A type lockstep lacks (I64) is read and described, but not loaded into an f32 tensor. */
+    int64_t v = 5;
+    b = make("{\"i\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[0,8]}}", &v, 8, -1, &len);
+    LS_REQUIRE_OK(ls_safetensors_open_memory(b, len, NAME, &f));
+    const ls_safetensors_info *in = ls_safetensors_find(f, "i");
+    LS_EXPECT(in && !in->has_dtype && in->ndim == 0 && in->numel == 1 && in->elem_size == 8);
+    float x;
+    ls_tensor o = ls_tensor_view(&x, LS_F32, ls_device_cpu(), 1, (int64_t[]){1});
+    LS_EXPECT_ERR(ls_safetensors_read(f, "i", NULL, &o), LS_ERR_INVALID_ARGUMENT, "tensor 'i' is I64 but F32 is expected");
+    ls_safetensors_close(f);
+    free(b);
+
+    /* A missing file names itself. */
+    LS_EXPECT_ERR(ls_safetensors_open("/nonexistent/x.safetensors", &f), LS_ERR_IO,
+                  "'/nonexistent/x.safetensors': cannot open");
+}
+
+int main(void) {
+    test_exact_bytes();
+    test_round_trip();
+    test_bad_files();
+    LS_TEST_END();
+}
