@@ -1,7 +1,9 @@
-/* train.c: the training step: gather a micro-batch on the host, copy it to the device, forward,
- * loss, backward with the reducer's gradient hook, optimizer step. */
+/* train.c: the training step: gather a micro-batch on the host, copy it to the device (and cast
+ * it to f16/bf16 under mixed precision), forward, loss (scaled for fp16), backward with the
+ * reducer's gradient hook, unscale and inf/NaN check, clipping, optimizer step. */
 #include "train.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,8 +22,12 @@ struct ls_trainer {
     float *hx;             /* host staging [cap, features] */
     int32_t *hy;
     ls_tensor *x, *y;      /* device copies */
+    ls_tensor *xl;         /* the batch cast to f16/bf16 [cap, features] (mixed precision) */
     int n_params;
     ls_tensor **grads;
+    ls_loss_scaler scaler;
+    int64_t inject_step;   /* LOCKSTEP_AMP_INJECT_INF: step and rank; -1 off */
+    int inject_rank;
 };
 
 static ls_status reducer_hook(void *user, int i) { return ls_reducer_grad_ready(user, i); }
@@ -37,6 +43,7 @@ void ls_trainer_destroy(ls_trainer *t) {
     free(t->hx);
     free(t->hy);
     free(t->grads);
+    ls_tensor_destroy(t->xl);
     if (t->model) ls_module_set_grad_hook(t->model, NULL, NULL);
     free(t);
 }
@@ -63,6 +70,19 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     }
     for (int i = 0; i < t->n_params; i++) t->grads[i] = ls_module_grad(model, i);
     LS_CHECK_GOTO(ls_xent_create(ctx, &t->loss), s, fail);
+    ls_loss_scaler_init(&t->scaler, cfg->precision == LS_PRECISION_FP16);
+    t->inject_step = -1;
+    const char *inj = getenv("LOCKSTEP_AMP_INJECT_INF");
+    if (inj && *inj) {
+        long long st = -1;
+        int rk = -1;
+        if (sscanf(inj, "%lld:%d", &st, &rk) < 1 || st < 0) {
+            s = ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_AMP_INJECT_INF='%s' is not STEP[:RANK]", inj);
+            goto fail;
+        }
+        t->inject_step = st;
+        t->inject_rank = rk >= 0 ? rk : (comm ? ls_comm_world(comm) - 1 : 0);
+    }
     if (t->comm) {
         ls_tensor **params = malloc((size_t)t->n_params * sizeof *params);
         const char **names = malloc((size_t)t->n_params * sizeof *names);
@@ -132,6 +152,39 @@ static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t
     return ls_tensor_copy(t->ctx->alloc, t->y, &hy);
 }
 
+/* The model's input: the batch itself, or its f16/bf16 cast under mixed precision. */
+static ls_status model_input(ls_trainer *t, const ls_tensor **in) {
+    ls_dtype lt = ls_precision_dtype(t->cfg.precision);
+    if (lt == LS_F32) {
+        *in = t->x;
+        return LS_OK;
+    }
+    if (!t->xl || t->xl->shape[1] != t->x->shape[1] || t->xl->shape[0] < t->x->shape[0]) {
+        ls_tensor_destroy(t->xl);
+        t->xl = NULL;
+        LS_CHECK(ls_tensor_create(t->ctx->alloc, lt, 2, (int64_t[]){t->cap, t->x->shape[1]}, "low-precision input batch",
+                                  &t->xl));
+    }
+    t->xl->shape[0] = t->x->shape[0];
+    LS_CHECK(ls_op_convert(t->ctx, t->x, t->xl));
+    *in = t->xl;
+    return LS_OK;
+}
+
+ls_loss_scaler *ls_trainer_loss_scaler(ls_trainer *t) { return &t->scaler; }
+
+/* Test hook: an inf in one gradient element on one rank, after the exchange. */
+static ls_status inject_inf(ls_trainer *t) {
+    int rank = t->comm ? ls_comm_rank(t->comm) : 0;
+    if (t->steps != t->inject_step || rank != t->inject_rank) return LS_OK;
+    float inf = 1.0f / 0.0f;
+    ls_tensor *g = t->grads[0];
+    ls_tensor one = ls_tensor_view(&inf, LS_F32, ls_device_cpu(), 1, (int64_t[]){1});
+    ls_tensor dst = ls_tensor_view(g->data, LS_F32, g->device, 1, (int64_t[]){1});
+    LS_LOG_W("LOCKSTEP_AMP_INJECT_INF: an inf gradient on rank %d at step %lld", rank, (long long)t->steps);
+    return ls_tensor_copy(t->ctx->alloc, &dst, &one);
+}
+
 ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats) {
     int64_t b = t->cfg.batch_per_rank;
@@ -144,7 +197,8 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
     memset(&st, 0, sizeof st);
     st.global_samples = global_count;
     LS_CHECK(ls_module_zero_grad(t->model));
-    double scale = 1.0 / (double)global_count;
+    st.loss_scale = t->scaler.scale;
+    double scale = t->scaler.scale / (double)global_count;
     for (int k = 0; k < accum; k++) {
         int last = k == accum - 1;
         int64_t lo = k * b, hi = lo + b < count ? lo + b : count;
@@ -155,10 +209,11 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
         }
         if (n > 0) {
             LS_CHECK(load_batch(t, data, idx + lo, n));
-            const ls_tensor *logits, *dlogits;
+            const ls_tensor *in, *logits, *dlogits;
             double mean_loss;
             int64_t correct;
-            LS_CHECK(ls_module_forward(t->model, t->x, &logits));
+            LS_CHECK(model_input(t, &in));
+            LS_CHECK(ls_module_forward(t->model, in, &logits));
             LS_CHECK(ls_xent_forward(t->loss, logits, t->y, &mean_loss));
             LS_CHECK(ls_xent_correct(t->loss, logits, t->y, &correct));
             st.loss_sum += mean_loss * (double)n;
@@ -172,10 +227,20 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             LS_CHECK(ls_reducer_finish(t->reducer)); /* grads never marked ready (no samples) count as ready */
         }
     }
-    if (t->cfg.clip_grad_norm > 0)
-        LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm, &st.grad_norm));
+    if (t->inject_step >= 0) LS_CHECK(inject_inf(t));
+    if (t->cfg.precision != LS_PRECISION_FP32 || t->inject_step >= 0) {
+        /* GradScaler: unscale (fp16), then skip the step on every rank if any rank saw inf/NaN */
+        int found_inf = 0;
+        LS_CHECK(ls_loss_scaler_unscale(&t->scaler, t->ctx, t->comm, t->n_params, t->grads, &found_inf));
+        st.skipped = found_inf;
+        ls_loss_scaler_update(&t->scaler, found_inf);
+    }
     st.lr = ls_lr_at(&t->cfg.lr, t->steps);
-    LS_CHECK(ls_optimizer_step(t->opt, st.lr));
+    if (!st.skipped) {
+        if (t->cfg.clip_grad_norm > 0) /* on unscaled gradients */
+            LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm, &st.grad_norm));
+        LS_CHECK(ls_optimizer_step(t->opt, st.lr));
+    }
     t->steps++;
     if (stats) *stats = st;
     return LS_OK;
@@ -187,17 +252,23 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
     if (chunk < 256) chunk = 256;
     *loss_sum = 0;
     *correct = 0;
-    for (int64_t lo = 0; lo < count; lo += chunk) {
+    ls_status s = LS_OK;
+    ls_module_set_training(t->model, 0); /* dropout off */
+    for (int64_t lo = 0; lo < count && s == LS_OK; lo += chunk) {
         int64_t n = count - lo < chunk ? count - lo : chunk;
-        LS_CHECK(load_batch(t, data, idx + lo, n));
-        const ls_tensor *logits;
+        const ls_tensor *in, *logits;
         double mean_loss;
-        int64_t c;
-        LS_CHECK(ls_module_forward(t->model, t->x, &logits));
-        LS_CHECK(ls_xent_forward(t->loss, logits, t->y, &mean_loss));
-        LS_CHECK(ls_xent_correct(t->loss, logits, t->y, &c));
-        *loss_sum += mean_loss * (double)n;
-        *correct += c;
+        int64_t c = 0;
+        s = load_batch(t, data, idx + lo, n);
+        if (s == LS_OK) s = model_input(t, &in);
+        if (s == LS_OK) s = ls_module_forward(t->model, in, &logits);
+        if (s == LS_OK) s = ls_xent_forward(t->loss, logits, t->y, &mean_loss);
+        if (s == LS_OK) s = ls_xent_correct(t->loss, logits, t->y, &c);
+        if (s == LS_OK) {
+            *loss_sum += mean_loss * (double)n;
+            *correct += c;
+        }
     }
-    return LS_OK;
+    ls_module_set_training(t->model, 1);
+    return s;
 }

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "amp.h"
 #include "comm.h"
 #include "data.h"
 #include "ddp.h"
@@ -25,6 +26,7 @@ typedef struct ls_train_config {
     ls_lr_schedule lr;
     double clip_grad_norm;  /* 0: off */
     ls_reducer_config buckets;
+    ls_precision precision; /* fp32 (default), fp16 (with loss scaling) or bf16 */
 } ls_train_config;
 
 typedef struct ls_step_stats {
@@ -34,6 +36,8 @@ typedef struct ls_step_stats {
     int64_t global_samples;
     float lr;
     double grad_norm;   /* before clipping (0 when clipping is off) */
+    int skipped;        /* fp16: an inf/NaN gradient on some rank; the optimizer step was skipped */
+    double loss_scale;  /* the scale this step's backward used (1 without loss scaling) */
 } ls_step_stats;
 
 typedef struct ls_trainer ls_trainer;
@@ -51,6 +55,12 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
 int64_t ls_trainer_num_steps(const ls_trainer *t);
 /* Set the step count (the learning-rate schedule's position), e.g. after loading a checkpoint. */
 void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps);
+
+/* The loss scaler (fp16: GradScaler semantics; otherwise disabled), for checkpoints and reports.
+ * Test hook: LOCKSTEP_AMP_INJECT_INF=STEP[:RANK] puts an inf into one gradient on RANK (default
+ * the last rank) after the all-reduce of step STEP (0-based), so only combining the found-inf
+ * flag across ranks makes the other ranks skip that step too. */
+ls_loss_scaler *ls_trainer_loss_scaler(ls_trainer *t);
 
 /* Sum of loss and correct over a shard of a data set (no gradients); *count gets the samples. */
 ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,

@@ -30,6 +30,8 @@ typedef struct options {
     uint64_t seed;
     const char *data_dir, *device, *comm, *dump_params, *hidden, *activation, *sampler;
     int progress; /* -1 auto */
+    const char *precision;
+    int ckpt_segments; /* activation checkpointing: segments, 0 off */
     int64_t max_steps, save_every, keep_last;
     const char *checkpoint_dir, *resume, *log_steps;
 } options;
@@ -46,7 +48,11 @@ static void usage(FILE *f) {
             "  --momentum X          SGD momentum (default 0.9)\n"
             "  --weight-decay X      weight decay (default 0 for sgd, 0.01 for adamw)\n"
             "  --warmup-steps N      linear warmup steps before the cosine decay (default 100)\n"
-            "  --clip-grad-norm X    clip the global gradient norm to X (default off)\n"
+            "  --clip-grad-norm X    clip the global gradient norm to X (default off; fp16: after unscaling)\n"
+            "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations and GEMM inputs with\n"
+            "                        f32 master weights; fp16 adds dynamic loss scaling (GradScaler's rules)\n"
+            "  --checkpoint-activations[=N]  recompute activations in backward: the layers split into N\n"
+            "                        segments (default 2) whose inner activations are not kept\n"
             "  --hidden A,B,...      hidden layer sizes (default 512,256)\n"
             "  --activation relu|gelu (default relu)\n"
             "  --seed N              seed for initialization and shuffling (default 42)\n"
@@ -122,6 +128,7 @@ static int parse_options(int argc, char **argv, options *o) {
     o->activation = "relu";
     o->sampler = "pad";
     o->progress = -1;
+    o->precision = "fp32";
     o->keep_last = 3;
     o->checkpoint_dir = "checkpoints";
     static const struct option longopts[] = {
@@ -129,7 +136,8 @@ static int parse_options(int argc, char **argv, options *o) {
         {"accum-steps", required_argument, 0, 'A'},   {"optimizer", required_argument, 0, 'o'},
         {"lr", required_argument, 0, 'l'},            {"momentum", required_argument, 0, 'm'},
         {"weight-decay", required_argument, 0, 'w'},  {"warmup-steps", required_argument, 0, 'W'},
-        {"clip-grad-norm", required_argument, 0, 'c'}, {"hidden", required_argument, 0, 'H'},
+        {"clip-grad-norm", required_argument, 0, 'c'}, {"precision", required_argument, 0, 1001},
+        {"checkpoint-activations", optional_argument, 0, 1002}, {"hidden", required_argument, 0, 'H'},
         {"activation", required_argument, 0, 'a'},    {"seed", required_argument, 0, 's'},
         {"train-limit", required_argument, 0, 'T'},   {"test-limit", required_argument, 0, 't'},
         {"sampler", required_argument, 0, 'S'},       {"data-dir", required_argument, 0, 'd'},
@@ -153,6 +161,12 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'w': if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1; break;
         case 'W': if (parse_i64("--warmup-steps", optarg, 0, &o->warmup)) return -1; break;
         case 'c': if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1; break;
+        case 1001: o->precision = optarg; break;
+        case 1002:
+            o->ckpt_segments = 2;
+            if (optarg && parse_i64("--checkpoint-activations", optarg, 1, &v)) return -1;
+            if (optarg) o->ckpt_segments = (int)v;
+            break;
         case 'H': o->hidden = optarg; break;
         case 'a': o->activation = optarg; break;
         case 's': if (parse_i64("--seed", optarg, 0, &v)) return -1; o->seed = (uint64_t)v; break;
@@ -252,9 +266,17 @@ static ls_status truncate_step_log(const char *path, int64_t last) {
 }
 
 static ls_status save_checkpoint(ls_comm *comm, ls_ctx *ctx, const options *o, ls_module *model, ls_optimizer *opt,
-                                 const ls_ckpt_state *run, int64_t step, int64_t epoch, int64_t epoch_samples,
-                                 char *path, size_t len) {
+                                 ls_trainer *tr, const ls_ckpt_state *run, int64_t step, int64_t epoch,
+                                 int64_t epoch_samples, char *path, size_t len) {
     ls_ckpt_state st = *run;
+    const ls_loss_scaler *sc = ls_trainer_loss_scaler(tr);
+    if (sc->enabled) {
+        st.n_loss_scaler = 2;
+        snprintf(st.loss_scaler[0].key, sizeof st.loss_scaler[0].key, "scale");
+        st.loss_scaler[0].value = sc->scale;
+        snprintf(st.loss_scaler[1].key, sizeof st.loss_scaler[1].key, "growth_tracker");
+        st.loss_scaler[1].value = (double)sc->growth_tracker;
+    }
     st.step = step;
     st.epoch = epoch;
     st.epoch_samples = epoch_samples;
@@ -315,7 +337,10 @@ int main(int argc, char **argv) {
 
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
+    ls_precision precision;
+    TRY("--precision", ls_precision_parse(o.precision, &precision));
     TRY("model", ls_mlp_create(ctx, LS_F32, n_sizes, sizes, act, o.seed, &model));
+    if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
     ls_optim_config oc = ls_optim_defaults(kind);
     if (o.lr >= 0) oc.lr = (float)o.lr;
     else if (kind == LS_OPTIM_SGD) oc.lr = 0.05f;
@@ -342,6 +367,7 @@ int main(int argc, char **argv) {
     tc.lr.warmup_steps = o.warmup;
     tc.lr.total_steps = steps * o.epochs;
     tc.clip_grad_norm = o.clip;
+    tc.precision = precision;
     tc.buckets.first_bucket_bytes = 0; /* defaults / environment */
     tc.buckets.bucket_bytes = 0;
     TRY("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
@@ -374,6 +400,12 @@ int main(int argc, char **argv) {
                                      sizeof ckpt_path));
         if (found) {
             ls_trainer_set_num_steps(trainer, saved.step);
+            ls_loss_scaler *sc = ls_trainer_loss_scaler(trainer);
+            for (int k = 0; k < saved.n_loss_scaler; k++) {
+                if (strcmp(saved.loss_scaler[k].key, "scale") == 0) sc->scale = saved.loss_scaler[k].value;
+                if (strcmp(saved.loss_scaler[k].key, "growth_tracker") == 0)
+                    sc->growth_tracker = (int64_t)saved.loss_scaler[k].value;
+            }
             last_saved = saved.step;
             ls_ckpt_resume_position(&saved, global_batch, steps, &start_epoch, &start_j, &exact);
             if (rank == 0) {
@@ -444,7 +476,7 @@ int main(int argc, char **argv) {
             pos_epoch = j + 1 == steps ? epoch + 1 : epoch;
             pos_samples = j + 1 == steps ? 0 : epoch_samples;
             if (sig || (o.save_every > 0 && gstep % o.save_every == 0)) {
-                TRY("checkpoint", save_checkpoint(comm, ctx, &o, model, opt, &run, gstep, pos_epoch, pos_samples,
+                TRY("checkpoint", save_checkpoint(comm, ctx, &o, model, opt, trainer, &run, gstep, pos_epoch, pos_samples,
                                                   ckpt_path, sizeof ckpt_path));
                 last_saved = gstep;
             }
@@ -490,7 +522,7 @@ int main(int argc, char **argv) {
     }
     if (max_reached && rank == 0) printf("fashion_mlp: stopped at step %lld (--max-steps)\n", (long long)gstep);
     if (o.save_every > 0 && gstep > 0 && gstep != last_saved)
-        TRY("checkpoint", save_checkpoint(comm, ctx, &o, model, opt, &run, gstep, pos_epoch, pos_samples, ckpt_path,
+        TRY("checkpoint", save_checkpoint(comm, ctx, &o, model, opt, trainer, &run, gstep, pos_epoch, pos_samples, ckpt_path,
                                           sizeof ckpt_path));
     if (o.dump_params && rank == 0) TRY("--dump-params", dump_params(ctx, model, o.dump_params));
 

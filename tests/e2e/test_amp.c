@@ -1,0 +1,134 @@
+/* test_amp.c: mixed precision in the trainer, alone or under mpirun.
+ * 1. fp16 with an overflow injected on the last rank at step 3 (LOCKSTEP_AMP_INJECT_INF, after
+ *    the all-reduce, so only the combined found-inf flag can tell the other ranks): every rank
+ *    skips exactly step 3 (parameters unchanged across it), the scale halves from 65536 to 32768,
+ *    and all ranks still hold identical parameters.
+ * 2. The peak of the allocator over a training step at batch 4096 is lower in bf16 and fp16 than
+ *    in fp32 (activations stored in 16 bits); printed and asserted (< 75%). */
+#include <stdlib.h>
+
+#include "comm.h"
+#include "data.h"
+#include "nn.h"
+#include "optim.h"
+#include "testutil.h"
+#include "train.h"
+
+static ls_comm *W;
+static ls_dataset *D;
+
+static float checksum(ls_module *m) {
+    double s = 0;
+    for (int i = 0; i < ls_module_num_params(m); i++) {
+        ls_tensor *p = ls_module_param(m, i);
+        for (int64_t k = 0; k < ls_tensor_numel(p); k++) s += ((float *)p->data)[k] * (double)((k % 7) + 1);
+    }
+    return (float)s;
+}
+
+static void build(ls_ctx *c, ls_comm *comm, ls_precision prec, int64_t b, ls_module **m, ls_optimizer **o,
+                  ls_trainer **t) {
+    int64_t sizes[4] = {784, 512, 256, 10};
+    LS_REQUIRE_OK(ls_mlp_create(c, LS_F32, 4, sizes, LS_ACT_RELU, 11, m));
+    ls_tensor *p[6], *g[6];
+    for (int i = 0; i < 6; i++) {
+        p[i] = ls_module_param(*m, i);
+        g[i] = ls_module_grad(*m, i);
+    }
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+    oc.lr = 0.05f;
+    LS_REQUIRE_OK(ls_optimizer_create(c, 6, p, g, &oc, o));
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = b;
+    tc.accum_steps = 1;
+    tc.lr.base_lr = oc.lr;
+    tc.precision = prec;
+    LS_REQUIRE_OK(ls_trainer_create(c, comm, *m, *o, &tc, t));
+}
+
+static void overflow_case(void) {
+    int rank = ls_comm_rank(W), world = ls_comm_world(W);
+    ls_ctx *c;
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c));
+    setenv("LOCKSTEP_AMP_INJECT_INF", "3", 1); /* the last rank */
+    ls_module *m;
+    ls_optimizer *o;
+    ls_trainer *t;
+    build(c, W, LS_PRECISION_FP16, 16, &m, &o, &t);
+    unsetenv("LOCKSTEP_AMP_INJECT_INF");
+    ls_sampler *s;
+    LS_REQUIRE_OK(ls_sampler_create(D->n, rank, world, 3, 1, LS_SAMPLER_PAD, &s));
+    int64_t idx[16];
+    float before = 0;
+    for (int k = 0; k < 6; k++) {
+        int64_t count, global;
+        ls_step_stats st;
+        LS_REQUIRE_OK(ls_sampler_batch(s, k, 16, idx, &count, &global));
+        float sum0 = checksum(m);
+        LS_REQUIRE_OK(ls_trainer_step(t, D, idx, count, global, &st));
+        float sum1 = checksum(m);
+        LS_EXPECT(st.skipped == (k == 3));
+        LS_EXPECT((sum0 == sum1) == (k == 3)); /* only the skipped step leaves the weights alone */
+        LS_EXPECT(st.loss_scale == (k <= 3 ? 65536.0 : 32768.0));
+        if (k == 3) before = sum0;
+    }
+    LS_EXPECT(ls_trainer_loss_scaler(t)->scale == 32768.0);
+    LS_EXPECT(ls_trainer_loss_scaler(t)->skipped == 1);
+    /* identical on every rank */
+    float mine = checksum(m), r0 = mine;
+    LS_REQUIRE_OK(ls_comm_broadcast(W, &r0, 1, LS_F32, 0));
+    LS_EXPECT(mine == r0);
+    LS_EXPECT(before != 0);
+    if (rank == 0) printf("fp16: injected overflow on rank %d skipped step 3 on all %d ranks; scale 65536 -> 32768\n", world - 1, world);
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+    ls_sampler_destroy(s);
+    ls_ctx_destroy(c);
+}
+
+static size_t step_peak(ls_precision prec) {
+    ls_allocator *h;
+    LS_REQUIRE_OK(ls_host_allocator_create(0, &h));
+    ls_ctx *c;
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), h, &c));
+    ls_module *m;
+    ls_optimizer *o;
+    ls_trainer *t;
+    int64_t B = 4096;
+    build(c, NULL, prec, B, &m, &o, &t);
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)B);
+    for (int64_t i = 0; i < B; i++) idx[i] = i % D->n;
+    LS_REQUIRE_OK(ls_trainer_step(t, D, idx, B, B, NULL));
+    ls_memory_stats st;
+    ls_allocator_stats(h, &st);
+    free(idx);
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+    ls_ctx_destroy(c);
+    ls_allocator_destroy(h);
+    return st.peak_bytes;
+}
+
+int main(void) {
+    ls_ctx *c0;
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c0));
+    LS_REQUIRE_OK(ls_comm_create(c0, NULL, &W));
+    if (ls_fashion_mnist_load(getenv("LOCKSTEP_FASHION_DIR"), 1, 4096, &D) != LS_OK)
+        LS_SKIP("Fashion-MNIST not available: %s", ls_last_error());
+    overflow_case();
+    if (ls_comm_rank(W) == 0) {
+        size_t p32 = step_peak(LS_PRECISION_FP32), pb = step_peak(LS_PRECISION_BF16), ph = step_peak(LS_PRECISION_FP16);
+        printf("peak memory of a training step at batch 4096: fp32 %.1f MiB, bf16 %.1f MiB (%.0f%%), fp16 %.1f MiB (%.0f%%)\n",
+               (double)p32 / 1048576, (double)pb / 1048576, 100.0 * (double)pb / (double)p32, (double)ph / 1048576,
+               100.0 * (double)ph / (double)p32);
+        LS_EXPECT(pb * 4 < p32 * 3);
+        LS_EXPECT(ph * 4 < p32 * 3);
+    }
+    ls_dataset_destroy(D);
+    ls_comm_destroy(W);
+    ls_ctx_destroy(c0);
+    LS_TEST_END();
+}
