@@ -70,18 +70,20 @@ static int run_sgemm(const int64_t *s, int n, int64_t B, int steps) {
 int main(int argc, char **argv) {
     int64_t B = 128;
     int steps = 400, sgemm = 0;
-    const char *dir = NULL;
+    const char *dir = NULL, *device = NULL;
     static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'}, {"steps", required_argument, 0, 'n'},
                                          {"data-dir", required_argument, 0, 'd'}, {"sgemm", no_argument, 0, 'g'},
-                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+                                         {"device", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'b') B = atoll(optarg);
         else if (c == 'n') steps = atoi(optarg);
         else if (c == 'd') dir = optarg;
         else if (c == 'g') sgemm = 1;
+        else if (c == 'D') device = optarg;
         else {
-            printf("usage: bench_mlp [--batch-size N] [--steps N] [--data-dir DIR] [--sgemm]\n");
+            printf("usage: bench_mlp [--batch-size N] [--steps N] [--data-dir DIR] [--device cpu|cuda[:N]] [--sgemm]\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -98,7 +100,11 @@ int main(int argc, char **argv) {
     ls_optimizer *opt;
     ls_trainer *tr;
     ls_sampler *smp;
-    CHECK("context", ls_ctx_create(ls_device_cpu(), NULL, &ctx));
+    ls_rank_info ri;
+    ls_device dev;
+    CHECK("rank discovery", ls_rank_discover(&ri));
+    CHECK("device", ls_device_select(device, ri.local_rank, &dev));
+    CHECK("context", ls_ctx_create(dev, NULL, &ctx));
     CHECK("communicator", ls_comm_create(ctx, NULL, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
     CHECK("data", ls_fashion_mnist_load(dir, 1, 0, &data));
@@ -123,10 +129,11 @@ int main(int argc, char **argv) {
     ls_step_stats st;
     for (int it = -20, j = 0; it < steps; it++, j++) {
         if (it == 0) {
+            CHECK("sync", ls_ctx_synchronize(ctx));
             CHECK("barrier", ls_comm_barrier(comm));
             t0 = now_s();
         }
-        if (j == per_epoch) {
+        if (j >= per_epoch) {
             j = 0;
             CHECK("epoch", ls_sampler_set_epoch(smp, ls_sampler_epoch(smp) + 1));
         }
@@ -134,6 +141,7 @@ int main(int argc, char **argv) {
         CHECK("batch", ls_sampler_batch(smp, j, B, idx, &count, &global));
         CHECK("step", ls_trainer_step(tr, data, idx, count, global, &st));
     }
+    CHECK("sync", ls_ctx_synchronize(ctx));
     CHECK("barrier", ls_comm_barrier(comm));
     double dt = now_s() - t0;
     if (rank == 0)

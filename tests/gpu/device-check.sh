@@ -8,7 +8,8 @@
 #   bash tests/gpu/device-check.sh [BUILD_DIR]        (BUILD_DIR: a carried build, optional)
 #
 # Environment: BUDGET_S (total seconds, default 450), JOBS (default 16), FASHION_DIR (data),
-# FASHION_CMD / TORCH_CMD (override the end-to-end commands; the lead fills these in).
+# FASHION_CMD (override the fashion_mlp command line). Data: $FASHION_DIR, else .data/fashion-mnist
+# (carried), else /usr/share/datasets/fashion-mnist.
 set -u
 set -o pipefail
 
@@ -122,42 +123,63 @@ else
 fi
 
 # ---- end to end: fashion_mlp on cuda ----
-DATA=${FASHION_DIR:-${LOCKSTEP_FASHION_DIR:-/usr/share/datasets/fashion-mnist}}
+# The GPU machine has no Debian data package: carry the data set in the ignored folder .data/
+# (cp -r /usr/share/datasets/fashion-mnist .data/) and name .data in the device tool's carry.
+DATA=${FASHION_DIR:-${LOCKSTEP_FASHION_DIR:-}}
+[ -z "$DATA" ] && [ -f "$ROOT/.data/fashion-mnist/train-images-idx3-ubyte.gz" ] && DATA=$ROOT/.data/fashion-mnist
+DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 MLP="$BUILD/examples/fashion_mlp/fashion_mlp"
-# PLACEHOLDER (lead): adjust the run; add a mixed-precision run once --precision exists.
+BENCH="$BUILD/cluster/bench/bench_mlp"
 FASHION_CMD=${FASHION_CMD:-"$MLP --device cuda --epochs 2 --no-progress --data-dir $DATA"}
-if [ "$BUILD_RC" -eq 0 ] && [ -x "$MLP" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+# mlp_run NAME LIMIT ARGS...: a fashion_mlp run with a summary row (accuracy, samples/s, peak)
+mlp_run() {
+    local name=$1 limit=$2
+    shift 2
     # shellcheck disable=SC2086
-    step fashion-mlp-cuda 120 env LOCKSTEP_LOG=info $FASHION_CMD
-    last=$(grep -E '^epoch [0-9]+ ' "$WORK/fashion-mlp-cuda.out" | tail -n 1)
-    acc=$(grep -oE 'test acc [0-9.]+%' <<<"$last")
-    sps=$(grep -oE '[0-9]+ samples/s' <<<"$last")
-    peak=$(grep -oE 'peak memory .*' <<<"$last")
-    add_row "fashion_mlp --device cuda" "$(result_of "$STEP_RC")" "${acc:-?}, ${sps:-?}, ${peak:-?}"
+    step "$name" "$limit" $FASHION_CMD "$@"
+    local last
+    last=$(grep -E '^epoch [0-9]+ ' "$WORK/$name.out" | tail -n 1)
+    add_row "fashion_mlp $*" "$(result_of "$STEP_RC")" \
+        "$(grep -oE 'test acc [0-9.]+%' <<<"$last"), $(grep -oE '[0-9]+ samples/s' <<<"$last"), $(grep -oE 'peak memory .*' <<<"$last")"
     [ "$STEP_RC" -ne 0 ] && FAILED=1
-    if "$MLP" --help 2>&1 | grep -q -- '--precision'; then
-        # shellcheck disable=SC2086
-        step fashion-mlp-cuda-bf16 120 $FASHION_CMD --precision bf16
-        last=$(grep -E '^epoch [0-9]+ ' "$WORK/fashion-mlp-cuda-bf16.out" | tail -n 1)
-        add_row "fashion_mlp --precision bf16" "$(result_of "$STEP_RC")" \
-            "$(grep -oE 'test acc [0-9.]+%' <<<"$last"), $(grep -oE '[0-9]+ samples/s' <<<"$last")"
-        [ "$STEP_RC" -ne 0 ] && FAILED=1
-    fi
+}
+if [ "$BUILD_RC" -eq 0 ] && [ -x "$MLP" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+    mlp_run fashion-mlp-cuda 120
+    mlp_run fashion-mlp-bf16 90 --precision bf16
+    mlp_run fashion-mlp-fp16-ckpt 90 --precision fp16 --checkpoint-activations
+    # checkpoints on the GPU: 60 steps with a save, then resume to 120; the resumed log continues
+    ck="$WORK/ckpt"
+    # shellcheck disable=SC2086
+    step ckpt-save 60 $FASHION_CMD --checkpoint-dir "$ck" --save-every 60 --max-steps 60 --log-steps "$WORK/steps.log"
+    # shellcheck disable=SC2086
+    step ckpt-resume 60 $FASHION_CMD --checkpoint-dir "$ck" --resume auto --max-steps 120 --log-steps "$WORK/steps.log"
+    n=$(wc -l <"$WORK/steps.log" 2>/dev/null || echo 0)
+    res=$(result_of "$STEP_RC")
+    [ "$n" -eq 120 ] || res=FAIL
+    add_row "checkpoint save + resume (cuda)" "$res" "$n of 120 step losses logged"
+    [ "$res" = pass ] || FAILED=1
 else
     add_row "fashion_mlp --device cuda" "NOT RUN" "no binary ($MLP) or no data in $DATA"
 fi
 
-# ---- the PyTorch peer on cuda ----
-# PLACEHOLDER (lead): the comparison command (cluster/bench/torch_mlp.py; batch and steps to match).
-TORCH_CMD=${TORCH_CMD:-"python3 $ROOT/cluster/bench/torch_mlp.py --device cuda --steps 400 --data-dir $DATA"}
+# ---- lockstep vs PyTorch eager on the same GPU, model, batch and precision (A B A B) ----
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null &&
-    [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
-    # shellcheck disable=SC2086
-    step torch-mlp-cuda 120 $TORCH_CMD
-    line=$(grep -E '^torch samples/s' "$WORK/torch-mlp-cuda.out" | tail -n 1)
-    add_row "torch_mlp.py --device cuda" "$(result_of "$STEP_RC")" "${line:-no result line}"
+    [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+    for b in 128 4096; do
+        steps=400
+        [ "$b" -eq 4096 ] && steps=100
+        for round in 1 2 3; do
+            step "lockstep-b$b-r$round" 60 "$BENCH" --device cuda --batch-size "$b" --steps "$steps" --data-dir "$DATA"
+            step "torch-b$b-r$round" 60 python3 "$ROOT/cluster/bench/torch_mlp.py" --device cuda --batch-size "$b" \
+                --steps "$steps" --data-dir "$DATA"
+        done
+        ls_ms=$(cat "$WORK"/lockstep-b$b-r*.out 2>/dev/null | grep -oE 'step_ms [0-9.]+' | awk '{print $2}' | sort -n | sed -n 2p)
+        pt_ms=$(cat "$WORK"/torch-b$b-r*.out 2>/dev/null | grep -oE 'step_ms [0-9.]+' | awk '{print $2}' | sort -n | sed -n 2p)
+        ratio=$(awk -v a="$ls_ms" -v b="$pt_ms" 'BEGIN { if (a > 0) printf "%.2fx", b / a; else print "?" }')
+        add_row "MLP fp32 batch $b: lockstep vs torch" "" "median step ${ls_ms:-?} ms vs ${pt_ms:-?} ms: $ratio (target >= 1.2x)"
+    done
 else
-    add_row "torch_mlp.py --device cuda" "NOT RUN" "no python3 torch with CUDA, or no data in $DATA"
+    add_row "lockstep vs torch (cuda)" "NOT RUN" "no python3 torch with CUDA, no bench_mlp, or no data"
 fi
 
 # ---- summary ----
