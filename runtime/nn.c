@@ -93,6 +93,7 @@ void ls_module_destroy(ls_module *m) {
     if (m->vt->destroy) m->vt->destroy(m);
     ls_tensor_destroy(m->y);
     ls_tensor_destroy(m->dx);
+    ls_tensor_destroy(m->mask);
     free(m->params);
     free(m->grads);
     free(m->names);

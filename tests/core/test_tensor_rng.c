@@ -21,8 +21,10 @@ int main(void) {
     ls_tensor *w;
     LS_REQUIRE_OK(ls_tensor_create(a, LS_F64, 1, (int64_t[]){12}, "w", &w));
     LS_EXPECT_ERR(ls_tensor_copy(NULL, w, t), LS_ERR_INVALID_ARGUMENT, "cannot copy [3, 4] f32 cpu into [12] f64 cpu");
-    LS_EXPECT_ERR(ls_tensor_create(a, LS_F32, 5, (int64_t[]){1, 1, 1, 1, 1}, "x", &u), LS_ERR_INVALID_ARGUMENT, "rank 5");
-    LS_EXPECT_ERR(ls_tensor_create(a, LS_F32, 1, (int64_t[]){-2}, "x", &u), LS_ERR_INVALID_ARGUMENT, "negative");
+    ls_tensor *bad = (ls_tensor *)1;
+    LS_EXPECT_ERR(ls_tensor_create(a, LS_F32, 5, (int64_t[]){1, 1, 1, 1, 1}, "x", &bad), LS_ERR_INVALID_ARGUMENT, "rank 5");
+    LS_EXPECT(bad == NULL);
+    LS_EXPECT_ERR(ls_tensor_create(a, LS_F32, 1, (int64_t[]){-2}, "x", &bad), LS_ERR_INVALID_ARGUMENT, "negative");
     ls_dtype dt;
     LS_REQUIRE_OK(ls_dtype_parse("bf16", &dt));
     LS_EXPECT(dt == LS_BF16 && ls_dtype_size(dt) == 2);
@@ -32,6 +34,7 @@ int main(void) {
     ls_memory_stats st;
     ls_allocator_stats(a, &st);
     LS_EXPECT(st.live_bytes == 48); /* u */
+    ls_tensor_destroy(u);
     ls_allocator_destroy(a);
 
     /* Random123 known-answer test: philox4x32_10(ctr 0, key 0) and (ctr all ones, key all ones). */
