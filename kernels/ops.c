@@ -274,3 +274,326 @@ ls_status ls_op_convert(ls_ctx *c, const ls_tensor *src, ls_tensor *dst) {
                         ls_tensor_describe(src, a, 64), ls_tensor_describe(dst, b, 64));
     return c->ops->convert(c->state, ls_tensor_numel(src), src->dtype, src->data, dst->dtype, dst->data);
 }
+
+/* ---- NCHW convolution, pooling, batch normalization, residual add ---- */
+int64_t ls_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad) {
+    if (stride < 1 || kernel < 1 || pad < 0 || in + 2 * pad < kernel) return 0;
+    return (in + 2 * pad - kernel) / stride + 1;
+}
+
+static ls_status entry(ls_ctx *c, const char *op, int present) {
+    if (!present)
+        return ls_error(LS_ERR_UNSUPPORTED, "%s is not implemented by the %s backend yet", op, c->ops->name);
+    return LS_OK;
+}
+
+/* t must be [d0, d1, d2, d3] of dtype dt. */
+static ls_status want4(const char *op, const char *name, const ls_tensor *t, ls_dtype dt, int64_t d0, int64_t d1,
+                       int64_t d2, int64_t d3) {
+    char a[64];
+    if (t->dtype != dt || t->ndim != 4 || t->shape[0] != d0 || t->shape[1] != d1 || t->shape[2] != d2 ||
+        t->shape[3] != d3)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: %s is %s, expected [%lld, %lld, %lld, %lld] %s", op, name,
+                        ls_tensor_describe(t, a, 64), (long long)d0, (long long)d1, (long long)d2, (long long)d3,
+                        ls_dtype_name(dt));
+    return LS_OK;
+}
+
+static ls_status nchw(const char *op, const char *name, const ls_tensor *t) {
+    char a[64];
+    if (t->ndim != 4)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: %s is %s, expected [N, C, H, W]", op, name,
+                        ls_tensor_describe(t, a, 64));
+    return LS_OK;
+}
+
+/* Fill p from x [N, C, H, W] and w [K, C/groups, R, S]; checks the geometry. */
+static ls_status conv_params(const char *op, const ls_tensor *x, const ls_tensor *w, int stride, int pad,
+                             int groups, ls_conv2d_params *p) {
+    char a[64], b[64];
+    LS_CHECK(nchw(op, "input", x));
+    LS_CHECK(nchw(op, "weight", w));
+    if (stride < 1 || pad < 0 || groups < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: stride %d, padding %d and groups %d must be >= 1, >= 0, >= 1",
+                        op, stride, pad, groups);
+    *p = (ls_conv2d_params){0};
+    p->N = x->shape[0];
+    p->C = x->shape[1];
+    p->H = x->shape[2];
+    p->W = x->shape[3];
+    p->K = w->shape[0];
+    p->R = w->shape[2];
+    p->S = w->shape[3];
+    p->stride_h = p->stride_w = stride;
+    p->pad_h = p->pad_w = pad;
+    p->groups = groups;
+    if (p->C % groups || p->K % groups)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: %lld input and %lld output channels are not divisible by %d groups",
+                        op, (long long)p->C, (long long)p->K, groups);
+    if (w->shape[1] != p->C / groups || p->R < 1 || p->S < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: weight %s does not fit input %s with %d groups (expected "
+                        "[K, %lld, R, S])", op, ls_tensor_describe(w, a, 64), ls_tensor_describe(x, b, 64), groups,
+                        (long long)(p->C / groups));
+    p->P = ls_conv_out_size(p->H, p->R, stride, pad);
+    p->Q = ls_conv_out_size(p->W, p->S, stride, pad);
+    if (p->P < 1 || p->Q < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: a %lldx%lld kernel does not fit the %lldx%lld input with padding %d",
+                        op, (long long)p->R, (long long)p->S, (long long)p->H, (long long)p->W, pad);
+    return LS_OK;
+}
+
+/* Workspace from the context's allocator for one call (NULL when none is needed). */
+static ls_status conv_ws(ls_ctx *c, ls_dtype t, const ls_conv2d_params *p, int backward, void **ws) {
+    size_t bytes = c->ops->conv2d_workspace ? c->ops->conv2d_workspace(c->state, t, p, backward) : 0;
+    *ws = NULL;
+    return bytes ? ls_alloc(c->alloc, bytes, "convolution workspace", ws) : LS_OK;
+}
+
+ls_status ls_op_conv2d_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b,
+                               ls_tensor *y, int stride, int pad, int groups) {
+    const char *op = "conv2d";
+    ls_conv2d_params p;
+    LS_CHECK(on_ctx(c, op, "input", x));
+    LS_CHECK(on_ctx(c, op, "weight", w));
+    LS_CHECK(on_ctx(c, op, "output", y));
+    LS_CHECK(conv_params(op, x, w, stride, pad, groups, &p));
+    LS_CHECK(want4(op, "weight", w, x->dtype, p.K, p.C / groups, p.R, p.S));
+    if (b) {
+        LS_CHECK(on_ctx(c, op, "bias", b));
+        LS_CHECK(want(op, "bias", b, x->dtype, 1, p.K, 0));
+    }
+    LS_CHECK(want4(op, "output", y, x->dtype, p.N, p.K, p.P, p.Q));
+    LS_CHECK(entry(c, op, c->ops->conv2d_fwd != NULL));
+    void *ws;
+    LS_CHECK(conv_ws(c, x->dtype, &p, 0, &ws));
+    ls_status s = c->ops->conv2d_fwd(c->state, x->dtype, &p, x->data, w->data, b ? b->data : NULL, y->data, ws);
+    ls_free(c->alloc, ws);
+    return s;
+}
+
+ls_status ls_op_conv2d_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *w,
+                                ls_tensor *dx, ls_tensor *dw, ls_tensor *db, int stride, int pad, int groups) {
+    const char *op = "conv2d backward";
+    ls_conv2d_params p;
+    LS_CHECK(on_ctx(c, op, "input", x));
+    LS_CHECK(on_ctx(c, op, "weight", w));
+    LS_CHECK(on_ctx(c, op, "output gradient", dy));
+    LS_CHECK(on_ctx(c, op, "weight gradient", dw));
+    LS_CHECK(conv_params(op, x, w, stride, pad, groups, &p));
+    ls_dtype t = x->dtype;
+    LS_CHECK(want4(op, "weight", w, t, p.K, p.C / groups, p.R, p.S));
+    LS_CHECK(want4(op, "output gradient", dy, t, p.N, p.K, p.P, p.Q));
+    LS_CHECK(want4(op, "weight gradient", dw, master(t), p.K, p.C / groups, p.R, p.S));
+    if (dx) {
+        LS_CHECK(on_ctx(c, op, "input gradient", dx));
+        LS_CHECK(want4(op, "input gradient", dx, t, p.N, p.C, p.H, p.W));
+    }
+    if (db) {
+        LS_CHECK(on_ctx(c, op, "bias gradient", db));
+        LS_CHECK(want(op, "bias gradient", db, master(t), 1, p.K, 0));
+    }
+    LS_CHECK(entry(c, op, c->ops->conv2d_bwd != NULL));
+    void *ws;
+    LS_CHECK(conv_ws(c, t, &p, 1, &ws));
+    ls_status s = c->ops->conv2d_bwd(c->state, t, &p, dy->data, x->data, w->data, dx ? dx->data : NULL, dw->data,
+                                     db ? db->data : NULL, ws);
+    ls_free(c->alloc, ws);
+    return s;
+}
+
+static ls_status pool_params(const char *op, ls_pool mode, int kernel, int stride, int pad, const ls_tensor *x,
+                             ls_pool2d_params *p) {
+    LS_CHECK(nchw(op, "input", x));
+    if (mode != LS_POOL_MAX && mode != LS_POOL_AVG)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: unknown pooling mode %d", op, (int)mode);
+    if (kernel < 1 || stride < 1 || pad < 0 || 2 * pad > kernel)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: kernel %d, stride %d, padding %d: need kernel >= 1, "
+                        "stride >= 1 and 0 <= padding <= kernel/2", op, kernel, stride, pad);
+    *p = (ls_pool2d_params){0};
+    p->N = x->shape[0];
+    p->C = x->shape[1];
+    p->H = x->shape[2];
+    p->W = x->shape[3];
+    p->kh = p->kw = kernel;
+    p->stride_h = p->stride_w = stride;
+    p->pad_h = p->pad_w = pad;
+    p->mode = mode;
+    p->count_include_pad = 1;
+    p->P = ls_conv_out_size(p->H, kernel, stride, pad);
+    p->Q = ls_conv_out_size(p->W, kernel, stride, pad);
+    if (p->P < 1 || p->Q < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: a %dx%d window does not fit the %lldx%lld input with padding %d",
+                        op, kernel, kernel, (long long)p->H, (long long)p->W, pad);
+    return LS_OK;
+}
+
+ls_status ls_op_pool2d_forward(ls_ctx *c, ls_pool mode, int kernel, int stride, int pad, const ls_tensor *x,
+                               ls_tensor *y) {
+    const char *op = mode == LS_POOL_AVG ? "average pooling" : "max pooling";
+    ls_pool2d_params p;
+    LS_CHECK(on_ctx(c, op, "input", x));
+    LS_CHECK(on_ctx(c, op, "output", y));
+    LS_CHECK(pool_params(op, mode, kernel, stride, pad, x, &p));
+    LS_CHECK(want4(op, "output", y, x->dtype, p.N, p.C, p.P, p.Q));
+    LS_CHECK(entry(c, op, c->ops->pool2d_fwd != NULL));
+    return c->ops->pool2d_fwd(c->state, x->dtype, &p, x->data, y->data);
+}
+
+ls_status ls_op_pool2d_backward(ls_ctx *c, ls_pool mode, int kernel, int stride, int pad, const ls_tensor *x,
+                                const ls_tensor *dy, ls_tensor *dx) {
+    const char *op = mode == LS_POOL_AVG ? "average pooling backward" : "max pooling backward";
+    ls_pool2d_params p;
+    LS_CHECK(on_ctx(c, op, "input", x));
+    LS_CHECK(on_ctx(c, op, "output gradient", dy));
+    LS_CHECK(on_ctx(c, op, "input gradient", dx));
+    LS_CHECK(pool_params(op, mode, kernel, stride, pad, x, &p));
+    LS_CHECK(want4(op, "output gradient", dy, x->dtype, p.N, p.C, p.P, p.Q));
+    LS_CHECK(same(op, "input gradient", dx, x));
+    LS_CHECK(entry(c, op, c->ops->pool2d_bwd != NULL));
+    return c->ops->pool2d_bwd(c->state, x->dtype, &p, x->data, dy->data, dx->data);
+}
+
+ls_status ls_op_global_avgpool_forward(ls_ctx *c, const ls_tensor *x, ls_tensor *y) {
+    const char *op = "global average pooling";
+    LS_CHECK(on_ctx(c, op, "input", x));
+    LS_CHECK(on_ctx(c, op, "output", y));
+    LS_CHECK(nchw(op, "input", x));
+    LS_CHECK(want(op, "output", y, x->dtype, 2, x->shape[0], x->shape[1]));
+    LS_CHECK(entry(c, op, c->ops->global_avgpool_fwd != NULL));
+    if (x->shape[2] * x->shape[3] < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the input has no pixels", op);
+    return c->ops->global_avgpool_fwd(c->state, x->dtype, x->shape[0] * x->shape[1], x->shape[2] * x->shape[3],
+                                      x->data, y->data);
+}
+
+ls_status ls_op_global_avgpool_backward(ls_ctx *c, const ls_tensor *dy, ls_tensor *dx) {
+    const char *op = "global average pooling backward";
+    LS_CHECK(on_ctx(c, op, "output gradient", dy));
+    LS_CHECK(on_ctx(c, op, "input gradient", dx));
+    LS_CHECK(nchw(op, "input gradient", dx));
+    LS_CHECK(want(op, "output gradient", dy, dx->dtype, 2, dx->shape[0], dx->shape[1]));
+    LS_CHECK(entry(c, op, c->ops->global_avgpool_bwd != NULL));
+    if (dx->shape[2] * dx->shape[3] < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the input has no pixels", op);
+    return c->ops->global_avgpool_bwd(c->state, dx->dtype, dx->shape[0] * dx->shape[1], dx->shape[2] * dx->shape[3],
+                                      dy->data, dx->data);
+}
+
+/* x [N, C] or [N, C, H, W]; every per-channel tensor [C] in the master dtype. */
+static ls_status bn_params(const char *op, const ls_tensor *x, double eps, int relu, ls_bn_params *p) {
+    char a[64];
+    if (x->ndim != 2 && x->ndim != 4)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: input is %s, expected [N, C] or [N, C, H, W]", op,
+                        ls_tensor_describe(x, a, 64));
+    if (!(eps > 0))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: epsilon %g must be > 0", op, eps);
+    *p = (ls_bn_params){0};
+    p->N = x->shape[0];
+    p->C = x->shape[1];
+    p->HW = x->ndim == 4 ? x->shape[2] * x->shape[3] : 1;
+    p->eps = eps;
+    p->relu = relu != 0;
+    return LS_OK;
+}
+
+static ls_status per_channel(ls_ctx *c, const char *op, const char *name, const ls_tensor *t, const ls_tensor *x) {
+    LS_CHECK(on_ctx(c, op, name, t));
+    return want(op, name, t, master(x->dtype), 1, x->shape[1], 0);
+}
+
+ls_status ls_op_batchnorm_stats(ls_ctx *c, const ls_tensor *x, ls_tensor *mean, ls_tensor *var) {
+    const char *op = "batch-norm statistics";
+    ls_bn_params p;
+    LS_CHECK(on_ctx(c, op, "input", x));
+    LS_CHECK(bn_params(op, x, 1.0, 0, &p));
+    LS_CHECK(per_channel(c, op, "mean", mean, x));
+    LS_CHECK(per_channel(c, op, "variance", var, x));
+    LS_CHECK(entry(c, op, c->ops->bn_stats != NULL));
+    return c->ops->bn_stats(c->state, x->dtype, &p, x->data, mean->data, var->data);
+}
+
+ls_status ls_op_batchnorm_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *mean, const ls_tensor *var,
+                                  const ls_tensor *gamma, const ls_tensor *beta, double eps, int relu,
+                                  ls_tensor *y) {
+    const char *op = "batch norm";
+    ls_bn_params p;
+    LS_CHECK(on_ctx(c, op, "input", x));
+    LS_CHECK(on_ctx(c, op, "output", y));
+    LS_CHECK(bn_params(op, x, eps, relu, &p));
+    LS_CHECK(per_channel(c, op, "mean", mean, x));
+    LS_CHECK(per_channel(c, op, "variance", var, x));
+    LS_CHECK(per_channel(c, op, "weight", gamma, x));
+    LS_CHECK(per_channel(c, op, "bias", beta, x));
+    LS_CHECK(same(op, "output", y, x));
+    LS_CHECK(entry(c, op, c->ops->bn_fwd != NULL));
+    return c->ops->bn_fwd(c->state, x->dtype, &p, x->data, mean->data, var->data, gamma->data, beta->data, y->data);
+}
+
+ls_status ls_op_batchnorm_backward_reduce(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *y,
+                                          const ls_tensor *mean, const ls_tensor *var, double eps, int relu,
+                                          ls_tensor *sum_dy, ls_tensor *sum_dy_xhat) {
+    const char *op = "batch-norm backward";
+    ls_bn_params p;
+    LS_CHECK(on_ctx(c, op, "input", x));
+    LS_CHECK(on_ctx(c, op, "output gradient", dy));
+    LS_CHECK(bn_params(op, x, eps, relu, &p));
+    LS_CHECK(same(op, "output gradient", dy, x));
+    if (relu) {
+        LS_CHECK(on_ctx(c, op, "output", y));
+        LS_CHECK(same(op, "output", y, x));
+    }
+    LS_CHECK(per_channel(c, op, "mean", mean, x));
+    LS_CHECK(per_channel(c, op, "variance", var, x));
+    LS_CHECK(per_channel(c, op, "sum of dy", sum_dy, x));
+    LS_CHECK(per_channel(c, op, "sum of dy*xhat", sum_dy_xhat, x));
+    LS_CHECK(entry(c, op, c->ops->bn_bwd_reduce != NULL));
+    return c->ops->bn_bwd_reduce(c->state, x->dtype, &p, dy->data, x->data, relu ? y->data : NULL, mean->data,
+                                 var->data, sum_dy->data, sum_dy_xhat->data);
+}
+
+ls_status ls_op_batchnorm_backward_dx(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *y,
+                                      const ls_tensor *mean, const ls_tensor *var, const ls_tensor *gamma,
+                                      const ls_tensor *sum_dy, const ls_tensor *sum_dy_xhat, double eps,
+                                      int relu, double count, ls_tensor *dx) {
+    const char *op = "batch-norm backward";
+    ls_bn_params p;
+    LS_CHECK(on_ctx(c, op, "input", x));
+    LS_CHECK(on_ctx(c, op, "output gradient", dy));
+    LS_CHECK(on_ctx(c, op, "input gradient", dx));
+    LS_CHECK(bn_params(op, x, eps, relu, &p));
+    LS_CHECK(same(op, "output gradient", dy, x));
+    LS_CHECK(same(op, "input gradient", dx, x));
+    if (relu) {
+        LS_CHECK(on_ctx(c, op, "output", y));
+        LS_CHECK(same(op, "output", y, x));
+    }
+    LS_CHECK(per_channel(c, op, "mean", mean, x));
+    LS_CHECK(per_channel(c, op, "variance", var, x));
+    LS_CHECK(per_channel(c, op, "weight", gamma, x));
+    if (count > 0) {
+        LS_CHECK(per_channel(c, op, "sum of dy", sum_dy, x));
+        LS_CHECK(per_channel(c, op, "sum of dy*xhat", sum_dy_xhat, x));
+    }
+    if (count < 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: sample count %g is negative", op, count);
+    LS_CHECK(entry(c, op, c->ops->bn_bwd_dx != NULL));
+    return c->ops->bn_bwd_dx(c->state, x->dtype, &p, dy->data, x->data, relu ? y->data : NULL, mean->data, var->data,
+                             gamma->data, count > 0 ? sum_dy->data : NULL, count > 0 ? sum_dy_xhat->data : NULL,
+                             count, dx->data);
+}
+
+static ls_status add_op(ls_ctx *c, const ls_tensor *a, const ls_tensor *b, int relu, ls_tensor *y) {
+    const char *op = relu ? "add + relu" : "add";
+    LS_CHECK(on_ctx(c, op, "first input", a));
+    LS_CHECK(on_ctx(c, op, "second input", b));
+    LS_CHECK(on_ctx(c, op, "output", y));
+    LS_CHECK(same(op, "second input", b, a));
+    LS_CHECK(same(op, "output", y, a));
+    LS_CHECK(entry(c, op, c->ops->add != NULL));
+    return c->ops->add(c->state, a->dtype, ls_tensor_numel(a), a->data, b->data, relu, y->data);
+}
+
+ls_status ls_op_add(ls_ctx *c, const ls_tensor *a, const ls_tensor *b, ls_tensor *y) { return add_op(c, a, b, 0, y); }
+
+ls_status ls_op_add_relu(ls_ctx *c, const ls_tensor *a, const ls_tensor *b, ls_tensor *y) {
+    return add_op(c, a, b, 1, y);
+}

@@ -32,6 +32,32 @@ typedef struct ls_adamw_params {
     int64_t step; /* 1-based step for bias correction */
 } ls_adamw_params;
 
+/* NCHW convolution, pooling and batch-normalization parameters (op-table entries at the end of
+ * ls_ops). Output sizes use floor division: P = (H + 2*pad_h - R) / stride_h + 1. */
+typedef struct ls_conv2d_params {
+    int64_t N, C, H, W; /* input [N, C, H, W] */
+    int64_t K, R, S;    /* weight [K, C/groups, R, S]; bias [K] */
+    int64_t P, Q;       /* output [N, K, P, Q] */
+    int64_t stride_h, stride_w, pad_h, pad_w, groups;
+} ls_conv2d_params;
+
+typedef enum ls_pool { LS_POOL_MAX = 0, LS_POOL_AVG = 1 } ls_pool;
+
+typedef struct ls_pool2d_params {
+    int64_t N, C, H, W, P, Q; /* x [N, C, H, W], y [N, C, P, Q] */
+    int64_t kh, kw, stride_h, stride_w, pad_h, pad_w;
+    ls_pool mode;          /* max: padding never wins; avg: see count_include_pad */
+    int count_include_pad; /* avg: divide by kh*kw (PyTorch's default) rather than the valid count */
+} ls_pool2d_params;
+
+/* Per-channel statistics and affine parameters are in the master dtype (f32 for f32/f16/bf16
+ * activations, f64 for f64). relu: the op is ReLU(BN(x)), and backward masks dy by y > 0. */
+typedef struct ls_bn_params {
+    int64_t N, C, HW; /* x [N, C, H, W] with HW = H*W */
+    double eps;
+    int relu;
+} ls_bn_params;
+
 /* The op table. All pointers are on the backend's device unless named host_. Float ops take a
  * dtype: every backend supports LS_F32; the CPU also LS_F64 (reference, gradient checks). */
 typedef struct ls_ops {
@@ -91,6 +117,41 @@ typedef struct ls_ops {
     ls_status (*adamw_step)(void *st, ls_dtype t, int k, void *const *p, void *const *g,
                             void *const *m, void *const *v, const int64_t *n,
                             const ls_adamw_params *hp);
+    /* ---- NCHW convolution, pooling, normalization (CUDA: NULL until its kernels land) ---- */
+    /* Bytes of workspace conv2d_fwd (backward = 0) or conv2d_bwd (1) needs; the caller provides it. */
+    size_t (*conv2d_workspace)(void *st, ls_dtype t, const ls_conv2d_params *p, int backward);
+    /* y = conv(x, w) + b (b may be NULL). */
+    ls_status (*conv2d_fwd)(void *st, ls_dtype t, const ls_conv2d_params *p, const void *x, const void *w,
+                            const void *b, void *y, void *ws);
+    /* dx = conv^T(dy, w) (dx may be NULL, else overwritten); dw += corr(dy, x); db += sums of dy (db may
+     * be NULL). dw, db in the master dtype. */
+    ls_status (*conv2d_bwd)(void *st, ls_dtype t, const ls_conv2d_params *p, const void *dy, const void *x,
+                            const void *w, void *dx, void *dw, void *db, void *ws);
+    ls_status (*pool2d_fwd)(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, void *y);
+    /* dx (overwritten) from dy; max pooling routes each window's gradient to its first maximum in x. */
+    ls_status (*pool2d_bwd)(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, const void *dy,
+                            void *dx);
+    /* y[planes] = mean of each of the planes of x[planes, hw]; backward dx = dy / hw broadcast. */
+    ls_status (*global_avgpool_fwd)(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *x, void *y);
+    ls_status (*global_avgpool_bwd)(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *dy, void *dx);
+    /* mean[C], var[C] = per-channel batch mean and biased variance of x. */
+    ls_status (*bn_stats)(void *st, ls_dtype t, const ls_bn_params *p, const void *x, void *mean, void *var);
+    /* y = (x - mean) / sqrt(var + eps) * gamma + beta (then ReLU if p->relu); y may alias x. */
+    ls_status (*bn_fwd)(void *st, ls_dtype t, const ls_bn_params *p, const void *x, const void *mean,
+                        const void *var, const void *gamma, const void *beta, void *y);
+    /* Per channel (overwritten): sum_dy = sum(g), sum_dy_xhat = sum(g * xhat), where g = dy (masked by
+     * y > 0 if p->relu; y unused otherwise) and xhat = (x - mean) / sqrt(var + eps). */
+    ls_status (*bn_bwd_reduce)(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
+                               const void *y, const void *mean, const void *var, void *sum_dy,
+                               void *sum_dy_xhat);
+    /* dx = gamma / sqrt(var + eps) * (g - (sum_dy + xhat * sum_dy_xhat) / count); count is the number
+     * of samples per channel the statistics came from (N*HW, or over all ranks for synchronized
+     * statistics); count 0: statistics are constants (eval mode), dx = gamma / sqrt(var + eps) * g. */
+    ls_status (*bn_bwd_dx)(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
+                           const void *y, const void *mean, const void *var, const void *gamma,
+                           const void *sum_dy, const void *sum_dy_xhat, double count, void *dx);
+    /* y = a + b elementwise, then ReLU if relu (y may alias a or b): the residual join. */
+    ls_status (*add)(void *st, ls_dtype t, int64_t n, const void *a, const void *b, int relu, void *y);
 } ls_ops;
 
 /* The op table for a device type, or NULL when this build lacks it (registry.c). */
@@ -133,6 +194,42 @@ ls_status ls_op_xent_backward(ls_ctx *c, const ls_tensor *probs, const ls_tensor
 ls_status ls_op_accuracy(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, ls_tensor *pred,
                          int64_t *host_correct);
 ls_status ls_op_convert(ls_ctx *c, const ls_tensor *src, ls_tensor *dst);
+
+/* ---- NCHW convolution, pooling, batch normalization, residual add (CPU; CUDA entries may be
+ * NULL: then LS_ERR_UNSUPPORTED). Square kernels, strides and paddings at this level. ---- */
+/* Output size of a convolution or pooling window along one dimension (0 or less: invalid). */
+int64_t ls_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad);
+/* x [N, C, H, W], w [K, C/groups, R, S], b [K] or NULL, y [N, K, P, Q]. The workspace comes from the
+ * context's allocator for the duration of the call (it counts toward the peak). */
+ls_status ls_op_conv2d_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b,
+                               ls_tensor *y, int stride, int pad, int groups);
+/* dx may be NULL; dw (and db if given) accumulate, in the master dtype (f32 for f16/bf16). */
+ls_status ls_op_conv2d_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *w,
+                                ls_tensor *dx, ls_tensor *dw, ls_tensor *db, int stride, int pad, int groups);
+/* Max or average pooling with a square window (average counts the padding, as PyTorch's default). */
+ls_status ls_op_pool2d_forward(ls_ctx *c, ls_pool mode, int kernel, int stride, int pad, const ls_tensor *x,
+                               ls_tensor *y);
+ls_status ls_op_pool2d_backward(ls_ctx *c, ls_pool mode, int kernel, int stride, int pad, const ls_tensor *x,
+                                const ls_tensor *dy, ls_tensor *dx);
+/* x [N, C, H, W] -> y [N, C]. */
+ls_status ls_op_global_avgpool_forward(ls_ctx *c, const ls_tensor *x, ls_tensor *y);
+ls_status ls_op_global_avgpool_backward(ls_ctx *c, const ls_tensor *dy, ls_tensor *dx);
+/* Batch normalization over x [N, C, H, W] (or [N, C]); mean, var, gamma, beta, sums: [C] master dtype. */
+ls_status ls_op_batchnorm_stats(ls_ctx *c, const ls_tensor *x, ls_tensor *mean, ls_tensor *var);
+ls_status ls_op_batchnorm_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *mean, const ls_tensor *var,
+                                  const ls_tensor *gamma, const ls_tensor *beta, double eps, int relu,
+                                  ls_tensor *y);
+/* y: the forward output (used when relu). */
+ls_status ls_op_batchnorm_backward_reduce(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *y,
+                                          const ls_tensor *mean, const ls_tensor *var, double eps, int relu,
+                                          ls_tensor *sum_dy, ls_tensor *sum_dy_xhat);
+ls_status ls_op_batchnorm_backward_dx(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *y,
+                                      const ls_tensor *mean, const ls_tensor *var, const ls_tensor *gamma,
+                                      const ls_tensor *sum_dy, const ls_tensor *sum_dy_xhat, double eps,
+                                      int relu, double count, ls_tensor *dx);
+/* y = a + b (same shape and dtype; y may alias a or b); _relu: y = ReLU(a + b). */
+ls_status ls_op_add(ls_ctx *c, const ls_tensor *a, const ls_tensor *b, ls_tensor *y);
+ls_status ls_op_add_relu(ls_ctx *c, const ls_tensor *a, const ls_tensor *b, ls_tensor *y);
 
 #ifdef __cplusplus
 }

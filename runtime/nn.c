@@ -2,46 +2,14 @@
  * its state; Sequential holds the flat parameter list of its children in order and fires the
  * gradient hook for a child's parameters (last first) right after that child's backward. */
 #include "nn.h"
+#include "nn_impl.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct ls_module_vt {
-    const char *kind;
-    ls_status (*forward)(ls_module *m, const ls_tensor *x, const ls_tensor **y);
-    ls_status (*backward)(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx);
-    void (*destroy)(ls_module *m);
-} ls_module_vt;
-
 static const ls_module_vt seq_vt, ckpt_vt;
-
-#define LS_NAME_MAX 64
-
-struct ls_module {
-    const ls_module_vt *vt;
-    ls_ctx *ctx;
-    int n_params;
-    ls_tensor **params;
-    ls_tensor **grads;
-    char (*names)[LS_NAME_MAX];
-    ls_grad_hook hook;
-    void *hook_user;
-    /* kind-specific */
-    const ls_tensor *x;  /* input of the last forward */
-    ls_tensor *y, *dx;   /* owned buffers */
-    ls_act act;
-    int n_children;
-    ls_module **children; /* Sequential's children; a Checkpoint's one inner module */
-    int *child_first; /* index of each child's first parameter in the flat list */
-    int training;     /* dropout active */
-    float p;          /* dropout probability */
-    uint64_t seed;    /* dropout stream */
-    uint64_t backward_passes; /* dropout's mask is a function of (seed, backward passes done) */
-    ls_tensor *mask;  /* dropout multipliers: 0 or 1/(1-p) */
-    ls_tensor *lowp[2]; /* Linear: f16/bf16 copies of weight and bias for low-precision inputs */
-};
 
 /* Free the activation buffers of m and everything inside it (not parameters or gradients). */
 static void release_buffers(ls_module *m) {
@@ -53,9 +21,8 @@ static void release_buffers(ls_module *m) {
     for (int i = 0; i < m->n_children; i++) release_buffers(m->children[i]);
 }
 
-/* (Re)allocate *t unless it already has this shape and dtype. */
-static ls_status ensure(ls_ctx *ctx, ls_tensor **t, ls_dtype dtype, int ndim, const int64_t *shape,
-                        const char *what) {
+ls_status ls_module_ensure(ls_ctx *ctx, ls_tensor **t, ls_dtype dtype, int ndim, const int64_t *shape,
+                           const char *what) {
     if (*t && (*t)->dtype == dtype && (*t)->ndim == ndim) {
         int same = 1;
         for (int i = 0; i < ndim; i++) same &= (*t)->shape[i] == shape[i];
@@ -66,9 +33,9 @@ static ls_status ensure(ls_ctx *ctx, ls_tensor **t, ls_dtype dtype, int ndim, co
     return ls_tensor_create(ctx->alloc, dtype, ndim, shape, what, t);
 }
 
-static ls_status module_alloc(ls_ctx *ctx, const ls_module_vt *vt, int n_params, ls_module **out) {
-    ls_module *m = calloc(1, sizeof *m);
-    if (!m) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a module");
+ls_status ls_module_alloc(ls_ctx *ctx, const ls_module_vt *vt, int n_params, size_t size, ls_module **out) {
+    ls_module *m = calloc(1, size < sizeof *m ? sizeof *m : size);
+    if (!m) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a %s module", vt->kind);
     m->vt = vt;
     m->ctx = ctx;
     m->n_params = n_params;
@@ -81,7 +48,7 @@ static ls_status module_alloc(ls_ctx *ctx, const ls_module_vt *vt, int n_params,
             free(m->grads);
             free(m->names);
             free(m);
-            return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a module's parameter list");
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a %s module's parameter list", vt->kind);
         }
     }
     *out = m;
@@ -111,7 +78,7 @@ static void linear_destroy(ls_module *m) {
 
 /* The weights to compute with for input dtype t: the parameters themselves, or (autocast) their
  * f16/bf16 copies, refreshed from the f32 masters at every forward. */
-static ls_status linear_weights(ls_module *m, ls_dtype t, const ls_tensor **w, const ls_tensor **b) {
+ls_status ls_module_compute_weights(ls_module *m, ls_dtype t, const ls_tensor **w, const ls_tensor **b) {
     *w = m->params[0];
     *b = m->n_params > 1 ? m->params[1] : NULL;
     if (t == (*w)->dtype) return LS_OK;
@@ -120,7 +87,7 @@ static ls_status linear_weights(ls_module *m, ls_dtype t, const ls_tensor **w, c
                         m->names[0], ls_dtype_name(t), ls_dtype_name((*w)->dtype));
     for (int i = 0; i < m->n_params; i++) {
         ls_tensor *p = m->params[i];
-        LS_CHECK(ensure(m->ctx, &m->lowp[i], t, p->ndim, p->shape, "low-precision weight copy"));
+        LS_CHECK(ls_module_ensure(m->ctx, &m->lowp[i], t, p->ndim, p->shape, "low-precision weight copy"));
         LS_CHECK(ls_op_convert(m->ctx, p, m->lowp[i]));
     }
     *w = m->lowp[0];
@@ -134,8 +101,8 @@ static ls_status linear_forward(ls_module *m, const ls_tensor *x, const ls_tenso
     if (x->ndim != 2 || x->shape[1] != m->params[0]->shape[1])
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: input is %s, expected [batch, %lld]", m->names[0],
                         ls_tensor_describe(x, a, 64), (long long)m->params[0]->shape[1]);
-    LS_CHECK(linear_weights(m, x->dtype, &w, &b));
-    LS_CHECK(ensure(m->ctx, &m->y, x->dtype, 2, (int64_t[]){x->shape[0], w->shape[0]}, "linear output"));
+    LS_CHECK(ls_module_compute_weights(m, x->dtype, &w, &b));
+    LS_CHECK(ls_module_ensure(m->ctx, &m->y, x->dtype, 2, (int64_t[]){x->shape[0], w->shape[0]}, "linear output"));
     LS_CHECK(ls_op_linear_forward(m->ctx, x, w, b, m->y));
     m->x = x;
     *y = m->y;
@@ -145,7 +112,7 @@ static ls_status linear_forward(ls_module *m, const ls_tensor *x, const ls_tenso
 static ls_status linear_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
     if (!m->x) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: backward called before forward", m->names[0]);
     if (want_dx)
-        LS_CHECK(ensure(m->ctx, &m->dx, m->x->dtype, 2, m->x->shape, "linear input gradient"));
+        LS_CHECK(ls_module_ensure(m->ctx, &m->dx, m->x->dtype, 2, m->x->shape, "linear input gradient"));
     const ls_tensor *w = m->x->dtype == m->params[0]->dtype ? m->params[0] : m->lowp[0];
     LS_CHECK(ls_op_linear_backward(m->ctx, dy, m->x, w, want_dx ? m->dx : NULL, m->grads[0],
                                    m->n_params > 1 ? m->grads[1] : NULL));
@@ -161,7 +128,7 @@ ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out,
         return ls_error(LS_ERR_INVALID_ARGUMENT, "linear layer %s: sizes must be positive, got in=%lld out=%lld",
                         name ? name : "", (long long)in, (long long)out);
     ls_module *m;
-    LS_CHECK(module_alloc(ctx, &linear_vt, bias ? 2 : 1, &m));
+    LS_CHECK(ls_module_alloc(ctx, &linear_vt, bias ? 2 : 1, 0, &m));
     ls_status s = LS_OK;
     int64_t wshape[2] = {out, in}, bshape[1] = {out};
     for (int i = 0; i < m->n_params && s == LS_OK; i++) {
@@ -215,7 +182,7 @@ ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out,
 
 /* ---- activations ---- */
 static ls_status act_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
-    LS_CHECK(ensure(m->ctx, &m->y, x->dtype, x->ndim, x->shape, "activation output"));
+    LS_CHECK(ls_module_ensure(m->ctx, &m->y, x->dtype, x->ndim, x->shape, "activation output"));
     LS_CHECK(ls_op_act_forward(m->ctx, m->act, x, m->y));
     m->x = x;
     *y = m->y;
@@ -228,7 +195,7 @@ static ls_status act_backward(ls_module *m, const ls_tensor *dy, int want_dx, co
         if (dx) *dx = NULL;
         return LS_OK;
     }
-    LS_CHECK(ensure(m->ctx, &m->dx, m->x->dtype, m->x->ndim, m->x->shape, "activation input gradient"));
+    LS_CHECK(ls_module_ensure(m->ctx, &m->dx, m->x->dtype, m->x->ndim, m->x->shape, "activation input gradient"));
     LS_CHECK(ls_op_act_backward(m->ctx, m->act, m->x, dy, m->dx));
     if (dx) *dx = m->dx;
     return LS_OK;
@@ -240,7 +207,7 @@ static const ls_module_vt gelu_vt = {"GELU", act_forward, act_backward, NULL};
 ls_status ls_activation_create(ls_ctx *ctx, ls_act act, ls_module **out_m) {
     if (act != LS_ACT_RELU && act != LS_ACT_GELU)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "unknown activation %d", (int)act);
-    LS_CHECK(module_alloc(ctx, act == LS_ACT_RELU ? &relu_vt : &gelu_vt, 0, out_m));
+    LS_CHECK(ls_module_alloc(ctx, act == LS_ACT_RELU ? &relu_vt : &gelu_vt, 0, 0, out_m));
     (*out_m)->act = act;
     return LS_OK;
 }
@@ -281,7 +248,7 @@ ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, l
     int total = 0;
     for (int i = 0; i < n; i++) total += children[i]->n_params;
     ls_module *m;
-    LS_CHECK(module_alloc(ctx, &seq_vt, total, &m));
+    LS_CHECK(ls_module_alloc(ctx, &seq_vt, total, 0, &m));
     m->children = calloc((size_t)(n ? n : 1), sizeof *m->children);
     m->child_first = calloc((size_t)(n ? n : 1), sizeof *m->child_first);
     if (!m->children || !m->child_first) {
@@ -339,8 +306,8 @@ static ls_status dropout_forward(ls_module *m, const ls_tensor *x, const ls_tens
         return ls_error(LS_ERR_UNSUPPORTED, "dropout: the %s backend has no elementwise multiply", m->ctx->ops->name);
     if (x->dtype != LS_F32 && x->dtype != LS_F64)
         return ls_error(LS_ERR_UNSUPPORTED, "dropout: inputs must be f32 or f64");
-    LS_CHECK(ensure(m->ctx, &m->y, x->dtype, x->ndim, x->shape, "dropout output"));
-    LS_CHECK(ensure(m->ctx, &m->mask, x->dtype, x->ndim, x->shape, "dropout mask"));
+    LS_CHECK(ls_module_ensure(m->ctx, &m->y, x->dtype, x->ndim, x->shape, "dropout output"));
+    LS_CHECK(ls_module_ensure(m->ctx, &m->mask, x->dtype, x->ndim, x->shape, "dropout mask"));
     int64_t n = ls_tensor_numel(x);
     size_t esz = ls_dtype_size(x->dtype);
     void *h = malloc((size_t)n * esz + 1);
@@ -377,7 +344,7 @@ static ls_status dropout_backward(ls_module *m, const ls_tensor *dy, int want_dx
         if (dx) *dx = dy;
         return LS_OK;
     }
-    LS_CHECK(ensure(m->ctx, &m->dx, dy->dtype, dy->ndim, dy->shape, "dropout input gradient"));
+    LS_CHECK(ls_module_ensure(m->ctx, &m->dx, dy->dtype, dy->ndim, dy->shape, "dropout input gradient"));
     LS_CHECK(m->ctx->ops->mul(m->ctx->state, dy->dtype, ls_tensor_numel(dy), dy->data, m->mask->data, m->dx->data));
     if (dx) *dx = m->dx;
     return LS_OK;
@@ -387,7 +354,7 @@ static const ls_module_vt dropout_vt = {"Dropout", dropout_forward, dropout_back
 
 ls_status ls_dropout_create(ls_ctx *ctx, float p, uint64_t seed, ls_module **out_m) {
     if (!(p >= 0 && p < 1)) return ls_error(LS_ERR_INVALID_ARGUMENT, "dropout probability %g is outside [0, 1)", p);
-    LS_CHECK(module_alloc(ctx, &dropout_vt, 0, out_m));
+    LS_CHECK(ls_module_alloc(ctx, &dropout_vt, 0, 0, out_m));
     (*out_m)->p = p;
     (*out_m)->seed = seed;
     (*out_m)->training = 1;
@@ -399,7 +366,7 @@ static ls_status ckpt_forward(ls_module *m, const ls_tensor *x, const ls_tensor 
     const ls_tensor *out;
     ls_module *in = m->children[0];
     LS_CHECK(ls_module_forward(in, x, &out));
-    LS_CHECK(ensure(m->ctx, &m->y, out->dtype, out->ndim, out->shape, "checkpoint segment output"));
+    LS_CHECK(ls_module_ensure(m->ctx, &m->y, out->dtype, out->ndim, out->shape, "checkpoint segment output"));
     LS_CHECK(ls_tensor_copy(m->ctx->alloc, m->y, out));
     release_buffers(in); /* keep only the segment's input (x) and its output (y) */
     m->x = x;
@@ -414,7 +381,7 @@ static ls_status ckpt_backward(ls_module *m, const ls_tensor *dy, int want_dx, c
     LS_CHECK(ls_module_forward(in, m->x, &out)); /* recompute the segment's activations */
     LS_CHECK(ls_module_backward(in, dy, want_dx, &g));
     if (want_dx && g) {
-        LS_CHECK(ensure(m->ctx, &m->dx, g->dtype, g->ndim, g->shape, "checkpoint input gradient"));
+        LS_CHECK(ls_module_ensure(m->ctx, &m->dx, g->dtype, g->ndim, g->shape, "checkpoint input gradient"));
         LS_CHECK(ls_tensor_copy(m->ctx->alloc, m->dx, g));
     }
     release_buffers(in);
@@ -431,7 +398,7 @@ static const ls_module_vt ckpt_vt = {"Checkpoint", ckpt_forward, ckpt_backward, 
 
 ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m) {
     ls_module *m;
-    LS_CHECK(module_alloc(ctx, &ckpt_vt, inner->n_params, &m));
+    LS_CHECK(ls_module_alloc(ctx, &ckpt_vt, inner->n_params, 0, &m));
     m->children = calloc(1, sizeof *m->children);
     if (!m->children) {
         ls_module_destroy(m);
@@ -565,8 +532,8 @@ void ls_xent_destroy(ls_xent *l) {
 
 ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, double *loss) {
     ls_dtype t = logits->dtype == LS_F16 || logits->dtype == LS_BF16 ? LS_F32 : logits->dtype;
-    LS_CHECK(ensure(l->ctx, &l->probs, t, logits->ndim, logits->shape, "softmax probabilities"));
-    LS_CHECK(ensure(l->ctx, &l->losses, t, 1, logits->shape, "per-sample losses"));
+    LS_CHECK(ls_module_ensure(l->ctx, &l->probs, t, logits->ndim, logits->shape, "softmax probabilities"));
+    LS_CHECK(ls_module_ensure(l->ctx, &l->losses, t, 1, logits->shape, "per-sample losses"));
     l->logit_dtype = logits->dtype;
     LS_CHECK(ls_op_xent_forward(l->ctx, logits, labels, l->probs, l->losses, loss));
     l->labels = labels;
@@ -575,13 +542,13 @@ ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *
 
 ls_status ls_xent_backward(ls_xent *l, double scale, const ls_tensor **dlogits) {
     if (!l->labels) return ls_error(LS_ERR_INVALID_ARGUMENT, "loss backward called before forward");
-    LS_CHECK(ensure(l->ctx, &l->dlogits, l->logit_dtype, l->probs->ndim, l->probs->shape, "logit gradient"));
+    LS_CHECK(ls_module_ensure(l->ctx, &l->dlogits, l->logit_dtype, l->probs->ndim, l->probs->shape, "logit gradient"));
     LS_CHECK(ls_op_xent_backward(l->ctx, l->probs, l->labels, scale, l->dlogits));
     *dlogits = l->dlogits;
     return LS_OK;
 }
 
 ls_status ls_xent_correct(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, int64_t *correct) {
-    LS_CHECK(ensure(l->ctx, &l->pred, LS_I32, 1, (int64_t[]){logits->shape[0] + 1}, "predictions"));
+    LS_CHECK(ls_module_ensure(l->ctx, &l->pred, LS_I32, 1, (int64_t[]){logits->shape[0] + 1}, "predictions"));
     return ls_op_accuracy(l->ctx, logits, labels, l->pred, correct);
 }

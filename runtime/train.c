@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cnn.h"
 #include "log.h"
 
 struct ls_trainer {
@@ -98,6 +99,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
         }
         s = ls_ddp_check_signature(t->comm, t->n_params, params, names);
         if (s == LS_OK) s = ls_ddp_broadcast_params(t->comm, t->n_params, params);
+        if (s == LS_OK) s = ls_cnn_broadcast_buffers(t->comm, model); /* DDP's broadcast_buffers */
         free(params);
         free(names);
         if (s != LS_OK) goto fail;

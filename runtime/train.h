@@ -42,8 +42,9 @@ typedef struct ls_step_stats {
 
 typedef struct ls_trainer ls_trainer;
 
-/* comm may be NULL (single process). Broadcasts rank 0's parameters and checks that every rank
- * has the same model (parameter count, shapes, dtypes) before the first step. */
+/* comm may be NULL (single process). Broadcasts rank 0's parameters and buffers (BatchNorm's
+ * running statistics) and checks that every rank has the same model (parameter count, shapes,
+ * dtypes) before the first step. */
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt,
                             const ls_train_config *cfg, ls_trainer **out);
 void ls_trainer_destroy(ls_trainer *t);

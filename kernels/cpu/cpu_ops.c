@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "cpu_cnn.h"
 #include "ops.h"
 
 #define LS_CAT_(a, b) a##b
@@ -277,4 +278,16 @@ const ls_ops ls_cpu_ops = {
     .sumsq = cpu_sumsq,
     .sgd_step = cpu_sgd_step,
     .adamw_step = cpu_adamw_step,
+    .conv2d_workspace = ls_cpu_conv2d_workspace,
+    .conv2d_fwd = ls_cpu_conv2d_fwd,
+    .conv2d_bwd = ls_cpu_conv2d_bwd,
+    .pool2d_fwd = ls_cpu_pool2d_fwd,
+    .pool2d_bwd = ls_cpu_pool2d_bwd,
+    .global_avgpool_fwd = ls_cpu_global_avgpool_fwd,
+    .global_avgpool_bwd = ls_cpu_global_avgpool_bwd,
+    .bn_stats = ls_cpu_bn_stats,
+    .bn_fwd = ls_cpu_bn_fwd,
+    .bn_bwd_reduce = ls_cpu_bn_bwd_reduce,
+    .bn_bwd_dx = ls_cpu_bn_bwd_dx,
+    .add = ls_cpu_add,
 };

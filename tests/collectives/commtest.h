@@ -17,8 +17,8 @@ static inline void ct_set(void *buf, ls_dtype t, int64_t i, double v) {
     case LS_F64: ((double *)buf)[i] = v; break;
     case LS_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
     case LS_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case LS_F16: ((uint16_t *)buf)[i] = ls_f32_to_f16((float)v); break;
-    case LS_BF16: ((uint16_t *)buf)[i] = ls_f32_to_bf16((float)v); break;
+    case LS_F16: ((uint16_t *)buf)[i] = ls_hi_f32_to_f16((float)v); break;
+    case LS_BF16: ((uint16_t *)buf)[i] = ls_hi_f32_to_bf16((float)v); break;
     }
 }
 
@@ -28,8 +28,8 @@ static inline double ct_get(const void *buf, ls_dtype t, int64_t i) {
     case LS_F64: return ((const double *)buf)[i];
     case LS_I32: return ((const int32_t *)buf)[i];
     case LS_U8: return ((const uint8_t *)buf)[i];
-    case LS_F16: return ls_f16_to_f32(((const uint16_t *)buf)[i]);
-    case LS_BF16: return ls_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case LS_F16: return ls_hi_f16_to_f32(((const uint16_t *)buf)[i]);
+    case LS_BF16: return ls_hi_bf16_to_f32(((const uint16_t *)buf)[i]);
     }
     return 0;
 }

@@ -1,0 +1,210 @@
+/* autobatch.c: the batch-size search (trials under a lowered cap, outcomes and peaks agreed
+ * across ranks, doubling then bisection) and a trial that runs one ls_trainer step. */
+#include "autobatch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cnn.h"
+#include "log.h"
+#include "reducer.h"
+
+/* Run one trial at batch b; *fit and *peak agreed over ranks. */
+static ls_status trial_at(ls_allocator *alloc, ls_comm *comm, ls_batch_trial_fn trial, void *user, int64_t b,
+                          int *fit, size_t *peak) {
+    ls_memory_stats st;
+    ls_allocator_reset_peak(alloc);
+    ls_status s = trial(user, b);
+    if (s != LS_OK && s != LS_ERR_OUT_OF_MEMORY) return ls_error_context(s, "batch-size trial at %lld", (long long)b);
+    ls_allocator_stats(alloc, &st);
+    LS_LOG_I("batch-size search: %lld per rank %s, peak %zu bytes", (long long)b, s == LS_OK ? "fits" : "is out of memory",
+             st.peak_bytes);
+    if (s == LS_ERR_OUT_OF_MEMORY) ls_error_clear();
+    double v[2] = {s == LS_OK ? 1.0 : 0.0, (double)st.peak_bytes};
+    if (comm && ls_comm_world(comm) > 1) {
+        double mn = v[0];
+        LS_CHECK(ls_comm_allreduce_host(comm, &mn, 1, LS_F64, LS_REDUCE_MIN));
+        LS_CHECK(ls_comm_allreduce_host(comm, &v[1], 1, LS_F64, LS_REDUCE_MAX));
+        v[0] = mn;
+    }
+    *fit = v[0] > 0.5;
+    *peak = (size_t)v[1];
+    return LS_OK;
+}
+
+static ls_status record(ls_batch_search_result *r, int64_t b, int fit, size_t peak) {
+    if (r->trials >= LS_BATCH_SEARCH_MAX_TRIALS)
+        return ls_error(LS_ERR_INTERNAL, "batch-size search: more than %d trials", LS_BATCH_SEARCH_MAX_TRIALS);
+    r->tried[r->trials] = b;
+    r->fit[r->trials] = fit;
+    r->peak[r->trials] = peak;
+    r->trials++;
+    return LS_OK;
+}
+
+ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batch_search_config *cfg,
+                               ls_batch_trial_fn trial, void *user, ls_batch_search_result *out) {
+    memset(out, 0, sizeof *out);
+    if (cfg->start < 1 || cfg->max < cfg->start || !(cfg->headroom >= 0 && cfg->headroom < 1))
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "batch-size search: start %lld, max %lld and headroom %g need 1 <= start <= max and "
+                        "0 <= headroom < 1", (long long)cfg->start, (long long)cfg->max, cfg->headroom);
+    ls_memory_stats st;
+    ls_allocator_stats(alloc, &st);
+    if (st.cap_bytes == 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "--batch-size auto needs a memory cap to fit in: set "
+                        "--memory-cap or LOCKSTEP_MEMORY_LIMIT (e.g. 8GiB)");
+    out->cap_bytes = st.cap_bytes;
+    out->limit_bytes = (size_t)((double)st.cap_bytes * (1.0 - cfg->headroom));
+    ls_allocator_set_cap(alloc, out->limit_bytes);
+    ls_status s = LS_OK;
+    int64_t lo = 0, hi = 0, b = cfg->start; /* lo: largest fit so far; hi: smallest failure (0: none) */
+    size_t lo_peak = 0;
+    /* double until a failure or the maximum */
+    while (s == LS_OK) {
+        int fit;
+        size_t peak;
+        s = trial_at(alloc, comm, trial, user, b, &fit, &peak);
+        if (s == LS_OK) s = record(out, b, fit, peak);
+        if (s != LS_OK) break;
+        if (!fit) {
+            hi = b;
+            break;
+        }
+        lo = b;
+        lo_peak = peak;
+        if (b >= cfg->max) break;
+        b = b > cfg->max / 2 ? cfg->max : 2 * b;
+    }
+    /* bisect between the last fit (or 0) and the first failure */
+    while (s == LS_OK && hi && hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int fit;
+        size_t peak;
+        s = trial_at(alloc, comm, trial, user, mid, &fit, &peak);
+        if (s == LS_OK) s = record(out, mid, fit, peak);
+        if (s != LS_OK) break;
+        if (fit) {
+            lo = mid;
+            lo_peak = peak;
+        } else {
+            hi = mid;
+        }
+    }
+    ls_allocator_set_cap(alloc, out->cap_bytes);
+    ls_allocator_reset_peak(alloc);
+    if (s != LS_OK) return s;
+    if (lo == 0) {
+        char a[32], c[32];
+        return ls_error(LS_ERR_OUT_OF_MEMORY,
+                        "--batch-size auto: not even a batch of 1 per rank trains within %s (the cap %s less "
+                        "%.0f%% headroom)", ls_memory_format(out->limit_bytes, a, 32),
+                        ls_memory_format(out->cap_bytes, c, 32), 100 * cfg->headroom);
+    }
+    out->batch = lo;
+    out->peak_bytes = lo_peak;
+    return LS_OK;
+}
+
+/* Host copies of the model's buffers (BatchNorm running statistics), to undo a trial's update. */
+static ls_status buffers_save(ls_ctx *ctx, ls_module *m, int n, void **saved, int *n_saved) {
+    for (int i = 0; i < n; i++) {
+        ls_tensor *b = ls_cnn_buffer(m, i, NULL, 0);
+        saved[i] = malloc(ls_tensor_nbytes(b) + 1);
+        if (!saved[i]) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory to save the model's buffers");
+        ls_tensor h = ls_tensor_view(saved[i], b->dtype, ls_device_cpu(), b->ndim, b->shape);
+        LS_CHECK(ls_tensor_copy(ctx->alloc, &h, b));
+        *n_saved = i + 1;
+    }
+    return LS_OK;
+}
+
+static ls_status buffers_restore(ls_ctx *ctx, ls_module *m, int n, void **saved) {
+    for (int i = 0; i < n; i++) {
+        ls_tensor *b = ls_cnn_buffer(m, i, NULL, 0);
+        ls_tensor h = ls_tensor_view(saved[i], b->dtype, ls_device_cpu(), b->ndim, b->shape);
+        LS_CHECK(ls_tensor_copy(ctx->alloc, b, &h));
+    }
+    return LS_OK;
+}
+
+/* The reducer's fusion buffers for these gradients (what ls_reducer_create would allocate). */
+static ls_status reserve_buckets(const ls_trainer_trial *t, int np, ls_tensor *const *g, void **out) {
+    ls_reducer_config rc;
+    LS_CHECK(ls_reducer_config_resolve(&t->train->buckets, &rc));
+    size_t *nbytes = calloc((size_t)np + 1, sizeof *nbytes), total = 0;
+    int *bucket_of = calloc((size_t)np + 1, sizeof *bucket_of);
+    if (!nbytes || !bucket_of) {
+        free(nbytes);
+        free(bucket_of);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory to plan gradient buckets");
+    }
+    for (int i = 0; i < np; i++) nbytes[i] = ls_tensor_nbytes(g[i]);
+    int nb = ls_reducer_plan_buckets(np, nbytes, rc.first_bucket_bytes, rc.bucket_bytes, bucket_of);
+    for (int k = 0; k < nb; k++) {
+        size_t bytes = 0;
+        int members = 0;
+        for (int i = 0; i < np; i++)
+            if (bucket_of[i] == k) {
+                bytes += nbytes[i];
+                members++;
+            }
+        if (members > 1) total += bytes; /* a single gradient is reduced in place */
+    }
+    free(nbytes);
+    free(bucket_of);
+    return total ? ls_alloc(t->ctx->alloc, total, "gradient buckets", out) : LS_OK;
+}
+
+ls_status ls_trainer_trial_step(void *user, int64_t b) {
+    ls_trainer_trial *t = user;
+    int np = ls_module_num_params(t->model), nb = ls_cnn_num_buffers(t->model), n_saved = 0;
+    int rank = t->comm ? ls_comm_rank(t->comm) : 0, world = t->comm ? ls_comm_world(t->comm) : 1;
+    ls_tensor **p = calloc((size_t)np + 1, sizeof *p), **g = calloc((size_t)np + 1, sizeof *g);
+    void **saved = calloc((size_t)nb + 1, sizeof *saved);
+    int64_t *idx = malloc((size_t)b * sizeof *idx);
+    ls_optimizer *opt = NULL;
+    ls_trainer *tr = NULL;
+    void *reserved = NULL;
+    ls_status s = LS_OK;
+    if (!p || !g || !saved || !idx) {
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch-size trial");
+        goto done;
+    }
+    for (int i = 0; i < np; i++) {
+        p[i] = ls_module_param(t->model, i);
+        g[i] = ls_module_grad(t->model, i);
+    }
+    for (int64_t i = 0; i < b; i++) idx[i] = (rank * b + i) % t->data->n;
+    LS_CHECK_GOTO(buffers_save(t->ctx, t->model, nb, saved, &n_saved), s, done);
+    ls_cnn_release_activations(t->model);
+    ls_train_config tc = *t->train;
+    tc.batch_per_rank = b;
+    tc.accum_steps = 1;
+    tc.lr.base_lr = 0; /* the parameters must not move */
+    tc.lr.min_lr = 0;
+    /* The step runs without the communicator, so a rank that runs out of memory cannot leave the
+     * others waiting in a collective; the gradient buckets the reducer would hold are reserved
+     * instead, and ls_batch_size_search agrees on the outcome afterwards. */
+    if (world > 1) LS_CHECK_GOTO(reserve_buckets(t, np, g, &reserved), s, done);
+    LS_CHECK_GOTO(ls_optimizer_create(t->ctx, np, p, g, t->optim, &opt), s, done);
+    LS_CHECK_GOTO(ls_trainer_create(t->ctx, NULL, t->model, opt, &tc, &tr), s, done);
+    /* two steps: the second is the steady state, where the buffers of the previous step are still held
+     * while the next one allocates its workspaces */
+    for (int k = 0; k < 2 && s == LS_OK; k++) s = ls_trainer_step(tr, t->data, idx, b, b, NULL);
+done:
+    ls_free(t->ctx->alloc, reserved);
+    ls_trainer_destroy(tr);
+    ls_optimizer_destroy(opt);
+    ls_cnn_release_activations(t->model);
+    if (n_saved == nb && nb > 0) {
+        ls_status r = buffers_restore(t->ctx, t->model, nb, saved);
+        if (s == LS_OK) s = r;
+    }
+    for (int i = 0; saved && i < nb; i++) free(saved[i]);
+    free(saved);
+    free(p);
+    free(g);
+    free(idx);
+    return s;
+}

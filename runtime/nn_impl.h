@@ -1,0 +1,58 @@
+/* nn_impl.h (internal): the module object behind nn.h's opaque ls_module, for module kinds
+ * defined outside nn.c (runtime/cnn.c). A new kind embeds struct ls_module as the first member
+ * of its own struct, sets vt, and may use the kind-specific fields: y, dx and mask are the
+ * activation buffers that Checkpoint releases, children are visited by set_training and by
+ * Checkpoint's release. ls_module_destroy calls vt->destroy, frees y, dx and the parameter
+ * lists, then the object. The helpers below are nn.c's, shared with the other kinds. */
+#ifndef LOCKSTEP_NN_IMPL_H
+#define LOCKSTEP_NN_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn.h"
+
+typedef struct ls_module_vt {
+    const char *kind;
+    ls_status (*forward)(ls_module *m, const ls_tensor *x, const ls_tensor **y);
+    ls_status (*backward)(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx);
+    void (*destroy)(ls_module *m);
+} ls_module_vt;
+
+#define LS_NAME_MAX 64
+
+struct ls_module {
+    const ls_module_vt *vt;
+    ls_ctx *ctx;
+    int n_params;
+    ls_tensor **params;
+    ls_tensor **grads;
+    char (*names)[LS_NAME_MAX];
+    ls_grad_hook hook;
+    void *hook_user;
+    /* kind-specific */
+    const ls_tensor *x;  /* input of the last forward */
+    ls_tensor *y, *dx;   /* owned buffers */
+    ls_act act;
+    int n_children;
+    ls_module **children; /* Sequential's children; a Checkpoint's one inner module */
+    int *child_first; /* index of each child's first parameter in the flat list */
+    int training;     /* dropout active */
+    float p;          /* dropout probability */
+    uint64_t seed;    /* dropout stream */
+    uint64_t backward_passes; /* dropout's mask is a function of (seed, backward passes done) */
+    ls_tensor *mask;  /* dropout multipliers: 0 or 1/(1-p) */
+    ls_tensor *lowp[2]; /* Linear: f16/bf16 copies of weight and bias for low-precision inputs */
+};
+
+/* A zeroed module of size bytes (0: sizeof(struct ls_module); a kind's struct embeds ls_module
+ * first) with vt, ctx and n_params empty parameter slots. */
+ls_status ls_module_alloc(ls_ctx *ctx, const ls_module_vt *vt, int n_params, size_t size, ls_module **out);
+/* (Re)allocate *t unless it already has this shape and dtype; what names it in an OOM error. */
+ls_status ls_module_ensure(ls_ctx *ctx, ls_tensor **t, ls_dtype dtype, int ndim, const int64_t *shape,
+                           const char *what);
+/* The weight (params[0]) and bias (params[1] or NULL) to compute with for input dtype t: the
+ * parameters themselves, or (autocast) f16/bf16 copies in lowp[], refreshed from the f32 masters. */
+ls_status ls_module_compute_weights(ls_module *m, ls_dtype t, const ls_tensor **w, const ls_tensor **b);
+
+#endif

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# check_oom_challenge.sh CMD...: runs oom_challenge (with --measure-baseline) and checks its claims:
+# the baseline fails with the allocator's out-of-memory error naming the request, the cap and the
+# remedies; every remedy fits under the cap; all three together need the least; mixed precision
+# needs about half of the uncapped baseline, a quarter of the batch about a quarter, checkpointing
+# well under it.
+set -u
+out=$("$@" 2>&1); rc=$?
+printf '%s\n' "$out"
+fail() { echo "FAIL: $*"; exit 1; }
+[ $rc -eq 0 ] || fail "exit status $rc"
+grep -q 'challenge met' <<<"$out" || fail "no 'challenge met' line"
+grep -q 'out of memory on cpu: cannot allocate .* the cap is .* is already in use' <<<"$out" || fail "no allocator error"
+for flag in '--batch-size' '--precision bf16|fp16' '--checkpoint-activations'; do
+  grep -qF -- "$flag" <<<"$out" || fail "the error does not name $flag"
+done
+# peak memory column in MiB for a row
+mib() {
+  awk -v row="$1" 'index($0, row) == 1 {
+      for (i = 1; i <= NF; i++) if ($i ~ /^(B|KiB|MiB|GiB)$/) { v = $(i-1); u = $i }
+      f = u == "GiB" ? 1024 : u == "KiB" ? 1/1024 : u == "B" ? 1/1048576 : 1; printf "%.2f\n", v * f; exit }' <<<"$out"
+}
+cap=$(sed -n 's/.*cap \([0-9.]*\) MiB per rank.*/\1/p' <<<"$out")
+[ -n "$cap" ] || fail "no cap in MiB"
+small=$(mib "smaller batch"); mixed=$(mib "mixed precision"); ckpt=$(mib "activation checkpointing")
+all=$(mib "all three"); need=$(mib "baseline, uncapped")
+echo "cap $cap MiB: baseline needs $need, smaller batch $small, mixed precision $mixed, checkpointing $ckpt, all $all"
+awk -v c="$cap" -v n="$need" -v s="$small" -v m="$mixed" -v k="$ckpt" -v a="$all" 'BEGIN {
+  ok = n > c && s <= c && m <= c && k <= c && a <= c;
+  ok = ok && a < s && a < m && a < k;                  # all three together need the least
+  ok = ok && m / n > 0.40 && m / n < 0.60;             # bf16 activations: about half
+  ok = ok && s / n > 0.15 && s / n < 0.35;             # a quarter of the batch: about a quarter
+  ok = ok && k / n < 0.60;                             # checkpointing: well under the baseline
+  exit !ok }' || fail "peak memories out of the expected order or ratios"
+grep -E '^(smaller batch|mixed precision|activation checkpointing|all three) ' <<<"$out" | grep -qv ' yes$' && fail "a remedy row is not 'yes'"
+echo "PASS"

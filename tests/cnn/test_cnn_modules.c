@@ -1,0 +1,214 @@
+/* test_cnn_modules.c: the ResNet as modules. Activation checkpointing (checkpoint_sequential over
+ * its layers) gives bitwise the same loss, gradients and BatchNorm running statistics as plain
+ * training, with a lower peak; bf16 and fp16 activations train close to f32 with half the
+ * activation memory; parameter and buffer names; eval mode uses the running statistics;
+ * synchronized batch norm over one rank equals plain batch norm. Under mpirun (2 ranks), a
+ * synchronized batch norm over two half batches equals one batch norm over the whole batch:
+ * outputs, input gradients and running statistics. */
+#include <stdlib.h>
+
+#include "cnn.h"
+#include "kernels/gradcheck.h"
+
+static ls_ctx *C;
+
+typedef struct net {
+    ls_module *m;
+    ls_xent *loss;
+} net;
+
+static ls_resnet_config small_cfg(ls_dtype act) {
+    ls_resnet_config rc = {LS_F32, act, 1, 12, 12, 3, {4, 8, 8}, 2, 5, 11, NULL};
+    return rc;
+}
+
+static void make(net *n, ls_dtype act, int segments) {
+    ls_resnet_config rc = small_cfg(act);
+    LS_REQUIRE_OK(ls_resnet_create(C, &rc, &n->m));
+    if (segments) LS_REQUIRE_OK(ls_checkpoint_sequential(n->m, segments, &n->m));
+    LS_REQUIRE_OK(ls_xent_create(C, &n->loss));
+}
+
+static void drop(net *n) {
+    ls_module_destroy(n->m);
+    ls_xent_destroy(n->loss);
+}
+
+/* one forward + backward from released activations; returns the loss, *peak the most memory it
+ * held at once beyond what was live before (activations, workspace) */
+static double step(net *n, const ls_tensor *x, const ls_tensor *labels, size_t *peak) {
+    const ls_tensor *logits, *dl;
+    double loss;
+    ls_memory_stats st;
+    ls_cnn_release_activations(n->m);
+    ls_allocator_reset_peak(C->alloc);
+    ls_allocator_stats(C->alloc, &st);
+    size_t live = st.live_bytes;
+    LS_REQUIRE_OK(ls_module_zero_grad(n->m));
+    LS_REQUIRE_OK(ls_module_forward(n->m, x, &logits));
+    LS_REQUIRE_OK(ls_xent_forward(n->loss, logits, labels, &loss));
+    LS_REQUIRE_OK(ls_xent_backward(n->loss, 1.0 / (double)x->shape[0], &dl));
+    LS_REQUIRE_OK(ls_module_backward(n->m, dl, 0, NULL));
+    ls_allocator_stats(C->alloc, &st);
+    if (peak) *peak = st.peak_bytes - live;
+    return loss;
+}
+
+static void check_checkpointing(const ls_tensor *x, const ls_tensor *labels) {
+    net a, b;
+    make(&a, LS_F32, 0);
+    make(&b, LS_F32, 4);
+    int np = ls_module_num_params(a.m);
+    LS_EXPECT(np == ls_module_num_params(b.m));
+    for (int i = 0; i < np; i++) LS_EXPECT(strcmp(ls_module_param_name(a.m, i), ls_module_param_name(b.m, i)) == 0);
+    LS_EXPECT(ls_cnn_num_buffers(a.m) == ls_cnn_num_buffers(b.m));
+    size_t pa, pb;
+    for (int s = 0; s < 2; s++) {
+        double la = step(&a, x, labels, &pa), lb = step(&b, x, labels, &pb);
+        LS_EXPECT(la == lb);
+        for (int i = 0; i < np; i++)
+            LS_EXPECT(memcmp(ls_module_grad(a.m, i)->data, ls_module_grad(b.m, i)->data,
+                             ls_tensor_nbytes(ls_module_grad(a.m, i))) == 0);
+        /* running statistics folded once per step, recomputation or not */
+        for (int i = 0; i < ls_cnn_num_buffers(a.m); i++) {
+            char na[64], nb[64];
+            ls_tensor *ba = ls_cnn_buffer(a.m, i, na, 64), *bb = ls_cnn_buffer(b.m, i, nb, 64);
+            LS_EXPECT(strcmp(na, nb) == 0);
+            LS_EXPECT(memcmp(ba->data, bb->data, ls_tensor_nbytes(ba)) == 0);
+        }
+    }
+    printf("checkpointing: step memory %zu bytes plain, %zu with 4 segments\n", pa, pb);
+    LS_EXPECT(pb < pa * 3 / 4);
+    char name[64];
+    ls_cnn_buffer(a.m, 0, name, 64);
+    LS_EXPECT(strcmp(name, "2.running_mean") == 0); /* the stem's BatchNorm is layer 2 */
+    ls_cnn_buffer(a.m, 3, name, 64);
+    LS_EXPECT(strcmp(name, "3.body.1.running_var") == 0);
+    LS_EXPECT(strcmp(ls_module_param_name(a.m, 3), "3.body.0.weight") == 0);
+    drop(&a);
+    drop(&b);
+}
+
+static double cosine(net *a, net *b) {
+    double dot = 0, na = 0, nb = 0;
+    for (int i = 0; i < ls_module_num_params(a->m); i++) {
+        ls_tensor *x = ls_module_grad(a->m, i), *y = ls_module_grad(b->m, i);
+        LS_EXPECT(y->dtype == LS_F32); /* master gradients */
+        for (int64_t k = 0; k < ls_tensor_numel(x); k++) {
+            double u = ((float *)x->data)[k], v = ((float *)y->data)[k];
+            dot += u * v;
+            na += u * u;
+            nb += v * v;
+        }
+    }
+    return dot / sqrt(na * nb);
+}
+
+static void check_precision(const ls_tensor *x, const ls_tensor *labels) {
+    net f, h, g;
+    make(&f, LS_F32, 0);
+    make(&h, LS_BF16, 0);
+    make(&g, LS_F16, 0);
+    size_t pf, ph, pg;
+    double lf = step(&f, x, labels, &pf), lh = step(&h, x, labels, &ph), lg = step(&g, x, labels, &pg);
+    printf("precision: loss f32 %.6f bf16 %.6f f16 %.6f; step memory %zu / %zu / %zu bytes\n", lf, lh, lg, pf, ph,
+           pg);
+    LS_EXPECT(fabs(lh - lf) < 0.01 * fabs(lf));
+    LS_EXPECT(fabs(lg - lf) < 0.002 * fabs(lf));
+    LS_EXPECT(ph < pf * 7 / 10 && pg < pf * 7 / 10);
+    /* the gradients agree in direction (cosine similarity over all parameters); bf16 keeps 8 bits of
+     * mantissa, and batch norm's backward subtracts means, so its gradients are the rougher */
+    double ch = cosine(&f, &h), cg = cosine(&f, &g);
+    printf("precision: gradient cosine similarity to f32: bf16 %.5f, f16 %.5f\n", ch, cg);
+    LS_EXPECT(ch > 0.95);
+    LS_EXPECT(cg > 0.995);
+    drop(&f);
+    drop(&h);
+    drop(&g);
+}
+
+static void check_eval(const ls_tensor *x) {
+    net n;
+    make(&n, LS_F32, 0);
+    const ls_tensor *y;
+    ls_module_set_training(n.m, 0);
+    LS_REQUIRE_OK(ls_module_forward(n.m, x, &y));
+    /* fresh running statistics (0, 1): eval output does not depend on the rest of the batch */
+    ls_tensor one = ls_tensor_view(x->data, x->dtype, x->device, 2, (int64_t[]){1, x->shape[1]});
+    float first[5];
+    memcpy(first, y->data, sizeof first);
+    LS_REQUIRE_OK(ls_module_forward(n.m, &one, &y));
+    for (int k = 0; k < 5; k++) LS_EXPECT_NEAR(((float *)y->data)[k], first[k], 1e-6);
+    drop(&n);
+}
+
+/* SyncBatchNorm: each rank holds half of the batch; rank 0 also runs plain BN over all of it. */
+static void check_sync_bn(ls_comm *comm) {
+    int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
+    int64_t Ch = 3, B = 4 * world, half = B / world;
+    ls_rng r;
+    ls_rng_init(&r, 77); /* the same data on every rank */
+    ls_tensor *x = gc_tensor(C, LS_F64, 4, (int64_t[]){B, Ch, 3, 3}), *dy = gc_tensor(C, LS_F64, 4, (int64_t[]){B, Ch, 3, 3});
+    gc_fill(&r, x, 0);
+    gc_fill(&r, dy, 0);
+    ls_batchnorm_config cfg = ls_batchnorm_defaults();
+    cfg.relu = 1;
+    ls_module *plain, *synced;
+    LS_REQUIRE_OK(ls_batchnorm2d_create(C, LS_F64, Ch, &cfg, "bn", &plain));
+    cfg.sync = comm;
+    LS_REQUIRE_OK(ls_batchnorm2d_create(C, LS_F64, Ch, &cfg, "bn", &synced));
+    int64_t per = Ch * 9;
+    ls_tensor xs = ls_tensor_view((double *)x->data + rank * half * per, LS_F64, x->device, 4, (int64_t[]){half, Ch, 3, 3});
+    ls_tensor dys = ls_tensor_view((double *)dy->data + rank * half * per, LS_F64, x->device, 4, (int64_t[]){half, Ch, 3, 3});
+    const ls_tensor *yp, *ys, *dxp, *dxs;
+    LS_REQUIRE_OK(ls_module_forward(plain, x, &yp));
+    LS_REQUIRE_OK(ls_module_forward(synced, &xs, &ys));
+    LS_REQUIRE_OK(ls_module_backward(plain, dy, 1, &dxp));
+    LS_REQUIRE_OK(ls_module_backward(synced, &dys, 1, &dxs));
+    double ey = 0, ex = 0;
+    for (int64_t i = 0; i < half * per; i++) {
+        ey = fmax(ey, fabs(((double *)ys->data)[i] - ((double *)yp->data)[rank * half * per + i]));
+        ex = fmax(ex, fabs(((double *)dxs->data)[i] - ((double *)dxp->data)[rank * half * per + i]));
+    }
+    LS_EXPECT(ey < 1e-12);
+    LS_EXPECT(ex < 1e-12);
+    for (int i = 0; i < 2; i++) {
+        ls_tensor *a = ls_cnn_buffer(plain, i, NULL, 0), *b = ls_cnn_buffer(synced, i, NULL, 0);
+        for (int c = 0; c < Ch; c++) LS_EXPECT_NEAR(((double *)a->data)[c], ((double *)b->data)[c], 1e-12);
+    }
+    /* parameter gradients are this rank's share: summed over ranks they equal the plain ones */
+    for (int p = 0; p < 2; p++) {
+        ls_tensor *g = ls_module_grad(synced, p);
+        double sum[3];
+        memcpy(sum, g->data, sizeof sum);
+        LS_REQUIRE_OK(ls_comm_allreduce_host(comm, sum, Ch, LS_F64, LS_REDUCE_SUM));
+        for (int c = 0; c < Ch; c++) LS_EXPECT_NEAR(sum[c], ((double *)ls_module_grad(plain, p)->data)[c], 1e-12);
+    }
+    ls_module_destroy(plain);
+    ls_module_destroy(synced);
+    ls_tensor_destroy(x);
+    ls_tensor_destroy(dy);
+}
+
+int main(void) {
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &C));
+    ls_comm *comm;
+    LS_REQUIRE_OK(ls_comm_create(C, NULL, &comm));
+    check_sync_bn(comm);
+    if (ls_comm_world(comm) == 1) {
+        ls_rng r;
+        ls_rng_init(&r, 21);
+        int64_t B = 16;
+        ls_tensor *x = gc_tensor(C, LS_F32, 2, (int64_t[]){B, 144}), *labels = gc_tensor(C, LS_I32, 1, (int64_t[]){B});
+        gc_fill(&r, x, 0);
+        for (int64_t i = 0; i < B; i++) ((int32_t *)labels->data)[i] = (int32_t)(i % 5);
+        check_checkpointing(x, labels);
+        check_precision(x, labels);
+        check_eval(x);
+        ls_tensor_destroy(x);
+        ls_tensor_destroy(labels);
+    }
+    ls_comm_destroy(comm);
+    ls_ctx_destroy(C);
+    LS_TEST_END();
+}
