@@ -9,7 +9,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 echo "== default build (build/)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
+# label soak: long accuracy runs (minutes each), run on their own: ctest --test-dir build -L soak
+ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600 -LE soak
 echo "== CPU-only ASan+UBSan build (build-asan/)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLOCKSTEP_CUDA=OFF -DLOCKSTEP_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"

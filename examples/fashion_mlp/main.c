@@ -20,6 +20,9 @@
 #include "optim.h"
 #include "train.h"
 
+#define EX_PROG "fashion_mlp"
+#include "example_cli.h"
+
 typedef struct options {
     int epochs;
     int64_t batch, train_limit, test_limit;
@@ -89,28 +92,6 @@ static void usage(FILE *f) {
             "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n"
             "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1),\n"
             "LOCKSTEP_CKPT_CRASH_AT=<stage> (tests: kill the process at that stage of a checkpoint save).\n");
-}
-
-static int parse_i64(const char *flag, const char *s, int64_t min, int64_t *out) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < min) {
-        fprintf(stderr, "fashion_mlp: %s '%s' must be an integer >= %lld\n", flag, s, (long long)min);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_f64(const char *flag, const char *s, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !(v >= 0)) {
-        fprintf(stderr, "fashion_mlp: %s '%s' must be a number >= 0\n", flag, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 static int parse_options(int argc, char **argv, options *o) {
@@ -199,26 +180,6 @@ static int parse_options(int argc, char **argv, options *o) {
     }
     return 0;
 }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int fail(const char *what, ls_status s) {
-    fprintf(stderr, "fashion_mlp: %s: %s: %s\n", what, ls_status_name(s), ls_last_error());
-    return 1;
-}
-
-#define TRY(what, expr)                                                                            \
-    do {                                                                                           \
-        ls_status s_ = (expr);                                                                     \
-        if (s_ != LS_OK) {                                                                         \
-            rc = fail(what, s_);                                                                   \
-            goto done;                                                                             \
-        }                                                                                          \
-    } while (0)
 
 /* Rank 0 writes every parameter, in order, as raw little-endian f32. */
 static ls_status dump_params(ls_ctx *ctx, ls_module *m, const char *path) {
@@ -444,7 +405,7 @@ int main(int argc, char **argv) {
     int max_reached = 0;
     for (int64_t epoch = start_epoch; epoch < o.epochs && !max_reached; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
-        double t0 = now_s(), m[3] = {0, 0, 0};
+        double t0 = ex_now_s(), m[3] = {0, 0, 0};
         int64_t seen = 0, j0 = epoch == start_epoch ? start_j : 0;
         int64_t epoch_samples = j0 * global_batch;
         for (int64_t j = j0; j < steps; j++) {
@@ -491,14 +452,14 @@ int main(int argc, char **argv) {
                 goto done;
             }
             if (progress && (j % 20 == 0 || j + 1 == steps)) {
-                double el = now_s() - t0;
+                double el = ex_now_s() - t0;
                 fprintf(stderr, "\repoch %d  step %lld/%lld  loss %.4f  %.0f samples/s   ", (int)epoch + 1,
                         (long long)(j + 1), (long long)steps, st.loss_sum / (double)(st.samples ? st.samples : 1),
                         el > 0 ? (double)seen / el : 0.0);
             }
         }
         if (max_reached && seen == 0) break;
-        double train_time = now_s() - t0;
+        double train_time = ex_now_s() - t0;
         if (progress) fprintf(stderr, "\r%*s\r", 70, "");
         double ev[3];
         int64_t correct;

@@ -1,0 +1,54 @@
+/* example_cli.c: the example programs' shared flag parsing, clock and error line (example_cli.h). */
+#include "example_cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min, int64_t *out) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < min) {
+        fprintf(stderr, "%s: %s '%s' must be an integer >= %lld\n", prog, flag, s, (long long)min);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int ex_parse_f64(const char *prog, const char *flag, const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= 0)) {
+        fprintf(stderr, "%s: %s '%s' must be a number >= 0\n", prog, flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+double ex_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int ex_fail(const char *prog, const char *what, ls_status s) {
+    fprintf(stderr, "%s: %s: %s: %s\n", prog, what, ls_status_name(s), ls_last_error());
+    return 1;
+}
+
+ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg) {
+    cfg->n_stages = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        long long w = strtoll(p, &end, 10);
+        if (end == p || w < 1 || (*end != ',' && *end != '\0') || cfg->n_stages == LS_RESNET_MAX_STAGES)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "--widths '%s' is not a comma-separated list of 1 to %d "
+                            "positive channel counts", s, LS_RESNET_MAX_STAGES);
+        cfg->widths[cfg->n_stages++] = w;
+        p = *end ? end + 1 : end;
+    }
+    if (cfg->n_stages == 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "--widths is empty");
+    return LS_OK;
+}

@@ -1,0 +1,39 @@
+/* example_cli.h: what the example programs (and benchmarks) share: strict number parsing for
+ * flags, a monotonic clock, the error line of a failed call with its TRY macro, and the ResNet
+ * --widths list. Messages start with the program's name, EX_PROG, which each program defines
+ * before including this header. */
+#ifndef LOCKSTEP_EXAMPLE_CLI_H
+#define LOCKSTEP_EXAMPLE_CLI_H
+
+#include <stdint.h>
+
+#include "cnn.h"
+#include "status.h"
+
+/* *out = s as an integer >= min; else prints "PROG: FLAG 'S' must be an integer >= MIN" and -1. */
+int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min, int64_t *out);
+/* *out = s as a number >= 0; else prints "PROG: FLAG 'S' must be a number >= 0" and -1. */
+int ex_parse_f64(const char *prog, const char *flag, const char *s, double *out);
+/* Seconds on the monotonic clock. */
+double ex_now_s(void);
+/* Prints "PROG: WHAT: STATUS: the library's last error" to stderr; returns 1 (an exit status). */
+int ex_fail(const char *prog, const char *what, ls_status s);
+/* cfg->widths and n_stages from "32,64,128": 1 to LS_RESNET_MAX_STAGES positive channel counts;
+ * else LS_ERR_INVALID_ARGUMENT naming --widths. */
+ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg);
+
+#ifdef EX_PROG
+#define parse_i64(flag, s, min, out) ex_parse_i64(EX_PROG, flag, s, min, out)
+#define parse_f64(flag, s, out) ex_parse_f64(EX_PROG, flag, s, out)
+/* TRY(what, expr): on failure, print the error, set rc to 1 and go to done. */
+#define TRY(what, expr)                                                                            \
+    do {                                                                                           \
+        ls_status s_ = (expr);                                                                     \
+        if (s_ != LS_OK) {                                                                         \
+            rc = ex_fail(EX_PROG, what, s_);                                                       \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+#endif
+
+#endif

@@ -1,0 +1,389 @@
+/* fashion_resnet: trains a small ResNet (conv3x3 stem, BasicBlock stages with stride-2
+ * downsampling, global average pooling, linear) on Fashion-MNIST, data-parallel when started by
+ * lockstep-run (one rank per GPU, or per CPU slot), on the CPU where no GPU is usable. Mixed
+ * precision (--precision), activation checkpointing (--checkpoint-activations) and a memory-fitted
+ * batch (--batch-size auto, within --memory-cap) are flags. Prints per-epoch loss, test accuracy,
+ * samples/s and peak memory. --batch-size is per rank (DDP's convention). */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "amp.h"
+#include "autobatch.h"
+#include "cnn.h"
+#include "comm.h"
+#include "data.h"
+#include "device.h"
+#include "log.h"
+#include "nn.h"
+#include "optim.h"
+#include "rng.h"
+#include "train.h"
+
+#define EX_PROG "fashion_resnet"
+#include "example_cli.h"
+
+typedef struct options {
+    int epochs;
+    int64_t batch; /* 0: auto */
+    int64_t train_limit, test_limit;
+    int accum;
+    const char *optimizer, *widths, *precision, *memory_cap;
+    double lr, weight_decay, momentum, clip;
+    int64_t warmup;
+    int blocks, ckpt_segments, sync_bn, augment;
+    uint64_t seed;
+    const char *data_dir, *device, *comm;
+    int progress; /* -1 auto */
+} options;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: fashion_resnet [options]\n"
+            "Trains a small ResNet on Fashion-MNIST (data-parallel under lockstep-run).\n\n"
+            "  --epochs N            epochs (default 5)\n"
+            "  --batch-size N|auto   samples per rank per micro-step (default 64); auto: the largest batch\n"
+            "                        whose training step fits the memory cap with 10%% headroom, found by\n"
+            "                        trial steps (doubling, then bisection), the minimum over ranks\n"
+            "  --memory-cap SIZE     cap on the device memory lockstep allocates, e.g. 2GiB (default\n"
+            "                        $LOCKSTEP_MEMORY_LIMIT on the CPU, else none)\n"
+            "  --accum-steps N       micro-steps per optimizer step, gradients accumulated (default 1)\n"
+            "  --optimizer sgd|adamw optimizer (default sgd: momentum 0.9, nesterov)\n"
+            "  --lr X                peak learning rate (default 0.1 for sgd, 0.002 for adamw)\n"
+            "  --momentum X          SGD momentum (default 0.9)\n"
+            "  --weight-decay X      weight decay (default 5e-4 for sgd, 0.05 for adamw)\n"
+            "  --warmup-steps N      linear warmup steps before the cosine decay (default 200)\n"
+            "  --clip-grad-norm X    clip the global gradient norm to X (default off)\n"
+            "  --widths A,B,...      channels of each stage; stages after the first halve the resolution\n"
+            "                        (default 32,64,128)\n"
+            "  --blocks N            BasicBlocks per stage (default 1)\n"
+            "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations with f32 master\n"
+            "                        weights; fp16 adds dynamic loss scaling\n"
+            "  --checkpoint-activations[=N]  recompute activations in backward: the top-level layers split\n"
+            "                        into N segments (default 3) whose inner activations are not kept\n"
+            "  --sync-bn             batch-norm statistics over all ranks (SyncBatchNorm) instead of per rank\n"
+            "  --augment             random shifts (up to 2 pixels) and horizontal flips of the training images\n"
+            "                        (default off: with 5 epochs the model underfits rather than overfits)\n"
+            "  --seed N              seed for initialization, shuffling and augmentation (default 42)\n"
+            "  --train-limit N       use only the first N training samples (default all 60000)\n"
+            "  --test-limit N        use only the first N test samples (default all 10000)\n"
+            "  --data-dir DIR        Fashion-MNIST .gz files (default $LOCKSTEP_FASHION_DIR or\n"
+            "                        /usr/share/datasets/fashion-mnist)\n"
+            "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
+            "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
+            "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
+            "  -h, --help            this text\n\n"
+            "Environment: LOCKSTEP_LOG=error|warn|info|debug, LOCKSTEP_DEVICE, LOCKSTEP_COMM,\n"
+            "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n"
+            "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1).\n");
+}
+
+static int parse_options(int argc, char **argv, options *o) {
+    memset(o, 0, sizeof *o);
+    o->epochs = 5;
+    o->batch = 64;
+    o->accum = 1;
+    o->optimizer = "sgd";
+    o->lr = -1;
+    o->weight_decay = -1;
+    o->momentum = 0.9;
+    o->warmup = 200;
+    o->widths = "32,64,128";
+    o->blocks = 1;
+    o->precision = "fp32";
+    o->seed = 42;
+    o->progress = -1;
+    static const struct option longopts[] = {
+        {"epochs", required_argument, 0, 'e'},         {"batch-size", required_argument, 0, 'b'},
+        {"accum-steps", required_argument, 0, 'A'},    {"optimizer", required_argument, 0, 'o'},
+        {"lr", required_argument, 0, 'l'},             {"momentum", required_argument, 0, 'm'},
+        {"weight-decay", required_argument, 0, 'w'},   {"warmup-steps", required_argument, 0, 'W'},
+        {"clip-grad-norm", required_argument, 0, 'c'}, {"widths", required_argument, 0, 'H'},
+        {"blocks", required_argument, 0, 'B'},         {"precision", required_argument, 0, 'P'},
+        {"checkpoint-activations", optional_argument, 0, 'K'}, {"sync-bn", no_argument, 0, 'Y'},
+        {"augment", no_argument, 0, 'G'},           {"memory-cap", required_argument, 0, 'M'},
+        {"seed", required_argument, 0, 's'},           {"train-limit", required_argument, 0, 'T'},
+        {"test-limit", required_argument, 0, 't'},     {"data-dir", required_argument, 0, 'd'},
+        {"device", required_argument, 0, 'D'},         {"comm", required_argument, 0, 'C'},
+        {"progress", no_argument, 0, 'p'},             {"no-progress", no_argument, 0, 'N'},
+        {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0}};
+    int c;
+    int64_t v;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'e': if (parse_i64("--epochs", optarg, 0, &v)) return -1; o->epochs = (int)v; break;
+        case 'b':
+            if (strcmp(optarg, "auto") == 0) o->batch = 0;
+            else if (parse_i64("--batch-size", optarg, 1, &o->batch)) return -1;
+            break;
+        case 'A': if (parse_i64("--accum-steps", optarg, 1, &v)) return -1; o->accum = (int)v; break;
+        case 'o': o->optimizer = optarg; break;
+        case 'l': if (parse_f64("--lr", optarg, &o->lr)) return -1; break;
+        case 'm': if (parse_f64("--momentum", optarg, &o->momentum)) return -1; break;
+        case 'w': if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1; break;
+        case 'W': if (parse_i64("--warmup-steps", optarg, 0, &o->warmup)) return -1; break;
+        case 'c': if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1; break;
+        case 'H': o->widths = optarg; break;
+        case 'B': if (parse_i64("--blocks", optarg, 1, &v)) return -1; o->blocks = (int)v; break;
+        case 'P': o->precision = optarg; break;
+        case 'K':
+            o->ckpt_segments = 3;
+            if (optarg && parse_i64("--checkpoint-activations", optarg, 1, &v)) return -1;
+            if (optarg) o->ckpt_segments = (int)v;
+            break;
+        case 'Y': o->sync_bn = 1; break;
+        case 'G': o->augment = 1; break;
+        case 'M': o->memory_cap = optarg; break;
+        case 's': if (parse_i64("--seed", optarg, 0, &v)) return -1; o->seed = (uint64_t)v; break;
+        case 'T': if (parse_i64("--train-limit", optarg, 1, &o->train_limit)) return -1; break;
+        case 't': if (parse_i64("--test-limit", optarg, 1, &o->test_limit)) return -1; break;
+        case 'd': o->data_dir = optarg; break;
+        case 'D': o->device = optarg; break;
+        case 'C': o->comm = optarg; break;
+        case 'p': o->progress = 1; break;
+        case 'N': o->progress = 0; break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "fashion_resnet: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Random shifts by up to 2 pixels (the border filled with the normalized background) and
+ * horizontal flips, drawn per (seed, epoch, sample): the same on every rank. */
+static void augment(const ls_dataset *src, ls_dataset *dst, uint64_t seed, int64_t epoch) {
+    const int64_t H = src->rows, W = src->cols;
+    const float bg = (0.0f - 0.2860f) / 0.3530f;
+    for (int64_t i = 0; i < src->n; i++) {
+        ls_rng r;
+        ls_rng_init_stream(&r, seed ^ 0xa5a5a5a5ull, (uint64_t)epoch * 1000003ull + (uint64_t)i);
+        int dy = (int)ls_rng_below(&r, 5) - 2, dx = (int)ls_rng_below(&r, 5) - 2, flip = (int)ls_rng_below(&r, 2);
+        const float *in = src->images + i * H * W;
+        float *out = dst->images + i * H * W;
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++) {
+                int64_t sy = y + dy, sx = (flip ? W - 1 - x : x) + dx;
+                out[y * W + x] = sy >= 0 && sy < H && sx >= 0 && sx < W ? in[sy * W + sx] : bg;
+            }
+    }
+}
+
+int main(int argc, char **argv) {
+    options o;
+    if (parse_options(argc, argv, &o) != 0) return 2;
+    int rc = 0;
+    ls_rank_info ri;
+    ls_device dev;
+    ls_ctx *ctx = NULL;
+    ls_comm *comm = NULL;
+    ls_dataset *train = NULL, *test = NULL, *aug = NULL;
+    ls_sampler *sampler = NULL, *test_sampler = NULL;
+    ls_module *model = NULL;
+    ls_optimizer *opt = NULL;
+    ls_trainer *trainer = NULL;
+    int64_t *idx = NULL, *test_idx = NULL;
+    ls_tensor **params = NULL, **grads = NULL;
+
+    ls_optim_kind kind;
+    ls_precision precision;
+    ls_resnet_config rcfg;
+    memset(&rcfg, 0, sizeof rcfg);
+    TRY("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
+    TRY("--precision", ls_precision_parse(o.precision, &precision));
+    TRY("--widths", ex_parse_widths(o.widths, &rcfg));
+
+    TRY("rank discovery", ls_rank_discover(&ri));
+    TRY("device", ls_device_select(o.device, ri.local_rank, &dev));
+    TRY("context", ls_ctx_create(dev, NULL, &ctx));
+    TRY("communicator", ls_comm_create(ctx, o.comm, &comm));
+    int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
+    if (o.memory_cap) {
+        size_t cap;
+        TRY("--memory-cap", ls_memory_parse_size(o.memory_cap, &cap));
+        ls_allocator_set_cap(ctx->alloc, cap);
+    }
+    ls_allocator_set_oom_hint(ctx->alloc, "to fit, try a smaller --batch-size (or --batch-size auto), "
+                                          "--precision bf16, or --checkpoint-activations");
+
+    TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
+    TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
+    if (o.augment) {
+        TRY("augmentation", ls_dataset_from_arrays(train->n, train->features, train->num_classes, train->images,
+                                                   train->labels, &aug));
+        aug->rows = train->rows;
+        aug->cols = train->cols;
+    }
+    rcfg.param_dtype = LS_F32;
+    rcfg.act_dtype = ls_precision_dtype(precision);
+    rcfg.in_channels = 1;
+    rcfg.in_h = train->rows;
+    rcfg.in_w = train->cols;
+    rcfg.blocks = o.blocks;
+    rcfg.num_classes = 10;
+    rcfg.seed = o.seed;
+    rcfg.sync_bn = o.sync_bn && world > 1 ? comm : NULL;
+    TRY("model", ls_resnet_create(ctx, &rcfg, &model));
+    if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
+
+    ls_optim_config oc = ls_optim_defaults(kind);
+    oc.lr = (float)(o.lr >= 0 ? o.lr : kind == LS_OPTIM_SGD ? 0.1 : 0.002);
+    oc.weight_decay = (float)(o.weight_decay >= 0 ? o.weight_decay : kind == LS_OPTIM_SGD ? 5e-4 : 0.05);
+    if (kind == LS_OPTIM_SGD) {
+        oc.momentum = (float)o.momentum;
+        oc.nesterov = o.momentum > 0;
+    }
+    int np = ls_module_num_params(model);
+    params = calloc((size_t)np, sizeof *params);
+    grads = calloc((size_t)np, sizeof *grads);
+    if (!params || !grads) TRY("parameters", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list"));
+    for (int i = 0; i < np; i++) {
+        params[i] = ls_module_param(model, i);
+        grads[i] = ls_module_grad(model, i);
+    }
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.accum_steps = o.accum;
+    tc.clip_grad_norm = o.clip;
+    tc.precision = precision;
+    tc.buckets.first_bucket_bytes = 0; /* defaults / environment */
+    tc.buckets.bucket_bytes = 0;
+    TRY("sampler", ls_sampler_create(train->n, rank, world, o.seed, 1, LS_SAMPLER_PAD, &sampler));
+    TRY("test sampler", ls_sampler_create(test->n, rank, world, 0, 0, LS_SAMPLER_EXACT, &test_sampler));
+
+    if (o.batch == 0) { /* --batch-size auto */
+        ls_batch_search_config bs = {1, (ls_sampler_num_samples(sampler) + o.accum - 1) / o.accum, 0.10};
+        ls_batch_search_result br;
+        ls_trainer_trial trial = {ctx, comm, model, &oc, &tc, train};
+        if (bs.max > 1) bs.start = bs.max < 16 ? 1 : 16;
+        TRY("--batch-size auto", ls_batch_size_search(ctx->alloc, comm, &bs, ls_trainer_trial_step, &trial, &br));
+        o.batch = br.batch;
+        if (rank == 0) {
+            char a[32], b[32], l[32];
+            printf("batch-size auto: %lld per rank (peak %s of the %s cap, limit %s with 10%% headroom); trials:",
+                   (long long)br.batch, ls_memory_format(br.peak_bytes, a, 32), ls_memory_format(br.cap_bytes, b, 32),
+                   ls_memory_format(br.limit_bytes, l, 32));
+            for (int i = 0; i < br.trials; i++) {
+                char pk[32];
+                printf(" %lld %s (%s)%s", (long long)br.tried[i], br.fit[i] ? "fits" : "out of memory",
+                       ls_memory_format(br.peak[i], pk, 32), i + 1 < br.trials ? "," : "\n");
+            }
+        }
+    }
+    tc.batch_per_rank = o.batch;
+    int64_t per_step = o.batch * o.accum;
+    int64_t steps = ls_sampler_steps(sampler, per_step);
+    tc.lr.base_lr = oc.lr;
+    tc.lr.min_lr = 0;
+    tc.lr.warmup_steps = o.warmup;
+    tc.lr.total_steps = steps * o.epochs;
+    TRY("optimizer", ls_optimizer_create(ctx, np, params, grads, &oc, &opt));
+    TRY("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
+
+    char devname[32];
+    if (rank == 0) {
+        printf("fashion_resnet: %d rank%s, device %s, communicator %s, widths %s x %d block%s, %lld parameters, "
+               "%s, %s%s%lld train / %lld test samples, batch %lld per rank x %d accumulation x %d ranks, %lld steps "
+               "per epoch\n",
+               world, world == 1 ? "" : "s", ls_device_str(dev, devname, sizeof devname), ls_comm_backend_name(comm),
+               o.widths, o.blocks, o.blocks == 1 ? "" : "s", (long long)ls_module_num_elements(model),
+               ls_precision_name(precision), o.ckpt_segments ? "activation checkpointing, " : "",
+               rcfg.sync_bn ? "synchronized batch norm, " : "", (long long)train->n, (long long)test->n,
+               (long long)o.batch, o.accum, world, (long long)steps);
+        if (o.ckpt_segments) printf("activation checkpointing: %d segments\n", o.ckpt_segments);
+    }
+    fflush(stdout);
+    int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
+    idx = malloc((size_t)per_step * sizeof *idx);
+    test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
+    if (!idx || !test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
+    int64_t test_count = 0, tc_global = 0;
+    TRY("test shard", ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx,
+                                       &test_count, &tc_global));
+    double total_time = 0;
+    for (int epoch = 0; epoch < o.epochs; epoch++) {
+        TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
+        if (aug) augment(train, aug, o.seed, epoch);
+        const ls_dataset *data = aug ? aug : train;
+        ls_allocator_reset_peak(ctx->alloc);
+        double t0 = ex_now_s(), m[3] = {0, 0, 0};
+        int64_t seen = 0, skipped = 0;
+        for (int64_t j = 0; j < steps; j++) {
+            int64_t count, global;
+            ls_step_stats st;
+            TRY("batch", ls_sampler_batch(sampler, j, per_step, idx, &count, &global));
+            TRY("training step", ls_trainer_step(trainer, data, idx, count, global, &st));
+            m[0] += st.loss_sum;
+            m[1] += (double)st.correct;
+            m[2] += (double)st.samples;
+            seen += global;
+            skipped += st.skipped;
+            if (progress && (j % 10 == 0 || j + 1 == steps)) {
+                double el = ex_now_s() - t0;
+                fprintf(stderr, "\repoch %d  step %lld/%lld  loss %.4f  %.0f samples/s   ", epoch + 1,
+                        (long long)(j + 1), (long long)steps, st.loss_sum / (double)(st.samples ? st.samples : 1),
+                        el > 0 ? (double)seen / el : 0.0);
+            }
+        }
+        double train_time = ex_now_s() - t0;
+        total_time += train_time;
+        if (progress) fprintf(stderr, "\r%*s\r", 70, "");
+        ls_memory_stats ms;
+        ls_allocator_stats(ctx->alloc, &ms);
+        double peak = (double)ms.peak_bytes;
+        /* evaluate with rank 0's running statistics (DDP's broadcast_buffers), in eval mode, in pieces
+         * no larger than a training step so that evaluation fits wherever training did */
+        TRY("buffers", ls_cnn_broadcast_buffers(comm, model));
+        ls_module_set_training(model, 0);
+        ls_cnn_release_activations(model);
+        double ev[3] = {0, 0, (double)test_count};
+        for (int64_t lo = 0; lo < test_count; lo += per_step) {
+            int64_t n = test_count - lo < per_step ? test_count - lo : per_step, correct;
+            double loss_sum;
+            TRY("evaluation", ls_trainer_evaluate(trainer, test, test_idx + lo, n, &loss_sum, &correct));
+            ev[0] += loss_sum;
+            ev[1] += (double)correct;
+        }
+        ls_module_set_training(model, 1);
+        ls_cnn_release_activations(model);
+        TRY("metrics", ls_comm_allreduce(comm, m, 3, LS_F64, LS_REDUCE_SUM));
+        TRY("metrics", ls_comm_allreduce(comm, ev, 3, LS_F64, LS_REDUCE_SUM));
+        TRY("metrics", ls_comm_allreduce(comm, &peak, 1, LS_F64, LS_REDUCE_MAX));
+        if (rank == 0) {
+            char pk[32];
+            printf("epoch %d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
+                   "%.0f samples/s  %.1f s  peak memory %s%s",
+                   epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
+                   (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk),
+                   skipped ? "" : "\n");
+            if (skipped) printf("  (%lld steps skipped: fp16 overflow)\n", (long long)skipped);
+            fflush(stdout);
+        }
+    }
+    if (rank == 0 && o.epochs > 0) printf("training time %.1f s\n", total_time);
+
+done:
+    free(idx);
+    free(test_idx);
+    free(params);
+    free(grads);
+    ls_trainer_destroy(trainer);
+    ls_optimizer_destroy(opt);
+    ls_module_destroy(model);
+    ls_sampler_destroy(sampler);
+    ls_sampler_destroy(test_sampler);
+    ls_dataset_destroy(train);
+    ls_dataset_destroy(test);
+    ls_dataset_destroy(aug);
+    if (rc != 0 && comm && ls_comm_world(comm) > 1) ls_comm_abort(comm, "fashion_resnet failed");
+    ls_comm_destroy(comm);
+    ls_ctx_destroy(ctx);
+    return rc;
+}
