@@ -56,13 +56,21 @@ ns0=ls_h0_$tag
 ns1=ls_h1_$tag
 work=$(mktemp -d "${TMPDIR:-/tmp}/ls_netns.XXXXXX") || exit 1
 chmod 755 "$work"
+# `ip netns add` turns /run/netns into a mount point: where this script made it one, it is undone
+# at the end (left behind, it pins a chroot's /run; the netns tests hold a CTest resource lock).
+netns_premounted=0
+mountpoint -q /run/netns 2>/dev/null && netns_premounted=1
 cleanup() {
     for ns in "$ns0" "$ns1"; do
         if ip netns pids "$ns" >/dev/null 2>&1; then
             for pid in $(ip netns pids "$ns"); do kill -9 "$pid" 2>/dev/null; done
-            ip netns del "$ns" 2>/dev/null
         fi
+        [ -e "/run/netns/$ns" ] && ip netns del "$ns" 2>/dev/null
     done
+    if [ "$netns_premounted" = 0 ] && mountpoint -q /run/netns 2>/dev/null &&
+        [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
+        umount -l /run/netns 2>/dev/null
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT
