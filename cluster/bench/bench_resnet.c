@@ -1,0 +1,159 @@
+/* bench_resnet.c: lockstep's side of the ResNet benchmark: trains examples/fashion_resnet's model
+ * (torch_resnet.py builds the same one) on Fashion-MNIST with the real training step
+ * (ls_trainer_step: gather, forward, loss, backward, SGD momentum; --precision bf16|fp16 as
+ * fashion_resnet's: f16/bf16 activations, f32 masters, the trainer's mixed-precision step) and
+ * prints samples/s and the peak memory. On the CPU by default (compare_resnet.py compares CPU
+ * threads); --device cuda runs it on a GPU (tests/gpu/device-check.sh compares it with
+ * torch_resnet.py --device cuda). Data-parallel when started under mpirun (each rank a share of the
+ * global batch). Not a test. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "amp.h"
+#include "cnn.h"
+#include "comm.h"
+#include "data.h"
+#include "device.h"
+#include "nn.h"
+#include "optim.h"
+#include "train.h"
+
+#include "example_cli.h"
+
+static double clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+/* CPU time of every thread of this process: on a shared machine, less sensitive to other load */
+static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
+
+#define CHECK(what, expr)                                                                          \
+    do {                                                                                           \
+        ls_status s_ = (expr);                                                                     \
+        if (s_ != LS_OK) {                                                                         \
+            fprintf(stderr, "bench_resnet: %s: %s\n", what, ls_last_error());                      \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+int main(int argc, char **argv) {
+    int64_t B = 128;
+    int steps = 50, warmup = 5, segments = 0;
+    const char *dir = NULL, *widths = "16,32,64", *precision = "fp32", *device = NULL;
+    ls_resnet_config cfg = {LS_F32, LS_F32, 1, 28, 28, 0, {0}, 1, 10, 42, NULL};
+    static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'}, {"steps", required_argument, 0, 'n'},
+                                         {"warmup", required_argument, 0, 'w'},     {"data-dir", required_argument, 0, 'd'},
+                                         {"widths", required_argument, 0, 'W'},     {"blocks", required_argument, 0, 'B'},
+                                         {"precision", required_argument, 0, 'p'},  {"checkpoint-activations", required_argument, 0, 'c'},
+                                         {"device", required_argument, 0, 'D'},     {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'b') B = atoll(optarg);
+        else if (c == 'n') steps = atoi(optarg);
+        else if (c == 'w') warmup = atoi(optarg);
+        else if (c == 'd') dir = optarg;
+        else if (c == 'W') widths = optarg;
+        else if (c == 'B') cfg.blocks = atoi(optarg);
+        else if (c == 'p') precision = optarg;
+        else if (c == 'c') segments = atoi(optarg);
+        else if (c == 'D') device = optarg;
+        else {
+            printf("usage: bench_resnet [--batch-size N (global)] [--steps N] [--warmup N] [--widths A,B,C] [--blocks N]\n"
+                   "                    [--precision fp32|bf16|fp16] [--checkpoint-activations SEGMENTS]\n"
+                   "                    [--device cpu|cuda[:N] (default $LOCKSTEP_DEVICE, else cpu)] [--data-dir DIR]\n");
+            return c == 'h' ? 0 : 2;
+        }
+    }
+    ls_precision prec;
+    if (B < 1 || steps < 1 || warmup < 0 || cfg.blocks < 1 || ex_parse_widths(widths, &cfg) != LS_OK ||
+        ls_precision_parse(precision, &prec) != LS_OK) {
+        fprintf(stderr, "bench_resnet: bad arguments (see --help)\n");
+        return 2;
+    }
+    cfg.act_dtype = ls_precision_dtype(prec);
+    ls_ctx *ctx;
+    ls_comm *comm;
+    ls_dataset *data;
+    ls_module *model;
+    ls_optimizer *opt;
+    ls_trainer *tr;
+    ls_sampler *smp;
+    ls_rank_info ri;
+    ls_device dev;
+    char devname[32];
+    const char *env_device = getenv("LOCKSTEP_DEVICE");
+    if (!device && !(env_device && *env_device)) device = "cpu"; /* a CPU benchmark unless asked */
+    CHECK("rank discovery", ls_rank_discover(&ri));
+    CHECK("device", ls_device_select(device, ri.local_rank, &dev));
+    CHECK("context", ls_ctx_create(dev, NULL, &ctx));
+    CHECK("communicator", ls_comm_create(ctx, NULL, &comm));
+    int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
+    int64_t b = (B + world - 1) / world;
+    CHECK("data", ls_fashion_mnist_load(dir, 1, 0, &data));
+    CHECK("model", ls_resnet_create(ctx, &cfg, &model));
+    if (segments > 0) CHECK("checkpointing", ls_checkpoint_sequential(model, segments, &model));
+    int np = ls_module_num_params(model);
+    ls_tensor **p = malloc(sizeof *p * (size_t)np), **g = malloc(sizeof *g * (size_t)np);
+    for (int i = 0; i < np; i++) {
+        p[i] = ls_module_param(model, i);
+        g[i] = ls_module_grad(model, i);
+    }
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+    oc.lr = 0.05f;
+    oc.weight_decay = 5e-4f;
+    CHECK("optimizer", ls_optimizer_create(ctx, np, p, g, &oc, &opt));
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = b;
+    tc.accum_steps = 1;
+    tc.lr.base_lr = oc.lr;
+    tc.precision = prec;
+    CHECK("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &tr));
+    CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
+    int64_t per_epoch = ls_sampler_steps(smp, b), *idx = malloc(sizeof(int64_t) * (size_t)b);
+    double t0 = 0, c0 = 0;
+    ls_step_stats st;
+    for (int it = -warmup, j = 0; it < steps; it++, j++) {
+        if (it == 0) {
+            CHECK("sync", ls_ctx_synchronize(ctx));
+            CHECK("barrier", ls_comm_barrier(comm));
+            t0 = now_s();
+            c0 = cpu_s();
+        }
+        if (j == per_epoch) {
+            j = 0;
+            CHECK("epoch", ls_sampler_set_epoch(smp, ls_sampler_epoch(smp) + 1));
+        }
+        int64_t count, global;
+        CHECK("batch", ls_sampler_batch(smp, j, b, idx, &count, &global));
+        CHECK("step", ls_trainer_step(tr, data, idx, count, global, &st));
+    }
+    CHECK("sync", ls_ctx_synchronize(ctx));
+    CHECK("barrier", ls_comm_barrier(comm));
+    double dt = now_s() - t0, dc = cpu_s() - c0;
+    ls_memory_stats ms;
+    ls_allocator_stats(ctx->alloc, &ms);
+    if (rank == 0)
+        printf("lockstep samples/s %.1f step_ms %.3f cpu_ms_per_step %.3f ranks %d batch %lld peak_mib %.1f loss %.4f "
+               "device %s precision %s\n",
+               (double)steps * (double)(b * world) / dt, 1000 * dt / steps, 1000 * dc / steps, world, (long long)(b * world),
+               (double)ms.peak_bytes / 1048576.0, st.loss_sum / (double)(st.samples ? st.samples : 1),
+               ls_device_str(dev, devname, sizeof devname), ls_precision_name(prec));
+    free(idx);
+    free(p);
+    free(g);
+    ls_sampler_destroy(smp);
+    ls_trainer_destroy(tr);
+    ls_optimizer_destroy(opt);
+    ls_module_destroy(model);
+    ls_dataset_destroy(data);
+    ls_comm_destroy(comm);
+    ls_ctx_destroy(ctx);
+    return 0;
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""compare_resnet.py: lockstep vs PyTorch training the same small ResNet on the same cores, A B A B.
+
+Each round runs every configuration once, in turn (so a burst of load from elsewhere hits all of
+them alike), then the medians and the ratio of lockstep's best to PyTorch's best are printed:
+  lockstep, ranks x 1 thread : bench_resnet under lockstep-run -n RANKS (data parallel, DDP-style:
+                                each rank trains batch/RANKS, gradients all-reduced every step)
+  lockstep, 1 rank x threads : bench_resnet with OPENBLAS_NUM_THREADS=THREADS
+  torch NCHW / channels_last : torch_resnet.py with torch.set_num_threads(THREADS), both memory formats
+Same model (examples/fashion_resnet's), global batch, optimizer (SGD momentum 0.9, weight decay
+5e-4) and data (Fashion-MNIST, normalized alike); data loading is outside the timed region.
+Usage (from the repository root, after building build/):
+    /usr/bin/python3 cluster/bench/compare_resnet.py --build build --rounds 5
+"""
+import argparse
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd, env):
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return [l for l in out.strip().splitlines() if "samples/s" in l][-1]
+
+
+def num(line, key):
+    return float(re.search(re.escape(key) + r" ([0-9.]+)", line).group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--batch-size", type=int, default=128, help="global batch")
+    ap.add_argument("--widths", default="16,32,64")
+    ap.add_argument("--blocks", type=int, default=1)
+    ap.add_argument("--cores", type=int, default=2, help="ranks (lockstep) and threads (both) to use")
+    args = ap.parse_args()
+    bench = os.path.join(args.build, "cluster", "bench", "bench_resnet")
+    launcher = os.path.join(args.build, "launcher", "lockstep-run")
+    common = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
+              "--widths", args.widths, "--blocks", str(args.blocks)]
+    one = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    many = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.cores), OMP_NUM_THREADS=str(args.cores))
+    torch_py = ["/usr/bin/python3", os.path.join(HERE, "torch_resnet.py"), "--threads", str(args.cores)] + common
+    configs = [
+        (f"lockstep {args.cores} ranks x 1 thread", "lockstep", [launcher, "-n", str(args.cores), bench] + common, one),
+        (f"lockstep 1 rank x {args.cores} threads", "lockstep", [bench] + common, many),
+        (f"torch NCHW, {args.cores} threads", "torch", torch_py, many),
+        (f"torch channels_last, {args.cores} threads", "torch", torch_py + ["--channels-last"], many),
+    ]
+    results = {name: [] for name, _, _, _ in configs}
+    for r in range(args.rounds):
+        for name, _, cmd, env in configs:
+            results[name].append(num(run(cmd, env), "samples/s"))
+        print(f"round {r + 1}: " + "; ".join(f"{n} {v[-1]:.0f}" for n, v in results.items()), flush=True)
+    med = {n: statistics.median(v) for n, v in results.items()}
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.1f}; widths {args.widths}, {args.blocks} block(s) per stage, global batch "
+          f"{args.batch_size}, {args.steps} steps, {args.rounds} rounds")
+    for n, v in med.items():
+        print(f"{n:40s} median {v:8.0f} samples/s  (min {min(results[n]):.0f}, max {max(results[n]):.0f})")
+    best = {side: max((n for n, s, _, _ in configs if s == side), key=lambda n: med[n]) for side in ("lockstep", "torch")}
+    print(f"ratio lockstep best ({best['lockstep']}) / torch best ({best['torch']}) = "
+          f"{med[best['lockstep']] / med[best['torch']]:.2f}x  (target >= 1.0x)")
+    for n, s, _, _ in configs:
+        if s == "torch":
+            print(f"ratio lockstep best / {n} = {med[best['lockstep']] / med[n]:.2f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
