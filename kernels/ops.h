@@ -117,7 +117,7 @@ typedef struct ls_ops {
     ls_status (*adamw_step)(void *st, ls_dtype t, int k, void *const *p, void *const *g,
                             void *const *m, void *const *v, const int64_t *n,
                             const ls_adamw_params *hp);
-    /* ---- NCHW convolution, pooling, normalization (CUDA: NULL until its kernels land) ---- */
+    /* ---- NCHW convolution, pooling, normalization (CPU; CUDA: cuDNN convolutions, own kernels) ---- */
     /* Bytes of workspace conv2d_fwd (backward = 0) or conv2d_bwd (1) needs; the caller provides it. */
     size_t (*conv2d_workspace)(void *st, ls_dtype t, const ls_conv2d_params *p, int backward);
     /* y = conv(x, w) + b (b may be NULL). */
@@ -195,8 +195,8 @@ ls_status ls_op_accuracy(ls_ctx *c, const ls_tensor *logits, const ls_tensor *la
                          int64_t *host_correct);
 ls_status ls_op_convert(ls_ctx *c, const ls_tensor *src, ls_tensor *dst);
 
-/* ---- NCHW convolution, pooling, batch normalization, residual add (CPU; CUDA entries may be
- * NULL: then LS_ERR_UNSUPPORTED). Square kernels, strides and paddings at this level. ---- */
+/* ---- NCHW convolution, pooling, batch normalization, residual add (CPU and CUDA; a backend whose
+ * entry is NULL gives LS_ERR_UNSUPPORTED). Square kernels, strides and paddings at this level. ---- */
 /* Output size of a convolution or pooling window along one dimension (0 or less: invalid). */
 int64_t ls_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad);
 /* x [N, C, H, W], w [K, C/groups, R, S], b [K] or NULL, y [N, K, P, Q]. The workspace comes from the

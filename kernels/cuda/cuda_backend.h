@@ -1,6 +1,7 @@
 /* cuda_backend.h (internal): what the CUDA backend's files share. The backend state (device,
- * compute stream, cuBLAS/cuBLASLt handles, workspace, pinned scratch), the CHECK macros that turn
- * CUDA/cuBLAS errors into ls_status with a message, and the extern "C" launchers of the .cu files.
+ * compute stream, cuBLAS/cuBLASLt/cuDNN handles, workspace, pinned scratch), the CHECK macros that
+ * turn CUDA/cuBLAS/cuDNN errors into ls_status with a message, the cuDNN convolution entries
+ * (cudnn_conv.c) and the extern "C" launchers of the .cu files.
  * Every launcher enqueues on the given stream and returns cudaGetLastError(); dtypes are checked
  * by the caller (cuda_ops.c), so a launcher only sees the types it instantiates. */
 #ifndef LOCKSTEP_CUDA_BACKEND_H
@@ -9,6 +10,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,11 +45,15 @@ typedef struct ls_cuda_state {
     int tf32;                 /* LOCKSTEP_TF32=1: f32 GEMMs on TF32 tensor cores */
     ls_cuda_launch launch;
     struct ls_cuda_lt_cache *lt_cache; /* cuBLASLt descriptors and algorithms by shape */
+    cudnnHandle_t dnn;        /* bound to stream; NULL when cuDNN could not start (dnn_error says why) */
+    struct ls_cudnn_conv_cache *conv_cache; /* cuDNN descriptors and algorithms by convolution shape */
+    char dnn_error[512];
 } ls_cuda_state;
 
 /* ---- errors ---- */
 ls_status ls_cuda_error(cudaError_t e, const char *expr, const char *file, int line);
 ls_status ls_cublas_error(cublasStatus_t e, const char *expr, const char *file, int line);
+ls_status ls_cudnn_error(cudnnStatus_t e, const char *expr, const char *file, int line);
 
 #define LS_CUDA_CHECK(expr)                                                                        \
     do {                                                                                           \
@@ -79,6 +85,35 @@ ls_status ls_cublas_error(cublasStatus_t e, const char *expr, const char *file, 
             goto label;                                                                            \
         }                                                                                          \
     } while (0)
+
+#define LS_CUDNN_CHECK(expr)                                                                       \
+    do {                                                                                           \
+        cudnnStatus_t ls_dnn_e_ = (expr);                                                          \
+        if (ls_dnn_e_ != CUDNN_STATUS_SUCCESS)                                                     \
+            return ls_cudnn_error(ls_dnn_e_, #expr, __FILE__, __LINE__);                           \
+    } while (0)
+
+#define LS_CUDNN_CHECK_GOTO(expr, var, label)                                                      \
+    do {                                                                                           \
+        cudnnStatus_t ls_dnn_e_ = (expr);                                                          \
+        if (ls_dnn_e_ != CUDNN_STATUS_SUCCESS) {                                                   \
+            (var) = ls_cudnn_error(ls_dnn_e_, #expr, __FILE__, __LINE__);                          \
+            goto label;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* ---- cuDNN convolutions (cudnn_conv.c, the only file that calls cuDNN) ---- */
+/* Creates s->dnn on s->stream and the convolution cache. On failure s->dnn stays NULL: cu_init
+ * keeps the reason in s->dnn_error, the convolution entries report it, the rest of the backend
+ * works. */
+ls_status ls_cudnn_init(ls_cuda_state *s);
+void ls_cudnn_fini(ls_cuda_state *s);
+/* The op-table entries of ops.h for t in f32, f64, f16, bf16 (checked by the caller). */
+size_t ls_cudnn_conv2d_workspace(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, int backward);
+ls_status ls_cudnn_conv2d_fwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, const void *x,
+                              const void *w, const void *b, void *y, void *ws);
+ls_status ls_cudnn_conv2d_bwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, const void *dy,
+                              const void *x, const void *w, void *dx, void *dw, void *db, void *ws);
 
 /* ---- the caching device allocator (cuda_alloc.c) ---- */
 ls_status ls_cuda_allocator_create(ls_cuda_state *s, ls_device dev, ls_allocator **out);
@@ -127,6 +162,41 @@ cudaError_t ls_cuda_sgd_step(const ls_cuda_launch *l, ls_dtype t, int k, void *c
 cudaError_t ls_cuda_adamw_step(const ls_cuda_launch *l, ls_dtype t, int k, void *const *p,
                                void *const *g, void *const *m, void *const *v, const int64_t *n,
                                const ls_adamw_params *hp);
+
+/* cnn.cu: NCHW pooling, batch normalization, the residual add and the convolution helpers; t in
+ * f32, f64, f16, bf16. Per-channel tensors (mean, var, gamma, beta, the sums, db) and dw are in
+ * the master type: f32, or f64 for f64. Reductions are two-stage through l->scratch in a fixed
+ * order (deterministic). */
+/* y[n, c, :] += b[c] over y [N, C, HW] (b of type t). */
+cudaError_t ls_cuda_channel_bias_add(const ls_cuda_launch *l, ls_dtype t, int64_t N, int64_t C, int64_t HW,
+                                     const void *b, void *y);
+/* db[c] += sum over n, hw of dy[n, c, hw] (db in the master type). */
+cudaError_t ls_cuda_channel_sum(const ls_cuda_launch *l, ls_dtype t, int64_t N, int64_t C, int64_t HW,
+                                const void *dy, void *db);
+/* dst[i] += src[i]: src of type t, dst in the master type (low-precision dw into f32 masters). */
+cudaError_t ls_cuda_accumulate_master(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *src,
+                                      void *dst);
+cudaError_t ls_cuda_pool2d_fwd(const ls_cuda_launch *l, ls_dtype t, const ls_pool2d_params *p, const void *x,
+                               void *y);
+cudaError_t ls_cuda_pool2d_bwd(const ls_cuda_launch *l, ls_dtype t, const ls_pool2d_params *p, const void *x,
+                               const void *dy, void *dx);
+cudaError_t ls_cuda_global_avgpool_fwd(const ls_cuda_launch *l, ls_dtype t, int64_t planes, int64_t hw,
+                                       const void *x, void *y);
+cudaError_t ls_cuda_global_avgpool_bwd(const ls_cuda_launch *l, ls_dtype t, int64_t planes, int64_t hw,
+                                       const void *dy, void *dx);
+cudaError_t ls_cuda_bn_stats(const ls_cuda_launch *l, ls_dtype t, const ls_bn_params *p, const void *x,
+                             void *mean, void *var);
+cudaError_t ls_cuda_bn_fwd(const ls_cuda_launch *l, ls_dtype t, const ls_bn_params *p, const void *x,
+                           const void *mean, const void *var, const void *gamma, const void *beta, void *y);
+cudaError_t ls_cuda_bn_bwd_reduce(const ls_cuda_launch *l, ls_dtype t, const ls_bn_params *p, const void *dy,
+                                  const void *x, const void *y, const void *mean, const void *var,
+                                  void *sum_dy, void *sum_dy_xhat);
+cudaError_t ls_cuda_bn_bwd_dx(const ls_cuda_launch *l, ls_dtype t, const ls_bn_params *p, const void *dy,
+                              const void *x, const void *y, const void *mean, const void *var,
+                              const void *gamma, const void *sum_dy, const void *sum_dy_xhat, double count,
+                              void *dx);
+cudaError_t ls_cuda_add(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *a, const void *b, int relu,
+                        void *y);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* cuda_ops.c: the CUDA op table (ls_cuda_ops), the pair of kernels/cpu/cpu_ops.c. The state holds
- * one non-blocking compute stream on which every op is enqueued, cuBLAS and cuBLASLt handles bound
- * to it and a 32 MiB workspace they share (stream order makes the sharing safe). GEMMs go through
+ * one non-blocking compute stream on which every op is enqueued, cuBLAS, cuBLASLt and cuDNN handles
+ * bound to it and a 32 MiB workspace cuBLAS and the reductions share (stream order makes the
+ * sharing safe; convolutions get theirs from the caller). GEMMs go through
  * cublasGemmEx (row-major via the column-major transpose identity: C^T = op(B)^T op(A)^T);
  * linear_fwd through cublasLtMatmul with CUBLASLT_EPILOGUE_BIAS fusing the bias. f16/bf16 GEMMs
  * run on tensor cores with f32 accumulation; f32 uses TF32 tensor cores when LOCKSTEP_TF32=1.
@@ -11,8 +12,12 @@
  *   bias_grad and the probabilities and losses of xent_fwd/xent_bwd are f32)
  *   convert: any pair of f32, f64, f16, bf16
  *   sgd_step, adamw_step: f32, f64 (master weights)
+ *   conv2d_workspace, conv2d_fwd, conv2d_bwd (cuDNN, cudnn_conv.c), pool2d_fwd/bwd,
+ *   global_avgpool_fwd/bwd, bn_stats, bn_fwd, bn_bwd_reduce, bn_bwd_dx, add (cnn.cu): f32, f64,
+ *   f16, bf16 (f16/bf16 compute in f32; conv's dw/db and batch norm's per-channel tensors are f32)
  * Anything else is LS_ERR_UNSUPPORTED with a message. Ops return once the work is enqueued; only
- * sumsq (a host result), synchronize and the allocator's host copies wait for the stream. */
+ * sumsq (a host result), synchronize and the allocator's host copies wait for the stream. A cuDNN
+ * that fails to start does not fail the context: the convolutions then report why. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,6 +287,10 @@ static ls_status cu_init(ls_device dev, void **state) {
         st = ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the cuBLASLt cache");
         goto fail;
     }
+    if (ls_cudnn_init(s) != LS_OK) {
+        snprintf(s->dnn_error, sizeof s->dnn_error, "%s", ls_last_error());
+        LS_LOG_W("cuda:%d: cuDNN did not start, so convolutions will fail: %s", s->device, s->dnn_error);
+    }
     const char *tf32 = getenv("LOCKSTEP_TF32");
     s->tf32 = tf32 && (strcmp(tf32, "1") == 0 || strcmp(tf32, "on") == 0 || strcmp(tf32, "true") == 0);
     s->launch.stream = s->stream;
@@ -307,6 +316,7 @@ static void cu_fini(void *st) {
         for (int i = 0; i < LS_LT_CACHE; i++) lt_entry_clear(&s->lt_cache->e[i]);
         free(s->lt_cache);
     }
+    ls_cudnn_fini(s);
     if (s->lt) cublasLtDestroy(s->lt);
     if (s->blas) cublasDestroy(s->blas);
     if (s->workspace) (void)cudaFree(s->workspace);
@@ -545,6 +555,109 @@ static ls_status cu_adamw_step(void *st, ls_dtype t, int k, void *const *p, void
     return LS_OK;
 }
 
+/* ---- NCHW convolution (cudnn_conv.c), pooling, batch normalization, residual add (cnn.cu) ---- */
+static size_t cu_conv2d_workspace(void *st, ls_dtype t, const ls_conv2d_params *p, int backward) {
+    return is_float(t) ? ls_cudnn_conv2d_workspace(st, t, p, backward) : 0;
+}
+
+static ls_status cu_conv2d_fwd(void *st, ls_dtype t, const ls_conv2d_params *p, const void *x, const void *w,
+                               const void *b, void *y, void *ws) {
+    NEED_FLOAT("conv2d", t);
+    return ls_cudnn_conv2d_fwd(st, t, p, x, w, b, y, ws);
+}
+
+static ls_status cu_conv2d_bwd(void *st, ls_dtype t, const ls_conv2d_params *p, const void *dy, const void *x,
+                               const void *w, void *dx, void *dw, void *db, void *ws) {
+    NEED_FLOAT("conv2d backward", t);
+    return ls_cudnn_conv2d_bwd(st, t, p, dy, x, w, dx, dw, db, ws);
+}
+
+static ls_status pool_mode_ok(const ls_pool2d_params *p) {
+    if (p->mode != LS_POOL_MAX && p->mode != LS_POOL_AVG)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "pooling mode %d is not max (%d) or average (%d)", (int)p->mode,
+                        (int)LS_POOL_MAX, (int)LS_POOL_AVG);
+    return LS_OK;
+}
+
+static ls_status cu_pool2d_fwd(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, void *y) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("pooling", t);
+    LS_CHECK(pool_mode_ok(p));
+    LS_CUDA_CHECK(ls_cuda_pool2d_fwd(&s->launch, t, p, x, y));
+    return LS_OK;
+}
+
+static ls_status cu_pool2d_bwd(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, const void *dy,
+                               void *dx) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("pooling backward", t);
+    LS_CHECK(pool_mode_ok(p));
+    LS_CUDA_CHECK(ls_cuda_pool2d_bwd(&s->launch, t, p, x, dy, dx));
+    return LS_OK;
+}
+
+static ls_status cu_global_avgpool_fwd(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *x, void *y) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("global average pooling", t);
+    LS_CUDA_CHECK(ls_cuda_global_avgpool_fwd(&s->launch, t, planes, hw, x, y));
+    return LS_OK;
+}
+
+static ls_status cu_global_avgpool_bwd(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *dy,
+                                       void *dx) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("global average pooling backward", t);
+    LS_CUDA_CHECK(ls_cuda_global_avgpool_bwd(&s->launch, t, planes, hw, dy, dx));
+    return LS_OK;
+}
+
+static ls_status cu_bn_stats(void *st, ls_dtype t, const ls_bn_params *p, const void *x, void *mean, void *var) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("batch-norm statistics", t);
+    LS_CUDA_CHECK(ls_cuda_bn_stats(&s->launch, t, p, x, mean, var));
+    return LS_OK;
+}
+
+static ls_status cu_bn_fwd(void *st, ls_dtype t, const ls_bn_params *p, const void *x, const void *mean,
+                           const void *var, const void *gamma, const void *beta, void *y) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("batch norm", t);
+    LS_CUDA_CHECK(ls_cuda_bn_fwd(&s->launch, t, p, x, mean, var, gamma, beta, y));
+    return LS_OK;
+}
+
+static ls_status cu_bn_bwd_reduce(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
+                                  const void *y, const void *mean, const void *var, void *sum_dy,
+                                  void *sum_dy_xhat) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("batch-norm backward", t);
+    if (p->relu && !y)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "batch-norm backward with a fused ReLU needs the forward output");
+    LS_CUDA_CHECK(ls_cuda_bn_bwd_reduce(&s->launch, t, p, dy, x, y, mean, var, sum_dy, sum_dy_xhat));
+    return LS_OK;
+}
+
+static ls_status cu_bn_bwd_dx(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
+                              const void *y, const void *mean, const void *var, const void *gamma,
+                              const void *sum_dy, const void *sum_dy_xhat, double count, void *dx) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("batch-norm backward", t);
+    if (p->relu && !y)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "batch-norm backward with a fused ReLU needs the forward output");
+    if (count > 0 && (!sum_dy || !sum_dy_xhat))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "batch-norm backward over %g samples needs the per-channel sums",
+                        count);
+    LS_CUDA_CHECK(ls_cuda_bn_bwd_dx(&s->launch, t, p, dy, x, y, mean, var, gamma, sum_dy, sum_dy_xhat, count, dx));
+    return LS_OK;
+}
+
+static ls_status cu_add(void *st, ls_dtype t, int64_t n, const void *a, const void *b, int relu, void *y) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("add", t);
+    LS_CUDA_CHECK(ls_cuda_add(&s->launch, t, n, a, b, relu, y));
+    return LS_OK;
+}
+
 const ls_ops ls_cuda_ops = {
     .name = "cuda",
     .init = cu_init,
@@ -569,4 +682,16 @@ const ls_ops ls_cuda_ops = {
     .sumsq = cu_sumsq,
     .sgd_step = cu_sgd_step,
     .adamw_step = cu_adamw_step,
+    .conv2d_workspace = cu_conv2d_workspace,
+    .conv2d_fwd = cu_conv2d_fwd,
+    .conv2d_bwd = cu_conv2d_bwd,
+    .pool2d_fwd = cu_pool2d_fwd,
+    .pool2d_bwd = cu_pool2d_bwd,
+    .global_avgpool_fwd = cu_global_avgpool_fwd,
+    .global_avgpool_bwd = cu_global_avgpool_bwd,
+    .bn_stats = cu_bn_stats,
+    .bn_fwd = cu_bn_fwd,
+    .bn_bwd_reduce = cu_bn_bwd_reduce,
+    .bn_bwd_dx = cu_bn_bwd_dx,
+    .add = cu_add,
 };

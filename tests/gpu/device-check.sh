@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # device-check.sh: the one GPU session's script. From the repository root, builds lockstep with
-# CUDA (sm_90) unless a usable build directory is given, runs the gpu-labelled tests, then the
-# end-to-end GPU runs (fashion_mlp on cuda, the PyTorch peer on cuda), and prints one summary
-# table last. Every step runs under a timeout and the whole script under a total budget, so one
-# hang cannot eat the device time. Output is also written to $OUT/device-check.log when $OUT is set.
+# CUDA (sm_90) unless a usable build directory is given, runs the gpu-labelled tests (op parity
+# including the CNN ops and a ResNet step, the allocator), then the end-to-end GPU runs
+# (fashion_mlp on cuda, oom_challenge on its GPU defaults, the ResNet and MLP benchmarks beside
+# PyTorch eager on cuda), and prints one summary table last. Every step runs under a timeout and the
+# whole script under a total budget, so one hang cannot eat the device time; steps run in order of
+# priority, so a short budget drops the last ones (the MLP comparison), shown as NOT RUN. Output is
+# also written to $OUT/device-check.log when $OUT is set.
 #
 #   bash tests/gpu/device-check.sh [BUILD_DIR]        (BUILD_DIR: a carried build, optional)
 #
-# Environment: BUDGET_S (total seconds, default 450), JOBS (default 16), FASHION_DIR (data),
-# FASHION_CMD (override the fashion_mlp command line). Data: $FASHION_DIR, else .data/fashion-mnist
-# (carried), else /usr/share/datasets/fashion-mnist.
+# Environment: BUDGET_S (total seconds, default 450; about 540 runs every step), JOBS (default
+# 16), FASHION_DIR (data), FASHION_CMD (override the fashion_mlp command line), RESNET_BATCH and
+# RESNET_STEPS (the ResNet comparison: default 256 and 100). Data: $FASHION_DIR, else
+# .data/fashion-mnist (carried), else /usr/share/datasets/fashion-mnist.
 set -u
 set -o pipefail
 
@@ -110,6 +114,12 @@ if [ "$BUILD_RC" -eq 0 ]; then
     tl="$BUILD/Testing/Temporary/LastTest.log"
     fig=$(grep -h '^parity: [0-9]' "$tl" 2>/dev/null | tail -n 1)
     [ -n "$fig" ] && add_row "  parity figures" "" "${fig#parity: }"
+    fig=$(grep -h '^cnn parity: [0-9]' "$tl" 2>/dev/null | tail -n 1)
+    [ -n "$fig" ] && add_row "  cnn parity figures" "" "${fig#cnn parity: }"
+    # "ok   resnet f32 train step: gradient cosine similarity   1.000000 (>= 0.99999)", f32 and bf16
+    fig=$(grep -h 'resnet .* train step: gradient cosine' "$tl" 2>/dev/null |
+        awk '{ printf "%s%s %s", sep, $3, $9; sep = ", " }')
+    [ -n "$fig" ] && add_row "  resnet step grad cosine (gpu/cpu)" "" "$fig"
     fig=$(grep -h '^grow: after' "$tl" 2>/dev/null | tail -n 1)
     [ -n "$fig" ] && add_row "  allocator steady state" "" "${fig#grow: }"
     fig=$(grep -h '^reserve:0.1' "$tl" 2>/dev/null | tail -n 1)
@@ -162,7 +172,11 @@ else
     add_row "fashion_mlp --device cuda" "NOT RUN" "no binary ($MLP) or no data in $DATA"
 fi
 
-# ---- lockstep vs PyTorch eager on the same GPU, model, batch and precision (A B A B) ----
+# median of the numbers on stdin (the middle one; the upper middle of an even count)
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int(NR / 2) + 1] }'; }
+
+# ---- lockstep vs PyTorch eager on the same GPU, model, batch and precision (A B A B), before the
+# CNN steps so that a tight budget cuts those first ----
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null &&
     [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
     for b in 128 4096; do
@@ -180,6 +194,66 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
     done
 else
     add_row "lockstep vs torch (cuda)" "NOT RUN" "no python3 torch with CUDA, no bench_mlp, or no data"
+fi
+
+# ---- end to end: oom_challenge on its GPU defaults (ResNet 64,128,256,512 x 3 blocks on 128x128x3
+# synthetic images, batch 256, 48 GiB cap): the baseline runs out of memory with the allocator's
+# error, each remedy (batch 64, bf16, activation checkpointing) and all three fit ----
+OOM="$BUILD/examples/oom_challenge/oom_challenge"
+if [ "$BUILD_RC" -eq 0 ] && [ -x "$OOM" ]; then
+    step oom-challenge 150 "$OOM" --device cuda
+    res=$(result_of "$STEP_RC")
+    if [ "$res" = pass ] && ! grep -q 'challenge met' "$WORK/oom-challenge.out"; then res=FAIL; fi
+    # "baseline OOM; smaller 12.1 GiB/0.110 s, mixed ..., activation ..., all ..." (peak/step per remedy)
+    fig=$(awk '
+        /^baseline \(batch/ { base = ($0 ~ /failed as expected/) ? "baseline OOM" : "baseline FITS" }
+        /^(smaller batch|mixed precision|activation checkpointing|all three) / {
+            peak = "?"; t = "-"
+            if (match($0, /[0-9.]+ (B|KiB|MiB|GiB|TiB)/)) peak = substr($0, RSTART, RLENGTH)
+            if (match($0, /[0-9.]+ s /)) t = substr($0, RSTART, RLENGTH - 1)
+            split($0, w, " ")
+            row = row (row == "" ? "" : ", ") w[1] " " peak "/" t
+        }
+        END { print (base == "" ? "no baseline line" : base) "; " row }' "$WORK/oom-challenge.out" 2>/dev/null)
+    add_row "oom_challenge (cuda, 48 GiB cap)" "$res" "$fig"
+    [ "$res" = pass ] || FAILED=1
+else
+    add_row "oom_challenge (cuda)" "NOT RUN" "no binary ($OOM) or the build failed"
+fi
+
+# ---- lockstep vs PyTorch eager on a ResNet: examples/fashion_resnet's model (widths 16,32,64, one
+# block per stage), same batch and steps, bf16 (lockstep --precision bf16: bf16 activations, f32
+# masters; PyTorch: torch.autocast(bfloat16), channels_last), A B A B, median step times ----
+RBENCH="$BUILD/cluster/bench/bench_resnet"
+RESNET_BATCH=${RESNET_BATCH:-256}
+RESNET_STEPS=${RESNET_STEPS:-100}
+if [ "$BUILD_RC" -eq 0 ] && [ -x "$RBENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+    have_torch=0
+    python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && have_torch=1
+    ls_res=pass
+    for round in 1 2; do
+        step "resnet-lockstep-r$round" 40 "$RBENCH" --device cuda --precision bf16 --batch-size "$RESNET_BATCH" \
+            --steps "$RESNET_STEPS" --warmup 10 --data-dir "$DATA"
+        case $STEP_RC in
+        0) ;;
+        125) [ "$ls_res" = pass ] && [ "$round" -eq 1 ] && ls_res="NOT RUN" ;;
+        *) ls_res=$(result_of "$STEP_RC") ;;
+        esac
+        [ "$have_torch" -eq 1 ] &&
+            step "resnet-torch-r$round" 40 python3 "$ROOT/cluster/bench/torch_resnet.py" --device cuda --precision bf16 \
+                --channels-last --batch-size "$RESNET_BATCH" --steps "$RESNET_STEPS" --warmup 10 --data-dir "$DATA"
+    done
+    case $ls_res in pass | "NOT RUN") ;; *) FAILED=1 ;; esac
+    ls_ms=$(cat "$WORK"/resnet-lockstep-r*.out 2>/dev/null | grep -oE 'step_ms [0-9.]+' | awk '{print $2}' | median)
+    pt_ms=$(cat "$WORK"/resnet-torch-r*.out 2>/dev/null | grep -oE 'step_ms [0-9.]+' | awk '{print $2}' | median)
+    ratio=$(awk -v a="$ls_ms" -v b="$pt_ms" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", b / a; else print "?" }')
+    peak=$(grep -ohE 'peak_mib [0-9.]+' "$WORK"/resnet-lockstep-r*.out 2>/dev/null | tail -n 1)
+    peer="${pt_ms:-?} ms: $ratio (torch/lockstep)"
+    [ "$have_torch" -eq 1 ] || peer="no python3 torch with CUDA for the peer"
+    add_row "ResNet bf16 batch $RESNET_BATCH: lockstep vs torch" "$ls_res" \
+        "median step ${ls_ms:-?} ms vs $peer, lockstep ${peak:-peak_mib ?}"
+else
+    add_row "ResNet lockstep vs torch (cuda)" "NOT RUN" "the build failed, no bench_resnet, or no data in $DATA"
 fi
 
 # ---- summary ----

@@ -1,5 +1,6 @@
-/* test_gpu_parity.c: every entry of the CUDA op table (init to adamw_step) against the CPU op
- * table on fresh random inputs, in f32, f64, f16 and bf16, and f32 GEMMs again with TF32 on.
+/* test_gpu_parity.c: every entry of the CUDA op table from init to adamw_step against the CPU op
+ * table on fresh random inputs, in f32, f64, f16 and bf16, and f32 GEMMs again with TF32 on (the
+ * NCHW entries after adamw_step: test_gpu_cnn_parity.c).
  * f16/bf16 follow ops.h's mixed-precision rule (parameter gradients, probabilities and losses f32)
  * and are checked against the CPU's own f16/bf16 entries where it has them, else against f32 on
  * the same rounded inputs. Output buffers are poisoned (0xFF bytes: NaN) first, so an element the
@@ -593,12 +594,11 @@ static void case_wrappers(void) {
     free(z), free(hz);
 }
 
-/* 0 when every entry from init to adamw_step is set, else the 1-based index of the first missing
- * one (they are all function pointers, so they are read as an array). The convolution, pooling and
- * normalization entries after adamw_step are NULL on CUDA until their kernels land (ops.h). */
+/* 0 when every entry from init to the last (add) is set, else the 1-based index of the first
+ * missing one (they are all function pointers, so they are read as an array). */
 static int missing_entry(const ls_ops *o) {
     typedef void (*fn)(void);
-    size_t n = (offsetof(ls_ops, adamw_step) - offsetof(ls_ops, init)) / sizeof(fn) + 1;
+    size_t n = (offsetof(ls_ops, add) - offsetof(ls_ops, init)) / sizeof(fn) + 1;
     const char *base = (const char *)o + offsetof(ls_ops, init);
     for (size_t i = 0; i < n; i++) {
         fn f;
