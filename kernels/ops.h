@@ -152,6 +152,11 @@ typedef struct ls_ops {
                            const void *sum_dy, const void *sum_dy_xhat, double count, void *dx);
     /* y = a + b elementwise, then ReLU if relu (y may alias a or b): the residual join. */
     ls_status (*add)(void *st, ls_dtype t, int64_t n, const void *a, const void *b, int relu, void *y);
+    /* sumsq over k tensors of dtype t (x[i], n[i] elements) in order, waiting for the device once:
+     * host_out[0] += the sum, *host_nonfinite |= any inf/NaN. Optional: NULL where sumsq costs no
+     * wait (the CPU); ls_grads_sumsq (optim.h) then calls sumsq per tensor. */
+    ls_status (*sumsq_many)(void *st, ls_dtype t, int k, const void *const *x, const int64_t *n,
+                            double *host_out, int *host_nonfinite);
 } ls_ops;
 
 /* The op table for a device type, or NULL when this build lacks it (registry.c). */

@@ -1,5 +1,6 @@
 /* amp.c: precision names and the dynamic loss scaler. */
 #include "amp.h"
+#include "optim.h"
 
 #include <string.h>
 
@@ -38,12 +39,12 @@ ls_status ls_loss_scaler_unscale(ls_loss_scaler *s, ls_ctx *ctx, ls_comm *comm, 
                                  int *found_inf) {
     double sq = 0;
     int bad = 0;
-    for (int i = 0; i < n; i++) {
-        ls_tensor *g = grads[i];
-        if (s->enabled && s->scale != 1.0)
+    if (s->enabled && s->scale != 1.0)
+        for (int i = 0; i < n; i++) {
+            ls_tensor *g = grads[i];
             LS_CHECK(ctx->ops->scale(ctx->state, g->dtype, ls_tensor_numel(g), 1.0 / s->scale, g->data));
-        LS_CHECK(ctx->ops->sumsq(ctx->state, g->dtype, ls_tensor_numel(g), g->data, &sq, &bad));
-    }
+        }
+    LS_CHECK(ls_grads_sumsq(ctx, n, grads, &sq, &bad)); /* one wait for the device, not one per tensor */
     double flag = bad ? 1.0 : 0.0;
     if (comm && ls_comm_world(comm) > 1) LS_CHECK(ls_comm_allreduce(comm, &flag, 1, LS_F64, LS_REDUCE_MAX));
     *found_inf = flag > 0;

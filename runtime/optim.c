@@ -168,11 +168,33 @@ float ls_lr_at(const ls_lr_schedule *s, int64_t step) {
     return s->min_lr + (s->base_lr - s->min_lr) * (float)(0.5 * (1.0 + cos(M_PI * t)));
 }
 
+ls_status ls_grads_sumsq(ls_ctx *c, int k, ls_tensor *const *t, double *host_sumsq, int *host_nonfinite) {
+    enum { RUN = 64 };
+    const void *x[RUN];
+    int64_t n[RUN];
+    int bad = 0;
+    for (int i = 0; i < k;) {
+        ls_dtype dt = t[i]->dtype;
+        if (!c->ops->sumsq_many) {
+            LS_CHECK(c->ops->sumsq(c->state, dt, ls_tensor_numel(t[i]), t[i]->data, host_sumsq, &bad));
+            i++;
+            continue;
+        }
+        int m = 0; /* a run of up to RUN tensors of one dtype */
+        for (; i < k && m < RUN && t[i]->dtype == dt; i++, m++) {
+            x[m] = t[i]->data;
+            n[m] = ls_tensor_numel(t[i]);
+        }
+        LS_CHECK(c->ops->sumsq_many(c->state, dt, m, x, n, host_sumsq, &bad));
+    }
+    if (host_nonfinite) *host_nonfinite |= bad;
+    return LS_OK;
+}
+
 ls_status ls_clip_grad_norm(ls_ctx *ctx, int n, ls_tensor *const *grads, double max_norm, double *norm) {
     double sq = 0;
     int bad = 0;
-    for (int i = 0; i < n; i++)
-        LS_CHECK(ctx->ops->sumsq(ctx->state, grads[i]->dtype, ls_tensor_numel(grads[i]), grads[i]->data, &sq, &bad));
+    LS_CHECK(ls_grads_sumsq(ctx, n, grads, &sq, &bad));
     double total = bad ? NAN : sqrt(sq);
     if (norm) *norm = total;
     if (bad || !(max_norm > 0)) return LS_OK;

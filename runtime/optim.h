@@ -46,6 +46,11 @@ typedef struct ls_lr_schedule {
 } ls_lr_schedule;
 float ls_lr_at(const ls_lr_schedule *s, int64_t step);
 
+/* *host_sumsq += the sum of squares of k tensors (in double, in order); *host_nonfinite (may be
+ * NULL) |= whether any element is inf/NaN. On a GPU one wait per run of equal dtypes, not one
+ * per tensor (the op table's sumsq_many). */
+ls_status ls_grads_sumsq(ls_ctx *ctx, int k, ls_tensor *const *t, double *host_sumsq, int *host_nonfinite);
+
 /* Scale the gradients so their global 2-norm is at most max_norm; *norm gets the norm before
  * clipping (inf/NaN if any gradient is not finite, in which case nothing is scaled). */
 ls_status ls_clip_grad_norm(ls_ctx *ctx, int n, ls_tensor *const *grads, double max_norm, double *norm);

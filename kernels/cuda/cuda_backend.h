@@ -137,9 +137,10 @@ cudaError_t ls_cuda_mul(const ls_cuda_launch *l, ls_dtype t, int64_t n, const vo
 cudaError_t ls_cuda_scale(const ls_cuda_launch *l, ls_dtype t, int64_t n, double alpha, void *x);
 cudaError_t ls_cuda_axpy(const ls_cuda_launch *l, ls_dtype t, int64_t n, double alpha, const void *x,
                          void *y);
-/* Writes {sum of squares, nonfinite flag (0 or 1)} as two doubles to dev_out (device memory). */
+/* Writes {sum of squares, nonfinite flag (0 or 1)} as two doubles to dev_out (device memory);
+ * accumulate: adds the sum to dev_out[0] and ORs the flag into dev_out[1] instead. */
 cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *x,
-                          double *dev_out);
+                          double *dev_out, int accumulate);
 
 /* convert.cu: any pair of f32, f64, f16, bf16 (src != dst). */
 cudaError_t ls_cuda_convert(const ls_cuda_launch *l, int64_t n, ls_dtype src_t, const void *src,

@@ -529,7 +529,22 @@ static ls_status cu_sumsq(void *st, ls_dtype t, int64_t n, const void *x, double
     ls_cuda_state *s = st;
     NEED_FLOAT("sum of squares", t);
     double *dev = s->workspace;
-    LS_CUDA_CHECK(ls_cuda_sumsq(&s->launch, t, n, x, dev));
+    LS_CUDA_CHECK(ls_cuda_sumsq(&s->launch, t, n, x, dev, 0));
+    LS_CUDA_CHECK(cudaMemcpyAsync(s->host_scratch, dev, 2 * sizeof(double), cudaMemcpyDeviceToHost, s->stream));
+    LS_CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    *host_out += s->host_scratch[0];
+    if (host_nonfinite) *host_nonfinite |= s->host_scratch[1] != 0.0;
+    return LS_OK;
+}
+
+/* The tensors' sums accumulate on the device, in order; one copy back and one wait in all. */
+static ls_status cu_sumsq_many(void *st, ls_dtype t, int k, const void *const *x, const int64_t *n,
+                               double *host_out, int *host_nonfinite) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("sum of squares", t);
+    if (k <= 0) return LS_OK;
+    double *dev = s->workspace;
+    for (int i = 0; i < k; i++) LS_CUDA_CHECK(ls_cuda_sumsq(&s->launch, t, n[i], x[i], dev, i > 0));
     LS_CUDA_CHECK(cudaMemcpyAsync(s->host_scratch, dev, 2 * sizeof(double), cudaMemcpyDeviceToHost, s->stream));
     LS_CUDA_CHECK(cudaStreamSynchronize(s->stream));
     *host_out += s->host_scratch[0];
@@ -680,6 +695,7 @@ const ls_ops ls_cuda_ops = {
     .scale = cu_scale,
     .axpy = cu_axpy,
     .sumsq = cu_sumsq,
+    .sumsq_many = cu_sumsq_many,
     .sgd_step = cu_sgd_step,
     .adamw_step = cu_adamw_step,
     .conv2d_workspace = cu_conv2d_workspace,

@@ -228,7 +228,7 @@ __global__ void sumsq_kernel(int64_t n, const T *x, int vec, double *partial) {
     }
 }
 
-__global__ void sumsq_finish_kernel(int blocks, const double *partial, double *out) {
+__global__ void sumsq_finish_kernel(int blocks, const double *partial, double *out, int accumulate) {
     const int lane = threadIdx.x;
     double s = 0;
     int bad = 0;
@@ -239,7 +239,12 @@ __global__ void sumsq_finish_kernel(int blocks, const double *partial, double *o
     s = warp_sum(s);
     bad = __any_sync(0xffffffffu, bad);
     if (lane == 0) {
-        out[0] = s;
+        if (accumulate) {
+            out[0] += s;
+            bad |= out[1] != 0.0;
+        } else {
+            out[0] = s;
+        }
         out[1] = bad ? 1.0 : 0.0;
     }
 }
@@ -322,10 +327,10 @@ extern "C" cudaError_t ls_cuda_axpy(const ls_cuda_launch *l, ls_dtype t, int64_t
 }
 
 extern "C" cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *x,
-                                     double *dev_out) {
+                                     double *dev_out, int accumulate) {
     /* partials live in the scratch area after its first 256 bytes (where dev_out may sit) */
     double *partial = reinterpret_cast<double *>(static_cast<char *>(l->scratch) + 256);
-    if (n <= 0) return cudaMemsetAsync(dev_out, 0, 2 * sizeof(double), l->stream);
+    if (n <= 0) return accumulate ? cudaSuccess : cudaMemsetAsync(dev_out, 0, 2 * sizeof(double), l->stream);
     LSK_DISPATCH_FLOAT(t, T, {
         int vec = aligned_to(x, 16);
         int64_t work = vec ? n / vec_width<T>() + vec_width<T>() : n;
@@ -335,7 +340,7 @@ extern "C" cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_
         sumsq_kernel<T><<<blocks, 256, 0, l->stream>>>(n, (const T *)x, vec, partial);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
-        sumsq_finish_kernel<<<1, 32, 0, l->stream>>>((int)blocks, partial, dev_out);
+        sumsq_finish_kernel<<<1, 32, 0, l->stream>>>((int)blocks, partial, dev_out, accumulate);
     });
     return cudaGetLastError();
 }

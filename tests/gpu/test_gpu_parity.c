@@ -472,6 +472,27 @@ static void case_blas1(ls_dtype t, int64_t n) {
         printf("%-4s %-52s %-5s inf flagged %d, NaN flagged %d\n", b1 && b2 ? "ok" : "FAIL", "sumsq nonfinite",
                ls_dtype_name(t), b1, b2);
         if (!(b1 && b2)) ls_test_failures++;
+        /* sumsq_many: three tensors (the clean one twice around the inf one) in one wait equal the
+         * per-tensor calls added in order, and the inf is flagged */
+        if (DEV->ops->sumsq_many) {
+            const void *xs[3] = {dy0, d_inf, dy0};
+            const int64_t ns[3] = {n, n, n / 2};
+            double many = 1.5, one = 1.5;
+            int bm = 0, bo = 0;
+            LS_REQUIRE_OK(DEV->ops->sumsq_many(DEV->state, t, 3, xs, ns, &many, &bm));
+            for (int i = 0; i < 3; i++) LS_REQUIRE_OK(DEV->ops->sumsq(DEV->state, t, ns[i], xs[i], &one, &bo));
+            xs[1] = dy0; /* and without the inf: the clean sum */
+            double clean_many = 0, clean_one = 0;
+            int cm = 0, co = 0;
+            LS_REQUIRE_OK(DEV->ops->sumsq_many(DEV->state, t, 3, xs, ns, &clean_many, &cm));
+            for (int i = 0; i < 3; i++) LS_REQUIRE_OK(DEV->ops->sumsq(DEV->state, t, ns[i], xs[i], &clean_one, &co));
+            double merr = fabs(clean_many - clean_one) / fabs(clean_one);
+            int mok = bm && bo && !cm && !co && merr <= 1e-12;
+            n_cases++;
+            printf("%-4s %-52s %-5s err %.3g vs per-tensor, inf flagged %d\n", mok ? "ok" : "FAIL", "sumsq_many (3 tensors)",
+                   ls_dtype_name(t), merr, bm);
+            if (!mok) ls_test_failures++;
+        }
         dev_free(d_inf), dev_free(d_nan);
     }
     dev_free(dx), dev_free(dy), dev_free(dy0);
