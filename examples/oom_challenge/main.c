@@ -67,8 +67,8 @@ static int parse_options(int argc, char **argv, options *o) {
         {"comm", required_argument, 0, 'C'},        {"measure-baseline", no_argument, 0, 'm'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    int c, li = -1;
+    while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
         char *end = NULL;
         long long v = optarg ? strtoll(optarg, &end, 10) : 0;
         int bad_num = optarg && (*optarg == '\0' || *end != '\0' || v < 1);
@@ -89,8 +89,10 @@ static int parse_options(int argc, char **argv, options *o) {
         default: usage(stderr); return -1;
         }
         if (c == 'M') bad_num = 0;
+        if (!bad_num) li = -1;
         if (bad_num) {
-            fprintf(stderr, "oom_challenge: '%s' must be an integer >= 1\n", optarg);
+            fprintf(stderr, "oom_challenge: --%s '%s' must be an integer >= 1\n", li >= 0 ? longopts[li].name : "?",
+                    optarg);
             return -1;
         }
     }
@@ -334,8 +336,10 @@ int main(int argc, char **argv) {
             printf("%-26s %6lld  %-9s  %-13s  %13s  %11.3f s  (without the cap)\n", "baseline, uncapped",
                    (long long)need.batch, "fp32", "off", ls_memory_format(need.peak, pk, 32), need.step_s);
         }
-        printf("%s\n", met ? "challenge met: the baseline exceeds the cap and every remedy fits"
-                           : "challenge NOT met");
+        printf("%s\n", met                                   ? "challenge met: the baseline exceeds the cap and every remedy fits"
+                        : cf[0].status != LS_ERR_OUT_OF_MEMORY ? "challenge NOT met: the baseline does not run out of memory"
+                                                               : "challenge NOT met: a remedy does not fit the cap (see the table; "
+                                                                 "a larger --memory-cap or a smaller --small-batch)");
     }
     rc = met ? 0 : 1;
     goto done;
