@@ -18,8 +18,11 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "cnn.h"
 #include "ddp.h"
 #include "log.h"
+
+#define LS_CKPT_BUFFER_NAME 160 /* a buffer's name: its BatchNorm's weight name + "running_mean" */
 
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact integers */
 
@@ -1501,12 +1504,13 @@ static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_modu
     m.step = state->step;
     m.n = N_REQUIRED;
     ls_status s = LS_OK;
-    int np = ls_module_num_params(model);
-    const char **names = calloc((size_t)np + 1, sizeof *names);
-    const ls_tensor **ts = calloc((size_t)np + 1, sizeof *ts);
+    int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
+    const char **names = calloc((size_t)(np + nb) + 1, sizeof *names);
+    const ls_tensor **ts = calloc((size_t)(np + nb) + 1, sizeof *ts);
+    char(*bnames)[LS_CKPT_BUFFER_NAME] = calloc((size_t)nb + 1, sizeof *bnames);
     opt_list ol = {0, NULL, NULL};
     char *text = NULL, *mtext = NULL;
-    if (!names || !ts) {
+    if (!names || !ts || !bnames) {
         s = ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
         goto done;
     }
@@ -1514,8 +1518,12 @@ static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_modu
         names[i] = ls_module_param_name(model, i);
         ts[i] = ls_module_param(model, i);
     }
+    for (int i = 0; i < nb; i++) { /* buffers (BatchNorm's running statistics) after the parameters */
+        ts[np + i] = ls_cnn_buffer(model, i, bnames[i], LS_CKPT_BUFFER_NAME);
+        names[np + i] = bnames[i];
+    }
     const char *mmeta[] = {"format", "pt", "lockstep", "model", "step", stepbuf, NULL};
-    LS_CHECK_GOTO(serialize_and_write(tmpdir, ckpt_required[F_MODEL], np, names, ts, mmeta, ctx->alloc,
+    LS_CHECK_GOTO(serialize_and_write(tmpdir, ckpt_required[F_MODEL], np + nb, names, ts, mmeta, ctx->alloc,
                                       &m.files[F_MODEL], 1),
                   s, done);
     LS_CHECK_GOTO(opt_list_make(model, opt, state->optim.kind, &ol), s, done);
@@ -1567,6 +1575,7 @@ done:
     opt_list_free(&ol);
     free(names);
     free(ts);
+    free(bnames);
     return s;
 }
 
@@ -1615,12 +1624,17 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
     snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[F_MODEL]);
     LS_CHECK(ls_safetensors_open_memory(b->data[F_MODEL], b->len[F_MODEL], p, &f));
     ls_status s = LS_OK;
-    int np = ls_module_num_params(model);
+    int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
     for (int i = 0; i < np && s == LS_OK; i++)
         s = ls_safetensors_read(f, ls_module_param_name(model, i), ctx->alloc, ls_module_param(model, i));
-    if (s == LS_OK && ls_safetensors_count(f) != np)
-        s = ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' holds %d tensors but the model has %d parameters", p,
-                     ls_safetensors_count(f), np);
+    for (int i = 0; i < nb && s == LS_OK; i++) {
+        char bname[LS_CKPT_BUFFER_NAME];
+        ls_tensor *t = ls_cnn_buffer(model, i, bname, sizeof bname);
+        s = ls_safetensors_read(f, bname, ctx->alloc, t);
+    }
+    if (s == LS_OK && ls_safetensors_count(f) != np + nb)
+        s = ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' holds %d tensors but the model has %d parameters and %d buffers", p,
+                     ls_safetensors_count(f), np, nb);
     ls_safetensors_close(f);
     f = NULL;
     if (s != LS_OK || !opt) return s;
@@ -1739,6 +1753,7 @@ static ls_status load_share(ls_comm *comm, ls_module *model, ls_optimizer *opt, 
         s = ls_error(LS_ERR_MISMATCH, "ranks keep different numbers of optimizer state tensors (%d to %d)", (int)v[0],
                      (int)-v[1]);
     if (s == LS_OK) s = ls_ddp_broadcast_params(comm, np, params);
+    if (s == LS_OK) s = ls_cnn_broadcast_buffers(comm, model);
     if (s == LS_OK && ol.n > 0) s = ls_ddp_broadcast_params(comm, ol.n, ol.t);
     if (s == LS_OK && rank != 0 && opt) ls_optimizer_set_num_steps(opt, state->optim_steps);
     free(params);

@@ -79,7 +79,9 @@ ls_status ls_safetensors_write(const char *path, int n, const char *const *names
 
 /* ---------------------------------------------------------------- training checkpoints
  * Layout, for step S (8 digits, more when needed):
- *   DIR/step-0000000S/model.safetensors      parameters, named as ls_module_param_name ("0.weight")
+ *   DIR/step-0000000S/model.safetensors      parameters, named as ls_module_param_name ("0.weight"),
+ *                                            then buffers (BatchNorm's running statistics, named as
+ *                                            ls_cnn_buffer: "3.body.1.running_mean")
  *   DIR/step-0000000S/optimizer.safetensors  "<param>.momentum" (SGD) or "<param>.exp_avg" and
  *                                            "<param>.exp_avg_sq" (AdamW)
  *   DIR/step-0000000S/state.json             everything else (ls_ckpt_state) + the model signature

@@ -4,7 +4,8 @@
  * bit-flipped, missing file, missing manifest, wrong model, wrong dtype, wrong optimizer) as a
  * status and a message naming the file and the problem, a crash at each stage of a save (a forked
  * child killed by LOCKSTEP_CKPT_CRASH_AT) leaving the previous checkpoint loadable, the resume
- * position at a new world size, and the preemption flag. Run alone (self) or under mpirun: loads
+ * position at a new world size, the preemption flag, and a ResNet's BatchNorm running statistics
+ * (buffers) saved beside its parameters and restored on every rank. Run alone (self) or under mpirun: loads
  * are broadcast from rank 0, and a failure on rank 0 fails every rank with the same message. */
 #include <dirent.h>
 #include <ftw.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "cnn.h"
 #include "testutil.h"
 
 static ls_ctx *ctx;
@@ -41,8 +43,10 @@ static ls_module *make_model(int64_t hidden, ls_dtype dt, uint64_t seed) {
 }
 
 static ls_optimizer *make_opt(ls_module *m, ls_optim_kind kind) {
-    ls_tensor *p[8], *g[8];
+    enum { MAXP = 64 };
+    ls_tensor *p[MAXP], *g[MAXP];
     int n = ls_module_num_params(m);
+    LS_REQUIRE(n <= MAXP);
     for (int i = 0; i < n; i++) {
         p[i] = ls_module_param(m, i);
         g[i] = ls_module_grad(m, i);
@@ -195,6 +199,70 @@ static void test_round_trip(ls_optim_kind kind) {
                   strcmp(ls_safetensors_metadata(f, "format"), "pt") == 0);
         ls_safetensors_close(f);
     }
+    ls_optimizer_destroy(oa);
+    ls_optimizer_destroy(ob);
+    ls_module_destroy(a);
+    ls_module_destroy(b);
+}
+
+/* BatchNorm's running statistics are saved after the parameters ("<bn>.running_mean") and loaded
+ * (then broadcast) on every rank: a model whose statistics moved, saved, then loaded into a fresh
+ * one, ends with the same buffers bitwise. */
+static void test_buffers(void) {
+    char dir[128], p[LS_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/buffers", root);
+    ls_resnet_config cfg = {.param_dtype = LS_F32, .act_dtype = LS_F32, .in_channels = 1, .in_h = 8, .in_w = 8,
+                            .n_stages = 2, .widths = {4, 8}, .blocks = 1, .num_classes = 3, .seed = 5};
+    ls_module *a, *b;
+    LS_REQUIRE_OK(ls_resnet_create(ctx, &cfg, &a));
+    LS_REQUIRE_OK(ls_resnet_create(ctx, &cfg, &b));
+    int nb = ls_cnn_num_buffers(a), np = ls_module_num_params(a);
+    LS_EXPECT(nb >= 2 && nb == ls_cnn_num_buffers(b));
+    /* training-mode forwards on rank-dependent inputs move a's statistics, differently per rank */
+    float x[6 * 64];
+    for (int i = 0; i < 6 * 64; i++) x[i] = (float)((i * 37 + 11 * rank) % 23) / 7.0f - 1.5f;
+    ls_tensor xt = ls_tensor_view(x, LS_F32, ls_device_cpu(), 2, (int64_t[]){6, 64});
+    const ls_tensor *y;
+    for (int k = 0; k < 3; k++) LS_REQUIRE_OK(ls_module_forward(a, &xt, &y));
+    ls_optimizer *oa = make_opt(a, LS_OPTIM_SGD), *ob = make_opt(b, LS_OPTIM_SGD);
+    save(dir, 1, a, oa, 7, LS_OPTIM_SGD);
+    /* rank 0's saved statistics, which every rank must end with */
+    float *want = NULL;
+    int64_t total = 0;
+    for (int i = 0; i < nb; i++) total += ls_tensor_numel(ls_cnn_buffer(a, i, NULL, 0));
+    want = malloc((size_t)total * sizeof *want);
+    LS_REQUIRE(want != NULL);
+    for (int i = 0, off = 0; i < nb; i++) {
+        ls_tensor *t = ls_cnn_buffer(a, i, NULL, 0);
+        memcpy(want + off, t->data, (size_t)ls_tensor_numel(t) * sizeof(float));
+        off += (int)ls_tensor_numel(t);
+    }
+    LS_REQUIRE_OK(ls_comm_broadcast_host(comm, want, total, LS_F32, 0));
+    int moved = 0; /* running variance starts at 1, mean at 0: the forwards changed them */
+    for (int64_t i = 0; i < total; i++) moved += want[i] != 0.0f && want[i] != 1.0f;
+    LS_EXPECT(moved > 0);
+    ls_ckpt_state got;
+    int found = 0;
+    LS_REQUIRE_OK(ls_ckpt_load(comm, ctx, dir, "auto", b, ob, &got, &found, p, sizeof p));
+    LS_EXPECT(found == 1);
+    int same = 1;
+    for (int i = 0, off = 0; i < nb; i++) {
+        ls_tensor *t = ls_cnn_buffer(b, i, NULL, 0);
+        same &= memcmp(want + off, t->data, (size_t)ls_tensor_numel(t) * sizeof(float)) == 0;
+        off += (int)ls_tensor_numel(t);
+    }
+    LS_EXPECT(same);
+    if (rank == 0) {
+        char name[160];
+        ls_safetensors *f;
+        path_of(p, sizeof p, dir, 7, "model.safetensors");
+        LS_REQUIRE_OK(ls_safetensors_open(p, &f));
+        ls_cnn_buffer(a, 0, name, sizeof name);
+        LS_EXPECT(ls_safetensors_count(f) == np + nb && ls_safetensors_find(f, name) != NULL);
+        LS_EXPECT(strstr(name, "running_mean") != NULL);
+        ls_safetensors_close(f);
+    }
+    free(want);
     ls_optimizer_destroy(oa);
     ls_optimizer_destroy(ob);
     ls_module_destroy(a);
@@ -478,6 +546,7 @@ int main(void) {
     test_round_trip(LS_OPTIM_SGD);
     test_round_trip(LS_OPTIM_ADAMW);
     test_keep_last_and_fallback();
+    test_buffers();
     test_bad_inputs();
     if (world == 1) {
         test_crash_stages();

@@ -81,3 +81,12 @@ ls_status ls_ddp_broadcast_params(ls_comm *c, int n, ls_tensor *const *params) {
     (void)c; (void)n; (void)params;
     abort();
 }
+int ls_cnn_num_buffers(ls_module *m) { (void)m; abort(); }
+ls_tensor *ls_cnn_buffer(ls_module *m, int i, char *name, int len) {
+    (void)m; (void)i; (void)name; (void)len;
+    abort();
+}
+ls_status ls_cnn_broadcast_buffers(ls_comm *comm, ls_module *m) {
+    (void)comm; (void)m;
+    abort();
+}
