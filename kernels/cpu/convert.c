@@ -16,8 +16,8 @@ static double load_as_double(ls_dtype t, const void *src, int64_t i) {
     switch (t) {
     case LS_F32: return ((const float *)src)[i];
     case LS_F64: return ((const double *)src)[i];
-    case LS_F16: return ls_f16_to_f32(((const uint16_t *)src)[i]);
-    case LS_BF16: return ls_bf16_to_f32(((const uint16_t *)src)[i]);
+    case LS_F16: return ls_hi_f16_to_f32(((const uint16_t *)src)[i]);
+    case LS_BF16: return ls_hi_bf16_to_f32(((const uint16_t *)src)[i]);
     default: return 0;
     }
 }
@@ -31,13 +31,26 @@ ls_status ls_cpu_convert(int64_t n, ls_dtype st, const void *src, ls_dtype dt, v
         memmove(dst, src, (size_t)n * ls_dtype_size(st));
         return LS_OK;
     }
-    /* The hot pairs get direct loops. */
+    /* The hot pairs (low-precision storage, f32 compute) get direct loops with the conversions
+     * inlined: calling the exported functions per element went through the PLT. */
+    const float *s32 = src;
+    const uint16_t *s16 = src;
+    float *d32 = dst;
+    uint16_t *d16 = dst;
     if (st == LS_F32 && dt == LS_BF16) {
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = ls_f32_to_bf16(((const float *)src)[i]);
+        for (int64_t i = 0; i < n; i++) d16[i] = ls_hi_f32_to_bf16(s32[i]);
         return LS_OK;
     }
     if (st == LS_F32 && dt == LS_F16) {
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = ls_f32_to_f16(((const float *)src)[i]);
+        for (int64_t i = 0; i < n; i++) d16[i] = ls_hi_f32_to_f16(s32[i]);
+        return LS_OK;
+    }
+    if (st == LS_BF16 && dt == LS_F32) {
+        for (int64_t i = 0; i < n; i++) d32[i] = ls_hi_bf16_to_f32(s16[i]);
+        return LS_OK;
+    }
+    if (st == LS_F16 && dt == LS_F32) {
+        for (int64_t i = 0; i < n; i++) d32[i] = ls_hi_f16_to_f32(s16[i]);
         return LS_OK;
     }
     for (int64_t i = 0; i < n; i++) {
@@ -45,8 +58,8 @@ ls_status ls_cpu_convert(int64_t n, ls_dtype st, const void *src, ls_dtype dt, v
         switch (dt) {
         case LS_F32: ((float *)dst)[i] = (float)v; break;
         case LS_F64: ((double *)dst)[i] = v; break;
-        case LS_F16: ((uint16_t *)dst)[i] = ls_f32_to_f16((float)v); break;
-        case LS_BF16: ((uint16_t *)dst)[i] = ls_f32_to_bf16((float)v); break;
+        case LS_F16: ((uint16_t *)dst)[i] = ls_hi_f32_to_f16((float)v); break;
+        case LS_BF16: ((uint16_t *)dst)[i] = ls_hi_f32_to_bf16((float)v); break;
         default: break;
         }
     }
