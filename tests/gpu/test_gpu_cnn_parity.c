@@ -29,6 +29,7 @@
 #include "ops.h"
 #include "rng.h"
 #include "testutil.h"
+#include "gpu_values.h"
 
 static ls_ctx *CPU, *DEV, *DEV2, *DEV_TF32;
 static int self_mode;
@@ -38,37 +39,7 @@ static double worst_f32, worst_low;
 
 enum { TOL_CONV = 0, TOL_OTHER = 1, TOL_TF32 = 2 };
 
-/* ---- host values: doubles, packed to a dtype's bytes on demand ---- */
-static void *pack(const double *v, ls_dtype t, int64_t n) {
-    void *p = malloc((size_t)(n > 0 ? n : 1) * ls_dtype_size(t));
-    LS_REQUIRE(p);
-    for (int64_t i = 0; i < n; i++) {
-        switch (t) {
-        case LS_F32: ((float *)p)[i] = (float)v[i]; break;
-        case LS_F64: ((double *)p)[i] = v[i]; break;
-        case LS_F16: ((uint16_t *)p)[i] = ls_f32_to_f16((float)v[i]); break;
-        case LS_BF16: ((uint16_t *)p)[i] = ls_f32_to_bf16((float)v[i]); break;
-        default: LS_REQUIRE(!"pack: not a float dtype");
-        }
-    }
-    return p;
-}
-
-static double *unpack(const void *p, ls_dtype t, int64_t n) {
-    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
-    LS_REQUIRE(v);
-    for (int64_t i = 0; i < n; i++) {
-        switch (t) {
-        case LS_F32: v[i] = ((const float *)p)[i]; break;
-        case LS_F64: v[i] = ((const double *)p)[i]; break;
-        case LS_F16: v[i] = ls_f16_to_f32(((const uint16_t *)p)[i]); break;
-        case LS_BF16: v[i] = ls_bf16_to_f32(((const uint16_t *)p)[i]); break;
-        default: LS_REQUIRE(!"unpack: not a float dtype");
-        }
-    }
-    return v;
-}
-
+/* ---- host values: doubles (pack/unpack in gpu_values.h) ---- */
 /* Random values shift + normal * scale, rounded to what dtype t can hold. */
 static double *rnd_at(int64_t n, double shift, double scale, ls_dtype t) {
     double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
