@@ -108,11 +108,6 @@ static conv_geom conv_geom_transposed(const ls_conv2d_params *p) {
 #undef LOWP
 #undef GEMM
 
-static ls_status conv_bad_dtype(const char *op, ls_dtype t) {
-    return ls_error(LS_ERR_UNSUPPORTED, "the CPU backend's %s does not compute in %s (use f32, f64, f16 or bf16)",
-                    op, ls_dtype_name(t));
-}
-
 size_t ls_cpu_conv2d_workspace(void *st, ls_dtype t, const ls_conv2d_params *p, int backward) {
     switch (t) {
     case LS_F32: return conv_ws_bytes_f32(p, backward);
@@ -130,7 +125,7 @@ ls_status ls_cpu_conv2d_fwd(void *st, ls_dtype t, const ls_conv2d_params *p, con
     case LS_F64: conv_fwd_f64(p, x, w, b, y, ws); return LS_OK;
     case LS_F16: conv_fwd_f16(p, x, w, b, y, ws); return LS_OK;
     case LS_BF16: conv_fwd_bf16(p, x, w, b, y, ws); return LS_OK;
-    default: return conv_bad_dtype("conv2d", t);
+    default: return LS_CPU_BAD_DTYPE4("conv2d", t);
     }
 }
 
@@ -141,6 +136,6 @@ ls_status ls_cpu_conv2d_bwd(void *st, ls_dtype t, const ls_conv2d_params *p, con
     case LS_F64: conv_bwd_f64(p, dy, x, w, dx, dw, db, ws); return LS_OK;
     case LS_F16: conv_bwd_f16(p, dy, x, w, dx, dw, db, ws); return LS_OK;
     case LS_BF16: conv_bwd_bf16(p, dy, x, w, dx, dw, db, ws); return LS_OK;
-    default: return conv_bad_dtype("conv2d backward", t);
+    default: return LS_CPU_BAD_DTYPE4("conv2d backward", t);
     }
 }

@@ -7,6 +7,8 @@
 
 #include "ops.h"
 
+/* LS_ERR_UNSUPPORTED: "the CPU backend's OP does not compute in T (use SUPPORTED)". */
+ls_status ls_cpu_bad_dtype(const char *op, ls_dtype t, const char *supported);
 ls_status ls_cpu_convert(int64_t n, ls_dtype src_t, const void *src, ls_dtype dst_t, void *dst);
 uint16_t ls_f32_to_f16(float f);
 float ls_f16_to_f32(uint16_t h);

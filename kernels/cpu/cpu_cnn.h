@@ -20,6 +20,9 @@
 #define LS_CPU_HOT
 #endif
 
+/* The CNN entries compute in all four float types. */
+#define LS_CPU_BAD_DTYPE4(op, t) ls_cpu_bad_dtype(op, t, "f32, f64, f16 or bf16")
+
 size_t ls_cpu_conv2d_workspace(void *st, ls_dtype t, const ls_conv2d_params *p, int backward);
 ls_status ls_cpu_conv2d_fwd(void *st, ls_dtype t, const ls_conv2d_params *p, const void *x, const void *w,
                             const void *b, void *y, void *ws);

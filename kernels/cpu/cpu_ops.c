@@ -43,9 +43,9 @@
 #define SQRT sqrt
 #include "cpu_impl.inc"
 
-static ls_status ls_cpu_bad_dtype(const char *op, ls_dtype t) {
-    return ls_error(LS_ERR_UNSUPPORTED, "the CPU backend's %s does not compute in %s (use f32 or f64)",
-                    op, ls_dtype_name(t));
+ls_status ls_cpu_bad_dtype(const char *op, ls_dtype t, const char *supported) {
+    return ls_error(LS_ERR_UNSUPPORTED, "the CPU backend's %s does not compute in %s (use %s)", op,
+                    ls_dtype_name(t), supported);
 }
 
 #define LS_CPU_DISPATCH(op, t, call32, call64)                                                     \
@@ -58,7 +58,7 @@ static ls_status ls_cpu_bad_dtype(const char *op, ls_dtype t) {
             call64;                                                                                \
             return LS_OK;                                                                          \
         }                                                                                          \
-        return ls_cpu_bad_dtype(op, t);                                                            \
+        return ls_cpu_bad_dtype(op, t, "f32 or f64");                                                            \
     } while (0)
 
 /* Backend state: scratch for the low-precision paths (grown on demand, reused). */
@@ -237,7 +237,7 @@ static ls_status cpu_sgd_step(void *st, ls_dtype t, int k, void *const *p, void 
         else if (t == LS_F64)
             sgd_f64(n[i], p[i], g[i], mi, hp);
         else
-            return ls_cpu_bad_dtype("SGD", t);
+            return ls_cpu_bad_dtype("SGD", t, "f32 or f64");
     }
     return LS_OK;
 }
@@ -250,7 +250,7 @@ static ls_status cpu_adamw_step(void *st, ls_dtype t, int k, void *const *p, voi
         else if (t == LS_F64)
             adamw_f64(n[i], p[i], g[i], m[i], v[i], hp);
         else
-            return ls_cpu_bad_dtype("AdamW", t);
+            return ls_cpu_bad_dtype("AdamW", t, "f32 or f64");
     }
     return LS_OK;
 }

@@ -66,11 +66,6 @@ static ls_status bn_no_memory(int64_t C) {
 #undef ST
 #undef LOWP
 
-static ls_status np_bad_dtype(const char *op, ls_dtype t) {
-    return ls_error(LS_ERR_UNSUPPORTED, "the CPU backend's %s does not compute in %s (use f32, f64, f16 or bf16)",
-                    op, ls_dtype_name(t));
-}
-
 /* One switch per entry: f32, f64, f16, bf16. */
 #define NP_DISPATCH(op, t, call)                                                                   \
     switch (t) {                                                                                   \
@@ -78,7 +73,7 @@ static ls_status np_bad_dtype(const char *op, ls_dtype t) {
     case LS_F64: call(f64); return LS_OK;                                                          \
     case LS_F16: call(f16); return LS_OK;                                                          \
     case LS_BF16: call(bf16); return LS_OK;                                                        \
-    default: return np_bad_dtype(op, t);                                                           \
+    default: return LS_CPU_BAD_DTYPE4(op, t);                                                           \
     }
 /* The same for kernels that return a status. */
 #define NP_DISPATCH_S(op, t, call)                                                                 \
@@ -87,7 +82,7 @@ static ls_status np_bad_dtype(const char *op, ls_dtype t) {
     case LS_F64: return call(f64);                                                                 \
     case LS_F16: return call(f16);                                                                 \
     case LS_BF16: return call(bf16);                                                               \
-    default: return np_bad_dtype(op, t);                                                           \
+    default: return LS_CPU_BAD_DTYPE4(op, t);                                                           \
     }
 
 ls_status ls_cpu_bn_stats(void *st, ls_dtype t, const ls_bn_params *p, const void *x, void *mean, void *var) {
@@ -124,7 +119,7 @@ ls_status ls_cpu_pool2d_fwd(void *st, ls_dtype t, const ls_pool2d_params *p, con
     case LS_F64: return pool_fwd_f64(p, x, y);
     case LS_F16: return pool_fwd_f16(p, x, y);
     case LS_BF16: return pool_fwd_bf16(p, x, y);
-    default: return np_bad_dtype("pooling", t);
+    default: return LS_CPU_BAD_DTYPE4("pooling", t);
     }
 }
 
@@ -135,7 +130,7 @@ ls_status ls_cpu_pool2d_bwd(void *st, ls_dtype t, const ls_pool2d_params *p, con
     case LS_F64: return pool_bwd_f64(p, x, dy, dx);
     case LS_F16: return pool_bwd_f16(p, x, dy, dx);
     case LS_BF16: return pool_bwd_bf16(p, x, dy, dx);
-    default: return np_bad_dtype("pooling backward", t);
+    default: return LS_CPU_BAD_DTYPE4("pooling backward", t);
     }
 }
 
