@@ -7,24 +7,16 @@ DistributedSampler shard of Fashion-MNIST, and prints (rank 0):
 Usage: /usr/bin/python3 cluster/bench/torch_ddp_mlp.py --ranks 2 --threads 1 --steps 200
 """
 import argparse
-import gzip
 import os
-import struct
 import sys
 import time
 
 import numpy as np
 import torch
+
+from fashion_idx import read_idx
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = struct.unpack(">I", data[:4])[0] & 0xFF
-    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def worker(rank, args):

@@ -7,23 +7,14 @@ Data loading is outside the timed region, as in lockstep's benchmark. Use Debian
 /usr/bin/python3 cluster/bench/torch_mlp.py --steps 400 --threads 2
 """
 import argparse
-import gzip
 import os
-import struct
 import sys
 import time
 
 import numpy as np
 import torch
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    magic, = struct.unpack(">I", data[:4])
-    ndim = magic & 0xFF
-    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from fashion_idx import read_idx
 
 
 def main():

@@ -19,24 +19,15 @@ and on a GPU (tests/gpu/device-check.sh):
     python3 cluster/bench/torch_resnet.py --device cuda --precision bf16 --channels-last
 """
 import argparse
-import gzip
 import os
-import struct
 import sys
 import time
 
 import numpy as np
 import torch
+
+from fashion_idx import read_idx
 import torch.nn as nn
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    magic, = struct.unpack(">I", data[:4])
-    ndim = magic & 0xFF
-    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 class BasicBlock(nn.Module):
