@@ -136,19 +136,13 @@ static void ls_mpi_req_free(ls_mpi_state *st, ls_mpi_req *r) {
 /* ---- staging ---- */
 
 static void ls_widen(ls_dtype t, const void *src, float *dst, int64_t n) {
-    const uint16_t *s = src;
-    if (t == LS_F16)
-        for (int64_t i = 0; i < n; i++) dst[i] = ls_hi_f16_to_f32(s[i]);
-    else
-        for (int64_t i = 0; i < n; i++) dst[i] = ls_hi_bf16_to_f32(s[i]);
+    if (t == LS_F16) ls_half_f16_to_f32_n(src, dst, n);
+    else ls_half_bf16_to_f32_n(src, dst, n);
 }
 
 static void ls_narrow(ls_dtype t, const float *src, void *dst, int64_t n) {
-    uint16_t *d = dst;
-    if (t == LS_F16)
-        for (int64_t i = 0; i < n; i++) d[i] = ls_hi_f32_to_f16(src[i]);
-    else
-        for (int64_t i = 0; i < n; i++) d[i] = ls_hi_f32_to_bf16(src[i]);
+    if (t == LS_F16) ls_half_f32_to_f16_n(src, dst, n);
+    else ls_half_f32_to_bf16_n(src, dst, n);
 }
 
 static void ls_avg_divide(ls_dtype t, void *buf, int64_t n, int world) {

@@ -57,6 +57,8 @@ static conv_geom conv_geom_transposed(const ls_conv2d_params *p) {
 #define SFX f32
 #define LD(v) (v)
 #define ST(v) (v)
+#define LDN(s, d, n) memcpy((d), (s), (size_t)(n) * sizeof(TC))
+#define STN(s, d, n) memcpy((d), (s), (size_t)(n) * sizeof(TC))
 #define LOWP 0
 #define GEMM cblas_sgemm
 #include "conv_impl.inc"
@@ -65,6 +67,8 @@ static conv_geom conv_geom_transposed(const ls_conv2d_params *p) {
 #undef SFX
 #undef LD
 #undef ST
+#undef LDN
+#undef STN
 #undef LOWP
 #undef GEMM
 
@@ -73,6 +77,8 @@ static conv_geom conv_geom_transposed(const ls_conv2d_params *p) {
 #define SFX f64
 #define LD(v) (v)
 #define ST(v) (v)
+#define LDN(s, d, n) memcpy((d), (s), (size_t)(n) * sizeof(TC))
+#define STN(s, d, n) memcpy((d), (s), (size_t)(n) * sizeof(TC))
 #define LOWP 0
 #define GEMM cblas_dgemm
 #include "conv_impl.inc"
@@ -81,6 +87,8 @@ static conv_geom conv_geom_transposed(const ls_conv2d_params *p) {
 #undef SFX
 #undef LD
 #undef ST
+#undef LDN
+#undef STN
 #undef LOWP
 #undef GEMM
 
@@ -89,22 +97,30 @@ static conv_geom conv_geom_transposed(const ls_conv2d_params *p) {
 #define SFX f16
 #define LD(v) ls_hi_f16_to_f32(v)
 #define ST(v) ls_hi_f32_to_f16(v)
+#define LDN(s, d, n) ls_half_f16_to_f32_n((s), (d), (n))
+#define STN(s, d, n) ls_half_f32_to_f16_n((s), (d), (n))
 #define LOWP 1
 #define GEMM cblas_sgemm
 #include "conv_impl.inc"
 #undef SFX
 #undef LD
 #undef ST
+#undef LDN
+#undef STN
 
 #define SFX bf16
 #define LD(v) ls_hi_bf16_to_f32(v)
 #define ST(v) ls_hi_f32_to_bf16(v)
+#define LDN(s, d, n) ls_half_bf16_to_f32_n((s), (d), (n))
+#define STN(s, d, n) ls_half_f32_to_bf16_n((s), (d), (n))
 #include "conv_impl.inc"
 #undef TS
 #undef TC
 #undef SFX
 #undef LD
 #undef ST
+#undef LDN
+#undef STN
 #undef LOWP
 #undef GEMM
 

@@ -31,26 +31,22 @@ ls_status ls_cpu_convert(int64_t n, ls_dtype st, const void *src, ls_dtype dt, v
         memmove(dst, src, (size_t)n * ls_dtype_size(st));
         return LS_OK;
     }
-    /* The hot pairs (low-precision storage, f32 compute) get direct loops with the conversions
-     * inlined: calling the exported functions per element went through the PLT. */
-    const float *s32 = src;
-    const uint16_t *s16 = src;
-    float *d32 = dst;
-    uint16_t *d16 = dst;
+    /* The hot pairs (low-precision storage, f32 compute): runtime/core/half.c's batch loops
+     * (F16C / AVX2 where the CPU has them). */
     if (st == LS_F32 && dt == LS_BF16) {
-        for (int64_t i = 0; i < n; i++) d16[i] = ls_hi_f32_to_bf16(s32[i]);
+        ls_half_f32_to_bf16_n(src, dst, n);
         return LS_OK;
     }
     if (st == LS_F32 && dt == LS_F16) {
-        for (int64_t i = 0; i < n; i++) d16[i] = ls_hi_f32_to_f16(s32[i]);
+        ls_half_f32_to_f16_n(src, dst, n);
         return LS_OK;
     }
     if (st == LS_BF16 && dt == LS_F32) {
-        for (int64_t i = 0; i < n; i++) d32[i] = ls_hi_bf16_to_f32(s16[i]);
+        ls_half_bf16_to_f32_n(src, dst, n);
         return LS_OK;
     }
     if (st == LS_F16 && dt == LS_F32) {
-        for (int64_t i = 0; i < n; i++) d32[i] = ls_hi_f16_to_f32(s16[i]);
+        ls_half_f16_to_f32_n(src, dst, n);
         return LS_OK;
     }
     for (int64_t i = 0; i < n; i++) {

@@ -37,7 +37,8 @@ static inline float ls_hi_f16_to_f32(uint16_t h) {
         float v = (float)m * (1.0f / 16777216.0f);
         return sign ? -v : v;
     }
-    if (e == 31) return ls_hi_bits_f32(sign | 0x7f800000u | (m << 13));
+    if (e == 31) /* inf, or NaN made quiet with its payload kept (as VCVTPH2PS does) */
+        return ls_hi_bits_f32(sign | 0x7f800000u | (m ? 0x400000u : 0u) | (m << 13));
     return ls_hi_bits_f32(sign | ((e - 15 + 127) << 23) | (m << 13));
 }
 
@@ -45,7 +46,7 @@ static inline uint16_t ls_hi_f32_to_f16(float f) {
     uint32_t u = ls_hi_f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* quiet NaN (as VCVTPS2PH) */
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
     if (a < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
         float v = ls_hi_bits_f32(a) * 16777216.0f;
@@ -59,5 +60,13 @@ static inline uint16_t ls_hi_f32_to_f16(float f) {
     if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++; /* may carry into the exponent: fine */
     return (uint16_t)(sign | h);
 }
+
+/* Batch conversions (runtime/core/half.c): F16C/AVX2 where the CPU has them, bitwise equal to the
+ * inline functions above. */
+void ls_half_f32_to_f16_n(const float *src, uint16_t *dst, int64_t n);
+void ls_half_f16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
+void ls_half_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
+void ls_half_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
+const char *ls_half_impl(void); /* "f16c+avx2", "f16c" or "scalar": what the batch functions use here */
 
 #endif

@@ -3,7 +3,43 @@
 #include <stdint.h>
 
 #include "cpu/cpu.h"
+#include "half_impl.h"
 #include "testutil.h"
+
+/* The batch conversions (F16C/AVX2 where the CPU has them) give bitwise the inline functions'
+ * results: every f16 and bf16 value, and f32 values with every exponent and sign and the
+ * rounding-relevant low bits (ties, just below and above them), from an odd offset so the
+ * vector loops' tails and unaligned loads run too. Returns the number of mismatches. */
+static int64_t check_batch(void) {
+    enum { N = 1 << 16 };
+    static uint16_t h[N + 1], h2[N + 1];
+    static float f[N + 1];
+    int64_t bad = 0;
+    for (uint32_t i = 0; i < N; i++) h[i + 1] = (uint16_t)i;
+    ls_half_f16_to_f32_n(h + 1, f + 1, N);
+    for (uint32_t i = 0; i < N; i++) bad += memcmp(&f[i + 1], &(float){ls_hi_f16_to_f32((uint16_t)i)}, 4) != 0;
+    ls_half_bf16_to_f32_n(h + 1, f + 1, N);
+    for (uint32_t i = 0; i < N; i++) bad += memcmp(&f[i + 1], &(float){ls_hi_bf16_to_f32((uint16_t)i)}, 4) != 0;
+    /* f32 -> 16 bits: the low bits that decide rounding, under every value of the top bits */
+    static const uint32_t low13[] = {0, 1, 0xfff, 0x1000, 0x1001, 0x1fff, 0x0abc};
+    static const uint32_t low16[] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0x4321};
+    for (int which = 0; which < 2; which++) {
+        const uint32_t *low = which ? low16 : low13;
+        int shift = which ? 16 : 13;
+        for (uint64_t top = 0; top < (1ull << (32 - shift)); top += N / 8) {
+            for (int i = 0; i < N; i++) {
+                uint32_t u = (uint32_t)(((top + (uint64_t)(i / 8)) << shift) | low[i % 7]);
+                memcpy(&f[i + 1], &u, 4);
+            }
+            int n = N - (int)(top & 7); /* vary the length: tails of 0-7 elements */
+            if (which) ls_half_f32_to_bf16_n(f + 1, h + 1, n);
+            else ls_half_f32_to_f16_n(f + 1, h + 1, n);
+            for (int i = 0; i < n; i++) h2[i + 1] = which ? ls_hi_f32_to_bf16(f[i + 1]) : ls_hi_f32_to_f16(f[i + 1]);
+            for (int i = 0; i < n; i++) bad += h[i + 1] != h2[i + 1];
+        }
+    }
+    return bad;
+}
 
 int main(void) {
     LS_EXPECT(ls_f32_to_f16(1.0f) == 0x3c00);
@@ -38,6 +74,10 @@ int main(void) {
     LS_REQUIRE_OK(ls_cpu_convert(4, LS_F32, src, LS_F16, half));
     LS_REQUIRE_OK(ls_cpu_convert(4, LS_F16, half, LS_F64, back));
     for (int i = 0; i < 4; i++) LS_EXPECT_NEAR(back[i], src[i], fabs(src[i]) * 1e-3);
+    int64_t batch_bad = check_batch();
+    if (batch_bad) fprintf(stderr, "batch conversions (%s): %lld values differ from the inline ones\n", ls_half_impl(), (long long)batch_bad);
+    LS_EXPECT(batch_bad == 0);
+    printf("batch conversions: %s\n", ls_half_impl());
     LS_EXPECT_ERR(ls_cpu_convert(4, LS_I32, src, LS_F16, half), LS_ERR_UNSUPPORTED, "cannot convert i32 to f16");
     LS_TEST_END();
 }
