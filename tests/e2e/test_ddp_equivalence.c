@@ -5,7 +5,11 @@
  * every rank. Cases: SGD and AdamW, 20 steps each, over a 110-sample data set whose size does not
  * divide by the global batch (exact sampler: partial last batches, some ranks empty), and gradient
  * accumulation over 4 micro-steps against one big batch.
- * Args: [steps] (default 20). Small buckets (LOCKSTEP_BUCKET_MB) force several buckets. */
+ * Args: [steps] (default 20) [cpu|cuda]. Small buckets (LOCKSTEP_BUCKET_MB) force several buckets.
+ * With cuda the ranks train on the GPU (several ranks may share one: LOCKSTEP_COMM=mpi stages
+ * through the host; alone, LOCKSTEP_COMM=nccl runs a one-rank NCCL communicator) and the
+ * reference stays on the CPU: the GPU's cuBLAS f32 sums in another order, so the bound is 1e-4.
+ * Exits 77 there without a usable GPU. */
 #include <stdlib.h>
 
 #include "comm.h"
@@ -15,20 +19,25 @@
 #include "testutil.h"
 #include "train.h"
 
-static ls_ctx *C;
+static ls_ctx *C;   /* the ranks' device */
+static ls_ctx *CPU; /* the reference's */
 static ls_comm *W;
+static double tolerance = 1e-5;
 static ls_dataset *D;
 
 typedef struct run {
+    ls_ctx *ctx;
     ls_module *m;
     ls_optimizer *o;
     ls_trainer *t;
     ls_sampler *s;
 } run;
 
-static void setup(run *r, ls_comm *comm, int rank, int world, ls_optim_kind kind, int64_t b, int accum) {
+static void setup(run *r, ls_ctx *ctx, ls_comm *comm, int rank, int world, ls_optim_kind kind, int64_t b,
+                  int accum) {
     int64_t sizes[4] = {784, 64, 32, 10};
-    LS_REQUIRE_OK(ls_mlp_create(C, LS_F32, 4, sizes, LS_ACT_RELU, 1000 + (uint64_t)rank * (comm ? 7 : 0), &r->m));
+    r->ctx = ctx;
+    LS_REQUIRE_OK(ls_mlp_create(ctx, LS_F32, 4, sizes, LS_ACT_RELU, 1000 + (uint64_t)rank * (comm ? 7 : 0), &r->m));
     /* ranks start from different weights on purpose: the broadcast from rank 0 must fix that */
     ls_tensor *p[6], *g[6];
     for (int i = 0; i < 6; i++) {
@@ -38,13 +47,13 @@ static void setup(run *r, ls_comm *comm, int rank, int world, ls_optim_kind kind
     ls_optim_config oc = ls_optim_defaults(kind);
     oc.lr = kind == LS_OPTIM_SGD ? 0.05f : 2e-3f;
     oc.weight_decay = 1e-3f;
-    LS_REQUIRE_OK(ls_optimizer_create(C, 6, p, g, &oc, &r->o));
+    LS_REQUIRE_OK(ls_optimizer_create(ctx, 6, p, g, &oc, &r->o));
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
     tc.batch_per_rank = b;
     tc.accum_steps = accum;
     tc.lr = (ls_lr_schedule){oc.lr, 0, 3, 20};
-    LS_REQUIRE_OK(ls_trainer_create(C, comm, r->m, r->o, &tc, &r->t));
+    LS_REQUIRE_OK(ls_trainer_create(ctx, comm, r->m, r->o, &tc, &r->t));
     LS_REQUIRE_OK(ls_sampler_create(D->n, rank, world, 5, 1, LS_SAMPLER_EXACT, &r->s));
 }
 
@@ -67,6 +76,18 @@ static void teardown(run *r) {
     ls_sampler_destroy(r->s);
 }
 
+/* Parameter i of r as host floats (copied off the device where there is one); free() it. */
+static float *host_param(run *r, int i) {
+    ls_tensor *a = ls_module_param(r->m, i);
+    size_t bytes = sizeof(float) * (size_t)ls_tensor_numel(a);
+    float *h = malloc(bytes ? bytes : 1);
+    LS_REQUIRE(h);
+    ls_ctx *c = r->ctx;
+    LS_REQUIRE_OK(ls_ctx_synchronize(c));
+    LS_REQUIRE_OK(ls_allocator_copy(c->alloc, h, 0, a->data, c->device.type != LS_DEVICE_CPU, bytes));
+    return h;
+}
+
 /* Max relative difference between the replicas' parameters, per tensor: max |a - b| over the
  * tensor divided by max |b| of the tensor (the scale of the tensor; an elementwise ratio would
  * divide rounding noise by parameters that happen to sit near zero). Also checks that all ranks
@@ -74,25 +95,26 @@ static void teardown(run *r) {
 static double compare(run *dp, run *ref) {
     double worst = 0;
     for (int i = 0; i < 6; i++) {
-        ls_tensor *a = ls_module_param(dp->m, i);
-        int64_t n = ls_tensor_numel(a);
-        float *x = a->data;
+        int64_t n = ls_tensor_numel(ls_module_param(dp->m, i));
+        float *x = host_param(dp, i);
         /* identical on every rank: rank 0's copy broadcast and compared */
         float *mine = malloc(sizeof(float) * (size_t)n);
         memcpy(mine, x, sizeof(float) * (size_t)n);
-        LS_REQUIRE_OK(ls_comm_broadcast(W, mine, n, LS_F32, 0));
+        LS_REQUIRE_OK(ls_comm_broadcast_host(W, mine, n, LS_F32, 0));
         int same = memcmp(mine, x, sizeof(float) * (size_t)n) == 0;
         LS_EXPECT(same);
         free(mine);
         if (ref) {
-            float *y = ls_module_param(ref->m, i)->data;
+            float *y = host_param(ref, i);
             double diff = 0, scale = 0;
             for (int64_t k = 0; k < n; k++) {
                 diff = fmax(diff, fabs((double)x[k] - y[k]));
                 scale = fmax(scale, fabs((double)y[k]));
             }
             worst = fmax(worst, diff / scale);
+            free(y);
         }
+        free(x);
     }
     return worst;
 }
@@ -101,23 +123,25 @@ static void check_case(const char *name, ls_optim_kind kind, int64_t global_b, i
     int rank = ls_comm_rank(W), world = ls_comm_world(W);
     int64_t b = global_b / world;
     run dp, ref;
-    setup(&dp, W, rank, world, kind, b, accum);
+    setup(&dp, C, W, rank, world, kind, b, accum);
     train(&dp, b * accum, steps);
     double worst = 0;
     if (rank == 0) {
         /* the reference: one process, whole batch, no accumulation */
-        setup(&ref, NULL, 0, 1, kind, global_b * accum, 1);
+        setup(&ref, CPU, NULL, 0, 1, kind, global_b * accum, 1);
         train(&ref, global_b * accum, steps);
         worst = compare(&dp, &ref);
         teardown(&ref);
     } else {
         compare(&dp, NULL);
     }
-    LS_REQUIRE_OK(ls_comm_broadcast(W, &worst, 1, LS_F64, 0));
+    LS_REQUIRE_OK(ls_comm_broadcast_host(W, &worst, 1, LS_F64, 0));
     if (rank == 0)
-        printf("%s: %d ranks, global batch %lld x %d micro-steps, %d steps: max relative difference %.3g\n", name,
-               world, (long long)global_b, accum, steps, worst);
-    LS_EXPECT(worst <= 1e-5);
+        printf("%s: %d ranks on %s (%s communicator), global batch %lld x %d micro-steps, %d steps: max relative "
+               "difference %.3g (<= %g)\n",
+               name, world, C->device.type == LS_DEVICE_CPU ? "cpu" : "cuda", ls_comm_backend_name(W),
+               (long long)global_b, accum, steps, worst, tolerance);
+    LS_EXPECT(worst <= tolerance);
     teardown(&dp);
 }
 
@@ -125,7 +149,18 @@ int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 20;
     ls_rank_info ri;
     LS_REQUIRE_OK(ls_rank_discover(&ri));
-    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &C));
+    const char *dev = argc > 2 ? argv[2] : "cpu";
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &CPU));
+    C = CPU;
+    if (!strcmp(dev, "cuda")) {
+        char why[256] = "";
+        if (ls_device_cuda_count(why, sizeof why) == 0) LS_SKIP("no usable CUDA device: %s", why);
+        LS_REQUIRE_OK(ls_ctx_create((ls_device){LS_DEVICE_CUDA, 0}, NULL, &C));
+        tolerance = 1e-4;
+    } else if (strcmp(dev, "cpu") != 0) {
+        fprintf(stderr, "device '%s': use cpu or cuda\n", dev);
+        return 2;
+    }
     LS_REQUIRE_OK(ls_comm_create(C, NULL, &W));
     const char *dir = getenv("LOCKSTEP_FASHION_DIR");
     if (ls_fashion_mnist_load(dir, 1, 110, &D) != LS_OK) LS_SKIP("Fashion-MNIST not available: %s", ls_last_error());
@@ -135,6 +170,7 @@ int main(int argc, char **argv) {
     check_case("sgd+accumulation", LS_OPTIM_SGD, 12, 4, steps);
     ls_dataset_destroy(D);
     ls_comm_destroy(W);
-    ls_ctx_destroy(C);
+    if (C != CPU) ls_ctx_destroy(C);
+    ls_ctx_destroy(CPU);
     LS_TEST_END();
 }
