@@ -157,6 +157,11 @@ typedef struct ls_ops {
      * wait (the CPU); ls_grads_sumsq (optim.h) then calls sumsq per tensor. */
     ls_status (*sumsq_many)(void *st, ls_dtype t, int k, const void *const *x, const int64_t *n,
                             double *host_out, int *host_nonfinite);
+    /* dst[r, :] = src[idx[r], :] for r < rows, rows of cols elements of elem_bytes each; idx (int64,
+     * on the device) lies in [0, rows of src): the caller checks. The batch gather from a data set
+     * kept on the device (train.c). */
+    ls_status (*gather_rows)(void *st, size_t elem_bytes, int64_t rows, int64_t cols, const void *src,
+                             const int64_t *idx, void *dst);
 } ls_ops;
 
 /* The op table for a device type, or NULL when this build lacks it (registry.c). */

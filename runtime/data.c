@@ -316,6 +316,8 @@ static ls_status dataset_alloc(int64_t n, int64_t features, ls_dataset **out) {
                         (long long)n, (long long)features,
                         (double)(ni * sizeof(float) + nl * sizeof(int32_t)) / 1048576.0);
     }
+    static uint64_t next_id;
+    d->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
     d->n = n;
     d->features = features;
     d->rows = 1;

@@ -13,7 +13,9 @@
 extern "C" {
 #endif
 
-/* A labelled data set in host memory. Owned by the library: free with ls_dataset_destroy. */
+/* A labelled data set in host memory. Owned by the library: free with ls_dataset_destroy. Treat
+ * images and labels as read-only once built: a trainer on a GPU may keep a device copy of them
+ * (LOCKSTEP_DATA_ON_DEVICE, train.h), found again by id. */
 typedef struct ls_dataset {
     int64_t n;           /* samples */
     int64_t rows, cols;  /* image dims (28x28 for Fashion-MNIST; 1 x features from arrays) */
@@ -21,6 +23,7 @@ typedef struct ls_dataset {
     int32_t num_classes; /* 10 for Fashion-MNIST */
     float *images;       /* host [n, features], normalized */
     int32_t *labels;     /* host [n], each in [0, num_classes) */
+    uint64_t id;         /* unique among the process's data sets (1, 2, ...) */
 } ls_dataset;
 
 /* The contents of an IDX file: dims[0..ndim) big-endian in the file, row-major data. */

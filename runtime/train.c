@@ -1,5 +1,6 @@
-/* train.c: the training step: gather a micro-batch on the host, copy it to the device (and cast
- * it to f16/bf16 under mixed precision), forward, loss (scaled for fp16), backward with the
+/* train.c: the training step: gather a micro-batch (on the host, or on the device from a copy of
+ * the data set kept there) into the device's input buffers (and cast it to f16/bf16 under mixed
+ * precision), forward, loss (scaled for fp16), backward with the
  * reducer's gradient hook, unscale and inf/NaN check, clipping, optimizer step. */
 #include "train.h"
 
@@ -29,18 +30,53 @@ struct ls_trainer {
     ls_loss_scaler scaler;
     int64_t inject_step;   /* LOCKSTEP_AMP_INJECT_INF: step and rank; -1 off */
     int inject_rank;
+    int data_mode;         /* LOCKSTEP_DATA_ON_DEVICE: DATA_AUTO, DATA_ON, DATA_OFF */
+    struct dev_data {      /* data sets copied to the device, by ls_dataset.id (0: empty slot) */
+        uint64_t id;
+        int64_t n, features;
+        void *images, *labels;
+        uint64_t used;     /* for replacing the least recently used */
+    } dev[2];
+    uint64_t dev_clock;
+    int64_t *didx;         /* device copy of a micro-batch's indices */
+    int64_t didx_cap;
 };
+
+enum { DATA_AUTO = 0, DATA_ON = 1, DATA_OFF = 2 };
 
 static ls_status reducer_hook(void *user, int i) { return ls_reducer_grad_ready(user, i); }
 
+/* Input buffers: device tensors (in the context's allocator) on a GPU or when the data set is
+ * kept "on the device" of a CPU context (LOCKSTEP_DATA_ON_DEVICE=on); otherwise views of the host
+ * staging buffers. */
+static int uses_buffers(const ls_trainer *t) {
+    return t->ctx->device.type != LS_DEVICE_CPU || t->data_mode == DATA_ON;
+}
+
+static void free_batch_buffers(ls_trainer *t) {
+    if (uses_buffers(t)) {
+        ls_tensor_destroy(t->x);
+        ls_tensor_destroy(t->y);
+    } else {
+        free(t->x);
+        free(t->y);
+    }
+    t->x = t->y = NULL;
+}
+
+static void dev_data_free(ls_trainer *t, struct dev_data *d) {
+    if (d->images) ls_free(t->ctx->alloc, d->images);
+    if (d->labels) ls_free(t->ctx->alloc, d->labels);
+    memset(d, 0, sizeof *d);
+}
+
 void ls_trainer_destroy(ls_trainer *t) {
     if (!t) return;
+    for (int i = 0; i < 2; i++) dev_data_free(t, &t->dev[i]);
+    if (t->didx) ls_free(t->ctx->alloc, t->didx);
     ls_reducer_destroy(t->reducer);
     ls_xent_destroy(t->loss);
-    if (t->x && t->x->data != t->hx) ls_tensor_destroy(t->x);
-    else free(t->x);
-    if (t->y && t->y->data != t->hy) ls_tensor_destroy(t->y);
-    else free(t->y);
+    free_batch_buffers(t);
     free(t->hx);
     free(t->hy);
     free(t->grads);
@@ -73,6 +109,14 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     LS_CHECK_GOTO(ls_xent_create(ctx, &t->loss), s, fail);
     ls_loss_scaler_init(&t->scaler, cfg->precision == LS_PRECISION_FP16);
     t->inject_step = -1;
+    const char *dm = getenv("LOCKSTEP_DATA_ON_DEVICE");
+    if (!dm || !*dm || !strcmp(dm, "auto")) t->data_mode = DATA_AUTO;
+    else if (!strcmp(dm, "on") || !strcmp(dm, "1")) t->data_mode = DATA_ON;
+    else if (!strcmp(dm, "off") || !strcmp(dm, "0")) t->data_mode = DATA_OFF;
+    else {
+        s = ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_DATA_ON_DEVICE='%s': use auto, on or off", dm);
+        goto fail;
+    }
     const char *inj = getenv("LOCKSTEP_AMP_INJECT_INF");
     if (inj && *inj) {
         long long st = -1;
@@ -117,7 +161,72 @@ int64_t ls_trainer_num_steps(const ls_trainer *t) { return t->steps; }
 void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps) { t->steps = steps; }
 
 /* Make room for n rows and copy the samples to the device. */
+/* The device copy of data, made now if the policy keeps it on the device; NULL to gather on the
+ * host. A failed allocation under auto falls back to the host (logged once per set). */
+static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_data **out) {
+    *out = NULL;
+    if (t->data_mode == DATA_OFF || !t->ctx->ops->gather_rows) return LS_OK;
+    if (t->data_mode == DATA_AUTO && t->ctx->device.type == LS_DEVICE_CPU) return LS_OK;
+    for (int i = 0; i < 2; i++)
+        if (t->dev[i].id == data->id && t->dev[i].n == data->n && t->dev[i].features == data->features) {
+            t->dev[i].used = ++t->dev_clock;
+            *out = &t->dev[i];
+            return LS_OK;
+        }
+    size_t ib = (size_t)data->n * (size_t)data->features * sizeof(float), lb = (size_t)data->n * sizeof(int32_t);
+    if (t->data_mode == DATA_AUTO) {
+        ls_memory_stats ms;
+        ls_allocator_stats(t->ctx->alloc, &ms);
+        size_t most = (size_t)2 << 30;
+        if (ms.cap_bytes && ms.cap_bytes / 4 < most) most = ms.cap_bytes / 4;
+        if (ib + lb > most) return LS_OK;
+    }
+    struct dev_data *d = t->dev[0].used <= t->dev[1].used ? &t->dev[0] : &t->dev[1];
+    dev_data_free(t, d);
+    ls_status s = ls_alloc(t->ctx->alloc, ib ? ib : 1, "data set on the device (LOCKSTEP_DATA_ON_DEVICE)", &d->images);
+    if (s == LS_OK) s = ls_alloc(t->ctx->alloc, lb ? lb : 1, "data set labels on the device", &d->labels);
+    if (s == LS_OK && ib) s = ls_allocator_copy(t->ctx->alloc, d->images, 1, data->images, 0, ib);
+    if (s == LS_OK && lb) s = ls_allocator_copy(t->ctx->alloc, d->labels, 1, data->labels, 0, lb);
+    if (s != LS_OK) {
+        dev_data_free(t, d);
+        if (t->data_mode == DATA_ON) return s;
+        LS_LOG_W("keeping the data set on the host (%.1f MiB did not fit on the device: %s)",
+                 (double)(ib + lb) / 1048576.0, ls_last_error());
+        return LS_OK;
+    }
+    d->id = data->id;
+    d->n = data->n;
+    d->features = data->features;
+    d->used = ++t->dev_clock;
+    LS_LOG_D("data set %llu (%lld samples, %.1f MiB) copied to the device", (unsigned long long)data->id,
+             (long long)data->n, (double)(ib + lb) / 1048576.0);
+    *out = d;
+    return LS_OK;
+}
+
+/* x[0..n) and y[0..n) = the samples idx[0..n) of d, gathered on the device. */
+static ls_status gather_on_device(ls_trainer *t, const ls_dataset *data, struct dev_data *d, const int64_t *idx,
+                                  int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= data->n)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "sample index %lld is outside the data set of %lld samples",
+                            (long long)idx[i], (long long)data->n);
+    if (n > t->didx_cap) {
+        if (t->didx) ls_free(t->ctx->alloc, t->didx);
+        t->didx = NULL;
+        t->didx_cap = 0;
+        LS_CHECK(ls_alloc(t->ctx->alloc, (size_t)n * sizeof(int64_t), "batch indices", (void **)&t->didx));
+        t->didx_cap = n;
+    }
+    LS_CHECK(ls_allocator_copy(t->ctx->alloc, t->didx, 1, idx, 0, (size_t)n * sizeof(int64_t)));
+    const ls_ops *o = t->ctx->ops;
+    LS_CHECK(o->gather_rows(t->ctx->state, sizeof(float), n, data->features, d->images, t->didx, t->x->data));
+    return o->gather_rows(t->ctx->state, sizeof(int32_t), n, 1, d->labels, t->didx, t->y->data);
+}
+
 static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t n) {
+    struct dev_data *dd = NULL;
+    LS_CHECK(device_data(t, data, &dd));
     if (n > t->cap || !t->x || t->x->shape[1] != data->features) {
         int64_t cap = n > t->cap ? n : t->cap;
         free(t->hx);
@@ -126,30 +235,29 @@ static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t
         t->hy = malloc((size_t)cap * sizeof(int32_t) + 1);
         if (!t->hx || !t->hy) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch of %lld", (long long)cap);
         t->cap = cap;
-        if (t->ctx->device.type != LS_DEVICE_CPU) {
-            ls_tensor_destroy(t->x);
-            ls_tensor_destroy(t->y);
-            t->x = t->y = NULL;
+        free_batch_buffers(t);
+        if (uses_buffers(t)) {
             LS_CHECK(ls_tensor_create(t->ctx->alloc, LS_F32, 2, (int64_t[]){cap, data->features}, "input batch", &t->x));
             LS_CHECK(ls_tensor_create(t->ctx->alloc, LS_I32, 1, (int64_t[]){cap}, "label batch", &t->y));
         } else {
-            free(t->x);
-            free(t->y);
             t->x = malloc(sizeof *t->x);
             t->y = malloc(sizeof *t->y);
             if (!t->x || !t->y) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch view");
         }
     }
+    if (uses_buffers(t)) {
+        t->x->shape[0] = n; /* the buffers hold cap rows; use the first n */
+        t->y->shape[0] = n;
+    }
+    if (dd) return gather_on_device(t, data, dd, idx, n);
     LS_CHECK(ls_dataset_gather(data, idx, n, t->hx, t->hy));
     ls_tensor hx = ls_tensor_view(t->hx, LS_F32, ls_device_cpu(), 2, (int64_t[]){n, data->features});
     ls_tensor hy = ls_tensor_view(t->hy, LS_I32, ls_device_cpu(), 1, (int64_t[]){n});
-    if (t->ctx->device.type == LS_DEVICE_CPU) {
+    if (!uses_buffers(t)) {
         *t->x = hx;
         *t->y = hy;
         return LS_OK;
     }
-    t->x->shape[0] = n; /* the device buffers hold cap rows; use the first n */
-    t->y->shape[0] = n;
     LS_CHECK(ls_tensor_copy(t->ctx->alloc, t->x, &hx));
     return ls_tensor_copy(t->ctx->alloc, t->y, &hy);
 }

@@ -50,7 +50,13 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
 void ls_trainer_destroy(ls_trainer *t);
 
 /* One optimizer step over this rank's samples idx[0..count) (count <= accum_steps *
- * batch_per_rank, split into micro-batches), global_count = samples in the step over all ranks. */
+ * batch_per_rank, split into micro-batches), global_count = samples in the step over all ranks.
+ * On a GPU the trainer copies a data set it trains or evaluates on to the device once and gathers
+ * each batch there, so a step moves only its indices (PyTorch users keep small sets on the GPU
+ * for the same reason); it keeps the last two sets (training and test). LOCKSTEP_DATA_ON_DEVICE:
+ * auto (default: on a GPU, a set of at most 2 GiB and, under a memory cap, at most a quarter of
+ * it), on (always, the CPU included: a copy in the context's allocator), off (gather on the host
+ * and copy each batch). */
 ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats);
 int64_t ls_trainer_num_steps(const ls_trainer *t);

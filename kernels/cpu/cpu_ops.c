@@ -255,6 +255,14 @@ static ls_status cpu_adamw_step(void *st, ls_dtype t, int k, void *const *p, voi
     return LS_OK;
 }
 
+static ls_status cpu_gather_rows(void *st, size_t elem_bytes, int64_t rows, int64_t cols, const void *src,
+                                 const int64_t *idx, void *dst) {
+    const size_t row = elem_bytes * (size_t)cols;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy((char *)dst + (size_t)r * row, (const char *)src + (size_t)idx[r] * row, row);
+    return LS_OK;
+}
+
 const ls_ops ls_cpu_ops = {
     .name = "cpu",
     .init = cpu_init,
@@ -290,4 +298,5 @@ const ls_ops ls_cpu_ops = {
     .bn_bwd_reduce = ls_cpu_bn_bwd_reduce,
     .bn_bwd_dx = ls_cpu_bn_bwd_dx,
     .add = ls_cpu_add,
+    .gather_rows = cpu_gather_rows,
 };
