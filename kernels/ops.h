@@ -195,12 +195,14 @@ ls_status ls_op_bias_grad(ls_ctx *c, const ls_tensor *dy, ls_tensor *db);
 ls_status ls_op_act_forward(ls_ctx *c, ls_act act, const ls_tensor *x, ls_tensor *y);
 ls_status ls_op_act_backward(ls_ctx *c, ls_act act, const ls_tensor *x, const ls_tensor *dy,
                              ls_tensor *dx);
-/* Mean loss over the batch into *host_loss; probs kept for backward. labels: int32 [B]. */
+/* Mean loss over the batch into *host_loss (NULL: the per-sample losses stay in losses, no wait
+ * for the device); probs kept for backward. labels: int32 [B]. */
 ls_status ls_op_xent_forward(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels,
                              ls_tensor *probs, ls_tensor *losses, double *host_loss);
 ls_status ls_op_xent_backward(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double scale,
                               ls_tensor *dlogits);
-/* Number of rows whose argmax equals the label. pred: int32 [B] scratch. */
+/* Number of rows whose argmax equals the label. pred: int32 [B + 1] scratch; the count is also
+ * left in pred[B], and host_correct NULL leaves it only there (no wait for the device). */
 ls_status ls_op_accuracy(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, ls_tensor *pred,
                          int64_t *host_correct);
 ls_status ls_op_convert(ls_ctx *c, const ls_tensor *src, ls_tensor *dst);

@@ -552,3 +552,38 @@ ls_status ls_xent_correct(ls_xent *l, const ls_tensor *logits, const ls_tensor *
     LS_CHECK(ls_module_ensure(l->ctx, &l->pred, LS_I32, 1, (int64_t[]){logits->shape[0] + 1}, "predictions"));
     return ls_op_accuracy(l->ctx, logits, labels, l->pred, correct);
 }
+
+ls_status ls_xent_read(ls_xent *l, double *mean_loss, int64_t *correct) {
+    if (mean_loss) {
+        if (!l->losses) return ls_error(LS_ERR_INVALID_ARGUMENT, "loss read before any forward");
+        const ls_tensor *L = l->losses;
+        int64_t B = L->shape[0];
+        const void *h = L->data;
+        void *copy = NULL;
+        if (L->device.type != LS_DEVICE_CPU) {
+            copy = malloc(ls_tensor_nbytes(L) + 1);
+            if (!copy) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for the losses");
+            ls_tensor ht = ls_tensor_view(copy, L->dtype, ls_device_cpu(), 1, L->shape);
+            ls_status s = ls_tensor_copy(l->ctx->alloc, &ht, L);
+            if (s != LS_OK) {
+                free(copy);
+                return s;
+            }
+            h = copy;
+        }
+        double sum = 0; /* the order and precision of ls_op_xent_forward's sum */
+        for (int64_t i = 0; i < B; i++) sum += L->dtype == LS_F64 ? ((const double *)h)[i] : ((const float *)h)[i];
+        free(copy);
+        *mean_loss = B ? sum / (double)B : 0.0;
+    }
+    if (correct) {
+        if (!l->pred) return ls_error(LS_ERR_INVALID_ARGUMENT, "correct count read before ls_xent_correct");
+        int64_t B = l->pred->shape[0] - 1;
+        int32_t c = 0;
+        ls_tensor one = ls_tensor_view(&c, LS_I32, ls_device_cpu(), 1, (int64_t[]){1});
+        ls_tensor src = ls_tensor_view((int32_t *)l->pred->data + B, LS_I32, l->pred->device, 1, (int64_t[]){1});
+        LS_CHECK(ls_tensor_copy(l->ctx->alloc, &one, &src));
+        *correct = c;
+    }
+    return LS_OK;
+}

@@ -65,12 +65,17 @@ const char *ls_module_kind(const ls_module *m);
 typedef struct ls_xent ls_xent;
 ls_status ls_xent_create(ls_ctx *ctx, ls_xent **out);
 void ls_xent_destroy(ls_xent *l);
-/* Forward: mean loss into *loss (host). Keeps the probabilities for backward. */
+/* Forward: mean loss into *loss (host). Keeps the probabilities for backward. loss NULL: no wait
+ * for the device now (a GPU keeps running ahead); ls_xent_read gets it later. */
 ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, double *loss);
 /* dlogits = d(sum of losses)/dlogits * scale; scale = 1/B gives the gradient of the mean. */
 ls_status ls_xent_backward(ls_xent *l, double scale, const ls_tensor **dlogits);
-/* Correct predictions in the last forward's logits. */
+/* Correct predictions in the last forward's logits (correct NULL: counted on the device, read
+ * later with ls_xent_read). */
 ls_status ls_xent_correct(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, int64_t *correct);
+/* The last forward's mean loss and the last count of ls_xent_correct (either may be NULL), waiting
+ * for the device once; valid until the next forward. */
+ls_status ls_xent_read(ls_xent *l, double *mean_loss, int64_t *correct);
 
 #ifdef __cplusplus
 }

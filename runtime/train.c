@@ -295,6 +295,17 @@ static ls_status inject_inf(ls_trainer *t) {
     return ls_tensor_copy(t->ctx->alloc, &dst, &one);
 }
 
+/* Adds the last micro-batch's (n samples) loss and correct count to st. */
+static ls_status read_loss(ls_trainer *t, int64_t n, ls_step_stats *st) {
+    double mean_loss;
+    int64_t correct;
+    LS_CHECK(ls_xent_read(t->loss, &mean_loss, &correct));
+    st->loss_sum += mean_loss * (double)n;
+    st->correct += correct;
+    st->samples += n;
+    return LS_OK;
+}
+
 ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats) {
     int64_t b = t->cfg.batch_per_rank;
@@ -309,6 +320,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
     LS_CHECK(ls_module_zero_grad(t->model));
     st.loss_scale = t->scaler.scale;
     double scale = t->scaler.scale / (double)global_count;
+    int64_t pending = 0; /* samples of the last micro-batch whose loss and count are still to read */
     for (int k = 0; k < accum; k++) {
         int last = k == accum - 1;
         int64_t lo = k * b, hi = lo + b < count ? lo + b : count;
@@ -320,17 +332,16 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
         if (n > 0) {
             LS_CHECK(load_batch(t, data, idx + lo, n));
             const ls_tensor *in, *logits, *dlogits;
-            double mean_loss;
-            int64_t correct;
             LS_CHECK(model_input(t, &in));
             LS_CHECK(ls_module_forward(t->model, in, &logits));
-            LS_CHECK(ls_xent_forward(t->loss, logits, t->y, &mean_loss));
-            LS_CHECK(ls_xent_correct(t->loss, logits, t->y, &correct));
-            st.loss_sum += mean_loss * (double)n;
-            st.correct += correct;
-            st.samples += n;
+            /* loss and count stay on the device until the work after them is queued: a GPU runs
+             * forward, backward (and, on the last micro-batch, the optimizer) without a wait */
+            LS_CHECK(ls_xent_forward(t->loss, logits, t->y, NULL));
+            LS_CHECK(ls_xent_correct(t->loss, logits, t->y, NULL));
             LS_CHECK(ls_xent_backward(t->loss, scale, &dlogits));
             LS_CHECK(ls_module_backward(t->model, dlogits, 0, NULL));
+            if (last) pending = n;
+            else LS_CHECK(read_loss(t, n, &st));
         }
         if (last && t->reducer) {
             ls_module_set_grad_hook(t->model, NULL, NULL);
@@ -351,6 +362,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm, &st.grad_norm));
         LS_CHECK(ls_optimizer_step(t->opt, st.lr));
     }
+    if (pending) LS_CHECK(read_loss(t, pending, &st));
     t->steps++;
     if (stats) *stats = st;
     return LS_OK;
