@@ -276,7 +276,7 @@ ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *boot, const ls_co
     ls_nccl_state *st = calloc(1, sizeof *st);
     if (!st) return ls_error(LS_ERR_OUT_OF_MEMORY, "NCCL communicator: out of host memory");
     st->env = *env;
-    st->dev = env->device.index;
+    st->dev = env->device.index < 0 ? 0 : env->device.index; /* "cuda" unresolved: cuda:0, as the CUDA backend */
     st->rank = ls_comm_rank(boot);
     st->world = ls_comm_world(boot);
 

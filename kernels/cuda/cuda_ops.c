@@ -200,11 +200,16 @@ fail:
 }
 
 /* Row-major C[m,n] = alpha op(A) op(B) + beta C (+ bias[n] broadcast over rows when bias) through
- * cuBLASLt. *done = 0 when cuBLASLt has no algorithm for it (the caller falls back). */
+ * cuBLASLt. *done = 0 when cuBLASLt has no algorithm for it or the bias is not 16-byte aligned (the
+ * caller falls back). */
 static ls_status lt_gemm(ls_cuda_state *s, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k,
                          float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta, void *c,
                          int64_t ldc, const void *bias, int *done) {
     *done = 0;
+    /* The bias epilogue reads the bias vector with vector loads, and unlike A, B and C there is no
+     * preference that tells the heuristic its alignment: a bias view at an odd offset may fault
+     * (cudaErrorMisalignedAddress, which is sticky). Leave such a bias to the caller's fallback. */
+    if (bias && ptr_align(bias) < 16) return LS_OK;
     lt_key key;
     memset(&key, 0, sizeof key); /* padding too: keys are compared with memcmp */
     key.t = t;

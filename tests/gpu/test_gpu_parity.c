@@ -1,6 +1,7 @@
 /* test_gpu_parity.c: every entry of the CUDA op table from init to adamw_step against the CPU op
  * table on fresh random inputs, in f32, f64, f16 and bf16, and f32 GEMMs again with TF32 on (the
- * NCHW entries after adamw_step: test_gpu_cnn_parity.c).
+ * NCHW entries after adamw_step: test_gpu_cnn_parity.c); linear, GELU and ReLU also on views at an
+ * odd element offset (no pointer 16-byte aligned).
  * f16/bf16 follow ops.h's mixed-precision rule (parameter gradients, probabilities and losses f32)
  * and are checked against the CPU's own f16/bf16 entries where it has them, else against f32 on
  * the same rounded inputs. Output buffers are poisoned (0xFF bytes: NaN) first, so an element the
@@ -231,6 +232,59 @@ static void case_linear(ls_ctx *dev, ls_dtype t, int tf32, int64_t B, int64_t in
     void *hs[] = {x, w, b, dy, dw0, db0, hx, hw, hb, hdy, hy, hdx, hdw, hdb};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
     DEV = save;
+}
+
+/* ---- views at an odd element offset: nothing 16-byte aligned (the unaligned paths: cuBLAS(Lt)
+ * alignment handling, the bias added after the GEMM, the element-wise kernels' scalar loops) ---- */
+/* n values at element off of a fresh device buffer (poisoned before them); *base is what to free. */
+static void *dev_vals_at(const double *v, ls_dtype t, int64_t n, int64_t off, void **base) {
+    size_t es = ls_dtype_size(t);
+    *base = dev_poison((size_t)(n + off) * es);
+    void *h = pack(v, t, n);
+    char *d = (char *)*base + (size_t)off * es;
+    if (n) LS_REQUIRE_OK(ls_allocator_copy(DEV->alloc, d, 1, h, 0, (size_t)n * es));
+    free(h);
+    return d;
+}
+
+static void case_offsets(ls_dtype t, int64_t B, int64_t in, int64_t out, int64_t off) {
+    char what[96];
+    void *bx, *bw, *bb, *by, *ba, *bd;
+    double *x = rnd(B * in, 1.0, t), *w = rnd(out * in, 0.1, t), *b = rnd(out, 1.0, t);
+    void *hx = pack(x, t, B * in), *hw = pack(w, t, out * in), *hb = pack(b, t, out), *hy = pack(x, t, B * out);
+    void *dx = dev_vals_at(x, t, B * in, off, &bx), *dw = dev_vals_at(w, t, out * in, off, &bw);
+    void *db = dev_vals_at(b, t, out, off, &bb), *dy = dev_vals_at(x, t, B * out, off, &by);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        LS_REQUIRE_OK(CPU->ops->linear_fwd(CPU->state, t, B, in, out, hx, hw, with_bias ? hb : NULL, hy));
+        snprintf(what, sizeof what, "linear fwd [%lld, %lld] -> %lld%s, offset %lld", (long long)B, (long long)in,
+                 (long long)out, with_bias ? " +bias" : "", (long long)off);
+        if (dev_ok(DEV->ops->linear_fwd(DEV->state, t, B, in, out, dx, dw, with_bias ? db : NULL, dy), what, t)) {
+            double *got = dev_read(dy, t, B * out), *ref = unpack(hy, t, B * out);
+            check(what, t, 0, got, ref, B * out);
+            free(got), free(ref);
+        }
+    }
+    /* gelu forward out of place, then relu backward in place into dy, over n = B * in values */
+    int64_t n = B * in;
+    double *g = rnd(n, 1.0, t);
+    void *hg = pack(g, t, n), *hgx = pack(g, t, n), *hd = pack(g, t, n);
+    LS_REQUIRE_OK(CPU->ops->act_fwd(CPU->state, t, LS_ACT_GELU, n, hx, hgx));
+    LS_REQUIRE_OK(CPU->ops->act_bwd(CPU->state, t, LS_ACT_RELU, n, hx, hg, hd));
+    void *da = dev_vals_at(x, t, n, off, &ba), *dd = dev_vals_at(g, t, n, off, &bd);
+    snprintf(what, sizeof what, "gelu fwd n=%lld, offset %lld", (long long)n, (long long)off);
+    if (dev_ok(DEV->ops->act_fwd(DEV->state, t, LS_ACT_GELU, n, dx, da), what, t)) {
+        double *got = dev_read(da, t, n), *ref = unpack(hgx, t, n);
+        check(what, t, 0, got, ref, n);
+        free(got), free(ref);
+    }
+    snprintf(what, sizeof what, "relu bwd n=%lld in place, offset %lld", (long long)n, (long long)off);
+    if (dev_ok(DEV->ops->act_bwd(DEV->state, t, LS_ACT_RELU, n, dx, dd, dd), what, t)) {
+        double *got = dev_read(dd, t, n), *ref = unpack(hd, t, n);
+        check(what, t, 0, got, ref, n);
+        free(got), free(ref);
+    }
+    dev_free(bx), dev_free(bw), dev_free(bb), dev_free(by), dev_free(ba), dev_free(bd);
+    free(x), free(w), free(b), free(g), free(hx), free(hw), free(hb), free(hy), free(hg), free(hgx), free(hd);
 }
 
 /* ---- bias ---- */
@@ -634,6 +688,7 @@ int main(int argc, char **argv) {
         case_linear(DEV, t, 0, 33, 70, 19, 1, 1);
         case_linear(DEV, t, 0, 33, 70, 19, 0, 0);
         case_linear(DEV, t, 0, 5, 0, 3, 1, 0); /* in = 0: y = b */
+        case_offsets(t, 33, 70, 19, 1);
         case_bias(t, 67, 129);
         case_bias(t, 64, 256);
         case_bias(t, 3000, 300);
