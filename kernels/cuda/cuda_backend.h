@@ -142,6 +142,10 @@ cudaError_t ls_cuda_axpy(const ls_cuda_launch *l, ls_dtype t, int64_t n, double 
 cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *x,
                           double *dev_out, int accumulate);
 
+/* gather.cu: dst[r, :] = src[idx[r], :], rows of cols elements of elem_bytes; idx on the device. */
+cudaError_t ls_cuda_gather_rows(const ls_cuda_launch *l, size_t elem_bytes, int64_t rows, int64_t cols,
+                                const void *src, const int64_t *idx, void *dst);
+
 /* convert.cu: any pair of f32, f64, f16, bf16 (src != dst). */
 cudaError_t ls_cuda_convert(const ls_cuda_launch *l, int64_t n, ls_dtype src_t, const void *src,
                             ls_dtype dst_t, void *dst);

@@ -678,6 +678,13 @@ static ls_status cu_add(void *st, ls_dtype t, int64_t n, const void *a, const vo
     return LS_OK;
 }
 
+static ls_status cu_gather_rows(void *st, size_t elem_bytes, int64_t rows, int64_t cols, const void *src,
+                                const int64_t *idx, void *dst) {
+    ls_cuda_state *s = st;
+    LS_CUDA_CHECK(ls_cuda_gather_rows(&s->launch, elem_bytes, rows, cols, src, idx, dst));
+    return LS_OK;
+}
+
 const ls_ops ls_cuda_ops = {
     .name = "cuda",
     .init = cu_init,
@@ -715,4 +722,5 @@ const ls_ops ls_cuda_ops = {
     .bn_bwd_reduce = cu_bn_bwd_reduce,
     .bn_bwd_dx = cu_bn_bwd_dx,
     .add = cu_add,
+    .gather_rows = cu_gather_rows,
 };

@@ -436,6 +436,34 @@ static void case_convert(ls_dtype st, ls_dtype dt, int64_t n, int64_t offset) {
     free(v), free(hs), free(hd), free(got);
 }
 
+/* ---- gather_rows: the batch gather from a data set on the device; bitwise ---- */
+static void case_gather(size_t elem, int64_t n, int64_t rows, int64_t cols, int64_t offset) {
+    size_t row = elem * (size_t)cols, src_bytes = (size_t)n * row + (size_t)offset * elem;
+    unsigned char *hs = malloc(src_bytes), *want = malloc((size_t)rows * row + 1), *got = malloc((size_t)rows * row + 1);
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)rows);
+    LS_REQUIRE(hs && want && got && idx);
+    for (size_t i = 0; i < src_bytes; i++) hs[i] = (unsigned char)(ls_rng_u32(&R) >> 24);
+    for (int64_t r = 0; r < rows; r++) idx[r] = (int64_t)ls_rng_below(&R, (uint32_t)n);
+    idx[0] = n - 1; /* the last row, and a repeat */
+    if (rows > 1) idx[rows - 1] = idx[0];
+    LS_REQUIRE_OK(CPU->ops->gather_rows(CPU->state, elem, rows, cols, hs + offset * elem, idx, want));
+    void *dsrc = dev_bytes(hs, src_bytes), *didx = dev_bytes(idx, sizeof(int64_t) * (size_t)rows);
+    void *ddst = dev_poison((size_t)rows * row + (size_t)offset * elem);
+    char what[96];
+    snprintf(what, sizeof what, "gather_rows %zu-byte x %lld of %lld rows, offset %lld", elem, (long long)rows,
+             (long long)n, (long long)offset);
+    LS_REQUIRE_OK(DEV->ops->gather_rows(DEV->state, elem, rows, cols, (char *)dsrc + offset * elem, didx,
+                                        (char *)ddst + offset * elem));
+    dev_get(got, (char *)ddst + offset * elem, (size_t)rows * row);
+    int64_t bad = 0;
+    for (size_t i = 0; i < (size_t)rows * row; i++) bad += got[i] != want[i];
+    n_cases++;
+    printf("%-4s %-52s %lld bytes differ\n", bad ? "FAIL" : "ok", what, (long long)bad);
+    if (bad) ls_test_failures++;
+    dev_free(dsrc), dev_free(didx), dev_free(ddst);
+    free(hs), free(want), free(got), free(idx);
+}
+
 /* ---- scale, axpy, sumsq ---- */
 static void case_blas1(ls_dtype t, int64_t n) {
     ls_dtype rt = ref_type(t);
@@ -709,6 +737,10 @@ int main(int argc, char **argv) {
             case_convert(t, FLOATS[j], 4096, 1);
         }
     }
+    case_gather(4, 60000, 4096, 784, 0); /* Fashion-MNIST's shape: 16-byte rows */
+    case_gather(4, 1000, 129, 1, 0);     /* labels */
+    case_gather(4, 777, 33, 7, 1);       /* 4-byte copies */
+    case_gather(1, 300, 65, 13, 3);      /* single bytes */
     /* TF32: f32 GEMMs on tensor cores */
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) case_gemm(DEV_TF32, LS_F32, 1, ta, tb, 128, 96, 300, 0.5);
