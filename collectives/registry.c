@@ -44,7 +44,7 @@ static ls_status ls_parse_backend(const char *arg, ls_backend_kind *out, const c
     if (*out == LS_BACKEND_NCCL && !LOCKSTEP_HAVE_NCCL_BACKEND)
         return ls_error(LS_ERR_UNSUPPORTED,
                         "%s asks for the nccl communicator, but this build of lockstep has no NCCL "
-                        "(configure with CUDA, NCCL and MPI)",
+                        "(configure with CUDA and NCCL; several ranks also need MPI)",
                         *source);
     return LS_OK;
 }
@@ -78,6 +78,26 @@ static ls_status ls_shell(ls_ctx *ctx, const ls_rank_info *info, ls_comm **out) 
     *out = c;
     return LS_OK;
 }
+
+#if LOCKSTEP_HAVE_NCCL_BACKEND
+/* A self communicator sharing c's environment: the bootstrap of a one-rank NCCL communicator
+ * (its unique id needs no exchange), so NCCL works in a build or a job without MPI. */
+static ls_status ls_make_self(ls_comm *c, ls_comm **out) {
+    ls_comm *b = calloc(1, sizeof *b);
+    if (!b) return ls_error(LS_ERR_OUT_OF_MEMORY, "communicator: out of host memory");
+    *b = *c;
+    b->own_host = NULL;
+    b->rank = 0;
+    b->world = 1;
+    ls_status s = ls_comm_self_create(&b->env, &b->iface, &b->state);
+    if (s != LS_OK) {
+        free(b);
+        return s;
+    }
+    *out = b;
+    return LS_OK;
+}
+#endif
 
 #if LOCKSTEP_HAVE_MPI_BACKEND
 /* An mpi communicator sharing c's environment (no allocator of its own). */
@@ -160,7 +180,19 @@ ls_status ls_comm_create(ls_ctx *ctx, const char *backend, ls_comm **out) {
     ls_comm *c = NULL;
     LS_CHECK(ls_shell(ctx, &info, &c));
     ls_status s = LS_OK;
-    if (kind == LS_BACKEND_SELF) {
+    int one_rank_nccl = kind == LS_BACKEND_NCCL && info.world == 1;
+    if (one_rank_nccl) {
+#if LOCKSTEP_HAVE_NCCL_BACKEND
+        ls_comm *b = NULL;
+        s = ls_make_self(c, &b);
+        if (s != LS_OK) goto fail;
+        s = ls_comm_nccl_create(&c->env, b, &c->iface, &c->state);
+        if (s != LS_OK) {
+            ls_comm_destroy(b);
+            goto fail;
+        }
+#endif
+    } else if (kind == LS_BACKEND_SELF) {
         s = ls_comm_self_create(&c->env, &c->iface, &c->state);
         if (s != LS_OK) goto fail;
     } else {
@@ -206,7 +238,10 @@ ls_status ls_comm_create(ls_ctx *ctx, const char *backend, ls_comm **out) {
             }
         }
 #else
-        s = ls_error(LS_ERR_INTERNAL, "no MPI in this build");
+        s = ls_error(LS_ERR_UNSUPPORTED,
+                     "%s asks for the nccl communicator across %d ranks, but this build of lockstep has "
+                     "no MPI to bootstrap it (configure with -DLOCKSTEP_MPI=ON where MPI is installed)",
+                     source, info.world);
         goto fail;
 #endif
     }
