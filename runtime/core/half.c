@@ -49,10 +49,33 @@ __attribute__((target("avx2"))) static void bf16_to_f32_avx2(const uint16_t *src
 }
 #endif
 
-/* __builtin_cpu_supports reads what libgcc found at load time: a load and a test per call. */
+/* What the CPU and OS support, read once with CPUID (bit 1: F16C with AVX state enabled, bit 2:
+ * AVX2; 0x80: read). <cpuid.h>, not __builtin_cpu_supports: clang 14 does not know "f16c" there. */
 #if LS_HALF_X86
-#define HAS_F16C (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"))
-#define HAS_AVX2 __builtin_cpu_supports("avx2")
+#include <cpuid.h>
+
+static int cpu_features(void) {
+    static int cached;
+    int f = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (f) return f;
+    f = 0x80;
+    unsigned a, b, c, d;
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+        int ymm = 0;
+        if (osxsave) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            ymm = (lo & 6u) == 6u; /* XMM and YMM state saved by the OS */
+        }
+        if (avx && ymm && f16c) f |= 1;
+        if (avx && ymm && __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((b >> 5) & 1)) f |= 2;
+    }
+    __atomic_store_n(&cached, f, __ATOMIC_RELAXED);
+    return f;
+}
+#define HAS_F16C (cpu_features() & 1)
+#define HAS_AVX2 (cpu_features() & 2)
 #else
 #define HAS_F16C 0
 #define HAS_AVX2 0
