@@ -1028,6 +1028,16 @@ static cJSON *u64_string(uint64_t v) {
     return cJSON_CreateString(b);
 }
 
+/* A real number that reads back to the same double: cJSON prints 15 significant digits whenever
+ * they come within an epsilon of the value, which can lose the last bit; 17 always round-trip.
+ * Integers and non-finite values (written as null) stay cJSON's. */
+static cJSON *exact_number(double v) {
+    if (!isfinite(v) || (v == floor(v) && fabs(v) < 9007199254740992.0)) return cJSON_CreateNumber(v);
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", v);
+    return cJSON_CreateRaw(b);
+}
+
 static int add(cJSON *obj, const char *key, cJSON *item) {
     if (!item) return 0;
     cJSON_AddItemToObject(obj, key, item);
@@ -1089,20 +1099,20 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
     add(r, "optimizer", op);
     add(r, "loss_scaler", ls);
     add(r, "rng", rng);
-    ok = ok && add(lr, "base_lr", cJSON_CreateNumber(st->lr.base_lr)) &&
-         add(lr, "min_lr", cJSON_CreateNumber(st->lr.min_lr)) &&
+    ok = ok && add(lr, "base_lr", exact_number(st->lr.base_lr)) &&
+         add(lr, "min_lr", exact_number(st->lr.min_lr)) &&
          add(lr, "warmup_steps", cJSON_CreateNumber((double)st->lr.warmup_steps)) &&
          add(lr, "total_steps", cJSON_CreateNumber((double)st->lr.total_steps));
     const ls_optim_config *c = &st->optim;
     ok = ok && add(op, "kind", cJSON_CreateString(kind_name(c->kind))) &&
-         add(op, "steps", cJSON_CreateNumber((double)st->optim_steps)) && add(op, "lr", cJSON_CreateNumber(c->lr)) &&
-         add(op, "weight_decay", cJSON_CreateNumber(c->weight_decay)) &&
-         add(op, "momentum", cJSON_CreateNumber(c->momentum)) &&
-         add(op, "dampening", cJSON_CreateNumber(c->dampening)) &&
-         add(op, "nesterov", cJSON_CreateBool(c->nesterov)) && add(op, "beta1", cJSON_CreateNumber(c->beta1)) &&
-         add(op, "beta2", cJSON_CreateNumber(c->beta2)) && add(op, "eps", cJSON_CreateNumber(c->eps));
+         add(op, "steps", cJSON_CreateNumber((double)st->optim_steps)) && add(op, "lr", exact_number(c->lr)) &&
+         add(op, "weight_decay", exact_number(c->weight_decay)) &&
+         add(op, "momentum", exact_number(c->momentum)) &&
+         add(op, "dampening", exact_number(c->dampening)) &&
+         add(op, "nesterov", cJSON_CreateBool(c->nesterov)) && add(op, "beta1", exact_number(c->beta1)) &&
+         add(op, "beta2", exact_number(c->beta2)) && add(op, "eps", exact_number(c->eps));
     for (int i = 0; ok && i < st->n_loss_scaler; i++)
-        ok = add(ls, st->loss_scaler[i].key, cJSON_CreateNumber(st->loss_scaler[i].value));
+        ok = add(ls, st->loss_scaler[i].key, exact_number(st->loss_scaler[i].value));
     for (int i = 0; ok && i < st->n_rng; i++) {
         const ls_rng *g = &st->rng[i].rng;
         cJSON *e = cJSON_CreateObject();
