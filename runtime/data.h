@@ -23,7 +23,8 @@ typedef struct ls_dataset {
     int32_t num_classes; /* 10 for Fashion-MNIST */
     float *images;       /* host [n, features], normalized */
     int32_t *labels;     /* host [n], each in [0, num_classes) */
-    uint64_t id;         /* unique among the process's data sets (1, 2, ...) */
+    uint64_t id;         /* unique among the process's data sets (1, 2, ...); 0 in a struct filled
+                            by hand, which is then never copied to the device */
 } ls_dataset;
 
 /* The contents of an IDX file: dims[0..ndim) big-endian in the file, row-major data. */

@@ -166,6 +166,7 @@ void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps) { t->steps = steps; 
 static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_data **out) {
     *out = NULL;
     if (t->data_mode == DATA_OFF || !t->ctx->ops->gather_rows) return LS_OK;
+    if (data->id == 0) return LS_OK; /* a struct filled by hand: no identity to cache it by */
     if (t->data_mode == DATA_AUTO && t->ctx->device.type == LS_DEVICE_CPU) return LS_OK;
     for (int i = 0; i < 2; i++)
         if (t->dev[i].id == data->id && t->dev[i].n == data->n && t->dev[i].features == data->features) {
