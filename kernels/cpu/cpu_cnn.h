@@ -20,6 +20,38 @@
 #define LS_CPU_HOT
 #endif
 
+/* The f16 kernels of norm_pool_impl.inc as a table: norm_pool_f16c.c's copy, compiled for AVX2 +
+ * F16C (x86-64 builds, LS_HAVE_NP_F16C), is used where the CPU has both (ls_half_has_f16c). */
+typedef struct ls_cpu_np_f16 {
+    ls_status (*bn_stats)(const ls_bn_params *p, const uint16_t *x, float *mean, float *var);
+    ls_status (*bn_fwd)(const ls_bn_params *p, const uint16_t *x, const float *mean, const float *var,
+                        const float *gamma, const float *beta, uint16_t *y);
+    ls_status (*bn_bwd_reduce)(const ls_bn_params *p, const uint16_t *dy, const uint16_t *x, const uint16_t *y,
+                               const float *mean, const float *var, float *sum_dy, float *sum_dy_xhat);
+    ls_status (*bn_bwd_dx)(const ls_bn_params *p, const uint16_t *dy, const uint16_t *x, const uint16_t *y,
+                           const float *mean, const float *var, const float *gamma, const float *sum_dy,
+                           const float *sum_dy_xhat, double count, uint16_t *dx);
+    ls_status (*pool_fwd)(const ls_pool2d_params *p, const uint16_t *x, uint16_t *y);
+    ls_status (*pool_bwd)(const ls_pool2d_params *p, const uint16_t *x, const uint16_t *dy, uint16_t *dx);
+    void (*gap_fwd)(int64_t planes, int64_t hw, const uint16_t *x, uint16_t *y);
+    void (*gap_bwd)(int64_t planes, int64_t hw, const uint16_t *dy, uint16_t *dx);
+    void (*add)(int64_t n, const uint16_t *a, const uint16_t *b, int relu, uint16_t *y);
+} ls_cpu_np_f16;
+#if LS_HAVE_NP_F16C
+extern const ls_cpu_np_f16 ls_cpu_np_f16c;
+/* conv_f16c.c: the f16 convolution built for AVX2 + F16C */
+void ls_cpu_conv_fwd_f16c(const ls_conv2d_params *p, const uint16_t *x, const uint16_t *w, const uint16_t *b,
+                          uint16_t *y, void *ws);
+void ls_cpu_conv_bwd_f16c(const ls_conv2d_params *p, const uint16_t *dy, const uint16_t *x, const uint16_t *w,
+                          uint16_t *dx, float *dw, float *db, void *ws);
+size_t ls_cpu_conv_ws_bytes_f16c(const ls_conv2d_params *p, int backward);
+#endif
+
+/* batch norm's scratch allocation failed */
+static inline ls_status bn_no_memory(int64_t C) {
+    return ls_error(LS_ERR_OUT_OF_MEMORY, "batch norm: no host memory for %lld per-channel values", (long long)C);
+}
+
 /* The CNN entries compute in all four float types. */
 #define LS_CPU_BAD_DTYPE4(op, t) ls_cpu_bad_dtype(op, t, "f32, f64, f16 or bf16")
 

@@ -13,10 +13,6 @@
 #define LS_CAT_(a, b) a##b
 #define LS_CAT(a, b) LS_CAT_(a, b)
 
-static ls_status bn_no_memory(int64_t C) {
-    return ls_error(LS_ERR_OUT_OF_MEMORY, "batch norm: no host memory for %lld per-channel values", (long long)C);
-}
-
 #define TS float
 #define TC float
 #define SFX f32
@@ -66,12 +62,47 @@ static ls_status bn_no_memory(int64_t C) {
 #undef ST
 #undef LOWP
 
+/* f16: the F16C build of the kernels where the CPU has it (norm_pool_f16c.c), else the portable
+ * one above; the same results bit for bit. */
+#if LS_HAVE_NP_F16C
+#define F16(fn, ...) (ls_half_has_f16c() ? ls_cpu_np_f16c.fn(__VA_ARGS__) : LS_CAT(fn, _f16)(__VA_ARGS__))
+#else
+#define F16(fn, ...) LS_CAT(fn, _f16)(__VA_ARGS__)
+#endif
+static ls_status bn_stats_f16x(const ls_bn_params *p, const uint16_t *x, float *mean, float *var) {
+    return F16(bn_stats, p, x, mean, var);
+}
+static ls_status bn_fwd_f16x(const ls_bn_params *p, const uint16_t *x, const float *mean, const float *var,
+                             const float *gamma, const float *beta, uint16_t *y) {
+    return F16(bn_fwd, p, x, mean, var, gamma, beta, y);
+}
+static ls_status bn_bwd_reduce_f16x(const ls_bn_params *p, const uint16_t *dy, const uint16_t *x, const uint16_t *y,
+                                    const float *mean, const float *var, float *sum_dy, float *sum_dy_xhat) {
+    return F16(bn_bwd_reduce, p, dy, x, y, mean, var, sum_dy, sum_dy_xhat);
+}
+static ls_status bn_bwd_dx_f16x(const ls_bn_params *p, const uint16_t *dy, const uint16_t *x, const uint16_t *y,
+                                const float *mean, const float *var, const float *gamma, const float *sum_dy,
+                                const float *sum_dy_xhat, double count, uint16_t *dx) {
+    return F16(bn_bwd_dx, p, dy, x, y, mean, var, gamma, sum_dy, sum_dy_xhat, count, dx);
+}
+static ls_status pool_fwd_f16x(const ls_pool2d_params *p, const uint16_t *x, uint16_t *y) {
+    return F16(pool_fwd, p, x, y);
+}
+static ls_status pool_bwd_f16x(const ls_pool2d_params *p, const uint16_t *x, const uint16_t *dy, uint16_t *dx) {
+    return F16(pool_bwd, p, x, dy, dx);
+}
+static void gap_fwd_f16x(int64_t planes, int64_t hw, const uint16_t *x, uint16_t *y) { F16(gap_fwd, planes, hw, x, y); }
+static void gap_bwd_f16x(int64_t planes, int64_t hw, const uint16_t *dy, uint16_t *dx) {
+    F16(gap_bwd, planes, hw, dy, dx);
+}
+static void add_f16x(int64_t n, const uint16_t *a, const uint16_t *b, int relu, uint16_t *y) { F16(add, n, a, b, relu, y); }
+
 /* One switch per entry: f32, f64, f16, bf16. */
 #define NP_DISPATCH(op, t, call)                                                                   \
     switch (t) {                                                                                   \
     case LS_F32: call(f32); return LS_OK;                                                          \
     case LS_F64: call(f64); return LS_OK;                                                          \
-    case LS_F16: call(f16); return LS_OK;                                                          \
+    case LS_F16: call(f16x); return LS_OK;                                                         \
     case LS_BF16: call(bf16); return LS_OK;                                                        \
     default: return LS_CPU_BAD_DTYPE4(op, t);                                                           \
     }
@@ -80,7 +111,7 @@ static ls_status bn_no_memory(int64_t C) {
     switch (t) {                                                                                   \
     case LS_F32: return call(f32);                                                                 \
     case LS_F64: return call(f64);                                                                 \
-    case LS_F16: return call(f16);                                                                 \
+    case LS_F16: return call(f16x);                                                                \
     case LS_BF16: return call(bf16);                                                               \
     default: return LS_CPU_BAD_DTYPE4(op, t);                                                           \
     }
@@ -117,7 +148,7 @@ ls_status ls_cpu_pool2d_fwd(void *st, ls_dtype t, const ls_pool2d_params *p, con
     switch (t) {
     case LS_F32: return pool_fwd_f32(p, x, y);
     case LS_F64: return pool_fwd_f64(p, x, y);
-    case LS_F16: return pool_fwd_f16(p, x, y);
+    case LS_F16: return pool_fwd_f16x(p, x, y);
     case LS_BF16: return pool_fwd_bf16(p, x, y);
     default: return LS_CPU_BAD_DTYPE4("pooling", t);
     }
@@ -128,7 +159,7 @@ ls_status ls_cpu_pool2d_bwd(void *st, ls_dtype t, const ls_pool2d_params *p, con
     switch (t) {
     case LS_F32: return pool_bwd_f32(p, x, dy, dx);
     case LS_F64: return pool_bwd_f64(p, x, dy, dx);
-    case LS_F16: return pool_bwd_f16(p, x, dy, dx);
+    case LS_F16: return pool_bwd_f16x(p, x, dy, dx);
     case LS_BF16: return pool_bwd_bf16(p, x, dy, dx);
     default: return LS_CPU_BAD_DTYPE4("pooling backward", t);
     }

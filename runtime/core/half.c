@@ -74,8 +74,9 @@ static int cpu_features(void) {
     __atomic_store_n(&cached, f, __ATOMIC_RELAXED);
     return f;
 }
-#define HAS_F16C (cpu_features() & 1)
-#define HAS_AVX2 (cpu_features() & 2)
+static int simd_off; /* ls_half_set_simd(0): tests compare the portable code with the SIMD one */
+#define HAS_F16C (!__atomic_load_n(&simd_off, __ATOMIC_RELAXED) && (cpu_features() & 1))
+#define HAS_AVX2 (!__atomic_load_n(&simd_off, __ATOMIC_RELAXED) && (cpu_features() & 2))
 #else
 #define HAS_F16C 0
 #define HAS_AVX2 0
@@ -124,4 +125,16 @@ void ls_half_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n) {
 const char *ls_half_impl(void) {
     if (HAS_F16C) return HAS_AVX2 ? "f16c+avx2" : "f16c";
     return "scalar";
+}
+
+int ls_half_has_f16c(void) { return HAS_F16C && HAS_AVX2 ? 1 : 0; }
+
+int ls_half_set_simd(int on) {
+#if LS_HALF_X86
+    int was = !__atomic_exchange_n(&simd_off, !on, __ATOMIC_RELAXED);
+    return was;
+#else
+    (void)on;
+    return 0;
+#endif
 }

@@ -67,6 +67,8 @@ void ls_half_f32_to_f16_n(const float *src, uint16_t *dst, int64_t n);
 void ls_half_f16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
 void ls_half_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
 void ls_half_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
+int ls_half_has_f16c(void);    /* the CPU (and OS) can run F16C and AVX2 code */
+int ls_half_set_simd(int on);  /* tests: 0 makes everything take the portable code; returns the old state */
 const char *ls_half_impl(void); /* "f16c+avx2", "f16c" or "scalar": what the batch functions use here */
 
 #endif

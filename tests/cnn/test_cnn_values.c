@@ -2,11 +2,13 @@
  * convolution in double (strides, padding, groups, bias, rectangular kernels, the 1x1 direct path,
  * the stride-1 correlation path and the col2im path, one and several images per chunk); pooling and global average pooling known
  * answers; batch-norm statistics and output against the formula; f16/bf16 ops equal to the f32 op
- * on the same rounded inputs, rounded (bitwise); shape and dtype errors; and a backend whose
+ * on the same rounded inputs, rounded (bitwise), with the F16C kernels equal to the portable ones bit
+ * for bit (every f16 entry); shape and dtype errors; and a backend whose
  * CNN entries are missing (as the CUDA table for now) failing with LS_ERR_UNSUPPORTED. */
 #include <stdlib.h>
 
 #include "cnn.h"
+#include "half_impl.h"
 #include "kernels/gradcheck.h"
 
 static ls_ctx *C;
@@ -283,6 +285,71 @@ static void check_lowp(ls_dtype t) {
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) ls_tensor_destroy(ts[i]);
 }
 
+/* ---- f16: the F16C/AVX2 kernels (x86-64) against the portable ones, bit for bit ---- */
+/* Runs every f16 entry on the same inputs; out[] gets copies of the results. */
+#define SIMD_OUTS 9
+static void f16_entries(ls_tensor *x, ls_tensor *dy, ls_tensor *w, ls_tensor **out) {
+    int64_t N = x->shape[0], Ch = x->shape[1], H = x->shape[2], W = x->shape[3], K = w->shape[0];
+    ls_tensor *m = gc_tensor(C, LS_F32, 1, (int64_t[]){Ch}), *v = gc_tensor(C, LS_F32, 1, (int64_t[]){Ch});
+    ls_tensor *g = gc_tensor(C, LS_F32, 1, (int64_t[]){Ch}), *b = gc_tensor(C, LS_F32, 1, (int64_t[]){Ch});
+    for (int64_t c = 0; c < Ch; c++) F(g)[c] = 0.5f + 0.1f * (float)c, F(b)[c] = 0.05f * (float)c;
+    LS_REQUIRE_OK(ls_op_batchnorm_stats(C, x, m, v));
+    ls_tensor *y = tf(LS_F16, N, Ch, H, W), *dx = tf(LS_F16, N, Ch, H, W);
+    LS_REQUIRE_OK(ls_op_batchnorm_forward(C, x, m, v, g, b, 1e-5, 1, y));
+    ls_tensor *s1 = gc_tensor(C, LS_F32, 1, (int64_t[]){Ch}), *s2 = gc_tensor(C, LS_F32, 1, (int64_t[]){Ch});
+    LS_REQUIRE_OK(ls_op_batchnorm_backward_reduce(C, dy, x, y, m, v, 1e-5, 1, s1, s2));
+    LS_REQUIRE_OK(ls_op_batchnorm_backward_dx(C, dy, x, y, m, v, g, s1, s2, 1e-5, 1, (double)(N * H * W), dx));
+    ls_tensor *pa = tf(LS_F16, N, Ch, (H + 1) / 2, (W + 1) / 2), *pdx = tf(LS_F16, N, Ch, H, W);
+    LS_REQUIRE_OK(ls_op_pool2d_forward(C, LS_POOL_AVG, 3, 2, 1, x, pa));
+    LS_REQUIRE_OK(ls_op_pool2d_backward(C, LS_POOL_MAX, 3, 2, 1, x, pa, pdx));
+    ls_tensor *gap = gc_tensor(C, LS_F16, 2, (int64_t[]){N, Ch}), *gdx = tf(LS_F16, N, Ch, H, W);
+    LS_REQUIRE_OK(ls_op_global_avgpool_forward(C, x, gap));
+    LS_REQUIRE_OK(ls_op_global_avgpool_backward(C, gap, gdx));
+    ls_tensor *cy = tf(LS_F16, N, K, H, W), *cdx = tf(LS_F16, N, Ch, H, W), *cdw = tf(LS_F32, K, Ch, 3, 3);
+    memset(cdw->data, 0, ls_tensor_nbytes(cdw));
+    LS_REQUIRE_OK(ls_op_conv2d_forward(C, x, w, NULL, cy, 1, 1, 1));
+    LS_REQUIRE_OK(ls_op_conv2d_backward(C, cy, x, w, cdx, cdw, NULL, 1, 1, 1));
+    ls_tensor *res[SIMD_OUTS] = {y, s1, s2, dx, pa, pdx, gap, gdx, cdx};
+    for (int i = 0; i < SIMD_OUTS; i++) out[i] = res[i];
+    ls_tensor *drop[] = {m, v, g, b, cy, cdw};
+    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) ls_tensor_destroy(drop[i]);
+}
+
+static void check_f16_simd(void) {
+    if (!ls_half_has_f16c()) {
+        printf("f16 SIMD kernels: this CPU has no F16C/AVX2 (the portable kernels ran above)\n");
+        return;
+    }
+    int64_t N = 3, Ch = 5, H = 9, W = 11, K = 4;
+    ls_tensor *x32 = tf(LS_F32, N, Ch, H, W), *d32 = tf(LS_F32, N, Ch, H, W), *w32 = tf(LS_F32, K, Ch, 3, 3);
+    gc_fill(&R, x32, 0);
+    gc_fill(&R, d32, 0);
+    gc_fill(&R, w32, 0);
+    ls_tensor *x = tf(LS_F16, N, Ch, H, W), *dy = tf(LS_F16, N, Ch, H, W), *w = tf(LS_F16, K, Ch, 3, 3);
+    LS_REQUIRE_OK(ls_op_convert(C, x32, x));
+    LS_REQUIRE_OK(ls_op_convert(C, d32, dy));
+    LS_REQUIRE_OK(ls_op_convert(C, w32, w));
+    ls_tensor *simd[SIMD_OUTS], *portable[SIMD_OUTS];
+    f16_entries(x, dy, w, simd);
+    int was = ls_half_set_simd(0);
+    f16_entries(x, dy, w, portable);
+    check_lowp(LS_F16); /* the portable kernels also match the f32 ops */
+    ls_half_set_simd(was);
+    static const char *names[SIMD_OUTS] = {"bn forward+relu", "bn sum dy", "bn sum dy*xhat", "bn dx", "avg pool",
+                                           "max pool backward", "global avg pool", "global avg pool backward",
+                                           "conv dx"};
+    for (int i = 0; i < SIMD_OUTS; i++) {
+        int same = memcmp(simd[i]->data, portable[i]->data, ls_tensor_nbytes(simd[i])) == 0;
+        if (!same) fprintf(stderr, "f16 %s: the F16C kernel differs from the portable one\n", names[i]);
+        LS_EXPECT(same);
+        ls_tensor_destroy(simd[i]);
+        ls_tensor_destroy(portable[i]);
+    }
+    ls_tensor *drop[] = {x32, d32, w32, x, dy, w};
+    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) ls_tensor_destroy(drop[i]);
+    printf("f16 SIMD kernels: %d outputs equal to the portable kernels' bit for bit\n", SIMD_OUTS);
+}
+
 /* ---- errors ---- */
 static void check_errors(void) {
     ls_tensor *x = tf(LS_F32, 2, 4, 5, 5), *w = tf(LS_F32, 6, 2, 3, 3), *y = tf(LS_F32, 2, 6, 5, 5);
@@ -355,6 +422,7 @@ int main(void) {
     check_bn_values();
     check_lowp(LS_BF16);
     check_lowp(LS_F16);
+    check_f16_simd();
     check_errors();
     ls_ctx_destroy(C);
     LS_TEST_END();
