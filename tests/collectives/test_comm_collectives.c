@@ -24,20 +24,7 @@ static void *xalloc(size_t bytes) {
 }
 
 /* Count the elements of buf (dtype t) that differ from want(i); report the first. */
-#define CHECK_ELEMS(what, buf, t, n, want_expr)                                                              \
-    do {                                                                                                     \
-        int64_t bad_ = 0;                                                                                    \
-        for (int64_t i = 0; i < (n); i++) {                                                                  \
-            double w_ = (want_expr), g_ = ct_get((buf), (t), i);                                             \
-            if (!(fabs(g_ - w_) <= ct_tol((t), w_))) {                                                       \
-                if (!bad_)                                                                                   \
-                    fprintf(stderr, "rank %d: %s %s n=%" PRId64 ": element %" PRId64 " = %g, expected %g\n", \
-                            R, (what), ls_dtype_name(t), (int64_t)(n), i, g_, w_);                           \
-                bad_++;                                                                                      \
-            }                                                                                                \
-        }                                                                                                    \
-        LS_EXPECT(bad_ == 0);                                                                                \
-    } while (0)
+#define CHECK_ELEMS(what, buf, t, n, want_expr) CT_CHECK_ELEMS(R, what, buf, t, n, want_expr)
 
 static const int64_t counts[] = {0, 1, 2, 7, 1023};
 #define NCOUNTS ((int)(sizeof counts / sizeof counts[0]))

@@ -42,20 +42,7 @@ static const ls_allocator_vtable fake_vt = {"fake-cuda", fake_alloc, fake_free, 
 static ls_comm *C;
 static int R, W;
 
-#define CHECK_ALL(what, buf, t, n, want_expr)                                                                \
-    do {                                                                                                     \
-        int64_t bad_ = 0;                                                                                    \
-        for (int64_t i = 0; i < (n); i++) {                                                                  \
-            double w_ = (want_expr), g_ = ct_get((buf), (t), i);                                             \
-            if (!(fabs(g_ - w_) <= ct_tol((t), w_))) {                                                       \
-                if (!bad_)                                                                                   \
-                    fprintf(stderr, "rank %d: %s %s: element %lld = %g, expected %g\n", R, (what),           \
-                            ls_dtype_name(t), (long long)i, g_, w_);                                         \
-                bad_++;                                                                                      \
-            }                                                                                                \
-        }                                                                                                    \
-        LS_EXPECT(bad_ == 0);                                                                                \
-    } while (0)
+#define CHECK_ALL(what, buf, t, n, want_expr) CT_CHECK_ELEMS(R, what, buf, t, n, want_expr)
 
 static void test_collectives(ls_allocator *dev) {
     const int64_t n = 1001;
