@@ -303,6 +303,16 @@ void ls_idx_free(ls_idx *idx) {
 
 /* ---------------------------------------------------------------- data sets */
 
+/* Process-unique data set ids (1, 2, ...): what a trainer finds its device copy of a set by. */
+static uint64_t dataset_next_id(void) {
+    static uint64_t next_id;
+    return __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
+}
+
+void ls_dataset_changed(ls_dataset *d) {
+    if (d) d->id = dataset_next_id();
+}
+
 static ls_status dataset_alloc(int64_t n, int64_t features, ls_dataset **out) {
     ls_dataset *d = calloc(1, sizeof *d);
     if (!d) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a data set");
@@ -316,8 +326,7 @@ static ls_status dataset_alloc(int64_t n, int64_t features, ls_dataset **out) {
                         (long long)n, (long long)features,
                         (double)(ni * sizeof(float) + nl * sizeof(int32_t)) / 1048576.0);
     }
-    static uint64_t next_id;
-    d->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
+    d->id = dataset_next_id();
     d->n = n;
     d->features = features;
     d->rows = 1;

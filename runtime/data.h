@@ -53,6 +53,10 @@ ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_da
 ls_status ls_dataset_from_arrays(int64_t n, int64_t features, int32_t num_classes,
                                  const float *images, const int32_t *labels, ls_dataset **out);
 void ls_dataset_destroy(ls_dataset *d);
+/* Call after changing a data set's images or labels in place (e.g. a new augmentation each epoch):
+ * gives it a new id, so a trainer that keeps a device copy (train.h) copies it again instead of
+ * training on the old contents. */
+void ls_dataset_changed(ls_dataset *d);
 /* Copy samples idx[0..count) into images_out [count, features] and labels_out [count]; either
  * output may be NULL to skip it. An index outside [0, n) is LS_ERR_INVALID_ARGUMENT. */
 ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t count,

@@ -311,7 +311,10 @@ int main(int argc, char **argv) {
     double total_time = 0;
     for (int epoch = 0; epoch < o.epochs; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
-        if (aug) augment(train, aug, o.seed, epoch);
+        if (aug) {
+            augment(train, aug, o.seed, epoch);
+            ls_dataset_changed(aug); /* a GPU trainer's device copy of it is stale */
+        }
         const ls_dataset *data = aug ? aug : train;
         ls_allocator_reset_peak(ctx->alloc);
         double t0 = ex_now_s(), m[3] = {0, 0, 0};

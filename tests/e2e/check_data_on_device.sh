@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# check_data_on_device.sh MLP: the batch gather from a data set kept "on the device"
+# check_data_on_device.sh MLP [RESNET]: the batch gather from a data set kept "on the device"
 # (LOCKSTEP_DATA_ON_DEVICE=on; on the CPU a copy in the context's allocator, gathered by the op
 # table's gather_rows) trains exactly as the host gather: the same losses and accuracies to the
 # printed digit, with the copies counted in peak memory (5000 x 784 f32 images + labels and the
 # 1000-sample test set: 17.96 MiB; plus the batch buffers, a 256 x 784 evaluation chunk, now in
-# the context's allocator: 0.77 MiB); a bad value is refused by name.
+# the context's allocator: 0.77 MiB); a bad value is refused by name. With RESNET (fashion_resnet):
+# --augment rewrites the training set in place every epoch, and the device copy must follow
+# (ls_dataset_changed), so the epochs are again the same with and without it.
 set -u
-mlp=$1
+mlp=$1 resnet=${2:-}
 args=(--epochs 2 --train-limit 5000 --test-limit 1000 --batch-size 100 --no-progress)
 fail() { echo "FAIL: $*"; exit 1; }
 off=$(LOCKSTEP_DATA_ON_DEVICE=off "$mlp" "${args[@]}" 2>&1) || fail "off: $off"
@@ -21,4 +23,13 @@ awk -v a="$p_off" -v b="$p_on" 'BEGIN { d = b - a; exit !(d >= 18.6 && d <= 18.9
     fail "peak memory $p_off MiB (off) -> $p_on MiB (on): expected 18.7 MiB more (the two data sets and the batch buffers)"
 bad=$(LOCKSTEP_DATA_ON_DEVICE=sometimes "$mlp" "${args[@]}" 2>&1) && fail "a bad value was accepted"
 grep -q "LOCKSTEP_DATA_ON_DEVICE='sometimes': use auto, on or off" <<<"$bad" || fail "unclear error: $bad"
-echo "PASS: identical epochs; peak memory $p_off -> $p_on MiB; bad value refused"
+if [ -n "$resnet" ]; then
+    rargs=(--epochs 3 --train-limit 512 --test-limit 256 --augment --widths 8,8,8 --no-progress)
+    r_off=$(LOCKSTEP_DATA_ON_DEVICE=off "$resnet" "${rargs[@]}" 2>&1) || fail "resnet off: $r_off"
+    r_on=$(LOCKSTEP_DATA_ON_DEVICE=on "$resnet" "${rargs[@]}" 2>&1) || fail "resnet on: $r_on"
+    printf 'resnet --augment, off:\n%s\non:\n%s\n' "$r_off" "$r_on"
+    [ "$(fields <<<"$r_off" | wc -l)" -eq 3 ] || fail "resnet: expected 3 epoch lines"
+    [ "$(fields <<<"$r_off")" = "$(fields <<<"$r_on")" ] ||
+        fail "resnet --augment: the epochs differ between off and on (a stale device copy?)"
+fi
+echo "PASS: identical epochs; peak memory $p_off -> $p_on MiB; bad value refused${resnet:+; augmented resnet identical}"
