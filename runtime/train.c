@@ -38,6 +38,8 @@ struct ls_trainer {
         uint64_t used;     /* for replacing the least recently used */
     } dev[2];
     uint64_t dev_clock;
+    uint64_t refused[2];   /* ids of sets that did not fit on the device (auto): kept on the host */
+    int n_refused;
     int64_t *didx;         /* device copy of a micro-batch's indices */
     int64_t didx_cap;
 };
@@ -160,7 +162,6 @@ int64_t ls_trainer_num_steps(const ls_trainer *t) { return t->steps; }
 
 void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps) { t->steps = steps; }
 
-/* Make room for n rows and copy the samples to the device. */
 /* The device copy of data, made now if the policy keeps it on the device; NULL to gather on the
  * host. A failed allocation under auto falls back to the host (logged once per set). */
 static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_data **out) {
@@ -174,6 +175,8 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
             *out = &t->dev[i];
             return LS_OK;
         }
+    for (int i = 0; i < 2; i++)
+        if (t->refused[i] == data->id) return LS_OK; /* tried once: no allocation (and log) per step */
     size_t ib = (size_t)data->n * (size_t)data->features * sizeof(float), lb = (size_t)data->n * sizeof(int32_t);
     if (t->data_mode == DATA_AUTO) {
         ls_memory_stats ms;
@@ -193,6 +196,7 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
         if (t->data_mode == DATA_ON) return s;
         LS_LOG_W("keeping the data set on the host (%.1f MiB did not fit on the device: %s)",
                  (double)(ib + lb) / 1048576.0, ls_last_error());
+        t->refused[t->n_refused++ % 2] = data->id;
         return LS_OK;
     }
     d->id = data->id;
@@ -225,26 +229,39 @@ static ls_status gather_on_device(ls_trainer *t, const ls_dataset *data, struct 
     return o->gather_rows(t->ctx->state, sizeof(int32_t), n, 1, d->labels, t->didx, t->y->data);
 }
 
+/* Make room for n rows and put the samples idx[0..n) into the input buffers. */
 static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t n) {
     struct dev_data *dd = NULL;
     LS_CHECK(device_data(t, data, &dd));
     if (n > t->cap || !t->x || t->x->shape[1] != data->features) {
+        /* all or nothing: after a failure (an out-of-memory trial of --batch-size auto) the next
+         * call starts again from no buffers */
         int64_t cap = n > t->cap ? n : t->cap;
         free(t->hx);
         free(t->hy);
+        free_batch_buffers(t);
+        t->cap = 0;
         t->hx = malloc((size_t)(cap * data->features) * sizeof(float) + 1);
         t->hy = malloc((size_t)cap * sizeof(int32_t) + 1);
-        if (!t->hx || !t->hy) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch of %lld", (long long)cap);
-        t->cap = cap;
-        free_batch_buffers(t);
-        if (uses_buffers(t)) {
-            LS_CHECK(ls_tensor_create(t->ctx->alloc, LS_F32, 2, (int64_t[]){cap, data->features}, "input batch", &t->x));
-            LS_CHECK(ls_tensor_create(t->ctx->alloc, LS_I32, 1, (int64_t[]){cap}, "label batch", &t->y));
-        } else {
+        ls_status s = t->hx && t->hy ? LS_OK
+                                     : ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch of %lld", (long long)cap);
+        if (s == LS_OK && uses_buffers(t)) {
+            s = ls_tensor_create(t->ctx->alloc, LS_F32, 2, (int64_t[]){cap, data->features}, "input batch", &t->x);
+            if (s == LS_OK) s = ls_tensor_create(t->ctx->alloc, LS_I32, 1, (int64_t[]){cap}, "label batch", &t->y);
+        } else if (s == LS_OK) {
             t->x = malloc(sizeof *t->x);
             t->y = malloc(sizeof *t->y);
-            if (!t->x || !t->y) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch view");
+            if (!t->x || !t->y) s = ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch view");
         }
+        if (s != LS_OK) {
+            free(t->hx);
+            free(t->hy);
+            t->hx = NULL;
+            t->hy = NULL;
+            free_batch_buffers(t);
+            return s;
+        }
+        t->cap = cap;
     }
     if (uses_buffers(t)) {
         t->x->shape[0] = n; /* the buffers hold cap rows; use the first n */
