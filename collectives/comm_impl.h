@@ -52,6 +52,8 @@ typedef struct ls_comm_env {
     ls_device device;
     ls_allocator *dev;  /* device memory allocator (the host allocator on the CPU) */
     ls_allocator *host; /* host memory (staging) */
+    ls_ctx *ctx;        /* the compute context (NULL: none); mpi waits for it before handing
+                           device pointers to a CUDA-aware MPI */
     double timeout_s;   /* LOCKSTEP_COMM_TIMEOUT; 0: none */
 } ls_comm_env;
 

@@ -191,9 +191,22 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     }
     const int world = st->world;
     const size_t es = ls_dtype_size(op->dtype);
-    const int stage_dev = !op->host && st->env.device.type != LS_DEVICE_CPU && !st->cuda_aware;
     const int reduction = op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER;
     const int convert = reduction && (op->dtype == LS_F16 || op->dtype == LS_BF16);
+    /* the f32 widening and the avg divide run on the host: device buffers are staged for them even
+     * where MPI could take device pointers */
+    const int stage_dev = !op->host && st->env.device.type != LS_DEVICE_CPU &&
+                          (!st->cuda_aware || convert || (reduction && op->op == LS_REDUCE_AVG));
+    if (!op->host && st->env.device.type != LS_DEVICE_CPU && !stage_dev && st->env.ctx) {
+        /* MPI reads and writes the device buffer itself: the work queued on the compute stream
+         * (the gradients of this bucket) must be done first. (Staged buffers are copied on that
+         * stream, which orders them.) */
+        ls_status s = ls_ctx_synchronize(st->env.ctx);
+        if (s != LS_OK) {
+            free(r);
+            return s;
+        }
+    }
     const ls_dtype mtype = convert ? LS_F32 : op->dtype;
     const size_t mes = ls_dtype_size(mtype);
     r->dt = ls_mpi_dtype(mtype);

@@ -58,6 +58,7 @@ static ls_status ls_shell(ls_ctx *ctx, const ls_rank_info *info, ls_comm **out) 
     c->world = 1;
     if (ctx) {
         c->env.device = ctx->device;
+        c->env.ctx = ctx;
         c->env.dev = ctx->alloc;
         c->env.host = ctx->host ? ctx->host : ctx->alloc;
     } else {
