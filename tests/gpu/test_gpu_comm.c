@@ -146,19 +146,27 @@ static void test_async(void) {
 }
 
 /* The compute stream's work queued before a collective is part of its input; work queued after a
- * (completed) collective reads its result. Nothing waits for the device in between. */
+ * (completed) collective reads its result. Nothing waits for the device in between. Avg as well as
+ * sum: a one-rank NCCL sum in place does nothing at all (so it would pass unordered), while avg
+ * runs a kernel on the communication stream that reads the buffer. */
 static void test_stream_order(void) {
-    const int64_t n = (1 << 22) + 1; /* big enough that the scale is still running when the collective starts */
+    const int64_t n = (1 << 22) + 1;
+    static const ls_reduce_op ops[] = {LS_REDUCE_SUM, LS_REDUCE_AVG};
     float *h = halloc((size_t)n * 4);
     void *dv = dalloc((size_t)n * 4);
-    for (int64_t i = 0; i < n; i++) h[i] = (float)ct_val(LS_F32, R, i, 30);
-    put(dv, h, (size_t)n * 4);
-    LS_REQUIRE_OK(X->ops->scale(X->state, LS_F32, n, 2.0, dv));  /* queued, not waited for */
-    LS_REQUIRE_OK(ls_comm_allreduce(C, dv, n, LS_F32, LS_REDUCE_SUM)); /* must see the doubled values */
-    LS_REQUIRE_OK(X->ops->scale(X->state, LS_F32, n, 0.5, dv));  /* must see the reduced values */
-    get(h, dv, (size_t)n * 4);
-    CHECK_ELEMS("compute stream -> allreduce -> compute stream", h, LS_F32, n,
-                ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 30));
+    for (int o = 0; o < 2; o++) {
+        for (int64_t i = 0; i < n; i++) h[i] = (float)ct_val(LS_F32, R, i, 30);
+        put(dv, h, (size_t)n * 4);
+        /* queued, not waited for: ~1 GB of traffic keeps the GPU busy well past the collective's
+         * enqueue, and only the last scale doubles the values */
+        for (int k = 0; k < 32; k++) LS_REQUIRE_OK(X->ops->scale(X->state, LS_F32, n, k == 31 ? 2.0 : 1.0, dv));
+        LS_REQUIRE_OK(ls_comm_allreduce(C, dv, n, LS_F32, ops[o])); /* must see the doubled values */
+        LS_REQUIRE_OK(X->ops->scale(X->state, LS_F32, n, 0.5, dv)); /* must see the reduced values */
+        get(h, dv, (size_t)n * 4);
+        char what[80];
+        snprintf(what, sizeof what, "compute stream -> allreduce %s -> compute stream", ls_reduce_op_name(ops[o]));
+        CHECK_ELEMS(what, h, LS_F32, n, ct_expect(LS_F32, ops[o], W, i, 30));
+    }
     ls_free(X->alloc, dv);
     free(h);
 }
