@@ -167,9 +167,12 @@ if [ -f "$ROOT/.devdeps/deps.tar.xz" ] && mkdir -p "$WORK/deps/run" && tar -C "$
 fi
 if [ -z "$BUILD" ]; then
     BUILD="$ROOT/build-device"
-    # Makefiles named, whatever CMAKE_GENERATOR says, for make's -k below; the data set's folder
-    # for the gpu-labelled training tests
-    CONFIG=(-G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+    # the generator named, whatever CMAKE_GENERATOR says, for the keep-going flag below: Makefiles
+    # where make exists, else Ninja (an image may have only ninja); the data set's folder for the
+    # gpu-labelled training tests
+    GEN=(-G "Unix Makefiles")
+    command -v make >/dev/null 2>&1 || ! command -v ninja >/dev/null 2>&1 || GEN=(-G Ninja)
+    CONFIG=("${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
         -DLOCKSTEP_BUILD_EXAMPLES=ON -DLOCKSTEP_BUILD_BENCH=ON -DLOCKSTEP_FASHION_DIR="$DATA" "${CUDA_ARGS[@]}")
     step configure 90 cmake -S "$ROOT" -B "$BUILD" "${CONFIG[@]}"
     cfg=configure
@@ -191,6 +194,7 @@ fi
 # broken program does not stop the checks of the others: each step runs when its program exists.
 KEEP_GOING=()
 [ -f "$BUILD/Makefile" ] && KEEP_GOING=(-- -k)
+[ -f "$BUILD/build.ninja" ] && KEEP_GOING=(-- -k 0)
 step build 180 cmake --build "$BUILD" -j "$JOBS" "${KEEP_GOING[@]}"
 BUILD_RC=$STEP_RC
 add_row "build (sm_90, -j$JOBS)" "$(result_of "$BUILD_RC")" "$BUILD"
