@@ -36,6 +36,9 @@ set -u
 set -o pipefail
 
 ROOT=$(pwd)
+# PyTorch runs with the library path it came with: what this script adds for lockstep (carried
+# libraries, the toolkit's) must not replace the CUDA libraries torch's wheels bring
+TORCH_LD=${LD_LIBRARY_PATH:-}
 BUDGET_S=${BUDGET_S:-470}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 16)}
 MLP_ROUNDS=${MLP_ROUNDS:-2}
@@ -104,7 +107,7 @@ nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 # also warms the page cache with torch's libraries, so the first timed torch process does not pay
 # the cold start alone); waited for before the comparisons.
 HAVE_TORCH=0
-(timeout 90 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1 &&
+(LD_LIBRARY_PATH=$TORCH_LD timeout 90 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1 &&
     touch "$WORK/have-torch") &
 TORCH_PROBE=$!
 
@@ -202,6 +205,20 @@ add_row "build (sm_90, -j$JOBS)" "$(result_of "$BUILD_RC")" "$BUILD"
 # a step runs when its program was built
 LIBOK=0
 compgen -G "$BUILD/liblockstep.so*" >/dev/null && LIBOK=1
+# CMake leaves the toolkit's own folder out of the run path (an implicit link directory of nvcc):
+# where the image's loader does not know it either, lockstep finds cudart/cuBLAS there this way
+if [ "$LIBOK" -eq 1 ]; then
+    nf=$(ldd "$BUILD"/liblockstep.so 2>/dev/null | awk '/not found/ { print $1 }' | sort -u | xargs)
+    if [ -n "$nf" ]; then
+        tk=$(dirname "$(dirname "$nvcc_path")")
+        for d in "$tk/lib64" "$tk/lib" "$tk/targets/x86_64-linux/lib"; do
+            [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        done
+        echo "liblockstep.so's loader missed: $nf; added the toolkit's library folders"
+        nf=$(ldd "$BUILD"/liblockstep.so 2>/dev/null | awk '/not found/ { print $1 }' | sort -u | xargs)
+        [ -n "$nf" ] && add_row "libraries" "FAIL" "not found: $nf"
+    fi
+fi
 
 # ---- gpu tests ----
 if [ "$LIBOK" -eq 1 ]; then
@@ -293,7 +310,7 @@ if [ "$HAVE_TORCH" -eq 1 ] && [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-u
         [ "$b" -eq 4096 ] && steps=100
         for round in $(seq 1 "$MLP_ROUNDS"); do
             step "lockstep-b$b-r$round" 45 "$BENCH" --device cuda --batch-size "$b" --steps "$steps" --data-dir "$DATA"
-            step "torch-b$b-r$round" 60 python3 "$ROOT/cluster/bench/torch_mlp.py" --device cuda --batch-size "$b" \
+            step "torch-b$b-r$round" 60 env LD_LIBRARY_PATH="$TORCH_LD" python3 "$ROOT/cluster/bench/torch_mlp.py" --device cuda --batch-size "$b" \
                 --steps "$steps" --data-dir "$DATA"
         done
         ls_all=$(round_ms "lockstep-b$b")
@@ -350,7 +367,7 @@ if [ -x "$RBENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
         *) ls_res=$(result_of "$STEP_RC") ;;
         esac
         [ "$HAVE_TORCH" -eq 1 ] &&
-            step "resnet-torch-r$round" 60 python3 "$ROOT/cluster/bench/torch_resnet.py" --device cuda --precision bf16 \
+            step "resnet-torch-r$round" 60 env LD_LIBRARY_PATH="$TORCH_LD" python3 "$ROOT/cluster/bench/torch_resnet.py" --device cuda --precision bf16 \
                 --channels-last --batch-size "$RESNET_BATCH" --steps "$RESNET_STEPS" --warmup 10 --data-dir "$DATA"
     done
     case $ls_res in pass | "NOT RUN") ;; *) FAILED=1 ;; esac
