@@ -1,8 +1,8 @@
 /* half.c: batch f32 <-> f16/bf16 conversions. On x86-64 CPUs with F16C (every one since 2012)
  * f16 goes through VCVTPS2PH/VCVTPH2PS eight at a time, chosen once at run time; bf16 and the
  * fallback run half_impl.h's inline functions, bf16's under AVX2 where the CPU has it. Results
- * are bitwise those of the inline functions (tests/core/test_half.c checks every f16 value and
- * millions of f32 values against them). */
+ * are bitwise those of the inline functions (tests/kernels/test_convert.c checks every f16 value
+ * and millions of f32 values against them). */
 #include <stdint.h>
 
 #include "half_impl.h"
@@ -13,14 +13,6 @@
 #else
 #define LS_HALF_X86 0
 #endif
-
-static void f32_to_f16_scalar(const float *src, uint16_t *dst, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = ls_hi_f32_to_f16(src[i]);
-}
-
-static void f16_to_f32_scalar(const uint16_t *src, float *dst, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = ls_hi_f16_to_f32(src[i]);
-}
 
 #if LS_HALF_X86
 __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(const float *src, uint16_t *dst, int64_t n) {
@@ -89,7 +81,7 @@ void ls_half_f32_to_f16_n(const float *src, uint16_t *dst, int64_t n) {
         return;
     }
 #endif
-    f32_to_f16_scalar(src, dst, n);
+    for (int64_t i = 0; i < n; i++) dst[i] = ls_hi_f32_to_f16(src[i]);
 }
 
 void ls_half_f16_to_f32_n(const uint16_t *src, float *dst, int64_t n) {
@@ -99,7 +91,7 @@ void ls_half_f16_to_f32_n(const uint16_t *src, float *dst, int64_t n) {
         return;
     }
 #endif
-    f16_to_f32_scalar(src, dst, n);
+    for (int64_t i = 0; i < n; i++) dst[i] = ls_hi_f16_to_f32(src[i]);
 }
 
 void ls_half_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n) {
