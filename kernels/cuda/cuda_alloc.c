@@ -73,6 +73,11 @@ typedef struct cu_alloc {
     size_t cap;       /* limit on reserved (0: none) */
     int has_arena;    /* reserve mode: the large pool holds one SEG_ARENA segment */
     uint64_t n_cuda_malloc, n_cuda_free;
+    /* staged uploads (created on first use): a copy stream, and per slot the end of its last
+     * copies (done) and the compute work that last reads its device buffers (released) */
+    int up_ready;
+    cudaStream_t up_stream;
+    cudaEvent_t up_done[LS_UPLOAD_SLOTS], up_released[LS_UPLOAD_SLOTS];
     /* allocated blocks by pointer (open addressing; NULL empty, (void *)1 deleted) */
     cu_block **tab;
     size_t tab_cap, tab_used;
@@ -367,6 +372,59 @@ static ls_status cu_copy_fn(void *state, void *dst, int dst_on_device, const voi
     return LS_OK;
 }
 
+/* ---- staged uploads (memory.h: ls_allocator_upload) ---- */
+static ls_status up_init(cu_alloc *a) {
+    if (a->up_ready) return LS_OK;
+    LS_CUDA_CHECK(cudaStreamCreateWithFlags(&a->up_stream, cudaStreamNonBlocking));
+    a->up_ready = 1; /* from here cu_destroy_fn destroys what exists */
+    for (int i = 0; i < LS_UPLOAD_SLOTS; i++) {
+        LS_CUDA_CHECK(cudaEventCreateWithFlags(&a->up_done[i], cudaEventDisableTiming));
+        LS_CUDA_CHECK(cudaEventCreateWithFlags(&a->up_released[i], cudaEventDisableTiming));
+    }
+    return LS_OK;
+}
+
+static void *cu_host_alloc_fn(void *state, size_t bytes) {
+    (void)state;
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError(); /* the caller falls back to pageable memory */
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_host_free_fn(void *state, void *ptr) {
+    (void)state;
+    (void)cudaFreeHost(ptr);
+}
+
+static ls_status cu_upload_fn(void *state, int slot, void *dst, const void *src, size_t n) {
+    cu_alloc *a = state;
+    if (!n) return LS_OK;
+    LS_CHECK(up_init(a));
+    /* an event never recorded counts as complete: the first copies wait for nothing */
+    LS_CUDA_CHECK(cudaStreamWaitEvent(a->up_stream, a->up_released[slot], 0));
+    LS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, a->up_stream));
+    LS_CUDA_CHECK(cudaEventRecord(a->up_done[slot], a->up_stream));
+    LS_CUDA_CHECK(cudaStreamWaitEvent(a->cs->stream, a->up_done[slot], 0));
+    return LS_OK;
+}
+
+static ls_status cu_upload_wait_fn(void *state, int slot) {
+    cu_alloc *a = state;
+    if (!a->up_ready) return LS_OK;
+    LS_CUDA_CHECK(cudaEventSynchronize(a->up_done[slot]));
+    return LS_OK;
+}
+
+static ls_status cu_release_fn(void *state, int slot) {
+    cu_alloc *a = state;
+    LS_CHECK(up_init(a));
+    LS_CUDA_CHECK(cudaEventRecord(a->up_released[slot], a->cs->stream));
+    return LS_OK;
+}
+
 static ls_status cu_zero_fn(void *state, void *ptr, size_t n) {
     cu_alloc *a = state;
     if (!n) return LS_OK;
@@ -385,6 +443,14 @@ static size_t cu_reserved_fn(void *state) {
 static void cu_destroy_fn(void *state) {
     cu_alloc *a = state;
     (void)cudaStreamSynchronize(a->cs->stream);
+    if (a->up_ready) {
+        (void)cudaStreamSynchronize(a->up_stream);
+        for (int i = 0; i < LS_UPLOAD_SLOTS; i++) {
+            if (a->up_done[i]) (void)cudaEventDestroy(a->up_done[i]);
+            if (a->up_released[i]) (void)cudaEventDestroy(a->up_released[i]);
+        }
+        (void)cudaStreamDestroy(a->up_stream);
+    }
     for (int pid = POOL_SMALL; pid <= POOL_LARGE; pid++) {
         cu_pool *pool = &a->pools[pid];
         for (cu_segment *s = pool->segments, *next; s; s = next) {
@@ -407,8 +473,9 @@ static void cu_destroy_fn(void *state) {
     free(a);
 }
 
-static const ls_allocator_vtable ls_cuda_vtable = {"cuda caching", cu_alloc_fn, cu_free_fn, cu_copy_fn,
-                                                   cu_zero_fn, cu_reserved_fn, cu_destroy_fn};
+static const ls_allocator_vtable ls_cuda_vtable = {
+    "cuda caching",   cu_alloc_fn,     cu_free_fn,   cu_copy_fn,        cu_zero_fn,    cu_reserved_fn,
+    cu_destroy_fn,    cu_host_alloc_fn, cu_host_free_fn, cu_upload_fn, cu_upload_wait_fn, cu_release_fn};
 
 /* ---- policy ---- */
 typedef struct cu_policy {

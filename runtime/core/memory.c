@@ -110,7 +110,7 @@ static ls_status ls_host_zero(void *state, void *ptr, size_t n) {
     return LS_OK;
 }
 static const ls_allocator_vtable ls_host_vtable = {"host", ls_host_alloc, ls_host_free, ls_host_copy,
-                                                   ls_host_zero, NULL, NULL};
+                                                   ls_host_zero, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device,
                               size_t cap_bytes, ls_allocator **out) {
@@ -231,6 +231,49 @@ ls_status ls_allocator_copy(ls_allocator *a, void *dst, int dst_on_device, const
 
 ls_status ls_allocator_set_zero(ls_allocator *a, void *ptr, size_t n) {
     return a->vt->set_zero(a->state, ptr, n);
+}
+
+ls_status ls_allocator_host_alloc(ls_allocator *a, size_t bytes, const char *what, int *pinned, void **out) {
+    char b1[32];
+    *pinned = 0;
+    *out = a->vt->host_alloc ? a->vt->host_alloc(a->state, bytes ? bytes : 1) : NULL;
+    if (*out) {
+        *pinned = 1;
+        return LS_OK;
+    }
+    *out = ls_host_alloc(NULL, bytes);
+    if (!*out)
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "out of host memory: cannot allocate %s for %s",
+                        ls_memory_format(bytes, b1, 32), what ? what : "a staging buffer");
+    return LS_OK;
+}
+
+void ls_allocator_host_free(ls_allocator *a, void *ptr, int pinned) {
+    if (!ptr) return;
+    if (pinned) a->vt->host_free(a->state, ptr);
+    else free(ptr);
+}
+
+static ls_status ls_check_slot(int slot) {
+    if (slot < 0 || slot >= LS_UPLOAD_SLOTS)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "upload slot %d is not in [0, %d)", slot, LS_UPLOAD_SLOTS);
+    return LS_OK;
+}
+
+ls_status ls_allocator_upload(ls_allocator *a, int slot, void *dst, const void *src, size_t n) {
+    LS_CHECK(ls_check_slot(slot));
+    if (a->vt->upload) return a->vt->upload(a->state, slot, dst, src, n);
+    return a->vt->copy(a->state, dst, 1, src, 0, n);
+}
+
+ls_status ls_allocator_upload_wait(ls_allocator *a, int slot) {
+    LS_CHECK(ls_check_slot(slot));
+    return a->vt->upload_wait ? a->vt->upload_wait(a->state, slot) : LS_OK;
+}
+
+ls_status ls_allocator_release(ls_allocator *a, int slot) {
+    LS_CHECK(ls_check_slot(slot));
+    return a->vt->release ? a->vt->release(a->state, slot) : LS_OK;
 }
 
 ls_status ls_memory_parse_size(const char *s, size_t *out) {

@@ -37,6 +37,16 @@ typedef struct ls_allocator_vtable {
     ls_status (*set_zero)(void *state, void *ptr, size_t n);
     size_t (*reserved)(void *state); /* optional: bytes held from the system */
     void (*destroy)(void *state);    /* optional */
+    /* Optional: staged uploads (see ls_allocator_upload). host_alloc gives pinned host memory
+     * (NULL on failure); upload queues a host-to-device copy for a slot on a copy stream after
+     * the slot's release point and makes later compute work wait for it; upload_wait blocks until
+     * the slot's copies are done; release records the compute work queued so far as the last
+     * user of the slot's device buffers. NULL: aligned host memory, copy(), no-ops. */
+    void *(*host_alloc)(void *state, size_t bytes);
+    void (*host_free)(void *state, void *ptr);
+    ls_status (*upload)(void *state, int slot, void *dst, const void *src, size_t n);
+    ls_status (*upload_wait)(void *state, int slot);
+    ls_status (*release)(void *state, int slot);
 } ls_allocator_vtable;
 
 /* Host memory (64-byte aligned). cap_bytes 0 means no cap. */
@@ -63,6 +73,23 @@ void ls_allocator_set_oom_hint(ls_allocator *a, const char *hint);
 ls_status ls_allocator_copy(ls_allocator *a, void *dst, int dst_on_device, const void *src,
                             int src_on_device, size_t n);
 ls_status ls_allocator_set_zero(ls_allocator *a, void *ptr, size_t n);
+
+/* Staged uploads: batches copied to the device from pinned host memory while the device computes.
+ * There are LS_UPLOAD_SLOTS slots, each a staging buffer in host memory (ls_allocator_host_alloc)
+ * and device buffers it is copied to. ls_allocator_upload queues a copy of n bytes from the
+ * slot's staging memory src to device memory dst: on a GPU it runs on a copy stream once the
+ * compute work recorded by the slot's last ls_allocator_release is done (so the device buffers
+ * are free), and every op queued after it on the compute stream waits for it; elsewhere it copies
+ * at once. Before rewriting a slot's staging memory, call ls_allocator_upload_wait (the host waits
+ * for the slot's queued copies); after queueing the last op that reads a slot's device buffers,
+ * call ls_allocator_release. Pinned memory is not counted in the allocator's statistics;
+ * *pinned says whether it could be had (else plain host memory, copied without overlap). */
+#define LS_UPLOAD_SLOTS 2
+ls_status ls_allocator_host_alloc(ls_allocator *a, size_t bytes, const char *what, int *pinned, void **out);
+void ls_allocator_host_free(ls_allocator *a, void *ptr, int pinned);
+ls_status ls_allocator_upload(ls_allocator *a, int slot, void *dst, const void *src, size_t n);
+ls_status ls_allocator_upload_wait(ls_allocator *a, int slot);
+ls_status ls_allocator_release(ls_allocator *a, int slot);
 
 /* Parse "2GiB", "512MiB", "1.5GB", "4096", "64k" into bytes (binary and decimal units). */
 ls_status ls_memory_parse_size(const char *s, size_t *out);

@@ -36,8 +36,9 @@ static ls_status fake_zero(void *st, void *p, size_t n) {
     memset(p, 0, n);
     return LS_OK;
 }
-static const ls_allocator_vtable fake_vt = {"fake-cuda", fake_alloc, fake_free, fake_copy,
-                                            fake_zero,   NULL,       NULL};
+static const ls_allocator_vtable fake_vt = {"fake-cuda", fake_alloc, fake_free, fake_copy, fake_zero,
+                                            NULL,        NULL,       NULL,      NULL,      NULL,
+                                            NULL,        NULL};
 
 static ls_comm *C;
 static int R, W;
