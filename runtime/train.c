@@ -21,9 +21,37 @@ struct ls_trainer {
     ls_reducer *reducer;
     int64_t steps;
     int64_t cap;           /* rows the input buffers hold */
-    float *hx;             /* host staging [cap, features] */
-    int32_t *hy;
-    ls_tensor *x, *y;      /* device copies */
+    int64_t features;      /* and the features per row */
+    /* The input buffers. On the host path (a CPU context, data gathered on the host) x and y are
+     * views of slot 0's staging memory. Otherwise each of the two slots has device tensors, and
+     * its host staging memory (pinned where the backend can) is made on first use; x and y point
+     * at the slot of the batch being trained. Slots alternate, so the next batch can be gathered
+     * and copied into one while the device still computes on the other (ls_trainer_prefetch). */
+    struct stage {
+        void *mem;         /* host staging: hx [cap, features], then hy [cap] */
+        int pinned;
+        float *hx;
+        int32_t *hy;
+        ls_tensor *x, *y;  /* device buffers */
+    } st[LS_UPLOAD_SLOTS];
+    int slot;              /* the slot of the last batch loaded */
+    ls_tensor vx, vy;      /* the host path's views */
+    ls_tensor *x, *y;      /* the batch being trained */
+    int prefetch_mode;     /* LOCKSTEP_PREFETCH: PF_AUTO, PF_ON, PF_OFF */
+    struct {               /* the samples of the next step's first micro-batch (ls_trainer_prefetch) */
+        int set;
+        const ls_dataset *data;
+        int64_t n, cap;
+        int64_t *idx;
+    } hint;
+    struct {               /* a batch already in a slot (copied or being copied) */
+        int valid, slot;
+        uint64_t id;
+        int64_t n, cap;
+        int64_t *idx;
+    } pf;
+    int64_t pf_hits, pf_misses;
+    int pf_warned;
     ls_tensor *xl;         /* the batch cast to f16/bf16 [cap, features] (mixed precision) */
     int n_params;
     ls_tensor **grads;
@@ -45,25 +73,31 @@ struct ls_trainer {
 };
 
 enum { DATA_AUTO = 0, DATA_ON = 1, DATA_OFF = 2 };
+enum { PF_AUTO = 0, PF_ON = 1, PF_OFF = 2 };
 
 static ls_status reducer_hook(void *user, int i) { return ls_reducer_grad_ready(user, i); }
 
-/* Input buffers: device tensors (in the context's allocator) on a GPU or when the data set is
- * kept "on the device" of a CPU context (LOCKSTEP_DATA_ON_DEVICE=on); otherwise views of the host
- * staging buffers. */
+/* Input buffers: device tensors (in the context's allocator) on a GPU, when the data set is
+ * kept "on the device" of a CPU context (LOCKSTEP_DATA_ON_DEVICE=on) or when staged copies are
+ * forced there (LOCKSTEP_PREFETCH=on: to test that path); otherwise views of host staging. */
 static int uses_buffers(const ls_trainer *t) {
-    return t->ctx->device.type != LS_DEVICE_CPU || t->data_mode == DATA_ON;
+    return t->ctx->device.type != LS_DEVICE_CPU || t->data_mode == DATA_ON || t->prefetch_mode == PF_ON;
 }
 
+/* Waits for the slots' copies, then frees every input buffer. */
 static void free_batch_buffers(ls_trainer *t) {
-    if (uses_buffers(t)) {
-        ls_tensor_destroy(t->x);
-        ls_tensor_destroy(t->y);
-    } else {
-        free(t->x);
-        free(t->y);
+    for (int i = 0; i < LS_UPLOAD_SLOTS; i++) {
+        struct stage *g = &t->st[i];
+        if (g->mem || g->x) (void)ls_allocator_upload_wait(t->ctx->alloc, i);
+        ls_allocator_host_free(t->ctx->alloc, g->mem, g->pinned);
+        ls_tensor_destroy(g->x);
+        ls_tensor_destroy(g->y);
+        memset(g, 0, sizeof *g);
     }
     t->x = t->y = NULL;
+    t->cap = 0;
+    if (t->pf.valid) t->pf_misses++; /* a prefetched batch dropped with the buffers */
+    t->pf.valid = 0;
 }
 
 static void dev_data_free(ls_trainer *t, struct dev_data *d) {
@@ -74,13 +108,16 @@ static void dev_data_free(ls_trainer *t, struct dev_data *d) {
 
 void ls_trainer_destroy(ls_trainer *t) {
     if (!t) return;
+    if (t->pf_hits || t->pf_misses)
+        LS_LOG_D("prefetch: %lld batches prefetched and used, %lld unused", (long long)t->pf_hits,
+                 (long long)t->pf_misses);
     for (int i = 0; i < 2; i++) dev_data_free(t, &t->dev[i]);
     if (t->didx) ls_free(t->ctx->alloc, t->didx);
     ls_reducer_destroy(t->reducer);
     ls_xent_destroy(t->loss);
     free_batch_buffers(t);
-    free(t->hx);
-    free(t->hy);
+    free(t->hint.idx);
+    free(t->pf.idx);
     free(t->grads);
     ls_tensor_destroy(t->xl);
     if (t->model) ls_module_set_grad_hook(t->model, NULL, NULL);
@@ -117,6 +154,14 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     else if (!strcmp(dm, "off") || !strcmp(dm, "0")) t->data_mode = DATA_OFF;
     else {
         s = ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_DATA_ON_DEVICE='%s': use auto, on or off", dm);
+        goto fail;
+    }
+    const char *pm = getenv("LOCKSTEP_PREFETCH");
+    if (!pm || !*pm || !strcmp(pm, "auto")) t->prefetch_mode = PF_AUTO;
+    else if (!strcmp(pm, "on") || !strcmp(pm, "1")) t->prefetch_mode = PF_ON;
+    else if (!strcmp(pm, "off") || !strcmp(pm, "0")) t->prefetch_mode = PF_OFF;
+    else {
+        s = ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_PREFETCH='%s': use auto, on or off", pm);
         goto fail;
     }
     const char *inj = getenv("LOCKSTEP_AMP_INJECT_INF");
@@ -229,55 +274,186 @@ static ls_status gather_on_device(ls_trainer *t, const ls_dataset *data, struct 
     return o->gather_rows(t->ctx->state, sizeof(int32_t), n, 1, d->labels, t->didx, t->y->data);
 }
 
-/* Make room for n rows and put the samples idx[0..n) into the input buffers. */
-static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t n) {
-    struct dev_data *dd = NULL;
-    LS_CHECK(device_data(t, data, &dd));
-    if (n > t->cap || !t->x || t->x->shape[1] != data->features) {
-        /* all or nothing: after a failure (an out-of-memory trial of --batch-size auto) the next
-         * call starts again from no buffers */
-        int64_t cap = n > t->cap ? n : t->cap;
-        free(t->hx);
-        free(t->hy);
-        free_batch_buffers(t);
-        t->cap = 0;
-        t->hx = malloc((size_t)(cap * data->features) * sizeof(float) + 1);
-        t->hy = malloc((size_t)cap * sizeof(int32_t) + 1);
-        ls_status s = t->hx && t->hy ? LS_OK
-                                     : ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch of %lld", (long long)cap);
-        if (s == LS_OK && uses_buffers(t)) {
-            s = ls_tensor_create(t->ctx->alloc, LS_F32, 2, (int64_t[]){cap, data->features}, "input batch", &t->x);
-            if (s == LS_OK) s = ls_tensor_create(t->ctx->alloc, LS_I32, 1, (int64_t[]){cap}, "label batch", &t->y);
-        } else if (s == LS_OK) {
-            t->x = malloc(sizeof *t->x);
-            t->y = malloc(sizeof *t->y);
-            if (!t->x || !t->y) s = ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch view");
-        }
-        if (s != LS_OK) {
-            free(t->hx);
-            free(t->hy);
-            t->hx = NULL;
-            t->hy = NULL;
-            free_batch_buffers(t);
-            return s;
-        }
-        t->cap = cap;
-    }
+static size_t staging_image_bytes(const ls_trainer *t) {
+    return ((size_t)(t->cap * t->features) * sizeof(float) + 63) / 64 * 64;
+}
+
+static size_t staging_bytes(const ls_trainer *t) { return staging_image_bytes(t) + (size_t)t->cap * sizeof(int32_t); }
+
+/* Slot i's host staging: images, then labels, in one block. */
+static void set_staging(ls_trainer *t, int i, void *mem, int pinned) {
+    struct stage *g = &t->st[i];
+    g->mem = mem;
+    g->pinned = pinned;
+    g->hx = mem;
+    g->hy = (int32_t *)((char *)mem + staging_image_bytes(t));
+}
+
+/* The host staging memory of slot i (pinned where the backend can), made on first use. */
+static ls_status ensure_staging(ls_trainer *t, int i) {
+    if (t->st[i].mem) return LS_OK;
+    int pinned = 0;
+    void *mem = NULL;
+    LS_CHECK(ls_allocator_host_alloc(t->ctx->alloc, staging_bytes(t), "a batch's host staging", &pinned, &mem));
+    set_staging(t, i, mem, pinned);
+    return LS_OK;
+}
+
+/* Room for n rows of features in the input buffers: the host path's staging here, a slot's
+ * device buffers when first used (use_slot). After a failure (an out-of-memory trial of
+ * --batch-size auto) the next call starts again from no buffers. */
+static ls_status ensure_buffers(ls_trainer *t, int64_t n, int64_t features) {
+    if (t->cap && n <= t->cap && t->features == features) return LS_OK;
+    int64_t cap = n > t->cap ? n : t->cap;
+    free_batch_buffers(t);
     if (uses_buffers(t)) {
-        t->x->shape[0] = n; /* the buffers hold cap rows; use the first n */
-        t->y->shape[0] = n;
-    }
-    if (dd) return gather_on_device(t, data, dd, idx, n);
-    LS_CHECK(ls_dataset_gather(data, idx, n, t->hx, t->hy));
-    ls_tensor hx = ls_tensor_view(t->hx, LS_F32, ls_device_cpu(), 2, (int64_t[]){n, data->features});
-    ls_tensor hy = ls_tensor_view(t->hy, LS_I32, ls_device_cpu(), 1, (int64_t[]){n});
-    if (!uses_buffers(t)) {
-        *t->x = hx;
-        *t->y = hy;
+        t->cap = cap;
+        t->features = features;
         return LS_OK;
     }
-    LS_CHECK(ls_tensor_copy(t->ctx->alloc, t->x, &hx));
-    return ls_tensor_copy(t->ctx->alloc, t->y, &hy);
+    t->cap = cap;
+    t->features = features;
+    void *mem = malloc(staging_bytes(t) + 1);
+    if (!mem) {
+        t->cap = 0;
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch of %lld", (long long)cap);
+    }
+    set_staging(t, 0, mem, 0);
+    return LS_OK;
+}
+
+/* Slot i's device buffers, made on first use; then x and y are the slot's first n rows. */
+static ls_status use_slot(ls_trainer *t, int i, int64_t n) {
+    struct stage *g = &t->st[i];
+    if (!g->x || !g->y) {
+        ls_tensor_destroy(g->x);
+        ls_tensor_destroy(g->y);
+        g->x = g->y = NULL;
+        ls_status s = ls_tensor_create(t->ctx->alloc, LS_F32, 2, (int64_t[]){t->cap, t->features}, "input batch", &g->x);
+        if (s == LS_OK) s = ls_tensor_create(t->ctx->alloc, LS_I32, 1, (int64_t[]){t->cap}, "label batch", &g->y);
+        /* new buffers may reuse memory that compute work queued before now still reads: copies
+         * into them wait for that work */
+        if (s == LS_OK) s = ls_allocator_release(t->ctx->alloc, i);
+        if (s != LS_OK) {
+            ls_tensor_destroy(g->x);
+            ls_tensor_destroy(g->y);
+            g->x = g->y = NULL;
+            return s;
+        }
+    }
+    t->slot = i;
+    t->x = g->x;
+    t->y = g->y;
+    t->x->shape[0] = n; /* the buffers hold cap rows; use the first n */
+    t->y->shape[0] = n;
+    return LS_OK;
+}
+
+/* Gather idx[0..n) of data on the host into slot i's staging memory and queue its copies to the
+ * slot's device buffers (they overlap the compute stream on a GPU). */
+static ls_status stage_upload(ls_trainer *t, int i, const ls_dataset *data, const int64_t *idx, int64_t n) {
+    struct stage *g = &t->st[i];
+    LS_CHECK(ensure_staging(t, i));
+    LS_CHECK(ls_allocator_upload_wait(t->ctx->alloc, i)); /* its last copies have read the staging memory */
+    LS_CHECK(ls_dataset_gather(data, idx, n, g->hx, g->hy));
+    LS_CHECK(ls_allocator_upload(t->ctx->alloc, i, g->x->data, g->hx, (size_t)(n * data->features) * sizeof(float)));
+    return ls_allocator_upload(t->ctx->alloc, i, g->y->data, g->hy, (size_t)n * sizeof(int32_t));
+}
+
+/* Put the samples idx[0..n) into the input buffers. The first micro-batch of a step (first) takes
+ * the batch prefetched into a slot when it is the same samples of the same data set; other loads
+ * leave a prefetched batch where it is. */
+static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t n, int first) {
+    struct dev_data *dd = NULL;
+    LS_CHECK(device_data(t, data, &dd));
+    LS_CHECK(ensure_buffers(t, n, data->features));
+    if (!uses_buffers(t)) {
+        struct stage *g = &t->st[0];
+        LS_CHECK(ls_dataset_gather(data, idx, n, g->hx, g->hy));
+        t->vx = ls_tensor_view(g->hx, LS_F32, ls_device_cpu(), 2, (int64_t[]){n, data->features});
+        t->vy = ls_tensor_view(g->hy, LS_I32, ls_device_cpu(), 1, (int64_t[]){n});
+        t->x = &t->vx;
+        t->y = &t->vy;
+        return LS_OK;
+    }
+    if (first && t->pf.valid) {
+        t->pf.valid = 0;
+        if (!dd && t->pf.id == data->id && t->pf.n == n && !memcmp(t->pf.idx, idx, (size_t)n * sizeof *idx)) {
+            t->pf_hits++;
+            return use_slot(t, t->pf.slot, n);
+        }
+        t->pf_misses++;
+    }
+    if (dd) {
+        /* gathered on the compute stream, ordered after the slot's earlier readers: one slot is
+         * enough, and a batch prefetched into the other stays there */
+        int i = t->pf.valid && t->pf.slot == t->slot ? (t->slot + 1) % LS_UPLOAD_SLOTS : t->slot;
+        LS_CHECK(use_slot(t, i, n));
+        return gather_on_device(t, data, dd, idx, n);
+    }
+    /* the other slot than the last batch's (the host gathers while the device may still compute on
+     * it), unless a prefetched batch waits there */
+    int i = t->pf.valid ? (t->pf.slot + 1) % LS_UPLOAD_SLOTS : (t->slot + 1) % LS_UPLOAD_SLOTS;
+    LS_CHECK(use_slot(t, i, n));
+    return stage_upload(t, i, data, idx, n);
+}
+
+/* Called once the step's work is queued: gather the hinted batch into the other slot and queue
+ * its copies, so the host's gather and the copy overlap the device's compute. */
+static ls_status prefetch_next(ls_trainer *t) {
+    if (!t->hint.set) return LS_OK;
+    t->hint.set = 0;
+    const ls_dataset *data = t->hint.data;
+    int64_t n = t->hint.n;
+    if (t->prefetch_mode == PF_OFF || !uses_buffers(t)) return LS_OK;
+    if (t->prefetch_mode == PF_AUTO && t->ctx->device.type == LS_DEVICE_CPU) return LS_OK; /* nothing to overlap */
+    struct dev_data *dd = NULL;
+    LS_CHECK(device_data(t, data, &dd));
+    if (dd) return LS_OK; /* gathered on the device, in stream order: nothing to copy */
+    LS_CHECK(ensure_buffers(t, n, data->features));
+    int i = (t->slot + 1) % LS_UPLOAD_SLOTS;
+    if (n > t->pf.cap) {
+        int64_t *p = realloc(t->pf.idx, (size_t)n * sizeof *p);
+        if (!p) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the prefetched batch's indices");
+        t->pf.idx = p;
+        t->pf.cap = n;
+    }
+    if (t->pf.valid) t->pf_misses++; /* a step without samples left it unused */
+    t->pf.valid = 0;
+    LS_CHECK(use_slot(t, i, n));
+    LS_CHECK(stage_upload(t, i, data, t->hint.idx, n));
+    memcpy(t->pf.idx, t->hint.idx, (size_t)n * sizeof *t->pf.idx);
+    t->pf.n = n;
+    t->pf.id = data->id;
+    t->pf.slot = i;
+    t->pf.valid = 1;
+    return LS_OK;
+}
+
+ls_status ls_trainer_prefetch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count) {
+    t->hint.set = 0;
+    if (!data || count <= 0 || data->id == 0) return LS_OK; /* nothing to prefetch, or no identity to match */
+    int64_t n = count < t->cfg.batch_per_rank ? count : t->cfg.batch_per_rank;
+    for (int64_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= data->n)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "prefetch: sample index %lld is outside the data set of %lld samples",
+                            (long long)idx[i], (long long)data->n);
+    if (n > t->hint.cap) {
+        int64_t *p = realloc(t->hint.idx, (size_t)n * sizeof *p);
+        if (!p) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the prefetch hint's indices");
+        t->hint.idx = p;
+        t->hint.cap = n;
+    }
+    memcpy(t->hint.idx, idx, (size_t)n * sizeof *idx);
+    t->hint.n = n;
+    t->hint.data = data;
+    t->hint.set = 1;
+    return LS_OK;
+}
+
+void ls_trainer_prefetch_stats(const ls_trainer *t, int64_t *hits, int64_t *misses) {
+    if (hits) *hits = t->pf_hits;
+    if (misses) *misses = t->pf_misses;
 }
 
 /* The model's input: the batch itself, or its f16/bf16 cast under mixed precision. */
@@ -348,7 +524,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             ls_module_set_grad_hook(t->model, reducer_hook, t->reducer);
         }
         if (n > 0) {
-            LS_CHECK(load_batch(t, data, idx + lo, n));
+            LS_CHECK(load_batch(t, data, idx + lo, n, k == 0));
             const ls_tensor *in, *logits, *dlogits;
             LS_CHECK(model_input(t, &in));
             LS_CHECK(ls_module_forward(t->model, in, &logits));
@@ -358,6 +534,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             LS_CHECK(ls_xent_correct(t->loss, logits, t->y, NULL));
             LS_CHECK(ls_xent_backward(t->loss, scale, &dlogits));
             LS_CHECK(ls_module_backward(t->model, dlogits, 0, NULL));
+            if (uses_buffers(t)) LS_CHECK(ls_allocator_release(t->ctx->alloc, t->slot)); /* its last reader is queued */
             if (last) pending = n;
             else LS_CHECK(read_loss(t, n, &st));
         }
@@ -380,6 +557,11 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm, &st.grad_norm));
         LS_CHECK(ls_optimizer_step(t->opt, st.lr));
     }
+    if (prefetch_next(t) != LS_OK) { /* an optimization: its failure costs the next step a load */
+        if (!t->pf_warned) LS_LOG_W("prefetching the next batch failed (%s); loading batches when used", ls_last_error());
+        t->pf_warned = 1;
+        t->pf.valid = 0;
+    }
     if (pending) LS_CHECK(read_loss(t, pending, &st));
     t->steps++;
     if (stats) *stats = st;
@@ -399,11 +581,12 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
         const ls_tensor *in, *logits;
         double mean_loss;
         int64_t c = 0;
-        s = load_batch(t, data, idx + lo, n);
+        s = load_batch(t, data, idx + lo, n, 0);
         if (s == LS_OK) s = model_input(t, &in);
         if (s == LS_OK) s = ls_module_forward(t->model, in, &logits);
         if (s == LS_OK) s = ls_xent_forward(t->loss, logits, t->y, &mean_loss);
         if (s == LS_OK) s = ls_xent_correct(t->loss, logits, t->y, &c);
+        if (s == LS_OK && uses_buffers(t)) s = ls_allocator_release(t->ctx->alloc, t->slot);
         if (s == LS_OK) {
             *loss_sum += mean_loss * (double)n;
             *correct += c;

@@ -59,6 +59,18 @@ void ls_trainer_destroy(ls_trainer *t);
  * and copy each batch). */
 ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats);
+/* Names the samples of the next ls_trainer_step (the same data, idx, count; call it before the
+ * current step). Once the current step's work is queued, the trainer gathers the next step's
+ * first micro-batch on the host into pinned memory and queues its copy to the device on a copy
+ * stream, so the gather and the copy overlap the device's compute (PyTorch's DataLoader with
+ * pin_memory and non_blocking copies). The next step uses it only if its first micro-batch is the
+ * same samples of the same data set (same id: ls_dataset_changed in between makes it load
+ * afresh), so a wrong hint costs time, never correctness. Used when a batch is copied from the
+ * host: on a GPU whose data set stays on the host (LOCKSTEP_DATA_ON_DEVICE); LOCKSTEP_PREFETCH:
+ * auto (default), off, or on (also on the CPU, through the context's allocator: for tests). */
+ls_status ls_trainer_prefetch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count);
+/* Batches that were found prefetched (hits) and prefetched batches not used (misses). */
+void ls_trainer_prefetch_stats(const ls_trainer *t, int64_t *hits, int64_t *misses);
 int64_t ls_trainer_num_steps(const ls_trainer *t);
 /* Set the step count (the learning-rate schedule's position), e.g. after loading a checkpoint. */
 void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps);
