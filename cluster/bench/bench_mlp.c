@@ -125,8 +125,10 @@ int main(int argc, char **argv) {
     CHECK("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &tr));
     CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
     int64_t per_epoch = ls_sampler_steps(smp, B), *idx = malloc(sizeof(int64_t) * (size_t)B);
+    int64_t *nidx = malloc(sizeof(int64_t) * (size_t)B), count, global, ncount, nglobal;
     double t0 = 0;
     ls_step_stats st;
+    CHECK("batch", ls_sampler_batch(smp, 0, B, idx, &count, &global));
     for (int it = -20, j = 0; it < steps; it++, j++) {
         if (it == 0) {
             CHECK("sync", ls_ctx_synchronize(ctx));
@@ -136,19 +138,34 @@ int main(int argc, char **argv) {
         if (j >= per_epoch) {
             j = 0;
             CHECK("epoch", ls_sampler_set_epoch(smp, ls_sampler_epoch(smp) + 1));
+            CHECK("batch", ls_sampler_batch(smp, 0, B, idx, &count, &global));
         }
-        int64_t count, global;
-        CHECK("batch", ls_sampler_batch(smp, j, B, idx, &count, &global));
+        /* the next step's samples (within the epoch), gathered and copied while this one runs */
+        int more = j + 1 < per_epoch;
+        if (more) {
+            CHECK("batch", ls_sampler_batch(smp, j + 1, B, nidx, &ncount, &nglobal));
+            CHECK("prefetch", ls_trainer_prefetch(tr, data, nidx, ncount));
+        }
         CHECK("step", ls_trainer_step(tr, data, idx, count, global, &st));
+        if (more) {
+            int64_t *tmp = idx;
+            idx = nidx;
+            nidx = tmp;
+            count = ncount;
+            global = nglobal;
+        }
     }
     CHECK("sync", ls_ctx_synchronize(ctx));
     CHECK("barrier", ls_comm_barrier(comm));
     double dt = now_s() - t0;
+    int64_t pf_hits = 0, pf_misses = 0;
+    ls_trainer_prefetch_stats(tr, &pf_hits, &pf_misses);
     if (rank == 0)
-        printf("lockstep ranks %d samples/s %.1f step_ms %.3f GFLOP/s %.2f loss %.4f\n", world,
+        printf("lockstep ranks %d samples/s %.1f step_ms %.3f GFLOP/s %.2f loss %.4f prefetched %lld\n", world,
                (double)steps * (double)B * world / dt, 1000 * dt / steps, step_flops(sizes, 4, B) * steps / dt / 1e9,
-               st.loss_sum / (double)st.samples);
+               st.loss_sum / (double)st.samples, (long long)pf_hits);
     free(idx);
+    free(nidx);
     ls_sampler_destroy(smp);
     ls_trainer_destroy(tr);
     ls_optimizer_destroy(opt);

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min, int64_t *out) {
@@ -50,5 +51,45 @@ ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg) {
         p = *end ? end + 1 : end;
     }
     if (cfg->n_stages == 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "--widths is empty");
+    return LS_OK;
+}
+
+ls_status ex_batcher_init(ex_batcher *b, int64_t per_step) {
+    memset(b, 0, sizeof *b);
+    b->next_j = -1;
+    for (int i = 0; i < 2; i++) {
+        b->buf[i] = malloc((size_t)(per_step > 0 ? per_step : 1) * sizeof *b->buf[i]);
+        if (!b->buf[i]) {
+            ex_batcher_free(b);
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices");
+        }
+    }
+    return LS_OK;
+}
+
+void ex_batcher_free(ex_batcher *b) {
+    free(b->buf[0]);
+    free(b->buf[1]);
+    b->buf[0] = b->buf[1] = NULL;
+}
+
+void ex_batcher_epoch(ex_batcher *b) { b->next_j = -1; }
+
+ls_status ex_batcher_step(ex_batcher *b, ls_sampler *s, ls_trainer *t, const ls_dataset *d, int64_t j,
+                          int64_t steps, int64_t per_step, int64_t **idx, int64_t *count, int64_t *global) {
+    if (b->next_j == j) {
+        b->cur ^= 1;
+        *count = b->ncount;
+        *global = b->nglobal;
+    } else {
+        LS_CHECK(ls_sampler_batch(s, j, per_step, b->buf[b->cur], count, global));
+    }
+    *idx = b->buf[b->cur];
+    b->next_j = -1;
+    if (j + 1 < steps) {
+        LS_CHECK(ls_sampler_batch(s, j + 1, per_step, b->buf[b->cur ^ 1], &b->ncount, &b->nglobal));
+        LS_CHECK(ls_trainer_prefetch(t, d, b->buf[b->cur ^ 1], b->ncount));
+        b->next_j = j + 1;
+    }
     return LS_OK;
 }

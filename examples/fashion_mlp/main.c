@@ -91,6 +91,7 @@ static void usage(FILE *f) {
             "Environment: LOCKSTEP_LOG=error|warn|info|debug, LOCKSTEP_DEVICE, LOCKSTEP_COMM,\n"
             "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n"
             "LOCKSTEP_DATA_ON_DEVICE=auto|on|off (keep the data set on the GPU, gather batches there),\n"
+            "LOCKSTEP_PREFETCH=auto|on|off (batches copied from the host: the next one staged during a step),\n"
             "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1),\n"
             "LOCKSTEP_CKPT_CRASH_AT=<stage> (tests: kill the process at that stage of a checkpoint save).\n");
 }
@@ -264,6 +265,7 @@ int main(int argc, char **argv) {
     ls_optimizer *opt = NULL;
     ls_trainer *trainer = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
+    ex_batcher bt = {{NULL, NULL}, 0, -1, 0, 0};
     FILE *step_log = NULL;
     int preempt_installed = 0;
 
@@ -392,9 +394,9 @@ int main(int argc, char **argv) {
         if (!step_log) TRY("--log-steps", ls_error(LS_ERR_IO, "cannot open '%s' for writing", o.log_steps));
     }
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
-    idx = malloc((size_t)per_step * sizeof *idx);
+    TRY("indices", ex_batcher_init(&bt, per_step));
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
-    if (!idx || !test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
+    if (!test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
     int64_t test_count = 0, tc_global = 0;
     TRY("test shard", ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx,
                                        &test_count, &tc_global));
@@ -406,6 +408,7 @@ int main(int argc, char **argv) {
     int max_reached = 0;
     for (int64_t epoch = start_epoch; epoch < o.epochs && !max_reached; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
+        ex_batcher_epoch(&bt);
         double t0 = ex_now_s(), m[3] = {0, 0, 0};
         int64_t seen = 0, j0 = epoch == start_epoch ? start_j : 0;
         int64_t epoch_samples = j0 * global_batch;
@@ -416,7 +419,7 @@ int main(int argc, char **argv) {
                 max_reached = 1;
                 break;
             }
-            TRY("batch", ls_sampler_batch(sampler, j, per_step, idx, &count, &global));
+            TRY("batch", ex_batcher_step(&bt, sampler, trainer, train, j, steps, per_step, &idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, train, idx, count, global, &st));
             gstep = ls_trainer_num_steps(trainer);
             m[0] += st.loss_sum;
@@ -489,7 +492,7 @@ int main(int argc, char **argv) {
     if (o.dump_params && rank == 0) TRY("--dump-params", dump_params(ctx, model, o.dump_params));
 
 done:
-    free(idx);
+    ex_batcher_free(&bt);
     free(test_idx);
     ls_trainer_destroy(trainer);
     ls_optimizer_destroy(opt);

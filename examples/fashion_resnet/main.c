@@ -80,6 +80,7 @@ static void usage(FILE *f) {
             "Environment: LOCKSTEP_LOG=error|warn|info|debug, LOCKSTEP_DEVICE, LOCKSTEP_COMM,\n"
             "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n"
             "LOCKSTEP_DATA_ON_DEVICE=auto|on|off (keep the data set on the GPU, gather batches there),\n"
+            "LOCKSTEP_PREFETCH=auto|on|off (batches copied from the host: the next one staged during a step),\n"
             "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1).\n");
 }
 
@@ -191,6 +192,7 @@ int main(int argc, char **argv) {
     ls_optimizer *opt = NULL;
     ls_trainer *trainer = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
+    ex_batcher bt = {{NULL, NULL}, 0, -1, 0, 0};
     ls_tensor **params = NULL, **grads = NULL;
 
     ls_optim_kind kind;
@@ -302,15 +304,16 @@ int main(int argc, char **argv) {
     }
     fflush(stdout);
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
-    idx = malloc((size_t)per_step * sizeof *idx);
+    TRY("indices", ex_batcher_init(&bt, per_step));
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
-    if (!idx || !test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
+    if (!test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
     int64_t test_count = 0, tc_global = 0;
     TRY("test shard", ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx,
                                        &test_count, &tc_global));
     double total_time = 0;
     for (int epoch = 0; epoch < o.epochs; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
+        ex_batcher_epoch(&bt);
         if (aug) {
             augment(train, aug, o.seed, epoch);
             ls_dataset_changed(aug); /* a GPU trainer's device copy of it is stale */
@@ -322,7 +325,7 @@ int main(int argc, char **argv) {
         for (int64_t j = 0; j < steps; j++) {
             int64_t count, global;
             ls_step_stats st;
-            TRY("batch", ls_sampler_batch(sampler, j, per_step, idx, &count, &global));
+            TRY("batch", ex_batcher_step(&bt, sampler, trainer, data, j, steps, per_step, &idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, data, idx, count, global, &st));
             m[0] += st.loss_sum;
             m[1] += (double)st.correct;
@@ -374,7 +377,7 @@ int main(int argc, char **argv) {
     if (rank == 0 && o.epochs > 0) printf("training time %.1f s\n", total_time);
 
 done:
-    free(idx);
+    ex_batcher_free(&bt);
     free(test_idx);
     free(params);
     free(grads);

@@ -325,6 +325,23 @@ else
     add_row "lockstep vs torch (cuda)" "NOT RUN" "no python3 torch with CUDA, no bench_mlp, or no data"
 fi
 
+# ---- batches from host memory (the path of a data set too big to keep on the GPU): staged in
+# pinned memory, the next one gathered and copied on the copy stream while the step runs, against
+# the same without prefetching; batch 4096, A B A B ----
+if [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+    for round in 1 2; do
+        step "host-prefetch-r$round" 30 env LOCKSTEP_DATA_ON_DEVICE=off "$BENCH" --device cuda --batch-size 4096 \
+            --steps 100 --data-dir "$DATA"
+        step "host-noprefetch-r$round" 30 env LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=off "$BENCH" \
+            --device cuda --batch-size 4096 --steps 100 --data-dir "$DATA"
+    done
+    on_all=$(round_ms host-prefetch)
+    off_all=$(round_ms host-noprefetch)
+    pf=$(grep -ohE 'prefetched [0-9]+' "$WORK"/host-prefetch-r1.out 2>/dev/null | head -n 1)
+    add_row "MLP batch 4096, data on the host" "" \
+        "prefetch ${on_all:-?} ms vs none ${off_all:-?} ms per step (${pf:-prefetched ?}; on the device: $(round_ms lockstep-b4096) ms)"
+fi
+
 # ---- end to end: oom_challenge on its GPU defaults (ResNet 64,128,256,512 x 3 blocks on 128x128x3
 # synthetic images, batch 256, 48 GiB cap): the baseline runs out of memory with the allocator's
 # error, each remedy (batch 64, bf16, activation checkpointing) and all three fit ----
