@@ -93,3 +93,22 @@ ls_status ex_batcher_step(ex_batcher *b, ls_sampler *s, ls_trainer *t, const ls_
     }
     return LS_OK;
 }
+
+ls_status ex_gpu_monitor_start(const char *prog, ls_device dev, int rank, ls_gpu_monitor **out) {
+    *out = NULL;
+    int interval = 0;
+    LS_CHECK(ls_gpu_monitor_interval_from_env(&interval));
+    if (dev.type != LS_DEVICE_CUDA || rank != 0 || interval == 0) return LS_OK;
+    if (ls_gpu_monitor_start(dev, interval, out) != LS_OK) {
+        fprintf(stderr, "%s: no GPU figures (%s)\n", prog, ls_last_error());
+        *out = NULL;
+    }
+    return LS_OK;
+}
+
+void ex_gpu_monitor_print(ls_gpu_monitor *m) {
+    ls_gpu_stats st;
+    char buf[256];
+    if (!m || ls_gpu_monitor_read(m, &st) != LS_OK) return;
+    printf("  %s: %s\n", st.name, ls_gpu_stats_format(&st, buf, sizeof buf));
+}

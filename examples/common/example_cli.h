@@ -9,6 +9,7 @@
 
 #include "cnn.h"
 #include "data.h"
+#include "gpumon.h"
 #include "status.h"
 #include "train.h"
 
@@ -39,6 +40,13 @@ void ex_batcher_free(ex_batcher *b);
 ls_status ex_batcher_step(ex_batcher *b, ls_sampler *s, ls_trainer *t, const ls_dataset *d, int64_t j,
                           int64_t steps, int64_t per_step, int64_t **idx, int64_t *count, int64_t *global);
 void ex_batcher_epoch(ex_batcher *b);
+
+/* GPU monitoring of dev on rank 0 (LOCKSTEP_GPU_MONITOR, gpumon.h): *out stays NULL on the CPU, on
+ * other ranks, when it is off, or when NVML is missing (then PROG says so on stderr once: not an
+ * error). A bad LOCKSTEP_GPU_MONITOR is an error. */
+ls_status ex_gpu_monitor_start(const char *prog, ls_device dev, int rank, ls_gpu_monitor **out);
+/* Prints "  gpu 97% busy (memory 41%), ..." (the figures since the last call) when m is not NULL. */
+void ex_gpu_monitor_print(ls_gpu_monitor *m);
 
 #ifdef EX_PROG
 #define parse_i64(flag, s, min, out) ex_parse_i64(EX_PROG, flag, s, min, out)

@@ -92,6 +92,7 @@ static void usage(FILE *f) {
             "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n"
             "LOCKSTEP_DATA_ON_DEVICE=auto|on|off (keep the data set on the GPU, gather batches there),\n"
             "LOCKSTEP_PREFETCH=auto|on|off (batches copied from the host: the next one staged during a step),\n"
+            "LOCKSTEP_GPU_MONITOR=MS|off (a GPU's use, power, temperature after each epoch; default 500 ms),\n"
             "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1),\n"
             "LOCKSTEP_CKPT_CRASH_AT=<stage> (tests: kill the process at that stage of a checkpoint save).\n");
 }
@@ -266,6 +267,7 @@ int main(int argc, char **argv) {
     ls_trainer *trainer = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
     ex_batcher bt = {{NULL, NULL}, 0, -1, 0, 0};
+    ls_gpu_monitor *gpumon = NULL;
     FILE *step_log = NULL;
     int preempt_installed = 0;
 
@@ -298,6 +300,7 @@ int main(int argc, char **argv) {
     TRY("context", ls_ctx_create(dev, NULL, &ctx));
     TRY("communicator", ls_comm_create(ctx, o.comm, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
+    TRY("LOCKSTEP_GPU_MONITOR", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
 
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
@@ -482,6 +485,7 @@ int main(int argc, char **argv) {
                    "%.0f samples/s  %.2f s  peak memory %s\n",
                    (int)epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
                    (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk));
+            ex_gpu_monitor_print(gpumon); /* over the epoch, evaluation included */
             fflush(stdout);
         }
     }
@@ -492,6 +496,7 @@ int main(int argc, char **argv) {
     if (o.dump_params && rank == 0) TRY("--dump-params", dump_params(ctx, model, o.dump_params));
 
 done:
+    ls_gpu_monitor_stop(gpumon);
     ex_batcher_free(&bt);
     free(test_idx);
     ls_trainer_destroy(trainer);

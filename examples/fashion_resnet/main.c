@@ -81,6 +81,7 @@ static void usage(FILE *f) {
             "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n"
             "LOCKSTEP_DATA_ON_DEVICE=auto|on|off (keep the data set on the GPU, gather batches there),\n"
             "LOCKSTEP_PREFETCH=auto|on|off (batches copied from the host: the next one staged during a step),\n"
+            "LOCKSTEP_GPU_MONITOR=MS|off (a GPU's use, power, temperature after each epoch; default 500 ms),\n"
             "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1).\n");
 }
 
@@ -193,6 +194,7 @@ int main(int argc, char **argv) {
     ls_trainer *trainer = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
     ex_batcher bt = {{NULL, NULL}, 0, -1, 0, 0};
+    ls_gpu_monitor *gpumon = NULL;
     ls_tensor **params = NULL, **grads = NULL;
 
     ls_optim_kind kind;
@@ -208,6 +210,7 @@ int main(int argc, char **argv) {
     TRY("context", ls_ctx_create(dev, NULL, &ctx));
     TRY("communicator", ls_comm_create(ctx, o.comm, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
+    TRY("LOCKSTEP_GPU_MONITOR", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
     if (o.memory_cap) {
         size_t cap;
         TRY("--memory-cap", ls_memory_parse_size(o.memory_cap, &cap));
@@ -371,12 +374,14 @@ int main(int argc, char **argv) {
                    (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk),
                    skipped ? "" : "\n");
             if (skipped) printf("  (%lld steps skipped: fp16 overflow)\n", (long long)skipped);
+            ex_gpu_monitor_print(gpumon); /* over the epoch, evaluation included */
             fflush(stdout);
         }
     }
     if (rank == 0 && o.epochs > 0) printf("training time %.1f s\n", total_time);
 
 done:
+    ls_gpu_monitor_stop(gpumon);
     ex_batcher_free(&bt);
     free(test_idx);
     free(params);

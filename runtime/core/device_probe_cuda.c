@@ -17,4 +17,14 @@ int ls_device_probe_cuda(char *why, int why_len) {
     return n;
 }
 
+int ls_device_probe_pci_bus_id(int ordinal, char *buf, int len) {
+    cudaError_t e = cudaDeviceGetPCIBusId(buf, len, ordinal);
+    if (e != cudaSuccess) {
+        snprintf(buf, (size_t)len, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
 int ls_device_probe_built(void) { return 1; }

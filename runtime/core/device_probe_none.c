@@ -9,3 +9,8 @@ int ls_device_probe_cuda(char *why, int why_len) {
 }
 
 int ls_device_probe_built(void) { return 0; }
+
+int ls_device_probe_pci_bus_id(int ordinal, char *buf, int len) {
+    snprintf(buf, (size_t)len, "this build of lockstep has no CUDA support");
+    return -1;
+}

@@ -269,6 +269,10 @@ mlp_run() {
     last=$(grep -E '^epoch [0-9]+ ' "$WORK/$name.out" | tail -n 1)
     add_row "fashion_mlp $*" "$(result_of "$STEP_RC")" \
         "$(grep -oE 'test acc [0-9.]+%' <<<"$last"), $(grep -oE '[0-9]+ samples/s' <<<"$last"), $(grep -oE 'peak memory .*' <<<"$last")"
+    # the GPU monitor's line after the last epoch (NVML): "  NVIDIA H200: gpu 97% busy (memory ...), ..."
+    local gpu
+    gpu=$(grep -E '^  .*: gpu [0-9]+% busy' "$WORK/$name.out" | tail -n 1 | sed -E 's/^ +//')
+    [ -n "$gpu" ] && add_row "  nvml over the last epoch" "" "$gpu"
     [ "$STEP_RC" -ne 0 ] && FAILED=1
 }
 if [ -x "$MLP" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
