@@ -11,7 +11,7 @@
 #
 #   bash tests/gpu/device-check.sh [BUILD_DIR]        (BUILD_DIR: a carried build, optional)
 #
-# Expected times on the H200 machine (16 cores), about 280 s in all, under 400 s if everything
+# Expected times on the H200 machine (16 cores), about 300 s in all, under 400 s if everything
 # takes 1.4x longer than expected; BUDGET_S defaults to 470 (the lease's 8-minute slot):
 #   gpu info, cuDNN probe                           ~2 s
 #   configure (CUDA detection, sm_90 only)          ~15 s
@@ -23,6 +23,8 @@
 #   fashion_mlp x3 (2 epochs) + checkpoint pair     ~30 s   (5 processes: CUDA start, data, training)
 #   PyTorch probe (cold import)                     ~0 s    (runs during the build)
 #   MLP vs PyTorch: 2 batches x 2 rounds A B A B    ~80 s   (lockstep ~5 s, torch ~15 s a process)
+#   MLP batch 4096, data on the host: prefetch
+#     against none, 2 rounds A B A B                ~20 s
 #   oom_challenge (5 configurations, 48 GiB cap)    ~30 s
 #   ResNet vs PyTorch: 2 rounds A B A B             ~50 s   (lockstep ~8 s, torch ~18 s a process)
 #
