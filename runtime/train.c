@@ -380,7 +380,8 @@ static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t
         t->pf.valid = 0;
         if (!dd && t->pf.id == data->id && t->pf.n == n && !memcmp(t->pf.idx, idx, (size_t)n * sizeof *idx)) {
             t->pf_hits++;
-            return use_slot(t, t->pf.slot, n);
+            LS_CHECK(use_slot(t, t->pf.slot, n));
+            return ls_allocator_upload_join(t->ctx->alloc, t->slot); /* the model reads it after its copies */
         }
         t->pf_misses++;
     }
@@ -395,14 +396,15 @@ static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t
      * it), unless a prefetched batch waits there */
     int i = t->pf.valid ? (t->pf.slot + 1) % LS_UPLOAD_SLOTS : (t->slot + 1) % LS_UPLOAD_SLOTS;
     LS_CHECK(use_slot(t, i, n));
-    return stage_upload(t, i, data, idx, n);
+    LS_CHECK(stage_upload(t, i, data, idx, n));
+    return ls_allocator_upload_join(t->ctx->alloc, i);
 }
 
-/* Called once the step's work is queued: gather the hinted batch into the other slot and queue
- * its copies, so the host's gather and the copy overlap the device's compute. */
-static ls_status prefetch_next(ls_trainer *t) {
-    if (!t->hint.set) return LS_OK;
-    t->hint.set = 0;
+/* Called once the step's work is queued, when the step was given a hint: gather the hinted batch
+ * into the other slot and queue its copies, so the host's gather and the copy overlap the
+ * device's compute (the step that uses it joins the copies). */
+static ls_status prefetch_next(ls_trainer *t, int hinted) {
+    if (!hinted) return LS_OK;
     const ls_dataset *data = t->hint.data;
     int64_t n = t->hint.n;
     if (t->prefetch_mode == PF_OFF || !uses_buffers(t)) return LS_OK;
@@ -504,6 +506,8 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
                           int64_t global_count, ls_step_stats *stats) {
     int64_t b = t->cfg.batch_per_rank;
     int accum = t->cfg.accum_steps;
+    int hinted = t->hint.set; /* the hint is this step's alone, even if the step fails */
+    t->hint.set = 0;
     if (count < 0 || count > b * accum)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "step of %lld samples exceeds %d micro-batches of %lld",
                         (long long)count, accum, (long long)b);
@@ -557,7 +561,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm, &st.grad_norm));
         LS_CHECK(ls_optimizer_step(t->opt, st.lr));
     }
-    if (prefetch_next(t) != LS_OK) { /* an optimization: its failure costs the next step a load */
+    if (prefetch_next(t, hinted) != LS_OK) { /* an optimization: its failure costs the next step a load */
         if (!t->pf_warned) LS_LOG_W("prefetching the next batch failed (%s); loading batches when used", ls_last_error());
         t->pf_warned = 1;
         t->pf.valid = 0;
@@ -570,8 +574,9 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
 
 ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                               double *loss_sum, int64_t *correct) {
-    int64_t chunk = t->cfg.batch_per_rank * t->cfg.accum_steps;
-    if (chunk < 256) chunk = 256;
+    /* chunks of the training micro-batch: the input buffers (two slots where batches are staged)
+     * never grow past what training and --batch-size auto's trials use */
+    int64_t chunk = t->cfg.batch_per_rank;
     *loss_sum = 0;
     *correct = 0;
     ls_status s = LS_OK;

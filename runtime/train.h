@@ -67,7 +67,9 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
  * same samples of the same data set (same id: ls_dataset_changed in between makes it load
  * afresh), so a wrong hint costs time, never correctness. Used when a batch is copied from the
  * host: on a GPU whose data set stays on the host (LOCKSTEP_DATA_ON_DEVICE); LOCKSTEP_PREFETCH:
- * auto (default), off, or on (also on the CPU, through the context's allocator: for tests). */
+ * auto (default), off, or on (also on the CPU, through the context's allocator: for tests).
+ * The hint belongs to the next ls_trainer_step call, which clears it even when it fails; data
+ * must stay valid until that call returns. */
 ls_status ls_trainer_prefetch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count);
 /* Batches that were found prefetched (hits) and prefetched batches not used (misses). */
 void ls_trainer_prefetch_stats(const ls_trainer *t, int64_t *hits, int64_t *misses);

@@ -373,21 +373,53 @@ static ls_status cu_copy_fn(void *state, void *dst, int dst_on_device, const voi
 }
 
 /* ---- staged uploads (memory.h: ls_allocator_upload) ---- */
+/* Switches the calling thread to the allocator's device for the scope of one call. */
+static int dev_enter(const cu_alloc *a) {
+    int prev = -1;
+    (void)cudaGetDevice(&prev);
+    if (prev != a->device) (void)cudaSetDevice(a->device);
+    return prev;
+}
+
+static void dev_leave(const cu_alloc *a, int prev) {
+    if (prev >= 0 && prev != a->device) (void)cudaSetDevice(prev);
+}
+
+static void up_destroy(cu_alloc *a) {
+    if (a->up_stream) (void)cudaStreamSynchronize(a->up_stream);
+    for (int i = 0; i < LS_UPLOAD_SLOTS; i++) {
+        if (a->up_done[i]) (void)cudaEventDestroy(a->up_done[i]);
+        if (a->up_released[i]) (void)cudaEventDestroy(a->up_released[i]);
+        a->up_done[i] = a->up_released[i] = NULL;
+    }
+    if (a->up_stream) (void)cudaStreamDestroy(a->up_stream);
+    a->up_stream = NULL;
+    a->up_ready = 0;
+}
+
+/* The copy stream and the slots' events, on the allocator's device; all or nothing. */
 static ls_status up_init(cu_alloc *a) {
     if (a->up_ready) return LS_OK;
-    LS_CUDA_CHECK(cudaStreamCreateWithFlags(&a->up_stream, cudaStreamNonBlocking));
-    a->up_ready = 1; /* from here cu_destroy_fn destroys what exists */
-    for (int i = 0; i < LS_UPLOAD_SLOTS; i++) {
-        LS_CUDA_CHECK(cudaEventCreateWithFlags(&a->up_done[i], cudaEventDisableTiming));
-        LS_CUDA_CHECK(cudaEventCreateWithFlags(&a->up_released[i], cudaEventDisableTiming));
+    int prev = dev_enter(a);
+    cudaError_t e = cudaStreamCreateWithFlags(&a->up_stream, cudaStreamNonBlocking);
+    for (int i = 0; i < LS_UPLOAD_SLOTS && e == cudaSuccess; i++) {
+        e = cudaEventCreateWithFlags(&a->up_done[i], cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&a->up_released[i], cudaEventDisableTiming);
     }
+    dev_leave(a, prev);
+    if (e != cudaSuccess) {
+        ls_status s = ls_cuda_error(e, "creating the upload stream and events", __FILE__, __LINE__);
+        up_destroy(a);
+        return s;
+    }
+    a->up_ready = 1;
     return LS_OK;
 }
 
 static void *cu_host_alloc_fn(void *state, size_t bytes) {
     (void)state;
     void *p = NULL;
-    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
         (void)cudaGetLastError(); /* the caller falls back to pageable memory */
         return NULL;
     }
@@ -407,6 +439,12 @@ static ls_status cu_upload_fn(void *state, int slot, void *dst, const void *src,
     LS_CUDA_CHECK(cudaStreamWaitEvent(a->up_stream, a->up_released[slot], 0));
     LS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, a->up_stream));
     LS_CUDA_CHECK(cudaEventRecord(a->up_done[slot], a->up_stream));
+    return LS_OK;
+}
+
+static ls_status cu_join_fn(void *state, int slot) {
+    cu_alloc *a = state;
+    if (!a->up_ready) return LS_OK; /* nothing was ever uploaded */
     LS_CUDA_CHECK(cudaStreamWaitEvent(a->cs->stream, a->up_done[slot], 0));
     return LS_OK;
 }
@@ -443,14 +481,7 @@ static size_t cu_reserved_fn(void *state) {
 static void cu_destroy_fn(void *state) {
     cu_alloc *a = state;
     (void)cudaStreamSynchronize(a->cs->stream);
-    if (a->up_ready) {
-        (void)cudaStreamSynchronize(a->up_stream);
-        for (int i = 0; i < LS_UPLOAD_SLOTS; i++) {
-            if (a->up_done[i]) (void)cudaEventDestroy(a->up_done[i]);
-            if (a->up_released[i]) (void)cudaEventDestroy(a->up_released[i]);
-        }
-        (void)cudaStreamDestroy(a->up_stream);
-    }
+    up_destroy(a);
     for (int pid = POOL_SMALL; pid <= POOL_LARGE; pid++) {
         cu_pool *pool = &a->pools[pid];
         for (cu_segment *s = pool->segments, *next; s; s = next) {
@@ -475,7 +506,8 @@ static void cu_destroy_fn(void *state) {
 
 static const ls_allocator_vtable ls_cuda_vtable = {
     "cuda caching",   cu_alloc_fn,     cu_free_fn,   cu_copy_fn,        cu_zero_fn,    cu_reserved_fn,
-    cu_destroy_fn,    cu_host_alloc_fn, cu_host_free_fn, cu_upload_fn, cu_upload_wait_fn, cu_release_fn};
+    cu_destroy_fn,    cu_host_alloc_fn, cu_host_free_fn, cu_upload_fn, cu_join_fn,    cu_upload_wait_fn,
+    cu_release_fn};
 
 /* ---- policy ---- */
 typedef struct cu_policy {

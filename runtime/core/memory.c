@@ -110,7 +110,7 @@ static ls_status ls_host_zero(void *state, void *ptr, size_t n) {
     return LS_OK;
 }
 static const ls_allocator_vtable ls_host_vtable = {"host", ls_host_alloc, ls_host_free, ls_host_copy,
-                                                   ls_host_zero, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                                   ls_host_zero, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device,
                               size_t cap_bytes, ls_allocator **out) {
@@ -264,6 +264,11 @@ ls_status ls_allocator_upload(ls_allocator *a, int slot, void *dst, const void *
     LS_CHECK(ls_check_slot(slot));
     if (a->vt->upload) return a->vt->upload(a->state, slot, dst, src, n);
     return a->vt->copy(a->state, dst, 1, src, 0, n);
+}
+
+ls_status ls_allocator_upload_join(ls_allocator *a, int slot) {
+    LS_CHECK(ls_check_slot(slot));
+    return a->vt->join ? a->vt->join(a->state, slot) : LS_OK;
 }
 
 ls_status ls_allocator_upload_wait(ls_allocator *a, int slot) {

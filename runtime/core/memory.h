@@ -39,12 +39,14 @@ typedef struct ls_allocator_vtable {
     void (*destroy)(void *state);    /* optional */
     /* Optional: staged uploads (see ls_allocator_upload). host_alloc gives pinned host memory
      * (NULL on failure); upload queues a host-to-device copy for a slot on a copy stream after
-     * the slot's release point and makes later compute work wait for it; upload_wait blocks until
-     * the slot's copies are done; release records the compute work queued so far as the last
-     * user of the slot's device buffers. NULL: aligned host memory, copy(), no-ops. */
+     * the slot's release point; join makes compute work queued from now on wait for the slot's
+     * copies; upload_wait blocks until the slot's copies are done; release records the compute
+     * work queued so far as the last user of the slot's device buffers. NULL: aligned host
+     * memory, copy(), no-ops. */
     void *(*host_alloc)(void *state, size_t bytes);
     void (*host_free)(void *state, void *ptr);
     ls_status (*upload)(void *state, int slot, void *dst, const void *src, size_t n);
+    ls_status (*join)(void *state, int slot);
     ls_status (*upload_wait)(void *state, int slot);
     ls_status (*release)(void *state, int slot);
 } ls_allocator_vtable;
@@ -79,15 +81,17 @@ ls_status ls_allocator_set_zero(ls_allocator *a, void *ptr, size_t n);
  * and device buffers it is copied to. ls_allocator_upload queues a copy of n bytes from the
  * slot's staging memory src to device memory dst: on a GPU it runs on a copy stream once the
  * compute work recorded by the slot's last ls_allocator_release is done (so the device buffers
- * are free), and every op queued after it on the compute stream waits for it; elsewhere it copies
- * at once. Before rewriting a slot's staging memory, call ls_allocator_upload_wait (the host waits
- * for the slot's queued copies); after queueing the last op that reads a slot's device buffers,
- * call ls_allocator_release. Pinned memory is not counted in the allocator's statistics;
- * *pinned says whether it could be had (else plain host memory, copied without overlap). */
+ * are free); elsewhere it copies at once. Before queueing an op that reads the slot's device
+ * buffers, call ls_allocator_upload_join (the op waits for the copies, on the device). Before
+ * rewriting a slot's staging memory, call ls_allocator_upload_wait (the host waits for the slot's
+ * queued copies); after queueing the last op that reads a slot's device buffers, call
+ * ls_allocator_release. Pinned memory is not counted in the allocator's statistics; *pinned says
+ * whether it could be had (else plain host memory, copied without overlap). */
 #define LS_UPLOAD_SLOTS 2
 ls_status ls_allocator_host_alloc(ls_allocator *a, size_t bytes, const char *what, int *pinned, void **out);
 void ls_allocator_host_free(ls_allocator *a, void *ptr, int pinned);
 ls_status ls_allocator_upload(ls_allocator *a, int slot, void *dst, const void *src, size_t n);
+ls_status ls_allocator_upload_join(ls_allocator *a, int slot);
 ls_status ls_allocator_upload_wait(ls_allocator *a, int slot);
 ls_status ls_allocator_release(ls_allocator *a, int slot);
 

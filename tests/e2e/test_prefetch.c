@@ -18,13 +18,15 @@
 #include "testutil.h"
 #include "train.h"
 
-#define N_SAMPLES 300
-#define FEATURES 48
-#define B 32
 #define STEPS 14
 
+/* the data set and batch of the current case: small by default; the stress case makes every
+ * batch 4 MiB, so a copy that raced the compute stream on a GPU would show */
+static int64_t N_SAMPLES = 300, FEATURES = 48, B = 32;
+
 static ls_ctx *C;
-static const char *on_mode; /* LOCKSTEP_PREFETCH for the runs that prefetch */
+static const char *on_mode;  /* LOCKSTEP_PREFETCH for the runs that prefetch */
+static const char *ref_data; /* LOCKSTEP_DATA_ON_DEVICE for the reference runs */
 
 enum { HINT_NONE, HINT_NEXT, HINT_WRONG };
 
@@ -38,15 +40,15 @@ typedef struct plan {
 } plan;
 
 static ls_dataset *make_data(void) {
-    float *x = malloc(sizeof(float) * N_SAMPLES * FEATURES);
-    int32_t *y = malloc(sizeof(int32_t) * N_SAMPLES);
+    float *x = malloc(sizeof(float) * (size_t)(N_SAMPLES * FEATURES));
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)N_SAMPLES);
     LS_REQUIRE(x && y);
     uint64_t r = 12345;
-    for (int i = 0; i < N_SAMPLES * FEATURES; i++) {
+    for (int64_t i = 0; i < N_SAMPLES * FEATURES; i++) {
         r = r * 6364136223846793005ULL + 1442695040888963407ULL;
         x[i] = (float)((r >> 40) & 0xffff) / 65536.0f - 0.5f;
     }
-    for (int i = 0; i < N_SAMPLES; i++) y[i] = (int32_t)((i * 7 + (int)(x[i * FEATURES] * 10 + 5)) % 10);
+    for (int64_t i = 0; i < N_SAMPLES; i++) y[i] = (int32_t)((i * 7 + (int)(x[i * FEATURES] * 10 + 5)) % 10);
     ls_dataset *d = NULL;
     LS_REQUIRE_OK(ls_dataset_from_arrays(N_SAMPLES, FEATURES, 10, x, y, &d));
     free(x);
@@ -68,8 +70,10 @@ static void step_indices(const plan *p, int k, int64_t *idx, int64_t *count) {
 
 /* Trains per the plan with LOCKSTEP_PREFETCH=mode; returns the parameters (host floats, one
  * array) and the prefetch statistics. */
-static float *run(const plan *p, const char *mode, int64_t *hits, int64_t *misses, int64_t *n_out) {
+static float *run(const plan *p, const char *mode, const char *data_mode, int64_t *hits, int64_t *misses,
+                  int64_t *n_out) {
     LS_REQUIRE(setenv("LOCKSTEP_PREFETCH", mode, 1) == 0);
+    LS_REQUIRE(setenv("LOCKSTEP_DATA_ON_DEVICE", data_mode, 1) == 0);
     ls_dataset *d = make_data();
     int64_t sizes[3] = {FEATURES, 40, 10};
     ls_module *m = NULL;
@@ -92,7 +96,9 @@ static float *run(const plan *p, const char *mode, int64_t *hits, int64_t *misse
     tc.precision = p->precision;
     ls_trainer *t = NULL;
     LS_REQUIRE_OK(ls_trainer_create(C, NULL, m, o, &tc, &t));
-    int64_t idx[B * 4], next[B * 4], count, ncount, eval_idx[40];
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)(B * 4)), *next = malloc(sizeof(int64_t) * (size_t)(B * 4));
+    int64_t count, ncount, eval_idx[40];
+    LS_REQUIRE(idx && next);
     for (int i = 0; i < 40; i++) eval_idx[i] = (i * 13) % N_SAMPLES;
     for (int k = 0; k < STEPS; k++) {
         step_indices(p, k, idx, &count);
@@ -113,6 +119,8 @@ static float *run(const plan *p, const char *mode, int64_t *hits, int64_t *misse
         }
     }
     ls_trainer_prefetch_stats(t, hits, misses);
+    free(idx);
+    free(next);
     LS_REQUIRE_OK(ls_ctx_synchronize(C));
     int64_t total = 0;
     for (int i = 0; i < np; i++) total += ls_tensor_numel(pa[i]);
@@ -137,8 +145,8 @@ static void check(const char *name, plan p, int64_t want_hits, int64_t want_miss
     int64_t h0, m0, h1, m1, n0, n1;
     plan ref = p;
     ref.hint = HINT_NONE;
-    float *a = run(&ref, "off", &h0, &m0, &n0);
-    float *b = run(&p, on_mode, &h1, &m1, &n1);
+    float *a = run(&ref, "off", ref_data, &h0, &m0, &n0);
+    float *b = run(&p, on_mode, "off", &h1, &m1, &n1);
     int same = n0 == n1 && !memcmp(a, b, sizeof(float) * (size_t)n0);
     int64_t differ = 0;
     for (int64_t i = 0; i < n0 && i < n1; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
@@ -160,16 +168,18 @@ int main(int argc, char **argv) {
         char why[256] = "";
         if (ls_device_cuda_count(why, sizeof why) == 0) LS_SKIP("no usable CUDA device: %s", why);
         LS_REQUIRE_OK(ls_ctx_create((ls_device){LS_DEVICE_CUDA, 0}, NULL, &C));
-        LS_REQUIRE(setenv("LOCKSTEP_DATA_ON_DEVICE", "off", 1) == 0);
         on_mode = "auto";
+        ref_data = "on"; /* the reference gathers on the device, in compute-stream order: no copy stream */
     } else if (!strcmp(dev, "cpu")) {
         LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &C));
         on_mode = "on";
+        ref_data = "off"; /* the reference gathers into host views: no staging */
     } else {
         fprintf(stderr, "device '%s': use cpu or cuda\n", dev);
         return 2;
     }
-    printf("device %s, LOCKSTEP_PREFETCH=%s against off, %d steps of batch %d\n", dev, on_mode, STEPS, B);
+    printf("device %s: LOCKSTEP_PREFETCH=%s (data on the host) against off (LOCKSTEP_DATA_ON_DEVICE=%s), %d steps "
+           "of batch %lld\n", dev, on_mode, ref_data, STEPS, (long long)B);
     plan p = {1, HINT_NEXT, 0, 0, 0, LS_PRECISION_FP32};
     check("right hints", p, STEPS - 1, 0);
     p.hint = HINT_WRONG;
@@ -184,12 +194,19 @@ int main(int argc, char **argv) {
     p.grow = 1;
     check("growing batches", p, STEPS - 1, 0);
     p.grow = 0;
-    p.evaluate = 1; /* after steps 0, 3, ...: the prefetched batch waits in its slot, except after step
-                     * 0, where the evaluation's bigger chunks remake the buffers */
-    check("evaluation between steps", p, STEPS - 2, 1);
+    p.evaluate = 1; /* after steps 0, 3, ...: the prefetched batch waits in its slot meanwhile */
+    check("evaluation between steps", p, STEPS - 1, 0);
     p.evaluate = 0;
     p.precision = LS_PRECISION_BF16;
     check("bf16", p, STEPS - 1, 0);
+    p.precision = LS_PRECISION_FP32;
+    N_SAMPLES = 2048;
+    FEATURES = 1024;
+    B = 1024; /* 4 MiB a batch */
+    check("4 MiB batches", p, STEPS - 1, 0);
+    N_SAMPLES = 300;
+    FEATURES = 48;
+    B = 32;
 
     /* bad input */
     LS_REQUIRE(setenv("LOCKSTEP_PREFETCH", "maybe", 1) == 0);
