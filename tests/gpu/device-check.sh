@@ -101,7 +101,13 @@ add_row "gpu" "$(result_of "$STEP_RC")" "$GPU"
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 # the gpu tests run side by side unless the GPU takes one process at a time
 CTEST_J=6
+CTEST_E=()
 case $GPU in *Exclusive* | *Prohibited*) CTEST_J=1 ;; esac
+# two ranks sharing the GPU cannot run where it takes one process at a time
+case $GPU in *Exclusive_Process* | *Prohibited*)
+    CTEST_E=(-E '_np2$')
+    add_row "2 ranks sharing the GPU (*_np2)" "NOT RUN" "compute mode: ${GPU##*, }" ;;
+esac
 nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 [ -x "$nvcc_path" ] && "$nvcc_path" --version | tail -n 2
 
@@ -224,7 +230,7 @@ fi
 
 # ---- gpu tests ----
 if [ "$LIBOK" -eq 1 ]; then
-    step ctest-gpu 150 ctest --test-dir "$BUILD" -L gpu -j "$CTEST_J" --output-on-failure --timeout 120
+    step ctest-gpu 150 ctest --test-dir "$BUILD" -L gpu "${CTEST_E[@]}" -j "$CTEST_J" --output-on-failure --timeout 120
     [ "$STEP_RC" -ne 0 ] && FAILED=1
     grep -qE 'Test +#[0-9]+: ' "$WORK/ctest-gpu.out" 2>/dev/null || add_row "ctest -L gpu" "$(result_of "$STEP_RC")" ""
     # one row per test, from ctest's own lines: "1/3 Test #59: test_gpu_parity ....   Passed  12.3 sec"
