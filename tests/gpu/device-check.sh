@@ -18,7 +18,7 @@
 #   build, -j$(nproc)                               ~30 s   (2-core dev VM: configure 10 s; the
 #                                                            library 55 s, ~45 CPU-s; the rest ~50
 #                                                            CPU-s; cnn.cu, the longest nvcc job, 8 s)
-#   ctest -L gpu, 6 tests side by side (-j6)        ~40 s   (test_gpu_parity's f64/adamw references
+#   ctest -L gpu, 6 tests side by side (-j6)        ~50 s   (test_gpu_parity's f64/adamw references
 #                                                            on the CPU dominate: ~25 s of one core)
 #   fashion_mlp x3 (2 epochs) + checkpoint pair     ~30 s   (5 processes: CUDA start, data, training)
 #   PyTorch probe (cold import)                     ~0 s    (runs during the build)
