@@ -112,3 +112,66 @@ void ex_gpu_monitor_print(ls_gpu_monitor *m) {
     if (!m || ls_gpu_monitor_read(m, &st) != LS_OK) return;
     printf("  %s: %s\n", st.name, ls_gpu_stats_format(&st, buf, sizeof buf));
 }
+
+ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag) {
+    FILE *f = fopen(path, "r");
+    if (!f) return LS_OK;
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+        fclose(f);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s path '%s' is too long", flag, path);
+    }
+    FILE *g = fopen(tmp, "w");
+    if (!g) {
+        fclose(f);
+        return ls_error(LS_ERR_IO, "%s: cannot create '%s'", flag, tmp);
+    }
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        const char *p = line;
+        while (*p && (*p < '0' || *p > '9')) p++;
+        if (*p && strtoll(p, NULL, 10) <= last) fputs(line, g);
+    }
+    fclose(f);
+    if (fclose(g) != 0 || rename(tmp, path) != 0) return ls_error(LS_ERR_IO, "%s: cannot rewrite '%s'", flag, path);
+    return LS_OK;
+}
+
+ls_status ex_metrics_open(ex_metrics *m, const char *path, int rank, int64_t resume_last) {
+    memset(m, 0, sizeof *m);
+    if (!path) return LS_OK;
+    m->on = 1;
+    if (rank != 0) return LS_OK;
+    if (resume_last >= 0) LS_CHECK(ex_truncate_step_file(path, resume_last, "--metrics"));
+    m->f = fopen(path, resume_last >= 0 ? "a" : "w");
+    if (!m->f) return ls_error(LS_ERR_IO, "--metrics: cannot open '%s' for writing", path);
+    return LS_OK;
+}
+
+ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int64_t step, int64_t epoch,
+                          const ls_step_stats *st, double step_s, int clipping) {
+    if (!m->on) return LS_OK;
+    ls_memory_stats ms;
+    ls_allocator_stats(alloc, &ms);
+    double sum[3] = {st->loss_sum, (double)st->correct, (double)st->samples};
+    double mx[3] = {step_s, (double)ms.live_bytes, (double)ms.peak_bytes};
+    LS_CHECK(ls_comm_allreduce(comm, sum, 3, LS_F64, LS_REDUCE_SUM));
+    LS_CHECK(ls_comm_allreduce(comm, mx, 3, LS_F64, LS_REDUCE_MAX));
+    if (!m->f) return LS_OK;
+    double n = sum[2] > 0 ? sum[2] : 1;
+    fprintf(m->f,
+            "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.17g, \"accuracy\": %.17g, \"samples\": %.0f, "
+            "\"lr\": %.9g, \"step_ms\": %.6f, \"samples_per_s\": %.3f, \"loss_scale\": %.17g, \"skipped\": %d, "
+            "\"mem_live_bytes\": %.0f, \"mem_peak_bytes\": %.0f",
+            (long long)step, (long long)epoch, sum[0] / n, sum[1] / n, sum[2], (double)st->lr, mx[0] * 1e3,
+            mx[0] > 0 ? sum[2] / mx[0] : 0.0, st->loss_scale, st->skipped, mx[1], mx[2]);
+    if (clipping) fprintf(m->f, ", \"grad_norm\": %.17g", st->grad_norm);
+    fputs("}\n", m->f);
+    if (fflush(m->f) != 0) return ls_error(LS_ERR_IO, "--metrics: cannot write");
+    return LS_OK;
+}
+
+void ex_metrics_close(ex_metrics *m) {
+    if (m->f) fclose(m->f);
+    m->f = NULL;
+}

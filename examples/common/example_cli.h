@@ -6,8 +6,10 @@
 #define LOCKSTEP_EXAMPLE_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cnn.h"
+#include "comm.h"
 #include "data.h"
 #include "gpumon.h"
 #include "status.h"
@@ -40,6 +42,28 @@ void ex_batcher_free(ex_batcher *b);
 ls_status ex_batcher_step(ex_batcher *b, ls_sampler *s, ls_trainer *t, const ls_dataset *d, int64_t j,
                           int64_t steps, int64_t per_step, int64_t **idx, int64_t *count, int64_t *global);
 void ex_batcher_epoch(ex_batcher *b);
+
+/* Per-step metrics (--metrics FILE): one JSON object per optimizer step, written by rank 0 and
+ * flushed at once:
+ *   {"step": 12, "epoch": 0, "loss": 0.512, "accuracy": 0.8125, "samples": 256, "lr": 0.05,
+ *    "step_ms": 3.41, "samples_per_s": 75073.3, "loss_scale": 1, "skipped": 0,
+ *    "mem_live_bytes": 6815744, "mem_peak_bytes": 8126464[, "grad_norm": 1.23]}
+ * loss and accuracy over the step's global batch; step_ms the slowest rank's time in the step
+ * (batch, forward, backward, exchange, optimizer); memory the largest rank's, in the context's
+ * allocator. Every rank calls ex_metrics_step (it holds two small all-reduces). */
+typedef struct ex_metrics {
+    FILE *f; /* rank 0's file; NULL elsewhere */
+    int on;
+} ex_metrics;
+/* Opens path on rank 0 (any rank: on = path != NULL). resume_last >= 0: a resumed run keeps the
+ * lines up to that step and appends (the lines of steps after the checkpoint are dropped). */
+ls_status ex_metrics_open(ex_metrics *m, const char *path, int rank, int64_t resume_last);
+ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int64_t step, int64_t epoch,
+                          const ls_step_stats *st, double step_s, int clipping);
+void ex_metrics_close(ex_metrics *m);
+/* Keep the lines of a per-step file (--log-steps, --metrics) whose step, the first integer on the
+ * line, is at most last: a resumed run appends after them. A missing file is fine. */
+ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag);
 
 /* GPU monitoring of dev on rank 0 (LOCKSTEP_GPU_MONITOR, gpumon.h): *out stays NULL on the CPU, on
  * other ranks, when it is off, or when NVML is missing (then PROG says so on stderr once: not an

@@ -36,7 +36,7 @@ typedef struct options {
     const char *precision;
     int ckpt_segments; /* activation checkpointing: segments, 0 off */
     int64_t max_steps, save_every, keep_last;
-    const char *checkpoint_dir, *resume, *log_steps;
+    const char *checkpoint_dir, *resume, *log_steps, *metrics;
 } options;
 
 static void usage(FILE *f) {
@@ -76,6 +76,8 @@ static void usage(FILE *f) {
             "                        afresh when there is none); PATH: from that checkpoint directory\n"
             "  --log-steps FILE      rank 0 writes \"step loss\" per optimizer step (mean over the global batch,\n"
             "                        17 digits); on resume, lines past the resumed step are dropped, new ones appended\n"
+            "  --metrics FILE        rank 0 writes one JSON object per optimizer step: loss, accuracy, lr, step time,\n"
+            "                        samples/s, loss scale, memory (resumed like --log-steps)\n"
             "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
             "  -h, --help            this text\n\n"
             "Checkpoints hold the weights (model.safetensors), the optimizer state (optimizer.safetensors),\n"
@@ -131,6 +133,7 @@ static int parse_options(int argc, char **argv, options *o) {
         {"max-steps", required_argument, 0, 'M'},     {"save-every", required_argument, 0, 'V'},
         {"checkpoint-dir", required_argument, 0, 'K'}, {"keep-last", required_argument, 0, 'L'},
         {"resume", required_argument, 0, 'R'},        {"log-steps", required_argument, 0, 'G'},
+        {"metrics", required_argument, 0, 'J'},
         {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -169,6 +172,7 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'L': if (parse_i64("--keep-last", optarg, 0, &o->keep_last)) return -1; break;
         case 'R': o->resume = optarg; break;
         case 'G': o->log_steps = optarg; break;
+        case 'J': o->metrics = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -204,29 +208,6 @@ static ls_status dump_params(ls_ctx *ctx, ls_module *m, const char *path) {
     }
     if (fclose(f) != 0 && s == LS_OK) s = ls_error(LS_ERR_IO, "cannot close '%s'", path);
     return s;
-}
-
-/* Keep the lines of a --log-steps file whose step is at most last (a run that died after its last
- * checkpoint wrote lines that the resumed run writes again). A missing file is fine. */
-static ls_status truncate_step_log(const char *path, int64_t last) {
-    FILE *f = fopen(path, "r");
-    if (!f) return LS_OK;
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
-        fclose(f);
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "--log-steps path '%s' is too long", path);
-    }
-    FILE *g = fopen(tmp, "w");
-    if (!g) {
-        fclose(f);
-        return ls_error(LS_ERR_IO, "cannot create '%s'", tmp);
-    }
-    char line[256];
-    while (fgets(line, sizeof line, f))
-        if (strtoll(line, NULL, 10) <= last) fputs(line, g);
-    fclose(f);
-    if (fclose(g) != 0 || rename(tmp, path) != 0) return ls_error(LS_ERR_IO, "cannot rewrite '%s'", path);
-    return LS_OK;
 }
 
 static ls_status save_checkpoint(ls_comm *comm, ls_ctx *ctx, const options *o, ls_module *model, ls_optimizer *opt,
@@ -267,6 +248,7 @@ int main(int argc, char **argv) {
     ls_trainer *trainer = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
     ex_batcher bt = {{NULL, NULL}, 0, -1, 0, 0};
+    ex_metrics metrics = {NULL, 0};
     ls_gpu_monitor *gpumon = NULL;
     FILE *step_log = NULL;
     int preempt_installed = 0;
@@ -392,10 +374,11 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     if (o.log_steps && rank == 0) {
-        if (last_saved >= 0) TRY("--log-steps", truncate_step_log(o.log_steps, last_saved));
+        if (last_saved >= 0) TRY("--log-steps", ex_truncate_step_file(o.log_steps, last_saved, "--log-steps"));
         step_log = fopen(o.log_steps, last_saved >= 0 ? "a" : "w");
         if (!step_log) TRY("--log-steps", ls_error(LS_ERR_IO, "cannot open '%s' for writing", o.log_steps));
     }
+    TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, last_saved));
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
     TRY("indices", ex_batcher_init(&bt, per_step));
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
@@ -422,9 +405,11 @@ int main(int argc, char **argv) {
                 max_reached = 1;
                 break;
             }
+            double ts = ex_now_s();
             TRY("batch", ex_batcher_step(&bt, sampler, trainer, train, j, steps, per_step, &idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, train, idx, count, global, &st));
             gstep = ls_trainer_num_steps(trainer);
+            TRY("--metrics", ex_metrics_step(&metrics, comm, ctx->alloc, gstep, epoch, &st, ex_now_s() - ts, o.clip > 0));
             m[0] += st.loss_sum;
             m[1] += (double)st.correct;
             m[2] += (double)st.samples;
@@ -497,6 +482,7 @@ int main(int argc, char **argv) {
 
 done:
     ls_gpu_monitor_stop(gpumon);
+    ex_metrics_close(&metrics);
     ex_batcher_free(&bt);
     free(test_idx);
     ls_trainer_destroy(trainer);

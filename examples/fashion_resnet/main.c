@@ -37,7 +37,7 @@ typedef struct options {
     int64_t warmup;
     int blocks, ckpt_segments, sync_bn, augment;
     uint64_t seed;
-    const char *data_dir, *device, *comm;
+    const char *data_dir, *device, *comm, *metrics;
     int progress; /* -1 auto */
 } options;
 
@@ -75,6 +75,8 @@ static void usage(FILE *f) {
             "                        /usr/share/datasets/fashion-mnist)\n"
             "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
             "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
+            "  --metrics FILE        rank 0 writes one JSON object per optimizer step: loss, accuracy, lr, step time,\n"
+            "                        samples/s, loss scale, memory\n"
             "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
             "  -h, --help            this text\n\n"
             "Environment: LOCKSTEP_LOG=error|warn|info|debug, LOCKSTEP_DEVICE, LOCKSTEP_COMM,\n"
@@ -113,7 +115,8 @@ static int parse_options(int argc, char **argv, options *o) {
         {"test-limit", required_argument, 0, 't'},     {"data-dir", required_argument, 0, 'd'},
         {"device", required_argument, 0, 'D'},         {"comm", required_argument, 0, 'C'},
         {"progress", no_argument, 0, 'p'},             {"no-progress", no_argument, 0, 'N'},
-        {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0}};
+        {"metrics", required_argument, 0, 'J'},        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     int c;
     int64_t v;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -147,6 +150,7 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'd': o->data_dir = optarg; break;
         case 'D': o->device = optarg; break;
         case 'C': o->comm = optarg; break;
+        case 'J': o->metrics = optarg; break;
         case 'p': o->progress = 1; break;
         case 'N': o->progress = 0; break;
         case 'h': usage(stdout); exit(0);
@@ -194,6 +198,7 @@ int main(int argc, char **argv) {
     ls_trainer *trainer = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
     ex_batcher bt = {{NULL, NULL}, 0, -1, 0, 0};
+    ex_metrics metrics = {NULL, 0};
     ls_gpu_monitor *gpumon = NULL;
     ls_tensor **params = NULL, **grads = NULL;
 
@@ -307,6 +312,7 @@ int main(int argc, char **argv) {
     }
     fflush(stdout);
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
+    TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, -1));
     TRY("indices", ex_batcher_init(&bt, per_step));
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
     if (!test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
@@ -328,8 +334,11 @@ int main(int argc, char **argv) {
         for (int64_t j = 0; j < steps; j++) {
             int64_t count, global;
             ls_step_stats st;
+            double ts = ex_now_s();
             TRY("batch", ex_batcher_step(&bt, sampler, trainer, data, j, steps, per_step, &idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, data, idx, count, global, &st));
+            TRY("--metrics", ex_metrics_step(&metrics, comm, ctx->alloc, ls_trainer_num_steps(trainer), epoch, &st,
+                                             ex_now_s() - ts, o.clip > 0));
             m[0] += st.loss_sum;
             m[1] += (double)st.correct;
             m[2] += (double)st.samples;
@@ -382,6 +391,7 @@ int main(int argc, char **argv) {
 
 done:
     ls_gpu_monitor_stop(gpumon);
+    ex_metrics_close(&metrics);
     ex_batcher_free(&bt);
     free(test_idx);
     free(params);

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# check_metrics.sh MLP LOCKSTEP_RUN METRICS_CHECK: fashion_mlp --metrics writes one JSON object per
+# optimizer step that agrees with --log-steps (metrics_check.c says what is checked): one rank;
+# with --clip-grad-norm (grad_norm appears) and a resume from step 5 after a run that died after
+# step 7 (its final checkpoint removed: steps 6 and 7 are written once, by the resumed run); two ranks (the samples are the
+# global batch); a file that cannot be opened is an error naming it.
+set -u
+mlp=$1 run=$2 check=$3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+args=(--epochs 2 --train-limit 1000 --test-limit 200 --batch-size 100 --no-progress)
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$mlp" "${args[@]}" --metrics "$dir/m1" --log-steps "$dir/s1" >"$dir/out1" 2>&1 || fail "run 1: $(cat "$dir/out1")"
+head -n 2 "$dir/m1"
+"$check" "$dir/m1" "$dir/s1" 20 100 10 noclip || fail "one rank"
+
+c=(--clip-grad-norm 1.0 --checkpoint-dir "$dir/ck" --save-every 5 --metrics "$dir/m2" --log-steps "$dir/s2")
+"$mlp" "${args[@]}" "${c[@]}" --max-steps 7 >"$dir/out2" 2>&1 || fail "run 2: $(cat "$dir/out2")"
+[ "$(wc -l <"$dir/m2")" -eq 7 ] || fail "the stopped run wrote $(wc -l <"$dir/m2") lines, want 7"
+rm -rf "$dir/ck/step-00000007" # as if it had died after step 7, before its final checkpoint
+"$mlp" "${args[@]}" "${c[@]}" --resume auto >"$dir/out3" 2>&1 || fail "resume: $(cat "$dir/out3")"
+grep -q "resumed from .* at step 5" "$dir/out3" || fail "did not resume from step 5: $(cat "$dir/out3")"
+"$check" "$dir/m2" "$dir/s2" 20 100 10 clip || fail "clipping and resume"
+
+if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
+    "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --metrics "$dir/m3" --log-steps "$dir/s3" >"$dir/out4" 2>&1 ||
+        fail "two ranks: $(cat "$dir/out4")"
+    "$check" "$dir/m3" "$dir/s3" 20 100 10 noclip || fail "two ranks"
+else
+    echo "(no MPI launcher here: the two-rank case is left out)"
+fi
+
+out=$("$mlp" "${args[@]}" --metrics /nonexistent-dir/m 2>&1) && fail "an unwritable --metrics path was accepted"
+grep -q -- "--metrics: cannot open '/nonexistent-dir/m' for writing" <<<"$out" || fail "unclear error: $out"
+echo "PASS: --metrics agrees with --log-steps (one rank, clipping and resume, two ranks); bad path refused"
