@@ -98,19 +98,64 @@ ls_status ex_gpu_monitor_start(const char *prog, ls_device dev, int rank, ls_gpu
     *out = NULL;
     int interval = 0;
     LS_CHECK(ls_gpu_monitor_interval_from_env(&interval));
-    if (dev.type != LS_DEVICE_CUDA || rank != 0 || interval == 0) return LS_OK;
+    if (dev.type != LS_DEVICE_CUDA || interval == 0) return LS_OK;
     if (ls_gpu_monitor_start(dev, interval, out) != LS_OK) {
-        fprintf(stderr, "%s: no GPU figures (%s)\n", prog, ls_last_error());
+        fprintf(stderr, "%s: rank %d: no GPU figures (%s)\n", prog, rank, ls_last_error());
         *out = NULL;
     }
     return LS_OK;
 }
 
-void ex_gpu_monitor_print(ls_gpu_monitor *m) {
+ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank) {
     ls_gpu_stats st;
-    char buf[256];
-    if (!m || ls_gpu_monitor_read(m, &st) != LS_OK) return;
-    printf("  %s: %s\n", st.name, ls_gpu_stats_format(&st, buf, sizeof buf));
+    int have = m && ls_gpu_monitor_read(m, &st) == LS_OK;
+    /* a figure a GPU does not report (< 0) counts as missing: +big for the minimum, -1 for the
+     * maximum, nothing in the sums */
+    const double big = 1e300;
+#define LO(x) (have && (x) >= 0 ? (x) : big)
+#define HI(x) (have && (x) >= 0 ? (x) : -1.0)
+    double lo[3] = {LO(st.util_pct), LO(st.mem_util_pct), LO(st.sm_clock_mhz)};
+    double hi[6] = {HI(st.util_pct), HI(st.mem_util_pct), HI(st.sm_clock_mhz), HI(st.temp_c),
+                    have ? (double)st.mem_used : -1.0, have ? (double)st.mem_total : -1.0};
+    double sum[4] = {have ? 1.0 : 0.0, have && st.power_w >= 0 ? st.power_w : 0.0,
+                     have && st.power_w >= 0 && st.power_limit_w > 0 ? st.power_limit_w : 0.0,
+                     have && st.power_w >= 0 ? 1.0 : 0.0};
+#undef LO
+#undef HI
+    LS_CHECK(ls_comm_allreduce(comm, lo, 3, LS_F64, LS_REDUCE_MIN));
+    LS_CHECK(ls_comm_allreduce(comm, hi, 6, LS_F64, LS_REDUCE_MAX));
+    LS_CHECK(ls_comm_allreduce(comm, sum, 4, LS_F64, LS_REDUCE_SUM));
+    if (rank != 0 || sum[0] < 1) return LS_OK;
+    const char *name = have ? st.name : "GPU";
+    char buf[400];
+    if (sum[0] < 1.5) { /* one GPU: its own figures */
+        ls_gpu_stats one;
+        memset(&one, 0, sizeof one);
+        one.util_pct = hi[0];
+        one.mem_util_pct = hi[1];
+        one.sm_clock_mhz = hi[2];
+        one.temp_c = hi[3];
+        one.mem_used = hi[4] > 0 ? (uint64_t)hi[4] : 0;
+        one.mem_total = hi[5] > 0 ? (uint64_t)hi[5] : 0;
+        one.power_w = sum[3] > 0 ? sum[1] : -1;
+        one.power_limit_w = sum[2] > 0 ? sum[2] : -1;
+        printf("  %s: %s\n", name, ls_gpu_stats_format(&one, buf, sizeof buf));
+        return LS_OK;
+    }
+    int k = snprintf(buf, sizeof buf, "%.0f GPUs (%s): gpu %.0f-%.0f%% busy (memory %.0f-%.0f%%)", sum[0], name,
+                     lo[0], hi[0], lo[1], hi[1]);
+    if (hi[5] > 0 && k < (int)sizeof buf)
+        k += snprintf(buf + k, sizeof buf - (size_t)k, ", up to %.1f GiB used of %.1f GiB", hi[4] / 1073741824.0,
+                      hi[5] / 1073741824.0);
+    if (sum[3] > 0 && k < (int)sizeof buf) {
+        k += snprintf(buf + k, sizeof buf - (size_t)k, ", %.0f W in all", sum[1]);
+        if (sum[2] > 0 && k < (int)sizeof buf) k += snprintf(buf + k, sizeof buf - (size_t)k, " (of %.0f W)", sum[2]);
+    }
+    if (hi[3] >= 0 && k < (int)sizeof buf) k += snprintf(buf + k, sizeof buf - (size_t)k, ", up to %.0f C", hi[3]);
+    if (hi[2] >= 0 && lo[2] < big && k < (int)sizeof buf)
+        snprintf(buf + k, sizeof buf - (size_t)k, ", %.0f-%.0f MHz", lo[2], hi[2]);
+    printf("  %s\n", buf);
+    return LS_OK;
 }
 
 ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag) {

@@ -65,12 +65,17 @@ void ex_metrics_close(ex_metrics *m);
  * line, is at most last: a resumed run appends after them. A missing file is fine. */
 ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag);
 
-/* GPU monitoring of dev on rank 0 (LOCKSTEP_GPU_MONITOR, gpumon.h): *out stays NULL on the CPU, on
- * other ranks, when it is off, or when NVML is missing (then PROG says so on stderr once: not an
- * error). A bad LOCKSTEP_GPU_MONITOR is an error. */
+/* GPU monitoring of dev on every rank (LOCKSTEP_GPU_MONITOR, gpumon.h): *out stays NULL on the
+ * CPU, when it is off, or when NVML is missing (then PROG says so on stderr, naming the rank: not
+ * an error). A bad LOCKSTEP_GPU_MONITOR is an error. */
 ls_status ex_gpu_monitor_start(const char *prog, ls_device dev, int rank, ls_gpu_monitor **out);
-/* Prints "  gpu 97% busy (memory 41%), ..." (the figures since the last call) when m is not NULL. */
-void ex_gpu_monitor_print(ls_gpu_monitor *m);
+/* Every rank calls it after an epoch: the figures of every rank's monitor since the last call,
+ * combined, printed by rank 0 (nothing when no rank monitors a GPU). One GPU:
+ *   "  NVIDIA H200: gpu 97% busy (memory 41%), 20.3 GiB used of 140.0 GiB, 455 W of 700 W, 62 C, 1980 MHz"
+ * several: "  4 GPUs (NVIDIA H200): gpu 91-97% busy (memory 38-41%), up to 20.3 GiB used of
+ * 140.0 GiB, 1820 W in all (of 2800 W), up to 64 C, 1950-1980 MHz" (the range over the GPUs
+ * shows a straggler). */
+ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank);
 
 #ifdef EX_PROG
 #define parse_i64(flag, s, min, out) ex_parse_i64(EX_PROG, flag, s, min, out)

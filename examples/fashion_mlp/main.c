@@ -470,9 +470,11 @@ int main(int argc, char **argv) {
                    "%.0f samples/s  %.2f s  peak memory %s\n",
                    (int)epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
                    (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk));
-            ex_gpu_monitor_print(gpumon); /* over the epoch, evaluation included */
             fflush(stdout);
         }
+        /* the GPUs over the epoch, evaluation included (every rank takes part) */
+        TRY("GPU figures", ex_gpu_monitor_report(gpumon, comm, rank));
+        fflush(stdout);
     }
     if (max_reached && rank == 0) printf("fashion_mlp: stopped at step %lld (--max-steps)\n", (long long)gstep);
     if (o.save_every > 0 && gstep > 0 && gstep != last_saved)

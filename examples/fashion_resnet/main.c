@@ -383,9 +383,11 @@ int main(int argc, char **argv) {
                    (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk),
                    skipped ? "" : "\n");
             if (skipped) printf("  (%lld steps skipped: fp16 overflow)\n", (long long)skipped);
-            ex_gpu_monitor_print(gpumon); /* over the epoch, evaluation included */
             fflush(stdout);
         }
+        /* the GPUs over the epoch, evaluation included (every rank takes part) */
+        TRY("GPU figures", ex_gpu_monitor_report(gpumon, comm, rank));
+        fflush(stdout);
     }
     if (rank == 0 && o.epochs > 0) printf("training time %.1f s\n", total_time);
 
