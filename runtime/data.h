@@ -61,6 +61,12 @@ void ls_dataset_changed(ls_dataset *d);
  * output may be NULL to skip it. An index outside [0, n) is LS_ERR_INVALID_ARGUMENT. */
 ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t count,
                             float *images_out, int32_t *labels_out);
+/* The same on up to threads threads (the calling one included), each copying a contiguous share of
+ * the rows; the result is identical. Fewer threads when the batch is small (under 1 MiB a
+ * thread). threads <= 0: LOCKSTEP_GATHER_THREADS, else 4 with at least 8 online CPUs, else 1.
+ * The trainer uses it for batches staged for a GPU (train.h, LOCKSTEP_PREFETCH). */
+ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, int64_t count, float *images_out,
+                                     int32_t *labels_out, int threads);
 
 typedef enum ls_sampler_mode {
     LS_SAMPLER_PAD = 0,       /* default, DistributedSampler: pad by repeating the start of the

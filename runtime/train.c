@@ -355,7 +355,8 @@ static ls_status stage_upload(ls_trainer *t, int i, const ls_dataset *data, cons
     struct stage *g = &t->st[i];
     LS_CHECK(ensure_staging(t, i));
     LS_CHECK(ls_allocator_upload_wait(t->ctx->alloc, i)); /* its last copies have read the staging memory */
-    LS_CHECK(ls_dataset_gather(data, idx, n, g->hx, g->hy));
+    /* several threads: on a GPU host the cores are otherwise idle while the device computes */
+    LS_CHECK(ls_dataset_gather_parallel(data, idx, n, g->hx, g->hy, 0));
     LS_CHECK(ls_allocator_upload(t->ctx->alloc, i, g->x->data, g->hx, (size_t)(n * data->features) * sizeof(float)));
     return ls_allocator_upload(t->ctx->alloc, i, g->y->data, g->hy, (size_t)n * sizeof(int32_t));
 }

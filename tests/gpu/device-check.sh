@@ -353,6 +353,12 @@ if [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
     add_row "MLP batch 4096, data on the host" "" \
         "prefetch ${on_all:-?} ms vs none ${off_all:-?} ms per step (${pf:-prefetched ?}; on the device: $(round_ms lockstep-b4096) ms)"
 fi
+# the host gather behind that path: one thread against the threaded one this machine's cores get
+if [ -x "$BUILD/cluster/bench/bench_gather" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+    step bench-gather 20 "$BUILD/cluster/bench/bench_gather" --batch-size 4096 --rounds 101 --data-dir "$DATA"
+    fig=$(grep -E '^gather ' "$WORK/bench-gather.out" 2>/dev/null | sed -E 's/.*CPUs: //')
+    add_row "host gather, 4096 rows" "$(result_of "$STEP_RC")" "${fig:-?}"
+fi
 
 # ---- end to end: oom_challenge on its GPU defaults (ResNet 64,128,256,512 x 3 blocks on 128x128x3
 # synthetic images, batch 256, 48 GiB cap): the baseline runs out of memory with the allocator's

@@ -1,0 +1,86 @@
+/* bench_gather.c: the batch gather from Fashion-MNIST's 60000 training rows (random rows, as a
+ * shuffled epoch reads them): ls_dataset_gather (one thread) against ls_dataset_gather_parallel
+ * (LOCKSTEP_GATHER_THREADS, default min(4, CPUs)), alternating A B A B with fresh random indices
+ * each round; medians and their ratio.
+ *   bench_gather [--batch-size N] [--rounds N] [--data-dir DIR] */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "data.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    int64_t B = 4096;
+    int rounds = 101;
+    const char *dir = NULL;
+    static struct option lo[] = {{"batch-size", required_argument, 0, 'b'},
+                                 {"rounds", required_argument, 0, 'r'},
+                                 {"data-dir", required_argument, 0, 'd'},
+                                 {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        if (c == 'b') B = atoll(optarg);
+        else if (c == 'r') rounds = atoi(optarg);
+        else if (c == 'd') dir = optarg;
+        else {
+            fprintf(stderr, "usage: bench_gather [--batch-size N] [--rounds N] [--data-dir DIR]\n");
+            return 2;
+        }
+    }
+    if (B < 1 || rounds < 1) {
+        fprintf(stderr, "bench_gather: --batch-size and --rounds must be >= 1\n");
+        return 2;
+    }
+    ls_dataset *d = NULL;
+    if (ls_fashion_mnist_load(dir, 1, 0, &d) != LS_OK) {
+        fprintf(stderr, "bench_gather: %s\n", ls_last_error());
+        return 1;
+    }
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)B);
+    float *x = malloc(sizeof(float) * (size_t)(B * d->features));
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)B);
+    double *t[2] = {malloc(sizeof(double) * (size_t)rounds), malloc(sizeof(double) * (size_t)rounds)};
+    if (!idx || !x || !y || !t[0] || !t[1]) return 1;
+    uint64_t r = 1;
+    for (int k = 0; k < rounds; k++)
+        for (int m = 0; m < 2; m++) {
+            for (int64_t i = 0; i < B; i++) {
+                r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+                idx[i] = (int64_t)((r >> 33) % (uint64_t)d->n);
+            }
+            double t0 = now_s();
+            ls_status s = m == 0 ? ls_dataset_gather(d, idx, B, x, y) : ls_dataset_gather_parallel(d, idx, B, x, y, 0);
+            t[m][k] = now_s() - t0;
+            if (s != LS_OK) {
+                fprintf(stderr, "bench_gather: %s\n", ls_last_error());
+                return 1;
+            }
+        }
+    qsort(t[0], (size_t)rounds, sizeof(double), cmp);
+    qsort(t[1], (size_t)rounds, sizeof(double), cmp);
+    double a = t[0][rounds / 2], b = t[1][rounds / 2];
+    printf("gather %lld rows x %lld floats (%.1f MiB), %d rounds A B A B, %ld CPUs: one thread median %.3f ms, "
+           "threaded median %.3f ms: %.2fx\n",
+           (long long)B, (long long)d->features, (double)B * (double)d->features * 4 / 1048576.0, rounds,
+           sysconf(_SC_NPROCESSORS_ONLN), a * 1e3, b * 1e3, a / b);
+    free(idx);
+    free(x);
+    free(y);
+    free(t[0]);
+    free(t[1]);
+    ls_dataset_destroy(d);
+    return 0;
+}
