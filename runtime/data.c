@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -419,26 +420,35 @@ static void *gather_run(void *arg) {
     return NULL;
 }
 
-static int gather_threads_default(void) {
+/* LOCKSTEP_GATHER_THREADS, else 4 where this process may run on at least 8 CPUs (its affinity:
+ * under mpirun --bind-to core a rank has one), else 1: on 2 CPUs a second thread was no faster
+ * (0.68x-1.23x in bench_gather). */
+static ls_status gather_threads_default(int *out) {
     const char *e = getenv("LOCKSTEP_GATHER_THREADS");
     if (e && *e) {
-        long v = strtol(e, NULL, 10);
-        if (v >= 1 && v <= 64) return (int)v;
+        char *end = NULL;
+        long v = strtol(e, &end, 10);
+        if (end == e || *end || v < 1 || v > 64)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GATHER_THREADS='%s': use a thread count from 1 to 64", e);
+        *out = (int)v;
+        return LS_OK;
     }
-    /* on 2 CPUs a second thread was no faster (0.68x-1.23x in bench_gather): threads only where
-     * there are cores to spare */
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n >= 8 ? 4 : 1;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+    *out = n >= 8 ? 4 : 1;
+    return LS_OK;
 }
 
 ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, int64_t count, float *images_out,
                                      int32_t *labels_out, int threads) {
     enum { MAX_THREADS = 64 };
-    if (threads <= 0) threads = gather_threads_default();
+    if (threads <= 0) LS_CHECK(gather_threads_default(&threads));
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     size_t row = d ? (size_t)d->features * sizeof(float) : 0, bytes = row * (size_t)(count > 0 ? count : 0);
     int64_t most = (int64_t)(bytes / (1 << 20)); /* at least 1 MiB a thread */
     if (most < threads) threads = most > 1 ? (int)most : 1;
+    if (threads > count) threads = count > 1 ? (int)count : 1;
     if (threads <= 1 || !d || !idx) return ls_dataset_gather(d, idx, count, images_out, labels_out);
     /* the indices are checked here, once, so a thread cannot fail (and errors name the position
      * in the whole batch) */
@@ -448,7 +458,7 @@ ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, in
     int started[MAX_THREADS] = {0};
     int64_t per = (count + threads - 1) / threads;
     for (int k = 0; k < threads; k++) {
-        int64_t lo = k * per, hi = lo + per < count ? lo + per : count;
+        int64_t lo = k * per < count ? k * per : count, hi = lo + per < count ? lo + per : count;
         jobs[k] = (gather_job){d, idx + lo, hi > lo ? hi - lo : 0, images_out ? images_out + (size_t)lo * d->features : NULL,
                                labels_out ? labels_out + lo : NULL, LS_OK};
         if (k > 0) started[k] = pthread_create(&tid[k], NULL, gather_run, &jobs[k]) == 0;

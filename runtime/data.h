@@ -63,7 +63,8 @@ ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t cou
                             float *images_out, int32_t *labels_out);
 /* The same on up to threads threads (the calling one included), each copying a contiguous share of
  * the rows; the result is identical. Fewer threads when the batch is small (under 1 MiB a
- * thread). threads <= 0: LOCKSTEP_GATHER_THREADS, else 4 with at least 8 online CPUs, else 1.
+ * thread). threads <= 0: LOCKSTEP_GATHER_THREADS (1 to 64; another value is an error naming it),
+ * else 4 where the process may run on at least 8 CPUs, else 1.
  * The trainer uses it for batches staged for a GPU (train.h, LOCKSTEP_PREFETCH). */
 ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, int64_t count, float *images_out,
                                      int32_t *labels_out, int threads);

@@ -1,6 +1,6 @@
 /* bench_gather.c: the batch gather from Fashion-MNIST's 60000 training rows (random rows, as a
  * shuffled epoch reads them): ls_dataset_gather (one thread) against ls_dataset_gather_parallel
- * (LOCKSTEP_GATHER_THREADS, default min(4, CPUs)), alternating A B A B with fresh random indices
+ * (LOCKSTEP_GATHER_THREADS, default 4 from 8 CPUs up, else 1), alternating A B A B with fresh random indices
  * each round; medians and their ratio.
  *   bench_gather [--batch-size N] [--rounds N] [--data-dir DIR] */
 #include <getopt.h>

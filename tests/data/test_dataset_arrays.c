@@ -53,7 +53,7 @@ int main(void) {
         int32_t *la = malloc(sizeof(int32_t) * 4096), *lb2 = malloc(sizeof(int32_t) * 4096);
         LS_REQUIRE(ix && a && b && la && lb2);
         for (int i = 0; i < 4096; i++) ix[i] = (int64_t)((i * 2654435761u) % (uint64_t)n);
-        int64_t counts[] = {0, 1, 333, 334, 1000, 4095, 4096};
+        int64_t counts[] = {0, 1, 5, 334, 335, 1000, 4095, 4096};
         int threads[] = {0, 1, 2, 3, 8, 64};
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
             LS_REQUIRE_OK(ls_dataset_gather(big, ix, counts[c], a, la));
@@ -67,6 +67,16 @@ int main(void) {
                 LS_EXPECT(same);
             }
         }
+        /* 5 rows on 4 threads: at most one row each, no thread past the end */
+        LS_REQUIRE_OK(ls_dataset_gather_parallel(big, ix, 5, b, lb2, 4));
+        LS_EXPECT(!memcmp(b, a, sizeof(float) * 5 * (size_t)f)); /* a still holds the 4096-row gather */
+        setenv("LOCKSTEP_GATHER_THREADS", "lots", 1);
+        LS_EXPECT_ERR(ls_dataset_gather_parallel(big, ix, 4096, b, lb2, 0), LS_ERR_INVALID_ARGUMENT,
+                      "LOCKSTEP_GATHER_THREADS='lots': use a thread count from 1 to 64");
+        setenv("LOCKSTEP_GATHER_THREADS", "3", 1);
+        LS_REQUIRE_OK(ls_dataset_gather_parallel(big, ix, 4096, b, lb2, 0));
+        LS_EXPECT(!memcmp(b, a, sizeof(float) * 4096 * (size_t)f));
+        unsetenv("LOCKSTEP_GATHER_THREADS");
         ix[3000] = n; /* a bad index: named with its position in the whole batch */
         LS_EXPECT_ERR(ls_dataset_gather_parallel(big, ix, 4096, b, lb2, 4), LS_ERR_INVALID_ARGUMENT,
                       "index 5000 at position 3000 is outside [0, 5000)");
