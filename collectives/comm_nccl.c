@@ -99,8 +99,31 @@ static ls_status ls_nccl_alive(ls_nccl_state *st) {
 }
 
 /* Enqueue op on the communication stream. */
+/* NCCL reads and writes its buffers from the GPU: plain (pageable) host memory there would fault
+ * on the device, so it is refused with a pointer to the host-memory variants. */
+static ls_status ls_nccl_device_buffer(const void *p, const char *what) {
+    if (!p) return LS_OK;
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ls_cuda_status(e, "cudaPointerGetAttributes");
+    }
+    if (a.type == cudaMemoryTypeUnregistered)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "NCCL communicator: the %s buffer %p is host memory, which NCCL cannot use; for host "
+                        "buffers call the _host collectives (ls_comm_allreduce_host, ls_comm_broadcast_host, "
+                        "ls_comm_allgather_host)",
+                        what, p);
+    return LS_OK;
+}
+
 static ls_status ls_nccl_enqueue(ls_nccl_state *st, const ls_coll_op *op) {
     LS_CHECK(ls_nccl_alive(st));
+    if (op->kind != LS_COLL_BARRIER && op->count > 0) {
+        LS_CHECK(ls_nccl_device_buffer(op->send, "send"));
+        if (op->recv != op->send) LS_CHECK(ls_nccl_device_buffer(op->recv, "receive"));
+    }
     LS_CUDA_CHECK(cudaSetDevice(st->dev));
     LS_CUDA_CHECK(cudaEventRecord(st->ready, st->compute));
     LS_CUDA_CHECK(cudaStreamWaitEvent(st->stream, st->ready, 0));

@@ -46,7 +46,7 @@ ls_status ls_loss_scaler_unscale(ls_loss_scaler *s, ls_ctx *ctx, ls_comm *comm, 
         }
     LS_CHECK(ls_grads_sumsq(ctx, n, grads, &sq, &bad)); /* one wait for the device, not one per tensor */
     double flag = bad ? 1.0 : 0.0;
-    if (comm && ls_comm_world(comm) > 1) LS_CHECK(ls_comm_allreduce(comm, &flag, 1, LS_F64, LS_REDUCE_MAX));
+    if (comm && ls_comm_world(comm) > 1) LS_CHECK(ls_comm_allreduce_host(comm, &flag, 1, LS_F64, LS_REDUCE_MAX));
     *found_inf = flag > 0;
     return LS_OK;
 }

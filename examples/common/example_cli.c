@@ -1,10 +1,12 @@
 /* example_cli.c: the example programs' shared flag parsing, clock and error line (example_cli.h). */
 #include "example_cli.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min, int64_t *out) {
     char *end;
@@ -106,9 +108,36 @@ ls_status ex_gpu_monitor_start(const char *prog, ls_device dev, int rank, ls_gpu
     return LS_OK;
 }
 
+void ex_gpu_monitor_restart(ls_gpu_monitor *m) {
+    ls_gpu_stats st;
+    if (m) (void)ls_gpu_monitor_read(m, &st);
+}
+
+/* 64-bit FNV-1a of the host name and the GPU's id: ranks sharing a GPU have the same key. */
+static uint64_t gpu_key(const char *device_id) {
+    char host[256] = "";
+    (void)gethostname(host, sizeof host - 1);
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = host; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    h = (h ^ '|') * 1099511628211ULL;
+    for (const char *p = device_id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    return h | 1; /* never 0, which stands for "no GPU" */
+}
+
 ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank) {
     ls_gpu_stats st;
     int have = m && ls_gpu_monitor_read(m, &st) == LS_OK;
+    /* ranks that share a GPU count it once: the lowest of them speaks for it */
+    int world = ls_comm_world(comm);
+    uint64_t key = have ? gpu_key(st.device_id) : 0;
+    int32_t mine[2] = {(int32_t)(key >> 32), (int32_t)(key & 0xffffffffu)};
+    int32_t *keys = malloc(sizeof(int32_t) * 2 * (size_t)world);
+    if (!keys) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the GPU report");
+    ls_status s = ls_comm_allgather_host(comm, mine, keys, 2, LS_I32);
+    for (int r = 0; s == LS_OK && have && r < rank; r++)
+        if (keys[2 * r] == mine[0] && keys[2 * r + 1] == mine[1]) have = 0;
+    free(keys);
+    LS_CHECK(s);
     /* a figure a GPU does not report (< 0) counts as missing: +big for the minimum, -1 for the
      * maximum, nothing in the sums */
     const double big = 1e300;
@@ -122,9 +151,9 @@ ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank) {
                      have && st.power_w >= 0 ? 1.0 : 0.0};
 #undef LO
 #undef HI
-    LS_CHECK(ls_comm_allreduce(comm, lo, 3, LS_F64, LS_REDUCE_MIN));
-    LS_CHECK(ls_comm_allreduce(comm, hi, 6, LS_F64, LS_REDUCE_MAX));
-    LS_CHECK(ls_comm_allreduce(comm, sum, 4, LS_F64, LS_REDUCE_SUM));
+    LS_CHECK(ls_comm_allreduce_host(comm, lo, 3, LS_F64, LS_REDUCE_MIN));
+    LS_CHECK(ls_comm_allreduce_host(comm, hi, 6, LS_F64, LS_REDUCE_MAX));
+    LS_CHECK(ls_comm_allreduce_host(comm, sum, 4, LS_F64, LS_REDUCE_SUM));
     if (rank != 0 || sum[0] < 1) return LS_OK;
     const char *name = have ? st.name : "GPU";
     char buf[400];
@@ -173,6 +202,7 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
     }
     char line[4096];
     while (fgets(line, sizeof line, f)) {
+        if (!strchr(line, '\n')) break; /* a last line cut short (the run died writing it) */
         const char *p = line;
         while (*p && (*p < '0' || *p > '9')) p++;
         if (*p && strtoll(p, NULL, 10) <= last) fputs(line, g);
@@ -193,6 +223,13 @@ ls_status ex_metrics_open(ex_metrics *m, const char *path, int rank, int64_t res
     return LS_OK;
 }
 
+/* A JSON number, or null where the value is not finite (a diverged run): "nan" is not JSON. */
+static void json_num(FILE *f, const char *key, double v, const char *fmt) {
+    fprintf(f, ", \"%s\": ", key);
+    if (isfinite(v)) fprintf(f, fmt, v);
+    else fputs("null", f);
+}
+
 ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int64_t step, int64_t epoch,
                           const ls_step_stats *st, double step_s, int clipping) {
     if (!m->on) return LS_OK;
@@ -200,17 +237,22 @@ ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int
     ls_allocator_stats(alloc, &ms);
     double sum[3] = {st->loss_sum, (double)st->correct, (double)st->samples};
     double mx[3] = {step_s, (double)ms.live_bytes, (double)ms.peak_bytes};
-    LS_CHECK(ls_comm_allreduce(comm, sum, 3, LS_F64, LS_REDUCE_SUM));
-    LS_CHECK(ls_comm_allreduce(comm, mx, 3, LS_F64, LS_REDUCE_MAX));
+    LS_CHECK(ls_comm_allreduce_host(comm, sum, 3, LS_F64, LS_REDUCE_SUM));
+    LS_CHECK(ls_comm_allreduce_host(comm, mx, 3, LS_F64, LS_REDUCE_MAX));
     if (!m->f) return LS_OK;
     double n = sum[2] > 0 ? sum[2] : 1;
-    fprintf(m->f,
-            "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.17g, \"accuracy\": %.17g, \"samples\": %.0f, "
-            "\"lr\": %.9g, \"step_ms\": %.6f, \"samples_per_s\": %.3f, \"loss_scale\": %.17g, \"skipped\": %d, "
-            "\"mem_live_bytes\": %.0f, \"mem_peak_bytes\": %.0f",
-            (long long)step, (long long)epoch, sum[0] / n, sum[1] / n, sum[2], (double)st->lr, mx[0] * 1e3,
-            mx[0] > 0 ? sum[2] / mx[0] : 0.0, st->loss_scale, st->skipped, mx[1], mx[2]);
-    if (clipping) fprintf(m->f, ", \"grad_norm\": %.17g", st->grad_norm);
+    fprintf(m->f, "{\"step\": %lld, \"epoch\": %lld", (long long)step, (long long)epoch);
+    json_num(m->f, "loss", sum[0] / n, "%.17g");
+    json_num(m->f, "accuracy", sum[1] / n, "%.17g");
+    json_num(m->f, "samples", sum[2], "%.0f");
+    json_num(m->f, "lr", (double)st->lr, "%.9g");
+    json_num(m->f, "step_ms", mx[0] * 1e3, "%.6f");
+    json_num(m->f, "samples_per_s", mx[0] > 0 ? sum[2] / mx[0] : 0.0, "%.3f");
+    json_num(m->f, "loss_scale", st->loss_scale, "%.17g");
+    fprintf(m->f, ", \"skipped\": %d", st->skipped);
+    json_num(m->f, "mem_live_bytes", mx[1], "%.0f");
+    json_num(m->f, "mem_peak_bytes", mx[2], "%.0f");
+    if (clipping) json_num(m->f, "grad_norm", st->grad_norm, "%.17g");
     fputs("}\n", m->f);
     if (fflush(m->f) != 0) return ls_error(LS_ERR_IO, "--metrics: cannot write");
     return LS_OK;

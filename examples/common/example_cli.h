@@ -70,12 +70,16 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
  * an error). A bad LOCKSTEP_GPU_MONITOR is an error. */
 ls_status ex_gpu_monitor_start(const char *prog, ls_device dev, int rank, ls_gpu_monitor **out);
 /* Every rank calls it after an epoch: the figures of every rank's monitor since the last call,
- * combined, printed by rank 0 (nothing when no rank monitors a GPU). One GPU:
+ * combined, printed by rank 0 (nothing when no rank monitors a GPU; ranks that share a GPU count
+ * it once). One GPU:
  *   "  NVIDIA H200: gpu 97% busy (memory 41%), 20.3 GiB used of 140.0 GiB, 455 W of 700 W, 62 C, 1980 MHz"
  * several: "  4 GPUs (NVIDIA H200): gpu 91-97% busy (memory 38-41%), up to 20.3 GiB used of
  * 140.0 GiB, 1820 W in all (of 2800 W), up to 64 C, 1950-1980 MHz" (the range over the GPUs
  * shows a straggler). */
 ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank);
+/* Drops the figures so far (model building, data loading): the first epoch's line covers the
+ * epoch. No collective; NULL is fine. */
+void ex_gpu_monitor_restart(ls_gpu_monitor *m);
 
 #ifdef EX_PROG
 #define parse_i64(flag, s, min, out) ex_parse_i64(EX_PROG, flag, s, min, out)

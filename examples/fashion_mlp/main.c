@@ -391,6 +391,7 @@ int main(int argc, char **argv) {
     preempt_installed = 1;
     int64_t gstep = ls_trainer_num_steps(trainer);
     int64_t pos_epoch = start_epoch, pos_samples = start_j * global_batch; /* where the next step starts */
+    ex_gpu_monitor_restart(gpumon); /* the epochs' figures, not the setup's */
     int max_reached = 0;
     for (int64_t epoch = start_epoch; epoch < o.epochs && !max_reached; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
@@ -417,7 +418,7 @@ int main(int argc, char **argv) {
             epoch_samples += global;
             if (o.log_steps) {
                 double l[2] = {st.loss_sum, (double)st.samples};
-                TRY("--log-steps", ls_comm_allreduce(comm, l, 2, LS_F64, LS_REDUCE_SUM));
+                TRY("--log-steps", ls_comm_allreduce_host(comm, l, 2, LS_F64, LS_REDUCE_SUM));
                 if (step_log) {
                     fprintf(step_log, "%lld %.17g\n", (long long)gstep, l[0] / l[1]);
                     fflush(step_log);
@@ -458,12 +459,12 @@ int main(int argc, char **argv) {
         TRY("evaluation", ls_trainer_evaluate(trainer, test, test_idx, test_count, &ev[0], &correct));
         ev[1] = (double)correct;
         ev[2] = (double)test_count;
-        TRY("metrics", ls_comm_allreduce(comm, m, 3, LS_F64, LS_REDUCE_SUM));
-        TRY("metrics", ls_comm_allreduce(comm, ev, 3, LS_F64, LS_REDUCE_SUM));
+        TRY("metrics", ls_comm_allreduce_host(comm, m, 3, LS_F64, LS_REDUCE_SUM));
+        TRY("metrics", ls_comm_allreduce_host(comm, ev, 3, LS_F64, LS_REDUCE_SUM));
         ls_memory_stats ms;
         ls_allocator_stats(ctx->alloc, &ms);
         double peak = (double)ms.peak_bytes;
-        TRY("metrics", ls_comm_allreduce(comm, &peak, 1, LS_F64, LS_REDUCE_MAX));
+        TRY("metrics", ls_comm_allreduce_host(comm, &peak, 1, LS_F64, LS_REDUCE_MAX));
         if (rank == 0) {
             char pk[32];
             printf("epoch %d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "

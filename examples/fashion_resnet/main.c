@@ -319,6 +319,7 @@ int main(int argc, char **argv) {
     int64_t test_count = 0, tc_global = 0;
     TRY("test shard", ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx,
                                        &test_count, &tc_global));
+    ex_gpu_monitor_restart(gpumon); /* the epochs' figures, not the setup's */
     double total_time = 0;
     for (int epoch = 0; epoch < o.epochs; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
@@ -372,9 +373,9 @@ int main(int argc, char **argv) {
         }
         ls_module_set_training(model, 1);
         ls_cnn_release_activations(model);
-        TRY("metrics", ls_comm_allreduce(comm, m, 3, LS_F64, LS_REDUCE_SUM));
-        TRY("metrics", ls_comm_allreduce(comm, ev, 3, LS_F64, LS_REDUCE_SUM));
-        TRY("metrics", ls_comm_allreduce(comm, &peak, 1, LS_F64, LS_REDUCE_MAX));
+        TRY("metrics", ls_comm_allreduce_host(comm, m, 3, LS_F64, LS_REDUCE_SUM));
+        TRY("metrics", ls_comm_allreduce_host(comm, ev, 3, LS_F64, LS_REDUCE_SUM));
+        TRY("metrics", ls_comm_allreduce_host(comm, &peak, 1, LS_F64, LS_REDUCE_MAX));
         if (rank == 0) {
             char pk[32];
             printf("epoch %d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "

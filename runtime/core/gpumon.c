@@ -52,6 +52,7 @@ struct ls_gpu_monitor {
     nvml_api api;
     nvmlDevice_t dev;
     char name[96];
+    char device_id[64];
     double power_limit_w;
     int interval_ms;
     pthread_t thread;
@@ -125,13 +126,15 @@ static void nvml_unload(nvml_api *api) {
     api->lib = NULL;
 }
 
-/* One sample into m->a (m->mu held). */
-static void sample_locked(ls_gpu_monitor *m) {
+/* One sample into m->a (m->mu held, or the thread not started). Returns NVML's answer to the
+ * utilization query: without it there is no sample. */
+static nvmlReturn_t sample_locked(ls_gpu_monitor *m) {
     const nvml_api *api = &m->api;
     nvmlUtilization_t u;
     nvmlMemory_t mem;
     unsigned int v;
-    if (api->utilization(m->dev, &u) != NVML_SUCCESS) return; /* a sample needs the utilization */
+    nvmlReturn_t r = api->utilization(m->dev, &u);
+    if (r != NVML_SUCCESS) return r;
     acc *a = &m->a;
     a->n++;
     a->util += u.gpu;
@@ -152,31 +155,50 @@ static void sample_locked(ls_gpu_monitor *m) {
         a->n_clock++;
         a->clock += v;
     }
+    return NVML_SUCCESS;
 }
 
 static void *sampler(void *arg) {
     ls_gpu_monitor *m = arg;
     pthread_mutex_lock(&m->mu);
-    while (!m->stop) {
-        sample_locked(m);
+    while (!m->stop) { /* the first sample was taken at the start: wait, then sample */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         long long ns = ts.tv_nsec + (long long)m->interval_ms * 1000000LL;
         ts.tv_sec += (time_t)(ns / 1000000000LL);
         ts.tv_nsec = (long)(ns % 1000000000LL);
-        while (!m->stop && pthread_cond_timedwait(&m->cv, &m->mu, &ts) != ETIMEDOUT) {
+        while (!m->stop) {
+            int rc = pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+            if (rc == ETIMEDOUT) break;
+            if (rc != 0) { /* cannot wait on the clock (never seen on Linux): sleep instead of spinning */
+                pthread_mutex_unlock(&m->mu);
+                struct timespec d = {m->interval_ms / 1000, (long)(m->interval_ms % 1000) * 1000000L};
+                nanosleep(&d, NULL);
+                pthread_mutex_lock(&m->mu);
+                break;
+            }
         }
+        if (!m->stop) (void)sample_locked(m);
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
 }
 
-/* Finish a monitor whose api is loaded and dev found: name, power limit, the thread. */
+/* Finish a monitor whose api is loaded and dev found: name, a first utilization query, power
+ * limit, the thread. */
 static ls_status monitor_begin(ls_gpu_monitor *m, int interval_ms, ls_gpu_monitor **out) {
     const nvml_api *api = &m->api;
     unsigned int v;
     if (!api->name || api->name(m->dev, m->name, sizeof m->name) != NVML_SUCCESS) snprintf(m->name, sizeof m->name, "GPU");
     m->name[sizeof m->name - 1] = '\0';
+    nvmlReturn_t r = sample_locked(m); /* the first sample; the thread is not started yet */
+    if (r != NVML_SUCCESS) { /* e.g. a MIG slice or a vGPU: no figures to show, and the user is told */
+        ls_status s = ls_error(LS_ERR_UNSUPPORTED, "GPU monitoring: NVML gives no utilization for %s (%s): %s", m->name,
+                               m->device_id, nvml_str(api, r));
+        nvml_unload(&m->api);
+        free(m);
+        return s;
+    }
     m->power_limit_w = api->power_limit && api->power_limit(m->dev, &v) == NVML_SUCCESS ? v / 1000.0 : -1;
     m->interval_ms = interval_ms;
     pthread_condattr_t ca;
@@ -210,6 +232,7 @@ ls_status ls_gpu_monitor_start_index(unsigned nvml_index, int interval_ms, ls_gp
         free(m);
         return s;
     }
+    snprintf(m->device_id, sizeof m->device_id, "nvml:%u", nvml_index);
     nvmlReturn_t r = m->api.by_index(nvml_index, &m->dev);
     if (r != NVML_SUCCESS) {
         s = ls_error(LS_ERR_DEVICE, "GPU monitoring: NVML has no GPU %u: %s", nvml_index, nvml_str(&m->api, r));
@@ -236,6 +259,7 @@ ls_status ls_gpu_monitor_start(ls_device dev, int interval_ms, ls_gpu_monitor **
         free(m);
         return s;
     }
+    snprintf(m->device_id, sizeof m->device_id, "%.63s", bus);
     nvmlReturn_t r = m->api.by_pci(bus, &m->dev);
     if (r != NVML_SUCCESS) {
         s = ls_error(LS_ERR_DEVICE, "GPU monitoring: NVML does not know %s (PCI %s): %s",
@@ -250,11 +274,12 @@ ls_status ls_gpu_monitor_start(ls_device dev, int interval_ms, ls_gpu_monitor **
 ls_status ls_gpu_monitor_read(ls_gpu_monitor *m, ls_gpu_stats *out) {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&m->mu);
-    if (m->a.n == 0) sample_locked(m);
+    if (m->a.n == 0) (void)sample_locked(m);
     acc a = m->a;
     memset(&m->a, 0, sizeof m->a);
     pthread_mutex_unlock(&m->mu);
     snprintf(out->name, sizeof out->name, "%s", m->name);
+    snprintf(out->device_id, sizeof out->device_id, "%s", m->device_id);
     out->samples = a.n;
     out->power_limit_w = m->power_limit_w;
     out->mem_used = a.mem_used_max;

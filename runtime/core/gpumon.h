@@ -1,8 +1,9 @@
 /* gpumon.h: GPU monitoring through NVML, the driver's management library (libnvidia-ml.so.1, what
  * nvidia-smi reads), loaded at run time so that lockstep needs no NVML to build and runs without
  * it. A background thread samples one GPU every interval: utilization, memory in use (all
- * processes, as nvidia-smi shows it), board power, temperature and SM clock; a read returns the
- * means and peaks since the previous read, like `nvidia-smi dmon` over a training epoch.
+ * processes, as nvidia-smi shows it), board power, temperature and SM clock (the first sample at
+ * the start); a read returns the means and peaks since the previous read, like `nvidia-smi dmon`
+ * over a training epoch.
  * LOCKSTEP_NVML_LIBRARY names another library file (a driver installed elsewhere). */
 #ifndef LOCKSTEP_GPUMON_H
 #define LOCKSTEP_GPUMON_H
@@ -18,6 +19,7 @@ extern "C" {
 
 typedef struct ls_gpu_stats {
     char name[96];          /* "NVIDIA H200" */
+    char device_id[64];     /* which GPU: its PCI bus id, or "nvml:N" when started by index */
     int samples;            /* samples behind the figures below (0: none yet) */
     double util_pct;        /* mean % of time a kernel was running */
     double mem_util_pct;    /* mean % of time device memory was read or written */
@@ -32,8 +34,9 @@ typedef struct ls_gpu_stats {
 typedef struct ls_gpu_monitor ls_gpu_monitor;
 
 /* Monitor the CUDA device dev (found in NVML by its PCI bus id) every interval_ms (>= 1).
- * LS_ERR_UNSUPPORTED when dev is not a GPU of this build; LS_ERR_DEVICE, naming the library or
- * NVML's own error, when NVML cannot be loaded or started or does not know the device. */
+ * LS_ERR_UNSUPPORTED when dev is not a GPU of this build, or when NVML gives no utilization for
+ * it (some virtual or partitioned GPUs); LS_ERR_DEVICE, naming the library or NVML's own error,
+ * when NVML cannot be loaded or started or does not know the device. */
 ls_status ls_gpu_monitor_start(ls_device dev, int interval_ms, ls_gpu_monitor **out);
 /* The same for NVML's device index (NVML counts every GPU, ignoring CUDA_VISIBLE_DEVICES). */
 ls_status ls_gpu_monitor_start_index(unsigned nvml_index, int interval_ms, ls_gpu_monitor **out);

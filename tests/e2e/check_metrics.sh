@@ -3,7 +3,8 @@
 # optimizer step that agrees with --log-steps (metrics_check.c says what is checked): one rank;
 # with --clip-grad-norm (grad_norm appears) and a resume from step 5 after a run that died after
 # step 7 (its final checkpoint removed: steps 6 and 7 are written once, by the resumed run); two ranks (the samples are the
-# global batch); a file that cannot be opened is an error naming it.
+# global batch); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
+# NaN loss is written as null; a file that cannot be opened is an error naming it.
 set -u
 mlp=$1 run=$2 check=$3
 dir=$(mktemp -d)
@@ -13,7 +14,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 "$mlp" "${args[@]}" --metrics "$dir/m1" --log-steps "$dir/s1" >"$dir/out1" 2>&1 || fail "run 1: $(cat "$dir/out1")"
 head -n 2 "$dir/m1"
-"$check" "$dir/m1" "$dir/s1" 20 100 10 noclip || fail "one rank"
+"$check" "$dir/m1" "$dir/s1" 20 100 10 noclip "$dir/out1" || fail "one rank"
 
 c=(--clip-grad-norm 1.0 --checkpoint-dir "$dir/ck" --save-every 5 --metrics "$dir/m2" --log-steps "$dir/s2")
 "$mlp" "${args[@]}" "${c[@]}" --max-steps 7 >"$dir/out2" 2>&1 || fail "run 2: $(cat "$dir/out2")"
@@ -26,10 +27,15 @@ grep -q "resumed from .* at step 5" "$dir/out3" || fail "did not resume from ste
 if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
     "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --metrics "$dir/m3" --log-steps "$dir/s3" >"$dir/out4" 2>&1 ||
         fail "two ranks: $(cat "$dir/out4")"
-    "$check" "$dir/m3" "$dir/s3" 20 100 10 noclip || fail "two ranks"
+    "$check" "$dir/m3" "$dir/s3" 20 100 10 noclip "$dir/out4" || fail "two ranks"
 else
     echo "(no MPI launcher here: the two-rank case is left out)"
 fi
+
+# a diverging run (learning rate 1e30): its NaN losses are written as null, so every line stays JSON
+"$mlp" "${args[@]}" --lr 1e30 --max-steps 6 --metrics "$dir/m5" --log-steps "$dir/s5" >"$dir/out5" 2>&1 ||
+    fail "diverging run: $(cat "$dir/out5")"
+"$check" "$dir/m5" "$dir/s5" 6 100 10 diverged || fail "diverging run"
 
 out=$("$mlp" "${args[@]}" --metrics /nonexistent-dir/m 2>&1) && fail "an unwritable --metrics path was accepted"
 grep -q -- "--metrics: cannot open '/nonexistent-dir/m' for writing" <<<"$out" || fail "unclear error: $out"

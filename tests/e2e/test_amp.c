@@ -77,7 +77,7 @@ static void overflow_case(void) {
     LS_EXPECT(ls_trainer_loss_scaler(t)->skipped == 1);
     /* identical on every rank */
     float mine = checksum(m), r0 = mine;
-    LS_REQUIRE_OK(ls_comm_broadcast(W, &r0, 1, LS_F32, 0));
+    LS_REQUIRE_OK(ls_comm_broadcast_host(W, &r0, 1, LS_F32, 0));
     LS_EXPECT(mine == r0);
     LS_EXPECT(before != 0);
     if (rank == 0) printf("fp16: injected overflow on rank %d skipped step 3 on all %d ranks; scale 65536 -> 32768\n", world - 1, world);

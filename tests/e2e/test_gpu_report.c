@@ -1,10 +1,13 @@
 /* test_gpu_report.c: the examples' GPU line after an epoch (ex_gpu_monitor_report): every rank's
  * monitor, combined over the ranks and printed by rank 0, checked word for word. The monitors
  * read a stand-in NVML (tests/core/fake_nvml.c, path in argv[1]) started by index with a 100 s
- * interval, so each rank's first read holds exactly one sample: 80% busy (memory 30%), 1 GiB
- * used of 140 GiB, 455.25 W of 700 W, 60 C, 1980 MHz. Alone: that GPU's line. Under mpirun with
- * 2 ranks: the ranges and sums over 2 GPUs (910.5 W prints as 910: printf rounds half to even); then with rank 1 not monitoring (its GPU without
- * NVML): rank 0's GPU alone. No monitor anywhere: no line. */
+ * interval, so each read holds exactly the start's sample. Device 0: 80% busy (memory 30%), 1 GiB
+ * used of 140 GiB, 455.25 W of 700 W, 60 C, 1980 MHz; device 1: 90% (40%), 2 GiB, 500 W, 70 C,
+ * 1900 MHz. Alone: device 0's line. Under mpirun with 2 ranks: rank r on device r gives the
+ * ranges and sums over 2 GPUs (955.25 W prints as 955); both ranks on device 0 count it once
+ * (455 W, not 910); rank 1 without a monitor (no NVML there) leaves rank 0's GPU alone; the
+ * discarded read (ex_gpu_monitor_restart) leaves nothing for the next one but a fresh sample.
+ * No monitor anywhere: no line. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -45,25 +48,36 @@ int main(int argc, char **argv) {
     const char *want;
     ls_gpu_monitor *m = NULL;
 
-    LS_REQUIRE_OK(ls_gpu_monitor_start_index(0, 100000, &m));
+    const char *dev0 = "  Fake GPU 141GB: gpu 80% busy (memory 30%), 1.0 GiB used of 140.0 GiB, 455 W of 700 W, 60 C, "
+                       "1980 MHz\n";
+    /* rank r on device r (alone: device 0) */
+    LS_REQUIRE_OK(ls_gpu_monitor_start_index((unsigned)rank, 100000, &m));
     report(m, comm, rank, got, sizeof got);
-    if (world == 1)
-        want = "  Fake GPU 141GB: gpu 80% busy (memory 30%), 1.0 GiB used of 140.0 GiB, 455 W of 700 W, 60 C, 1980 MHz\n";
-    else
-        want = "  2 GPUs (Fake GPU 141GB): gpu 80-80% busy (memory 30-30%), up to 1.0 GiB used of 140.0 GiB, 910 W in all "
-               "(of 1400 W), up to 60 C, 1980-1980 MHz\n";
+    want = world == 1 ? dev0
+                      : "  2 GPUs (Fake GPU 141GB): gpu 80-90% busy (memory 30-40%), up to 2.0 GiB used of 140.0 GiB, "
+                        "955 W in all (of 1400 W), up to 70 C, 1900-1980 MHz\n";
     if (rank != 0) want = "";
-    printf("rank %d, %d ranks: %s", rank, world, *got ? got : "(nothing)\n");
+    printf("rank %d, %d ranks, a GPU each: %s", rank, world, *got ? got : "(nothing)\n");
     LS_EXPECT(!strcmp(got, want));
     ls_gpu_monitor_stop(m);
 
-    if (world == 2) { /* rank 1 has no monitor: rank 0's GPU alone, its second session's first sample */
+    /* a read that is dropped, then the report: only samples taken since (here none: the start's
+     * sample was dropped, so the report samples afresh: the second query, 61 C and 2 GiB) */
+    LS_REQUIRE_OK(ls_gpu_monitor_start_index(0, 100000, &m));
+    ex_gpu_monitor_restart(m);
+    report(m, comm, rank, got, sizeof got);
+    want = rank != 0 ? ""
+                     : "  Fake GPU 141GB: gpu 80% busy (memory 30%), 2.0 GiB used of 140.0 GiB, 455 W of 700 W, 61 C, "
+                       "1980 MHz\n";
+    printf("rank %d, after a dropped read (all ranks on device 0): %s", rank, *got ? got : "(nothing)\n");
+    LS_EXPECT(!strcmp(got, want)); /* two ranks on one GPU: counted once */
+    ls_gpu_monitor_stop(m);
+
+    if (world == 2) { /* rank 1 has no monitor: rank 0's GPU alone */
         m = NULL;
         if (rank == 0) LS_REQUIRE_OK(ls_gpu_monitor_start_index(0, 100000, &m));
         report(m, comm, rank, got, sizeof got);
-        want = rank == 0 ? "  Fake GPU 141GB: gpu 80% busy (memory 30%), 1.0 GiB used of 140.0 GiB, 455 W of 700 W, 60 C, "
-                           "1980 MHz\n"
-                         : "";
+        want = rank == 0 ? dev0 : "";
         printf("rank %d, rank 1 without NVML: %s", rank, *got ? got : "(nothing)\n");
         LS_EXPECT(!strcmp(got, want));
         ls_gpu_monitor_stop(m);

@@ -280,7 +280,11 @@ mlp_run() {
     # the GPU monitor's line after the last epoch (NVML): "  NVIDIA H200: gpu 97% busy (memory ...), ..."
     local gpu
     gpu=$(grep -E '^  .*: gpu [0-9]+% busy' "$WORK/$name.out" | tail -n 1 | sed -E 's/^ +//')
-    [ -n "$gpu" ] && add_row "  nvml over the last epoch" "" "$gpu"
+    if [ -n "$gpu" ]; then
+        add_row "  nvml over the last epoch" "" "$gpu"
+    elif grep -q 'no GPU figures' "$WORK/$name.out"; then
+        add_row "  nvml" "FAIL" "$(grep -m1 -o 'no GPU figures.*' "$WORK/$name.out" | cut -c1-110)"
+    fi
     [ "$STEP_RC" -ne 0 ] && FAILED=1
 }
 if [ -x "$MLP" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
@@ -347,11 +351,12 @@ if [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
         step "host-noprefetch-r$round" 30 env LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=off "$BENCH" \
             --device cuda --batch-size 4096 --steps 100 --data-dir "$DATA"
     done
+    dev_ms=$(round_ms lockstep-b4096)
     on_all=$(round_ms host-prefetch)
     off_all=$(round_ms host-noprefetch)
     pf=$(grep -ohE 'prefetched [0-9]+' "$WORK"/host-prefetch-r1.out 2>/dev/null | head -n 1)
     add_row "MLP batch 4096, data on the host" "" \
-        "prefetch ${on_all:-?} ms vs none ${off_all:-?} ms per step (${pf:-prefetched ?}; on the device: $(round_ms lockstep-b4096) ms)"
+        "prefetch ${on_all:-?} ms vs none ${off_all:-?} ms per step (${pf:-prefetched ?}; on the device: ${dev_ms:-?} ms)"
 fi
 # the host gather behind that path: one thread against the threaded one this machine's cores get
 if [ -x "$BUILD/cluster/bench/bench_gather" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
