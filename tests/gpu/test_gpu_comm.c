@@ -184,6 +184,16 @@ int main(int argc, char **argv) {
     test_gather_scatter();
     test_async();
     test_stream_order();
+    if (!strcmp(ls_comm_backend_name(C), "nccl")) {
+        /* plain host memory in a device collective: a clear error, not a fault on the GPU; the
+         * host variant takes it */
+        double h[2] = {1.0, 2.0};
+        LS_EXPECT_ERR(ls_comm_allreduce(C, h, 2, LS_F64, LS_REDUCE_SUM), LS_ERR_INVALID_ARGUMENT,
+                      "is host memory, which NCCL cannot use");
+        LS_REQUIRE_OK(ls_comm_allreduce_host(C, h, 2, LS_F64, LS_REDUCE_SUM));
+        LS_EXPECT(h[0] == 1.0 * W && h[1] == 2.0 * W);
+        n_checks += 2;
+    }
     LS_REQUIRE_OK(ls_comm_barrier(C));
     if (R == 0)
         printf("gpu comm: %s communicator, %d rank(s) on %s, %d checks, %d failed\n", ls_comm_backend_name(C), W,
