@@ -222,9 +222,9 @@ static ls_status check_interval(int interval_ms) {
     return LS_OK;
 }
 
-ls_status ls_gpu_monitor_start_index(unsigned nvml_index, int interval_ms, ls_gpu_monitor **out) {
-    *out = NULL;
-    LS_CHECK(check_interval(interval_ms));
+/* Load NVML and find the GPU: by PCI bus id when bus is given, else by NVML index; who names it
+ * in errors. */
+static ls_status monitor_open(const char *bus, unsigned index, const char *who, int interval_ms, ls_gpu_monitor **out) {
     ls_gpu_monitor *m = calloc(1, sizeof *m);
     if (!m) return ls_error(LS_ERR_OUT_OF_MEMORY, "GPU monitoring: no memory");
     ls_status s = nvml_load(&m->api);
@@ -232,10 +232,12 @@ ls_status ls_gpu_monitor_start_index(unsigned nvml_index, int interval_ms, ls_gp
         free(m);
         return s;
     }
-    snprintf(m->device_id, sizeof m->device_id, "nvml:%u", nvml_index);
-    nvmlReturn_t r = m->api.by_index(nvml_index, &m->dev);
+    if (bus) snprintf(m->device_id, sizeof m->device_id, "%.63s", bus);
+    else snprintf(m->device_id, sizeof m->device_id, "nvml:%u", index);
+    nvmlReturn_t r = bus ? m->api.by_pci(bus, &m->dev) : m->api.by_index(index, &m->dev);
     if (r != NVML_SUCCESS) {
-        s = ls_error(LS_ERR_DEVICE, "GPU monitoring: NVML has no GPU %u: %s", nvml_index, nvml_str(&m->api, r));
+        s = ls_error(LS_ERR_DEVICE, "GPU monitoring: NVML %s %s: %s", bus ? "does not know" : "has no", who,
+                     nvml_str(&m->api, r));
         nvml_unload(&m->api);
         free(m);
         return s;
@@ -243,32 +245,25 @@ ls_status ls_gpu_monitor_start_index(unsigned nvml_index, int interval_ms, ls_gp
     return monitor_begin(m, interval_ms, out);
 }
 
+ls_status ls_gpu_monitor_start_index(unsigned nvml_index, int interval_ms, ls_gpu_monitor **out) {
+    char who[32];
+    *out = NULL;
+    LS_CHECK(check_interval(interval_ms));
+    snprintf(who, sizeof who, "GPU %u", nvml_index);
+    return monitor_open(NULL, nvml_index, who, interval_ms, out);
+}
+
 ls_status ls_gpu_monitor_start(ls_device dev, int interval_ms, ls_gpu_monitor **out) {
     *out = NULL;
-    char bus[256], dstr[32];
+    char bus[256], dstr[32], who[320];
     if (dev.type != LS_DEVICE_CUDA)
         return ls_error(LS_ERR_UNSUPPORTED, "GPU monitoring: %s is not a GPU", ls_device_str(dev, dstr, sizeof dstr));
     LS_CHECK(check_interval(interval_ms));
     if (ls_device_probe_pci_bus_id(dev.index, bus, (int)sizeof bus) != 0)
         return ls_error(LS_ERR_DEVICE, "GPU monitoring: no PCI bus id for %s: %s", ls_device_str(dev, dstr, sizeof dstr),
                         bus);
-    ls_gpu_monitor *m = calloc(1, sizeof *m);
-    if (!m) return ls_error(LS_ERR_OUT_OF_MEMORY, "GPU monitoring: no memory");
-    ls_status s = nvml_load(&m->api);
-    if (s != LS_OK) {
-        free(m);
-        return s;
-    }
-    snprintf(m->device_id, sizeof m->device_id, "%.63s", bus);
-    nvmlReturn_t r = m->api.by_pci(bus, &m->dev);
-    if (r != NVML_SUCCESS) {
-        s = ls_error(LS_ERR_DEVICE, "GPU monitoring: NVML does not know %s (PCI %s): %s",
-                     ls_device_str(dev, dstr, sizeof dstr), bus, nvml_str(&m->api, r));
-        nvml_unload(&m->api);
-        free(m);
-        return s;
-    }
-    return monitor_begin(m, interval_ms, out);
+    snprintf(who, sizeof who, "%s (PCI %s)", ls_device_str(dev, dstr, sizeof dstr), bus);
+    return monitor_open(bus, 0, who, interval_ms, out);
 }
 
 ls_status ls_gpu_monitor_read(ls_gpu_monitor *m, ls_gpu_stats *out) {
