@@ -72,8 +72,18 @@ struct ls_trainer {
     int64_t didx_cap;
 };
 
+/* LOCKSTEP_DATA_ON_DEVICE and LOCKSTEP_PREFETCH: auto (unset), on or off */
 enum { DATA_AUTO = 0, DATA_ON = 1, DATA_OFF = 2 };
-enum { PF_AUTO = 0, PF_ON = 1, PF_OFF = 2 };
+enum { PF_AUTO = DATA_AUTO, PF_ON = DATA_ON, PF_OFF = DATA_OFF };
+
+static ls_status env_auto_on_off(const char *name, int *out) {
+    const char *v = getenv(name);
+    if (!v || !*v || !strcmp(v, "auto")) *out = DATA_AUTO;
+    else if (!strcmp(v, "on") || !strcmp(v, "1")) *out = DATA_ON;
+    else if (!strcmp(v, "off") || !strcmp(v, "0")) *out = DATA_OFF;
+    else return ls_error(LS_ERR_INVALID_ARGUMENT, "%s='%s': use auto, on or off", name, v);
+    return LS_OK;
+}
 
 static ls_status reducer_hook(void *user, int i) { return ls_reducer_grad_ready(user, i); }
 
@@ -148,22 +158,8 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     LS_CHECK_GOTO(ls_xent_create(ctx, &t->loss), s, fail);
     ls_loss_scaler_init(&t->scaler, cfg->precision == LS_PRECISION_FP16);
     t->inject_step = -1;
-    const char *dm = getenv("LOCKSTEP_DATA_ON_DEVICE");
-    if (!dm || !*dm || !strcmp(dm, "auto")) t->data_mode = DATA_AUTO;
-    else if (!strcmp(dm, "on") || !strcmp(dm, "1")) t->data_mode = DATA_ON;
-    else if (!strcmp(dm, "off") || !strcmp(dm, "0")) t->data_mode = DATA_OFF;
-    else {
-        s = ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_DATA_ON_DEVICE='%s': use auto, on or off", dm);
-        goto fail;
-    }
-    const char *pm = getenv("LOCKSTEP_PREFETCH");
-    if (!pm || !*pm || !strcmp(pm, "auto")) t->prefetch_mode = PF_AUTO;
-    else if (!strcmp(pm, "on") || !strcmp(pm, "1")) t->prefetch_mode = PF_ON;
-    else if (!strcmp(pm, "off") || !strcmp(pm, "0")) t->prefetch_mode = PF_OFF;
-    else {
-        s = ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_PREFETCH='%s': use auto, on or off", pm);
-        goto fail;
-    }
+    LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_DATA_ON_DEVICE", &t->data_mode), s, fail);
+    LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_PREFETCH", &t->prefetch_mode), s, fail);
     const char *inj = getenv("LOCKSTEP_AMP_INJECT_INF");
     if (inj && *inj) {
         long long st = -1;
