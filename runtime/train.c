@@ -302,13 +302,9 @@ static ls_status ensure_buffers(ls_trainer *t, int64_t n, int64_t features) {
     if (t->cap && n <= t->cap && t->features == features) return LS_OK;
     int64_t cap = n > t->cap ? n : t->cap;
     free_batch_buffers(t);
-    if (uses_buffers(t)) {
-        t->cap = cap;
-        t->features = features;
-        return LS_OK;
-    }
     t->cap = cap;
     t->features = features;
+    if (uses_buffers(t)) return LS_OK;
     void *mem = malloc(staging_bytes(t) + 1);
     if (!mem) {
         t->cap = 0;
@@ -355,6 +351,16 @@ static ls_status stage_upload(ls_trainer *t, int i, const ls_dataset *data, cons
     LS_CHECK(ls_dataset_gather_parallel(data, idx, n, g->hx, g->hy, 0));
     LS_CHECK(ls_allocator_upload(t->ctx->alloc, i, g->x->data, g->hx, (size_t)(n * data->features) * sizeof(float)));
     return ls_allocator_upload(t->ctx->alloc, i, g->y->data, g->hy, (size_t)n * sizeof(int32_t));
+}
+
+/* *idx holds at least n indices (*cap of them). */
+static ls_status grow_indices(int64_t **idx, int64_t *cap, int64_t n) {
+    if (n <= *cap) return LS_OK;
+    int64_t *p = realloc(*idx, (size_t)n * sizeof *p);
+    if (!p) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for %lld prefetch indices", (long long)n);
+    *idx = p;
+    *cap = n;
+    return LS_OK;
 }
 
 /* Put the samples idx[0..n) into the input buffers. The first micro-batch of a step (first) takes
@@ -411,12 +417,7 @@ static ls_status prefetch_next(ls_trainer *t, int hinted) {
     if (dd) return LS_OK; /* gathered on the device, in stream order: nothing to copy */
     LS_CHECK(ensure_buffers(t, n, data->features));
     int i = (t->slot + 1) % LS_UPLOAD_SLOTS;
-    if (n > t->pf.cap) {
-        int64_t *p = realloc(t->pf.idx, (size_t)n * sizeof *p);
-        if (!p) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the prefetched batch's indices");
-        t->pf.idx = p;
-        t->pf.cap = n;
-    }
+    LS_CHECK(grow_indices(&t->pf.idx, &t->pf.cap, n));
     if (t->pf.valid) t->pf_misses++; /* a step without samples left it unused */
     t->pf.valid = 0;
     LS_CHECK(use_slot(t, i, n));
@@ -437,12 +438,7 @@ ls_status ls_trainer_prefetch(ls_trainer *t, const ls_dataset *data, const int64
         if (idx[i] < 0 || idx[i] >= data->n)
             return ls_error(LS_ERR_INVALID_ARGUMENT, "prefetch: sample index %lld is outside the data set of %lld samples",
                             (long long)idx[i], (long long)data->n);
-    if (n > t->hint.cap) {
-        int64_t *p = realloc(t->hint.idx, (size_t)n * sizeof *p);
-        if (!p) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the prefetch hint's indices");
-        t->hint.idx = p;
-        t->hint.cap = n;
-    }
+    LS_CHECK(grow_indices(&t->hint.idx, &t->hint.cap, n));
     memcpy(t->hint.idx, idx, (size_t)n * sizeof *idx);
     t->hint.n = n;
     t->hint.data = data;
