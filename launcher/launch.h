@@ -1,7 +1,8 @@
 /* launch.h: internals of lockstep-run shared by its files: a growable string vector (the child's
  * argv is built in one, never as a shell string), the host list read from --hostfile/--hosts, and
- * probes of this machine (GPUs, CPUs, PATH lookup). Functions that can fail return -1 and write a
- * one-line reason into a caller's buffer; main decides how to exit. */
+ * probes of this machine (GPUs, CPUs, PATH lookup, a query command's output). Functions that
+ * can fail return -1 and write a one-line reason into a caller's buffer; main decides how to
+ * exit. */
 #ifndef LOCKSTEP_LAUNCH_H
 #define LOCKSTEP_LAUNCH_H
 
@@ -54,5 +55,11 @@ int lsr_count_cores(void);
  * 0 with a malloc'd path in *out, or an errno-like code: ENOENT (not found), EACCES (not an
  * executable regular file). */
 int lsr_find_program(const char *name, char **out);
+
+/* Runs argv (argv[0] a path, no PATH search) with stdin from /dev/null and its standard output
+ * and error captured together into buf (at most cap - 1 bytes kept, NUL-terminated). Killed
+ * after timeout_ms. Returns its exit status (0-255), or -1 when it could not be run, was killed
+ * or timed out. */
+int lsr_capture(char *const argv[], char *buf, size_t cap, int timeout_ms);
 
 #endif

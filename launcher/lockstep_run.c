@@ -46,6 +46,7 @@ typedef struct lsr_opts {
     const char *mpirun_src; /* "--mpirun" or "LOCKSTEP_MPIRUN" */
     lsr_strvec mca;         /* KEY, VALUE, KEY, VALUE, ... */
     const char *bind;       /* NULL: default */
+    const char *srun_mpi;   /* --srun-mpi: NULL, "auto", "site" or a type for srun --mpi */
     int oversubscribe;
     lsr_strvec xvars; /* -x NAME or NAME=VALUE, as given */
     int dry_run;
@@ -85,6 +86,12 @@ static void usage(FILE *f) {
         "      --mca KEY VALUE  pass an Open MPI MCA parameter to mpirun (repeatable; also\n"
         "                       --mca KEY=VALUE), e.g. --mca btl_tcp_if_include 10.0.0.0/24;\n"
         "                       with srun or direct: sets OMPI_MCA_KEY=VALUE instead\n"
+        "      --srun-mpi TYPE  how srun starts the MPI ranks: auto (default), site, or a type\n"
+        "                       for srun's --mpi (pmix, pmi2, ...). auto adds nothing when\n"
+        "                       SLURM_MPI_TYPE is set or the cluster's MpiDefault (scontrol\n"
+        "                       show config) is not none, else --mpi=pmix (or pmi2) as\n"
+        "                       'srun --mpi=list' offers it: without one, Open MPI's ranks\n"
+        "                       cannot start under srun. site: never add --mpi\n"
         "      --bind WHAT      none, core or socket: CPU binding of each rank (mpirun default\n"
         "                       none, so a rank's BLAS threads are not confined to one core;\n"
         "                       srun: the site's default unless given)\n"
@@ -167,6 +174,7 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
         OPT_MPIRUN,
         OPT_MCA,
         OPT_BIND,
+        OPT_SRUN_MPI,
         OPT_OVERSUB,
         OPT_DRY_RUN,
         OPT_VERSION,
@@ -181,6 +189,7 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
         {"mpirun", required_argument, NULL, OPT_MPIRUN},
         {"mca", required_argument, NULL, OPT_MCA},
         {"bind", required_argument, NULL, OPT_BIND},
+        {"srun-mpi", required_argument, NULL, OPT_SRUN_MPI},
         {"oversubscribe", no_argument, NULL, OPT_OVERSUB},
         {"dry-run", no_argument, NULL, OPT_DRY_RUN},
         {"verbose", no_argument, NULL, 'v'},
@@ -229,6 +238,17 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
                 die_usage("--bind must be none, core or socket, got '%s'", optarg);
             o->bind = optarg;
             break;
+        case OPT_SRUN_MPI: {
+            /* srun's plugin names: letters, digits and '_' (pmix_v4, cray_shasta). */
+            int ok = optarg[0] != '\0' && strlen(optarg) < 64;
+            for (const char *ch = optarg; *ch && ok; ch++) ok = isalnum((unsigned char)*ch) || *ch == '_';
+            if (!ok)
+                die_usage("--srun-mpi must be auto, site or an MPI type of srun such as pmix or pmi2, "
+                          "got '%s'",
+                          optarg);
+            o->srun_mpi = optarg;
+            break;
+        }
         case OPT_OVERSUB: o->oversubscribe = 1; break;
         case 'x': {
             const char *eq = strchr(optarg, '=');
@@ -370,6 +390,7 @@ typedef struct lsr_plan {
     char *prog_path;
     char *mpirun_path;
     char *srun_path;
+    char srun_mpi[64]; /* srun --mpi=<this>; empty: no --mpi */
 } lsr_plan;
 
 static void plan_free(lsr_plan *p) {
@@ -410,6 +431,93 @@ static void plan_srun(const lsr_opts *o, lsr_plan *p) {
     if (p->hosts.n)
         die_usage("--hostfile/--hosts cannot be used with srun (Slurm places ranks); use "
                   "--launcher mpirun or drop them");
+}
+
+/* The next line of text after line, or NULL at the end. */
+static const char *next_line(const char *line) {
+    const char *nl = strchr(line, '\n');
+    return nl && nl[1] ? nl + 1 : NULL;
+}
+
+/* The value of "KEY = value" in scontrol show config's output; 0 when found. */
+static int config_value(const char *text, const char *key, char *out, size_t cap) {
+    size_t klen = strlen(key);
+    for (const char *line = *text ? text : NULL; line; line = next_line(line)) {
+        if (strncmp(line, key, klen) || (line[klen] != ' ' && line[klen] != '=')) continue;
+        const char *v = line + klen + strspn(line + klen, " ");
+        if (*v++ != '=') continue;
+        v += strspn(v, " ");
+        size_t n = strcspn(v, " \r\n");
+        if (n == 0 || n >= cap) return -1;
+        memcpy(out, v, n);
+        out[n] = '\0';
+        return 0;
+    }
+    return -1;
+}
+
+/* Whether srun --mpi=list's output offers type: a line that is the type (or a version of it,
+ * pmix_v4) alone after blanks and, from older Slurm, an "srun: " prefix. */
+static int mpi_list_has(const char *text, const char *type) {
+    size_t tlen = strlen(type);
+    for (const char *line = *text ? text : NULL; line; line = next_line(line)) {
+        const char *t = line;
+        if (!strncmp(t, "srun: ", 6)) t += 6;
+        t += strspn(t, " \t");
+        if (strncmp(t, type, tlen)) continue;
+        const char *e = t + tlen;
+        if (!strncmp(e, "_v", 2) && isdigit((unsigned char)e[2])) e += 2 + strspn(e + 2, "0123456789");
+        if (*e == '\n' || *e == '\r' || *e == '\0' || *e == ' ') return 1;
+    }
+    return 0;
+}
+
+/* Ranks that srun starts find each other through a PMI server in srun (PMIx or PMI-2); with
+ * Slurm's own default, MpiDefault=none, there is none and every Open MPI rank fails in MPI_Init.
+ * p->srun_mpi: the user's --srun-mpi; else nothing where SLURM_MPI_TYPE or the cluster chose;
+ * else pmix (or pmi2) when this srun offers it. */
+static void plan_srun_mpi(const lsr_opts *o, lsr_plan *p) {
+    p->srun_mpi[0] = '\0';
+    if (p->launcher != LSR_SRUN) return;
+    if (o->srun_mpi && strcmp(o->srun_mpi, "auto")) {
+        if (strcmp(o->srun_mpi, "site")) snprintf(p->srun_mpi, sizeof p->srun_mpi, "%s", o->srun_mpi);
+        return;
+    }
+    const char *env = getenv("SLURM_MPI_TYPE");
+    if (env && *env) {
+        if (o->verbose) note("srun: SLURM_MPI_TYPE=%s chooses the MPI type; not adding --mpi", env);
+        return;
+    }
+    char text[16384], site[64] = "";
+    char *scontrol = NULL;
+    if (!lsr_find_program("scontrol", &scontrol)) {
+        char *argv[] = {scontrol, "show", "config", NULL};
+        if (lsr_capture(argv, text, sizeof text, 10000) != 0 ||
+            config_value(text, "MpiDefault", site, sizeof site))
+            site[0] = '\0';
+        free(scontrol);
+    }
+    if (site[0] && strcmp(site, "none")) {
+        if (o->verbose) note("srun: the cluster's MpiDefault is %s; not adding --mpi", site);
+        return;
+    }
+    const char *site_text = site[0] ? site : "unknown (scontrol show config did not say)";
+    char *argv[] = {p->srun_path, "--mpi=list", NULL};
+    int rc = lsr_capture(argv, text, sizeof text, 10000);
+    const char *pick = rc != 0                      ? NULL
+                       : mpi_list_has(text, "pmix") ? "pmix"
+                       : mpi_list_has(text, "pmi2") ? "pmi2"
+                                                    : NULL;
+    if (pick) {
+        snprintf(p->srun_mpi, sizeof p->srun_mpi, "%s", pick);
+        if (o->verbose)
+            note("srun: the cluster's MpiDefault is %s; srun offers %s: adding --mpi=%s", site_text, pick,
+                 pick);
+        return;
+    }
+    note("srun offers neither pmix nor pmi2 (%s) and the cluster's MpiDefault is %s: MPI ranks may "
+         "fail to start; pass --srun-mpi TYPE or set SLURM_MPI_TYPE",
+         rc != 0 ? "'srun --mpi=list' failed" : "srun --mpi=list", site_text);
 }
 
 static void plan_np(const lsr_opts *o, lsr_plan *p) {
@@ -589,10 +697,11 @@ static void build_env(const lsr_opts *o, const lsr_plan *p, lsr_strvec *env) {
     }
 }
 
-/* srun --ntasks=N --kill-on-bad-exit=1 [--cpu-bind=B] [--overcommit] --export=ALL program args */
+/* srun --ntasks=N [--mpi=T] --kill-on-bad-exit=1 [--cpu-bind=B] [--overcommit] --export=ALL program args */
 static void build_srun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) {
     lsr_strvec_push(cmd, p->srun_path);
     lsr_strvec_pushf(cmd, "--ntasks=%ld", p->np);
+    if (p->srun_mpi[0]) lsr_strvec_pushf(cmd, "--mpi=%s", p->srun_mpi);
     lsr_strvec_push(cmd, "--kill-on-bad-exit=1");
     if (o->bind)
         lsr_strvec_pushf(cmd, "--cpu-bind=%s",
@@ -637,6 +746,7 @@ int main(int argc, char **argv) {
     plan_np(&o, &p);
     plan_launcher(&o, &p);
     plan_threads(&o, &p);
+    plan_srun_mpi(&o, &p);
     if (o.verbose)
         note("launcher %s (%s), %ld rank%s (%s)", launcher_names[p.launcher], p.launcher_why, p.np,
              p.np == 1 ? "" : "s", p.np_why);

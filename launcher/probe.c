@@ -1,14 +1,20 @@
 /* probe.c: what lockstep-run learns about this machine without linking CUDA or MPI: the GPUs it
  * may use (NVIDIA device nodes or the driver's /proc entries, limited by CUDA_VISIBLE_DEVICES),
- * its logical CPUs and physical cores (affinity mask, sysfs topology), and programs in PATH. */
+ * its logical CPUs and physical cores (affinity mask, sysfs topology), programs in PATH, and the
+ * output of a short query command (Slurm's scontrol and srun). */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "launch.h"
@@ -167,4 +173,73 @@ int lsr_find_program(const char *name, char **out) {
         p = end + 1;
     }
     return found_noexec ? EACCES : ENOENT;
+}
+
+static long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+int lsr_capture(char *const argv[], char *buf, size_t cap, int timeout_ms) {
+    if (cap) buf[0] = '\0';
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC)) return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        if (in < 0 || dup2(in, 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[1], 2) < 0) _exit(127);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    int timed_out = 0;
+    long deadline = now_ms() + timeout_ms;
+    for (;;) {
+        long left = deadline - now_ms();
+        struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+        int r = left > 0 ? poll(&pfd, 1, (int)left) : 0;
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            timed_out = 1;
+            break;
+        }
+        char chunk[4096];
+        ssize_t n = read(fds[0], chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break; /* end of output (or an error) */
+        size_t room = cap ? cap - 1 - len : 0; /* the rest is read and dropped */
+        size_t keep = (size_t)n < room ? (size_t)n : room;
+        if (keep) {
+            memcpy(buf + len, chunk, keep);
+            len += keep;
+            buf[len] = '\0';
+        }
+    }
+    close(fds[0]);
+    /* The output has ended: the command gets the rest of its time to exit. */
+    int st = 0;
+    pid_t w = 0;
+    while (!timed_out && (w = waitpid(pid, &st, WNOHANG)) == 0) {
+        if (now_ms() >= deadline) {
+            timed_out = 1;
+            break;
+        }
+        struct timespec ms = {0, 1000000L};
+        nanosleep(&ms, NULL);
+    }
+    if (timed_out) {
+        kill(pid, SIGKILL);
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+        }
+        return -1;
+    }
+    if (w < 0 || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
 }

@@ -19,6 +19,42 @@ fake() {
     chmod 755 "$tmp/bin/$1"
 }
 
+# fake_slurm: srun and scontrol stand-ins that answer Slurm's queries and fail if anything else
+# runs. srun --mpi=list lists $FAKE_SRUN_MPI (default "none pmi2 pmix"; FAKE_SRUN_OLD=1: in the
+# "srun: NAME" format of older Slurm; FAKE_SRUN_LIST_FAIL=1: fails); scontrol show config says
+# MpiDefault = $FAKE_MPI_DEFAULT (default none; FAKE_SCONTROL_FAIL=1: cannot reach the controller).
+fake_slurm() {
+    cat >"$tmp/bin/srun" <<'EOF'
+#!/bin/sh
+if [ "$*" = --mpi=list ]; then
+    [ -n "${FAKE_SRUN_LIST_FAIL:-}" ] && { echo "srun: error: fake failure" >&2; exit 1; }
+    if [ -n "${FAKE_SRUN_OLD:-}" ]; then
+        echo "srun: MPI types are..."
+        for t in ${FAKE_SRUN_MPI-none pmi2 pmix}; do echo "srun: $t"; done
+    else
+        echo "MPI plugin types are..."
+        for t in ${FAKE_SRUN_MPI-none pmi2 pmix}; do printf '\t%s\n' "$t"; done
+    fi
+    exit 0
+fi
+echo "fake srun ran" >&2
+exit 99
+EOF
+    cat >"$tmp/bin/scontrol" <<'EOF'
+#!/bin/sh
+[ "$*" = "show config" ] || { echo "fake scontrol ran: $*" >&2; exit 99; }
+if [ -n "${FAKE_SCONTROL_FAIL:-}" ]; then
+    echo "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)" >&2
+    exit 1
+fi
+echo "Configuration data as of 2026-12-03T09:00:00"
+echo "MinJobAge               = 300 sec"
+echo "MpiDefault              = ${FAKE_MPI_DEFAULT:-none}"
+echo "MpiParams               = (null)"
+EOF
+    chmod 755 "$tmp/bin/srun" "$tmp/bin/scontrol"
+}
+
 case_() { label=$*; }
 fail() {
     echo "FAIL [$label]: $*" >&2

@@ -1,9 +1,11 @@
 #!/bin/bash
-# test_dryrun_slurm.sh: inside a Slurm job (SLURM_JOB_ID set, a fake srun first in PATH) the
-# launcher is srun: exact --dry-run commands for -n, SLURM_NTASKS, ranks per node, the thread
-# rule as environment assignments, --bind, and the cases that do not use srun.
+# test_dryrun_slurm.sh: inside a Slurm job (SLURM_JOB_ID set, fake srun and scontrol first in
+# PATH) the launcher is srun: exact --dry-run commands for -n, SLURM_NTASKS, ranks per node, the
+# thread rule as environment assignments, --bind, the --mpi type srun gets (--srun-mpi, the
+# cluster's MpiDefault, SLURM_MPI_TYPE, what srun --mpi=list offers), and the cases that do not
+# use srun.
 . "$(dirname "$0")/lib.sh"
-fake srun
+fake_slurm
 fake mpirun
 S=$tmp/bin/srun
 M=$tmp/bin/mpirun
@@ -12,28 +14,28 @@ case_ "-n 4 on 2 nodes: 2 ranks per node share the CPUs"
 T=$(threads 2)
 run SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=2 LOCKSTEP_LOG=debug "$LSR" --dry-run -n 4 true a 'b c'
 expect_rc 0
-expect_out "OMP_NUM_THREADS=$T OPENBLAS_NUM_THREADS=$T $S --ntasks=4 --kill-on-bad-exit=1 --export=ALL true a 'b c'"
+expect_out "OMP_NUM_THREADS=$T OPENBLAS_NUM_THREADS=$T $S --ntasks=4 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true a 'b c'"
 expect_no_err
 
 case_ "default -n from SLURM_NTASKS; the user's OMP_NUM_THREADS is kept"
 run SLURM_JOB_ID=42 SLURM_NTASKS=3 OMP_NUM_THREADS=2 "$LSR" --dry-run true
-expect_out "$S --ntasks=3 --kill-on-bad-exit=1 --export=ALL true"
+expect_out "$S --ntasks=3 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true"
 
 case_ "one rank still goes through srun (it must run on the allocation)"
 run SLURM_JOB_ID=42 "$LSR" --dry-run -n 1 true
-expect_out "$S --ntasks=1 --kill-on-bad-exit=1 --export=ALL true"
+expect_out "$S --ntasks=1 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true"
 
 case_ "--bind, --oversubscribe and -x NAME=VALUE under srun"
 run SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=2 "$LSR" --dry-run -n 2 --bind core --oversubscribe -x 'LS_TEST_EXTRA=a b' -x LOCKSTEP_LOG true
-expect_out "LS_TEST_EXTRA='a b' $S --ntasks=2 --kill-on-bad-exit=1 --cpu-bind=cores --overcommit --export=ALL true"
+expect_out "LS_TEST_EXTRA='a b' $S --ntasks=2 --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores --overcommit --export=ALL true"
 
 case_ "--mca becomes OMPI_MCA_<name> in srun's environment"
 run SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=2 "$LSR" --dry-run -n 2 --mca btl self,tcp --mca btl_tcp_if_include=10.0.0.0/24 true
-expect_out "OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=10.0.0.0/24 $S --ntasks=2 --kill-on-bad-exit=1 --export=ALL true"
+expect_out "OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=10.0.0.0/24 $S --ntasks=2 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true"
 
 case_ "default -n without SLURM_NTASKS on a CPU node: one rank per node, with a hint"
 run SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=3 CUDA_VISIBLE_DEVICES= "$LSR" --dry-run true
-expect_out "$S --ntasks=3 --kill-on-bad-exit=1 --export=ALL true"
+expect_out "$S --ntasks=3 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true"
 expect_err "pass -n N"
 
 case_ "--no-slurm, --launcher mpirun and hosts bypass srun"
@@ -46,20 +48,74 @@ expect_out "$MPI2 -x LOCKSTEP_LAUNCHER -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THR
 run SLURM_JOB_ID=42 "$LSR" --dry-run --hosts a,b true
 expect_out "$M -np 2 --host a,b$ROOTFLAG --bind-to none --map-by slot true"
 
+TRUE=$(type -P true)
+case_ "the cluster's MpiDefault or SLURM_MPI_TYPE already chose: no --mpi"
+run SLURM_JOB_ID=42 FAKE_MPI_DEFAULT=pmix_v4 "$LSR" --dry-run -n 1 true
+expect_out "$S --ntasks=1 --kill-on-bad-exit=1 --export=ALL true"
+expect_no_err
+run SLURM_JOB_ID=42 SLURM_MPI_TYPE=pmi2 "$LSR" --dry-run --verbose -n 1 true
+expect_out "$S --ntasks=1 --kill-on-bad-exit=1 --export=ALL true"
+expect_err "srun: SLURM_MPI_TYPE=pmi2 chooses the MPI type; not adding --mpi"
+run SLURM_JOB_ID=42 FAKE_MPI_DEFAULT=pmi2 "$LSR" --dry-run --verbose -n 1 true
+expect_err "srun: the cluster's MpiDefault is pmi2; not adding --mpi"
+
+case_ "MpiDefault none: what srun --mpi=list offers, pmix first"
+run SLURM_JOB_ID=42 "$LSR" --dry-run --verbose -n 1 true
+expect_err "srun: the cluster's MpiDefault is none; srun offers pmix: adding --mpi=pmix"
+run SLURM_JOB_ID=42 "FAKE_SRUN_MPI=none pmi2" "$LSR" --dry-run -n 1 true
+expect_out "$S --ntasks=1 --mpi=pmi2 --kill-on-bad-exit=1 --export=ALL true"
+expect_no_err
+run SLURM_JOB_ID=42 FAKE_SRUN_OLD=1 "FAKE_SRUN_MPI=none openmpi pmix_v3" "$LSR" --dry-run -n 1 true
+expect_out "$S --ntasks=1 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true"
+run SLURM_JOB_ID=42 "FAKE_SRUN_MPI=none pmix_other pmi2x" "$LSR" --dry-run -n 1 true
+expect_out "$S --ntasks=1 --kill-on-bad-exit=1 --export=ALL true"
+expect_err "srun offers neither pmix nor pmi2 (srun --mpi=list) and the cluster's MpiDefault is none: MPI ranks may fail to start; pass --srun-mpi TYPE or set SLURM_MPI_TYPE"
+
+case_ "scontrol unreachable or missing: srun --mpi=list still decides"
+run SLURM_JOB_ID=42 FAKE_SCONTROL_FAIL=1 "$LSR" --dry-run --verbose -n 1 true
+expect_out "$S --ntasks=1 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true"
+expect_err "MpiDefault is unknown (scontrol show config did not say); srun offers pmix"
+run SLURM_JOB_ID=42 FAKE_SCONTROL_FAIL=1 FAKE_SRUN_LIST_FAIL=1 "$LSR" --dry-run -n 1 true
+expect_out "$S --ntasks=1 --kill-on-bad-exit=1 --export=ALL true"
+expect_err "srun offers neither pmix nor pmi2 ('srun --mpi=list' failed) and the cluster's MpiDefault is unknown"
+mv "$tmp/bin/scontrol" "$tmp/scontrol.off"
+run PATH="$tmp/bin" SLURM_JOB_ID=42 "$LSR" --dry-run -n 1 "$TRUE"
+expect_out "$S --ntasks=1 --mpi=pmix --kill-on-bad-exit=1 --export=ALL $TRUE"
+expect_no_err
+mv "$tmp/scontrol.off" "$tmp/bin/scontrol"
+
+case_ "--srun-mpi TYPE and site win over the detection"
+run SLURM_JOB_ID=42 FAKE_MPI_DEFAULT=pmix "$LSR" --dry-run --srun-mpi pmi2 -n 1 true
+expect_out "$S --ntasks=1 --mpi=pmi2 --kill-on-bad-exit=1 --export=ALL true"
+run SLURM_JOB_ID=42 SLURM_MPI_TYPE=pmix "$LSR" --dry-run --srun-mpi pmix_v4 -n 1 true
+expect_out "$S --ntasks=1 --mpi=pmix_v4 --kill-on-bad-exit=1 --export=ALL true"
+run SLURM_JOB_ID=42 FAKE_SRUN_LIST_FAIL=1 "$LSR" --dry-run --srun-mpi site -n 1 true
+expect_out "$S --ntasks=1 --kill-on-bad-exit=1 --export=ALL true"
+expect_no_err
+run SLURM_JOB_ID=42 "$LSR" --dry-run --srun-mpi auto -n 1 true
+expect_out "$S --ntasks=1 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true"
+run SLURM_JOB_ID=42 "$LSR" --dry-run --srun-mpi 'pmix;rm' -n 1 true
+expect_rc 2
+expect_err "--srun-mpi must be auto, site or an MPI type of srun such as pmix or pmi2, got 'pmix;rm'"
+run SLURM_JOB_ID=42 "$LSR" --dry-run --srun-mpi '' -n 1 true
+expect_rc 2
+expect_err "--srun-mpi must be auto, site"
+
 case_ "SLURM_JOB_ID set but no srun in PATH: mpirun (or direct for one rank)"
-rm "$tmp/bin/srun"
-run SLURM_JOB_ID=42 "$LSR" --dry-run -n 2 true
-expect_out "$MPI2 -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THREADS=$T true"
-run SLURM_JOB_ID=42 "$LSR" --dry-run -n 1 true
-expect_out "true"
+# PATH is this test's bin/ alone (a real srun may be installed in /usr/bin).
+mv "$tmp/bin/srun" "$tmp/srun.off"
+run PATH="$tmp/bin" SLURM_JOB_ID=42 "$LSR" --dry-run -n 2 "$TRUE"
+expect_out "$MPI2 -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THREADS=$T $TRUE"
+run PATH="$tmp/bin" SLURM_JOB_ID=42 "$LSR" --dry-run -n 1 "$TRUE"
+expect_out "$TRUE"
 
 case_ "srun-only errors"
-fake srun
+mv "$tmp/srun.off" "$tmp/bin/srun"
 run SLURM_JOB_ID=42 "$LSR" --dry-run --launcher srun --hosts a,b true
 expect_rc 2
 expect_err "cannot be used with srun"
 rm "$tmp/bin/srun"
-run "$LSR" --dry-run --launcher srun -n 2 true
+run PATH="$tmp/bin" "$LSR" --dry-run --launcher srun -n 2 "$TRUE"
 expect_rc 2
 expect_err "srun was not found in PATH"
 
