@@ -1797,6 +1797,7 @@ ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *
 static volatile sig_atomic_t g_preempt_signal;
 static struct sigaction g_old_term, g_old_int;
 static int g_preempt_installed;
+static int g_preempt_held;
 
 static void preempt_handler(int sig) {
     if (g_preempt_signal == sig) { /* asked twice: stop now */
@@ -1818,13 +1819,27 @@ ls_status ls_preempt_install(void) {
         return ls_error(LS_ERR_INTERNAL, "cannot install the SIGTERM/SIGINT handlers: %s", strerror(errno));
     g_preempt_signal = 0;
     g_preempt_installed = 1;
+    g_preempt_held = 0;
     return LS_OK;
+}
+
+void ls_preempt_hold(void) {
+    if (!g_preempt_installed) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    g_preempt_held = 1;
 }
 
 void ls_preempt_uninstall(void) {
     if (!g_preempt_installed) return;
-    sigaction(SIGTERM, &g_old_term, NULL);
-    sigaction(SIGINT, &g_old_int, NULL);
+    if (!g_preempt_held) {
+        sigaction(SIGTERM, &g_old_term, NULL);
+        sigaction(SIGINT, &g_old_int, NULL);
+    }
     g_preempt_installed = 0;
     g_preempt_signal = 0;
 }

@@ -196,8 +196,14 @@ void ls_ckpt_resume_position(const ls_ckpt_state *state, int64_t global_batch, i
  * signal of the same kind on a rank kills that process at once (the default action). The flag is
  * process-wide, as signals are. */
 ls_status ls_preempt_install(void);
-/* Restore the previous handlers and clear the flag. */
+/* Restore the previous handlers and clear the flag (after ls_preempt_hold: the signals stay
+ * ignored). */
 void ls_preempt_uninstall(void);
+/* Once the checkpoint a signal asked for is saved and the process is on its way out: ignore
+ * further SIGTERM/SIGINT until it exits. When one rank exits with 128 + signal before another,
+ * the launcher stops the rest (srun --kill-on-bad-exit, mpirun) with SIGTERM, which would
+ * otherwise count as the second signal and kill a rank in its cleanup. */
+void ls_preempt_hold(void);
 /* The signal this process received (SIGTERM or SIGINT), 0 if none. */
 int ls_preempt_pending(void);
 /* Collective: *signum = the largest signal number pending on any rank, 0 if none. */

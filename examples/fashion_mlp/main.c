@@ -441,6 +441,7 @@ int main(int argc, char **argv) {
                            sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", (long long)gstep,
                            ckpt_path);
                 fflush(stdout);
+                ls_preempt_hold(); /* saved: a launcher's SIGTERM to the last ranks must not kill them */
                 rc = 128 + sig;
                 goto done;
             }

@@ -532,6 +532,26 @@ static void test_preempt(void) {
     int ws;
     LS_REQUIRE(waitpid(pid, &ws, 0) == pid);
     LS_EXPECT(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGINT);
+    /* Held after the checkpoint: more signals of either kind are ignored, also after uninstall,
+     * and the process ends with its own exit status. */
+    fflush(NULL);
+    pid = fork();
+    LS_REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ls_preempt_install();
+        raise(SIGTERM);
+        if (ls_preempt_pending() != SIGTERM) _exit(4);
+        ls_preempt_hold();
+        raise(SIGTERM);
+        raise(SIGINT);
+        ls_preempt_uninstall();
+        raise(SIGTERM);
+        _exit(143);
+    }
+    LS_REQUIRE(waitpid(pid, &ws, 0) == pid);
+    LS_EXPECT(WIFEXITED(ws) && WEXITSTATUS(ws) == 143);
+    ls_preempt_hold(); /* not installed: nothing happens */
+    LS_EXPECT(ls_preempt_pending() == 0);
 }
 
 int main(void) {
