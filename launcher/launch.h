@@ -62,4 +62,10 @@ int lsr_find_program(const char *name, char **out);
  * or timed out. */
 int lsr_capture(char *const argv[], char *buf, size_t cap, int timeout_ms);
 
+/* Runs srun (argv) as a child inside Slurm job job_id and waits for it, passing SIGTERM and SIGINT
+ * to the job's steps (the ranks) with scancel instead of letting srun kill them. Returns srun's
+ * exit status (128 + signal when it was killed), or -1 when it could not be started or waited for
+ * (errno set). */
+int lsr_run_srun_in_job(char *const argv[], const char *job_id);
+
 #endif

@@ -1,7 +1,8 @@
 /* lockstep_run.c: lockstep-run, which starts one rank of a program per GPU. It picks a launcher
  * (the program itself for one rank, Open MPI's mpirun, or srun inside a Slurm job), builds the
- * launcher's argv as an array and execs it: no shell runs in between, so the program's arguments
- * arrive verbatim. --dry-run prints that argv, shell-quoted, instead of running it.
+ * launcher's argv as an array and execs it (inside a Slurm job it runs srun as its child instead,
+ * to pass SIGTERM/SIGINT to the ranks: supervise.c): no shell runs in between, so the program's
+ * arguments arrive verbatim. --dry-run prints that argv, shell-quoted, instead of running it.
  * Exit status: the program's (through mpirun/srun); 2 for usage errors; 126/127 when the program
  * is not executable / not found. */
 #include <ctype.h>
@@ -113,6 +114,10 @@ static void usage(FILE *f) {
         "As root, mpirun gets --allow-run-as-root.\n"
         "GPUs are counted without CUDA: /dev/nvidia<N> (else /proc/driver/nvidia/gpus), limited\n"
         "by CUDA_VISIBLE_DEVICES when set (an empty value hides every GPU).\n"
+        "Inside a Slurm job srun runs as a child of lockstep-run: a SIGTERM or SIGINT sent to\n"
+        "lockstep-run (#SBATCH --signal=B:TERM@120, scancel --batch --signal=TERM, Ctrl-C) is\n"
+        "passed to the ranks with 'scancel --signal=SIG $SLURM_JOB_ID', so they can checkpoint;\n"
+        "srun itself would kill them at once on SIGTERM.\n"
         "\n"
         "Environment:\n"
         "  LOCKSTEP_MPIRUN      mpirun to use, as --mpirun (the flag wins)\n"
@@ -783,6 +788,15 @@ int main(int argc, char **argv) {
         }
     }
     fflush(NULL);
+    const char *job = getenv("SLURM_JOB_ID");
+    if (p.launcher == LSR_SRUN && job && *job) {
+        rc = lsr_run_srun_in_job(cmd.v, job);
+        if (rc < 0) {
+            note("cannot run or wait for %s: %s", cmd.v[0], strerror(errno));
+            rc = 1;
+        }
+        goto done;
+    }
     const char *exe = p.launcher == LSR_DIRECT ? p.prog_path : cmd.v[0];
     execv(exe, cmd.v);
     int e = errno;
