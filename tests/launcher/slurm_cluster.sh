@@ -68,11 +68,14 @@ EOF
         { slurm_skip="cannot create a network namespace: $(cat "$slurm_dir/err")"; return 77; }
     ip link add lssveth0 netns "$slurm_ns0" type veth peer name lssveth1 netns "$slurm_ns1" 2>"$slurm_dir/err" ||
         { slurm_skip="cannot create a veth pair: $(cat "$slurm_dir/err")"; return 77; }
+    # nsenter, not `ip -n`: that remounts /sys, which fails where / is not a mount point (a chroot).
     local i
     for i in 0 1; do
-        local ns=ls_s${i}_$$
-        ip -n "$ns" link set lo up && ip -n "$ns" addr add "10.78.0.$((i + 1))/24" dev "lssveth$i" &&
-            ip -n "$ns" link set "lssveth$i" up || return 1
+        local in_ns=(nsenter --net="/run/netns/ls_s${i}_$$")
+        "${in_ns[@]}" ip link set lo up 2>"$slurm_dir/err" &&
+            "${in_ns[@]}" ip addr add "10.78.0.$((i + 1))/24" dev "lssveth$i" 2>>"$slurm_dir/err" &&
+            "${in_ns[@]}" ip link set "lssveth$i" up 2>>"$slurm_dir/err" ||
+            { echo "slurm_cluster: cannot configure namespace ls_s${i}_$$: $(cat "$slurm_dir/err")" >&2; return 1; }
     done
     unshare --uts --mount true 2>"$slurm_dir/err" ||
         { slurm_skip="cannot create UTS and mount namespaces: $(cat "$slurm_dir/err")"; return 77; }
