@@ -4,7 +4,6 @@
  * runs when stderr is a terminal. --batch-size is per rank (DDP's convention). Checkpoints every
  * --save-every steps and on SIGTERM/SIGINT; --resume continues from one. */
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 #include "train.h"
 
 #define EX_PROG "fashion_mlp"
+#include "example_ckpt.h"
 #include "example_cli.h"
 
 typedef struct options {
@@ -31,12 +31,12 @@ typedef struct options {
     double lr, weight_decay, momentum, clip;
     int64_t warmup;
     uint64_t seed;
-    const char *data_dir, *device, *comm, *dump_params, *hidden, *activation, *sampler;
+    const char *data_dir, *device, *comm, *hidden, *activation, *sampler;
     int progress; /* -1 auto */
     const char *precision;
     int ckpt_segments; /* activation checkpointing: segments, 0 off */
-    int64_t max_steps, save_every, keep_last;
-    const char *checkpoint_dir, *resume, *log_steps, *metrics;
+    const char *metrics;
+    ex_ckpt_options ck; /* --max-steps, --save-every, --checkpoint-dir, --keep-last, --resume, ... */
 } options;
 
 static void usage(FILE *f) {
@@ -67,36 +67,10 @@ static void usage(FILE *f) {
             "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
             "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
             "  --dump-params FILE    after training, rank 0 writes all parameters as raw f32\n"
-            "  --max-steps N         stop after N optimizer steps in all, resumed ones included (default: no limit)\n"
-            "  --save-every N        write a checkpoint every N optimizer steps and at the end (default 0: only\n"
-            "                        on SIGTERM/SIGINT)\n"
-            "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints)\n"
-            "  --keep-last K         keep the K newest checkpoints, remove older ones (default 3; 0 keeps all)\n"
-            "  --resume auto|PATH    auto: continue from the newest valid checkpoint in --checkpoint-dir (start\n"
-            "                        afresh when there is none); PATH: from that checkpoint directory\n"
-            "  --log-steps FILE      rank 0 writes \"step loss\" per optimizer step (mean over the global batch,\n"
-            "                        17 digits); on resume, lines past the resumed step are dropped, new ones appended\n"
-            "  --metrics FILE        rank 0 writes one JSON object per optimizer step: loss, accuracy, lr, step time,\n"
-            "                        samples/s, loss scale, memory (resumed like --log-steps)\n"
+            EX_CKPT_HELP_FLAGS
             "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
             "  -h, --help            this text\n\n"
-            "Checkpoints hold the weights (model.safetensors), the optimizer state (optimizer.safetensors),\n"
-            "the step, schedule, sampler position and settings (state.json), checksummed by manifest.json;\n"
-            "rank 0 writes them. Resuming with the same ranks and batch continues bitwise as if never\n"
-            "stopped; with another world size or batch, from the next step boundary of the saved epoch.\n\n"
-            "Preemption: on SIGTERM or SIGINT every rank finishes the current step, a checkpoint is written,\n"
-            "\"received SIGTERM: finished step N, saved checkpoint DIR/step-0000000N; exiting\" is printed and\n"
-            "the program exits with 128 + the signal number (143 for SIGTERM, 130 for SIGINT): run it again\n"
-            "with --resume auto. A second signal stops at once. Under mpirun, signal the ranks (as Slurm\n"
-            "does), not mpirun, which kills its ranks 1 s after forwarding a signal.\n"
-            "Exit status: 0 done, 1 error, 2 bad usage, 130/143 stopped by a signal after a checkpoint.\n\n"
-            "Environment: LOCKSTEP_LOG=error|warn|info|debug, LOCKSTEP_DEVICE, LOCKSTEP_COMM,\n"
-            "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n"
-            "LOCKSTEP_DATA_ON_DEVICE=auto|on|off (keep the data set on the GPU, gather batches there),\n"
-            "LOCKSTEP_PREFETCH=auto|on|off (batches copied from the host: the next one staged during a step),\n"
-            "LOCKSTEP_GPU_MONITOR=MS|off (a GPU's use, power, temperature after each epoch; default 500 ms),\n"
-            "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1),\n"
-            "LOCKSTEP_CKPT_CRASH_AT=<stage> (tests: kill the process at that stage of a checkpoint save).\n");
+            EX_CKPT_HELP_CONTENTS "\n" EX_CKPT_HELP_PREEMPTION "\n" EX_CKPT_HELP_ENV);
 }
 
 static int parse_options(int argc, char **argv, options *o) {
@@ -115,8 +89,7 @@ static int parse_options(int argc, char **argv, options *o) {
     o->sampler = "pad";
     o->progress = -1;
     o->precision = "fp32";
-    o->keep_last = 3;
-    o->checkpoint_dir = "checkpoints";
+    ex_ckpt_options_init(&o->ck);
     static const struct option longopts[] = {
         {"epochs", required_argument, 0, 'e'},        {"batch-size", required_argument, 0, 'b'},
         {"accum-steps", required_argument, 0, 'A'},   {"optimizer", required_argument, 0, 'o'},
@@ -128,16 +101,16 @@ static int parse_options(int argc, char **argv, options *o) {
         {"train-limit", required_argument, 0, 'T'},   {"test-limit", required_argument, 0, 't'},
         {"sampler", required_argument, 0, 'S'},       {"data-dir", required_argument, 0, 'd'},
         {"device", required_argument, 0, 'D'},        {"comm", required_argument, 0, 'C'},
-        {"dump-params", required_argument, 0, 'P'},   {"progress", no_argument, 0, 'p'},
-        {"no-progress", no_argument, 0, 'N'},         {"help", no_argument, 0, 'h'},
-        {"max-steps", required_argument, 0, 'M'},     {"save-every", required_argument, 0, 'V'},
-        {"checkpoint-dir", required_argument, 0, 'K'}, {"keep-last", required_argument, 0, 'L'},
-        {"resume", required_argument, 0, 'R'},        {"log-steps", required_argument, 0, 'G'},
-        {"metrics", required_argument, 0, 'J'},
-        {0, 0, 0, 0}};
-    int c;
+        {"progress", no_argument, 0, 'p'},            {"no-progress", no_argument, 0, 'N'},
+        {"help", no_argument, 0, 'h'},                {"metrics", required_argument, 0, 'J'},
+        EX_CKPT_LONGOPTS,                             {0, 0, 0, 0}};
+    int c, r;
     int64_t v;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if ((r = ex_ckpt_option(EX_PROG, &o->ck, c, optarg)) != 0) {
+            if (r < 0) return -1;
+            continue;
+        }
         switch (c) {
         case 'e': if (parse_i64("--epochs", optarg, 0, &v)) return -1; o->epochs = (int)v; break;
         case 'b': if (parse_i64("--batch-size", optarg, 1, &o->batch)) return -1; break;
@@ -163,15 +136,8 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'd': o->data_dir = optarg; break;
         case 'D': o->device = optarg; break;
         case 'C': o->comm = optarg; break;
-        case 'P': o->dump_params = optarg; break;
         case 'p': o->progress = 1; break;
         case 'N': o->progress = 0; break;
-        case 'M': if (parse_i64("--max-steps", optarg, 1, &o->max_steps)) return -1; break;
-        case 'V': if (parse_i64("--save-every", optarg, 0, &o->save_every)) return -1; break;
-        case 'K': o->checkpoint_dir = optarg; break;
-        case 'L': if (parse_i64("--keep-last", optarg, 0, &o->keep_last)) return -1; break;
-        case 'R': o->resume = optarg; break;
-        case 'G': o->log_steps = optarg; break;
         case 'J': o->metrics = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
@@ -181,56 +147,7 @@ static int parse_options(int argc, char **argv, options *o) {
         fprintf(stderr, "fashion_mlp: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    if (!o->checkpoint_dir[0]) {
-        fprintf(stderr, "fashion_mlp: --checkpoint-dir must not be empty\n");
-        return -1;
-    }
-    return 0;
-}
-
-/* Rank 0 writes every parameter, in order, as raw little-endian f32. */
-static ls_status dump_params(ls_ctx *ctx, ls_module *m, const char *path) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing", path);
-    ls_status s = LS_OK;
-    for (int i = 0; i < ls_module_num_params(m) && s == LS_OK; i++) {
-        ls_tensor *p = ls_module_param(m, i);
-        void *h = malloc(ls_tensor_nbytes(p));
-        if (!h) {
-            s = ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory to dump parameters");
-            break;
-        }
-        ls_tensor ht = ls_tensor_view(h, p->dtype, ls_device_cpu(), p->ndim, p->shape);
-        s = ls_tensor_copy(ctx->alloc, &ht, p);
-        if (s == LS_OK && fwrite(h, 1, ls_tensor_nbytes(p), f) != ls_tensor_nbytes(p))
-            s = ls_error(LS_ERR_IO, "short write to '%s'", path);
-        free(h);
-    }
-    if (fclose(f) != 0 && s == LS_OK) s = ls_error(LS_ERR_IO, "cannot close '%s'", path);
-    return s;
-}
-
-static ls_status save_checkpoint(ls_comm *comm, ls_ctx *ctx, const options *o, ls_module *model, ls_optimizer *opt,
-                                 ls_trainer *tr, const ls_ckpt_state *run, int64_t step, int64_t epoch,
-                                 int64_t epoch_samples, char *path, size_t len) {
-    ls_ckpt_state st = *run;
-    const ls_loss_scaler *sc = ls_trainer_loss_scaler(tr);
-    if (sc->enabled) {
-        st.n_loss_scaler = 2;
-        snprintf(st.loss_scaler[0].key, sizeof st.loss_scaler[0].key, "scale");
-        st.loss_scaler[0].value = sc->scale;
-        snprintf(st.loss_scaler[1].key, sizeof st.loss_scaler[1].key, "growth_tracker");
-        st.loss_scaler[1].value = (double)sc->growth_tracker;
-    }
-    st.step = step;
-    st.epoch = epoch;
-    st.epoch_samples = epoch_samples;
-    LS_CHECK(ls_ckpt_save(comm, ctx, o->checkpoint_dir, (int)o->keep_last, model, opt, &st, path, len));
-    if (ls_comm_rank(comm) == 0) {
-        printf("fashion_mlp: saved checkpoint %s (step %lld)\n", path, (long long)step);
-        fflush(stdout);
-    }
-    return LS_OK;
+    return ex_ckpt_options_check(EX_PROG, &o->ck);
 }
 
 int main(int argc, char **argv) {
@@ -250,8 +167,8 @@ int main(int argc, char **argv) {
     ex_batcher bt = {{NULL, NULL}, 0, -1, 0, 0};
     ex_metrics metrics = {NULL, 0};
     ls_gpu_monitor *gpumon = NULL;
-    FILE *step_log = NULL;
-    int preempt_installed = 0;
+    ex_ckpt ck;
+    ex_ckpt_init(&ck, EX_PROG, &o.ck);
 
     ls_optim_kind kind;
     ls_act act = LS_ACT_RELU;
@@ -330,56 +247,12 @@ int main(int argc, char **argv) {
                (long long)test->n, (long long)o.batch, o.accum, world, (long long)steps);
     fflush(stdout);
 
-    /* This run's settings, saved with each checkpoint and compared with a resumed one's. */
-    ls_ckpt_state run;
-    memset(&run, 0, sizeof run);
-    run.steps_per_epoch = steps;
-    run.world_size = world;
-    run.batch_per_rank = o.batch;
-    run.accum_steps = o.accum;
-    run.seed = o.seed;
-    run.lr = tc.lr;
-    run.optim = oc;
-    int64_t global_batch = per_step * world, start_epoch = 0, start_j = 0, last_saved = -1;
-    char ckpt_path[LS_CKPT_PATH_MAX];
-    if (o.resume) {
-        ls_ckpt_state saved;
-        int found, exact;
-        TRY("--resume", ls_ckpt_load(comm, ctx, o.checkpoint_dir, o.resume, model, opt, &saved, &found, ckpt_path,
-                                     sizeof ckpt_path));
-        if (found) {
-            ls_trainer_set_num_steps(trainer, saved.step);
-            ls_loss_scaler *sc = ls_trainer_loss_scaler(trainer);
-            for (int k = 0; k < saved.n_loss_scaler; k++) {
-                if (strcmp(saved.loss_scaler[k].key, "scale") == 0) sc->scale = saved.loss_scaler[k].value;
-                if (strcmp(saved.loss_scaler[k].key, "growth_tracker") == 0)
-                    sc->growth_tracker = (int64_t)saved.loss_scaler[k].value;
-            }
-            last_saved = saved.step;
-            ls_ckpt_resume_position(&saved, global_batch, steps, &start_epoch, &start_j, &exact);
-            if (rank == 0) {
-                ls_ckpt_warn_changes(&saved, &run);
-                if (!exact)
-                    printf("fashion_mlp: the checkpoint had consumed %lld samples of epoch %lld, not a multiple of this "
-                           "run's global batch of %lld: continuing at the next step boundary (%lld samples skipped)\n",
-                           (long long)saved.epoch_samples, (long long)saved.epoch + 1, (long long)global_batch,
-                           (long long)(start_j * global_batch - saved.epoch_samples));
-                printf("fashion_mlp: resumed from %s at step %lld, epoch %lld (step %lld of %lld in the epoch)\n",
-                       ckpt_path, (long long)saved.step, (long long)start_epoch + 1, (long long)start_j,
-                       (long long)steps);
-            }
-        } else if (rank == 0) {
-            printf("fashion_mlp: no checkpoint in %s; starting from step 0\n", o.checkpoint_dir);
-        }
-        fflush(stdout);
-    }
-    if (o.log_steps && rank == 0) {
-        if (last_saved >= 0) TRY("--log-steps", ex_truncate_step_file(o.log_steps, last_saved, "--log-steps"));
-        step_log = fopen(o.log_steps, last_saved >= 0 ? "a" : "w");
-        if (!step_log) TRY("--log-steps", ls_error(LS_ERR_IO, "cannot open '%s' for writing", o.log_steps));
-    }
-    TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, last_saved));
+    int64_t start_epoch, start_j;
+    TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch,
+                               &start_j));
+    TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, ck.last_saved));
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
+    ck.progress = progress;
     TRY("indices", ex_batcher_init(&bt, per_step));
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
     if (!test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
@@ -387,61 +260,27 @@ int main(int argc, char **argv) {
     TRY("test shard", ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx,
                                        &test_count, &tc_global));
 
-    TRY("signal handlers", ls_preempt_install());
-    preempt_installed = 1;
-    int64_t gstep = ls_trainer_num_steps(trainer);
-    int64_t pos_epoch = start_epoch, pos_samples = start_j * global_batch; /* where the next step starts */
     ex_gpu_monitor_restart(gpumon); /* the epochs' figures, not the setup's */
-    int max_reached = 0;
-    for (int64_t epoch = start_epoch; epoch < o.epochs && !max_reached; epoch++) {
+    for (int64_t epoch = start_epoch; epoch < o.epochs && !ck.max_reached; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
         ex_batcher_epoch(&bt);
         double t0 = ex_now_s(), m[3] = {0, 0, 0};
-        int64_t seen = 0, j0 = epoch == start_epoch ? start_j : 0;
-        int64_t epoch_samples = j0 * global_batch;
-        for (int64_t j = j0; j < steps; j++) {
+        int64_t seen = 0;
+        for (int64_t j = epoch == start_epoch ? start_j : 0; j < steps && !ex_ckpt_done(&ck); j++) {
             int64_t count, global;
             ls_step_stats st;
-            if (o.max_steps > 0 && gstep >= o.max_steps) {
-                max_reached = 1;
-                break;
-            }
+            int sig;
             double ts = ex_now_s();
             TRY("batch", ex_batcher_step(&bt, sampler, trainer, train, j, steps, per_step, &idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, train, idx, count, global, &st));
-            gstep = ls_trainer_num_steps(trainer);
-            TRY("--metrics", ex_metrics_step(&metrics, comm, ctx->alloc, gstep, epoch, &st, ex_now_s() - ts, o.clip > 0));
+            TRY("--metrics", ex_metrics_step(&metrics, comm, ctx->alloc, ls_trainer_num_steps(trainer), epoch,
+                                             &st, ex_now_s() - ts, o.clip > 0));
             m[0] += st.loss_sum;
             m[1] += (double)st.correct;
             m[2] += (double)st.samples;
             seen += global;
-            epoch_samples += global;
-            if (o.log_steps) {
-                double l[2] = {st.loss_sum, (double)st.samples};
-                TRY("--log-steps", ls_comm_allreduce_host(comm, l, 2, LS_F64, LS_REDUCE_SUM));
-                if (step_log) {
-                    fprintf(step_log, "%lld %.17g\n", (long long)gstep, l[0] / l[1]);
-                    fflush(step_log);
-                }
-            }
-            /* Every rank stops after the same step when any rank got SIGTERM/SIGINT. */
-            int sig;
-            TRY("preemption", ls_preempt_agree(comm, &sig));
-            pos_epoch = j + 1 == steps ? epoch + 1 : epoch;
-            pos_samples = j + 1 == steps ? 0 : epoch_samples;
-            if (sig || (o.save_every > 0 && gstep % o.save_every == 0)) {
-                TRY("checkpoint", save_checkpoint(comm, ctx, &o, model, opt, trainer, &run, gstep, pos_epoch, pos_samples,
-                                                  ckpt_path, sizeof ckpt_path));
-                last_saved = gstep;
-            }
+            TRY(ck.what, ex_ckpt_after_step(&ck, &st, global, j + 1 == steps, &sig));
             if (sig) {
-                if (progress) fprintf(stderr, "\r%*s\r", 70, "");
-                if (rank == 0)
-                    printf("fashion_mlp: received %s: finished step %lld, saved checkpoint %s; exiting\n",
-                           sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal", (long long)gstep,
-                           ckpt_path);
-                fflush(stdout);
-                ls_preempt_hold(); /* saved: a launcher's SIGTERM to the last ranks must not kill them */
                 rc = 128 + sig;
                 goto done;
             }
@@ -452,7 +291,7 @@ int main(int argc, char **argv) {
                         el > 0 ? (double)seen / el : 0.0);
             }
         }
-        if (max_reached && seen == 0) break;
+        if (ck.max_reached && seen == 0) break;
         double train_time = ex_now_s() - t0;
         if (progress) fprintf(stderr, "\r%*s\r", 70, "");
         double ev[3];
@@ -478,11 +317,7 @@ int main(int argc, char **argv) {
         TRY("GPU figures", ex_gpu_monitor_report(gpumon, comm, rank));
         fflush(stdout);
     }
-    if (max_reached && rank == 0) printf("fashion_mlp: stopped at step %lld (--max-steps)\n", (long long)gstep);
-    if (o.save_every > 0 && gstep > 0 && gstep != last_saved)
-        TRY("checkpoint", save_checkpoint(comm, ctx, &o, model, opt, trainer, &run, gstep, pos_epoch, pos_samples, ckpt_path,
-                                          sizeof ckpt_path));
-    if (o.dump_params && rank == 0) TRY("--dump-params", dump_params(ctx, model, o.dump_params));
+    TRY(ck.what, ex_ckpt_end(&ck));
 
 done:
     ls_gpu_monitor_stop(gpumon);
@@ -496,8 +331,7 @@ done:
     ls_sampler_destroy(test_sampler);
     ls_dataset_destroy(train);
     ls_dataset_destroy(test);
-    if (step_log) fclose(step_log);
-    if (preempt_installed) ls_preempt_uninstall();
+    ex_ckpt_close(&ck);
     if (rc == 1 && comm && ls_comm_world(comm) > 1) ls_comm_abort(comm, "fashion_mlp failed");
     ls_comm_destroy(comm);
     ls_ctx_destroy(ctx);

@@ -1,0 +1,231 @@
+/* example_ckpt.c: the training examples' checkpointing, resume, step log and preemption
+ * (example_ckpt.h), on top of runtime/checkpoint.h. */
+#include "example_ckpt.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cnn.h"
+#include "device.h"
+#include "example_cli.h"
+
+void ex_ckpt_options_init(ex_ckpt_options *o) {
+    memset(o, 0, sizeof *o);
+    o->keep_last = 3;
+    o->checkpoint_dir = "checkpoints";
+}
+
+int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg) {
+    switch (c) {
+    case EX_OPT_MAX_STEPS: return ex_parse_i64(prog, "--max-steps", arg, 1, &o->max_steps) ? -1 : 1;
+    case EX_OPT_SAVE_EVERY: return ex_parse_i64(prog, "--save-every", arg, 0, &o->save_every) ? -1 : 1;
+    case EX_OPT_KEEP_LAST: return ex_parse_i64(prog, "--keep-last", arg, 0, &o->keep_last) ? -1 : 1;
+    case EX_OPT_CHECKPOINT_DIR: o->checkpoint_dir = arg; return 1;
+    case EX_OPT_RESUME: o->resume = arg; return 1;
+    case EX_OPT_LOG_STEPS: o->log_steps = arg; return 1;
+    case EX_OPT_DUMP_PARAMS: o->dump_params = arg; return 1;
+    default: return 0;
+    }
+}
+
+int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o) {
+    if (!o->checkpoint_dir[0]) {
+        fprintf(stderr, "%s: --checkpoint-dir must not be empty\n", prog);
+        return -1;
+    }
+    return 0;
+}
+
+/* Restores the loss scaler's "scale" and "growth_tracker" (see save). */
+static void restore_loss_scaler(ls_trainer *t, const ls_ckpt_state *saved) {
+    ls_loss_scaler *sc = ls_trainer_loss_scaler(t);
+    for (int k = 0; k < saved->n_loss_scaler; k++) {
+        if (strcmp(saved->loss_scaler[k].key, "scale") == 0) sc->scale = saved->loss_scaler[k].value;
+        if (strcmp(saved->loss_scaler[k].key, "growth_tracker") == 0)
+            sc->growth_tracker = (int64_t)saved->loss_scaler[k].value;
+    }
+}
+
+static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
+    int rank = ls_comm_rank(c->comm), found, exact;
+    ls_ckpt_state saved;
+    LS_CHECK(ls_ckpt_load(c->comm, c->ctx, c->o->checkpoint_dir, c->o->resume, c->model, c->opt, &saved,
+                          &found, c->path, sizeof c->path));
+    if (!found) {
+        if (rank == 0)
+            printf("%s: no checkpoint in %s; starting from step 0\n", c->prog, c->o->checkpoint_dir);
+        return LS_OK;
+    }
+    ls_trainer_set_num_steps(c->trainer, saved.step);
+    restore_loss_scaler(c->trainer, &saved);
+    c->last_saved = saved.step;
+    int64_t steps = c->run.steps_per_epoch, gb = c->global_batch;
+    ls_ckpt_resume_position(&saved, gb, steps, start_epoch, start_j, &exact);
+    if (rank != 0) return LS_OK;
+    ls_ckpt_warn_changes(&saved, &c->run);
+    if (!exact)
+        printf("%s: the checkpoint had consumed %lld samples of epoch %lld, not a multiple of this run's "
+               "global batch of %lld: continuing at the next step boundary (%lld samples skipped)\n",
+               c->prog, (long long)saved.epoch_samples, (long long)saved.epoch + 1, (long long)gb,
+               (long long)(*start_j * gb - saved.epoch_samples));
+    printf("%s: resumed from %s at step %lld, epoch %lld (step %lld of %lld in the epoch)\n", c->prog,
+           c->path, (long long)saved.step, (long long)*start_epoch + 1, (long long)*start_j,
+           (long long)steps);
+    return LS_OK;
+}
+
+void ex_ckpt_init(ex_ckpt *c, const char *prog, const ex_ckpt_options *o) {
+    memset(c, 0, sizeof *c);
+    c->prog = prog;
+    c->o = o;
+    c->last_saved = -1;
+}
+
+ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt,
+                        ls_trainer *trainer, const ls_train_config *tc, const ls_optim_config *oc,
+                        uint64_t seed, int64_t steps_per_epoch, int64_t *start_epoch, int64_t *start_j) {
+    const ex_ckpt_options *o = c->o;
+    c->comm = comm;
+    c->ctx = ctx;
+    c->model = model;
+    c->opt = opt;
+    c->trainer = trainer;
+    /* this run's settings, saved with each checkpoint and compared with a resumed one's */
+    memset(&c->run, 0, sizeof c->run);
+    c->run.steps_per_epoch = steps_per_epoch;
+    c->run.world_size = ls_comm_world(comm);
+    c->run.batch_per_rank = tc->batch_per_rank;
+    c->run.accum_steps = tc->accum_steps;
+    c->run.seed = seed;
+    c->run.lr = tc->lr;
+    c->run.optim = *oc;
+    c->global_batch = tc->batch_per_rank * tc->accum_steps * c->run.world_size;
+    *start_epoch = *start_j = 0;
+    if (o->resume) {
+        c->what = "--resume";
+        LS_CHECK(resume(c, start_epoch, start_j));
+        fflush(stdout);
+    }
+    c->step = ls_trainer_num_steps(trainer);
+    c->pos_epoch = *start_epoch;
+    c->pos_samples = *start_j * c->global_batch;
+    if (o->log_steps && ls_comm_rank(comm) == 0) {
+        c->what = "--log-steps";
+        if (c->last_saved >= 0) LS_CHECK(ex_truncate_step_file(o->log_steps, c->last_saved, "--log-steps"));
+        c->step_log = fopen(o->log_steps, c->last_saved >= 0 ? "a" : "w");
+        if (!c->step_log) return ls_error(LS_ERR_IO, "cannot open '%s' for writing", o->log_steps);
+    }
+    c->what = "signal handlers";
+    LS_CHECK(ls_preempt_install());
+    c->preempt_installed = 1;
+    return LS_OK;
+}
+
+int ex_ckpt_done(ex_ckpt *c) {
+    if (c->o->max_steps > 0 && c->step >= c->o->max_steps) c->max_reached = 1;
+    return c->max_reached;
+}
+
+/* Saves step c->step, positioned where the next step starts, with the loss scaler's state. */
+static ls_status save(ex_ckpt *c) {
+    ls_ckpt_state st = c->run;
+    const ls_loss_scaler *sc = ls_trainer_loss_scaler(c->trainer);
+    if (sc->enabled) {
+        st.n_loss_scaler = 2;
+        snprintf(st.loss_scaler[0].key, sizeof st.loss_scaler[0].key, "scale");
+        st.loss_scaler[0].value = sc->scale;
+        snprintf(st.loss_scaler[1].key, sizeof st.loss_scaler[1].key, "growth_tracker");
+        st.loss_scaler[1].value = (double)sc->growth_tracker;
+    }
+    st.step = c->step;
+    st.epoch = c->pos_epoch;
+    st.epoch_samples = c->pos_samples;
+    c->what = "checkpoint";
+    LS_CHECK(ls_ckpt_save(c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model, c->opt,
+                          &st, c->path, sizeof c->path));
+    c->last_saved = c->step;
+    if (ls_comm_rank(c->comm) == 0) {
+        printf("%s: saved checkpoint %s (step %lld)\n", c->prog, c->path, (long long)c->step);
+        fflush(stdout);
+    }
+    return LS_OK;
+}
+
+ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global, int last_in_epoch,
+                             int *sig) {
+    *sig = 0;
+    c->step = ls_trainer_num_steps(c->trainer);
+    if (c->o->log_steps) {
+        double l[2] = {st->loss_sum, (double)st->samples};
+        c->what = "--log-steps";
+        LS_CHECK(ls_comm_allreduce_host(c->comm, l, 2, LS_F64, LS_REDUCE_SUM));
+        if (c->step_log) {
+            fprintf(c->step_log, "%lld %.17g\n", (long long)c->step, l[0] / l[1]);
+            fflush(c->step_log);
+        }
+    }
+    /* Every rank stops after the same step when any rank got SIGTERM/SIGINT. */
+    c->what = "preemption";
+    LS_CHECK(ls_preempt_agree(c->comm, sig));
+    c->pos_samples += global;
+    if (last_in_epoch) {
+        c->pos_epoch++;
+        c->pos_samples = 0;
+    }
+    if (*sig || (c->o->save_every > 0 && c->step % c->o->save_every == 0)) LS_CHECK(save(c));
+    if (*sig) {
+        if (c->progress) fprintf(stderr, "\r%*s\r", 70, "");
+        if (ls_comm_rank(c->comm) == 0)
+            printf("%s: received %s: finished step %lld, saved checkpoint %s; exiting\n", c->prog,
+                   *sig == SIGINT ? "SIGINT" : *sig == SIGTERM ? "SIGTERM" : "a signal", (long long)c->step,
+                   c->path);
+        fflush(stdout);
+        ls_preempt_hold(); /* saved: a launcher's SIGTERM to the last ranks must not kill them */
+    }
+    return LS_OK;
+}
+
+ls_status ex_ckpt_end(ex_ckpt *c) {
+    int rank = ls_comm_rank(c->comm);
+    if (c->max_reached && rank == 0) {
+        printf("%s: stopped at step %lld (--max-steps)\n", c->prog, (long long)c->step);
+        fflush(stdout);
+    }
+    if (c->o->save_every > 0 && c->step > 0 && c->step != c->last_saved) LS_CHECK(save(c));
+    if (c->o->dump_params && rank == 0) {
+        c->what = "--dump-params";
+        LS_CHECK(ex_dump_params(c->ctx, c->model, c->o->dump_params));
+    }
+    return LS_OK;
+}
+
+void ex_ckpt_close(ex_ckpt *c) {
+    if (c->step_log) fclose(c->step_log);
+    c->step_log = NULL;
+    if (c->preempt_installed) ls_preempt_uninstall();
+    c->preempt_installed = 0;
+}
+
+ls_status ex_dump_params(ls_ctx *ctx, ls_module *m, const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing", path);
+    ls_status s = LS_OK;
+    int np = ls_module_num_params(m), n = np + ls_cnn_num_buffers(m);
+    for (int i = 0; i < n && s == LS_OK; i++) {
+        ls_tensor *p = i < np ? ls_module_param(m, i) : ls_cnn_buffer(m, i - np, NULL, 0);
+        void *h = malloc(ls_tensor_nbytes(p));
+        if (!h) {
+            s = ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory to dump parameters");
+            break;
+        }
+        ls_tensor ht = ls_tensor_view(h, p->dtype, ls_device_cpu(), p->ndim, p->shape);
+        s = ls_tensor_copy(ctx->alloc, &ht, p);
+        if (s == LS_OK && fwrite(h, 1, ls_tensor_nbytes(p), f) != ls_tensor_nbytes(p))
+            s = ls_error(LS_ERR_IO, "short write to '%s'", path);
+        free(h);
+    }
+    if (fclose(f) != 0 && s == LS_OK) s = ls_error(LS_ERR_IO, "cannot close '%s'", path);
+    return s;
+}
