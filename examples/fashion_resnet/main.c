@@ -3,7 +3,10 @@
  * lockstep-run (one rank per GPU, or per CPU slot), on the CPU where no GPU is usable. Mixed
  * precision (--precision), activation checkpointing (--checkpoint-activations) and a memory-fitted
  * batch (--batch-size auto, within --memory-cap) are flags. Prints per-epoch loss, test accuracy,
- * samples/s and peak memory. --batch-size is per rank (DDP's convention). */
+ * samples/s and peak memory. --batch-size is per rank (DDP's convention). Checkpoints (weights,
+ * BatchNorm's running statistics, optimizer, schedule, loss scaler, position in the epoch) every
+ * --save-every steps and on SIGTERM/SIGINT; --resume continues from one, bitwise with the same ranks
+ * and batch: --augment's shifts and flips are drawn per (seed, epoch, sample), so they continue too. */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +28,7 @@
 #include "train.h"
 
 #define EX_PROG "fashion_resnet"
+#include "example_ckpt.h"
 #include "example_cli.h"
 
 typedef struct options {
@@ -39,6 +43,7 @@ typedef struct options {
     uint64_t seed;
     const char *data_dir, *device, *comm, *metrics;
     int progress; /* -1 auto */
+    ex_ckpt_options ck; /* --max-steps, --save-every, --checkpoint-dir, --keep-last, --resume, ... */
 } options;
 
 static void usage(FILE *f) {
@@ -75,16 +80,16 @@ static void usage(FILE *f) {
             "                        /usr/share/datasets/fashion-mnist)\n"
             "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
             "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
-            "  --metrics FILE        rank 0 writes one JSON object per optimizer step: loss, accuracy, lr, step time,\n"
-            "                        samples/s, loss scale, memory\n"
+            "  --dump-params FILE    after training, rank 0 writes all parameters, then BatchNorm's running\n"
+            "                        statistics, as raw f32\n"
+            EX_CKPT_HELP_FLAGS
             "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
             "  -h, --help            this text\n\n"
-            "Environment: LOCKSTEP_LOG=error|warn|info|debug, LOCKSTEP_DEVICE, LOCKSTEP_COMM,\n"
-            "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n"
-            "LOCKSTEP_DATA_ON_DEVICE=auto|on|off (keep the data set on the GPU, gather batches there),\n"
-            "LOCKSTEP_PREFETCH=auto|on|off (batches copied from the host: the next one staged during a step),\n"
-            "LOCKSTEP_GPU_MONITOR=MS|off (a GPU's use, power, temperature after each epoch; default 500 ms),\n"
-            "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1).\n");
+            EX_CKPT_HELP_CONTENTS
+            "model.safetensors also holds BatchNorm's running statistics (rank 0's, which evaluation\n"
+            "uses); --augment's shifts and flips are drawn per seed, epoch and sample, so a resumed run\n"
+            "continues them.\n\n"
+            EX_CKPT_HELP_PREEMPTION "\n" EX_CKPT_HELP_ENV);
 }
 
 static int parse_options(int argc, char **argv, options *o) {
@@ -102,6 +107,7 @@ static int parse_options(int argc, char **argv, options *o) {
     o->precision = "fp32";
     o->seed = 42;
     o->progress = -1;
+    ex_ckpt_options_init(&o->ck);
     static const struct option longopts[] = {
         {"epochs", required_argument, 0, 'e'},         {"batch-size", required_argument, 0, 'b'},
         {"accum-steps", required_argument, 0, 'A'},    {"optimizer", required_argument, 0, 'o'},
@@ -116,10 +122,14 @@ static int parse_options(int argc, char **argv, options *o) {
         {"device", required_argument, 0, 'D'},         {"comm", required_argument, 0, 'C'},
         {"progress", no_argument, 0, 'p'},             {"no-progress", no_argument, 0, 'N'},
         {"metrics", required_argument, 0, 'J'},        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    int c;
+        EX_CKPT_LONGOPTS,                              {0, 0, 0, 0}};
+    int c, r;
     int64_t v;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if ((r = ex_ckpt_option(EX_PROG, &o->ck, c, optarg)) != 0) {
+            if (r < 0) return -1;
+            continue;
+        }
         switch (c) {
         case 'e': if (parse_i64("--epochs", optarg, 0, &v)) return -1; o->epochs = (int)v; break;
         case 'b':
@@ -161,7 +171,7 @@ static int parse_options(int argc, char **argv, options *o) {
         fprintf(stderr, "fashion_resnet: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    return 0;
+    return ex_ckpt_options_check(EX_PROG, &o->ck);
 }
 
 /* Random shifts by up to 2 pixels (the border filled with the normalized background) and
@@ -201,6 +211,8 @@ int main(int argc, char **argv) {
     ex_metrics metrics = {NULL, 0};
     ls_gpu_monitor *gpumon = NULL;
     ls_tensor **params = NULL, **grads = NULL;
+    ex_ckpt ck;
+    ex_ckpt_init(&ck, EX_PROG, &o.ck);
 
     ls_optim_kind kind;
     ls_precision precision;
@@ -311,8 +323,13 @@ int main(int argc, char **argv) {
         if (o.ckpt_segments) printf("activation checkpointing: %d segments\n", o.ckpt_segments);
     }
     fflush(stdout);
+
+    int64_t start_epoch, start_j;
+    TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch,
+                               &start_j));
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
-    TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, -1));
+    ck.progress = progress;
+    TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, ck.last_saved));
     TRY("indices", ex_batcher_init(&bt, per_step));
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
     if (!test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
@@ -321,7 +338,7 @@ int main(int argc, char **argv) {
                                        &test_count, &tc_global));
     ex_gpu_monitor_restart(gpumon); /* the epochs' figures, not the setup's */
     double total_time = 0;
-    for (int epoch = 0; epoch < o.epochs; epoch++) {
+    for (int64_t epoch = start_epoch; epoch < o.epochs && !ck.max_reached; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
         ex_batcher_epoch(&bt);
         if (aug) {
@@ -332,9 +349,10 @@ int main(int argc, char **argv) {
         ls_allocator_reset_peak(ctx->alloc);
         double t0 = ex_now_s(), m[3] = {0, 0, 0};
         int64_t seen = 0, skipped = 0;
-        for (int64_t j = 0; j < steps; j++) {
+        for (int64_t j = epoch == start_epoch ? start_j : 0; j < steps && !ex_ckpt_done(&ck); j++) {
             int64_t count, global;
             ls_step_stats st;
+            int sig;
             double ts = ex_now_s();
             TRY("batch", ex_batcher_step(&bt, sampler, trainer, data, j, steps, per_step, &idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, data, idx, count, global, &st));
@@ -345,13 +363,19 @@ int main(int argc, char **argv) {
             m[2] += (double)st.samples;
             seen += global;
             skipped += st.skipped;
+            TRY(ck.what, ex_ckpt_after_step(&ck, &st, global, j + 1 == steps, &sig));
+            if (sig) {
+                rc = 128 + sig;
+                goto done;
+            }
             if (progress && (j % 10 == 0 || j + 1 == steps)) {
                 double el = ex_now_s() - t0;
-                fprintf(stderr, "\repoch %d  step %lld/%lld  loss %.4f  %.0f samples/s   ", epoch + 1,
+                fprintf(stderr, "\repoch %d  step %lld/%lld  loss %.4f  %.0f samples/s   ", (int)epoch + 1,
                         (long long)(j + 1), (long long)steps, st.loss_sum / (double)(st.samples ? st.samples : 1),
                         el > 0 ? (double)seen / el : 0.0);
             }
         }
+        if (ck.max_reached && seen == 0) break;
         double train_time = ex_now_s() - t0;
         total_time += train_time;
         if (progress) fprintf(stderr, "\r%*s\r", 70, "");
@@ -380,7 +404,7 @@ int main(int argc, char **argv) {
             char pk[32];
             printf("epoch %d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
                    "%.0f samples/s  %.1f s  peak memory %s%s",
-                   epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
+                   (int)epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
                    (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk),
                    skipped ? "" : "\n");
             if (skipped) printf("  (%lld steps skipped: fp16 overflow)\n", (long long)skipped);
@@ -391,6 +415,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     if (rank == 0 && o.epochs > 0) printf("training time %.1f s\n", total_time);
+    TRY(ck.what, ex_ckpt_end(&ck));
 
 done:
     ls_gpu_monitor_stop(gpumon);
@@ -407,7 +432,8 @@ done:
     ls_dataset_destroy(train);
     ls_dataset_destroy(test);
     ls_dataset_destroy(aug);
-    if (rc != 0 && comm && ls_comm_world(comm) > 1) ls_comm_abort(comm, "fashion_resnet failed");
+    ex_ckpt_close(&ck);
+    if (rc == 1 && comm && ls_comm_world(comm) > 1) ls_comm_abort(comm, "fashion_resnet failed");
     ls_comm_destroy(comm);
     ls_ctx_destroy(ctx);
     return rc;

@@ -1,17 +1,19 @@
-# lib.sh: shared by the checkpoint shell tests. Sourced with MLP and MPIRUN set by the caller;
-# gives a scratch directory $tmp (the working directory, removed on exit), fail, expect_out,
-# expect_rc, and mlp NP ARGS... which runs fashion_mlp directly (NP = 1) or under mpirun (NP > 1),
-# its output into $tmp/out and its exit status into $rc.
+# lib.sh: shared by the checkpoint shell tests. Sourced with PROG (a training example:
+# fashion_mlp, fashion_resnet) and MPIRUN set by the caller; gives NAME (the program's name, which
+# starts its messages), a scratch directory $tmp (the working directory, removed on exit), fail,
+# expect_out, expect_rc, and train NP ARGS... which runs PROG directly (NP = 1) or under mpirun
+# (NP > 1), its output into $tmp/out and its exit status into $rc.
 set -u
+NAME=$(basename "$PROG")
 tmp=$(mktemp -d /tmp/ls_ckpt_e2e.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fail() { echo "FAIL: $*"; echo "--- last output:"; tail -n 30 "$tmp/out" 2>/dev/null; exit 1; }
-mlp() { # NP ARGS...
+train() { # NP ARGS...
     local np=$1; shift
-    if [ "$np" -eq 1 ]; then "$MLP" "$@" >"$tmp/out" 2>&1; rc=$?
-    else "$MPIRUN" --oversubscribe --bind-to none -np "$np" "$MLP" "$@" >"$tmp/out" 2>&1; rc=$?; fi
+    if [ "$np" -eq 1 ]; then "$PROG" "$@" >"$tmp/out" 2>&1; rc=$?
+    else "$MPIRUN" --oversubscribe --bind-to none -np "$np" "$PROG" "$@" >"$tmp/out" 2>&1; rc=$?; fi
 }
 expect_out() { grep -qF -- "$1" "$tmp/out" || fail "output lacks '$1'"; }
 expect_rc() { [ "$rc" -eq "$1" ] || fail "exit status $rc, expected $1"; }

@@ -1,28 +1,28 @@
 #!/usr/bin/env bash
-# resume_world.sh MLP MPIRUN: a checkpoint saved by 2 ranks x 16 resumes on 1 rank x 32 (same
+# resume_world.sh PROG MPIRUN: a checkpoint saved by 2 ranks x 16 resumes on 1 rank x 32 (same
 # global batch: the losses follow the 2-rank run's to 1e-4) and on 3 ranks x 16 (global batch 48:
 # the position is rounded up to the next step boundary, said so, and training continues).
-MLP=$1 MPIRUN=$2
+PROG=$1 MPIRUN=$2
 . "$(dirname "$0")/lib.sh"
 A=(--train-limit 1000 --test-limit 200 --epochs 3 --no-progress)
 
-mlp 2 "${A[@]}" --batch-size 16 --max-steps 30 --log-steps W.log
+train 2 "${A[@]}" --batch-size 16 --max-steps 30 --log-steps W.log
 expect_rc 0
-mlp 2 "${A[@]}" --batch-size 16 --max-steps 20 --save-every 20 --checkpoint-dir D
+train 2 "${A[@]}" --batch-size 16 --max-steps 20 --save-every 20 --checkpoint-dir D
 expect_rc 0
 
-mlp 1 "${A[@]}" --batch-size 32 --max-steps 30 --resume "$tmp/D/step-00000020" --checkpoint-dir D1 --log-steps R1.log
+train 1 "${A[@]}" --batch-size 32 --max-steps 30 --resume "$tmp/D/step-00000020" --checkpoint-dir D1 --log-steps R1.log
 expect_rc 0
-expect_out "fashion_mlp: resumed from $tmp/D/step-00000020 at step 20, epoch 1 (step 20 of 32 in the epoch)"
+expect_out "$NAME: resumed from $tmp/D/step-00000020 at step 20, epoch 1 (step 20 of 32 in the epoch)"
 expect_out "the checkpoint was written by 2 rank(s) x batch 16 x 1 accumulation, this run has 1 x 32 x 1"
 [ "$(wc -l <R1.log)" -eq 10 ] && [ "$(head -n 1 R1.log | cut -d' ' -f1)" = 21 ] || fail "R1.log should hold steps 21-30"
 tail -n 10 W.log | paste -d' ' - R1.log | awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-4 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } } END { exit bad }' ||
     fail "1-rank continuation departs from the 2-rank run"
 
-mlp 3 "${A[@]}" --batch-size 16 --max-steps 30 --save-every 10 --resume "$tmp/D/step-00000020" --checkpoint-dir D3 --log-steps R3.log
+train 3 "${A[@]}" --batch-size 16 --max-steps 30 --save-every 10 --resume "$tmp/D/step-00000020" --checkpoint-dir D3 --log-steps R3.log
 expect_rc 0
 expect_out "the checkpoint had consumed 640 samples of epoch 1, not a multiple of this run's global batch of 48: continuing at the next step boundary (32 samples skipped)"
-expect_out "fashion_mlp: resumed from $tmp/D/step-00000020 at step 20, epoch 1 (step 14 of 21 in the epoch)"
+expect_out "$NAME: resumed from $tmp/D/step-00000020 at step 20, epoch 1 (step 14 of 21 in the epoch)"
 [ "$(wc -l <R3.log)" -eq 10 ] || fail "R3.log should hold steps 21-30"
 awk '{ if (!($2 > 0 && $2 < 2.0)) { print "step " $1 " loss " $2; bad = 1 } } END { exit bad }' R3.log || fail "implausible losses after the 3-rank resume"
 grep -q '"world_size":[[:space:]]*3' D3/step-00000030/state.json || fail "the 3-rank checkpoint does not record world size 3"
