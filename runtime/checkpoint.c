@@ -810,14 +810,30 @@ typedef struct ckpt_manifest {
     ckpt_file files[CKPT_MAX_FILES];
 } ckpt_manifest;
 
+/* A number that reads back to the same double: cJSON prints 15 significant digits whenever they
+ * come within an epsilon of the value, which can lose the last bit, also of an integer past 1e15
+ * (4880790738079071 became 4.88079073807907e+15: found by the fuzzer); 17 always round-trip.
+ * Integers below 1e15 and non-finite values (written as null) stay cJSON's. */
+static cJSON *exact_number(double v) {
+    if (!isfinite(v) || (v == floor(v) && fabs(v) < 1e15)) return cJSON_CreateNumber(v);
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", v);
+    return cJSON_CreateRaw(b);
+}
+
+static int add(cJSON *obj, const char *key, cJSON *item) {
+    if (!item) return 0;
+    cJSON_AddItemToObject(obj, key, item);
+    return 1;
+}
+
 static char *manifest_json(const ckpt_manifest *m) {
     cJSON *root = cJSON_CreateObject();
     cJSON *files = root ? cJSON_CreateArray() : NULL;
     int ok = root && files;
     if (ok) {
-        cJSON_AddStringToObject(root, "format", "lockstep-checkpoint");
-        cJSON_AddNumberToObject(root, "version", 1);
-        cJSON_AddNumberToObject(root, "step", (double)m->step);
+        ok = cJSON_AddStringToObject(root, "format", "lockstep-checkpoint") &&
+             cJSON_AddNumberToObject(root, "version", 1) && add(root, "step", exact_number((double)m->step));
         cJSON_AddItemToObject(root, "files", files);
     } else {
         cJSON_Delete(files);
@@ -825,7 +841,7 @@ static char *manifest_json(const ckpt_manifest *m) {
     for (int i = 0; ok && i < m->n; i++) {
         cJSON *f = cJSON_CreateObject();
         ok = f && cJSON_AddStringToObject(f, "name", m->files[i].name) &&
-             cJSON_AddNumberToObject(f, "size", (double)m->files[i].size) &&
+             add(f, "size", exact_number((double)m->files[i].size)) &&
              cJSON_AddNumberToObject(f, "crc32", (double)m->files[i].crc);
         if (f) cJSON_AddItemToArray(files, f);
     }
@@ -1028,21 +1044,6 @@ static cJSON *u64_string(uint64_t v) {
     return cJSON_CreateString(b);
 }
 
-/* A real number that reads back to the same double: cJSON prints 15 significant digits whenever
- * they come within an epsilon of the value, which can lose the last bit; 17 always round-trip.
- * Integers and non-finite values (written as null) stay cJSON's. */
-static cJSON *exact_number(double v) {
-    if (!isfinite(v) || (v == floor(v) && fabs(v) < 9007199254740992.0)) return cJSON_CreateNumber(v);
-    char b[40];
-    snprintf(b, sizeof b, "%.17g", v);
-    return cJSON_CreateRaw(b);
-}
-
-static int add(cJSON *obj, const char *key, cJSON *item) {
-    if (!item) return 0;
-    cJSON_AddItemToObject(obj, key, item);
-    return 1;
-}
 
 static cJSON *signature_json(ls_module *model) {
     cJSON *arr = cJSON_CreateArray();
@@ -1088,24 +1089,24 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
         return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the checkpoint state");
     }
     ok = add(r, "format", cJSON_CreateString("lockstep-state")) && add(r, "version", cJSON_CreateNumber(1)) &&
-         add(r, "step", cJSON_CreateNumber((double)st->step)) &&
-         add(r, "epoch", cJSON_CreateNumber((double)st->epoch)) &&
-         add(r, "epoch_samples", cJSON_CreateNumber((double)st->epoch_samples)) &&
-         add(r, "steps_per_epoch", cJSON_CreateNumber((double)st->steps_per_epoch)) &&
-         add(r, "world_size", cJSON_CreateNumber(st->world_size)) &&
-         add(r, "batch_per_rank", cJSON_CreateNumber((double)st->batch_per_rank)) &&
-         add(r, "accum_steps", cJSON_CreateNumber(st->accum_steps)) && add(r, "seed", u64_string(st->seed));
+         add(r, "step", exact_number((double)st->step)) &&
+         add(r, "epoch", exact_number((double)st->epoch)) &&
+         add(r, "epoch_samples", exact_number((double)st->epoch_samples)) &&
+         add(r, "steps_per_epoch", exact_number((double)st->steps_per_epoch)) &&
+         add(r, "world_size", exact_number(st->world_size)) &&
+         add(r, "batch_per_rank", exact_number((double)st->batch_per_rank)) &&
+         add(r, "accum_steps", exact_number(st->accum_steps)) && add(r, "seed", u64_string(st->seed));
     add(r, "lr_schedule", lr);
     add(r, "optimizer", op);
     add(r, "loss_scaler", ls);
     add(r, "rng", rng);
     ok = ok && add(lr, "base_lr", exact_number(st->lr.base_lr)) &&
          add(lr, "min_lr", exact_number(st->lr.min_lr)) &&
-         add(lr, "warmup_steps", cJSON_CreateNumber((double)st->lr.warmup_steps)) &&
-         add(lr, "total_steps", cJSON_CreateNumber((double)st->lr.total_steps));
+         add(lr, "warmup_steps", exact_number((double)st->lr.warmup_steps)) &&
+         add(lr, "total_steps", exact_number((double)st->lr.total_steps));
     const ls_optim_config *c = &st->optim;
     ok = ok && add(op, "kind", cJSON_CreateString(kind_name(c->kind))) &&
-         add(op, "steps", cJSON_CreateNumber((double)st->optim_steps)) && add(op, "lr", exact_number(c->lr)) &&
+         add(op, "steps", exact_number((double)st->optim_steps)) && add(op, "lr", exact_number(c->lr)) &&
          add(op, "weight_decay", exact_number(c->weight_decay)) &&
          add(op, "momentum", exact_number(c->momentum)) &&
          add(op, "dampening", exact_number(c->dampening)) &&
@@ -1118,9 +1119,9 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
         cJSON *e = cJSON_CreateObject();
         cJSON *buf = cJSON_CreateArray();
         ok = e && buf && add(e, "name", cJSON_CreateString(st->rng[i].name)) && add(e, "seed", u64_string(g->seed)) &&
-             add(e, "offset", u64_string(g->offset)) && add(e, "avail", cJSON_CreateNumber(g->avail));
+             add(e, "offset", u64_string(g->offset)) && add(e, "avail", exact_number(g->avail));
         for (int k = 0; ok && k < 4; k++) {
-            cJSON *w = cJSON_CreateNumber((double)g->buf[k]);
+            cJSON *w = exact_number((double)g->buf[k]);
             ok = w != NULL;
             if (w) cJSON_AddItemToArray(buf, w);
         }
