@@ -1044,7 +1044,6 @@ static cJSON *u64_string(uint64_t v) {
     return cJSON_CreateString(b);
 }
 
-
 static cJSON *signature_json(ls_module *model) {
     cJSON *arr = cJSON_CreateArray();
     for (int i = 0; arr && i < ls_module_num_params(model); i++) {
