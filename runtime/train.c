@@ -393,6 +393,8 @@ static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t
          * enough, and a batch prefetched into the other stays there */
         int i = t->pf.valid && t->pf.slot == t->slot ? (t->slot + 1) % LS_UPLOAD_SLOTS : t->slot;
         LS_CHECK(use_slot(t, i, n));
+        /* a prefetch that missed may still be copying into this slot on the copy stream */
+        LS_CHECK(ls_allocator_upload_join(t->ctx->alloc, i));
         return gather_on_device(t, data, dd, idx, n);
     }
     /* the other slot than the last batch's (the host gathers while the device may still compute on
@@ -495,6 +497,19 @@ static ls_status read_loss(ls_trainer *t, int64_t n, ls_step_stats *st) {
     return LS_OK;
 }
 
+/* Forward and backward of the loaded micro-batch, its loss scaled by scale. */
+static ls_status forward_backward(ls_trainer *t, double scale) {
+    const ls_tensor *in, *logits, *dlogits;
+    LS_CHECK(model_input(t, &in));
+    LS_CHECK(ls_module_forward(t->model, in, &logits));
+    /* loss and count stay on the device until the work after them is queued: a GPU runs
+     * forward, backward (and, on the last micro-batch, the optimizer) without a wait */
+    LS_CHECK(ls_xent_forward(t->loss, logits, t->y, NULL));
+    LS_CHECK(ls_xent_correct(t->loss, logits, t->y, NULL));
+    LS_CHECK(ls_xent_backward(t->loss, scale, &dlogits));
+    return ls_module_backward(t->model, dlogits, 0, NULL);
+}
+
 ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats) {
     int64_t b = t->cfg.batch_per_rank;
@@ -522,16 +537,14 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
         }
         if (n > 0) {
             LS_CHECK(load_batch(t, data, idx + lo, n, k == 0));
-            const ls_tensor *in, *logits, *dlogits;
-            LS_CHECK(model_input(t, &in));
-            LS_CHECK(ls_module_forward(t->model, in, &logits));
-            /* loss and count stay on the device until the work after them is queued: a GPU runs
-             * forward, backward (and, on the last micro-batch, the optimizer) without a wait */
-            LS_CHECK(ls_xent_forward(t->loss, logits, t->y, NULL));
-            LS_CHECK(ls_xent_correct(t->loss, logits, t->y, NULL));
-            LS_CHECK(ls_xent_backward(t->loss, scale, &dlogits));
-            LS_CHECK(ls_module_backward(t->model, dlogits, 0, NULL));
-            if (uses_buffers(t)) LS_CHECK(ls_allocator_release(t->ctx->alloc, t->slot)); /* its last reader is queued */
+            ls_status s = forward_backward(t, scale);
+            /* the batch's last reader is queued, also when a failure cut the work short: later
+             * copies into its slot wait for what was queued */
+            if (uses_buffers(t)) {
+                ls_status r = ls_allocator_release(t->ctx->alloc, t->slot);
+                if (s == LS_OK) s = r;
+            }
+            LS_CHECK(s);
             if (last) pending = n;
             else LS_CHECK(read_loss(t, n, &st));
         }
@@ -580,11 +593,15 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
         double mean_loss;
         int64_t c = 0;
         s = load_batch(t, data, idx + lo, n, 0);
-        if (s == LS_OK) s = model_input(t, &in);
+        if (s != LS_OK) break;
+        s = model_input(t, &in);
         if (s == LS_OK) s = ls_module_forward(t->model, in, &logits);
         if (s == LS_OK) s = ls_xent_forward(t->loss, logits, t->y, &mean_loss);
         if (s == LS_OK) s = ls_xent_correct(t->loss, logits, t->y, &c);
-        if (s == LS_OK && uses_buffers(t)) s = ls_allocator_release(t->ctx->alloc, t->slot);
+        if (uses_buffers(t)) { /* also after a failure: what was queued still reads the batch */
+            ls_status r = ls_allocator_release(t->ctx->alloc, t->slot);
+            if (s == LS_OK) s = r;
+        }
         if (s == LS_OK) {
             *loss_sum += mean_loss * (double)n;
             *correct += c;

@@ -12,9 +12,10 @@
  * Work on another stream (e.g. a communicator's) must be joined to the compute stream before the
  * buffers it uses are freed.
  * Policy (LOCKSTEP_GPU_MEMORY, comma-separated): "grow" (default) cudaMallocs on demand;
- * "reserve:F" takes the fraction F of the free device memory (or a size: reserve:20GiB) as one
- * arena up front and sub-allocates from it, growing past it only if it is full; "limit:SIZE" caps
- * both the live bytes and the bytes held from the driver, so a big card behaves like a smaller one. */
+ * "reserve:F" takes the fraction F of the free device memory less 512 MiB (kept for NCCL, cuBLAS
+ * and cuDNN's own allocations), or a size (reserve:20GiB), as one arena up front and sub-allocates
+ * from it, growing past it only if it is full; "limit:SIZE" caps both the live bytes and the bytes
+ * held from the driver, so a big card behaves like a smaller one. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@
 #define LS_LARGE_PACK_BELOW (10 * LS_MIB)
 #define LS_LARGE_GRAIN (2 * LS_MIB)      /* other large segments: the request rounded to this */
 #define LS_LARGE_SPLIT_MIN (1 * LS_MIB)  /* a large block is split only if this much is left over */
+#define LS_RESERVE_KEEP (512 * LS_MIB)   /* reserve:F leaves this much of the free memory alone */
 
 enum { POOL_SMALL = 0, POOL_LARGE = 1 };
 /* Where a segment's memory came from. */
@@ -72,6 +74,7 @@ typedef struct cu_alloc {
     size_t reserved;  /* bytes held from the driver (cudaMalloc'd segments and the arena) */
     size_t cap;       /* limit on reserved (0: none) */
     int has_arena;    /* reserve mode: the large pool holds one SEG_ARENA segment */
+    cudaError_t hard_error; /* this call's cudaMalloc failed for another reason than memory */
     uint64_t n_cuda_malloc, n_cuda_free;
     /* staged uploads (created on first use): a copy stream, and per slot the end of its last
      * copies (done) and the compute work that last reads its device buffers (released) */
@@ -237,6 +240,9 @@ static int add_segment(cu_alloc *a, int pool_id, size_t seg_size, int arena) {
         cudaError_t e = cudaMalloc(&p, seg_size);
         if (e != cudaSuccess) {
             (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+            /* anything else (a sticky error from an earlier kernel, a lost device) is no out of
+             * memory: reported as itself (cu_alloc_error_fn), not retried */
+            if (e != cudaErrorMemoryAllocation) a->hard_error = e;
             goto fail;
         }
         a->n_cuda_malloc++;
@@ -317,8 +323,13 @@ static cu_block *pool_alloc(cu_alloc *a, int pool_id, size_t size) {
     if (!b) {
         size_t seg = segment_size(a, pool_id, size);
         if (add_segment(a, pool_id, seg, 0) != 0) {
-            /* free what the cache holds and try once more (a smaller segment if packing) */
+            if (a->hard_error != cudaSuccess) return NULL;
+            /* free what the cache holds and try once more (a smaller segment if packing); in
+             * reserve mode the small pool's segments go back to the arena, where they may have
+             * made a block that fits */
             release_cached(a);
+            b = best_fit(pool, size);
+            if (b) return take_block(pool, pool_id, b, size);
             seg = pool_id == POOL_SMALL ? LS_SMALL_SEGMENT : round_up(size, LS_LARGE_GRAIN);
             if (add_segment(a, pool_id, seg, 0) != 0) return NULL;
         }
@@ -337,6 +348,7 @@ static void *cu_alloc_fn(void *state, size_t bytes) {
     int prev = -1;
     (void)cudaGetDevice(&prev);
     if (prev != a->device) (void)cudaSetDevice(a->device);
+    a->hard_error = cudaSuccess;
     cu_block *b = pool_alloc(a, pool_id, size);
     if (b && tab_put(a, b) != 0) {
         give_back(&a->pools[pool_id], b);
@@ -345,6 +357,19 @@ static void *cu_alloc_fn(void *state, size_t bytes) {
     if (prev >= 0 && prev != a->device) (void)cudaSetDevice(prev);
     pthread_mutex_unlock(&a->mu);
     return b ? b->ptr : NULL;
+}
+
+/* After cu_alloc_fn returned NULL: LS_OK when the device (or the cap) had no room, else the CUDA
+ * error that stopped it. */
+static ls_status cu_alloc_error_fn(void *state) {
+    cu_alloc *a = state;
+    pthread_mutex_lock(&a->mu);
+    cudaError_t e = a->hard_error;
+    pthread_mutex_unlock(&a->mu);
+    if (e == cudaSuccess) return LS_OK;
+    return ls_error(LS_ERR_CUDA, "cuda:%d: cudaMalloc failed with %s (%s): not out of memory; an earlier kernel or "
+                                 "copy may have failed (run with CUDA_LAUNCH_BLOCKING=1 to find it)",
+                    a->device, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
 static void cu_free_fn(void *state, void *ptr, size_t bytes) {
@@ -507,7 +532,7 @@ static void cu_destroy_fn(void *state) {
 static const ls_allocator_vtable ls_cuda_vtable = {
     "cuda caching",   cu_alloc_fn,     cu_free_fn,   cu_copy_fn,        cu_zero_fn,    cu_reserved_fn,
     cu_destroy_fn,    cu_host_alloc_fn, cu_host_free_fn, cu_upload_fn, cu_join_fn,    cu_upload_wait_fn,
-    cu_release_fn};
+    cu_release_fn,    cu_alloc_error_fn};
 
 /* ---- policy ---- */
 typedef struct cu_policy {
@@ -566,7 +591,10 @@ ls_status ls_cuda_allocator_create(ls_cuda_state *cs, ls_device dev, ls_allocato
     if (pol.reserve_fraction > 0 || pol.reserve_bytes > 0) {
         size_t free_b = 0, total_b = 0;
         LS_CUDA_CHECK_GOTO(cudaMemGetInfo(&free_b, &total_b), s, fail);
-        size_t want = pol.reserve_bytes ? pol.reserve_bytes : (size_t)((double)free_b * pol.reserve_fraction);
+        /* a fraction is of the free memory less LS_RESERVE_KEEP, so that reserve:1 still leaves
+         * NCCL, cuBLAS and cuDNN room for their own allocations; a size is taken as asked */
+        size_t avail = free_b > LS_RESERVE_KEEP ? free_b - LS_RESERVE_KEEP : 0;
+        size_t want = pol.reserve_bytes ? pol.reserve_bytes : (size_t)((double)avail * pol.reserve_fraction);
         if (a->cap && want > a->cap) want = a->cap;
         want = want / LS_LARGE_GRAIN * LS_LARGE_GRAIN;
         if (want == 0 || add_segment(a, POOL_LARGE, want, 1) != 0) {

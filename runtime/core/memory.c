@@ -110,7 +110,7 @@ static ls_status ls_host_zero(void *state, void *ptr, size_t n) {
     return LS_OK;
 }
 static const ls_allocator_vtable ls_host_vtable = {"host", ls_host_alloc, ls_host_free, ls_host_copy,
-                                                   ls_host_zero, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                                   ls_host_zero, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device,
                               size_t cap_bytes, ls_allocator **out) {
@@ -164,6 +164,13 @@ ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out) 
                         a->hint[0] ? ". " : "", a->hint);
     }
     void *p = a->vt->alloc(a->state, bytes);
+    if (!p && a->vt->alloc_error) {
+        ls_status e = a->vt->alloc_error(a->state);
+        if (e != LS_OK) {
+            pthread_mutex_unlock(&a->mu);
+            return e;
+        }
+    }
     if (!p || ls_table_put(a, p, bytes) != 0) {
         if (p) a->vt->free(a->state, p, bytes);
         ls_memory_stats s = a->st;

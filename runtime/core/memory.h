@@ -49,6 +49,9 @@ typedef struct ls_allocator_vtable {
     ls_status (*join)(void *state, int slot);
     ls_status (*upload_wait)(void *state, int slot);
     ls_status (*release)(void *state, int slot);
+    /* Optional: after alloc returned NULL, LS_OK when it was for want of memory, else the error
+     * that stopped it (set with ls_error; ls_alloc returns it instead of LS_ERR_OUT_OF_MEMORY). */
+    ls_status (*alloc_error)(void *state);
 } ls_allocator_vtable;
 
 /* Host memory (64-byte aligned). cap_bytes 0 means no cap. */

@@ -38,7 +38,7 @@ static ls_status fake_zero(void *st, void *p, size_t n) {
 }
 static const ls_allocator_vtable fake_vt = {"fake-cuda", fake_alloc, fake_free, fake_copy, fake_zero,
                                             NULL,        NULL,       NULL,      NULL,      NULL,
-                                            NULL,        NULL,       NULL};
+                                            NULL,        NULL,       NULL,      NULL};
 
 static ls_comm *C;
 static int R, W;

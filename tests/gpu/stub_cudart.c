@@ -1,0 +1,141 @@
+/* stub_cudart.c: a stand-in for the parts of the CUDA runtime that the caching device allocator
+ * (kernels/cuda/cuda_alloc.c) calls, so that its bookkeeping runs and is tested on a machine
+ * without a GPU (test_cuda_alloc_stub). "Device" memory is host memory, handed out within a
+ * budget (stub_device_free); streams and events are plain tokens and every copy is done at once.
+ * stub_fail_malloc makes cudaMalloc fail with that error, as a GPU does after a failed kernel. The
+ * counters say how many segments were taken and given back, and how many bytes are out. */
+#include "stub_cudart.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+#include "status.h"
+
+size_t stub_device_free = (size_t)1 << 30, stub_device_total = (size_t)1 << 30;
+long stub_mallocs, stub_frees, stub_syncs;
+size_t stub_out_bytes;
+cudaError_t stub_fail_malloc = cudaSuccess;
+
+/* The live cudaMalloc blocks, to check cudaFree's argument and give back its size. */
+typedef struct stub_rec {
+    void *p;
+    size_t n;
+} stub_rec;
+static stub_rec *recs;
+static size_t n_recs, cap_recs;
+static int dummy_token[2];
+
+cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = NULL;
+    if (stub_fail_malloc != cudaSuccess) return stub_fail_malloc;
+    if (n > stub_device_free) return cudaErrorMemoryAllocation;
+    if (n_recs == cap_recs) {
+        size_t nc = cap_recs ? 2 * cap_recs : 64;
+        stub_rec *r = realloc(recs, nc * sizeof *r);
+        if (!r) return cudaErrorMemoryAllocation;
+        recs = r;
+        cap_recs = nc;
+    }
+    void *m = aligned_alloc(512, (n + 511) / 512 * 512);
+    if (!m) return cudaErrorMemoryAllocation;
+    recs[n_recs++] = (stub_rec){m, n};
+    stub_device_free -= n;
+    stub_out_bytes += n;
+    stub_mallocs++;
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+    for (size_t i = 0; i < n_recs; i++)
+        if (recs[i].p == p) {
+            stub_device_free += recs[i].n;
+            stub_out_bytes -= recs[i].n;
+            free(p);
+            recs[i] = recs[--n_recs];
+            stub_frees++;
+            return cudaSuccess;
+        }
+    fprintf(stderr, "stub cudaFree(%p): not a live cudaMalloc block\n", p);
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
+    *free_b = stub_device_free;
+    *total_b = stub_device_total;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorName(cudaError_t e) {
+    return e == cudaErrorIllegalAddress ? "cudaErrorIllegalAddress" : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation" : "cudaError";
+}
+const char *cudaGetErrorString(cudaError_t e) {
+    return e == cudaErrorIllegalAddress ? "an illegal memory access was encountered" : "stub error";
+}
+cudaError_t cudaGetDevice(int *d) {
+    *d = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    (void)s;
+    stub_syncs++;
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s) {
+    (void)k, (void)s;
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+    (void)s;
+    memset(p, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int f) {
+    (void)f;
+    *s = (cudaStream_t)&dummy_token[0];
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    (void)s;
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) {
+    (void)f;
+    *e = (cudaEvent_t)&dummy_token[1];
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    (void)e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    (void)e, (void)s;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    (void)e;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) {
+    (void)s, (void)e, (void)f;
+    return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int f) {
+    (void)f;
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+
+/* The real one is in cuda_ops.c, which this test does not build. */
+ls_status ls_cuda_error(cudaError_t e, const char *expr, const char *file, int line) {
+    return ls_error(LS_ERR_CUDA, "%s failed: %s (%s:%d)", expr, cudaGetErrorName(e), file, line);
+}
