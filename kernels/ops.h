@@ -162,6 +162,10 @@ typedef struct ls_ops {
      * kept on the device (train.c). */
     ls_status (*gather_rows)(void *st, size_t elem_bytes, int64_t rows, int64_t cols, const void *src,
                              const int64_t *idx, void *dst);
+    /* The same from a data set kept as bytes: dst[r, c] = lut[src[idx[r] * cols + c]] (f32), lut
+     * 256 f32 on the device. */
+    ls_status (*gather_rows_lut)(void *st, int64_t rows, int64_t cols, const uint8_t *src, const int64_t *idx,
+                                 const float *lut, float *dst);
 } ls_ops;
 
 /* The op table for a device type, or NULL when this build lacks it (registry.c). */

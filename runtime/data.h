@@ -1,10 +1,12 @@
 /* data.h: datasets and sampling. IDX files (optionally gzip, through zlib) such as
- * Fashion-MNIST, normalized into host f32 [n, features] with int32 labels; and a distributed
+ * Fashion-MNIST, kept as their bytes [n, features] and normalized through a 256-entry table when
+ * batches are gathered (or f32 [n, features] from arrays), with int32 labels; and a distributed
  * sampler with torch.utils.data.DistributedSampler's semantics, plus a no-padding mode in which
  * the union of all ranks' batch j is exactly the single-rank batch j (for exact equivalence). */
 #ifndef LOCKSTEP_DATA_H
 #define LOCKSTEP_DATA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "status.h"
@@ -13,18 +15,22 @@
 extern "C" {
 #endif
 
-/* A labelled data set in host memory. Owned by the library: free with ls_dataset_destroy. Treat
- * images and labels as read-only once built: a trainer on a GPU may keep a device copy of them
- * (LOCKSTEP_DATA_ON_DEVICE, train.h), found again by id. */
+/* A labelled data set in host memory, its samples stored one of two ways: as f32 values
+ * (images) or as bytes (bytes, 4x smaller) that stand for the f32 values lut[byte]; exactly one
+ * of images and bytes is set. ls_dataset_gather returns f32 either way. Owned by the library: free
+ * with ls_dataset_destroy. Treat the samples and labels as read-only once built: a trainer on a
+ * GPU may keep a device copy of them (LOCKSTEP_DATA_ON_DEVICE, train.h), found again by id. */
 typedef struct ls_dataset {
     int64_t n;           /* samples */
     int64_t rows, cols;  /* image dims (28x28 for Fashion-MNIST; 1 x features from arrays) */
     int64_t features;    /* rows*cols */
     int32_t num_classes; /* 10 for Fashion-MNIST */
-    float *images;       /* host [n, features], normalized */
+    float *images;       /* host [n, features], normalized; NULL when the set keeps bytes */
     int32_t *labels;     /* host [n], each in [0, num_classes) */
     uint64_t id;         /* unique among the process's data sets (1, 2, ...); 0 in a struct filled
                             by hand, which is then never copied to the device */
+    uint8_t *bytes;      /* host [n, features] (Fashion-MNIST's pixels); NULL when images is set */
+    float lut[256];      /* with bytes: the normalized value of each byte (unused with images) */
 } ls_dataset;
 
 /* The contents of an IDX file: dims[0..ndim) big-endian in the file, row-major data. */
@@ -45,24 +51,39 @@ void ls_idx_free(ls_idx *idx);
 /* Load Fashion-MNIST: train=1 reads train-images-idx3-ubyte.gz + train-labels-idx1-ubyte.gz,
  * train=0 the t10k-* pair. dir NULL or "" means $LOCKSTEP_FASHION_DIR, else
  * /usr/share/datasets/fashion-mnist. limit > 0 keeps only the first limit samples (all if the
- * set is smaller). Pixels become (x/255 - 0.2860)/0.3530; labels are checked to be < 10. */
+ * set is smaller). The set keeps the pixels as bytes, with lut[x] = (x/255 - 0.2860)/0.3530
+ * (in f32); labels are checked to be < 10. */
 ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_dataset **out);
 /* Build a data set from memory (copies images [n, features] and labels [n]); rows = 1 and
  * cols = features (set them afterwards for images). Labels are checked to be in
  * [0, num_classes). Used by tests and synthetic benchmarks. */
 ls_status ls_dataset_from_arrays(int64_t n, int64_t features, int32_t num_classes,
                                  const float *images, const int32_t *labels, ls_dataset **out);
+/* The same from bytes [n, features] standing for the values lut[byte] (lut: 256 values, copied). */
+ls_status ls_dataset_from_bytes(int64_t n, int64_t features, int32_t num_classes, const uint8_t *bytes,
+                                const float lut[256], const int32_t *labels, ls_dataset **out);
+/* Store a set that keeps bytes as f32 values instead (images = lut[bytes], bytes freed; 4x the
+ * memory), e.g. to change them in place; a set already f32 is left as it is. The values are the
+ * same, the id a new one. LS_ERR_OUT_OF_MEMORY leaves the set unchanged. */
+ls_status ls_dataset_to_f32(ls_dataset *d);
+/* Bytes of host memory the samples take (n * features, times 4 for f32). */
+size_t ls_dataset_sample_bytes(const ls_dataset *d);
 void ls_dataset_destroy(ls_dataset *d);
 /* Call after changing a data set's images or labels in place (e.g. a new augmentation each epoch):
  * gives it a new id, so a trainer that keeps a device copy (train.h) copies it again instead of
  * training on the old contents. */
 void ls_dataset_changed(ls_dataset *d);
-/* Copy samples idx[0..count) into images_out [count, features] and labels_out [count]; either
- * output may be NULL to skip it. An index outside [0, n) is LS_ERR_INVALID_ARGUMENT. */
+/* Copy samples idx[0..count) into images_out [count, features] (f32: lut[byte] for a set of
+ * bytes) and labels_out [count]; either output may be NULL to skip it. An index outside [0, n) is
+ * LS_ERR_INVALID_ARGUMENT. */
 ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t count,
                             float *images_out, int32_t *labels_out);
-/* The same on up to threads threads (the calling one included), each copying a contiguous share of
- * the rows; the result is identical. Fewer threads when the batch is small (under 1 MiB a
+/* The same for a set of bytes, copying them as they are: bytes_out [count, features] (a set of f32
+ * is LS_ERR_INVALID_ARGUMENT). The trainer stages such batches for a GPU and decodes them there. */
+ls_status ls_dataset_gather_bytes(const ls_dataset *d, const int64_t *idx, int64_t count, uint8_t *bytes_out,
+                                  int32_t *labels_out);
+/* ls_dataset_gather on up to threads threads (the calling one included), each copying a
+ * contiguous share of the rows; the result is identical. Fewer threads when the batch is small (under 1 MiB a
  * thread). threads <= 0: LOCKSTEP_GATHER_THREADS (1 to 64; another value is an error naming it),
  * else 4 where the process may run on at least 8 CPUs, else 1.
  * The trainer uses it for batches staged for a GPU (train.h, LOCKSTEP_PREFETCH). */

@@ -30,9 +30,11 @@ struct ls_trainer {
     struct stage {
         void *mem;         /* host staging: hx [cap, features], then hy [cap] */
         int pinned;
-        float *hx;
+        float *hx;         /* or, for a data set of bytes, its 256 values and then the bytes */
         int32_t *hy;
         ls_tensor *x, *y;  /* device buffers */
+        void *xb;          /* a set of bytes: the values and bytes copied, decoded into x on the device */
+        int64_t decode;    /* rows staged in xb and not yet decoded into x */
     } st[LS_UPLOAD_SLOTS];
     int slot;              /* the slot of the last batch loaded */
     ls_tensor vx, vy;      /* the host path's views */
@@ -62,7 +64,8 @@ struct ls_trainer {
     struct dev_data {      /* data sets copied to the device, by ls_dataset.id (0: empty slot) */
         uint64_t id;
         int64_t n, features;
-        void *images, *labels;
+        void *images, *labels; /* images: f32, or bytes decoded through lut */
+        float *lut;        /* [256] on the device for a set of bytes, else NULL */
         uint64_t used;     /* for replacing the least recently used */
     } dev[2];
     uint64_t dev_clock;
@@ -70,6 +73,7 @@ struct ls_trainer {
     int n_refused;
     int64_t *didx;         /* device copy of a micro-batch's indices */
     int64_t didx_cap;
+    int64_t *iota;         /* device 0, 1, ..., cap-1: decoding staged bytes is a gather of every row */
 };
 
 /* LOCKSTEP_DATA_ON_DEVICE and LOCKSTEP_PREFETCH: auto (unset), on or off */
@@ -102,8 +106,11 @@ static void free_batch_buffers(ls_trainer *t) {
         ls_allocator_host_free(t->ctx->alloc, g->mem, g->pinned);
         ls_tensor_destroy(g->x);
         ls_tensor_destroy(g->y);
+        if (g->xb) ls_free(t->ctx->alloc, g->xb);
         memset(g, 0, sizeof *g);
     }
+    if (t->iota) ls_free(t->ctx->alloc, t->iota);
+    t->iota = NULL;
     t->x = t->y = NULL;
     t->cap = 0;
     if (t->pf.valid) t->pf_misses++; /* a prefetched batch dropped with the buffers */
@@ -113,6 +120,7 @@ static void free_batch_buffers(ls_trainer *t) {
 static void dev_data_free(ls_trainer *t, struct dev_data *d) {
     if (d->images) ls_free(t->ctx->alloc, d->images);
     if (d->labels) ls_free(t->ctx->alloc, d->labels);
+    if (d->lut) ls_free(t->ctx->alloc, d->lut);
     memset(d, 0, sizeof *d);
 }
 
@@ -209,6 +217,7 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
     *out = NULL;
     if (t->data_mode == DATA_OFF || !t->ctx->ops->gather_rows) return LS_OK;
     if (data->id == 0) return LS_OK; /* a struct filled by hand: no identity to cache it by */
+    if (data->bytes ? !t->ctx->ops->gather_rows_lut : !data->images) return LS_OK;
     if (t->data_mode == DATA_AUTO && t->ctx->device.type == LS_DEVICE_CPU) return LS_OK;
     for (int i = 0; i < 2; i++)
         if (t->dev[i].id == data->id && t->dev[i].n == data->n && t->dev[i].features == data->features) {
@@ -218,7 +227,7 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
         }
     for (int i = 0; i < 2; i++)
         if (t->refused[i] == data->id) return LS_OK; /* tried once: no allocation (and log) per step */
-    size_t ib = (size_t)data->n * (size_t)data->features * sizeof(float), lb = (size_t)data->n * sizeof(int32_t);
+    size_t ib = ls_dataset_sample_bytes(data), lb = (size_t)data->n * sizeof(int32_t);
     if (t->data_mode == DATA_AUTO) {
         ls_memory_stats ms;
         ls_allocator_stats(t->ctx->alloc, &ms);
@@ -230,8 +239,11 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
     dev_data_free(t, d);
     ls_status s = ls_alloc(t->ctx->alloc, ib ? ib : 1, "data set on the device (LOCKSTEP_DATA_ON_DEVICE)", &d->images);
     if (s == LS_OK) s = ls_alloc(t->ctx->alloc, lb ? lb : 1, "data set labels on the device", &d->labels);
-    if (s == LS_OK && ib) s = ls_allocator_copy(t->ctx->alloc, d->images, 1, data->images, 0, ib);
+    if (s == LS_OK && data->bytes) s = ls_alloc(t->ctx->alloc, sizeof data->lut, "data set byte values", (void **)&d->lut);
+    const void *samples = data->bytes ? (const void *)data->bytes : (const void *)data->images;
+    if (s == LS_OK && ib) s = ls_allocator_copy(t->ctx->alloc, d->images, 1, samples, 0, ib);
     if (s == LS_OK && lb) s = ls_allocator_copy(t->ctx->alloc, d->labels, 1, data->labels, 0, lb);
+    if (s == LS_OK && d->lut) s = ls_allocator_copy(t->ctx->alloc, d->lut, 1, data->lut, 0, sizeof data->lut);
     if (s != LS_OK) {
         dev_data_free(t, d);
         if (t->data_mode == DATA_ON) return s;
@@ -266,12 +278,23 @@ static ls_status gather_on_device(ls_trainer *t, const ls_dataset *data, struct 
     }
     LS_CHECK(ls_allocator_copy(t->ctx->alloc, t->didx, 1, idx, 0, (size_t)n * sizeof(int64_t)));
     const ls_ops *o = t->ctx->ops;
-    LS_CHECK(o->gather_rows(t->ctx->state, sizeof(float), n, data->features, d->images, t->didx, t->x->data));
+    if (d->lut)
+        LS_CHECK(o->gather_rows_lut(t->ctx->state, n, data->features, d->images, t->didx, d->lut, t->x->data));
+    else
+        LS_CHECK(o->gather_rows(t->ctx->state, sizeof(float), n, data->features, d->images, t->didx, t->x->data));
     return o->gather_rows(t->ctx->state, sizeof(int32_t), n, 1, d->labels, t->didx, t->y->data);
 }
 
+/* A data set of bytes is staged as such (4x less to gather and copy than f32) and decoded on the
+ * device, where the backend can: its 256 values, then the rows. */
+#define LS_LUT_BYTES (256 * sizeof(float))
+static int stages_bytes(const ls_trainer *t, const ls_dataset *data) {
+    return data->bytes && t->ctx->ops->gather_rows_lut;
+}
+
 static size_t staging_image_bytes(const ls_trainer *t) {
-    return ((size_t)(t->cap * t->features) * sizeof(float) + 63) / 64 * 64;
+    size_t f32 = (size_t)(t->cap * t->features) * sizeof(float), b = LS_LUT_BYTES + (size_t)(t->cap * t->features);
+    return ((f32 > b ? f32 : b) + 63) / 64 * 64;
 }
 
 static size_t staging_bytes(const ls_trainer *t) { return staging_image_bytes(t) + (size_t)t->cap * sizeof(int32_t); }
@@ -341,12 +364,60 @@ static ls_status use_slot(ls_trainer *t, int i, int64_t n) {
     return LS_OK;
 }
 
+/* Slot i's device buffer for staged bytes, and the row indices that decode them. */
+static ls_status ensure_byte_buffers(ls_trainer *t, int i) {
+    struct stage *g = &t->st[i];
+    if (!g->xb) {
+        LS_CHECK(ls_alloc(t->ctx->alloc, LS_LUT_BYTES + (size_t)(t->cap * t->features), "a staged batch of bytes",
+                          &g->xb));
+        /* as in use_slot: the new buffer may reuse memory that queued compute work still reads */
+        LS_CHECK(ls_allocator_release(t->ctx->alloc, i));
+    }
+    if (!t->iota) {
+        int64_t *h = malloc((size_t)t->cap * sizeof *h);
+        if (!h) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for %lld row indices", (long long)t->cap);
+        for (int64_t r = 0; r < t->cap; r++) h[r] = r;
+        void *d = NULL;
+        ls_status s = ls_alloc(t->ctx->alloc, (size_t)t->cap * sizeof *h, "row indices", &d);
+        if (s == LS_OK) s = ls_allocator_copy(t->ctx->alloc, d, 1, h, 0, (size_t)t->cap * sizeof *h);
+        free(h);
+        if (s != LS_OK) {
+            if (d) ls_free(t->ctx->alloc, d);
+            return s;
+        }
+        t->iota = d;
+    }
+    return LS_OK;
+}
+
+/* After slot i's copies are joined to the compute stream: decode the bytes staged there into x. */
+static ls_status decode_staged(ls_trainer *t, int i) {
+    struct stage *g = &t->st[i];
+    int64_t n = g->decode;
+    if (!n) return LS_OK;
+    g->decode = 0;
+    return t->ctx->ops->gather_rows_lut(t->ctx->state, n, t->features, (const uint8_t *)g->xb + LS_LUT_BYTES,
+                                        t->iota, g->xb, g->x->data);
+}
+
 /* Gather idx[0..n) of data on the host into slot i's staging memory and queue its copies to the
- * slot's device buffers (they overlap the compute stream on a GPU). */
+ * slot's device buffers (they overlap the compute stream on a GPU); a set of bytes goes as bytes,
+ * decoded when the slot is used (decode_staged). */
 static ls_status stage_upload(ls_trainer *t, int i, const ls_dataset *data, const int64_t *idx, int64_t n) {
     struct stage *g = &t->st[i];
     LS_CHECK(ensure_staging(t, i));
     LS_CHECK(ls_allocator_upload_wait(t->ctx->alloc, i)); /* its last copies have read the staging memory */
+    g->decode = 0;
+    if (stages_bytes(t, data)) {
+        LS_CHECK(ensure_byte_buffers(t, i));
+        uint8_t *hb = (uint8_t *)g->hx;
+        memcpy(hb, data->lut, LS_LUT_BYTES);
+        LS_CHECK(ls_dataset_gather_bytes(data, idx, n, hb + LS_LUT_BYTES, g->hy));
+        LS_CHECK(ls_allocator_upload(t->ctx->alloc, i, g->xb, hb, LS_LUT_BYTES + (size_t)(n * data->features)));
+        LS_CHECK(ls_allocator_upload(t->ctx->alloc, i, g->y->data, g->hy, (size_t)n * sizeof(int32_t)));
+        g->decode = n;
+        return LS_OK;
+    }
     /* several threads: on a GPU host the cores are otherwise idle while the device computes */
     LS_CHECK(ls_dataset_gather_parallel(data, idx, n, g->hx, g->hy, 0));
     LS_CHECK(ls_allocator_upload(t->ctx->alloc, i, g->x->data, g->hx, (size_t)(n * data->features) * sizeof(float)));
@@ -384,7 +455,8 @@ static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t
         if (!dd && t->pf.id == data->id && t->pf.n == n && !memcmp(t->pf.idx, idx, (size_t)n * sizeof *idx)) {
             t->pf_hits++;
             LS_CHECK(use_slot(t, t->pf.slot, n));
-            return ls_allocator_upload_join(t->ctx->alloc, t->slot); /* the model reads it after its copies */
+            LS_CHECK(ls_allocator_upload_join(t->ctx->alloc, t->slot)); /* the model reads it after its copies */
+            return decode_staged(t, t->slot);
         }
         t->pf_misses++;
     }
@@ -395,6 +467,7 @@ static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t
         LS_CHECK(use_slot(t, i, n));
         /* a prefetch that missed may still be copying into this slot on the copy stream */
         LS_CHECK(ls_allocator_upload_join(t->ctx->alloc, i));
+        t->st[i].decode = 0;
         return gather_on_device(t, data, dd, idx, n);
     }
     /* the other slot than the last batch's (the host gathers while the device may still compute on
@@ -402,7 +475,8 @@ static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t
     int i = t->pf.valid ? (t->pf.slot + 1) % LS_UPLOAD_SLOTS : (t->slot + 1) % LS_UPLOAD_SLOTS;
     LS_CHECK(use_slot(t, i, n));
     LS_CHECK(stage_upload(t, i, data, idx, n));
-    return ls_allocator_upload_join(t->ctx->alloc, i);
+    LS_CHECK(ls_allocator_upload_join(t->ctx->alloc, i));
+    return decode_staged(t, i);
 }
 
 /* Called once the step's work is queued, when the step was given a hint: gather the hinted batch

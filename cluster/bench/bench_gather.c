@@ -1,7 +1,8 @@
 /* bench_gather.c: the batch gather from Fashion-MNIST's 60000 training rows (random rows, as a
- * shuffled epoch reads them): ls_dataset_gather (one thread) against ls_dataset_gather_parallel
- * (LOCKSTEP_GATHER_THREADS, default 4 from 8 CPUs up, else 1), alternating A B A B with fresh random indices
- * each round; medians and their ratio.
+ * shuffled epoch reads them): ls_dataset_gather (one thread, the pixel bytes decoded to f32)
+ * against ls_dataset_gather_parallel (LOCKSTEP_GATHER_THREADS, default 4 from 8 CPUs up, else 1),
+ * alternating A B A B with fresh random indices each round; medians and their ratio. Also timed in
+ * the same rounds: ls_dataset_gather_bytes, the rows as stored (what a GPU's staged batch copies).
  *   bench_gather [--batch-size N] [--rounds N] [--data-dir DIR] */
 #include <getopt.h>
 #include <stdio.h>
@@ -52,17 +53,21 @@ int main(int argc, char **argv) {
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)B);
     float *x = malloc(sizeof(float) * (size_t)(B * d->features));
     int32_t *y = malloc(sizeof(int32_t) * (size_t)B);
-    double *t[2] = {malloc(sizeof(double) * (size_t)rounds), malloc(sizeof(double) * (size_t)rounds)};
-    if (!idx || !x || !y || !t[0] || !t[1]) return 1;
+    uint8_t *xb = malloc((size_t)(B * d->features));
+    double *t[3] = {malloc(sizeof(double) * (size_t)rounds), malloc(sizeof(double) * (size_t)rounds),
+                    malloc(sizeof(double) * (size_t)rounds)};
+    if (!idx || !x || !xb || !y || !t[0] || !t[1] || !t[2]) return 1;
     uint64_t r = 1;
     for (int k = 0; k < rounds; k++)
-        for (int m = 0; m < 2; m++) {
+        for (int m = 0; m < 3; m++) {
             for (int64_t i = 0; i < B; i++) {
                 r = r * 6364136223846793005ULL + 1442695040888963407ULL;
                 idx[i] = (int64_t)((r >> 33) % (uint64_t)d->n);
             }
             double t0 = now_s();
-            ls_status s = m == 0 ? ls_dataset_gather(d, idx, B, x, y) : ls_dataset_gather_parallel(d, idx, B, x, y, 0);
+            ls_status s = m == 0   ? ls_dataset_gather(d, idx, B, x, y)
+                          : m == 1 ? ls_dataset_gather_parallel(d, idx, B, x, y, 0)
+                                   : ls_dataset_gather_bytes(d, idx, B, xb, y);
             t[m][k] = now_s() - t0;
             if (s != LS_OK) {
                 fprintf(stderr, "bench_gather: %s\n", ls_last_error());
@@ -71,16 +76,21 @@ int main(int argc, char **argv) {
         }
     qsort(t[0], (size_t)rounds, sizeof(double), cmp);
     qsort(t[1], (size_t)rounds, sizeof(double), cmp);
-    double a = t[0][rounds / 2], b = t[1][rounds / 2];
+    qsort(t[2], (size_t)rounds, sizeof(double), cmp);
+    double a = t[0][rounds / 2], b = t[1][rounds / 2], raw = t[2][rounds / 2];
     printf("gather %lld rows x %lld floats (%.1f MiB), %d rounds A B A B, %ld CPUs: one thread median %.3f ms, "
            "threaded median %.3f ms: %.2fx\n",
            (long long)B, (long long)d->features, (double)B * (double)d->features * 4 / 1048576.0, rounds,
            sysconf(_SC_NPROCESSORS_ONLN), a * 1e3, b * 1e3, a / b);
+    printf("the same rows as stored bytes (%.1f MiB; a GPU's staged batch): median %.3f ms\n",
+           (double)B * (double)d->features / 1048576.0, raw * 1e3);
     free(idx);
     free(x);
+    free(xb);
     free(y);
     free(t[0]);
     free(t[1]);
+    free(t[2]);
     ls_dataset_destroy(d);
     return 0;
 }

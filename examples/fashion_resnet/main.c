@@ -174,17 +174,18 @@ static int parse_options(int argc, char **argv, options *o) {
     return ex_ckpt_options_check(EX_PROG, &o->ck);
 }
 
-/* Random shifts by up to 2 pixels (the border filled with the normalized background) and
- * horizontal flips, drawn per (seed, epoch, sample): the same on every rank. */
+/* Random shifts by up to 2 pixels (the border filled with the background, pixel 0) and
+ * horizontal flips, drawn per (seed, epoch, sample): the same on every rank. Both sets keep the
+ * pixels as bytes (ls_fashion_mnist_load). */
 static void augment(const ls_dataset *src, ls_dataset *dst, uint64_t seed, int64_t epoch) {
     const int64_t H = src->rows, W = src->cols;
-    const float bg = (0.0f - 0.2860f) / 0.3530f;
+    const uint8_t bg = 0;
     for (int64_t i = 0; i < src->n; i++) {
         ls_rng r;
         ls_rng_init_stream(&r, seed ^ 0xa5a5a5a5ull, (uint64_t)epoch * 1000003ull + (uint64_t)i);
         int dy = (int)ls_rng_below(&r, 5) - 2, dx = (int)ls_rng_below(&r, 5) - 2, flip = (int)ls_rng_below(&r, 2);
-        const float *in = src->images + i * H * W;
-        float *out = dst->images + i * H * W;
+        const uint8_t *in = src->bytes + i * H * W;
+        uint8_t *out = dst->bytes + i * H * W;
         for (int64_t y = 0; y < H; y++)
             for (int64_t x = 0; x < W; x++) {
                 int64_t sy = y + dy, sx = (flip ? W - 1 - x : x) + dx;
@@ -239,8 +240,8 @@ int main(int argc, char **argv) {
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
     if (o.augment) {
-        TRY("augmentation", ls_dataset_from_arrays(train->n, train->features, train->num_classes, train->images,
-                                                   train->labels, &aug));
+        TRY("augmentation", ls_dataset_from_bytes(train->n, train->features, train->num_classes, train->bytes,
+                                                  train->lut, train->labels, &aug));
         aug->rows = train->rows;
         aug->cols = train->cols;
     }

@@ -263,6 +263,17 @@ static ls_status cpu_gather_rows(void *st, size_t elem_bytes, int64_t rows, int6
     return LS_OK;
 }
 
+static ls_status cpu_gather_rows_lut(void *st, int64_t rows, int64_t cols, const uint8_t *src, const int64_t *idx,
+                                     const float *lut, float *dst) {
+    (void)st;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *s = src + (size_t)idx[r] * (size_t)cols;
+        float *d = dst + (size_t)r * (size_t)cols;
+        for (int64_t c = 0; c < cols; c++) d[c] = lut[s[c]];
+    }
+    return LS_OK;
+}
+
 const ls_ops ls_cpu_ops = {
     .name = "cpu",
     .init = cpu_init,
@@ -299,4 +310,5 @@ const ls_ops ls_cpu_ops = {
     .bn_bwd_dx = ls_cpu_bn_bwd_dx,
     .add = ls_cpu_add,
     .gather_rows = cpu_gather_rows,
+    .gather_rows_lut = cpu_gather_rows_lut,
 };

@@ -145,6 +145,9 @@ cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const 
 /* gather.cu: dst[r, :] = src[idx[r], :], rows of cols elements of elem_bytes; idx on the device. */
 cudaError_t ls_cuda_gather_rows(const ls_cuda_launch *l, size_t elem_bytes, int64_t rows, int64_t cols,
                                 const void *src, const int64_t *idx, void *dst);
+/* dst[r, c] = lut[src[idx[r] * cols + c]] (f32); lut: 256 f32 on the device. */
+cudaError_t ls_cuda_gather_rows_lut(const ls_cuda_launch *l, int64_t rows, int64_t cols, const uint8_t *src,
+                                    const int64_t *idx, const float *lut, float *dst);
 
 /* convert.cu: any pair of f32, f64, f16, bf16 (src != dst). */
 cudaError_t ls_cuda_convert(const ls_cuda_launch *l, int64_t n, ls_dtype src_t, const void *src,

@@ -685,6 +685,13 @@ static ls_status cu_gather_rows(void *st, size_t elem_bytes, int64_t rows, int64
     return LS_OK;
 }
 
+static ls_status cu_gather_rows_lut(void *st, int64_t rows, int64_t cols, const uint8_t *src, const int64_t *idx,
+                                    const float *lut, float *dst) {
+    ls_cuda_state *s = st;
+    LS_CUDA_CHECK(ls_cuda_gather_rows_lut(&s->launch, rows, cols, src, idx, lut, dst));
+    return LS_OK;
+}
+
 const ls_ops ls_cuda_ops = {
     .name = "cuda",
     .init = cu_init,
@@ -723,4 +730,5 @@ const ls_ops ls_cuda_ops = {
     .bn_bwd_dx = cu_bn_bwd_dx,
     .add = cu_add,
     .gather_rows = cu_gather_rows,
+    .gather_rows_lut = cu_gather_rows_lut,
 };

@@ -1,6 +1,7 @@
-/* test_dataset_arrays.c: data sets built from memory (copies, label checks) and gathering
- * batches by index, including out-of-range indices and NULL outputs; the threaded gather equals
- * the serial one byte for byte for every thread count and batch size tried. */
+/* test_dataset_arrays.c: data sets built from memory, as f32 or as bytes with a table of values
+ * (copies, label checks) and gathering batches by index, including out-of-range indices and NULL
+ * outputs; a set of bytes gathers lut[byte] and converts to f32 with the same values; the threaded
+ * gather equals the serial one byte for byte for every thread count and batch size tried. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -88,6 +89,64 @@ int main(void) {
         free(im);
         free(lb);
         ls_dataset_destroy(big);
+    }
+
+    /* a set of bytes: gathers lut[byte], as the threaded gather and the set made f32 do */
+    {
+        int64_t n = 3000, f = 784;
+        uint8_t *by = malloc((size_t)(n * f));
+        int32_t *lb = malloc(sizeof(int32_t) * (size_t)n);
+        float lut[256];
+        LS_REQUIRE(by && lb);
+        for (int v = 0; v < 256; v++) lut[v] = (float)v * 0.375f - 7.0f;
+        for (int64_t i = 0; i < n * f; i++) by[i] = (uint8_t)((i * 131) >> 3);
+        for (int64_t i = 0; i < n; i++) lb[i] = (int32_t)(i % 7);
+        ls_dataset *bs = NULL;
+        LS_REQUIRE_OK(ls_dataset_from_bytes(n, f, 7, by, lut, lb, &bs));
+        by[0] ^= 1, lut[by[f]] = 1e9f; /* the set holds copies */
+        LS_EXPECT(bs->bytes && !bs->images && bs->bytes[0] == (uint8_t)0 && bs->lut[255] == 255 * 0.375f - 7.0f);
+        LS_EXPECT(ls_dataset_sample_bytes(bs) == (size_t)(n * f));
+        int64_t ix[2048];
+        for (int i = 0; i < 2048; i++) ix[i] = (int64_t)((i * 2654435761u) % (uint64_t)n);
+        float *a = malloc(sizeof(float) * 2048 * (size_t)f), *b = malloc(sizeof(float) * 2048 * (size_t)f);
+        int32_t la[2048], lb2[2048];
+        LS_REQUIRE(a && b);
+        LS_REQUIRE_OK(ls_dataset_gather(bs, ix, 2048, a, la));
+        int exact = 1;
+        for (int i = 0; i < 2048; i++) {
+            exact &= la[i] == (int32_t)(ix[i] % 7);
+            for (int64_t c = 0; c < f; c++)
+                exact &= a[i * f + c] == (float)(uint8_t)(((ix[i] * f + c) * 131) >> 3) * 0.375f - 7.0f;
+        }
+        LS_EXPECT(exact);
+        memset(b, 0xff, sizeof(float) * 2048 * (size_t)f);
+        LS_REQUIRE_OK(ls_dataset_gather_parallel(bs, ix, 2048, b, lb2, 3));
+        LS_EXPECT(!memcmp(a, b, sizeof(float) * 2048 * (size_t)f) && !memcmp(la, lb2, sizeof la));
+        uint64_t id = bs->id;
+        LS_REQUIRE_OK(ls_dataset_to_f32(bs));
+        LS_EXPECT(bs->images && !bs->bytes && bs->id != id);
+        LS_EXPECT(ls_dataset_sample_bytes(bs) == (size_t)(n * f) * sizeof(float));
+        memset(b, 0xff, sizeof(float) * 2048 * (size_t)f);
+        LS_REQUIRE_OK(ls_dataset_gather(bs, ix, 2048, b, NULL));
+        LS_EXPECT(!memcmp(a, b, sizeof(float) * 2048 * (size_t)f));
+        ls_dataset *e = NULL;
+        LS_EXPECT_ERR(ls_dataset_from_bytes(n, f, 7, by, NULL, lb, &e), LS_ERR_INVALID_ARGUMENT,
+                      "ls_dataset_from_bytes: lut is NULL");
+        LS_EXPECT_ERR(ls_dataset_from_bytes(n, f, 7, NULL, lut, lb, &e), LS_ERR_INVALID_ARGUMENT,
+                      "ls_dataset_from_bytes: bytes or labels is NULL");
+        lb[5] = 7;
+        LS_EXPECT_ERR(ls_dataset_from_bytes(n, f, 7, by, lut, lb, &e), LS_ERR_INVALID_ARGUMENT,
+                      "ls_dataset_from_bytes: label 7 at index 5 is outside [0, 7)");
+        LS_EXPECT(e == NULL);
+        ls_dataset hand = {.n = 2, .features = 3, .num_classes = 2, .labels = la}; /* no samples */
+        LS_EXPECT_ERR(ls_dataset_gather(&hand, ix, 1, a, NULL), LS_ERR_INVALID_ARGUMENT,
+                      "the data set has neither images nor bytes");
+        LS_EXPECT_ERR(ls_dataset_to_f32(NULL), LS_ERR_INVALID_ARGUMENT, "ls_dataset_to_f32: the data set is NULL");
+        free(a);
+        free(b);
+        free(by);
+        free(lb);
+        ls_dataset_destroy(bs);
     }
 
     ls_dataset *e = NULL;

@@ -1,9 +1,11 @@
 /* test_fashion_load.c: loads the real Fashion-MNIST files from $LOCKSTEP_FASHION_DIR (skips when
- * they are missing): sizes, 6000 (1000) samples per class in train (test), normalized train
- * pixels with mean ~0 and std ~1, and limit keeping exactly the first samples. */
+ * they are missing): sizes, 6000 (1000) samples per class in train (test), pixels kept as bytes
+ * whose normalized train values have mean ~0 and std ~1, limit keeping exactly the first samples,
+ * and ls_dataset_to_f32 giving the values the gather gives. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include "data.h"
@@ -41,11 +43,14 @@ int main(void) {
     ls_dataset *train = NULL, *test = NULL, *part = NULL;
     LS_REQUIRE_OK(ls_fashion_mnist_load(NULL, 1, 0, &train)); /* NULL: from the environment */
     check_set(train, 60000, 6000);
+    LS_REQUIRE(train->bytes && !train->images); /* kept as bytes: 47 MB, not 188 */
+    LS_EXPECT(ls_dataset_sample_bytes(train) == (size_t)60000 * 784);
     double sum = 0, sq = 0;
     int64_t total = train->n * train->features;
     for (int64_t i = 0; i < total; i++) {
-        sum += train->images[i];
-        sq += (double)train->images[i] * train->images[i];
+        double v = train->lut[train->bytes[i]];
+        sum += v;
+        sq += v * v;
     }
     double mean = sum / (double)total, std = sqrt(sq / (double)total - mean * mean);
     printf("train pixels: mean %.5f std %.5f\n", mean, std);
@@ -57,7 +62,25 @@ int main(void) {
 
     LS_REQUIRE_OK(ls_fashion_mnist_load(dir, 1, 1000, &part));
     LS_EXPECT(part->n == 1000 && part->features == 784 && part->rows == 28);
-    LS_EXPECT(memcmp(part->images, train->images, 1000 * 784 * sizeof(float)) == 0);
+    LS_EXPECT(memcmp(part->bytes, train->bytes, 1000 * 784) == 0);
+    LS_EXPECT(memcmp(part->lut, train->lut, sizeof part->lut) == 0);
+    /* ls_dataset_to_f32: the same values as gathered, 4x the memory, a new id */
+    int64_t idx[1000];
+    for (int i = 0; i < 1000; i++) idx[i] = 999 - i;
+    float *g = malloc(1000 * 784 * sizeof(float)), *g2 = malloc(1000 * 784 * sizeof(float));
+    LS_REQUIRE(g && g2);
+    LS_REQUIRE_OK(ls_dataset_gather(part, idx, 1000, g, NULL));
+    LS_EXPECT(g[0] == part->lut[part->bytes[999 * 784]] && g[999 * 784 + 783] == part->lut[part->bytes[783]]);
+    uint64_t id = part->id;
+    LS_REQUIRE_OK(ls_dataset_to_f32(part));
+    LS_EXPECT(part->images && !part->bytes && part->id != id);
+    LS_EXPECT(ls_dataset_sample_bytes(part) == (size_t)1000 * 784 * sizeof(float));
+    LS_REQUIRE_OK(ls_dataset_gather(part, idx, 1000, g2, NULL));
+    LS_EXPECT(memcmp(g, g2, 1000 * 784 * sizeof(float)) == 0);
+    LS_REQUIRE_OK(ls_dataset_to_f32(part)); /* already f32: unchanged */
+    LS_EXPECT(part->images && !part->bytes);
+    free(g);
+    free(g2);
     LS_EXPECT(memcmp(part->labels, train->labels, 1000 * sizeof(int32_t)) == 0);
 
     ls_dataset_destroy(part);

@@ -260,10 +260,14 @@ static void check_fashion_small(void) {
     LS_REQUIRE_OK(ls_fashion_mnist_load(good, 1, 0, &d));
     LS_EXPECT(d->n == 6 && d->rows == 3 && d->cols == 4 && d->features == 12);
     LS_EXPECT(d->num_classes == 10);
+    LS_EXPECT(d->bytes && !d->images); /* kept as the file's bytes */
+    float got[72];
+    int64_t all[6] = {0, 1, 2, 3, 4, 5};
+    LS_REQUIRE_OK(ls_dataset_gather(d, all, 6, got, NULL));
     int exact = 1;
     for (int i = 0; i < 72; i++) {
         float want = ((float)(uint8_t)(i * 7 + 1) / 255.0f - 0.2860f) / 0.3530f;
-        exact &= d->images[i] == want;
+        exact &= d->bytes[i] == (uint8_t)(i * 7 + 1) && got[i] == want;
     }
     LS_EXPECT(exact);
     for (int i = 0; i < 6; i++) LS_EXPECT(d->labels[i] == labels[i]);
@@ -272,7 +276,8 @@ static void check_fashion_small(void) {
     LS_REQUIRE_OK(ls_fashion_mnist_load(good, 1, 4, &d));
     LS_EXPECT(d->n == 4 && d->features == 12);
     LS_EXPECT(d->labels[3] == 3);
-    LS_EXPECT(d->images[47] == ((float)(uint8_t)(47 * 7 + 1) / 255.0f - 0.2860f) / 0.3530f);
+    LS_EXPECT(d->bytes[47] == (uint8_t)(47 * 7 + 1));
+    LS_EXPECT(d->lut[d->bytes[47]] == ((float)(uint8_t)(47 * 7 + 1) / 255.0f - 0.2860f) / 0.3530f);
     ls_dataset_destroy(d);
     d = NULL;
     LS_REQUIRE_OK(ls_fashion_mnist_load(good, 1, 100, &d)); /* limit above n keeps all */

@@ -5,7 +5,8 @@
  * batch used), hints that are wrong (none used, the right samples loaded anyway), a data set
  * changed in place between the hint and the step (ls_dataset_changed: the stale batch is not
  * used), gradient accumulation, batches that grow (the buffers are remade under a prefetch),
- * an evaluation between steps, bf16 inputs; and bad input: an index outside the data set, a bad
+ * an evaluation between steps, bf16 inputs; again with a data set of bytes (staged as bytes and
+ * decoded on the device); and bad input: an index outside the data set, a bad
  * LOCKSTEP_PREFETCH. Args: [cpu|cuda]. On the CPU LOCKSTEP_PREFETCH=on stages through the
  * context's allocator (the same code path, with plain copies); with cuda the data set stays on
  * the host (LOCKSTEP_DATA_ON_DEVICE=off) so every batch is staged in pinned memory and copied on
@@ -23,6 +24,7 @@
 /* the data set and batch of the current case: small by default; the stress case makes every
  * batch 4 MiB, so a copy that raced the compute stream on a GPU would show */
 static int64_t N_SAMPLES = 300, FEATURES = 48, B = 32;
+static int BYTES; /* the data set keeps bytes and 256 values (as Fashion-MNIST's does) */
 
 static ls_ctx *C;
 static const char *on_mode;  /* LOCKSTEP_PREFETCH for the runs that prefetch */
@@ -50,7 +52,17 @@ static ls_dataset *make_data(void) {
     }
     for (int64_t i = 0; i < N_SAMPLES; i++) y[i] = (int32_t)((i * 7 + (int)(x[i * FEATURES] * 10 + 5)) % 10);
     ls_dataset *d = NULL;
-    LS_REQUIRE_OK(ls_dataset_from_arrays(N_SAMPLES, FEATURES, 10, x, y, &d));
+    if (BYTES) {
+        uint8_t *b = malloc((size_t)(N_SAMPLES * FEATURES));
+        float lut[256];
+        LS_REQUIRE(b);
+        for (int64_t i = 0; i < N_SAMPLES * FEATURES; i++) b[i] = (uint8_t)((x[i] + 0.5f) * 256.0f);
+        for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - 0.3f) / 0.35f;
+        LS_REQUIRE_OK(ls_dataset_from_bytes(N_SAMPLES, FEATURES, 10, b, lut, y, &d));
+        free(b);
+    } else {
+        LS_REQUIRE_OK(ls_dataset_from_arrays(N_SAMPLES, FEATURES, 10, x, y, &d));
+    }
     free(x);
     free(y);
     return d;
@@ -109,7 +121,10 @@ static float *run(const plan *p, const char *mode, const char *data_mode, int64_
         }
         LS_REQUIRE_OK(ls_trainer_step(t, d, idx, count, count, NULL));
         if (p->change_every && k % p->change_every == 0) {
-            for (int64_t i = 0; i < d->n * d->features; i++) d->images[i] = d->images[i] * 0.9f + 0.01f;
+            for (int64_t i = 0; i < d->n * d->features; i++) {
+                if (d->bytes) d->bytes[i] = (uint8_t)(d->bytes[i] * 7 + 1);
+                else d->images[i] = d->images[i] * 0.9f + 0.01f;
+            }
             ls_dataset_changed(d);
         }
         if (p->evaluate && k % 3 == 0) {
@@ -204,9 +219,24 @@ int main(int argc, char **argv) {
     FEATURES = 1024;
     B = 1024; /* 4 MiB a batch */
     check("4 MiB batches", p, STEPS - 1, 0);
+    BYTES = 1; /* staged as bytes: 1 MiB a batch here */
+    check("1 MiB batches of bytes", p, STEPS - 1, 0);
     N_SAMPLES = 300;
     FEATURES = 48;
     B = 32;
+    check("bytes, right hints", p, STEPS - 1, 0);
+    p.change_every = 2;
+    check("bytes changed in place", p, STEPS / 2 - 1, STEPS / 2);
+    p.change_every = 0;
+    p.accum = 2;
+    p.evaluate = 1;
+    check("bytes, accumulation, eval", p, STEPS - 1, 0);
+    p.accum = 1;
+    p.evaluate = 0;
+    p.precision = LS_PRECISION_BF16;
+    check("bytes, bf16", p, STEPS - 1, 0);
+    p.precision = LS_PRECISION_FP32;
+    BYTES = 0;
 
     /* bad input */
     LS_REQUIRE(setenv("LOCKSTEP_PREFETCH", "maybe", 1) == 0);

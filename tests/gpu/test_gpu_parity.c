@@ -464,6 +464,36 @@ static void case_gather(size_t elem, int64_t n, int64_t rows, int64_t cols, int6
     free(hs), free(want), free(got), free(idx);
 }
 
+/* ---- gather_rows_lut: the gather from a data set of bytes, decoded through 256 values; bitwise ---- */
+static void case_gather_lut(int64_t n, int64_t rows, int64_t cols, int64_t offset) {
+    size_t src_bytes = (size_t)(n * cols + offset), out = (size_t)(rows * cols);
+    uint8_t *hs = malloc(src_bytes);
+    float lut[256], *want = malloc(out * sizeof(float) + 1), *got = malloc(out * sizeof(float) + 1);
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)rows);
+    LS_REQUIRE(hs && want && got && idx);
+    for (size_t i = 0; i < src_bytes; i++) hs[i] = (uint8_t)(ls_rng_u32(&R) >> 24);
+    for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - 0.2860f) / 0.3530f + (float)(v % 3) * 1e-7f;
+    for (int64_t r = 0; r < rows; r++) idx[r] = (int64_t)ls_rng_below(&R, (uint32_t)n);
+    idx[0] = n - 1;
+    if (rows > 1) idx[rows - 1] = idx[0];
+    LS_REQUIRE_OK(CPU->ops->gather_rows_lut(CPU->state, rows, cols, hs + offset, idx, lut, want));
+    void *dsrc = dev_bytes(hs, src_bytes), *didx = dev_bytes(idx, sizeof(int64_t) * (size_t)rows);
+    void *dlut = dev_bytes(lut, sizeof lut), *ddst = dev_poison(out * sizeof(float) + (size_t)offset * sizeof(float));
+    char what[96];
+    snprintf(what, sizeof what, "gather_rows_lut %lld x %lld of %lld rows, offset %lld", (long long)rows,
+             (long long)cols, (long long)n, (long long)offset);
+    LS_REQUIRE_OK(DEV->ops->gather_rows_lut(DEV->state, rows, cols, (const uint8_t *)dsrc + offset, didx, dlut,
+                                            (float *)ddst + offset));
+    dev_get(got, (float *)ddst + offset, out * sizeof(float));
+    int64_t bad = 0;
+    for (size_t i = 0; i < out; i++) bad += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    n_cases++;
+    printf("%-4s %-52s %lld values differ\n", bad ? "FAIL" : "ok", what, (long long)bad);
+    if (bad) ls_test_failures++;
+    dev_free(dsrc), dev_free(didx), dev_free(dlut), dev_free(ddst);
+    free(hs), free(want), free(got), free(idx);
+}
+
 /* ---- scale, axpy, sumsq ---- */
 static void case_blas1(ls_dtype t, int64_t n) {
     ls_dtype rt = ref_type(t);
@@ -692,6 +722,7 @@ int main(int argc, char **argv) {
                 missing_entry(cuda_ops));
         return 1;
     }
+    LS_REQUIRE(cuda_ops->gather_rows && cuda_ops->gather_rows_lut); /* optional in ops.h, kept on the GPU */
     char why[256] = "";
     if (!self_mode && ls_device_cuda_count(why, sizeof why) == 0) LS_SKIP("no usable CUDA device: %s", why);
     ls_device dev = self_mode ? ls_device_cpu() : (ls_device){LS_DEVICE_CUDA, 0};
@@ -741,6 +772,10 @@ int main(int argc, char **argv) {
     case_gather(4, 1000, 129, 1, 0);     /* labels */
     case_gather(4, 777, 33, 7, 1);       /* 4-byte copies */
     case_gather(1, 300, 65, 13, 3);      /* single bytes */
+    case_gather_lut(60000, 4096, 784, 0); /* Fashion-MNIST kept as bytes: 4 bytes to a float4 */
+    case_gather_lut(300, 65, 12, 4);      /* float4 at an offset */
+    case_gather_lut(300, 65, 12, 2);      /* unaligned: one byte at a time */
+    case_gather_lut(777, 33, 7, 1);       /* rows not a multiple of 4 */
     /* TF32: f32 GEMMs on tensor cores */
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) case_gemm(DEV_TF32, LS_F32, 1, ta, tb, 128, 96, 300, 0.5);
