@@ -414,6 +414,9 @@ ls_status ls_dataset_from_bytes(int64_t n, int64_t features, int32_t num_classes
 ls_status ls_dataset_to_f32(ls_dataset *d) {
     if (!d) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_to_f32: the data set is NULL");
     if (!d->bytes) return LS_OK;
+    if (d->id == 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_dataset_to_f32: a data set filled by hand (id 0) owns no memory the library may free");
     size_t ni = (size_t)d->n * (size_t)d->features;
     float *images = malloc((ni ? ni : 1) * sizeof(float));
     if (!images)

@@ -64,7 +64,8 @@ ls_status ls_dataset_from_bytes(int64_t n, int64_t features, int32_t num_classes
                                 const float lut[256], const int32_t *labels, ls_dataset **out);
 /* Store a set that keeps bytes as f32 values instead (images = lut[bytes], bytes freed; 4x the
  * memory), e.g. to change them in place; a set already f32 is left as it is. The values are the
- * same, the id a new one. LS_ERR_OUT_OF_MEMORY leaves the set unchanged. */
+ * same, the id a new one. LS_ERR_OUT_OF_MEMORY leaves the set unchanged; a struct filled by hand
+ * (id 0: its memory is not the library's) is LS_ERR_INVALID_ARGUMENT. */
 ls_status ls_dataset_to_f32(ls_dataset *d);
 /* Bytes of host memory the samples take (n * features, times 4 for f32). */
 size_t ls_dataset_sample_bytes(const ls_dataset *d);
@@ -86,7 +87,8 @@ ls_status ls_dataset_gather_bytes(const ls_dataset *d, const int64_t *idx, int64
  * contiguous share of the rows; the result is identical. Fewer threads when the batch is small (under 1 MiB a
  * thread). threads <= 0: LOCKSTEP_GATHER_THREADS (1 to 64; another value is an error naming it),
  * else 4 where the process may run on at least 8 CPUs, else 1.
- * The trainer uses it for batches staged for a GPU (train.h, LOCKSTEP_PREFETCH). */
+ * The trainer uses it for batches of an f32 set staged for a GPU (train.h, LOCKSTEP_PREFETCH); a set
+ * of bytes is staged with ls_dataset_gather_bytes. */
 ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, int64_t count, float *images_out,
                                      int32_t *labels_out, int threads);
 

@@ -141,6 +141,11 @@ int main(void) {
         ls_dataset hand = {.n = 2, .features = 3, .num_classes = 2, .labels = la}; /* no samples */
         LS_EXPECT_ERR(ls_dataset_gather(&hand, ix, 1, a, NULL), LS_ERR_INVALID_ARGUMENT,
                       "the data set has neither images nor bytes");
+        uint8_t six[6] = {1, 2, 3, 4, 5, 6};
+        hand.bytes = six; /* the caller's memory: not freed, not converted */
+        LS_EXPECT_ERR(ls_dataset_to_f32(&hand), LS_ERR_INVALID_ARGUMENT,
+                      "ls_dataset_to_f32: a data set filled by hand (id 0) owns no memory the library may free");
+        LS_EXPECT(hand.bytes == six && hand.images == NULL && hand.id == 0);
         LS_EXPECT_ERR(ls_dataset_to_f32(NULL), LS_ERR_INVALID_ARGUMENT, "ls_dataset_to_f32: the data set is NULL");
         free(a);
         free(b);

@@ -225,6 +225,12 @@ int main(int argc, char **argv) {
     FEATURES = 48;
     B = 32;
     check("bytes, right hints", p, STEPS - 1, 0);
+    p.hint = HINT_WRONG;
+    check("bytes, wrong hints", p, 0, STEPS - 1);
+    p.hint = HINT_NEXT;
+    p.grow = 1; /* the staged-bytes buffers and row indices are remade under a prefetch */
+    check("bytes, growing batches", p, STEPS - 1, 0);
+    p.grow = 0;
     p.change_every = 2;
     check("bytes changed in place", p, STEPS / 2 - 1, STEPS / 2);
     p.change_every = 0;
