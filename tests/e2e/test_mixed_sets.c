@@ -13,6 +13,7 @@
 #include "data.h"
 #include "nn.h"
 #include "optim.h"
+#include "mlp_run.h"
 #include "testutil.h"
 #include "train.h"
 
@@ -63,24 +64,14 @@ enum { HINTS_NONE, HINTS_RIGHT, HINTS_WRONG_SET };
 static float *run(const char *prefetch, const char *data_mode, int hints, int hand, int64_t *total_out) {
     LS_REQUIRE(setenv("LOCKSTEP_PREFETCH", prefetch, 1) == 0);
     LS_REQUIRE(setenv("LOCKSTEP_DATA_ON_DEVICE", data_mode, 1) == 0);
-    int64_t sizes[3] = {F, 40, 10};
     ls_module *m = NULL;
-    LS_REQUIRE_OK(ls_mlp_create(C, LS_F32, 3, sizes, LS_ACT_RELU, 77, &m));
-    int np = ls_module_num_params(m);
-    ls_tensor *pa[8], *ga[8];
-    for (int i = 0; i < np; i++) {
-        pa[i] = ls_module_param(m, i);
-        ga[i] = ls_module_grad(m, i);
-    }
-    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
-    oc.lr = 0.05f;
     ls_optimizer *o = NULL;
-    LS_REQUIRE_OK(ls_optimizer_create(C, np, pa, ga, &oc, &o));
+    mlp_sgd(C, F, 0.05f, &m, &o);
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
     tc.batch_per_rank = B;
     tc.accum_steps = 2;
-    tc.lr.base_lr = oc.lr;
+    tc.lr.base_lr = 0.05f;
     ls_trainer *t = NULL;
     LS_REQUIRE_OK(ls_trainer_create(C, NULL, m, o, &tc, &t));
     int64_t idx[2 * B], next[2 * B], ev[40];
@@ -101,19 +92,7 @@ static float *run(const char *prefetch, const char *data_mode, int hints, int ha
             LS_REQUIRE_OK(ls_trainer_evaluate(t, set_of(k + 2, hand), ev, 40, &loss, &correct));
         }
     }
-    LS_REQUIRE_OK(ls_ctx_synchronize(C));
-    int64_t total = 0;
-    for (int i = 0; i < np; i++) total += ls_tensor_numel(pa[i]);
-    float *out = malloc(sizeof(float) * (size_t)total);
-    LS_REQUIRE(out);
-    int64_t off = 0;
-    for (int i = 0; i < np; i++) {
-        int64_t n = ls_tensor_numel(pa[i]);
-        LS_REQUIRE_OK(ls_allocator_copy(C->alloc, out + off, 0, pa[i]->data, C->device.type != LS_DEVICE_CPU,
-                                         sizeof(float) * (size_t)n));
-        off += n;
-    }
-    *total_out = total;
+    float *out = params_to_host(C, m, total_out);
     ls_trainer_destroy(t);
     ls_optimizer_destroy(o);
     ls_module_destroy(m);

@@ -1,0 +1,48 @@
+/* mlp_run.h: for tests that train a small MLP and compare runs bit for bit: the model with its
+ * SGD optimizer, and its parameters copied to one host array. */
+#ifndef LOCKSTEP_TEST_MLP_RUN_H
+#define LOCKSTEP_TEST_MLP_RUN_H
+
+#include <stdlib.h>
+
+#include "nn.h"
+#include "optim.h"
+#include "testutil.h"
+
+/* A features-40-10 ReLU MLP in f32 (seed 77: the same on every call) and SGD at lr. */
+static inline void mlp_sgd(ls_ctx *c, int64_t features, float lr, ls_module **m, ls_optimizer **o) {
+    int64_t sizes[3] = {features, 40, 10};
+    LS_REQUIRE_OK(ls_mlp_create(c, LS_F32, 3, sizes, LS_ACT_RELU, 77, m));
+    int np = ls_module_num_params(*m);
+    ls_tensor *pa[8], *ga[8];
+    LS_REQUIRE(np <= 8);
+    for (int i = 0; i < np; i++) {
+        pa[i] = ls_module_param(*m, i);
+        ga[i] = ls_module_grad(*m, i);
+    }
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+    oc.lr = lr;
+    LS_REQUIRE_OK(ls_optimizer_create(c, np, pa, ga, &oc, o));
+}
+
+/* Waits for the context, then returns the parameters in order (malloc'd) and their count. */
+static inline float *params_to_host(ls_ctx *c, ls_module *m, int64_t *total_out) {
+    LS_REQUIRE_OK(ls_ctx_synchronize(c));
+    int np = ls_module_num_params(m);
+    int64_t total = 0;
+    for (int i = 0; i < np; i++) total += ls_tensor_numel(ls_module_param(m, i));
+    float *out = malloc(sizeof(float) * (size_t)(total ? total : 1));
+    LS_REQUIRE(out);
+    int64_t off = 0;
+    for (int i = 0; i < np; i++) {
+        ls_tensor *p = ls_module_param(m, i);
+        int64_t n = ls_tensor_numel(p);
+        LS_REQUIRE_OK(ls_allocator_copy(c->alloc, out + off, 0, p->data, c->device.type != LS_DEVICE_CPU,
+                                         sizeof(float) * (size_t)n));
+        off += n;
+    }
+    *total_out = total;
+    return out;
+}
+
+#endif
