@@ -191,6 +191,15 @@ static ls_status entry_get(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params 
         if (!fits_int(dims[i]))
             return ls_error(LS_ERR_UNSUPPORTED, "conv2d %s: a size exceeds cuDNN's 32-bit descriptors",
                             conv_str(p, t, d, sizeof d));
+    /* cuDNN's descriptors also refuse a tensor of more than INT_MAX elements in all (checked with
+     * cuDNN 9: CUDNN_STATUS_NOT_SUPPORTED); say so, and the batch that fits, rather than pass its
+     * bare status on */
+    int64_t per = p->C * p->H * p->W > p->K * p->P * p->Q ? p->C * p->H * p->W : p->K * p->P * p->Q;
+    if (per > 0 && p->N > INT_MAX / per)
+        return ls_error(LS_ERR_UNSUPPORTED,
+                        "conv2d %s: a tensor of %lld elements is more than cuDNN takes (2^31 - 1); use a batch "
+                        "of at most %lld samples per rank for this layer (--batch-size)",
+                        conv_str(p, t, d, sizeof d), (long long)(p->N * per), (long long)(INT_MAX / per));
     conv_entry *e = &c->e[c->next];
     c->next = (c->next + 1) % LS_CONV_CACHE;
     entry_clear(e);
@@ -464,8 +473,8 @@ ls_status ls_cudnn_conv2d_fwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_para
 ls_status ls_cudnn_conv2d_bwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, const void *dy,
                               const void *x, const void *w, void *dx, void *dw, void *db, void *ws) {
     if (p->N <= 0) return LS_OK; /* no samples: nothing to add, dx empty */
-    if (db && p->K > 0) LS_CUDA_CHECK(ls_cuda_channel_sum(&s->launch, t, p->N, p->K, p->P * p->Q, dy, db));
     if (conv_trivial(p)) { /* no output channels: dx = 0; no input channels: dw and dx are empty */
+        if (db && p->K > 0) LS_CUDA_CHECK(ls_cuda_channel_sum(&s->launch, t, p->N, p->K, p->P * p->Q, dy, db));
         if (dx && p->C > 0)
             LS_CUDA_CHECK(cudaMemsetAsync(dx, 0, (size_t)(p->N * p->C * p->H * p->W) * ls_dtype_size(t), s->stream));
         return LS_OK;
@@ -475,6 +484,8 @@ ls_status ls_cudnn_conv2d_bwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_para
     LS_CHECK(conv_ready(s, t, p, 1, &e));
     const size_t need = entry_ws(e, p, 1), stage = dw_stage_bytes(p, t);
     LS_CHECK(need_ws("conv2d backward", p, t, need, ws));
+    /* db only once nothing before it can fail: an error leaves every gradient as it was */
+    if (db) LS_CUDA_CHECK(ls_cuda_channel_sum(&s->launch, t, p->N, p->K, p->P * p->Q, dy, db));
     void *cws = stage ? (char *)ws + stage : ws;
     if (dx) {
         conv_args g = {NULL, w, dy, dx, 0.0, cws, need - stage};
