@@ -320,16 +320,17 @@ void ls_dataset_changed(ls_dataset *d) {
     if (d) d->id = dataset_next_id();
 }
 
-/* A set of n samples x features, stored as f32 (elem 4) or as bytes (elem 1). */
+/* A set of n samples x features, stored as f32 (elem 4) or as bytes (elem 1); elem 0 leaves the
+ * samples to the caller (bytes it already has). */
 static ls_status dataset_alloc(int64_t n, int64_t features, size_t elem, ls_dataset **out) {
     ls_dataset *d = calloc(1, sizeof *d);
     if (!d) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a data set");
     size_t ni = (size_t)n * (size_t)features, nl = (size_t)n;
-    void *samples = malloc((ni ? ni : 1) * elem);
+    void *samples = elem ? malloc((ni ? ni : 1) * elem) : NULL;
     if (elem == 1) d->bytes = samples;
     else d->images = samples;
     d->labels = malloc((nl ? nl : 1) * sizeof(int32_t));
-    if (!samples || !d->labels) {
+    if ((elem && !samples) || !d->labels) {
         ls_dataset_destroy(d);
         return ls_error(LS_ERR_OUT_OF_MEMORY,
                         "cannot allocate a data set of %lld samples x %lld features (%.1f MiB)",
@@ -603,13 +604,12 @@ ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_da
                           lpath, (int)lab.data[i], (long long)i, LS_FASHION_CLASSES);
             goto fail;
         }
-    LS_CHECK_GOTO(dataset_alloc(n, features, 1, &d), st, fail);
+    LS_CHECK_GOTO(dataset_alloc(n, features, 0, &d), st, fail);
     d->rows = img.dims[1];
     d->cols = img.dims[2];
     d->num_classes = LS_FASHION_CLASSES;
     for (int v = 0; v < 256; v++) d->lut[v] = ((float)v / 255.0f - LS_FASHION_MEAN) / LS_FASHION_STD;
-    free(d->bytes); /* the file's bytes are the set's: no copy */
-    d->bytes = img.data;
+    d->bytes = img.data; /* the file's bytes are the set's: no copy */
     img.data = NULL;
     for (int64_t i = 0; i < n; i++) d->labels[i] = lab.data[i];
     ls_idx_free(&img);
