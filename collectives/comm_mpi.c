@@ -11,7 +11,9 @@
  * communicators' threads may call MPI at once, hence MULTIPLE. Where MPI offers less, or with
  * "nonblocking": MPI_I* calls progressed by ls_comm_test/wait on the caller's thread (the reducer
  * tests its in-flight buckets on every grad_ready).
- * Staging copies and conversions always run on the caller's thread (at start and at wait). */
+ * Staging copies and conversions always run on the caller's thread (at start and at wait).
+ * An all-reduce over LOCKSTEP_MPI_CHUNK bytes (default 16 MiB; 0: no limit) goes to MPI as several
+ * calls of at most that size (see ls_mpi_exec; nonblocking: all posted at once, in order). */
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
@@ -57,6 +59,7 @@ typedef struct ls_mpi_state {
     int rank, world;
     int cuda_aware; /* device pointers may go to MPI directly */
     int threaded;   /* communication thread progress */
+    size_t chunk;   /* LOCKSTEP_MPI_CHUNK: largest all-reduce per MPI call in bytes; 0: no limit */
     pthread_t worker;
     int worker_started;
     pthread_mutex_t mu;
@@ -75,6 +78,9 @@ struct ls_mpi_req {
     void *mrecv;
     int in_place;
     int mcount;
+    int64_t count;     /* all-reduce: elements in all, sent as calls of at most per_call */
+    int64_t per_call;
+    size_t mes;        /* bytes per MPI element */
     MPI_Datatype dt;
     MPI_Op mop;
     int root;
@@ -98,8 +104,10 @@ struct ls_mpi_req {
     size_t post_bytes;
     ls_dtype user_dtype;
     /* progress */
-    MPI_Request req;
-    int posted;   /* nonblocking: req is live */
+    MPI_Request req;   /* nonblocking: the call, or with an all-reduce in parts, the first part */
+    MPI_Request *reqs; /* the nreq calls: &req, or an array for the parts */
+    int nreq;
+    int posted;   /* nonblocking: reqs are live */
     int done;     /* thread: worker finished */
     int orphaned; /* thread: the waiter gave up; the worker frees it */
     ls_status status;
@@ -130,6 +138,7 @@ static MPI_Op ls_mpi_op(ls_reduce_op op) {
 static void ls_mpi_req_free(ls_mpi_state *st, ls_mpi_req *r) {
     if (!r) return;
     if (r->stage) ls_free(st->env.host, r->stage);
+    if (r->reqs != &r->req) free(r->reqs);
     free(r);
 }
 
@@ -175,14 +184,32 @@ static void ls_avg_divide(ls_dtype t, void *buf, int64_t n, int world) {
 static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_req **out) {
     *out = NULL;
     int64_t n = op->count;
-    if (n > INT_MAX)
-        return ls_error(LS_ERR_UNSUPPORTED, "count %lld exceeds MPI's int count limit (%d)", (long long)n,
-                        INT_MAX);
+    const int reduction = op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER;
+    const int convert = reduction && (op->dtype == LS_F16 || op->dtype == LS_BF16);
+    const ls_dtype mtype = convert ? LS_F32 : op->dtype;
+    const size_t mes = ls_dtype_size(mtype);
+    /* an all-reduce goes to MPI in calls of at most st->chunk bytes (see ls_mpi_exec) */
+    int64_t per_call = n;
+    if (op->kind == LS_COLL_ALLREDUCE && st->chunk) {
+        per_call = (int64_t)(st->chunk / mes);
+        if (per_call < 1) per_call = 1;
+        if (per_call > INT_MAX) per_call = INT_MAX;
+        if (per_call > n) per_call = n;
+    }
+    if (per_call > INT_MAX)
+        return ls_error(LS_ERR_UNSUPPORTED, "count %lld exceeds MPI's int count limit (%d)%s", (long long)n,
+                        INT_MAX,
+                        op->kind == LS_COLL_ALLREDUCE ? " (LOCKSTEP_MPI_CHUNK=0 turned off the splitting of "
+                                                        "large all-reduces)"
+                                                      : "");
     ls_mpi_req *r = calloc(1, sizeof *r);
     if (!r) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate an MPI request");
     r->user = *op;
     r->kind = op->kind;
-    r->mcount = (int)n;
+    r->mcount = (int)per_call;
+    r->count = n;
+    r->per_call = per_call;
+    r->mes = mes;
     r->root = op->root;
     r->user_dtype = op->dtype;
     if (op->kind == LS_COLL_BARRIER || n == 0) {
@@ -191,8 +218,6 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     }
     const int world = st->world;
     const size_t es = ls_dtype_size(op->dtype);
-    const int reduction = op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER;
-    const int convert = reduction && (op->dtype == LS_F16 || op->dtype == LS_BF16);
     /* the f32 widening and the avg divide run on the host: device buffers are staged for them even
      * where MPI could take device pointers */
     const int stage_dev = !op->host && st->env.device.type != LS_DEVICE_CPU &&
@@ -207,8 +232,6 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
             return s;
         }
     }
-    const ls_dtype mtype = convert ? LS_F32 : op->dtype;
-    const size_t mes = ls_dtype_size(mtype);
     r->dt = ls_mpi_dtype(mtype);
     r->mop = ls_mpi_op(op->op);
     const int avg = reduction && op->op == LS_REDUCE_AVG;
@@ -366,13 +389,25 @@ static ls_status ls_mpi_post(ls_mpi_state *st, ls_mpi_req *r) {
 
 static int ls_mpi_trivial(const ls_mpi_req *r) { return r->kind != LS_COLL_BARRIER && r->mcount == 0; }
 
+/* An all-reduce's elements from off on, and how many of them one MPI call takes. */
+static void *ls_mpi_at(const ls_mpi_req *r, int64_t off) { return (char *)r->mrecv + (size_t)off * r->mes; }
+static int ls_mpi_part(const ls_mpi_req *r, int64_t off) {
+    return (int)(r->count - off < r->per_call ? r->count - off : r->per_call);
+}
+
 /* The blocking MPI call (any thread). */
 static ls_status ls_mpi_exec(ls_mpi_state *st, ls_mpi_req *r) {
     if (ls_mpi_trivial(r)) return LS_OK;
     const void *sb = r->in_place ? MPI_IN_PLACE : r->msend;
     switch (r->kind) {
     case LS_COLL_ALLREDUCE:
-        LS_MPI_CHECK(MPI_Allreduce(sb, r->mrecv, r->mcount, r->dt, r->mop, st->comm), "MPI_Allreduce");
+        /* In parts of at most LOCKSTEP_MPI_CHUNK bytes (always in place): Open MPI allocates a
+         * temporary buffer the size of the message on every call, and glibc serves 32 MiB and up
+         * with a fresh mmap each time, every page faulted in again (see docs/performance.md). */
+        for (int64_t off = 0; off < r->count; off += r->per_call)
+            LS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ls_mpi_at(r, off), ls_mpi_part(r, off), r->dt, r->mop,
+                                       st->comm),
+                         "MPI_Allreduce");
         break;
     case LS_COLL_BROADCAST:
         LS_MPI_CHECK(MPI_Bcast(r->mrecv, r->mcount, r->dt, r->root, st->comm), "MPI_Bcast");
@@ -394,11 +429,30 @@ static ls_status ls_mpi_exec(ls_mpi_state *st, ls_mpi_req *r) {
 static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
     if (ls_mpi_trivial(r)) return LS_OK;
     const void *sb = r->in_place ? MPI_IN_PLACE : r->msend;
+    r->reqs = &r->req;
+    r->nreq = 1;
     switch (r->kind) {
-    case LS_COLL_ALLREDUCE:
-        LS_MPI_CHECK(MPI_Iallreduce(sb, r->mrecv, r->mcount, r->dt, r->mop, st->comm, &r->req),
-                     "MPI_Iallreduce");
-        break;
+    case LS_COLL_ALLREDUCE: {
+        r->nreq = 0;
+        /* Every part is posted now, in order: collectives must start in the same order on every
+         * rank, and parts posted later, as earlier ones complete, would interleave with other
+         * requests' differently on each rank. */
+        const int64_t parts = (r->count + r->per_call - 1) / r->per_call;
+        if (parts > 1) {
+            if (parts > INT_MAX / 2 || !(r->reqs = malloc((size_t)parts * sizeof *r->reqs)))
+                return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate %lld MPI requests for an all-reduce "
+                                                      "in parts (raise LOCKSTEP_MPI_CHUNK)",
+                                (long long)parts);
+        }
+        for (int64_t off = 0; off < r->count; off += r->per_call) {
+            LS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, ls_mpi_at(r, off), ls_mpi_part(r, off), r->dt, r->mop,
+                                        st->comm, &r->reqs[r->nreq]),
+                         "MPI_Iallreduce");
+            r->nreq++;
+            r->posted = 1; /* live from the first part on, even if a later one fails */
+        }
+        return LS_OK;
+    }
     case LS_COLL_BROADCAST:
         LS_MPI_CHECK(MPI_Ibcast(r->mrecv, r->mcount, r->dt, r->root, st->comm, &r->req), "MPI_Ibcast");
         break;
@@ -501,18 +555,28 @@ static ls_status ls_mpi_wait_thread(ls_mpi_state *st, ls_mpi_req *r, int *gave_u
     return LS_OK;
 }
 
-static ls_status ls_mpi_wait_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
+/* Test the posted calls; *done: all of r has finished. */
+static ls_status ls_mpi_test_nonblocking(ls_mpi_state *st, ls_mpi_req *r, int *done) {
+    (void)st;
+    *done = !r->posted;
     if (!r->posted) return LS_OK;
+    int flag = 0;
+    LS_MPI_CHECK(MPI_Testall(r->nreq, r->reqs, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+    if (!flag) return LS_OK;
+    r->posted = 0;
+    *done = 1;
+    return LS_OK;
+}
+
+static ls_status ls_mpi_wait_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
     double t0 = st->env.timeout_s > 0 ? ls_now() : 0;
     for (long spins = 0;; spins++) {
-        int flag = 0;
-        LS_MPI_CHECK(MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
-        if (flag) break;
+        int done = 0;
+        LS_CHECK(ls_mpi_test_nonblocking(st, r, &done));
+        if (done) return LS_OK;
         if (st->env.timeout_s > 0 && (spins & 1023) == 0 && ls_now() - t0 > st->env.timeout_s)
             return ls_mpi_timeout_error(st, r);
     }
-    r->posted = 0;
-    return LS_OK;
 }
 
 /* ---- the interface ---- */
@@ -531,7 +595,7 @@ static ls_status ls_mpi_start(void *sp, const ls_coll_op *op, void **handle) {
             s = ls_mpi_post_nonblocking(st, r);
     }
     if (s != LS_OK) {
-        ls_mpi_req_free(st, r);
+        if (!r->posted) ls_mpi_req_free(st, r); /* else MPI may still write the buffers: leak r */
         return s;
     }
     *handle = r;
@@ -566,13 +630,8 @@ static ls_status ls_mpi_test(void *sp, void *h, int *done) {
         pthread_mutex_lock(&st->mu);
         *done = r->done;
         pthread_mutex_unlock(&st->mu);
-    } else if (!r->posted) {
-        *done = 1;
     } else {
-        int flag = 0;
-        LS_MPI_CHECK(MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
-        if (flag) r->posted = 0;
-        *done = flag;
+        LS_CHECK(ls_mpi_test_nonblocking(st, r, done));
     }
     return LS_OK;
 }
@@ -725,6 +784,13 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
             return ls_error(LS_ERR_INVALID_ARGUMENT,
                             "LOCKSTEP_MPI_PROGRESS=%s: expected thread or nonblocking", prog);
     }
+    size_t chunk = (size_t)16 << 20;
+    const char *ch = getenv("LOCKSTEP_MPI_CHUNK");
+    if (ch && *ch && ls_memory_parse_size(ch, &chunk) != LS_OK)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "LOCKSTEP_MPI_CHUNK=%s: expected a size such as 16MiB, 4096 or 0 (0: one MPI call per "
+                        "all-reduce)",
+                        ch);
     int level = MPI_THREAD_SINGLE;
     LS_CHECK(ls_mpi_acquire(&level));
     ls_mpi_state *st = calloc(1, sizeof *st);
@@ -733,6 +799,7 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
         return ls_error(LS_ERR_OUT_OF_MEMORY, "MPI communicator: out of host memory");
     }
     st->env = *env;
+    st->chunk = chunk;
     st->comm = MPI_COMM_NULL;
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->work_cv, NULL);
@@ -759,8 +826,10 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
         }
         st->worker_started = 1;
     }
-    LS_LOG_D("mpi communicator: rank %d of %d, progress %s, device buffers %s", st->rank, st->world,
-             st->threaded ? "thread" : "nonblocking", st->cuda_aware ? "direct (CUDA-aware)" : "staged");
+    LS_LOG_D("mpi communicator: rank %d of %d, progress %s, device buffers %s, all-reduce parts of %zu bytes "
+             "at most (0: no limit)",
+             st->rank, st->world, st->threaded ? "thread" : "nonblocking",
+             st->cuda_aware ? "direct (CUDA-aware)" : "staged", st->chunk);
     *iface = &ls_mpi_iface;
     *state = st;
     *rank = st->rank;

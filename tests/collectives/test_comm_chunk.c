@@ -1,0 +1,191 @@
+/* test_comm_chunk.c: the MPI backend sends a large all-reduce as several MPI calls of at most
+ * LOCKSTEP_MPI_CHUNK bytes (default 16 MiB; 0: one call). The test stands between lockstep and
+ * MPI (the PMPI profiling interface: MPI_Allreduce and MPI_Iallreduce defined here count the calls
+ * and pass them on) and checks, for blocking and asynchronous all-reduces, in f32, f64, i32 and
+ * f16 (reduced as f32), with several requests in flight (also completed through ls_comm_test in
+ * an order that differs by rank, which breaks parts posted as earlier ones complete): the number
+ * of calls, the largest count per call, and every element of the result. Then the default size,
+ * 0, and a bad value's error.
+ * Run under mpirun (label mpi), with either progress mode. */
+#define _POSIX_C_SOURCE 200809L
+#include <limits.h>
+#include <mpi.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "commtest.h"
+#include "testutil.h"
+
+static atomic_long calls, max_count;
+
+static void count_call(int count) {
+    atomic_fetch_add(&calls, 1);
+    long prev = atomic_load(&max_count);
+    while (count > prev && !atomic_compare_exchange_weak(&max_count, &prev, count)) {
+    }
+}
+
+/* Open MPI calls its collectives internally through its own tables, not these symbols, so every
+ * call counted here is lockstep's. */
+int MPI_Allreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+    count_call(count);
+    return PMPI_Allreduce(sb, rb, count, dt, op, comm);
+}
+
+int MPI_Iallreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                   MPI_Request *req) {
+    count_call(count);
+    return PMPI_Iallreduce(sb, rb, count, dt, op, comm, req);
+}
+
+static int R, W;
+
+static void reset(void) {
+    atomic_store(&calls, 0);
+    atomic_store(&max_count, 0);
+}
+
+/* n elements of t, all-reduced with op (async: three requests in flight, waited in reverse), in
+ * parts of per_call elements: the calls made and every element. */
+static void check_allreduce(ls_comm *c, ls_dtype t, ls_reduce_op op, int64_t n, int64_t per_call, int async) {
+    enum { NREQ = 3 };
+    const int nbuf = async ? NREQ : 1;
+    void *buf[NREQ];
+    for (int b = 0; b < nbuf; b++) {
+        buf[b] = malloc((size_t)n * ls_dtype_size(t));
+        LS_REQUIRE(buf[b]);
+        for (int64_t i = 0; i < n; i++) ct_set(buf[b], t, i, ct_val(t, R, i, b));
+    }
+    reset();
+    if (async) {
+        ls_comm_request *req[NREQ];
+        for (int b = 0; b < nbuf; b++) LS_REQUIRE_OK(ls_comm_iallreduce(c, buf[b], n, t, op, &req[b]));
+        for (int b = nbuf - 1; b >= 0; b--) LS_REQUIRE_OK(ls_comm_wait(req[b]));
+    } else {
+        LS_REQUIRE_OK(ls_comm_allreduce(c, buf[0], n, t, op));
+    }
+    const long want_calls = (long)nbuf * (long)((n + per_call - 1) / per_call);
+    const long got_calls = atomic_load(&calls), got_max = atomic_load(&max_count);
+    if (got_calls != want_calls || got_max != (n < per_call ? n : per_call)) {
+        fprintf(stderr, "rank %d: %s all-reduce of %lld %s in parts of %lld: %ld MPI calls of at most %ld "
+                        "elements, expected %ld of at most %lld\n",
+                R, async ? "async" : "blocking", (long long)n, ls_dtype_name(t), (long long)per_call, got_calls,
+                got_max, want_calls, (long long)(n < per_call ? n : per_call));
+        ls_test_failures++;
+    }
+    for (int b = 0; b < nbuf; b++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s %s all-reduce of %lld %s", async ? "async" : "blocking",
+                 ls_reduce_op_name(op), (long long)n, ls_dtype_name(t));
+        CT_CHECK_ELEMS(R, what, buf[b], t, n, ct_expect(t, op, W, i, b));
+        free(buf[b]);
+    }
+}
+
+static ls_comm *make_comm(const char *chunk) {
+    if (chunk)
+        setenv("LOCKSTEP_MPI_CHUNK", chunk, 1);
+    else
+        unsetenv("LOCKSTEP_MPI_CHUNK");
+    ls_comm *c = NULL;
+    LS_REQUIRE_OK(ls_comm_create(NULL, "mpi", &c));
+    return c;
+}
+
+int main(void) {
+    ls_rank_info ri;
+    LS_REQUIRE_OK(ls_rank_discover(&ri));
+    if (!strcmp(ri.launcher, "none")) LS_SKIP("run under mpirun: the MPI backend's all-reduce parts");
+
+    /* the default: 16 MiB parts (4194304 f32), so 5 million f32 take two calls. This communicator
+     * stays to the end (MPI is finalized with the last one). */
+    ls_comm *keep = make_comm(NULL);
+    R = ls_comm_rank(keep);
+    W = ls_comm_world(keep);
+    check_allreduce(keep, LS_F32, LS_REDUCE_SUM, 5000000, 4194304, 0);
+
+    /* 4 KiB parts: 1024 f32 or i32, 512 f64; f16 is reduced as f32, so 1024 too */
+    ls_comm *c = make_comm("4KiB");
+    for (int async = 0; async <= 1; async++) {
+        check_allreduce(c, LS_F32, LS_REDUCE_SUM, 10007, 1024, async); /* 9 whole parts and 791 */
+        check_allreduce(c, LS_F32, LS_REDUCE_AVG, 2048, 1024, async);  /* exactly 2 */
+        check_allreduce(c, LS_F64, LS_REDUCE_MAX, 5000, 512, async);
+        check_allreduce(c, LS_I32, LS_REDUCE_MIN, 1025, 1024, async);
+        check_allreduce(c, LS_F16, LS_REDUCE_SUM, 3000, 1024, async);
+        check_allreduce(c, LS_F32, LS_REDUCE_SUM, 1000, 1024, async); /* one call under the size */
+        check_allreduce(c, LS_F32, LS_REDUCE_SUM, 0, 1024, async);    /* no call */
+    }
+    /* a blocking all-reduce while parts of async ones are still to be posted keeps the order */
+    {
+        enum { N = 4000 };
+        float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
+        LS_REQUIRE(a && b);
+        for (int i = 0; i < N; i++) {
+            a[i] = (float)ct_val(LS_F32, R, i, 7);
+            b[i] = (float)ct_val(LS_F32, R, i, 8);
+        }
+        ls_comm_request *req = NULL;
+        LS_REQUIRE_OK(ls_comm_iallreduce(c, a, N, LS_F32, LS_REDUCE_SUM, &req));
+        LS_REQUIRE_OK(ls_comm_allreduce(c, b, N, LS_F32, LS_REDUCE_SUM));
+        LS_REQUIRE_OK(ls_comm_wait(req));
+        CT_CHECK_ELEMS(R, "async then blocking (first)", a, LS_F32, N, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 7));
+        CT_CHECK_ELEMS(R, "async then blocking (second)", b, LS_F32, N, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 8));
+        free(a);
+        free(b);
+    }
+    /* requests of several parts in flight, completed through ls_comm_test in an order that differs
+     * by rank (as the reducer's buckets are): every rank must still start the parts in one order */
+    {
+        enum { NR = 4 };
+        const int64_t sizes[NR] = {9000, 3000, 20000, 5000};
+        float *bufs[NR];
+        ls_comm_request *req[NR];
+        int done[NR] = {0};
+        for (int q = 0; q < NR; q++) {
+            bufs[q] = malloc((size_t)sizes[q] * sizeof(float));
+            LS_REQUIRE(bufs[q]);
+            for (int64_t i = 0; i < sizes[q]; i++) bufs[q][i] = (float)ct_val(LS_F32, R, i, 20 + q);
+            LS_REQUIRE_OK(ls_comm_iallreduce(c, bufs[q], sizes[q], LS_F32, LS_REDUCE_SUM, &req[q]));
+        }
+        for (int left = NR; left > 0;)
+            for (int k = 0; k < NR; k++) {
+                const int q = (R % 2 ? NR - 1 - k : k + R) % NR;
+                if (done[q]) continue;
+                LS_REQUIRE_OK(ls_comm_test(req[q], &done[q]));
+                if (done[q]) left--;
+            }
+        for (int q = 0; q < NR; q++) LS_REQUIRE_OK(ls_comm_wait(req[q])); /* frees */
+        for (int q = 0; q < NR; q++) {
+            CT_CHECK_ELEMS(R, "parts completed by test", bufs[q], LS_F32, sizes[q],
+                           ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 20 + q));
+            free(bufs[q]);
+        }
+    }
+    ls_comm_destroy(c);
+
+    /* 0: one call, however large */
+    c = make_comm("0");
+    check_allreduce(c, LS_F32, LS_REDUCE_SUM, 5000000, 5000000, 1);
+    float f = 1;
+    LS_EXPECT_ERR(ls_comm_allreduce(c, &f, (int64_t)INT_MAX + 1, LS_F32, LS_REDUCE_SUM), LS_ERR_UNSUPPORTED,
+                  "exceeds MPI's int count limit (2147483647) (LOCKSTEP_MPI_CHUNK=0 turned off");
+    ls_comm_destroy(c);
+
+    setenv("LOCKSTEP_MPI_CHUNK", "lots", 1);
+    ls_comm *bad = NULL;
+    LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_MPI_CHUNK=lots: expected a size such as 16MiB, 4096 or 0");
+    LS_EXPECT(bad == NULL);
+
+    /* every rank's failures decide for all */
+    int32_t fails = ls_test_failures;
+    LS_REQUIRE_OK(ls_comm_allreduce(keep, &fails, 1, LS_I32, LS_REDUCE_SUM));
+    if (R == 0) printf("mpi all-reduce parts, %d rank(s): %d failed check(s) in all\n", W, (int)fails);
+    ls_comm_destroy(keep);
+    if (fails && !ls_test_failures) ls_test_failures = 1;
+    LS_TEST_END();
+}
