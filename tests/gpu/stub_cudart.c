@@ -1,9 +1,12 @@
 /* stub_cudart.c: a stand-in for the parts of the CUDA runtime that the caching device allocator
- * (kernels/cuda/cuda_alloc.c) calls, so that its bookkeeping runs and is tested on a machine
- * without a GPU (test_cuda_alloc_stub). "Device" memory is host memory, handed out within a
- * budget (stub_device_free); streams and events are plain tokens and every copy is done at once.
+ * (kernels/cuda/cuda_alloc.c) and the NCCL communicator (collectives/comm_nccl.c) call, so that
+ * their logic runs and is tested on a machine without a GPU (test_cuda_alloc_stub,
+ * test_comm_nccl_stub). "Device" memory is host memory, handed out within a budget
+ * (stub_device_free) and known to cudaPointerGetAttributes; streams are plain tokens, every copy is
+ * done at once, and an event is complete once recorded unless stub_event_hang was set when it was.
  * stub_fail_malloc makes cudaMalloc fail with that error, as a GPU does after a failed kernel. The
- * counters say how many segments were taken and given back, and how many bytes are out. */
+ * counters say how many segments were taken and given back, and how many bytes are out;
+ * stub_trace lists the event records and waits (and the stand-in NCCL's collectives) in order. */
 #include "stub_cudart.h"
 
 #include <stdio.h>
@@ -17,6 +20,22 @@ size_t stub_device_free = (size_t)1 << 30, stub_device_total = (size_t)1 << 30;
 long stub_mallocs, stub_frees, stub_syncs;
 size_t stub_out_bytes;
 cudaError_t stub_fail_malloc = cudaSuccess;
+int stub_event_hang;
+stub_call stub_trace[STUB_TRACE_MAX];
+int stub_ntrace;
+
+void stub_trace_add(const char *what, const void *a, const void *b) {
+    if (stub_ntrace == STUB_TRACE_MAX) return;
+    stub_call *c = &stub_trace[stub_ntrace++];
+    snprintf(c->what, sizeof c->what, "%s", what);
+    c->a = a;
+    c->b = b;
+}
+
+/* An event: whether its last record will never complete. */
+typedef struct stub_event {
+    int hang;
+} stub_event;
 
 /* The live cudaMalloc blocks, to check cudaFree's argument and give back its size. */
 typedef struct stub_rec {
@@ -25,7 +44,6 @@ typedef struct stub_rec {
 } stub_rec;
 static stub_rec *recs;
 static size_t n_recs, cap_recs;
-static int dummy_token[2];
 
 cudaError_t cudaMalloc(void **p, size_t n) {
     *p = NULL;
@@ -60,6 +78,25 @@ cudaError_t cudaFree(void *p) {
         }
     fprintf(stderr, "stub cudaFree(%p): not a live cudaMalloc block\n", p);
     return cudaErrorInvalidValue;
+}
+
+/* Device memory: inside a live cudaMalloc block. */
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+    memset(a, 0, sizeof *a);
+    a->type = cudaMemoryTypeUnregistered;
+    a->device = -2;
+    for (size_t i = 0; i < n_recs; i++)
+        if ((const char *)p >= (const char *)recs[i].p && (const char *)p < (const char *)recs[i].p + recs[i].n) {
+            a->type = cudaMemoryTypeDevice;
+            a->device = 0;
+            a->devicePointer = (void *)p;
+        }
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n) {
+    memset(p, v, n);
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
@@ -97,32 +134,37 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int f) {
     (void)f;
-    *s = (cudaStream_t)&dummy_token[0];
-    return cudaSuccess;
+    *s = calloc(1, 64); /* a distinct token */
+    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    (void)s;
+    free(s);
     return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) {
     (void)f;
-    *e = (cudaEvent_t)&dummy_token[1];
+    stub_event *ev = calloc(1, sizeof *ev);
+    if (!ev) return cudaErrorMemoryAllocation;
+    *e = (cudaEvent_t)ev;
     return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    (void)e;
+    free(e);
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    (void)e, (void)s;
+    ((stub_event *)e)->hang = stub_event_hang;
+    stub_trace_add("record", e, s);
     return cudaSuccess;
 }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return ((stub_event *)e)->hang ? cudaErrorNotReady : cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     (void)e;
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) {
-    (void)s, (void)e, (void)f;
+    (void)f;
+    stub_trace_add("wait", s, e);
     return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int f) {

@@ -9,5 +9,17 @@ extern size_t stub_device_free, stub_device_total; /* cudaMemGetInfo; cudaMalloc
 extern long stub_mallocs, stub_frees, stub_syncs;   /* cudaMalloc, cudaFree, cudaStreamSynchronize calls */
 extern size_t stub_out_bytes;                       /* bytes cudaMalloc'd and not yet freed */
 extern cudaError_t stub_fail_malloc;                /* not cudaSuccess: cudaMalloc fails with it */
+extern int stub_event_hang; /* 1: events recorded from now on never complete (cudaEventQuery: not ready) */
+
+/* The calls that order streams, in order: "record" (event, stream), "wait" (stream, event), and the
+ * stand-in NCCL's collectives (their name, stream). */
+#define STUB_TRACE_MAX 64
+typedef struct stub_call {
+    char what[16];
+    const void *a, *b;
+} stub_call;
+extern stub_call stub_trace[STUB_TRACE_MAX];
+extern int stub_ntrace;
+void stub_trace_add(const char *what, const void *a, const void *b);
 
 #endif

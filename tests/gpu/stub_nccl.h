@@ -1,0 +1,12 @@
+/* stub_nccl.h: the knobs and counters of the stand-in NCCL (stub_nccl.c). */
+#ifndef LOCKSTEP_STUB_NCCL_H
+#define LOCKSTEP_STUB_NCCL_H
+
+#include <nccl.h>
+
+extern int stub_nccl_fail_unique_id;             /* 1: ncclGetUniqueId fails (ncclSystemError) */
+extern ncclResult_t stub_nccl_async_error;       /* what ncclCommGetAsyncError reports */
+extern long stub_nccl_inits, stub_nccl_destroys, /* ncclCommInitRank, ncclCommDestroy, */
+    stub_nccl_aborts, stub_nccl_colls;           /* ncclCommAbort and collective calls */
+
+#endif

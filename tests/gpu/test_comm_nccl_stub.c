@@ -1,0 +1,289 @@
+/* test_comm_nccl_stub.c: the NCCL communicator (collectives/comm_nccl.c, compiled into this test)
+ * over stand-ins for the CUDA runtime and NCCL (stub_cudart.c, stub_nccl.c), under mpirun with 2 and
+ * 3 ranks on a machine without a GPU. What it checks is comm_nccl.c's own logic: the unique id
+ * bootstrap over MPI; every collective, dtype and reduction reaching NCCL as asked (results against
+ * the reference); host buffers refused, the _host variants delegated to MPI; each collective
+ * queued after an event recorded on the compute stream and awaited on the communication stream;
+ * a timeout, an asynchronous error, a failed local setup on one rank and a failed ncclGetUniqueId
+ * each ending in the right error on every rank with no rank left waiting, and an aborted
+ * communicator refusing further work. NCCL itself runs in test_gpu_comm, on a GPU. */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_impl.h"
+#include "commtest.h"
+#include "stub_cudart.h"
+#include "stub_nccl.h"
+#include "testutil.h"
+
+static int R, W;
+
+typedef struct nccl {
+    const ls_comm_iface *f;
+    void *st;
+} nccl;
+
+/* A NCCL communicator bootstrapped over a new MPI one (which it takes over on success). */
+static ls_status make(double timeout_s, nccl *out) {
+    ls_comm_env env;
+    memset(&env, 0, sizeof env);
+    env.device.type = LS_DEVICE_CUDA;
+    env.device.index = 0;
+    env.timeout_s = timeout_s;
+    ls_comm *boot = NULL;
+    LS_REQUIRE_OK(ls_comm_create(NULL, "mpi", &boot));
+    ls_status s = ls_comm_nccl_create(&env, boot, &out->f, &out->st);
+    if (s != LS_OK) {
+        char keep[512];
+        snprintf(keep, sizeof keep, "%s", ls_last_error());
+        ls_comm_destroy(boot); /* still the caller's after a failure */
+        ls_error(s, "%s", keep);
+    }
+    return s;
+}
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    LS_REQUIRE(cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess);
+    return p;
+}
+
+static ls_coll_op op_of(ls_coll_kind k, const void *send, void *recv, int64_t n, ls_dtype t, ls_reduce_op rop,
+                        int root) {
+    ls_coll_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = k;
+    op.send = send;
+    op.recv = recv;
+    op.count = n;
+    op.dtype = t;
+    op.op = rop;
+    op.root = root;
+    return op;
+}
+
+static void test_collectives(nccl *c) {
+    static const ls_reduce_op ops[] = {LS_REDUCE_SUM, LS_REDUCE_AVG, LS_REDUCE_MAX, LS_REDUCE_MIN};
+    const int64_t n = 999;
+    int salt = 0;
+    for (int d = 0; d < CT_NDTYPES; d++)
+        for (int o = 0; o < 4; o++, salt++) {
+            const ls_dtype t = ct_all_dtypes[d];
+            void *buf = dev_alloc((size_t)n * ls_dtype_size(t));
+            for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, salt));
+            ls_coll_op op = op_of(LS_COLL_ALLREDUCE, buf, buf, n, t, ops[o], 0);
+            LS_REQUIRE_OK(c->f->run(c->st, &op));
+            char what[64];
+            snprintf(what, sizeof what, "allreduce %s", ls_reduce_op_name(ops[o]));
+            CT_CHECK_ELEMS(R, what, buf, t, n, ct_expect(t, ops[o], W, i, salt));
+            cudaFree(buf);
+        }
+    for (int root = 0; root < W; root++) {
+        float *b = dev_alloc((size_t)n * sizeof *b);
+        for (int64_t i = 0; i < n; i++) b[i] = (float)ct_val(LS_F32, R, i, 40);
+        ls_coll_op op = op_of(LS_COLL_BROADCAST, b, b, n, LS_F32, LS_REDUCE_SUM, root);
+        LS_REQUIRE_OK(c->f->run(c->st, &op));
+        CT_CHECK_ELEMS(R, "broadcast", b, LS_F32, n, ct_val(LS_F32, root, i, 40));
+        cudaFree(b);
+    }
+    for (int in_place = 0; in_place <= 1; in_place++) { /* allgather, f16 */
+        uint16_t *all = dev_alloc((size_t)(n * W) * 2), *mine = in_place ? all + n * R : dev_alloc((size_t)n * 2);
+        for (int64_t i = 0; i < n; i++) ct_set(mine, LS_F16, i, ct_val(LS_F16, R, i, 41));
+        ls_coll_op op = op_of(LS_COLL_ALLGATHER, mine, all, n, LS_F16, LS_REDUCE_SUM, 0);
+        LS_REQUIRE_OK(c->f->run(c->st, &op));
+        CT_CHECK_ELEMS(R, in_place ? "allgather in place" : "allgather", all, LS_F16, n * W,
+                       ct_val(LS_F16, (int)(i / n), i % n, 41));
+        if (!in_place) cudaFree(mine);
+        cudaFree(all);
+    }
+    for (int o = 0; o < 2; o++) { /* reduce-scatter: sum and avg, bf16 and f32 */
+        const ls_dtype t = o ? LS_F32 : LS_BF16;
+        void *in = dev_alloc((size_t)(n * W) * ls_dtype_size(t)), *out = dev_alloc((size_t)n * ls_dtype_size(t));
+        for (int64_t i = 0; i < n * W; i++) ct_set(in, t, i, ct_val(t, R, i, 42));
+        ls_coll_op op = op_of(LS_COLL_REDUCE_SCATTER, in, out, n, t, ops[o], 0);
+        LS_REQUIRE_OK(c->f->run(c->st, &op));
+        CT_CHECK_ELEMS(R, "reduce-scatter", out, t, n, ct_expect(t, ops[o], W, i + n * R, 42));
+        cudaFree(in);
+        cudaFree(out);
+    }
+    ls_coll_op bar = op_of(LS_COLL_BARRIER, NULL, NULL, 0, LS_I32, LS_REDUCE_SUM, 0);
+    LS_REQUIRE_OK(c->f->run(c->st, &bar));
+
+    /* several in flight, completed through test and then waited */
+    enum { NR = 3 };
+    float *b[NR];
+    void *h[NR];
+    for (int q = 0; q < NR; q++) {
+        b[q] = dev_alloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) b[q][i] = (float)ct_val(LS_F32, R, i, 50 + q);
+        ls_coll_op op = op_of(LS_COLL_ALLREDUCE, b[q], b[q], n, LS_F32, LS_REDUCE_SUM, 0);
+        LS_REQUIRE_OK(c->f->start(c->st, &op, &h[q]));
+    }
+    for (int q = NR - 1; q >= 0; q--) {
+        int done = 0;
+        LS_REQUIRE_OK(c->f->test(c->st, h[q], &done));
+        LS_EXPECT(done == 1); /* the stand-in completes each collective as it is queued */
+        LS_REQUIRE_OK(c->f->wait(c->st, h[q]));
+        CT_CHECK_ELEMS(R, "async allreduce", b[q], LS_F32, n, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 50 + q));
+        cudaFree(b[q]);
+    }
+
+    /* host buffers: refused on the device path (NCCL is never called), served by MPI when marked host */
+    float *hb = malloc((size_t)n * sizeof *hb);
+    LS_REQUIRE(hb);
+    for (int64_t i = 0; i < n; i++) hb[i] = (float)ct_val(LS_F32, R, i, 60);
+    long colls = stub_nccl_colls;
+    ls_coll_op op = op_of(LS_COLL_ALLREDUCE, hb, hb, n, LS_F32, LS_REDUCE_SUM, 0);
+    LS_EXPECT_ERR(c->f->run(c->st, &op), LS_ERR_INVALID_ARGUMENT, "NCCL communicator: the send buffer");
+    LS_EXPECT(strstr(ls_last_error(), "is host memory, which NCCL cannot use") &&
+              strstr(ls_last_error(), "ls_comm_allreduce_host"));
+    void *dev = dev_alloc((size_t)(n * W) * sizeof(float));
+    ls_coll_op ag = op_of(LS_COLL_ALLGATHER, hb, dev, n, LS_F32, LS_REDUCE_SUM, 0);
+    LS_EXPECT_ERR(c->f->run(c->st, &ag), LS_ERR_INVALID_ARGUMENT, "the send buffer");
+    cudaFree(dev);
+    op.host = 1;
+    LS_REQUIRE_OK(c->f->run(c->st, &op));
+    CT_CHECK_ELEMS(R, "host allreduce", hb, LS_F32, n, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 60));
+    for (int64_t i = 0; i < n; i++) hb[i] = (float)ct_val(LS_F32, R, i, 61);
+    void *hh = NULL;
+    LS_REQUIRE_OK(c->f->start(c->st, &op, &hh));
+    LS_REQUIRE_OK(c->f->wait(c->st, hh));
+    CT_CHECK_ELEMS(R, "host iallreduce", hb, LS_F32, n, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 61));
+    LS_EXPECT(stub_nccl_colls == colls);
+    free(hb);
+}
+
+/* Each collective: an event recorded on the compute stream, the communication stream waiting for
+ * it, the collective on the communication stream, its completion event recorded there. */
+static void test_ordering(nccl *c) {
+    cudaStream_t compute = NULL;
+    LS_REQUIRE(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) == cudaSuccess);
+    float *b = dev_alloc(64 * sizeof *b);
+    for (int pass = 0; pass < 2; pass++) {
+        cudaStream_t cs = pass ? NULL : compute; /* NULL: the legacy default stream */
+        LS_REQUIRE_OK(c->f->set_compute_stream(c->st, cs));
+        stub_ntrace = 0;
+        void *h = NULL;
+        ls_coll_op op = op_of(LS_COLL_ALLREDUCE, b, b, 64, LS_F32, LS_REDUCE_SUM, 0);
+        LS_REQUIRE_OK(c->f->start(c->st, &op, &h));
+        const stub_call *t = stub_trace;
+        int ok = stub_ntrace == 4 && !strcmp(t[0].what, "record") && t[0].b == (const void *)cs &&
+                 !strcmp(t[1].what, "wait") && t[1].b == t[0].a && t[1].a != (const void *)cs &&
+                 !strcmp(t[2].what, "allreduce") && t[2].b == t[1].a && !strcmp(t[3].what, "record") &&
+                 t[3].b == t[1].a && t[3].a != t[0].a;
+        if (!ok) {
+            fprintf(stderr, "rank %d: calls queued for an allreduce (compute stream %p):\n", R, (void *)cs);
+            for (int i = 0; i < stub_ntrace; i++) fprintf(stderr, "  %s %p %p\n", t[i].what, t[i].a, t[i].b);
+        }
+        LS_EXPECT(ok);
+        LS_REQUIRE_OK(c->f->wait(c->st, h));
+    }
+    cudaFree(b);
+    cudaStreamDestroy(compute);
+}
+
+static void test_timeout(void) {
+    nccl c;
+    LS_REQUIRE_OK(make(0.3, &c));
+    float *b = dev_alloc(16 * sizeof *b);
+    ls_coll_op op = op_of(LS_COLL_ALLREDUCE, b, b, 16, LS_F32, LS_REDUCE_SUM, 0);
+    long aborts = stub_nccl_aborts, destroys = stub_nccl_destroys;
+    stub_event_hang = 1;
+    LS_EXPECT_ERR(c.f->run(c.st, &op), LS_ERR_COMM,
+                  "did not complete within 0.3 s (LOCKSTEP_COMM_TIMEOUT): a rank may have failed or skipped "
+                  "this collective; the NCCL communicator was aborted");
+    stub_event_hang = 0;
+    LS_EXPECT(stub_nccl_aborts == aborts + 1);
+    LS_EXPECT_ERR(c.f->run(c.st, &op), LS_ERR_COMM, "the NCCL communicator was aborted after an earlier failure");
+    c.f->destroy(c.st);
+    LS_EXPECT(stub_nccl_destroys == destroys); /* aborted: nothing left to destroy */
+    cudaFree(b);
+}
+
+static void test_async_error(void) {
+    nccl c;
+    LS_REQUIRE_OK(make(30, &c));
+    float *b = dev_alloc(16 * sizeof *b);
+    ls_coll_op op = op_of(LS_COLL_ALLREDUCE, b, b, 16, LS_F32, LS_REDUCE_SUM, 0);
+    long aborts = stub_nccl_aborts;
+    stub_event_hang = 1;
+    void *h = NULL;
+    LS_REQUIRE_OK(c.f->start(c.st, &op, &h));
+    int done = 0;
+    LS_EXPECT(c.f->test(c.st, h, &done) == LS_OK && done == 0); /* not finished, no error yet */
+    stub_nccl_async_error = ncclRemoteError;
+    LS_EXPECT_ERR(c.f->wait(c.st, h), LS_ERR_COMM,
+                  "NCCL (asynchronous error) failed: remote process exited or there was a network error: stub "
+                  "NCCL: a peer failed (injected)");
+    stub_nccl_async_error = ncclSuccess;
+    stub_event_hang = 0;
+    LS_EXPECT(stub_nccl_aborts == aborts + 1);
+    LS_EXPECT_ERR(c.f->run(c.st, &op), LS_ERR_COMM, "aborted after an earlier failure");
+    c.f->destroy(c.st);
+    cudaFree(b);
+}
+
+/* A local failure on the last rank: every rank fails before ncclCommInitRank, so none waits in it. */
+static void test_setup_failure(void) {
+    long inits = stub_nccl_inits;
+    if (R == W - 1) stub_fail_malloc = cudaErrorMemoryAllocation;
+    nccl c;
+    ls_status s = make(30, &c);
+    stub_fail_malloc = cudaSuccess;
+    char want[128];
+    if (R == W - 1) {
+        snprintf(want, sizeof want, "NCCL setup on rank %d (cuda:0): cudaMalloc", R);
+        LS_EXPECT(s == LS_ERR_CUDA && strstr(ls_last_error(), want));
+    } else {
+        snprintf(want, sizeof want, "NCCL setup failed on rank %d", W - 1);
+        LS_EXPECT(s == LS_ERR_COMM && strstr(ls_last_error(), want));
+    }
+    if (s == LS_OK || !strstr(ls_last_error(), want))
+        fprintf(stderr, "rank %d: setup failure gave '%s', expected '%s'\n", R, ls_last_error(), want);
+    LS_EXPECT(stub_nccl_inits == inits);
+
+    if (R == 0) stub_nccl_fail_unique_id = 1;
+    s = make(30, &c);
+    stub_nccl_fail_unique_id = 0;
+    const char *w2 = R == 0 ? "ncclGetUniqueId failed: unhandled system error: stub NCCL: no network interface "
+                              "found (injected)"
+                            : "ncclGetUniqueId failed on rank 0";
+    LS_EXPECT(s == LS_ERR_COMM && strstr(ls_last_error(), w2));
+    if (s == LS_OK || !strstr(ls_last_error(), w2))
+        fprintf(stderr, "rank %d: unique id failure gave '%s', expected '%s'\n", R, ls_last_error(), w2);
+    LS_EXPECT(stub_nccl_inits == inits);
+}
+
+int main(void) {
+    ls_rank_info ri;
+    LS_REQUIRE_OK(ls_rank_discover(&ri));
+    if (!strcmp(ri.launcher, "none")) LS_SKIP("run under mpirun: the NCCL communicator's bootstrap needs ranks");
+    ls_comm *keep = NULL; /* MPI stays initialized while one communicator lives */
+    LS_REQUIRE_OK(ls_comm_create(NULL, "mpi", &keep));
+    R = ls_comm_rank(keep);
+    W = ls_comm_world(keep);
+
+    nccl c;
+    LS_REQUIRE_OK(make(30, &c));
+    LS_EXPECT(stub_nccl_inits == 1);
+    test_collectives(&c);
+    test_ordering(&c);
+    long destroys = stub_nccl_destroys;
+    c.f->destroy(c.st);
+    LS_EXPECT(stub_nccl_destroys == destroys + 1);
+    test_timeout();
+    test_async_error();
+    test_setup_failure();
+
+    int32_t fails = ls_test_failures;
+    LS_REQUIRE_OK(ls_comm_allreduce(keep, &fails, 1, LS_I32, LS_REDUCE_SUM));
+    if (R == 0)
+        printf("nccl communicator over the stand-ins, %d rank(s): %d failed check(s) in all; %ld collectives\n", W,
+               (int)fails, stub_nccl_colls);
+    ls_comm_destroy(keep);
+    if (fails && !ls_test_failures) ls_test_failures = 1;
+    LS_TEST_END();
+}
