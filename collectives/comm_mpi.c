@@ -31,6 +31,7 @@
 #include "comm_impl.h"
 #include "half_impl.h"
 #include "log.h"
+#include "timeline.h"
 
 /* MPI is initialized once per process: count the communicators using it and finalize after the
  * last one only if lockstep initialized it. */
@@ -395,9 +396,19 @@ static int ls_mpi_part(const ls_mpi_req *r, int64_t off) {
     return (int)(r->count - off < r->per_call ? r->count - off : r->per_call);
 }
 
-/* The blocking MPI call (any thread). */
-static ls_status ls_mpi_exec(ls_mpi_state *st, ls_mpi_req *r) {
-    if (ls_mpi_trivial(r)) return LS_OK;
+static const char *ls_mpi_call_name(ls_coll_kind k) {
+    switch (k) {
+    case LS_COLL_ALLREDUCE: return "MPI_Allreduce";
+    case LS_COLL_BROADCAST: return "MPI_Bcast";
+    case LS_COLL_ALLGATHER: return "MPI_Allgather";
+    case LS_COLL_REDUCE_SCATTER: return "MPI_Reduce_scatter_block";
+    case LS_COLL_BARRIER: return "MPI_Barrier";
+    }
+    return "MPI";
+}
+
+/* The MPI calls of r (any thread). */
+static ls_status ls_mpi_exec_calls(ls_mpi_state *st, ls_mpi_req *r) {
     const void *sb = r->in_place ? MPI_IN_PLACE : r->msend;
     switch (r->kind) {
     case LS_COLL_ALLREDUCE:
@@ -423,6 +434,20 @@ static ls_status ls_mpi_exec(ls_mpi_state *st, ls_mpi_req *r) {
     case LS_COLL_BARRIER: LS_MPI_CHECK(MPI_Barrier(st->comm), "MPI_Barrier"); break;
     }
     return LS_OK;
+}
+
+/* The blocking MPI call (any thread), a span of the timeline when one is open. */
+static ls_status ls_mpi_exec(ls_mpi_state *st, ls_mpi_req *r) {
+    if (ls_mpi_trivial(r)) return LS_OK;
+    LS_TL_T0(t0);
+    ls_status s = ls_mpi_exec_calls(st, r);
+    if (t0 > 0) {
+        char name[64];
+        snprintf(name, sizeof name, "%s %.2f MiB", ls_mpi_call_name(r->kind),
+                 (double)r->count * (double)r->mes / 1048576.0);
+        ls_timeline_span(name, "comm", t0, ls_timeline_now());
+    }
+    return s;
 }
 
 /* The nonblocking MPI call (caller's thread). */
@@ -474,6 +499,7 @@ static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
 
 static void *ls_mpi_worker(void *arg) {
     ls_mpi_state *st = arg;
+    ls_timeline_thread_name("mpi communication");
     pthread_mutex_lock(&st->mu);
     for (;;) {
         while (!st->head && !st->stop) pthread_cond_wait(&st->work_cv, &st->mu);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "timeline.h"
 
 #define LS_MIB ((size_t)1 << 20)
 
@@ -21,6 +22,7 @@ typedef struct ls_bucket {
     int pending;          /* gradients not yet ready this step */
     ls_comm_request *req; /* in flight */
     int launched;
+    double t_launch, t_done; /* timeline: launched, first seen complete (0: not yet) */
 } ls_bucket;
 
 struct ls_reducer {
@@ -248,6 +250,8 @@ static ls_status ls_bucket_launch(ls_reducer *r, int k) {
     ls_bucket *b = &r->b[k];
     void *buf = b->fusion ? b->fusion : r->grads[b->lo]->data;
     b->launched = 1;
+    b->t_launch = ls_timeline_active() ? ls_timeline_now() : 0.0;
+    b->t_done = 0;
     ls_status s = ls_comm_iallreduce(r->comm, buf, b->numel, LS_F32, LS_REDUCE_SUM, &b->req);
     if (s != LS_OK) return ls_error_context(s, "gradient bucket %d (%zu bytes)", k, b->bytes);
     return LS_OK;
@@ -295,8 +299,18 @@ ls_status ls_reducer_grad_ready(ls_reducer *r, int i) {
             return s;
         }
         if (!done) break;
+        if (r->b[k].t_launch > 0 && r->b[k].t_done == 0) r->b[k].t_done = ls_timeline_now();
     }
     return LS_OK;
+}
+
+/* The timeline's row for bucket k: from its launch to the moment it was first seen complete. */
+static void ls_bucket_span(const ls_bucket *b, int k) {
+    if (!ls_timeline_active() || b->t_launch <= 0) return;
+    char lane[32], name[64];
+    snprintf(lane, sizeof lane, "bucket %d", k);
+    snprintf(name, sizeof name, "allreduce %.2f MiB (bucket %d)", (double)b->bytes / (double)LS_MIB, k);
+    ls_timeline_lane_span(lane, name, "comm", b->t_launch, b->t_done > 0 ? b->t_done : ls_timeline_now());
 }
 
 ls_status ls_reducer_finish(ls_reducer *r) {
@@ -317,6 +331,7 @@ ls_status ls_reducer_finish(ls_reducer *r) {
         if (!b->launched) continue;
         ls_status s = ls_comm_wait(b->req);
         b->req = NULL;
+        ls_bucket_span(b, k);
         if (s == LS_OK && err == LS_OK) {
             void *buf = b->fusion ? b->fusion : r->grads[b->lo]->data;
             s = ls_dev_scale(r, buf, b->numel);

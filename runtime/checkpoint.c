@@ -21,6 +21,7 @@
 #include "cnn.h"
 #include "ddp.h"
 #include "log.h"
+#include "timeline.h"
 
 #define LS_CKPT_BUFFER_NAME 160 /* a buffer's name: its BatchNorm's weight name + "running_mean" */
 
@@ -1620,8 +1621,10 @@ ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_las
     ckpt_result r;
     memset(&r, 0, sizeof r);
     ls_status s = LS_OK;
+    LS_TL_T0(t0);
     if (comm_rank(comm) == 0) s = save_rank0(ctx, dir, keep_last, model, opt, state, r.path, sizeof r.path);
     if (comm_world(comm) > 1) s = share_result(comm, &r, s);
+    LS_TL_SPAN(t0, "checkpoint save", "io");
     if (s == LS_OK && path_out && path_len) snprintf(path_out, path_len, "%s", r.path);
     return s;
 }

@@ -3,6 +3,7 @@
  * gradient hook for a child's parameters (last first) right after that child's backward. */
 #include "nn.h"
 #include "nn_impl.h"
+#include "timeline.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -471,15 +472,36 @@ void ls_module_set_training(ls_module *m, int training) {
 }
 
 /* ---- generic ---- */
-ls_status ls_module_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) { return m->vt->forward(m, x, y); }
+/* A span of the timeline per module and pass (host time: on a GPU, the time to queue its work). */
+static void module_span(const ls_module *m, const char *pass, double t0) {
+    char name[64];
+    snprintf(name, sizeof name, "%s %s", m->vt->kind, pass);
+    ls_timeline_span(name, "module", t0, ls_timeline_now());
+}
 
-ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+ls_status ls_module_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
+    if (!ls_timeline_active()) return m->vt->forward(m, x, y);
+    double t0 = ls_timeline_now();
+    ls_status s = m->vt->forward(m, x, y);
+    module_span(m, "forward", t0);
+    return s;
+}
+
+static ls_status module_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
     if (m->vt != &seq_vt && m->hook) {
         LS_CHECK(m->vt->backward(m, dy, want_dx, dx));
         for (int p = m->n_params - 1; p >= 0; p--) LS_CHECK(m->hook(m->hook_user, p));
         return LS_OK;
     }
     return m->vt->backward(m, dy, want_dx, dx);
+}
+
+ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+    if (!ls_timeline_active()) return module_backward(m, dy, want_dx, dx);
+    double t0 = ls_timeline_now();
+    ls_status s = module_backward(m, dy, want_dx, dx);
+    module_span(m, "backward", t0);
+    return s;
 }
 
 int ls_module_num_params(const ls_module *m) { return m->n_params; }

@@ -10,6 +10,7 @@
 
 #include "cnn.h"
 #include "log.h"
+#include "timeline.h"
 
 struct ls_trainer {
     ls_ctx *ctx;
@@ -74,6 +75,7 @@ struct ls_trainer {
     int64_t *didx;         /* device copy of a micro-batch's indices */
     int64_t didx_cap;
     int64_t *iota;         /* device 0, 1, ..., cap-1: decoding staged bytes is a gather of every row */
+    int tl_opened;         /* this trainer opened the timeline (LOCKSTEP_TIMELINE) and closes it */
 };
 
 /* LOCKSTEP_DATA_ON_DEVICE and LOCKSTEP_PREFETCH: auto (unset), on or off */
@@ -139,7 +141,23 @@ void ls_trainer_destroy(ls_trainer *t) {
     free(t->grads);
     ls_tensor_destroy(t->xl);
     if (t->model) ls_module_set_grad_hook(t->model, NULL, NULL);
+    if (t->tl_opened && ls_timeline_close() != LS_OK) LS_LOG_W("%s", ls_last_error());
     free(t);
+}
+
+/* LOCKSTEP_TIMELINE=FILE: this rank's timeline, unless one is already being written. */
+static ls_status open_timeline(ls_trainer *t, ls_comm *comm) {
+    const char *pattern = getenv("LOCKSTEP_TIMELINE");
+    if (!pattern || !*pattern || ls_timeline_active()) return LS_OK;
+    int rank = comm ? ls_comm_rank(comm) : 0, world = comm ? ls_comm_world(comm) : 1;
+    char path[4096];
+    if (ls_timeline_path(pattern, rank, world, path, (int)sizeof path) != 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_TIMELINE: the file name is too long");
+    ls_status s = ls_timeline_open(path, rank);
+    if (s != LS_OK) return ls_error_context(s, "LOCKSTEP_TIMELINE");
+    t->tl_opened = 1;
+    if (rank == 0) LS_LOG_I("timeline: writing %s (open it in ui.perfetto.dev or chrome://tracing)", path);
+    return LS_OK;
 }
 
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt,
@@ -168,6 +186,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     t->inject_step = -1;
     LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_DATA_ON_DEVICE", &t->data_mode), s, fail);
     LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_PREFETCH", &t->prefetch_mode), s, fail);
+    LS_CHECK_GOTO(open_timeline(t, comm), s, fail);
     const char *inj = getenv("LOCKSTEP_AMP_INJECT_INF");
     if (inj && *inj) {
         long long st = -1;
@@ -573,6 +592,7 @@ static ls_status read_loss(ls_trainer *t, int64_t n, ls_step_stats *st) {
 
 /* Forward and backward of the loaded micro-batch, its loss scaled by scale. */
 static ls_status forward_backward(ls_trainer *t, double scale) {
+    LS_TL_T0(t0);
     const ls_tensor *in, *logits, *dlogits;
     LS_CHECK(model_input(t, &in));
     LS_CHECK(ls_module_forward(t->model, in, &logits));
@@ -580,8 +600,12 @@ static ls_status forward_backward(ls_trainer *t, double scale) {
      * forward, backward (and, on the last micro-batch, the optimizer) without a wait */
     LS_CHECK(ls_xent_forward(t->loss, logits, t->y, NULL));
     LS_CHECK(ls_xent_correct(t->loss, logits, t->y, NULL));
+    LS_TL_SPAN(t0, "forward", "compute");
+    LS_TL_T0(t1);
     LS_CHECK(ls_xent_backward(t->loss, scale, &dlogits));
-    return ls_module_backward(t->model, dlogits, 0, NULL);
+    ls_status s = ls_module_backward(t->model, dlogits, 0, NULL);
+    LS_TL_SPAN(t1, "backward", "compute");
+    return s;
 }
 
 ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
@@ -594,6 +618,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
         return ls_error(LS_ERR_INVALID_ARGUMENT, "step of %lld samples exceeds %d micro-batches of %lld",
                         (long long)count, accum, (long long)b);
     if (global_count < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "a step needs at least one sample");
+    LS_TL_T0(t_step);
     ls_step_stats st;
     memset(&st, 0, sizeof st);
     st.global_samples = global_count;
@@ -610,7 +635,9 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             ls_module_set_grad_hook(t->model, reducer_hook, t->reducer);
         }
         if (n > 0) {
+            LS_TL_T0(t_load);
             LS_CHECK(load_batch(t, data, idx + lo, n, k == 0));
+            LS_TL_SPAN(t_load, "load batch", "data");
             ls_status s = forward_backward(t, scale);
             /* the batch's last reader is queued, also when a failure cut the work short: later
              * copies into its slot wait for what was queued */
@@ -624,30 +651,48 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
         }
         if (last && t->reducer) {
             ls_module_set_grad_hook(t->model, NULL, NULL);
+            LS_TL_T0(t_wait);
             LS_CHECK(ls_reducer_finish(t->reducer)); /* grads never marked ready (no samples) count as ready */
+            LS_TL_SPAN(t_wait, "gradient all-reduce wait", "comm");
         }
     }
     if (t->inject_step >= 0) LS_CHECK(inject_inf(t));
     if (t->cfg.precision != LS_PRECISION_FP32 || t->inject_step >= 0) {
         /* GradScaler: unscale (fp16), then skip the step on every rank if any rank saw inf/NaN */
         int found_inf = 0;
+        LS_TL_T0(t_unscale);
         LS_CHECK(ls_loss_scaler_unscale(&t->scaler, t->ctx, t->comm, t->n_params, t->grads, &found_inf));
+        LS_TL_SPAN(t_unscale, "unscale and inf check", "amp");
         st.skipped = found_inf;
         ls_loss_scaler_update(&t->scaler, found_inf);
     }
     st.lr = ls_lr_at(&t->cfg.lr, t->steps);
     if (!st.skipped) {
+        LS_TL_T0(t_opt);
         if (t->cfg.clip_grad_norm > 0) /* on unscaled gradients */
             LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm, &st.grad_norm));
         LS_CHECK(ls_optimizer_step(t->opt, st.lr));
+        LS_TL_SPAN(t_opt, "optimizer", "compute");
     }
-    if (prefetch_next(t, hinted) != LS_OK) { /* an optimization: its failure costs the next step a load */
+    LS_TL_T0(t_pf);
+    ls_status pf = prefetch_next(t, hinted);
+    LS_TL_SPAN(t_pf, "prefetch next batch", "data");
+    if (pf != LS_OK) { /* an optimization: its failure costs the next step a load */
         if (!t->pf_warned) LS_LOG_W("prefetching the next batch failed (%s); loading batches when used", ls_last_error());
         t->pf_warned = 1;
         t->pf.valid = 0;
     }
-    if (pending) LS_CHECK(read_loss(t, pending, &st));
+    if (pending) {
+        LS_TL_T0(t_read);
+        LS_CHECK(read_loss(t, pending, &st));
+        LS_TL_SPAN(t_read, "read loss (waits for the device)", "sync");
+    }
     t->steps++;
+    if (t_step > 0) {
+        char name[48];
+        snprintf(name, sizeof name, "step %lld", (long long)t->steps);
+        ls_timeline_span(name, "step", t_step, ls_timeline_now());
+    }
     if (stats) *stats = st;
     return LS_OK;
 }
@@ -660,6 +705,7 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
     *loss_sum = 0;
     *correct = 0;
     ls_status s = LS_OK;
+    LS_TL_T0(t_eval);
     ls_module_set_training(t->model, 0); /* dropout off */
     for (int64_t lo = 0; lo < count && s == LS_OK; lo += chunk) {
         int64_t n = count - lo < chunk ? count - lo : chunk;
@@ -682,5 +728,6 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
         }
     }
     ls_module_set_training(t->model, 1);
+    LS_TL_SPAN(t_eval, "evaluate", "eval");
     return s;
 }

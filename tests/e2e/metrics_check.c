@@ -15,14 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fails;
-#define BAD(...)                                                                                   \
-    do {                                                                                           \
-        if (fails++ < 10) {                                                                        \
-            printf("FAIL: " __VA_ARGS__);                                                          \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "check_fail.h"
 
 static double num(const cJSON *o, const char *k, int line) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);

@@ -1,0 +1,184 @@
+/* timeline.c: the Chrome-trace timeline (timeline.h). One open file per process, guarded by a
+ * mutex; each thread gets a row number the first time it records in a session (a session
+ * generation tells a thread its row is from an earlier one); lanes get rows from 1000 up. */
+#define _POSIX_C_SOURCE 200809L
+#include "timeline.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TL_NAME 64
+#define TL_LANES 256
+
+static pthread_mutex_t tl_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int tl_on;
+static FILE *tl_f;
+static char tl_path[4096];
+static int tl_pid, tl_gen, tl_next_tid, tl_first, tl_nlanes;
+static char tl_lanes[TL_LANES][TL_NAME];
+
+static _Thread_local int tl_my_gen, tl_my_tid;
+static _Thread_local char tl_my_name[TL_NAME];
+
+/* Copy s into a JSON string body: quotes, backslashes and control characters become '_'. */
+static void tl_clean(char *dst, const char *s) {
+    size_t i = 0;
+    for (; s && s[i] && i < TL_NAME - 1; i++) {
+        unsigned char c = (unsigned char)s[i];
+        dst[i] = c < 0x20 || c == '"' || c == '\\' ? '_' : (char)c;
+    }
+    dst[i] = 0;
+}
+
+/* Under tl_mu. */
+static void tl_sep(void) {
+    if (!tl_first) fputs(",\n", tl_f);
+    tl_first = 0;
+}
+
+static void tl_meta_thread(int tid, const char *name) {
+    char n[TL_NAME];
+    tl_clean(n, name);
+    tl_sep();
+    fprintf(tl_f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", tl_pid,
+            tid, n);
+    tl_sep();
+    fprintf(tl_f, "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+            tl_pid, tid, tid);
+}
+
+/* The calling thread's row in this session, named on first use. Under tl_mu. */
+static int tl_tid(void) {
+    if (tl_my_gen != tl_gen) {
+        tl_my_gen = tl_gen;
+        tl_my_tid = tl_next_tid++;
+        char dflt[32] = "main";
+        if (tl_my_tid > 1) snprintf(dflt, sizeof dflt, "thread %d", tl_my_tid);
+        tl_meta_thread(tl_my_tid, tl_my_name[0] ? tl_my_name : dflt);
+    }
+    return tl_my_tid;
+}
+
+static void tl_event(int tid, const char *name, const char *cat, double t0, double t1) {
+    char n[TL_NAME], c[TL_NAME];
+    tl_clean(n, name);
+    tl_clean(c, cat ? cat : "lockstep");
+    tl_sep();
+    fprintf(tl_f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", n, c,
+            tl_pid, tid, t0, t1 > t0 ? t1 - t0 : 0.0);
+}
+
+double ls_timeline_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+int ls_timeline_active(void) { return atomic_load_explicit(&tl_on, memory_order_relaxed); }
+
+ls_status ls_timeline_open(const char *path, int rank) {
+    if (!path || !*path) return ls_error(LS_ERR_INVALID_ARGUMENT, "timeline: no file name");
+    pthread_mutex_lock(&tl_mu);
+    if (tl_f) {
+        pthread_mutex_unlock(&tl_mu);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "timeline: '%s' is already being written; close it first", tl_path);
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        int e = errno;
+        pthread_mutex_unlock(&tl_mu);
+        return ls_error(LS_ERR_IO, "timeline: cannot create '%s': %s", path, strerror(e));
+    }
+    tl_f = f;
+    snprintf(tl_path, sizeof tl_path, "%s", path);
+    tl_pid = rank;
+    tl_gen++;
+    tl_next_tid = 1;
+    tl_first = 1;
+    tl_nlanes = 0;
+    fputs("[\n", tl_f);
+    tl_sep();
+    fprintf(tl_f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank,
+            rank);
+    tl_sep();
+    fprintf(tl_f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
+            rank, rank);
+    (void)tl_tid(); /* the opener's thread is row 1, "main" unless named */
+    fflush(tl_f);
+    atomic_store(&tl_on, 1);
+    pthread_mutex_unlock(&tl_mu);
+    return LS_OK;
+}
+
+ls_status ls_timeline_close(void) {
+    pthread_mutex_lock(&tl_mu);
+    atomic_store(&tl_on, 0);
+    if (!tl_f) {
+        pthread_mutex_unlock(&tl_mu);
+        return LS_OK;
+    }
+    fputs("\n]\n", tl_f);
+    int bad = ferror(tl_f);
+    int e = errno;
+    if (fclose(tl_f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    tl_f = NULL;
+    pthread_mutex_unlock(&tl_mu);
+    if (bad) return ls_error(LS_ERR_IO, "timeline: writing '%s' failed: %s", tl_path, strerror(e));
+    return LS_OK;
+}
+
+void ls_timeline_thread_name(const char *name) {
+    tl_clean(tl_my_name, name);
+    pthread_mutex_lock(&tl_mu);
+    if (tl_f && tl_my_gen == tl_gen) tl_meta_thread(tl_my_tid, tl_my_name); /* renamed after its first span */
+    pthread_mutex_unlock(&tl_mu);
+}
+
+void ls_timeline_span(const char *name, const char *cat, double t0, double t1) {
+    if (!ls_timeline_active()) return;
+    pthread_mutex_lock(&tl_mu);
+    if (tl_f) tl_event(tl_tid(), name, cat, t0, t1);
+    pthread_mutex_unlock(&tl_mu);
+}
+
+void ls_timeline_lane_span(const char *lane, const char *name, const char *cat, double t0, double t1) {
+    if (!ls_timeline_active()) return;
+    char l[TL_NAME];
+    tl_clean(l, lane);
+    pthread_mutex_lock(&tl_mu);
+    if (tl_f) {
+        int i = 0;
+        while (i < tl_nlanes && strcmp(tl_lanes[i], l) != 0) i++;
+        if (i == tl_nlanes && tl_nlanes < TL_LANES) {
+            snprintf(tl_lanes[tl_nlanes++], TL_NAME, "%s", l);
+            tl_meta_thread(1000 + i, l);
+        }
+        if (i < TL_LANES) tl_event(1000 + i, name, cat, t0, t1);
+    }
+    pthread_mutex_unlock(&tl_mu);
+}
+
+int ls_timeline_path(const char *pattern, int rank, int world, char *out, int len) {
+    const char *r = strstr(pattern, "%r");
+    int n;
+    if (r)
+        n = snprintf(out, (size_t)len, "%.*s%d%s", (int)(r - pattern), pattern, rank, r + 2);
+    else if (world <= 1)
+        n = snprintf(out, (size_t)len, "%s", pattern);
+    else {
+        const char *slash = strrchr(pattern, '/');
+        const char *dot = strrchr(pattern, '.');
+        if (!dot || (slash && dot < slash) || dot == pattern || (slash && dot == slash + 1))
+            dot = pattern + strlen(pattern); /* no extension */
+        n = snprintf(out, (size_t)len, "%.*s.rank%d%s", (int)(dot - pattern), pattern, rank, dot);
+    }
+    return n < 0 || n >= len ? -1 : 0;
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# check_timeline.sh MLP LOCKSTEP_RUN TIMELINE_CHECK: LOCKSTEP_TIMELINE writes a Chrome trace per
+# rank that timeline_check.c accepts: one rank (the name as given); two ranks (tl.rank0.json and
+# tl.rank1.json, and with %r in the name, the rank in its place), where both gradient buckets
+# have a row and bucket 0 is launched while backward runs; a file that cannot be created is an
+# error naming it; without the variable no file is written.
+set -u
+mlp=$1 run=$2 check=$3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+args=(--epochs 1 --train-limit 1000 --test-limit 200 --batch-size 100 --no-progress)
+fail() { echo "FAIL: $*"; exit 1; }
+
+LOCKSTEP_TIMELINE="$dir/one.json" "$mlp" "${args[@]}" >"$dir/out1" 2>&1 || fail "one rank: $(cat "$dir/out1")"
+"$check" "$dir/one.json" 0 10 0 || fail "one rank"
+
+if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
+    LOCKSTEP_TIMELINE="$dir/two.json" "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 >"$dir/out2" 2>&1 ||
+        fail "two ranks: $(cat "$dir/out2")"
+    [ ! -e "$dir/two.json" ] || fail "two ranks wrote two.json itself"
+    for r in 0 1; do "$check" "$dir/two.rank$r.json" $r 10 2 || fail "two ranks, rank $r"; done
+    LOCKSTEP_TIMELINE="$dir/r%r.trace" "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --max-steps 3 \
+        >"$dir/out3" 2>&1 || fail "%r: $(cat "$dir/out3")"
+    for r in 0 1; do "$check" "$dir/r$r.trace" $r 3 2 || fail "%r, rank $r"; done
+else
+    echo "(no MPI launcher here: the two-rank cases are left out)"
+fi
+
+out=$(LOCKSTEP_TIMELINE=/nonexistent-dir/t.json "$mlp" "${args[@]}" 2>&1) && fail "an unwritable timeline was accepted"
+grep -q "LOCKSTEP_TIMELINE: timeline: cannot create '/nonexistent-dir/t.json': No such file or directory" <<<"$out" ||
+    fail "unclear error: $out"
+n=$(ls "$dir" | wc -l)
+"$mlp" "${args[@]}" --max-steps 2 >/dev/null 2>&1 || fail "run without a timeline"
+[ "$(ls "$dir" | wc -l)" -eq "$n" ] || fail "a run without LOCKSTEP_TIMELINE wrote a file"
+echo "PASS: timelines of one and two ranks (file names, steps, modules, buckets overlapping backward); bad path refused"
