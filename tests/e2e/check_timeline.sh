@@ -3,9 +3,10 @@
 # rank that timeline_check.c accepts: one rank (the name as given); two ranks (tl.rank0.json and
 # tl.rank1.json, and with %r in the name, the rank in its place), where both gradient buckets
 # have a row and bucket 0 is launched while backward runs; a file that cannot be created is an
-# error naming it; without the variable no file is written.
+# error naming it; without the variable no file is written. With python3 (and SUMMARY, the path of
+# cluster/bench/timeline_summary.py), its table of the one-rank run sums to the steps' time.
 set -u
-mlp=$1 run=$2 check=$3
+mlp=$1 run=$2 check=$3 summary=${4:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 args=(--epochs 1 --train-limit 1000 --test-limit 200 --batch-size 100 --no-progress)
@@ -13,6 +14,15 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 LOCKSTEP_TIMELINE="$dir/one.json" "$mlp" "${args[@]}" >"$dir/out1" 2>&1 || fail "one rank: $(cat "$dir/out1")"
 "$check" "$dir/one.json" 0 10 0 || fail "one rank"
+
+if [ -n "$summary" ] && command -v python3 >/dev/null; then
+    python3 "$summary" --skip 2 "$dir/one.json" >"$dir/sum1" 2>&1 || fail "timeline_summary: $(cat "$dir/sum1")"
+    cat "$dir/sum1"
+    # 8 steps after 2 skipped; the phases' shares of the step add up to about 100%
+    grep -q "8 steps after 2 skipped" "$dir/sum1" || fail "timeline_summary counted other steps"
+    awk '/^  (load batch|forward|backward|optimizer|prefetch next batch|read loss) / { s += $NF }
+         END { exit !(s > 85 && s <= 100.5) }' "$dir/sum1" || fail "the phases do not make up the step"
+fi
 
 if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
     LOCKSTEP_TIMELINE="$dir/two.json" "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 >"$dir/out2" 2>&1 ||

@@ -23,6 +23,7 @@
 #   fashion_mlp x3 (2 epochs) + checkpoint pair     ~30 s   (5 processes: CUDA start, data, training)
 #   PyTorch probe (cold import)                     ~0 s    (runs during the build)
 #   MLP vs PyTorch: 2 batches x 2 rounds A B A B    ~80 s   (lockstep ~5 s, torch ~15 s a process)
+#   MLP batch 128 with LOCKSTEP_TIMELINE + summary  ~8 s
 #   MLP batch 4096, data on the host: prefetch
 #     against none, 2 rounds A B A B                ~20 s
 #   oom_challenge (5 configurations, 48 GiB cap)    ~30 s
@@ -339,6 +340,29 @@ if [ "$HAVE_TORCH" -eq 1 ] && [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-u
     done
 else
     add_row "lockstep vs torch (cuda)" "NOT RUN" "no python3 torch with CUDA, no bench_mlp, or no data"
+fi
+
+# ---- where a lockstep MLP step's host time goes (LOCKSTEP_TIMELINE, cluster/bench/timeline_summary.py):
+# the time to queue forward, backward and the optimizer, and 'read loss', the host waiting for the
+# GPU (a large share there: the GPU sets the pace; a small one: the host does). The trace goes to
+# $OUT for ui.perfetto.dev ----
+if [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+    step timeline-b128 30 env LOCKSTEP_TIMELINE="$WORK/timeline-b128.json" "$BENCH" --device cuda --batch-size 128 \
+        --steps 200 --data-dir "$DATA"
+    res=$(result_of "$STEP_RC")
+    fig="no timeline written"
+    if [ -f "$WORK/timeline-b128.json" ]; then
+        [ -n "${OUT:-}" ] && cp "$WORK/timeline-b128.json" "$OUT/timeline-b128.json"
+        step timeline-summary 20 python3 "$ROOT/cluster/bench/timeline_summary.py" --skip 20 "$WORK/timeline-b128.json"
+        # "step 0.152 ms: forward 0.041, backward 0.052, optimizer 0.011, load 0.004, GPU wait 0.040 (ms/step)"
+        fig=$(awk '
+            /mean step/ { for (i = 1; i <= NF; i++) if ($i == "step") st = $(i + 1) }
+            $1 == "forward" { f = $4 } $1 == "backward" { b = $4 } $1 == "optimizer" { o = $4 }
+            $1 == "load" && $2 == "batch" { l = $5 } /read loss/ { w = $(NF - 1) }
+            END { printf "step %s ms: forward %s, backward %s, optimizer %s, load %s, GPU wait %s (ms/step)",
+                  st, f, b, o, l, w }' "$WORK/timeline-summary.out" 2>/dev/null)
+    fi
+    add_row "MLP b128 host time (timeline)" "$res" "$fig"
 fi
 
 # ---- batches from host memory (the path of a data set too big to keep on the GPU): staged in

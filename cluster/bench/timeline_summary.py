@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""timeline_summary.py: where a step's time goes, from LOCKSTEP_TIMELINE files.
+
+usage: timeline_summary.py [--modules] [--skip N] FILE [FILE ...]
+
+For each file (one rank's Chrome trace), the spans of the steps after the first N (--skip, default
+5: warm-up) are grouped by name: count, mean microseconds, total milliseconds and share of the
+steps' time. Phases of the step (load batch, forward, backward, the all-reduce wait, optimizer,
+prefetch, loss read) come first; --modules adds each module's forward and backward, and the rows
+of the gradient buckets and of the MPI communication thread are listed with their own totals.
+On a GPU the spans are host time: 'read loss (waits for the device)' is where the host waited
+for the GPU, so a large share there means the GPU, not the host, sets the pace.
+"""
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+
+def load(path):
+    with open(path) as f:
+        text = f.read()
+    text = text.rstrip()
+    if not text.endswith("]"):  # a run that died: the array was never closed
+        text = text.rstrip(",") + "]"
+    return json.loads(text)
+
+
+def summarize(path, skip, modules, out):
+    events = load(path)
+    rows = {}
+    rank = None
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            rows[e["tid"]] = e["args"]["name"]
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            rank = e["args"]["name"]
+    spans = [e for e in events if e.get("ph") == "X"]
+    steps = sorted((e for e in spans if e["name"].startswith("step ") and rows.get(e["tid"]) == "main"),
+                   key=lambda e: e["ts"])
+    kept = steps[skip:] if len(steps) > skip else steps
+    if not kept:
+        print(f"{path}: no steps", file=out)
+        return
+    t_steps = sum(s["dur"] for s in kept)
+    windows = [(s["ts"], s["ts"] + s["dur"]) for s in kept]
+
+    def in_steps(e):
+        return any(a <= e["ts"] < b for a, b in windows)
+
+    groups = defaultdict(list)
+    for e in spans:
+        if e["name"].startswith("step ") or not in_steps(e):
+            continue
+        row = rows.get(e["tid"], f"thread {e['tid']}")
+        if e.get("cat") == "module" and not modules:
+            continue
+        key = e["name"] if row == "main" else f"[{row}] {e['name']}"
+        if row.startswith("bucket "):
+            key = f"[{row}] all-reduce, launch to completion"
+        elif row != "main" and e["name"].startswith("MPI_"):
+            key = f"[{row}] {e['name'].split(' ')[0]}"
+        groups[key].append(e["dur"])
+    n = len(kept)
+    print(f"{path} ({rank or 'rank ?'}): {n} steps after {min(skip, len(steps))} skipped, "
+          f"mean step {t_steps / n / 1000:.3f} ms", file=out)
+    print(f"  {'span':<52} {'count':>6} {'mean us':>10} {'ms/step':>9} {'share':>7}", file=out)
+    order = sorted(groups.items(), key=lambda kv: (kv[0].startswith("["), -sum(kv[1])))
+    for name, durs in order:
+        total = sum(durs)
+        print(f"  {name[:52]:<52} {len(durs):>6} {total / len(durs):>10.1f} {total / n / 1000:>9.3f} "
+              f"{100 * total / t_steps:>6.1f}%", file=out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--skip", type=int, default=5, help="leave out the first N steps (warm-up)")
+    ap.add_argument("--modules", action="store_true", help="also list each module's forward and backward")
+    a = ap.parse_args()
+    for p in a.files:
+        try:
+            summarize(p, a.skip, a.modules, sys.stdout)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"timeline_summary: {p}: {e}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
