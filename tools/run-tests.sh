@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run-tests.sh: builds lockstep and runs the whole test suite: the default configuration (CUDA
 # when the toolkit is found: GPU tests skip without a GPU), then a CPU-only ASan+UBSan build that
-# runs the unit and mpi tests again. Build trees: build/ and build-asan/. Exits non-zero on failure.
+# runs the unit tests again (not the mpi ones: under ASan, Open MPI's own allocations are reported
+# as leaks). Build trees: build/ and build-asan/. Exits non-zero on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
