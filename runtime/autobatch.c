@@ -183,6 +183,7 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
     tc.accum_steps = 1;
     tc.lr.base_lr = 0; /* the parameters must not move */
     tc.lr.min_lr = 0;
+    tc.no_timeline = 1; /* a trial trainer has no communicator: it would open the timeline as rank 0 of 1 */
     /* The step runs without the communicator, so a rank that runs out of memory cannot leave the
      * others waiting in a collective; the gradient buckets the reducer would hold are reserved
      * instead, and ls_batch_size_search agrees on the outcome afterwards. */

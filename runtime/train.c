@@ -75,7 +75,6 @@ struct ls_trainer {
     int64_t *didx;         /* device copy of a micro-batch's indices */
     int64_t didx_cap;
     int64_t *iota;         /* device 0, 1, ..., cap-1: decoding staged bytes is a gather of every row */
-    int tl_opened;         /* this trainer opened the timeline (LOCKSTEP_TIMELINE) and closes it */
 };
 
 /* LOCKSTEP_DATA_ON_DEVICE and LOCKSTEP_PREFETCH: auto (unset), on or off */
@@ -141,21 +140,21 @@ void ls_trainer_destroy(ls_trainer *t) {
     free(t->grads);
     ls_tensor_destroy(t->xl);
     if (t->model) ls_module_set_grad_hook(t->model, NULL, NULL);
-    if (t->tl_opened && ls_timeline_close() != LS_OK) LS_LOG_W("%s", ls_last_error());
     free(t);
 }
 
-/* LOCKSTEP_TIMELINE=FILE: this rank's timeline, unless one is already being written. */
-static ls_status open_timeline(ls_trainer *t, ls_comm *comm) {
+/* LOCKSTEP_TIMELINE=FILE: this rank's timeline, unless one is already being written; it stays open
+ * for later trainers and is closed at exit. */
+static ls_status open_timeline(const ls_train_config *cfg, ls_comm *comm) {
     const char *pattern = getenv("LOCKSTEP_TIMELINE");
-    if (!pattern || !*pattern || ls_timeline_active()) return LS_OK;
+    if (!pattern || !*pattern || cfg->no_timeline || ls_timeline_active()) return LS_OK;
     int rank = comm ? ls_comm_rank(comm) : 0, world = comm ? ls_comm_world(comm) : 1;
     char path[4096];
     if (ls_timeline_path(pattern, rank, world, path, (int)sizeof path) != 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_TIMELINE: the file name is too long");
     ls_status s = ls_timeline_open(path, rank);
     if (s != LS_OK) return ls_error_context(s, "LOCKSTEP_TIMELINE");
-    t->tl_opened = 1;
+    ls_timeline_close_at_exit();
     if (rank == 0) LS_LOG_I("timeline: writing %s (open it in ui.perfetto.dev or chrome://tracing)", path);
     return LS_OK;
 }
@@ -186,7 +185,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     t->inject_step = -1;
     LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_DATA_ON_DEVICE", &t->data_mode), s, fail);
     LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_PREFETCH", &t->prefetch_mode), s, fail);
-    LS_CHECK_GOTO(open_timeline(t, comm), s, fail);
+    LS_CHECK_GOTO(open_timeline(cfg, comm), s, fail);
     const char *inj = getenv("LOCKSTEP_AMP_INJECT_INF");
     if (inj && *inj) {
         long long st = -1;
@@ -692,6 +691,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
         char name[48];
         snprintf(name, sizeof name, "step %lld", (long long)t->steps);
         ls_timeline_span(name, "step", t_step, ls_timeline_now());
+        ls_timeline_flush(); /* a run that dies keeps its steps up to the last one */
     }
     if (stats) *stats = st;
     return LS_OK;

@@ -27,6 +27,7 @@ typedef struct ls_train_config {
     double clip_grad_norm;  /* 0: off */
     ls_reducer_config buckets;
     ls_precision precision; /* fp32 (default), fp16 (with loss scaling) or bf16 */
+    int no_timeline;        /* 1: do not open the LOCKSTEP_TIMELINE file (trial trainers) */
 } ls_train_config;
 
 typedef struct ls_step_stats {
@@ -44,7 +45,9 @@ typedef struct ls_trainer ls_trainer;
 
 /* comm may be NULL (single process). Broadcasts rank 0's parameters and buffers (BatchNorm's
  * running statistics) and checks that every rank has the same model (parameter count, shapes,
- * dtypes) before the first step. */
+ * dtypes) before the first step. With LOCKSTEP_TIMELINE set (and cfg->no_timeline 0) the first
+ * trainer opens this rank's timeline (timeline.h), which stays open, collecting the spans of every
+ * later trainer too, until ls_timeline_close or the process exits. */
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt,
                             const ls_train_config *cfg, ls_trainer **out);
 void ls_trainer_destroy(ls_trainer *t);

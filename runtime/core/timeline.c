@@ -25,14 +25,44 @@ static char tl_lanes[TL_LANES][TL_NAME];
 static _Thread_local int tl_my_gen, tl_my_tid;
 static _Thread_local char tl_my_name[TL_NAME];
 
-/* Copy s into a JSON string body: quotes, backslashes and control characters become '_'. */
-static void tl_clean(char *dst, const char *s) {
-    size_t i = 0;
-    for (; s && s[i] && i < TL_NAME - 1; i++) {
-        unsigned char c = (unsigned char)s[i];
-        dst[i] = c < 0x20 || c == '"' || c == '\\' ? '_' : (char)c;
+/* The length of the valid UTF-8 character at s (1-4), or 0 when s does not start one (an invalid
+ * or overlong lead byte, a missing continuation byte, a surrogate or a value past U+10FFFF). */
+static int tl_utf8_len(const unsigned char *s) {
+    unsigned c = s[0], n, cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07;
+    else return 0;
+    for (unsigned i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
     }
-    dst[i] = 0;
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return (int)n;
+}
+
+/* Copy s into a JSON string body of at most TL_NAME - 1 bytes: quotes, backslashes, control
+ * characters and bytes that are not valid UTF-8 become '_'; a character that would not fit whole
+ * ends the copy. */
+static void tl_clean(char *dst, const char *s) {
+    const unsigned char *u = (const unsigned char *)(s ? s : "");
+    size_t o = 0;
+    while (*u) {
+        int n = tl_utf8_len(u);
+        if (n <= 1) {
+            if (o + 1 > TL_NAME - 1) break;
+            dst[o++] = n == 0 || *u < 0x20 || *u == '"' || *u == '\\' ? '_' : (char)*u;
+            u++;
+            continue;
+        }
+        if (o + (size_t)n > TL_NAME - 1) break;
+        memcpy(dst + o, u, (size_t)n);
+        o += (size_t)n;
+        u += n;
+    }
+    dst[o] = 0;
 }
 
 /* Under tl_mu. */
@@ -133,6 +163,21 @@ ls_status ls_timeline_close(void) {
     pthread_mutex_unlock(&tl_mu);
     if (bad) return ls_error(LS_ERR_IO, "timeline: writing '%s' failed: %s", tl_path, strerror(e));
     return LS_OK;
+}
+
+void ls_timeline_flush(void) {
+    if (!ls_timeline_active()) return;
+    pthread_mutex_lock(&tl_mu);
+    if (tl_f) fflush(tl_f);
+    pthread_mutex_unlock(&tl_mu);
+}
+
+static void tl_close_at_exit(void) { (void)ls_timeline_close(); }
+static void tl_register(void) { atexit(tl_close_at_exit); }
+
+void ls_timeline_close_at_exit(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, tl_register);
 }
 
 void ls_timeline_thread_name(const char *name) {

@@ -2,7 +2,8 @@
  * format that chrome://tracing and ui.perfetto.dev open): one process per rank, one row per
  * thread (the caller's, MPI's communication thread) and per lane (a gradient bucket's all-reduce,
  * from launch to completion). Spans are "complete" events, streamed to the file as they end, so a
- * run that dies keeps what came before (the viewers accept the array without its closing bracket).
+ * run that dies keeps what came before (the viewers accept the array without its closing bracket;
+ * the trainer flushes after each step, so the file then ends with whole events).
  * Process-wide, like the log level; off unless opened, and then a span costs two clock reads and a
  * buffered write under a lock. The trainer opens it from LOCKSTEP_TIMELINE. Times are the wall
  * clock in microseconds, so ranks on several hosts line up as well as their clocks agree. */
@@ -20,11 +21,17 @@ extern "C" {
 ls_status ls_timeline_open(const char *path, int rank);
 /* Close the array and the file (also flushes); nothing when none is open. */
 ls_status ls_timeline_close(void);
+/* Write what is buffered, so that the file ends with whole events (the trainer does so after
+ * each step). */
+void ls_timeline_flush(void);
+/* Close the timeline when the process exits normally (atexit; registered once). */
+void ls_timeline_close_at_exit(void);
 /* Non-zero while a timeline is open (a relaxed atomic read: call freely). */
 int ls_timeline_active(void);
 /* Microseconds of the wall clock; what span times are given in. */
 double ls_timeline_now(void);
-/* A span of the calling thread: name (copied; up to 63 bytes kept), cat (a category such as
+/* A span of the calling thread: name (copied: up to 63 bytes of whole UTF-8 characters; quotes,
+ * backslashes, control characters and invalid UTF-8 become '_'), cat (a category such as
  * "compute", "comm", "data"), from t0 to t1 (ls_timeline_now). No-op when none is open. */
 void ls_timeline_span(const char *name, const char *cat, double t0, double t1);
 /* The same on a lane of its own (named by lane; one row in the viewer), for work that overlaps

@@ -1,12 +1,14 @@
 /* test_timeline.c: the timeline module on its own: file names per rank (LOCKSTEP_TIMELINE's
  * patterns); nothing recorded while closed; a second open and an uncreatable file refused with
  * errors naming them; spans from the main thread and two others (one named before its first span,
- * one renamed after), a lane shared by two threads, names with quotes, backslashes and control
- * characters made safe and long names cut to 63 bytes; the file parsed back as JSON with every
- * event where it belongs; a reopened timeline starting its rows afresh; a failed write reported
- * at close. */
+ * one renamed after), a lane shared by two threads, names with quotes, backslashes, control
+ * characters and invalid UTF-8 made safe, long names cut to 63 bytes without splitting a
+ * character; a flush leaving whole events on disk; the file parsed back (valid UTF-8, one JSON
+ * array and nothing after it) with every event where it belongs; a reopened timeline starting its
+ * rows afresh; a failed write reported at close. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <locale.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,10 +40,11 @@ static char *slurp(const char *path) {
     return b;
 }
 
-/* The events of a closed timeline file, parsed. */
+/* The events of a closed timeline file, parsed: valid UTF-8, one array, nothing after it. */
 static cJSON *parse(const char *path) {
     char *text = slurp(path);
-    cJSON *a = cJSON_Parse(text);
+    LS_REQUIRE(mbstowcs(NULL, text, 0) != (size_t)-1);
+    cJSON *a = cJSON_ParseWithOpts(text, NULL, 1);
     free(text);
     LS_REQUIRE(cJSON_IsArray(a));
     return a;
@@ -91,6 +94,7 @@ static void *worker_renamed(void *arg) {
 }
 
 int main(void) {
+    LS_REQUIRE(setlocale(LC_CTYPE, "C.UTF-8")); /* for mbstowcs's UTF-8 check */
     check_path("tl.json", 0, 1, "tl.json");
     check_path("tl.json", 1, 2, "tl.rank1.json");
     check_path("out/tl.json", 0, 4, "out/tl.rank0.json");
@@ -125,6 +129,28 @@ int main(void) {
     memset(longname, 'x', sizeof longname - 1);
     longname[sizeof longname - 1] = 0;
     ls_timeline_span(longname, "test", t0, t0 - 5); /* a negative duration becomes 0 */
+    /* 62 bytes and a 2-byte character: the character does not fit whole, so it is left out */
+    char cut[80];
+    memset(cut, 'a', 62);
+    strcpy(cut + 62, "\xc3\xa9");
+    ls_timeline_span(cut, "test", t0, t0 + 1);
+    ls_timeline_span("caf\xc3\xa9 \xff\xc3 ok \xed\xa0\x80 \xf0\x9f\x98\x80", "test", t0, t0 + 1);
+    /* flushed: the file on disk is whole events, an array once closed */
+    ls_timeline_flush();
+    {
+        char *text = slurp(path);
+        size_t n = strlen(text);
+        LS_EXPECT(n > 2 && text[n - 1] == '}');
+        char *closed = malloc(n + 3);
+        LS_REQUIRE(closed);
+        memcpy(closed, text, n);
+        memcpy(closed + n, "\n]", 3);
+        cJSON *partial = cJSON_ParseWithOpts(closed, NULL, 1);
+        LS_EXPECT(cJSON_IsArray(partial));
+        cJSON_Delete(partial);
+        free(closed);
+        free(text);
+    }
     pthread_t a, b;
     LS_REQUIRE(pthread_create(&a, NULL, worker_named_first, NULL) == 0);
     pthread_join(a, NULL);
@@ -144,7 +170,13 @@ int main(void) {
         if (cJSON_GetObjectItem(e, "dur")->valuedouble == 0) zero_dur++;
         if (strlen(str(e, "name")) == 63 && str(e, "name")[62] == 'x') long_ok = 1;
     }
-    LS_EXPECT(spans == 6 && bad_pid == 0 && zero_dur == 1 && long_ok);
+    LS_EXPECT(spans == 8 && bad_pid == 0 && zero_dur == 1 && long_ok);
+    char cut62[64];
+    memset(cut62, 'a', 62);
+    cut62[62] = 0;
+    LS_EXPECT(span_row(ev, cut62) == 1);
+    /* a lone continuation, a cut sequence and a surrogate each become '_'; whole characters stay */
+    LS_EXPECT(span_row(ev, "caf\xc3\xa9 __ ok ___ \xf0\x9f\x98\x80") == 1);
     LS_EXPECT(row_of(ev, "main") == 1);
     LS_EXPECT(span_row(ev, "main _quoted_ _ and_tab") == 1);
     int ra = row_of(ev, "worker _a_"), rb = row_of(ev, "worker b"), lane = row_of(ev, "shared lane");

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# check_timeline.sh MLP LOCKSTEP_RUN TIMELINE_CHECK: LOCKSTEP_TIMELINE writes a Chrome trace per
-# rank that timeline_check.c accepts: one rank (the name as given); two ranks (tl.rank0.json and
-# tl.rank1.json, and with %r in the name, the rank in its place), where both gradient buckets
-# have a row and bucket 0 is launched while backward runs; a file that cannot be created is an
-# error naming it; without the variable no file is written. With python3 (and SUMMARY, the path of
-# cluster/bench/timeline_summary.py), its table of the one-rank run sums to the steps' time.
+# check_timeline.sh MLP LOCKSTEP_RUN TIMELINE_CHECK [SUMMARY [RESNET]]: LOCKSTEP_TIMELINE writes a
+# Chrome trace per rank that timeline_check.c accepts: one rank (the name as given); two ranks
+# (tl.rank0.json and tl.rank1.json, and with %r in the name, the rank in its place), where both
+# gradient buckets have a row and bucket 0 is launched while backward runs; a file that cannot be
+# created is an error naming it; without the variable no file is written. With python3 and
+# SUMMARY (cluster/bench/timeline_summary.py), its table of the one-rank run sums to the steps'
+# time. With RESNET (fashion_resnet), two ranks with --batch-size auto: the trial trainers (which
+# run without the communicator) leave no file of their own, and each rank's file holds its steps.
 set -u
-mlp=$1 run=$2 check=$3 summary=${4:-}
+mlp=$1 run=$2 check=$3 summary=${4:-} resnet=${5:-}
+# the expected rows assume the defaults: threaded MPI progress, 25 / 1 MiB buckets
+unset LOCKSTEP_MPI_PROGRESS LOCKSTEP_BUCKET_MB LOCKSTEP_FIRST_BUCKET_MB LOCKSTEP_TIMELINE
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 args=(--epochs 1 --train-limit 1000 --test-limit 200 --batch-size 100 --no-progress)
@@ -32,6 +36,14 @@ if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
     LOCKSTEP_TIMELINE="$dir/r%r.trace" "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --max-steps 3 \
         >"$dir/out3" 2>&1 || fail "%r: $(cat "$dir/out3")"
     for r in 0 1; do "$check" "$dir/r$r.trace" $r 3 2 || fail "%r, rank $r"; done
+    if [ -n "$resnet" ]; then
+        LOCKSTEP_TIMELINE="$dir/auto.json" "$run" -n 2 "$resnet" --batch-size auto --memory-cap 48MiB --epochs 1 \
+            --train-limit 1000 --test-limit 100 --widths 8,16,32 --max-steps 3 --no-progress >"$dir/out4" 2>&1 ||
+            fail "resnet, batch size auto: $(cat "$dir/out4")"
+        grep -q '^batch-size auto:' "$dir/out4" || fail "no batch size search: $(cat "$dir/out4")"
+        [ ! -e "$dir/auto.json" ] || fail "the batch size trials wrote auto.json (as rank 0 of 1)"
+        for r in 0 1; do "$check" "$dir/auto.rank$r.json" $r 3 1 || fail "resnet, rank $r"; done
+    fi
 else
     echo "(no MPI launcher here: the two-rank cases are left out)"
 fi
@@ -39,7 +51,7 @@ fi
 out=$(LOCKSTEP_TIMELINE=/nonexistent-dir/t.json "$mlp" "${args[@]}" 2>&1) && fail "an unwritable timeline was accepted"
 grep -q "LOCKSTEP_TIMELINE: timeline: cannot create '/nonexistent-dir/t.json': No such file or directory" <<<"$out" ||
     fail "unclear error: $out"
-n=$(ls "$dir" | wc -l)
-"$mlp" "${args[@]}" --max-steps 2 >/dev/null 2>&1 || fail "run without a timeline"
-[ "$(ls "$dir" | wc -l)" -eq "$n" ] || fail "a run without LOCKSTEP_TIMELINE wrote a file"
+mkdir "$dir/cwd"
+(cd "$dir/cwd" && "$mlp" "${args[@]}" --max-steps 2 >/dev/null 2>&1) || fail "run without a timeline"
+[ -z "$(ls "$dir/cwd")" ] || fail "a run without LOCKSTEP_TIMELINE wrote $(ls "$dir/cwd")"
 echo "PASS: timelines of one and two ranks (file names, steps, modules, buckets overlapping backward); bad path refused"

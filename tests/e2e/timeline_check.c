@@ -1,5 +1,5 @@
-/* timeline_check.c: checks one rank's LOCKSTEP_TIMELINE file from a fashion_mlp run: the file is
- * one JSON array of trace events; the process is "rank R"; the caller's thread is "main"; every
+/* timeline_check.c: checks one rank's LOCKSTEP_TIMELINE file from a training run: the file is
+ * valid UTF-8 and one JSON array of trace events, nothing after it; the process is "rank R"; the caller's thread is "main"; every
  * span has a name, a category, a start and a non-negative duration; the steps are "step 1".."step
  * N", each once, in order, on the main thread, not overlapping; each step holds exactly one
  * "forward", "backward" and "optimizer" span, in that order, and the module spans ("Linear
@@ -10,6 +10,7 @@
  *   timeline_check FILE RANK STEPS BUCKETS
  * Prints the first failures and exits 1, else a summary and exits 0. */
 #include <cjson/cJSON.h>
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,9 +53,13 @@ int main(int argc, char **argv) {
         printf("FAIL: cannot read %s\n", argv[1]);
         return 1;
     }
-    cJSON *root = cJSON_Parse(text);
+    if (!setlocale(LC_CTYPE, "C.UTF-8") || mbstowcs(NULL, text, 0) == (size_t)-1) {
+        printf("FAIL: %s is not valid UTF-8 (or no C.UTF-8 locale to check it)\n", argv[1]);
+        return 1;
+    }
+    cJSON *root = cJSON_ParseWithOpts(text, NULL, 1);
     if (!cJSON_IsArray(root)) {
-        printf("FAIL: %s is not one JSON array\n", argv[1]);
+        printf("FAIL: %s is not one JSON array (with nothing after it)\n", argv[1]);
         return 1;
     }
     int n = cJSON_GetArraySize(root), ns = 0;
