@@ -463,12 +463,13 @@ static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
          * rank, and parts posted later, as earlier ones complete, would interleave with other
          * requests' differently on each rank. */
         const int64_t parts = (r->count + r->per_call - 1) / r->per_call;
-        if (parts > 1) {
-            if (parts > INT_MAX / 2 || !(r->reqs = malloc((size_t)parts * sizeof *r->reqs)))
-                return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate %lld MPI requests for an all-reduce "
-                                                      "in parts (raise LOCKSTEP_MPI_CHUNK)",
-                                (long long)parts);
-        }
+        if (parts > INT_MAX)
+            return ls_error(LS_ERR_UNSUPPORTED, "an all-reduce in %lld parts: more than MPI can wait for at once "
+                                                "(raise LOCKSTEP_MPI_CHUNK)",
+                            (long long)parts);
+        if (parts > 1 && !(r->reqs = malloc((size_t)parts * sizeof *r->reqs)))
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate %lld MPI requests for an all-reduce in parts",
+                            (long long)parts);
         for (int64_t off = 0; off < r->count; off += r->per_call) {
             LS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, ls_mpi_at(r, off), ls_mpi_part(r, off), r->dt, r->mop,
                                         st->comm, &r->reqs[r->nreq]),
@@ -816,6 +817,11 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "LOCKSTEP_MPI_CHUNK=%s: expected a size such as 16MiB, 4096 or 0 (0: one MPI call per "
                         "all-reduce)",
+                        ch);
+    if (chunk && chunk < 4096)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "LOCKSTEP_MPI_CHUNK=%s: below the 4 KiB minimum (a call per few elements); 0 turns the "
+                        "splitting off",
                         ch);
     int level = MPI_THREAD_SINGLE;
     LS_CHECK(ls_mpi_acquire(&level));

@@ -118,12 +118,17 @@ static ls_status ls_nccl_device_buffer(const void *p, const char *what) {
     return LS_OK;
 }
 
-static ls_status ls_nccl_enqueue(ls_nccl_state *st, const ls_coll_op *op) {
-    LS_CHECK(ls_nccl_alive(st));
-    if (op->kind != LS_COLL_BARRIER && op->count > 0) {
-        LS_CHECK(ls_nccl_device_buffer(op->send, "send"));
-        if (op->recv != op->send) LS_CHECK(ls_nccl_device_buffer(op->recv, "receive"));
-    }
+/* A failure that leaves this rank out of a collective its peers are in: abort the communicator so
+ * that their waits end with an error (ncclCommAbort) instead of at the timeout. Returns s. */
+static ls_status ls_nccl_fail(ls_nccl_state *st, ls_status s) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ls_last_error());
+    ls_nccl_kill(st);
+    return ls_error(s, "%s; the NCCL communicator was aborted", msg);
+}
+
+/* The CUDA calls that order the collective after the compute stream's work, then the collective. */
+static ls_status ls_nccl_issue(ls_nccl_state *st, const ls_coll_op *op) {
     LS_CUDA_CHECK(cudaSetDevice(st->dev));
     LS_CUDA_CHECK(cudaEventRecord(st->ready, st->compute));
     LS_CUDA_CHECK(cudaStreamWaitEvent(st->stream, st->ready, 0));
@@ -151,6 +156,18 @@ static ls_status ls_nccl_enqueue(ls_nccl_state *st, const ls_coll_op *op) {
     return LS_OK;
 }
 
+/* Enqueue op on the communication stream. A host buffer is refused before anything is queued (the
+ * communicator stays usable); a CUDA or NCCL failure after that aborts it. */
+static ls_status ls_nccl_enqueue(ls_nccl_state *st, const ls_coll_op *op) {
+    LS_CHECK(ls_nccl_alive(st));
+    if (op->kind != LS_COLL_BARRIER && op->count > 0) {
+        LS_CHECK(ls_nccl_device_buffer(op->send, "send"));
+        if (op->recv != op->send) LS_CHECK(ls_nccl_device_buffer(op->recv, "receive"));
+    }
+    ls_status s = ls_nccl_issue(st, op);
+    return s == LS_OK ? LS_OK : ls_nccl_fail(st, s);
+}
+
 static ls_status ls_nccl_poll(ls_nccl_state *st, cudaEvent_t ev, int *done) {
     *done = 0;
     cudaError_t e = cudaEventQuery(ev);
@@ -158,7 +175,7 @@ static ls_status ls_nccl_poll(ls_nccl_state *st, cudaEvent_t ev, int *done) {
         *done = 1;
         return LS_OK;
     }
-    if (e != cudaErrorNotReady) return ls_cuda_status(e, "cudaEventQuery");
+    if (e != cudaErrorNotReady) return ls_nccl_fail(st, ls_cuda_status(e, "cudaEventQuery"));
     return ls_nccl_alive(st);
 }
 
@@ -195,9 +212,13 @@ static ls_status ls_nccl_start(void *sp, const ls_coll_op *op, void **handle) {
         }
         if (s != LS_OK) goto fail;
     } else {
-        LS_CHECK_GOTO(ls_nccl_enqueue(st, op), s, fail);
+        /* the completion event first: once the collective is queued, nothing may fail quietly */
         LS_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), s, fail);
-        s = ls_cuda_status(cudaEventRecord(r->done, st->stream), "cudaEventRecord");
+        s = ls_nccl_enqueue(st, op);
+        if (s == LS_OK) {
+            s = ls_cuda_status(cudaEventRecord(r->done, st->stream), "cudaEventRecord");
+            if (s != LS_OK) s = ls_nccl_fail(st, s);
+        }
         if (s != LS_OK) {
             cudaEventDestroy(r->done);
             goto fail;
@@ -257,13 +278,41 @@ static void ls_nccl_abort(void *sp, const char *why) {
     ls_comm_abort(st->boot, why);
 }
 
+/* Wait for the communication stream before ncclCommDestroy, as a wait does: an asynchronous error,
+ * a CUDA error or LOCKSTEP_COMM_TIMEOUT aborts the communicator instead (a collective whose peer
+ * died would otherwise keep destroy waiting for ever). */
+static void ls_nccl_drain(ls_nccl_state *st) {
+    double t0 = ls_nccl_now();
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(st->stream);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) {
+            LS_LOG_W("NCCL communicator destroyed after a CUDA error (%s): aborted", cudaGetErrorName(e));
+            ls_nccl_kill(st);
+            return;
+        }
+        if (ls_nccl_alive(st) != LS_OK) { /* aborted it */
+            LS_LOG_W("NCCL communicator destroyed after an asynchronous error: %s", ls_last_error());
+            return;
+        }
+        if (st->env.timeout_s > 0 && ls_nccl_now() - t0 > st->env.timeout_s) {
+            LS_LOG_W("NCCL communicator destroyed with collectives unfinished after %g s (LOCKSTEP_COMM_TIMEOUT): "
+                     "aborted",
+                     st->env.timeout_s);
+            ls_nccl_kill(st);
+            return;
+        }
+        sched_yield();
+    }
+}
+
 static void ls_nccl_destroy(void *sp) {
     ls_nccl_state *st = sp;
     if (!st) return;
     if (st->comm) {
         cudaSetDevice(st->dev);
-        if (st->stream) cudaStreamSynchronize(st->stream);
-        ncclCommDestroy(st->comm);
+        if (st->stream) ls_nccl_drain(st);
+        if (st->comm) ncclCommDestroy(st->comm);
     }
     if (st->scratch) cudaFree(st->scratch);
     if (st->ready) cudaEventDestroy(st->ready);

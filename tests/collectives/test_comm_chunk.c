@@ -119,7 +119,7 @@ int main(void) {
         check_allreduce(c, LS_F32, LS_REDUCE_SUM, 1000, 1024, async); /* one call under the size */
         check_allreduce(c, LS_F32, LS_REDUCE_SUM, 0, 1024, async);    /* no call */
     }
-    /* a blocking all-reduce while parts of async ones are still to be posted keeps the order */
+    /* a blocking all-reduce while an async one in parts is in flight keeps the order */
     {
         enum { N = 4000 };
         float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
@@ -179,6 +179,10 @@ int main(void) {
     ls_comm *bad = NULL;
     LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad), LS_ERR_INVALID_ARGUMENT,
                   "LOCKSTEP_MPI_CHUNK=lots: expected a size such as 16MiB, 4096 or 0");
+    LS_EXPECT(bad == NULL);
+    setenv("LOCKSTEP_MPI_CHUNK", "100", 1);
+    LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_MPI_CHUNK=100: below the 4 KiB minimum");
     LS_EXPECT(bad == NULL);
 
     /* every rank's failures decide for all */

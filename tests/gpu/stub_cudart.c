@@ -21,6 +21,8 @@ long stub_mallocs, stub_frees, stub_syncs;
 size_t stub_out_bytes;
 cudaError_t stub_fail_malloc = cudaSuccess;
 int stub_event_hang;
+cudaError_t stub_event_error = cudaSuccess, stub_fail_event_create = cudaSuccess;
+int stub_stream_busy;
 stub_call stub_trace[STUB_TRACE_MAX];
 int stub_ntrace;
 
@@ -143,6 +145,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) {
     (void)f;
+    if (stub_fail_event_create != cudaSuccess) return stub_fail_event_create;
     stub_event *ev = calloc(1, sizeof *ev);
     if (!ev) return cudaErrorMemoryAllocation;
     *e = (cudaEvent_t)ev;
@@ -157,7 +160,14 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     stub_trace_add("record", e, s);
     return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return ((stub_event *)e)->hang ? cudaErrorNotReady : cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (stub_event_error != cudaSuccess) return stub_event_error;
+    return ((stub_event *)e)->hang ? cudaErrorNotReady : cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+    (void)s;
+    return stub_stream_busy ? cudaErrorNotReady : cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     (void)e;
     return cudaSuccess;

@@ -3,8 +3,8 @@
  * handling, timeouts, abort) runs on a machine without a GPU (test_comm_nccl_stub). Collectives
  * run at once over MPI_COMM_WORLD on the "device" buffers of stub_cudart.c (host memory), in f64
  * for reductions; a buffer that is not such device memory is refused as NCCL would fault on it.
- * Knobs make ncclGetUniqueId fail or ncclCommGetAsyncError report an error; counters say what was
- * called. Not NCCL: the real library is what test_gpu_comm runs on a GPU. */
+ * Knobs make ncclGetUniqueId or the collectives fail, or ncclCommGetAsyncError report an error;
+ * counters say what was called. Not NCCL: the real library is what test_gpu_comm runs on a GPU. */
 #include "stub_nccl.h"
 
 #include <mpi.h>
@@ -17,7 +17,7 @@
 #include "stub_cudart.h"
 
 int stub_nccl_fail_unique_id;
-ncclResult_t stub_nccl_async_error = ncclSuccess;
+ncclResult_t stub_nccl_async_error = ncclSuccess, stub_nccl_fail_colls = ncclSuccess;
 long stub_nccl_inits, stub_nccl_destroys, stub_nccl_aborts, stub_nccl_colls;
 
 struct ncclComm {
@@ -140,6 +140,7 @@ static ncclResult_t enter(const char *name, const void *send, const void *recv, 
     stub_trace_add(name, c, s);
     stub_nccl_colls++;
     if (!c) return fail(ncclInvalidArgument, "NULL communicator");
+    if (stub_nccl_fail_colls != ncclSuccess) return fail(stub_nccl_fail_colls, "the collective failed (injected)");
     if (!type_size(t)) return fail(ncclInvalidArgument, "a data type lockstep does not use");
     if (!is_device(send) || !is_device(recv))
         return fail(ncclInvalidArgument, "a buffer is not device memory (NCCL would fault on it)");

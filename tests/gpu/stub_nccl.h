@@ -6,6 +6,7 @@
 
 extern int stub_nccl_fail_unique_id;             /* 1: ncclGetUniqueId fails (ncclSystemError) */
 extern ncclResult_t stub_nccl_async_error;       /* what ncclCommGetAsyncError reports */
+extern ncclResult_t stub_nccl_fail_colls;        /* not ncclSuccess: every collective call fails with it */
 extern long stub_nccl_inits, stub_nccl_destroys, /* ncclCommInitRank, ncclCommDestroy, */
     stub_nccl_aborts, stub_nccl_colls;           /* ncclCommAbort and collective calls */
 

@@ -5,13 +5,18 @@
  * the reference); host buffers refused, the _host variants delegated to MPI; each collective
  * queued after an event recorded on the compute stream and awaited on the communication stream;
  * a timeout, an asynchronous error, a failed local setup on one rank and a failed ncclGetUniqueId
- * each ending in the right error on every rank with no rank left waiting, and an aborted
- * communicator refusing further work. NCCL itself runs in test_gpu_comm, on a GPU. */
+ * each ending in the right error on every rank, and an aborted communicator refusing further work;
+ * a failed NCCL call and a CUDA error seen by a wait aborting the communicator (so that peers stop
+ * waiting), a completion event that cannot be created leaving nothing queued, and destroy with a
+ * collective unfinished aborting after the timeout, or at once after an asynchronous error. The
+ * stand-in's collectives are synchronous MPI calls, so what is checked is each rank's own path,
+ * not a peer really blocked. NCCL itself runs in test_gpu_comm, on a GPU. */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm_impl.h"
 #include "commtest.h"
@@ -226,6 +231,76 @@ static void test_async_error(void) {
     cudaFree(b);
 }
 
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CUDA and NCCL failures once the buffers are accepted abort the communicator; a completion event
+ * that cannot be created fails the start before anything is queued; destroy does not wait for ever. */
+static void test_failures(void) {
+    float *b = dev_alloc(16 * sizeof *b);
+    ls_coll_op op = op_of(LS_COLL_ALLREDUCE, b, b, 16, LS_F32, LS_REDUCE_SUM, 0);
+    nccl c;
+
+    LS_REQUIRE_OK(make(30, &c));
+    long aborts = stub_nccl_aborts;
+    stub_nccl_fail_colls = ncclUnhandledCudaError;
+    LS_EXPECT_ERR(c.f->run(c.st, &op), LS_ERR_COMM,
+                  "failed: stub NCCL error: stub NCCL: the collective failed (injected); the NCCL communicator was "
+                  "aborted");
+    stub_nccl_fail_colls = ncclSuccess;
+    LS_EXPECT(stub_nccl_aborts == aborts + 1);
+    LS_EXPECT_ERR(c.f->run(c.st, &op), LS_ERR_COMM, "aborted after an earlier failure");
+    c.f->destroy(c.st);
+
+    LS_REQUIRE_OK(make(30, &c));
+    aborts = stub_nccl_aborts;
+    stub_event_error = cudaErrorIllegalAddress;
+    LS_EXPECT_ERR(c.f->run(c.st, &op), LS_ERR_CUDA,
+                  "cudaEventQuery failed: an illegal memory access was encountered (cudaErrorIllegalAddress); the "
+                  "NCCL communicator was aborted");
+    stub_event_error = cudaSuccess;
+    LS_EXPECT(stub_nccl_aborts == aborts + 1);
+    c.f->destroy(c.st);
+
+    LS_REQUIRE_OK(make(30, &c));
+    long colls = stub_nccl_colls;
+    aborts = stub_nccl_aborts;
+    stub_fail_event_create = cudaErrorMemoryAllocation;
+    void *h = NULL;
+    LS_EXPECT_ERR(c.f->start(c.st, &op, &h), LS_ERR_CUDA, "cudaEventCreateWithFlags");
+    stub_fail_event_create = cudaSuccess;
+    LS_EXPECT(stub_nccl_colls == colls && stub_nccl_aborts == aborts); /* nothing queued, still usable */
+    LS_EXPECT(c.f->run(c.st, &op) == LS_OK);
+
+    /* destroy while the communication stream never finishes: aborted after the timeout, not destroyed */
+    long destroys = stub_nccl_destroys;
+    c.f->destroy(c.st);
+    LS_EXPECT(stub_nccl_destroys == destroys + 1); /* (an idle stream: destroyed) */
+    LS_REQUIRE_OK(make(0.3, &c));
+    destroys = stub_nccl_destroys;
+    aborts = stub_nccl_aborts;
+    stub_stream_busy = 1;
+    double t0 = seconds();
+    c.f->destroy(c.st);
+    double waited = seconds() - t0;
+    LS_EXPECT(stub_nccl_aborts == aborts + 1 && stub_nccl_destroys == destroys);
+    LS_EXPECT(waited >= 0.3 && waited < 10);
+    /* and at once after an asynchronous error, whatever the timeout */
+    LS_REQUIRE_OK(make(300, &c));
+    aborts = stub_nccl_aborts;
+    stub_nccl_async_error = ncclRemoteError;
+    t0 = seconds();
+    c.f->destroy(c.st);
+    waited = seconds() - t0;
+    stub_nccl_async_error = ncclSuccess;
+    stub_stream_busy = 0;
+    LS_EXPECT(stub_nccl_aborts == aborts + 1 && stub_nccl_destroys == destroys && waited < 10);
+    cudaFree(b);
+}
+
 /* A local failure on the last rank: every rank fails before ncclCommInitRank, so none waits in it. */
 static void test_setup_failure(void) {
     long inits = stub_nccl_inits;
@@ -276,6 +351,7 @@ int main(void) {
     LS_EXPECT(stub_nccl_destroys == destroys + 1);
     test_timeout();
     test_async_error();
+    test_failures();
     test_setup_failure();
 
     int32_t fails = ls_test_failures;
