@@ -22,10 +22,11 @@ LOCKSTEP_TIMELINE="$dir/one.json" "$mlp" "${args[@]}" >"$dir/out1" 2>&1 || fail 
 if [ -n "$summary" ] && command -v python3 >/dev/null; then
     python3 "$summary" --skip 2 "$dir/one.json" >"$dir/sum1" 2>&1 || fail "timeline_summary: $(cat "$dir/sum1")"
     cat "$dir/sum1"
-    # 8 steps after 2 skipped; the phases' shares of the step add up to about 100%
+    # 8 steps after 2 skipped; the phases' shares of the step add up to at most 100% (and most of
+    # it: a busy machine can stretch the gaps between them)
     grep -q "8 steps after 2 skipped" "$dir/sum1" || fail "timeline_summary counted other steps"
     awk '/^  (load batch|forward|backward|optimizer|prefetch next batch|read loss) / { s += $NF }
-         END { exit !(s > 85 && s <= 100.5) }' "$dir/sum1" || fail "the phases do not make up the step"
+         END { exit !(s > 50 && s <= 100.5) }' "$dir/sum1" || fail "the phases do not make up the step"
 fi
 
 if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
