@@ -2,6 +2,7 @@
 """timeline_summary.py: where a step's time goes, from LOCKSTEP_TIMELINE files.
 
 usage: timeline_summary.py [--modules] [--skip N] FILE [FILE ...]
+       timeline_summary.py --merge OUT FILE [FILE ...]
 
 For each file (one rank's Chrome trace), the spans of the steps after the first N (--skip, default
 5: warm-up) are grouped by name: count, mean microseconds, total milliseconds and share of the
@@ -10,6 +11,9 @@ prefetch, loss read) come first; --modules adds each module's forward and backwa
 of the gradient buckets and of the MPI communication thread are listed with their own totals.
 On a GPU the spans are host time: 'read loss (waits for the device)' is where the host waited
 for the GPU, so a large share there means the GPU, not the host, sets the pace.
+
+--merge OUT writes the ranks' files as one trace (each rank stays its own process), for viewers
+that open one file at a time (ui.perfetto.dev, chrome://tracing).
 """
 import argparse
 import json
@@ -77,7 +81,20 @@ def main():
     ap.add_argument("files", nargs="+")
     ap.add_argument("--skip", type=int, default=5, help="leave out the first N steps (warm-up)")
     ap.add_argument("--modules", action="store_true", help="also list each module's forward and backward")
+    ap.add_argument("--merge", metavar="OUT", help="write the files as one trace to OUT instead")
     a = ap.parse_args()
+    if a.merge:
+        events = []
+        try:
+            for p in a.files:
+                events.extend(load(p))
+            with open(a.merge, "w") as f:
+                json.dump(events, f, separators=(",", ":"))
+        except (OSError, ValueError) as e:
+            print(f"timeline_summary: {e}", file=sys.stderr)
+            return 1
+        print(f"{a.merge}: {len(events)} events from {len(a.files)} files")
+        return 0
     for p in a.files:
         try:
             summarize(p, a.skip, a.modules, sys.stdout)

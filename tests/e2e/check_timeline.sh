@@ -5,7 +5,7 @@
 # gradient buckets have a row and bucket 0 is launched while backward runs; a file that cannot be
 # created is an error naming it; without the variable no file is written. With python3 and
 # SUMMARY (cluster/bench/timeline_summary.py), its table of the one-rank run sums to the steps'
-# time. With RESNET (fashion_resnet), two ranks with --batch-size auto: the trial trainers (which
+# time, and --merge makes one trace of both ranks. With RESNET (fashion_resnet), two ranks with --batch-size auto: the trial trainers (which
 # run without the communicator) leave no file of their own, and each rank's file holds its steps.
 set -u
 mlp=$1 run=$2 check=$3 summary=${4:-} resnet=${5:-}
@@ -34,6 +34,16 @@ if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
         fail "two ranks: $(cat "$dir/out2")"
     [ ! -e "$dir/two.json" ] || fail "two ranks wrote two.json itself"
     for r in 0 1; do "$check" "$dir/two.rank$r.json" $r 10 2 || fail "two ranks, rank $r"; done
+    if [ -n "$summary" ] && command -v python3 >/dev/null; then
+        python3 "$summary" --merge "$dir/merged.json" "$dir/two.rank0.json" "$dir/two.rank1.json" ||
+            fail "timeline_summary --merge"
+        python3 -c 'import json, sys
+ev = json.load(open(sys.argv[1]))
+names = {e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+n = [sum(1 for e in ev if e.get("pid") == r and e.get("name") == "step 10") for r in (0, 1)]
+sys.exit(0 if names == {"rank 0", "rank 1"} and n == [1, 1] else 1)' "$dir/merged.json" ||
+            fail "the merged trace does not hold both ranks' processes and steps"
+    fi
     LOCKSTEP_TIMELINE="$dir/r%r.trace" "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --max-steps 3 \
         >"$dir/out3" 2>&1 || fail "%r: $(cat "$dir/out3")"
     for r in 0 1; do "$check" "$dir/r$r.trace" $r 3 2 || fail "%r, rank $r"; done
