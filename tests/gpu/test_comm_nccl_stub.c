@@ -58,16 +58,7 @@ static void *dev_alloc(size_t bytes) {
 
 static ls_coll_op op_of(ls_coll_kind k, const void *send, void *recv, int64_t n, ls_dtype t, ls_reduce_op rop,
                         int root) {
-    ls_coll_op op;
-    memset(&op, 0, sizeof op);
-    op.kind = k;
-    op.send = send;
-    op.recv = recv;
-    op.count = n;
-    op.dtype = t;
-    op.op = rop;
-    op.root = root;
-    return op;
+    return (ls_coll_op){.kind = k, .send = send, .recv = recv, .count = n, .dtype = t, .op = rop, .root = root};
 }
 
 static void test_collectives(nccl *c) {
