@@ -181,11 +181,17 @@ static void test_ordering(nccl *c) {
     cudaStreamDestroy(compute);
 }
 
+/* A 16-float device buffer (*b, cudaFree it) and an all-reduce of it, for the failure tests. */
+static ls_coll_op small_allreduce(float **b) {
+    *b = dev_alloc(16 * sizeof **b);
+    return op_of(LS_COLL_ALLREDUCE, *b, *b, 16, LS_F32, LS_REDUCE_SUM, 0);
+}
+
 static void test_timeout(void) {
     nccl c;
     LS_REQUIRE_OK(make(0.3, &c));
-    float *b = dev_alloc(16 * sizeof *b);
-    ls_coll_op op = op_of(LS_COLL_ALLREDUCE, b, b, 16, LS_F32, LS_REDUCE_SUM, 0);
+    float *b = NULL;
+    ls_coll_op op = small_allreduce(&b);
     long aborts = stub_nccl_aborts, destroys = stub_nccl_destroys;
     stub_event_hang = 1;
     LS_EXPECT_ERR(c.f->run(c.st, &op), LS_ERR_COMM,
@@ -202,8 +208,8 @@ static void test_timeout(void) {
 static void test_async_error(void) {
     nccl c;
     LS_REQUIRE_OK(make(30, &c));
-    float *b = dev_alloc(16 * sizeof *b);
-    ls_coll_op op = op_of(LS_COLL_ALLREDUCE, b, b, 16, LS_F32, LS_REDUCE_SUM, 0);
+    float *b = NULL;
+    ls_coll_op op = small_allreduce(&b);
     long aborts = stub_nccl_aborts;
     stub_event_hang = 1;
     void *h = NULL;
@@ -231,8 +237,8 @@ static double seconds(void) {
 /* CUDA and NCCL failures once the buffers are accepted abort the communicator; a completion event
  * that cannot be created fails the start before anything is queued; destroy does not wait for ever. */
 static void test_failures(void) {
-    float *b = dev_alloc(16 * sizeof *b);
-    ls_coll_op op = op_of(LS_COLL_ALLREDUCE, b, b, 16, LS_F32, LS_REDUCE_SUM, 0);
+    float *b = NULL;
+    ls_coll_op op = small_allreduce(&b);
     nccl c;
 
     LS_REQUIRE_OK(make(30, &c));
