@@ -136,10 +136,12 @@ requeued=0
 for _ in $(seq 600); do
     st=$(on_node0 squeue -h -j "$id" -o '%T %r' 2>/dev/null)
     [ -z "$st" ] && break
-    # Slurm holds a requeued job back for a while (BeginTime); let it start now.
+    # Slurm holds a requeued job back for a while (BeginTime, about two minutes) so that the
+    # nodes finish with its last run; let it start once no slurmstepd of that run is left (a new
+    # step while one lingers collides with it: the same step id and PMIx directory).
     if [ "$st" = "PENDING BeginTime" ]; then
         requeued=1
-        on_node0 scontrol update JobId="$id" StartTime=now
+        pgrep -f "^slurmstepd: \[$id\." >/dev/null || on_node0 scontrol update JobId="$id" StartTime=now
     fi
     sleep 0.2
 done
