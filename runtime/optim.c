@@ -137,6 +137,11 @@ fail:
 
 ls_status ls_optimizer_step(ls_optimizer *o, float lr) {
     const ls_ops *ops = o->ctx->ops;
+    /* the tensors' memory may have moved since create (the reducer's gradients as bucket views) */
+    for (int i = 0; i < o->n; i++) {
+        o->pp[i] = o->p[i]->data;
+        o->gp[i] = o->g[i]->data;
+    }
     if (o->cfg.kind == LS_OPTIM_SGD) {
         ls_sgd_params hp = {lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov,
                             o->steps == 0};

@@ -29,6 +29,8 @@ ls_optim_config ls_optim_defaults(ls_optim_kind kind);
 ls_status ls_optim_kind_parse(const char *s, ls_optim_kind *out);
 
 typedef struct ls_optimizer ls_optimizer;
+/* Keeps the tensors (which must outlive it) and reads their ->data at every step, so their memory
+ * may move (the reducer's gradients as bucket views). */
 ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_tensor *const *grads,
                               const ls_optim_config *cfg, ls_optimizer **out);
 void ls_optimizer_destroy(ls_optimizer *o);

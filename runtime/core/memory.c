@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,18 +73,23 @@ static int ls_table_put(ls_allocator *a, void *p, size_t n) {
     return 0;
 }
 
-static int ls_table_take(ls_allocator *a, void *p, size_t *n) {
+/* The slot holding p, or -1. */
+static ptrdiff_t ls_table_find(const ls_allocator *a, const void *p) {
     if (!a->cap_slots) return -1;
     size_t mask = a->cap_slots - 1, j = ls_hash_ptr(p, mask);
     while (a->keys[j]) {
-        if (a->keys[j] == p) {
-            *n = a->sizes[j];
-            a->keys[j] = LS_TOMBSTONE;
-            return 0;
-        }
+        if (a->keys[j] == p) return (ptrdiff_t)j;
         j = (j + 1) & mask;
     }
     return -1;
+}
+
+static int ls_table_take(ls_allocator *a, void *p, size_t *n) {
+    ptrdiff_t j = ls_table_find(a, p);
+    if (j < 0) return -1;
+    *n = a->sizes[j];
+    a->keys[j] = LS_TOMBSTONE;
+    return 0;
 }
 
 /* ---- host backend ---- */
@@ -202,6 +208,14 @@ void ls_free(ls_allocator *a, void *ptr) {
     }
     pthread_mutex_unlock(&a->mu);
     if (found) a->vt->free(a->state, ptr, n);
+}
+
+int ls_allocator_owns(ls_allocator *a, const void *ptr) {
+    if (!a || !ptr) return 0;
+    pthread_mutex_lock(&a->mu);
+    int found = ls_table_find(a, ptr) >= 0;
+    pthread_mutex_unlock(&a->mu);
+    return found;
 }
 
 ls_device ls_allocator_device(const ls_allocator *a) { return a->device; }
