@@ -1,10 +1,12 @@
 /* reducer.c: the DDP gradient reducer: bucket plan (reverse parameter order, capped sizes), one
- * fusion buffer per multi-gradient bucket on the gradients' device, async allreduce launched in
- * bucket order as buckets fill, then scale and copy back at finish. */
+ * fusion buffer per multi-gradient bucket on the gradients' device (the gradients' home when they
+ * are bucket views, else copied in and back), async allreduce launched in bucket order as buckets
+ * fill, then scale (and copy back) at finish. */
 #include "reducer.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +15,16 @@
 #include "timeline.h"
 
 #define LS_MIB ((size_t)1 << 20)
+#define LS_VIEW_ALIGN ((size_t)256) /* a bucket view's offsets: the CUDA allocator's alignment */
 
 typedef struct ls_bucket {
     int lo, hi;
     size_t bytes;
     int64_t numel;
     void *fusion;         /* NULL: single gradient reduced in place */
+    size_t start;         /* the reduced region's byte offset in fusion (a view's leading pad) */
+    ls_allocator *owner;  /* fusion's allocator (NULL: malloc) */
+    int view;             /* the gradients live in fusion */
     int pending;          /* gradients not yet ready this step */
     ls_comm_request *req; /* in flight */
     int launched;
@@ -34,6 +40,7 @@ struct ls_reducer {
     ls_tensor **grads;    /* [n] */
     int *bucket_of;       /* [n] */
     size_t *offset;       /* [n] byte offset within the bucket's fusion buffer */
+    unsigned char *viewed; /* [n] grads[i]->data points into its bucket (its own memory was freed) */
     unsigned char *ready; /* [n] */
     ls_bucket *b;
     int nb;
@@ -59,11 +66,18 @@ static ls_status ls_env_mib(const char *name, size_t *out) {
 }
 
 ls_status ls_reducer_config_resolve(const ls_reducer_config *cfg, ls_reducer_config *out) {
-    ls_reducer_config r = {LS_MIB, 25 * LS_MIB};
+    ls_reducer_config r = {LS_MIB, 25 * LS_MIB, 1};
     LS_CHECK(ls_env_mib("LOCKSTEP_FIRST_BUCKET_MB", &r.first_bucket_bytes));
     LS_CHECK(ls_env_mib("LOCKSTEP_BUCKET_MB", &r.bucket_bytes));
+    const char *v = getenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW");
+    if (v && *v) {
+        if (!strcmp(v, "1") || !strcmp(v, "on")) r.bucket_view = 1;
+        else if (!strcmp(v, "0") || !strcmp(v, "off")) r.bucket_view = -1;
+        else return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GRAD_AS_BUCKET_VIEW=%s: expected 1, on, 0 or off", v);
+    }
     if (cfg && cfg->first_bucket_bytes) r.first_bucket_bytes = cfg->first_bucket_bytes;
     if (cfg && cfg->bucket_bytes) r.bucket_bytes = cfg->bucket_bytes;
+    if (cfg && cfg->bucket_view) r.bucket_view = cfg->bucket_view > 0 ? 1 : -1;
     *out = r;
     return LS_OK;
 }
@@ -92,13 +106,107 @@ int ls_reducer_plan_buckets(int n, const size_t *nbytes, size_t first_cap, size_
     return open ? nb + 1 : nb;
 }
 
-static ls_status ls_dev_copy(ls_reducer *r, void *dst, const void *src, size_t bytes) {
+/* A view bucket's reduced region: the gradients' offsets in it (hi down to lo), each aligned;
+ * returns its size. The buffer is LS_VIEW_ALIGN larger: the region starts at its first aligned
+ * address past the buffer's start (so no gradient's data is the allocation itself). off may be
+ * NULL. */
+static size_t ls_view_layout(int lo, int hi, const size_t *nbytes, size_t *off) {
+    size_t o = 0;
+    for (int i = hi; i >= lo; i--) {
+        o = (o + LS_VIEW_ALIGN - 1) / LS_VIEW_ALIGN * LS_VIEW_ALIGN;
+        if (off) off[i] = o;
+        o += nbytes[i];
+    }
+    return o;
+}
+
+size_t ls_reducer_extra_bytes(int n, const size_t *nbytes, const int *bucket_of, int view) {
+    size_t total = 0;
+    for (int hi = n - 1; hi >= 0;) {
+        int lo = hi;
+        size_t sum = nbytes[hi];
+        while (lo > 0 && bucket_of[lo - 1] == bucket_of[hi]) sum += nbytes[--lo];
+        if (lo < hi) total += view ? ls_view_layout(lo, hi, nbytes, NULL) + LS_VIEW_ALIGN - sum : sum;
+        hi = lo - 1;
+    }
+    return total;
+}
+
+/* Device copies and fills go through a (the memory's allocator); host ones are plain. */
+static ls_status ls_dev_copy(ls_reducer *r, ls_allocator *a, void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return LS_OK;
     if (!r->on_device) {
         memcpy(dst, src, bytes);
         return LS_OK;
     }
-    return ls_allocator_copy(r->alloc, dst, 1, src, 1, bytes);
+    return ls_allocator_copy(a, dst, 1, src, 1, bytes);
+}
+
+static ls_status ls_dev_zero(ls_reducer *r, ls_allocator *a, void *p, size_t bytes) {
+    if (!r->on_device) {
+        memset(p, 0, bytes);
+        return LS_OK;
+    }
+    return ls_allocator_set_zero(a, p, bytes);
+}
+
+/* Bucket k's gradients can live in its buffer: each one allocation of the same allocator (not
+ * views, nor already another reducer's bucket views). */
+static int ls_view_ok(const ls_reducer *r, const ls_bucket *b) {
+    ls_allocator *a = r->grads[b->lo]->alloc;
+    if (!a || ls_allocator_device(a).type != r->grads[b->lo]->device.type) return 0;
+    for (int i = b->lo; i <= b->hi; i++)
+        if (r->grads[i]->alloc != a || !ls_allocator_owns(a, r->grads[i]->data)) return 0;
+    return 1;
+}
+
+/* Move bucket k's gradients into a new buffer (zeroed: the padding is reduced too) and free their
+ * own memory. On failure the ones moved so far are marked, for destroy to move back. */
+static ls_status ls_make_view(ls_reducer *r, int k, const size_t *nbytes) {
+    ls_bucket *b = &r->b[k];
+    ls_allocator *a = r->grads[b->lo]->alloc;
+    size_t region = ls_view_layout(b->lo, b->hi, nbytes, r->offset);
+    char what[48];
+    snprintf(what, sizeof what, "gradient bucket %d", k);
+    LS_CHECK(ls_alloc(a, region + LS_VIEW_ALIGN, what, &b->fusion));
+    b->owner = a;
+    b->view = 1;
+    b->start = LS_VIEW_ALIGN - (size_t)((uintptr_t)b->fusion % LS_VIEW_ALIGN);
+    b->numel = (int64_t)(region / sizeof(float));
+    for (int i = b->lo; i <= b->hi; i++) r->offset[i] += b->start;
+    LS_CHECK(ls_dev_zero(r, a, b->fusion, region + LS_VIEW_ALIGN));
+    for (int i = b->hi; i >= b->lo; i--) {
+        ls_tensor *g = r->grads[i];
+        void *dst = (char *)b->fusion + r->offset[i];
+        LS_CHECK(ls_dev_copy(r, a, dst, g->data, nbytes[i]));
+        ls_free(a, g->data);
+        g->data = dst;
+        r->viewed[i] = 1;
+    }
+    return LS_OK;
+}
+
+/* Give bucket k's gradients their own memory back, with their values. 1: all of them have it. */
+static int ls_undo_view(ls_reducer *r, int k) {
+    ls_bucket *b = &r->b[k];
+    int ok = 1;
+    for (int i = b->hi; i >= b->lo; i--) {
+        if (!r->viewed[i]) continue;
+        ls_tensor *g = r->grads[i];
+        size_t n = ls_tensor_nbytes(g);
+        void *p = NULL;
+        if (ls_alloc(b->owner, n, "a gradient", &p) != LS_OK || ls_dev_copy(r, b->owner, p, g->data, n) != LS_OK) {
+            if (p) ls_free(b->owner, p);
+            LS_LOG_W("gradient reducer: cannot give gradient %d its own memory back (%s); bucket %d's buffer "
+                     "stays allocated for it",
+                     i, ls_last_error(), k);
+            ok = 0;
+            continue;
+        }
+        g->data = p;
+        r->viewed[i] = 0;
+    }
+    return ok;
 }
 
 static ls_status ls_dev_scale(ls_reducer *r, void *buf, int64_t n) {
@@ -117,8 +225,9 @@ void ls_reducer_destroy(ls_reducer *r) {
     if (!r) return;
     for (int k = 0; r->b && k < r->nb; k++) {
         if (r->b[k].req) ls_comm_wait(r->b[k].req);
-        if (r->b[k].fusion && r->alloc)
-            ls_free(r->alloc, r->b[k].fusion);
+        if (r->b[k].view && !ls_undo_view(r, k)) continue; /* gradients still live in it: keep it */
+        if (r->b[k].owner)
+            ls_free(r->b[k].owner, r->b[k].fusion);
         else
             free(r->b[k].fusion);
     }
@@ -126,6 +235,7 @@ void ls_reducer_destroy(ls_reducer *r) {
     free(r->grads);
     free(r->bucket_of);
     free(r->offset);
+    free(r->viewed);
     free(r->ready);
     free(r);
 }
@@ -174,9 +284,10 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
     r->bucket_of = calloc(nn, sizeof *r->bucket_of);
     r->offset = calloc(nn, sizeof *r->offset);
     r->ready = calloc(nn, 1);
+    r->viewed = calloc(nn, 1);
     size_t *nbytes = calloc(nn, sizeof *nbytes);
     ls_status s = LS_OK;
-    if (!r->grads || !r->bucket_of || !r->offset || !r->ready || !nbytes) {
+    if (!r->grads || !r->bucket_of || !r->offset || !r->ready || !r->viewed || !nbytes) {
         s = ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: out of host memory");
         goto fail;
     }
@@ -199,9 +310,16 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
         b->bytes += nbytes[i];
         b->numel += ls_tensor_numel(grads[i]);
     }
+    int views = 0;
     for (int k = 0; k < r->nb; k++) {
         ls_bucket *b = &r->b[k];
         if (b->hi == b->lo) continue; /* single gradient: in place */
+        if (rc.bucket_view > 0 && ls_view_ok(r, b)) {
+            LS_CHECK_GOTO(ls_make_view(r, k, nbytes), s, fail);
+            views++;
+            continue;
+        }
+        b->owner = r->alloc;
         if (!r->alloc) {
             b->fusion = malloc(b->bytes ? b->bytes : 1);
             if (!b->fusion) {
@@ -216,8 +334,8 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
         }
     }
     free(nbytes);
-    LS_LOG_D("gradient reducer: %d gradients in %d buckets (first cap %zu B, cap %zu B)", n, r->nb,
-             rc.first_bucket_bytes, rc.bucket_bytes);
+    LS_LOG_D("gradient reducer: %d gradients in %d buckets (first cap %zu B, cap %zu B), %d of them views", n,
+             r->nb, rc.first_bucket_bytes, rc.bucket_bytes, views);
     *out = r;
     return LS_OK;
 fail:
@@ -248,7 +366,7 @@ ls_status ls_reducer_begin(ls_reducer *r, double post_scale) {
 
 static ls_status ls_bucket_launch(ls_reducer *r, int k) {
     ls_bucket *b = &r->b[k];
-    void *buf = b->fusion ? b->fusion : r->grads[b->lo]->data;
+    void *buf = b->fusion ? (char *)b->fusion + b->start : r->grads[b->lo]->data;
     b->launched = 1;
     b->t_launch = ls_timeline_active() ? ls_timeline_now() : 0.0;
     b->t_done = 0;
@@ -261,8 +379,8 @@ static ls_status ls_bucket_launch(ls_reducer *r, int k) {
 static ls_status ls_mark(ls_reducer *r, int i) {
     ls_bucket *b = &r->b[r->bucket_of[i]];
     r->ready[i] = 1;
-    if (b->fusion) {
-        ls_status s = ls_dev_copy(r, (char *)b->fusion + r->offset[i], r->grads[i]->data,
+    if (b->fusion && !b->view) {
+        ls_status s = ls_dev_copy(r, r->alloc, (char *)b->fusion + r->offset[i], r->grads[i]->data,
                                   ls_tensor_nbytes(r->grads[i]));
         if (s != LS_OK) return ls_error_context(s, "copying gradient %d into its bucket", i);
     }
@@ -333,10 +451,10 @@ ls_status ls_reducer_finish(ls_reducer *r) {
         b->req = NULL;
         ls_bucket_span(b, k);
         if (s == LS_OK && err == LS_OK) {
-            void *buf = b->fusion ? b->fusion : r->grads[b->lo]->data;
+            void *buf = b->fusion ? (char *)b->fusion + b->start : r->grads[b->lo]->data;
             s = ls_dev_scale(r, buf, b->numel);
-            for (int i = b->hi; i >= b->lo && s == LS_OK && b->fusion; i--)
-                s = ls_dev_copy(r, r->grads[i]->data, (char *)b->fusion + r->offset[i],
+            for (int i = b->hi; i >= b->lo && s == LS_OK && b->fusion && !b->view; i--)
+                s = ls_dev_copy(r, r->alloc, r->grads[i]->data, (char *)b->fusion + r->offset[i],
                                 ls_tensor_nbytes(r->grads[i]));
         }
         if (s != LS_OK && err == LS_OK) {
@@ -359,6 +477,7 @@ ls_status ls_reducer_bucket(const ls_reducer *r, int k, ls_reducer_bucket_info *
     out->hi = r->b[k].hi;
     out->bytes = r->b[k].bytes;
     out->fused = r->b[k].fusion != NULL;
+    out->view = r->b[k].view;
     return LS_OK;
 }
 
@@ -370,6 +489,6 @@ int ls_reducer_bucket_of(const ls_reducer *r, int i) {
 int ls_reducer_launched(const ls_reducer *r) { return r ? r->next_launch : 0; }
 
 ls_reducer_config ls_reducer_get_config(const ls_reducer *r) {
-    ls_reducer_config z = {0, 0};
+    ls_reducer_config z = {0, 0, 0};
     return r ? r->cfg : z;
 }

@@ -7,6 +7,16 @@
  * bucket order (as DDP), so communication overlaps the rest of backward. finish waits, multiplies
  * by post_scale and copies back.
  *
+ * Gradients as bucket views (DDP's gradient_as_bucket_view; on unless bucket_view is -1 or
+ * LOCKSTEP_GRAD_AS_BUCKET_VIEW=0): at create, each fused bucket's gradients move into its fusion
+ * buffer, each at a 256-byte aligned address (none at the buffer's start), and their own memory is
+ * freed; backward then writes straight into the bucket and nothing is copied in or out, and the
+ * gradients take no memory beyond the buckets. The tensors keep their descriptors (only ->data
+ * changes: read it when used, do not cache it across ls_reducer_create) and their allocator, and
+ * must not be destroyed while the reducer lives; destroy gives each its own memory back with its
+ * values. A bucket whose gradients are views (no allocator), come from different allocators or
+ * are already another reducer's bucket views is copied as before.
+ *
  * Step protocol: begin(post_scale) -> grad_ready(i) as each gradient becomes final (any order;
  * optional) -> finish (treats unmarked gradients as ready). Gradient accumulation ("no_sync"):
  * on non-final micro-steps simply do not call begin/grad_ready/finish; gradients accumulate
@@ -31,12 +41,14 @@ typedef struct ls_reducer ls_reducer;
 typedef struct ls_reducer_config {
     size_t first_bucket_bytes; /* 0: LOCKSTEP_FIRST_BUCKET_MB, else 1 MiB */
     size_t bucket_bytes;       /* 0: LOCKSTEP_BUCKET_MB, else 25 MiB */
+    int bucket_view;           /* gradients as bucket views: 1 on, -1 off, 0: LOCKSTEP_GRAD_AS_BUCKET_VIEW, else on */
 } ls_reducer_config;
 
 typedef struct ls_reducer_bucket_info {
     int lo, hi;   /* parameters lo..hi (inclusive); filled from hi down to lo */
     size_t bytes; /* sum of the gradients' bytes */
     int fused;    /* 1: a fusion buffer; 0: one gradient reduced in place */
+    int view;     /* 1: the gradients live in the fusion buffer (no copies) */
 } ls_reducer_bucket_info;
 
 /* Fill in the caps: a non-zero field wins, then the environment (MiB, fractions allowed), then the
@@ -48,6 +60,10 @@ ls_status ls_reducer_config_resolve(const ls_reducer_config *cfg, ls_reducer_con
 int ls_reducer_plan_buckets(int n, const size_t *nbytes, size_t first_bucket_bytes, size_t bucket_bytes,
                             int *bucket_of);
 
+/* The bytes a reducer would allocate beyond the gradients' own, for gradients of nbytes[i] bytes
+ * (all from one allocator) in the buckets of ls_reducer_plan_buckets: the fusion buffers, or with
+ * bucket views (view 1) their alignment padding. A batch-size trial reserves them. */
+size_t ls_reducer_extra_bytes(int n, const size_t *nbytes, const int *bucket_of, int view);
 /* grads[0..n): the gradient tensors in parameter order (the reducer keeps the pointers; the tensors
  * must outlive it). ctx: their context (NULL: CPU). */
 ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads,

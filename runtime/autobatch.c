@@ -128,7 +128,8 @@ static ls_status buffers_restore(ls_ctx *ctx, ls_module *m, int n, void **saved)
     return LS_OK;
 }
 
-/* The reducer's fusion buffers for these gradients (what ls_reducer_create would allocate). */
+/* What ls_reducer_create would allocate beyond these gradients: the fusion buffers, or as bucket
+ * views their padding. */
 static ls_status reserve_buckets(const ls_trainer_trial *t, int np, ls_tensor *const *g, void **out) {
     ls_reducer_config rc;
     LS_CHECK(ls_reducer_config_resolve(&t->train->buckets, &rc));
@@ -140,17 +141,8 @@ static ls_status reserve_buckets(const ls_trainer_trial *t, int np, ls_tensor *c
         return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory to plan gradient buckets");
     }
     for (int i = 0; i < np; i++) nbytes[i] = ls_tensor_nbytes(g[i]);
-    int nb = ls_reducer_plan_buckets(np, nbytes, rc.first_bucket_bytes, rc.bucket_bytes, bucket_of);
-    for (int k = 0; k < nb; k++) {
-        size_t bytes = 0;
-        int members = 0;
-        for (int i = 0; i < np; i++)
-            if (bucket_of[i] == k) {
-                bytes += nbytes[i];
-                members++;
-            }
-        if (members > 1) total += bytes; /* a single gradient is reduced in place */
-    }
+    ls_reducer_plan_buckets(np, nbytes, rc.first_bucket_bytes, rc.bucket_bytes, bucket_of);
+    total = ls_reducer_extra_bytes(np, nbytes, bucket_of, rc.bucket_view > 0);
     free(nbytes);
     free(bucket_of);
     return total ? ls_alloc(t->ctx->alloc, total, "gradient buckets", out) : LS_OK;

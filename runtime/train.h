@@ -47,7 +47,11 @@ typedef struct ls_trainer ls_trainer;
  * running statistics) and checks that every rank has the same model (parameter count, shapes,
  * dtypes) before the first step. With LOCKSTEP_TIMELINE set (and cfg->no_timeline 0) the first
  * trainer opens this rank's timeline (timeline.h), which stays open, collecting the spans of every
- * later trainer too, until ls_timeline_close or the process exits. */
+ * later trainer too, until ls_timeline_close or the process exits. With several ranks the
+ * model's gradients move into the reducer's buckets (reducer.h: gradients as bucket views, unless
+ * cfg->buckets.bucket_view is -1 or LOCKSTEP_GRAD_AS_BUCKET_VIEW=0): the tensors stay, their ->data
+ * changes, so read it when used; ls_trainer_destroy gives them their own memory back, and the
+ * model must outlive the trainer. */
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt,
                             const ls_train_config *cfg, ls_trainer **out);
 void ls_trainer_destroy(ls_trainer *t);

@@ -3,7 +3,8 @@
  * backend must stage every device buffer through host memory with the allocator's copy (and
  * stage f16/bf16 reductions through f32): results are checked for every collective, and the copy
  * counters prove the staging ran (host variants must not stage). The gradient reducer runs on the
- * same fake device (fusion copies through the allocator, scale through the CPU op table). */
+ * same fake device (fusion copies through the allocator, scale through the CPU op table), copying
+ * and with gradients as bucket views (no copies in a step; memory and values given back). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -93,17 +94,49 @@ static void test_collectives(ls_allocator *dev) {
     LS_EXPECT(to_host == h0 && to_dev == d0);
 }
 
-static void test_reducer(ls_ctx *ctx) {
+/* The reducer on the fake device, copying (view 0) or with gradients as bucket views (view 1). */
+static void test_reducer(ls_ctx *ctx, int view) {
     enum { N = 9 };
     ls_tensor *g[N];
     for (int k = 0; k < N; k++) {
         int64_t shape[1] = {k == 4 ? 5000 : 37 * (k + 1)};
         LS_REQUIRE_OK(ls_tensor_create(ctx->alloc, LS_F32, 1, shape, "grad", &g[k]));
         LS_EXPECT(g[k]->device.type == LS_DEVICE_CUDA);
+        for (int64_t i = 0; i < shape[0]; i++) ((float *)g[k]->data)[i] = (float)(k * 1000 + i);
     }
-    ls_reducer_config cfg = {1024, 4096};
+    ls_memory_stats m0, m1, m2;
+    ls_allocator_stats(ctx->alloc, &m0);
+    ls_reducer_config cfg = {1024, 4096, view ? 1 : -1};
     ls_reducer *r = NULL;
     LS_REQUIRE_OK(ls_reducer_create(C, ctx, N, g, &cfg, &r));
+    ls_allocator_stats(ctx->alloc, &m1);
+    /* the values survive the move; a view bucket's gradients live in it, 256-byte aligned */
+    size_t fused = 0;
+    int views = 0;
+    for (int b = 0; b < ls_reducer_num_buckets(r); b++) {
+        ls_reducer_bucket_info bi;
+        LS_REQUIRE_OK(ls_reducer_bucket(r, b, &bi));
+        LS_EXPECT(bi.view == (view && bi.fused));
+        views += bi.view;
+        if (bi.fused) fused += bi.bytes;
+        for (int k = bi.lo; k <= bi.hi; k++) {
+            LS_EXPECT(ls_allocator_owns(ctx->alloc, g[k]->data) == !bi.view);
+            if (bi.view) LS_EXPECT((uintptr_t)g[k]->data % 256 == 0);
+        }
+    }
+    LS_EXPECT(fused > 0 && (view ? views > 0 : views == 0));
+    for (int k = 0; k < N; k++)
+        for (int64_t i = 0; i < ls_tensor_numel(g[k]); i++)
+            if (((float *)g[k]->data)[i] != (float)(k * 1000 + i)) {
+                LS_EXPECT(!"a gradient's value changed when the reducer was created");
+                break;
+            }
+    /* copying: a fusion buffer beside each fused bucket's gradients; views: only the padding */
+    size_t extra = m1.live_bytes - m0.live_bytes;
+    if (view)
+        LS_EXPECT(extra < (size_t)N * 256 + 256 * (size_t)ls_reducer_num_buckets(r));
+    else
+        LS_EXPECT(extra == fused);
     for (int step = 0; step < 2; step++) {
         for (int k = 0; k < N; k++)
             for (int64_t i = 0; i < ls_tensor_numel(g[k]); i++)
@@ -112,7 +145,8 @@ static void test_reducer(ls_ctx *ctx) {
         LS_REQUIRE_OK(ls_reducer_begin(r, 1.0 / W));
         for (int k = N - 1; k >= 0; k--) LS_REQUIRE_OK(ls_reducer_grad_ready(r, k));
         LS_REQUIRE_OK(ls_reducer_finish(r));
-        LS_EXPECT(dev_to_dev > dd0); /* fusion copies went through the device allocator */
+        /* copying: fusion copies through the device allocator; views: none */
+        LS_EXPECT(view ? dev_to_dev == dd0 : dev_to_dev > dd0);
         int64_t bad = 0;
         for (int k = 0; k < N; k++)
             for (int64_t i = 0; i < ls_tensor_numel(g[k]); i++) {
@@ -122,7 +156,16 @@ static void test_reducer(ls_ctx *ctx) {
             }
         LS_EXPECT(bad == 0);
     }
+    /* destroy gives every gradient its own memory back, with its values, and frees the rest */
+    float last[N];
+    for (int k = 0; k < N; k++) last[k] = ((float *)g[k]->data)[ls_tensor_numel(g[k]) - 1];
     ls_reducer_destroy(r);
+    ls_allocator_stats(ctx->alloc, &m2);
+    LS_EXPECT(m2.live_bytes == m0.live_bytes);
+    for (int k = 0; k < N; k++) {
+        LS_EXPECT(ls_allocator_owns(ctx->alloc, g[k]->data));
+        LS_EXPECT(((float *)g[k]->data)[ls_tensor_numel(g[k]) - 1] == last[k]);
+    }
     for (int k = 0; k < N; k++) ls_tensor_destroy(g[k]);
 }
 
@@ -147,7 +190,8 @@ int main(void) {
     W = ls_comm_world(C);
     LS_EXPECT(ls_comm_device(C).type == LS_DEVICE_CUDA);
     test_collectives(dev);
-    test_reducer(&ctx);
+    test_reducer(&ctx, 0);
+    test_reducer(&ctx, 1);
 
     int32_t fails = ls_test_failures;
     LS_REQUIRE_OK(ls_comm_allreduce_host(C, &fails, 1, LS_I32, LS_REDUCE_MAX));

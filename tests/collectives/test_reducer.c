@@ -50,7 +50,9 @@ int main(int argc, char **argv) {
         int64_t shape[1] = {n};
         LS_REQUIRE_OK(ls_tensor_create(a, LS_F32, 1, shape, "grad", &g[k]));
     }
-    ls_reducer_config cfg = {8 << 10, 64 << 10};
+    ls_reducer_config cfg = {8 << 10, 64 << 10, 0};
+    const char *ev = getenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW"); /* the default: gradients as bucket views */
+    const int want_view = !(ev && !strcmp(ev, "0"));
     ls_reducer *red = NULL;
     LS_REQUIRE_OK(ls_reducer_create(c, ctx, N, g, &cfg, &red));
     const int nb = ls_reducer_num_buckets(red);
@@ -63,6 +65,7 @@ int main(int argc, char **argv) {
         LS_EXPECT(bi.hi == expect_hi && bi.lo <= bi.hi);
         size_t cap = b == 0 ? cfg.first_bucket_bytes : cfg.bucket_bytes;
         LS_EXPECT(bi.bytes <= cap || bi.lo == bi.hi);
+        LS_EXPECT(bi.view == (want_view && bi.fused));
         expect_hi = bi.lo - 1;
     }
     LS_EXPECT(expect_hi == -1);

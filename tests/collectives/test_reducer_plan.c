@@ -75,9 +75,24 @@ static void test_config(void) {
     setenv("LOCKSTEP_FIRST_BUCKET_MB", "2", 1);
     LS_REQUIRE_OK(ls_reducer_config_resolve(NULL, &c));
     LS_EXPECT(c.first_bucket_bytes == 2u << 20 && c.bucket_bytes == 512u << 10);
-    ls_reducer_config mine = {4096, 0};
+    ls_reducer_config mine = {4096, 0, 0};
     LS_REQUIRE_OK(ls_reducer_config_resolve(&mine, &c));
-    LS_EXPECT(c.first_bucket_bytes == 4096 && c.bucket_bytes == 512u << 10);
+    LS_EXPECT(c.first_bucket_bytes == 4096 && c.bucket_bytes == 512u << 10 && c.bucket_view == 1);
+    /* gradients as bucket views: on unless the config or the environment says off */
+    setenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW", "0", 1);
+    LS_REQUIRE_OK(ls_reducer_config_resolve(NULL, &c));
+    LS_EXPECT(c.bucket_view == -1);
+    mine.bucket_view = 1;
+    LS_REQUIRE_OK(ls_reducer_config_resolve(&mine, &c));
+    LS_EXPECT(c.bucket_view == 1);
+    setenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW", "on", 1);
+    mine.bucket_view = -1;
+    LS_REQUIRE_OK(ls_reducer_config_resolve(&mine, &c));
+    LS_EXPECT(c.bucket_view == -1);
+    setenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW", "yes", 1);
+    LS_EXPECT_ERR(ls_reducer_config_resolve(NULL, &c), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_GRAD_AS_BUCKET_VIEW=yes: expected 1, on, 0 or off");
+    unsetenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW");
     setenv("LOCKSTEP_BUCKET_MB", "lots", 1);
     LS_EXPECT_ERR(ls_reducer_config_resolve(NULL, &c), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_BUCKET_MB=lots");
     setenv("LOCKSTEP_BUCKET_MB", "0", 1);
@@ -86,8 +101,19 @@ static void test_config(void) {
     unsetenv("LOCKSTEP_FIRST_BUCKET_MB");
 }
 
+/* What the buckets take beyond the gradients: copying, the fused buckets; as views, padding. */
+static void test_extra_bytes(void) {
+    size_t b[7] = {40, 40, 400, 40, 40, 40, 40};
+    int of[7];
+    LS_EXPECT(ls_reducer_plan_buckets(7, b, 80, 120, of) == 4);
+    LS_EXPECT(ls_reducer_extra_bytes(7, b, of, 0) == 3 * 80);
+    /* a bucket of two 40-byte gradients: at 256 and 512, so 552 bytes */
+    LS_EXPECT(ls_reducer_extra_bytes(7, b, of, 1) == 3 * (552 - 80));
+    LS_EXPECT(ls_reducer_extra_bytes(0, b, of, 1) == 0);
+}
+
 /* One rank (self): bucket queries, launches as buckets complete, post_scale, errors. */
-static void test_reducer_one_rank(ls_ctx *ctx) {
+static void test_reducer_one_rank(ls_ctx *ctx, int view) {
     ls_comm *c = NULL;
     LS_REQUIRE_OK(ls_comm_create(ctx, "self", &c));
     ls_allocator *a = ctx ? ctx->alloc : NULL;
@@ -103,7 +129,7 @@ static void test_reducer_one_rank(ls_ctx *ctx) {
         int64_t shape[1] = {i == 2 ? 100 : 10};
         LS_REQUIRE_OK(ls_tensor_create(a, LS_F32, 1, shape, "grad", &g[i]));
     }
-    ls_reducer_config cfg = {80, 120};
+    ls_reducer_config cfg = {80, 120, view ? 1 : -1};
     ls_reducer *r = NULL;
     LS_REQUIRE_OK(ls_reducer_create(c, ctx, N, g, &cfg, &r));
     /* reverse: 6,5 -> b0 (80); 4,3 -> b1 (80, next 2 is 400 > 120); 2 -> b2 alone; 1,0 -> b3 */
@@ -113,9 +139,12 @@ static void test_reducer_one_rank(ls_ctx *ctx) {
     LS_EXPECT(ls_reducer_bucket_of(r, N) == -1);
     ls_reducer_bucket_info bi;
     LS_REQUIRE_OK(ls_reducer_bucket(r, 0, &bi));
-    LS_EXPECT(bi.lo == 5 && bi.hi == 6 && bi.bytes == 80 && bi.fused == 1);
+    LS_EXPECT(bi.lo == 5 && bi.hi == 6 && bi.bytes == 80 && bi.fused == 1 && bi.view == view);
     LS_REQUIRE_OK(ls_reducer_bucket(r, 2, &bi));
-    LS_EXPECT(bi.lo == 2 && bi.hi == 2 && bi.bytes == 400 && bi.fused == 0);
+    LS_EXPECT(bi.lo == 2 && bi.hi == 2 && bi.bytes == 400 && bi.fused == 0 && bi.view == 0);
+    /* as views, a bucket's gradients sit 256 bytes apart in its buffer, from offset 256 */
+    LS_EXPECT(!view || ((char *)g[5]->data - (char *)g[6]->data == 256 && (uintptr_t)g[6]->data % 256 == 0));
+    LS_EXPECT(ls_allocator_owns(a, g[6]->data) == !view && ls_allocator_owns(a, g[2]->data));
     LS_EXPECT_ERR(ls_reducer_bucket(r, 4, &bi), LS_ERR_INVALID_ARGUMENT, "no bucket 4");
     LS_EXPECT(ls_reducer_get_config(r).first_bucket_bytes == 80);
 
@@ -158,7 +187,40 @@ static void test_reducer_one_rank(ls_ctx *ctx) {
     LS_EXPECT_ERR(ls_reducer_begin(r, 1.0), LS_ERR_INVALID_ARGUMENT, "previous step was not finished");
     LS_EXPECT_ERR(ls_reducer_grad_ready(r, 7), LS_ERR_INVALID_ARGUMENT, "gradient 7 is not in 0..6");
     LS_REQUIRE_OK(ls_reducer_finish(r));
+    if (view) { /* a second reducer over the same gradients copies: they are the first one's views */
+        ls_reducer *r2 = NULL;
+        LS_REQUIRE_OK(ls_reducer_create(c, ctx, N, g, &cfg, &r2));
+        LS_REQUIRE_OK(ls_reducer_bucket(r2, 0, &bi));
+        LS_EXPECT(bi.fused == 1 && bi.view == 0);
+        LS_REQUIRE_OK(ls_reducer_begin(r2, 2.0));
+        LS_REQUIRE_OK(ls_reducer_finish(r2));
+        ls_reducer_destroy(r2);
+        LS_EXPECT(((float *)g[6]->data)[3] == 6003);
+    }
     ls_reducer_destroy(r);
+    for (int i = 0; i < N; i++) LS_EXPECT(ls_allocator_owns(a, g[i]->data));
+    /* the last step's values (halved), doubled by the second reducer */
+    const float f = view ? 2.0f : 1.0f;
+    LS_EXPECT(((float *)g[6]->data)[3] == 3001.5f * f && ((float *)g[0]->data)[9] == 4.5f * f);
+
+    if (view) { /* a bucket whose gradients are a view or from another allocator is copied */
+        ls_allocator *other = NULL;
+        LS_REQUIRE_OK(ls_host_allocator_create(0, &other));
+        ls_tensor *x = NULL;
+        LS_REQUIRE_OK(ls_tensor_create(other, LS_F32, 1, (int64_t[]){10}, "grad", &x));
+        float mem[10] = {0};
+        ls_tensor v = ls_tensor_view(mem, LS_F32, ls_device_cpu(), 1, (int64_t[]){10});
+        ls_tensor *lists[2][3] = {{g[0], g[1], x}, {g[0], &v, g[1]}};
+        for (int l = 0; l < 2; l++) {
+            LS_REQUIRE_OK(ls_reducer_create(c, ctx, 3, lists[l], &cfg, &r));
+            LS_REQUIRE_OK(ls_reducer_bucket(r, 0, &bi));
+            LS_EXPECT(bi.fused == 1 && bi.view == 0 && bi.hi - bi.lo == 1);
+            ls_reducer_destroy(r);
+        }
+        LS_EXPECT(v.data == mem && ls_allocator_owns(other, x->data));
+        ls_tensor_destroy(x);
+        ls_allocator_destroy(other);
+    }
 
     /* only f32 gradients */
     int64_t s1[1] = {3};
@@ -184,10 +246,13 @@ int main(void) {
     unsetenv("LOCKSTEP_COMM");
     test_plan();
     test_config();
-    test_reducer_one_rank(NULL);
-    ls_ctx *ctx = NULL;
-    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
-    test_reducer_one_rank(ctx);
-    ls_ctx_destroy(ctx);
+    test_extra_bytes();
+    for (int view = 0; view <= 1; view++) {
+        test_reducer_one_rank(NULL, view);
+        ls_ctx *ctx = NULL;
+        LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
+        test_reducer_one_rank(ctx, view);
+        ls_ctx_destroy(ctx);
+    }
     LS_TEST_END();
 }

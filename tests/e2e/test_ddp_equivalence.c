@@ -4,7 +4,8 @@
  * the steps, the parameters must agree (max relative difference <= 1e-5, fp32) and be identical on
  * every rank. Cases: SGD and AdamW, 20 steps each, over a 110-sample data set whose size does not
  * divide by the global batch (exact sampler: partial last batches, some ranks empty), and gradient
- * accumulation over 4 micro-steps against one big batch.
+ * accumulation over 4 micro-steps against one big batch. The ranks train twice, with gradients as
+ * bucket views and copied into the buckets: bitwise the same parameters, less memory with views.
  * Args: [steps] (default 20) [cpu|cuda]. Small buckets (LOCKSTEP_BUCKET_MB) force several buckets.
  * With cuda the ranks train on the GPU (several ranks may share one: LOCKSTEP_COMM=mpi stages
  * through the host; alone, LOCKSTEP_COMM=nccl runs a one-rank NCCL communicator) and the
@@ -119,12 +120,38 @@ static double compare(run *dp, run *ref) {
     return worst;
 }
 
+/* Parameters of a and b bitwise equal (on this rank). */
+static int same_params(run *a, run *b) {
+    int same = 1;
+    for (int i = 0; i < 6; i++) {
+        float *x = host_param(a, i), *y = host_param(b, i);
+        same &= memcmp(x, y, sizeof(float) * (size_t)ls_tensor_numel(ls_module_param(a->m, i))) == 0;
+        free(x);
+        free(y);
+    }
+    return same;
+}
+
 static void check_case(const char *name, ls_optim_kind kind, int64_t global_b, int accum, int steps) {
     int rank = ls_comm_rank(W), world = ls_comm_world(W);
     int64_t b = global_b / world;
-    run dp, ref;
+    run dp, dpc, ref;
+    /* gradients as bucket views (the default) and copied into the buckets: the same steps, bit
+     * for bit; the views take less memory (no gradient beside its bucket) where there is a reducer */
+    ls_memory_stats m0, m1, m2;
+    ls_allocator_stats(C->alloc, &m0);
+    setenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW", "0", 1);
+    setup(&dpc, C, W, rank, world, kind, b, accum);
+    unsetenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW");
+    ls_allocator_stats(C->alloc, &m1);
     setup(&dp, C, W, rank, world, kind, b, accum);
+    ls_allocator_stats(C->alloc, &m2);
+    size_t copying = m1.live_bytes - m0.live_bytes, views = m2.live_bytes - m1.live_bytes;
+    LS_EXPECT(world > 1 ? views < copying : views == copying);
     train(&dp, b * accum, steps);
+    train(&dpc, b * accum, steps);
+    LS_EXPECT(same_params(&dp, &dpc));
+    teardown(&dpc);
     double worst = 0;
     if (rank == 0) {
         /* the reference: one process, whole batch, no accumulation */
