@@ -67,10 +67,11 @@ ls_status ls_device_select(const char *request, int local_rank, ls_device *out) 
             out->index = (local_rank < 0 ? 0 : local_rank) % n;
         } else {
             *out = ls_device_cpu();
-            /* A CUDA build without a usable GPU says so once per process (like a warning from
-             * torch); a CPU-only build has nothing to report. */
+            /* A CUDA build without a usable GPU says so once per node (its first rank, once per
+             * process: like a warning from torch, without one per rank); a CPU-only build has
+             * nothing to report. */
             static atomic_int said = 0;
-            if (ls_device_probe_built() && atomic_exchange(&said, 1) == 0)
+            if (ls_device_probe_built() && local_rank <= 0 && atomic_exchange(&said, 1) == 0)
                 LS_LOG_W("no usable CUDA device (%s); running on the CPU", why);
             else
                 LS_LOG_D("running on the CPU: %s", why);

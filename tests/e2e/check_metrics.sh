@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# check_metrics.sh MLP LOCKSTEP_RUN METRICS_CHECK: fashion_mlp --metrics writes one JSON object per
+# check_metrics.sh MLP LOCKSTEP_RUN METRICS_CHECK [CUDA_BUILT]: fashion_mlp --metrics writes one JSON object per
 # optimizer step that agrees with --log-steps (metrics_check.c says what is checked): one rank;
 # with --clip-grad-norm (grad_norm appears) and a resume from step 5 after a run that died after
 # step 7 (its final checkpoint removed: steps 6 and 7 are written once, by the resumed run); two ranks (the samples are the
 # global batch); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
-# NaN loss is written as null; a file that cannot be opened is an error naming it.
+# NaN loss is written as null; a file that cannot be opened is an error naming it. CUDA_BUILT (1 in a
+# CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU.
 set -u
-mlp=$1 run=$2 check=$3
+mlp=$1 run=$2 check=$3 cuda_built=${4:-0}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 args=(--epochs 2 --train-limit 1000 --test-limit 200 --batch-size 100 --no-progress)
@@ -28,6 +29,11 @@ if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
     "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --metrics "$dir/m3" --log-steps "$dir/s3" >"$dir/out4" 2>&1 ||
         fail "two ranks: $(cat "$dir/out4")"
     "$check" "$dir/m3" "$dir/s3" 20 100 10 noclip "$dir/out4" || fail "two ranks"
+    # a CUDA build without a usable GPU says it runs on the CPU once a node, not once a rank
+    want=0
+    [ "$cuda_built" = 1 ] && grep -q "device cpu" "$dir/out4" && want=1
+    [ "$(grep -c 'no usable CUDA device (.*); running on the CPU' "$dir/out4")" = "$want" ] ||
+        fail "two ranks on one node should say $want time(s) that they run on the CPU: $(cat "$dir/out4")"
 else
     echo "(no MPI launcher here: the two-rank case is left out)"
 fi
