@@ -11,7 +11,9 @@
  * communicators' threads may call MPI at once, hence MULTIPLE. Where MPI offers less, or with
  * "nonblocking": MPI_I* calls progressed by ls_comm_test/wait on the caller's thread (the reducer
  * tests its in-flight buckets on every grad_ready).
- * Staging copies and conversions always run on the caller's thread (at start and at wait).
+ * Staging copies and conversions always run on the caller's thread (at start and at wait). Staging
+ * buffers are kept for reuse (a few, up to LS_MPI_STAGE_KEEP_BYTES in all); for device buffers they
+ * are pinned host memory (the device allocator's host_alloc), else the host allocator's.
  * An all-reduce over LOCKSTEP_MPI_CHUNK bytes (default 16 MiB; 0: no limit) goes to MPI as several
  * calls of at most that size (see ls_mpi_exec; nonblocking: all posted at once, in order). */
 #include <errno.h>
@@ -54,6 +56,16 @@ static ls_status ls_mpi_error(int rc, const char *call) {
 
 typedef struct ls_mpi_req ls_mpi_req;
 
+/* Staging blocks kept for the next collectives: at most this many, this many bytes in all. */
+#define LS_MPI_STAGE_KEEP 4
+#define LS_MPI_STAGE_KEEP_BYTES ((size_t)256 << 20)
+
+typedef struct ls_stage_block {
+    void *p;
+    size_t bytes;
+    int pinned; /* from the device allocator's host_alloc (else the host allocator's ls_alloc) */
+} ls_stage_block;
+
 typedef struct ls_mpi_state {
     ls_comm_env env;
     MPI_Comm comm;
@@ -69,6 +81,9 @@ typedef struct ls_mpi_state {
     int inflight;            /* queued + running on the worker */
     int orphans;             /* timed-out requests the worker still runs */
     int stop;
+    pthread_mutex_t stage_mu; /* the kept staging blocks (requests end on either thread) */
+    ls_stage_block kept[LS_MPI_STAGE_KEEP];
+    int nkept;
 } ls_mpi_state;
 
 /* One collective as MPI sees it, plus the staging around it. */
@@ -85,7 +100,7 @@ struct ls_mpi_req {
     MPI_Datatype dt;
     MPI_Op mop;
     int root;
-    void *stage; /* host block owning the staging buffers */
+    ls_stage_block stage; /* host block owning the staging buffers (p NULL: none) */
     /* pre (caller's thread, at start): device -> host copy, then widen 16-bit -> f32 */
     const void *pre_dev;
     void *pre_host;
@@ -136,14 +151,79 @@ static MPI_Op ls_mpi_op(ls_reduce_op op) {
     }
 }
 
+/* ---- staging ---- */
+
+static void ls_stage_free(ls_mpi_state *st, ls_stage_block b) {
+    if (!b.p) return;
+    if (b.pinned) ls_allocator_host_free(st->env.dev, b.p, 1);
+    else ls_free(st->env.host, b.p);
+}
+
+/* A staging block of at least bytes: the smallest kept one that fits, else a new one (pinned for
+ * device buffers where the device allocator can). */
+static ls_status ls_stage_get(ls_mpi_state *st, size_t bytes, ls_stage_block *out) {
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&st->stage_mu);
+    int best = -1;
+    for (int i = 0; i < st->nkept; i++)
+        if (st->kept[i].bytes >= bytes && (best < 0 || st->kept[i].bytes < st->kept[best].bytes)) best = i;
+    if (best >= 0) {
+        *out = st->kept[best];
+        st->kept[best] = st->kept[--st->nkept];
+    }
+    pthread_mutex_unlock(&st->stage_mu);
+    if (out->p) return LS_OK;
+    /* rounded up, so that buckets of slightly different sizes share blocks */
+    const size_t grain = (size_t)64 << 10;
+    size_t n = bytes > grain ? (bytes + grain - 1) / grain * grain : bytes;
+    if (st->env.device.type != LS_DEVICE_CPU && st->env.dev) {
+        int pinned = 0;
+        LS_CHECK(ls_allocator_host_alloc(st->env.dev, n, "MPI staging buffer", &pinned, &out->p));
+        if (!pinned) { /* plain host memory: give it back and take the host allocator's (counted) */
+            ls_allocator_host_free(st->env.dev, out->p, 0);
+            out->p = NULL;
+        } else {
+            out->bytes = n;
+            out->pinned = 1;
+            return LS_OK;
+        }
+    }
+    LS_CHECK(ls_alloc(st->env.host, n, "MPI staging buffer", &out->p));
+    out->bytes = n;
+    return LS_OK;
+}
+
+/* Keep b for a later collective, or free it (or a smaller kept one) past the limits. */
+static void ls_stage_put(ls_mpi_state *st, ls_stage_block b) {
+    if (!b.p) return;
+    pthread_mutex_lock(&st->stage_mu);
+    size_t total = b.bytes;
+    for (int i = 0; i < st->nkept; i++) total += st->kept[i].bytes;
+    ls_stage_block drop = b;
+    if (total <= LS_MPI_STAGE_KEEP_BYTES) {
+        if (st->nkept < LS_MPI_STAGE_KEEP) {
+            st->kept[st->nkept++] = b;
+            drop.p = NULL;
+        } else { /* full: keep the larger blocks */
+            int small = 0;
+            for (int i = 1; i < st->nkept; i++)
+                if (st->kept[i].bytes < st->kept[small].bytes) small = i;
+            if (st->kept[small].bytes < b.bytes) {
+                drop = st->kept[small];
+                st->kept[small] = b;
+            }
+        }
+    }
+    pthread_mutex_unlock(&st->stage_mu);
+    ls_stage_free(st, drop);
+}
+
 static void ls_mpi_req_free(ls_mpi_state *st, ls_mpi_req *r) {
     if (!r) return;
-    if (r->stage) ls_free(st->env.host, r->stage);
+    ls_stage_put(st, r->stage);
     if (r->reqs != &r->req) free(r->reqs);
     free(r);
 }
-
-/* ---- staging ---- */
 
 static void ls_widen(ls_dtype t, const void *src, float *dst, int64_t n) {
     if (t == LS_F16) ls_half_f16_to_f32_n(src, dst, n);
@@ -251,12 +331,12 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
             block = (size_t)n * mes + (stage_dev && convert ? (size_t)n * es : 0);
         }
         if (block) {
-            ls_status s = ls_alloc(st->env.host, block, "MPI staging buffer", (void **)&b);
+            ls_status s = ls_stage_get(st, block, &r->stage);
             if (s != LS_OK) {
                 free(r);
                 return s;
             }
-            r->stage = b;
+            b = r->stage.p;
             r->mrecv = b;
             r->in_place = 1;
             void *raw = convert ? (stage_dev ? (void *)(b + (size_t)n * mes) : op->recv) : (void *)b;
@@ -300,12 +380,12 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
             r->msend = r->in_place ? NULL : op->send;
         } else {
             block = (size_t)n * (size_t)world * es;
-            ls_status s = ls_alloc(st->env.host, block, "MPI staging buffer", (void **)&b);
+            ls_status s = ls_stage_get(st, block, &r->stage);
             if (s != LS_OK) {
                 free(r);
                 return s;
             }
-            r->stage = b;
+            b = r->stage.p;
             r->mrecv = b;
             r->in_place = 1;
             r->pre_dev = op->send;
@@ -327,12 +407,12 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
             size_t ms_bytes = (size_t)ns * mes, mr_bytes = (size_t)n * mes;
             size_t raw_bytes = stage_dev && convert ? (size_t)ns * es + (size_t)n * es : 0;
             block = ms_bytes + mr_bytes + raw_bytes;
-            ls_status s = ls_alloc(st->env.host, block, "MPI staging buffer", (void **)&b);
+            ls_status s = ls_stage_get(st, block, &r->stage);
             if (s != LS_OK) {
                 free(r);
                 return s;
             }
-            r->stage = b;
+            b = r->stage.p;
             char *ms = b, *mr = b + ms_bytes;
             const void *raw_send = convert ? (stage_dev ? (const void *)(mr + mr_bytes) : op->send) : ms;
             void *raw_recv =
@@ -720,6 +800,8 @@ static void ls_mpi_destroy(void *sp) {
         pthread_join(st->worker, NULL);
     }
     if (st->comm != MPI_COMM_NULL) MPI_Comm_free(&st->comm);
+    for (int i = 0; i < st->nkept; i++) ls_stage_free(st, st->kept[i]);
+    pthread_mutex_destroy(&st->stage_mu);
     pthread_cond_destroy(&st->work_cv);
     pthread_cond_destroy(&st->done_cv);
     pthread_mutex_destroy(&st->mu);
@@ -834,6 +916,7 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
     st->chunk = chunk;
     st->comm = MPI_COMM_NULL;
     pthread_mutex_init(&st->mu, NULL);
+    pthread_mutex_init(&st->stage_mu, NULL);
     pthread_cond_init(&st->work_cv, NULL);
     pthread_cond_init(&st->done_cv, NULL);
     ls_status s = LS_OK;

@@ -4,7 +4,8 @@
  * stage f16/bf16 reductions through f32): results are checked for every collective, and the copy
  * counters prove the staging ran (host variants must not stage). The gradient reducer runs on the
  * same fake device (fusion copies through the allocator, scale through the CPU op table), copying
- * and with gradients as bucket views (no copies in a step; memory and values given back). */
+ * and with gradients as bucket views (no copies in a step; memory and values given back). Staging
+ * takes the allocator's pinned host memory, kept for reuse and freed with the communicator. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,8 @@
 #define LS_TEST_HAVE_MPI 0
 #endif
 
-static long to_dev, to_host, dev_to_dev;
+static long to_dev, to_host, dev_to_dev, zeros;
+static long pinned_allocs, pinned_live; /* the "pinned" host memory the allocator hands out */
 
 static void *fake_alloc(void *st, size_t n) { return malloc(n ? n : 1); }
 static void fake_free(void *st, void *p, size_t n) { free(p); }
@@ -34,11 +36,21 @@ static ls_status fake_copy(void *st, void *dst, int dd, const void *src, int sd,
     return LS_OK;
 }
 static ls_status fake_zero(void *st, void *p, size_t n) {
+    zeros++;
     memset(p, 0, n);
     return LS_OK;
 }
-static const ls_allocator_vtable fake_vt = {"fake-cuda", fake_alloc, fake_free, fake_copy, fake_zero,
-                                            NULL,        NULL,       NULL,      NULL,      NULL,
+static void *fake_host_alloc(void *st, size_t n) {
+    pinned_allocs++;
+    pinned_live++;
+    return malloc(n ? n : 1);
+}
+static void fake_host_free(void *st, void *p) {
+    pinned_live--;
+    free(p);
+}
+static const ls_allocator_vtable fake_vt = {"fake-cuda", fake_alloc, fake_free, fake_copy,       fake_zero,
+                                            NULL,        NULL,       fake_host_alloc, fake_host_free, NULL,
                                             NULL,        NULL,       NULL,      NULL};
 
 static ls_comm *C;
@@ -86,6 +98,15 @@ static void test_collectives(ls_allocator *dev) {
         ls_free(dev, buf);
         ls_free(dev, big);
     }
+    /* staging went through pinned host memory, kept for reuse: the same all-reduce 20 times more
+     * takes at most one new block */
+    LS_EXPECT(pinned_allocs > 0 && pinned_allocs < 16);
+    long a0 = pinned_allocs;
+    void *buf = NULL;
+    LS_REQUIRE_OK(ls_alloc(dev, (size_t)n * 4, "buf", &buf));
+    for (int k = 0; k < 20; k++) LS_REQUIRE_OK(ls_comm_allreduce(C, buf, n, LS_F32, LS_REDUCE_SUM));
+    LS_EXPECT(pinned_allocs - a0 <= 1);
+    ls_free(dev, buf);
     /* host variants never stage */
     long h0 = to_host, d0 = to_dev;
     double v[2] = {1, R};
@@ -106,10 +127,12 @@ static void test_reducer(ls_ctx *ctx, int view) {
     }
     ls_memory_stats m0, m1, m2;
     ls_allocator_stats(ctx->alloc, &m0);
+    long z0 = zeros;
     ls_reducer_config cfg = {1024, 4096, view ? 1 : -1};
     ls_reducer *r = NULL;
     LS_REQUIRE_OK(ls_reducer_create(C, ctx, N, g, &cfg, &r));
     ls_allocator_stats(ctx->alloc, &m1);
+    LS_EXPECT(view ? zeros > z0 : zeros == z0); /* a view bucket is zeroed on the device (its padding) */
     /* the values survive the move; a view bucket's gradients live in it, 256-byte aligned */
     size_t fused = 0;
     int views = 0;
@@ -197,6 +220,7 @@ int main(void) {
     LS_REQUIRE_OK(ls_comm_allreduce_host(C, &fails, 1, LS_I32, LS_REDUCE_MAX));
     if (fails && !ls_test_failures) ls_test_failures = 1;
     ls_comm_destroy(C);
+    LS_EXPECT(pinned_live == 0); /* the kept staging blocks go with the communicator */
     ctx.ops->fini(ctx.state);
     ls_allocator_destroy(dev);
     ls_allocator_destroy(host);
