@@ -106,11 +106,12 @@ int ls_reducer_plan_buckets(int n, const size_t *nbytes, size_t first_cap, size_
     return open ? nb + 1 : nb;
 }
 
-/* A view bucket's reduced region: the gradients' offsets in it (hi down to lo), each aligned;
- * returns its size. The buffer is LS_VIEW_ALIGN larger: the region starts at its first aligned
- * address past the buffer's start (so no gradient's data is the allocation itself). off may be
- * NULL. */
-static size_t ls_view_layout(int lo, int hi, const size_t *nbytes, size_t *off) {
+/* A fused bucket's reduced region: the gradients' offsets in it (hi down to lo), each aligned;
+ * returns its size. The same whether the gradients live there or are copied in, so every rank
+ * reduces the same count (and sums each element in the same order) whatever it chose. The buffer is
+ * LS_VIEW_ALIGN larger: the region starts at its first aligned address past the buffer's start (so
+ * no gradient's data is the allocation itself). off may be NULL. */
+static size_t ls_bucket_layout(int lo, int hi, const size_t *nbytes, size_t *off) {
     size_t o = 0;
     for (int i = hi; i >= lo; i--) {
         o = (o + LS_VIEW_ALIGN - 1) / LS_VIEW_ALIGN * LS_VIEW_ALIGN;
@@ -126,20 +127,26 @@ size_t ls_reducer_extra_bytes(int n, const size_t *nbytes, const int *bucket_of,
         int lo = hi;
         size_t sum = nbytes[hi];
         while (lo > 0 && bucket_of[lo - 1] == bucket_of[hi]) sum += nbytes[--lo];
-        if (lo < hi) total += view ? ls_view_layout(lo, hi, nbytes, NULL) + LS_VIEW_ALIGN - sum : sum;
+        if (lo < hi) total += ls_bucket_layout(lo, hi, nbytes, NULL) + LS_VIEW_ALIGN - (view ? sum : 0);
         hi = lo - 1;
     }
     return total;
 }
 
-/* Device copies and fills go through a (the memory's allocator); host ones are plain. */
-static ls_status ls_dev_copy(ls_reducer *r, ls_allocator *a, void *dst, const void *src, size_t bytes) {
+/* Copies and fills of the gradients' memory go through a (their allocator) on a device; host ones
+ * are plain. to_dev/from_dev: whether each side is that memory (else host memory). */
+static ls_status ls_dev_copy2(ls_reducer *r, ls_allocator *a, void *dst, int to_dev, const void *src, int from_dev,
+                              size_t bytes) {
     if (!bytes || dst == src) return LS_OK;
     if (!r->on_device) {
         memcpy(dst, src, bytes);
         return LS_OK;
     }
-    return ls_allocator_copy(a, dst, 1, src, 1, bytes);
+    return ls_allocator_copy(a, dst, to_dev, src, from_dev, bytes);
+}
+
+static ls_status ls_dev_copy(ls_reducer *r, ls_allocator *a, void *dst, const void *src, size_t bytes) {
+    return ls_dev_copy2(r, a, dst, 1, src, 1, bytes);
 }
 
 static ls_status ls_dev_zero(ls_reducer *r, ls_allocator *a, void *p, size_t bytes) {
@@ -150,31 +157,41 @@ static ls_status ls_dev_zero(ls_reducer *r, ls_allocator *a, void *p, size_t byt
     return ls_allocator_set_zero(a, p, bytes);
 }
 
-/* Bucket k's gradients can live in its buffer: each one allocation of the same allocator (not
- * views, nor already another reducer's bucket views). */
+/* Bucket k's gradients can live in its buffer: each one allocation (not a view, nor already
+ * another reducer's bucket view, nor listed twice) of one allocator: on a device, the context's
+ * (whose stream orders the copies and frees). */
 static int ls_view_ok(const ls_reducer *r, const ls_bucket *b) {
     ls_allocator *a = r->grads[b->lo]->alloc;
-    if (!a || ls_allocator_device(a).type != r->grads[b->lo]->device.type) return 0;
-    for (int i = b->lo; i <= b->hi; i++)
+    if (!a || ls_allocator_device(a).type != r->grads[b->lo]->device.type || (r->on_device && a != r->alloc))
+        return 0;
+    for (int i = b->lo; i <= b->hi; i++) {
         if (r->grads[i]->alloc != a || !ls_allocator_owns(a, r->grads[i]->data)) return 0;
+        for (int j = b->lo; j < i; j++)
+            if (r->grads[j] == r->grads[i] || r->grads[j]->data == r->grads[i]->data) return 0;
+    }
     return 1;
 }
 
-/* Move bucket k's gradients into a new buffer (zeroed: the padding is reduced too) and free their
- * own memory. On failure the ones moved so far are marked, for destroy to move back. */
-static ls_status ls_make_view(ls_reducer *r, int k, const size_t *nbytes) {
+/* Bucket k's buffer (zeroed: the padding is reduced too) and, as views, its gradients moved in
+ * (their own memory freed). On failure the ones moved so far are marked, for destroy to undo. */
+static ls_status ls_make_bucket(ls_reducer *r, int k, const size_t *nbytes, int view) {
     ls_bucket *b = &r->b[k];
-    ls_allocator *a = r->grads[b->lo]->alloc;
-    size_t region = ls_view_layout(b->lo, b->hi, nbytes, r->offset);
-    char what[48];
-    snprintf(what, sizeof what, "gradient bucket %d", k);
-    LS_CHECK(ls_alloc(a, region + LS_VIEW_ALIGN, what, &b->fusion));
+    ls_allocator *a = view ? r->grads[b->lo]->alloc : r->alloc;
+    size_t region = ls_bucket_layout(b->lo, b->hi, nbytes, r->offset), bytes = region + LS_VIEW_ALIGN;
+    if (a) {
+        char what[48];
+        snprintf(what, sizeof what, "gradient bucket %d", k);
+        LS_CHECK(ls_alloc(a, bytes, what, &b->fusion));
+    } else if (!(b->fusion = malloc(bytes))) {
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: fusion buffer %d of %zu bytes", k, bytes);
+    }
     b->owner = a;
-    b->view = 1;
     b->start = LS_VIEW_ALIGN - (size_t)((uintptr_t)b->fusion % LS_VIEW_ALIGN);
     b->numel = (int64_t)(region / sizeof(float));
     for (int i = b->lo; i <= b->hi; i++) r->offset[i] += b->start;
-    LS_CHECK(ls_dev_zero(r, a, b->fusion, region + LS_VIEW_ALIGN));
+    LS_CHECK(ls_dev_zero(r, a, b->fusion, bytes));
+    if (!view) return LS_OK;
+    b->view = 1;
     for (int i = b->hi; i >= b->lo; i--) {
         ls_tensor *g = r->grads[i];
         void *dst = (char *)b->fusion + r->offset[i];
@@ -186,27 +203,82 @@ static ls_status ls_make_view(ls_reducer *r, int k, const size_t *nbytes) {
     return LS_OK;
 }
 
-/* Give bucket k's gradients their own memory back, with their values. 1: all of them have it. */
-static int ls_undo_view(ls_reducer *r, int k) {
+/* Give bucket k's gradients their own memory back, with their values, and free its buffer. The
+ * values go through host memory and the buffer is freed first, so this needs no device memory
+ * beyond what the bucket held (a trainer is often destroyed after running out of it). */
+static void ls_undo_view(ls_reducer *r, int k) {
     ls_bucket *b = &r->b[k];
-    int ok = 1;
+    size_t total = 0;
+    for (int i = b->lo; i <= b->hi; i++)
+        if (r->viewed[i]) total += ls_tensor_nbytes(r->grads[i]);
+    char *host = malloc(total ? total : 1);
+    const char *why = host ? NULL : "out of host memory";
+    size_t o = 0;
+    for (int i = b->hi; i >= b->lo && !why; i--) {
+        if (!r->viewed[i]) continue;
+        size_t n = ls_tensor_nbytes(r->grads[i]);
+        if (ls_dev_copy2(r, b->owner, host + o, 0, r->grads[i]->data, 1, n) != LS_OK) why = ls_last_error();
+        o += n;
+    }
+    if (why) { /* the gradients keep living in the bucket */
+        LS_LOG_W("gradient reducer: cannot give bucket %d's gradients their own memory back (%s); its buffer "
+                 "stays allocated",
+                 k, why);
+        free(host);
+        return;
+    }
+    ls_free(b->owner, b->fusion);
+    b->fusion = NULL;
+    o = 0;
     for (int i = b->hi; i >= b->lo; i--) {
         if (!r->viewed[i]) continue;
         ls_tensor *g = r->grads[i];
         size_t n = ls_tensor_nbytes(g);
         void *p = NULL;
-        if (ls_alloc(b->owner, n, "a gradient", &p) != LS_OK || ls_dev_copy(r, b->owner, p, g->data, n) != LS_OK) {
+        if (ls_alloc(b->owner, n, "a gradient", &p) != LS_OK || ls_dev_copy2(r, b->owner, p, 1, host + o, 0, n) != LS_OK) {
+            LS_LOG_E("gradient reducer: gradient %d has no memory after its bucket was freed: %s", i, ls_last_error());
             if (p) ls_free(b->owner, p);
-            LS_LOG_W("gradient reducer: cannot give gradient %d its own memory back (%s); bucket %d's buffer "
-                     "stays allocated for it",
-                     i, ls_last_error(), k);
-            ok = 0;
-            continue;
+            p = NULL;
         }
         g->data = p;
         r->viewed[i] = 0;
+        o += n;
     }
-    return ok;
+    free(host);
+}
+
+/* Every rank must plan the same buckets (LOCKSTEP_BUCKET_MB and LOCKSTEP_FIRST_BUCKET_MB may
+ * differ between ranks): else a bucket's all-reduce has different counts on different ranks, which
+ * overruns buffers or hangs. One small all-reduce of a hash of the plan at create. */
+static ls_status ls_check_plan(ls_reducer *r) {
+    if (ls_comm_world(r->comm) <= 1) return LS_OK;
+    uint64_t h = 1469598103934665603ULL;
+    int64_t items[3];
+    for (int k = -1; k < r->nb; k++) {
+        int m = 1;
+        items[0] = r->nb;
+        if (k >= 0) {
+            items[0] = r->b[k].lo;
+            items[1] = r->b[k].hi;
+            items[2] = r->b[k].numel;
+            m = 3;
+        }
+        for (int j = 0; j < m; j++) {
+            h ^= (uint64_t)items[j];
+            h *= 1099511628211ULL;
+        }
+    }
+    /* max of the halves and of their negations: the largest and the smallest hash on any rank */
+    int32_t v[4] = {(int32_t)(h & 0x7fffffff), (int32_t)((h >> 31) & 0x7fffffff), 0, 0};
+    v[2] = -v[0];
+    v[3] = -v[1];
+    LS_CHECK(ls_comm_allreduce_host(r->comm, v, 4, LS_I32, LS_REDUCE_MAX));
+    if (v[0] != -v[2] || v[1] != -v[3])
+        return ls_error(LS_ERR_MISMATCH,
+                        "gradient buckets differ between ranks (here %d buckets, first cap %zu B, cap %zu B): "
+                        "LOCKSTEP_BUCKET_MB and LOCKSTEP_FIRST_BUCKET_MB must be the same on every rank",
+                        r->nb, r->cfg.first_bucket_bytes, r->cfg.bucket_bytes);
+    return LS_OK;
 }
 
 static ls_status ls_dev_scale(ls_reducer *r, void *buf, int64_t n) {
@@ -225,7 +297,10 @@ void ls_reducer_destroy(ls_reducer *r) {
     if (!r) return;
     for (int k = 0; r->b && k < r->nb; k++) {
         if (r->b[k].req) ls_comm_wait(r->b[k].req);
-        if (r->b[k].view && !ls_undo_view(r, k)) continue; /* gradients still live in it: keep it */
+        if (r->b[k].view) {
+            ls_undo_view(r, k); /* frees the buffer, unless the gradients must stay in it */
+            continue;
+        }
         if (r->b[k].owner)
             ls_free(r->b[k].owner, r->b[k].fusion);
         else
@@ -314,25 +389,14 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
     for (int k = 0; k < r->nb; k++) {
         ls_bucket *b = &r->b[k];
         if (b->hi == b->lo) continue; /* single gradient: in place */
-        if (rc.bucket_view > 0 && ls_view_ok(r, b)) {
-            LS_CHECK_GOTO(ls_make_view(r, k, nbytes), s, fail);
-            views++;
-            continue;
-        }
-        b->owner = r->alloc;
-        if (!r->alloc) {
-            b->fusion = malloc(b->bytes ? b->bytes : 1);
-            if (!b->fusion) {
-                s = ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: fusion buffer %d of %zu bytes", k,
-                             b->bytes);
-                goto fail;
-            }
-        } else {
-            char what[48];
-            snprintf(what, sizeof what, "gradient bucket %d", k);
-            LS_CHECK_GOTO(ls_alloc(r->alloc, b->bytes, what, &b->fusion), s, fail);
-        }
+        int view = rc.bucket_view > 0 && ls_view_ok(r, b);
+        LS_CHECK_GOTO(ls_make_bucket(r, k, nbytes, view), s, fail);
+        views += view;
     }
+    /* the freed gradient memory may be reused by work on another stream (a batch upload): let the
+     * copies out of it finish first */
+    if (views && r->on_device) LS_CHECK_GOTO(ls_ctx_synchronize(ctx), s, fail);
+    LS_CHECK_GOTO(ls_check_plan(r), s, fail);
     free(nbytes);
     LS_LOG_D("gradient reducer: %d gradients in %d buckets (first cap %zu B, cap %zu B), %d of them views", n,
              r->nb, rc.first_bucket_bytes, rc.bucket_bytes, views);

@@ -14,8 +14,12 @@
  * gradients take no memory beyond the buckets. The tensors keep their descriptors (only ->data
  * changes: read it when used, do not cache it across ls_reducer_create) and their allocator, and
  * must not be destroyed while the reducer lives; destroy gives each its own memory back with its
- * values. A bucket whose gradients are views (no allocator), come from different allocators or
- * are already another reducer's bucket views is copied as before.
+ * values, through host memory after freeing the bucket (so a trainer destroyed after running out
+ * of device memory needs none). A bucket whose gradients are views (no allocator), come from
+ * different allocators (on a device: not the context's), are listed twice or are already another
+ * reducer's bucket views is copied as before. A fused bucket has the same layout either way (and
+ * so the same count on every rank, whatever each chose); create checks with one small all-reduce
+ * that every rank planned the same buckets (LS_ERR_MISMATCH where the caps differ).
  *
  * Step protocol: begin(post_scale) -> grad_ready(i) as each gradient becomes final (any order;
  * optional) -> finish (treats unmarked gradients as ready). Gradient accumulation ("no_sync"):

@@ -4,7 +4,8 @@
  * in a per-rank random order (ranks disagree on the order; buckets still launch in bucket order),
  * partly, or not at all. Checks that buckets launch during grad_ready in backward order (overlap)
  * and not before bucket 0 is complete. Run with any number of ranks; optional argument "ctx" uses
- * a CPU ls_ctx (fusion buffers from its allocator) instead of none. */
+ * a CPU ls_ctx (fusion buffers from its allocator) instead of none; "mixed": even ranks keep the
+ * gradients as bucket views, odd ones copy them. Ranks with different bucket caps fail to create. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,11 @@ static float gval(int r, int k, int64_t i, int step) {
 
 int main(int argc, char **argv) {
     ls_ctx *ctx = NULL;
-    if (argc > 1 && !strcmp(argv[1], "ctx")) LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
+    int mixed = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "ctx")) LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
+        else if (!strcmp(argv[i], "mixed")) mixed = 1;
+    }
     ls_comm *c = NULL;
     LS_REQUIRE_OK(ls_comm_create(ctx, NULL, &c));
     const int R = ls_comm_rank(c), W = ls_comm_world(c);
@@ -52,7 +57,11 @@ int main(int argc, char **argv) {
     }
     ls_reducer_config cfg = {8 << 10, 64 << 10, 0};
     const char *ev = getenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW"); /* the default: gradients as bucket views */
-    const int want_view = !(ev && !strcmp(ev, "0"));
+    int want_view = !(ev && !strcmp(ev, "0"));
+    if (mixed) { /* odd ranks copy, even ones keep views: the buckets' counts must still agree */
+        want_view = R % 2 == 0;
+        cfg.bucket_view = want_view ? 1 : -1;
+    }
     ls_reducer *red = NULL;
     LS_REQUIRE_OK(ls_reducer_create(c, ctx, N, g, &cfg, &red));
     const int nb = ls_reducer_num_buckets(red);
@@ -133,6 +142,11 @@ int main(int argc, char **argv) {
     }
 
     ls_reducer_destroy(red);
+    if (W > 1) { /* ranks with different bucket caps: an error on every rank, not an overrun */
+        ls_reducer_config other = {8 << 10, R == W - 1 ? 32 << 10 : 64 << 10, 0};
+        LS_EXPECT_ERR(ls_reducer_create(c, ctx, N, g, &other, &red), LS_ERR_MISMATCH,
+                      "gradient buckets differ between ranks");
+    }
     for (int k = 0; k < N; k++) ls_tensor_destroy(g[k]);
     int32_t fails = ls_test_failures;
     LS_REQUIRE_OK(ls_comm_allreduce(c, &fails, 1, LS_I32, LS_REDUCE_MAX));

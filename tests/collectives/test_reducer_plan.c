@@ -101,15 +101,55 @@ static void test_config(void) {
     unsetenv("LOCKSTEP_FIRST_BUCKET_MB");
 }
 
-/* What the buckets take beyond the gradients: copying, the fused buckets; as views, padding. */
+/* What the buckets take beyond the gradients: copying, the fused buckets' buffers; as views, their
+ * padding. */
 static void test_extra_bytes(void) {
     size_t b[7] = {40, 40, 400, 40, 40, 40, 40};
     int of[7];
     LS_EXPECT(ls_reducer_plan_buckets(7, b, 80, 120, of) == 4);
-    LS_EXPECT(ls_reducer_extra_bytes(7, b, of, 0) == 3 * 80);
-    /* a bucket of two 40-byte gradients: at 256 and 512, so 552 bytes */
+    /* a buffer for two 40-byte gradients: 256 bytes of lead-in at most, then at 0 and 256: 552 */
+    LS_EXPECT(ls_reducer_extra_bytes(7, b, of, 0) == 3 * 552);
     LS_EXPECT(ls_reducer_extra_bytes(7, b, of, 1) == 3 * (552 - 80));
     LS_EXPECT(ls_reducer_extra_bytes(0, b, of, 1) == 0);
+}
+
+/* Destroyed when the allocator is full (after running out of memory): the gradients still get
+ * their memory and values back, and nothing is left behind. */
+static void test_destroy_when_full(void) {
+    ls_comm *c = NULL;
+    LS_REQUIRE_OK(ls_comm_create(NULL, "self", &c));
+    enum { N = 4, CAP = 8192 };
+    ls_allocator *a = NULL;
+    LS_REQUIRE_OK(ls_host_allocator_create(CAP, &a));
+    ls_tensor *g[N];
+    for (int i = 0; i < N; i++) {
+        LS_REQUIRE_OK(ls_tensor_create(a, LS_F32, 1, (int64_t[]){100}, "grad", &g[i]));
+        for (int j = 0; j < 100; j++) ((float *)g[i]->data)[j] = (float)(i * 100 + j);
+    }
+    ls_reducer_config cfg = {1 << 20, 1 << 20, 1};
+    ls_reducer *r = NULL;
+    LS_REQUIRE_OK(ls_reducer_create(c, NULL, N, g, &cfg, &r));
+    ls_reducer_bucket_info bi;
+    LS_REQUIRE_OK(ls_reducer_bucket(r, 0, &bi));
+    LS_EXPECT(ls_reducer_num_buckets(r) == 1 && bi.view == 1);
+    ls_memory_stats m;
+    ls_allocator_stats(a, &m);
+    void *fill = NULL; /* every byte left under the cap */
+    LS_REQUIRE_OK(ls_alloc(a, CAP - m.live_bytes, "the rest", &fill));
+    LS_EXPECT_ERR(ls_alloc(a, 400, "one more gradient", &(void *){NULL}), LS_ERR_OUT_OF_MEMORY, "cap");
+    ls_reducer_destroy(r);
+    int64_t bad = 0;
+    for (int i = 0; i < N; i++) {
+        LS_EXPECT(ls_allocator_owns(a, g[i]->data));
+        for (int j = 0; j < 100; j++) bad += ((float *)g[i]->data)[j] != (float)(i * 100 + j);
+    }
+    LS_EXPECT(bad == 0);
+    ls_free(a, fill);
+    for (int i = 0; i < N; i++) ls_tensor_destroy(g[i]);
+    ls_allocator_stats(a, &m);
+    LS_EXPECT(m.live_bytes == 0);
+    ls_allocator_destroy(a);
+    ls_comm_destroy(c);
 }
 
 /* One rank (self): bucket queries, launches as buckets complete, post_scale, errors. */
@@ -247,6 +287,7 @@ int main(void) {
     test_plan();
     test_config();
     test_extra_bytes();
+    test_destroy_when_full();
     for (int view = 0; view <= 1; view++) {
         test_reducer_one_rank(NULL, view);
         ls_ctx *ctx = NULL;
