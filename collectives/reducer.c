@@ -235,7 +235,8 @@ static void ls_undo_view(ls_reducer *r, int k) {
         ls_tensor *g = r->grads[i];
         size_t n = ls_tensor_nbytes(g);
         void *p = NULL;
-        if (ls_alloc(b->owner, n, "a gradient", &p) != LS_OK || ls_dev_copy2(r, b->owner, p, 1, host + o, 0, n) != LS_OK) {
+        if (ls_alloc(b->owner, n, "a gradient", &p) != LS_OK ||
+            ls_dev_copy2(r, b->owner, p, 1, host + o, 0, n) != LS_OK) {
             LS_LOG_E("gradient reducer: gradient %d has no memory after its bucket was freed: %s", i, ls_last_error());
             if (p) ls_free(b->owner, p);
             p = NULL;
@@ -249,8 +250,10 @@ static void ls_undo_view(ls_reducer *r, int k) {
 
 /* Every rank must plan the same buckets (LOCKSTEP_BUCKET_MB and LOCKSTEP_FIRST_BUCKET_MB may
  * differ between ranks): else a bucket's all-reduce has different counts on different ranks, which
- * overruns buffers or hangs. One small all-reduce of a hash of the plan at create. */
-static ls_status ls_check_plan(ls_reducer *r) {
+ * overruns buffers or hangs. One small all-reduce of a hash of the plan at create, which also
+ * tells every rank whether one failed to make its buckets (failed: this one did), so that all
+ * return an error rather than some wait for the others in their first step. */
+static ls_status ls_check_plan(ls_reducer *r, int failed) {
     if (ls_comm_world(r->comm) <= 1) return LS_OK;
     uint64_t h = 1469598103934665603ULL;
     int64_t items[3];
@@ -269,10 +272,13 @@ static ls_status ls_check_plan(ls_reducer *r) {
         }
     }
     /* max of the halves and of their negations: the largest and the smallest hash on any rank */
-    int32_t v[4] = {(int32_t)(h & 0x7fffffff), (int32_t)((h >> 31) & 0x7fffffff), 0, 0};
+    int32_t v[5] = {(int32_t)(h & 0x7fffffff), (int32_t)((h >> 31) & 0x7fffffff), 0, 0, failed != 0};
     v[2] = -v[0];
     v[3] = -v[1];
-    LS_CHECK(ls_comm_allreduce_host(r->comm, v, 4, LS_I32, LS_REDUCE_MAX));
+    LS_CHECK(ls_comm_allreduce_host(r->comm, v, 5, LS_I32, LS_REDUCE_MAX));
+    if (v[4] && !failed)
+        return ls_error(LS_ERR_COMM, "gradient reducer: another rank could not make its gradient buckets (its "
+                                     "own error says why)");
     if (v[0] != -v[2] || v[1] != -v[3])
         return ls_error(LS_ERR_MISMATCH,
                         "gradient buckets differ between ranks (here %d buckets, first cap %zu B, cap %zu B): "
@@ -386,17 +392,24 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
         b->numel += ls_tensor_numel(grads[i]);
     }
     int views = 0;
-    for (int k = 0; k < r->nb; k++) {
+    for (int k = 0; k < r->nb && s == LS_OK; k++) {
         ls_bucket *b = &r->b[k];
         if (b->hi == b->lo) continue; /* single gradient: in place */
         int view = rc.bucket_view > 0 && ls_view_ok(r, b);
-        LS_CHECK_GOTO(ls_make_bucket(r, k, nbytes, view), s, fail);
+        s = ls_make_bucket(r, k, nbytes, view);
         views += view;
     }
     /* the freed gradient memory may be reused by work on another stream (a batch upload): let the
      * copies out of it finish first */
-    if (views && r->on_device) LS_CHECK_GOTO(ls_ctx_synchronize(ctx), s, fail);
-    LS_CHECK_GOTO(ls_check_plan(r), s, fail);
+    if (s == LS_OK && views && r->on_device) s = ls_ctx_synchronize(ctx);
+    char msg[512] = "";
+    if (s != LS_OK) snprintf(msg, sizeof msg, "%s", ls_last_error());
+    ls_status agreed = ls_check_plan(r, s != LS_OK); /* on every rank, also one that failed */
+    if (s != LS_OK) {
+        s = ls_error(s, "%s", msg);
+        goto fail;
+    }
+    LS_CHECK_GOTO(agreed, s, fail);
     free(nbytes);
     LS_LOG_D("gradient reducer: %d gradients in %d buckets (first cap %zu B, cap %zu B), %d of them views", n,
              r->nb, rc.first_bucket_bytes, rc.bucket_bytes, views);

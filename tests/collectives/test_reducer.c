@@ -5,7 +5,8 @@
  * partly, or not at all. Checks that buckets launch during grad_ready in backward order (overlap)
  * and not before bucket 0 is complete. Run with any number of ranks; optional argument "ctx" uses
  * a CPU ls_ctx (fusion buffers from its allocator) instead of none; "mixed": even ranks keep the
- * gradients as bucket views, odd ones copy them. Ranks with different bucket caps fail to create. */
+ * gradients as bucket views, odd ones copy them. Ranks with different bucket caps fail to create,
+ * and so do all when one runs out of memory for its buckets. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,20 @@ int main(int argc, char **argv) {
         ls_reducer_config other = {8 << 10, R == W - 1 ? 32 << 10 : 64 << 10, 0};
         LS_EXPECT_ERR(ls_reducer_create(c, ctx, N, g, &other, &red), LS_ERR_MISMATCH,
                       "gradient buckets differ between ranks");
+        /* one rank out of memory for its bucket: it says so, the others learn of it (no hang) */
+        enum { M = 4 };
+        ls_allocator *capped = NULL;
+        LS_REQUIRE_OK(ls_host_allocator_create(R == W - 1 ? M * 400 : 0, &capped));
+        ls_tensor *h[M];
+        for (int k = 0; k < M; k++) LS_REQUIRE_OK(ls_tensor_create(capped, LS_F32, 1, (int64_t[]){100}, "grad", &h[k]));
+        ls_reducer_config views = {1 << 20, 1 << 20, 1};
+        if (R == W - 1)
+            LS_EXPECT_ERR(ls_reducer_create(c, ctx, M, h, &views, &red), LS_ERR_OUT_OF_MEMORY, "gradient bucket 0");
+        else
+            LS_EXPECT_ERR(ls_reducer_create(c, ctx, M, h, &views, &red), LS_ERR_COMM,
+                          "another rank could not make its gradient buckets");
+        for (int k = 0; k < M; k++) ls_tensor_destroy(h[k]);
+        ls_allocator_destroy(capped);
     }
     for (int k = 0; k < N; k++) ls_tensor_destroy(g[k]);
     int32_t fails = ls_test_failures;
