@@ -408,7 +408,9 @@ static ls_status cu_bias_grad(void *st, ls_dtype t, int64_t rows, int64_t cols, 
 }
 
 /* y[B,out] = x[B,in] @ w[out,in]^T (+ b): one cuBLASLt matmul with the bias epilogue; if cuBLASLt
- * has no algorithm for the case (or for f64), cublasGemmEx and the bias kernel. */
+ * has no algorithm for the case (or for f64, or a dimension of 1, where PyTorch also keeps away
+ * from cuBLASLt's bias epilogue: a batch of one sample is a last partial batch), cublasGemmEx and
+ * the bias kernel. */
 static ls_status cu_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x,
                                const void *w, const void *b, void *y) {
     ls_cuda_state *s = st;
@@ -419,7 +421,7 @@ static ls_status cu_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int6
         if (b) LS_CUDA_CHECK(ls_cuda_bias_add(&s->launch, t, B, out, b, y));
         return LS_OK;
     }
-    if (t != LS_F64) {
+    if (t != LS_F64 && B > 1 && out > 1 && in > 1) {
         int done = 0;
         LS_CHECK(lt_gemm(s, t, 0, 1, B, out, in, 1.0f, x, in, w, in, 0.0f, y, out, b, &done));
         if (done) return LS_OK;

@@ -417,8 +417,15 @@ static cudnnStatus_t conv_call(ls_cuda_state *s, conv_entry *e, int dir, const c
     }
 }
 
-/* Run the direction with its current algorithm; if cuDNN rejects it (not supported), the next
- * candidate whose workspace fits g->room, which then stays the current one. */
+#if CUDNN_MAJOR >= 9
+#define LS_CUDNN_MISALIGNED(st) ((st) == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER)
+#else
+#define LS_CUDNN_MISALIGNED(st) 0
+#endif
+
+/* Run the direction with its current algorithm; if cuDNN rejects it (not supported, or a pointer
+ * less aligned than it needs), the next candidate whose workspace fits g->room, which then stays
+ * the current one. */
 static ls_status conv_run(ls_cuda_state *s, conv_entry *e, int dir, const conv_args *g) {
     conv_dir *d = &e->dir[dir];
     cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
@@ -429,7 +436,8 @@ static ls_status conv_run(ls_cuda_state *s, conv_entry *e, int dir, const conv_a
             d->cur = i;
             return LS_OK;
         }
-        if (CUDNN_STATUS_CATEGORY(last) != CUDNN_STATUS_NOT_SUPPORTED) break;
+        /* not supported, or (cuDNN 9) an alignment this algorithm needs: the next may take it */
+        if (CUDNN_STATUS_CATEGORY(last) != CUDNN_STATUS_NOT_SUPPORTED && !LS_CUDNN_MISALIGNED(last)) break;
         if (!d->warned) {
             char buf[160];
             ls_conv2d_params p = key_params(&e->key);

@@ -747,6 +747,8 @@ int main(int argc, char **argv) {
         case_linear(DEV, t, 0, 33, 70, 19, 1, 1);
         case_linear(DEV, t, 0, 33, 70, 19, 0, 0);
         case_linear(DEV, t, 0, 5, 0, 3, 1, 0); /* in = 0: y = b */
+        case_linear(DEV, t, 0, 1, 70, 19, 1, 1); /* a batch of one (a last partial batch) */
+        case_linear(DEV, t, 0, 33, 70, 1, 1, 1); /* one output */
         case_offsets(t, 33, 70, 19, 1);
         case_bias(t, 67, 129);
         case_bias(t, 64, 256);
