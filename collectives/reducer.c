@@ -287,6 +287,17 @@ static ls_status ls_check_plan(ls_reducer *r, int failed) {
     return LS_OK;
 }
 
+/* This rank cannot make its reducer: it still takes part in the plan check, as failed, so that the
+ * other ranks return an error too rather than wait for it; returns s (its message kept). */
+static ls_status ls_refuse(ls_comm *c, ls_status s) {
+    if (ls_comm_world(c) <= 1) return s;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ls_last_error());
+    int32_t v[5] = {0, 0, 0, 0, 1};
+    (void)ls_comm_allreduce_host(c, v, 5, LS_I32, LS_REDUCE_MAX);
+    return ls_error(s, "%s", msg);
+}
+
 static ls_status ls_dev_scale(ls_reducer *r, void *buf, int64_t n) {
     if (r->scale == 1.0 || n == 0) return LS_OK;
     if (!r->on_device) {
@@ -326,30 +337,33 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
     if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: out is NULL");
     *out = NULL;
     if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: communicator is NULL");
+    /* from here on every failure goes through ls_refuse: the other ranks learn of it */
     if (n < 0 || (n > 0 && !grads))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: bad gradient list (%d)", n);
+        return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: bad gradient list (%d)", n));
     ls_reducer_config rc;
-    LS_CHECK(ls_reducer_config_resolve(cfg, &rc));
+    ls_status s = ls_reducer_config_resolve(cfg, &rc);
+    if (s != LS_OK) return ls_refuse(c, s);
     ls_device dev = ls_comm_device(c);
     if (ctx && ctx->device.type != dev.type)
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "ls_reducer_create: the context and the communicator are on different devices");
+        return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT,
+                                     "ls_reducer_create: the context and the communicator are on different devices"));
     for (int i = 0; i < n; i++) {
         char d[64];
-        if (!grads[i]) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: gradient %d is NULL", i);
+        if (!grads[i])
+            return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: gradient %d is NULL", i));
         if (grads[i]->dtype != LS_F32)
-            return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "ls_reducer_create: gradient %d is %s; the reducer takes f32", i,
-                            ls_tensor_describe(grads[i], d, sizeof d));
+            return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT,
+                                         "ls_reducer_create: gradient %d is %s; the reducer takes f32", i,
+                                         ls_tensor_describe(grads[i], d, sizeof d)));
         if (grads[i]->device.type != dev.type)
-            return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "ls_reducer_create: gradient %d is %s, not on the communicator's device", i,
-                            ls_tensor_describe(grads[i], d, sizeof d));
+            return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT,
+                                         "ls_reducer_create: gradient %d is %s, not on the communicator's device",
+                                         i, ls_tensor_describe(grads[i], d, sizeof d)));
         if (ls_tensor_numel(grads[i]) > 0 && !grads[i]->data)
-            return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: gradient %d has no data", i);
+            return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: gradient %d has no data", i));
     }
     ls_reducer *r = calloc(1, sizeof *r);
-    if (!r) return ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: out of host memory");
+    if (!r) return ls_refuse(c, ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: out of host memory"));
     r->comm = c;
     r->ctx = ctx;
     r->cfg = rc;
@@ -357,7 +371,8 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
     r->alloc = ctx ? ctx->alloc : NULL;
     if (r->on_device && !r->alloc) {
         free(r);
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: device gradients need their context");
+        return ls_refuse(c,
+                         ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: device gradients need their context"));
     }
     r->n = n;
     size_t nn = (size_t)(n > 0 ? n : 1);
@@ -367,7 +382,7 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
     r->ready = calloc(nn, 1);
     r->viewed = calloc(nn, 1);
     size_t *nbytes = calloc(nn, sizeof *nbytes);
-    ls_status s = LS_OK;
+    int voted = 0; /* the plan check ran */
     if (!r->grads || !r->bucket_of || !r->offset || !r->ready || !r->viewed || !nbytes) {
         s = ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: out of host memory");
         goto fail;
@@ -405,6 +420,7 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
     char msg[512] = "";
     if (s != LS_OK) snprintf(msg, sizeof msg, "%s", ls_last_error());
     ls_status agreed = ls_check_plan(r, s != LS_OK); /* on every rank, also one that failed */
+    voted = 1;
     if (s != LS_OK) {
         s = ls_error(s, "%s", msg);
         goto fail;
@@ -418,7 +434,7 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
 fail:
     free(nbytes);
     ls_reducer_destroy(r);
-    return s;
+    return voted ? s : ls_refuse(c, s);
 }
 
 ls_status ls_reducer_begin(ls_reducer *r, double post_scale) {

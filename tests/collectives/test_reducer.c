@@ -159,6 +159,14 @@ int main(int argc, char **argv) {
         else
             LS_EXPECT_ERR(ls_reducer_create(c, ctx, M, h, &views, &red), LS_ERR_COMM,
                           "another rank could not make its gradient buckets");
+        /* one rank refusing its arguments (a NULL gradient): the same */
+        ls_tensor *none[M] = {NULL};
+        if (R == 0)
+            LS_EXPECT_ERR(ls_reducer_create(c, ctx, M, none, &views, &red), LS_ERR_INVALID_ARGUMENT,
+                          "gradient 0 is NULL");
+        else
+            LS_EXPECT_ERR(ls_reducer_create(c, ctx, M, g, &views, &red), LS_ERR_COMM,
+                          "another rank could not make its gradient buckets");
         for (int k = 0; k < M; k++) ls_tensor_destroy(h[k]);
         ls_allocator_destroy(capped);
     }
