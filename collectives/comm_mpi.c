@@ -12,8 +12,9 @@
  * "nonblocking": MPI_I* calls progressed by ls_comm_test/wait on the caller's thread (the reducer
  * tests its in-flight buckets on every grad_ready).
  * Staging copies and conversions always run on the caller's thread (at start and at wait). Staging
- * buffers are kept for reuse (a few, up to LS_MPI_STAGE_KEEP_BYTES in all); for device buffers they
- * are pinned host memory (the device allocator's host_alloc), else the host allocator's.
+ * buffers are kept for reuse (as many as were in use at once, up to LS_MPI_STAGE_KEEP_BYTES in
+ * all); for device buffers they are pinned host memory (the device allocator's host_alloc) where it
+ * can, else plain host memory, outside the allocators' accounting (as pinned batches are).
  * An all-reduce over LOCKSTEP_MPI_CHUNK bytes (default 16 MiB; 0: no limit) goes to MPI as several
  * calls of at most that size (see ls_mpi_exec; nonblocking: all posted at once, in order). */
 #include <errno.h>
@@ -56,14 +57,15 @@ static ls_status ls_mpi_error(int rc, const char *call) {
 
 typedef struct ls_mpi_req ls_mpi_req;
 
-/* Staging blocks kept for the next collectives: at most this many, this many bytes in all. */
-#define LS_MPI_STAGE_KEEP 4
-#define LS_MPI_STAGE_KEEP_BYTES ((size_t)256 << 20)
+/* Staging blocks kept for the next collectives: at most this many, this many bytes in all (the
+ * smallest go first); a kept block serves a request of at least half its size. */
+#define LS_MPI_STAGE_KEEP 32
+#define LS_MPI_STAGE_KEEP_BYTES ((size_t)1 << 30)
 
 typedef struct ls_stage_block {
     void *p;
     size_t bytes;
-    int pinned; /* from the device allocator's host_alloc (else the host allocator's ls_alloc) */
+    int pinned; /* from the device allocator's host_alloc (else plain host memory) */
 } ls_stage_block;
 
 typedef struct ls_mpi_state {
@@ -84,6 +86,7 @@ typedef struct ls_mpi_state {
     pthread_mutex_t stage_mu; /* the kept staging blocks (requests end on either thread) */
     ls_stage_block kept[LS_MPI_STAGE_KEEP];
     int nkept;
+    int closing; /* destroyed with a collective still running: blocks given back are leaked */
 } ls_mpi_state;
 
 /* One collective as MPI sees it, plus the staging around it. */
@@ -154,19 +157,19 @@ static MPI_Op ls_mpi_op(ls_reduce_op op) {
 /* ---- staging ---- */
 
 static void ls_stage_free(ls_mpi_state *st, ls_stage_block b) {
-    if (!b.p) return;
-    if (b.pinned) ls_allocator_host_free(st->env.dev, b.p, 1);
-    else ls_free(st->env.host, b.p);
+    if (b.p) ls_allocator_host_free(st->env.dev, b.p, b.pinned);
 }
 
-/* A staging block of at least bytes: the smallest kept one that fits, else a new one (pinned for
- * device buffers where the device allocator can). */
+/* A staging block of at least bytes: the smallest kept one that fits and is at most twice as
+ * large, else a new one (pinned for device buffers where the device allocator can). */
 static ls_status ls_stage_get(ls_mpi_state *st, size_t bytes, ls_stage_block *out) {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&st->stage_mu);
     int best = -1;
     for (int i = 0; i < st->nkept; i++)
-        if (st->kept[i].bytes >= bytes && (best < 0 || st->kept[i].bytes < st->kept[best].bytes)) best = i;
+        if (st->kept[i].bytes >= bytes && st->kept[i].bytes / 2 <= bytes &&
+            (best < 0 || st->kept[i].bytes < st->kept[best].bytes))
+            best = i;
     if (best >= 0) {
         *out = st->kept[best];
         st->kept[best] = st->kept[--st->nkept];
@@ -176,46 +179,40 @@ static ls_status ls_stage_get(ls_mpi_state *st, size_t bytes, ls_stage_block *ou
     /* rounded up, so that buckets of slightly different sizes share blocks */
     const size_t grain = (size_t)64 << 10;
     size_t n = bytes > grain ? (bytes + grain - 1) / grain * grain : bytes;
-    if (st->env.device.type != LS_DEVICE_CPU && st->env.dev) {
-        int pinned = 0;
-        LS_CHECK(ls_allocator_host_alloc(st->env.dev, n, "MPI staging buffer", &pinned, &out->p));
-        if (!pinned) { /* plain host memory: give it back and take the host allocator's (counted) */
-            ls_allocator_host_free(st->env.dev, out->p, 0);
-            out->p = NULL;
-        } else {
-            out->bytes = n;
-            out->pinned = 1;
-            return LS_OK;
-        }
-    }
-    LS_CHECK(ls_alloc(st->env.host, n, "MPI staging buffer", &out->p));
+    /* the device allocator pins where it can; a CPU communicator's host allocator gives plain memory */
+    ls_allocator *from = st->env.device.type != LS_DEVICE_CPU && st->env.dev ? st->env.dev : st->env.host;
+    LS_CHECK(ls_allocator_host_alloc(from, n, "an MPI staging buffer", &out->pinned, &out->p));
     out->bytes = n;
     return LS_OK;
 }
 
-/* Keep b for a later collective, or free it (or a smaller kept one) past the limits. */
+/* Keep b for a later collective (the smallest kept blocks make room), or free it. */
 static void ls_stage_put(ls_mpi_state *st, ls_stage_block b) {
     if (!b.p) return;
+    ls_stage_block drop[LS_MPI_STAGE_KEEP + 1];
+    int ndrop = 0;
     pthread_mutex_lock(&st->stage_mu);
+    if (st->closing) { /* the allocators may be gone: leak it */
+        pthread_mutex_unlock(&st->stage_mu);
+        return;
+    }
     size_t total = b.bytes;
     for (int i = 0; i < st->nkept; i++) total += st->kept[i].bytes;
-    ls_stage_block drop = b;
-    if (total <= LS_MPI_STAGE_KEEP_BYTES) {
-        if (st->nkept < LS_MPI_STAGE_KEEP) {
-            st->kept[st->nkept++] = b;
-            drop.p = NULL;
-        } else { /* full: keep the larger blocks */
+    if (b.bytes > LS_MPI_STAGE_KEEP_BYTES) {
+        drop[ndrop++] = b;
+    } else {
+        while (st->nkept > 0 && (st->nkept == LS_MPI_STAGE_KEEP || total > LS_MPI_STAGE_KEEP_BYTES)) {
             int small = 0;
             for (int i = 1; i < st->nkept; i++)
                 if (st->kept[i].bytes < st->kept[small].bytes) small = i;
-            if (st->kept[small].bytes < b.bytes) {
-                drop = st->kept[small];
-                st->kept[small] = b;
-            }
+            total -= st->kept[small].bytes;
+            drop[ndrop++] = st->kept[small];
+            st->kept[small] = st->kept[--st->nkept];
         }
+        st->kept[st->nkept++] = b;
     }
     pthread_mutex_unlock(&st->stage_mu);
-    ls_stage_free(st, drop);
+    for (int i = 0; i < ndrop; i++) ls_stage_free(st, drop[i]);
 }
 
 static void ls_mpi_req_free(ls_mpi_state *st, ls_mpi_req *r) {
@@ -595,11 +592,14 @@ static void *ls_mpi_worker(void *arg) {
         if (s != LS_OK) snprintf(r->err, sizeof r->err, "%s", ls_last_error());
         r->done = 1;
         st->inflight--;
-        if (r->orphaned) {
-            st->orphans--;
-            ls_mpi_req_free(st, r);
-        }
+        ls_mpi_req *dead = r->orphaned ? r : NULL; /* its waiter gave up: free it here */
+        if (dead) st->orphans--;
         pthread_cond_broadcast(&st->done_cv);
+        if (dead) { /* not under mu: freeing pinned memory may synchronize the device */
+            pthread_mutex_unlock(&st->mu);
+            ls_mpi_req_free(st, dead);
+            pthread_mutex_lock(&st->mu);
+        }
     }
     pthread_mutex_unlock(&st->mu);
     return NULL;
@@ -791,6 +791,13 @@ static void ls_mpi_destroy(void *sp) {
             pthread_mutex_unlock(&st->mu);
             LS_LOG_W("mpi communicator destroyed with a timed-out collective still running: its "
                      "thread and resources are left behind (call ls_comm_abort after a timeout)");
+            /* the kept staging blocks go now, while their allocator lives; the running one's is
+             * leaked when it ends (its allocator may be gone by then) */
+            pthread_mutex_lock(&st->stage_mu);
+            st->closing = 1;
+            for (int i = 0; i < st->nkept; i++) ls_stage_free(st, st->kept[i]);
+            st->nkept = 0;
+            pthread_mutex_unlock(&st->stage_mu);
             pthread_detach(st->worker);
             return;
         }

@@ -334,10 +334,10 @@ void ls_reducer_destroy(ls_reducer *r) {
 
 ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads,
                             const ls_reducer_config *cfg, ls_reducer **out) {
-    if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: out is NULL");
-    *out = NULL;
     if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: communicator is NULL");
     /* from here on every failure goes through ls_refuse: the other ranks learn of it */
+    if (!out) return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: out is NULL"));
+    *out = NULL;
     if (n < 0 || (n > 0 && !grads))
         return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: bad gradient list (%d)", n));
     ls_reducer_config rc;

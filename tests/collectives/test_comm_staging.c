@@ -5,7 +5,8 @@
  * counters prove the staging ran (host variants must not stage). The gradient reducer runs on the
  * same fake device (fusion copies through the allocator, scale through the CPU op table), copying
  * and with gradients as bucket views (no copies in a step; memory and values given back). Staging
- * takes the allocator's pinned host memory, kept for reuse and freed with the communicator. */
+ * takes the allocator's pinned host memory, kept for reuse (as many blocks as were in flight at once;
+ * a small request does not take a large block) and freed with the communicator. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,27 @@ static void test_collectives(ls_allocator *dev) {
     for (int k = 0; k < 20; k++) LS_REQUIRE_OK(ls_comm_allreduce(C, buf, n, LS_F32, LS_REDUCE_SUM));
     LS_EXPECT(pinned_allocs - a0 <= 1);
     ls_free(dev, buf);
+    /* as many blocks are kept as were in flight at once (a reducer's buckets): 8 at a time, 3
+     * "steps", new blocks only in the first */
+    enum { FLIGHT = 8, BIG = 1 << 16 };
+    void *bufs[FLIGHT];
+    ls_comm_request *rq[FLIGHT];
+    for (int j = 0; j < FLIGHT; j++) LS_REQUIRE_OK(ls_alloc(dev, BIG * 4, "bucket", &bufs[j]));
+    long per_step[3];
+    for (int step = 0; step < 3; step++) {
+        long before = pinned_allocs;
+        for (int j = 0; j < FLIGHT; j++)
+            LS_REQUIRE_OK(ls_comm_iallreduce(C, bufs[j], BIG, LS_F32, LS_REDUCE_SUM, &rq[j]));
+        for (int j = 0; j < FLIGHT; j++) LS_REQUIRE_OK(ls_comm_wait(rq[j]));
+        per_step[step] = pinned_allocs - before;
+    }
+    LS_EXPECT(per_step[1] == 0 && per_step[2] == 0);
+    /* a small all-reduce does not take a large kept block (the next large one would need a new one) */
+    long b0 = pinned_allocs;
+    LS_REQUIRE_OK(ls_comm_allreduce(C, bufs[0], 16, LS_F32, LS_REDUCE_SUM));
+    LS_REQUIRE_OK(ls_comm_allreduce(C, bufs[0], BIG, LS_F32, LS_REDUCE_SUM));
+    LS_EXPECT(pinned_allocs - b0 == 1);
+    for (int j = 0; j < FLIGHT; j++) ls_free(dev, bufs[j]);
     /* host variants never stage */
     long h0 = to_host, d0 = to_dev;
     double v[2] = {1, R};
