@@ -3,6 +3,8 @@
  * no room for a header, is handled the same way. */
 #include "memory.h"
 
+#include "log.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -207,7 +209,12 @@ void ls_free(ls_allocator *a, void *ptr) {
         a->st.frees++;
     }
     pthread_mutex_unlock(&a->mu);
-    if (found) a->vt->free(a->state, ptr, n);
+    if (found)
+        a->vt->free(a->state, ptr, n);
+    else /* a bug in the caller: say so rather than free nothing in silence */
+        LS_LOG_W("ls_free: %p is not a live allocation of the %s allocator (freed twice, never from it, or a "
+                 "pointer into one); nothing freed",
+                 ptr, a->vt->name);
 }
 
 int ls_allocator_owns(ls_allocator *a, const void *ptr) {

@@ -65,6 +65,7 @@ void ls_allocator_destroy(ls_allocator *a);
 
 /* Allocate bytes (0 gives a valid unique pointer); what names the request in errors. */
 ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out);
+/* NULL is fine; a pointer that is not a live allocation of a frees nothing and logs a warning. */
 void ls_free(ls_allocator *a, void *ptr);
 /* 1 when ptr is the start of a live allocation of a (not a pointer into one). */
 int ls_allocator_owns(ls_allocator *a, const void *ptr);

@@ -1,5 +1,10 @@
 /* test_memory.c: size parsing, live/peak statistics, and the cap's out-of-memory error, which
- * must name the request, the cap and the peak. */
+ * must name the request, the cap and the peak; a free of what is not a live allocation warns. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "memory.h"
 #include "testutil.h"
 
@@ -50,6 +55,26 @@ int main(void) {
     for (int i = 1; i < 1000; i += 2) ls_free(a, ptrs[i]);
     ls_allocator_stats(a, &st);
     LS_EXPECT(st.live_bytes == (3u << 20));
+    /* freeing what is not a live allocation frees nothing and says so (stderr to a file here) */
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *log = tmpfile();
+    LS_REQUIRE(saved >= 0 && log);
+    dup2(fileno(log), 2);
+    ls_free(a, (char *)p2 + 64);
+    ls_free(a, p1); /* freed above */
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char text[1024] = "";
+    rewind(log);
+    size_t got = fread(text, 1, sizeof text - 1, log);
+    text[got] = 0;
+    fclose(log);
+    LS_EXPECT(strstr(text, "is not a live allocation of the host allocator") != NULL);
+    LS_EXPECT(strstr(strstr(text, "nothing freed") + 1, "nothing freed") != NULL); /* twice */
+    ls_allocator_stats(a, &st);
+    LS_EXPECT(st.live_bytes == (3u << 20) && st.frees == 1002);
     ls_free(a, p2);
     ls_allocator_destroy(a);
 
