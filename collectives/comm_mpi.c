@@ -1,7 +1,9 @@
 /* comm_mpi.c: the MPI backend. Collectives run on host memory over a duplicate of MPI_COMM_WORLD.
  * Device buffers are staged through host memory with the context's allocator copy unless the MPI
- * is CUDA-aware (MPIX_Query_cuda_support, or LOCKSTEP_MPI_CUDA_AWARE=0|1). f16/bf16 reductions
- * are staged through f32 (one rounding of the f32 result back to 16 bits); avg is sum then divide.
+ * is CUDA-aware (MPIX_Query_cuda_support, or LOCKSTEP_MPI_CUDA_AWARE=0|1). f16/bf16 sums go to MPI
+ * as 16 bits, with a sum operator of our own (each partial sum computed in f32 and rounded to 16
+ * bits, as NCCL does: half the bytes of f32 on the wire); their avg, max and min are staged through
+ * f32 (one rounding of the f32 result back to 16 bits); avg is sum then divide.
  * Progress (LOCKSTEP_MPI_PROGRESS): "thread" (default when MPI gives MPI_THREAD_MULTIPLE): async
  * collectives are queued to one communication thread per communicator that runs them in order with
  * the blocking MPI calls, so they progress while the caller computes; blocking calls run on the
@@ -146,11 +148,40 @@ static MPI_Datatype ls_mpi_dtype(ls_dtype t) {
     return MPI_DATATYPE_NULL;
 }
 
-static MPI_Op ls_mpi_op(ls_reduce_op op) {
+/* The f16 and bf16 sums: MPI has no 16-bit float types, so the data go as MPI_UINT16_T with these
+ * (commutative) operators; made with the first communicator, freed after the last. */
+static MPI_Op ls_mpi_sum16[2] = {MPI_OP_NULL, MPI_OP_NULL}; /* f16, bf16 */
+
+static void ls_mpi_sum16_run(int bf, const uint16_t *in, uint16_t *inout, int len) {
+    float a[512], b[512];
+    for (int off = 0; off < len; off += 512) {
+        int n = len - off < 512 ? len - off : 512;
+        if (bf) {
+            ls_half_bf16_to_f32_n(in + off, a, n);
+            ls_half_bf16_to_f32_n(inout + off, b, n);
+        } else {
+            ls_half_f16_to_f32_n(in + off, a, n);
+            ls_half_f16_to_f32_n(inout + off, b, n);
+        }
+        for (int i = 0; i < n; i++) b[i] += a[i];
+        if (bf) ls_half_f32_to_bf16_n(b, inout + off, n);
+        else ls_half_f32_to_f16_n(b, inout + off, n);
+    }
+}
+static void ls_mpi_f16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    ls_mpi_sum16_run(0, in, inout, *len);
+}
+static void ls_mpi_bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    ls_mpi_sum16_run(1, in, inout, *len);
+}
+
+static MPI_Op ls_mpi_op(ls_reduce_op op, ls_dtype t) {
     switch (op) {
     case LS_REDUCE_MAX: return MPI_MAX;
     case LS_REDUCE_MIN: return MPI_MIN;
-    default: return MPI_SUM;
+    default: return t == LS_F16 ? ls_mpi_sum16[0] : t == LS_BF16 ? ls_mpi_sum16[1] : MPI_SUM;
     }
 }
 
@@ -263,7 +294,8 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     *out = NULL;
     int64_t n = op->count;
     const int reduction = op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER;
-    const int convert = reduction && (op->dtype == LS_F16 || op->dtype == LS_BF16);
+    /* 16-bit sums go as they are (our sum operator); the other 16-bit reductions through f32 */
+    const int convert = reduction && (op->dtype == LS_F16 || op->dtype == LS_BF16) && op->op != LS_REDUCE_SUM;
     const ls_dtype mtype = convert ? LS_F32 : op->dtype;
     const size_t mes = ls_dtype_size(mtype);
     /* an all-reduce goes to MPI in calls of at most st->chunk bytes (see ls_mpi_exec) */
@@ -311,7 +343,7 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
         }
     }
     r->dt = ls_mpi_dtype(mtype);
-    r->mop = ls_mpi_op(op->op);
+    r->mop = ls_mpi_op(op->op, mtype);
     const int avg = reduction && op->op == LS_REDUCE_AVG;
     size_t block = 0;
     char *b = NULL;
@@ -773,11 +805,16 @@ static void ls_mpi_abort(void *sp, const char *why) {
 
 static void ls_mpi_release(void) {
     pthread_mutex_lock(&ls_mpi_global_lock);
-    if (--ls_mpi_users == 0 && ls_mpi_we_initialized) {
+    if (--ls_mpi_users == 0) {
         int fin = 0;
         MPI_Finalized(&fin);
-        if (!fin) MPI_Finalize();
-        ls_mpi_we_initialized = 0;
+        for (int i = 0; i < 2 && !fin; i++)
+            if (ls_mpi_sum16[i] != MPI_OP_NULL) MPI_Op_free(&ls_mpi_sum16[i]);
+        ls_mpi_sum16[0] = ls_mpi_sum16[1] = MPI_OP_NULL;
+        if (ls_mpi_we_initialized) {
+            if (!fin) MPI_Finalize();
+            ls_mpi_we_initialized = 0;
+        }
     }
     pthread_mutex_unlock(&ls_mpi_global_lock);
 }
@@ -872,6 +909,14 @@ static ls_status ls_mpi_acquire(int *thread_level) {
         ls_mpi_we_initialized = 1;
     }
     MPI_Query_thread(thread_level);
+    if (ls_mpi_sum16[0] == MPI_OP_NULL) {
+        int rc = MPI_Op_create(ls_mpi_f16_sum, 1, &ls_mpi_sum16[0]);
+        if (rc == MPI_SUCCESS) rc = MPI_Op_create(ls_mpi_bf16_sum, 1, &ls_mpi_sum16[1]);
+        if (rc != MPI_SUCCESS) {
+            pthread_mutex_unlock(&ls_mpi_global_lock);
+            return ls_mpi_error(rc, "MPI_Op_create (the f16 and bf16 sums)");
+        }
+    }
     ls_mpi_users++;
     pthread_mutex_unlock(&ls_mpi_global_lock);
     return LS_OK;

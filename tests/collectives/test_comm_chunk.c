@@ -1,9 +1,10 @@
 /* test_comm_chunk.c: the MPI backend sends a large all-reduce as several MPI calls of at most
  * LOCKSTEP_MPI_CHUNK bytes (default 16 MiB; 0: one call). The test stands between lockstep and
  * MPI (the PMPI profiling interface: MPI_Allreduce and MPI_Iallreduce defined here count the calls
- * and pass them on) and checks, for blocking and asynchronous all-reduces, in f32, f64, i32 and
- * f16 (reduced as f32), with several requests in flight (also completed through ls_comm_test in
- * an order that differs by rank, which breaks parts posted as earlier ones complete): the number
+ * and pass them on) and checks, for blocking and asynchronous all-reduces, in f32, f64, i32, f16
+ * and bf16 (sums as 16 bits, averages through f32), with several requests in flight (also
+ * completed through ls_comm_test in an order that differs by rank, which breaks parts posted as
+ * earlier ones complete): the number
  * of calls, the largest count per call, and every element of the result. Then the default size,
  * 0, and a bad value's error.
  * Run under mpirun (label mpi), with either progress mode. */
@@ -108,14 +109,16 @@ int main(void) {
     W = ls_comm_world(keep);
     check_allreduce(keep, LS_F32, LS_REDUCE_SUM, 5000000, 4194304, 0);
 
-    /* 4 KiB parts: 1024 f32 or i32, 512 f64; f16 is reduced as f32, so 1024 too */
+    /* 4 KiB parts: 1024 f32 or i32, 512 f64; an f16 sum goes as 16 bits (2048), its avg as f32 (1024) */
     ls_comm *c = make_comm("4KiB");
     for (int async = 0; async <= 1; async++) {
         check_allreduce(c, LS_F32, LS_REDUCE_SUM, 10007, 1024, async); /* 9 whole parts and 791 */
         check_allreduce(c, LS_F32, LS_REDUCE_AVG, 2048, 1024, async);  /* exactly 2 */
         check_allreduce(c, LS_F64, LS_REDUCE_MAX, 5000, 512, async);
         check_allreduce(c, LS_I32, LS_REDUCE_MIN, 1025, 1024, async);
-        check_allreduce(c, LS_F16, LS_REDUCE_SUM, 3000, 1024, async);
+        check_allreduce(c, LS_F16, LS_REDUCE_SUM, 5000, 2048, async);
+        check_allreduce(c, LS_BF16, LS_REDUCE_SUM, 3000, 2048, async);
+        check_allreduce(c, LS_F16, LS_REDUCE_AVG, 3000, 1024, async);
         check_allreduce(c, LS_F32, LS_REDUCE_SUM, 1000, 1024, async); /* one call under the size */
         check_allreduce(c, LS_F32, LS_REDUCE_SUM, 0, 1024, async);    /* no call */
     }
