@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "half_impl.h"
 #include "log.h"
 #include "timeline.h"
 
@@ -25,6 +26,7 @@ typedef struct ls_bucket {
     size_t start;         /* the reduced region's byte offset in fusion (a view's leading pad) */
     ls_allocator *owner;  /* fusion's allocator (NULL: malloc) */
     int view;             /* the gradients live in fusion */
+    void *wire;           /* compression: the 16-bit copy that is all-reduced (r->alloc's, else malloc) */
     int pending;          /* gradients not yet ready this step */
     ls_comm_request *req; /* in flight */
     int launched;
@@ -66,7 +68,7 @@ static ls_status ls_env_mib(const char *name, size_t *out) {
 }
 
 ls_status ls_reducer_config_resolve(const ls_reducer_config *cfg, ls_reducer_config *out) {
-    ls_reducer_config r = {LS_MIB, 25 * LS_MIB, 1};
+    ls_reducer_config r = {LS_MIB, 25 * LS_MIB, 1, -1};
     LS_CHECK(ls_env_mib("LOCKSTEP_FIRST_BUCKET_MB", &r.first_bucket_bytes));
     LS_CHECK(ls_env_mib("LOCKSTEP_BUCKET_MB", &r.bucket_bytes));
     const char *v = getenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW");
@@ -75,6 +77,17 @@ ls_status ls_reducer_config_resolve(const ls_reducer_config *cfg, ls_reducer_con
         else if (!strcmp(v, "0") || !strcmp(v, "off")) r.bucket_view = -1;
         else return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GRAD_AS_BUCKET_VIEW=%s: expected 1, on, 0 or off", v);
     }
+    v = getenv("LOCKSTEP_GRAD_COMPRESS");
+    if (v && *v) {
+        if (!strcmp(v, "none") || !strcmp(v, "off")) r.compress = -1;
+        else if (!strcmp(v, "fp16") || !strcmp(v, "f16")) r.compress = LS_REDUCER_F16;
+        else if (!strcmp(v, "bf16")) r.compress = LS_REDUCER_BF16;
+        else return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GRAD_COMPRESS=%s: expected none, fp16 or bf16", v);
+    }
+    if (cfg && cfg->compress) r.compress = cfg->compress;
+    if (r.compress != -1 && r.compress != LS_REDUCER_F16 && r.compress != LS_REDUCER_BF16)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "gradient compression %d: expected LS_REDUCER_F16 or LS_REDUCER_BF16",
+                        r.compress);
     if (cfg && cfg->first_bucket_bytes) r.first_bucket_bytes = cfg->first_bucket_bytes;
     if (cfg && cfg->bucket_bytes) r.bucket_bytes = cfg->bucket_bytes;
     if (cfg && cfg->bucket_view) r.bucket_view = cfg->bucket_view > 0 ? 1 : -1;
@@ -121,16 +134,37 @@ static size_t ls_bucket_layout(int lo, int hi, const size_t *nbytes, size_t *off
     return o;
 }
 
-size_t ls_reducer_extra_bytes(int n, const size_t *nbytes, const int *bucket_of, int view) {
+size_t ls_reducer_extra_bytes(int n, const size_t *nbytes, const int *bucket_of, int view, int compress) {
     size_t total = 0;
     for (int hi = n - 1; hi >= 0;) {
         int lo = hi;
         size_t sum = nbytes[hi];
         while (lo > 0 && bucket_of[lo - 1] == bucket_of[hi]) sum += nbytes[--lo];
-        if (lo < hi) total += ls_bucket_layout(lo, hi, nbytes, NULL) + LS_VIEW_ALIGN - (view ? sum : 0);
+        size_t region = lo < hi ? ls_bucket_layout(lo, hi, nbytes, NULL) : sum;
+        if (lo < hi) total += region + LS_VIEW_ALIGN - (view ? sum : 0);
+        if (compress) total += region / 2 ? region / 2 : 1;
         hi = lo - 1;
     }
     return total;
+}
+
+static ls_dtype ls_wire_type(const ls_reducer *r) { return r->cfg.compress == LS_REDUCER_F16 ? LS_F16 : LS_BF16; }
+
+/* n elements from f32 to the wire type (to_wire) or back, on the gradients' device. */
+static ls_status ls_wire_convert(ls_reducer *r, int to_wire, void *f32, void *wire, int64_t n) {
+    ls_dtype wt = ls_wire_type(r);
+    if (r->ctx && r->ctx->ops && r->ctx->ops->convert)
+        return to_wire ? r->ctx->ops->convert(r->ctx->state, n, LS_F32, f32, wt, wire)
+                       : r->ctx->ops->convert(r->ctx->state, n, wt, wire, LS_F32, f32);
+    if (r->on_device) return ls_error(LS_ERR_UNSUPPORTED, "gradient reducer: the device's op table has no convert op");
+    if (to_wire) {
+        if (wt == LS_F16) ls_half_f32_to_f16_n(f32, wire, n);
+        else ls_half_f32_to_bf16_n(f32, wire, n);
+    } else {
+        if (wt == LS_F16) ls_half_f16_to_f32_n(wire, f32, n);
+        else ls_half_bf16_to_f32_n(wire, f32, n);
+    }
+    return LS_OK;
 }
 
 /* Copies and fills of the gradients' memory go through a (their allocator) on a device; host ones
@@ -258,8 +292,9 @@ static ls_status ls_check_plan(ls_reducer *r, int failed) {
     uint64_t h = 1469598103934665603ULL;
     int64_t items[3];
     for (int k = -1; k < r->nb; k++) {
-        int m = 1;
+        int m = 2;
         items[0] = r->nb;
+        items[1] = r->cfg.compress;
         if (k >= 0) {
             items[0] = r->b[k].lo;
             items[1] = r->b[k].hi;
@@ -281,9 +316,11 @@ static ls_status ls_check_plan(ls_reducer *r, int failed) {
                                      "own error says why)");
     if (v[0] != -v[2] || v[1] != -v[3])
         return ls_error(LS_ERR_MISMATCH,
-                        "gradient buckets differ between ranks (here %d buckets, first cap %zu B, cap %zu B): "
-                        "LOCKSTEP_BUCKET_MB and LOCKSTEP_FIRST_BUCKET_MB must be the same on every rank",
-                        r->nb, r->cfg.first_bucket_bytes, r->cfg.bucket_bytes);
+                        "gradient buckets differ between ranks (here %d buckets, first cap %zu B, cap %zu B, %s): "
+                        "LOCKSTEP_BUCKET_MB, LOCKSTEP_FIRST_BUCKET_MB and LOCKSTEP_GRAD_COMPRESS must be the same "
+                        "on every rank",
+                        r->nb, r->cfg.first_bucket_bytes, r->cfg.bucket_bytes,
+                        r->cfg.compress > 0 ? ls_dtype_name(ls_wire_type(r)) : "f32");
     return LS_OK;
 }
 
@@ -314,6 +351,8 @@ void ls_reducer_destroy(ls_reducer *r) {
     if (!r) return;
     for (int k = 0; r->b && k < r->nb; k++) {
         if (r->b[k].req) ls_comm_wait(r->b[k].req);
+        if (r->alloc) ls_free(r->alloc, r->b[k].wire);
+        else free(r->b[k].wire);
         if (r->b[k].view) {
             ls_undo_view(r, k); /* frees the buffer, unless the gradients must stay in it */
             continue;
@@ -414,6 +453,17 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
         s = ls_make_bucket(r, k, nbytes, view);
         views += view;
     }
+    for (int k = 0; k < r->nb && s == LS_OK && rc.compress > 0; k++) { /* the 16-bit copies */
+        ls_bucket *b = &r->b[k];
+        size_t wb = (size_t)b->numel * 2;
+        if (r->alloc) {
+            char what[48];
+            snprintf(what, sizeof what, "gradient bucket %d (%s)", k, ls_dtype_name(ls_wire_type(r)));
+            s = ls_alloc(r->alloc, wb ? wb : 1, what, &b->wire);
+        } else if (!(b->wire = malloc(wb ? wb : 1))) {
+            s = ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: 16-bit copy of bucket %d (%zu bytes)", k, wb);
+        }
+    }
     /* the freed gradient memory may be reused by work on another stream (a batch upload): let the
      * copies out of it finish first */
     if (s == LS_OK && views && r->on_device) s = ls_ctx_synchronize(ctx);
@@ -463,7 +513,13 @@ static ls_status ls_bucket_launch(ls_reducer *r, int k) {
     b->launched = 1;
     b->t_launch = ls_timeline_active() ? ls_timeline_now() : 0.0;
     b->t_done = 0;
-    ls_status s = ls_comm_iallreduce(r->comm, buf, b->numel, LS_F32, LS_REDUCE_SUM, &b->req);
+    ls_status s = LS_OK;
+    if (b->wire) {
+        s = ls_wire_convert(r, 1, buf, b->wire, b->numel);
+        if (s == LS_OK) s = ls_comm_iallreduce(r->comm, b->wire, b->numel, ls_wire_type(r), LS_REDUCE_SUM, &b->req);
+    } else {
+        s = ls_comm_iallreduce(r->comm, buf, b->numel, LS_F32, LS_REDUCE_SUM, &b->req);
+    }
     if (s != LS_OK) return ls_error_context(s, "gradient bucket %d (%zu bytes)", k, b->bytes);
     return LS_OK;
 }
@@ -545,7 +601,8 @@ ls_status ls_reducer_finish(ls_reducer *r) {
         ls_bucket_span(b, k);
         if (s == LS_OK && err == LS_OK) {
             void *buf = b->fusion ? (char *)b->fusion + b->start : r->grads[b->lo]->data;
-            s = ls_dev_scale(r, buf, b->numel);
+            if (b->wire) s = ls_wire_convert(r, 0, buf, b->wire, b->numel);
+            if (s == LS_OK) s = ls_dev_scale(r, buf, b->numel);
             for (int i = b->hi; i >= b->lo && s == LS_OK && b->fusion && !b->view; i--)
                 s = ls_dev_copy(r, r->alloc, r->grads[i]->data, (char *)b->fusion + r->offset[i],
                                 ls_tensor_nbytes(r->grads[i]));
@@ -582,6 +639,6 @@ int ls_reducer_bucket_of(const ls_reducer *r, int i) {
 int ls_reducer_launched(const ls_reducer *r) { return r ? r->next_launch : 0; }
 
 ls_reducer_config ls_reducer_get_config(const ls_reducer *r) {
-    ls_reducer_config z = {0, 0, 0};
+    ls_reducer_config z = {0, 0, 0, 0};
     return r ? r->cfg : z;
 }

@@ -46,7 +46,15 @@ typedef struct ls_reducer_config {
     size_t first_bucket_bytes; /* 0: LOCKSTEP_FIRST_BUCKET_MB, else 1 MiB */
     size_t bucket_bytes;       /* 0: LOCKSTEP_BUCKET_MB, else 25 MiB */
     int bucket_view;           /* gradients as bucket views: 1 on, -1 off, 0: LOCKSTEP_GRAD_AS_BUCKET_VIEW, else on */
+    int compress;              /* sent as LS_REDUCER_F16 or _BF16, -1 f32; 0: LOCKSTEP_GRAD_COMPRESS, else f32 */
 } ls_reducer_config;
+
+/* ls_reducer_config.compress: each bucket is converted to 16 bits, all-reduced (summed) in 16 bits
+ * and converted back, as DDP's fp16/bf16 compression hooks and Horovod's Compression.fp16: half the
+ * bytes on the wire, at 16-bit precision (fp16 can overflow: inf, which a loss scaler skips; bf16
+ * keeps f32's range). */
+#define LS_REDUCER_F16 1
+#define LS_REDUCER_BF16 2
 
 typedef struct ls_reducer_bucket_info {
     int lo, hi;   /* parameters lo..hi (inclusive); filled from hi down to lo */
@@ -66,8 +74,9 @@ int ls_reducer_plan_buckets(int n, const size_t *nbytes, size_t first_bucket_byt
 
 /* The bytes a reducer would allocate beyond the gradients' own, for gradients of nbytes[i] bytes
  * (all from one allocator) in the buckets of ls_reducer_plan_buckets: the fusion buffers, or with
- * bucket views (view 1) their alignment padding. A batch-size trial reserves them. */
-size_t ls_reducer_extra_bytes(int n, const size_t *nbytes, const int *bucket_of, int view);
+ * bucket views (view 1) their alignment padding, and with compression (compress 1) every bucket's
+ * 16-bit copy. A batch-size trial reserves them. */
+size_t ls_reducer_extra_bytes(int n, const size_t *nbytes, const int *bucket_of, int view, int compress);
 /* grads[0..n): the gradient tensors in parameter order (the reducer keeps the pointers; the tensors
  * must outlive it). ctx: their context (NULL: CPU). */
 ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads,

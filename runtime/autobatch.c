@@ -142,7 +142,7 @@ static ls_status reserve_buckets(const ls_trainer_trial *t, int np, ls_tensor *c
     }
     for (int i = 0; i < np; i++) nbytes[i] = ls_tensor_nbytes(g[i]);
     ls_reducer_plan_buckets(np, nbytes, rc.first_bucket_bytes, rc.bucket_bytes, bucket_of);
-    total = ls_reducer_extra_bytes(np, nbytes, bucket_of, rc.bucket_view > 0);
+    total = ls_reducer_extra_bytes(np, nbytes, bucket_of, rc.bucket_view > 0, rc.compress > 0);
     free(nbytes);
     free(bucket_of);
     return total ? ls_alloc(t->ctx->alloc, total, "gradient buckets", out) : LS_OK;

@@ -263,9 +263,9 @@ int main(int argc, char **argv) {
             s.compute_s[i] = compute_us * 1e-6 * (double)s.p.numel[i] / (double)s.total;
         /* the first reducer as configured (bucket views by default); the second, over the same
          * gradients, copies */
-        ls_reducer_config cfg = {(size_t)(first_mb * 1048576.0), (size_t)(bucket_mb * 1048576.0), 0};
+        ls_reducer_config cfg = {(size_t)(first_mb * 1048576.0), (size_t)(bucket_mb * 1048576.0), 0, 0};
         CHECK("reducer", ls_reducer_create(C, NULL, s.p.n, s.g, &cfg, &s.red));
-        ls_reducer_config one = {(size_t)s.total * 4 + 1, (size_t)s.total * 4 + 1, -1};
+        ls_reducer_config one = {(size_t)s.total * 4 + 1, (size_t)s.total * 4 + 1, -1, 0};
         CHECK("reducer", ls_reducer_create(C, NULL, s.p.n, s.g, &one, &s.single));
         double med[M_COUNT];
         int64_t wrong[M_COUNT];

@@ -153,7 +153,7 @@ static void test_reducer(ls_ctx *ctx, int view) {
     ls_memory_stats m0, m1, m2;
     ls_allocator_stats(ctx->alloc, &m0);
     long z0 = zeros;
-    ls_reducer_config cfg = {1024, 4096, view ? 1 : -1};
+    ls_reducer_config cfg = {1024, 4096, view ? 1 : -1, 0};
     ls_reducer *r = NULL;
     LS_REQUIRE_OK(ls_reducer_create(C, ctx, N, g, &cfg, &r));
     ls_allocator_stats(ctx->alloc, &m1);
@@ -182,7 +182,7 @@ static void test_reducer(ls_ctx *ctx, int view) {
     /* copying: a buffer beside each fused bucket's gradients; views: only its padding */
     for (int k = 0; k < N; k++) bucket_of[k] = ls_reducer_bucket_of(r, k);
     size_t extra = m1.live_bytes - m0.live_bytes;
-    LS_EXPECT(extra == ls_reducer_extra_bytes(N, nbytes, bucket_of, view));
+    LS_EXPECT(extra == ls_reducer_extra_bytes(N, nbytes, bucket_of, view, 0));
     LS_EXPECT(view ? extra < (size_t)N * 256 + 256 * (size_t)ls_reducer_num_buckets(r) : extra > fused);
     for (int step = 0; step < 2; step++) {
         for (int k = 0; k < N; k++)

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
         int64_t shape[1] = {n};
         LS_REQUIRE_OK(ls_tensor_create(a, LS_F32, 1, shape, "grad", &g[k]));
     }
-    ls_reducer_config cfg = {8 << 10, 64 << 10, 0};
+    ls_reducer_config cfg = {8 << 10, 64 << 10, 0, 0};
     const char *ev = getenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW"); /* the default: gradients as bucket views */
     int want_view = !(ev && !strcmp(ev, "0"));
     if (mixed) { /* odd ranks copy, even ones keep views: the buckets' counts must still agree */
@@ -76,6 +76,9 @@ int main(int argc, char **argv) {
         size_t cap = b == 0 ? cfg.first_bucket_bytes : cfg.bucket_bytes;
         LS_EXPECT(bi.bytes <= cap || bi.lo == bi.hi);
         LS_EXPECT(bi.view == (want_view && bi.fused));
+        const char *ec = getenv("LOCKSTEP_GRAD_COMPRESS");
+        LS_EXPECT(ls_reducer_get_config(red).compress ==
+                  (!ec ? -1 : !strcmp(ec, "bf16") ? LS_REDUCER_BF16 : !strcmp(ec, "fp16") ? LS_REDUCER_F16 : -1));
         expect_hi = bi.lo - 1;
     }
     LS_EXPECT(expect_hi == -1);
@@ -144,7 +147,7 @@ int main(int argc, char **argv) {
 
     ls_reducer_destroy(red);
     if (W > 1) { /* ranks with different bucket caps: an error on every rank, not an overrun */
-        ls_reducer_config other = {8 << 10, R == W - 1 ? 32 << 10 : 64 << 10, 0};
+        ls_reducer_config other = {8 << 10, R == W - 1 ? 32 << 10 : 64 << 10, 0, 0};
         LS_EXPECT_ERR(ls_reducer_create(c, ctx, N, g, &other, &red), LS_ERR_MISMATCH,
                       "gradient buckets differ between ranks");
         /* one rank out of memory for its bucket: it says so, the others learn of it (no hang) */
@@ -153,7 +156,7 @@ int main(int argc, char **argv) {
         LS_REQUIRE_OK(ls_host_allocator_create(R == W - 1 ? M * 400 : 0, &capped));
         ls_tensor *h[M];
         for (int k = 0; k < M; k++) LS_REQUIRE_OK(ls_tensor_create(capped, LS_F32, 1, (int64_t[]){100}, "grad", &h[k]));
-        ls_reducer_config views = {1 << 20, 1 << 20, 1};
+        ls_reducer_config views = {1 << 20, 1 << 20, 1, 0};
         if (R == W - 1)
             LS_EXPECT_ERR(ls_reducer_create(c, ctx, M, h, &views, &red), LS_ERR_OUT_OF_MEMORY, "gradient bucket 0");
         else

@@ -3,6 +3,7 @@
  * the caps from config and environment (and bad values), bucket queries, launches as buckets
  * fill in and out of order, post_scale, and misuse errors (ready twice, outside a step, ...). */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,7 +76,7 @@ static void test_config(void) {
     setenv("LOCKSTEP_FIRST_BUCKET_MB", "2", 1);
     LS_REQUIRE_OK(ls_reducer_config_resolve(NULL, &c));
     LS_EXPECT(c.first_bucket_bytes == 2u << 20 && c.bucket_bytes == 512u << 10);
-    ls_reducer_config mine = {4096, 0, 0};
+    ls_reducer_config mine = {4096, 0, 0, 0};
     LS_REQUIRE_OK(ls_reducer_config_resolve(&mine, &c));
     LS_EXPECT(c.first_bucket_bytes == 4096 && c.bucket_bytes == 512u << 10 && c.bucket_view == 1);
     /* gradients as bucket views: on unless the config or the environment says off */
@@ -108,9 +109,51 @@ static void test_extra_bytes(void) {
     int of[7];
     LS_EXPECT(ls_reducer_plan_buckets(7, b, 80, 120, of) == 4);
     /* a buffer for two 40-byte gradients: 256 bytes of lead-in at most, then at 0 and 256: 552 */
-    LS_EXPECT(ls_reducer_extra_bytes(7, b, of, 0) == 3 * 552);
-    LS_EXPECT(ls_reducer_extra_bytes(7, b, of, 1) == 3 * (552 - 80));
-    LS_EXPECT(ls_reducer_extra_bytes(0, b, of, 1) == 0);
+    LS_EXPECT(ls_reducer_extra_bytes(7, b, of, 0, 0) == 3 * 552);
+    LS_EXPECT(ls_reducer_extra_bytes(7, b, of, 1, 0) == 3 * (552 - 80));
+    LS_EXPECT(ls_reducer_extra_bytes(0, b, of, 1, 0) == 0);
+}
+
+/* Compression: the buckets go through 16 bits (here one rank: the conversions alone), so a value
+ * that 16 bits cannot hold comes back rounded; the setting from the environment, and its errors. */
+static void test_compress(void) {
+    ls_comm *c = NULL;
+    LS_REQUIRE_OK(ls_comm_create(NULL, "self", &c));
+    ls_allocator *a = NULL;
+    LS_REQUIRE_OK(ls_host_allocator_create(0, &a));
+    ls_tensor *g[3];
+    for (int i = 0; i < 3; i++) LS_REQUIRE_OK(ls_tensor_create(a, LS_F32, 1, (int64_t[]){4}, "grad", &g[i]));
+    const float odd = 1.0f + 1.0f / 1024; /* f16 holds it, bf16 rounds it to 1 */
+    for (int mode = LS_REDUCER_F16; mode <= LS_REDUCER_BF16; mode++) {
+        ls_reducer_config cfg = {1 << 20, 1 << 20, 0, mode};
+        ls_reducer *r = NULL;
+        LS_REQUIRE_OK(ls_reducer_create(c, NULL, 3, g, &cfg, &r));
+        LS_EXPECT(ls_reducer_get_config(r).compress == mode);
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 4; j++) ((float *)g[i]->data)[j] = j == 0 ? odd : 1e6f * (float)j;
+        LS_REQUIRE_OK(ls_reducer_begin(r, 0.5));
+        LS_REQUIRE_OK(ls_reducer_finish(r));
+        const float *x = g[1]->data;
+        if (mode == LS_REDUCER_F16) /* 1e6 overflows f16: inf */
+            LS_EXPECT(x[0] == odd * 0.5f && isinf(x[1]));
+        else /* bf16: rounded to 8 significant bits, f32's range */
+            LS_EXPECT(x[0] == 0.5f && x[1] == 999424.0f * 0.5f);
+        ls_reducer_destroy(r);
+    }
+    setenv("LOCKSTEP_GRAD_COMPRESS", "bf16", 1);
+    ls_reducer_config rc;
+    LS_REQUIRE_OK(ls_reducer_config_resolve(NULL, &rc));
+    LS_EXPECT(rc.compress == LS_REDUCER_BF16);
+    setenv("LOCKSTEP_GRAD_COMPRESS", "none", 1);
+    LS_REQUIRE_OK(ls_reducer_config_resolve(NULL, &rc));
+    LS_EXPECT(rc.compress == -1);
+    setenv("LOCKSTEP_GRAD_COMPRESS", "int8", 1);
+    LS_EXPECT_ERR(ls_reducer_config_resolve(NULL, &rc), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_GRAD_COMPRESS=int8: expected none, fp16 or bf16");
+    unsetenv("LOCKSTEP_GRAD_COMPRESS");
+    for (int i = 0; i < 3; i++) ls_tensor_destroy(g[i]);
+    ls_allocator_destroy(a);
+    ls_comm_destroy(c);
 }
 
 /* Destroyed when the allocator is full (after running out of memory): the gradients still get
@@ -126,7 +169,7 @@ static void test_destroy_when_full(void) {
         LS_REQUIRE_OK(ls_tensor_create(a, LS_F32, 1, (int64_t[]){100}, "grad", &g[i]));
         for (int j = 0; j < 100; j++) ((float *)g[i]->data)[j] = (float)(i * 100 + j);
     }
-    ls_reducer_config cfg = {1 << 20, 1 << 20, 1};
+    ls_reducer_config cfg = {1 << 20, 1 << 20, 1, 0};
     ls_reducer *r = NULL;
     LS_REQUIRE_OK(ls_reducer_create(c, NULL, N, g, &cfg, &r));
     ls_reducer_bucket_info bi;
@@ -169,7 +212,7 @@ static void test_reducer_one_rank(ls_ctx *ctx, int view) {
         int64_t shape[1] = {i == 2 ? 100 : 10};
         LS_REQUIRE_OK(ls_tensor_create(a, LS_F32, 1, shape, "grad", &g[i]));
     }
-    ls_reducer_config cfg = {80, 120, view ? 1 : -1};
+    ls_reducer_config cfg = {80, 120, view ? 1 : -1, 0};
     ls_reducer *r = NULL;
     LS_REQUIRE_OK(ls_reducer_create(c, ctx, N, g, &cfg, &r));
     /* reverse: 6,5 -> b0 (80); 4,3 -> b1 (80, next 2 is 400 > 120); 2 -> b2 alone; 1,0 -> b3 */
@@ -288,6 +331,7 @@ int main(void) {
     test_config();
     test_extra_bytes();
     test_destroy_when_full();
+    test_compress();
     for (int view = 0; view <= 1; view++) {
         test_reducer_one_rank(NULL, view);
         ls_ctx *ctx = NULL;
