@@ -143,7 +143,7 @@ static MPI_Datatype ls_mpi_dtype(ls_dtype t) {
     case LS_I32: return MPI_INT32_T;
     case LS_U8: return MPI_UINT8_T;
     case LS_F16:
-    case LS_BF16: return MPI_UINT16_T; /* bytes only: reductions are staged through f32 */
+    case LS_BF16: return MPI_UINT16_T; /* bytes: sums use ls_mpi_sum16, other reductions go through f32 */
     }
     return MPI_DATATYPE_NULL;
 }
@@ -328,10 +328,11 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     }
     const int world = st->world;
     const size_t es = ls_dtype_size(op->dtype);
-    /* the f32 widening and the avg divide run on the host: device buffers are staged for them even
-     * where MPI could take device pointers */
+    /* the f32 widening, the avg divide and our 16-bit sum operator run on the host: device buffers
+     * are staged for them even where MPI could take device pointers */
+    const int half16 = op->dtype == LS_F16 || op->dtype == LS_BF16;
     const int stage_dev = !op->host && st->env.device.type != LS_DEVICE_CPU &&
-                          (!st->cuda_aware || convert || (reduction && op->op == LS_REDUCE_AVG));
+                          (!st->cuda_aware || convert || (reduction && (op->op == LS_REDUCE_AVG || half16)));
     if (!op->host && st->env.device.type != LS_DEVICE_CPU && !stage_dev && st->env.ctx) {
         /* MPI reads and writes the device buffer itself: the work queued on the compute stream
          * (the gradients of this bucket) must be done first. (Staged buffers are copied on that
@@ -913,6 +914,8 @@ static ls_status ls_mpi_acquire(int *thread_level) {
         int rc = MPI_Op_create(ls_mpi_f16_sum, 1, &ls_mpi_sum16[0]);
         if (rc == MPI_SUCCESS) rc = MPI_Op_create(ls_mpi_bf16_sum, 1, &ls_mpi_sum16[1]);
         if (rc != MPI_SUCCESS) {
+            if (ls_mpi_sum16[0] != MPI_OP_NULL) MPI_Op_free(&ls_mpi_sum16[0]);
+            ls_mpi_sum16[0] = ls_mpi_sum16[1] = MPI_OP_NULL;
             pthread_mutex_unlock(&ls_mpi_global_lock);
             return ls_mpi_error(rc, "MPI_Op_create (the f16 and bf16 sums)");
         }

@@ -51,8 +51,8 @@ typedef struct ls_reducer_config {
 
 /* ls_reducer_config.compress: each bucket is converted to 16 bits, all-reduced (summed) in 16 bits
  * and converted back, as DDP's fp16/bf16 compression hooks and Horovod's Compression.fp16: half the
- * bytes on the wire, at 16-bit precision (fp16 can overflow: inf, which a loss scaler skips; bf16
- * keeps f32's range). */
+ * bytes on the wire, at 16-bit precision (fp16 can overflow: inf, and the trainer then skips the
+ * step on every rank; bf16 keeps f32's range). */
 #define LS_REDUCER_F16 1
 #define LS_REDUCER_BF16 2
 

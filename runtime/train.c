@@ -20,6 +20,7 @@ struct ls_trainer {
     ls_train_config cfg;
     ls_xent *loss;
     ls_reducer *reducer;
+    int compress_f16; /* the reducer sends fp16: an inf check every step, whatever the precision */
     int64_t steps;
     int64_t cap;           /* rows the input buffers hold */
     int64_t features;      /* and the features per row */
@@ -217,6 +218,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
         free(names);
         if (s != LS_OK) goto fail;
         LS_CHECK_GOTO(ls_reducer_create(t->comm, ctx, t->n_params, t->grads, &cfg->buckets, &t->reducer), s, fail);
+        t->compress_f16 = ls_reducer_get_config(t->reducer).compress == LS_REDUCER_F16;
     }
     *out = t;
     return LS_OK;
@@ -656,7 +658,8 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
         }
     }
     if (t->inject_step >= 0) LS_CHECK(inject_inf(t));
-    if (t->cfg.precision != LS_PRECISION_FP32 || t->inject_step >= 0) {
+    /* fp16 gradient compression can overflow to inf in fp32 training too: checked the same way */
+    if (t->cfg.precision != LS_PRECISION_FP32 || t->inject_step >= 0 || t->compress_f16) {
         /* GradScaler: unscale (fp16), then skip the step on every rank if any rank saw inf/NaN */
         int found_inf = 0;
         LS_TL_T0(t_unscale);

@@ -150,6 +150,9 @@ int main(int argc, char **argv) {
         ls_reducer_config other = {8 << 10, R == W - 1 ? 32 << 10 : 64 << 10, 0, 0};
         LS_EXPECT_ERR(ls_reducer_create(c, ctx, N, g, &other, &red), LS_ERR_MISMATCH,
                       "gradient buckets differ between ranks");
+        ls_reducer_config mixed16 = {8 << 10, 64 << 10, 0, R == W - 1 ? LS_REDUCER_BF16 : -1};
+        LS_EXPECT_ERR(ls_reducer_create(c, ctx, N, g, &mixed16, &red), LS_ERR_MISMATCH,
+                      "LOCKSTEP_GRAD_COMPRESS must be the same");
         /* one rank out of memory for its bucket: it says so, the others learn of it (no hang) */
         enum { M = 4 };
         ls_allocator *capped = NULL;

@@ -5,7 +5,8 @@
 # step 7 (its final checkpoint removed: steps 6 and 7 are written once, by the resumed run); two ranks (the samples are the
 # global batch); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
 # NaN loss is written as null; a file that cannot be opened is an error naming it. CUDA_BUILT (1 in a
-# CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU.
+# CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU. Two
+# diverging ranks with fp16 gradient compression skip their steps.
 set -u
 mlp=$1 run=$2 check=$3 cuda_built=${4:-0}
 dir=$(mktemp -d)
@@ -34,6 +35,14 @@ if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
     [ "$cuda_built" = 1 ] && grep -q "device cpu" "$dir/out4" && want=1
     [ "$(grep -c 'no usable CUDA device (.*); running on the CPU' "$dir/out4")" = "$want" ] ||
         fail "two ranks on one node should say $want time(s) that they run on the CPU: $(cat "$dir/out4")"
+    # fp16 gradient compression in f32 training: a diverging run's inf/NaN gradients skip the step
+    # on every rank (as a loss scaler would), where f32 all-reduces let them through
+    for c in fp16 none; do
+        LOCKSTEP_GRAD_COMPRESS=$c "$run" -n 2 "$mlp" "${args[@]}" --lr 1e30 --max-steps 6 --metrics "$dir/m6$c" \
+            >"$dir/out6$c" 2>&1 || fail "diverging two-rank run ($c): $(cat "$dir/out6$c")"
+    done
+    [ "$(grep -c '"skipped": 1' "$dir/m6fp16")" -ge 4 ] || fail "fp16 compression did not skip: $(cat "$dir/m6fp16")"
+    [ "$(grep -c '"skipped": 1' "$dir/m6none")" = 0 ] || fail "f32 all-reduces skipped steps: $(cat "$dir/m6none")"
 else
     echo "(no MPI launcher here: the two-rank case is left out)"
 fi
