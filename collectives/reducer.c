@@ -441,9 +441,8 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
         ls_bucket *b = &r->b[r->bucket_of[i]];
         if (b->hi < 0) b->hi = i;
         b->lo = i;
-        r->offset[i] = b->bytes;
         b->bytes += nbytes[i];
-        b->numel += ls_tensor_numel(grads[i]);
+        b->numel += ls_tensor_numel(grads[i]); /* a fused bucket's (padded) count: ls_make_bucket */
     }
     int views = 0;
     for (int k = 0; k < r->nb && s == LS_OK; k++) {

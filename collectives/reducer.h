@@ -2,10 +2,10 @@
  * device) are grouped into buckets in REVERSE parameter order (the order backward produces them):
  * the first bucket holds at most first_bucket_bytes (default 1 MiB), the others at most
  * bucket_bytes (default 25 MiB); a gradient larger than the cap gets a bucket of its own (reduced
- * in place, no fusion copy). When every gradient of a bucket is ready its gradients are copied
- * into the bucket's fusion buffer and an async allreduce (sum) starts; buckets start strictly in
- * bucket order (as DDP), so communication overlaps the rest of backward. finish waits, multiplies
- * by post_scale and copies back.
+ * in place, no fusion copy). When every gradient of a bucket is ready (copied into the bucket's
+ * fusion buffer, unless they live there: see below) an async allreduce (sum) starts; buckets start
+ * strictly in bucket order (as DDP), so communication overlaps the rest of backward. finish waits,
+ * multiplies by post_scale (and copies back).
  *
  * Gradients as bucket views (DDP's gradient_as_bucket_view; on unless bucket_view is -1 or
  * LOCKSTEP_GRAD_AS_BUCKET_VIEW=0): at create, each fused bucket's gradients move into its fusion
