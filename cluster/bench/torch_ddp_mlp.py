@@ -4,7 +4,13 @@ Starts --ranks processes on this machine (torch.multiprocessing, gloo over loopb
 --threads threads, trains the 784-512-256-10 MLP with per-rank batch --batch-size on its
 DistributedSampler shard of Fashion-MNIST, and prints (rank 0):
     torch-ddp ranks <n> samples/s <global samples per second>
+With --launched it is one rank of a job started by a launcher (lockstep-run, mpirun, srun):
+rank and world size from OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE or SLURM_PROCID/NTASKS, rank 0
+at MASTER_ADDR (default 127.0.0.1). --compress fp16 registers DDP's fp16 compression
+hook (gradients all-reduced in 16 bits), the peer of LOCKSTEP_GRAD_COMPRESS (PyTorch 1.13's
+bf16 hook needs CUDA and NCCL, so on CPUs fp16 only).
 Usage: /usr/bin/python3 cluster/bench/torch_ddp_mlp.py --ranks 2 --threads 1 --steps 200
+       lockstep-run -n 2 -x MASTER_ADDR -- /usr/bin/python3 cluster/bench/torch_ddp_mlp.py --launched
 """
 import argparse
 import os
@@ -32,6 +38,9 @@ def worker(rank, args):
     model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256),
                                 torch.nn.ReLU(), torch.nn.Linear(256, 10))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
+    if args.compress != "none":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, getattr(default_hooks, f"{args.compress}_compress_hook"))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     lossf = torch.nn.CrossEntropyLoss()
     sampler = torch.utils.data.distributed.DistributedSampler(range(x.shape[0]), num_replicas=args.ranks,
@@ -68,7 +77,7 @@ def worker(rank, args):
     dt = time.perf_counter() - t0
     if rank == 0:
         print(f"torch-ddp ranks {args.ranks} samples/s {args.steps * B * args.ranks / dt:.1f} "
-              f"threads {args.threads} step_ms {1000 * dt / args.steps:.3f} loss {loss.item():.4f}", flush=True)
+              f"threads {args.threads} compress {args.compress} step_ms {1000 * dt / args.steps:.3f} loss {loss.item():.4f}", flush=True)
     dist.destroy_process_group()
 
 
@@ -80,9 +89,25 @@ def main():
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--port", type=int, default=29533)
+    ap.add_argument("--port", type=int, default=int(os.environ.get("MASTER_PORT", "29533")))
+    ap.add_argument("--compress", choices=["none", "fp16"], default="none",
+                    help="fp16: DDP's fp16_compress_hook, gradients all-reduced in 16 bits (default none; "
+                         "PyTorch 1.13 offers bf16_compress_hook only with CUDA and NCCL)")
+    ap.add_argument("--launched", action="store_true",
+                    help="one rank of a job started by lockstep-run, mpirun or srun (--ranks is ignored)")
     args = ap.parse_args()
-    mp.spawn(worker, args=(args,), nprocs=args.ranks, join=True)
+    if not args.launched:
+        mp.spawn(worker, args=(args,), nprocs=args.ranks, join=True)
+        return 0
+    for r, w in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+                 ("SLURM_PROCID", "SLURM_NTASKS")):
+        if r in os.environ and w in os.environ:
+            rank, args.ranks = int(os.environ[r]), int(os.environ[w])
+            break
+    else:
+        rank, args.ranks = 0, 1  # run directly: one rank
+    worker(rank, args)
+    return 0
 
 
 if __name__ == "__main__":

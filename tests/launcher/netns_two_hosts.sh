@@ -16,14 +16,24 @@
 #   --out-dir DIR        keep the outputs there (single.out, netns.out; *.stdout) instead of a
 #                        temporary directory
 #   --timeout S          limit for each run, seconds (default 120)
-# Exit status: the program's (run mode); in a compare mode 0 when both runs succeed and their
-# outputs are identical, 1 when not; 77 when skipped.
+#   --rate RATE          limit each direction of the link to RATE (tc's syntax: 1gbit, 500mbit),
+#                        a token bucket (tbf) on both ends of the veth pair; default: no limit
+#   --exec               instead of starting program through lockstep-run, run the command itself
+#                        on the first host (ls-h0), with LOCKSTEP_RUN set to a lockstep-run that
+#                        starts its ranks on the two hosts (hostfile, agent and TCP settings
+#                        included) and MASTER_ADDR=10.77.0.1; the hosts' names resolve to their
+#                        addresses there. For benchmarks across a (throttled) link, e.g.
+#                        netns_two_hosts.sh --rate 1gbit --timeout 3600 --exec -- \
+#                            /usr/bin/python3 cluster/bench/compare_compress.py --build build
+# Exit status: the program's (run and exec modes); in a compare mode 0 when both runs succeed and
+# their outputs are identical, 1 when not; 77 when skipped.
 set -u
 
 mode=run
 lsr=${LOCKSTEP_RUN:-}
 out_dir=
 limit=120
+rate=
 extra=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -33,6 +43,8 @@ while [ $# -gt 0 ]; do
     --out-dir) out_dir=$2; shift 2 ;;
     --timeout) limit=$2; shift 2 ;;
     --launcher-arg) extra+=("$2"); shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --exec) mode="exec"; shift ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "netns_two_hosts: unknown option $1" >&2; exit 2 ;;
@@ -41,6 +53,10 @@ while [ $# -gt 0 ]; do
 done
 if [ $# -eq 0 ]; then
     echo "netns_two_hosts: no program given (see --help)" >&2
+    exit 2
+fi
+if [ -n "$rate" ] && ! [[ $rate =~ ^[1-9][0-9]*[kmg]bit$ ]]; then
+    echo "netns_two_hosts: --rate $rate: expected a whole number of kbit, mbit or gbit (e.g. 1gbit)" >&2
     exit 2
 fi
 skip() { echo "SKIP: $*" >&2; exit 77; }
@@ -66,6 +82,7 @@ cleanup() {
             for pid in $(ip netns pids "$ns"); do kill -9 "$pid" 2>/dev/null; done
         fi
         [ -e "/run/netns/$ns" ] && ip netns del "$ns" 2>/dev/null
+        [ -d "/etc/netns/$ns" ] && rm -rf "/etc/netns/$ns"
     done
     if [ "$netns_premounted" = 0 ] && mountpoint -q /run/netns 2>/dev/null &&
         [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
@@ -92,6 +109,22 @@ setup_ns "$ns0" lsveth0 10.77.0.1 && setup_ns "$ns1" lsveth1 10.77.0.2 || {
     exit 1
 }
 unshare --uts true 2>"$work/err" || skip "cannot create a UTS namespace: $(cat "$work/err")"
+if [ -n "$rate" ]; then
+    # The bucket holds 4 ms at RATE, at least 256 KiB: veth passes 64 KiB GSO segments, and a
+    # bucket smaller than one would stall the link.
+    case $rate in
+    *kbit) bits=$((${rate%kbit} * 1000)) ;;
+    *mbit) bits=$((${rate%mbit} * 1000000)) ;;
+    *gbit) bits=$((${rate%gbit} * 1000000000)) ;;
+    esac
+    burst=$((bits / 8 / 250))
+    [ "$burst" -ge 262144 ] || burst=262144
+    for end in "$ns0 lsveth0" "$ns1 lsveth1"; do
+        read -r ns dev <<<"$end"
+        ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency 50ms \
+            2>"$work/err" || skip "cannot limit the link's rate (tc tbf): $(cat "$work/err")"
+    done
+fi
 
 # The remote agent. Open MPI calls it like ssh: agent [options] host command... where command is
 # the orted command line, quoted for a shell.
@@ -113,6 +146,15 @@ EOF
 chmod 755 "$agent"
 printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' >"$work/hostfile"
 
+# lockstep-run with what it takes to start ranks on the two hosts.
+cat >"$work/lockstep-run" <<EOF
+#!/bin/sh
+# lockstep-run for netns_two_hosts.sh: ranks on 10.77.0.1 and 10.77.0.2, TCP between them.
+exec "$lsr" --hostfile "$work/hostfile" --mca plm_rsh_agent "$agent" --mca btl self,tcp \\
+    --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 "\$@"
+EOF
+chmod 755 "$work/lockstep-run"
+
 # Substitute @OUT@ in the program's arguments.
 subst_args() { # out-path args...
     local out=$1
@@ -125,12 +167,7 @@ subst_args() { # out-path args...
 run_netns() { # stdout-file out-path
     subst_args "$2" "${@:3}"
     timeout -k 5 "$limit" ip netns exec "$ns0" unshare --uts sh -c 'hostname ls-h0 && exec "$@"' sh \
-        "$lsr" --hostfile "$work/hostfile" \
-        --mca plm_rsh_agent "$agent" \
-        --mca btl self,tcp \
-        --mca btl_tcp_if_include 10.77.0.0/24 \
-        --mca oob_tcp_if_include 10.77.0.0/24 \
-        "${extra[@]}" -n 2 -- "${args[@]}" | tee "$1"
+        "$work/lockstep-run" "${extra[@]}" -n 2 -- "${args[@]}" | tee "$1"
     local rc=${PIPESTATUS[0]}
     if ! grep -qx 10.77.0.2 "$work/agent.log" 2>/dev/null; then
         echo "netns_two_hosts: Open MPI never used the agent to start a daemon on 10.77.0.2" >&2
@@ -147,6 +184,17 @@ run_single() { # stdout-file out-path
 
 dir=${out_dir:-$work}
 mkdir -p "$dir" || exit 1
+if [ "$mode" = exec ]; then
+    # `ip netns exec` mounts /etc/netns/NS/hosts over /etc/hosts: each host's name resolves to its
+    # address, as on a cluster (PyTorch's gloo binds to the address of the host's name).
+    for ns in "$ns0" "$ns1"; do
+        mkdir -p "/etc/netns/$ns" &&
+            printf '127.0.0.1 localhost\n10.77.0.1 ls-h0\n10.77.0.2 ls-h1\n' >"/etc/netns/$ns/hosts" || exit 1
+    done
+    LOCKSTEP_RUN=$work/lockstep-run MASTER_ADDR=10.77.0.1 timeout -k 5 "$limit" \
+        ip netns exec "$ns0" unshare --uts sh -c 'hostname ls-h0 && exec "$@"' sh "$@"
+    exit $?
+fi
 if [ "$mode" = run ]; then
     run_netns "$dir/netns.stdout" "$dir/netns.out" "$@"
     exit $?
