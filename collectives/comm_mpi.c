@@ -17,8 +17,9 @@
  * buffers are kept for reuse (as many as were in use at once, up to LS_MPI_STAGE_KEEP_BYTES in
  * all); for device buffers they are pinned host memory (the device allocator's host_alloc) where it
  * can, else plain host memory, outside the allocators' accounting (as pinned batches are).
- * An all-reduce over LOCKSTEP_MPI_CHUNK bytes (default 16 MiB; 0: no limit) goes to MPI as several
- * calls of at most that size (see ls_mpi_exec; nonblocking: all posted at once, in order). */
+ * An all-reduce over LOCKSTEP_MPI_CHUNK bytes (default 16 MiB on one node, 1 MiB across nodes; 0: no
+ * limit) goes to MPI as several calls of at most that size (see ls_mpi_exec; nonblocking: all posted
+ * at once, in order). */
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
@@ -63,6 +64,9 @@ typedef struct ls_mpi_req ls_mpi_req;
  * smallest go first); a kept block serves a request of at least half its size. */
 #define LS_MPI_STAGE_KEEP 32
 #define LS_MPI_STAGE_KEEP_BYTES ((size_t)1 << 30)
+/* the default all-reduce part sizes (ls_mpi_agree_chunk): every rank on one node, ranks across nodes */
+#define LS_MPI_CHUNK_NODE ((size_t)16 << 20)
+#define LS_MPI_CHUNK_NET ((size_t)1 << 20)
 
 typedef struct ls_stage_block {
     void *p;
@@ -76,7 +80,7 @@ typedef struct ls_mpi_state {
     int rank, world;
     int cuda_aware; /* device pointers may go to MPI directly */
     int threaded;   /* communication thread progress */
-    size_t chunk;   /* LOCKSTEP_MPI_CHUNK: largest all-reduce per MPI call in bytes; 0: no limit */
+    size_t chunk;   /* largest all-reduce per MPI call in bytes, agreed by the ranks; 0: no limit */
     pthread_t worker;
     int worker_started;
     pthread_mutex_t mu;
@@ -935,6 +939,36 @@ static int ls_mpi_query_cuda_aware(void) {
 #endif
 }
 
+/* The all-reduce part size (st->chunk). `given` is LOCKSTEP_MPI_CHUNK's value, (size_t)-1 where it
+ * is not set: then 16 MiB where every rank is on this node (shared memory: parts keep Open MPI's
+ * temporary buffers under glibc's mmap threshold) and 1 MiB where the ranks span nodes (over TCP,
+ * parts of 1 MiB reach 87% of a 1 Gbit/s link against 53% for 16 MiB: docs/performance.md). Parts
+ * of different sizes would pair different MPI calls, so the ranks agree on the smallest. Both steps
+ * are collective: every rank calls this. */
+static ls_status ls_mpi_agree_chunk(ls_mpi_state *st, size_t given) {
+    size_t chunk = given;
+    if (st->world == 1) {
+        st->chunk = given == (size_t)-1 ? LS_MPI_CHUNK_NODE : given;
+        return LS_OK;
+    }
+    MPI_Comm node = MPI_COMM_NULL;
+    int node_size = st->world;
+    int rc = MPI_Comm_split_type(st->comm, MPI_COMM_TYPE_SHARED, st->rank, MPI_INFO_NULL, &node);
+    if (rc != MPI_SUCCESS) return ls_mpi_error(rc, "MPI_Comm_split_type (the ranks on this node)");
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    if (given == (size_t)-1) chunk = node_size < st->world ? LS_MPI_CHUNK_NET : LS_MPI_CHUNK_NODE;
+    /* 0 (no limit) is the largest */
+    unsigned long long mine = chunk ? (unsigned long long)chunk : ULLONG_MAX, agreed = mine;
+    rc = MPI_Allreduce(&mine, &agreed, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, st->comm);
+    if (rc != MPI_SUCCESS) return ls_mpi_error(rc, "MPI_Allreduce (agreeing on the all-reduce part size)");
+    st->chunk = agreed == ULLONG_MAX ? 0 : (size_t)agreed;
+    if (agreed != mine)
+        LS_LOG_W("LOCKSTEP_MPI_CHUNK differs between ranks (here %s, %zu bytes): all use the smallest, %zu bytes",
+                 given == (size_t)-1 ? "unset" : getenv("LOCKSTEP_MPI_CHUNK"), chunk, st->chunk);
+    return LS_OK;
+}
+
 ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface, void **state, int *rank,
                              int *world) {
     const char *prog = getenv("LOCKSTEP_MPI_PROGRESS");
@@ -948,9 +982,10 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
             return ls_error(LS_ERR_INVALID_ARGUMENT,
                             "LOCKSTEP_MPI_PROGRESS=%s: expected thread or nonblocking", prog);
     }
-    size_t chunk = (size_t)16 << 20;
+    size_t chunk = 0;
     const char *ch = getenv("LOCKSTEP_MPI_CHUNK");
-    if (ch && *ch && ls_memory_parse_size(ch, &chunk) != LS_OK)
+    const int chunk_given = ch && *ch;
+    if (chunk_given && ls_memory_parse_size(ch, &chunk) != LS_OK)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "LOCKSTEP_MPI_CHUNK=%s: expected a size such as 16MiB, 4096 or 0 (0: one MPI call per "
                         "all-reduce)",
@@ -968,7 +1003,6 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
         return ls_error(LS_ERR_OUT_OF_MEMORY, "MPI communicator: out of host memory");
     }
     st->env = *env;
-    st->chunk = chunk;
     st->comm = MPI_COMM_NULL;
     pthread_mutex_init(&st->mu, NULL);
     pthread_mutex_init(&st->stage_mu, NULL);
@@ -983,6 +1017,8 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
     MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(st->comm, &st->rank);
     MPI_Comm_size(st->comm, &st->world);
+    s = ls_mpi_agree_chunk(st, chunk_given ? chunk : (size_t)-1);
+    if (s != LS_OK) goto fail;
     st->cuda_aware = env->device.type != LS_DEVICE_CPU && ls_mpi_query_cuda_aware();
     st->threaded = want_thread && level >= MPI_THREAD_MULTIPLE;
     if (want_thread && !st->threaded && prog && *prog)

@@ -1,12 +1,13 @@
 /* test_comm_chunk.c: the MPI backend sends a large all-reduce as several MPI calls of at most
- * LOCKSTEP_MPI_CHUNK bytes (default 16 MiB; 0: one call). The test stands between lockstep and
- * MPI (the PMPI profiling interface: MPI_Allreduce and MPI_Iallreduce defined here count the calls
- * and pass them on) and checks, for blocking and asynchronous all-reduces, in f32, f64, i32, f16
- * and bf16 (sums as 16 bits, averages through f32), with several requests in flight (also
- * completed through ls_comm_test in an order that differs by rank, which breaks parts posted as
- * earlier ones complete): the number
- * of calls, the largest count per call, and every element of the result. Then the default size,
- * 0, and a bad value's error.
+ * LOCKSTEP_MPI_CHUNK bytes (default 16 MiB on one node, 1 MiB across nodes; 0: one call). The test
+ * stands between lockstep and MPI (the PMPI profiling interface: MPI_Allreduce and MPI_Iallreduce
+ * defined here count the calls and pass them on) and checks, for blocking and asynchronous
+ * all-reduces, in f32, f64, i32, f16 and bf16 (sums as 16 bits, averages through f32), with several
+ * requests in flight (also completed through ls_comm_test in an order that differs by rank, which
+ * breaks parts posted as earlier ones complete): the number of calls, the largest count per call,
+ * and every element of the result. Then the default size
+ * on one node (16 MiB), 0, ranks given different sizes (the smallest wins), and a bad value's
+ * error. The default across nodes (1 MiB) is checked by launcher_netns_two_hosts.
  * Run under mpirun (label mpi), with either progress mode. */
 #define _POSIX_C_SOURCE 200809L
 #include <limits.h>
@@ -176,6 +177,15 @@ int main(void) {
     float f = 1;
     LS_EXPECT_ERR(ls_comm_allreduce(c, &f, (int64_t)INT_MAX + 1, LS_F32, LS_REDUCE_SUM), LS_ERR_UNSUPPORTED,
                   "exceeds MPI's int count limit (2147483647) (LOCKSTEP_MPI_CHUNK=0 turned off");
+    ls_comm_destroy(c);
+
+    /* ranks given different sizes agree on the smallest (0, no limit, is the largest): else their
+     * parts would pair MPI calls of different counts */
+    c = make_comm(R == 0 ? "4KiB" : "8KiB");
+    check_allreduce(c, LS_F32, LS_REDUCE_SUM, 5000, 1024, 0);
+    ls_comm_destroy(c);
+    c = make_comm(R == W - 1 ? "8KiB" : "0");
+    check_allreduce(c, LS_F32, LS_REDUCE_SUM, 5000, W > 1 ? 2048 : 5000, 1);
     ls_comm_destroy(c);
 
     setenv("LOCKSTEP_MPI_CHUNK", "lots", 1);
