@@ -8,8 +8,8 @@ same ranks, one thread per rank, the configurations alternating round by round, 
 
 Usage (repository root, after building build/):
     /usr/bin/python3 cluster/bench/compare_compress.py --launcher-arg=--hosts --launcher-arg=node1,node2
-    tests/launcher/netns_two_hosts.sh --rate 1gbit --timeout 3600 --exec -- \\
-        /usr/bin/python3 cluster/bench/compare_compress.py --build build
+    tests/launcher/netns_two_hosts.sh --lockstep-run build/launcher/lockstep-run --rate 1gbit \\
+        --timeout 3600 --exec -- /usr/bin/python3 cluster/bench/compare_compress.py --build build
 The second runs it here across two network namespaces joined by a link limited to 1 Gbit/s
 (netns_two_hosts.sh sets LOCKSTEP_RUN and MASTER_ADDR). PyTorch's ranks meet at MASTER_ADDR
 (default 127.0.0.1: give the first host's address across hosts). --dry-run prints the commands.

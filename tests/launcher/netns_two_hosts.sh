@@ -23,8 +23,8 @@
 #                        starts its ranks on the two hosts (hostfile, agent and TCP settings
 #                        included) and MASTER_ADDR=10.77.0.1; the hosts' names resolve to their
 #                        addresses there. For benchmarks across a (throttled) link, e.g.
-#                        netns_two_hosts.sh --rate 1gbit --timeout 3600 --exec -- \
-#                            /usr/bin/python3 cluster/bench/compare_compress.py --build build
+#                        netns_two_hosts.sh --lockstep-run build/launcher/lockstep-run --rate 1gbit \
+#                            --timeout 3600 --exec -- /usr/bin/python3 cluster/bench/compare_compress.py
 # Exit status: the program's (run and exec modes); in a compare mode 0 when both runs succeed and
 # their outputs are identical, 1 when not; 77 when skipped.
 set -u
@@ -61,6 +61,8 @@ if [ -n "$rate" ] && ! [[ $rate =~ ^[1-9][0-9]*[kmg]bit$ ]]; then
 fi
 skip() { echo "SKIP: $*" >&2; exit 77; }
 [ -n "$lsr" ] || lsr=$(command -v lockstep-run) || { echo "netns_two_hosts: lockstep-run not found; pass --lockstep-run" >&2; exit 2; }
+[ -x "$lsr" ] || { echo "netns_two_hosts: --lockstep-run $lsr: not an executable file" >&2; exit 2; }
+lsr=$(readlink -f "$lsr")
 [ "$(id -u)" = 0 ] || skip "network namespaces need root"
 command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
 command -v unshare >/dev/null || skip "unshare (util-linux) is not installed"
