@@ -939,13 +939,14 @@ static int ls_mpi_query_cuda_aware(void) {
 #endif
 }
 
-/* The all-reduce part size (st->chunk). `given` is LOCKSTEP_MPI_CHUNK's value, (size_t)-1 where it
- * is not set: then 16 MiB where every rank is on this node (shared memory: parts keep Open MPI's
- * temporary buffers under glibc's mmap threshold) and 1 MiB where the ranks span nodes (over TCP,
- * parts of 1 MiB reach 87% of a 1 Gbit/s link against 53% for 16 MiB: docs/performance.md). Parts
- * of different sizes would pair different MPI calls, so the ranks agree on the smallest. Both steps
- * are collective: every rank calls this. */
-static ls_status ls_mpi_agree_chunk(ls_mpi_state *st, size_t given) {
+/* The all-reduce part size (st->chunk). `given` is LOCKSTEP_MPI_CHUNK's value (`text`), (size_t)-1
+ * where it is not set: then 16 MiB where every rank is on this node (shared memory: parts keep Open
+ * MPI's temporary buffers under glibc's mmap threshold) and 1 MiB where the ranks span nodes (over
+ * TCP, parts of 1 MiB reach 87% of a 1 Gbit/s link against 53% for 16 MiB: docs/performance.md).
+ * Parts of different sizes would pair different MPI calls, so the ranks agree on the smallest. The
+ * same exchange carries `failed` (this rank refused its settings): then every rank fails, the
+ * others with LS_ERR_COMM, instead of waiting for it. Collective: every rank calls this. */
+static ls_status ls_mpi_agree_chunk(ls_mpi_state *st, size_t given, const char *text, int failed) {
     size_t chunk = given;
     if (st->world == 1) {
         st->chunk = given == (size_t)-1 ? LS_MPI_CHUNK_NODE : given;
@@ -958,19 +959,27 @@ static ls_status ls_mpi_agree_chunk(ls_mpi_state *st, size_t given) {
     MPI_Comm_size(node, &node_size);
     MPI_Comm_free(&node);
     if (given == (size_t)-1) chunk = node_size < st->world ? LS_MPI_CHUNK_NET : LS_MPI_CHUNK_NODE;
-    /* 0 (no limit) is the largest */
-    unsigned long long mine = chunk ? (unsigned long long)chunk : ULLONG_MAX, agreed = mine;
-    rc = MPI_Allreduce(&mine, &agreed, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, st->comm);
+    /* the smallest size (0, no limit, is the largest) and whether any rank failed (0) */
+    unsigned long long mine[2] = {chunk ? (unsigned long long)chunk : ULLONG_MAX, failed ? 0ULL : 1ULL};
+    unsigned long long agreed[2] = {0, 0};
+    rc = MPI_Allreduce(mine, agreed, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, st->comm);
     if (rc != MPI_SUCCESS) return ls_mpi_error(rc, "MPI_Allreduce (agreeing on the all-reduce part size)");
-    st->chunk = agreed == ULLONG_MAX ? 0 : (size_t)agreed;
-    if (agreed != mine)
+    if (failed) return LS_OK; /* the caller reports its own error */
+    if (!agreed[1])
+        return ls_error(LS_ERR_COMM, "MPI communicator: another rank refused its settings (LOCKSTEP_MPI_CHUNK or "
+                                     "LOCKSTEP_MPI_PROGRESS; its error names the value)");
+    st->chunk = agreed[0] == ULLONG_MAX ? 0 : (size_t)agreed[0];
+    if (agreed[0] != mine[0])
         LS_LOG_W("LOCKSTEP_MPI_CHUNK differs between ranks (here %s, %zu bytes): all use the smallest, %zu bytes",
-                 given == (size_t)-1 ? "unset" : getenv("LOCKSTEP_MPI_CHUNK"), chunk, st->chunk);
+                 text ? text : "unset", chunk, st->chunk);
     return LS_OK;
 }
 
 ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface, void **state, int *rank,
                              int *world) {
+    /* A bad setting fails this rank; where the launcher started several, they all fail with it
+     * (ls_mpi_agree_chunk) instead of waiting in MPI_Comm_dup for this one. */
+    ls_status refused = LS_OK;
     const char *prog = getenv("LOCKSTEP_MPI_PROGRESS");
     int want_thread = 1;
     if (prog && *prog) {
@@ -979,22 +988,28 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
         else if (!strcmp(prog, "nonblocking"))
             want_thread = 0;
         else
-            return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "LOCKSTEP_MPI_PROGRESS=%s: expected thread or nonblocking", prog);
+            refused = ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_MPI_PROGRESS=%s: expected thread or nonblocking",
+                               prog);
     }
     size_t chunk = 0;
     const char *ch = getenv("LOCKSTEP_MPI_CHUNK");
     const int chunk_given = ch && *ch;
-    if (chunk_given && ls_memory_parse_size(ch, &chunk) != LS_OK)
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "LOCKSTEP_MPI_CHUNK=%s: expected a size such as 16MiB, 4096 or 0 (0: one MPI call per "
-                        "all-reduce)",
-                        ch);
-    if (chunk && chunk < 4096)
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "LOCKSTEP_MPI_CHUNK=%s: below the 4 KiB minimum (a call per few elements); 0 turns the "
-                        "splitting off",
-                        ch);
+    if (refused == LS_OK && chunk_given && ls_memory_parse_size(ch, &chunk) != LS_OK)
+        refused = ls_error(LS_ERR_INVALID_ARGUMENT,
+                           "LOCKSTEP_MPI_CHUNK=%s: expected a size such as 16MiB, 4096 or 0 (0: one MPI call per "
+                           "all-reduce)",
+                           ch);
+    if (refused == LS_OK && chunk && chunk < 4096)
+        refused = ls_error(LS_ERR_INVALID_ARGUMENT,
+                           "LOCKSTEP_MPI_CHUNK=%s: below the 4 KiB minimum (a call per few elements); 0 turns the "
+                           "splitting off",
+                           ch);
+    char refused_msg[512] = "";
+    if (refused != LS_OK) {
+        ls_rank_info ri;
+        if (ls_rank_discover(&ri) != LS_OK || ri.world <= 1) return refused;
+        snprintf(refused_msg, sizeof refused_msg, "%s", ls_last_error());
+    }
     int level = MPI_THREAD_SINGLE;
     LS_CHECK(ls_mpi_acquire(&level));
     ls_mpi_state *st = calloc(1, sizeof *st);
@@ -1017,7 +1032,8 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
     MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(st->comm, &st->rank);
     MPI_Comm_size(st->comm, &st->world);
-    s = ls_mpi_agree_chunk(st, chunk_given ? chunk : (size_t)-1);
+    s = ls_mpi_agree_chunk(st, chunk_given && refused == LS_OK ? chunk : (size_t)-1, ch, refused != LS_OK);
+    if (s == LS_OK && refused != LS_OK) s = ls_error(refused, "%s", refused_msg);
     if (s != LS_OK) goto fail;
     st->cuda_aware = env->device.type != LS_DEVICE_CPU && ls_mpi_query_cuda_aware();
     st->threaded = want_thread && level >= MPI_THREAD_MULTIPLE;

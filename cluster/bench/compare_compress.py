@@ -26,14 +26,20 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def samples_per_s(name, cmd, env):
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+def samples_per_s(name, cmd, env, ranks, timeout):
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        sys.exit(f"compare_compress.py: {name}: {shlex.join(cmd)} did not finish in {timeout} s "
+                 f"(PyTorch's ranks wait for each other at MASTER_ADDR):\n{e.stdout or ''}{e.stderr or ''}")
     lines = [l for l in p.stdout.splitlines() if "samples/s" in l]
-    m = re.search(r"samples/s ([0-9.]+)", lines[-1]) if lines else None
+    m = re.search(r"ranks ([0-9]+) samples/s ([0-9.]+)", lines[-1]) if lines else None
     if p.returncode != 0 or not m:
         sys.exit(f"compare_compress.py: {name}: {shlex.join(cmd)} failed (status {p.returncode}):\n"
                  f"{p.stdout}{p.stderr}")
-    return float(m.group(1))
+    if int(m.group(1)) != ranks:  # ranks that did not find each other train alone
+        sys.exit(f"compare_compress.py: {name}: ran as {m.group(1)} rank(s), expected {ranks}:\n{p.stdout}")
+    return float(m.group(2))
 
 
 def main():
@@ -47,6 +53,7 @@ def main():
     ap.add_argument("--steps", type=int, default=200, help="timed steps per run (default 200)")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each configuration (default 3)")
     ap.add_argument("--no-torch", action="store_true", help="lockstep only")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take (default 600)")
     ap.add_argument("--launcher-arg", action="append", default=[],
                     help="pass an argument to lockstep-run (repeatable), e.g. --launcher-arg=--hostfile "
                          "--launcher-arg=hosts.txt")
@@ -78,7 +85,7 @@ def main():
     res = {name: [] for name in configs}
     for r in range(args.rounds):
         for name, cmd in configs.items():
-            res[name].append(samples_per_s(name, cmd, env))
+            res[name].append(samples_per_s(name, cmd, env, args.ranks, args.timeout))
         print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.0f}" for n, v in res.items()), flush=True)
     med = {n: statistics.median(v) for n, v in res.items()}
     print(f"\nmachine: {platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "

@@ -7,7 +7,8 @@
  * breaks parts posted as earlier ones complete): the number of calls, the largest count per call,
  * and every element of the result. Then the default size
  * on one node (16 MiB), 0, ranks given different sizes (the smallest wins), and a bad value's
- * error. The default across nodes (1 MiB) is checked by launcher_netns_two_hosts.
+ * error, also on one rank only (the others fail with it). The default across nodes (1 MiB) is
+ * checked by launcher_netns_train.
  * Run under mpirun (label mpi), with either progress mode. */
 #define _POSIX_C_SOURCE 200809L
 #include <limits.h>
@@ -197,6 +198,32 @@ int main(void) {
     LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad), LS_ERR_INVALID_ARGUMENT,
                   "LOCKSTEP_MPI_CHUNK=100: below the 4 KiB minimum");
     LS_EXPECT(bad == NULL);
+    /* a bad value on one rank: that rank names it, the others fail with it instead of waiting */
+    if (W > 1) {
+        setenv("LOCKSTEP_MPI_CHUNK", R == 0 ? "lots" : "4KiB", 1);
+        if (R == 0)
+            LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad), LS_ERR_INVALID_ARGUMENT,
+                          "LOCKSTEP_MPI_CHUNK=lots: expected a size");
+        else
+            LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad), LS_ERR_COMM,
+                          "another rank refused its settings (LOCKSTEP_MPI_CHUNK or LOCKSTEP_MPI_PROGRESS");
+        LS_EXPECT(bad == NULL);
+        const char *prog = getenv("LOCKSTEP_MPI_PROGRESS");
+        char *saved = prog ? strdup(prog) : NULL;
+        unsetenv("LOCKSTEP_MPI_CHUNK");
+        if (R == W - 1) setenv("LOCKSTEP_MPI_PROGRESS", "eventually", 1);
+        if (R == W - 1)
+            LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad), LS_ERR_INVALID_ARGUMENT,
+                          "LOCKSTEP_MPI_PROGRESS=eventually: expected thread or nonblocking");
+        else
+            LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad), LS_ERR_COMM, "another rank refused its settings");
+        LS_EXPECT(bad == NULL);
+        if (saved)
+            setenv("LOCKSTEP_MPI_PROGRESS", saved, 1);
+        else
+            unsetenv("LOCKSTEP_MPI_PROGRESS");
+        free(saved);
+    }
 
     /* every rank's failures decide for all */
     int32_t fails = ls_test_failures;

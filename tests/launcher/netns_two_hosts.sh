@@ -55,8 +55,8 @@ if [ $# -eq 0 ]; then
     echo "netns_two_hosts: no program given (see --help)" >&2
     exit 2
 fi
-if [ -n "$rate" ] && ! [[ $rate =~ ^[1-9][0-9]*[kmg]bit$ ]]; then
-    echo "netns_two_hosts: --rate $rate: expected a whole number of kbit, mbit or gbit (e.g. 1gbit)" >&2
+if [ -n "$rate" ] && ! [[ $rate =~ ^[1-9][0-9]{0,5}[kmg]bit$ ]]; then
+    echo "netns_two_hosts: --rate $rate: expected a whole number (up to 6 digits) of kbit, mbit or gbit (e.g. 1gbit)" >&2
     exit 2
 fi
 skip() { echo "SKIP: $*" >&2; exit 77; }
@@ -77,6 +77,8 @@ chmod 755 "$work"
 # `ip netns add` turns /run/netns into a mount point: where this script made it one, it is undone
 # at the end (left behind, it pins a chroot's /run; the netns tests hold a CTest resource lock).
 netns_premounted=0
+etc_netns_made=0
+[ -d /etc/netns ] || etc_netns_made=1
 mountpoint -q /run/netns 2>/dev/null && netns_premounted=1
 cleanup() {
     for ns in "$ns0" "$ns1"; do
@@ -86,6 +88,7 @@ cleanup() {
         [ -e "/run/netns/$ns" ] && ip netns del "$ns" 2>/dev/null
         [ -d "/etc/netns/$ns" ] && rm -rf "/etc/netns/$ns"
     done
+    [ "$etc_netns_made" = 1 ] && rmdir /etc/netns 2>/dev/null
     if [ "$netns_premounted" = 0 ] && mountpoint -q /run/netns 2>/dev/null &&
         [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
         umount -l /run/netns 2>/dev/null
@@ -149,12 +152,12 @@ chmod 755 "$agent"
 printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' >"$work/hostfile"
 
 # lockstep-run with what it takes to start ranks on the two hosts.
-cat >"$work/lockstep-run" <<EOF
-#!/bin/sh
-# lockstep-run for netns_two_hosts.sh: ranks on 10.77.0.1 and 10.77.0.2, TCP between them.
-exec "$lsr" --hostfile "$work/hostfile" --mca plm_rsh_agent "$agent" --mca btl self,tcp \\
-    --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 "\$@"
-EOF
+{
+    echo '#!/bin/bash'
+    echo '# lockstep-run for netns_two_hosts.sh: ranks on 10.77.0.1 and 10.77.0.2, TCP between them.'
+    printf 'exec %q --hostfile %q --mca plm_rsh_agent %q --mca btl self,tcp' "$lsr" "$work/hostfile" "$agent"
+    echo ' --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 "$@"'
+} >"$work/lockstep-run"
 chmod 755 "$work/lockstep-run"
 
 # Substitute @OUT@ in the program's arguments.
