@@ -192,7 +192,7 @@ static MPI_Op ls_mpi_op(ls_reduce_op op, ls_dtype t) {
 /* ---- staging ---- */
 
 static void ls_stage_free(ls_mpi_state *st, ls_stage_block b) {
-    if (b.p) ls_allocator_host_free(st->env.dev, b.p, b.pinned);
+    if (b.p) ls_allocator_host_free(st->env.dev, b.p, b.bytes, b.pinned);
 }
 
 /* A staging block of at least bytes: the smallest kept one that fits and is at most twice as

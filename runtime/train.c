@@ -31,6 +31,7 @@ struct ls_trainer {
      * and copied into one while the device still computes on the other (ls_trainer_prefetch). */
     struct stage {
         void *mem;         /* host staging: hx [cap, features], then hy [cap] */
+        size_t bytes;      /* of mem */
         int pinned;
         float *hx;         /* or, for a data set of bytes, its 256 values and then the bytes */
         int32_t *hy;
@@ -105,7 +106,7 @@ static void free_batch_buffers(ls_trainer *t) {
     for (int i = 0; i < LS_UPLOAD_SLOTS; i++) {
         struct stage *g = &t->st[i];
         if (g->mem || g->x) (void)ls_allocator_upload_wait(t->ctx->alloc, i);
-        ls_allocator_host_free(t->ctx->alloc, g->mem, g->pinned);
+        ls_allocator_host_free(t->ctx->alloc, g->mem, g->bytes, g->pinned);
         ls_tensor_destroy(g->x);
         ls_tensor_destroy(g->y);
         if (g->xb) ls_free(t->ctx->alloc, g->xb);
@@ -320,9 +321,10 @@ static size_t staging_image_bytes(const ls_trainer *t) {
 static size_t staging_bytes(const ls_trainer *t) { return staging_image_bytes(t) + (size_t)t->cap * sizeof(int32_t); }
 
 /* Slot i's host staging: images, then labels, in one block. */
-static void set_staging(ls_trainer *t, int i, void *mem, int pinned) {
+static void set_staging(ls_trainer *t, int i, void *mem, size_t bytes, int pinned) {
     struct stage *g = &t->st[i];
     g->mem = mem;
+    g->bytes = bytes;
     g->pinned = pinned;
     g->hx = mem;
     g->hy = (int32_t *)((char *)mem + staging_image_bytes(t));
@@ -334,7 +336,7 @@ static ls_status ensure_staging(ls_trainer *t, int i) {
     int pinned = 0;
     void *mem = NULL;
     LS_CHECK(ls_allocator_host_alloc(t->ctx->alloc, staging_bytes(t), "a batch's host staging", &pinned, &mem));
-    set_staging(t, i, mem, pinned);
+    set_staging(t, i, mem, staging_bytes(t), pinned);
     return LS_OK;
 }
 
@@ -353,7 +355,7 @@ static ls_status ensure_buffers(ls_trainer *t, int64_t n, int64_t features) {
         t->cap = 0;
         return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch of %lld", (long long)cap);
     }
-    set_staging(t, 0, mem, 0);
+    set_staging(t, 0, mem, staging_bytes(t) + 1, 0);
     return LS_OK;
 }
 

@@ -236,9 +236,9 @@ ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int
     ls_memory_stats ms;
     ls_allocator_stats(alloc, &ms);
     double sum[3] = {st->loss_sum, (double)st->correct, (double)st->samples};
-    double mx[3] = {step_s, (double)ms.live_bytes, (double)ms.peak_bytes};
+    double mx[4] = {step_s, (double)ms.live_bytes, (double)ms.peak_bytes, (double)ms.pinned_bytes};
     LS_CHECK(ls_comm_allreduce_host(comm, sum, 3, LS_F64, LS_REDUCE_SUM));
-    LS_CHECK(ls_comm_allreduce_host(comm, mx, 3, LS_F64, LS_REDUCE_MAX));
+    LS_CHECK(ls_comm_allreduce_host(comm, mx, 4, LS_F64, LS_REDUCE_MAX));
     if (!m->f) return LS_OK;
     double n = sum[2] > 0 ? sum[2] : 1;
     fprintf(m->f, "{\"step\": %lld, \"epoch\": %lld", (long long)step, (long long)epoch);
@@ -252,6 +252,7 @@ ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int
     fprintf(m->f, ", \"skipped\": %d", st->skipped);
     json_num(m->f, "mem_live_bytes", mx[1], "%.0f");
     json_num(m->f, "mem_peak_bytes", mx[2], "%.0f");
+    json_num(m->f, "mem_pinned_bytes", mx[3], "%.0f");
     if (clipping) json_num(m->f, "grad_norm", st->grad_norm, "%.17g");
     fputs("}\n", m->f);
     if (fflush(m->f) != 0) return ls_error(LS_ERR_IO, "--metrics: cannot write");

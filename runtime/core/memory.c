@@ -267,6 +267,9 @@ ls_status ls_allocator_host_alloc(ls_allocator *a, size_t bytes, const char *wha
     *out = a->vt->host_alloc ? a->vt->host_alloc(a->state, bytes ? bytes : 1) : NULL;
     if (*out) {
         *pinned = 1;
+        pthread_mutex_lock(&a->mu);
+        a->st.pinned_bytes += bytes;
+        pthread_mutex_unlock(&a->mu);
         return LS_OK;
     }
     *out = ls_host_alloc(NULL, bytes);
@@ -276,10 +279,16 @@ ls_status ls_allocator_host_alloc(ls_allocator *a, size_t bytes, const char *wha
     return LS_OK;
 }
 
-void ls_allocator_host_free(ls_allocator *a, void *ptr, int pinned) {
+void ls_allocator_host_free(ls_allocator *a, void *ptr, size_t bytes, int pinned) {
     if (!ptr) return;
-    if (pinned) a->vt->host_free(a->state, ptr);
-    else free(ptr);
+    if (!pinned) {
+        free(ptr);
+        return;
+    }
+    a->vt->host_free(a->state, ptr);
+    pthread_mutex_lock(&a->mu);
+    a->st.pinned_bytes -= bytes < a->st.pinned_bytes ? bytes : a->st.pinned_bytes;
+    pthread_mutex_unlock(&a->mu);
 }
 
 static ls_status ls_check_slot(int slot) {

@@ -24,6 +24,8 @@ typedef struct ls_memory_stats {
     size_t cap_bytes;      /* 0: no cap */
     uint64_t allocs;       /* successful allocations */
     uint64_t frees;
+    size_t pinned_bytes;   /* pinned host memory from ls_allocator_host_alloc (batch and MPI staging)
+                              not yet freed; apart from live, peak and the cap */
 } ls_memory_stats;
 
 /* What a backend supplies. alloc returns NULL on failure; copy/set return LS_OK or an error. */
@@ -91,11 +93,12 @@ ls_status ls_allocator_set_zero(ls_allocator *a, void *ptr, size_t n);
  * buffers, call ls_allocator_upload_join (the op waits for the copies, on the device). Before
  * rewriting a slot's staging memory, call ls_allocator_upload_wait (the host waits for the slot's
  * queued copies); after queueing the last op that reads a slot's device buffers, call
- * ls_allocator_release. Pinned memory is not counted in the allocator's statistics; *pinned says
- * whether it could be had (else plain host memory, copied without overlap). */
+ * ls_allocator_release. Pinned memory is counted apart, in the statistics' pinned_bytes (host_free
+ * takes the size that was asked for); *pinned says whether it could be had (else plain host
+ * memory, copied without overlap, not counted). */
 #define LS_UPLOAD_SLOTS 2
 ls_status ls_allocator_host_alloc(ls_allocator *a, size_t bytes, const char *what, int *pinned, void **out);
-void ls_allocator_host_free(ls_allocator *a, void *ptr, int pinned);
+void ls_allocator_host_free(ls_allocator *a, void *ptr, size_t bytes, int pinned);
 ls_status ls_allocator_upload(ls_allocator *a, int slot, void *dst, const void *src, size_t n);
 ls_status ls_allocator_upload_join(ls_allocator *a, int slot);
 ls_status ls_allocator_upload_wait(ls_allocator *a, int slot);

@@ -123,6 +123,10 @@ static void test_collectives(ls_allocator *dev) {
         per_step[step] = pinned_allocs - before;
     }
     LS_EXPECT(per_step[1] == 0 && per_step[2] == 0);
+    /* the kept blocks are counted in the allocator's pinned bytes, apart from its live bytes */
+    ls_memory_stats ms;
+    ls_allocator_stats(dev, &ms);
+    LS_EXPECT(ms.pinned_bytes >= (size_t)FLIGHT * BIG * 4);
     /* a small all-reduce does not take a large kept block (the next large one would need a new one) */
     long b0 = pinned_allocs;
     LS_REQUIRE_OK(ls_comm_allreduce(C, bufs[0], 16, LS_F32, LS_REDUCE_SUM));
@@ -249,6 +253,9 @@ int main(void) {
     if (fails && !ls_test_failures) ls_test_failures = 1;
     ls_comm_destroy(C);
     LS_EXPECT(pinned_live == 0); /* the kept staging blocks go with the communicator */
+    ls_memory_stats ms;
+    ls_allocator_stats(dev, &ms);
+    LS_EXPECT(ms.pinned_bytes == 0);
     ctx.ops->fini(ctx.state);
     ls_allocator_destroy(dev);
     ls_allocator_destroy(host);

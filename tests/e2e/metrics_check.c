@@ -3,7 +3,8 @@
  * each once, in order; the epoch follows from the step; the samples per step are as given; the
  * loss is the --log-steps loss of the same step to the last bit; the accuracy is a count over the
  * samples; samples_per_s agrees with samples and step_ms; fp32 means loss scale 1 and no skipped
- * step; the peak memory is at least the live memory; grad_norm is there exactly when clipping.
+ * step; the peak memory is at least the live memory, the pinned memory a whole number of bytes;
+ * grad_norm is there exactly when clipping.
  *   metrics_check METRICS LOG_STEPS STEPS SAMPLES STEPS_PER_EPOCH clip|noclip|diverged [OUTPUT]
  * diverged: only that every line is JSON and some loss is null (not finite). OUTPUT: the run's
  * printed epochs; each epoch's "train acc" must be the mean of its steps' accuracies (so the
@@ -82,6 +83,7 @@ int main(int argc, char **argv) {
         double ms = num(o, "step_ms", line), sps = num(o, "samples_per_s", line);
         double scale = num(o, "loss_scale", line), skipped = num(o, "skipped", line);
         double live = num(o, "mem_live_bytes", line), peak = num(o, "mem_peak_bytes", line);
+        double pinned = num(o, "mem_pinned_bytes", line);
         int has_norm = cJSON_GetObjectItemCaseSensitive(o, "grad_norm") != NULL;
         if (step != (double)want) BAD("line %d: step %g, want %ld", line, step, want);
         if (epoch != (double)((want - 1) / per_epoch)) BAD("line %d: epoch %g, want %ld", line, epoch, (want - 1) / per_epoch);
@@ -95,6 +97,7 @@ int main(int argc, char **argv) {
             BAD("line %d: %g samples in %g ms, but samples_per_s %g", line, n, ms, sps);
         if (scale != 1 || skipped != 0) BAD("line %d: loss_scale %g, skipped %g (fp32: 1, 0)", line, scale, skipped);
         if (!(live > 0) || !(peak >= live)) BAD("line %d: live %g bytes, peak %g", line, live, peak);
+        if (!(pinned >= 0) || pinned != floor(pinned)) BAD("line %d: pinned %g bytes", line, pinned);
         if (has_norm != clip) BAD("line %d: grad_norm %s", line, clip ? "missing" : "present without clipping");
         if (clip && has_norm && !(num(o, "grad_norm", line) > 0)) BAD("line %d: grad_norm not positive", line);
         sum_ms += ms;

@@ -271,6 +271,9 @@ static void uploads(void) {
     LS_REQUIRE(back != NULL);
     LS_REQUIRE_OK(ls_allocator_host_alloc(a, MIB, "staging", &pinned, &h));
     LS_EXPECT(pinned == 1);
+    ls_memory_stats ms;
+    ls_allocator_stats(a, &ms);
+    LS_EXPECT(ms.pinned_bytes == MIB && ms.live_bytes == 0); /* pinned host memory, counted apart */
     LS_REQUIRE_OK(ls_alloc(a, MIB, "device buffer", &d));
     for (int slot = 0; slot < LS_UPLOAD_SLOTS; slot++) {
         memset(h, 0x30 + slot, MIB);
@@ -282,7 +285,9 @@ static void uploads(void) {
         LS_REQUIRE_OK(ls_allocator_release(a, slot));
     }
     ls_free(a, d);
-    ls_allocator_host_free(a, h, pinned);
+    ls_allocator_host_free(a, h, MIB, pinned);
+    ls_allocator_stats(a, &ms);
+    LS_EXPECT(ms.pinned_bytes == 0);
     free(back);
     ls_allocator_destroy(a);
     expect_all_returned("uploads");
