@@ -112,6 +112,10 @@ static void usage(FILE *f) {
         "OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=max(1, CPUs / ranks on the host): one BLAS thread\n"
         "each when ranks share cores.\n"
         "As root, mpirun gets --allow-run-as-root.\n"
+        "With --hostfile/--hosts, mpirun gets --mca oob_tcp_keepalive_time 60,\n"
+        "oob_tcp_keepalive_intvl 10 and oob_tcp_keepalive_probes 6 unless set (--mca or\n"
+        "OMPI_MCA_*): a host lost from the network ends the job within 2 minutes (Open MPI's\n"
+        "defaults: 8).\n"
         "GPUs are counted without CUDA: /dev/nvidia<N> (else /proc/driver/nvidia/gpus), limited\n"
         "by CUDA_VISIBLE_DEVICES when set (an empty value hides every GPU).\n"
         "Inside a Slurm job srun runs as a child of lockstep-run: a SIGTERM or SIGINT sent to\n"
@@ -632,8 +636,25 @@ static void push_prog(lsr_strvec *cmd, const lsr_opts *o) {
     for (char **a = o->prog; *a; a++) lsr_strvec_push(cmd, *a);
 }
 
+/* With hosts, mpirun learns that a host's daemon is gone (a node or its network down) through TCP
+ * keepalives on its connection to it: Open MPI's defaults notice after 300 s idle + 9 probes 20 s
+ * apart, so the job (its ranks killed, or failed after LOCKSTEP_COMM_TIMEOUT) ended 8 minutes
+ * later. lockstep-run asks for 60 s + 6 x 10 s unless the user set the parameter (--mca or
+ * OMPI_MCA_<name>). Probes are answered by the peer's kernel: a busy daemon never misses one. */
+static const char *const lsr_keepalive[][2] = {
+    {"oob_tcp_keepalive_time", "60"}, {"oob_tcp_keepalive_intvl", "10"}, {"oob_tcp_keepalive_probes", "6"}};
+
+static int user_set_mca(const lsr_opts *o, const char *name) {
+    for (size_t i = 0; i + 1 < o->mca.n; i += 2)
+        if (!strcmp(o->mca.v[i], name)) return 1;
+    char var[96];
+    snprintf(var, sizeof var, "OMPI_MCA_%s", name);
+    return getenv(var) != NULL;
+}
+
 /* mpirun -np N [--hostfile F | --host L] [--allow-run-as-root] [--oversubscribe] --bind-to B
- *        --map-by slot [--mca K V]... [-x NAME]... [-x NAME=VALUE]... program args... */
+ *        --map-by slot [--mca oob_tcp_keepalive_* V]... [--mca K V]... [-x NAME]... [-x NAME=VALUE]...
+ *        program args... */
 static void build_mpirun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) {
     lsr_strvec_push(cmd, p->mpirun_path);
     lsr_strvec_push(cmd, "-np");
@@ -657,6 +678,12 @@ static void build_mpirun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) 
     lsr_strvec_push(cmd, o->bind ? o->bind : "none");
     lsr_strvec_push(cmd, "--map-by");
     lsr_strvec_push(cmd, "slot");
+    for (size_t k = 0; p->hosts.n && k < sizeof lsr_keepalive / sizeof lsr_keepalive[0]; k++) {
+        if (user_set_mca(o, lsr_keepalive[k][0])) continue;
+        lsr_strvec_push(cmd, "--mca");
+        lsr_strvec_push(cmd, lsr_keepalive[k][0]);
+        lsr_strvec_push(cmd, lsr_keepalive[k][1]);
+    }
     for (size_t i = 0; i + 1 < o->mca.n; i += 2) {
         lsr_strvec_push(cmd, "--mca");
         lsr_strvec_push(cmd, o->mca.v[i]);

@@ -46,7 +46,7 @@ expect_out "$MPI2 -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THREADS=$T true"
 run SLURM_JOB_ID=42 LOCKSTEP_LAUNCHER=mpirun "$LSR" --dry-run -n 2 true
 expect_out "$MPI2 -x LOCKSTEP_LAUNCHER -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THREADS=$T true"
 run SLURM_JOB_ID=42 "$LSR" --dry-run --hosts a,b true
-expect_out "$M -np 2 --host a,b$ROOTFLAG --bind-to none --map-by slot true"
+expect_out "$M -np 2 --host a,b$ROOTFLAG --bind-to none --map-by slot --mca oob_tcp_keepalive_time 60 --mca oob_tcp_keepalive_intvl 10 --mca oob_tcp_keepalive_probes 6 true"
 
 TRUE=$(type -P true)
 case_ "the cluster's MpiDefault or SLURM_MPI_TYPE already chose: no --mpi"

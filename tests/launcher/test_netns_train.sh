@@ -2,7 +2,8 @@
 # test_netns_train.sh: the same short fashion_mlp training run as 2 ranks on one host and as 2
 # ranks on two network-namespace "hosts" (netns_two_hosts.sh --compare-file) must end with
 # bit-identical parameters (--dump-params), and the MPI backend's all-reduce parts must be 16 MiB
-# on one host and 1 MiB across the two. Skips (77) without namespaces or the dataset.
+# on one host and 1 MiB across the two; when the link between the hosts goes down during training,
+# the job must end (non-zero, mpirun reporting the lost host) within a minute instead of hanging. Skips (77) without namespaces or the dataset.
 # Usage: test_netns_train.sh LOCKSTEP_RUN NETNS_TWO_HOSTS_SH FASHION_MLP DATA_DIR
 . "$(dirname "$0")/lib.sh"
 H=$2
@@ -30,4 +31,36 @@ parts=$(sed -n 's/.*mpi communicator: rank \([01]\) of 2,.* all-reduce parts of 
     tr '\n' ' ')
 [ "$parts" = "16777216 16777216 1048576 1048576 " ] ||
     fail "all-reduce part sizes (single host twice, then two hosts twice): '$parts'; $(cat "$tmp/err")"
+case_ "the link goes down during training: mpirun notices the lost host and ends the job, no hang"
+# On the first host: train across both, take the link down once training runs, wait for the job.
+# The ranks wait in an all-reduce (LOCKSTEP_COMM_TIMEOUT is longer); mpirun's TCP keepalives to the
+# other host's daemon go unanswered, and it ends the job. Here the keepalives are short (10 s idle,
+# 3 probes 2 s apart); lockstep-run's defaults take up to 2 minutes, Open MPI's own 8.
+cat >"$tmp/partition.sh" <<'SH'
+#!/bin/bash
+start=$SECONDS
+"$LOCKSTEP_RUN" -n 2 --mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 2 \
+    --mca oob_tcp_keepalive_probes 3 -x LOCKSTEP_COMM_TIMEOUT=300 -x OPENBLAS_NUM_THREADS=1 -- "$@" &
+pid=$!
+for _ in $(seq 100); do grep -q '^epoch 1 ' "$OUT" 2>/dev/null && break; sleep 0.2; done
+grep -q '^epoch 1 ' "$OUT" || { echo "partition.sh: training did not start" >&2; kill $pid; exit 99; }
+ip link set lsveth0 down
+down=$SECONDS
+wait $pid
+rc=$?
+echo "lockstep-run exit $rc, $((SECONDS - down)) s after the link went down ($((down - start)) s in)" >&2
+exit $rc
+SH
+chmod +x "$tmp/partition.sh"
+OUT=$tmp/part.out "$H" --lockstep-run "$LSR" --timeout 120 --exec -- "$tmp/partition.sh" "$TRAIN" --epochs 1000 \
+    --train-limit 4000 --test-limit 100 --device cpu --comm mpi --no-progress --data-dir "$DATA" \
+    >"$tmp/part.out" 2>"$tmp/part.err"
+rc=$?
+[ "$rc" != 0 ] && [ "$rc" != 99 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ] ||
+    fail "exit status $rc (99: training never started, 124/137: the job hung): $(tail -5 "$tmp/part.out"; cat "$tmp/part.err")"
+grep -q "lost communication with a remote daemon" "$tmp/part.err" ||
+    fail "mpirun did not report the lost host: $(cat "$tmp/part.err")"
+secs=$(sed -n 's/.*exit [0-9]*, \([0-9]*\) s after the link went down.*/\1/p' "$tmp/part.err")
+[ -n "$secs" ] && [ "$secs" -le 60 ] || fail "the job took '$secs' s to end after the link went down (limit 60)"
+
 finish
