@@ -114,7 +114,7 @@ static void usage(FILE *f) {
         "As root, mpirun gets --allow-run-as-root.\n"
         "With --hostfile/--hosts, mpirun gets --mca oob_tcp_keepalive_time 60,\n"
         "oob_tcp_keepalive_intvl 10 and oob_tcp_keepalive_probes 6 unless set (--mca or\n"
-        "OMPI_MCA_*): a host lost from the network ends the job within 2 minutes (Open MPI's\n"
+        "OMPI_MCA_*): a host lost from the network ends the job in about 2 minutes (Open MPI's\n"
         "defaults: 8).\n"
         "GPUs are counted without CUDA: /dev/nvidia<N> (else /proc/driver/nvidia/gpus), limited\n"
         "by CUDA_VISIBLE_DEVICES when set (an empty value hides every GPU).\n"
@@ -639,8 +639,9 @@ static void push_prog(lsr_strvec *cmd, const lsr_opts *o) {
 /* With hosts, mpirun learns that a host's daemon is gone (a node or its network down) through TCP
  * keepalives on its connection to it: Open MPI's defaults notice after 300 s idle + 9 probes 20 s
  * apart, so the job (its ranks killed, or failed after LOCKSTEP_COMM_TIMEOUT) ended 8 minutes
- * later. lockstep-run asks for 60 s + 6 x 10 s unless the user set the parameter (--mca or
- * OMPI_MCA_<name>). Probes are answered by the peer's kernel: a busy daemon never misses one. */
+ * later. lockstep-run asks for 60 s + 6 x 10 s (about 2 minutes: 123 s measured) unless the user
+ * set the parameter (--mca or OMPI_MCA_<name>). Probes are answered by the peer's kernel: a busy
+ * daemon never misses one. */
 static const char *const lsr_keepalive[][2] = {
     {"oob_tcp_keepalive_time", "60"}, {"oob_tcp_keepalive_intvl", "10"}, {"oob_tcp_keepalive_probes", "6"}};
 

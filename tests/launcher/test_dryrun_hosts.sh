@@ -7,7 +7,7 @@
 fake mpirun
 M=$tmp/bin/mpirun
 HF=$tmp/hosts.txt
-# mpirun notices a lost host within 2 minutes (lockstep-run's TCP keepalive settings)
+# mpirun notices a lost host in about 2 minutes (lockstep-run's TCP keepalive settings)
 KA=" --mca oob_tcp_keepalive_time 60 --mca oob_tcp_keepalive_intvl 10 --mca oob_tcp_keepalive_probes 6"
 printf '# two nodes\n\nnode1 slots=2   # first\n  node2 slots = 2 max_slots=4\n' >"$HF"
 
