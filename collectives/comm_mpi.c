@@ -16,7 +16,8 @@
  * Staging copies and conversions always run on the caller's thread (at start and at wait). Staging
  * buffers are kept for reuse (as many as were in use at once, up to LS_MPI_STAGE_KEEP_BYTES in
  * all); for device buffers they are pinned host memory (the device allocator's host_alloc) where it
- * can, else plain host memory, outside the allocators' accounting (as pinned batches are).
+ * can, else plain host memory; pinned blocks are counted in the device allocator's pinned_bytes,
+ * apart from its live and peak bytes (as pinned batches are).
  * An all-reduce over LOCKSTEP_MPI_CHUNK bytes (default 16 MiB on one node, 1 MiB across nodes; 0: no
  * limit) goes to MPI as several calls of at most that size (see ls_mpi_exec; nonblocking: all posted
  * at once, in order). */
