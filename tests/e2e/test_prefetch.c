@@ -10,8 +10,10 @@
  * LOCKSTEP_PREFETCH. Args: [cpu|cuda]. On the CPU LOCKSTEP_PREFETCH=on stages through the
  * context's allocator (the same code path, with plain copies); with cuda the data set stays on
  * the host (LOCKSTEP_DATA_ON_DEVICE=off) so every batch is staged in pinned memory and copied on
- * the copy stream. Exits 77 there without a usable GPU. */
+ * the copy stream (and counted in the allocator's pinned_bytes until the trainer goes). Exits 77
+ * there without a usable GPU. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "data.h"
 #include "nn.h"
@@ -128,7 +130,15 @@ static float *run(const plan *p, const char *mode, const char *data_mode, int64_
     free(idx);
     free(next);
     float *out = params_to_host(C, m, n_out);
+    /* batches staged from the host to a GPU sit in pinned memory, counted apart (pinned_bytes) and
+     * freed with the trainer; the CPU's allocator pins nothing */
+    ls_memory_stats ms;
+    ls_allocator_stats(C->alloc, &ms);
+    if (C->device.type == LS_DEVICE_CPU) LS_EXPECT(ms.pinned_bytes == 0);
+    else if (!strcmp(data_mode, "off")) LS_EXPECT(ms.pinned_bytes > 0);
     ls_trainer_destroy(t);
+    ls_allocator_stats(C->alloc, &ms);
+    LS_EXPECT(ms.pinned_bytes == 0);
     ls_optimizer_destroy(o);
     ls_module_destroy(m);
     ls_dataset_destroy(d);
