@@ -42,7 +42,7 @@ start=$SECONDS
 "$LOCKSTEP_RUN" -n 2 --mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 2 \
     --mca oob_tcp_keepalive_probes 3 -x LOCKSTEP_COMM_TIMEOUT=300 -x OPENBLAS_NUM_THREADS=1 -- "$@" &
 pid=$!
-for _ in $(seq 100); do grep -q '^epoch 1 ' "$OUT" 2>/dev/null && break; sleep 0.2; done
+for _ in $(seq 300); do grep -q '^epoch 1 ' "$OUT" 2>/dev/null && break; sleep 0.2; done
 grep -q '^epoch 1 ' "$OUT" || { echo "partition.sh: training did not start" >&2; kill $pid; exit 99; }
 ip link set lsveth0 down
 down=$SECONDS
@@ -52,7 +52,7 @@ echo "lockstep-run exit $rc, $((SECONDS - down)) s after the link went down ($((
 exit $rc
 SH
 chmod +x "$tmp/partition.sh"
-OUT=$tmp/part.out "$H" --lockstep-run "$LSR" --timeout 120 --exec -- "$tmp/partition.sh" "$TRAIN" --epochs 1000 \
+OUT=$tmp/part.out "$H" --lockstep-run "$LSR" --timeout 150 --exec -- "$tmp/partition.sh" "$TRAIN" --epochs 1000 \
     --train-limit 4000 --test-limit 100 --device cpu --comm mpi --no-progress --data-dir "$DATA" \
     >"$tmp/part.out" 2>"$tmp/part.err"
 rc=$?
