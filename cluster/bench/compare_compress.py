@@ -7,7 +7,8 @@ same ranks, one thread per rank, the configurations alternating round by round, 
 --rounds; prints global samples/s and the ratios.
 
 Usage (repository root, after building build/):
-    /usr/bin/python3 cluster/bench/compare_compress.py --launcher-arg=--hosts --launcher-arg=node1,node2
+    MASTER_ADDR=node1 /usr/bin/python3 cluster/bench/compare_compress.py --launcher-arg=--hosts \\
+        --launcher-arg=node1,node2
     tests/launcher/netns_two_hosts.sh --lockstep-run build/launcher/lockstep-run --rate 1gbit \\
         --timeout 3600 --exec -- /usr/bin/python3 cluster/bench/compare_compress.py --build build
 The second runs it here across two network namespaces joined by a link limited to 1 Gbit/s
