@@ -18,29 +18,13 @@ The second runs it here across two network namespaces joined by a link limited t
 import argparse
 import os
 import platform
-import re
 import shlex
 import statistics
-import subprocess
 import sys
 
+from benchrun import samples_per_s
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def samples_per_s(name, cmd, env, ranks, timeout):
-    try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        sys.exit(f"compare_compress.py: {name}: {shlex.join(cmd)} did not finish in {timeout} s "
-                 f"(PyTorch's ranks wait for each other at MASTER_ADDR):\n{e.stdout or ''}{e.stderr or ''}")
-    lines = [l for l in p.stdout.splitlines() if "samples/s" in l]
-    m = re.search(r"ranks ([0-9]+) samples/s ([0-9.]+)", lines[-1]) if lines else None
-    if p.returncode != 0 or not m:
-        sys.exit(f"compare_compress.py: {name}: {shlex.join(cmd)} failed (status {p.returncode}):\n"
-                 f"{p.stdout}{p.stderr}")
-    if int(m.group(1)) != ranks:  # ranks that did not find each other train alone
-        sys.exit(f"compare_compress.py: {name}: ran as {m.group(1)} rank(s), expected {ranks}:\n{p.stdout}")
-    return float(m.group(2))
 
 
 def main():
@@ -86,7 +70,7 @@ def main():
     res = {name: [] for name in configs}
     for r in range(args.rounds):
         for name, cmd in configs.items():
-            res[name].append(samples_per_s(name, cmd, env, args.ranks, args.timeout))
+            res[name].append(samples_per_s("compare_compress.py", name, cmd, env, args.ranks, args.timeout))
         print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.0f}" for n, v in res.items()), flush=True)
     med = {n: statistics.median(v) for n, v in res.items()}
     print(f"\nmachine: {platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "

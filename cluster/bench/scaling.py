@@ -19,8 +19,9 @@ import platform
 import re
 import shlex
 import statistics
-import subprocess
 import sys
+
+from benchrun import samples_per_s
 
 
 def default_ranks():
@@ -60,17 +61,6 @@ def command(args, n):
     if args.device:
         bench += ["--device", args.device]
     return [lsr, "-n", str(n)] + args.launcher_arg + ["--"] + bench
-
-
-def samples_per_s(cmd, env):
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"scaling.py: {shlex.join(cmd)} failed with status {p.returncode}:\n{p.stdout}{p.stderr}")
-    lines = [l for l in p.stdout.splitlines() if "samples/s" in l]
-    m = re.search(r"samples/s ([0-9.]+)", lines[-1]) if lines else None
-    if not m:
-        sys.exit(f"scaling.py: no 'samples/s' figure in the output of {shlex.join(cmd)}:\n{p.stdout}")
-    return float(m.group(1))
 
 
 def main():
@@ -118,7 +108,7 @@ def main():
     res = {n: [] for n in ranks}
     for r in range(args.rounds):
         for n in ranks:
-            res[n].append(samples_per_s(cmds[n], env))
+            res[n].append(samples_per_s("scaling.py", f"{n} rank(s)", cmds[n], env, ranks=n))
         print(f"round {r + 1}: " + ", ".join(f"{n} rank{'s' * (n > 1)} {res[n][-1]:.0f}" for n in ranks),
               flush=True)
     med = {n: statistics.median(v) for n, v in res.items()}
