@@ -77,7 +77,8 @@ def worker(rank, args):
     dt = time.perf_counter() - t0
     if rank == 0:
         print(f"torch-ddp ranks {args.ranks} samples/s {args.steps * B * args.ranks / dt:.1f} "
-              f"threads {args.threads} compress {args.compress} step_ms {1000 * dt / args.steps:.3f} loss {loss.item():.4f}", flush=True)
+              f"threads {args.threads} compress {args.compress} step_ms {1000 * dt / args.steps:.3f} "
+              f"loss {loss.item():.4f}", flush=True)
     # Every rank is past the last barrier and rank 0 has printed: leave without gloo's teardown,
     # which once hung one rank for 10 minutes at exit (1 run in about 30, --compress fp16).
     sys.stdout.flush()

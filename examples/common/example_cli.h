@@ -50,7 +50,8 @@ void ex_batcher_epoch(ex_batcher *b);
  *    "mem_live_bytes": 6815744, "mem_peak_bytes": 8126464, "mem_pinned_bytes": 0[, "grad_norm": 1.23]}
  * loss and accuracy over the step's global batch; step_ms the slowest rank's time in the step
  * (batch, forward, backward, exchange, optimizer); memory the largest rank's, in the context's
- * allocator; pinned: its pinned host memory (batch and MPI staging on a GPU; 0 on the CPU). Every rank calls ex_metrics_step (it holds two small all-reduces). */
+ * allocator; pinned: its pinned host memory (batch and MPI staging on a GPU; 0 on the CPU). Every
+ * rank calls ex_metrics_step (it holds two small all-reduces). */
 typedef struct ex_metrics {
     FILE *f; /* rank 0's file; NULL elsewhere */
     int on;

@@ -56,7 +56,8 @@ if [ $# -eq 0 ]; then
     exit 2
 fi
 if [ -n "$rate" ] && ! [[ $rate =~ ^[1-9][0-9]{0,5}[kmg]bit$ ]]; then
-    echo "netns_two_hosts: --rate $rate: expected a whole number (up to 6 digits) of kbit, mbit or gbit (e.g. 1gbit)" >&2
+    echo "netns_two_hosts: --rate $rate: expected a whole number (up to 6 digits) of kbit, mbit or gbit" \
+        "(e.g. 1gbit)" >&2
     exit 2
 fi
 skip() { echo "SKIP: $*" >&2; exit 77; }

@@ -3,7 +3,8 @@
 # ranks on two network-namespace "hosts" (netns_two_hosts.sh --compare-file) must end with
 # bit-identical parameters (--dump-params), and the MPI backend's all-reduce parts must be 16 MiB
 # on one host and 1 MiB across the two; when the link between the hosts goes down during training,
-# the job must end (non-zero, mpirun reporting the lost host) within a minute instead of hanging. Skips (77) without namespaces or the dataset.
+# the job must end (non-zero, mpirun reporting the lost host) within a minute instead of hanging.
+# Skips (77) without namespaces or the dataset.
 # Usage: test_netns_train.sh LOCKSTEP_RUN NETNS_TWO_HOSTS_SH FASHION_MLP DATA_DIR
 . "$(dirname "$0")/lib.sh"
 H=$2
@@ -57,7 +58,8 @@ OUT=$tmp/part.out "$H" --lockstep-run "$LSR" --timeout 150 --exec -- "$tmp/parti
     >"$tmp/part.out" 2>"$tmp/part.err"
 rc=$?
 [ "$rc" != 0 ] && [ "$rc" != 99 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ] ||
-    fail "exit status $rc (99: training never started, 124/137: the job hung): $(tail -5 "$tmp/part.out"; cat "$tmp/part.err")"
+    fail "exit status $rc (99: training never started, 124/137: the job hung):" \
+        "$(tail -5 "$tmp/part.out"; cat "$tmp/part.err")"
 grep -q "lost communication with a remote daemon" "$tmp/part.err" ||
     fail "mpirun did not report the lost host: $(cat "$tmp/part.err")"
 secs=$(sed -n 's/.*exit [0-9]*, \([0-9]*\) s after the link went down.*/\1/p' "$tmp/part.err")
