@@ -66,29 +66,25 @@ static void ls_coll_describe(const ls_comm *c, const ls_coll_op *op, char *buf, 
     if (op->kind == LS_COLL_BARRIER)
         snprintf(buf, len, "barrier");
     else
-        snprintf(buf, len, "%s of %" PRId64 " %s", ls_coll_kind_name(op->kind), op->count,
-                 ls_dtype_name(op->dtype));
+        snprintf(buf, len, "%s of %" PRId64 " %s", ls_coll_kind_name(op->kind), op->count, ls_dtype_name(op->dtype));
 }
 
 static ls_status ls_coll_check(const ls_comm *c, const ls_coll_op *op) {
     if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", ls_coll_kind_name(op->kind));
     const char *what = ls_coll_kind_name(op->kind);
     if (c->aborted)
-        return ls_error(LS_ERR_COMM, "%s on rank %d: the communicator was aborted (%s)", what, c->rank,
-                        c->abort_why);
+        return ls_error(LS_ERR_COMM, "%s on rank %d: the communicator was aborted (%s)", what, c->rank, c->abort_why);
     if (op->kind == LS_COLL_BARRIER) return LS_OK;
     size_t es = ls_dtype_size(op->dtype);
     if (es == 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", what, (int)op->dtype);
-    if (op->count < 0)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: negative count %" PRId64, what, op->count);
+    if (op->count < 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: negative count %" PRId64, what, op->count);
     if (op->count > INT64_MAX / (int64_t)es / c->world)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: count %" PRId64 " overflows", what, op->count);
     if ((op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER) &&
         ((int)op->op < LS_REDUCE_SUM || (int)op->op > LS_REDUCE_MIN))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: unknown reduction %d", what, (int)op->op);
     if (op->kind == LS_COLL_BROADCAST && (op->root < 0 || op->root >= c->world))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "broadcast: root %d is not a rank of %d", op->root,
-                        c->world);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "broadcast: root %d is not a rank of %d", op->root, c->world);
     if (op->count > 0) {
         if (!op->recv) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: buffer is NULL", what);
         if ((op->kind == LS_COLL_ALLGATHER || op->kind == LS_COLL_REDUCE_SCATTER) && !op->send)
@@ -109,13 +105,11 @@ ls_status ls_comm_run_op(ls_comm *c, const ls_coll_op *op) {
 }
 
 static ls_status ls_comm_start_op(ls_comm *c, const ls_coll_op *op, ls_comm_request **req) {
-    if (!req)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: request pointer is NULL", ls_coll_kind_name(op->kind));
+    if (!req) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: request pointer is NULL", ls_coll_kind_name(op->kind));
     *req = NULL;
     LS_CHECK(ls_coll_check(c, op));
     ls_comm_request *r = calloc(1, sizeof *r);
-    if (!r)
-        return ls_error(LS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a request", ls_coll_kind_name(op->kind));
+    if (!r) return ls_error(LS_ERR_OUT_OF_MEMORY, "%s: cannot allocate a request", ls_coll_kind_name(op->kind));
     r->comm = c;
     ls_coll_describe(c, op, r->what, sizeof r->what);
     ls_status s;
@@ -161,8 +155,7 @@ ls_status ls_comm_test(ls_comm_request *r, int *done) {
         if (s != LS_OK) return ls_error_context(s, "%s on rank %d (%s)", r->what, c->rank, c->iface->name);
         if (!d) return LS_OK;
         r->status = c->iface->wait(c->state, r->handle);
-        if (r->status != LS_OK)
-            ls_error_context(r->status, "%s on rank %d (%s)", r->what, c->rank, c->iface->name);
+        if (r->status != LS_OK) ls_error_context(r->status, "%s on rank %d (%s)", r->what, c->rank, c->iface->name);
         r->handle = NULL;
         r->completed = 1;
     }
@@ -202,8 +195,7 @@ ls_status ls_comm_allgather(ls_comm *c, const void *send, void *recv, int64_t n,
     return ls_comm_run_op(c, &o);
 }
 
-ls_status ls_comm_reduce_scatter(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t,
-                                 ls_reduce_op op) {
+ls_status ls_comm_reduce_scatter(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t, ls_reduce_op op) {
     ls_coll_op o = ls_op_make(LS_COLL_REDUCE_SCATTER, send, recv, n, t, op, 0, 0);
     return ls_comm_run_op(c, &o);
 }
@@ -213,26 +205,23 @@ ls_status ls_comm_barrier(ls_comm *c) {
     return ls_comm_run_op(c, &o);
 }
 
-ls_status ls_comm_iallreduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op,
-                             ls_comm_request **req) {
+ls_status ls_comm_iallreduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op, ls_comm_request **req) {
     ls_coll_op o = ls_op_make(LS_COLL_ALLREDUCE, buf, buf, count, t, op, 0, 0);
     return ls_comm_start_op(c, &o, req);
 }
 
-ls_status ls_comm_ibroadcast(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root,
-                             ls_comm_request **req) {
+ls_status ls_comm_ibroadcast(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root, ls_comm_request **req) {
     ls_coll_op o = ls_op_make(LS_COLL_BROADCAST, buf, buf, count, t, LS_REDUCE_SUM, root, 0);
     return ls_comm_start_op(c, &o, req);
 }
 
-ls_status ls_comm_iallgather(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t,
-                             ls_comm_request **req) {
+ls_status ls_comm_iallgather(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t, ls_comm_request **req) {
     ls_coll_op o = ls_op_make(LS_COLL_ALLGATHER, send, recv, n, t, LS_REDUCE_SUM, 0, 0);
     return ls_comm_start_op(c, &o, req);
 }
 
-ls_status ls_comm_ireduce_scatter(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t,
-                                  ls_reduce_op op, ls_comm_request **req) {
+ls_status ls_comm_ireduce_scatter(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t, ls_reduce_op op,
+                                  ls_comm_request **req) {
     ls_coll_op o = ls_op_make(LS_COLL_REDUCE_SCATTER, send, recv, n, t, op, 0, 0);
     return ls_comm_start_op(c, &o, req);
 }

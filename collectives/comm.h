@@ -84,14 +84,12 @@ ls_status ls_comm_barrier(ls_comm *c);
 /* ---- async collectives: start now, complete with ls_comm_wait ----
  * Buffers must stay untouched until the wait. Requests complete in the order they were started
  * on every rank, and every rank must start the same collectives in the same order. */
-ls_status ls_comm_iallreduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op,
-                             ls_comm_request **req);
-ls_status ls_comm_ibroadcast(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root,
-                             ls_comm_request **req);
+ls_status ls_comm_iallreduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op, ls_comm_request **req);
+ls_status ls_comm_ibroadcast(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root, ls_comm_request **req);
 ls_status ls_comm_iallgather(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t,
                              ls_comm_request **req);
-ls_status ls_comm_ireduce_scatter(ls_comm *c, const void *send, void *recv, int64_t count_per_rank,
-                                  ls_dtype t, ls_reduce_op op, ls_comm_request **req);
+ls_status ls_comm_ireduce_scatter(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t,
+                                  ls_reduce_op op, ls_comm_request **req);
 ls_status ls_comm_ibarrier(ls_comm *c, ls_comm_request **req);
 /* Block until req completes (results then visible to the host and to later device work), free it
  * and return its status. A request that does not complete within LOCKSTEP_COMM_TIMEOUT seconds
@@ -107,8 +105,7 @@ ls_status ls_comm_test(ls_comm_request *req, int *done);
 /* ---- host-memory variants (work on every backend; nccl routes them over its MPI bootstrap) ---- */
 ls_status ls_comm_allreduce_host(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op);
 ls_status ls_comm_broadcast_host(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root);
-ls_status ls_comm_allgather_host(ls_comm *c, const void *send, void *recv, int64_t count_per_rank,
-                                 ls_dtype t);
+ls_status ls_comm_allgather_host(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t);
 
 /* nccl: the CUDA stream (cudaStream_t) that produces and consumes the buffers; collectives wait
  * for the work queued on it so far. NULL: the legacy default stream. Other backends: no-op. */

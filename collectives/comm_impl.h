@@ -78,16 +78,15 @@ struct ls_comm_request {
 };
 
 /* Backends (compiled only when the build has them; registry.c guards the calls). */
-LS_COMM_INTERNAL ls_status ls_comm_self_create(const ls_comm_env *env, const ls_comm_iface **iface,
-                                               void **state);
+LS_COMM_INTERNAL ls_status ls_comm_self_create(const ls_comm_env *env, const ls_comm_iface **iface, void **state);
 
-LS_COMM_INTERNAL ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface,
-                                              void **state, int *rank, int *world);
+LS_COMM_INTERNAL ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface, void **state,
+                                              int *rank, int *world);
 LS_COMM_INTERNAL int ls_comm_mpi_initialized(void);
 
 /* bootstrap: an mpi communicator the nccl backend takes over (destroys it) on success. */
-LS_COMM_INTERNAL ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *bootstrap,
-                                               const ls_comm_iface **iface, void **state);
+LS_COMM_INTERNAL ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *bootstrap, const ls_comm_iface **iface,
+                                               void **state);
 
 /* comm.c helpers shared with the backends. */
 LS_COMM_INTERNAL const char *ls_coll_kind_name(ls_coll_kind k);

@@ -53,10 +53,10 @@ static ls_status ls_mpi_error(int rc, const char *call) {
     return ls_error(LS_ERR_COMM, "%s failed: %s", call, s);
 }
 
-#define LS_MPI_CHECK(call, name)                                                                             \
-    do {                                                                                                     \
-        int ls_mpi_rc_ = (call);                                                                             \
-        if (ls_mpi_rc_ != MPI_SUCCESS) return ls_mpi_error(ls_mpi_rc_, name);                                \
+#define LS_MPI_CHECK(call, name)                                                                                       \
+    do {                                                                                                               \
+        int ls_mpi_rc_ = (call);                                                                                       \
+        if (ls_mpi_rc_ != MPI_SUCCESS) return ls_mpi_error(ls_mpi_rc_, name);                                          \
     } while (0)
 
 typedef struct ls_mpi_req ls_mpi_req;
@@ -104,9 +104,9 @@ struct ls_mpi_req {
     void *mrecv;
     int in_place;
     int mcount;
-    int64_t count;     /* all-reduce: elements in all, sent as calls of at most per_call */
+    int64_t count; /* all-reduce: elements in all, sent as calls of at most per_call */
     int64_t per_call;
-    size_t mes;        /* bytes per MPI element */
+    size_t mes; /* bytes per MPI element */
     MPI_Datatype dt;
     MPI_Op mop;
     int root;
@@ -169,8 +169,10 @@ static void ls_mpi_sum16_run(int bf, const uint16_t *in, uint16_t *inout, int le
             ls_half_f16_to_f32_n(inout + off, b, n);
         }
         for (int i = 0; i < n; i++) b[i] += a[i];
-        if (bf) ls_half_f32_to_bf16_n(b, inout + off, n);
-        else ls_half_f32_to_f16_n(b, inout + off, n);
+        if (bf)
+            ls_half_f32_to_bf16_n(b, inout + off, n);
+        else
+            ls_half_f32_to_f16_n(b, inout + off, n);
     }
 }
 static void ls_mpi_f16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
@@ -259,13 +261,17 @@ static void ls_mpi_req_free(ls_mpi_state *st, ls_mpi_req *r) {
 }
 
 static void ls_widen(ls_dtype t, const void *src, float *dst, int64_t n) {
-    if (t == LS_F16) ls_half_f16_to_f32_n(src, dst, n);
-    else ls_half_bf16_to_f32_n(src, dst, n);
+    if (t == LS_F16)
+        ls_half_f16_to_f32_n(src, dst, n);
+    else
+        ls_half_bf16_to_f32_n(src, dst, n);
 }
 
 static void ls_narrow(ls_dtype t, const float *src, void *dst, int64_t n) {
-    if (t == LS_F16) ls_half_f32_to_f16_n(src, dst, n);
-    else ls_half_f32_to_bf16_n(src, dst, n);
+    if (t == LS_F16)
+        ls_half_f32_to_f16_n(src, dst, n);
+    else
+        ls_half_f32_to_bf16_n(src, dst, n);
 }
 
 static void ls_avg_divide(ls_dtype t, void *buf, int64_t n, int world) {
@@ -312,8 +318,7 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
         if (per_call > n) per_call = n;
     }
     if (per_call > INT_MAX)
-        return ls_error(LS_ERR_UNSUPPORTED, "count %lld exceeds MPI's int count limit (%d)%s", (long long)n,
-                        INT_MAX,
+        return ls_error(LS_ERR_UNSUPPORTED, "count %lld exceeds MPI's int count limit (%d)%s", (long long)n, INT_MAX,
                         op->kind == LS_COLL_ALLREDUCE ? " (LOCKSTEP_MPI_CHUNK=0 turned off the splitting of "
                                                         "large all-reduces)"
                                                       : "");
@@ -450,8 +455,7 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
             b = r->stage.p;
             char *ms = b, *mr = b + ms_bytes;
             const void *raw_send = convert ? (stage_dev ? (const void *)(mr + mr_bytes) : op->send) : ms;
-            void *raw_recv =
-                convert ? (stage_dev ? (void *)(mr + mr_bytes + (size_t)ns * es) : op->recv) : (void *)mr;
+            void *raw_recv = convert ? (stage_dev ? (void *)(mr + mr_bytes + (size_t)ns * es) : op->recv) : (void *)mr;
             r->msend = ms;
             r->mrecv = mr;
             if (stage_dev) {
@@ -531,16 +535,12 @@ static ls_status ls_mpi_exec_calls(ls_mpi_state *st, ls_mpi_req *r) {
          * temporary buffer the size of the message on every call, and glibc serves 32 MiB and up
          * with a fresh mmap each time, every page faulted in again (see docs/performance.md). */
         for (int64_t off = 0; off < r->count; off += r->per_call)
-            LS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ls_mpi_at(r, off), ls_mpi_part(r, off), r->dt, r->mop,
-                                       st->comm),
+            LS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ls_mpi_at(r, off), ls_mpi_part(r, off), r->dt, r->mop, st->comm),
                          "MPI_Allreduce");
         break;
-    case LS_COLL_BROADCAST:
-        LS_MPI_CHECK(MPI_Bcast(r->mrecv, r->mcount, r->dt, r->root, st->comm), "MPI_Bcast");
-        break;
+    case LS_COLL_BROADCAST: LS_MPI_CHECK(MPI_Bcast(r->mrecv, r->mcount, r->dt, r->root, st->comm), "MPI_Bcast"); break;
     case LS_COLL_ALLGATHER:
-        LS_MPI_CHECK(MPI_Allgather(sb, r->mcount, r->dt, r->mrecv, r->mcount, r->dt, st->comm),
-                     "MPI_Allgather");
+        LS_MPI_CHECK(MPI_Allgather(sb, r->mcount, r->dt, r->mrecv, r->mcount, r->dt, st->comm), "MPI_Allgather");
         break;
     case LS_COLL_REDUCE_SCATTER:
         LS_MPI_CHECK(MPI_Reduce_scatter_block(sb, r->mrecv, r->mcount, r->dt, r->mop, st->comm),
@@ -579,15 +579,16 @@ static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
          * requests' differently on each rank. */
         const int64_t parts = (r->count + r->per_call - 1) / r->per_call;
         if (parts > INT_MAX)
-            return ls_error(LS_ERR_UNSUPPORTED, "an all-reduce in %lld parts: more than MPI can wait for at once "
-                                                "(raise LOCKSTEP_MPI_CHUNK)",
+            return ls_error(LS_ERR_UNSUPPORTED,
+                            "an all-reduce in %lld parts: more than MPI can wait for at once "
+                            "(raise LOCKSTEP_MPI_CHUNK)",
                             (long long)parts);
         if (parts > 1 && !(r->reqs = malloc((size_t)parts * sizeof *r->reqs)))
             return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate %lld MPI requests for an all-reduce in parts",
                             (long long)parts);
         for (int64_t off = 0; off < r->count; off += r->per_call) {
-            LS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, ls_mpi_at(r, off), ls_mpi_part(r, off), r->dt, r->mop,
-                                        st->comm, &r->reqs[r->nreq]),
+            LS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, ls_mpi_at(r, off), ls_mpi_part(r, off), r->dt, r->mop, st->comm,
+                                        &r->reqs[r->nreq]),
                          "MPI_Iallreduce");
             r->nreq++;
             r->posted = 1; /* live from the first part on, even if a later one fails */
@@ -889,8 +890,8 @@ static void ls_mpi_tune_yield(void) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus > 0 && 2L * ri.local_world > cpus) {
         setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-        LS_LOG_D("%d ranks with communication threads on %ld CPUs: OMPI_MCA_mpi_yield_when_idle=1",
-                 ri.local_world, cpus);
+        LS_LOG_D("%d ranks with communication threads on %ld CPUs: OMPI_MCA_mpi_yield_when_idle=1", ri.local_world,
+                 cpus);
     }
 }
 
@@ -976,8 +977,7 @@ static ls_status ls_mpi_agree_chunk(ls_mpi_state *st, size_t given, const char *
     return LS_OK;
 }
 
-ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface, void **state, int *rank,
-                             int *world) {
+ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface, void **state, int *rank, int *world) {
     /* A bad setting fails this rank; where the launcher started several, they all fail with it
      * (ls_mpi_agree_chunk) instead of waiting in MPI_Comm_dup for this one. */
     ls_status refused = LS_OK;
@@ -989,8 +989,8 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
         else if (!strcmp(prog, "nonblocking"))
             want_thread = 0;
         else
-            refused = ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_MPI_PROGRESS=%s: expected thread or nonblocking",
-                               prog);
+            refused =
+                ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_MPI_PROGRESS=%s: expected thread or nonblocking", prog);
     }
     size_t chunk = 0;
     const char *ch = getenv("LOCKSTEP_MPI_CHUNK");

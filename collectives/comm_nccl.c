@@ -42,8 +42,8 @@ static ls_status ls_cuda_status(cudaError_t e, const char *call) {
 static ls_status ls_nccl_status(ls_nccl_state *st, ncclResult_t r, const char *call) {
     if (r == ncclSuccess) return LS_OK;
     const char *detail = st && st->comm ? ncclGetLastError(st->comm) : ncclGetLastError(NULL);
-    return ls_error(LS_ERR_COMM, "%s failed: %s%s%s", call, ncclGetErrorString(r),
-                    detail && *detail ? ": " : "", detail ? detail : "");
+    return ls_error(LS_ERR_COMM, "%s failed: %s%s%s", call, ncclGetErrorString(r), detail && *detail ? ": " : "",
+                    detail ? detail : "");
 }
 
 #define LS_CUDA_CHECK(call) LS_CHECK(ls_cuda_status((call), #call))
@@ -141,16 +141,12 @@ static ls_status ls_nccl_issue(ls_nccl_state *st, const ls_coll_op *op) {
     case LS_COLL_BROADCAST:
         LS_NCCL_CHECK(st, ncclBroadcast(op->send, op->recv, n, dt, op->root, st->comm, st->stream));
         break;
-    case LS_COLL_ALLGATHER:
-        LS_NCCL_CHECK(st, ncclAllGather(op->send, op->recv, n, dt, st->comm, st->stream));
-        break;
+    case LS_COLL_ALLGATHER: LS_NCCL_CHECK(st, ncclAllGather(op->send, op->recv, n, dt, st->comm, st->stream)); break;
     case LS_COLL_REDUCE_SCATTER:
-        LS_NCCL_CHECK(st,
-                      ncclReduceScatter(op->send, op->recv, n, dt, ls_nccl_op(op->op), st->comm, st->stream));
+        LS_NCCL_CHECK(st, ncclReduceScatter(op->send, op->recv, n, dt, ls_nccl_op(op->op), st->comm, st->stream));
         break;
     case LS_COLL_BARRIER:
-        LS_NCCL_CHECK(st,
-                      ncclAllReduce(st->scratch, st->scratch, 1, ncclInt32, ncclSum, st->comm, st->stream));
+        LS_NCCL_CHECK(st, ncclAllReduce(st->scratch, st->scratch, 1, ncclInt32, ncclSum, st->comm, st->stream));
         break;
     }
     return LS_OK;
@@ -343,8 +339,7 @@ static ls_status ls_nccl_local_setup(ls_nccl_state *st) {
     return LS_OK;
 }
 
-ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *boot, const ls_comm_iface **iface,
-                              void **state) {
+ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *boot, const ls_comm_iface **iface, void **state) {
     ls_nccl_state *st = calloc(1, sizeof *st);
     if (!st) return ls_error(LS_ERR_OUT_OF_MEMORY, "NCCL communicator: out of host memory");
     st->env = *env;
@@ -360,9 +355,8 @@ ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *boot, const ls_co
     ls_status s = ls_comm_allreduce_host(boot, &ok, 1, LS_I32, LS_REDUCE_MIN);
     if (s != LS_OK) goto fail;
     if (ok < st->world) {
-        s = local != LS_OK
-                ? ls_error(local, "NCCL setup on rank %d (cuda:%d): %s", st->rank, st->dev, local_msg)
-                : ls_error(LS_ERR_COMM, "NCCL setup failed on rank %d", (int)ok);
+        s = local != LS_OK ? ls_error(local, "NCCL setup on rank %d (cuda:%d): %s", st->rank, st->dev, local_msg)
+                           : ls_error(LS_ERR_COMM, "NCCL setup failed on rank %d", (int)ok);
         goto fail;
     }
 

@@ -46,8 +46,7 @@ ls_status ls_ddp_broadcast_params(ls_comm *c, int n, ls_tensor *const *params) {
             char d[32];
             return ls_error(LS_ERR_INVALID_ARGUMENT,
                             "ls_ddp_broadcast_params: parameter %d is on %s, the communicator on %s", i,
-                            ls_device_str(params[i]->device, d, sizeof d),
-                            dev.type == LS_DEVICE_CPU ? "cpu" : "cuda");
+                            ls_device_str(params[i]->device, d, sizeof d), dev.type == LS_DEVICE_CPU ? "cpu" : "cuda");
         }
     ls_comm_request **reqs = calloc((size_t)(n > 0 ? n : 1), sizeof *reqs);
     if (!reqs) return ls_error(LS_ERR_OUT_OF_MEMORY, "ls_ddp_broadcast_params: out of host memory");
@@ -81,9 +80,8 @@ ls_status ls_ddp_check_signature(ls_comm *c, int n, ls_tensor *const *params, co
     if (bad < world) {
         int32_t nb = n;
         LS_CHECK(ls_comm_broadcast_host(c, &nb, 1, LS_I32, bad));
-        return ls_error(LS_ERR_MISMATCH,
-                        "model differs between ranks: rank %d has %d parameters, rank 0 has %d", (int)bad,
-                        (int)nb, (int)n0);
+        return ls_error(LS_ERR_MISMATCH, "model differs between ranks: rank %d has %d parameters, rank 0 has %d",
+                        (int)bad, (int)nb, (int)n0);
     }
 
     /* 2. rank 0's descriptors, compared locally */
@@ -128,16 +126,15 @@ ls_status ls_ddp_check_signature(ls_comm *c, int n, ls_tensor *const *params, co
     theirs.name[LS_SIG_NAME - 1] = '\0';
     char a[96], b[96];
     s = ls_error(LS_ERR_MISMATCH,
-                 "model differs between ranks: parameter %d%s%s%s has shape %s on rank %d but %s on rank 0",
-                 at, theirs.name[0] ? " (" : "", theirs.name, theirs.name[0] ? ")" : "",
-                 ls_sig_str(&theirs.d, a, sizeof a), who, ls_sig_str(&ref[at], b, sizeof b));
+                 "model differs between ranks: parameter %d%s%s%s has shape %s on rank %d but %s on rank 0", at,
+                 theirs.name[0] ? " (" : "", theirs.name, theirs.name[0] ? ")" : "", ls_sig_str(&theirs.d, a, sizeof a),
+                 who, ls_sig_str(&ref[at], b, sizeof b));
     free(ref);
     return s;
 }
 
 ls_status ls_ddp_sum_metrics(ls_comm *c, double *vals, int n) {
-    if (n < 0 || (n > 0 && !vals))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ddp_sum_metrics: bad values (%d)", n);
+    if (n < 0 || (n > 0 && !vals)) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ddp_sum_metrics: bad values (%d)", n);
     return ls_comm_allreduce_host(c, vals, n, LS_F64, LS_REDUCE_SUM);
 }
 

@@ -49,8 +49,8 @@ static ls_status ls_slurm_tasks_on_node(const char *name, const char *s, int nod
         else if (*p)
             goto bad;
     }
-    return ls_error(LS_ERR_INVALID_ARGUMENT, "launcher environment: %s=%s lists %d nodes but SLURM_NODEID=%d",
-                    name, s, idx, node);
+    return ls_error(LS_ERR_INVALID_ARGUMENT, "launcher environment: %s=%s lists %d nodes but SLURM_NODEID=%d", name, s,
+                    idx, node);
 bad:
     return ls_error(LS_ERR_INVALID_ARGUMENT, "launcher environment: cannot parse %s=%s", name, s);
 }
@@ -68,18 +68,17 @@ static ls_status ls_read_vars(const ls_launcher_vars *v, ls_rank_info *out, int 
     if (!has_r) return LS_OK;
     LS_CHECK(ls_env_int(v->world, &has_w, &w));
     if (!has_w)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "launcher environment (%s): %s=%d is set but %s is not",
-                        v->launcher, v->rank, r, v->world);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "launcher environment (%s): %s=%d is set but %s is not", v->launcher,
+                        v->rank, r, v->world);
     LS_CHECK(ls_env_int(v->local_rank, &has_lr, &lr));
     if (v->local_world) LS_CHECK(ls_env_int(v->local_world, &has_lw, &lw));
     if (w < 1)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "inconsistent launcher environment (%s): %s=%d is not a positive rank count",
-                        v->launcher, v->world, w);
+                        "inconsistent launcher environment (%s): %s=%d is not a positive rank count", v->launcher,
+                        v->world, w);
     if (r < 0 || r >= w)
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "inconsistent launcher environment (%s): %s=%d is not a rank of %s=%d", v->launcher,
-                        v->rank, r, v->world, w);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "inconsistent launcher environment (%s): %s=%d is not a rank of %s=%d",
+                        v->launcher, v->rank, r, v->world, w);
     if (!has_lr) lr = r;
     if (!has_lw) lw = w; /* unknown: at most every rank on this node */
     if (lw < 1 || lw > w)
@@ -88,8 +87,8 @@ static ls_status ls_read_vars(const ls_launcher_vars *v, ls_rank_info *out, int 
                         v->launcher, v->local_world ? v->local_world : "local size", lw, v->world, w);
     if (lr < 0 || lr >= lw)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "inconsistent launcher environment (%s): %s=%d is not a local rank of %d",
-                        v->launcher, v->local_rank, lr, lw);
+                        "inconsistent launcher environment (%s): %s=%d is not a local rank of %d", v->launcher,
+                        v->local_rank, lr, lw);
     out->rank = r;
     out->world = w;
     out->local_rank = lr;
@@ -108,8 +107,7 @@ ls_status ls_rank_discover(ls_rank_info *out) {
     static const ls_launcher_vars ompi = {"mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                           "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
     static const ls_launcher_vars pmi = {"mpi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"};
-    static const ls_launcher_vars torch = {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                           "LOCAL_WORLD_SIZE"};
+    static const ls_launcher_vars torch = {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
     int found = 0;
     LS_CHECK(ls_read_vars(&ompi, out, &found));
     if (found) return LS_OK;

@@ -39,11 +39,11 @@ struct ls_reducer {
     ls_allocator *alloc; /* device memory of the gradients */
     int on_device;
     int n;
-    ls_tensor **grads;    /* [n] */
-    int *bucket_of;       /* [n] */
-    size_t *offset;       /* [n] byte offset within the bucket's fusion buffer */
+    ls_tensor **grads;     /* [n] */
+    int *bucket_of;        /* [n] */
+    size_t *offset;        /* [n] byte offset within the bucket's fusion buffer */
     unsigned char *viewed; /* [n] grads[i]->data points into its bucket (its own memory was freed) */
-    unsigned char *ready; /* [n] */
+    unsigned char *ready;  /* [n] */
     ls_bucket *b;
     int nb;
     int next_launch;
@@ -60,8 +60,7 @@ static ls_status ls_env_mib(const char *name, size_t *out) {
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v > 0) || v > 1e6)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s=%s: expected a positive size in MiB (e.g. 25 or 0.5)",
-                        name, s);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s=%s: expected a positive size in MiB (e.g. 25 or 0.5)", name, s);
     size_t bytes = (size_t)llround(v * (double)LS_MIB);
     *out = bytes ? bytes : 1;
     return LS_OK;
@@ -73,16 +72,23 @@ ls_status ls_reducer_config_resolve(const ls_reducer_config *cfg, ls_reducer_con
     LS_CHECK(ls_env_mib("LOCKSTEP_BUCKET_MB", &r.bucket_bytes));
     const char *v = getenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW");
     if (v && *v) {
-        if (!strcmp(v, "1") || !strcmp(v, "on")) r.bucket_view = 1;
-        else if (!strcmp(v, "0") || !strcmp(v, "off")) r.bucket_view = -1;
-        else return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GRAD_AS_BUCKET_VIEW=%s: expected 1, on, 0 or off", v);
+        if (!strcmp(v, "1") || !strcmp(v, "on"))
+            r.bucket_view = 1;
+        else if (!strcmp(v, "0") || !strcmp(v, "off"))
+            r.bucket_view = -1;
+        else
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GRAD_AS_BUCKET_VIEW=%s: expected 1, on, 0 or off", v);
     }
     v = getenv("LOCKSTEP_GRAD_COMPRESS");
     if (v && *v) {
-        if (!strcmp(v, "none") || !strcmp(v, "off")) r.compress = -1;
-        else if (!strcmp(v, "fp16") || !strcmp(v, "f16")) r.compress = LS_REDUCER_F16;
-        else if (!strcmp(v, "bf16")) r.compress = LS_REDUCER_BF16;
-        else return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GRAD_COMPRESS=%s: expected none, fp16 or bf16", v);
+        if (!strcmp(v, "none") || !strcmp(v, "off"))
+            r.compress = -1;
+        else if (!strcmp(v, "fp16") || !strcmp(v, "f16"))
+            r.compress = LS_REDUCER_F16;
+        else if (!strcmp(v, "bf16"))
+            r.compress = LS_REDUCER_BF16;
+        else
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GRAD_COMPRESS=%s: expected none, fp16 or bf16", v);
     }
     if (cfg && cfg->compress) r.compress = cfg->compress;
     if (r.compress != -1 && r.compress != LS_REDUCER_F16 && r.compress != LS_REDUCER_BF16)
@@ -158,11 +164,15 @@ static ls_status ls_wire_convert(ls_reducer *r, int to_wire, void *f32, void *wi
                        : r->ctx->ops->convert(r->ctx->state, n, wt, wire, LS_F32, f32);
     if (r->on_device) return ls_error(LS_ERR_UNSUPPORTED, "gradient reducer: the device's op table has no convert op");
     if (to_wire) {
-        if (wt == LS_F16) ls_half_f32_to_f16_n(f32, wire, n);
-        else ls_half_f32_to_bf16_n(f32, wire, n);
+        if (wt == LS_F16)
+            ls_half_f32_to_f16_n(f32, wire, n);
+        else
+            ls_half_f32_to_bf16_n(f32, wire, n);
     } else {
-        if (wt == LS_F16) ls_half_f16_to_f32_n(wire, f32, n);
-        else ls_half_bf16_to_f32_n(wire, f32, n);
+        if (wt == LS_F16)
+            ls_half_f16_to_f32_n(wire, f32, n);
+        else
+            ls_half_bf16_to_f32_n(wire, f32, n);
     }
     return LS_OK;
 }
@@ -196,8 +206,7 @@ static ls_status ls_dev_zero(ls_reducer *r, ls_allocator *a, void *p, size_t byt
  * (whose stream orders the copies and frees). */
 static int ls_view_ok(const ls_reducer *r, const ls_bucket *b) {
     ls_allocator *a = r->grads[b->lo]->alloc;
-    if (!a || ls_allocator_device(a).type != r->grads[b->lo]->device.type || (r->on_device && a != r->alloc))
-        return 0;
+    if (!a || ls_allocator_device(a).type != r->grads[b->lo]->device.type || (r->on_device && a != r->alloc)) return 0;
     for (int i = b->lo; i <= b->hi; i++) {
         if (r->grads[i]->alloc != a || !ls_allocator_owns(a, r->grads[i]->data)) return 0;
         for (int j = b->lo; j < i; j++)
@@ -351,8 +360,10 @@ void ls_reducer_destroy(ls_reducer *r) {
     if (!r) return;
     for (int k = 0; r->b && k < r->nb; k++) {
         if (r->b[k].req) ls_comm_wait(r->b[k].req);
-        if (r->alloc) ls_free(r->alloc, r->b[k].wire);
-        else free(r->b[k].wire);
+        if (r->alloc)
+            ls_free(r->alloc, r->b[k].wire);
+        else
+            free(r->b[k].wire);
         if (r->b[k].view) {
             ls_undo_view(r, k); /* frees the buffer, unless the gradients must stay in it */
             continue;
@@ -371,8 +382,8 @@ void ls_reducer_destroy(ls_reducer *r) {
     free(r);
 }
 
-ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads,
-                            const ls_reducer_config *cfg, ls_reducer **out) {
+ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads, const ls_reducer_config *cfg,
+                            ls_reducer **out) {
     if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: communicator is NULL");
     /* from here on every failure goes through ls_refuse: the other ranks learn of it */
     if (!out) return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: out is NULL"));
@@ -396,8 +407,8 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
                                          ls_tensor_describe(grads[i], d, sizeof d)));
         if (grads[i]->device.type != dev.type)
             return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT,
-                                         "ls_reducer_create: gradient %d is %s, not on the communicator's device",
-                                         i, ls_tensor_describe(grads[i], d, sizeof d)));
+                                         "ls_reducer_create: gradient %d is %s, not on the communicator's device", i,
+                                         ls_tensor_describe(grads[i], d, sizeof d)));
         if (ls_tensor_numel(grads[i]) > 0 && !grads[i]->data)
             return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: gradient %d has no data", i));
     }
@@ -476,8 +487,8 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
     }
     LS_CHECK_GOTO(agreed, s, fail);
     free(nbytes);
-    LS_LOG_D("gradient reducer: %d gradients in %d buckets (first cap %zu B, cap %zu B), %d of them views", n,
-             r->nb, rc.first_bucket_bytes, rc.bucket_bytes, views);
+    LS_LOG_D("gradient reducer: %d gradients in %d buckets (first cap %zu B, cap %zu B), %d of them views", n, r->nb,
+             rc.first_bucket_bytes, rc.bucket_bytes, views);
     *out = r;
     return LS_OK;
 fail:
@@ -533,22 +544,19 @@ static ls_status ls_mark(ls_reducer *r, int i) {
         if (s != LS_OK) return ls_error_context(s, "copying gradient %d into its bucket", i);
     }
     b->pending--;
-    while (r->next_launch < r->nb && r->b[r->next_launch].pending == 0)
-        LS_CHECK(ls_bucket_launch(r, r->next_launch++));
+    while (r->next_launch < r->nb && r->b[r->next_launch].pending == 0) LS_CHECK(ls_bucket_launch(r, r->next_launch++));
     return LS_OK;
 }
 
 ls_status ls_reducer_grad_ready(ls_reducer *r, int i) {
     if (!r) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_grad_ready: reducer is NULL");
     if (!r->active)
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "ls_reducer_grad_ready(%d) outside a step (ls_reducer_begin)", i);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_grad_ready(%d) outside a step (ls_reducer_begin)", i);
     if (i < 0 || i >= r->n)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_grad_ready: gradient %d is not in 0..%d", i,
-                        r->n - 1);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_grad_ready: gradient %d is not in 0..%d", i, r->n - 1);
     if (r->ready[i])
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "ls_reducer_grad_ready: gradient %d marked ready twice in one step", i);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_grad_ready: gradient %d marked ready twice in one step",
+                        i);
     if (r->err != LS_OK) return ls_error(r->err, "gradient reducer: an earlier error in this step");
     ls_status s = ls_mark(r, i);
     if (s != LS_OK) {
@@ -581,8 +589,7 @@ static void ls_bucket_span(const ls_bucket *b, int k) {
 
 ls_status ls_reducer_finish(ls_reducer *r) {
     if (!r) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_finish: reducer is NULL");
-    if (!r->active)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_finish outside a step (ls_reducer_begin)");
+    if (!r->active) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_finish outside a step (ls_reducer_begin)");
     ls_status err = r->err;
     char msg[512] = "";
     if (err != LS_OK) snprintf(msg, sizeof msg, "%s", ls_last_error());

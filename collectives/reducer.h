@@ -79,8 +79,8 @@ int ls_reducer_plan_buckets(int n, const size_t *nbytes, size_t first_bucket_byt
 size_t ls_reducer_extra_bytes(int n, const size_t *nbytes, const int *bucket_of, int view, int compress);
 /* grads[0..n): the gradient tensors in parameter order (the reducer keeps the pointers; the tensors
  * must outlive it). ctx: their context (NULL: CPU). */
-ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads,
-                            const ls_reducer_config *cfg, ls_reducer **out);
+ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads, const ls_reducer_config *cfg,
+                            ls_reducer **out);
 void ls_reducer_destroy(ls_reducer *r);
 
 /* A synchronized backward begins; after the sum, gradients are multiplied by post_scale

@@ -33,9 +33,8 @@ static ls_status ls_parse_backend(const char *arg, ls_backend_kind *out, const c
     else if (!strcmp(name, "nccl"))
         *out = LS_BACKEND_NCCL;
     else
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "%s%s'%s' is not a communicator backend: use self, mpi, nccl or auto", *source,
-                        !strcmp(*source, "LOCKSTEP_COMM") ? "=" : " ", name);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s%s'%s' is not a communicator backend: use self, mpi, nccl or auto",
+                        *source, !strcmp(*source, "LOCKSTEP_COMM") ? "=" : " ", name);
     if (*out == LS_BACKEND_MPI && !LOCKSTEP_HAVE_MPI_BACKEND)
         return ls_error(LS_ERR_UNSUPPORTED,
                         "%s asks for the mpi communicator, but this build of lockstep has no MPI "
@@ -252,8 +251,8 @@ ls_status ls_comm_create(ls_ctx *ctx, const char *backend, ls_comm **out) {
         if (s != LS_OK) goto fail;
     }
     if (c->world > 1) ls_log_set_rank(c->rank);
-    LS_LOG_I("communicator: %s, rank %d of %d (launcher %s, local rank %d of %d)", c->iface->name, c->rank,
-             c->world, c->info.launcher, c->info.local_rank, c->info.local_world);
+    LS_LOG_I("communicator: %s, rank %d of %d (launcher %s, local rank %d of %d)", c->iface->name, c->rank, c->world,
+             c->info.launcher, c->info.local_rank, c->info.local_world);
     *out = c;
     return LS_OK;
 fail:

@@ -63,8 +63,8 @@ static ls_status on_ctx(ls_ctx *c, const char *op, const char *name, const ls_te
     return LS_OK;
 }
 
-static ls_status want(const char *op, const char *name, const ls_tensor *t, ls_dtype dt, int ndim,
-                      int64_t d0, int64_t d1) {
+static ls_status want(const char *op, const char *name, const ls_tensor *t, ls_dtype dt, int ndim, int64_t d0,
+                      int64_t d1) {
     char a[64];
     int ok = t->dtype == dt && t->ndim == ndim && t->shape[0] == d0 && (ndim < 2 || t->shape[1] == d1);
     if (!ok) {
@@ -88,8 +88,7 @@ static ls_status matrix(const char *op, const char *name, const ls_tensor *t) {
     return LS_OK;
 }
 
-ls_status ls_op_linear_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b,
-                               ls_tensor *y) {
+ls_status ls_op_linear_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b, ls_tensor *y) {
     const char *op = "linear";
     LS_CHECK(on_ctx(c, op, "input", x));
     LS_CHECK(on_ctx(c, op, "weight", w));
@@ -106,8 +105,8 @@ ls_status ls_op_linear_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w
     return c->ops->linear_fwd(c->state, x->dtype, B, in, out, x->data, w->data, b ? b->data : NULL, y->data);
 }
 
-ls_status ls_op_linear_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *w,
-                                ls_tensor *dx, ls_tensor *dw, ls_tensor *db) {
+ls_status ls_op_linear_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *w, ls_tensor *dx,
+                                ls_tensor *dw, ls_tensor *db) {
     const char *op = "linear backward";
     LS_CHECK(on_ctx(c, op, "input", x));
     LS_CHECK(on_ctx(c, op, "weight", w));
@@ -128,8 +127,8 @@ ls_status ls_op_linear_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor 
         LS_CHECK(on_ctx(c, op, "bias gradient", db));
         LS_CHECK(want(op, "bias gradient", db, master(t), 1, out, 0));
     }
-    return c->ops->linear_bwd(c->state, t, B, in, out, dy->data, x->data, w->data, dx ? dx->data : NULL,
-                              dw->data, db ? db->data : NULL);
+    return c->ops->linear_bwd(c->state, t, B, in, out, dy->data, x->data, w->data, dx ? dx->data : NULL, dw->data,
+                              db ? db->data : NULL);
 }
 
 ls_status ls_op_bias_add(ls_ctx *c, const ls_tensor *b, ls_tensor *y) {
@@ -186,8 +185,8 @@ static ls_status check_labels(const char *op, const ls_tensor *labels, int64_t B
         const int32_t *l = labels->data;
         for (int64_t i = 0; i < B; i++)
             if (l[i] < 0 || l[i] >= C)
-                return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: label %d of sample %lld is outside [0, %lld)",
-                                op, l[i], (long long)i, (long long)C);
+                return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: label %d of sample %lld is outside [0, %lld)", op, l[i],
+                                (long long)i, (long long)C);
     }
     return LS_OK;
 }
@@ -205,8 +204,7 @@ ls_status ls_op_xent_forward(ls_ctx *c, const ls_tensor *logits, const ls_tensor
     LS_CHECK(check_labels(op, labels, B, C));
     LS_CHECK(want(op, "probabilities", probs, master(logits->dtype), 2, B, C));
     LS_CHECK(want(op, "losses", losses, master(logits->dtype), 1, B, 0));
-    LS_CHECK(c->ops->xent_fwd(c->state, logits->dtype, B, C, logits->data, labels->data, probs->data,
-                              losses->data));
+    LS_CHECK(c->ops->xent_fwd(c->state, logits->dtype, B, C, logits->data, labels->data, probs->data, losses->data));
     if (host_loss) {
         double sum = 0;
         if (losses->device.type == LS_DEVICE_CPU) {
@@ -283,8 +281,7 @@ int64_t ls_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 }
 
 static ls_status entry(ls_ctx *c, const char *op, int present) {
-    if (!present)
-        return ls_error(LS_ERR_UNSUPPORTED, "%s is not implemented by the %s backend yet", op, c->ops->name);
+    if (!present) return ls_error(LS_ERR_UNSUPPORTED, "%s is not implemented by the %s backend yet", op, c->ops->name);
     return LS_OK;
 }
 
@@ -309,14 +306,14 @@ static ls_status nchw(const char *op, const char *name, const ls_tensor *t) {
 }
 
 /* Fill p from x [N, C, H, W] and w [K, C/groups, R, S]; checks the geometry. */
-static ls_status conv_params(const char *op, const ls_tensor *x, const ls_tensor *w, int stride, int pad,
-                             int groups, ls_conv2d_params *p) {
+static ls_status conv_params(const char *op, const ls_tensor *x, const ls_tensor *w, int stride, int pad, int groups,
+                             ls_conv2d_params *p) {
     char a[64], b[64];
     LS_CHECK(nchw(op, "input", x));
     LS_CHECK(nchw(op, "weight", w));
     if (stride < 1 || pad < 0 || groups < 1)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: stride %d, padding %d and groups %d must be >= 1, >= 0, >= 1",
-                        op, stride, pad, groups);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: stride %d, padding %d and groups %d must be >= 1, >= 0, >= 1", op,
+                        stride, pad, groups);
     *p = (ls_conv2d_params){0};
     p->N = x->shape[0];
     p->C = x->shape[1];
@@ -329,17 +326,21 @@ static ls_status conv_params(const char *op, const ls_tensor *x, const ls_tensor
     p->pad_h = p->pad_w = pad;
     p->groups = groups;
     if (p->C % groups || p->K % groups)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: %lld input and %lld output channels are not divisible by %d groups",
-                        op, (long long)p->C, (long long)p->K, groups);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "%s: %lld input and %lld output channels are not divisible by %d groups", op, (long long)p->C,
+                        (long long)p->K, groups);
     if (w->shape[1] != p->C / groups || p->R < 1 || p->S < 1)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: weight %s does not fit input %s with %d groups (expected "
-                        "[K, %lld, R, S])", op, ls_tensor_describe(w, a, 64), ls_tensor_describe(x, b, 64), groups,
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "%s: weight %s does not fit input %s with %d groups (expected "
+                        "[K, %lld, R, S])",
+                        op, ls_tensor_describe(w, a, 64), ls_tensor_describe(x, b, 64), groups,
                         (long long)(p->C / groups));
     p->P = ls_conv_out_size(p->H, p->R, stride, pad);
     p->Q = ls_conv_out_size(p->W, p->S, stride, pad);
     if (p->P < 1 || p->Q < 1)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: a %lldx%lld kernel does not fit the %lldx%lld input with padding %d",
-                        op, (long long)p->R, (long long)p->S, (long long)p->H, (long long)p->W, pad);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "%s: a %lldx%lld kernel does not fit the %lldx%lld input with padding %d", op, (long long)p->R,
+                        (long long)p->S, (long long)p->H, (long long)p->W, pad);
     return LS_OK;
 }
 
@@ -350,8 +351,8 @@ static ls_status conv_ws(ls_ctx *c, ls_dtype t, const ls_conv2d_params *p, int b
     return bytes ? ls_alloc(c->alloc, bytes, "convolution workspace", ws) : LS_OK;
 }
 
-ls_status ls_op_conv2d_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b,
-                               ls_tensor *y, int stride, int pad, int groups) {
+ls_status ls_op_conv2d_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b, ls_tensor *y,
+                               int stride, int pad, int groups) {
     const char *op = "conv2d";
     ls_conv2d_params p;
     LS_CHECK(on_ctx(c, op, "input", x));
@@ -372,8 +373,8 @@ ls_status ls_op_conv2d_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w
     return s;
 }
 
-ls_status ls_op_conv2d_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *w,
-                                ls_tensor *dx, ls_tensor *dw, ls_tensor *db, int stride, int pad, int groups) {
+ls_status ls_op_conv2d_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *w, ls_tensor *dx,
+                                ls_tensor *dw, ls_tensor *db, int stride, int pad, int groups) {
     const char *op = "conv2d backward";
     ls_conv2d_params p;
     LS_CHECK(on_ctx(c, op, "input", x));
@@ -408,8 +409,10 @@ static ls_status pool_params(const char *op, ls_pool mode, int kernel, int strid
     if (mode != LS_POOL_MAX && mode != LS_POOL_AVG)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: unknown pooling mode %d", op, (int)mode);
     if (kernel < 1 || stride < 1 || pad < 0 || 2 * pad > kernel)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: kernel %d, stride %d, padding %d: need kernel >= 1, "
-                        "stride >= 1 and 0 <= padding <= kernel/2", op, kernel, stride, pad);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "%s: kernel %d, stride %d, padding %d: need kernel >= 1, "
+                        "stride >= 1 and 0 <= padding <= kernel/2",
+                        op, kernel, stride, pad);
     *p = (ls_pool2d_params){0};
     p->N = x->shape[0];
     p->C = x->shape[1];
@@ -461,10 +464,9 @@ ls_status ls_op_global_avgpool_forward(ls_ctx *c, const ls_tensor *x, ls_tensor 
     LS_CHECK(nchw(op, "input", x));
     LS_CHECK(want(op, "output", y, x->dtype, 2, x->shape[0], x->shape[1]));
     LS_CHECK(entry(c, op, c->ops->global_avgpool_fwd != NULL));
-    if (x->shape[2] * x->shape[3] < 1)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the input has no pixels", op);
-    return c->ops->global_avgpool_fwd(c->state, x->dtype, x->shape[0] * x->shape[1], x->shape[2] * x->shape[3],
-                                      x->data, y->data);
+    if (x->shape[2] * x->shape[3] < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the input has no pixels", op);
+    return c->ops->global_avgpool_fwd(c->state, x->dtype, x->shape[0] * x->shape[1], x->shape[2] * x->shape[3], x->data,
+                                      y->data);
 }
 
 ls_status ls_op_global_avgpool_backward(ls_ctx *c, const ls_tensor *dy, ls_tensor *dx) {
@@ -474,8 +476,7 @@ ls_status ls_op_global_avgpool_backward(ls_ctx *c, const ls_tensor *dy, ls_tenso
     LS_CHECK(nchw(op, "input gradient", dx));
     LS_CHECK(want(op, "output gradient", dy, dx->dtype, 2, dx->shape[0], dx->shape[1]));
     LS_CHECK(entry(c, op, c->ops->global_avgpool_bwd != NULL));
-    if (dx->shape[2] * dx->shape[3] < 1)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the input has no pixels", op);
+    if (dx->shape[2] * dx->shape[3] < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the input has no pixels", op);
     return c->ops->global_avgpool_bwd(c->state, dx->dtype, dx->shape[0] * dx->shape[1], dx->shape[2] * dx->shape[3],
                                       dy->data, dx->data);
 }
@@ -486,8 +487,7 @@ static ls_status bn_params(const char *op, const ls_tensor *x, double eps, int r
     if (x->ndim != 2 && x->ndim != 4)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: input is %s, expected [N, C] or [N, C, H, W]", op,
                         ls_tensor_describe(x, a, 64));
-    if (!(eps > 0))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: epsilon %g must be > 0", op, eps);
+    if (!(eps > 0)) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: epsilon %g must be > 0", op, eps);
     *p = (ls_bn_params){0};
     p->N = x->shape[0];
     p->C = x->shape[1];
@@ -514,8 +514,7 @@ ls_status ls_op_batchnorm_stats(ls_ctx *c, const ls_tensor *x, ls_tensor *mean, 
 }
 
 ls_status ls_op_batchnorm_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *mean, const ls_tensor *var,
-                                  const ls_tensor *gamma, const ls_tensor *beta, double eps, int relu,
-                                  ls_tensor *y) {
+                                  const ls_tensor *gamma, const ls_tensor *beta, double eps, int relu, ls_tensor *y) {
     const char *op = "batch norm";
     ls_bn_params p;
     LS_CHECK(on_ctx(c, op, "input", x));
@@ -554,8 +553,8 @@ ls_status ls_op_batchnorm_backward_reduce(ls_ctx *c, const ls_tensor *dy, const 
 
 ls_status ls_op_batchnorm_backward_dx(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *y,
                                       const ls_tensor *mean, const ls_tensor *var, const ls_tensor *gamma,
-                                      const ls_tensor *sum_dy, const ls_tensor *sum_dy_xhat, double eps,
-                                      int relu, double count, ls_tensor *dx) {
+                                      const ls_tensor *sum_dy, const ls_tensor *sum_dy_xhat, double eps, int relu,
+                                      double count, ls_tensor *dx) {
     const char *op = "batch-norm backward";
     ls_bn_params p;
     LS_CHECK(on_ctx(c, op, "input", x));
@@ -578,8 +577,8 @@ ls_status ls_op_batchnorm_backward_dx(ls_ctx *c, const ls_tensor *dy, const ls_t
     if (count < 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: sample count %g is negative", op, count);
     LS_CHECK(entry(c, op, c->ops->bn_bwd_dx != NULL));
     return c->ops->bn_bwd_dx(c->state, x->dtype, &p, dy->data, x->data, relu ? y->data : NULL, mean->data, var->data,
-                             gamma->data, count > 0 ? sum_dy->data : NULL, count > 0 ? sum_dy_xhat->data : NULL,
-                             count, dx->data);
+                             gamma->data, count > 0 ? sum_dy->data : NULL, count > 0 ? sum_dy_xhat->data : NULL, count,
+                             dx->data);
 }
 
 static ls_status add_op(ls_ctx *c, const ls_tensor *a, const ls_tensor *b, int relu, ls_tensor *y) {

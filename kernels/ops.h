@@ -72,34 +72,32 @@ typedef struct ls_ops {
     void *(*compute_stream)(void *state);
 
     /* C[m,n] = alpha * op(A) @ op(B) + beta * C, row-major, op = transpose when ta/tb. */
-    ls_status (*gemm)(void *st, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
-                      double beta, void *c, int64_t ldc);
+    ls_status (*gemm)(void *st, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
+                      const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
     /* y[rows, cols] += b[cols] for each row. */
     ls_status (*bias_add)(void *st, ls_dtype t, int64_t rows, int64_t cols, const void *b, void *y);
     /* db[cols] += sum over rows of dy[rows, cols]. */
     ls_status (*bias_grad)(void *st, ls_dtype t, int64_t rows, int64_t cols, const void *dy, void *db);
     /* y = x @ w^T + b (b may be NULL); x[B,in], w[out,in], y[B,out]. */
-    ls_status (*linear_fwd)(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x,
-                            const void *w, const void *b, void *y);
+    ls_status (*linear_fwd)(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x, const void *w,
+                            const void *b, void *y);
     /* dx = dy @ w (dx may be NULL); dw += dy^T @ x; db += colsum(dy) (db may be NULL). */
-    ls_status (*linear_bwd)(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy,
-                            const void *x, const void *w, void *dx, void *dw, void *db);
+    ls_status (*linear_bwd)(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy, const void *x,
+                            const void *w, void *dx, void *dw, void *db);
     /* y = act(x) elementwise (y may alias x). */
     ls_status (*act_fwd)(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, void *y);
     /* dx = dy * act'(x) (dx may alias dy). For ReLU, x may be act's output. */
-    ls_status (*act_bwd)(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, const void *dy,
-                         void *dx);
+    ls_status (*act_bwd)(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, const void *dy, void *dx);
     /* Numerically stable softmax cross-entropy: probs[B,C] = softmax(logits), losses[B] (same
      * dtype) = -log probs[label]. labels are int32 in [0, C). */
-    ls_status (*xent_fwd)(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits,
-                          const int32_t *labels, void *probs, void *losses);
+    ls_status (*xent_fwd)(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
+                          void *probs, void *losses);
     /* dlogits = (probs - onehot(label)) * scale. */
-    ls_status (*xent_bwd)(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs,
-                          const int32_t *labels, double scale, void *dlogits);
+    ls_status (*xent_bwd)(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs, const int32_t *labels,
+                          double scale, void *dlogits);
     /* pred[B] = argmax over C (first on ties); correct[0] = count(pred == label) (int32). */
-    ls_status (*argmax)(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits,
-                        const int32_t *labels, int32_t *pred, int32_t *correct);
+    ls_status (*argmax)(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
+                        int32_t *pred, int32_t *correct);
     /* dst = src converted between f32, f16, bf16, f64 (round to nearest even). */
     ls_status (*convert)(void *st, int64_t n, ls_dtype src_t, const void *src, ls_dtype dst_t, void *dst);
     /* y = a * b elementwise (y may alias a or b). Optional: NULL where a backend lacks it. */
@@ -109,14 +107,12 @@ typedef struct ls_ops {
     /* y += alpha * x. */
     ls_status (*axpy)(void *st, ls_dtype t, int64_t n, double alpha, const void *x, void *y);
     /* host_out[0] += sum of x^2 (in double); also reports whether any element is inf/NaN. */
-    ls_status (*sumsq)(void *st, ls_dtype t, int64_t n, const void *x, double *host_out,
-                       int *host_nonfinite);
+    ls_status (*sumsq)(void *st, ls_dtype t, int64_t n, const void *x, double *host_out, int *host_nonfinite);
     /* Multi-tensor optimizer steps over k tensors (f32 or f64 master weights). */
-    ls_status (*sgd_step)(void *st, ls_dtype t, int k, void *const *p, void *const *g, void *const *m,
-                          const int64_t *n, const ls_sgd_params *hp);
-    ls_status (*adamw_step)(void *st, ls_dtype t, int k, void *const *p, void *const *g,
-                            void *const *m, void *const *v, const int64_t *n,
-                            const ls_adamw_params *hp);
+    ls_status (*sgd_step)(void *st, ls_dtype t, int k, void *const *p, void *const *g, void *const *m, const int64_t *n,
+                          const ls_sgd_params *hp);
+    ls_status (*adamw_step)(void *st, ls_dtype t, int k, void *const *p, void *const *g, void *const *m, void *const *v,
+                            const int64_t *n, const ls_adamw_params *hp);
     /* ---- NCHW convolution, pooling, normalization (CPU; CUDA: cuDNN convolutions, own kernels) ---- */
     /* Bytes of workspace conv2d_fwd (backward = 0) or conv2d_bwd (1) needs; the caller provides it. */
     size_t (*conv2d_workspace)(void *st, ls_dtype t, const ls_conv2d_params *p, int backward);
@@ -129,34 +125,32 @@ typedef struct ls_ops {
                             const void *w, void *dx, void *dw, void *db, void *ws);
     ls_status (*pool2d_fwd)(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, void *y);
     /* dx (overwritten) from dy; max pooling routes each window's gradient to its first maximum in x. */
-    ls_status (*pool2d_bwd)(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, const void *dy,
-                            void *dx);
+    ls_status (*pool2d_bwd)(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, const void *dy, void *dx);
     /* y[planes] = mean of each of the planes of x[planes, hw]; backward dx = dy / hw broadcast. */
     ls_status (*global_avgpool_fwd)(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *x, void *y);
     ls_status (*global_avgpool_bwd)(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *dy, void *dx);
     /* mean[C], var[C] = per-channel batch mean and biased variance of x. */
     ls_status (*bn_stats)(void *st, ls_dtype t, const ls_bn_params *p, const void *x, void *mean, void *var);
     /* y = (x - mean) / sqrt(var + eps) * gamma + beta (then ReLU if p->relu); y may alias x. */
-    ls_status (*bn_fwd)(void *st, ls_dtype t, const ls_bn_params *p, const void *x, const void *mean,
-                        const void *var, const void *gamma, const void *beta, void *y);
+    ls_status (*bn_fwd)(void *st, ls_dtype t, const ls_bn_params *p, const void *x, const void *mean, const void *var,
+                        const void *gamma, const void *beta, void *y);
     /* Per channel (overwritten): sum_dy = sum(g), sum_dy_xhat = sum(g * xhat), where g = dy (masked by
      * y > 0 if p->relu; y unused otherwise) and xhat = (x - mean) / sqrt(var + eps). */
     ls_status (*bn_bwd_reduce)(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
-                               const void *y, const void *mean, const void *var, void *sum_dy,
-                               void *sum_dy_xhat);
+                               const void *y, const void *mean, const void *var, void *sum_dy, void *sum_dy_xhat);
     /* dx = gamma / sqrt(var + eps) * (g - (sum_dy + xhat * sum_dy_xhat) / count); count is the number
      * of samples per channel the statistics came from (N*HW, or over all ranks for synchronized
      * statistics); count 0: statistics are constants (eval mode), dx = gamma / sqrt(var + eps) * g. */
-    ls_status (*bn_bwd_dx)(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
-                           const void *y, const void *mean, const void *var, const void *gamma,
-                           const void *sum_dy, const void *sum_dy_xhat, double count, void *dx);
+    ls_status (*bn_bwd_dx)(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x, const void *y,
+                           const void *mean, const void *var, const void *gamma, const void *sum_dy,
+                           const void *sum_dy_xhat, double count, void *dx);
     /* y = a + b elementwise, then ReLU if relu (y may alias a or b): the residual join. */
     ls_status (*add)(void *st, ls_dtype t, int64_t n, const void *a, const void *b, int relu, void *y);
     /* sumsq over k tensors of dtype t (x[i], n[i] elements) in order, waiting for the device once:
      * host_out[0] += the sum, *host_nonfinite |= any inf/NaN. Optional: NULL where sumsq costs no
      * wait (the CPU); ls_grads_sumsq (optim.h) then calls sumsq per tensor. */
-    ls_status (*sumsq_many)(void *st, ls_dtype t, int k, const void *const *x, const int64_t *n,
-                            double *host_out, int *host_nonfinite);
+    ls_status (*sumsq_many)(void *st, ls_dtype t, int k, const void *const *x, const int64_t *n, double *host_out,
+                            int *host_nonfinite);
     /* dst[r, :] = src[idx[r], :] for r < rows, rows of cols elements of elem_bytes each; idx (int64,
      * on the device) lies in [0, rows of src): the caller checks. The batch gather from a data set
      * kept on the device (train.c). */
@@ -175,9 +169,9 @@ const ls_ops *ls_ops_for(ls_device_type type);
 typedef struct ls_ctx {
     ls_device device;
     const ls_ops *ops;
-    void *state;          /* backend state */
-    ls_allocator *alloc;  /* device memory (the host allocator on the CPU) */
-    ls_allocator *host;   /* host memory */
+    void *state;         /* backend state */
+    ls_allocator *alloc; /* device memory (the host allocator on the CPU) */
+    ls_allocator *host;  /* host memory */
     int owns_host;
 } ls_ctx;
 
@@ -190,19 +184,17 @@ ls_status ls_ctx_synchronize(ls_ctx *ctx);
 void *ls_ctx_compute_stream(const ls_ctx *ctx);
 
 /* ---- tensor-level ops: validate, then dispatch ---- */
-ls_status ls_op_linear_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b,
-                               ls_tensor *y);
-ls_status ls_op_linear_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *w,
-                                ls_tensor *dx, ls_tensor *dw, ls_tensor *db);
+ls_status ls_op_linear_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b, ls_tensor *y);
+ls_status ls_op_linear_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *w, ls_tensor *dx,
+                                ls_tensor *dw, ls_tensor *db);
 ls_status ls_op_bias_add(ls_ctx *c, const ls_tensor *b, ls_tensor *y);
 ls_status ls_op_bias_grad(ls_ctx *c, const ls_tensor *dy, ls_tensor *db);
 ls_status ls_op_act_forward(ls_ctx *c, ls_act act, const ls_tensor *x, ls_tensor *y);
-ls_status ls_op_act_backward(ls_ctx *c, ls_act act, const ls_tensor *x, const ls_tensor *dy,
-                             ls_tensor *dx);
+ls_status ls_op_act_backward(ls_ctx *c, ls_act act, const ls_tensor *x, const ls_tensor *dy, ls_tensor *dx);
 /* Mean loss over the batch into *host_loss (NULL: the per-sample losses stay in losses, no wait
  * for the device); probs kept for backward. labels: int32 [B]. */
-ls_status ls_op_xent_forward(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels,
-                             ls_tensor *probs, ls_tensor *losses, double *host_loss);
+ls_status ls_op_xent_forward(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, ls_tensor *probs,
+                             ls_tensor *losses, double *host_loss);
 ls_status ls_op_xent_backward(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double scale,
                               ls_tensor *dlogits);
 /* Number of rows whose argmax equals the label. pred: int32 [B + 1] scratch; the count is also
@@ -217,11 +209,11 @@ ls_status ls_op_convert(ls_ctx *c, const ls_tensor *src, ls_tensor *dst);
 int64_t ls_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad);
 /* x [N, C, H, W], w [K, C/groups, R, S], b [K] or NULL, y [N, K, P, Q]. The workspace comes from the
  * context's allocator for the duration of the call (it counts toward the peak). */
-ls_status ls_op_conv2d_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b,
-                               ls_tensor *y, int stride, int pad, int groups);
+ls_status ls_op_conv2d_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b, ls_tensor *y,
+                               int stride, int pad, int groups);
 /* dx may be NULL; dw (and db if given) accumulate, in the master dtype (f32 for f16/bf16). */
-ls_status ls_op_conv2d_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *w,
-                                ls_tensor *dx, ls_tensor *dw, ls_tensor *db, int stride, int pad, int groups);
+ls_status ls_op_conv2d_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *w, ls_tensor *dx,
+                                ls_tensor *dw, ls_tensor *db, int stride, int pad, int groups);
 /* Max or average pooling with a square window (average counts the padding, as PyTorch's default). */
 ls_status ls_op_pool2d_forward(ls_ctx *c, ls_pool mode, int kernel, int stride, int pad, const ls_tensor *x,
                                ls_tensor *y);
@@ -233,16 +225,15 @@ ls_status ls_op_global_avgpool_backward(ls_ctx *c, const ls_tensor *dy, ls_tenso
 /* Batch normalization over x [N, C, H, W] (or [N, C]); mean, var, gamma, beta, sums: [C] master dtype. */
 ls_status ls_op_batchnorm_stats(ls_ctx *c, const ls_tensor *x, ls_tensor *mean, ls_tensor *var);
 ls_status ls_op_batchnorm_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *mean, const ls_tensor *var,
-                                  const ls_tensor *gamma, const ls_tensor *beta, double eps, int relu,
-                                  ls_tensor *y);
+                                  const ls_tensor *gamma, const ls_tensor *beta, double eps, int relu, ls_tensor *y);
 /* y: the forward output (used when relu). */
 ls_status ls_op_batchnorm_backward_reduce(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *y,
                                           const ls_tensor *mean, const ls_tensor *var, double eps, int relu,
                                           ls_tensor *sum_dy, ls_tensor *sum_dy_xhat);
 ls_status ls_op_batchnorm_backward_dx(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *y,
                                       const ls_tensor *mean, const ls_tensor *var, const ls_tensor *gamma,
-                                      const ls_tensor *sum_dy, const ls_tensor *sum_dy_xhat, double eps,
-                                      int relu, double count, ls_tensor *dx);
+                                      const ls_tensor *sum_dy, const ls_tensor *sum_dy_xhat, double eps, int relu,
+                                      double count, ls_tensor *dx);
 /* y = a + b (same shape and dtype; y may alias a or b); _relu: y = ReLU(a + b). */
 ls_status ls_op_add(ls_ctx *c, const ls_tensor *a, const ls_tensor *b, ls_tensor *y);
 ls_status ls_op_add_relu(ls_ctx *c, const ls_tensor *a, const ls_tensor *b, ls_tensor *y);

@@ -26,9 +26,7 @@ static int host_name_ok(const char *s, size_t len, int allow_colon) {
     if (len == 0) return 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == '@' ||
-              (allow_colon && c == ':')))
-            return 0;
+        if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == '@' || (allow_colon && c == ':'))) return 0;
     }
     return s[0] != '-';
 }
@@ -56,8 +54,7 @@ void lsr_hostlist_free(lsr_hostlist *hl) {
 }
 
 /* One "key=value" (spaces allowed around '=') starting at *pp; advances *pp past it. */
-static int parse_attr(char **pp, const char *path, int lineno, int *slots, int *max_slots,
-                      char *err, size_t errlen) {
+static int parse_attr(char **pp, const char *path, int lineno, int *slots, int *max_slots, char *err, size_t errlen) {
     char *p = *pp;
     char *key = p;
     while (*p && (isalnum((unsigned char)*p) || *p == '_' || *p == '-')) p++;
@@ -66,8 +63,8 @@ static int parse_attr(char **pp, const char *path, int lineno, int *slots, int *
     if (klen == 0 || *p != '=') {
         char *tok_end = key;
         while (*tok_end && !isspace((unsigned char)*tok_end)) tok_end++;
-        snprintf(err, errlen, "%s:%d: expected 'slots=N' after the host name, got '%.*s'", path,
-                 lineno, (int)(tok_end - key), key);
+        snprintf(err, errlen, "%s:%d: expected 'slots=N' after the host name, got '%.*s'", path, lineno,
+                 (int)(tok_end - key), key);
         return -1;
     }
     p++;
@@ -85,14 +82,13 @@ static int parse_attr(char **pp, const char *path, int lineno, int *slots, int *
     else if ((klen == 9 && (!strncmp(key, "max_slots", 9) || !strncmp(key, "max-slots", 9))))
         dst = max_slots;
     if (!dst) {
-        snprintf(err, errlen, "%s:%d: unknown attribute '%.*s' (expected slots=N or max_slots=N)",
-                 path, lineno, (int)klen, key);
+        snprintf(err, errlen, "%s:%d: unknown attribute '%.*s' (expected slots=N or max_slots=N)", path, lineno,
+                 (int)klen, key);
         *p = saved;
         return -1;
     }
     if (bad) {
-        snprintf(err, errlen, "%s:%d: %.*s must be a positive integer, got '%s'", path, lineno,
-                 (int)klen, key, val);
+        snprintf(err, errlen, "%s:%d: %.*s must be a positive integer, got '%s'", path, lineno, (int)klen, key, val);
         *p = saved;
         return -1;
     }
@@ -122,8 +118,7 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
         while (*p && !isspace((unsigned char)*p)) p++;
         size_t nlen = (size_t)(p - name);
         if (!host_name_ok(name, nlen, 1)) {
-            snprintf(err, errlen, "%s:%d: '%.*s' is not a host name", path, lineno, (int)nlen,
-                     name);
+            snprintf(err, errlen, "%s:%d: '%.*s' is not a host name", path, lineno, (int)nlen, name);
             rc = -1;
             break;
         }
@@ -138,8 +133,7 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
         }
         if (rc) break;
         if (max_slots && slots > max_slots) {
-            snprintf(err, errlen, "%s:%d: slots=%d exceeds max_slots=%d", path, lineno, slots,
-                     max_slots);
+            snprintf(err, errlen, "%s:%d: slots=%d exceeds max_slots=%d", path, lineno, slots, max_slots);
             rc = -1;
             break;
         }
@@ -176,8 +170,7 @@ int lsr_hosts_parse(const char *spec, lsr_hostlist *out, char *err, size_t errle
         size_t nlen = colon ? (size_t)(colon - p) : len;
         int slots = 0;
         if (!host_name_ok(p, nlen, 0)) {
-            snprintf(err, errlen, "--hosts: '%.*s' is not host[:slots] (in '%s')", (int)len, p,
-                     spec);
+            snprintf(err, errlen, "--hosts: '%.*s' is not host[:slots] (in '%s')", (int)len, p, spec);
             lsr_hostlist_free(out);
             return -1;
         }
@@ -190,9 +183,8 @@ int lsr_hosts_parse(const char *spec, lsr_hostlist *out, char *err, size_t errle
                 num[slen] = '\0';
             }
             if (slen >= sizeof num || lsr_parse_int(num, 1, LSR_MAX_SLOTS, &v)) {
-                snprintf(err, errlen,
-                         "--hosts: slots in '%.*s' must be a positive integer (in '%s')", (int)len,
-                         p, spec);
+                snprintf(err, errlen, "--hosts: slots in '%.*s' must be a positive integer (in '%s')", (int)len, p,
+                         spec);
                 lsr_hostlist_free(out);
                 return -1;
             }

@@ -59,85 +59,83 @@ typedef struct lsr_opts {
 static const char *const fwd_prefixes[] = {"LOCKSTEP_", "NCCL_", "OMP_", "OPENBLAS_", "MKL_"};
 static const char *const fwd_names[] = {"CUDA_VISIBLE_DEVICES", "GOTO_NUM_THREADS"};
 /* Any of these set by the user means "I chose the thread count". */
-static const char *const thread_vars[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                          "MKL_NUM_THREADS", "GOTO_NUM_THREADS"};
+static const char *const thread_vars[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                          "GOTO_NUM_THREADS"};
 
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "Usage: lockstep-run [options] [--] program [args...]\n"
-        "Start one rank of program per GPU: through mpirun (Open MPI), through srun inside a\n"
-        "Slurm job, or, for a single rank, by running program directly. The command is built as\n"
-        "an argument vector with no shell in between: arguments reach program verbatim.\n"
-        "\n"
-        "Options:\n"
-        "  -n, --np N           ranks to start (default: one per GPU this host may use; 1 on a\n"
-        "                       host without GPUs; the sum of slots with --hostfile/--hosts; the\n"
-        "                       job's SLURM_NTASKS under Slurm)\n"
-        "      --hostfile FILE  Open MPI hostfile: 'host [slots=N] [max_slots=N]' per line, '#'\n"
-        "                       comments; checked before mpirun starts\n"
-        "      --hosts LIST     hosts as host[:slots],... e.g. node1:4,node2:4 (slots default 1;\n"
-        "                       --host, as in mpirun, is the same option)\n"
-        "      --launcher L     auto (default), mpirun, srun or direct (run program itself;\n"
-        "                       one rank only). auto: mpirun with hosts; srun when\n"
-        "                       SLURM_JOB_ID is set and srun is in PATH; direct for one rank;\n"
-        "                       mpirun otherwise\n"
-        "      --no-slurm       ignore a Slurm job (auto never picks srun)\n"
-        "      --mpirun PATH    mpirun to use (default: mpirun in PATH)\n"
-        "      --mca KEY VALUE  pass an Open MPI MCA parameter to mpirun (repeatable; also\n"
-        "                       --mca KEY=VALUE), e.g. --mca btl_tcp_if_include 10.0.0.0/24;\n"
-        "                       with srun or direct: sets OMPI_MCA_KEY=VALUE instead\n"
-        "      --srun-mpi TYPE  how srun starts the MPI ranks: auto (default), site, or a type\n"
-        "                       for srun's --mpi (pmix, pmi2, ...). auto adds nothing when\n"
-        "                       SLURM_MPI_TYPE is set or the cluster's MpiDefault (scontrol\n"
-        "                       show config) is not none, else --mpi=pmix (or pmi2) as\n"
-        "                       'srun --mpi=list' offers it: without one, Open MPI's ranks\n"
-        "                       cannot start under srun. site: never add --mpi\n"
-        "      --bind WHAT      none, core or socket: CPU binding of each rank (mpirun default\n"
-        "                       none, so a rank's BLAS threads are not confined to one core;\n"
-        "                       srun: the site's default unless given)\n"
-        "      --oversubscribe  allow more ranks than slots/cores (added by itself for a\n"
-        "                       single-host mpirun run with more ranks than cores)\n"
-        "  -x NAME[=VALUE]      also forward variable NAME to every rank (repeatable), with\n"
-        "                       VALUE: set it to VALUE first\n"
-        "      --dry-run        print the command, shell-quoted on one line, and exit 0\n"
-        "  -v, --verbose        say what was detected and decided, and print the command\n"
-        "  -h, --help           print this help and exit\n"
-        "      --version        print the version and exit\n"
-        "\n"
-        "Forwarded to every rank when set: LOCKSTEP_*, NCCL_*, OMP_*, OPENBLAS_*, MKL_*,\n"
-        "GOTO_NUM_THREADS, CUDA_VISIBLE_DEVICES (mpirun: -x NAME; srun: --export=ALL).\n"
-        "Threads: when several ranks share a host and none of OMP_NUM_THREADS,\n"
-        "OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, GOTO_NUM_THREADS is set, each rank gets\n"
-        "OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=max(1, CPUs / ranks on the host): one BLAS thread\n"
-        "each when ranks share cores.\n"
-        "As root, mpirun gets --allow-run-as-root.\n"
-        "With --hostfile/--hosts, mpirun gets --mca oob_tcp_keepalive_time 60,\n"
-        "oob_tcp_keepalive_intvl 10 and oob_tcp_keepalive_probes 6 unless set (--mca or\n"
-        "OMPI_MCA_*): a host lost from the network ends the job in about 2 minutes (Open MPI's\n"
-        "defaults: 8).\n"
-        "GPUs are counted without CUDA: /dev/nvidia<N> (else /proc/driver/nvidia/gpus), limited\n"
-        "by CUDA_VISIBLE_DEVICES when set (an empty value hides every GPU).\n"
-        "Inside a Slurm job srun runs as a child of lockstep-run: a SIGTERM or SIGINT sent to\n"
-        "lockstep-run (#SBATCH --signal=B:TERM@120, scancel --batch --signal=TERM, Ctrl-C) is\n"
-        "passed to the ranks with 'scancel --signal=SIG $SLURM_JOB_ID', so they can checkpoint;\n"
-        "srun itself would kill them at once on SIGTERM.\n"
-        "\n"
-        "Environment:\n"
-        "  LOCKSTEP_MPIRUN      mpirun to use, as --mpirun (the flag wins)\n"
-        "  LOCKSTEP_LAUNCHER    launcher, as --launcher (the flag wins)\n"
-        "  SLURM_JOB_ID         inside a Slurm job, auto uses srun; SLURM_NTASKS gives the\n"
-        "                       default -n; SLURM_JOB_NUM_NODES the ranks per node\n"
-        "\n"
-        "Exit status: the program's (mpirun and srun pass it on); 2 for a usage error (bad\n"
-        "option, hostfile, -n, missing mpirun); 127 when program is not found, 126 when it is\n"
-        "not executable.\n"
-        "\n"
-        "Examples:\n"
-        "  lockstep-run ./fashion_mlp --epochs 2             one rank per local GPU\n"
-        "  lockstep-run -n 4 ./fashion_mlp                   4 CPU ranks on this host\n"
-        "  lockstep-run --hosts a:8,b:8 ./fashion_mlp        16 ranks on two hosts\n"
-        "  lockstep-run --dry-run -n 2 ./fashion_mlp         show the mpirun command\n");
+    fprintf(f, "Usage: lockstep-run [options] [--] program [args...]\n"
+               "Start one rank of program per GPU: through mpirun (Open MPI), through srun inside a\n"
+               "Slurm job, or, for a single rank, by running program directly. The command is built as\n"
+               "an argument vector with no shell in between: arguments reach program verbatim.\n"
+               "\n"
+               "Options:\n"
+               "  -n, --np N           ranks to start (default: one per GPU this host may use; 1 on a\n"
+               "                       host without GPUs; the sum of slots with --hostfile/--hosts; the\n"
+               "                       job's SLURM_NTASKS under Slurm)\n"
+               "      --hostfile FILE  Open MPI hostfile: 'host [slots=N] [max_slots=N]' per line, '#'\n"
+               "                       comments; checked before mpirun starts\n"
+               "      --hosts LIST     hosts as host[:slots],... e.g. node1:4,node2:4 (slots default 1;\n"
+               "                       --host, as in mpirun, is the same option)\n"
+               "      --launcher L     auto (default), mpirun, srun or direct (run program itself;\n"
+               "                       one rank only). auto: mpirun with hosts; srun when\n"
+               "                       SLURM_JOB_ID is set and srun is in PATH; direct for one rank;\n"
+               "                       mpirun otherwise\n"
+               "      --no-slurm       ignore a Slurm job (auto never picks srun)\n"
+               "      --mpirun PATH    mpirun to use (default: mpirun in PATH)\n"
+               "      --mca KEY VALUE  pass an Open MPI MCA parameter to mpirun (repeatable; also\n"
+               "                       --mca KEY=VALUE), e.g. --mca btl_tcp_if_include 10.0.0.0/24;\n"
+               "                       with srun or direct: sets OMPI_MCA_KEY=VALUE instead\n"
+               "      --srun-mpi TYPE  how srun starts the MPI ranks: auto (default), site, or a type\n"
+               "                       for srun's --mpi (pmix, pmi2, ...). auto adds nothing when\n"
+               "                       SLURM_MPI_TYPE is set or the cluster's MpiDefault (scontrol\n"
+               "                       show config) is not none, else --mpi=pmix (or pmi2) as\n"
+               "                       'srun --mpi=list' offers it: without one, Open MPI's ranks\n"
+               "                       cannot start under srun. site: never add --mpi\n"
+               "      --bind WHAT      none, core or socket: CPU binding of each rank (mpirun default\n"
+               "                       none, so a rank's BLAS threads are not confined to one core;\n"
+               "                       srun: the site's default unless given)\n"
+               "      --oversubscribe  allow more ranks than slots/cores (added by itself for a\n"
+               "                       single-host mpirun run with more ranks than cores)\n"
+               "  -x NAME[=VALUE]      also forward variable NAME to every rank (repeatable), with\n"
+               "                       VALUE: set it to VALUE first\n"
+               "      --dry-run        print the command, shell-quoted on one line, and exit 0\n"
+               "  -v, --verbose        say what was detected and decided, and print the command\n"
+               "  -h, --help           print this help and exit\n"
+               "      --version        print the version and exit\n"
+               "\n"
+               "Forwarded to every rank when set: LOCKSTEP_*, NCCL_*, OMP_*, OPENBLAS_*, MKL_*,\n"
+               "GOTO_NUM_THREADS, CUDA_VISIBLE_DEVICES (mpirun: -x NAME; srun: --export=ALL).\n"
+               "Threads: when several ranks share a host and none of OMP_NUM_THREADS,\n"
+               "OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, GOTO_NUM_THREADS is set, each rank gets\n"
+               "OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=max(1, CPUs / ranks on the host): one BLAS thread\n"
+               "each when ranks share cores.\n"
+               "As root, mpirun gets --allow-run-as-root.\n"
+               "With --hostfile/--hosts, mpirun gets --mca oob_tcp_keepalive_time 60,\n"
+               "oob_tcp_keepalive_intvl 10 and oob_tcp_keepalive_probes 6 unless set (--mca or\n"
+               "OMPI_MCA_*): a host lost from the network ends the job in about 2 minutes (Open MPI's\n"
+               "defaults: 8).\n"
+               "GPUs are counted without CUDA: /dev/nvidia<N> (else /proc/driver/nvidia/gpus), limited\n"
+               "by CUDA_VISIBLE_DEVICES when set (an empty value hides every GPU).\n"
+               "Inside a Slurm job srun runs as a child of lockstep-run: a SIGTERM or SIGINT sent to\n"
+               "lockstep-run (#SBATCH --signal=B:TERM@120, scancel --batch --signal=TERM, Ctrl-C) is\n"
+               "passed to the ranks with 'scancel --signal=SIG $SLURM_JOB_ID', so they can checkpoint;\n"
+               "srun itself would kill them at once on SIGTERM.\n"
+               "\n"
+               "Environment:\n"
+               "  LOCKSTEP_MPIRUN      mpirun to use, as --mpirun (the flag wins)\n"
+               "  LOCKSTEP_LAUNCHER    launcher, as --launcher (the flag wins)\n"
+               "  SLURM_JOB_ID         inside a Slurm job, auto uses srun; SLURM_NTASKS gives the\n"
+               "                       default -n; SLURM_JOB_NUM_NODES the ranks per node\n"
+               "\n"
+               "Exit status: the program's (mpirun and srun pass it on); 2 for a usage error (bad\n"
+               "option, hostfile, -n, missing mpirun); 127 when program is not found, 126 when it is\n"
+               "not executable.\n"
+               "\n"
+               "Examples:\n"
+               "  lockstep-run ./fashion_mlp --epochs 2             one rank per local GPU\n"
+               "  lockstep-run -n 4 ./fashion_mlp                   4 CPU ranks on this host\n"
+               "  lockstep-run --hosts a:8,b:8 ./fashion_mlp        16 ranks on two hosts\n"
+               "  lockstep-run --dry-run -n 2 ./fashion_mlp         show the mpirun command\n");
 }
 
 static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -212,8 +210,7 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
     while ((c = getopt_long(argc, argv, "+:n:x:vh", longopts, NULL)) != -1) {
         switch (c) {
         case 'n':
-            if (!strcmp(optarg, "p"))
-                die_usage("mpirun's -np is -n N or --np N here");
+            if (!strcmp(optarg, "p")) die_usage("mpirun's -np is -n N or --np N here");
             if (lsr_parse_int(optarg, 1, MAX_RANKS, &o->np))
                 die_usage("-n/--np must be a positive integer, got '%s'", optarg);
             break;
@@ -233,11 +230,9 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
             const char *eq = strchr(optarg, '=');
             size_t klen = eq ? (size_t)(eq - optarg) : strlen(optarg);
             int ok = klen > 0;
-            for (size_t i = 0; i < klen && ok; i++)
-                ok = isalnum((unsigned char)optarg[i]) || optarg[i] == '_';
+            for (size_t i = 0; i < klen && ok; i++) ok = isalnum((unsigned char)optarg[i]) || optarg[i] == '_';
             if (!ok) die_usage("--mca: '%.*s' is not an MCA parameter name", (int)klen, optarg);
-            if (!eq && optind >= argc)
-                die_usage("--mca needs a parameter name and a value: --mca KEY VALUE");
+            if (!eq && optind >= argc) die_usage("--mca needs a parameter name and a value: --mca KEY VALUE");
             lsr_strvec_pushf(&o->mca, "%.*s", (int)klen, optarg);
             lsr_strvec_push(&o->mca, eq ? eq + 1 : argv[optind++]);
             break;
@@ -272,14 +267,11 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
         case 'h': usage(stdout); exit(0);
         case OPT_VERSION: printf("lockstep-run %s\n", LSR_VERSION); exit(0);
         case ':':
-            if (optopt && optopt < 256)
-                die_usage("option '-%c' needs a value (see lockstep-run --help)", optopt);
+            if (optopt && optopt < 256) die_usage("option '-%c' needs a value (see lockstep-run --help)", optopt);
             die_usage("option '%s' needs a value (see lockstep-run --help)", argv[optind - 1]);
         default:
-            if (optopt && optopt < 256)
-                die_usage("unknown option '-%c' (see lockstep-run --help)", optopt);
-            die_usage("unknown or ambiguous option '%s' (see lockstep-run --help)",
-                      argv[optind - 1]);
+            if (optopt && optopt < 256) die_usage("unknown option '-%c' (see lockstep-run --help)", optopt);
+            die_usage("unknown or ambiguous option '%s' (see lockstep-run --help)", argv[optind - 1]);
         }
     }
     if (optind >= argc)
@@ -338,9 +330,7 @@ static void print_command(FILE *f, const lsr_strvec *env, char *const *argv) {
 
 /* ---- the plan -------------------------------------------------------------------------------- */
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* Names of the variables in the environment that ranks get, sorted. */
 static void forwarded_env(lsr_strvec *out) {
@@ -382,9 +372,7 @@ static long env_long(const char *name, long dflt) {
     return dflt;
 }
 
-static long slurm_nodes(void) {
-    return env_long("SLURM_JOB_NUM_NODES", env_long("SLURM_NNODES", 1));
-}
+static long slurm_nodes(void) { return env_long("SLURM_JOB_NUM_NODES", env_long("SLURM_NNODES", 1)); }
 
 /* What lockstep-run decided; built by plan_*() from the options and this machine. */
 typedef struct lsr_plan {
@@ -428,8 +416,7 @@ static void plan_srun(const lsr_opts *o, lsr_plan *p) {
     p->launcher_why = o->launcher_src;
     if (p->launcher != LSR_SRUN && !(p->launcher == LSR_AUTO && in_slurm && !p->hosts.n)) return;
     if (lsr_find_program("srun", &p->srun_path)) {
-        if (p->launcher == LSR_SRUN)
-            die_usage("%s srun: srun was not found in PATH", o->launcher_src);
+        if (p->launcher == LSR_SRUN) die_usage("%s srun: srun was not found in PATH", o->launcher_src);
         if (o->verbose) note("SLURM_JOB_ID is set but srun is not in PATH; not using srun");
         return;
     }
@@ -501,8 +488,7 @@ static void plan_srun_mpi(const lsr_opts *o, lsr_plan *p) {
     char *scontrol = NULL;
     if (!lsr_find_program("scontrol", &scontrol)) {
         char *argv[] = {scontrol, "show", "config", NULL};
-        if (lsr_capture(argv, text, sizeof text, 10000) != 0 ||
-            config_value(text, "MpiDefault", site, sizeof site))
+        if (lsr_capture(argv, text, sizeof text, 10000) != 0 || config_value(text, "MpiDefault", site, sizeof site))
             site[0] = '\0';
         free(scontrol);
     }
@@ -520,8 +506,7 @@ static void plan_srun_mpi(const lsr_opts *o, lsr_plan *p) {
     if (pick) {
         snprintf(p->srun_mpi, sizeof p->srun_mpi, "%s", pick);
         if (o->verbose)
-            note("srun: the cluster's MpiDefault is %s; srun offers %s: adding --mpi=%s", site_text, pick,
-                 pick);
+            note("srun: the cluster's MpiDefault is %s; srun offers %s: adding --mpi=%s", site_text, pick, pick);
         return;
     }
     note("srun offers neither pmix nor pmi2 (%s) and the cluster's MpiDefault is %s: MPI ranks may "
@@ -562,8 +547,8 @@ static void plan_np(const lsr_opts *o, lsr_plan *p) {
             p->np = gpus * nodes;
         } else {
             p->np = nodes;
-            note("%s: starting %ld rank%s on the CPU%s; pass -n N for more", gpu_why, p->np,
-                 p->np > 1 ? "s" : "", nodes > 1 ? " (one per node)" : "");
+            note("%s: starting %ld rank%s on the CPU%s; pass -n N for more", gpu_why, p->np, p->np > 1 ? "s" : "",
+                 nodes > 1 ? " (one per node)" : "");
         }
     }
 
@@ -576,8 +561,8 @@ static void plan_np(const lsr_opts *o, lsr_plan *p) {
         known &= h->v[i].slots > 0 || !p->hosts_from_file;
     }
     if (h->n && known && !o->oversubscribe && p->np > total)
-        die_usage("-n %ld exceeds the %ld slot%s given by %s; add slots or pass --oversubscribe",
-                  p->np, total, total == 1 ? "" : "s", o->hostfile ? o->hostfile : "--hosts");
+        die_usage("-n %ld exceeds the %ld slot%s given by %s; add slots or pass --oversubscribe", p->np, total,
+                  total == 1 ? "" : "s", o->hostfile ? o->hostfile : "--hosts");
 }
 
 static void plan_launcher(const lsr_opts *o, lsr_plan *p) {
@@ -586,8 +571,8 @@ static void plan_launcher(const lsr_opts *o, lsr_plan *p) {
         p->launcher_why = p->hosts.n ? "hosts given" : p->np > 1 ? "several ranks" : "one rank";
     }
     if (p->launcher == LSR_DIRECT && (p->np > 1 || p->hosts.n))
-        die_usage("%s direct runs one process on this host; -n %ld%s needs mpirun or srun",
-                  o->launcher_src, p->np, p->hosts.n ? " on other hosts" : "");
+        die_usage("%s direct runs one process on this host; -n %ld%s needs mpirun or srun", o->launcher_src, p->np,
+                  p->hosts.n ? " on other hosts" : "");
     if (p->launcher != LSR_MPIRUN) return;
     if (o->mpirun) {
         int rc = lsr_find_program(o->mpirun, &p->mpirun_path);
@@ -628,8 +613,8 @@ static void plan_threads(const lsr_opts *o, lsr_plan *p) {
     p->threads = cpus / p->per_host;
     if (p->threads < 1) p->threads = 1;
     if (o->verbose)
-        note("%ld ranks share %d CPU(s) per host: OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=%ld",
-             p->per_host, cpus, p->threads);
+        note("%ld ranks share %d CPU(s) per host: OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=%ld", p->per_host, cpus,
+             p->threads);
 }
 
 static void push_prog(lsr_strvec *cmd, const lsr_opts *o) {
@@ -672,8 +657,7 @@ static void build_mpirun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) 
     int cores = p->hosts.n ? 0 : lsr_count_cores();
     if (o->oversubscribe || (!p->hosts.n && p->np > cores)) {
         lsr_strvec_push(cmd, "--oversubscribe");
-        if (o->verbose && !o->oversubscribe)
-            note("%ld ranks on %d core(s): adding --oversubscribe", p->np, cores);
+        if (o->verbose && !o->oversubscribe) note("%ld ranks on %d core(s): adding --oversubscribe", p->np, cores);
     }
     lsr_strvec_push(cmd, "--bind-to");
     lsr_strvec_push(cmd, o->bind ? o->bind : "none");
@@ -696,8 +680,7 @@ static void build_mpirun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) 
         int dup = 0;
         size_t len = strlen(names.v[i]);
         for (size_t j = 0; j < o->xvars.n && !dup; j++)
-            dup = !strncmp(o->xvars.v[j], names.v[i], len) &&
-                  (o->xvars.v[j][len] == '=' || o->xvars.v[j][len] == '\0');
+            dup = !strncmp(o->xvars.v[j], names.v[i], len) && (o->xvars.v[j][len] == '=' || o->xvars.v[j][len] == '\0');
         if (!dup) {
             lsr_strvec_push(cmd, "-x");
             lsr_strvec_push(cmd, names.v[i]);
@@ -722,8 +705,7 @@ static void build_mpirun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) 
 static void build_env(const lsr_opts *o, const lsr_plan *p, lsr_strvec *env) {
     for (size_t i = 0; i < o->xvars.n; i++)
         if (strchr(o->xvars.v[i], '=')) lsr_strvec_push(env, o->xvars.v[i]);
-    for (size_t i = 0; i + 1 < o->mca.n; i += 2)
-        lsr_strvec_pushf(env, "OMPI_MCA_%s=%s", o->mca.v[i], o->mca.v[i + 1]);
+    for (size_t i = 0; i + 1 < o->mca.n; i += 2) lsr_strvec_pushf(env, "OMPI_MCA_%s=%s", o->mca.v[i], o->mca.v[i + 1]);
     if (p->threads) {
         lsr_strvec_pushf(env, "OMP_NUM_THREADS=%ld", p->threads);
         lsr_strvec_pushf(env, "OPENBLAS_NUM_THREADS=%ld", p->threads);

@@ -119,8 +119,7 @@ int lsr_count_cores(void) {
         if (!CPU_ISSET(cpu, &set)) continue;
         char path[128];
         long pkg = 0, core = 0;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id",
-                 cpu);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
         if (read_int_file(path, &pkg)) return lsr_count_cpus();
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
         if (read_int_file(path, &core)) return lsr_count_cpus();
@@ -213,7 +212,7 @@ int lsr_capture(char *const argv[], char *buf, size_t cap, int timeout_ms) {
         char chunk[4096];
         ssize_t n = read(fds[0], chunk, sizeof chunk);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break; /* end of output (or an error) */
+        if (n <= 0) break;                     /* end of output (or an error) */
         size_t room = cap ? cap - 1 - len : 0; /* the rest is read and dropped */
         size_t keep = (size_t)n < room ? (size_t)n : room;
         if (keep) {
@@ -236,8 +235,7 @@ int lsr_capture(char *const argv[], char *buf, size_t cap, int timeout_ms) {
     }
     if (timed_out) {
         kill(pid, SIGKILL);
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-        }
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
         return -1;
     }
     if (w < 0 || !WIFEXITED(st)) return -1;

@@ -30,13 +30,12 @@ static void forward(int sig, const char *job_id, pid_t srun) {
         free(scancel);
     }
     if (rc == 0) {
-        fprintf(stderr, "lockstep-run: SIG%s: passed to the ranks (scancel --signal=%s %s)\n", name, name,
-                job_id);
+        fprintf(stderr, "lockstep-run: SIG%s: passed to the ranks (scancel --signal=%s %s)\n", name, name, job_id);
         return;
     }
     out[strcspn(out, "\n")] = '\0';
-    fprintf(stderr, "lockstep-run: SIG%s: scancel --signal=%s %s %s%s%s; signalling srun instead\n", name,
-            name, job_id, rc < 0 ? "could not run" : "failed", *out ? ": " : "", out);
+    fprintf(stderr, "lockstep-run: SIG%s: scancel --signal=%s %s %s%s%s; signalling srun instead\n", name, name, job_id,
+            rc < 0 ? "could not run" : "failed", *out ? ": " : "", out);
     kill(srun, sig);
 }
 

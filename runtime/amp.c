@@ -5,10 +5,12 @@
 #include <string.h>
 
 ls_status ls_precision_parse(const char *s, ls_precision *out) {
-    static const struct { const char *n; ls_precision p; } names[] = {
-        {"fp32", LS_PRECISION_FP32}, {"float32", LS_PRECISION_FP32}, {"f32", LS_PRECISION_FP32},
-        {"fp16", LS_PRECISION_FP16}, {"float16", LS_PRECISION_FP16}, {"f16", LS_PRECISION_FP16},
-        {"bf16", LS_PRECISION_BF16}, {"bfloat16", LS_PRECISION_BF16}};
+    static const struct {
+        const char *n;
+        ls_precision p;
+    } names[] = {{"fp32", LS_PRECISION_FP32}, {"float32", LS_PRECISION_FP32}, {"f32", LS_PRECISION_FP32},
+                 {"fp16", LS_PRECISION_FP16}, {"float16", LS_PRECISION_FP16}, {"f16", LS_PRECISION_FP16},
+                 {"bf16", LS_PRECISION_BF16}, {"bfloat16", LS_PRECISION_BF16}};
     for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(s, names[i].n) == 0) {
             *out = names[i].p;

@@ -10,15 +10,15 @@
 #include "reducer.h"
 
 /* Run one trial at batch b; *fit and *peak agreed over ranks. */
-static ls_status trial_at(ls_allocator *alloc, ls_comm *comm, ls_batch_trial_fn trial, void *user, int64_t b,
-                          int *fit, size_t *peak) {
+static ls_status trial_at(ls_allocator *alloc, ls_comm *comm, ls_batch_trial_fn trial, void *user, int64_t b, int *fit,
+                          size_t *peak) {
     ls_memory_stats st;
     ls_allocator_reset_peak(alloc);
     ls_status s = trial(user, b);
     if (s != LS_OK && s != LS_ERR_OUT_OF_MEMORY) return ls_error_context(s, "batch-size trial at %lld", (long long)b);
     ls_allocator_stats(alloc, &st);
-    LS_LOG_I("batch-size search: %lld per rank %s, peak %zu bytes", (long long)b, s == LS_OK ? "fits" : "is out of memory",
-             st.peak_bytes);
+    LS_LOG_I("batch-size search: %lld per rank %s, peak %zu bytes", (long long)b,
+             s == LS_OK ? "fits" : "is out of memory", st.peak_bytes);
     if (s == LS_ERR_OUT_OF_MEMORY) ls_error_clear();
     double v[2] = {s == LS_OK ? 1.0 : 0.0, (double)st.peak_bytes};
     if (comm && ls_comm_world(comm) > 1) {
@@ -48,12 +48,13 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
     if (cfg->start < 1 || cfg->max < cfg->start || !(cfg->headroom >= 0 && cfg->headroom < 1))
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "batch-size search: start %lld, max %lld and headroom %g need 1 <= start <= max and "
-                        "0 <= headroom < 1", (long long)cfg->start, (long long)cfg->max, cfg->headroom);
+                        "0 <= headroom < 1",
+                        (long long)cfg->start, (long long)cfg->max, cfg->headroom);
     ls_memory_stats st;
     ls_allocator_stats(alloc, &st);
     if (st.cap_bytes == 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "--batch-size auto needs a memory cap to fit in: set "
-                        "--memory-cap or LOCKSTEP_MEMORY_LIMIT (e.g. 8GiB)");
+                                                 "--memory-cap or LOCKSTEP_MEMORY_LIMIT (e.g. 8GiB)");
     out->cap_bytes = st.cap_bytes;
     out->limit_bytes = (size_t)((double)st.cap_bytes * (1.0 - cfg->headroom));
     ls_allocator_set_cap(alloc, out->limit_bytes);
@@ -98,8 +99,9 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
         char a[32], c[32];
         return ls_error(LS_ERR_OUT_OF_MEMORY,
                         "--batch-size auto: not even a batch of 1 per rank trains within %s (the cap %s less "
-                        "%.0f%% headroom)", ls_memory_format(out->limit_bytes, a, 32),
-                        ls_memory_format(out->cap_bytes, c, 32), 100 * cfg->headroom);
+                        "%.0f%% headroom)",
+                        ls_memory_format(out->limit_bytes, a, 32), ls_memory_format(out->cap_bytes, c, 32),
+                        100 * cfg->headroom);
     }
     out->batch = lo;
     out->peak_bytes = lo_peak;

@@ -59,7 +59,7 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
  * the others waiting in a collective (the reducer's gradient buckets are reserved instead). */
 typedef struct ls_trainer_trial {
     ls_ctx *ctx;
-    ls_comm *comm;                /* NULL: one process */
+    ls_comm *comm; /* NULL: one process */
     ls_module *model;
     const ls_optim_config *optim; /* the optimizer the run will use */
     const ls_train_config *train; /* the run's configuration; batch_per_rank is the trial's */

@@ -68,10 +68,14 @@ static int utf8_valid(const unsigned char *s, size_t n) {
         }
         size_t len;
         uint32_t cp, min;
-        if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
-        else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
-        else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
-        else return 0;
+        if ((c & 0xE0) == 0xC0)
+            len = 2, cp = c & 0x1F, min = 0x80;
+        else if ((c & 0xF0) == 0xE0)
+            len = 3, cp = c & 0x0F, min = 0x800;
+        else if ((c & 0xF8) == 0xF0)
+            len = 4, cp = c & 0x07, min = 0x10000;
+        else
+            return 0;
         if (n - i < len) return 0;
         for (size_t k = 1; k < len; k++) {
             if ((s[i + k] & 0xC0) != 0x80) return 0;
@@ -113,12 +117,10 @@ typedef struct st_dtype {
 } st_dtype;
 
 static const st_dtype st_dtypes[] = {
-    {"F64", 8, 1, LS_F64},     {"F32", 4, 1, LS_F32},     {"F16", 2, 1, LS_F16},
-    {"BF16", 2, 1, LS_BF16},   {"I32", 4, 1, LS_I32},     {"U8", 1, 1, LS_U8},
-    {"I64", 8, 0, LS_F32},     {"I16", 2, 0, LS_F32},     {"I8", 1, 0, LS_F32},
-    {"U64", 8, 0, LS_F32},     {"U32", 4, 0, LS_F32},     {"U16", 2, 0, LS_F32},
-    {"BOOL", 1, 0, LS_F32},    {"F8_E4M3", 1, 0, LS_F32}, {"F8_E5M2", 1, 0, LS_F32},
-    {"F8_E8M0", 1, 0, LS_F32},
+    {"F64", 8, 1, LS_F64},  {"F32", 4, 1, LS_F32},     {"F16", 2, 1, LS_F16},     {"BF16", 2, 1, LS_BF16},
+    {"I32", 4, 1, LS_I32},  {"U8", 1, 1, LS_U8},       {"I64", 8, 0, LS_F32},     {"I16", 2, 0, LS_F32},
+    {"I8", 1, 0, LS_F32},   {"U64", 8, 0, LS_F32},     {"U32", 4, 0, LS_F32},     {"U16", 2, 0, LS_F32},
+    {"BOOL", 1, 0, LS_F32}, {"F8_E4M3", 1, 0, LS_F32}, {"F8_E5M2", 1, 0, LS_F32}, {"F8_E8M0", 1, 0, LS_F32},
 };
 #define N_ST_DTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
 
@@ -187,25 +189,22 @@ static ls_status st_parse_entry(const char *nm, const cJSON *c, st_entry *e) {
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(c, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(c, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(c, "data_offsets");
-    if (!cJSON_IsString(dtype))
-        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has no \"dtype\" string", nm, key);
+    if (!cJSON_IsString(dtype)) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has no \"dtype\" string", nm, key);
     const st_dtype *dt = st_dtype_by_name(dtype->valuestring);
-    if (!dt)
-        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has unknown dtype '%.32s'", nm, key, dtype->valuestring);
-    if (!cJSON_IsArray(shape))
-        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has no \"shape\" array", nm, key);
+    if (!dt) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has unknown dtype '%.32s'", nm, key, dtype->valuestring);
+    if (!cJSON_IsArray(shape)) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has no \"shape\" array", nm, key);
     int ndim = cJSON_GetArraySize(shape);
     if (ndim > LS_SAFETENSORS_MAX_DIMS)
-        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has %d dimensions; at most %d are supported", nm, key,
-                        ndim, LS_SAFETENSORS_MAX_DIMS);
+        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has %d dimensions; at most %d are supported", nm, key, ndim,
+                        LS_SAFETENSORS_MAX_DIMS);
     uint64_t numel = 1;
     int k = 0;
     const cJSON *d;
     cJSON_ArrayForEach(d, shape) {
         uint64_t v;
         if (!json_uint(d, &v))
-            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has a shape entry that is not a non-negative integer",
-                            nm, key);
+            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has a shape entry that is not a non-negative integer", nm,
+                            key);
         if (__builtin_mul_overflow(numel, v, &numel) || numel > (uint64_t)INT64_MAX)
             return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has a shape whose element count overflows", nm, key);
         e->info.shape[k++] = (int64_t)v;
@@ -218,11 +217,10 @@ static ls_status st_parse_entry(const char *nm, const cJSON *c, st_entry *e) {
                         nm, key);
     uint64_t bytes;
     if (__builtin_mul_overflow(numel, (uint64_t)dt->size, &bytes) || bytes != en - b)
-        return ls_error(LS_ERR_FORMAT,
-                        "'%s': tensor '%s': shape %s of %s needs %llu bytes but data_offsets [%llu, %llu] span %llu",
-                        nm, key, shape_str(ndim, e->info.shape, sb, sizeof sb), dt->name,
-                        (unsigned long long)(numel * dt->size), (unsigned long long)b, (unsigned long long)en,
-                        (unsigned long long)(en - b));
+        return ls_error(
+            LS_ERR_FORMAT, "'%s': tensor '%s': shape %s of %s needs %llu bytes but data_offsets [%llu, %llu] span %llu",
+            nm, key, shape_str(ndim, e->info.shape, sb, sizeof sb), dt->name, (unsigned long long)(numel * dt->size),
+            (unsigned long long)b, (unsigned long long)en, (unsigned long long)(en - b));
     e->info.dtype_name = dt->name;
     e->info.has_dtype = dt->has;
     e->info.dtype = dt->dt;
@@ -269,8 +267,9 @@ static ls_status st_check_layout(ls_safetensors *f, const unsigned char *data, u
     for (int i = 0; i < f->n; i++) {
         st_entry *e = &f->t[i];
         if (e->begin < pos)
-            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' (data_offsets [%llu, %llu]) overlaps the tensor before it",
-                            nm, e->info.name, (unsigned long long)e->begin, (unsigned long long)e->end);
+            return ls_error(LS_ERR_FORMAT,
+                            "'%s': tensor '%s' (data_offsets [%llu, %llu]) overlaps the tensor before it", nm,
+                            e->info.name, (unsigned long long)e->begin, (unsigned long long)e->end);
         if (e->begin > pos)
             return ls_error(LS_ERR_FORMAT,
                             "'%s': %llu unused bytes before tensor '%s' (data_offsets must tile the data exactly)", nm,
@@ -297,8 +296,8 @@ static ls_status st_parse(ls_safetensors *f) {
         return ls_error(LS_ERR_UNSUPPORTED, "'%s': reading safetensors needs a little-endian host", nm);
     if (f->len < 8)
         return ls_error(LS_ERR_FORMAT,
-                        "'%s': %zu bytes is too short for a safetensors file (no 8-byte header length; truncated?)",
-                        nm, f->len);
+                        "'%s': %zu bytes is too short for a safetensors file (no 8-byte header length; truncated?)", nm,
+                        f->len);
     uint64_t hl = get_le64(f->buf);
     if (hl > LS_SAFETENSORS_MAX_HEADER)
         return ls_error(LS_ERR_FORMAT, "'%s': header length %llu exceeds the format's limit of %llu bytes", nm,
@@ -475,8 +474,8 @@ ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allo
     const ls_safetensors_info *t = ls_safetensors_find(f, name);
     if (!t) return ls_error(LS_ERR_FORMAT, "'%s': no tensor '%s'", f->name, name);
     if (!t->has_dtype || t->dtype != dst->dtype)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' is %s but %s is expected", f->name, name, t->dtype_name,
-                        st_dtype_name(dst->dtype));
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' is %s but %s is expected", f->name, name,
+                        t->dtype_name, st_dtype_name(dst->dtype));
     int same = t->ndim == dst->ndim;
     for (int k = 0; same && k < t->ndim; k++) same = t->shape[k] == dst->shape[k];
     if (!same)
@@ -487,13 +486,11 @@ ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allo
 }
 
 ls_status ls_safetensors_serialize(int n, const char *const *names, const ls_tensor *const *tensors,
-                                   const char *const *metadata, ls_allocator *alloc, void **out,
-                                   size_t *out_len) {
+                                   const char *const *metadata, ls_allocator *alloc, void **out, size_t *out_len) {
     if (!out || !out_len) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_serialize: NULL output");
     *out = NULL;
     *out_len = 0;
-    if (!host_little_endian())
-        return ls_error(LS_ERR_UNSUPPORTED, "writing safetensors needs a little-endian host");
+    if (!host_little_endian()) return ls_error(LS_ERR_UNSUPPORTED, "writing safetensors needs a little-endian host");
     if (n < 0 || (n > 0 && (!names || !tensors)))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_serialize: bad tensor list (n = %d)", n);
     for (int i = 0; i < n; i++) {
@@ -527,10 +524,14 @@ ls_status ls_safetensors_serialize(int n, const char *const *names, const ls_ten
         cJSON *shape = e ? cJSON_CreateArray() : NULL;
         cJSON *offs = shape ? cJSON_CreateArray() : NULL;
         ok = e && shape && offs && cJSON_AddStringToObject(e, "dtype", st_dtype_name(t->dtype)) != NULL;
-        if (shape && ok) cJSON_AddItemToObject(e, "shape", shape);
-        else cJSON_Delete(shape);
-        if (offs && ok) cJSON_AddItemToObject(e, "data_offsets", offs);
-        else cJSON_Delete(offs);
+        if (shape && ok)
+            cJSON_AddItemToObject(e, "shape", shape);
+        else
+            cJSON_Delete(shape);
+        if (offs && ok)
+            cJSON_AddItemToObject(e, "data_offsets", offs);
+        else
+            cJSON_Delete(offs);
         for (int k = 0; ok && k < t->ndim; k++) {
             cJSON *d = cJSON_CreateNumber((double)t->shape[k]);
             ok = d != NULL;
@@ -588,9 +589,12 @@ static void crash_point(const char *stage) {
 
 static void dir_of(const char *path, char *out, size_t len) {
     const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(out, len, ".");
-    else if (slash == path) snprintf(out, len, "/");
-    else snprintf(out, len, "%.*s", (int)(slash - path), path);
+    if (!slash)
+        snprintf(out, len, ".");
+    else if (slash == path)
+        snprintf(out, len, "/");
+    else
+        snprintf(out, len, "%.*s", (int)(slash - path), path);
 }
 
 static ls_status fsync_dir(const char *dir) {
@@ -650,9 +654,8 @@ static ls_status write_file_atomic(const char *path, const void *buf, size_t len
     return fsync_dir(dir);
 }
 
-ls_status ls_safetensors_write(const char *path, int n, const char *const *names,
-                               const ls_tensor *const *tensors, const char *const *metadata,
-                               ls_allocator *alloc) {
+ls_status ls_safetensors_write(const char *path, int n, const char *const *names, const ls_tensor *const *tensors,
+                               const char *const *metadata, ls_allocator *alloc) {
     if (!path) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_write: path is NULL");
     void *buf;
     size_t len;
@@ -677,8 +680,7 @@ static ls_status make_dirs(const char *dir) {
         }
     }
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return ls_error(LS_ERR_IO, "'%s' is not a directory", dir);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return ls_error(LS_ERR_IO, "'%s' is not a directory", dir);
     return LS_OK;
 }
 
@@ -1074,8 +1076,9 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
     if (!st || !out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_state_to_json: NULL argument");
     *out = NULL;
     if (st->n_loss_scaler < 0 || st->n_loss_scaler > LS_CKPT_MAX_KV || st->n_rng < 0 || st->n_rng > LS_CKPT_MAX_RNG)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint state: %d loss-scaler values / %d RNG streams (max %d / %d)",
-                        st->n_loss_scaler, st->n_rng, LS_CKPT_MAX_KV, LS_CKPT_MAX_RNG);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "checkpoint state: %d loss-scaler values / %d RNG streams (max %d / %d)", st->n_loss_scaler,
+                        st->n_rng, LS_CKPT_MAX_KV, LS_CKPT_MAX_RNG);
     cJSON *r = cJSON_CreateObject();
     cJSON *lr = cJSON_CreateObject(), *op = cJSON_CreateObject(), *ls = cJSON_CreateObject();
     cJSON *rng = cJSON_CreateArray();
@@ -1089,8 +1092,7 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
         return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the checkpoint state");
     }
     ok = add(r, "format", cJSON_CreateString("lockstep-state")) && add(r, "version", cJSON_CreateNumber(1)) &&
-         add(r, "step", exact_number((double)st->step)) &&
-         add(r, "epoch", exact_number((double)st->epoch)) &&
+         add(r, "step", exact_number((double)st->step)) && add(r, "epoch", exact_number((double)st->epoch)) &&
          add(r, "epoch_samples", exact_number((double)st->epoch_samples)) &&
          add(r, "steps_per_epoch", exact_number((double)st->steps_per_epoch)) &&
          add(r, "world_size", exact_number(st->world_size)) &&
@@ -1100,18 +1102,16 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
     add(r, "optimizer", op);
     add(r, "loss_scaler", ls);
     add(r, "rng", rng);
-    ok = ok && add(lr, "base_lr", exact_number(st->lr.base_lr)) &&
-         add(lr, "min_lr", exact_number(st->lr.min_lr)) &&
+    ok = ok && add(lr, "base_lr", exact_number(st->lr.base_lr)) && add(lr, "min_lr", exact_number(st->lr.min_lr)) &&
          add(lr, "warmup_steps", exact_number((double)st->lr.warmup_steps)) &&
          add(lr, "total_steps", exact_number((double)st->lr.total_steps));
     const ls_optim_config *c = &st->optim;
     ok = ok && add(op, "kind", cJSON_CreateString(kind_name(c->kind))) &&
          add(op, "steps", exact_number((double)st->optim_steps)) && add(op, "lr", exact_number(c->lr)) &&
-         add(op, "weight_decay", exact_number(c->weight_decay)) &&
-         add(op, "momentum", exact_number(c->momentum)) &&
-         add(op, "dampening", exact_number(c->dampening)) &&
-         add(op, "nesterov", cJSON_CreateBool(c->nesterov)) && add(op, "beta1", exact_number(c->beta1)) &&
-         add(op, "beta2", exact_number(c->beta2)) && add(op, "eps", exact_number(c->eps));
+         add(op, "weight_decay", exact_number(c->weight_decay)) && add(op, "momentum", exact_number(c->momentum)) &&
+         add(op, "dampening", exact_number(c->dampening)) && add(op, "nesterov", cJSON_CreateBool(c->nesterov)) &&
+         add(op, "beta1", exact_number(c->beta1)) && add(op, "beta2", exact_number(c->beta2)) &&
+         add(op, "eps", exact_number(c->eps));
     for (int i = 0; ok && i < st->n_loss_scaler; i++)
         ok = add(ls, st->loss_scaler[i].key, exact_number(st->loss_scaler[i].value));
     for (int i = 0; ok && i < st->n_rng; i++) {
@@ -1126,8 +1126,10 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
             if (w) cJSON_AddItemToArray(buf, w);
         }
         if (e) cJSON_AddItemToArray(rng, e);
-        if (buf && e) cJSON_AddItemToObject(e, "buf", buf);
-        else cJSON_Delete(buf);
+        if (buf && e)
+            cJSON_AddItemToObject(e, "buf", buf);
+        else
+            cJSON_Delete(buf);
     }
     if (ok && model) ok = add(r, "model", signature_json(model));
     char *s = ok ? cJSON_Print(r) : NULL;
@@ -1225,19 +1227,19 @@ static ls_status check_signature(const cJSON *arr, const char *file, ls_module *
         for (k = 0; same && k < nd; k++) same = sh[k] == t->shape[k];
         if (!same)
             return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "'%s': parameter %d is %s in the checkpoint but %s in this model (a different model?)", file,
-                            i, param_desc(name->valuestring, dtype->valuestring, nd, sh, a, sizeof a),
+                            "'%s': parameter %d is %s in the checkpoint but %s in this model (a different model?)",
+                            file, i, param_desc(name->valuestring, dtype->valuestring, nd, sh, a, sizeof a),
                             param_desc(mname, st_dtype_name(t->dtype), t->ndim, t->shape, b, sizeof b));
         i++;
     }
     if (nc < nm) {
         ls_tensor *t = ls_module_param(model, nc);
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "'%s': the checkpoint's model has %d parameters but this model has %d (first missing: %s); a "
-                        "different model?",
-                        file, nc, nm,
-                        param_desc(ls_module_param_name(model, nc), st_dtype_name(t->dtype), t->ndim, t->shape, a,
-                                   sizeof a));
+        return ls_error(
+            LS_ERR_INVALID_ARGUMENT,
+            "'%s': the checkpoint's model has %d parameters but this model has %d (first missing: %s); a "
+            "different model?",
+            file, nc, nm,
+            param_desc(ls_module_param_name(model, nc), st_dtype_name(t->dtype), t->ndim, t->shape, a, sizeof a));
     }
     return LS_OK;
 }
@@ -1248,8 +1250,9 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
         return ls_error(LS_ERR_FORMAT, "'%s': not a lockstep checkpoint state", file);
     int64_t v = 0;
     LS_CHECK(get_uint(r, "version", file, &v));
-    if (v != 1) return ls_error(LS_ERR_UNSUPPORTED, "'%s': state version %lld is not 1, the only one this build reads",
-                                file, (long long)v);
+    if (v != 1)
+        return ls_error(LS_ERR_UNSUPPORTED, "'%s': state version %lld is not 1, the only one this build reads", file,
+                        (long long)v);
     LS_CHECK(get_uint(r, "step", file, &st->step));
     LS_CHECK(get_uint(r, "epoch", file, &st->epoch));
     LS_CHECK(get_uint(r, "epoch_samples", file, &st->epoch_samples));
@@ -1307,7 +1310,8 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
         const cJSON *buf = cJSON_GetObjectItemCaseSensitive(e, "buf");
         if (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof g->name || !cJSON_IsArray(buf) ||
             cJSON_GetArraySize(buf) != 4)
-            return ls_error(LS_ERR_FORMAT, "'%s': RNG stream %d needs a \"name\" and a 4-word \"buf\"", file, st->n_rng);
+            return ls_error(LS_ERR_FORMAT, "'%s': RNG stream %d needs a \"name\" and a 4-word \"buf\"", file,
+                            st->n_rng);
         snprintf(g->name, sizeof g->name, "%s", name->valuestring);
         LS_CHECK(get_u64str(e, "seed", file, &g->rng.seed));
         LS_CHECK(get_u64str(e, "offset", file, &g->rng.offset));
@@ -1326,8 +1330,7 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
     return LS_OK;
 }
 
-ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls_module *model,
-                              ls_ckpt_state *out) {
+ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls_module *model, ls_ckpt_state *out) {
     if (!out || (!text && len)) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_state_parse: NULL argument");
     memset(out, 0, sizeof *out);
     if (!name) name = "state.json";
@@ -1341,10 +1344,11 @@ ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls
 int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
     int n = 0;
     if (a->world_size != b->world_size || a->batch_per_rank != b->batch_per_rank || a->accum_steps != b->accum_steps) {
-        LS_LOG_W("the checkpoint was written by %d rank(s) x batch %lld x %d accumulation, this run has %d x %lld x %d: "
-                 "training continues, but not bitwise as an uninterrupted run would",
-                 a->world_size, (long long)a->batch_per_rank, a->accum_steps, b->world_size,
-                 (long long)b->batch_per_rank, b->accum_steps);
+        LS_LOG_W(
+            "the checkpoint was written by %d rank(s) x batch %lld x %d accumulation, this run has %d x %lld x %d: "
+            "training continues, but not bitwise as an uninterrupted run would",
+            a->world_size, (long long)a->batch_per_rank, a->accum_steps, b->world_size, (long long)b->batch_per_rank,
+            b->accum_steps);
         n++;
     }
     if (a->seed != b->seed) {
@@ -1355,25 +1359,26 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
     if (a->lr.base_lr != b->lr.base_lr || a->lr.min_lr != b->lr.min_lr || a->lr.warmup_steps != b->lr.warmup_steps ||
         a->lr.total_steps != b->lr.total_steps) {
         LS_LOG_W("learning-rate schedule changed: saved base %g min %g warmup %lld total %lld, now %g %g %lld %lld",
-                 a->lr.base_lr, a->lr.min_lr, (long long)a->lr.warmup_steps, (long long)a->lr.total_steps, b->lr.base_lr,
-                 b->lr.min_lr, (long long)b->lr.warmup_steps, (long long)b->lr.total_steps);
+                 a->lr.base_lr, a->lr.min_lr, (long long)a->lr.warmup_steps, (long long)a->lr.total_steps,
+                 b->lr.base_lr, b->lr.min_lr, (long long)b->lr.warmup_steps, (long long)b->lr.total_steps);
         n++;
     }
     const ls_optim_config *x = &a->optim, *y = &b->optim;
     if (x->kind != y->kind || x->lr != y->lr || x->weight_decay != y->weight_decay || x->momentum != y->momentum ||
         x->dampening != y->dampening || x->nesterov != y->nesterov || x->beta1 != y->beta1 || x->beta2 != y->beta2 ||
         x->eps != y->eps) {
-        LS_LOG_W("optimizer settings changed since the checkpoint (saved %s lr %g wd %g momentum %g, now %s lr %g wd %g "
-                 "momentum %g); this run's apply",
-                 kind_name(x->kind), x->lr, x->weight_decay, x->momentum, kind_name(y->kind), y->lr, y->weight_decay,
-                 y->momentum);
+        LS_LOG_W(
+            "optimizer settings changed since the checkpoint (saved %s lr %g wd %g momentum %g, now %s lr %g wd %g "
+            "momentum %g); this run's apply",
+            kind_name(x->kind), x->lr, x->weight_decay, x->momentum, kind_name(y->kind), y->lr, y->weight_decay,
+            y->momentum);
         n++;
     }
     return n;
 }
 
-void ls_ckpt_resume_position(const ls_ckpt_state *st, int64_t global_batch, int64_t steps_per_epoch,
-                             int64_t *epoch, int64_t *step_in_epoch, int *exact) {
+void ls_ckpt_resume_position(const ls_ckpt_state *st, int64_t global_batch, int64_t steps_per_epoch, int64_t *epoch,
+                             int64_t *step_in_epoch, int *exact) {
     int64_t e = st->epoch, s = st->epoch_samples, j = 0;
     int ex = 1;
     if (global_batch > 0) {
@@ -1498,7 +1503,8 @@ static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_modu
                             const ls_ckpt_state *state, char *final, size_t final_len) {
     char tmpdir[LS_CKPT_PATH_MAX + 16], old[LS_CKPT_PATH_MAX + 16], stepbuf[32], latest[LS_CKPT_PATH_MAX + 16];
     if (!dir || !dir[0]) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory is empty");
-    if (state->step < 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint step %lld is negative", (long long)state->step);
+    if (state->step < 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint step %lld is negative", (long long)state->step);
     if ((size_t)snprintf(final, final_len, "%s/step-%08lld", dir, (long long)state->step) >= final_len ||
         strlen(final) + 10 >= LS_CKPT_PATH_MAX)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory '%s' is too long", dir);
@@ -1538,8 +1544,8 @@ static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_modu
                                       &m.files[F_MODEL], 1),
                   s, done);
     LS_CHECK_GOTO(opt_list_make(model, opt, state->optim.kind, &ol), s, done);
-    const char *ometa[] = {"format", "pt", "lockstep", "optimizer", "optimizer", kind_name(state->optim.kind),
-                           "step", stepbuf, NULL};
+    const char *ometa[] = {"format", "pt",    "lockstep", "optimizer", "optimizer", kind_name(state->optim.kind),
+                           "step",   stepbuf, NULL};
     LS_CHECK_GOTO(serialize_and_write(tmpdir, ckpt_required[F_OPTIM], ol.n, (const char *const *)ol.names,
                                       (const ls_tensor *const *)ol.t, ometa, ctx->alloc, &m.files[F_OPTIM], 0),
                   s, done);
@@ -1610,13 +1616,12 @@ static ls_status share_result(ls_comm *comm, ckpt_result *r, ls_status s) {
     }
     LS_CHECK(ls_comm_broadcast_host(comm, r, (int64_t)sizeof *r, LS_U8, 0));
     r->path[sizeof r->path - 1] = r->msg[sizeof r->msg - 1] = '\0';
-    if (comm_rank(comm) != 0 && r->status != LS_OK)
-        return ls_error((ls_status)r->status, "%s (on rank 0)", r->msg);
+    if (comm_rank(comm) != 0 && r->status != LS_OK) return ls_error((ls_status)r->status, "%s (on rank 0)", r->msg);
     return (ls_status)r->status;
 }
 
-ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model,
-                       ls_optimizer *opt, const ls_ckpt_state *state, char *path_out, size_t path_len) {
+ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
+                       const ls_ckpt_state *state, char *path_out, size_t path_len) {
     if (!ctx || !model || !state) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: NULL argument");
     ckpt_result r;
     memset(&r, 0, sizeof r);

@@ -70,12 +70,10 @@ ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allo
  * NULL for host tensors) into a malloc'd buffer *out of *out_len bytes. metadata: NULL or
  * "key", "value", ..., NULL. Duplicate or empty names are LS_ERR_INVALID_ARGUMENT. */
 ls_status ls_safetensors_serialize(int n, const char *const *names, const ls_tensor *const *tensors,
-                                   const char *const *metadata, ls_allocator *alloc, void **out,
-                                   size_t *out_len);
+                                   const char *const *metadata, ls_allocator *alloc, void **out, size_t *out_len);
 /* Serialize and write path crash-safely (path.tmp, fsync, rename, fsync of the directory). */
-ls_status ls_safetensors_write(const char *path, int n, const char *const *names,
-                               const ls_tensor *const *tensors, const char *const *metadata,
-                               ls_allocator *alloc);
+ls_status ls_safetensors_write(const char *path, int n, const char *const *names, const ls_tensor *const *tensors,
+                               const char *const *metadata, ls_allocator *alloc);
 
 /* ---------------------------------------------------------------- training checkpoints
  * Layout, for step S (8 digits, more when needed):
@@ -128,28 +126,28 @@ typedef struct ls_ckpt_rng {
 /* Everything but tensors. The caller fills it for a save; a load fills it (and sets the
  * optimizer's step count itself). */
 typedef struct ls_ckpt_state {
-    int64_t step;           /* optimizer steps completed */
-    int64_t epoch;          /* epoch the next step belongs to (0-based) */
-    int64_t epoch_samples;  /* global samples of that epoch already consumed */
+    int64_t step;            /* optimizer steps completed */
+    int64_t epoch;           /* epoch the next step belongs to (0-based) */
+    int64_t epoch_samples;   /* global samples of that epoch already consumed */
     int64_t steps_per_epoch; /* at save time (informational) */
-    int world_size;         /* ranks at save time */
-    int64_t batch_per_rank; /* micro-batch per rank */
+    int world_size;          /* ranks at save time */
+    int64_t batch_per_rank;  /* micro-batch per rank */
     int accum_steps;
     uint64_t seed;
     ls_lr_schedule lr;
-    ls_optim_config optim;  /* kind and hyperparameters */
-    int64_t optim_steps;    /* the optimizer's step count (filled by save from the optimizer) */
-    int n_loss_scaler;      /* e.g. {"scale", 65536}, {"growth_tracker", 0}; 0 when no scaler */
+    ls_optim_config optim; /* kind and hyperparameters */
+    int64_t optim_steps;   /* the optimizer's step count (filled by save from the optimizer) */
+    int n_loss_scaler;     /* e.g. {"scale", 65536}, {"growth_tracker", 0}; 0 when no scaler */
     ls_ckpt_kv loss_scaler[LS_CKPT_MAX_KV];
-    int n_rng;              /* named RNG streams to restore exactly */
+    int n_rng; /* named RNG streams to restore exactly */
     ls_ckpt_rng rng[LS_CKPT_MAX_RNG];
 } ls_ckpt_state;
 
 /* Collective (comm NULL: one process). Writes DIR/step-<state->step> as above (DIR created if
  * missing), then prunes to keep_last (0: keep all). Rank 0's model and optimizer are saved.
  * path_out (may be NULL) receives the checkpoint's directory. */
-ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model,
-                       ls_optimizer *opt, const ls_ckpt_state *state, char *path_out, size_t path_len);
+ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
+                       const ls_ckpt_state *state, char *path_out, size_t path_len);
 
 /* Collective. which: "auto" (or NULL) = the newest valid checkpoint in dir, *found = 0 and LS_OK
  * when dir has none (a missing dir included), an error when it has some but none verifies;
@@ -160,8 +158,7 @@ ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_las
  * path_out (may be NULL) receives the checkpoint's directory. On an error the model may be
  * partly loaded. */
 ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *which, ls_module *model,
-                       ls_optimizer *opt, ls_ckpt_state *state, int *found, char *path_out,
-                       size_t path_len);
+                       ls_optimizer *opt, ls_ckpt_state *state, int *found, char *path_out, size_t path_len);
 
 /* Check one checkpoint directory: manifest present and well-formed, every listed file present
  * with the recorded size and CRC32. *step (may be NULL) gets its step. Errors name the file. */
@@ -175,8 +172,7 @@ ls_status ls_ckpt_find_latest(const char *dir, char *path_out, size_t path_len, 
 ls_status ls_ckpt_state_to_json(const ls_ckpt_state *state, ls_module *model, char **out);
 /* Parse state.json text (len bytes, no terminator needed); name labels errors. With model, also
  * compare the signature: LS_ERR_INVALID_ARGUMENT naming the first differing parameter. */
-ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls_module *model,
-                              ls_ckpt_state *out);
+ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls_module *model, ls_ckpt_state *out);
 /* Warn (log) about settings that differ between a saved state and this run's (world size, batch,
  * seed, schedule, optimizer hyperparameters); returns how many differ. */
 int ls_ckpt_warn_changes(const ls_ckpt_state *saved, const ls_ckpt_state *now);
@@ -186,8 +182,8 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *saved, const ls_ckpt_state *now);
  * world size or batch changed and the saved position is not on a step boundary: a few samples
  * of that epoch are skipped); past the last step it moves to the start of the next epoch.
  * Bitwise continuation is promised only for the same world size and batch. */
-void ls_ckpt_resume_position(const ls_ckpt_state *state, int64_t global_batch, int64_t steps_per_epoch,
-                             int64_t *epoch, int64_t *step_in_epoch, int *exact);
+void ls_ckpt_resume_position(const ls_ckpt_state *state, int64_t global_batch, int64_t steps_per_epoch, int64_t *epoch,
+                             int64_t *step_in_epoch, int *exact);
 
 /* ---------------------------------------------------------------- preemption
  * What a scheduler sends before it preempts or cancels a job (Slurm, Kubernetes: SIGTERM; a

@@ -103,7 +103,8 @@ static ls_status conv_forward(ls_module *m, const ls_tensor *x, const ls_tensor 
     if (P < 1 || Q < 1)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the input %s is smaller than the kernel", m->names[0],
                         ls_tensor_describe(x, a, 64));
-    LS_CHECK(ls_module_ensure(m->ctx, &m->y, x->dtype, 4, (int64_t[]){x->shape[0], w->shape[0], P, Q}, "conv2d output"));
+    LS_CHECK(
+        ls_module_ensure(m->ctx, &m->y, x->dtype, 4, (int64_t[]){x->shape[0], w->shape[0], P, Q}, "conv2d output"));
     LS_CHECK(ls_op_conv2d_forward(m->ctx, x, w, b, m->y, c->stride, c->pad, c->groups));
     m->x = x;
     *y = m->y;
@@ -138,7 +139,8 @@ ls_status ls_conv2d_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out,
     c->stride = stride;
     c->pad = pad;
     c->groups = groups;
-    ls_status s = new_param(m, 0, dtype, 4, (int64_t[]){out, in / groups, kernel, kernel}, name, "weight", "conv2d weight");
+    ls_status s =
+        new_param(m, 0, dtype, 4, (int64_t[]){out, in / groups, kernel, kernel}, name, "weight", "conv2d weight");
     if (s == LS_OK && bias) s = new_param(m, 1, dtype, 1, (int64_t[]){out}, name, "bias", "conv2d bias");
     /* torch.nn.Conv2d's init: kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)); same for bias */
     ls_rng rng;
@@ -276,8 +278,8 @@ static ls_status bn_forward(ls_module *m, const ls_tensor *x, const ls_tensor **
     LS_CHECK(ls_module_ensure(ctx, &m->y, x->dtype, x->ndim, x->shape, "batch-norm output"));
     if (!m->training) {
         b->used_batch_stats = 0;
-        LS_CHECK(ls_op_batchnorm_forward(ctx, x, b->running_mean, b->running_var, g, be, b->cfg.eps, b->cfg.relu,
-                                         m->y));
+        LS_CHECK(
+            ls_op_batchnorm_forward(ctx, x, b->running_mean, b->running_var, g, be, b->cfg.eps, b->cfg.relu, m->y));
         m->x = x;
         *y = m->y;
         return LS_OK;
@@ -288,8 +290,10 @@ static ls_status bn_forward(ls_module *m, const ls_tensor *x, const ls_tensor **
     b->count = (double)(ls_tensor_numel(x) / C);
     if (synced(b)) LS_CHECK(bn_sync_stats(b));
     if (b->count < 2)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: training needs more than one value per channel, got %g "
-                        "(input %s)", m->names[0], b->count, ls_tensor_describe(x, a, 64));
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "%s: training needs more than one value per channel, got %g "
+                        "(input %s)",
+                        m->names[0], b->count, ls_tensor_describe(x, a, 64));
     if (!b->folded) { /* PyTorch: running = (1 - momentum) running + momentum * batch (unbiased variance) */
         double mom = b->cfg.momentum, unbias = b->count / (b->count - 1);
         LS_CHECK(ctx->ops->scale(ctx->state, g->dtype, C, 1.0 - mom, b->running_mean->data));
@@ -386,7 +390,8 @@ static ls_status pool_forward(ls_module *m, const ls_tensor *x, const ls_tensor 
     if (P < 1 || Q < 1)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the input %s is smaller than the %dx%d window", m->vt->kind,
                         ls_tensor_describe(x, a, 64), p->kernel, p->kernel);
-    LS_CHECK(ls_module_ensure(m->ctx, &m->y, x->dtype, 4, (int64_t[]){x->shape[0], x->shape[1], P, Q}, "pooling output"));
+    LS_CHECK(
+        ls_module_ensure(m->ctx, &m->y, x->dtype, 4, (int64_t[]){x->shape[0], x->shape[1], P, Q}, "pooling output"));
     LS_CHECK(ls_op_pool2d_forward(m->ctx, p->mode, p->kernel, p->stride, p->pad, x, m->y));
     m->x = x;
     *y = m->y;
@@ -409,8 +414,10 @@ static const ls_module_vt avgpool_vt = {"AvgPool2d", pool_forward, pool_backward
 
 ls_status ls_pool2d_create(ls_ctx *ctx, ls_pool mode, int kernel, int stride, int pad, ls_module **out_m) {
     if ((mode != LS_POOL_MAX && mode != LS_POOL_AVG) || kernel < 1 || stride < 1 || pad < 0 || 2 * pad > kernel)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "pooling: mode %d, kernel %d, stride %d, padding %d: need a known "
-                        "mode, kernel >= 1, stride >= 1 and 0 <= padding <= kernel/2", (int)mode, kernel, stride, pad);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "pooling: mode %d, kernel %d, stride %d, padding %d: need a known "
+                        "mode, kernel >= 1, stride >= 1 and 0 <= padding <= kernel/2",
+                        (int)mode, kernel, stride, pad);
     ls_module *m = NULL;
     LS_CHECK(cnn_alloc(ctx, mode == LS_POOL_MAX ? &maxpool_vt : &avgpool_vt, 0, sizeof(pool_mod), &m));
     pool_mod *p = (pool_mod *)m;
@@ -438,7 +445,8 @@ static ls_status gap_forward(ls_module *m, const ls_tensor *x, const ls_tensor *
 static ls_status gap_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
     if (!m->x) return no_input(m);
     if (want_dx) {
-        LS_CHECK(ls_module_ensure(m->ctx, &m->dx, m->x->dtype, 4, m->x->shape, "global average pooling input gradient"));
+        LS_CHECK(
+            ls_module_ensure(m->ctx, &m->dx, m->x->dtype, 4, m->x->shape, "global average pooling input gradient"));
         LS_CHECK(ls_op_global_avgpool_backward(m->ctx, dy, m->dx));
     }
     if (dx) *dx = want_dx ? m->dx : NULL;
@@ -473,7 +481,8 @@ static ls_status reshape_forward(ls_module *m, const ls_tensor *x, const ls_tens
         nd = r->ndim + 1;
         for (int i = 0; i < r->ndim; i++) shape[i + 1] = r->shape[i];
     } else if (x->ndim < 1) {
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "flatten: input %s has no batch dimension", ls_tensor_describe(x, a, 64));
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "flatten: input %s has no batch dimension",
+                        ls_tensor_describe(x, a, 64));
     }
     LS_CHECK(set_view(&m->y, x->data, x->dtype, x->device, nd, shape));
     m->x = x;
@@ -698,10 +707,11 @@ int ls_resnet_num_layers(const ls_resnet_config *cfg) {
 ls_status ls_resnet_create(ls_ctx *ctx, const ls_resnet_config *cfg, ls_module **out_m) {
     if (cfg->n_stages < 1 || cfg->n_stages > LS_RESNET_MAX_STAGES || cfg->blocks < 1 || cfg->num_classes < 1 ||
         cfg->in_channels < 1 || cfg->in_h < 1 || cfg->in_w < 1)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "resnet: %d stages (1..%d), %d blocks per stage, %lld classes and "
-                        "a %lldx%lldx%lld input must all be positive", cfg->n_stages, LS_RESNET_MAX_STAGES,
-                        cfg->blocks, (long long)cfg->num_classes, (long long)cfg->in_channels, (long long)cfg->in_h,
-                        (long long)cfg->in_w);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "resnet: %d stages (1..%d), %d blocks per stage, %lld classes and "
+                        "a %lldx%lldx%lld input must all be positive",
+                        cfg->n_stages, LS_RESNET_MAX_STAGES, cfg->blocks, (long long)cfg->num_classes,
+                        (long long)cfg->in_channels, (long long)cfg->in_h, (long long)cfg->in_w);
     for (int i = 0; i < cfg->n_stages; i++)
         if (cfg->widths[i] < 1)
             return ls_error(LS_ERR_INVALID_ARGUMENT, "resnet: stage %d has width %lld", i, (long long)cfg->widths[i]);
@@ -721,7 +731,8 @@ ls_status ls_resnet_create(ls_ctx *ctx, const ls_resnet_config *cfg, ls_module *
     uint64_t seed = cfg->seed * 1000003u;
     ls_status s = ls_reshape_create(ctx, 3, (int64_t[]){cfg->in_channels, cfg->in_h, cfg->in_w}, &mods[k++]);
     if (s == LS_OK && cfg->act_dtype != pt) s = ls_cast_create(ctx, cfg->act_dtype, &mods[k++]);
-    if (s == LS_OK) s = ls_conv2d_create(ctx, pt, cfg->in_channels, cfg->widths[0], 3, 1, 1, 1, 0, seed, "", &mods[k++]);
+    if (s == LS_OK)
+        s = ls_conv2d_create(ctx, pt, cfg->in_channels, cfg->widths[0], 3, 1, 1, 1, 0, seed, "", &mods[k++]);
     if (s == LS_OK) s = ls_batchnorm2d_create(ctx, pt, cfg->widths[0], &bn_relu, "", &mods[k++]);
     int64_t cin = cfg->widths[0];
     for (int st = 0; st < cfg->n_stages && s == LS_OK; st++) {

@@ -74,10 +74,10 @@ typedef struct ls_resnet_config {
     int64_t in_channels, in_h, in_w; /* the input: [B, in_channels*in_h*in_w] or [B, in_channels, in_h, in_w] */
     int n_stages;                    /* 1..LS_RESNET_MAX_STAGES */
     int64_t widths[LS_RESNET_MAX_STAGES];
-    int blocks;                      /* BasicBlocks per stage (stages after the first start with stride 2) */
+    int blocks; /* BasicBlocks per stage (stages after the first start with stride 2) */
     int64_t num_classes;
     uint64_t seed;
-    ls_comm *sync_bn;                /* synchronized batch norm (NULL: per-rank statistics) */
+    ls_comm *sync_bn; /* synchronized batch norm (NULL: per-rank statistics) */
 } ls_resnet_config;
 
 /* A Sequential: reshape, [cast], stem conv3x3(in_channels->widths[0])-BN-ReLU, the blocks of every

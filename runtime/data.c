@@ -52,8 +52,7 @@ static ls_status src_open(const char *path, idx_src *s) {
         errno = 0;
         s->gz = gzopen(path, "rb");
         if (!s->gz)
-            return ls_error(LS_ERR_IO, "cannot open '%s' as gzip: %s", path,
-                            errno ? strerror(errno) : "out of memory");
+            return ls_error(LS_ERR_IO, "cannot open '%s' as gzip: %s", path, errno ? strerror(errno) : "out of memory");
         gzbuffer(s->gz, 1u << 17);
         return LS_OK;
     }
@@ -95,8 +94,7 @@ static ls_status src_read(idx_src *s, void *buf, int64_t n, int64_t *got) {
             size_t r = fread(p + *got, 1, (size_t)want, s->f);
             *got += (int64_t)r;
             if ((int64_t)r < want) {
-                if (ferror(s->f))
-                    return ls_error(LS_ERR_IO, "cannot read '%s': %s", s->path, strerror(errno));
+                if (ferror(s->f)) return ls_error(LS_ERR_IO, "cannot read '%s': %s", s->path, strerror(errno));
                 return LS_OK; /* end of file */
             }
         } else {
@@ -104,8 +102,7 @@ static ls_status src_read(idx_src *s, void *buf, int64_t n, int64_t *got) {
             if (r < 0) {
                 int errnum = 0;
                 const char *msg = gz_message(s, &errnum);
-                if (errnum == Z_ERRNO)
-                    return ls_error(LS_ERR_IO, "cannot read '%s': %s", s->path, strerror(errno));
+                if (errnum == Z_ERRNO) return ls_error(LS_ERR_IO, "cannot read '%s': %s", s->path, strerror(errno));
                 if (errnum == Z_MEM_ERROR)
                     return ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': zlib is out of memory", s->path);
                 return ls_error(LS_ERR_FORMAT, "'%s': corrupt gzip stream: %s", s->path,
@@ -128,9 +125,8 @@ static const char *src_note(idx_src *s) {
 
 static ls_status src_truncated(idx_src *s, const char *what, int64_t expected, int64_t found) {
     const char *note = src_note(s);
-    return ls_error(LS_ERR_FORMAT, "'%s' is truncated: expected %lld bytes of %s, found %lld%s%s%s",
-                    s->path, (long long)expected, what, (long long)found, note[0] ? " (gzip: " : "",
-                    note, note[0] ? ")" : "");
+    return ls_error(LS_ERR_FORMAT, "'%s' is truncated: expected %lld bytes of %s, found %lld%s%s%s", s->path,
+                    (long long)expected, what, (long long)found, note[0] ? " (gzip: " : "", note, note[0] ? ")" : "");
 }
 
 /* After all the data the header describes: the file must end there, and a gzip stream must
@@ -140,9 +136,8 @@ static ls_status src_expect_end(idx_src *s, int64_t count) {
     int64_t got = 0;
     LS_CHECK(src_read(s, extra, (int64_t)sizeof extra, &got));
     if (got > 0)
-        return ls_error(LS_ERR_FORMAT,
-                        "'%s' has extra data after the %lld bytes its IDX dimensions describe",
-                        s->path, (long long)count);
+        return ls_error(LS_ERR_FORMAT, "'%s' has extra data after the %lld bytes its IDX dimensions describe", s->path,
+                        (long long)count);
     const char *note = src_note(s);
     if (note[0]) return ls_error(LS_ERR_FORMAT, "'%s': corrupt gzip stream: %s", s->path, note);
     return LS_OK;
@@ -164,8 +159,7 @@ static const char *idx_type_name(unsigned t) {
 
 /* Read an IDX file keeping at most max_first (<= 0: all) entries along dims[0]; *full_first
  * receives the file's dims[0]. */
-static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out,
-                                int64_t *full_first) {
+static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out, int64_t *full_first) {
     memset(out, 0, sizeof *out);
     if (!path) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_idx_read: path is NULL");
     idx_src s;
@@ -178,16 +172,15 @@ static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out
     LS_CHECK_GOTO(src_read(&s, hdr, 4, &got), st, fail);
     if (got == 0) {
         const char *note = src_note(&s);
-        st = ls_error(LS_ERR_FORMAT, "'%s' is empty: no IDX header%s%s%s", path,
-                      note[0] ? " (gzip: " : "", note, note[0] ? ")" : "");
+        st = ls_error(LS_ERR_FORMAT, "'%s' is empty: no IDX header%s%s%s", path, note[0] ? " (gzip: " : "", note,
+                      note[0] ? ")" : "");
         goto fail;
     }
     if (got < 4) {
         st = src_truncated(&s, "IDX header", 4, got);
         goto fail;
     }
-    uint32_t magic =
-        (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+    uint32_t magic = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
     if (hdr[0] != 0 || hdr[1] != 0) {
         st = ls_error(LS_ERR_FORMAT, "'%s' is not an IDX file: bad magic 0x%08x", path, magic);
         goto fail;
@@ -200,8 +193,7 @@ static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out
                           "is supported",
                           path, hdr[2], tn);
         else
-            st = ls_error(LS_ERR_FORMAT,
-                          "'%s' is not an IDX file: unknown data type 0x%02x (magic 0x%08x)", path,
+            st = ls_error(LS_ERR_FORMAT, "'%s' is not an IDX file: unknown data type 0x%02x (magic 0x%08x)", path,
                           hdr[2], magic);
         goto fail;
     }
@@ -211,8 +203,7 @@ static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out
         goto fail;
     }
     if (ndim > 4) {
-        st = ls_error(LS_ERR_UNSUPPORTED,
-                      "'%s': IDX file has %d dimensions; at most 4 are supported", path, ndim);
+        st = ls_error(LS_ERR_UNSUPPORTED, "'%s': IDX file has %d dimensions; at most 4 are supported", path, ndim);
         goto fail;
     }
     LS_CHECK_GOTO(src_read(&s, hdr + 4, 4 * ndim, &got), st, fail);
@@ -223,15 +214,13 @@ static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out
     int64_t count = 1, row = 1;
     for (int i = 0; i < ndim; i++) {
         const unsigned char *d = hdr + 4 + 4 * i;
-        int64_t v =
-            (int64_t)((uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 | d[3]);
+        int64_t v = (int64_t)((uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 | d[3]);
         if (v == 0) {
             st = ls_error(LS_ERR_FORMAT, "'%s': IDX dimension %d is zero", path, i);
             goto fail;
         }
         if (count > INT64_MAX / v) {
-            st = ls_error(LS_ERR_FORMAT, "'%s': IDX dimensions overflow (dimension %d = %lld)",
-                          path, i, (long long)v);
+            st = ls_error(LS_ERR_FORMAT, "'%s': IDX dimensions overflow (dimension %d = %lld)", path, i, (long long)v);
             goto fail;
         }
         count *= v;
@@ -246,8 +235,7 @@ static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out
         count = max_first * row;
     }
     if ((uint64_t)count > (uint64_t)SIZE_MAX) {
-        st = ls_error(LS_ERR_FORMAT, "'%s': IDX data of %lld bytes is too large", path,
-                      (long long)count);
+        st = ls_error(LS_ERR_FORMAT, "'%s': IDX data of %lld bytes is too large", path, (long long)count);
         goto fail;
     }
     int64_t header = 4 + 4 * (int64_t)ndim;
@@ -261,8 +249,7 @@ static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out
     int64_t have = 0;
     data = malloc((size_t)cap);
     if (!data) {
-        st = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %lld bytes for IDX data", path,
-                      (long long)cap);
+        st = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %lld bytes for IDX data", path, (long long)cap);
         goto fail;
     }
     for (;;) {
@@ -276,8 +263,7 @@ static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out
         int64_t ncap = cap > count / 2 ? count : cap * 2;
         uint8_t *nd = realloc(data, (size_t)ncap);
         if (!nd) {
-            st = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %lld bytes for IDX data",
-                          path, (long long)ncap);
+            st = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': cannot allocate %lld bytes for IDX data", path, (long long)ncap);
             goto fail;
         }
         data = nd;
@@ -327,13 +313,14 @@ static ls_status dataset_alloc(int64_t n, int64_t features, size_t elem, ls_data
     if (!d) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a data set");
     size_t ni = (size_t)n * (size_t)features, nl = (size_t)n;
     void *samples = elem ? malloc((ni ? ni : 1) * elem) : NULL;
-    if (elem == 1) d->bytes = samples;
-    else d->images = samples;
+    if (elem == 1)
+        d->bytes = samples;
+    else
+        d->images = samples;
     d->labels = malloc((nl ? nl : 1) * sizeof(int32_t));
     if ((elem && !samples) || !d->labels) {
         ls_dataset_destroy(d);
-        return ls_error(LS_ERR_OUT_OF_MEMORY,
-                        "cannot allocate a data set of %lld samples x %lld features (%.1f MiB)",
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a data set of %lld samples x %lld features (%.1f MiB)",
                         (long long)n, (long long)features, (double)(ni * elem + nl * sizeof(int32_t)) / 1048576.0);
     }
     d->id = dataset_next_id();
@@ -378,8 +365,8 @@ static ls_status check_arrays(const char *fn, int64_t n, int64_t features, int32
     return LS_OK;
 }
 
-ls_status ls_dataset_from_arrays(int64_t n, int64_t features, int32_t num_classes,
-                                 const float *images, const int32_t *labels, ls_dataset **out) {
+ls_status ls_dataset_from_arrays(int64_t n, int64_t features, int32_t num_classes, const float *images,
+                                 const int32_t *labels, ls_dataset **out) {
     if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_from_arrays: out is NULL");
     *out = NULL;
     LS_CHECK(check_arrays("ls_dataset_from_arrays", n, features, num_classes, images, labels, sizeof(float)));
@@ -442,17 +429,16 @@ static void decode_row(const uint8_t *src, float *dst, size_t f, const float *lu
     for (; c < f; c++) dst[c] = lut[src[c]];
 }
 
-ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t count,
-                            float *images_out, int32_t *labels_out) {
+ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t count, float *images_out,
+                            int32_t *labels_out) {
     if (!d || count < 0 || (count > 0 && !idx))
         return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "ls_dataset_gather: need a data set, count >= 0 and indices (count=%lld)",
-                        (long long)count);
+                        "ls_dataset_gather: need a data set, count >= 0 and indices (count=%lld)", (long long)count);
     for (int64_t i = 0; i < count; i++)
         if (idx[i] < 0 || idx[i] >= d->n)
             return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "ls_dataset_gather: index %lld at position %lld is outside [0, %lld)",
-                            (long long)idx[i], (long long)i, (long long)d->n);
+                            "ls_dataset_gather: index %lld at position %lld is outside [0, %lld)", (long long)idx[i],
+                            (long long)i, (long long)d->n);
     if (images_out && !d->images && !d->bytes)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_gather: the data set has neither images nor bytes");
     size_t f = (size_t)d->features;
@@ -514,7 +500,8 @@ static ls_status gather_threads_default(int *out) {
         char *end = NULL;
         long v = strtol(e, &end, 10);
         if (end == e || *end || v < 1 || v > 64)
-            return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GATHER_THREADS='%s': use a thread count from 1 to 64", e);
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GATHER_THREADS='%s': use a thread count from 1 to 64",
+                            e);
         *out = (int)v;
         return LS_OK;
     }
@@ -544,15 +531,21 @@ ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, in
     int64_t per = (count + threads - 1) / threads;
     for (int k = 0; k < threads; k++) {
         int64_t lo = k * per < count ? k * per : count, hi = lo + per < count ? lo + per : count;
-        jobs[k] = (gather_job){d, idx + lo, hi > lo ? hi - lo : 0, images_out ? images_out + (size_t)lo * d->features : NULL,
-                               labels_out ? labels_out + lo : NULL, LS_OK};
+        jobs[k] = (gather_job){d,
+                               idx + lo,
+                               hi > lo ? hi - lo : 0,
+                               images_out ? images_out + (size_t)lo * d->features : NULL,
+                               labels_out ? labels_out + lo : NULL,
+                               LS_OK};
         if (k > 0) started[k] = pthread_create(&tid[k], NULL, gather_run, &jobs[k]) == 0;
     }
     gather_run(&jobs[0]);
     ls_status s = jobs[0].status;
     for (int k = 1; k < threads; k++) {
-        if (started[k]) pthread_join(tid[k], NULL);
-        else gather_run(&jobs[k]); /* no thread to be had: this one does it */
+        if (started[k])
+            pthread_join(tid[k], NULL);
+        else
+            gather_run(&jobs[k]); /* no thread to be had: this one does it */
         if (s == LS_OK) s = jobs[k].status;
     }
     return s;
@@ -581,27 +574,24 @@ ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_da
 
     LS_CHECK_GOTO(idx_read_first(lpath, limit, &lab, &n_lab), st, fail);
     if (lab.ndim != 1) {
-        st = ls_error(LS_ERR_FORMAT, "'%s' should hold labels [n] but has %d dimensions", lpath,
-                      lab.ndim);
+        st = ls_error(LS_ERR_FORMAT, "'%s' should hold labels [n] but has %d dimensions", lpath, lab.ndim);
         goto fail;
     }
     LS_CHECK_GOTO(idx_read_first(ipath, limit, &img, &n_img), st, fail);
     if (img.ndim != 3) {
-        st =
-            ls_error(LS_ERR_FORMAT, "'%s' should hold images [n, rows, cols] but has %d dimensions",
-                     ipath, img.ndim);
+        st = ls_error(LS_ERR_FORMAT, "'%s' should hold images [n, rows, cols] but has %d dimensions", ipath, img.ndim);
         goto fail;
     }
     if (n_img != n_lab) {
-        st = ls_error(LS_ERR_FORMAT, "'%s' has %lld images but '%s' has %lld labels", ipath,
-                      (long long)n_img, lpath, (long long)n_lab);
+        st = ls_error(LS_ERR_FORMAT, "'%s' has %lld images but '%s' has %lld labels", ipath, (long long)n_img, lpath,
+                      (long long)n_lab);
         goto fail;
     }
     int64_t n = img.dims[0], features = img.dims[1] * img.dims[2];
     for (int64_t i = 0; i < n; i++)
         if (lab.data[i] >= LS_FASHION_CLASSES) {
-            st = ls_error(LS_ERR_FORMAT, "'%s': label %d at index %lld is out of range [0, %d)",
-                          lpath, (int)lab.data[i], (long long)i, LS_FASHION_CLASSES);
+            st = ls_error(LS_ERR_FORMAT, "'%s': label %d at index %lld is out of range [0, %d)", lpath,
+                          (int)lab.data[i], (long long)i, LS_FASHION_CLASSES);
             goto fail;
         }
     LS_CHECK_GOTO(dataset_alloc(n, features, 0, &d), st, fail);
@@ -621,8 +611,7 @@ fail:
     if (st == LS_ERR_IO && strlen(ls_last_error()) < 700) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", ls_last_error());
-        ls_error(st, "%s (Fashion-MNIST directory '%s'; pass another or set LOCKSTEP_FASHION_DIR)",
-                 msg, dir);
+        ls_error(st, "%s (Fashion-MNIST directory '%s'; pass another or set LOCKSTEP_FASHION_DIR)", msg, dir);
     }
     ls_dataset_destroy(d);
     ls_idx_free(&img);
@@ -644,19 +633,16 @@ struct ls_sampler {
     int64_t *perm; /* [n]: position p < n holds perm[p]; padded position p >= n holds perm[p % n] */
 };
 
-ls_status ls_sampler_create(int64_t dataset_size, int rank, int world, uint64_t seed, int shuffle,
-                            ls_sampler_mode mode, ls_sampler **out) {
+ls_status ls_sampler_create(int64_t dataset_size, int rank, int world, uint64_t seed, int shuffle, ls_sampler_mode mode,
+                            ls_sampler **out) {
     if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_create: out is NULL");
     *out = NULL;
     if (dataset_size < 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_create: dataset size %lld is negative",
                         (long long)dataset_size);
-    if (world < 1)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_create: world size %d must be >= 1",
-                        world);
+    if (world < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_create: world size %d must be >= 1", world);
     if (rank < 0 || rank >= world)
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "ls_sampler_create: rank %d is out of range [0, %d)", rank, world);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_create: rank %d is out of range [0, %d)", rank, world);
     if (mode != LS_SAMPLER_PAD && mode != LS_SAMPLER_DROP_LAST && mode != LS_SAMPLER_EXACT)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_create: unknown mode %d", (int)mode);
     if (shuffle && dataset_size > (int64_t)UINT32_MAX)
@@ -664,8 +650,7 @@ ls_status ls_sampler_create(int64_t dataset_size, int rank, int world, uint64_t 
                         "ls_sampler_create: dataset size %lld is too large to shuffle (max %lld)",
                         (long long)dataset_size, (long long)UINT32_MAX);
     if ((uint64_t)dataset_size > (uint64_t)(SIZE_MAX / sizeof(int64_t)) - 1)
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "ls_sampler_create: dataset size %lld is too large",
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_create: dataset size %lld is too large",
                         (long long)dataset_size);
 
     ls_sampler *s = calloc(1, sizeof *s);
@@ -673,8 +658,7 @@ ls_status ls_sampler_create(int64_t dataset_size, int rank, int world, uint64_t 
     s->perm = malloc(((size_t)dataset_size + 1) * sizeof(int64_t));
     if (!s->perm) {
         free(s);
-        return ls_error(LS_ERR_OUT_OF_MEMORY,
-                        "ls_sampler_create: cannot allocate a permutation of %lld samples",
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "ls_sampler_create: cannot allocate a permutation of %lld samples",
                         (long long)dataset_size);
     }
     int64_t n = dataset_size, w = world;
@@ -717,8 +701,7 @@ void ls_sampler_destroy(ls_sampler *s) {
 ls_status ls_sampler_set_epoch(ls_sampler *s, int64_t epoch) {
     if (!s) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_set_epoch: sampler is NULL");
     if (epoch < 0)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_set_epoch: epoch %lld is negative",
-                        (long long)epoch);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_set_epoch: epoch %lld is negative", (long long)epoch);
     for (int64_t i = 0; i < s->n; i++) s->perm[i] = i;
     if (s->shuffle) {
         ls_rng rng;
@@ -742,14 +725,13 @@ static int64_t sampler_global_batch(const ls_sampler *s, int64_t b) {
 int64_t ls_sampler_steps(const ls_sampler *s, int64_t batch_per_rank) {
     if (!s || batch_per_rank < 1) return 0;
     /* total is a multiple of world except in EXACT mode, where rank 0's share decides. */
-    int64_t per_rank = s->mode == LS_SAMPLER_EXACT ? s->n / s->world + (s->n % s->world != 0)
-                                                   : s->total / s->world;
+    int64_t per_rank = s->mode == LS_SAMPLER_EXACT ? s->n / s->world + (s->n % s->world != 0) : s->total / s->world;
     if (s->mode == LS_SAMPLER_DROP_LAST) return per_rank / batch_per_rank;
     return per_rank / batch_per_rank + (per_rank % batch_per_rank != 0);
 }
 
-ls_status ls_sampler_batch(const ls_sampler *s, int64_t step, int64_t batch_per_rank,
-                           int64_t *idx_out, int64_t *count_out, int64_t *global_count_out) {
+ls_status ls_sampler_batch(const ls_sampler *s, int64_t step, int64_t batch_per_rank, int64_t *idx_out,
+                           int64_t *count_out, int64_t *global_count_out) {
     if (!s || !count_out || (batch_per_rank > 0 && !idx_out))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sampler_batch: NULL sampler or output");
     int64_t B = sampler_global_batch(s, batch_per_rank);

@@ -57,8 +57,8 @@ ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_da
 /* Build a data set from memory (copies images [n, features] and labels [n]); rows = 1 and
  * cols = features (set them afterwards for images). Labels are checked to be in
  * [0, num_classes). Used by tests and synthetic benchmarks. */
-ls_status ls_dataset_from_arrays(int64_t n, int64_t features, int32_t num_classes,
-                                 const float *images, const int32_t *labels, ls_dataset **out);
+ls_status ls_dataset_from_arrays(int64_t n, int64_t features, int32_t num_classes, const float *images,
+                                 const int32_t *labels, ls_dataset **out);
 /* The same from bytes [n, features] standing for the values lut[byte] (lut: 256 values, copied). */
 ls_status ls_dataset_from_bytes(int64_t n, int64_t features, int32_t num_classes, const uint8_t *bytes,
                                 const float lut[256], const int32_t *labels, ls_dataset **out);
@@ -77,8 +77,8 @@ void ls_dataset_changed(ls_dataset *d);
 /* Copy samples idx[0..count) into images_out [count, features] (f32: lut[byte] for a set of
  * bytes) and labels_out [count]; either output may be NULL to skip it. An index outside [0, n) is
  * LS_ERR_INVALID_ARGUMENT. */
-ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t count,
-                            float *images_out, int32_t *labels_out);
+ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t count, float *images_out,
+                            int32_t *labels_out);
 /* The same for a set of bytes, copying them as they are: bytes_out [count, features] (a set of f32
  * is LS_ERR_INVALID_ARGUMENT). The trainer stages such batches for a GPU and decodes them there. */
 ls_status ls_dataset_gather_bytes(const ls_dataset *d, const int64_t *idx, int64_t count, uint8_t *bytes_out,
@@ -106,8 +106,8 @@ typedef struct ls_sampler ls_sampler;
 
 /* dataset_size >= 0, 0 <= rank < world, mode one of ls_sampler_mode, else
  * LS_ERR_INVALID_ARGUMENT. Starts at epoch 0. */
-ls_status ls_sampler_create(int64_t dataset_size, int rank, int world, uint64_t seed, int shuffle,
-                            ls_sampler_mode mode, ls_sampler **out);
+ls_status ls_sampler_create(int64_t dataset_size, int rank, int world, uint64_t seed, int shuffle, ls_sampler_mode mode,
+                            ls_sampler **out);
 void ls_sampler_destroy(ls_sampler *s);
 /* Reshuffle for epoch e >= 0: the permutation of 0..N-1 from ls_rng_init_stream(&rng, seed, e)
  * and ls_rng_shuffle, identical on every rank. Call before reading each epoch. */
@@ -125,8 +125,8 @@ int64_t ls_sampler_steps(const ls_sampler *s, int64_t batch_per_rank);
  * may be NULL). With world*b = B, the union over ranks of step j's batches equals the
  * single-rank batch-B step j as a multiset: always in EXACT mode, in PAD mode when world
  * divides N. */
-ls_status ls_sampler_batch(const ls_sampler *s, int64_t step, int64_t batch_per_rank,
-                           int64_t *idx_out, int64_t *count_out, int64_t *global_count_out);
+ls_status ls_sampler_batch(const ls_sampler *s, int64_t step, int64_t batch_per_rank, int64_t *idx_out,
+                           int64_t *count_out, int64_t *global_count_out);
 
 #ifdef __cplusplus
 }

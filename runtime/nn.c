@@ -112,8 +112,7 @@ static ls_status linear_forward(ls_module *m, const ls_tensor *x, const ls_tenso
 
 static ls_status linear_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
     if (!m->x) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: backward called before forward", m->names[0]);
-    if (want_dx)
-        LS_CHECK(ls_module_ensure(m->ctx, &m->dx, m->x->dtype, 2, m->x->shape, "linear input gradient"));
+    if (want_dx) LS_CHECK(ls_module_ensure(m->ctx, &m->dx, m->x->dtype, 2, m->x->shape, "linear input gradient"));
     const ls_tensor *w = m->x->dtype == m->params[0]->dtype ? m->params[0] : m->lowp[0];
     LS_CHECK(ls_op_linear_backward(m->ctx, dy, m->x, w, want_dx ? m->dx : NULL, m->grads[0],
                                    m->n_params > 1 ? m->grads[1] : NULL));
@@ -134,10 +133,8 @@ ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out,
     int64_t wshape[2] = {out, in}, bshape[1] = {out};
     for (int i = 0; i < m->n_params && s == LS_OK; i++) {
         const int64_t *shape = i == 0 ? wshape : bshape;
-        s = ls_tensor_create(ctx->alloc, dtype, 2 - i, shape, i == 0 ? "linear weight" : "linear bias",
-                             &m->params[i]);
-        if (s == LS_OK)
-            s = ls_tensor_create(ctx->alloc, dtype, 2 - i, shape, "linear gradient", &m->grads[i]);
+        s = ls_tensor_create(ctx->alloc, dtype, 2 - i, shape, i == 0 ? "linear weight" : "linear bias", &m->params[i]);
+        if (s == LS_OK) s = ls_tensor_create(ctx->alloc, dtype, 2 - i, shape, "linear gradient", &m->grads[i]);
         if (s == LS_OK) s = ls_tensor_zero(m->grads[i]);
         snprintf(m->names[i], LS_NAME_MAX, "%s%s%s", name ? name : "", name && *name ? "." : "",
                  i == 0 ? "weight" : "bias");
@@ -272,8 +269,8 @@ ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, l
     return LS_OK;
 }
 
-ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act,
-                        uint64_t seed, ls_module **out_m) {
+ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act, uint64_t seed,
+                        ls_module **out_m) {
     if (n_sizes < 2) return ls_error(LS_ERR_INVALID_ARGUMENT, "an MLP needs at least 2 sizes, got %d", n_sizes);
     int n = 2 * (n_sizes - 1) - 1;
     ls_module **mods = calloc((size_t)n, sizeof *mods);
@@ -507,9 +504,7 @@ ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, con
 int ls_module_num_params(const ls_module *m) { return m->n_params; }
 ls_tensor *ls_module_param(ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->params[i] : NULL; }
 ls_tensor *ls_module_grad(ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->grads[i] : NULL; }
-const char *ls_module_param_name(const ls_module *m, int i) {
-    return i >= 0 && i < m->n_params ? m->names[i] : NULL;
-}
+const char *ls_module_param_name(const ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->names[i] : NULL; }
 const char *ls_module_kind(const ls_module *m) { return m->vt->kind; }
 
 int64_t ls_module_num_elements(const ls_module *m) {

@@ -29,8 +29,8 @@ ls_status ls_activation_create(ls_ctx *ctx, ls_act act, ls_module **out_m);
 ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, ls_module **out_m);
 /* An MLP: Linear(sizes[0], sizes[1]), act, ..., Linear(sizes[n-2], sizes[n-1]) (no act at the end);
  * layer i's init stream is seed + i. */
-ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act,
-                        uint64_t seed, ls_module **out_m);
+ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act, uint64_t seed,
+                        ls_module **out_m);
 void ls_module_destroy(ls_module *m);
 
 /* Dropout with probability p (inverted: kept values scaled by 1/(1-p)); inactive when not

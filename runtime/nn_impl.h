@@ -31,18 +31,18 @@ struct ls_module {
     ls_grad_hook hook;
     void *hook_user;
     /* kind-specific */
-    const ls_tensor *x;  /* input of the last forward */
-    ls_tensor *y, *dx;   /* owned buffers */
+    const ls_tensor *x; /* input of the last forward */
+    ls_tensor *y, *dx;  /* owned buffers */
     ls_act act;
     int n_children;
-    ls_module **children; /* Sequential's children; a Checkpoint's one inner module */
-    int *child_first; /* index of each child's first parameter in the flat list */
-    int training;     /* dropout active */
-    float p;          /* dropout probability */
-    uint64_t seed;    /* dropout stream */
+    ls_module **children;     /* Sequential's children; a Checkpoint's one inner module */
+    int *child_first;         /* index of each child's first parameter in the flat list */
+    int training;             /* dropout active */
+    float p;                  /* dropout probability */
+    uint64_t seed;            /* dropout stream */
     uint64_t backward_passes; /* dropout's mask is a function of (seed, backward passes done) */
-    ls_tensor *mask;  /* dropout multipliers: 0 or 1/(1-p) */
-    ls_tensor *lowp[2]; /* Linear: f16/bf16 copies of weight and bias for low-precision inputs */
+    ls_tensor *mask;          /* dropout multipliers: 0 or 1/(1-p) */
+    ls_tensor *lowp[2];       /* Linear: f16/bf16 copies of weight and bias for low-precision inputs */
 };
 
 /* A zeroed module of size bytes (0: sizeof(struct ls_module); a kind's struct embeds ls_module

@@ -69,8 +69,8 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
     char a[64], b[64];
     *out = NULL;
     if (n < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: no parameters");
-    if (!(cfg->lr >= 0) || !(cfg->weight_decay >= 0) || !(cfg->momentum >= 0) ||
-        !(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->eps >= 0))
+    if (!(cfg->lr >= 0) || !(cfg->weight_decay >= 0) || !(cfg->momentum >= 0) || !(cfg->beta1 >= 0 && cfg->beta1 < 1) ||
+        !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->eps >= 0))
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "optimizer: invalid hyperparameters (lr %g, weight decay %g, momentum %g, betas %g %g, eps %g)",
                         cfg->lr, cfg->weight_decay, cfg->momentum, cfg->beta1, cfg->beta2, cfg->eps);
@@ -116,14 +116,16 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
         o->gp[i] = grads[i]->data;
         o->numel[i] = ls_tensor_numel(params[i]);
         if (need_m) {
-            LS_CHECK_GOTO(ls_tensor_create(ctx->alloc, o->dtype, params[i]->ndim, params[i]->shape,
-                                           "optimizer state", &o->m[i]), s, fail);
+            LS_CHECK_GOTO(
+                ls_tensor_create(ctx->alloc, o->dtype, params[i]->ndim, params[i]->shape, "optimizer state", &o->m[i]),
+                s, fail);
             LS_CHECK_GOTO(ls_tensor_zero(o->m[i]), s, fail);
             o->mp[i] = o->m[i]->data;
         }
         if (need_v) {
-            LS_CHECK_GOTO(ls_tensor_create(ctx->alloc, o->dtype, params[i]->ndim, params[i]->shape,
-                                           "optimizer state", &o->v[i]), s, fail);
+            LS_CHECK_GOTO(
+                ls_tensor_create(ctx->alloc, o->dtype, params[i]->ndim, params[i]->shape, "optimizer state", &o->v[i]),
+                s, fail);
             LS_CHECK_GOTO(ls_tensor_zero(o->v[i]), s, fail);
             o->vp[i] = o->v[i]->data;
         }
@@ -143,8 +145,7 @@ ls_status ls_optimizer_step(ls_optimizer *o, float lr) {
         o->gp[i] = o->g[i]->data;
     }
     if (o->cfg.kind == LS_OPTIM_SGD) {
-        ls_sgd_params hp = {lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov,
-                            o->steps == 0};
+        ls_sgd_params hp = {lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov, o->steps == 0};
         LS_CHECK(ops->sgd_step(o->ctx->state, o->dtype, o->n, o->pp, o->gp, o->mp, o->numel, &hp));
     } else {
         ls_adamw_params hp = {lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay, o->steps + 1};
@@ -165,8 +166,7 @@ ls_tensor *ls_optimizer_state(ls_optimizer *o, int i, int slot) {
 }
 
 float ls_lr_at(const ls_lr_schedule *s, int64_t step) {
-    if (s->warmup_steps > 0 && step < s->warmup_steps)
-        return s->base_lr * (float)(step + 1) / (float)s->warmup_steps;
+    if (s->warmup_steps > 0 && step < s->warmup_steps) return s->base_lr * (float)(step + 1) / (float)s->warmup_steps;
     if (s->total_steps <= s->warmup_steps) return s->base_lr;
     double t = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);
     if (t > 1) t = 1;

@@ -22,34 +22,34 @@ struct ls_trainer {
     ls_reducer *reducer;
     int compress_f16; /* the reducer sends fp16: an inf check every step, whatever the precision */
     int64_t steps;
-    int64_t cap;           /* rows the input buffers hold */
-    int64_t features;      /* and the features per row */
+    int64_t cap;      /* rows the input buffers hold */
+    int64_t features; /* and the features per row */
     /* The input buffers. On the host path (a CPU context, data gathered on the host) x and y are
      * views of slot 0's staging memory. Otherwise each of the two slots has device tensors, and
      * its host staging memory (pinned where the backend can) is made on first use; x and y point
      * at the slot of the batch being trained. Slots alternate, so the next batch can be gathered
      * and copied into one while the device still computes on the other (ls_trainer_prefetch). */
     struct stage {
-        void *mem;         /* host staging: hx [cap, features], then hy [cap] */
-        size_t bytes;      /* of mem */
+        void *mem;    /* host staging: hx [cap, features], then hy [cap] */
+        size_t bytes; /* of mem */
         int pinned;
-        float *hx;         /* or, for a data set of bytes, its 256 values and then the bytes */
+        float *hx; /* or, for a data set of bytes, its 256 values and then the bytes */
         int32_t *hy;
-        ls_tensor *x, *y;  /* device buffers */
-        void *xb;          /* a set of bytes: the values and bytes copied, decoded into x on the device */
-        int64_t decode;    /* rows staged in xb and not yet decoded into x */
+        ls_tensor *x, *y; /* device buffers */
+        void *xb;         /* a set of bytes: the values and bytes copied, decoded into x on the device */
+        int64_t decode;   /* rows staged in xb and not yet decoded into x */
     } st[LS_UPLOAD_SLOTS];
-    int slot;              /* the slot of the last batch loaded */
-    ls_tensor vx, vy;      /* the host path's views */
-    ls_tensor *x, *y;      /* the batch being trained */
-    int prefetch_mode;     /* LOCKSTEP_PREFETCH: PF_AUTO, PF_ON, PF_OFF */
-    struct {               /* the samples of the next step's first micro-batch (ls_trainer_prefetch) */
+    int slot;          /* the slot of the last batch loaded */
+    ls_tensor vx, vy;  /* the host path's views */
+    ls_tensor *x, *y;  /* the batch being trained */
+    int prefetch_mode; /* LOCKSTEP_PREFETCH: PF_AUTO, PF_ON, PF_OFF */
+    struct {           /* the samples of the next step's first micro-batch (ls_trainer_prefetch) */
         int set;
         const ls_dataset *data;
         int64_t n, cap;
         int64_t *idx;
     } hint;
-    struct {               /* a batch already in a slot (copied or being copied) */
+    struct { /* a batch already in a slot (copied or being copied) */
         int valid, slot;
         uint64_t id;
         int64_t n, cap;
@@ -57,26 +57,26 @@ struct ls_trainer {
     } pf;
     int64_t pf_hits, pf_misses;
     int pf_warned;
-    ls_tensor *xl;         /* the batch cast to f16/bf16 [cap, features] (mixed precision) */
+    ls_tensor *xl; /* the batch cast to f16/bf16 [cap, features] (mixed precision) */
     int n_params;
     ls_tensor **grads;
     ls_loss_scaler scaler;
-    int64_t inject_step;   /* LOCKSTEP_AMP_INJECT_INF: step and rank; -1 off */
+    int64_t inject_step; /* LOCKSTEP_AMP_INJECT_INF: step and rank; -1 off */
     int inject_rank;
-    int data_mode;         /* LOCKSTEP_DATA_ON_DEVICE: DATA_AUTO, DATA_ON, DATA_OFF */
-    struct dev_data {      /* data sets copied to the device, by ls_dataset.id (0: empty slot) */
+    int data_mode;    /* LOCKSTEP_DATA_ON_DEVICE: DATA_AUTO, DATA_ON, DATA_OFF */
+    struct dev_data { /* data sets copied to the device, by ls_dataset.id (0: empty slot) */
         uint64_t id;
         int64_t n, features;
         void *images, *labels; /* images: f32, or bytes decoded through lut */
-        float *lut;        /* [256] on the device for a set of bytes, else NULL */
-        uint64_t used;     /* for replacing the least recently used */
+        float *lut;            /* [256] on the device for a set of bytes, else NULL */
+        uint64_t used;         /* for replacing the least recently used */
     } dev[2];
     uint64_t dev_clock;
-    uint64_t refused[2];   /* ids of sets that did not fit on the device (auto): kept on the host */
+    uint64_t refused[2]; /* ids of sets that did not fit on the device (auto): kept on the host */
     int n_refused;
-    int64_t *didx;         /* device copy of a micro-batch's indices */
+    int64_t *didx; /* device copy of a micro-batch's indices */
     int64_t didx_cap;
-    int64_t *iota;         /* device 0, 1, ..., cap-1: decoding staged bytes is a gather of every row */
+    int64_t *iota; /* device 0, 1, ..., cap-1: decoding staged bytes is a gather of every row */
 };
 
 /* LOCKSTEP_DATA_ON_DEVICE and LOCKSTEP_PREFETCH: auto (unset), on or off */
@@ -85,10 +85,14 @@ enum { PF_AUTO = DATA_AUTO, PF_ON = DATA_ON, PF_OFF = DATA_OFF };
 
 static ls_status env_auto_on_off(const char *name, int *out) {
     const char *v = getenv(name);
-    if (!v || !*v || !strcmp(v, "auto")) *out = DATA_AUTO;
-    else if (!strcmp(v, "on") || !strcmp(v, "1")) *out = DATA_ON;
-    else if (!strcmp(v, "off") || !strcmp(v, "0")) *out = DATA_OFF;
-    else return ls_error(LS_ERR_INVALID_ARGUMENT, "%s='%s': use auto, on or off", name, v);
+    if (!v || !*v || !strcmp(v, "auto"))
+        *out = DATA_AUTO;
+    else if (!strcmp(v, "on") || !strcmp(v, "1"))
+        *out = DATA_ON;
+    else if (!strcmp(v, "off") || !strcmp(v, "0"))
+        *out = DATA_OFF;
+    else
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s='%s': use auto, on or off", name, v);
     return LS_OK;
 }
 
@@ -161,8 +165,8 @@ static ls_status open_timeline(const ls_train_config *cfg, ls_comm *comm) {
     return LS_OK;
 }
 
-ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt,
-                            const ls_train_config *cfg, ls_trainer **out) {
+ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
+                            ls_trainer **out) {
     *out = NULL;
     if (cfg->batch_per_rank < 1 || cfg->accum_steps < 1)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "batch size (%lld) and accumulation steps (%d) must be >= 1",
@@ -260,7 +264,8 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
     dev_data_free(t, d);
     ls_status s = ls_alloc(t->ctx->alloc, ib ? ib : 1, "data set on the device (LOCKSTEP_DATA_ON_DEVICE)", &d->images);
     if (s == LS_OK) s = ls_alloc(t->ctx->alloc, lb ? lb : 1, "data set labels on the device", &d->labels);
-    if (s == LS_OK && data->bytes) s = ls_alloc(t->ctx->alloc, sizeof data->lut, "data set byte values", (void **)&d->lut);
+    if (s == LS_OK && data->bytes)
+        s = ls_alloc(t->ctx->alloc, sizeof data->lut, "data set byte values", (void **)&d->lut);
     const void *samples = data->bytes ? (const void *)data->bytes : (const void *)data->images;
     if (s == LS_OK && ib) s = ls_allocator_copy(t->ctx->alloc, d->images, 1, samples, 0, ib);
     if (s == LS_OK && lb) s = ls_allocator_copy(t->ctx->alloc, d->labels, 1, data->labels, 0, lb);
@@ -366,7 +371,8 @@ static ls_status use_slot(ls_trainer *t, int i, int64_t n) {
         ls_tensor_destroy(g->x);
         ls_tensor_destroy(g->y);
         g->x = g->y = NULL;
-        ls_status s = ls_tensor_create(t->ctx->alloc, LS_F32, 2, (int64_t[]){t->cap, t->features}, "input batch", &g->x);
+        ls_status s =
+            ls_tensor_create(t->ctx->alloc, LS_F32, 2, (int64_t[]){t->cap, t->features}, "input batch", &g->x);
         if (s == LS_OK) s = ls_tensor_create(t->ctx->alloc, LS_I32, 1, (int64_t[]){t->cap}, "label batch", &g->y);
         /* new buffers may reuse memory that compute work queued before now still reads: copies
          * into them wait for that work */
@@ -390,8 +396,8 @@ static ls_status use_slot(ls_trainer *t, int i, int64_t n) {
 static ls_status ensure_byte_buffers(ls_trainer *t, int i) {
     struct stage *g = &t->st[i];
     if (!g->xb) {
-        LS_CHECK(ls_alloc(t->ctx->alloc, LS_LUT_BYTES + (size_t)(t->cap * t->features), "a staged batch of bytes",
-                          &g->xb));
+        LS_CHECK(
+            ls_alloc(t->ctx->alloc, LS_LUT_BYTES + (size_t)(t->cap * t->features), "a staged batch of bytes", &g->xb));
         /* as in use_slot: the new buffer may reuse memory that queued compute work still reads */
         LS_CHECK(ls_allocator_release(t->ctx->alloc, i));
     }
@@ -418,8 +424,8 @@ static ls_status decode_staged(ls_trainer *t, int i) {
     int64_t n = g->decode;
     if (!n) return LS_OK;
     g->decode = 0;
-    return t->ctx->ops->gather_rows_lut(t->ctx->state, n, t->features, (const uint8_t *)g->xb + LS_LUT_BYTES,
-                                        t->iota, g->xb, g->x->data);
+    return t->ctx->ops->gather_rows_lut(t->ctx->state, n, t->features, (const uint8_t *)g->xb + LS_LUT_BYTES, t->iota,
+                                        g->xb, g->x->data);
 }
 
 /* Gather idx[0..n) of data on the host into slot i's staging memory and queue its copies to the
@@ -534,8 +540,9 @@ ls_status ls_trainer_prefetch(ls_trainer *t, const ls_dataset *data, const int64
     int64_t n = count < t->cfg.batch_per_rank ? count : t->cfg.batch_per_rank;
     for (int64_t i = 0; i < n; i++)
         if (idx[i] < 0 || idx[i] >= data->n)
-            return ls_error(LS_ERR_INVALID_ARGUMENT, "prefetch: sample index %lld is outside the data set of %lld samples",
-                            (long long)idx[i], (long long)data->n);
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "prefetch: sample index %lld is outside the data set of %lld samples", (long long)idx[i],
+                            (long long)data->n);
     LS_CHECK(grow_indices(&t->hint.idx, &t->hint.cap, n));
     memcpy(t->hint.idx, idx, (size_t)n * sizeof *idx);
     t->hint.n = n;
@@ -559,8 +566,8 @@ static ls_status model_input(ls_trainer *t, const ls_tensor **in) {
     if (!t->xl || t->xl->shape[1] != t->x->shape[1] || t->xl->shape[0] < t->x->shape[0]) {
         ls_tensor_destroy(t->xl);
         t->xl = NULL;
-        LS_CHECK(ls_tensor_create(t->ctx->alloc, lt, 2, (int64_t[]){t->cap, t->x->shape[1]}, "low-precision input batch",
-                                  &t->xl));
+        LS_CHECK(ls_tensor_create(t->ctx->alloc, lt, 2, (int64_t[]){t->cap, t->x->shape[1]},
+                                  "low-precision input batch", &t->xl));
     }
     t->xl->shape[0] = t->x->shape[0];
     LS_CHECK(ls_op_convert(t->ctx, t->x, t->xl));
@@ -649,8 +656,10 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
                 if (s == LS_OK) s = r;
             }
             LS_CHECK(s);
-            if (last) pending = n;
-            else LS_CHECK(read_loss(t, n, &st));
+            if (last)
+                pending = n;
+            else
+                LS_CHECK(read_loss(t, n, &st));
         }
         if (last && t->reducer) {
             ls_module_set_grad_hook(t->model, NULL, NULL);
@@ -682,7 +691,8 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
     ls_status pf = prefetch_next(t, hinted);
     LS_TL_SPAN(t_pf, "prefetch next batch", "data");
     if (pf != LS_OK) { /* an optimization: its failure costs the next step a load */
-        if (!t->pf_warned) LS_LOG_W("prefetching the next batch failed (%s); loading batches when used", ls_last_error());
+        if (!t->pf_warned)
+            LS_LOG_W("prefetching the next batch failed (%s); loading batches when used", ls_last_error());
         t->pf_warned = 1;
         t->pf.valid = 0;
     }

@@ -24,21 +24,21 @@ typedef struct ls_train_config {
     int64_t batch_per_rank; /* micro-batch per rank */
     int accum_steps;        /* micro-batches per optimizer step (>= 1) */
     ls_lr_schedule lr;
-    double clip_grad_norm;  /* 0: off */
+    double clip_grad_norm; /* 0: off */
     ls_reducer_config buckets;
     ls_precision precision; /* fp32 (default), fp16 (with loss scaling) or bf16 */
     int no_timeline;        /* 1: do not open the LOCKSTEP_TIMELINE file (trial trainers) */
 } ls_train_config;
 
 typedef struct ls_step_stats {
-    double loss_sum;    /* sum of per-sample losses on this rank */
-    int64_t correct;    /* correct predictions on this rank */
-    int64_t samples;    /* samples on this rank */
+    double loss_sum; /* sum of per-sample losses on this rank */
+    int64_t correct; /* correct predictions on this rank */
+    int64_t samples; /* samples on this rank */
     int64_t global_samples;
     float lr;
-    double grad_norm;   /* before clipping (0 when clipping is off) */
-    int skipped;        /* fp16: an inf/NaN gradient on some rank; the optimizer step was skipped */
-    double loss_scale;  /* the scale this step's backward used (1 without loss scaling) */
+    double grad_norm;  /* before clipping (0 when clipping is off) */
+    int skipped;       /* fp16: an inf/NaN gradient on some rank; the optimizer step was skipped */
+    double loss_scale; /* the scale this step's backward used (1 without loss scaling) */
 } ls_step_stats;
 
 typedef struct ls_trainer ls_trainer;
@@ -52,8 +52,8 @@ typedef struct ls_trainer ls_trainer;
  * cfg->buckets.bucket_view is -1 or LOCKSTEP_GRAD_AS_BUCKET_VIEW=0): the tensors stay, their ->data
  * changes, so read it when used; ls_trainer_destroy gives them their own memory back, and the
  * model must outlive the trainer. */
-ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt,
-                            const ls_train_config *cfg, ls_trainer **out);
+ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
+                            ls_trainer **out);
 void ls_trainer_destroy(ls_trainer *t);
 
 /* One optimizer step over this rank's samples idx[0..count) (count <= accum_steps *

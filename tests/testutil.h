@@ -12,70 +12,68 @@
 
 static int ls_test_failures __attribute__((unused)) = 0;
 
-#define LS_EXPECT(cond)                                                                            \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);                    \
-            ls_test_failures++;                                                                    \
-        }                                                                                          \
+#define LS_EXPECT(cond)                                                                                                \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);                                        \
+            ls_test_failures++;                                                                                        \
+        }                                                                                                              \
     } while (0)
 
-#define LS_REQUIRE(cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: required %s (last error: %s)\n", __FILE__, __LINE__, #cond,    \
-                    ls_last_error());                                                              \
-            exit(1);                                                                               \
-        }                                                                                          \
+#define LS_REQUIRE(cond)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "%s:%d: required %s (last error: %s)\n", __FILE__, __LINE__, #cond, ls_last_error());      \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
-#define LS_REQUIRE_OK(expr)                                                                        \
-    do {                                                                                           \
-        ls_status ls_t_s_ = (expr);                                                                \
-        if (ls_t_s_ != LS_OK) {                                                                    \
-            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr,               \
-                    ls_status_name(ls_t_s_), ls_last_error());                                     \
-            exit(1);                                                                               \
-        }                                                                                          \
+#define LS_REQUIRE_OK(expr)                                                                                            \
+    do {                                                                                                               \
+        ls_status ls_t_s_ = (expr);                                                                                    \
+        if (ls_t_s_ != LS_OK) {                                                                                        \
+            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr, ls_status_name(ls_t_s_),          \
+                    ls_last_error());                                                                                  \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 /* Expect a status and an error message containing needle. */
-#define LS_EXPECT_ERR(expr, status, needle)                                                        \
-    do {                                                                                           \
-        ls_status ls_t_s_ = (expr);                                                                \
-        if (ls_t_s_ != (status) || !strstr(ls_last_error(), (needle))) {                           \
-            fprintf(stderr, "%s:%d: %s gave %s '%s', expected %s containing '%s'\n", __FILE__,     \
-                    __LINE__, #expr, ls_status_name(ls_t_s_), ls_last_error(),                      \
-                    ls_status_name(status), (needle));                                             \
-            ls_test_failures++;                                                                    \
-        }                                                                                          \
+#define LS_EXPECT_ERR(expr, status, needle)                                                                            \
+    do {                                                                                                               \
+        ls_status ls_t_s_ = (expr);                                                                                    \
+        if (ls_t_s_ != (status) || !strstr(ls_last_error(), (needle))) {                                               \
+            fprintf(stderr, "%s:%d: %s gave %s '%s', expected %s containing '%s'\n", __FILE__, __LINE__, #expr,        \
+                    ls_status_name(ls_t_s_), ls_last_error(), ls_status_name(status), (needle));                       \
+            ls_test_failures++;                                                                                        \
+        }                                                                                                              \
     } while (0)
 
-#define LS_EXPECT_NEAR(a, b, tol)                                                                  \
-    do {                                                                                           \
-        double ls_a_ = (double)(a), ls_b_ = (double)(b);                                           \
-        if (!(fabs(ls_a_ - ls_b_) <= (tol))) {                                                     \
-            fprintf(stderr, "%s:%d: %s = %.9g, %s = %.9g, differ by more than %g\n", __FILE__,     \
-                    __LINE__, #a, ls_a_, #b, ls_b_, (double)(tol));                                \
-            ls_test_failures++;                                                                    \
-        }                                                                                          \
+#define LS_EXPECT_NEAR(a, b, tol)                                                                                      \
+    do {                                                                                                               \
+        double ls_a_ = (double)(a), ls_b_ = (double)(b);                                                               \
+        if (!(fabs(ls_a_ - ls_b_) <= (tol))) {                                                                         \
+            fprintf(stderr, "%s:%d: %s = %.9g, %s = %.9g, differ by more than %g\n", __FILE__, __LINE__, #a, ls_a_,    \
+                    #b, ls_b_, (double)(tol));                                                                         \
+            ls_test_failures++;                                                                                        \
+        }                                                                                                              \
     } while (0)
 
-#define LS_SKIP(...)                                                                               \
-    do {                                                                                           \
-        fprintf(stderr, "SKIP: " __VA_ARGS__);                                                     \
-        fprintf(stderr, "\n");                                                                     \
-        exit(77);                                                                                  \
+#define LS_SKIP(...)                                                                                                   \
+    do {                                                                                                               \
+        fprintf(stderr, "SKIP: " __VA_ARGS__);                                                                         \
+        fprintf(stderr, "\n");                                                                                         \
+        exit(77);                                                                                                      \
     } while (0)
 
-#define LS_TEST_END()                                                                              \
-    do {                                                                                           \
-        if (ls_test_failures) {                                                                    \
-            fprintf(stderr, "%d check(s) failed\n", ls_test_failures);                             \
-            return 1;                                                                              \
-        }                                                                                          \
-        printf("ok\n");                                                                            \
-        return 0;                                                                                  \
+#define LS_TEST_END()                                                                                                  \
+    do {                                                                                                               \
+        if (ls_test_failures) {                                                                                        \
+            fprintf(stderr, "%d check(s) failed\n", ls_test_failures);                                                 \
+            return 1;                                                                                                  \
+        }                                                                                                              \
+        printf("ok\n");                                                                                                \
+        return 0;                                                                                                      \
     } while (0)
 
 #endif

@@ -22,16 +22,16 @@
 static int R, W;
 static ls_comm *C;
 
-#define DIE(...)                                                                                             \
-    do {                                                                                                     \
-        fprintf(stderr, "bench_bucketing: " __VA_ARGS__);                                                    \
-        fprintf(stderr, "\n");                                                                               \
-        if (C && W > 1) ls_comm_abort(C, "bench_bucketing failed");                                          \
-        exit(1);                                                                                             \
+#define DIE(...)                                                                                                       \
+    do {                                                                                                               \
+        fprintf(stderr, "bench_bucketing: " __VA_ARGS__);                                                              \
+        fprintf(stderr, "\n");                                                                                         \
+        if (C && W > 1) ls_comm_abort(C, "bench_bucketing failed");                                                    \
+        exit(1);                                                                                                       \
     } while (0)
-#define CHECK(what, expr)                                                                                    \
-    do {                                                                                                     \
-        if ((expr) != LS_OK) DIE("%s: %s", what, ls_last_error());                                           \
+#define CHECK(what, expr)                                                                                              \
+    do {                                                                                                               \
+        if ((expr) != LS_OK) DIE("%s: %s", what, ls_last_error());                                                     \
     } while (0)
 
 static double now_s(void) {
@@ -43,8 +43,7 @@ static double now_s(void) {
 static void spin(double seconds) {
     if (seconds <= 0) return;
     double end = now_s() + seconds;
-    while (now_s() < end) {
-    }
+    while (now_s() < end) {}
 }
 
 /* ---- parameter lists ---- */
@@ -100,16 +99,9 @@ static plist resnet18_params(void) {
 
 /* ---- methods ---- */
 
-typedef enum {
-    M_BUCKETED,
-    M_PER_TENSOR,
-    M_PER_TENSOR_ASYNC,
-    M_SINGLE_BUCKET,
-    M_COMPUTE_ONLY,
-    M_COUNT
-} method;
-static const char *method_names[] = {"bucketed (reducer)", "per-tensor allreduce", "per-tensor async",
-                                     "single bucket", "compute only"};
+typedef enum { M_BUCKETED, M_PER_TENSOR, M_PER_TENSOR_ASYNC, M_SINGLE_BUCKET, M_COMPUTE_ONLY, M_COUNT } method;
+static const char *method_names[] = {"bucketed (reducer)", "per-tensor allreduce", "per-tensor async", "single bucket",
+                                     "compute only"};
 
 typedef struct setup {
     plist p;
@@ -149,8 +141,7 @@ static void run_method(setup *s, method m) {
         ls_comm_request *req[80];
         for (int i = n - 1; i >= 0; i--) {
             spin(s->compute_s[i]);
-            CHECK("iallreduce",
-                  ls_comm_iallreduce(C, s->g[i]->data, s->p.numel[i], LS_F32, LS_REDUCE_SUM, &req[i]));
+            CHECK("iallreduce", ls_comm_iallreduce(C, s->g[i]->data, s->p.numel[i], LS_F32, LS_REDUCE_SUM, &req[i]));
         }
         for (int i = n - 1; i >= 0; i--) {
             CHECK("wait", ls_comm_wait(req[i]));
@@ -208,10 +199,7 @@ int main(int argc, char **argv) {
         case 'n': runs = atoi(optarg); break;
         case 'w': warmup = atoi(optarg); break;
         case 'm':
-            which = !strcmp(optarg, "mlp")      ? 1
-                    : !strcmp(optarg, "resnet") ? 2
-                    : !strcmp(optarg, "all")    ? 3
-                                                : 0;
+            which = !strcmp(optarg, "mlp") ? 1 : !strcmp(optarg, "resnet") ? 2 : !strcmp(optarg, "all") ? 3 : 0;
             break;
         case 'u': compute_us = atof(optarg); break;
         case 'B': bucket_mb = atof(optarg); break;
@@ -219,17 +207,16 @@ int main(int argc, char **argv) {
         case 'b': backend = optarg; break;
         case 'h':
         default:
-            fprintf(
-                ch == 'h' ? stdout : stderr,
-                "usage: mpirun -np N bench_bucketing [options]\n"
-                "  -n, --runs N            timed runs per method (median; default 20)\n"
-                "  -w, --warmup N          untimed runs first (default 3)\n"
-                "  -m, --model NAME        mlp, resnet or all (default all)\n"
-                "  -u, --compute-us US     simulated backward time per step, spread over the tensors\n"
-                "                          by size (default 0: communication only)\n"
-                "      --bucket-mb MB      bucket cap (default: LOCKSTEP_BUCKET_MB, then 25)\n"
-                "      --first-bucket-mb MB first bucket cap (default: LOCKSTEP_FIRST_BUCKET_MB, then 1)\n"
-                "      --backend NAME      self, mpi, nccl or auto\n");
+            fprintf(ch == 'h' ? stdout : stderr,
+                    "usage: mpirun -np N bench_bucketing [options]\n"
+                    "  -n, --runs N            timed runs per method (median; default 20)\n"
+                    "  -w, --warmup N          untimed runs first (default 3)\n"
+                    "  -m, --model NAME        mlp, resnet or all (default all)\n"
+                    "  -u, --compute-us US     simulated backward time per step, spread over the tensors\n"
+                    "                          by size (default 0: communication only)\n"
+                    "      --bucket-mb MB      bucket cap (default: LOCKSTEP_BUCKET_MB, then 25)\n"
+                    "      --first-bucket-mb MB first bucket cap (default: LOCKSTEP_FIRST_BUCKET_MB, then 1)\n"
+                    "      --backend NAME      self, mpi, nccl or auto\n");
             return ch == 'h' ? 0 : 2;
         }
     }
@@ -246,8 +233,8 @@ int main(int argc, char **argv) {
         printf("\n# ranks %d, backend %s, MPI progress %s, runs %d (median of max over ranks), compute %.0f "
                "us/step\n",
                W, ls_comm_backend_name(C), prog && *prog ? prog : "default", runs, compute_us);
-        printf("# %-20s %7s %9s %7s  %-22s %10s %8s %7s\n", "model", "tensors", "MB", "buckets", "method",
-               "time (ms)", "vs bucketed", "#wrong");
+        printf("# %-20s %7s %9s %7s  %-22s %10s %8s %7s\n", "model", "tensors", "MB", "buckets", "method", "time (ms)",
+               "vs bucketed", "#wrong");
     }
     for (int model = 1; model <= 2; model++) {
         if (!(which & model)) continue;
@@ -259,8 +246,7 @@ int main(int argc, char **argv) {
             CHECK("gradient", ls_tensor_create(a, LS_F32, 1, shape, "grad", &s.g[i]));
             s.total += s.p.numel[i];
         }
-        for (int i = 0; i < s.p.n; i++)
-            s.compute_s[i] = compute_us * 1e-6 * (double)s.p.numel[i] / (double)s.total;
+        for (int i = 0; i < s.p.n; i++) s.compute_s[i] = compute_us * 1e-6 * (double)s.p.numel[i] / (double)s.total;
         /* the first reducer as configured (bucket views by default); the second, over the same
          * gradients, copies */
         ls_reducer_config cfg = {(size_t)(first_mb * 1048576.0), (size_t)(bucket_mb * 1048576.0), 0, 0};
@@ -293,8 +279,8 @@ int main(int argc, char **argv) {
                          : m == M_COMPUTE_ONLY  ? 0
                                                 : s.p.n;
                 printf("  %-20s %7d %9.3f %7d  %-22s %10.3f %8.3f %7lld\n", s.p.name, s.p.n,
-                       (double)s.total * 4 / 1048576.0, nb, method_names[m], med[m] * 1e3,
-                       med[m] / med[M_BUCKETED], (long long)wrong[m]);
+                       (double)s.total * 4 / 1048576.0, nb, method_names[m], med[m] * 1e3, med[m] / med[M_BUCKETED],
+                       (long long)wrong[m]);
             }
             fflush(stdout);
         }

@@ -43,17 +43,17 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-#define DIE(...)                                                                                             \
-    do {                                                                                                     \
-        fprintf(stderr, "bench_collectives: " __VA_ARGS__);                                                  \
-        fprintf(stderr, "\n");                                                                               \
-        if (C && W > 1) ls_comm_abort(C, "bench_collectives failed");                                        \
-        exit(1);                                                                                             \
+#define DIE(...)                                                                                                       \
+    do {                                                                                                               \
+        fprintf(stderr, "bench_collectives: " __VA_ARGS__);                                                            \
+        fprintf(stderr, "\n");                                                                                         \
+        if (C && W > 1) ls_comm_abort(C, "bench_collectives failed");                                                  \
+        exit(1);                                                                                                       \
     } while (0)
 
-#define CHECK(what, expr)                                                                                    \
-    do {                                                                                                     \
-        if ((expr) != LS_OK) DIE("%s: %s", what, ls_last_error());                                           \
+#define CHECK(what, expr)                                                                                              \
+    do {                                                                                                               \
+        if ((expr) != LS_OK) DIE("%s: %s", what, ls_last_error());                                                     \
     } while (0)
 
 static void usage(FILE *f) {
@@ -135,9 +135,7 @@ static void run_raw(bench_op op, float *send, float *recv, int64_t count) {
     case OP_ALLREDUCE: rc = MPI_Allreduce(MPI_IN_PLACE, recv, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
     case OP_BROADCAST: rc = MPI_Bcast(recv, n, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
     case OP_ALLGATHER: rc = MPI_Allgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, MPI_COMM_WORLD); break;
-    case OP_REDUCE_SCATTER:
-        rc = MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        break;
+    case OP_REDUCE_SCATTER: rc = MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
     }
     if (rc != MPI_SUCCESS) DIE("raw MPI %s failed (%d)", op_names[op], rc);
 }
@@ -216,11 +214,11 @@ static void bench(const opts *o, bench_op op, int raw) {
     if (R == 0) {
         printf("#\n# %s, %d rank(s), backend %s%s\n", op_names[op], W, ls_comm_backend_name(C),
                raw ? "; raw MPI timed alternately (A B A B)" : "");
-        printf("# %10s %12s %6s %6s %5s %10s %8s %8s %7s", "size", "count", "type", "redop", "root", "time",
-               "algbw", "busbw", "#wrong");
+        printf("# %10s %12s %6s %6s %5s %10s %8s %8s %7s", "size", "count", "type", "redop", "root", "time", "algbw",
+               "busbw", "#wrong");
         if (raw) printf(" %10s %8s %8s %7s %7s", "mpi time", "algbw", "busbw", "#wrong", "ratio");
-        printf("\n# %10s %12s %6s %6s %5s %10s %8s %8s %7s", "(B)", "(elements)", "", "", "", "(us)",
-               "(GB/s)", "(GB/s)", "");
+        printf("\n# %10s %12s %6s %6s %5s %10s %8s %8s %7s", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
+               "(GB/s)", "");
         if (raw) printf(" %10s %8s %8s %7s %7s", "(us)", "(GB/s)", "(GB/s)", "", "ls/mpi");
         printf("\n");
         fflush(stdout);
@@ -262,13 +260,12 @@ static void bench(const opts *o, bench_op op, int raw) {
                 snprintf(wb, sizeof wb, "%lld", (long long)wrong_raw);
             }
             printf("  %10zu %12lld %6s %6s %5d %10.2f %8.3f %8.3f %7s", shown, (long long)count, "float",
-                   op == OP_BROADCAST || op == OP_ALLGATHER ? "none" : "sum", op == OP_BROADCAST ? 0 : -1,
-                   t * 1e6, algbw, busbw, wa);
+                   op == OP_BROADCAST || op == OP_ALLGATHER ? "none" : "sum", op == OP_BROADCAST ? 0 : -1, t * 1e6,
+                   algbw, busbw, wa);
             if (raw) {
                 double tr = median(tb, o->rounds);
                 double ab = tr > 0 ? (double)shown / tr / 1e9 : 0;
-                printf(" %10.2f %8.3f %8.3f %7s %7.3f", tr * 1e6, ab, ab * bus_factor(op), wb,
-                       tr > 0 ? t / tr : 0);
+                printf(" %10.2f %8.3f %8.3f %7s %7.3f", tr * 1e6, ab, ab * bus_factor(op), wb, tr > 0 ? t / tr : 0);
             }
             printf("\n");
             fflush(stdout);

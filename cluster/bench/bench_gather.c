@@ -33,9 +33,12 @@ int main(int argc, char **argv) {
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        if (c == 'b') B = atoll(optarg);
-        else if (c == 'r') rounds = atoi(optarg);
-        else if (c == 'd') dir = optarg;
+        if (c == 'b')
+            B = atoll(optarg);
+        else if (c == 'r')
+            rounds = atoi(optarg);
+        else if (c == 'd')
+            dir = optarg;
         else {
             fprintf(stderr, "usage: bench_gather [--batch-size N] [--rounds N] [--data-dir DIR]\n");
             return 2;

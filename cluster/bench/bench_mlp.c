@@ -23,13 +23,13 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-#define CHECK(what, expr)                                                                          \
-    do {                                                                                           \
-        ls_status s_ = (expr);                                                                     \
-        if (s_ != LS_OK) {                                                                         \
-            fprintf(stderr, "bench_mlp: %s: %s\n", what, ls_last_error());                         \
-            return 1;                                                                              \
-        }                                                                                          \
+#define CHECK(what, expr)                                                                                              \
+    do {                                                                                                               \
+        ls_status s_ = (expr);                                                                                         \
+        if (s_ != LS_OK) {                                                                                             \
+            fprintf(stderr, "bench_mlp: %s: %s\n", what, ls_last_error());                                             \
+            return 1;                                                                                                  \
+        }                                                                                                              \
     } while (0)
 
 /* GEMM FLOPs of one training step: forward of every layer, weight gradients of every layer, and
@@ -46,7 +46,8 @@ static double step_flops(const int64_t *s, int n, int64_t B) {
 static int run_sgemm(const int64_t *s, int n, int64_t B, int steps) {
     int64_t maxd = 0;
     for (int i = 0; i < n; i++) maxd = s[i] > maxd ? s[i] : maxd;
-    float *a = calloc((size_t)(B * maxd), 4), *w = calloc((size_t)(maxd * maxd), 4), *c = calloc((size_t)(maxd * maxd), 4);
+    float *a = calloc((size_t)(B * maxd), 4), *w = calloc((size_t)(maxd * maxd), 4),
+          *c = calloc((size_t)(maxd * maxd), 4);
     for (int64_t i = 0; i < B * maxd; i++) a[i] = (float)(i % 7) * 0.1f;
     for (int64_t i = 0; i < maxd * maxd; i++) w[i] = (float)(i % 5) * 0.1f;
     double t0 = 0;
@@ -71,19 +72,28 @@ int main(int argc, char **argv) {
     int64_t B = 128;
     int steps = 400, sgemm = 0;
     const char *dir = NULL, *device = NULL;
-    static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'}, {"steps", required_argument, 0, 'n'},
-                                         {"data-dir", required_argument, 0, 'd'}, {"sgemm", no_argument, 0, 'g'},
-                                         {"device", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},
+    static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"data-dir", required_argument, 0, 'd'},
+                                         {"sgemm", no_argument, 0, 'g'},
+                                         {"device", required_argument, 0, 'D'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'b') B = atoll(optarg);
-        else if (c == 'n') steps = atoi(optarg);
-        else if (c == 'd') dir = optarg;
-        else if (c == 'g') sgemm = 1;
-        else if (c == 'D') device = optarg;
+        if (c == 'b')
+            B = atoll(optarg);
+        else if (c == 'n')
+            steps = atoi(optarg);
+        else if (c == 'd')
+            dir = optarg;
+        else if (c == 'g')
+            sgemm = 1;
+        else if (c == 'D')
+            device = optarg;
         else {
-            printf("usage: bench_mlp [--batch-size N] [--steps N] [--data-dir DIR] [--device cpu|cuda[:N]] [--sgemm]\n");
+            printf(
+                "usage: bench_mlp [--batch-size N] [--steps N] [--data-dir DIR] [--device cpu|cuda[:N]] [--sgemm]\n");
             return c == 'h' ? 0 : 2;
         }
     }

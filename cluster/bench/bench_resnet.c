@@ -32,13 +32,13 @@ static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 /* CPU time of every thread of this process: on a shared machine, less sensitive to other load */
 static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
-#define CHECK(what, expr)                                                                          \
-    do {                                                                                           \
-        ls_status s_ = (expr);                                                                     \
-        if (s_ != LS_OK) {                                                                         \
-            fprintf(stderr, "bench_resnet: %s: %s\n", what, ls_last_error());                      \
-            return 1;                                                                              \
-        }                                                                                          \
+#define CHECK(what, expr)                                                                                              \
+    do {                                                                                                               \
+        ls_status s_ = (expr);                                                                                         \
+        if (s_ != LS_OK) {                                                                                             \
+            fprintf(stderr, "bench_resnet: %s: %s\n", what, ls_last_error());                                          \
+            return 1;                                                                                                  \
+        }                                                                                                              \
     } while (0)
 
 int main(int argc, char **argv) {
@@ -46,27 +46,42 @@ int main(int argc, char **argv) {
     int steps = 50, warmup = 5, segments = 0;
     const char *dir = NULL, *widths = "16,32,64", *precision = "fp32", *device = NULL;
     ls_resnet_config cfg = {LS_F32, LS_F32, 1, 28, 28, 0, {0}, 1, 10, 42, NULL};
-    static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'}, {"steps", required_argument, 0, 'n'},
-                                         {"warmup", required_argument, 0, 'w'},     {"data-dir", required_argument, 0, 'd'},
-                                         {"widths", required_argument, 0, 'W'},     {"blocks", required_argument, 0, 'B'},
-                                         {"precision", required_argument, 0, 'p'},  {"checkpoint-activations", required_argument, 0, 'c'},
-                                         {"device", required_argument, 0, 'D'},     {"help", no_argument, 0, 'h'},
+    static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"warmup", required_argument, 0, 'w'},
+                                         {"data-dir", required_argument, 0, 'd'},
+                                         {"widths", required_argument, 0, 'W'},
+                                         {"blocks", required_argument, 0, 'B'},
+                                         {"precision", required_argument, 0, 'p'},
+                                         {"checkpoint-activations", required_argument, 0, 'c'},
+                                         {"device", required_argument, 0, 'D'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'b') B = atoll(optarg);
-        else if (c == 'n') steps = atoi(optarg);
-        else if (c == 'w') warmup = atoi(optarg);
-        else if (c == 'd') dir = optarg;
-        else if (c == 'W') widths = optarg;
-        else if (c == 'B') cfg.blocks = atoi(optarg);
-        else if (c == 'p') precision = optarg;
-        else if (c == 'c') segments = atoi(optarg);
-        else if (c == 'D') device = optarg;
+        if (c == 'b')
+            B = atoll(optarg);
+        else if (c == 'n')
+            steps = atoi(optarg);
+        else if (c == 'w')
+            warmup = atoi(optarg);
+        else if (c == 'd')
+            dir = optarg;
+        else if (c == 'W')
+            widths = optarg;
+        else if (c == 'B')
+            cfg.blocks = atoi(optarg);
+        else if (c == 'p')
+            precision = optarg;
+        else if (c == 'c')
+            segments = atoi(optarg);
+        else if (c == 'D')
+            device = optarg;
         else {
-            printf("usage: bench_resnet [--batch-size N (global)] [--steps N] [--warmup N] [--widths A,B,C] [--blocks N]\n"
-                   "                    [--precision fp32|bf16|fp16] [--checkpoint-activations SEGMENTS]\n"
-                   "                    [--device cpu|cuda[:N] (default $LOCKSTEP_DEVICE, else cpu)] [--data-dir DIR]\n");
+            printf(
+                "usage: bench_resnet [--batch-size N (global)] [--steps N] [--warmup N] [--widths A,B,C] [--blocks N]\n"
+                "                    [--precision fp32|bf16|fp16] [--checkpoint-activations SEGMENTS]\n"
+                "                    [--device cpu|cuda[:N] (default $LOCKSTEP_DEVICE, else cpu)] [--data-dir DIR]\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -142,9 +157,10 @@ int main(int argc, char **argv) {
     if (rank == 0)
         printf("lockstep samples/s %.1f step_ms %.3f cpu_ms_per_step %.3f ranks %d batch %lld peak_mib %.1f loss %.4f "
                "device %s precision %s\n",
-               (double)steps * (double)(b * world) / dt, 1000 * dt / steps, 1000 * dc / steps, world, (long long)(b * world),
-               (double)ms.peak_bytes / 1048576.0, st.loss_sum / (double)(st.samples ? st.samples : 1),
-               ls_device_str(dev, devname, sizeof devname), ls_precision_name(prec));
+               (double)steps * (double)(b * world) / dt, 1000 * dt / steps, 1000 * dc / steps, world,
+               (long long)(b * world), (double)ms.peak_bytes / 1048576.0,
+               st.loss_sum / (double)(st.samples ? st.samples : 1), ls_device_str(dev, devname, sizeof devname),
+               ls_precision_name(prec));
     free(idx);
     free(p);
     free(g);

@@ -51,11 +51,10 @@ static void restore_loss_scaler(ls_trainer *t, const ls_ckpt_state *saved) {
 static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
     int rank = ls_comm_rank(c->comm), found, exact;
     ls_ckpt_state saved;
-    LS_CHECK(ls_ckpt_load(c->comm, c->ctx, c->o->checkpoint_dir, c->o->resume, c->model, c->opt, &saved,
-                          &found, c->path, sizeof c->path));
+    LS_CHECK(ls_ckpt_load(c->comm, c->ctx, c->o->checkpoint_dir, c->o->resume, c->model, c->opt, &saved, &found,
+                          c->path, sizeof c->path));
     if (!found) {
-        if (rank == 0)
-            printf("%s: no checkpoint in %s; starting from step 0\n", c->prog, c->o->checkpoint_dir);
+        if (rank == 0) printf("%s: no checkpoint in %s; starting from step 0\n", c->prog, c->o->checkpoint_dir);
         return LS_OK;
     }
     ls_trainer_set_num_steps(c->trainer, saved.step);
@@ -70,9 +69,8 @@ static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
                "global batch of %lld: continuing at the next step boundary (%lld samples skipped)\n",
                c->prog, (long long)saved.epoch_samples, (long long)saved.epoch + 1, (long long)gb,
                (long long)(*start_j * gb - saved.epoch_samples));
-    printf("%s: resumed from %s at step %lld, epoch %lld (step %lld of %lld in the epoch)\n", c->prog,
-           c->path, (long long)saved.step, (long long)*start_epoch + 1, (long long)*start_j,
-           (long long)steps);
+    printf("%s: resumed from %s at step %lld, epoch %lld (step %lld of %lld in the epoch)\n", c->prog, c->path,
+           (long long)saved.step, (long long)*start_epoch + 1, (long long)*start_j, (long long)steps);
     return LS_OK;
 }
 
@@ -84,8 +82,8 @@ void ex_ckpt_init(ex_ckpt *c, const char *prog, const ex_ckpt_options *o) {
 }
 
 ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt,
-                        ls_trainer *trainer, const ls_train_config *tc, const ls_optim_config *oc,
-                        uint64_t seed, int64_t steps_per_epoch, int64_t *start_epoch, int64_t *start_j) {
+                        ls_trainer *trainer, const ls_train_config *tc, const ls_optim_config *oc, uint64_t seed,
+                        int64_t steps_per_epoch, int64_t *start_epoch, int64_t *start_j) {
     const ex_ckpt_options *o = c->o;
     c->comm = comm;
     c->ctx = ctx;
@@ -143,8 +141,8 @@ static ls_status save(ex_ckpt *c) {
     st.epoch = c->pos_epoch;
     st.epoch_samples = c->pos_samples;
     c->what = "checkpoint";
-    LS_CHECK(ls_ckpt_save(c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model, c->opt,
-                          &st, c->path, sizeof c->path));
+    LS_CHECK(ls_ckpt_save(c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model, c->opt, &st, c->path,
+                          sizeof c->path));
     c->last_saved = c->step;
     if (ls_comm_rank(c->comm) == 0) {
         printf("%s: saved checkpoint %s (step %lld)\n", c->prog, c->path, (long long)c->step);
@@ -153,8 +151,7 @@ static ls_status save(ex_ckpt *c) {
     return LS_OK;
 }
 
-ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global, int last_in_epoch,
-                             int *sig) {
+ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global, int last_in_epoch, int *sig) {
     *sig = 0;
     c->step = ls_trainer_num_steps(c->trainer);
     if (c->o->log_steps) {
@@ -179,8 +176,10 @@ ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global
         if (c->progress) fprintf(stderr, "\r%*s\r", 70, "");
         if (ls_comm_rank(c->comm) == 0)
             printf("%s: received %s: finished step %lld, saved checkpoint %s; exiting\n", c->prog,
-                   *sig == SIGINT ? "SIGINT" : *sig == SIGTERM ? "SIGTERM" : "a signal", (long long)c->step,
-                   c->path);
+                   *sig == SIGINT    ? "SIGINT"
+                   : *sig == SIGTERM ? "SIGTERM"
+                                     : "a signal",
+                   (long long)c->step, c->path);
         fflush(stdout);
         ls_preempt_hold(); /* saved: a launcher's SIGTERM to the last ranks must not kill them */
     }

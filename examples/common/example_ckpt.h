@@ -28,62 +28,61 @@ enum {
 };
 
 /* Entries of a program's struct option array. */
-#define EX_CKPT_LONGOPTS \
-    {"max-steps", required_argument, 0, EX_OPT_MAX_STEPS}, \
-    {"save-every", required_argument, 0, EX_OPT_SAVE_EVERY}, \
-    {"checkpoint-dir", required_argument, 0, EX_OPT_CHECKPOINT_DIR}, \
-    {"keep-last", required_argument, 0, EX_OPT_KEEP_LAST}, \
-    {"resume", required_argument, 0, EX_OPT_RESUME}, \
-    {"log-steps", required_argument, 0, EX_OPT_LOG_STEPS}, \
-    {"dump-params", required_argument, 0, EX_OPT_DUMP_PARAMS}
+#define EX_CKPT_LONGOPTS                                                                                               \
+    {"max-steps", required_argument, 0, EX_OPT_MAX_STEPS}, {"save-every", required_argument, 0, EX_OPT_SAVE_EVERY},    \
+        {"checkpoint-dir", required_argument, 0, EX_OPT_CHECKPOINT_DIR},                                               \
+        {"keep-last", required_argument, 0, EX_OPT_KEEP_LAST}, {"resume", required_argument, 0, EX_OPT_RESUME},        \
+        {"log-steps", required_argument, 0, EX_OPT_LOG_STEPS}, {                                                       \
+        "dump-params", required_argument, 0, EX_OPT_DUMP_PARAMS                                                        \
+    }
 
 /* --help lines of the shared flags but --dump-params (whose line says what the program writes),
  * and of --metrics, which is resumed the same way. */
-#define EX_CKPT_HELP_FLAGS \
-    "  --max-steps N         stop after N optimizer steps in all, resumed ones included " \
-    "(default: no limit)\n" \
-    "  --save-every N        write a checkpoint every N optimizer steps and at the end (default 0: only\n" \
-    "                        on SIGTERM/SIGINT)\n" \
-    "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints)\n" \
-    "  --keep-last K         keep the K newest checkpoints, remove older ones (default 3; 0 keeps all)\n" \
-    "  --resume auto|PATH    auto: continue from the newest valid checkpoint in --checkpoint-dir (start\n" \
-    "                        afresh when there is none); PATH: from that checkpoint directory\n" \
-    "  --log-steps FILE      rank 0 writes \"step loss\" per optimizer step (mean over the global batch,\n" \
-    "                        17 digits); on resume, lines past the resumed step are dropped, " \
-    "new ones appended\n" \
-    "  --metrics FILE        rank 0 writes one JSON object per optimizer step: loss, accuracy, lr, " \
-    "step time,\n" \
+#define EX_CKPT_HELP_FLAGS                                                                                             \
+    "  --max-steps N         stop after N optimizer steps in all, resumed ones included "                              \
+    "(default: no limit)\n"                                                                                            \
+    "  --save-every N        write a checkpoint every N optimizer steps and at the end (default 0: only\n"             \
+    "                        on SIGTERM/SIGINT)\n"                                                                     \
+    "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints)\n"                           \
+    "  --keep-last K         keep the K newest checkpoints, remove older ones (default 3; 0 keeps all)\n"              \
+    "  --resume auto|PATH    auto: continue from the newest valid checkpoint in --checkpoint-dir (start\n"             \
+    "                        afresh when there is none); PATH: from that checkpoint directory\n"                       \
+    "  --log-steps FILE      rank 0 writes \"step loss\" per optimizer step (mean over the global batch,\n"            \
+    "                        17 digits); on resume, lines past the resumed step are dropped, "                         \
+    "new ones appended\n"                                                                                              \
+    "  --metrics FILE        rank 0 writes one JSON object per optimizer step: loss, accuracy, lr, "                   \
+    "step time,\n"                                                                                                     \
     "                        samples/s, loss scale, memory (resumed like --log-steps)\n"
 
 /* --help paragraphs on what a checkpoint holds (a program may add lines to it before the blank
  * line), and on preemption and the exit status. */
-#define EX_CKPT_HELP_CONTENTS \
-    "Checkpoints hold the weights (model.safetensors), the optimizer state (optimizer.safetensors),\n" \
-    "the step, schedule, sampler position and settings (state.json), checksummed by manifest.json;\n" \
-    "rank 0 writes them. Resuming with the same ranks and batch continues bitwise as if never\n" \
+#define EX_CKPT_HELP_CONTENTS                                                                                          \
+    "Checkpoints hold the weights (model.safetensors), the optimizer state (optimizer.safetensors),\n"                 \
+    "the step, schedule, sampler position and settings (state.json), checksummed by manifest.json;\n"                  \
+    "rank 0 writes them. Resuming with the same ranks and batch continues bitwise as if never\n"                       \
     "stopped; with another world size or batch, from the next step boundary of the saved epoch.\n"
-#define EX_CKPT_HELP_PREEMPTION \
-    "Preemption: on SIGTERM or SIGINT every rank finishes the current step, a checkpoint is written,\n" \
-    "\"received SIGTERM: finished step N, saved checkpoint DIR/step-0000000N; exiting\" is printed and\n" \
-    "the program exits with 128 + the signal number (143 for SIGTERM, 130 for SIGINT): run it again\n" \
-    "with --resume auto. A second signal stops at once. Under mpirun, a SIGTERM or SIGINT to mpirun\n" \
-    "reaches the ranks as SIGTERM and mpirun kills them 1 s later (Open MPI's odls_base_sigkill_timeout):\n" \
-    "for longer saves run lockstep-run --mca odls_base_sigkill_timeout 60 (a crashed rank then takes\n" \
-    "as long to bring the others down), or signal the ranks themselves, as Slurm does.\n" \
+#define EX_CKPT_HELP_PREEMPTION                                                                                        \
+    "Preemption: on SIGTERM or SIGINT every rank finishes the current step, a checkpoint is written,\n"                \
+    "\"received SIGTERM: finished step N, saved checkpoint DIR/step-0000000N; exiting\" is printed and\n"              \
+    "the program exits with 128 + the signal number (143 for SIGTERM, 130 for SIGINT): run it again\n"                 \
+    "with --resume auto. A second signal stops at once. Under mpirun, a SIGTERM or SIGINT to mpirun\n"                 \
+    "reaches the ranks as SIGTERM and mpirun kills them 1 s later (Open MPI's odls_base_sigkill_timeout):\n"           \
+    "for longer saves run lockstep-run --mca odls_base_sigkill_timeout 60 (a crashed rank then takes\n"                \
+    "as long to bring the others down), or signal the ranks themselves, as Slurm does.\n"                              \
     "Exit status: 0 done, 1 error, 2 bad usage, 130/143 stopped by a signal after a checkpoint.\n"
 
 /* --help's environment paragraph of a training example that checkpoints. */
-#define EX_CKPT_HELP_ENV \
-    "Environment: LOCKSTEP_LOG=error|warn|info|debug, LOCKSTEP_DEVICE, LOCKSTEP_COMM,\n" \
-    "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n" \
-    "LOCKSTEP_DATA_ON_DEVICE=auto|on|off (keep the data set on the GPU, gather batches there),\n" \
-    "LOCKSTEP_PREFETCH=auto|on|off (batches copied from the host: the next one staged during a step),\n" \
-    "LOCKSTEP_GPU_MONITOR=MS|off (a GPU's use, power, temperature after each epoch; default 500 ms),\n" \
-    "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1),\n" \
-    "LOCKSTEP_GRAD_AS_BUCKET_VIEW=0 (copy gradients into the buckets and back, as DDP's default),\n" \
-    "LOCKSTEP_GRAD_COMPRESS=none|bf16|fp16 (all-reduce gradients in 16 bits: half the bytes sent),\n" \
-    "LOCKSTEP_TIMELINE=FILE (a Chrome trace of each rank's steps, modules and all-reduces; with\n" \
-    "several ranks FILE.rankN, or %%r in FILE replaced by the rank; open in ui.perfetto.dev),\n" \
+#define EX_CKPT_HELP_ENV                                                                                               \
+    "Environment: LOCKSTEP_LOG=error|warn|info|debug, LOCKSTEP_DEVICE, LOCKSTEP_COMM,\n"                               \
+    "LOCKSTEP_MEMORY_LIMIT (host memory cap, e.g. 2GiB), LOCKSTEP_FASHION_DIR,\n"                                      \
+    "LOCKSTEP_DATA_ON_DEVICE=auto|on|off (keep the data set on the GPU, gather batches there),\n"                      \
+    "LOCKSTEP_PREFETCH=auto|on|off (batches copied from the host: the next one staged during a step),\n"               \
+    "LOCKSTEP_GPU_MONITOR=MS|off (a GPU's use, power, temperature after each epoch; default 500 ms),\n"                \
+    "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1),\n"                         \
+    "LOCKSTEP_GRAD_AS_BUCKET_VIEW=0 (copy gradients into the buckets and back, as DDP's default),\n"                   \
+    "LOCKSTEP_GRAD_COMPRESS=none|bf16|fp16 (all-reduce gradients in 16 bits: half the bytes sent),\n"                  \
+    "LOCKSTEP_TIMELINE=FILE (a Chrome trace of each rank's steps, modules and all-reduces; with\n"                     \
+    "several ranks FILE.rankN, or %%r in FILE replaced by the rank; open in ui.perfetto.dev),\n"                       \
     "LOCKSTEP_CKPT_CRASH_AT=<stage> (tests: kill the process at that stage of a checkpoint save).\n"
 
 typedef struct ex_ckpt_options {
@@ -110,16 +109,16 @@ typedef struct ex_ckpt {
     ls_module *model; /* parameters and buffers (BatchNorm's running statistics) are saved */
     ls_optimizer *opt;
     ls_trainer *trainer;
-    ls_ckpt_state run;    /* this run's settings, saved with each checkpoint and compared on resume */
-    int64_t global_batch; /* samples per optimizer step over all ranks */
-    int64_t step;         /* optimizer steps done */
-    int64_t last_saved;   /* step of the newest checkpoint saved or resumed from; -1: none */
+    ls_ckpt_state run;              /* this run's settings, saved with each checkpoint and compared on resume */
+    int64_t global_batch;           /* samples per optimizer step over all ranks */
+    int64_t step;                   /* optimizer steps done */
+    int64_t last_saved;             /* step of the newest checkpoint saved or resumed from; -1: none */
     int64_t pos_epoch, pos_samples; /* where the next step starts: epoch, its samples consumed */
-    int max_reached;      /* --max-steps reached */
-    int progress;         /* a progress line is on stderr: cleared before the preemption message */
+    int max_reached;                /* --max-steps reached */
+    int progress;                   /* a progress line is on stderr: cleared before the preemption message */
     int preempt_installed;
-    FILE *step_log;       /* --log-steps, rank 0 */
-    const char *what;     /* after a failed call: what failed, for the error line ("checkpoint"...) */
+    FILE *step_log;              /* --log-steps, rank 0 */
+    const char *what;            /* after a failed call: what failed, for the error line ("checkpoint"...) */
     char path[LS_CKPT_PATH_MAX]; /* the last checkpoint saved or resumed from */
 } ex_ckpt;
 
@@ -133,8 +132,8 @@ void ex_ckpt_init(ex_ckpt *c, const char *prog, const ex_ckpt_options *o);
  * every setting that changed. Then opens --log-steps (keeping the lines up to the resumed step)
  * and installs the SIGTERM/SIGINT handlers. c->what names what failed. */
 ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt,
-                        ls_trainer *trainer, const ls_train_config *tc, const ls_optim_config *oc,
-                        uint64_t seed, int64_t steps_per_epoch, int64_t *start_epoch, int64_t *start_j);
+                        ls_trainer *trainer, const ls_train_config *tc, const ls_optim_config *oc, uint64_t seed,
+                        int64_t steps_per_epoch, int64_t *start_epoch, int64_t *start_j);
 /* Before a step: 1 when --max-steps is reached (c->max_reached set; take no further step). */
 int ex_ckpt_done(ex_ckpt *c);
 /* After each optimizer step, st its statistics, global the samples it took over all ranks,
@@ -142,8 +141,7 @@ int ex_ckpt_done(ex_ckpt *c);
  * preemption, saves every --save-every steps, and on a signal saves, prints the preemption
  * message, ignores further signals and sets *sig to the signal (the program then exits with 128 +
  * *sig); else *sig = 0. */
-ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global, int last_in_epoch,
-                             int *sig);
+ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global, int last_in_epoch, int *sig);
 /* After training: says when --max-steps stopped it, saves a last checkpoint (--save-every > 0,
  * unless this step is saved already) and writes --dump-params (rank 0). */
 ls_status ex_ckpt_end(ex_ckpt *c);

@@ -47,8 +47,10 @@ ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg) {
         char *end;
         long long w = strtoll(p, &end, 10);
         if (end == p || w < 1 || (*end != ',' && *end != '\0') || cfg->n_stages == LS_RESNET_MAX_STAGES)
-            return ls_error(LS_ERR_INVALID_ARGUMENT, "--widths '%s' is not a comma-separated list of 1 to %d "
-                            "positive channel counts", s, LS_RESNET_MAX_STAGES);
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "--widths '%s' is not a comma-separated list of 1 to %d "
+                            "positive channel counts",
+                            s, LS_RESNET_MAX_STAGES);
         cfg->widths[cfg->n_stages++] = w;
         p = *end ? end + 1 : end;
     }
@@ -77,8 +79,8 @@ void ex_batcher_free(ex_batcher *b) {
 
 void ex_batcher_epoch(ex_batcher *b) { b->next_j = -1; }
 
-ls_status ex_batcher_step(ex_batcher *b, ls_sampler *s, ls_trainer *t, const ls_dataset *d, int64_t j,
-                          int64_t steps, int64_t per_step, int64_t **idx, int64_t *count, int64_t *global) {
+ls_status ex_batcher_step(ex_batcher *b, ls_sampler *s, ls_trainer *t, const ls_dataset *d, int64_t j, int64_t steps,
+                          int64_t per_step, int64_t **idx, int64_t *count, int64_t *global) {
     if (b->next_j == j) {
         b->cur ^= 1;
         *count = b->ncount;
@@ -144,8 +146,12 @@ ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank) {
 #define LO(x) (have && (x) >= 0 ? (x) : big)
 #define HI(x) (have && (x) >= 0 ? (x) : -1.0)
     double lo[3] = {LO(st.util_pct), LO(st.mem_util_pct), LO(st.sm_clock_mhz)};
-    double hi[6] = {HI(st.util_pct), HI(st.mem_util_pct), HI(st.sm_clock_mhz), HI(st.temp_c),
-                    have ? (double)st.mem_used : -1.0, have ? (double)st.mem_total : -1.0};
+    double hi[6] = {HI(st.util_pct),
+                    HI(st.mem_util_pct),
+                    HI(st.sm_clock_mhz),
+                    HI(st.temp_c),
+                    have ? (double)st.mem_used : -1.0,
+                    have ? (double)st.mem_total : -1.0};
     double sum[4] = {have ? 1.0 : 0.0, have && st.power_w >= 0 ? st.power_w : 0.0,
                      have && st.power_w >= 0 && st.power_limit_w > 0 ? st.power_limit_w : 0.0,
                      have && st.power_w >= 0 ? 1.0 : 0.0};
@@ -171,8 +177,8 @@ ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank) {
         printf("  %s: %s\n", name, ls_gpu_stats_format(&one, buf, sizeof buf));
         return LS_OK;
     }
-    int k = snprintf(buf, sizeof buf, "%.0f GPUs (%s): gpu %.0f-%.0f%% busy (memory %.0f-%.0f%%)", sum[0], name,
-                     lo[0], hi[0], lo[1], hi[1]);
+    int k = snprintf(buf, sizeof buf, "%.0f GPUs (%s): gpu %.0f-%.0f%% busy (memory %.0f-%.0f%%)", sum[0], name, lo[0],
+                     hi[0], lo[1], hi[1]);
     if (hi[5] > 0 && k < (int)sizeof buf)
         k += snprintf(buf + k, sizeof buf - (size_t)k, ", up to %.1f GiB used of %.1f GiB", hi[4] / 1073741824.0,
                       hi[5] / 1073741824.0);
@@ -226,8 +232,10 @@ ls_status ex_metrics_open(ex_metrics *m, const char *path, int rank, int64_t res
 /* A JSON number, or null where the value is not finite (a diverged run): "nan" is not JSON. */
 static void json_num(FILE *f, const char *key, double v, const char *fmt) {
     fprintf(f, ", \"%s\": ", key);
-    if (isfinite(v)) fprintf(f, fmt, v);
-    else fputs("null", f);
+    if (isfinite(v))
+        fprintf(f, fmt, v);
+    else
+        fputs("null", f);
 }
 
 ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int64_t step, int64_t epoch,

@@ -39,8 +39,8 @@ ls_status ex_batcher_init(ex_batcher *b, int64_t per_step);
 void ex_batcher_free(ex_batcher *b);
 /* Step j of steps (this epoch's) into *idx, *count, *global (ls_sampler_batch), and step j + 1's
  * samples to the trainer as its prefetch hint. Call ex_batcher_epoch after ls_sampler_set_epoch. */
-ls_status ex_batcher_step(ex_batcher *b, ls_sampler *s, ls_trainer *t, const ls_dataset *d, int64_t j,
-                          int64_t steps, int64_t per_step, int64_t **idx, int64_t *count, int64_t *global);
+ls_status ex_batcher_step(ex_batcher *b, ls_sampler *s, ls_trainer *t, const ls_dataset *d, int64_t j, int64_t steps,
+                          int64_t per_step, int64_t **idx, int64_t *count, int64_t *global);
 void ex_batcher_epoch(ex_batcher *b);
 
 /* Per-step metrics (--metrics FILE): one JSON object per optimizer step, written by rank 0 and
@@ -86,13 +86,13 @@ void ex_gpu_monitor_restart(ls_gpu_monitor *m);
 #define parse_i64(flag, s, min, out) ex_parse_i64(EX_PROG, flag, s, min, out)
 #define parse_f64(flag, s, out) ex_parse_f64(EX_PROG, flag, s, out)
 /* TRY(what, expr): on failure, print the error, set rc to 1 and go to done. */
-#define TRY(what, expr)                                                                            \
-    do {                                                                                           \
-        ls_status s_ = (expr);                                                                     \
-        if (s_ != LS_OK) {                                                                         \
-            rc = ex_fail(EX_PROG, what, s_);                                                       \
-            goto done;                                                                             \
-        }                                                                                          \
+#define TRY(what, expr)                                                                                                \
+    do {                                                                                                               \
+        ls_status s_ = (expr);                                                                                         \
+        if (s_ != LS_OK) {                                                                                             \
+            rc = ex_fail(EX_PROG, what, s_);                                                                           \
+            goto done;                                                                                                 \
+        }                                                                                                              \
     } while (0)
 #endif
 

@@ -40,37 +40,35 @@ typedef struct options {
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: fashion_mlp [options]\n"
-            "Trains a 784-512-256-10 MLP on Fashion-MNIST (data-parallel under lockstep-run).\n\n"
-            "  --epochs N            epochs (default 5)\n"
-            "  --batch-size N        samples per rank per micro-step (default 128)\n"
-            "  --accum-steps N       micro-steps per optimizer step, gradients accumulated (default 1)\n"
-            "  --optimizer sgd|adamw optimizer (default sgd: momentum 0.9)\n"
-            "  --lr X                peak learning rate (default 0.05 for sgd, 0.001 for adamw)\n"
-            "  --momentum X          SGD momentum (default 0.9)\n"
-            "  --weight-decay X      weight decay (default 0 for sgd, 0.01 for adamw)\n"
-            "  --warmup-steps N      linear warmup steps before the cosine decay (default 100)\n"
-            "  --clip-grad-norm X    clip the global gradient norm to X (default off; fp16: after unscaling)\n"
-            "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations and GEMM inputs with\n"
-            "                        f32 master weights; fp16 adds dynamic loss scaling (GradScaler's rules)\n"
-            "  --checkpoint-activations[=N]  recompute activations in backward: the layers split into N\n"
-            "                        segments (default 2) whose inner activations are not kept\n"
-            "  --hidden A,B,...      hidden layer sizes (default 512,256)\n"
-            "  --activation relu|gelu (default relu)\n"
-            "  --seed N              seed for initialization and shuffling (default 42)\n"
-            "  --train-limit N       use only the first N training samples (default all 60000)\n"
-            "  --test-limit N        use only the first N test samples (default all 10000)\n"
-            "  --sampler pad|drop-last|exact  how uneven shards are handled (default pad, as DDP)\n"
-            "  --data-dir DIR        Fashion-MNIST .gz files (default $LOCKSTEP_FASHION_DIR or\n"
-            "                        /usr/share/datasets/fashion-mnist)\n"
-            "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
-            "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
-            "  --dump-params FILE    after training, rank 0 writes all parameters as raw f32\n"
-            EX_CKPT_HELP_FLAGS
-            "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
-            "  -h, --help            this text\n\n"
-            EX_CKPT_HELP_CONTENTS "\n" EX_CKPT_HELP_PREEMPTION "\n" EX_CKPT_HELP_ENV);
+    fprintf(f, "usage: fashion_mlp [options]\n"
+               "Trains a 784-512-256-10 MLP on Fashion-MNIST (data-parallel under lockstep-run).\n\n"
+               "  --epochs N            epochs (default 5)\n"
+               "  --batch-size N        samples per rank per micro-step (default 128)\n"
+               "  --accum-steps N       micro-steps per optimizer step, gradients accumulated (default 1)\n"
+               "  --optimizer sgd|adamw optimizer (default sgd: momentum 0.9)\n"
+               "  --lr X                peak learning rate (default 0.05 for sgd, 0.001 for adamw)\n"
+               "  --momentum X          SGD momentum (default 0.9)\n"
+               "  --weight-decay X      weight decay (default 0 for sgd, 0.01 for adamw)\n"
+               "  --warmup-steps N      linear warmup steps before the cosine decay (default 100)\n"
+               "  --clip-grad-norm X    clip the global gradient norm to X (default off; fp16: after unscaling)\n"
+               "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations and GEMM inputs with\n"
+               "                        f32 master weights; fp16 adds dynamic loss scaling (GradScaler's rules)\n"
+               "  --checkpoint-activations[=N]  recompute activations in backward: the layers split into N\n"
+               "                        segments (default 2) whose inner activations are not kept\n"
+               "  --hidden A,B,...      hidden layer sizes (default 512,256)\n"
+               "  --activation relu|gelu (default relu)\n"
+               "  --seed N              seed for initialization and shuffling (default 42)\n"
+               "  --train-limit N       use only the first N training samples (default all 60000)\n"
+               "  --test-limit N        use only the first N test samples (default all 10000)\n"
+               "  --sampler pad|drop-last|exact  how uneven shards are handled (default pad, as DDP)\n"
+               "  --data-dir DIR        Fashion-MNIST .gz files (default $LOCKSTEP_FASHION_DIR or\n"
+               "                        /usr/share/datasets/fashion-mnist)\n"
+               "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
+               "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
+               "  --dump-params FILE    after training, rank 0 writes all parameters as raw f32\n" EX_CKPT_HELP_FLAGS
+               "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
+               "  -h, --help            this text\n\n" EX_CKPT_HELP_CONTENTS "\n" EX_CKPT_HELP_PREEMPTION
+               "\n" EX_CKPT_HELP_ENV);
 }
 
 static int parse_options(int argc, char **argv, options *o) {
@@ -90,20 +88,32 @@ static int parse_options(int argc, char **argv, options *o) {
     o->progress = -1;
     o->precision = "fp32";
     ex_ckpt_options_init(&o->ck);
-    static const struct option longopts[] = {
-        {"epochs", required_argument, 0, 'e'},        {"batch-size", required_argument, 0, 'b'},
-        {"accum-steps", required_argument, 0, 'A'},   {"optimizer", required_argument, 0, 'o'},
-        {"lr", required_argument, 0, 'l'},            {"momentum", required_argument, 0, 'm'},
-        {"weight-decay", required_argument, 0, 'w'},  {"warmup-steps", required_argument, 0, 'W'},
-        {"clip-grad-norm", required_argument, 0, 'c'}, {"precision", required_argument, 0, 1001},
-        {"checkpoint-activations", optional_argument, 0, 1002}, {"hidden", required_argument, 0, 'H'},
-        {"activation", required_argument, 0, 'a'},    {"seed", required_argument, 0, 's'},
-        {"train-limit", required_argument, 0, 'T'},   {"test-limit", required_argument, 0, 't'},
-        {"sampler", required_argument, 0, 'S'},       {"data-dir", required_argument, 0, 'd'},
-        {"device", required_argument, 0, 'D'},        {"comm", required_argument, 0, 'C'},
-        {"progress", no_argument, 0, 'p'},            {"no-progress", no_argument, 0, 'N'},
-        {"help", no_argument, 0, 'h'},                {"metrics", required_argument, 0, 'J'},
-        EX_CKPT_LONGOPTS,                             {0, 0, 0, 0}};
+    static const struct option longopts[] = {{"epochs", required_argument, 0, 'e'},
+                                             {"batch-size", required_argument, 0, 'b'},
+                                             {"accum-steps", required_argument, 0, 'A'},
+                                             {"optimizer", required_argument, 0, 'o'},
+                                             {"lr", required_argument, 0, 'l'},
+                                             {"momentum", required_argument, 0, 'm'},
+                                             {"weight-decay", required_argument, 0, 'w'},
+                                             {"warmup-steps", required_argument, 0, 'W'},
+                                             {"clip-grad-norm", required_argument, 0, 'c'},
+                                             {"precision", required_argument, 0, 1001},
+                                             {"checkpoint-activations", optional_argument, 0, 1002},
+                                             {"hidden", required_argument, 0, 'H'},
+                                             {"activation", required_argument, 0, 'a'},
+                                             {"seed", required_argument, 0, 's'},
+                                             {"train-limit", required_argument, 0, 'T'},
+                                             {"test-limit", required_argument, 0, 't'},
+                                             {"sampler", required_argument, 0, 'S'},
+                                             {"data-dir", required_argument, 0, 'd'},
+                                             {"device", required_argument, 0, 'D'},
+                                             {"comm", required_argument, 0, 'C'},
+                                             {"progress", no_argument, 0, 'p'},
+                                             {"no-progress", no_argument, 0, 'N'},
+                                             {"help", no_argument, 0, 'h'},
+                                             {"metrics", required_argument, 0, 'J'},
+                                             EX_CKPT_LONGOPTS,
+                                             {0, 0, 0, 0}};
     int c, r;
     int64_t v;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -112,15 +122,33 @@ static int parse_options(int argc, char **argv, options *o) {
             continue;
         }
         switch (c) {
-        case 'e': if (parse_i64("--epochs", optarg, 0, &v)) return -1; o->epochs = (int)v; break;
-        case 'b': if (parse_i64("--batch-size", optarg, 1, &o->batch)) return -1; break;
-        case 'A': if (parse_i64("--accum-steps", optarg, 1, &v)) return -1; o->accum = (int)v; break;
+        case 'e':
+            if (parse_i64("--epochs", optarg, 0, &v)) return -1;
+            o->epochs = (int)v;
+            break;
+        case 'b':
+            if (parse_i64("--batch-size", optarg, 1, &o->batch)) return -1;
+            break;
+        case 'A':
+            if (parse_i64("--accum-steps", optarg, 1, &v)) return -1;
+            o->accum = (int)v;
+            break;
         case 'o': o->optimizer = optarg; break;
-        case 'l': if (parse_f64("--lr", optarg, &o->lr)) return -1; break;
-        case 'm': if (parse_f64("--momentum", optarg, &o->momentum)) return -1; break;
-        case 'w': if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1; break;
-        case 'W': if (parse_i64("--warmup-steps", optarg, 0, &o->warmup)) return -1; break;
-        case 'c': if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1; break;
+        case 'l':
+            if (parse_f64("--lr", optarg, &o->lr)) return -1;
+            break;
+        case 'm':
+            if (parse_f64("--momentum", optarg, &o->momentum)) return -1;
+            break;
+        case 'w':
+            if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1;
+            break;
+        case 'W':
+            if (parse_i64("--warmup-steps", optarg, 0, &o->warmup)) return -1;
+            break;
+        case 'c':
+            if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1;
+            break;
         case 1001: o->precision = optarg; break;
         case 1002:
             o->ckpt_segments = 2;
@@ -129,9 +157,16 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case 'H': o->hidden = optarg; break;
         case 'a': o->activation = optarg; break;
-        case 's': if (parse_i64("--seed", optarg, 0, &v)) return -1; o->seed = (uint64_t)v; break;
-        case 'T': if (parse_i64("--train-limit", optarg, 1, &o->train_limit)) return -1; break;
-        case 't': if (parse_i64("--test-limit", optarg, 1, &o->test_limit)) return -1; break;
+        case 's':
+            if (parse_i64("--seed", optarg, 0, &v)) return -1;
+            o->seed = (uint64_t)v;
+            break;
+        case 'T':
+            if (parse_i64("--train-limit", optarg, 1, &o->train_limit)) return -1;
+            break;
+        case 't':
+            if (parse_i64("--test-limit", optarg, 1, &o->test_limit)) return -1;
+            break;
         case 'S': o->sampler = optarg; break;
         case 'd': o->data_dir = optarg; break;
         case 'D': o->device = optarg; break;
@@ -174,11 +209,14 @@ int main(int argc, char **argv) {
     ls_act act = LS_ACT_RELU;
     ls_sampler_mode mode = LS_SAMPLER_PAD;
     TRY("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
-    if (strcmp(o.activation, "gelu") == 0) act = LS_ACT_GELU;
+    if (strcmp(o.activation, "gelu") == 0)
+        act = LS_ACT_GELU;
     else if (strcmp(o.activation, "relu") != 0)
         TRY("--activation", ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' is not one of relu, gelu", o.activation));
-    if (strcmp(o.sampler, "drop-last") == 0) mode = LS_SAMPLER_DROP_LAST;
-    else if (strcmp(o.sampler, "exact") == 0) mode = LS_SAMPLER_EXACT;
+    if (strcmp(o.sampler, "drop-last") == 0)
+        mode = LS_SAMPLER_DROP_LAST;
+    else if (strcmp(o.sampler, "exact") == 0)
+        mode = LS_SAMPLER_EXACT;
     else if (strcmp(o.sampler, "pad") != 0)
         TRY("--sampler", ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' is not one of pad, drop-last, exact", o.sampler));
     int64_t sizes[8];
@@ -188,7 +226,8 @@ int main(int argc, char **argv) {
         char *end;
         long long h = strtoll(p, &end, 10);
         if (end == p || h < 1 || (*end != ',' && *end != '\0'))
-            TRY("--hidden", ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' is not a comma-separated list of positive sizes (at most 6)", o.hidden));
+            TRY("--hidden", ls_error(LS_ERR_INVALID_ARGUMENT,
+                                     "'%s' is not a comma-separated list of positive sizes (at most 6)", o.hidden));
         sizes[n_sizes++] = h;
         p = *end ? end + 1 : end;
     }
@@ -208,8 +247,10 @@ int main(int argc, char **argv) {
     TRY("model", ls_mlp_create(ctx, LS_F32, n_sizes, sizes, act, o.seed, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
     ls_optim_config oc = ls_optim_defaults(kind);
-    if (o.lr >= 0) oc.lr = (float)o.lr;
-    else if (kind == LS_OPTIM_SGD) oc.lr = 0.05f;
+    if (o.lr >= 0)
+        oc.lr = (float)o.lr;
+    else if (kind == LS_OPTIM_SGD)
+        oc.lr = 0.05f;
     if (o.weight_decay >= 0) oc.weight_decay = (float)o.weight_decay;
     if (kind == LS_OPTIM_SGD) oc.momentum = (float)o.momentum;
     int np = ls_module_num_params(model);
@@ -242,14 +283,13 @@ int main(int argc, char **argv) {
     if (rank == 0)
         printf("fashion_mlp: %d rank%s, device %s, communicator %s, %lld parameters, %lld train / %lld test "
                "samples, batch %lld per rank x %d accumulation x %d ranks, %lld steps per epoch\n",
-               world, world == 1 ? "" : "s", ls_device_str(dev, devname, sizeof devname),
-               ls_comm_backend_name(comm), (long long)ls_module_num_elements(model), (long long)train->n,
-               (long long)test->n, (long long)o.batch, o.accum, world, (long long)steps);
+               world, world == 1 ? "" : "s", ls_device_str(dev, devname, sizeof devname), ls_comm_backend_name(comm),
+               (long long)ls_module_num_elements(model), (long long)train->n, (long long)test->n, (long long)o.batch,
+               o.accum, world, (long long)steps);
     fflush(stdout);
 
     int64_t start_epoch, start_j;
-    TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch,
-                               &start_j));
+    TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
     TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, ck.last_saved));
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
     ck.progress = progress;
@@ -257,8 +297,8 @@ int main(int argc, char **argv) {
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
     if (!test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
     int64_t test_count = 0, tc_global = 0;
-    TRY("test shard", ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx,
-                                       &test_count, &tc_global));
+    TRY("test shard",
+        ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx, &test_count, &tc_global));
 
     ex_gpu_monitor_restart(gpumon); /* the epochs' figures, not the setup's */
     for (int64_t epoch = start_epoch; epoch < o.epochs && !ck.max_reached; epoch++) {
@@ -273,8 +313,8 @@ int main(int argc, char **argv) {
             double ts = ex_now_s();
             TRY("batch", ex_batcher_step(&bt, sampler, trainer, train, j, steps, per_step, &idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, train, idx, count, global, &st));
-            TRY("--metrics", ex_metrics_step(&metrics, comm, ctx->alloc, ls_trainer_num_steps(trainer), epoch,
-                                             &st, ex_now_s() - ts, o.clip > 0));
+            TRY("--metrics", ex_metrics_step(&metrics, comm, ctx->alloc, ls_trainer_num_steps(trainer), epoch, &st,
+                                             ex_now_s() - ts, o.clip > 0));
             m[0] += st.loss_sum;
             m[1] += (double)st.correct;
             m[2] += (double)st.samples;

@@ -42,54 +42,50 @@ typedef struct options {
     int blocks, ckpt_segments, sync_bn, augment;
     uint64_t seed;
     const char *data_dir, *device, *comm, *metrics;
-    int progress; /* -1 auto */
+    int progress;       /* -1 auto */
     ex_ckpt_options ck; /* --max-steps, --save-every, --checkpoint-dir, --keep-last, --resume, ... */
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: fashion_resnet [options]\n"
-            "Trains a small ResNet on Fashion-MNIST (data-parallel under lockstep-run).\n\n"
-            "  --epochs N            epochs (default 5)\n"
-            "  --batch-size N|auto   samples per rank per micro-step (default 64); auto: the largest batch\n"
-            "                        whose training step fits the memory cap with 10%% headroom, found by\n"
-            "                        trial steps (doubling, then bisection), the minimum over ranks\n"
-            "  --memory-cap SIZE     cap on the device memory lockstep allocates, e.g. 2GiB (default\n"
-            "                        $LOCKSTEP_MEMORY_LIMIT on the CPU, else none)\n"
-            "  --accum-steps N       micro-steps per optimizer step, gradients accumulated (default 1)\n"
-            "  --optimizer sgd|adamw optimizer (default sgd: momentum 0.9, nesterov)\n"
-            "  --lr X                peak learning rate (default 0.1 for sgd, 0.002 for adamw)\n"
-            "  --momentum X          SGD momentum (default 0.9)\n"
-            "  --weight-decay X      weight decay (default 5e-4 for sgd, 0.05 for adamw)\n"
-            "  --warmup-steps N      linear warmup steps before the cosine decay (default 200)\n"
-            "  --clip-grad-norm X    clip the global gradient norm to X (default off)\n"
-            "  --widths A,B,...      channels of each stage; stages after the first halve the resolution\n"
-            "                        (default 32,64,128)\n"
-            "  --blocks N            BasicBlocks per stage (default 1)\n"
-            "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations with f32 master\n"
-            "                        weights; fp16 adds dynamic loss scaling\n"
-            "  --checkpoint-activations[=N]  recompute activations in backward: the top-level layers split\n"
-            "                        into N segments (default 3) whose inner activations are not kept\n"
-            "  --sync-bn             batch-norm statistics over all ranks (SyncBatchNorm) instead of per rank\n"
-            "  --augment             random shifts (up to 2 pixels) and horizontal flips of the training images\n"
-            "                        (default off: with 5 epochs the model underfits rather than overfits)\n"
-            "  --seed N              seed for initialization, shuffling and augmentation (default 42)\n"
-            "  --train-limit N       use only the first N training samples (default all 60000)\n"
-            "  --test-limit N        use only the first N test samples (default all 10000)\n"
-            "  --data-dir DIR        Fashion-MNIST .gz files (default $LOCKSTEP_FASHION_DIR or\n"
-            "                        /usr/share/datasets/fashion-mnist)\n"
-            "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
-            "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
-            "  --dump-params FILE    after training, rank 0 writes all parameters, then BatchNorm's running\n"
-            "                        statistics, as raw f32\n"
-            EX_CKPT_HELP_FLAGS
-            "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
-            "  -h, --help            this text\n\n"
-            EX_CKPT_HELP_CONTENTS
-            "model.safetensors also holds BatchNorm's running statistics (rank 0's, which evaluation\n"
-            "uses); --augment's shifts and flips are drawn per seed, epoch and sample, so a resumed run\n"
-            "continues them.\n\n"
-            EX_CKPT_HELP_PREEMPTION "\n" EX_CKPT_HELP_ENV);
+    fprintf(f, "usage: fashion_resnet [options]\n"
+               "Trains a small ResNet on Fashion-MNIST (data-parallel under lockstep-run).\n\n"
+               "  --epochs N            epochs (default 5)\n"
+               "  --batch-size N|auto   samples per rank per micro-step (default 64); auto: the largest batch\n"
+               "                        whose training step fits the memory cap with 10%% headroom, found by\n"
+               "                        trial steps (doubling, then bisection), the minimum over ranks\n"
+               "  --memory-cap SIZE     cap on the device memory lockstep allocates, e.g. 2GiB (default\n"
+               "                        $LOCKSTEP_MEMORY_LIMIT on the CPU, else none)\n"
+               "  --accum-steps N       micro-steps per optimizer step, gradients accumulated (default 1)\n"
+               "  --optimizer sgd|adamw optimizer (default sgd: momentum 0.9, nesterov)\n"
+               "  --lr X                peak learning rate (default 0.1 for sgd, 0.002 for adamw)\n"
+               "  --momentum X          SGD momentum (default 0.9)\n"
+               "  --weight-decay X      weight decay (default 5e-4 for sgd, 0.05 for adamw)\n"
+               "  --warmup-steps N      linear warmup steps before the cosine decay (default 200)\n"
+               "  --clip-grad-norm X    clip the global gradient norm to X (default off)\n"
+               "  --widths A,B,...      channels of each stage; stages after the first halve the resolution\n"
+               "                        (default 32,64,128)\n"
+               "  --blocks N            BasicBlocks per stage (default 1)\n"
+               "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations with f32 master\n"
+               "                        weights; fp16 adds dynamic loss scaling\n"
+               "  --checkpoint-activations[=N]  recompute activations in backward: the top-level layers split\n"
+               "                        into N segments (default 3) whose inner activations are not kept\n"
+               "  --sync-bn             batch-norm statistics over all ranks (SyncBatchNorm) instead of per rank\n"
+               "  --augment             random shifts (up to 2 pixels) and horizontal flips of the training images\n"
+               "                        (default off: with 5 epochs the model underfits rather than overfits)\n"
+               "  --seed N              seed for initialization, shuffling and augmentation (default 42)\n"
+               "  --train-limit N       use only the first N training samples (default all 60000)\n"
+               "  --test-limit N        use only the first N test samples (default all 10000)\n"
+               "  --data-dir DIR        Fashion-MNIST .gz files (default $LOCKSTEP_FASHION_DIR or\n"
+               "                        /usr/share/datasets/fashion-mnist)\n"
+               "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
+               "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
+               "  --dump-params FILE    after training, rank 0 writes all parameters, then BatchNorm's running\n"
+               "                        statistics, as raw f32\n" EX_CKPT_HELP_FLAGS
+               "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
+               "  -h, --help            this text\n\n" EX_CKPT_HELP_CONTENTS
+               "model.safetensors also holds BatchNorm's running statistics (rank 0's, which evaluation\n"
+               "uses); --augment's shifts and flips are drawn per seed, epoch and sample, so a resumed run\n"
+               "continues them.\n\n" EX_CKPT_HELP_PREEMPTION "\n" EX_CKPT_HELP_ENV);
 }
 
 static int parse_options(int argc, char **argv, options *o) {
@@ -108,21 +104,34 @@ static int parse_options(int argc, char **argv, options *o) {
     o->seed = 42;
     o->progress = -1;
     ex_ckpt_options_init(&o->ck);
-    static const struct option longopts[] = {
-        {"epochs", required_argument, 0, 'e'},         {"batch-size", required_argument, 0, 'b'},
-        {"accum-steps", required_argument, 0, 'A'},    {"optimizer", required_argument, 0, 'o'},
-        {"lr", required_argument, 0, 'l'},             {"momentum", required_argument, 0, 'm'},
-        {"weight-decay", required_argument, 0, 'w'},   {"warmup-steps", required_argument, 0, 'W'},
-        {"clip-grad-norm", required_argument, 0, 'c'}, {"widths", required_argument, 0, 'H'},
-        {"blocks", required_argument, 0, 'B'},         {"precision", required_argument, 0, 'P'},
-        {"checkpoint-activations", optional_argument, 0, 'K'}, {"sync-bn", no_argument, 0, 'Y'},
-        {"augment", no_argument, 0, 'G'},           {"memory-cap", required_argument, 0, 'M'},
-        {"seed", required_argument, 0, 's'},           {"train-limit", required_argument, 0, 'T'},
-        {"test-limit", required_argument, 0, 't'},     {"data-dir", required_argument, 0, 'd'},
-        {"device", required_argument, 0, 'D'},         {"comm", required_argument, 0, 'C'},
-        {"progress", no_argument, 0, 'p'},             {"no-progress", no_argument, 0, 'N'},
-        {"metrics", required_argument, 0, 'J'},        {"help", no_argument, 0, 'h'},
-        EX_CKPT_LONGOPTS,                              {0, 0, 0, 0}};
+    static const struct option longopts[] = {{"epochs", required_argument, 0, 'e'},
+                                             {"batch-size", required_argument, 0, 'b'},
+                                             {"accum-steps", required_argument, 0, 'A'},
+                                             {"optimizer", required_argument, 0, 'o'},
+                                             {"lr", required_argument, 0, 'l'},
+                                             {"momentum", required_argument, 0, 'm'},
+                                             {"weight-decay", required_argument, 0, 'w'},
+                                             {"warmup-steps", required_argument, 0, 'W'},
+                                             {"clip-grad-norm", required_argument, 0, 'c'},
+                                             {"widths", required_argument, 0, 'H'},
+                                             {"blocks", required_argument, 0, 'B'},
+                                             {"precision", required_argument, 0, 'P'},
+                                             {"checkpoint-activations", optional_argument, 0, 'K'},
+                                             {"sync-bn", no_argument, 0, 'Y'},
+                                             {"augment", no_argument, 0, 'G'},
+                                             {"memory-cap", required_argument, 0, 'M'},
+                                             {"seed", required_argument, 0, 's'},
+                                             {"train-limit", required_argument, 0, 'T'},
+                                             {"test-limit", required_argument, 0, 't'},
+                                             {"data-dir", required_argument, 0, 'd'},
+                                             {"device", required_argument, 0, 'D'},
+                                             {"comm", required_argument, 0, 'C'},
+                                             {"progress", no_argument, 0, 'p'},
+                                             {"no-progress", no_argument, 0, 'N'},
+                                             {"metrics", required_argument, 0, 'J'},
+                                             {"help", no_argument, 0, 'h'},
+                                             EX_CKPT_LONGOPTS,
+                                             {0, 0, 0, 0}};
     int c, r;
     int64_t v;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -131,20 +140,41 @@ static int parse_options(int argc, char **argv, options *o) {
             continue;
         }
         switch (c) {
-        case 'e': if (parse_i64("--epochs", optarg, 0, &v)) return -1; o->epochs = (int)v; break;
-        case 'b':
-            if (strcmp(optarg, "auto") == 0) o->batch = 0;
-            else if (parse_i64("--batch-size", optarg, 1, &o->batch)) return -1;
+        case 'e':
+            if (parse_i64("--epochs", optarg, 0, &v)) return -1;
+            o->epochs = (int)v;
             break;
-        case 'A': if (parse_i64("--accum-steps", optarg, 1, &v)) return -1; o->accum = (int)v; break;
+        case 'b':
+            if (strcmp(optarg, "auto") == 0)
+                o->batch = 0;
+            else if (parse_i64("--batch-size", optarg, 1, &o->batch))
+                return -1;
+            break;
+        case 'A':
+            if (parse_i64("--accum-steps", optarg, 1, &v)) return -1;
+            o->accum = (int)v;
+            break;
         case 'o': o->optimizer = optarg; break;
-        case 'l': if (parse_f64("--lr", optarg, &o->lr)) return -1; break;
-        case 'm': if (parse_f64("--momentum", optarg, &o->momentum)) return -1; break;
-        case 'w': if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1; break;
-        case 'W': if (parse_i64("--warmup-steps", optarg, 0, &o->warmup)) return -1; break;
-        case 'c': if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1; break;
+        case 'l':
+            if (parse_f64("--lr", optarg, &o->lr)) return -1;
+            break;
+        case 'm':
+            if (parse_f64("--momentum", optarg, &o->momentum)) return -1;
+            break;
+        case 'w':
+            if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1;
+            break;
+        case 'W':
+            if (parse_i64("--warmup-steps", optarg, 0, &o->warmup)) return -1;
+            break;
+        case 'c':
+            if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1;
+            break;
         case 'H': o->widths = optarg; break;
-        case 'B': if (parse_i64("--blocks", optarg, 1, &v)) return -1; o->blocks = (int)v; break;
+        case 'B':
+            if (parse_i64("--blocks", optarg, 1, &v)) return -1;
+            o->blocks = (int)v;
+            break;
         case 'P': o->precision = optarg; break;
         case 'K':
             o->ckpt_segments = 3;
@@ -154,9 +184,16 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'Y': o->sync_bn = 1; break;
         case 'G': o->augment = 1; break;
         case 'M': o->memory_cap = optarg; break;
-        case 's': if (parse_i64("--seed", optarg, 0, &v)) return -1; o->seed = (uint64_t)v; break;
-        case 'T': if (parse_i64("--train-limit", optarg, 1, &o->train_limit)) return -1; break;
-        case 't': if (parse_i64("--test-limit", optarg, 1, &o->test_limit)) return -1; break;
+        case 's':
+            if (parse_i64("--seed", optarg, 0, &v)) return -1;
+            o->seed = (uint64_t)v;
+            break;
+        case 'T':
+            if (parse_i64("--train-limit", optarg, 1, &o->train_limit)) return -1;
+            break;
+        case 't':
+            if (parse_i64("--test-limit", optarg, 1, &o->test_limit)) return -1;
+            break;
         case 'd': o->data_dir = optarg; break;
         case 'D': o->device = optarg; break;
         case 'C': o->comm = optarg; break;
@@ -326,8 +363,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     int64_t start_epoch, start_j;
-    TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch,
-                               &start_j));
+    TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
     ck.progress = progress;
     TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, ck.last_saved));
@@ -335,8 +371,8 @@ int main(int argc, char **argv) {
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
     if (!test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
     int64_t test_count = 0, tc_global = 0;
-    TRY("test shard", ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx,
-                                       &test_count, &tc_global));
+    TRY("test shard",
+        ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx, &test_count, &tc_global));
     ex_gpu_monitor_restart(gpumon); /* the epochs' figures, not the setup's */
     double total_time = 0;
     for (int64_t epoch = start_epoch; epoch < o.epochs && !ck.max_reached; epoch++) {

@@ -30,26 +30,25 @@ typedef struct options {
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: oom_challenge [options]\n"
-            "Trains a ResNet at a batch that does not fit a memory cap, shows the out-of-memory error, then\n"
-            "each remedy alone and all together, and prints peak memory and step time for each.\n\n"
-            "  --memory-cap SIZE     the cap (default 48GiB on a GPU, 384MiB on the CPU)\n"
-            "  --batch-size N        the batch that does not fit (default 256)\n"
-            "  --small-batch N       remedy 1: the smaller batch (default a quarter of --batch-size)\n"
-            "  --precision bf16|fp16 remedy 2: mixed precision (default bf16)\n"
-            "  --checkpoint-activations[=N]  remedy 3: activation checkpointing over N segments of the\n"
-            "                        top-level layers (default: one per layer)\n"
-            "  --widths A,B,...      stage widths (default 64,128,256,512 on a GPU, 16,32,64 on the CPU)\n"
-            "  --blocks N            BasicBlocks per stage (default 3 on a GPU, 2 on the CPU)\n"
-            "  --image-size N        synthetic N x N RGB (GPU) or grey (CPU) images (default 128 / 28)\n"
-            "  --steps N             timed steps per configuration, after one warm-up step (default 2)\n"
-            "  --measure-baseline    also run the baseline without the cap and report what it needs\n"
-            "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
-            "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
-            "  -h, --help            this text\n\n"
-            "Exit status: 0 when the first configuration runs out of memory and every remedy fits the cap,\n"
-            "1 otherwise.\n");
+    fprintf(f, "usage: oom_challenge [options]\n"
+               "Trains a ResNet at a batch that does not fit a memory cap, shows the out-of-memory error, then\n"
+               "each remedy alone and all together, and prints peak memory and step time for each.\n\n"
+               "  --memory-cap SIZE     the cap (default 48GiB on a GPU, 384MiB on the CPU)\n"
+               "  --batch-size N        the batch that does not fit (default 256)\n"
+               "  --small-batch N       remedy 1: the smaller batch (default a quarter of --batch-size)\n"
+               "  --precision bf16|fp16 remedy 2: mixed precision (default bf16)\n"
+               "  --checkpoint-activations[=N]  remedy 3: activation checkpointing over N segments of the\n"
+               "                        top-level layers (default: one per layer)\n"
+               "  --widths A,B,...      stage widths (default 64,128,256,512 on a GPU, 16,32,64 on the CPU)\n"
+               "  --blocks N            BasicBlocks per stage (default 3 on a GPU, 2 on the CPU)\n"
+               "  --image-size N        synthetic N x N RGB (GPU) or grey (CPU) images (default 128 / 28)\n"
+               "  --steps N             timed steps per configuration, after one warm-up step (default 2)\n"
+               "  --measure-baseline    also run the baseline without the cap and report what it needs\n"
+               "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
+               "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
+               "  -h, --help            this text\n\n"
+               "Exit status: 0 when the first configuration runs out of memory and every remedy fits the cap,\n"
+               "1 otherwise.\n");
 }
 
 static int parse_options(int argc, char **argv, options *o) {
@@ -58,15 +57,20 @@ static int parse_options(int argc, char **argv, options *o) {
     o->precision = "bf16";
     o->steps = 2;
     o->segments = -1; /* one per layer */
-    static const struct option longopts[] = {
-        {"memory-cap", required_argument, 0, 'M'},  {"batch-size", required_argument, 0, 'b'},
-        {"small-batch", required_argument, 0, 's'}, {"precision", required_argument, 0, 'p'},
-        {"checkpoint-activations", optional_argument, 0, 'K'}, {"widths", required_argument, 0, 'W'},
-        {"blocks", required_argument, 0, 'B'},      {"image-size", required_argument, 0, 'i'},
-        {"steps", required_argument, 0, 'n'},       {"device", required_argument, 0, 'D'},
-        {"comm", required_argument, 0, 'C'},        {"measure-baseline", no_argument, 0, 'm'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option longopts[] = {{"memory-cap", required_argument, 0, 'M'},
+                                             {"batch-size", required_argument, 0, 'b'},
+                                             {"small-batch", required_argument, 0, 's'},
+                                             {"precision", required_argument, 0, 'p'},
+                                             {"checkpoint-activations", optional_argument, 0, 'K'},
+                                             {"widths", required_argument, 0, 'W'},
+                                             {"blocks", required_argument, 0, 'B'},
+                                             {"image-size", required_argument, 0, 'i'},
+                                             {"steps", required_argument, 0, 'n'},
+                                             {"device", required_argument, 0, 'D'},
+                                             {"comm", required_argument, 0, 'C'},
+                                             {"measure-baseline", no_argument, 0, 'm'},
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
     int c, li = -1;
     while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
         char *end = NULL;
@@ -76,14 +80,26 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'M': o->memory_cap = optarg; break;
         case 'b': o->batch = v; break;
         case 's': o->small_batch = v; break;
-        case 'p': o->precision = optarg; bad_num = 0; break;
+        case 'p':
+            o->precision = optarg;
+            bad_num = 0;
+            break;
         case 'K': o->segments = optarg ? (int)v : -1; break;
-        case 'W': o->widths = optarg; bad_num = 0; break;
+        case 'W':
+            o->widths = optarg;
+            bad_num = 0;
+            break;
         case 'B': o->blocks = (int)v; break;
         case 'i': o->image = v; break;
         case 'n': o->steps = (int)v; break;
-        case 'D': o->device = optarg; bad_num = 0; break;
-        case 'C': o->comm = optarg; bad_num = 0; break;
+        case 'D':
+            o->device = optarg;
+            bad_num = 0;
+            break;
+        case 'C':
+            o->comm = optarg;
+            bad_num = 0;
+            break;
         case 'm': o->measure = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
@@ -336,10 +352,11 @@ int main(int argc, char **argv) {
             printf("%-26s %6lld  %-9s  %-13s  %13s  %11.3f s  (without the cap)\n", "baseline, uncapped",
                    (long long)need.batch, "fp32", "off", ls_memory_format(need.peak, pk, 32), need.step_s);
         }
-        printf("%s\n", met                                   ? "challenge met: the baseline exceeds the cap and every remedy fits"
-                        : cf[0].status != LS_ERR_OUT_OF_MEMORY ? "challenge NOT met: the baseline does not run out of memory"
-                                                               : "challenge NOT met: a remedy does not fit the cap (see the table; "
-                                                                 "a larger --memory-cap or a smaller --small-batch)");
+        printf("%s\n", met ? "challenge met: the baseline exceeds the cap and every remedy fits"
+                       : cf[0].status != LS_ERR_OUT_OF_MEMORY
+                           ? "challenge NOT met: the baseline does not run out of memory"
+                           : "challenge NOT met: a remedy does not fit the cap (see the table; "
+                             "a larger --memory-cap or a smaller --small-batch)");
     }
     rc = met ? 0 : 1;
     goto done;

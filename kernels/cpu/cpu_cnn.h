@@ -61,18 +61,17 @@ ls_status ls_cpu_conv2d_fwd(void *st, ls_dtype t, const ls_conv2d_params *p, con
 ls_status ls_cpu_conv2d_bwd(void *st, ls_dtype t, const ls_conv2d_params *p, const void *dy, const void *x,
                             const void *w, void *dx, void *dw, void *db, void *ws);
 ls_status ls_cpu_pool2d_fwd(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, void *y);
-ls_status ls_cpu_pool2d_bwd(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, const void *dy,
-                            void *dx);
+ls_status ls_cpu_pool2d_bwd(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, const void *dy, void *dx);
 ls_status ls_cpu_global_avgpool_fwd(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *x, void *y);
 ls_status ls_cpu_global_avgpool_bwd(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *dy, void *dx);
 ls_status ls_cpu_bn_stats(void *st, ls_dtype t, const ls_bn_params *p, const void *x, void *mean, void *var);
-ls_status ls_cpu_bn_fwd(void *st, ls_dtype t, const ls_bn_params *p, const void *x, const void *mean,
-                        const void *var, const void *gamma, const void *beta, void *y);
+ls_status ls_cpu_bn_fwd(void *st, ls_dtype t, const ls_bn_params *p, const void *x, const void *mean, const void *var,
+                        const void *gamma, const void *beta, void *y);
 ls_status ls_cpu_bn_bwd_reduce(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
                                const void *y, const void *mean, const void *var, void *sum_dy, void *sum_dy_xhat);
-ls_status ls_cpu_bn_bwd_dx(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
-                           const void *y, const void *mean, const void *var, const void *gamma,
-                           const void *sum_dy, const void *sum_dy_xhat, double count, void *dx);
+ls_status ls_cpu_bn_bwd_dx(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x, const void *y,
+                           const void *mean, const void *var, const void *gamma, const void *sum_dy,
+                           const void *sum_dy_xhat, double count, void *dx);
 ls_status ls_cpu_add(void *st, ls_dtype t, int64_t n, const void *a, const void *b, int relu, void *y);
 
 #endif

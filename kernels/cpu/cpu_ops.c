@@ -44,21 +44,21 @@
 #include "cpu_impl.inc"
 
 ls_status ls_cpu_bad_dtype(const char *op, ls_dtype t, const char *supported) {
-    return ls_error(LS_ERR_UNSUPPORTED, "the CPU backend's %s does not compute in %s (use %s)", op,
-                    ls_dtype_name(t), supported);
+    return ls_error(LS_ERR_UNSUPPORTED, "the CPU backend's %s does not compute in %s (use %s)", op, ls_dtype_name(t),
+                    supported);
 }
 
-#define LS_CPU_DISPATCH(op, t, call32, call64)                                                     \
-    do {                                                                                           \
-        if ((t) == LS_F32) {                                                                       \
-            call32;                                                                                \
-            return LS_OK;                                                                          \
-        }                                                                                          \
-        if ((t) == LS_F64) {                                                                       \
-            call64;                                                                                \
-            return LS_OK;                                                                          \
-        }                                                                                          \
-        return ls_cpu_bad_dtype(op, t, "f32 or f64");                                                            \
+#define LS_CPU_DISPATCH(op, t, call32, call64)                                                                         \
+    do {                                                                                                               \
+        if ((t) == LS_F32) {                                                                                           \
+            call32;                                                                                                    \
+            return LS_OK;                                                                                              \
+        }                                                                                                              \
+        if ((t) == LS_F64) {                                                                                           \
+            call64;                                                                                                    \
+            return LS_OK;                                                                                              \
+        }                                                                                                              \
+        return ls_cpu_bad_dtype(op, t, "f32 or f64");                                                                  \
     } while (0)
 
 /* Backend state: scratch for the low-precision paths (grown on demand, reused). */
@@ -96,12 +96,13 @@ static ls_status widen(ls_dtype t, int64_t n, const void *src, float *dst) {
     return src ? ls_cpu_convert(n, t, src, LS_F32, dst) : LS_OK;
 }
 
-#define LS_SCRATCH(var, st, n)                                                                         float *var = scratch(st, n);                                                                       if (!var) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for %lld floats of scratch", (long long)(n))
+#define LS_SCRATCH(var, st, n)                                                                                         \
+    float *var = scratch(st, n);                                                                                       \
+    if (!var) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for %lld floats of scratch", (long long)(n))
 static ls_status cpu_sync(void *st) { return LS_OK; }
 
-static ls_status cpu_gemm(void *st, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                          double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
-                          double beta, void *c, int64_t ldc) {
+static ls_status cpu_gemm(void *st, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
+                          const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
     LS_CPU_DISPATCH("gemm", t, gemm_f32(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc),
                     gemm_f64(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
 }
@@ -111,8 +112,8 @@ static ls_status cpu_bias_add(void *st, ls_dtype t, int64_t rows, int64_t cols, 
 static ls_status cpu_bias_grad(void *st, ls_dtype t, int64_t rows, int64_t cols, const void *dy, void *db) {
     LS_CPU_DISPATCH("bias_grad", t, bias_grad_f32(rows, cols, dy, db), bias_grad_f64(rows, cols, dy, db));
 }
-static ls_status lowp_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x,
-                                 const void *w, const void *b, void *y) {
+static ls_status lowp_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x, const void *w,
+                                 const void *b, void *y) {
     LS_SCRATCH(buf, st, B * in + out * in + out + B * out);
     float *x32 = buf, *w32 = x32 + B * in, *b32 = w32 + out * in, *y32 = b32 + out;
     LS_CHECK(widen(t, B * in, x, x32));
@@ -122,11 +123,10 @@ static ls_status lowp_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, in
     return ls_cpu_convert(B * out, LS_F32, y32, t, y);
 }
 
-static ls_status cpu_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x,
-                                const void *w, const void *b, void *y) {
+static ls_status cpu_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x, const void *w,
+                                const void *b, void *y) {
     if (lowp(t)) return lowp_linear_fwd(st, t, B, in, out, x, w, b, y);
-    LS_CPU_DISPATCH("linear", t, linear_fwd_f32(B, in, out, x, w, b, y),
-                    linear_fwd_f64(B, in, out, x, w, b, y));
+    LS_CPU_DISPATCH("linear", t, linear_fwd_f32(B, in, out, x, w, b, y), linear_fwd_f64(B, in, out, x, w, b, y));
 }
 /* dw, db: f32 master gradients, accumulated. */
 static ls_status lowp_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy,
@@ -140,8 +140,8 @@ static ls_status lowp_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, in
     return dx ? ls_cpu_convert(B * in, LS_F32, dx32, t, dx) : LS_OK;
 }
 
-static ls_status cpu_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy,
-                                const void *x, const void *w, void *dx, void *dw, void *db) {
+static ls_status cpu_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy, const void *x,
+                                const void *w, void *dx, void *dw, void *db) {
     if (lowp(t)) return lowp_linear_bwd(st, t, B, in, out, dy, x, w, dx, dw, db);
     LS_CPU_DISPATCH("linear backward", t, linear_bwd_f32(B, in, out, dy, x, w, dx, dw, db),
                     linear_bwd_f64(B, in, out, dy, x, w, dx, dw, db));
@@ -155,8 +155,7 @@ static ls_status cpu_act_fwd(void *st, ls_dtype t, ls_act act, int64_t n, const 
     }
     LS_CPU_DISPATCH("activation", t, act_fwd_f32(act, n, x, y), act_fwd_f64(act, n, x, y));
 }
-static ls_status cpu_act_bwd(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, const void *dy,
-                             void *dx) {
+static ls_status cpu_act_bwd(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, const void *dy, void *dx) {
     if (lowp(t)) {
         LS_SCRATCH(buf, st, 2 * n);
         LS_CHECK(widen(t, n, x, buf));
@@ -167,8 +166,8 @@ static ls_status cpu_act_bwd(void *st, ls_dtype t, ls_act act, int64_t n, const 
     LS_CPU_DISPATCH("activation backward", t, act_bwd_f32(act, n, x, dy, dx), act_bwd_f64(act, n, x, dy, dx));
 }
 /* Low-precision logits: probs and losses are f32. */
-static ls_status cpu_xent_fwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits,
-                              const int32_t *labels, void *probs, void *losses) {
+static ls_status cpu_xent_fwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
+                              void *probs, void *losses) {
     if (lowp(t)) {
         LS_SCRATCH(z32, st, B * C);
         LS_CHECK(widen(t, B * C, logits, z32));
@@ -179,8 +178,8 @@ static ls_status cpu_xent_fwd(void *st, ls_dtype t, int64_t B, int64_t C, const 
                     xent_fwd_f64(B, C, logits, labels, probs, losses));
 }
 /* Low-precision dlogits: probs are f32. */
-static ls_status cpu_xent_bwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs,
-                              const int32_t *labels, double scale, void *dlogits) {
+static ls_status cpu_xent_bwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs, const int32_t *labels,
+                              double scale, void *dlogits) {
     if (lowp(t)) {
         LS_SCRATCH(d32, st, B * C);
         xent_bwd_f32(B, C, probs, labels, (float)scale, d32);
@@ -189,8 +188,8 @@ static ls_status cpu_xent_bwd(void *st, ls_dtype t, int64_t B, int64_t C, const 
     LS_CPU_DISPATCH("cross-entropy backward", t, xent_bwd_f32(B, C, probs, labels, (float)scale, dlogits),
                     xent_bwd_f64(B, C, probs, labels, scale, dlogits));
 }
-static ls_status cpu_argmax(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits,
-                            const int32_t *labels, int32_t *pred, int32_t *correct) {
+static ls_status cpu_argmax(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
+                            int32_t *pred, int32_t *correct) {
     if (lowp(t)) {
         LS_SCRATCH(z32, st, B * C);
         LS_CHECK(widen(t, B * C, logits, z32));
@@ -241,9 +240,8 @@ static ls_status cpu_sgd_step(void *st, ls_dtype t, int k, void *const *p, void 
     }
     return LS_OK;
 }
-static ls_status cpu_adamw_step(void *st, ls_dtype t, int k, void *const *p, void *const *g,
-                                void *const *m, void *const *v, const int64_t *n,
-                                const ls_adamw_params *hp) {
+static ls_status cpu_adamw_step(void *st, ls_dtype t, int k, void *const *p, void *const *g, void *const *m,
+                                void *const *v, const int64_t *n, const ls_adamw_params *hp) {
     for (int i = 0; i < k; i++) {
         if (t == LS_F32)
             adamw_f32(n[i], p[i], g[i], m[i], v[i], hp);

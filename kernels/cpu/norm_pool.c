@@ -95,50 +95,52 @@ static void gap_fwd_f16x(int64_t planes, int64_t hw, const uint16_t *x, uint16_t
 static void gap_bwd_f16x(int64_t planes, int64_t hw, const uint16_t *dy, uint16_t *dx) {
     F16(gap_bwd, planes, hw, dy, dx);
 }
-static void add_f16x(int64_t n, const uint16_t *a, const uint16_t *b, int relu, uint16_t *y) { F16(add, n, a, b, relu, y); }
+static void add_f16x(int64_t n, const uint16_t *a, const uint16_t *b, int relu, uint16_t *y) {
+    F16(add, n, a, b, relu, y);
+}
 
 /* One switch per entry: f32, f64, f16, bf16. */
-#define NP_DISPATCH(op, t, call)                                                                   \
-    switch (t) {                                                                                   \
-    case LS_F32: call(f32); return LS_OK;                                                          \
-    case LS_F64: call(f64); return LS_OK;                                                          \
-    case LS_F16: call(f16x); return LS_OK;                                                         \
-    case LS_BF16: call(bf16); return LS_OK;                                                        \
-    default: return LS_CPU_BAD_DTYPE4(op, t);                                                           \
+#define NP_DISPATCH(op, t, call)                                                                                       \
+    switch (t) {                                                                                                       \
+    case LS_F32: call(f32); return LS_OK;                                                                              \
+    case LS_F64: call(f64); return LS_OK;                                                                              \
+    case LS_F16: call(f16x); return LS_OK;                                                                             \
+    case LS_BF16: call(bf16); return LS_OK;                                                                            \
+    default: return LS_CPU_BAD_DTYPE4(op, t);                                                                          \
     }
 /* The same for kernels that return a status. */
-#define NP_DISPATCH_S(op, t, call)                                                                 \
-    switch (t) {                                                                                   \
-    case LS_F32: return call(f32);                                                                 \
-    case LS_F64: return call(f64);                                                                 \
-    case LS_F16: return call(f16x);                                                                \
-    case LS_BF16: return call(bf16);                                                               \
-    default: return LS_CPU_BAD_DTYPE4(op, t);                                                           \
+#define NP_DISPATCH_S(op, t, call)                                                                                     \
+    switch (t) {                                                                                                       \
+    case LS_F32: return call(f32);                                                                                     \
+    case LS_F64: return call(f64);                                                                                     \
+    case LS_F16: return call(f16x);                                                                                    \
+    case LS_BF16: return call(bf16);                                                                                   \
+    default: return LS_CPU_BAD_DTYPE4(op, t);                                                                          \
     }
 
-ls_status ls_cpu_bn_stats(void *st, ls_dtype t, const ls_bn_params *p, const void *x, void *mean, void *var) {
+ls_status ls_cpu_bn_stats(void *st, ls_dtype t, const ls_bn_params *p, const void *x, void *mean, void *var){
 #define CALL(s) LS_CAT(bn_stats_, s)(p, x, mean, var)
     NP_DISPATCH_S("batch-norm statistics", t, CALL)
 #undef CALL
 }
 
-ls_status ls_cpu_bn_fwd(void *st, ls_dtype t, const ls_bn_params *p, const void *x, const void *mean,
-                        const void *var, const void *gamma, const void *beta, void *y) {
+ls_status ls_cpu_bn_fwd(void *st, ls_dtype t, const ls_bn_params *p, const void *x, const void *mean, const void *var,
+                        const void *gamma, const void *beta, void *y){
 #define CALL(s) LS_CAT(bn_fwd_, s)(p, x, mean, var, gamma, beta, y)
     NP_DISPATCH_S("batch norm", t, CALL)
 #undef CALL
 }
 
 ls_status ls_cpu_bn_bwd_reduce(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
-                               const void *y, const void *mean, const void *var, void *sum_dy, void *sum_dy_xhat) {
+                               const void *y, const void *mean, const void *var, void *sum_dy, void *sum_dy_xhat){
 #define CALL(s) LS_CAT(bn_bwd_reduce_, s)(p, dy, x, y, mean, var, sum_dy, sum_dy_xhat)
     NP_DISPATCH_S("batch-norm backward", t, CALL)
 #undef CALL
 }
 
-ls_status ls_cpu_bn_bwd_dx(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
-                           const void *y, const void *mean, const void *var, const void *gamma,
-                           const void *sum_dy, const void *sum_dy_xhat, double count, void *dx) {
+ls_status ls_cpu_bn_bwd_dx(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x, const void *y,
+                           const void *mean, const void *var, const void *gamma, const void *sum_dy,
+                           const void *sum_dy_xhat, double count, void *dx){
 #define CALL(s) LS_CAT(bn_bwd_dx_, s)(p, dy, x, y, mean, var, gamma, sum_dy, sum_dy_xhat, count, dx)
     NP_DISPATCH_S("batch-norm backward", t, CALL)
 #undef CALL
@@ -154,8 +156,7 @@ ls_status ls_cpu_pool2d_fwd(void *st, ls_dtype t, const ls_pool2d_params *p, con
     }
 }
 
-ls_status ls_cpu_pool2d_bwd(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, const void *dy,
-                            void *dx) {
+ls_status ls_cpu_pool2d_bwd(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, const void *dy, void *dx) {
     switch (t) {
     case LS_F32: return pool_bwd_f32(p, x, dy, dx);
     case LS_F64: return pool_bwd_f64(p, x, dy, dx);
@@ -165,13 +166,13 @@ ls_status ls_cpu_pool2d_bwd(void *st, ls_dtype t, const ls_pool2d_params *p, con
     }
 }
 
-ls_status ls_cpu_global_avgpool_fwd(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *x, void *y) {
+ls_status ls_cpu_global_avgpool_fwd(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *x, void *y){
 #define CALL(s) LS_CAT(gap_fwd_, s)(planes, hw, x, y)
     NP_DISPATCH("global average pooling", t, CALL)
 #undef CALL
 }
 
-ls_status ls_cpu_global_avgpool_bwd(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *dy, void *dx) {
+ls_status ls_cpu_global_avgpool_bwd(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *dy, void *dx){
 #define CALL(s) LS_CAT(gap_bwd_, s)(planes, hw, dy, dx)
     NP_DISPATCH("global average pooling backward", t, CALL)
 #undef CALL

@@ -31,8 +31,8 @@ constexpr int THREADS = 256;
  * first NIN inputs. out may alias an input: each element is read before it is written, by the
  * same thread. ---- */
 template <typename T, int NIN, typename Op>
-__global__ void plane_kernel(int64_t planes, int64_t C, int64_t HW, const T *in0, const T *in1, const T *in2,
-                             T *out, Op op, int vec) {
+__global__ void plane_kernel(int64_t planes, int64_t C, int64_t HW, const T *in0, const T *in1, const T *in2, T *out,
+                             Op op, int vec) {
     constexpr int N = vec_width<T>();
     const int lane = threadIdx.x & 31;
     const int64_t w0 = global_tid() >> 5, nw = grid_stride() >> 5;
@@ -73,8 +73,8 @@ static cudaError_t plane_launch(const ls_cuda_launch *l, int64_t planes, int64_t
     if (NIN > 0) vec = vec && aligned_to(in0, 16);
     if (NIN > 1) vec = vec && aligned_to(in1, 16);
     if (NIN > 2) vec = vec && aligned_to(in2, 16);
-    plane_kernel<T, NIN, Op><<<grid_for(l, planes * 32, THREADS), THREADS, 0, l->stream>>>(planes, C, HW, in0, in1,
-                                                                                          in2, out, op, vec);
+    plane_kernel<T, NIN, Op>
+        <<<grid_for(l, planes * 32, THREADS), THREADS, 0, l->stream>>>(planes, C, HW, in0, in1, in2, out, op, vec);
     return cudaGetLastError();
 }
 
@@ -87,9 +87,7 @@ template <typename T> struct BiasOp {
 };
 
 /* batch norm: x * scale + shift, scale = gamma * (A)(1 / sqrt(var + eps)), shift = beta - mean * scale */
-template <typename A> struct BnScale {
-    A scale, shift;
-};
+template <typename A> struct BnScale { A scale, shift; };
 template <typename T, bool RELU> struct BnFwdOp {
     using A = typename Acc<T>::type;
     const A *mean, *var, *gamma, *beta;
@@ -108,9 +106,7 @@ template <typename T, bool RELU> struct BnFwdOp {
 
 /* batch norm backward: dx = k * (g - a - (x - mu) * b), g = dy masked by y > 0 under RELU, with
  * k = gamma * invstd, a = sum_dy / count, b = sum_dy_xhat * invstd / count (a = b = 0 for count 0) */
-template <typename A> struct BnGrad {
-    A k, a, b, mu;
-};
+template <typename A> struct BnGrad { A k, a, b, mu; };
 template <typename T, bool RELU> struct BnDxOp {
     using A = typename Acc<T>::type;
     const A *mean, *var, *gamma, *sum_dy, *sum_dy_xhat;
@@ -188,10 +184,9 @@ __device__ __forceinline__ double block_sum(double v, double *sh) {
  * element (n, c, i) with n = j / HW, i = j % HW. One split: the block finishes the channel itself;
  * else it writes {s0, s1} to partial[c][split]. */
 template <typename T, int MODE>
-__global__ void __launch_bounds__(THREADS) chan_reduce_kernel(int64_t N, int64_t C, int64_t HW, int64_t per,
-                                                               const T *x, const T *dy, const T *y,
-                                                               const typename Acc<T>::type *mean, double *partial,
-                                                               ChanEpi<typename Acc<T>::type> epi) {
+__global__ void __launch_bounds__(THREADS)
+    chan_reduce_kernel(int64_t N, int64_t C, int64_t HW, int64_t per, const T *x, const T *dy, const T *y,
+                       const typename Acc<T>::type *mean, double *partial, ChanEpi<typename Acc<T>::type> epi) {
     using A = typename Acc<T>::type;
     __shared__ double sh[THREADS / 32];
     const int64_t c = blockIdx.x, split = blockIdx.y, M = N * HW;
@@ -290,8 +285,7 @@ __device__ __forceinline__ int64_t first_window(int64_t h, int64_t k, int64_t s,
     return num <= 0 ? 0 : (num + s - 1) / s;
 }
 
-template <typename T>
-__global__ void pool_fwd_kernel(ls_pool2d_params p, const T *x, T *y) {
+template <typename T> __global__ void pool_fwd_kernel(ls_pool2d_params p, const T *x, T *y) {
     using A = typename Acc<T>::type;
     const int64_t total = p.N * p.C * p.P * p.Q;
     for (int64_t o = global_tid(); o < total; o += grid_stride()) {
@@ -323,8 +317,7 @@ __global__ void pool_fwd_kernel(ls_pool2d_params p, const T *x, T *y) {
 /* dx[h, w] = the sum, over the windows (i, j) holding (h, w) in row-major order, of dy[i, j] if
  * (h, w) is the window's first maximum (max) or of dy[i, j] / count (average): the CPU's
  * scatter-add, in its order, as a gather. */
-template <typename T>
-__global__ void pool_bwd_kernel(ls_pool2d_params p, const T *x, const T *dy, T *dx) {
+template <typename T> __global__ void pool_bwd_kernel(ls_pool2d_params p, const T *x, const T *dy, T *dx) {
     using A = typename Acc<T>::type;
     const int64_t total = p.N * p.C * p.H * p.W;
     for (int64_t e = global_tid(); e < total; e += grid_stride()) {
@@ -368,8 +361,7 @@ __global__ void pool_bwd_kernel(ls_pool2d_params p, const T *x, const T *dy, T *
 }
 
 /* ---- global average pooling: one warp per plane, summed in double ---- */
-template <typename T>
-__global__ void gap_fwd_kernel(int64_t planes, int64_t hw, const T *x, T *y) {
+template <typename T> __global__ void gap_fwd_kernel(int64_t planes, int64_t hw, const T *x, T *y) {
     using A = typename Acc<T>::type;
     const int lane = threadIdx.x & 31;
     for (int64_t pl = global_tid() >> 5; pl < planes; pl += grid_stride() >> 5) {
@@ -383,8 +375,7 @@ __global__ void gap_fwd_kernel(int64_t planes, int64_t hw, const T *x, T *y) {
 
 /* ---- element-wise ---- */
 /* y = a + b (then ReLU), in 16-byte packs when every pointer is aligned; y may alias a or b. */
-template <typename T, bool RELU>
-__global__ void add_kernel(int64_t n, const T *a, const T *b, T *y, int vec) {
+template <typename T, bool RELU> __global__ void add_kernel(int64_t n, const T *a, const T *b, T *y, int vec) {
     using A = typename Acc<T>::type;
     constexpr int N = vec_width<T>();
     const int64_t tid = global_tid(), stride = grid_stride();
@@ -410,8 +401,7 @@ __global__ void add_kernel(int64_t n, const T *a, const T *b, T *y, int vec) {
 }
 
 /* dst (master type) += src (T) */
-template <typename T>
-__global__ void accumulate_kernel(int64_t n, const T *src, typename Acc<T>::type *dst) {
+template <typename T> __global__ void accumulate_kernel(int64_t n, const T *src, typename Acc<T>::type *dst) {
     for (int64_t i = global_tid(); i < n; i += grid_stride()) dst[i] = add_rn(dst[i], to_acc(src[i]));
 }
 
@@ -421,12 +411,11 @@ __global__ void accumulate_kernel(int64_t n, const T *src, typename Acc<T>::type
 using namespace lsk;
 using namespace lsk::cnn;
 
-extern "C" cudaError_t ls_cuda_channel_bias_add(const ls_cuda_launch *l, ls_dtype t, int64_t N, int64_t C,
-                                                int64_t HW, const void *b, void *y) {
+extern "C" cudaError_t ls_cuda_channel_bias_add(const ls_cuda_launch *l, ls_dtype t, int64_t N, int64_t C, int64_t HW,
+                                                const void *b, void *y) {
     LSK_DISPATCH_FLOAT(t, T, {
         BiasOp<T> op{(const T *)b};
-        return plane_launch<T, 1>(l, N * C, C, HW, (const T *)y, (const T *)nullptr, (const T *)nullptr, (T *)y,
-                                  op);
+        return plane_launch<T, 1>(l, N * C, C, HW, (const T *)y, (const T *)nullptr, (const T *)nullptr, (T *)y, op);
     });
     return cudaErrorInvalidValue;
 }
@@ -451,8 +440,8 @@ extern "C" cudaError_t ls_cuda_accumulate_master(const ls_cuda_launch *l, ls_dty
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t ls_cuda_pool2d_fwd(const ls_cuda_launch *l, ls_dtype t, const ls_pool2d_params *p,
-                                          const void *x, void *y) {
+extern "C" cudaError_t ls_cuda_pool2d_fwd(const ls_cuda_launch *l, ls_dtype t, const ls_pool2d_params *p, const void *x,
+                                          void *y) {
     const int64_t total = p->N * p->C * p->P * p->Q;
     if (total <= 0) return cudaSuccess;
     LSK_DISPATCH_FLOAT(t, T, {
@@ -461,13 +450,13 @@ extern "C" cudaError_t ls_cuda_pool2d_fwd(const ls_cuda_launch *l, ls_dtype t, c
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t ls_cuda_pool2d_bwd(const ls_cuda_launch *l, ls_dtype t, const ls_pool2d_params *p,
-                                          const void *x, const void *dy, void *dx) {
+extern "C" cudaError_t ls_cuda_pool2d_bwd(const ls_cuda_launch *l, ls_dtype t, const ls_pool2d_params *p, const void *x,
+                                          const void *dy, void *dx) {
     const int64_t total = p->N * p->C * p->H * p->W;
     if (total <= 0) return cudaSuccess;
     LSK_DISPATCH_FLOAT(t, T, {
-        pool_bwd_kernel<T><<<grid_for(l, total, THREADS), THREADS, 0, l->stream>>>(*p, (const T *)x, (const T *)dy,
-                                                                                   (T *)dx);
+        pool_bwd_kernel<T>
+            <<<grid_for(l, total, THREADS), THREADS, 0, l->stream>>>(*p, (const T *)x, (const T *)dy, (T *)dx);
     });
     return cudaGetLastError();
 }
@@ -476,8 +465,8 @@ extern "C" cudaError_t ls_cuda_global_avgpool_fwd(const ls_cuda_launch *l, ls_dt
                                                   const void *x, void *y) {
     if (planes <= 0 || hw <= 0) return cudaSuccess;
     LSK_DISPATCH_FLOAT(t, T, {
-        gap_fwd_kernel<T><<<grid_for(l, planes * 32, THREADS), THREADS, 0, l->stream>>>(planes, hw, (const T *)x,
-                                                                                        (T *)y);
+        gap_fwd_kernel<T>
+            <<<grid_for(l, planes * 32, THREADS), THREADS, 0, l->stream>>>(planes, hw, (const T *)x, (T *)y);
     });
     return cudaGetLastError();
 }
@@ -508,39 +497,37 @@ extern "C" cudaError_t ls_cuda_bn_stats(const ls_cuda_launch *l, ls_dtype t, con
 }
 
 extern "C" cudaError_t ls_cuda_bn_fwd(const ls_cuda_launch *l, ls_dtype t, const ls_bn_params *p, const void *x,
-                                      const void *mean, const void *var, const void *gamma, const void *beta,
-                                      void *y) {
+                                      const void *mean, const void *var, const void *gamma, const void *beta, void *y) {
     LSK_DISPATCH_FLOAT(t, T, {
         using A = typename Acc<T>::type;
         const A *m = (const A *)mean, *v = (const A *)var, *g = (const A *)gamma, *b = (const A *)beta;
         if (p->relu)
-            return plane_launch<T, 1>(l, p->N * p->C, p->C, p->HW, (const T *)x, (const T *)nullptr,
-                                      (const T *)nullptr, (T *)y, BnFwdOp<T, true>{m, v, g, b, p->eps});
+            return plane_launch<T, 1>(l, p->N * p->C, p->C, p->HW, (const T *)x, (const T *)nullptr, (const T *)nullptr,
+                                      (T *)y, BnFwdOp<T, true>{m, v, g, b, p->eps});
         return plane_launch<T, 1>(l, p->N * p->C, p->C, p->HW, (const T *)x, (const T *)nullptr, (const T *)nullptr,
                                   (T *)y, BnFwdOp<T, false>{m, v, g, b, p->eps});
     });
     return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t ls_cuda_bn_bwd_reduce(const ls_cuda_launch *l, ls_dtype t, const ls_bn_params *p,
-                                             const void *dy, const void *x, const void *y, const void *mean,
-                                             const void *var, void *sum_dy, void *sum_dy_xhat) {
+extern "C" cudaError_t ls_cuda_bn_bwd_reduce(const ls_cuda_launch *l, ls_dtype t, const ls_bn_params *p, const void *dy,
+                                             const void *x, const void *y, const void *mean, const void *var,
+                                             void *sum_dy, void *sum_dy_xhat) {
     LSK_DISPATCH_FLOAT(t, T, {
         using A = typename Acc<T>::type;
         ChanEpi<A> epi{EPI_BN, (A *)sum_dy, (A *)sum_dy_xhat, (const A *)var, 0.0, p->eps};
         if (p->relu)
             return chan_reduce<T, RED_BN_RELU>(l, p->N, p->C, p->HW, (const T *)x, (const T *)dy, (const T *)y,
                                                (const A *)mean, epi);
-        return chan_reduce<T, RED_BN>(l, p->N, p->C, p->HW, (const T *)x, (const T *)dy, nullptr, (const A *)mean,
-                                      epi);
+        return chan_reduce<T, RED_BN>(l, p->N, p->C, p->HW, (const T *)x, (const T *)dy, nullptr, (const A *)mean, epi);
     });
     return cudaErrorInvalidValue;
 }
 
 extern "C" cudaError_t ls_cuda_bn_bwd_dx(const ls_cuda_launch *l, ls_dtype t, const ls_bn_params *p, const void *dy,
                                          const void *x, const void *y, const void *mean, const void *var,
-                                         const void *gamma, const void *sum_dy, const void *sum_dy_xhat,
-                                         double count, void *dx) {
+                                         const void *gamma, const void *sum_dy, const void *sum_dy_xhat, double count,
+                                         void *dx) {
     LSK_DISPATCH_FLOAT(t, T, {
         using A = typename Acc<T>::type;
         const A *m = (const A *)mean, *v = (const A *)var, *g = (const A *)gamma;

@@ -18,8 +18,7 @@ template <> struct Cvt<double, __nv_bfloat16> {
     __device__ static __nv_bfloat16 run(double v) { return __float2bfloat16_rn((float)v); }
 };
 
-template <typename S, typename D>
-__global__ void convert_kernel(int64_t n, const S *src, D *dst, int vec) {
+template <typename S, typename D> __global__ void convert_kernel(int64_t n, const S *src, D *dst, int vec) {
     constexpr int N = 4;
     const int64_t tid = global_tid(), stride = grid_stride();
     int64_t i0 = 0;
@@ -48,8 +47,7 @@ static cudaError_t convert_t(const ls_cuda_launch *l, int64_t n, const void *src
 }
 
 template <typename S>
-static cudaError_t convert_from(const ls_cuda_launch *l, int64_t n, const void *src, ls_dtype dst_t,
-                                void *dst) {
+static cudaError_t convert_from(const ls_cuda_launch *l, int64_t n, const void *src, ls_dtype dst_t, void *dst) {
     LSK_DISPATCH_FLOAT(dst_t, D, return convert_t<S, D>(l, n, src, dst));
     return cudaErrorInvalidValue;
 }

@@ -26,14 +26,14 @@
 
 #define LS_KIB ((size_t)1024)
 #define LS_MIB (LS_KIB * 1024)
-#define LS_ROUND (512)                   /* every block size is a multiple of this */
-#define LS_SMALL_MAX (1 * LS_MIB)        /* requests up to this go to the small pool */
-#define LS_SMALL_SEGMENT (2 * LS_MIB)    /* small-pool segment */
-#define LS_LARGE_PACKED (20 * LS_MIB)    /* segment for large requests under LS_LARGE_PACK_BELOW */
+#define LS_ROUND (512)                /* every block size is a multiple of this */
+#define LS_SMALL_MAX (1 * LS_MIB)     /* requests up to this go to the small pool */
+#define LS_SMALL_SEGMENT (2 * LS_MIB) /* small-pool segment */
+#define LS_LARGE_PACKED (20 * LS_MIB) /* segment for large requests under LS_LARGE_PACK_BELOW */
 #define LS_LARGE_PACK_BELOW (10 * LS_MIB)
-#define LS_LARGE_GRAIN (2 * LS_MIB)      /* other large segments: the request rounded to this */
-#define LS_LARGE_SPLIT_MIN (1 * LS_MIB)  /* a large block is split only if this much is left over */
-#define LS_RESERVE_KEEP (512 * LS_MIB)   /* reserve:F leaves this much of the free memory alone */
+#define LS_LARGE_GRAIN (2 * LS_MIB)     /* other large segments: the request rounded to this */
+#define LS_LARGE_SPLIT_MIN (1 * LS_MIB) /* a large block is split only if this much is left over */
+#define LS_RESERVE_KEEP (512 * LS_MIB)  /* reserve:F leaves this much of the free memory alone */
 
 enum { POOL_SMALL = 0, POOL_LARGE = 1 };
 /* Where a segment's memory came from. */
@@ -71,9 +71,9 @@ typedef struct cu_alloc {
     int device;
     pthread_mutex_t mu;
     cu_pool pools[2];
-    size_t reserved;  /* bytes held from the driver (cudaMalloc'd segments and the arena) */
-    size_t cap;       /* limit on reserved (0: none) */
-    int has_arena;    /* reserve mode: the large pool holds one SEG_ARENA segment */
+    size_t reserved;        /* bytes held from the driver (cudaMalloc'd segments and the arena) */
+    size_t cap;             /* limit on reserved (0: none) */
+    int has_arena;          /* reserve mode: the large pool holds one SEG_ARENA segment */
     cudaError_t hard_error; /* this call's cudaMalloc failed for another reason than memory */
     uint64_t n_cuda_malloc, n_cuda_free;
     /* staged uploads (created on first use): a copy stream, and per slot the end of its last
@@ -367,8 +367,9 @@ static ls_status cu_alloc_error_fn(void *state) {
     cudaError_t e = a->hard_error;
     pthread_mutex_unlock(&a->mu);
     if (e == cudaSuccess) return LS_OK;
-    return ls_error(LS_ERR_CUDA, "cuda:%d: cudaMalloc failed with %s (%s): not out of memory; an earlier kernel or "
-                                 "copy may have failed (run with CUDA_LAUNCH_BLOCKING=1 to find it)",
+    return ls_error(LS_ERR_CUDA,
+                    "cuda:%d: cudaMalloc failed with %s (%s): not out of memory; an earlier kernel or "
+                    "copy may have failed (run with CUDA_LAUNCH_BLOCKING=1 to find it)",
                     a->device, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
@@ -381,8 +382,7 @@ static void cu_free_fn(void *state, void *ptr, size_t bytes) {
     pthread_mutex_unlock(&a->mu);
 }
 
-static ls_status cu_copy_fn(void *state, void *dst, int dst_on_device, const void *src, int src_on_device,
-                            size_t n) {
+static ls_status cu_copy_fn(void *state, void *dst, int dst_on_device, const void *src, int src_on_device, size_t n) {
     cu_alloc *a = state;
     if (!n) return LS_OK;
     enum cudaMemcpyKind kind = dst_on_device ? (src_on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
@@ -530,9 +530,8 @@ static void cu_destroy_fn(void *state) {
 }
 
 static const ls_allocator_vtable ls_cuda_vtable = {
-    "cuda caching",   cu_alloc_fn,     cu_free_fn,   cu_copy_fn,        cu_zero_fn,    cu_reserved_fn,
-    cu_destroy_fn,    cu_host_alloc_fn, cu_host_free_fn, cu_upload_fn, cu_join_fn,    cu_upload_wait_fn,
-    cu_release_fn,    cu_alloc_error_fn};
+    "cuda caching",   cu_alloc_fn,     cu_free_fn,   cu_copy_fn, cu_zero_fn,        cu_reserved_fn, cu_destroy_fn,
+    cu_host_alloc_fn, cu_host_free_fn, cu_upload_fn, cu_join_fn, cu_upload_wait_fn, cu_release_fn,  cu_alloc_error_fn};
 
 /* ---- policy ---- */
 typedef struct cu_policy {
@@ -545,8 +544,7 @@ static ls_status parse_policy(const char *env, cu_policy *pol) {
     memset(pol, 0, sizeof *pol);
     if (!env || !*env) return LS_OK;
     char buf[256];
-    if (strlen(env) >= sizeof buf)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY is too long");
+    if (strlen(env) >= sizeof buf) return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY is too long");
     strcpy(buf, env);
     char *save = NULL;
     for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
@@ -563,7 +561,8 @@ static ls_status parse_policy(const char *env, cu_policy *pol) {
             if (ls_memory_parse_size(v, &pol->reserve_bytes) == LS_OK && pol->reserve_bytes > 0) continue;
             return ls_error(LS_ERR_INVALID_ARGUMENT,
                             "LOCKSTEP_GPU_MEMORY: '%s' wants a fraction of the free memory in (0, 1] or a "
-                            "size (reserve:0.9, reserve:20GiB)", item);
+                            "size (reserve:0.9, reserve:20GiB)",
+                            item);
         }
         if (strncmp(item, "limit:", 6) == 0) {
             if (ls_memory_parse_size(item + 6, &pol->limit) == LS_OK && pol->limit > 0) continue;
@@ -571,7 +570,8 @@ static ls_status parse_policy(const char *env, cu_policy *pol) {
         }
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "LOCKSTEP_GPU_MEMORY: '%s' is not one of grow, reserve:FRACTION, reserve:SIZE, "
-                        "limit:SIZE (comma-separated, e.g. reserve:0.9 or limit:48GiB)", item);
+                        "limit:SIZE (comma-separated, e.g. reserve:0.9 or limit:48GiB)",
+                        item);
     }
     return LS_OK;
 }
@@ -598,15 +598,14 @@ ls_status ls_cuda_allocator_create(ls_cuda_state *cs, ls_device dev, ls_allocato
         if (a->cap && want > a->cap) want = a->cap;
         want = want / LS_LARGE_GRAIN * LS_LARGE_GRAIN;
         if (want == 0 || add_segment(a, POOL_LARGE, want, 1) != 0) {
-            s = ls_error(LS_ERR_OUT_OF_MEMORY,
-                         "LOCKSTEP_GPU_MEMORY=%s: cannot reserve %s on cuda:%d (%s free of %s)",
+            s = ls_error(LS_ERR_OUT_OF_MEMORY, "LOCKSTEP_GPU_MEMORY=%s: cannot reserve %s on cuda:%d (%s free of %s)",
                          getenv("LOCKSTEP_GPU_MEMORY"), ls_memory_format(want, b1, 32), cs->device,
                          ls_memory_format(free_b, b2, 32), ls_memory_format(total_b, b3, 32));
             goto fail;
         }
         /* add_segment made it SEG_ARENA; the arena is held until the allocator goes */
-        LS_LOG_I("cuda:%d: reserved %s up front (LOCKSTEP_GPU_MEMORY=%s)", cs->device,
-                 ls_memory_format(want, b1, 32), getenv("LOCKSTEP_GPU_MEMORY"));
+        LS_LOG_I("cuda:%d: reserved %s up front (LOCKSTEP_GPU_MEMORY=%s)", cs->device, ls_memory_format(want, b1, 32),
+                 getenv("LOCKSTEP_GPU_MEMORY"));
     }
     ls_allocator *al = NULL;
     LS_CHECK_GOTO(ls_allocator_create(&ls_cuda_vtable, a, dev, pol.limit, &al), s, fail);

@@ -25,21 +25,15 @@ template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::typ
 template <> __device__ __forceinline__ float from_acc<float>(float v) { return v; }
 template <> __device__ __forceinline__ double from_acc<double>(double v) { return v; }
 template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 /* N elements of T, aligned to their total size (16 bytes for the element-wise kernels). */
-template <typename T, int N> struct alignas(sizeof(T) * N) Pack {
-    T v[N];
-};
+template <typename T, int N> struct alignas(sizeof(T) * N) Pack { T v[N]; };
 
 /* Elements per 16-byte vector. */
 template <typename T> __host__ __device__ constexpr int vec_width() { return (int)(16 / sizeof(T)); }
 
-__host__ __forceinline__ bool aligned_to(const void *p, size_t a) {
-    return ((uintptr_t)p % a) == 0;
-}
+__host__ __forceinline__ bool aligned_to(const void *p, size_t a) { return ((uintptr_t)p % a) == 0; }
 
 /* Blocks for a grid-stride loop over work items with threads per block: enough to fill the
  * GPU a few times over, never more than the work needs. */
@@ -51,9 +45,7 @@ __host__ __forceinline__ unsigned grid_for(const ls_cuda_launch *l, int64_t work
     return (unsigned)need;
 }
 
-__device__ __forceinline__ int64_t global_tid() {
-    return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-}
+__device__ __forceinline__ int64_t global_tid() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_stride() { return (int64_t)gridDim.x * blockDim.x; }
 
 template <typename A> __device__ __forceinline__ A warp_sum(A v) {
@@ -69,13 +61,25 @@ template <typename A> __device__ __forceinline__ A warp_max(A v) {
 
 /* Dispatch a templated call on an ls_dtype among the four float types; anything else returns
  * cudaErrorInvalidValue (cuda_ops.c rejects it first with a message). */
-#define LSK_DISPATCH_FLOAT(t, T, ...)                                                              \
-    switch (t) {                                                                                   \
-    case LS_F32: { using T = float; __VA_ARGS__; } break;                                          \
-    case LS_F64: { using T = double; __VA_ARGS__; } break;                                         \
-    case LS_F16: { using T = __half; __VA_ARGS__; } break;                                         \
-    case LS_BF16: { using T = __nv_bfloat16; __VA_ARGS__; } break;                                 \
-    default: return cudaErrorInvalidValue;                                                         \
+#define LSK_DISPATCH_FLOAT(t, T, ...)                                                                                  \
+    switch (t) {                                                                                                       \
+    case LS_F32: {                                                                                                     \
+        using T = float;                                                                                               \
+        __VA_ARGS__;                                                                                                   \
+    } break;                                                                                                           \
+    case LS_F64: {                                                                                                     \
+        using T = double;                                                                                              \
+        __VA_ARGS__;                                                                                                   \
+    } break;                                                                                                           \
+    case LS_F16: {                                                                                                     \
+        using T = __half;                                                                                              \
+        __VA_ARGS__;                                                                                                   \
+    } break;                                                                                                           \
+    case LS_BF16: {                                                                                                    \
+        using T = __nv_bfloat16;                                                                                       \
+        __VA_ARGS__;                                                                                                   \
+    } break;                                                                                                           \
+    default: return cudaErrorInvalidValue;                                                                             \
     }
 
 #endif

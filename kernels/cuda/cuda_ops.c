@@ -37,20 +37,19 @@
 ls_status ls_cuda_error(cudaError_t e, const char *expr, const char *file, int line) {
     ls_status s = LS_ERR_CUDA;
     if (e == cudaErrorMemoryAllocation) s = LS_ERR_OUT_OF_MEMORY;
-    if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || e == cudaErrorInvalidDevice)
-        s = LS_ERR_DEVICE;
+    if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || e == cudaErrorInvalidDevice) s = LS_ERR_DEVICE;
     /* a launch or allocation failure is not sticky; clear it so later calls see their own */
     (void)cudaGetLastError();
-    return ls_error(s, "CUDA error %s (%s) in %s at %s:%d", cudaGetErrorName(e), cudaGetErrorString(e), expr,
-                    file, line);
+    return ls_error(s, "CUDA error %s (%s) in %s at %s:%d", cudaGetErrorName(e), cudaGetErrorString(e), expr, file,
+                    line);
 }
 
 ls_status ls_cublas_error(cublasStatus_t e, const char *expr, const char *file, int line) {
-    ls_status s = e == CUBLAS_STATUS_ALLOC_FAILED ? LS_ERR_OUT_OF_MEMORY
+    ls_status s = e == CUBLAS_STATUS_ALLOC_FAILED    ? LS_ERR_OUT_OF_MEMORY
                   : e == CUBLAS_STATUS_NOT_SUPPORTED ? LS_ERR_UNSUPPORTED
                                                      : LS_ERR_CUDA;
-    return ls_error(s, "cuBLAS error %s (%s) in %s at %s:%d", cublasGetStatusName(e), cublasGetStatusString(e),
-                    expr, file, line);
+    return ls_error(s, "cuBLAS error %s (%s) in %s at %s:%d", cublasGetStatusName(e), cublasGetStatusString(e), expr,
+                    file, line);
 }
 
 static ls_status bad_dtype(const char *op, ls_dtype t, const char *supported) {
@@ -61,9 +60,9 @@ static ls_status bad_dtype(const char *op, ls_dtype t, const char *supported) {
 static int is_float(ls_dtype t) { return t == LS_F32 || t == LS_F64 || t == LS_F16 || t == LS_BF16; }
 
 #define LS_FLOATS "f32, f64, f16 and bf16"
-#define NEED_FLOAT(op, t)                                                                          \
-    do {                                                                                           \
-        if (!is_float(t)) return bad_dtype(op, t, LS_FLOATS);                                      \
+#define NEED_FLOAT(op, t)                                                                                              \
+    do {                                                                                                               \
+        if (!is_float(t)) return bad_dtype(op, t, LS_FLOATS);                                                          \
     } while (0)
 
 /* ---- cuBLASLt: descriptors and the chosen algorithm, cached by problem ---- */
@@ -140,19 +139,19 @@ static ls_status lt_prepare(ls_cuda_state *s, const lt_key *key, const void *bia
     cublasLtMatmulPreference_t pref = NULL;
     cudaDataType_t dt = cuda_type(key->t);
     cudaDataType_t scale_t = key->t == LS_F64 ? CUDA_R_64F : CUDA_R_32F;
-    cublasComputeType_t ct = key->t == LS_F64 ? CUBLAS_COMPUTE_64F
+    cublasComputeType_t ct = key->t == LS_F64                  ? CUBLAS_COMPUTE_64F
                              : (key->t == LS_F32 && key->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                 : CUBLAS_COMPUTE_32F;
+                                                               : CUBLAS_COMPUTE_32F;
     LS_CUBLAS_CHECK_GOTO(cublasLtMatmulDescCreate(&e->desc, ct, scale_t), st, fail);
-    LS_CUBLAS_CHECK_GOTO(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &key->opa,
-                                                        sizeof key->opa), st, fail);
-    LS_CUBLAS_CHECK_GOTO(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &key->opb,
-                                                        sizeof key->opb), st, fail);
-    LS_CUBLAS_CHECK_GOTO(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &key->epi,
-                                                        sizeof key->epi), st, fail);
+    LS_CUBLAS_CHECK_GOTO(
+        cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &key->opa, sizeof key->opa), st, fail);
+    LS_CUBLAS_CHECK_GOTO(
+        cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &key->opb, sizeof key->opb), st, fail);
+    LS_CUBLAS_CHECK_GOTO(
+        cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &key->epi, sizeof key->epi), st, fail);
     if (bias)
-        LS_CUBLAS_CHECK_GOTO(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                            sizeof bias), st, fail);
+        LS_CUBLAS_CHECK_GOTO(
+            cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), st, fail);
     /* stored (pre-op) shapes, column-major */
     uint64_t ar = key->opa == CUBLAS_OP_N ? (uint64_t)key->m : (uint64_t)key->k;
     uint64_t ac = key->opa == CUBLAS_OP_N ? (uint64_t)key->k : (uint64_t)key->m;
@@ -160,12 +159,12 @@ static ls_status lt_prepare(ls_cuda_state *s, const lt_key *key, const void *bia
     uint64_t bc = key->opb == CUBLAS_OP_N ? (uint64_t)key->n : (uint64_t)key->k;
     LS_CUBLAS_CHECK_GOTO(cublasLtMatrixLayoutCreate(&e->la, dt, ar, ac, key->lda), st, fail);
     LS_CUBLAS_CHECK_GOTO(cublasLtMatrixLayoutCreate(&e->lb, dt, br, bc, key->ldb), st, fail);
-    LS_CUBLAS_CHECK_GOTO(cublasLtMatrixLayoutCreate(&e->lc, dt, (uint64_t)key->m, (uint64_t)key->n, key->ldc),
-                         st, fail);
+    LS_CUBLAS_CHECK_GOTO(cublasLtMatrixLayoutCreate(&e->lc, dt, (uint64_t)key->m, (uint64_t)key->n, key->ldc), st,
+                         fail);
     LS_CUBLAS_CHECK_GOTO(cublasLtMatmulPreferenceCreate(&pref), st, fail);
     size_t ws = s->workspace_bytes;
-    LS_CUBLAS_CHECK_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                              sizeof ws), st, fail);
+    LS_CUBLAS_CHECK_GOTO(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), st, fail);
     const struct {
         cublasLtMatmulPreferenceAttributes_t attr;
         uint32_t v;
@@ -174,13 +173,13 @@ static ls_status lt_prepare(ls_cuda_state *s, const lt_key *key, const void *bia
                   {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key->align_c},
                   {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key->align_c}};
     for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++)
-        LS_CUBLAS_CHECK_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i].attr, &aligns[i].v,
-                                                                  sizeof aligns[i].v), st, fail);
+        LS_CUBLAS_CHECK_GOTO(
+            cublasLtMatmulPreferenceSetAttribute(pref, aligns[i].attr, &aligns[i].v, sizeof aligns[i].v), st, fail);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     memset(&res, 0, sizeof res);
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(s->lt, e->desc, e->la, e->lb, e->lc, e->lc, pref, 1, &res,
-                                                       &found);
+    cublasStatus_t hs =
+        cublasLtMatmulAlgoGetHeuristic(s->lt, e->desc, e->la, e->lb, e->lc, e->lc, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     pref = NULL;
     if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) {
@@ -202,9 +201,9 @@ fail:
 /* Row-major C[m,n] = alpha op(A) op(B) + beta C (+ bias[n] broadcast over rows when bias) through
  * cuBLASLt. *done = 0 when cuBLASLt has no algorithm for it or the bias is not 16-byte aligned (the
  * caller falls back). */
-static ls_status lt_gemm(ls_cuda_state *s, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                         float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta, void *c,
-                         int64_t ldc, const void *bias, int *done) {
+static ls_status lt_gemm(ls_cuda_state *s, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const void *a, int64_t lda, const void *b, int64_t ldb, float beta, void *c, int64_t ldc,
+                         const void *bias, int *done) {
     *done = 0;
     /* The bias epilogue reads the bias vector with vector loads, and unlike A, B and C there is no
      * preference that tells the heuristic its alignment: a bias view at an odd offset may fault
@@ -232,10 +231,9 @@ static ls_status lt_gemm(ls_cuda_state *s, ls_dtype t, int ta, int tb, int64_t m
     LS_CHECK(lt_prepare(s, &key, bias, &e));
     if (!e->supported) return LS_OK;
     if (bias)
-        LS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                       sizeof bias));
-    cublasStatus_t ms = cublasLtMatmul(s->lt, e->desc, &alpha, b, e->la, a, e->lb, &beta, c, e->lc, c, e->lc,
-                                       &e->algo, s->workspace, s->workspace_bytes, s->stream);
+        LS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    cublasStatus_t ms = cublasLtMatmul(s->lt, e->desc, &alpha, b, e->la, a, e->lb, &beta, c, e->lc, c, e->lc, &e->algo,
+                                       s->workspace, s->workspace_bytes, s->stream);
     if (ms == CUBLAS_STATUS_NOT_SUPPORTED) { /* remember, and let the caller fall back */
         e->supported = 0;
         return LS_OK;
@@ -346,12 +344,12 @@ static ls_status cu_allocator_create(void *st, ls_device dev, ls_allocator **out
 /* ---- GEMM ---- */
 /* Row-major C[m,n] = alpha op(A) op(B) + beta C through cublasGemmEx; A and B are t, C is ct
  * (t, or f32 for f16/bf16 inputs accumulating into f32 master gradients). */
-static ls_status gemm_ex(ls_cuda_state *s, ls_dtype t, ls_dtype ct, int ta, int tb, int64_t m, int64_t n,
-                         int64_t k, double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
-                         double beta, void *c, int64_t ldc) {
+static ls_status gemm_ex(ls_cuda_state *s, ls_dtype t, ls_dtype ct, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                         double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+                         int64_t ldc) {
     if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) || !fits_int(ldc))
-        return ls_error(LS_ERR_UNSUPPORTED, "gemm: [%lld x %lld x %lld] exceeds cuBLAS's 32-bit sizes",
-                        (long long)m, (long long)n, (long long)k);
+        return ls_error(LS_ERR_UNSUPPORTED, "gemm: [%lld x %lld x %lld] exceeds cuBLAS's 32-bit sizes", (long long)m,
+                        (long long)n, (long long)k);
     cudaDataType_t dt = cuda_type(t);
     float af = (float)alpha, bf = (float)beta;
     const void *pa = t == LS_F64 ? (const void *)&alpha : (const void *)&af;
@@ -384,8 +382,7 @@ static ls_status scale_rows(ls_cuda_state *s, ls_dtype t, int64_t m, int64_t n, 
 }
 
 static ls_status cu_gemm(void *st, ls_dtype t, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
-                         const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
-                         int64_t ldc) {
+                         const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
     ls_cuda_state *s = st;
     NEED_FLOAT("gemm", t);
     if (m <= 0 || n <= 0) return LS_OK;
@@ -411,8 +408,8 @@ static ls_status cu_bias_grad(void *st, ls_dtype t, int64_t rows, int64_t cols, 
  * has no algorithm for the case (or for f64, or a dimension of 1, where PyTorch also keeps away
  * from cuBLASLt's bias epilogue: a batch of one sample is a last partial batch), cublasGemmEx and
  * the bias kernel. */
-static ls_status cu_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x,
-                               const void *w, const void *b, void *y) {
+static ls_status cu_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x, const void *w,
+                               const void *b, void *y) {
     ls_cuda_state *s = st;
     NEED_FLOAT("linear", t);
     if (B <= 0 || out <= 0) return LS_OK;
@@ -434,8 +431,8 @@ static ls_status cu_linear_fwd(void *st, ls_dtype t, int64_t B, int64_t in, int6
 /* dx = dy @ w; dw += dy^T @ x (beta = 1); db += colsum(dy) (the column-sum kernel: cuBLASLt's
  * BGRADB epilogue overwrites the bias gradient, and accumulation is what micro-steps need).
  * With f16/bf16 t, dw and db are f32 (the GEMM accumulates in f32 and adds into f32). */
-static ls_status cu_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy,
-                               const void *x, const void *w, void *dx, void *dw, void *db) {
+static ls_status cu_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy, const void *x,
+                               const void *w, void *dx, void *dw, void *db) {
     ls_cuda_state *s = st;
     NEED_FLOAT("linear backward", t);
     if (B <= 0) return LS_OK;
@@ -445,8 +442,7 @@ static ls_status cu_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int6
         else
             LS_CHECK(gemm_ex(s, t, t, 0, 0, B, in, out, 1.0, dy, out, w, in, 0.0, dx, in));
     }
-    if (in > 0 && out > 0)
-        LS_CHECK(gemm_ex(s, t, master(t), 1, 0, out, in, B, 1.0, dy, out, x, in, 1.0, dw, in));
+    if (in > 0 && out > 0) LS_CHECK(gemm_ex(s, t, master(t), 1, 0, out, in, B, 1.0, dy, out, x, in, 1.0, dw, in));
     if (db) LS_CUDA_CHECK(ls_cuda_bias_grad(&s->launch, t, B, out, dy, db));
     return LS_OK;
 }
@@ -460,8 +456,7 @@ static ls_status cu_act_fwd(void *st, ls_dtype t, ls_act act, int64_t n, const v
     return LS_OK;
 }
 
-static ls_status cu_act_bwd(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, const void *dy,
-                            void *dx) {
+static ls_status cu_act_bwd(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, const void *dy, void *dx) {
     ls_cuda_state *s = st;
     NEED_FLOAT("activation backward", t);
     if (act != LS_ACT_RELU && act != LS_ACT_GELU)
@@ -470,24 +465,24 @@ static ls_status cu_act_bwd(void *st, ls_dtype t, ls_act act, int64_t n, const v
     return LS_OK;
 }
 
-static ls_status cu_xent_fwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits,
-                             const int32_t *labels, void *probs, void *losses) {
+static ls_status cu_xent_fwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
+                             void *probs, void *losses) {
     ls_cuda_state *s = st;
     NEED_FLOAT("cross-entropy", t);
     LS_CUDA_CHECK(ls_cuda_xent_fwd(&s->launch, t, B, C, logits, labels, probs, losses));
     return LS_OK;
 }
 
-static ls_status cu_xent_bwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs,
-                             const int32_t *labels, double scale, void *dlogits) {
+static ls_status cu_xent_bwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs, const int32_t *labels,
+                             double scale, void *dlogits) {
     ls_cuda_state *s = st;
     NEED_FLOAT("cross-entropy backward", t);
     LS_CUDA_CHECK(ls_cuda_xent_bwd(&s->launch, t, B, C, probs, labels, scale, dlogits));
     return LS_OK;
 }
 
-static ls_status cu_argmax(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits,
-                           const int32_t *labels, int32_t *pred, int32_t *correct) {
+static ls_status cu_argmax(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
+                           int32_t *pred, int32_t *correct) {
     ls_cuda_state *s = st;
     NEED_FLOAT("argmax", t);
     LS_CUDA_CHECK(ls_cuda_argmax(&s->launch, t, B, C, logits, labels, pred, correct));
@@ -502,8 +497,8 @@ static ls_status cu_convert(void *st, int64_t n, ls_dtype src_t, const void *src
     if (n <= 0) return LS_OK;
     if (src_t == dst_t) {
         if (src != dst)
-            LS_CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)n * ls_dtype_size(src_t), cudaMemcpyDeviceToDevice,
-                                          s->stream));
+            LS_CUDA_CHECK(
+                cudaMemcpyAsync(dst, src, (size_t)n * ls_dtype_size(src_t), cudaMemcpyDeviceToDevice, s->stream));
         return LS_OK;
     }
     LS_CUDA_CHECK(ls_cuda_convert(&s->launch, n, src_t, src, dst_t, dst));
@@ -545,8 +540,8 @@ static ls_status cu_sumsq(void *st, ls_dtype t, int64_t n, const void *x, double
 }
 
 /* The tensors' sums accumulate on the device, in order; one copy back and one wait in all. */
-static ls_status cu_sumsq_many(void *st, ls_dtype t, int k, const void *const *x, const int64_t *n,
-                               double *host_out, int *host_nonfinite) {
+static ls_status cu_sumsq_many(void *st, ls_dtype t, int k, const void *const *x, const int64_t *n, double *host_out,
+                               int *host_nonfinite) {
     ls_cuda_state *s = st;
     NEED_FLOAT("sum of squares", t);
     if (k <= 0) return LS_OK;
@@ -625,8 +620,7 @@ static ls_status cu_global_avgpool_fwd(void *st, ls_dtype t, int64_t planes, int
     return LS_OK;
 }
 
-static ls_status cu_global_avgpool_bwd(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *dy,
-                                       void *dx) {
+static ls_status cu_global_avgpool_bwd(void *st, ls_dtype t, int64_t planes, int64_t hw, const void *dy, void *dx) {
     ls_cuda_state *s = st;
     NEED_FLOAT("global average pooling backward", t);
     LS_CUDA_CHECK(ls_cuda_global_avgpool_bwd(&s->launch, t, planes, hw, dy, dx));
@@ -649,8 +643,7 @@ static ls_status cu_bn_fwd(void *st, ls_dtype t, const ls_bn_params *p, const vo
 }
 
 static ls_status cu_bn_bwd_reduce(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
-                                  const void *y, const void *mean, const void *var, void *sum_dy,
-                                  void *sum_dy_xhat) {
+                                  const void *y, const void *mean, const void *var, void *sum_dy, void *sum_dy_xhat) {
     ls_cuda_state *s = st;
     NEED_FLOAT("batch-norm backward", t);
     if (p->relu && !y)
@@ -659,9 +652,9 @@ static ls_status cu_bn_bwd_reduce(void *st, ls_dtype t, const ls_bn_params *p, c
     return LS_OK;
 }
 
-static ls_status cu_bn_bwd_dx(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
-                              const void *y, const void *mean, const void *var, const void *gamma,
-                              const void *sum_dy, const void *sum_dy_xhat, double count, void *dx) {
+static ls_status cu_bn_bwd_dx(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x, const void *y,
+                              const void *mean, const void *var, const void *gamma, const void *sum_dy,
+                              const void *sum_dy_xhat, double count, void *dx) {
     ls_cuda_state *s = st;
     NEED_FLOAT("batch-norm backward", t);
     if (p->relu && !y)

@@ -87,8 +87,10 @@ ls_status ls_cudnn_error(cudnnStatus_t e, const char *expr, const char *file, in
 ls_status ls_cudnn_init(ls_cuda_state *s) {
     size_t v = cudnnGetVersion();
     if (v / 10000 != CUDNN_MAJOR)
-        return ls_error(LS_ERR_DEVICE, "the cuDNN library loaded is version %zu but lockstep was built against "
-                        "%d.%d.%d", v, CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+        return ls_error(LS_ERR_DEVICE,
+                        "the cuDNN library loaded is version %zu but lockstep was built against "
+                        "%d.%d.%d",
+                        v, CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
     ls_status st = LS_OK;
     LS_CUDNN_CHECK_GOTO(cudnnCreate(&s->dnn), st, fail);
     LS_CUDNN_CHECK_GOTO(cudnnSetStream(s->dnn, s->stream), st, fail);
@@ -185,8 +187,8 @@ static ls_status entry_get(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params 
             *out = &c->e[i];
             return LS_OK;
         }
-    const int64_t dims[] = {p->N, p->C, p->H, p->W, p->K, p->R, p->S, p->P, p->Q, p->stride_h, p->stride_w,
-                            p->pad_h, p->pad_w, p->groups};
+    const int64_t dims[] = {p->N, p->C, p->H,        p->W,        p->K,     p->R,     p->S,
+                            p->P, p->Q, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->groups};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         if (!fits_int(dims[i]))
             return ls_error(LS_ERR_UNSUPPORTED, "conv2d %s: a size exceeds cuDNN's 32-bit descriptors",
@@ -206,14 +208,15 @@ static ls_status entry_get(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params 
     ls_status st = LS_OK;
     const cudnnDataType_t dt = dnn_type(t), ct = t == LS_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
     LS_CUDNN_CHECK_GOTO(cudnnCreateTensorDescriptor(&e->x), st, fail);
-    LS_CUDNN_CHECK_GOTO(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, dt, (int)p->N, (int)p->C, (int)p->H,
-                                                   (int)p->W), st, fail);
+    LS_CUDNN_CHECK_GOTO(
+        cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, dt, (int)p->N, (int)p->C, (int)p->H, (int)p->W), st, fail);
     LS_CUDNN_CHECK_GOTO(cudnnCreateTensorDescriptor(&e->y), st, fail);
-    LS_CUDNN_CHECK_GOTO(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, dt, (int)p->N, (int)p->K, (int)p->P,
-                                                   (int)p->Q), st, fail);
+    LS_CUDNN_CHECK_GOTO(
+        cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, dt, (int)p->N, (int)p->K, (int)p->P, (int)p->Q), st, fail);
     LS_CUDNN_CHECK_GOTO(cudnnCreateFilterDescriptor(&e->w), st, fail);
     LS_CUDNN_CHECK_GOTO(cudnnSetFilter4dDescriptor(e->w, dt, CUDNN_TENSOR_NCHW, (int)p->K, (int)(p->C / p->groups),
-                                                   (int)p->R, (int)p->S), st, fail);
+                                                   (int)p->R, (int)p->S),
+                        st, fail);
     LS_CUDNN_CHECK_GOTO(cudnnCreateConvolutionDescriptor(&e->conv), st, fail);
     LS_CUDNN_CHECK_GOTO(cudnnSetConvolution2dDescriptor(e->conv, (int)p->pad_h, (int)p->pad_w, (int)p->stride_h,
                                                         (int)p->stride_w, 1, 1, CUDNN_CROSS_CORRELATION, ct),
@@ -222,9 +225,11 @@ static ls_status entry_get(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params 
     int on, oc, oh, ow;
     LS_CUDNN_CHECK_GOTO(cudnnGetConvolution2dForwardOutputDim(e->conv, e->x, e->w, &on, &oc, &oh, &ow), st, fail);
     if (on != p->N || oc != p->K || oh != p->P || ow != p->Q) {
-        st = ls_error(LS_ERR_INTERNAL, "conv2d %s: cuDNN computes a [%d, %d, %d, %d] output, the op table "
-                      "[%lld, %lld, %lld, %lld]", conv_str(p, t, d, sizeof d), on, oc, oh, ow, (long long)p->N,
-                      (long long)p->K, (long long)p->P, (long long)p->Q);
+        st = ls_error(LS_ERR_INTERNAL,
+                      "conv2d %s: cuDNN computes a [%d, %d, %d, %d] output, the op table "
+                      "[%lld, %lld, %lld, %lld]",
+                      conv_str(p, t, d, sizeof d), on, oc, oh, ow, (long long)p->N, (long long)p->K, (long long)p->P,
+                      (long long)p->Q);
         goto fail;
     }
     e->key = key;
@@ -281,12 +286,12 @@ typedef struct ranked {
     cudnnMathType_t math;
 } ranked;
 
-#define LS_RANKED_FROM(perf, n, r)                                                                 \
-    for (int i_ = 0; i_ < (n); i_++) {                                                             \
-        (r)[i_].algo = (int)(perf)[i_].algo;                                                       \
-        (r)[i_].status = (perf)[i_].status;                                                        \
-        (r)[i_].det = (perf)[i_].determinism;                                                      \
-        (r)[i_].math = (perf)[i_].mathType;                                                        \
+#define LS_RANKED_FROM(perf, n, r)                                                                                     \
+    for (int i_ = 0; i_ < (n); i_++) {                                                                                 \
+        (r)[i_].algo = (int)(perf)[i_].algo;                                                                           \
+        (r)[i_].status = (perf)[i_].status;                                                                            \
+        (r)[i_].det = (perf)[i_].determinism;                                                                          \
+        (r)[i_].math = (perf)[i_].mathType;                                                                            \
     }
 
 /* Rank the algorithms of one direction (once per entry). */
@@ -315,8 +320,7 @@ static ls_status dir_prepare(ls_cuda_state *s, conv_entry *e, int dir) {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[LS_CONV_PERF_MAX];
         LS_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(s->dnn, &max));
         if (max > LS_CONV_PERF_MAX) max = LS_CONV_PERF_MAX;
-        LS_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->dnn, e->x, e->y, e->conv, e->w, max, &n,
-                                                                     perf));
+        LS_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->dnn, e->x, e->y, e->conv, e->w, max, &n, perf));
         LS_RANKED_FROM(perf, n, r);
         count = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
     }
@@ -324,17 +328,17 @@ static ls_status dir_prepare(ls_cuda_state *s, conv_entry *e, int dir) {
     /* deterministic first (backward: a replica's gradients repeat exactly), then any */
     for (int pass = 0; pass < 2 && d->n == 0; pass++)
         for (int i = 0; i < n; i++)
-            if (r[i].status == CUDNN_STATUS_SUCCESS &&
-                (pass == 1 || dir == DIR_FWD || r[i].det == CUDNN_DETERMINISTIC))
+            if (r[i].status == CUDNN_STATUS_SUCCESS && (pass == 1 || dir == DIR_FWD || r[i].det == CUDNN_DETERMINISTIC))
                 try_candidate(s, e, dir, r[i].algo, r[i].math);
     /* the heuristics offered nothing usable: every algorithm, in cuDNN's numbering */
     for (int a = 0; a < count && d->n == 0; a++) try_candidate(s, e, dir, a, want_math(k));
     if (d->n == 0) {
         char buf[160];
         ls_conv2d_params p = key_params(k);
-        return ls_error(LS_ERR_UNSUPPORTED, "conv2d %s: cuDNN %zu has no %s algorithm for it within a %zu MiB "
-                        "workspace", conv_str(&p, k->t, buf, sizeof buf), cudnnGetVersion(), dir_name[dir],
-                        LS_CONV_WS_LIMIT >> 20);
+        return ls_error(LS_ERR_UNSUPPORTED,
+                        "conv2d %s: cuDNN %zu has no %s algorithm for it within a %zu MiB "
+                        "workspace",
+                        conv_str(&p, k->t, buf, sizeof buf), cudnnGetVersion(), dir_name[dir], LS_CONV_WS_LIMIT >> 20);
     }
     d->ready = 1;
     return LS_OK;
@@ -354,8 +358,7 @@ static size_t entry_ws(const conv_entry *e, const ls_conv2d_params *p, int backw
 }
 
 /* The entry for p with the directions of a forward (backward = 0) or backward pass ranked. */
-static ls_status conv_ready(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, int backward,
-                            conv_entry **out) {
+static ls_status conv_ready(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, int backward, conv_entry **out) {
     conv_entry *e;
     LS_CHECK(entry_get(s, t, p, &e));
     if (!backward) {
@@ -408,8 +411,7 @@ static cudnnStatus_t conv_call(ls_cuda_state *s, conv_entry *e, int dir, const c
                                        (cudnnConvolutionFwdAlgo_t)a->algo, g->ws, g->room, beta, e->y, g->out);
     case DIR_BWD_DATA:
         return cudnnConvolutionBackwardData(s->dnn, alpha, e->w, g->w, e->y, g->dy, e->conv,
-                                            (cudnnConvolutionBwdDataAlgo_t)a->algo, g->ws, g->room, beta, e->x,
-                                            g->out);
+                                            (cudnnConvolutionBwdDataAlgo_t)a->algo, g->ws, g->room, beta, e->x, g->out);
     default:
         return cudnnConvolutionBackwardFilter(s->dnn, alpha, e->x, g->x, e->y, g->dy, e->conv,
                                               (cudnnConvolutionBwdFilterAlgo_t)a->algo, g->ws, g->room, beta, e->w,
@@ -446,24 +448,27 @@ static ls_status conv_run(ls_cuda_state *s, conv_entry *e, int dir, const conv_a
             d->warned = 1;
         }
     }
-    return ls_cudnn_error(last, dir == DIR_FWD ? "cudnnConvolutionForward"
-                                : dir == DIR_BWD_DATA ? "cudnnConvolutionBackwardData"
-                                                      : "cudnnConvolutionBackwardFilter",
+    return ls_cudnn_error(last,
+                          dir == DIR_FWD        ? "cudnnConvolutionForward"
+                          : dir == DIR_BWD_DATA ? "cudnnConvolutionBackwardData"
+                                                : "cudnnConvolutionBackwardFilter",
                           __FILE__, __LINE__);
 }
 
 static ls_status need_ws(const char *op, const ls_conv2d_params *p, ls_dtype t, size_t need, const void *ws) {
     char buf[160];
     if (need && !ws)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s %s: cuDNN needs a %zu-byte workspace and none was given "
-                        "(size it with conv2d_workspace)", op, conv_str(p, t, buf, sizeof buf), need);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "%s %s: cuDNN needs a %zu-byte workspace and none was given "
+                        "(size it with conv2d_workspace)",
+                        op, conv_str(p, t, buf, sizeof buf), need);
     return LS_OK;
 }
 
-ls_status ls_cudnn_conv2d_fwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, const void *x,
-                              const void *w, const void *b, void *y, void *ws) {
+ls_status ls_cudnn_conv2d_fwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, const void *x, const void *w,
+                              const void *b, void *y, void *ws) {
     if (p->N <= 0 || p->K <= 0 || p->P <= 0 || p->Q <= 0) return LS_OK; /* y is empty */
-    if (p->C <= 0) { /* no input channels: y = b */
+    if (p->C <= 0) {                                                    /* no input channels: y = b */
         LS_CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)(p->N * p->K * p->P * p->Q) * ls_dtype_size(t), s->stream));
     } else {
         conv_entry *e;
@@ -478,10 +483,10 @@ ls_status ls_cudnn_conv2d_fwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_para
     return LS_OK;
 }
 
-ls_status ls_cudnn_conv2d_bwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, const void *dy,
-                              const void *x, const void *w, void *dx, void *dw, void *db, void *ws) {
+ls_status ls_cudnn_conv2d_bwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, const void *dy, const void *x,
+                              const void *w, void *dx, void *dw, void *db, void *ws) {
     if (p->N <= 0) return LS_OK; /* no samples: nothing to add, dx empty */
-    if (conv_trivial(p)) { /* no output channels: dx = 0; no input channels: dw and dx are empty */
+    if (conv_trivial(p)) {       /* no output channels: dx = 0; no input channels: dw and dx are empty */
         if (db && p->K > 0) LS_CUDA_CHECK(ls_cuda_channel_sum(&s->launch, t, p->N, p->K, p->P * p->Q, dy, db));
         if (dx && p->C > 0)
             LS_CUDA_CHECK(cudaMemsetAsync(dx, 0, (size_t)(p->N * p->C * p->H * p->W) * ls_dtype_size(t), s->stream));

@@ -70,9 +70,7 @@ template <typename T> struct Gelu { /* exact: x * Phi(x) */
     }
 };
 template <typename T> struct ReluBwd { /* (x, dy) */
-    __device__ T operator()(T x, T dy) const {
-        return from_acc<T>(to_acc(x) > 0 ? to_acc(dy) : 0);
-    }
+    __device__ T operator()(T x, T dy) const { return from_acc<T>(to_acc(x) > 0 ? to_acc(dy) : 0); }
 };
 template <typename T> struct GeluBwd { /* (x, dy) */
     __device__ T operator()(T x, T dy) const {
@@ -96,8 +94,7 @@ template <typename T> struct Axpy { /* (x, y) -> y + alpha x */
 };
 
 /* y[r, c] += b[c]; packs when cols is a multiple of the pack width (a pack never spans rows). */
-template <typename T>
-__global__ void bias_add_kernel(int64_t rows, int64_t cols, const T *b, T *y, int vec) {
+template <typename T> __global__ void bias_add_kernel(int64_t rows, int64_t cols, const T *b, T *y, int vec) {
     constexpr int N = vec_width<T>();
     const int64_t tid = global_tid(), stride = grid_stride(), total = rows * cols;
     if (vec) {
@@ -169,8 +166,8 @@ static cudaError_t bias_grad_t(const ls_cuda_launch *l, int64_t rows, int64_t co
     const int64_t per = (rows + gy - 1) / gy;
     gy = (rows + per - 1) / per;
     A *partial = gy > 1 ? static_cast<A *>(l->scratch) : nullptr;
-    colsum_kernel<T, O><<<dim3((unsigned)gx, (unsigned)gy), dim3(32, 8), 0, l->stream>>>(rows, cols, dy, per,
-                                                                                         partial, db);
+    colsum_kernel<T, O>
+        <<<dim3((unsigned)gx, (unsigned)gy), dim3(32, 8), 0, l->stream>>>(rows, cols, dy, per, partial, db);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || gy == 1) return e;
     colsum_finish_kernel<A, O><<<grid_for(l, cols, 256), 256, 0, l->stream>>>(cols, (int)gy, partial, db);
@@ -179,8 +176,7 @@ static cudaError_t bias_grad_t(const ls_cuda_launch *l, int64_t rows, int64_t co
 
 /* Sum of squares in double and a nonfinite flag: per-block partials {sum, flag}, then one warp
  * adds them in a fixed order. */
-template <typename T>
-__global__ void sumsq_kernel(int64_t n, const T *x, int vec, double *partial) {
+template <typename T> __global__ void sumsq_kernel(int64_t n, const T *x, int vec, double *partial) {
     constexpr int N = vec_width<T>();
     const int64_t tid = global_tid(), stride = grid_stride();
     double s = 0;
@@ -258,14 +254,13 @@ extern "C" cudaError_t ls_cuda_probe_kernels(void) {
     return cudaFuncGetAttributes(&attr, sumsq_finish_kernel);
 }
 
-extern "C" cudaError_t ls_cuda_bias_add(const ls_cuda_launch *l, ls_dtype t, int64_t rows, int64_t cols,
-                                        const void *b, void *y) {
+extern "C" cudaError_t ls_cuda_bias_add(const ls_cuda_launch *l, ls_dtype t, int64_t rows, int64_t cols, const void *b,
+                                        void *y) {
     if (rows <= 0 || cols <= 0) return cudaSuccess;
     LSK_DISPATCH_FLOAT(t, T, {
         int vec = cols % vec_width<T>() == 0 && aligned_to(b, 16) && aligned_to(y, 16);
         int64_t work = vec ? rows * cols / vec_width<T>() : rows * cols;
-        bias_add_kernel<T><<<grid_for(l, work, 256), 256, 0, l->stream>>>(rows, cols, (const T *)b,
-                                                                           (T *)y, vec);
+        bias_add_kernel<T><<<grid_for(l, work, 256), 256, 0, l->stream>>>(rows, cols, (const T *)b, (T *)y, vec);
     });
     return cudaGetLastError();
 }
@@ -281,8 +276,8 @@ extern "C" cudaError_t ls_cuda_bias_grad(const ls_cuda_launch *l, ls_dtype t, in
     }
 }
 
-extern "C" cudaError_t ls_cuda_act_fwd(const ls_cuda_launch *l, ls_dtype t, ls_act act, int64_t n,
-                                       const void *x, void *y) {
+extern "C" cudaError_t ls_cuda_act_fwd(const ls_cuda_launch *l, ls_dtype t, ls_act act, int64_t n, const void *x,
+                                       void *y) {
     LSK_DISPATCH_FLOAT(t, T, {
         if (act == LS_ACT_RELU) return ew_launch<T, false>(l, n, (const T *)x, (const T *)nullptr, (T *)y, Relu<T>{});
         if (act == LS_ACT_GELU) return ew_launch<T, false>(l, n, (const T *)x, (const T *)nullptr, (T *)y, Gelu<T>{});
@@ -291,13 +286,11 @@ extern "C" cudaError_t ls_cuda_act_fwd(const ls_cuda_launch *l, ls_dtype t, ls_a
     return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t ls_cuda_act_bwd(const ls_cuda_launch *l, ls_dtype t, ls_act act, int64_t n,
-                                       const void *x, const void *dy, void *dx) {
+extern "C" cudaError_t ls_cuda_act_bwd(const ls_cuda_launch *l, ls_dtype t, ls_act act, int64_t n, const void *x,
+                                       const void *dy, void *dx) {
     LSK_DISPATCH_FLOAT(t, T, {
-        if (act == LS_ACT_RELU)
-            return ew_launch<T, true>(l, n, (const T *)x, (const T *)dy, (T *)dx, ReluBwd<T>{});
-        if (act == LS_ACT_GELU)
-            return ew_launch<T, true>(l, n, (const T *)x, (const T *)dy, (T *)dx, GeluBwd<T>{});
+        if (act == LS_ACT_RELU) return ew_launch<T, true>(l, n, (const T *)x, (const T *)dy, (T *)dx, ReluBwd<T>{});
+        if (act == LS_ACT_GELU) return ew_launch<T, true>(l, n, (const T *)x, (const T *)dy, (T *)dx, GeluBwd<T>{});
         return cudaErrorInvalidValue;
     });
     return cudaErrorInvalidValue;
@@ -317,8 +310,8 @@ extern "C" cudaError_t ls_cuda_mul(const ls_cuda_launch *l, ls_dtype t, int64_t 
     return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t ls_cuda_axpy(const ls_cuda_launch *l, ls_dtype t, int64_t n, double alpha,
-                                    const void *x, void *y) {
+extern "C" cudaError_t ls_cuda_axpy(const ls_cuda_launch *l, ls_dtype t, int64_t n, double alpha, const void *x,
+                                    void *y) {
     LSK_DISPATCH_FLOAT(t, T, {
         Axpy<T> f{(typename Acc<T>::type)alpha};
         return ew_launch<T, true>(l, n, (const T *)x, (const T *)y, (T *)y, f);
@@ -326,8 +319,8 @@ extern "C" cudaError_t ls_cuda_axpy(const ls_cuda_launch *l, ls_dtype t, int64_t
     return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *x,
-                                     double *dev_out, int accumulate) {
+extern "C" cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *x, double *dev_out,
+                                     int accumulate) {
     /* partials live in the scratch area after its first 256 bytes (where dev_out may sit) */
     double *partial = reinterpret_cast<double *>(static_cast<char *>(l->scratch) + 256);
     if (n <= 0) return accumulate ? cudaSuccess : cudaMemsetAsync(dev_out, 0, 2 * sizeof(double), l->stream);

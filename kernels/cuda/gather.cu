@@ -17,14 +17,14 @@ __global__ void gather_rows_kernel(int64_t rows, int64_t vcols, const V *__restr
 }
 
 template <typename V>
-cudaError_t launch(const ls_cuda_launch *l, int64_t rows, int64_t row_bytes, const void *src,
-                   const int64_t *idx, void *dst) {
+cudaError_t launch(const ls_cuda_launch *l, int64_t rows, int64_t row_bytes, const void *src, const int64_t *idx,
+                   void *dst) {
     int64_t vcols = row_bytes / (int64_t)sizeof(V);
     int threads = vcols >= 256 ? 256 : vcols >= 64 ? 128 : 32;
     int64_t most = (int64_t)(l->sm_count > 0 ? l->sm_count : 1) * 32;
     unsigned grid = (unsigned)(rows < most ? rows : most);
-    gather_rows_kernel<V><<<grid, threads, 0, l->stream>>>(rows, vcols, static_cast<const V *>(src), idx,
-                                                           static_cast<V *>(dst));
+    gather_rows_kernel<V>
+        <<<grid, threads, 0, l->stream>>>(rows, vcols, static_cast<const V *>(src), idx, static_cast<V *>(dst));
     return cudaGetLastError();
 }
 

@@ -114,8 +114,8 @@ static cudaError_t mt_apply(const ls_cuda_launch *l, int k, void *const *p, void
         L.m[nt] = m ? static_cast<T *>(m[t]) : nullptr;
         L.v[nt] = v ? static_cast<T *>(v[t]) : nullptr;
         L.n[nt] = n[t];
-        L.vec[nt] = aligned_to(L.p[nt], 16) && aligned_to(L.g[nt], 16) && aligned_to(L.m[nt], 16) &&
-                    aligned_to(L.v[nt], 16);
+        L.vec[nt] =
+            aligned_to(L.p[nt], 16) && aligned_to(L.g[nt], 16) && aligned_to(L.m[nt], 16) && aligned_to(L.v[nt], 16);
         const int64_t chunks = (n[t] + MT_CHUNK - 1) / MT_CHUNK;
         for (int64_t c = 0; c < chunks; c++) {
             L.tensor[nb] = (uint8_t)nt;
@@ -128,7 +128,7 @@ static cudaError_t mt_apply(const ls_cuda_launch *l, int k, void *const *p, void
                 nb = 0;
                 if (last) {
                     nt = -1; /* every slot is free again */
-                } else {   /* this tensor goes on in slot 0 */
+                } else {     /* this tensor goes on in slot 0 */
                     L.p[0] = L.p[nt];
                     L.g[0] = L.g[nt];
                     L.m[0] = L.m[nt];
@@ -177,17 +177,15 @@ static cudaError_t adamw_t(const ls_cuda_launch *l, int k, void *const *p, void 
 
 using namespace lsk;
 
-extern "C" cudaError_t ls_cuda_sgd_step(const ls_cuda_launch *l, ls_dtype t, int k, void *const *p,
-                                        void *const *g, void *const *m, const int64_t *n,
-                                        const ls_sgd_params *hp) {
+extern "C" cudaError_t ls_cuda_sgd_step(const ls_cuda_launch *l, ls_dtype t, int k, void *const *p, void *const *g,
+                                        void *const *m, const int64_t *n, const ls_sgd_params *hp) {
     if (t == LS_F32) return sgd_t<float>(l, k, p, g, m, n, hp);
     if (t == LS_F64) return sgd_t<double>(l, k, p, g, m, n, hp);
     return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t ls_cuda_adamw_step(const ls_cuda_launch *l, ls_dtype t, int k, void *const *p,
-                                          void *const *g, void *const *m, void *const *v, const int64_t *n,
-                                          const ls_adamw_params *hp) {
+extern "C" cudaError_t ls_cuda_adamw_step(const ls_cuda_launch *l, ls_dtype t, int k, void *const *p, void *const *g,
+                                          void *const *m, void *const *v, const int64_t *n, const ls_adamw_params *hp) {
     if (t == LS_F32) return adamw_t<float>(l, k, p, g, m, v, n, hp);
     if (t == LS_F64) return adamw_t<double>(l, k, p, g, m, v, n, hp);
     return cudaErrorInvalidValue;

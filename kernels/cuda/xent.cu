@@ -141,28 +141,26 @@ __global__ void argmax_kernel(int64_t B, int64_t C, const T *logits, const int32
 }
 
 template <typename T>
-static cudaError_t xent_fwd_t(const ls_cuda_launch *l, int64_t B, int64_t C, const void *logits,
-                              const int32_t *labels, void *probs, void *losses) {
+static cudaError_t xent_fwd_t(const ls_cuda_launch *l, int64_t B, int64_t C, const void *logits, const int32_t *labels,
+                              void *probs, void *losses) {
     using A = typename Acc<T>::type;
     if (C <= 1024) {
-        xent_fwd_kernel<T, 32><<<grid_for(l, B, 8), 256, 0, l->stream>>>(B, C, (const T *)logits, labels,
-                                                                         (A *)probs, (A *)losses);
+        xent_fwd_kernel<T, 32>
+            <<<grid_for(l, B, 8), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, (A *)probs, (A *)losses);
     } else {
-        xent_fwd_kernel<T, 256><<<grid_for(l, B, 1), 256, 0, l->stream>>>(B, C, (const T *)logits, labels,
-                                                                          (A *)probs, (A *)losses);
+        xent_fwd_kernel<T, 256>
+            <<<grid_for(l, B, 1), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, (A *)probs, (A *)losses);
     }
     return cudaGetLastError();
 }
 
 template <typename T>
-static cudaError_t argmax_t(const ls_cuda_launch *l, int64_t B, int64_t C, const void *logits,
-                            const int32_t *labels, int32_t *pred, int32_t *correct) {
+static cudaError_t argmax_t(const ls_cuda_launch *l, int64_t B, int64_t C, const void *logits, const int32_t *labels,
+                            int32_t *pred, int32_t *correct) {
     if (C <= 1024) {
-        argmax_kernel<T, 32><<<grid_for(l, B, 8), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, pred,
-                                                                       correct);
+        argmax_kernel<T, 32><<<grid_for(l, B, 8), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, pred, correct);
     } else {
-        argmax_kernel<T, 256><<<grid_for(l, B, 1), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, pred,
-                                                                        correct);
+        argmax_kernel<T, 256><<<grid_for(l, B, 1), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, pred, correct);
     }
     return cudaGetLastError();
 }
@@ -171,15 +169,15 @@ static cudaError_t argmax_t(const ls_cuda_launch *l, int64_t B, int64_t C, const
 
 using namespace lsk;
 
-extern "C" cudaError_t ls_cuda_xent_fwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C,
-                                        const void *logits, const int32_t *labels, void *probs, void *losses) {
+extern "C" cudaError_t ls_cuda_xent_fwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *logits,
+                                        const int32_t *labels, void *probs, void *losses) {
     if (B <= 0 || C <= 0) return cudaSuccess;
     LSK_DISPATCH_FLOAT(t, T, return xent_fwd_t<T>(l, B, C, logits, labels, probs, losses));
     return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t ls_cuda_xent_bwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C,
-                                        const void *probs, const int32_t *labels, double scale, void *dlogits) {
+extern "C" cudaError_t ls_cuda_xent_bwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *probs,
+                                        const int32_t *labels, double scale, void *dlogits) {
     if (B <= 0 || C <= 0) return cudaSuccess;
     LSK_DISPATCH_FLOAT(t, T, {
         xent_bwd_kernel<T><<<grid_for(l, B * C, 256), 256, 0, l->stream>>>(
@@ -188,9 +186,8 @@ extern "C" cudaError_t ls_cuda_xent_bwd(const ls_cuda_launch *l, ls_dtype t, int
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t ls_cuda_argmax(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C,
-                                      const void *logits, const int32_t *labels, int32_t *pred,
-                                      int32_t *correct) {
+extern "C" cudaError_t ls_cuda_argmax(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *logits,
+                                      const int32_t *labels, int32_t *pred, int32_t *correct) {
     if (correct) {
         cudaError_t e = cudaMemsetAsync(correct, 0, sizeof(int32_t), l->stream);
         if (e != cudaSuccess) return e;

@@ -79,17 +79,16 @@ ls_status ls_device_select(const char *request, int local_rank, ls_device *out) 
         return LS_OK;
     }
     ls_device d;
-    if (ls_device_parse(request, &d) != LS_OK)
-        return ls_error_context(LS_ERR_INVALID_ARGUMENT, "%s", source);
+    if (ls_device_parse(request, &d) != LS_OK) return ls_error_context(LS_ERR_INVALID_ARGUMENT, "%s", source);
     if (d.type == LS_DEVICE_CUDA) {
         int n = ls_device_cuda_count(why, sizeof why);
         if (n == 0)
-            return ls_error(LS_ERR_DEVICE, "%s asks for device '%s' but no CUDA device is usable: %s",
-                            source, request, why);
+            return ls_error(LS_ERR_DEVICE, "%s asks for device '%s' but no CUDA device is usable: %s", source, request,
+                            why);
         if (d.index < 0) d.index = (local_rank < 0 ? 0 : local_rank) % n;
         if (d.index >= n)
-            return ls_error(LS_ERR_DEVICE, "%s asks for device '%s' but only %d CUDA device%s visible",
-                            source, request, n, n == 1 ? " is" : "s are");
+            return ls_error(LS_ERR_DEVICE, "%s asks for device '%s' but only %d CUDA device%s visible", source, request,
+                            n, n == 1 ? " is" : "s are");
     }
     *out = d;
     return LS_OK;

@@ -17,10 +17,11 @@ typedef struct ls_device {
     int index; /* CUDA ordinal; 0 for the CPU */
 } ls_device;
 
-static inline ls_device ls_device_cpu(void) { ls_device d = {LS_DEVICE_CPU, 0}; return d; }
-static inline int ls_device_equal(ls_device a, ls_device b) {
-    return a.type == b.type && a.index == b.index;
+static inline ls_device ls_device_cpu(void) {
+    ls_device d = {LS_DEVICE_CPU, 0};
+    return d;
 }
+static inline int ls_device_equal(ls_device a, ls_device b) { return a.type == b.type && a.index == b.index; }
 
 /* Parse "cpu", "cuda" (index -1: pick by local rank) or "cuda:N". */
 ls_status ls_device_parse(const char *s, ls_device *out);

@@ -96,18 +96,19 @@ static ls_status nvml_load(nvml_api *api) {
     NVML_BIND(power, "nvmlDeviceGetPowerUsage");
     NVML_BIND(power_limit, "nvmlDeviceGetEnforcedPowerLimit");
     NVML_BIND(clock, "nvmlDeviceGetClockInfo");
-    const char *missing = !api->init ? "nvmlInit_v2"
-                          : !api->shutdown ? "nvmlShutdown"
-                          : !api->by_index ? "nvmlDeviceGetHandleByIndex_v2"
-                          : !api->by_pci ? "nvmlDeviceGetHandleByPciBusId_v2"
+    const char *missing = !api->init          ? "nvmlInit_v2"
+                          : !api->shutdown    ? "nvmlShutdown"
+                          : !api->by_index    ? "nvmlDeviceGetHandleByIndex_v2"
+                          : !api->by_pci      ? "nvmlDeviceGetHandleByPciBusId_v2"
                           : !api->utilization ? "nvmlDeviceGetUtilizationRates"
-                          : !api->memory ? "nvmlDeviceGetMemoryInfo"
-                                         : NULL;
+                          : !api->memory      ? "nvmlDeviceGetMemoryInfo"
+                                              : NULL;
     if (missing) {
         dlclose(api->lib);
         api->lib = NULL;
-        return ls_error(LS_ERR_DEVICE, "GPU monitoring: %s has no %s (an NVML older than the driver interface lockstep uses)",
-                        path, missing);
+        return ls_error(LS_ERR_DEVICE,
+                        "GPU monitoring: %s has no %s (an NVML older than the driver interface lockstep uses)", path,
+                        missing);
     }
     nvmlReturn_t r = api->init();
     if (r != NVML_SUCCESS) {
@@ -189,10 +190,11 @@ static void *sampler(void *arg) {
 static ls_status monitor_begin(ls_gpu_monitor *m, int interval_ms, ls_gpu_monitor **out) {
     const nvml_api *api = &m->api;
     unsigned int v;
-    if (!api->name || api->name(m->dev, m->name, sizeof m->name) != NVML_SUCCESS) snprintf(m->name, sizeof m->name, "GPU");
+    if (!api->name || api->name(m->dev, m->name, sizeof m->name) != NVML_SUCCESS)
+        snprintf(m->name, sizeof m->name, "GPU");
     m->name[sizeof m->name - 1] = '\0';
     nvmlReturn_t r = sample_locked(m); /* the first sample; the thread is not started yet */
-    if (r != NVML_SUCCESS) { /* e.g. a MIG slice or a vGPU: no figures to show, and the user is told */
+    if (r != NVML_SUCCESS) {           /* e.g. a MIG slice or a vGPU: no figures to show, and the user is told */
         ls_status s = ls_error(LS_ERR_UNSUPPORTED, "GPU monitoring: NVML gives no utilization for %s (%s): %s", m->name,
                                m->device_id, nvml_str(api, r));
         nvml_unload(&m->api);
@@ -232,8 +234,10 @@ static ls_status monitor_open(const char *bus, unsigned index, const char *who, 
         free(m);
         return s;
     }
-    if (bus) snprintf(m->device_id, sizeof m->device_id, "%.63s", bus);
-    else snprintf(m->device_id, sizeof m->device_id, "nvml:%u", index);
+    if (bus)
+        snprintf(m->device_id, sizeof m->device_id, "%.63s", bus);
+    else
+        snprintf(m->device_id, sizeof m->device_id, "nvml:%u", index);
     nvmlReturn_t r = bus ? m->api.by_pci(bus, &m->dev) : m->api.by_index(index, &m->dev);
     if (r != NVML_SUCCESS) {
         s = ls_error(LS_ERR_DEVICE, "GPU monitoring: NVML %s %s: %s", bus ? "does not know" : "has no", who,
@@ -260,8 +264,8 @@ ls_status ls_gpu_monitor_start(ls_device dev, int interval_ms, ls_gpu_monitor **
         return ls_error(LS_ERR_UNSUPPORTED, "GPU monitoring: %s is not a GPU", ls_device_str(dev, dstr, sizeof dstr));
     LS_CHECK(check_interval(interval_ms));
     if (ls_device_probe_pci_bus_id(dev.index, bus, (int)sizeof bus) != 0)
-        return ls_error(LS_ERR_DEVICE, "GPU monitoring: no PCI bus id for %s: %s", ls_device_str(dev, dstr, sizeof dstr),
-                        bus);
+        return ls_error(LS_ERR_DEVICE, "GPU monitoring: no PCI bus id for %s: %s",
+                        ls_device_str(dev, dstr, sizeof dstr), bus);
     snprintf(who, sizeof who, "%s (PCI %s)", ls_device_str(dev, dstr, sizeof dstr), bus);
     return monitor_open(bus, 0, who, interval_ms, out);
 }
@@ -307,12 +311,12 @@ const char *ls_gpu_stats_format(const ls_gpu_stats *s, char *buf, int len) {
     size_t n = (size_t)len, k = 0;
     if (!len) return buf;
     buf[0] = '\0';
-#define ADD(...)                                                                                   \
-    do {                                                                                           \
-        if (k < n) {                                                                               \
-            int w_ = snprintf(buf + k, n - k, __VA_ARGS__);                                        \
-            if (w_ > 0) k += (size_t)w_;                                                           \
-        }                                                                                          \
+#define ADD(...)                                                                                                       \
+    do {                                                                                                               \
+        if (k < n) {                                                                                                   \
+            int w_ = snprintf(buf + k, n - k, __VA_ARGS__);                                                            \
+            if (w_ > 0) k += (size_t)w_;                                                                               \
+        }                                                                                                              \
     } while (0)
     ADD("gpu %.0f%% busy (memory %.0f%%)", s->util_pct, s->mem_util_pct);
     if (s->mem_total)
@@ -340,7 +344,8 @@ ls_status ls_gpu_monitor_interval_from_env(int *interval_ms) {
     long v = strtol(e, &end, 10);
     if (end == e || *end || errno || v < 0 || v > 3600000)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "LOCKSTEP_GPU_MONITOR='%s': use a sampling interval in milliseconds (e.g. 500), or 0 or off", e);
+                        "LOCKSTEP_GPU_MONITOR='%s': use a sampling interval in milliseconds (e.g. 500), or 0 or off",
+                        e);
     *interval_ms = (int)v;
     return LS_OK;
 }

@@ -18,16 +18,16 @@ extern "C" {
 #endif
 
 typedef struct ls_gpu_stats {
-    char name[96];          /* "NVIDIA H200" */
-    char device_id[64];     /* which GPU: its PCI bus id, or "nvml:N" when started by index */
-    int samples;            /* samples behind the figures below (0: none yet) */
-    double util_pct;        /* mean % of time a kernel was running */
-    double mem_util_pct;    /* mean % of time device memory was read or written */
-    double power_w;         /* mean board power in W; < 0: the GPU does not report it */
-    double power_limit_w;   /* enforced power limit in W; < 0: not reported */
-    double temp_c;          /* highest GPU temperature in C; < 0: not reported */
-    double sm_clock_mhz;    /* mean SM clock; < 0: not reported */
-    uint64_t mem_used;      /* highest device memory in use (bytes, every process) */
+    char name[96];        /* "NVIDIA H200" */
+    char device_id[64];   /* which GPU: its PCI bus id, or "nvml:N" when started by index */
+    int samples;          /* samples behind the figures below (0: none yet) */
+    double util_pct;      /* mean % of time a kernel was running */
+    double mem_util_pct;  /* mean % of time device memory was read or written */
+    double power_w;       /* mean board power in W; < 0: the GPU does not report it */
+    double power_limit_w; /* enforced power limit in W; < 0: not reported */
+    double temp_c;        /* highest GPU temperature in C; < 0: not reported */
+    double sm_clock_mhz;  /* mean SM clock; < 0: not reported */
+    uint64_t mem_used;    /* highest device memory in use (bytes, every process) */
     uint64_t mem_total;
 } ls_gpu_stats;
 

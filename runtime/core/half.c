@@ -26,8 +26,7 @@ __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(const float *src
 
 __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(const uint16_t *src, float *dst, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
     for (; i < n; i++) dst[i] = ls_hi_f16_to_f32(src[i]);
 }
 

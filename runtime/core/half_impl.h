@@ -47,8 +47,8 @@ static inline uint16_t ls_hi_f32_to_f16(float f) {
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* quiet NaN (as VCVTPS2PH) */
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-    if (a < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);                       /* rounds to >= 65520: inf */
+    if (a < 0x38800000u) {                                                         /* below 2^-14: subnormal or zero */
         float v = ls_hi_bits_f32(a) * 16777216.0f;
         uint32_t m = (uint32_t)lrintf(v); /* default rounding mode: nearest even */
         return (uint16_t)(sign | m);
@@ -67,8 +67,8 @@ void ls_half_f32_to_f16_n(const float *src, uint16_t *dst, int64_t n);
 void ls_half_f16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
 void ls_half_f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n);
 void ls_half_bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n);
-int ls_half_has_f16c(void);    /* the CPU (and OS) can run F16C and AVX2 code */
-int ls_half_set_simd(int on);  /* tests: 0 makes everything take the portable code; returns the old state */
+int ls_half_has_f16c(void);     /* the CPU (and OS) can run F16C and AVX2 code */
+int ls_half_set_simd(int on);   /* tests: 0 makes everything take the portable code; returns the old state */
 const char *ls_half_impl(void); /* "f16c+avx2", "f16c" or "scalar": what the batch functions use here */
 
 #endif

@@ -21,8 +21,7 @@ ls_status ls_log_level_parse(const char *s, ls_log_level *out) {
             return LS_OK;
         }
     }
-    return ls_error(LS_ERR_INVALID_ARGUMENT,
-                    "log level '%s' is not one of error, warn, info, debug", s ? s : "(null)");
+    return ls_error(LS_ERR_INVALID_ARGUMENT, "log level '%s' is not one of error, warn, info, debug", s ? s : "(null)");
 }
 
 ls_log_level ls_log_get_level(void) {
@@ -31,8 +30,10 @@ ls_log_level ls_log_get_level(void) {
         ls_log_level parsed = LS_LOG_WARN;
         const char *env = getenv("LOCKSTEP_LOG");
         if (env && *env && ls_log_level_parse(env, &parsed) != LS_OK) {
-            fprintf(stderr, "[lockstep warn] LOCKSTEP_LOG='%s' is not one of error, warn, info, "
-                            "debug; using warn\n", env);
+            fprintf(stderr,
+                    "[lockstep warn] LOCKSTEP_LOG='%s' is not one of error, warn, info, "
+                    "debug; using warn\n",
+                    env);
             parsed = LS_LOG_WARN;
         }
         atomic_store(&ls_log_level_cur, (int)parsed);

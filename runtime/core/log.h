@@ -10,12 +10,7 @@
 extern "C" {
 #endif
 
-typedef enum ls_log_level {
-    LS_LOG_ERROR = 0,
-    LS_LOG_WARN = 1,
-    LS_LOG_INFO = 2,
-    LS_LOG_DEBUG = 3
-} ls_log_level;
+typedef enum ls_log_level { LS_LOG_ERROR = 0, LS_LOG_WARN = 1, LS_LOG_INFO = 2, LS_LOG_DEBUG = 3 } ls_log_level;
 
 /* Parse "error|warn|info|debug" (case-insensitive). */
 ls_status ls_log_level_parse(const char *s, ls_log_level *out);

@@ -117,11 +117,12 @@ static ls_status ls_host_zero(void *state, void *ptr, size_t n) {
     if (n) memset(ptr, 0, n);
     return LS_OK;
 }
-static const ls_allocator_vtable ls_host_vtable = {"host", ls_host_alloc, ls_host_free, ls_host_copy,
-                                                   ls_host_zero, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+static const ls_allocator_vtable ls_host_vtable = {"host", ls_host_alloc, ls_host_free, ls_host_copy, ls_host_zero,
+                                                   NULL,   NULL,          NULL,         NULL,         NULL,
+                                                   NULL,   NULL,          NULL,         NULL};
 
-ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device,
-                              size_t cap_bytes, ls_allocator **out) {
+ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device, size_t cap_bytes,
+                              ls_allocator **out) {
     ls_allocator *a = calloc(1, sizeof *a);
     if (!a) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate an allocator object");
     a->vt = vt;
@@ -186,10 +187,9 @@ ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out) 
         return ls_error(LS_ERR_OUT_OF_MEMORY,
                         "out of memory on %s: the %s allocator could not provide %s for %s; %s is "
                         "already in use, the peak so far is %s%s%s",
-                        ls_device_str(a->device, dev, sizeof dev), a->vt->name,
-                        ls_memory_format(bytes, b1, 32), what ? what : "an unnamed buffer",
-                        ls_memory_format(s.live_bytes, b3, 32), ls_memory_format(s.peak_bytes, b4, 32),
-                        a->hint[0] ? ". " : "", a->hint);
+                        ls_device_str(a->device, dev, sizeof dev), a->vt->name, ls_memory_format(bytes, b1, 32),
+                        what ? what : "an unnamed buffer", ls_memory_format(s.live_bytes, b3, 32),
+                        ls_memory_format(s.peak_bytes, b4, 32), a->hint[0] ? ". " : "", a->hint);
     }
     a->st.live_bytes += bytes;
     if (a->st.live_bytes > a->st.peak_bytes) a->st.peak_bytes = a->st.live_bytes;
@@ -252,14 +252,12 @@ void ls_allocator_set_oom_hint(ls_allocator *a, const char *hint) {
     pthread_mutex_unlock(&a->mu);
 }
 
-ls_status ls_allocator_copy(ls_allocator *a, void *dst, int dst_on_device, const void *src,
-                            int src_on_device, size_t n) {
+ls_status ls_allocator_copy(ls_allocator *a, void *dst, int dst_on_device, const void *src, int src_on_device,
+                            size_t n) {
     return a->vt->copy(a->state, dst, dst_on_device, src, src_on_device, n);
 }
 
-ls_status ls_allocator_set_zero(ls_allocator *a, void *ptr, size_t n) {
-    return a->vt->set_zero(a->state, ptr, n);
-}
+ls_status ls_allocator_set_zero(ls_allocator *a, void *ptr, size_t n) { return a->vt->set_zero(a->state, ptr, n); }
 
 ls_status ls_allocator_host_alloc(ls_allocator *a, size_t bytes, const char *what, int *pinned, void **out) {
     char b1[32];
@@ -327,11 +325,23 @@ ls_status ls_memory_parse_size(const char *s, size_t *out) {
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "memory size '%s' is not a number of bytes with an optional unit (e.g. 2GiB, 512MiB)", s);
     while (isspace((unsigned char)*end)) end++;
-    static const struct { const char *u; double m; } units[] = {
-        {"", 1},       {"b", 1},          {"k", 1024.0},         {"kib", 1024.0},
-        {"kb", 1e3},   {"m", 1048576.0},  {"mib", 1048576.0},    {"mb", 1e6},
-        {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9}, {"t", 1099511627776.0},
-        {"tib", 1099511627776.0}, {"tb", 1e12}};
+    static const struct {
+        const char *u;
+        double m;
+    } units[] = {{"", 1},
+                 {"b", 1},
+                 {"k", 1024.0},
+                 {"kib", 1024.0},
+                 {"kb", 1e3},
+                 {"m", 1048576.0},
+                 {"mib", 1048576.0},
+                 {"mb", 1e6},
+                 {"g", 1073741824.0},
+                 {"gib", 1073741824.0},
+                 {"gb", 1e9},
+                 {"t", 1099511627776.0},
+                 {"tib", 1099511627776.0},
+                 {"tb", 1e12}};
     char unit[8] = {0};
     if (strlen(end) >= sizeof unit) goto bad;
     for (size_t i = 0; end[i] && i < sizeof unit - 1; i++) unit[i] = (char)tolower((unsigned char)end[i]);
@@ -345,7 +355,8 @@ ls_status ls_memory_parse_size(const char *s, size_t *out) {
     }
 bad:
     return ls_error(LS_ERR_INVALID_ARGUMENT,
-                    "memory size '%s' has an unknown unit or is too large (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s);
+                    "memory size '%s' has an unknown unit or is too large (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
+                    s);
 }
 
 const char *ls_memory_format(size_t bytes, char *buf, int len) {

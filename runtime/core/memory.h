@@ -24,7 +24,7 @@ typedef struct ls_memory_stats {
     size_t cap_bytes;      /* 0: no cap */
     uint64_t allocs;       /* successful allocations */
     uint64_t frees;
-    size_t pinned_bytes;   /* pinned host memory from ls_allocator_host_alloc (batch and MPI staging)
+    size_t pinned_bytes; /* pinned host memory from ls_allocator_host_alloc (batch and MPI staging)
                               not yet freed; apart from live, peak and the cap */
 } ls_memory_stats;
 
@@ -34,8 +34,7 @@ typedef struct ls_allocator_vtable {
     void *(*alloc)(void *state, size_t bytes);
     void (*free)(void *state, void *ptr, size_t bytes);
     /* Copy n bytes; each side is either this allocator's device or host memory. */
-    ls_status (*copy)(void *state, void *dst, int dst_on_device, const void *src, int src_on_device,
-                      size_t n);
+    ls_status (*copy)(void *state, void *dst, int dst_on_device, const void *src, int src_on_device, size_t n);
     ls_status (*set_zero)(void *state, void *ptr, size_t n);
     size_t (*reserved)(void *state); /* optional: bytes held from the system */
     void (*destroy)(void *state);    /* optional */
@@ -61,8 +60,8 @@ ls_status ls_host_allocator_create(size_t cap_bytes, ls_allocator **out);
 /* Host allocator whose cap comes from LOCKSTEP_MEMORY_LIMIT (e.g. "2GiB"; unset: none). */
 ls_status ls_host_allocator_create_from_env(ls_allocator **out);
 /* An allocator over a backend's vtable; takes ownership of state (vtable->destroy). */
-ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device,
-                              size_t cap_bytes, ls_allocator **out);
+ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device, size_t cap_bytes,
+                              ls_allocator **out);
 void ls_allocator_destroy(ls_allocator *a);
 
 /* Allocate bytes (0 gives a valid unique pointer); what names the request in errors. */
@@ -80,8 +79,8 @@ void ls_allocator_set_cap(ls_allocator *a, size_t cap_bytes);
 void ls_allocator_set_oom_hint(ls_allocator *a, const char *hint);
 
 /* Copy/zero through the allocator's backend (host<->device as the flags say). */
-ls_status ls_allocator_copy(ls_allocator *a, void *dst, int dst_on_device, const void *src,
-                            int src_on_device, size_t n);
+ls_status ls_allocator_copy(ls_allocator *a, void *dst, int dst_on_device, const void *src, int src_on_device,
+                            size_t n);
 ls_status ls_allocator_set_zero(ls_allocator *a, void *ptr, size_t n);
 
 /* Staged uploads: batches copied to the device from pinned host memory while the device computes.

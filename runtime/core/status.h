@@ -37,17 +37,17 @@ ls_status ls_error_context(ls_status s, const char *fmt, ...) __attribute__((for
 void ls_error_clear(void);
 
 /* Return the status up the stack if it is not LS_OK. */
-#define LS_CHECK(expr)                                                                             \
-    do {                                                                                           \
-        ls_status ls_check_s_ = (expr);                                                            \
-        if (ls_check_s_ != LS_OK) return ls_check_s_;                                              \
+#define LS_CHECK(expr)                                                                                                 \
+    do {                                                                                                               \
+        ls_status ls_check_s_ = (expr);                                                                                \
+        if (ls_check_s_ != LS_OK) return ls_check_s_;                                                                  \
     } while (0)
 
 /* Store the status in var and jump to label (cleanup in reverse order) if it is not LS_OK. */
-#define LS_CHECK_GOTO(expr, var, label)                                                            \
-    do {                                                                                           \
-        (var) = (expr);                                                                            \
-        if ((var) != LS_OK) goto label;                                                            \
+#define LS_CHECK_GOTO(expr, var, label)                                                                                \
+    do {                                                                                                               \
+        (var) = (expr);                                                                                                \
+        if ((var) != LS_OK) goto label;                                                                                \
     } while (0)
 
 #ifdef __cplusplus

@@ -30,18 +30,19 @@ const char *ls_dtype_name(ls_dtype t) {
 }
 
 ls_status ls_dtype_parse(const char *s, ls_dtype *out) {
-    static const struct { const char *n; ls_dtype t; } names[] = {
-        {"f32", LS_F32}, {"fp32", LS_F32}, {"float32", LS_F32}, {"f16", LS_F16},
-        {"fp16", LS_F16}, {"float16", LS_F16}, {"bf16", LS_BF16}, {"bfloat16", LS_BF16},
-        {"f64", LS_F64}, {"fp64", LS_F64}, {"float64", LS_F64}};
+    static const struct {
+        const char *n;
+        ls_dtype t;
+    } names[] = {{"f32", LS_F32},  {"fp32", LS_F32},    {"float32", LS_F32}, {"f16", LS_F16},
+                 {"fp16", LS_F16}, {"float16", LS_F16}, {"bf16", LS_BF16},   {"bfloat16", LS_BF16},
+                 {"f64", LS_F64},  {"fp64", LS_F64},    {"float64", LS_F64}};
     for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(s, names[i].n) == 0) {
             *out = names[i].t;
             return LS_OK;
         }
     }
-    return ls_error(LS_ERR_INVALID_ARGUMENT, "dtype '%s' is not one of fp32, fp16, bf16, f64",
-                    s ? s : "(null)");
+    return ls_error(LS_ERR_INVALID_ARGUMENT, "dtype '%s' is not one of fp32, fp16, bf16, f64", s ? s : "(null)");
 }
 
 static ls_status ls_shape_check(int ndim, const int64_t *shape, int64_t *numel) {
@@ -50,8 +51,7 @@ static ls_status ls_shape_check(int ndim, const int64_t *shape, int64_t *numel) 
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
-            return ls_error(LS_ERR_INVALID_ARGUMENT, "tensor dimension %d is negative (%lld)", i,
-                            (long long)shape[i]);
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "tensor dimension %d is negative (%lld)", i, (long long)shape[i]);
         if (shape[i] && n > INT64_MAX / 8 / shape[i])
             return ls_error(LS_ERR_INVALID_ARGUMENT, "tensor shape overflows");
         n *= shape[i];
@@ -71,8 +71,8 @@ ls_tensor ls_tensor_view(void *data, ls_dtype dtype, ls_device device, int ndim,
     return t;
 }
 
-ls_status ls_tensor_create(ls_allocator *a, ls_dtype dtype, int ndim, const int64_t *shape,
-                           const char *what, ls_tensor **out) {
+ls_status ls_tensor_create(ls_allocator *a, ls_dtype dtype, int ndim, const int64_t *shape, const char *what,
+                           ls_tensor **out) {
     int64_t numel = 0;
     *out = NULL;
     LS_CHECK(ls_shape_check(ndim, shape, &numel));
@@ -133,8 +133,7 @@ ls_status ls_tensor_copy(ls_allocator *alloc, ls_tensor *dst, const ls_tensor *s
     }
     if (!alloc) alloc = dd ? dst->alloc : src->alloc;
     if (!alloc || ls_allocator_device(alloc).type == LS_DEVICE_CPU)
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "copying %s into %s needs the device allocator, and none was given",
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "copying %s into %s needs the device allocator, and none was given",
                         ls_tensor_describe(src, a, 64), ls_tensor_describe(dst, b, 64));
     return ls_allocator_copy(alloc, dst->data, dd, src->data, sd, ls_tensor_nbytes(src));
 }
@@ -145,7 +144,6 @@ ls_status ls_tensor_zero(ls_tensor *t) {
         if (n) memset(t->data, 0, n);
         return LS_OK;
     }
-    if (!t->alloc)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "cannot zero a device view without its allocator");
+    if (!t->alloc) return ls_error(LS_ERR_INVALID_ARGUMENT, "cannot zero a device view without its allocator");
     return ls_allocator_set_zero(t->alloc, t->data, n);
 }

@@ -41,8 +41,8 @@ const char *ls_dtype_name(ls_dtype t);
 ls_status ls_dtype_parse(const char *s, ls_dtype *out);
 
 /* Allocate a tensor on the allocator's device; what names it in out-of-memory errors. */
-ls_status ls_tensor_create(ls_allocator *a, ls_dtype dtype, int ndim, const int64_t *shape,
-                           const char *what, ls_tensor **out);
+ls_status ls_tensor_create(ls_allocator *a, ls_dtype dtype, int ndim, const int64_t *shape, const char *what,
+                           ls_tensor **out);
 /* Free data (if owned) and the struct. NULL is fine. */
 void ls_tensor_destroy(ls_tensor *t);
 /* A borrowed view of existing memory. */

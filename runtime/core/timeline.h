@@ -46,9 +46,9 @@ int ls_timeline_path(const char *pattern, int rank, int world, char *out, int le
 
 /* Time a block: LS_TL_T0(t); ... LS_TL_SPAN(t, "forward", "compute"); */
 #define LS_TL_T0(var) double var = ls_timeline_active() ? ls_timeline_now() : 0.0
-#define LS_TL_SPAN(var, name, cat)                                                                 \
-    do {                                                                                           \
-        if (ls_timeline_active() && (var) > 0) ls_timeline_span((name), (cat), (var), ls_timeline_now()); \
+#define LS_TL_SPAN(var, name, cat)                                                                                     \
+    do {                                                                                                               \
+        if (ls_timeline_active() && (var) > 0) ls_timeline_span((name), (cat), (var), ls_timeline_now());              \
     } while (0)
 
 #ifdef __cplusplus

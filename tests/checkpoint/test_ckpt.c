@@ -62,8 +62,10 @@ static void fill(ls_tensor *t, int salt) {
     int64_t n = ls_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) {
         double v = (double)((i * 7 + salt * 13) % 23) / 8.0 - 1.0;
-        if (t->dtype == LS_F64) ((double *)t->data)[i] = v;
-        else ((float *)t->data)[i] = (float)v;
+        if (t->dtype == LS_F64)
+            ((double *)t->data)[i] = v;
+        else
+            ((float *)t->data)[i] = (float)v;
     }
 }
 
@@ -116,8 +118,10 @@ static ls_ckpt_state make_state(int64_t step, ls_optim_kind kind) {
 }
 
 static void path_of(char *out, size_t len, const char *dir, int64_t step, const char *file) {
-    if (file) snprintf(out, len, "%s/step-%08lld/%s", dir, (long long)step, file);
-    else snprintf(out, len, "%s/step-%08lld", dir, (long long)step);
+    if (file)
+        snprintf(out, len, "%s/step-%08lld/%s", dir, (long long)step, file);
+    else
+        snprintf(out, len, "%s/step-%08lld", dir, (long long)step);
 }
 
 static void save(const char *dir, int keep, ls_module *m, ls_optimizer *o, int64_t step, ls_optim_kind kind) {
@@ -160,8 +164,10 @@ static void test_round_trip(ls_optim_kind kind) {
     int found = 0;
     LS_REQUIRE_OK(ls_ckpt_load(comm, ctx, dir, "auto", b, ob, &got, &found, p, sizeof p));
     LS_EXPECT(found == 1);
-    if (rank == 0) LS_EXPECT(same_all(a, oa, b, ob));
-    else LS_EXPECT(ls_optimizer_num_steps(ob) == 101); /* rank 0's value, broadcast */
+    if (rank == 0)
+        LS_EXPECT(same_all(a, oa, b, ob));
+    else
+        LS_EXPECT(ls_optimizer_num_steps(ob) == 101); /* rank 0's value, broadcast */
     LS_EXPECT(got.step == 20 && got.epoch == 2 && got.epoch_samples == 640 && got.steps_per_epoch == 32);
     LS_EXPECT(got.world_size == 2 && got.batch_per_rank == 16 && got.accum_steps == 1);
     LS_EXPECT(got.seed == want.seed && got.optim_steps == 101);
@@ -211,8 +217,16 @@ static void test_round_trip(ls_optim_kind kind) {
 static void test_buffers(void) {
     char dir[128], p[LS_CKPT_PATH_MAX];
     snprintf(dir, sizeof dir, "%s/buffers", root);
-    ls_resnet_config cfg = {.param_dtype = LS_F32, .act_dtype = LS_F32, .in_channels = 1, .in_h = 8, .in_w = 8,
-                            .n_stages = 2, .widths = {4, 8}, .blocks = 1, .num_classes = 3, .seed = 5};
+    ls_resnet_config cfg = {.param_dtype = LS_F32,
+                            .act_dtype = LS_F32,
+                            .in_channels = 1,
+                            .in_h = 8,
+                            .in_w = 8,
+                            .n_stages = 2,
+                            .widths = {4, 8},
+                            .blocks = 1,
+                            .num_classes = 3,
+                            .seed = 5};
     ls_module *a, *b;
     LS_REQUIRE_OK(ls_resnet_create(ctx, &cfg, &a));
     LS_REQUIRE_OK(ls_resnet_create(ctx, &cfg, &b));
@@ -421,8 +435,9 @@ static void test_crash_stages(void) {
         ls_module *a = make_model(8, LS_F32, 1), *b = make_model(8, LS_F32, 2);
         ls_optimizer *oa = make_opt(a, LS_OPTIM_SGD), *ob = make_opt(b, LS_OPTIM_SGD);
         fill_all(a, oa, 1);
-        LS_REQUIRE_OK(ls_ckpt_save(NULL, ctx, dir, 3, a, oa, &(ls_ckpt_state){.step = 1, .world_size = 1,
-                                   .batch_per_rank = 1, .accum_steps = 1}, NULL, 0));
+        LS_REQUIRE_OK(ls_ckpt_save(NULL, ctx, dir, 3, a, oa,
+                                   &(ls_ckpt_state){.step = 1, .world_size = 1, .batch_per_rank = 1, .accum_steps = 1},
+                                   NULL, 0));
         fflush(NULL);
         pid_t pid = fork();
         LS_REQUIRE(pid >= 0);
@@ -454,8 +469,9 @@ static void test_crash_stages(void) {
         LS_EXPECT(strcmp(txt, "step-00000001\n") == 0);
         LS_EXPECT(count_entries(dir, ".tmp") == (late ? 0 : 1));
         /* The next save removes the debris and prunes as asked. */
-        LS_REQUIRE_OK(ls_ckpt_save(NULL, ctx, dir, 1, a, oa, &(ls_ckpt_state){.step = 3, .world_size = 1,
-                                   .batch_per_rank = 1, .accum_steps = 1}, NULL, 0));
+        LS_REQUIRE_OK(ls_ckpt_save(NULL, ctx, dir, 1, a, oa,
+                                   &(ls_ckpt_state){.step = 3, .world_size = 1, .batch_per_rank = 1, .accum_steps = 1},
+                                   NULL, 0));
         LS_EXPECT(count_entries(dir, ".tmp") == 0 && count_entries(dir, "") == 2);
         ls_optimizer_destroy(oa);
         ls_optimizer_destroy(ob);

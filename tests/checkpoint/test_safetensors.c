@@ -51,10 +51,10 @@ static void test_exact_bytes(void) {
     LS_REQUIRE_OK(ls_safetensors_serialize(1, names, ts, NULL, NULL, &buf, &len));
     /* {"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}} is 54 bytes, padded with 2 spaces to 56. */
     static const unsigned char want[] = {
-        56, 0, 0, 0, 0, 0, 0, 0, '{', '"', 'w', '"', ':', '{', '"', 'd', 't', 'y', 'p', 'e', '"', ':', '"', 'F', '3',
-        '2', '"', ',', '"', 's', 'h', 'a', 'p', 'e', '"', ':', '[', '2', ']', ',', '"', 'd', 'a', 't', 'a', '_', 'o',
-        'f', 'f', 's', 'e', 't', 's', '"', ':', '[', '0', ',', '8', ']', '}', '}', ' ', ' ', 0x00, 0x00, 0x80, 0x3f,
-        0x00, 0x00, 0x00, 0xc0};
+        56,  0,   0,   0,   0,   0,   0,   0,   '{', '"', 'w',  '"',  ':',  '{',  '"',  'd',  't',  'y',
+        'p', 'e', '"', ':', '"', 'F', '3', '2', '"', ',', '"',  's',  'h',  'a',  'p',  'e',  '"',  ':',
+        '[', '2', ']', ',', '"', 'd', 'a', 't', 'a', '_', 'o',  'f',  'f',  's',  'e',  't',  's',  '"',
+        ':', '[', '0', ',', '8', ']', '}', '}', ' ', ' ', 0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0};
     LS_EXPECT(len == sizeof want);
     LS_EXPECT(len == sizeof want && memcmp(buf, want, len) == 0);
     free(buf);
@@ -62,7 +62,8 @@ static void test_exact_bytes(void) {
     /* With metadata, "__metadata__" comes first, as Python's safetensors writes it. */
     const char *meta[] = {"format", "pt", NULL};
     LS_REQUIRE_OK(ls_safetensors_serialize(1, names, ts, meta, NULL, &buf, &len));
-    const char *hdr = "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    const char *hdr =
+        "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
     size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8;
     LS_EXPECT(len == 8 + padded + 8);
     LS_EXPECT(((unsigned char *)buf)[0] == padded && memcmp((char *)buf + 8, hdr, hl) == 0);
@@ -204,7 +205,8 @@ static void test_bad_files(void) {
     LS_EXPECT(in && !in->has_dtype && in->ndim == 0 && in->numel == 1 && in->elem_size == 8);
     float x;
     ls_tensor o = ls_tensor_view(&x, LS_F32, ls_device_cpu(), 1, (int64_t[]){1});
-    LS_EXPECT_ERR(ls_safetensors_read(f, "i", NULL, &o), LS_ERR_INVALID_ARGUMENT, "tensor 'i' is I64 but F32 is expected");
+    LS_EXPECT_ERR(ls_safetensors_read(f, "i", NULL, &o), LS_ERR_INVALID_ARGUMENT,
+                  "tensor 'i' is I64 but F32 is expected");
     ls_safetensors_close(f);
     free(b);
 

@@ -27,7 +27,8 @@ static ls_status fake_trial(void *user, int64_t b) {
 static void expect_trials(const ls_batch_search_result *r, const int64_t *want, int n) {
     LS_EXPECT(r->trials == n);
     for (int i = 0; i < n && i < r->trials; i++) {
-        if (r->tried[i] != want[i]) fprintf(stderr, "trial %d: %lld, expected %lld\n", i, (long long)r->tried[i], (long long)want[i]);
+        if (r->tried[i] != want[i])
+            fprintf(stderr, "trial %d: %lld, expected %lld\n", i, (long long)r->tried[i], (long long)want[i]);
         LS_EXPECT(r->tried[i] == want[i]);
     }
 }

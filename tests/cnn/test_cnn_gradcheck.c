@@ -1,9 +1,10 @@
 /* test_cnn_gradcheck.c: the CNN ops' and modules' backward against central finite differences in
  * double precision: conv2d (strides 1 and 2, padding, groups 1 and 2, rectangular kernels, with and
- * without bias, the 1x1 direct path, chunks of several images), max and average pooling, global average pooling, batch norm
- * in training mode (with and without the fused ReLU) and eval mode, the residual add, flatten,
- * BasicBlocks with and without a projection, and a whole small ResNet through the loss. The scalar
- * checked is L = sum(r * f(inputs)) for a random r (the mean cross-entropy for the ResNet). */
+ * without bias, the 1x1 direct path, chunks of several images), max and average pooling, global
+ * average pooling, batch norm in training mode (with and without the fused ReLU) and eval mode, the
+ * residual add, flatten, BasicBlocks with and without a projection, and a whole small ResNet
+ * through the loss. The scalar checked is L = sum(r * f(inputs)) for a random r (the mean
+ * cross-entropy for the ResNet). */
 #include <stdlib.h>
 
 #include "cnn.h"
@@ -41,7 +42,10 @@ static ls_tensor *t4(int64_t a, int64_t b, int64_t c, int64_t d) {
 static ls_tensor *t1(int64_t a) { return gc_tensor(C, LS_F64, 1, (int64_t[]){a}); }
 
 /* ---- conv2d ---- */
-typedef struct { ls_tensor *x, *w, *b, *y, *r; int stride, pad, groups; } conv_t;
+typedef struct {
+    ls_tensor *x, *w, *b, *y, *r;
+    int stride, pad, groups;
+} conv_t;
 static double conv_eval(void *u) {
     conv_t *c = u;
     LS_REQUIRE_OK(ls_op_conv2d_forward(C, c->x, c->w, c->b, c->y, c->stride, c->pad, c->groups));
@@ -86,7 +90,11 @@ static void check_conv(int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t K, 
 }
 
 /* ---- pooling ---- */
-typedef struct { ls_tensor *x, *y, *r; ls_pool mode; int k, s, p; } pool_t;
+typedef struct {
+    ls_tensor *x, *y, *r;
+    ls_pool mode;
+    int k, s, p;
+} pool_t;
 static double pool_eval(void *u) {
     pool_t *p = u;
     LS_REQUIRE_OK(ls_op_pool2d_forward(C, p->mode, p->k, p->s, p->p, p->x, p->y));
@@ -111,7 +119,9 @@ static void check_pool(ls_pool mode, int k, int s, int pad) {
 }
 
 /* ---- global average pooling ---- */
-typedef struct { ls_tensor *x, *y, *r; } gap_t;
+typedef struct {
+    ls_tensor *x, *y, *r;
+} gap_t;
 static double gap_eval(void *u) {
     gap_t *g = u;
     LS_REQUIRE_OK(ls_op_global_avgpool_forward(C, g->x, g->y));
@@ -132,7 +142,10 @@ static void check_gap(void) {
 }
 
 /* ---- batch norm ---- */
-typedef struct { ls_tensor *x, *g, *b, *mean, *var, *y, *r; int relu, train; } bn_t;
+typedef struct {
+    ls_tensor *x, *g, *b, *mean, *var, *y, *r;
+    int relu, train;
+} bn_t;
 static double bn_eval(void *u) {
     bn_t *b = u;
     if (b->train) LS_REQUIRE_OK(ls_op_batchnorm_stats(C, b->x, b->mean, b->var));
@@ -170,7 +183,8 @@ static void check_bn(int relu, int train, int four_d) {
     double eg = check_against(b.g, sdx->data, bn_eval, &b); /* dgamma = sum(dy * xhat) */
     double eb = check_against(b.b, sdy->data, bn_eval, &b); /* dbeta = sum(dy) */
     if (!(ex < TOL && eg < TOL && eb < TOL))
-        fprintf(stderr, "batch norm relu %d train %d 4d %d: dx %g dgamma %g dbeta %g\n", relu, train, four_d, ex, eg, eb);
+        fprintf(stderr, "batch norm relu %d train %d 4d %d: dx %g dgamma %g dbeta %g\n", relu, train, four_d, ex, eg,
+                eb);
     LS_EXPECT(ex < TOL);
     LS_EXPECT(eg < TOL);
     LS_EXPECT(eb < TOL);
@@ -179,7 +193,9 @@ static void check_bn(int relu, int train, int four_d) {
 }
 
 /* ---- residual add ---- */
-typedef struct { ls_tensor *a, *b, *y, *r; } add_t;
+typedef struct {
+    ls_tensor *a, *b, *y, *r;
+} add_t;
 static double add_eval(void *u) {
     add_t *a = u;
     LS_REQUIRE_OK(ls_op_add(C, a->a, a->b, a->y));
@@ -201,7 +217,10 @@ static void check_add(void) {
 }
 
 /* ---- modules: L = sum(r * m(x)) over the input and every parameter ---- */
-typedef struct { ls_module *m; ls_tensor *x, *r; } mod_t;
+typedef struct {
+    ls_module *m;
+    ls_tensor *x, *r;
+} mod_t;
 static double mod_eval(void *u) {
     mod_t *t = u;
     const ls_tensor *y;
@@ -258,7 +277,11 @@ static void check_blocks(void) {
 }
 
 /* ---- a small ResNet through the mean cross-entropy ---- */
-typedef struct { ls_module *m; ls_xent *loss; ls_tensor *x, *labels; } net_t;
+typedef struct {
+    ls_module *m;
+    ls_xent *loss;
+    ls_tensor *x, *labels;
+} net_t;
 static double net_eval(void *u) {
     net_t *n = u;
     const ls_tensor *logits;
@@ -303,11 +326,11 @@ int main(void) {
     /* N, C, H, W, K, R, S, stride, pad, groups, bias */
     check_conv(2, 3, 5, 6, 4, 3, 3, 1, 1, 1, 1);
     check_conv(2, 4, 7, 6, 6, 3, 3, 2, 1, 2, 0);
-    check_conv(1, 2, 6, 7, 3, 3, 2, 2, 0, 1, 1); /* rectangular kernel, no padding */
-    check_conv(2, 4, 4, 5, 4, 1, 1, 1, 0, 1, 1); /* 1x1: the direct path */
-    check_conv(2, 4, 4, 5, 2, 1, 1, 1, 0, 2, 0); /* 1x1, groups */
-    check_conv(2, 3, 5, 5, 4, 1, 1, 2, 0, 1, 0); /* 1x1 stride 2: the projection shortcut */
-    check_conv(1, 4, 5, 5, 4, 3, 3, 1, 2, 4, 1); /* depthwise, padding 2 */
+    check_conv(1, 2, 6, 7, 3, 3, 2, 2, 0, 1, 1);   /* rectangular kernel, no padding */
+    check_conv(2, 4, 4, 5, 4, 1, 1, 1, 0, 1, 1);   /* 1x1: the direct path */
+    check_conv(2, 4, 4, 5, 2, 1, 1, 1, 0, 2, 0);   /* 1x1, groups */
+    check_conv(2, 3, 5, 5, 4, 1, 1, 2, 0, 1, 0);   /* 1x1 stride 2: the projection shortcut */
+    check_conv(1, 4, 5, 5, 4, 3, 3, 1, 2, 4, 1);   /* depthwise, padding 2 */
     check_conv(5, 1, 12, 12, 1, 3, 3, 1, 1, 1, 1); /* chunks of 4 images and a last one of 1 */
     check_pool(LS_POOL_MAX, 2, 2, 0);
     check_pool(LS_POOL_MAX, 3, 2, 1);

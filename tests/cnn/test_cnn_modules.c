@@ -111,8 +111,7 @@ static void check_precision(const ls_tensor *x, const ls_tensor *labels) {
     make(&g, LS_F16, 0);
     size_t pf, ph, pg;
     double lf = step(&f, x, labels, &pf), lh = step(&h, x, labels, &ph), lg = step(&g, x, labels, &pg);
-    printf("precision: loss f32 %.6f bf16 %.6f f16 %.6f; step memory %zu / %zu / %zu bytes\n", lf, lh, lg, pf, ph,
-           pg);
+    printf("precision: loss f32 %.6f bf16 %.6f f16 %.6f; step memory %zu / %zu / %zu bytes\n", lf, lh, lg, pf, ph, pg);
     LS_EXPECT(fabs(lh - lf) < 0.01 * fabs(lf));
     LS_EXPECT(fabs(lg - lf) < 0.002 * fabs(lf));
     LS_EXPECT(ph < pf * 7 / 10 && pg < pf * 7 / 10);
@@ -148,7 +147,8 @@ static void check_sync_bn(ls_comm *comm) {
     int64_t Ch = 3, B = 4 * world, half = B / world;
     ls_rng r;
     ls_rng_init(&r, 77); /* the same data on every rank */
-    ls_tensor *x = gc_tensor(C, LS_F64, 4, (int64_t[]){B, Ch, 3, 3}), *dy = gc_tensor(C, LS_F64, 4, (int64_t[]){B, Ch, 3, 3});
+    ls_tensor *x = gc_tensor(C, LS_F64, 4, (int64_t[]){B, Ch, 3, 3}),
+              *dy = gc_tensor(C, LS_F64, 4, (int64_t[]){B, Ch, 3, 3});
     gc_fill(&r, x, 0);
     gc_fill(&r, dy, 0);
     ls_batchnorm_config cfg = ls_batchnorm_defaults();
@@ -158,8 +158,10 @@ static void check_sync_bn(ls_comm *comm) {
     cfg.sync = comm;
     LS_REQUIRE_OK(ls_batchnorm2d_create(C, LS_F64, Ch, &cfg, "bn", &synced));
     int64_t per = Ch * 9;
-    ls_tensor xs = ls_tensor_view((double *)x->data + rank * half * per, LS_F64, x->device, 4, (int64_t[]){half, Ch, 3, 3});
-    ls_tensor dys = ls_tensor_view((double *)dy->data + rank * half * per, LS_F64, x->device, 4, (int64_t[]){half, Ch, 3, 3});
+    ls_tensor xs =
+        ls_tensor_view((double *)x->data + rank * half * per, LS_F64, x->device, 4, (int64_t[]){half, Ch, 3, 3});
+    ls_tensor dys =
+        ls_tensor_view((double *)dy->data + rank * half * per, LS_F64, x->device, 4, (int64_t[]){half, Ch, 3, 3});
     const ls_tensor *yp, *ys, *dxp, *dxs;
     LS_REQUIRE_OK(ls_module_forward(plain, x, &yp));
     LS_REQUIRE_OK(ls_module_forward(synced, &xs, &ys));

@@ -1,10 +1,11 @@
 /* test_cnn_values.c: the CNN ops' values. f32 conv2d forward and backward against a naive direct
  * convolution in double (strides, padding, groups, bias, rectangular kernels, the 1x1 direct path,
- * the stride-1 correlation path and the col2im path, one and several images per chunk); pooling and global average pooling known
- * answers; batch-norm statistics and output against the formula; f16/bf16 ops equal to the f32 op
- * on the same rounded inputs, rounded (bitwise), with the F16C kernels equal to the portable ones bit
- * for bit (every f16 entry); shape and dtype errors; and a backend whose
- * CNN entries are missing (as the CUDA table for now) failing with LS_ERR_UNSUPPORTED. */
+ * the stride-1 correlation path and the col2im path, one and several images per chunk); pooling and
+ * global average pooling known answers; batch-norm statistics and output against the formula;
+ * f16/bf16 ops equal to the f32 op on the same rounded inputs, rounded (bitwise), with the F16C
+ * kernels equal to the portable ones bit for bit (every f16 entry); shape and dtype errors; and a
+ * backend whose CNN entries are missing (as the CUDA table for now) failing with
+ * LS_ERR_UNSUPPORTED. */
 #include <stdlib.h>
 
 #include "cnn.h"
@@ -48,8 +49,8 @@ static double max_rel(const float *a, const double *ref, int64_t n) {
     return worst;
 }
 
-static void check_conv(int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t K, int64_t Rk, int64_t Sk, int st,
-                       int pad, int G, int bias) {
+static void check_conv(int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t K, int64_t Rk, int64_t Sk, int st, int pad,
+                       int G, int bias) {
     int64_t P = ls_conv_out_size(H, Rk, st, pad), Q = ls_conv_out_size(W, Sk, st, pad);
     ls_tensor *x = tf(LS_F32, N, Cin, H, W), *w = tf(LS_F32, K, Cin / G, Rk, Sk), *y = tf(LS_F32, N, K, P, Q);
     ls_tensor *b = bias ? gc_tensor(C, LS_F32, 1, (int64_t[]){K}) : NULL;
@@ -79,7 +80,8 @@ static void check_conv(int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t K, 
                             for (int64_t t = 0; t < Sk; t++) {
                                 int64_t ih = p * st - pad + r, iw = q * st - pad + t;
                                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                                int64_t xi = ((n * Cin + (k / kg) * cg + c) * H + ih) * W + iw, wi = ((k * cg + c) * Rk + r) * Sk + t;
+                                int64_t xi = ((n * Cin + (k / kg) * cg + c) * H + ih) * W + iw,
+                                        wi = ((k * cg + c) * Rk + r) * Sk + t;
                                 rdx[xi] += d * F(w)[wi];
                                 rdw[wi] += d * F(x)[xi];
                             }
@@ -87,9 +89,9 @@ static void check_conv(int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t K, 
     LS_REQUIRE_OK(ls_op_conv2d_backward(C, dy, x, w, dx, dw, db, st, pad, G));
     double ex = max_rel(F(dx), rdx, nx), ew = max_rel(F(dw), rdw, nw), eb = bias ? max_rel(F(db), rdb, K) : 0;
     if (!(ey < 1e-5 && ex < 1e-5 && ew < 1e-5 && eb < 1e-5))
-        fprintf(stderr, "conv N%lld C%lld %lldx%lld K%lld %lldx%lld s%d p%d g%d: y %g dx %g dw %g db %g\n", (long long)N,
-                (long long)Cin, (long long)H, (long long)W, (long long)K, (long long)Rk, (long long)Sk, st, pad, G, ey,
-                ex, ew, eb);
+        fprintf(stderr, "conv N%lld C%lld %lldx%lld K%lld %lldx%lld s%d p%d g%d: y %g dx %g dw %g db %g\n",
+                (long long)N, (long long)Cin, (long long)H, (long long)W, (long long)K, (long long)Rk, (long long)Sk,
+                st, pad, G, ey, ex, ew, eb);
     LS_EXPECT(ey < 1e-5);
     LS_EXPECT(ex < 1e-5);
     LS_EXPECT(ew < 1e-5);
@@ -245,7 +247,8 @@ static void check_lowp(ls_dtype t) {
     LS_EXPECT_ERR(ls_op_conv2d_backward(C, dyl, xl, wl, dxl, dxl, NULL, 2, 1, 2), LS_ERR_INVALID_ARGUMENT,
                   "weight gradient is [2, 4, 6, 5]");
     /* stride 1 (the correlation path for dx) */
-    ls_tensor *w1 = tf(LS_F32, 3, Ch, 3, 3), *w1l = tf(t, 3, Ch, 3, 3), *y1 = tf(LS_F32, N, 3, H, W), *y1l = tf(t, N, 3, H, W);
+    ls_tensor *w1 = tf(LS_F32, 3, Ch, 3, 3), *w1l = tf(t, 3, Ch, 3, 3), *y1 = tf(LS_F32, N, 3, H, W),
+              *y1l = tf(t, N, 3, H, W);
     ls_tensor *dw1 = tf(LS_F32, 3, Ch, 3, 3), *dw1l = tf(LS_F32, 3, Ch, 3, 3);
     gc_fill(&R, w1, 0);
     round_through(w1, w1l);
@@ -280,8 +283,8 @@ static void check_lowp(ls_dtype t) {
     LS_EXPECT(same_bits(bol, bo, t));
     for (int64_t i = 0; i < ls_tensor_numel(x); i++)
         LS_EXPECT(F(bo)[i] == (F(x)[i] > 0 ? F(x)[i] + 2 * F(x)[i] : 0.0f));
-    ls_tensor *ts[] = {x, w, y, xl, wl, yl, dy, dyl, dx, dxl, dw, dwl, w1, w1l, y1, y1l, dw1, dw1l, m, v, ml, vl, g, b,
-                       bo, bol, po, pol};
+    ls_tensor *ts[] = {x,  w,   y,   xl,   wl, yl, dy, dyl, dx, dxl, dw, dwl, w1, w1l,
+                       y1, y1l, dw1, dw1l, m,  v,  ml, vl,  g,  b,   bo, bol, po, pol};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) ls_tensor_destroy(ts[i]);
 }
 
@@ -335,9 +338,9 @@ static void check_f16_simd(void) {
     f16_entries(x, dy, w, portable);
     check_lowp(LS_F16); /* the portable kernels also match the f32 ops */
     ls_half_set_simd(was);
-    static const char *names[SIMD_OUTS] = {"bn forward+relu", "bn sum dy", "bn sum dy*xhat", "bn dx", "avg pool",
-                                           "max pool backward", "global avg pool", "global avg pool backward",
-                                           "conv dx"};
+    static const char *names[SIMD_OUTS] = {
+        "bn forward+relu",   "bn sum dy",       "bn sum dy*xhat",           "bn dx",  "avg pool",
+        "max pool backward", "global avg pool", "global avg pool backward", "conv dx"};
     for (int i = 0; i < SIMD_OUTS; i++) {
         int same = memcmp(simd[i]->data, portable[i]->data, ls_tensor_nbytes(simd[i])) == 0;
         if (!same) fprintf(stderr, "f16 %s: the F16C kernel differs from the portable one\n", names[i]);
@@ -365,7 +368,8 @@ static void check_errors(void) {
                   "a 7x7 kernel does not fit the 5x5 input");
     LS_EXPECT_ERR(ls_op_pool2d_forward(C, LS_POOL_MAX, 2, 2, 2, x, y), LS_ERR_INVALID_ARGUMENT,
                   "0 <= padding <= kernel/2");
-    ls_tensor *xi = gc_tensor(C, LS_I32, 4, (int64_t[]){2, 4, 5, 5}), *wi = gc_tensor(C, LS_I32, 4, (int64_t[]){6, 2, 3, 3});
+    ls_tensor *xi = gc_tensor(C, LS_I32, 4, (int64_t[]){2, 4, 5, 5}),
+              *wi = gc_tensor(C, LS_I32, 4, (int64_t[]){6, 2, 3, 3});
     ls_tensor *yi = gc_tensor(C, LS_I32, 4, (int64_t[]){2, 6, 5, 5});
     LS_EXPECT_ERR(ls_op_conv2d_forward(C, xi, wi, NULL, yi, 1, 1, 2), LS_ERR_UNSUPPORTED, "does not compute in i32");
     ls_tensor *m = gc_tensor(C, LS_F64, 1, (int64_t[]){4});
@@ -380,7 +384,8 @@ static void check_errors(void) {
     LS_EXPECT_ERR(ls_op_conv2d_forward(C, x, w, NULL, y, 1, 1, 2), LS_ERR_UNSUPPORTED,
                   "conv2d is not implemented by the partial backend yet");
     ls_tensor *m32 = gc_tensor(C, LS_F32, 1, (int64_t[]){4});
-    LS_EXPECT_ERR(ls_op_batchnorm_stats(C, x, m32, m32), LS_ERR_UNSUPPORTED, "batch-norm statistics is not implemented");
+    LS_EXPECT_ERR(ls_op_batchnorm_stats(C, x, m32, m32), LS_ERR_UNSUPPORTED,
+                  "batch-norm statistics is not implemented");
     C->ops = keep;
     /* modules */
     ls_module *conv;
@@ -389,13 +394,15 @@ static void check_errors(void) {
     LS_REQUIRE_OK(ls_conv2d_create(C, LS_F32, 4, 6, 3, 1, 1, 1, 0, 1, "c", &conv));
     const ls_tensor *out;
     ls_tensor *x3 = tf(LS_F32, 2, 3, 5, 5);
-    LS_EXPECT_ERR(ls_module_forward(conv, x3, &out), LS_ERR_INVALID_ARGUMENT, "c.weight: input is [2, 3, 5, 5] f32 cpu, expected [batch, 4, H, W]");
+    LS_EXPECT_ERR(ls_module_forward(conv, x3, &out), LS_ERR_INVALID_ARGUMENT,
+                  "c.weight: input is [2, 3, 5, 5] f32 cpu, expected [batch, 4, H, W]");
     ls_module_destroy(conv);
     ls_module *rs;
     LS_REQUIRE_OK(ls_reshape_create(C, 3, (int64_t[]){1, 28, 28}, &rs));
     ls_tensor *flat = gc_tensor(C, LS_F32, 2, (int64_t[]){3, 784}), *odd = gc_tensor(C, LS_F32, 2, (int64_t[]){3, 780});
     LS_REQUIRE_OK(ls_module_forward(rs, flat, &out));
-    LS_EXPECT(out->ndim == 4 && out->shape[0] == 3 && out->shape[1] == 1 && out->shape[2] == 28 && out->data == flat->data);
+    LS_EXPECT(out->ndim == 4 && out->shape[0] == 3 && out->shape[1] == 1 && out->shape[2] == 28 &&
+              out->data == flat->data);
     LS_EXPECT_ERR(ls_module_forward(rs, odd, &out), LS_ERR_INVALID_ARGUMENT, "has 780 values per sample, expected 784");
     ls_module_destroy(rs);
     ls_tensor *ts[] = {x, w, y, big, yb, xi, wi, yi, m, m32, x3, flat, odd};
@@ -406,18 +413,18 @@ int main(void) {
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &C));
     ls_rng_init(&R, 99);
     /* N, C, H, W, K, R, S, stride, pad, groups, bias */
-    check_conv(2, 3, 9, 8, 5, 3, 3, 1, 1, 1, 1);   /* stride 1: dx by correlation is not used (K > C) */
-    check_conv(2, 6, 9, 8, 4, 3, 3, 1, 1, 1, 0);   /* stride 1, K <= C: dx by correlation */
-    check_conv(3, 8, 11, 10, 8, 3, 3, 2, 1, 2, 1); /* stride 2, groups: col2im */
-    check_conv(2, 4, 7, 7, 4, 5, 5, 1, 2, 1, 0);   /* 5x5 "same" */
-    check_conv(2, 4, 7, 6, 4, 3, 2, 1, 0, 2, 1);   /* rectangular kernel, no padding */
-    check_conv(2, 8, 6, 5, 4, 1, 1, 1, 0, 1, 1);   /* 1x1 direct */
-    check_conv(2, 8, 7, 7, 16, 1, 1, 2, 0, 1, 0);  /* 1x1 stride 2 (projection) */
-    check_conv(1, 4, 6, 6, 4, 3, 3, 1, 1, 4, 1);   /* depthwise */
+    check_conv(2, 3, 9, 8, 5, 3, 3, 1, 1, 1, 1);    /* stride 1: dx by correlation is not used (K > C) */
+    check_conv(2, 6, 9, 8, 4, 3, 3, 1, 1, 1, 0);    /* stride 1, K <= C: dx by correlation */
+    check_conv(3, 8, 11, 10, 8, 3, 3, 2, 1, 2, 1);  /* stride 2, groups: col2im */
+    check_conv(2, 4, 7, 7, 4, 5, 5, 1, 2, 1, 0);    /* 5x5 "same" */
+    check_conv(2, 4, 7, 6, 4, 3, 2, 1, 0, 2, 1);    /* rectangular kernel, no padding */
+    check_conv(2, 8, 6, 5, 4, 1, 1, 1, 0, 1, 1);    /* 1x1 direct */
+    check_conv(2, 8, 7, 7, 16, 1, 1, 2, 0, 1, 0);   /* 1x1 stride 2 (projection) */
+    check_conv(1, 4, 6, 6, 4, 3, 3, 1, 1, 4, 1);    /* depthwise */
     check_conv(2, 1, 28, 28, 16, 3, 3, 1, 1, 1, 0); /* the ResNet stem */
-    check_conv(5, 4, 16, 16, 6, 3, 3, 1, 1, 2, 1); /* chunks of 2 images, a last chunk of 1 */
-    check_conv(5, 8, 32, 32, 8, 3, 3, 2, 1, 1, 0); /* the same with stride 2 (col2im) */
-    check_conv(7, 8, 7, 7, 8, 3, 3, 1, 1, 1, 0);   /* 7x7 maps: all 7 images in one chunk */
+    check_conv(5, 4, 16, 16, 6, 3, 3, 1, 1, 2, 1);  /* chunks of 2 images, a last chunk of 1 */
+    check_conv(5, 8, 32, 32, 8, 3, 3, 2, 1, 1, 0);  /* the same with stride 2 (col2im) */
+    check_conv(7, 8, 7, 7, 8, 3, 3, 1, 1, 1, 0);    /* 7x7 maps: all 7 images in one chunk */
     check_pool_values();
     check_bn_values();
     check_lowp(LS_BF16);

@@ -75,19 +75,19 @@ static inline double ct_tol(ls_dtype t, double v) {
 
 /* Expects every element i < n of the host buffer buf (dtype t) to equal want_expr (which may use
  * i) within ct_tol; reports the first difference with the rank. Needs testutil.h. */
-#define CT_CHECK_ELEMS(rank, what, buf, t, n, want_expr)                                                     \
-    do {                                                                                                     \
-        int64_t bad_ = 0;                                                                                    \
-        for (int64_t i = 0; i < (n); i++) {                                                                  \
-            double w_ = (want_expr), g_ = ct_get((buf), (t), i);                                             \
-            if (!(fabs(g_ - w_) <= ct_tol((t), w_))) {                                                       \
-                if (!bad_)                                                                                   \
-                    fprintf(stderr, "rank %d: %s %s n=%lld: element %lld = %g, expected %g\n", (rank), (what), \
-                            ls_dtype_name(t), (long long)(n), (long long)i, g_, w_);                         \
-                bad_++;                                                                                      \
-            }                                                                                                \
-        }                                                                                                    \
-        LS_EXPECT(bad_ == 0);                                                                                \
+#define CT_CHECK_ELEMS(rank, what, buf, t, n, want_expr)                                                               \
+    do {                                                                                                               \
+        int64_t bad_ = 0;                                                                                              \
+        for (int64_t i = 0; i < (n); i++) {                                                                            \
+            double w_ = (want_expr), g_ = ct_get((buf), (t), i);                                                       \
+            if (!(fabs(g_ - w_) <= ct_tol((t), w_))) {                                                                 \
+                if (!bad_)                                                                                             \
+                    fprintf(stderr, "rank %d: %s %s n=%lld: element %lld = %g, expected %g\n", (rank), (what),         \
+                            ls_dtype_name(t), (long long)(n), (long long)i, g_, w_);                                   \
+                bad_++;                                                                                                \
+            }                                                                                                          \
+        }                                                                                                              \
+        LS_EXPECT(bad_ == 0);                                                                                          \
     } while (0)
 
 static const ls_dtype ct_all_dtypes[] = {LS_F32, LS_F64, LS_I32, LS_F16, LS_BF16, LS_U8};

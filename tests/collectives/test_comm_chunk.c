@@ -28,8 +28,7 @@ static atomic_long calls, max_count;
 static void count_call(int count) {
     atomic_fetch_add(&calls, 1);
     long prev = atomic_load(&max_count);
-    while (count > prev && !atomic_compare_exchange_weak(&max_count, &prev, count)) {
-    }
+    while (count > prev && !atomic_compare_exchange_weak(&max_count, &prev, count)) {}
 }
 
 /* Open MPI calls its collectives internally through its own tables, not these symbols, so every
@@ -39,8 +38,7 @@ int MPI_Allreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op o
     return PMPI_Allreduce(sb, rb, count, dt, op, comm);
 }
 
-int MPI_Iallreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
-                   MPI_Request *req) {
+int MPI_Iallreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request *req) {
     count_call(count);
     return PMPI_Iallreduce(sb, rb, count, dt, op, comm, req);
 }
@@ -74,16 +72,17 @@ static void check_allreduce(ls_comm *c, ls_dtype t, ls_reduce_op op, int64_t n, 
     const long want_calls = (long)nbuf * (long)((n + per_call - 1) / per_call);
     const long got_calls = atomic_load(&calls), got_max = atomic_load(&max_count);
     if (got_calls != want_calls || got_max != (n < per_call ? n : per_call)) {
-        fprintf(stderr, "rank %d: %s all-reduce of %lld %s in parts of %lld: %ld MPI calls of at most %ld "
-                        "elements, expected %ld of at most %lld\n",
+        fprintf(stderr,
+                "rank %d: %s all-reduce of %lld %s in parts of %lld: %ld MPI calls of at most %ld "
+                "elements, expected %ld of at most %lld\n",
                 R, async ? "async" : "blocking", (long long)n, ls_dtype_name(t), (long long)per_call, got_calls,
                 got_max, want_calls, (long long)(n < per_call ? n : per_call));
         ls_test_failures++;
     }
     for (int b = 0; b < nbuf; b++) {
         char what[96];
-        snprintf(what, sizeof what, "%s %s all-reduce of %lld %s", async ? "async" : "blocking",
-                 ls_reduce_op_name(op), (long long)n, ls_dtype_name(t));
+        snprintf(what, sizeof what, "%s %s all-reduce of %lld %s", async ? "async" : "blocking", ls_reduce_op_name(op),
+                 (long long)n, ls_dtype_name(t));
         CT_CHECK_ELEMS(R, what, buf[b], t, n, ct_expect(t, op, W, i, b));
         free(buf[b]);
     }

@@ -114,8 +114,7 @@ static void test_overrides_alone(void) {
     setenv("RANK", "0", 1);
     setenv("WORLD_SIZE", "2", 1);
     setenv("LOCAL_RANK", "0", 1);
-    LS_EXPECT_ERR(ls_comm_create(NULL, NULL, &c), LS_ERR_UNSUPPORTED,
-                  "launched by torchrun with WORLD_SIZE=2");
+    LS_EXPECT_ERR(ls_comm_create(NULL, NULL, &c), LS_ERR_UNSUPPORTED, "launched by torchrun with WORLD_SIZE=2");
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
     unsetenv("LOCAL_RANK");

@@ -50,9 +50,9 @@ static void fake_host_free(void *st, void *p) {
     pinned_live--;
     free(p);
 }
-static const ls_allocator_vtable fake_vt = {"fake-cuda", fake_alloc, fake_free, fake_copy,       fake_zero,
-                                            NULL,        NULL,       fake_host_alloc, fake_host_free, NULL,
-                                            NULL,        NULL,       NULL,      NULL};
+static const ls_allocator_vtable fake_vt = {
+    "fake-cuda",     fake_alloc,     fake_free, fake_copy, fake_zero, NULL, NULL,
+    fake_host_alloc, fake_host_free, NULL,      NULL,      NULL,      NULL, NULL};
 
 static ls_comm *C;
 static int R, W;
@@ -76,8 +76,7 @@ static void test_collectives(ls_allocator *dev) {
 
             for (int64_t j = 0; j < n * W; j++) ct_set(big, t, j, ct_val(t, R, j, 7 + op));
             LS_REQUIRE_OK(ls_comm_reduce_scatter(C, big, buf, n, t, (ls_reduce_op)op));
-            CHECK_ALL("reduce-scatter", buf, t, n,
-                      ct_expect(t, (ls_reduce_op)op, W, (int64_t)R * n + i, 7 + op));
+            CHECK_ALL("reduce-scatter", buf, t, n, ct_expect(t, (ls_reduce_op)op, W, (int64_t)R * n + i, 7 + op));
         }
         for (int root = 0; root < W; root++) {
             for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, 20));

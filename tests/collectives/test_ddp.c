@@ -103,10 +103,9 @@ int main(void) {
         expect_mismatch_everywhere(&m, nm, want);
     }
     /* without names, only the index */
-    expect_mismatch_everywhere(
-        &m, NULL,
-        "model differs between ranks: parameter 3 has shape [256, 512] f32 on rank 1 but "
-        "[256, 500] f32 on rank 0");
+    expect_mismatch_everywhere(&m, NULL,
+                               "model differs between ranks: parameter 3 has shape [256, 512] f32 on rank 1 but "
+                               "[256, 500] f32 on rank 0");
     drop(&m);
 
     /* a dtype difference on the last rank only */
@@ -120,16 +119,14 @@ int main(void) {
 
     /* rank 1 has 6 parameters, rank 0 has 4 */
     m = build(500, LS_F32, R == 1, 0);
-    expect_mismatch_everywhere(&m, names,
-                               "model differs between ranks: rank 1 has 6 parameters, rank 0 has 4");
+    expect_mismatch_everywhere(&m, names, "model differs between ranks: rank 1 has 6 parameters, rank 0 has 4");
     drop(&m);
 
     /* still in agreement afterwards */
     m = build(500, LS_F32, 1, 0);
     LS_REQUIRE_OK(ls_ddp_check_signature(C, m.n, m.p, names));
     drop(&m);
-    LS_EXPECT_ERR(ls_ddp_check_signature(C, -1, NULL, NULL), LS_ERR_INVALID_ARGUMENT,
-                  "negative parameter count");
+    LS_EXPECT_ERR(ls_ddp_check_signature(C, -1, NULL, NULL), LS_ERR_INVALID_ARGUMENT, "negative parameter count");
 
     /* metrics */
     double v[3] = {R, 2.0 * R + 1, 1};

@@ -48,8 +48,8 @@ static void expect_info(const char *launcher, int rank, int world, int lr, int l
     LS_EXPECT(ri.local_world == lw);
     if (strcmp(ri.launcher, launcher) || ri.rank != rank || ri.world != world || ri.local_rank != lr ||
         ri.local_world != lw)
-        fprintf(stderr, "  got %s %d/%d local %d/%d, expected %s %d/%d local %d/%d\n", ri.launcher, ri.rank,
-                ri.world, ri.local_rank, ri.local_world, launcher, rank, world, lr, lw);
+        fprintf(stderr, "  got %s %d/%d local %d/%d, expected %s %d/%d local %d/%d\n", ri.launcher, ri.rank, ri.world,
+                ri.local_rank, ri.local_world, launcher, rank, world, lr, lw);
 }
 
 static void expect_error(const char *needle) {

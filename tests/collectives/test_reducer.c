@@ -34,8 +34,10 @@ int main(int argc, char **argv) {
     ls_ctx *ctx = NULL;
     int mixed = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "ctx")) LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
-        else if (!strcmp(argv[i], "mixed")) mixed = 1;
+        if (!strcmp(argv[i], "ctx"))
+            LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
+        else if (!strcmp(argv[i], "mixed"))
+            mixed = 1;
     }
     ls_comm *c = NULL;
     LS_REQUIRE_OK(ls_comm_create(ctx, NULL, &c));
@@ -77,8 +79,10 @@ int main(int argc, char **argv) {
         LS_EXPECT(bi.bytes <= cap || bi.lo == bi.hi);
         LS_EXPECT(bi.view == (want_view && bi.fused));
         const char *ec = getenv("LOCKSTEP_GRAD_COMPRESS");
-        LS_EXPECT(ls_reducer_get_config(red).compress ==
-                  (!ec ? -1 : !strcmp(ec, "bf16") ? LS_REDUCER_BF16 : !strcmp(ec, "fp16") ? LS_REDUCER_F16 : -1));
+        LS_EXPECT(ls_reducer_get_config(red).compress == (!ec                   ? -1
+                                                          : !strcmp(ec, "bf16") ? LS_REDUCER_BF16
+                                                          : !strcmp(ec, "fp16") ? LS_REDUCER_F16
+                                                                                : -1));
         expect_hi = bi.lo - 1;
     }
     LS_EXPECT(expect_hi == -1);
@@ -87,8 +91,7 @@ int main(int argc, char **argv) {
     rng_state = 777 + (uint64_t)R; /* per-rank orders */
     for (int step = 0; step < STEPS; step++) {
         for (int k = 0; k < N; k++)
-            for (int64_t i = 0; i < ls_tensor_numel(g[k]); i++)
-                ((float *)g[k]->data)[i] = gval(R, k, i, step);
+            for (int64_t i = 0; i < ls_tensor_numel(g[k]); i++) ((float *)g[k]->data)[i] = gval(R, k, i, step);
         const double scale = 1.0 / W;
         LS_REQUIRE_OK(ls_reducer_begin(red, scale));
         const int mode = step % 4;
@@ -137,8 +140,8 @@ int main(int argc, char **argv) {
                 float want = sum * (float)scale, got = ((float *)g[k]->data)[i];
                 if (!(fabsf(got - want) <= 1e-6f * (1 + fabsf(want)))) {
                     if (!bad)
-                        fprintf(stderr, "rank %d step %d: grad %d[%lld] = %g, expected %g\n", R, step, k,
-                                (long long)i, got, want);
+                        fprintf(stderr, "rank %d step %d: grad %d[%lld] = %g, expected %g\n", R, step, k, (long long)i,
+                                got, want);
                     bad++;
                 }
             }

@@ -233,8 +233,7 @@ static void test_reducer_one_rank(ls_ctx *ctx, int view) {
 
     for (int step = 0; step < 3; step++) {
         for (int i = 0; i < N; i++)
-            for (int64_t j = 0; j < ls_tensor_numel(g[i]); j++)
-                ((float *)g[i]->data)[j] = (float)(i * 1000 + j);
+            for (int64_t j = 0; j < ls_tensor_numel(g[i]); j++) ((float *)g[i]->data)[j] = (float)(i * 1000 + j);
         LS_REQUIRE_OK(ls_reducer_begin(r, 0.5));
         if (step == 0) { /* backward order: each bucket launches as soon as it fills */
             int launched_after[N] = {0, 1, 1, 2, 3, 3, 4}; /* marking 6,5,4,3,2,1,0 */
@@ -249,8 +248,7 @@ static void test_reducer_one_rank(ls_ctx *ctx, int view) {
                 LS_REQUIRE_OK(ls_reducer_grad_ready(r, order[k]));
                 LS_EXPECT(ls_reducer_launched(r) == launched_after[k]);
             }
-            LS_EXPECT_ERR(ls_reducer_grad_ready(r, 3), LS_ERR_INVALID_ARGUMENT,
-                          "gradient 3 marked ready twice");
+            LS_EXPECT_ERR(ls_reducer_grad_ready(r, 3), LS_ERR_INVALID_ARGUMENT, "gradient 3 marked ready twice");
         } else { /* never marked: finish does it all */
             LS_REQUIRE_OK(ls_reducer_grad_ready(r, 6));
             LS_EXPECT(ls_reducer_launched(r) == 0);
@@ -310,8 +308,7 @@ static void test_reducer_one_rank(ls_ctx *ctx, int view) {
     ls_tensor *d = NULL;
     LS_REQUIRE_OK(ls_tensor_create(a, LS_F64, 1, s1, "grad", &d));
     ls_tensor *mixed[2] = {g[0], d};
-    LS_EXPECT_ERR(ls_reducer_create(c, ctx, 2, mixed, NULL, &r), LS_ERR_INVALID_ARGUMENT,
-                  "the reducer takes f32");
+    LS_EXPECT_ERR(ls_reducer_create(c, ctx, 2, mixed, NULL, &r), LS_ERR_INVALID_ARGUMENT, "the reducer takes f32");
     ls_tensor_destroy(d);
     /* an empty list is fine */
     LS_REQUIRE_OK(ls_reducer_create(c, ctx, 0, NULL, NULL, &r));

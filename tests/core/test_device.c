@@ -24,7 +24,8 @@ int main(void) {
         LS_REQUIRE_OK(ls_device_select(NULL, 0, &d));
         LS_EXPECT(d.type == LS_DEVICE_CPU);
         setenv("LOCKSTEP_DEVICE", "cuda", 1);
-        LS_EXPECT_ERR(ls_device_select(NULL, 0, &d), LS_ERR_DEVICE, "LOCKSTEP_DEVICE asks for device 'cuda' but no CUDA device is usable");
+        LS_EXPECT_ERR(ls_device_select(NULL, 0, &d), LS_ERR_DEVICE,
+                      "LOCKSTEP_DEVICE asks for device 'cuda' but no CUDA device is usable");
         LS_EXPECT_ERR(ls_device_select("cuda:1", 0, &d), LS_ERR_DEVICE, "no CUDA device is usable");
         setenv("LOCKSTEP_DEVICE", "cpu", 1);
         LS_REQUIRE_OK(ls_device_select(NULL, 0, &d));

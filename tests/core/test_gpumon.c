@@ -28,8 +28,10 @@ static void expect_stats(const ls_gpu_stats *s, int k, long long total, int powe
     LS_EXPECT_NEAR(s->temp_c, 60.0 + (double)total - 1, 0);
     LS_EXPECT_NEAR(s->sm_clock_mhz, 1980.0, 0);
     LS_EXPECT_NEAR(s->power_limit_w, 700.0, 0);
-    if (power) LS_EXPECT_NEAR(s->power_w, 455.25, 0);
-    else LS_EXPECT(s->power_w < 0);
+    if (power)
+        LS_EXPECT_NEAR(s->power_w, 455.25, 0);
+    else
+        LS_EXPECT(s->power_w < 0);
 }
 
 int main(int argc, char **argv) {
@@ -59,7 +61,8 @@ int main(int argc, char **argv) {
                   "GPU monitoring: NVML gives no utilization for Fake GPU 141GB (nvml:0): Not Supported");
     unsetenv("FAKE_NVML_NO_UTIL");
     LS_EXPECT_ERR(ls_gpu_monitor_start_index(0, 0, &m), LS_ERR_INVALID_ARGUMENT, "the interval must be >= 1 ms");
-    LS_EXPECT_ERR(ls_gpu_monitor_start(ls_device_cpu(), 10, &m), LS_ERR_UNSUPPORTED, "GPU monitoring: cpu is not a GPU");
+    LS_EXPECT_ERR(ls_gpu_monitor_start(ls_device_cpu(), 10, &m), LS_ERR_UNSUPPORTED,
+                  "GPU monitoring: cpu is not a GPU");
     /* a CUDA device is found by its PCI bus id. Where CUDA has none (no driver, or a CPU-only
      * build) that is the error. On a GPU: the stand-in does not know the real bus id, then is told
      * it (FAKE_NVML_BUS_ID), and the monitor started for cuda:0 reads its device 0 */
@@ -91,8 +94,9 @@ int main(int argc, char **argv) {
     LS_EXPECT(k1 >= 2);
     expect_stats(&st, k1, k1, 1);
     LS_EXPECT(!strcmp(st.device_id, "nvml:0"));
-    snprintf(want, sizeof want, "gpu 80%% busy (memory 30%%), %d.0 GiB used of 140.0 GiB, 455 W of 700 W, %d C, 1980 MHz",
-             k1, 60 + k1 - 1);
+    snprintf(want, sizeof want,
+             "gpu 80%% busy (memory 30%%), %d.0 GiB used of 140.0 GiB, 455 W of 700 W, %d C, 1980 MHz", k1,
+             60 + k1 - 1);
     LS_EXPECT(!strcmp(buf, want));
     usleep(60000);
     LS_REQUIRE_OK(ls_gpu_monitor_read(m, &st));

@@ -83,6 +83,7 @@ int main(void) {
     LS_EXPECT_ERR(ls_alloc(a, 2 << 20, "big", &p1), LS_ERR_OUT_OF_MEMORY, "the cap is 1.00 MiB");
     ls_allocator_destroy(a);
     setenv("LOCKSTEP_MEMORY_LIMIT", "plenty", 1);
-    LS_EXPECT_ERR(ls_host_allocator_create_from_env(&a), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_MEMORY_LIMIT: memory size 'plenty'");
+    LS_EXPECT_ERR(ls_host_allocator_create_from_env(&a), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_MEMORY_LIMIT: memory size 'plenty'");
     LS_TEST_END();
 }

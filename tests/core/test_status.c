@@ -28,7 +28,8 @@ int main(void) {
     ls_log_level lv;
     LS_REQUIRE_OK(ls_log_level_parse("DEBUG", &lv));
     LS_EXPECT(lv == LS_LOG_DEBUG);
-    LS_EXPECT_ERR(ls_log_level_parse("loud", &lv), LS_ERR_INVALID_ARGUMENT, "'loud' is not one of error, warn, info, debug");
+    LS_EXPECT_ERR(ls_log_level_parse("loud", &lv), LS_ERR_INVALID_ARGUMENT,
+                  "'loud' is not one of error, warn, info, debug");
     setenv("LOCKSTEP_LOG", "info", 1);
     LS_EXPECT(ls_log_get_level() == LS_LOG_INFO);
     LS_EXPECT(ls_log_enabled(LS_LOG_WARN) && !ls_log_enabled(LS_LOG_DEBUG));

@@ -22,7 +22,8 @@ int main(void) {
     LS_REQUIRE_OK(ls_tensor_create(a, LS_F64, 1, (int64_t[]){12}, "w", &w));
     LS_EXPECT_ERR(ls_tensor_copy(NULL, w, t), LS_ERR_INVALID_ARGUMENT, "cannot copy [3, 4] f32 cpu into [12] f64 cpu");
     ls_tensor *bad = (ls_tensor *)1;
-    LS_EXPECT_ERR(ls_tensor_create(a, LS_F32, 5, (int64_t[]){1, 1, 1, 1, 1}, "x", &bad), LS_ERR_INVALID_ARGUMENT, "rank 5");
+    LS_EXPECT_ERR(ls_tensor_create(a, LS_F32, 5, (int64_t[]){1, 1, 1, 1, 1}, "x", &bad), LS_ERR_INVALID_ARGUMENT,
+                  "rank 5");
     LS_EXPECT(bad == NULL);
     LS_EXPECT_ERR(ls_tensor_create(a, LS_F32, 1, (int64_t[]){-2}, "x", &bad), LS_ERR_INVALID_ARGUMENT, "negative");
     ls_dtype dt;

@@ -159,12 +159,9 @@ int main(void) {
     LS_EXPECT_ERR(ls_dataset_from_arrays(5, 3, 3, images, labels, &e), LS_ERR_INVALID_ARGUMENT,
                   "label 3 at index 2 is outside [0, 3)");
     LS_EXPECT(e == NULL);
-    LS_EXPECT_ERR(ls_dataset_from_arrays(-1, 3, 3, images, labels, &e), LS_ERR_INVALID_ARGUMENT,
-                  "n=-1");
-    LS_EXPECT_ERR(ls_dataset_from_arrays(5, 0, 3, images, labels, &e), LS_ERR_INVALID_ARGUMENT,
-                  "features=0");
-    LS_EXPECT_ERR(ls_dataset_from_arrays(5, 3, 3, NULL, labels, &e), LS_ERR_INVALID_ARGUMENT,
-                  "NULL");
+    LS_EXPECT_ERR(ls_dataset_from_arrays(-1, 3, 3, images, labels, &e), LS_ERR_INVALID_ARGUMENT, "n=-1");
+    LS_EXPECT_ERR(ls_dataset_from_arrays(5, 0, 3, images, labels, &e), LS_ERR_INVALID_ARGUMENT, "features=0");
+    LS_EXPECT_ERR(ls_dataset_from_arrays(5, 3, 3, NULL, labels, &e), LS_ERR_INVALID_ARGUMENT, "NULL");
     LS_REQUIRE_OK(ls_dataset_from_arrays(0, 3, 3, NULL, NULL, &e)); /* empty is fine */
     LS_EXPECT(e->n == 0);
     ls_dataset_destroy(e);

@@ -26,8 +26,7 @@ static void check_set(const ls_dataset *d, int64_t n, int64_t per_class) {
     LS_EXPECT(bad == 0);
     for (int c = 0; c < 10; c++) {
         if (counts[c] != per_class)
-            fprintf(stderr, "class %d: %lld samples, expected %lld\n", c, (long long)counts[c],
-                    (long long)per_class);
+            fprintf(stderr, "class %d: %lld samples, expected %lld\n", c, (long long)counts[c], (long long)per_class);
         LS_EXPECT(counts[c] == per_class);
     }
 }

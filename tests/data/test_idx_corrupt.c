@@ -62,8 +62,7 @@ static void check_idx_errors(void) {
     const char *p;
 
     p = tmp_path("missing.idx");
-    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_IO,
-                  EXPECTED("cannot open '%s': No such file or directory", p));
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_IO, EXPECTED("cannot open '%s': No such file or directory", p));
     LS_EXPECT(idx.data == NULL && idx.count == 0);
 
     p = tmp_path("empty.idx");
@@ -75,20 +74,17 @@ static void check_idx_errors(void) {
 
     p = tmp_path("gif.idx");
     write_plain(p, (const uint8_t *)"GIF89a not an idx file", 22);
-    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
-                  EXPECTED("'%s' is not an IDX file: bad magic 0x47494638", p));
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' is not an IDX file: bad magic 0x47494638", p));
     p = tmp_path("gif.idx.gz");
     write_gz(p, (const uint8_t *)"GIF89a not an idx file", 22);
-    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
-                  EXPECTED("'%s' is not an IDX file: bad magic 0x47494638", p));
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' is not an IDX file: bad magic 0x47494638", p));
 
     uint32_t dims2[2] = {3, 4};
     size_t n = make_idx(buf, 2, dims2, 12);
     buf[2] = 0x0D; /* float32: valid IDX, not supported */
     p = tmp_path("float.idx");
     write_plain(p, buf, n);
-    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_UNSUPPORTED,
-                  EXPECTED("'%s': unsupported IDX data type 0x0d", p));
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_UNSUPPORTED, EXPECTED("'%s': unsupported IDX data type 0x0d", p));
     buf[2] = 0x42; /* not an IDX type at all */
     p = tmp_path("type42.idx");
     write_plain(p, buf, n);
@@ -108,14 +104,12 @@ static void check_idx_errors(void) {
     n = make_idx(buf, 2, dims_zero, 0);
     p = tmp_path("zero_dim.idx");
     write_plain(p, buf, n);
-    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
-                  EXPECTED("'%s': IDX dimension 1 is zero", p));
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s': IDX dimension 1 is zero", p));
     uint32_t dims_big[4] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 2};
     n = make_idx(buf, 4, dims_big, 16);
     p = tmp_path("overflow.idx.gz");
     write_gz(p, buf, n);
-    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
-                  EXPECTED("'%s': IDX dimensions overflow", p));
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s': IDX dimensions overflow", p));
     /* A header claiming 4 GiB in a tiny gzip file: truncated, without allocating 4 GiB. */
     uint32_t dims_huge[2] = {0x10000u, 0x10000u};
     n = make_idx(buf, 2, dims_huge, 100);
@@ -294,17 +288,15 @@ static void check_fashion_small(void) {
     const char *mismatch = make_fashion_dir("mismatch", 6, labels, 5);
     snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", mismatch);
     LS_EXPECT_ERR(ls_fashion_mnist_load(mismatch, 1, 0, &d), LS_ERR_FORMAT,
-                  EXPECTED("'%s' has 6 images but '%s/train-labels-idx1-ubyte.gz' has 5 labels",
-                           path, mismatch));
+                  EXPECTED("'%s' has 6 images but '%s/train-labels-idx1-ubyte.gz' has 5 labels", path, mismatch));
     LS_EXPECT_ERR(ls_fashion_mnist_load(mismatch, 1, 2, &d), LS_ERR_FORMAT, "has 5 labels");
     LS_EXPECT(d == NULL);
     remove_fashion_dir(mismatch);
 
     static const uint8_t bad_labels[6] = {0, 9, 10, 3, 1, 7}; /* 10: the first bad one */
     const char *badlab = make_fashion_dir("badlabel", 6, bad_labels, 6);
-    LS_EXPECT_ERR(
-        ls_fashion_mnist_load(badlab, 1, 0, &d), LS_ERR_FORMAT,
-        EXPECTED("'%s/train-labels-idx1-ubyte.gz': label 10 at index 2 is out of range", badlab));
+    LS_EXPECT_ERR(ls_fashion_mnist_load(badlab, 1, 0, &d), LS_ERR_FORMAT,
+                  EXPECTED("'%s/train-labels-idx1-ubyte.gz': label 10 at index 2 is out of range", badlab));
     LS_EXPECT(d == NULL);
     remove_fashion_dir(badlab);
 }

@@ -9,8 +9,7 @@
 
 #define MAXN 256
 
-static ls_sampler *make(int64_t n, int rank, int world, uint64_t seed, int shuffle,
-                        ls_sampler_mode mode) {
+static ls_sampler *make(int64_t n, int rank, int world, uint64_t seed, int shuffle, ls_sampler_mode mode) {
     ls_sampler *s = NULL;
     LS_REQUIRE_OK(ls_sampler_create(n, rank, world, seed, shuffle, mode, &s));
     return s;
@@ -101,8 +100,7 @@ static void check_shards(void) {
                     int64_t got = epoch_indices(s, 1, all + total);
                     LS_EXPECT(got == ls_sampler_num_samples(s));
                     /* strided ownership: rank r's k-th sample is position r + k*world */
-                    for (int64_t k = 0; k < got; k++)
-                        LS_EXPECT(all[total + k] == perm[(r + k * w) % n]);
+                    for (int64_t k = 0; k < got; k++) LS_EXPECT(all[total + k] == perm[(r + k * w) % n]);
                     total += got;
                     ls_sampler_destroy(s);
                 }
@@ -168,8 +166,8 @@ static void check_union(int64_t n, ls_sampler_mode mode, int64_t b, uint64_t see
             int same = 1;
             for (int64_t i = 0; i < ngot; i++) same &= got[i] == want[i];
             if (!same)
-                fprintf(stderr, "n=%lld mode=%d world=%d step %lld: union differs\n", (long long)n,
-                        (int)mode, w, (long long)j);
+                fprintf(stderr, "n=%lld mode=%d world=%d step %lld: union differs\n", (long long)n, (int)mode, w,
+                        (long long)j);
             LS_EXPECT(same);
             covered += nwant;
         }
@@ -232,19 +230,15 @@ static void check_errors(void) {
                   "rank -1 is out of range");
     LS_EXPECT_ERR(ls_sampler_create(-1, 0, 1, 1, 1, LS_SAMPLER_PAD, &s), LS_ERR_INVALID_ARGUMENT,
                   "dataset size -1 is negative");
-    LS_EXPECT_ERR(ls_sampler_create(10, 0, 1, 1, 1, (ls_sampler_mode)7, &s),
-                  LS_ERR_INVALID_ARGUMENT, "unknown mode 7");
-    LS_EXPECT_ERR(ls_sampler_create(10, 0, 1, 1, 1, LS_SAMPLER_PAD, NULL), LS_ERR_INVALID_ARGUMENT,
-                  "out is NULL");
+    LS_EXPECT_ERR(ls_sampler_create(10, 0, 1, 1, 1, (ls_sampler_mode)7, &s), LS_ERR_INVALID_ARGUMENT, "unknown mode 7");
+    LS_EXPECT_ERR(ls_sampler_create(10, 0, 1, 1, 1, LS_SAMPLER_PAD, NULL), LS_ERR_INVALID_ARGUMENT, "out is NULL");
 
     s = make(10, 1, 2, 1, 1, LS_SAMPLER_PAD);
     int64_t idx[8], count = -1, global = -1;
     LS_EXPECT_ERR(ls_sampler_batch(s, 2, 3, idx, &count, &global), LS_ERR_INVALID_ARGUMENT,
                   "step 2 is out of range [0, 2)");
-    LS_EXPECT_ERR(ls_sampler_batch(s, -1, 3, idx, &count, &global), LS_ERR_INVALID_ARGUMENT,
-                  "step -1");
-    LS_EXPECT_ERR(ls_sampler_batch(s, 0, 0, idx, &count, &global), LS_ERR_INVALID_ARGUMENT,
-                  "batch per rank 0");
+    LS_EXPECT_ERR(ls_sampler_batch(s, -1, 3, idx, &count, &global), LS_ERR_INVALID_ARGUMENT, "step -1");
+    LS_EXPECT_ERR(ls_sampler_batch(s, 0, 0, idx, &count, &global), LS_ERR_INVALID_ARGUMENT, "batch per rank 0");
     LS_EXPECT_ERR(ls_sampler_set_epoch(s, -3), LS_ERR_INVALID_ARGUMENT, "epoch -3 is negative");
     LS_EXPECT(ls_sampler_epoch(s) == 0);
     LS_REQUIRE_OK(ls_sampler_batch(s, 1, 3, idx, &count, NULL)); /* global count is optional */

@@ -6,12 +6,12 @@
 #include <stdio.h>
 
 static int fails;
-#define BAD(...)                                                                                   \
-    do {                                                                                           \
-        if (fails++ < 10) {                                                                        \
-            printf("FAIL: " __VA_ARGS__);                                                          \
-            printf("\n");                                                                          \
-        }                                                                                          \
+#define BAD(...)                                                                                                       \
+    do {                                                                                                               \
+        if (fails++ < 10) {                                                                                            \
+            printf("FAIL: " __VA_ARGS__);                                                                              \
+            printf("\n");                                                                                              \
+        }                                                                                                              \
     } while (0)
 
 #endif

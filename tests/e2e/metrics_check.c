@@ -29,7 +29,8 @@ static double num(const cJSON *o, const char *k, int line) {
 
 int main(int argc, char **argv) {
     if (argc != 7 && argc != 8) {
-        fprintf(stderr, "usage: metrics_check METRICS LOG_STEPS STEPS SAMPLES STEPS_PER_EPOCH clip|noclip|diverged [OUTPUT]\n");
+        fprintf(stderr,
+                "usage: metrics_check METRICS LOG_STEPS STEPS SAMPLES STEPS_PER_EPOCH clip|noclip|diverged [OUTPUT]\n");
         return 2;
     }
     long steps = atol(argv[3]), per_epoch = atol(argv[5]);
@@ -43,7 +44,8 @@ int main(int argc, char **argv) {
             lines++;
             cJSON *o = cJSON_Parse(b);
             const cJSON *loss = cJSON_GetObjectItemCaseSensitive(o, "loss");
-            if (!cJSON_IsObject(o) || !(cJSON_IsNumber(loss) || cJSON_IsNull(loss))) BAD("line %d is not valid: %s", lines, b);
+            if (!cJSON_IsObject(o) || !(cJSON_IsNumber(loss) || cJSON_IsNull(loss)))
+                BAD("line %d is not valid: %s", lines, b);
             nulls += cJSON_IsNull(loss);
             cJSON_Delete(o);
         }
@@ -86,7 +88,8 @@ int main(int argc, char **argv) {
         double pinned = num(o, "mem_pinned_bytes", line);
         int has_norm = cJSON_GetObjectItemCaseSensitive(o, "grad_norm") != NULL;
         if (step != (double)want) BAD("line %d: step %g, want %ld", line, step, want);
-        if (epoch != (double)((want - 1) / per_epoch)) BAD("line %d: epoch %g, want %ld", line, epoch, (want - 1) / per_epoch);
+        if (epoch != (double)((want - 1) / per_epoch))
+            BAD("line %d: epoch %g, want %ld", line, epoch, (want - 1) / per_epoch);
         if (n != samples) BAD("line %d: samples %g, want %g", line, n, samples);
         if (want <= steps && loss != logloss[want])
             BAD("line %d: loss %.17g, but --log-steps has %.17g", line, loss, logloss[want]);
@@ -120,7 +123,8 @@ int main(int argc, char **argv) {
             if (sscanf(buf, "epoch %d", &e) == 1 && p && sscanf(p, "train acc %lf%%", &a) == 1 && e >= 1 && e <= 64 &&
                 ep_n[e - 1]) {
                 double mean = 100.0 * ep_acc[e - 1] / ep_n[e - 1];
-                if (fabs(mean - a) > 0.006) BAD("epoch %d: the steps' accuracy averages %.4f%%, the run printed %.2f%%", e, mean, a);
+                if (fabs(mean - a) > 0.006)
+                    BAD("epoch %d: the steps' accuracy averages %.4f%%, the run printed %.2f%%", e, mean, a);
                 seen++;
             }
         }

@@ -38,7 +38,7 @@ static inline float *params_to_host(ls_ctx *c, ls_module *m, int64_t *total_out)
         ls_tensor *p = ls_module_param(m, i);
         int64_t n = ls_tensor_numel(p);
         LS_REQUIRE_OK(ls_allocator_copy(c->alloc, out + off, 0, p->data, c->device.type != LS_DEVICE_CPU,
-                                         sizeof(float) * (size_t)n));
+                                        sizeof(float) * (size_t)n));
         off += n;
     }
     *total_out = total;

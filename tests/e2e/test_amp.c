@@ -80,7 +80,9 @@ static void overflow_case(void) {
     LS_REQUIRE_OK(ls_comm_broadcast_host(W, &r0, 1, LS_F32, 0));
     LS_EXPECT(mine == r0);
     LS_EXPECT(before != 0);
-    if (rank == 0) printf("fp16: injected overflow on rank %d skipped step 3 on all %d ranks; scale 65536 -> 32768\n", world - 1, world);
+    if (rank == 0)
+        printf("fp16: injected overflow on rank %d skipped step 3 on all %d ranks; scale 65536 -> 32768\n", world - 1,
+               world);
     ls_trainer_destroy(t);
     ls_optimizer_destroy(o);
     ls_module_destroy(m);
@@ -121,7 +123,8 @@ int main(void) {
     overflow_case();
     if (ls_comm_rank(W) == 0) {
         size_t p32 = step_peak(LS_PRECISION_FP32), pb = step_peak(LS_PRECISION_BF16), ph = step_peak(LS_PRECISION_FP16);
-        printf("peak memory of a training step at batch 4096: fp32 %.1f MiB, bf16 %.1f MiB (%.0f%%), fp16 %.1f MiB (%.0f%%)\n",
+        printf("peak memory of a training step at batch 4096: fp32 %.1f MiB, bf16 %.1f MiB (%.0f%%), "
+               "fp16 %.1f MiB (%.0f%%)\n",
                (double)p32 / 1048576, (double)pb / 1048576, 100.0 * (double)pb / (double)p32, (double)ph / 1048576,
                100.0 * (double)ph / (double)p32);
         LS_EXPECT(pb * 4 < p32 * 3);

@@ -35,8 +35,7 @@ typedef struct run {
     ls_sampler *s;
 } run;
 
-static void setup(run *r, ls_ctx *ctx, ls_comm *comm, int rank, int world, ls_optim_kind kind, int64_t b,
-                  int accum) {
+static void setup(run *r, ls_ctx *ctx, ls_comm *comm, int rank, int world, ls_optim_kind kind, int64_t b, int accum) {
     int64_t sizes[4] = {784, 64, 32, 10};
     r->ctx = ctx;
     LS_REQUIRE_OK(ls_mlp_create(ctx, LS_F32, 4, sizes, LS_ACT_RELU, 1000 + (uint64_t)rank * (comm ? 7 : 0), &r->m));

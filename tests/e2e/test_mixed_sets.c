@@ -126,9 +126,10 @@ int main(int argc, char **argv) {
                 float *got = run(modes[c][0], modes[c][1], hints, hand, &n1);
                 int64_t differ = 0;
                 for (int64_t i = 0; i < n0 && n0 == n1; i++) differ += memcmp(&ref[i], &got[i], sizeof(float)) != 0;
-                printf("%s, %-16s LOCKSTEP_PREFETCH=%-4s LOCKSTEP_DATA_ON_DEVICE=%-4s: %lld of %lld parameters differ\n",
-                       hand ? "f32/bytes/hand-filled" : "f32/bytes            ", hint_names[hints], modes[c][0],
-                       modes[c][1], (long long)differ, (long long)n0);
+                printf(
+                    "%s, %-16s LOCKSTEP_PREFETCH=%-4s LOCKSTEP_DATA_ON_DEVICE=%-4s: %lld of %lld parameters differ\n",
+                    hand ? "f32/bytes/hand-filled" : "f32/bytes            ", hint_names[hints], modes[c][0],
+                    modes[c][1], (long long)differ, (long long)n0);
                 LS_EXPECT(n0 == n1 && differ == 0);
                 free(got);
             }

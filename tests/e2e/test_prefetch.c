@@ -38,9 +38,9 @@ enum { HINT_NONE, HINT_NEXT, HINT_WRONG };
 typedef struct plan {
     int accum;
     int hint;
-    int grow;          /* step counts 5, 32, 9, 32, ...: the buffers grow under a prefetch */
-    int change_every;  /* > 0: after every such step, change the data set in place */
-    int evaluate;      /* an evaluation over 40 samples after every third step */
+    int grow;         /* step counts 5, 32, 9, 32, ...: the buffers grow under a prefetch */
+    int change_every; /* > 0: after every such step, change the data set in place */
+    int evaluate;     /* an evaluation over 40 samples after every third step */
     ls_precision precision;
 } plan;
 
@@ -115,8 +115,10 @@ static float *run(const plan *p, const char *mode, const char *data_mode, int64_
         LS_REQUIRE_OK(ls_trainer_step(t, d, idx, count, count, NULL));
         if (p->change_every && k % p->change_every == 0) {
             for (int64_t i = 0; i < d->n * d->features; i++) {
-                if (d->bytes) d->bytes[i] = (uint8_t)(d->bytes[i] * 7 + 1);
-                else d->images[i] = d->images[i] * 0.9f + 0.01f;
+                if (d->bytes)
+                    d->bytes[i] = (uint8_t)(d->bytes[i] * 7 + 1);
+                else
+                    d->images[i] = d->images[i] * 0.9f + 0.01f;
             }
             ls_dataset_changed(d);
         }
@@ -134,8 +136,10 @@ static float *run(const plan *p, const char *mode, const char *data_mode, int64_
      * freed with the trainer; the CPU's allocator pins nothing */
     ls_memory_stats ms;
     ls_allocator_stats(C->alloc, &ms);
-    if (C->device.type == LS_DEVICE_CPU) LS_EXPECT(ms.pinned_bytes == 0);
-    else if (!strcmp(data_mode, "off")) LS_EXPECT(ms.pinned_bytes > 0);
+    if (C->device.type == LS_DEVICE_CPU)
+        LS_EXPECT(ms.pinned_bytes == 0);
+    else if (!strcmp(data_mode, "off"))
+        LS_EXPECT(ms.pinned_bytes > 0);
     ls_trainer_destroy(t);
     ls_allocator_stats(C->alloc, &ms);
     LS_EXPECT(ms.pinned_bytes == 0);
@@ -183,7 +187,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     printf("device %s: LOCKSTEP_PREFETCH=%s (data on the host) against off (LOCKSTEP_DATA_ON_DEVICE=%s), %d steps "
-           "of batch %lld\n", dev, on_mode, ref_data, STEPS, (long long)B);
+           "of batch %lld\n",
+           dev, on_mode, ref_data, STEPS, (long long)B);
     plan p = {1, HINT_NEXT, 0, 0, 0, LS_PRECISION_FP32};
     check("right hints", p, STEPS - 1, 0);
     p.hint = HINT_WRONG;

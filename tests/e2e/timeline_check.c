@@ -1,14 +1,14 @@
-/* timeline_check.c: checks one rank's LOCKSTEP_TIMELINE file from a training run: the file is
- * valid UTF-8 and one JSON array of trace events, nothing after it; the process is "rank R"; the caller's thread is "main"; every
- * span has a name, a category, a start and a non-negative duration; the steps are "step 1".."step
- * N", each once, in order, on the main thread, not overlapping; each step holds exactly one
- * "forward", "backward" and "optimizer" span, in that order, and the module spans ("Linear
- * forward", ...) lie inside forward and backward spans. With several ranks (BUCKETS > 0): every
- * bucket has a row ("bucket 0", ...) with one all-reduce per step, bucket 0's launched inside the
- * step's backward (the exchange overlaps backward), each within its step; "mpi communication" is a
- * thread with MPI_Allreduce spans; and the step's "gradient all-reduce wait" comes after backward.
- *   timeline_check FILE RANK STEPS BUCKETS
- * Prints the first failures and exits 1, else a summary and exits 0. */
+/* timeline_check.c: checks one rank's LOCKSTEP_TIMELINE file from a training run: the file is valid
+ * UTF-8 and one JSON array of trace events, nothing after it; the process is "rank R"; the caller's
+ * thread is "main"; every span has a name, a category, a start and a non-negative duration; the
+ * steps are "step 1".."step N", each once, in order, on the main thread, not overlapping; each step
+ * holds exactly one "forward", "backward" and "optimizer" span, in that order, and the module spans
+ * ("Linear forward", ...) lie inside forward and backward spans. With several ranks (BUCKETS > 0):
+ * every bucket has a row ("bucket 0", ...) with one all-reduce per step, bucket 0's launched inside
+ * the step's backward (the exchange overlaps backward), each within its step; "mpi communication"
+ * is a thread with MPI_Allreduce spans; and the step's "gradient all-reduce wait" comes after
+ * backward. timeline_check FILE RANK STEPS BUCKETS Prints the first failures and exits 1, else a
+ * summary and exits 0. */
 #include <cjson/cJSON.h>
 #include <locale.h>
 #include <stdio.h>
@@ -103,9 +103,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ns; i++) {
         if (!starts(sp[i].name, "step ")) continue;
         int k = atoi(sp[i].name + 5);
-        if (k < 1 || k > steps) BAD("unexpected span '%s'", sp[i].name);
-        else if (step[k]) BAD("'%s' twice", sp[i].name);
-        else step[k] = &sp[i];
+        if (k < 1 || k > steps)
+            BAD("unexpected span '%s'", sp[i].name);
+        else if (step[k])
+            BAD("'%s' twice", sp[i].name);
+        else
+            step[k] = &sp[i];
         if (sp[i].tid != 1) BAD("'%s' is not on the main thread", sp[i].name);
     }
     for (int k = 1; k <= steps; k++) {
@@ -141,7 +144,8 @@ int main(int argc, char **argv) {
             module_spans++;
         }
         if (buckets > 0) {
-            if (!wait) BAD("step %d: no 'gradient all-reduce wait'", k);
+            if (!wait)
+                BAD("step %d: no 'gradient all-reduce wait'", k);
             else {
                 waits++;
                 if (wait->t0 < bw->t1 - 0.001) BAD("step %d: the all-reduce wait starts inside backward", k);

@@ -109,13 +109,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (mode == 2) {
         ls_dataset *d = NULL;
-        if (ls_fashion_mnist_load(dir, 1, limit, &d) == LS_OK) check_set(d, limit);
-        else if (d) abort(); /* an error leaves *out empty */
+        if (ls_fashion_mnist_load(dir, 1, limit, &d) == LS_OK)
+            check_set(d, limit);
+        else if (d)
+            abort(); /* an error leaves *out empty */
         ls_dataset_destroy(d);
     } else {
         ls_idx x;
-        if (ls_idx_read(path, &x) == LS_OK) check_idx(&x);
-        else if (x.data || x.ndim || x.count) abort(); /* an error leaves *out empty */
+        if (ls_idx_read(path, &x) == LS_OK)
+            check_idx(&x);
+        else if (x.data || x.ndim || x.count)
+            abort(); /* an error leaves *out empty */
         ls_idx_free(&x);
     }
     ls_error_clear();

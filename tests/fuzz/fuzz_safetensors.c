@@ -64,29 +64,63 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 /* ---- stubs: the readers never reach these ---- */
-int ls_module_num_params(const ls_module *m) { (void)m; abort(); }
-ls_tensor *ls_module_param(ls_module *m, int i) { (void)m; (void)i; abort(); }
-const char *ls_module_param_name(const ls_module *m, int i) { (void)m; (void)i; abort(); }
-int ls_comm_rank(const ls_comm *c) { (void)c; abort(); }
-int ls_comm_world(const ls_comm *c) { (void)c; abort(); }
+int ls_module_num_params(const ls_module *m) {
+    (void)m;
+    abort();
+}
+ls_tensor *ls_module_param(ls_module *m, int i) {
+    (void)m;
+    (void)i;
+    abort();
+}
+const char *ls_module_param_name(const ls_module *m, int i) {
+    (void)m;
+    (void)i;
+    abort();
+}
+int ls_comm_rank(const ls_comm *c) {
+    (void)c;
+    abort();
+}
+int ls_comm_world(const ls_comm *c) {
+    (void)c;
+    abort();
+}
 ls_status ls_comm_allreduce_host(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op) {
-    (void)c; (void)buf; (void)count; (void)t; (void)op;
+    (void)c;
+    (void)buf;
+    (void)count;
+    (void)t;
+    (void)op;
     abort();
 }
 ls_status ls_comm_broadcast_host(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root) {
-    (void)c; (void)buf; (void)count; (void)t; (void)root;
+    (void)c;
+    (void)buf;
+    (void)count;
+    (void)t;
+    (void)root;
     abort();
 }
 ls_status ls_ddp_broadcast_params(ls_comm *c, int n, ls_tensor *const *params) {
-    (void)c; (void)n; (void)params;
+    (void)c;
+    (void)n;
+    (void)params;
     abort();
 }
-int ls_cnn_num_buffers(ls_module *m) { (void)m; abort(); }
+int ls_cnn_num_buffers(ls_module *m) {
+    (void)m;
+    abort();
+}
 ls_tensor *ls_cnn_buffer(ls_module *m, int i, char *name, int len) {
-    (void)m; (void)i; (void)name; (void)len;
+    (void)m;
+    (void)i;
+    (void)name;
+    (void)len;
     abort();
 }
 ls_status ls_cnn_broadcast_buffers(ls_comm *comm, ls_module *m) {
-    (void)comm; (void)m;
+    (void)comm;
+    (void)m;
     abort();
 }

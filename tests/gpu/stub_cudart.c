@@ -109,7 +109,9 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
 
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorName(cudaError_t e) {
-    return e == cudaErrorIllegalAddress ? "cudaErrorIllegalAddress" : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation" : "cudaError";
+    return e == cudaErrorIllegalAddress     ? "cudaErrorIllegalAddress"
+           : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
+                                            : "cudaError";
 }
 const char *cudaGetErrorString(cudaError_t e) {
     return e == cudaErrorIllegalAddress ? "an illegal memory access was encountered" : "stub error";

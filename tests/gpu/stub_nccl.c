@@ -174,8 +174,8 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t n, ncclDataType_
     return e;
 }
 
-ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                               ncclComm_t c, cudaStream_t s) {
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                               cudaStream_t s) {
     ncclResult_t e = enter("reducescatter", send, recv, t, c, s);
     if (e != ncclSuccess) return e;
     const size_t all = n * (size_t)c->world;
@@ -198,8 +198,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t n, ncclDataType_
     return ncclSuccess;
 }
 
-ncclResult_t ncclAllGather(const void *send, void *recv, size_t n, ncclDataType_t t, ncclComm_t c,
-                           cudaStream_t s) {
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t s) {
     ncclResult_t e = enter("allgather", send, recv, t, c, s);
     if (e != ncclSuccess) return e;
     const size_t bytes = n * type_size(t);

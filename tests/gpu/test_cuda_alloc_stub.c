@@ -33,8 +33,10 @@ static void stub_reset(void) {
 }
 
 static ls_status make(const char *policy, ls_allocator **out) {
-    if (policy) setenv("LOCKSTEP_GPU_MEMORY", policy, 1);
-    else unsetenv("LOCKSTEP_GPU_MEMORY");
+    if (policy)
+        setenv("LOCKSTEP_GPU_MEMORY", policy, 1);
+    else
+        unsetenv("LOCKSTEP_GPU_MEMORY");
     return ls_cuda_allocator_create(&CS, (ls_device){LS_DEVICE_CUDA, 0}, out);
 }
 
@@ -74,8 +76,8 @@ static int overlaps(void) {
     for (int i = 0; i < SLOTS; i++)
         for (int j = i + 1; j < SLOTS && ptr[i]; j++)
             if (ptr[j] && ptr[i] < ptr[j] + len[j] && ptr[j] < ptr[i] + len[i]) {
-                printf("blocks %d [%p, +%zu) and %d [%p, +%zu) overlap\n", i, (void *)ptr[i], len[i], j,
-                       (void *)ptr[j], len[j]);
+                printf("blocks %d [%p, +%zu) and %d [%p, +%zu) overlap\n", i, (void *)ptr[i], len[i], j, (void *)ptr[j],
+                       len[j]);
                 return 1;
             }
     return 0;

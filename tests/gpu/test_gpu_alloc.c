@@ -147,8 +147,7 @@ static void test_bad_policy(void) {
     LS_EXPECT_ERR(ls_ctx_create((ls_device){LS_DEVICE_CUDA, 0}, NULL, &c), LS_ERR_INVALID_ARGUMENT,
                   "LOCKSTEP_GPU_MEMORY");
     setenv("LOCKSTEP_GPU_MEMORY", "shrink", 1);
-    LS_EXPECT_ERR(ls_ctx_create((ls_device){LS_DEVICE_CUDA, 0}, NULL, &c), LS_ERR_INVALID_ARGUMENT,
-                  "not one of grow");
+    LS_EXPECT_ERR(ls_ctx_create((ls_device){LS_DEVICE_CUDA, 0}, NULL, &c), LS_ERR_INVALID_ARGUMENT, "not one of grow");
     unsetenv("LOCKSTEP_GPU_MEMORY");
 }
 
@@ -159,8 +158,7 @@ int main(void) {
         ls_ctx *c = NULL;
         ls_status s = ls_ctx_create((ls_device){LS_DEVICE_CUDA, 0}, NULL, &c);
         if (s != LS_ERR_DEVICE || c || !strstr(ls_last_error(), "--device cpu")) {
-            fprintf(stderr, "a CUDA context without a usable GPU gave %s: '%s'\n", ls_status_name(s),
-                    ls_last_error());
+            fprintf(stderr, "a CUDA context without a usable GPU gave %s: '%s'\n", ls_status_name(s), ls_last_error());
             return 1;
         }
         printf("without a GPU: %s\n", ls_last_error());

@@ -114,8 +114,8 @@ static double rel_err(const double *got, const double *ref, int64_t n, int64_t *
     return den > 0 ? num / den : num;
 }
 
-static void check_tol(const char *what, const char *tname, double tol, const double *got, const double *ref,
-                      int64_t n, double *worst) {
+static void check_tol(const char *what, const char *tname, double tol, const double *got, const double *ref, int64_t n,
+                      double *worst) {
     int64_t nan_at;
     double err = rel_err(got, ref, n, &nan_at);
     n_cases++;
@@ -152,8 +152,7 @@ static int dev_ok(ls_status s, const char *what, ls_dtype t) {
         printf("skip %-60s f64   unsupported: %s\n", what, ls_last_error());
         return 0;
     }
-    fprintf(stderr, "%s %s on the device failed: %s: %s\n", what, ls_dtype_name(t), ls_status_name(s),
-            ls_last_error());
+    fprintf(stderr, "%s %s on the device failed: %s: %s\n", what, ls_dtype_name(t), ls_status_name(s), ls_last_error());
     ls_test_failures++;
     return 0;
 }
@@ -168,8 +167,8 @@ typedef struct conv_case {
 } conv_case;
 
 static void case_conv(ls_ctx *dev, ls_dtype t, int kind, const conv_case *cc) {
-    ls_conv2d_params p = {cc->N, cc->C, cc->H, cc->W, cc->K, cc->R, cc->R, 0, 0, cc->stride, cc->stride, cc->pad,
-                          cc->pad, cc->groups};
+    ls_conv2d_params p = {cc->N, cc->C, cc->H,      cc->W,      cc->K,   cc->R,   cc->R,
+                          0,     0,     cc->stride, cc->stride, cc->pad, cc->pad, cc->groups};
     p.P = ls_conv_out_size(p.H, p.R, p.stride_h, p.pad_h);
     p.Q = ls_conv_out_size(p.W, p.S, p.stride_w, p.pad_w);
     LS_REQUIRE(p.P > 0 && p.Q > 0 && p.C % p.groups == 0 && p.K % p.groups == 0);
@@ -215,8 +214,7 @@ static void case_conv(ls_ctx *dev, ls_dtype t, int kind, const conv_case *cc) {
     if (dev_ok(dev->ops->conv2d_fwd(dev->state, t, &p, dx_, dw_, cc->bias ? db_ : NULL, dy_out, dws), what, t))
         check_buf(dev, what, t, kind, dy_out, hy, ny, t);
     snprintf(what, sizeof what, "%s bwd", shape);
-    if (dev_ok(dev->ops->conv2d_bwd(dev->state, t, &p, ddy, dx_, dw_, ddx, ddw, cc->bias ? ddb : NULL, dws), what,
-               t) &&
+    if (dev_ok(dev->ops->conv2d_bwd(dev->state, t, &p, ddy, dx_, dw_, ddx, ddw, cc->bias ? ddb : NULL, dws), what, t) &&
         dev_ok(dev->ops->conv2d_bwd(dev->state, t, &p, ddy, dx_, dw_, NULL, ddw, NULL, dws), what, t)) {
         char w2[192];
         snprintf(w2, sizeof w2, "%s: dx", what);
@@ -260,8 +258,8 @@ static void case_pool(ls_dtype t, ls_pool mode, int incl_pad, int64_t N, int64_t
     char what[160];
     snprintf(what, sizeof what, "%s pool [%lld,%lld,%lld,%lld] k%lld s%lld p%lld%s%s",
              mode == LS_POOL_MAX ? "max" : "avg", (long long)N, (long long)C, (long long)H, (long long)W, (long long)k,
-             (long long)s, (long long)pad,
-             mode == LS_POOL_AVG ? (incl_pad ? " incl-pad" : " excl-pad") : "", ties ? " ties" : "");
+             (long long)s, (long long)pad, mode == LS_POOL_AVG ? (incl_pad ? " incl-pad" : " excl-pad") : "",
+             ties ? " ties" : "");
     char w2[192];
     snprintf(w2, sizeof w2, "%s fwd", what);
     if (dev_ok(DEV->ops->pool2d_fwd(DEV->state, t, &p, dx_, dy_out), w2, t))
@@ -316,10 +314,10 @@ static void case_bn(ls_dtype t, int64_t N, int64_t C, int64_t HW, int relu, int 
     LS_REQUIRE_OK(CPU->ops->bn_stats(CPU->state, t, &p, hx, hmean, hvar));
     LS_REQUIRE_OK(CPU->ops->bn_fwd(CPU->state, t, &p, hx, hmean, hvar, hg, hb, hy));
     LS_REQUIRE_OK(CPU->ops->bn_bwd_reduce(CPU->state, t, &p, hdy, hx, relu ? hy : NULL, hmean, hvar, hs1, hs2));
-    LS_REQUIRE_OK(CPU->ops->bn_bwd_dx(CPU->state, t, &p, hdy, hx, relu ? hy : NULL, hmean, hvar, hg, hs1, hs2, count,
-                                      hdx));
-    LS_REQUIRE_OK(CPU->ops->bn_bwd_dx(CPU->state, t, &p, hdy, hx, relu ? hy : NULL, hmean, hvar, hg, NULL, NULL, 0.0,
-                                      hdx0));
+    LS_REQUIRE_OK(
+        CPU->ops->bn_bwd_dx(CPU->state, t, &p, hdy, hx, relu ? hy : NULL, hmean, hvar, hg, hs1, hs2, count, hdx));
+    LS_REQUIRE_OK(
+        CPU->ops->bn_bwd_dx(CPU->state, t, &p, hdy, hx, relu ? hy : NULL, hmean, hvar, hg, NULL, NULL, 0.0, hdx0));
     /* device */
     void *dx_ = dev_bytes(DEV, hx, (size_t)n * es), *ddy = dev_bytes(DEV, hdy, (size_t)n * es);
     void *dg = dev_bytes(DEV, hg, (size_t)C * ms), *db = dev_bytes(DEV, hb, (size_t)C * ms);
@@ -355,12 +353,14 @@ static void case_bn(ls_dtype t, int64_t N, int64_t C, int64_t HW, int relu, int 
     }
     snprintf(what, sizeof what, "%s bwd dx, count %g%s", shape, count, in_place ? ", dx in place of dy" : "");
     /* in place: ddx holds a copy of dy, which the op reads while it overwrites it */
-    if (dev_ok(DEV->ops->bn_bwd_dx(DEV->state, t, &p, in_place ? ddx : ddy, dx_, relu ? cy : NULL, cmean, cvar, dg,
-                                   cs1, cs2, count, ddx), what, t))
+    if (dev_ok(DEV->ops->bn_bwd_dx(DEV->state, t, &p, in_place ? ddx : ddy, dx_, relu ? cy : NULL, cmean, cvar, dg, cs1,
+                                   cs2, count, ddx),
+               what, t))
         check_buf(DEV, what, t, TOL_OTHER, ddx, hdx, n, t);
     snprintf(what, sizeof what, "%s bwd dx, count 0 (eval)", shape);
-    if (dev_ok(DEV->ops->bn_bwd_dx(DEV->state, t, &p, ddy, dx_, relu ? cy : NULL, cmean, cvar, dg, NULL, NULL, 0.0,
-                                   ddx0), what, t))
+    if (dev_ok(
+            DEV->ops->bn_bwd_dx(DEV->state, t, &p, ddy, dx_, relu ? cy : NULL, cmean, cvar, dg, NULL, NULL, 0.0, ddx0),
+            what, t))
         check_buf(DEV, what, t, TOL_OTHER, ddx0, hdx0, n, t);
     void *dv[] = {dx_, ddy, dg, db, dmean, dvar, cmean, cvar, cy, cs1, cs2, dy_out, ds1, ds2, ddx, ddx0};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) dev_free(DEV, dv[i]);
@@ -381,9 +381,13 @@ static void case_add(ls_dtype t, int64_t n, int relu, int alias, int64_t offset)
     char *out = alias == 1 ? da : alias == 2 ? db : dy;
     char what[160];
     snprintf(what, sizeof what, "add%s n=%lld%s%s", relu ? "+relu" : "", (long long)n,
-             alias == 1 ? " into a" : alias == 2 ? " into b" : "", offset ? " misaligned" : "");
+             alias == 1   ? " into a"
+             : alias == 2 ? " into b"
+                          : "",
+             offset ? " misaligned" : "");
     if (dev_ok(DEV->ops->add(DEV->state, t, n, (char *)da + offset * es, (char *)db + offset * es, relu,
-                             out + offset * es), what, t))
+                             out + offset * es),
+               what, t))
         check_buf(DEV, what, t, TOL_OTHER, out + offset * es, (char *)hy + offset * es, n, t);
     dev_free(DEV, da), dev_free(DEV, db);
     if (dy) dev_free(DEV, dy);
@@ -563,9 +567,9 @@ int main(int argc, char **argv) {
     /* N, C, H, W, K, R, stride, pad, groups, bias: odd sizes, strides 1 and 2, paddings 0..2,
      * groups 1 and 2, 1x1 and 5x5, the ResNet stem (C = 1) and its projections */
     static const conv_case convs[] = {
-        {2, 3, 11, 13, 5, 3, 1, 1, 1, 1},  {3, 4, 9, 7, 6, 3, 2, 1, 2, 1},    {2, 8, 10, 10, 8, 1, 1, 0, 1, 0},
-        {2, 6, 15, 9, 4, 3, 2, 0, 2, 0},   {4, 16, 8, 8, 32, 3, 1, 1, 1, 0},  {3, 16, 14, 14, 32, 1, 2, 0, 1, 1},
-        {2, 1, 28, 28, 16, 3, 1, 1, 1, 0}, {2, 4, 12, 11, 8, 5, 2, 2, 2, 1},  {8, 32, 16, 16, 64, 3, 2, 1, 1, 0},
+        {2, 3, 11, 13, 5, 3, 1, 1, 1, 1},  {3, 4, 9, 7, 6, 3, 2, 1, 2, 1},   {2, 8, 10, 10, 8, 1, 1, 0, 1, 0},
+        {2, 6, 15, 9, 4, 3, 2, 0, 2, 0},   {4, 16, 8, 8, 32, 3, 1, 1, 1, 0}, {3, 16, 14, 14, 32, 1, 2, 0, 1, 1},
+        {2, 1, 28, 28, 16, 3, 1, 1, 1, 0}, {2, 4, 12, 11, 8, 5, 2, 2, 2, 1}, {8, 32, 16, 16, 64, 3, 2, 1, 1, 0},
         {5, 6, 7, 7, 6, 3, 1, 1, 2, 0},
     };
     const int n_convs = (int)(sizeof convs / sizeof convs[0]);

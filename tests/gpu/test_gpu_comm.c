@@ -47,10 +47,10 @@ static void poison(void *d, size_t bytes) {
 }
 
 /* Compare host copy buf (dtype t, n elements) with want(i); report the first difference. */
-#define CHECK_ELEMS(what, buf, t, n, want_expr)                                                    \
-    do {                                                                                           \
-        n_checks++;                                                                                \
-        CT_CHECK_ELEMS(R, what, buf, t, n, want_expr);                                             \
+#define CHECK_ELEMS(what, buf, t, n, want_expr)                                                                        \
+    do {                                                                                                               \
+        n_checks++;                                                                                                    \
+        CT_CHECK_ELEMS(R, what, buf, t, n, want_expr);                                                                 \
     } while (0)
 
 static const int64_t counts[] = {0, 1, 7, 1023, (1 << 20) + 3};

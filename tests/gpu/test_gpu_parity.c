@@ -113,8 +113,8 @@ static void check(const char *what, ls_dtype t, int tf32, const double *got, con
     n_cases++;
     note(t, tf32, err);
     int ok = nan_at < 0 && err <= tol;
-    printf("%-4s %-52s %-5s err %.3g (tol %.0e)%s\n", ok ? "ok" : "FAIL", what,
-           tf32 ? "tf32" : ls_dtype_name(t), err, tol, nan_at >= 0 ? " NaN/inf mismatch" : "");
+    printf("%-4s %-52s %-5s err %.3g (tol %.0e)%s\n", ok ? "ok" : "FAIL", what, tf32 ? "tf32" : ls_dtype_name(t), err,
+           tol, nan_at >= 0 ? " NaN/inf mismatch" : "");
     if (nan_at >= 0)
         fprintf(stderr, "%s %s: element %lld is %g on the device, %g on the CPU\n", what, ls_dtype_name(t),
                 (long long)nan_at, got[nan_at], ref[nan_at]);
@@ -128,8 +128,7 @@ static int dev_ok(ls_status s, const char *what, ls_dtype t) {
         n_skipped++;
         return 0;
     }
-    fprintf(stderr, "%s %s on the device failed: %s: %s\n", what, ls_dtype_name(t), ls_status_name(s),
-            ls_last_error());
+    fprintf(stderr, "%s %s on the device failed: %s: %s\n", what, ls_dtype_name(t), ls_status_name(s), ls_last_error());
     ls_test_failures++;
     return 0;
 }
@@ -138,8 +137,7 @@ static const ls_dtype FLOATS[] = {LS_F32, LS_F64, LS_F16, LS_BF16};
 #define N_FLOATS 4
 
 /* ---- gemm ---- */
-static void case_gemm(ls_ctx *dev, ls_dtype t, int tf32, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                      double beta) {
+static void case_gemm(ls_ctx *dev, ls_dtype t, int tf32, int ta, int tb, int64_t m, int64_t n, int64_t k, double beta) {
     ls_ctx *save = DEV;
     DEV = dev;
     ls_dtype rt = ref_type(t);
@@ -154,8 +152,8 @@ static void case_gemm(ls_ctx *dev, ls_dtype t, int tf32, int ta, int tb, int64_t
     void *da = dev_vals(a, t, na), *db = dev_vals(b, t, nb);
     void *dc = beta == 0 ? dev_poison((size_t)nc * ls_dtype_size(t)) : dev_vals(c, t, nc);
     char what[96];
-    snprintf(what, sizeof what, "gemm %s%s [%lld x %lld x %lld] beta %g", ta ? "T" : "N", tb ? "T" : "N",
-             (long long)m, (long long)n, (long long)k, beta);
+    snprintf(what, sizeof what, "gemm %s%s [%lld x %lld x %lld] beta %g", ta ? "T" : "N", tb ? "T" : "N", (long long)m,
+             (long long)n, (long long)k, beta);
     if (dev_ok(dev->ops->gemm(dev->state, t, ta, tb, m, n, k, alpha, da, lda, db, ldb, beta, dc, ldc), what, t)) {
         double *got = dev_read(dc, t, nc);
         /* compare the m x n part only: the padding is not the op's */
@@ -189,7 +187,8 @@ static void case_linear(ls_ctx *dev, ls_dtype t, int tf32, int64_t B, int64_t in
     char what[96];
     /* CPU */
     void *hx = pack(x, t, B * in), *hw = pack(w, t, out * in), *hb = pack(b, t, out), *hdy = pack(dy, t, B * out);
-    void *hy = pack(dy, t, B * out), *hdx = pack(x, t, B * in), *hdw = pack(dw0, mt, out * in), *hdb = pack(db0, mt, out);
+    void *hy = pack(dy, t, B * out), *hdx = pack(x, t, B * in), *hdw = pack(dw0, mt, out * in),
+         *hdb = pack(db0, mt, out);
     LS_REQUIRE_OK(CPU->ops->linear_fwd(CPU->state, t, B, in, out, hx, hw, with_bias ? hb : NULL, hy));
     LS_REQUIRE_OK(CPU->ops->linear_bwd(CPU->state, t, B, in, out, hdy, hx, hw, with_dx ? hdx : NULL, hdw,
                                        with_bias ? hdb : NULL));
@@ -208,7 +207,8 @@ static void case_linear(ls_ctx *dev, ls_dtype t, int tf32, int64_t B, int64_t in
     snprintf(what, sizeof what, "linear bwd [%lld, %lld] -> %lld%s%s", (long long)B, (long long)in, (long long)out,
              with_bias ? " +db" : "", with_dx ? " +dx" : "");
     if (dev_ok(dev->ops->linear_bwd(dev->state, t, B, in, out, ddy, dx_, dw_, with_dx ? ddx : NULL, ddw,
-                                    with_bias ? ddb : NULL), what, t)) {
+                                    with_bias ? ddb : NULL),
+               what, t)) {
         char w2[128];
         double *got = dev_read(ddw, mt, out * in), *ref = unpack(hdw, mt, out * in);
         snprintf(w2, sizeof w2, "%s: dw (%s)", what, ls_dtype_name(mt));
@@ -404,7 +404,7 @@ static void case_convert(ls_dtype st, ls_dtype dt, int64_t n, int64_t offset) {
     double *v = malloc(sizeof(double) * (size_t)(n + offset));
     static const double scales[] = {1.0, 1e-6, 1e-3, 300.0, 7e4, 1e5};
     for (int64_t i = 0; i < n + offset; i++) v[i] = ls_rng_normal(&R) * scales[i % 6];
-    v[0] = 65520.0; /* f16 overflow at the tie */
+    v[0] = 65520.0;                              /* f16 overflow at the tie */
     if (n + offset > 1) v[1] = 1.0 + 1.0 / 2048; /* f16 tie to even */
     void *hs = pack(v, st, n + offset);
     size_t ds = ls_dtype_size(dt), ss = ls_dtype_size(st);
@@ -439,7 +439,8 @@ static void case_convert(ls_dtype st, ls_dtype dt, int64_t n, int64_t offset) {
 /* ---- gather_rows: the batch gather from a data set on the device; bitwise ---- */
 static void case_gather(size_t elem, int64_t n, int64_t rows, int64_t cols, int64_t offset) {
     size_t row = elem * (size_t)cols, src_bytes = (size_t)n * row + (size_t)offset * elem;
-    unsigned char *hs = malloc(src_bytes), *want = malloc((size_t)rows * row + 1), *got = malloc((size_t)rows * row + 1);
+    unsigned char *hs = malloc(src_bytes), *want = malloc((size_t)rows * row + 1),
+                  *got = malloc((size_t)rows * row + 1);
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)rows);
     LS_REQUIRE(hs && want && got && idx);
     for (size_t i = 0; i < src_bytes; i++) hs[i] = (unsigned char)(ls_rng_u32(&R) >> 24);
@@ -572,8 +573,8 @@ static void case_blas1(ls_dtype t, int64_t n) {
             double merr = fabs(clean_many - clean_one) / fabs(clean_one);
             int mok = bm && bo && !cm && !co && merr <= 1e-12;
             n_cases++;
-            printf("%-4s %-52s %-5s err %.3g vs per-tensor, inf flagged %d\n", mok ? "ok" : "FAIL", "sumsq_many (3 tensors)",
-                   ls_dtype_name(t), merr, bm);
+            printf("%-4s %-52s %-5s err %.3g vs per-tensor, inf flagged %d\n", mok ? "ok" : "FAIL",
+                   "sumsq_many (3 tensors)", ls_dtype_name(t), merr, bm);
             if (!mok) ls_test_failures++;
         }
         dev_free(d_inf), dev_free(d_nan);
@@ -688,8 +689,8 @@ static void case_wrappers(void) {
     int ok = fabs(loss[0] - loss[1]) <= 1e-5 * fabs(loss[0]) && correct[0] == correct[1];
     n_cases++;
     printf("%-4s %-52s %-5s loss %.7g vs %.7g, correct %lld vs %lld\n", ok ? "ok" : "FAIL",
-           "ls_op_xent_forward + ls_op_accuracy (device tensors)", "f32", loss[1], loss[0],
-           (long long)correct[1], (long long)correct[0]);
+           "ls_op_xent_forward + ls_op_accuracy (device tensors)", "f32", loss[1], loss[0], (long long)correct[1],
+           (long long)correct[0]);
     if (!ok) ls_test_failures++;
     for (int i = 0; i < 2; i++) {
         ls_tensor_destroy(zt[i]), ls_tensor_destroy(lt[i]), ls_tensor_destroy(pt[i]);
@@ -746,7 +747,7 @@ int main(int argc, char **argv) {
         case_linear(DEV, t, 0, 64, 784, 512, 1, 1);
         case_linear(DEV, t, 0, 33, 70, 19, 1, 1);
         case_linear(DEV, t, 0, 33, 70, 19, 0, 0);
-        case_linear(DEV, t, 0, 5, 0, 3, 1, 0); /* in = 0: y = b */
+        case_linear(DEV, t, 0, 5, 0, 3, 1, 0);   /* in = 0: y = b */
         case_linear(DEV, t, 0, 1, 70, 19, 1, 1); /* a batch of one (a last partial batch) */
         case_linear(DEV, t, 0, 33, 70, 1, 1, 1); /* one output */
         case_offsets(t, 33, 70, 19, 1);
@@ -770,10 +771,10 @@ int main(int argc, char **argv) {
             case_convert(t, FLOATS[j], 4096, 1);
         }
     }
-    case_gather(4, 60000, 4096, 784, 0); /* Fashion-MNIST's shape: 16-byte rows */
-    case_gather(4, 1000, 129, 1, 0);     /* labels */
-    case_gather(4, 777, 33, 7, 1);       /* 4-byte copies */
-    case_gather(1, 300, 65, 13, 3);      /* single bytes */
+    case_gather(4, 60000, 4096, 784, 0);  /* Fashion-MNIST's shape: 16-byte rows */
+    case_gather(4, 1000, 129, 1, 0);      /* labels */
+    case_gather(4, 777, 33, 7, 1);        /* 4-byte copies */
+    case_gather(1, 300, 65, 13, 3);       /* single bytes */
     case_gather_lut(60000, 4096, 784, 0); /* Fashion-MNIST kept as bytes: 4 bytes to a float4 */
     case_gather_lut(300, 65, 12, 4);      /* float4 at an offset */
     case_gather_lut(300, 65, 12, 2);      /* unaligned: one byte at a time */
@@ -799,8 +800,8 @@ int main(int argc, char **argv) {
         LS_EXPECT_ERR(DEV->ops->scale(DEV->state, LS_I32, 1, 2.0, p), LS_ERR_UNSUPPORTED, "does not compute in i32");
     }
     LS_REQUIRE_OK(ls_ctx_synchronize(DEV));
-    printf("parity: %d comparisons, %d skipped, %d failed; worst error f32 %.3g, tf32 %.3g, f16/bf16 %.3g\n",
-           n_cases, n_skipped, ls_test_failures, worst_f32, worst_tf32, worst_low);
+    printf("parity: %d comparisons, %d skipped, %d failed; worst error f32 %.3g, tf32 %.3g, f16/bf16 %.3g\n", n_cases,
+           n_skipped, ls_test_failures, worst_f32, worst_tf32, worst_low);
     ls_ctx_destroy(DEV_TF32);
     ls_ctx_destroy(DEV);
     ls_ctx_destroy(CPU);

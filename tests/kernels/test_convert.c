@@ -32,8 +32,10 @@ static int64_t check_batch(void) {
                 memcpy(&f[i + 1], &u, 4);
             }
             int n = N - (int)(top & 7); /* vary the length: tails of 0-7 elements */
-            if (which) ls_half_f32_to_bf16_n(f + 1, h + 1, n);
-            else ls_half_f32_to_f16_n(f + 1, h + 1, n);
+            if (which)
+                ls_half_f32_to_bf16_n(f + 1, h + 1, n);
+            else
+                ls_half_f32_to_f16_n(f + 1, h + 1, n);
             for (int i = 0; i < n; i++) h2[i + 1] = which ? ls_hi_f32_to_bf16(f[i + 1]) : ls_hi_f32_to_f16(f[i + 1]);
             for (int i = 0; i < n; i++) bad += h[i + 1] != h2[i + 1];
         }
@@ -50,7 +52,7 @@ int main(void) {
     LS_EXPECT(ls_f32_to_f16(1e9f) == 0x7c00);
     LS_EXPECT(ls_f32_to_f16(5.9604645e-8f) == 0x0001); /* smallest subnormal */
     LS_EXPECT(ls_f32_to_f16(2.0e-8f) == 0x0000);
-    LS_EXPECT(ls_f32_to_f16(6.1035156e-5f) == 0x0400); /* smallest normal */
+    LS_EXPECT(ls_f32_to_f16(6.1035156e-5f) == 0x0400);      /* smallest normal */
     LS_EXPECT(ls_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00); /* tie: to even */
     LS_EXPECT(ls_f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02); /* tie: to even (up) */
     LS_EXPECT((ls_f32_to_f16(NAN) & 0x7c00) == 0x7c00 && (ls_f32_to_f16(NAN) & 0x3ff) != 0);
@@ -75,7 +77,9 @@ int main(void) {
     LS_REQUIRE_OK(ls_cpu_convert(4, LS_F16, half, LS_F64, back));
     for (int i = 0; i < 4; i++) LS_EXPECT_NEAR(back[i], src[i], fabs(src[i]) * 1e-3);
     int64_t batch_bad = check_batch();
-    if (batch_bad) fprintf(stderr, "batch conversions (%s): %lld values differ from the inline ones\n", ls_half_impl(), (long long)batch_bad);
+    if (batch_bad)
+        fprintf(stderr, "batch conversions (%s): %lld values differ from the inline ones\n", ls_half_impl(),
+                (long long)batch_bad);
     LS_EXPECT(batch_bad == 0);
     printf("batch conversions: %s\n", ls_half_impl());
     LS_EXPECT_ERR(ls_cpu_convert(4, LS_I32, src, LS_F16, half), LS_ERR_UNSUPPORTED, "cannot convert i32 to f16");

@@ -24,7 +24,9 @@ static void numeric(ls_tensor *x, eval_fn f, void *user, double *out) {
     }
 }
 
-typedef struct { ls_tensor *x, *w, *b, *y, *r; } lin_t;
+typedef struct {
+    ls_tensor *x, *w, *b, *y, *r;
+} lin_t;
 static double lin_eval(void *u) {
     lin_t *l = u;
     LS_REQUIRE_OK(ls_op_linear_forward(C, l->x, l->w, l->b, l->y));
@@ -68,7 +70,10 @@ static void check_linear(int64_t B, int64_t in, int64_t out, int bias) {
     ls_tensor_destroy(db);
 }
 
-typedef struct { ls_act act; ls_tensor *x, *y, *r; } act_t;
+typedef struct {
+    ls_act act;
+    ls_tensor *x, *y, *r;
+} act_t;
 static double act_eval(void *u) {
     act_t *a = u;
     LS_REQUIRE_OK(ls_op_act_forward(C, a->act, a->x, a->y));
@@ -93,7 +98,9 @@ static void check_act(ls_act act) {
     ls_tensor_destroy(dx);
 }
 
-typedef struct { ls_tensor *z, *labels, *probs, *losses; } xent_t;
+typedef struct {
+    ls_tensor *z, *labels, *probs, *losses;
+} xent_t;
 static double xent_eval(void *u) {
     xent_t *x = u;
     double mean;
@@ -125,7 +132,8 @@ static void check_xent(void) {
     LS_REQUIRE_OK(ls_op_xent_forward(C, z32, lab, p32, l32, &mean));
     LS_EXPECT_NEAR(mean, log(2.0), 1e-6);
     ((int32_t *)lab->data)[0] = 3;
-    LS_EXPECT_ERR(ls_op_xent_forward(C, z32, lab, p32, l32, &mean), LS_ERR_INVALID_ARGUMENT, "label 3 of sample 0 is outside [0, 3)");
+    LS_EXPECT_ERR(ls_op_xent_forward(C, z32, lab, p32, l32, &mean), LS_ERR_INVALID_ARGUMENT,
+                  "label 3 of sample 0 is outside [0, 3)");
     ls_tensor_destroy(z32);
     ls_tensor_destroy(p32);
     ls_tensor_destroy(l32);
@@ -137,7 +145,9 @@ static void check_xent(void) {
     ls_tensor_destroy(dz);
 }
 
-typedef struct { ls_tensor *b, *y, *y0, *r; } bias_t;
+typedef struct {
+    ls_tensor *b, *y, *y0, *r;
+} bias_t;
 static double bias_eval(void *u) {
     bias_t *b = u;
     LS_REQUIRE_OK(ls_tensor_copy(NULL, b->y, b->y0));
@@ -176,8 +186,10 @@ int main(void) {
     /* shape errors name the op and both shapes */
     ls_tensor *x = gc_tensor(C, LS_F64, 2, (int64_t[]){2, 3}), *w = gc_tensor(C, LS_F64, 2, (int64_t[]){4, 5});
     ls_tensor *y = gc_tensor(C, LS_F64, 2, (int64_t[]){2, 4}), *wf = gc_tensor(C, LS_F32, 2, (int64_t[]){4, 3});
-    LS_EXPECT_ERR(ls_op_linear_forward(C, x, w, NULL, y), LS_ERR_INVALID_ARGUMENT, "linear: weight is [4, 5] f64 cpu, expected [4, 3] f64");
-    LS_EXPECT_ERR(ls_op_linear_forward(C, x, wf, NULL, y), LS_ERR_INVALID_ARGUMENT, "weight is [4, 3] f32 cpu, expected [4, 3] f64");
+    LS_EXPECT_ERR(ls_op_linear_forward(C, x, w, NULL, y), LS_ERR_INVALID_ARGUMENT,
+                  "linear: weight is [4, 5] f64 cpu, expected [4, 3] f64");
+    LS_EXPECT_ERR(ls_op_linear_forward(C, x, wf, NULL, y), LS_ERR_INVALID_ARGUMENT,
+                  "weight is [4, 3] f32 cpu, expected [4, 3] f64");
     ls_tensor *h = gc_tensor(C, LS_I32, 2, (int64_t[]){2, 3}), *hw = gc_tensor(C, LS_I32, 2, (int64_t[]){4, 3});
     ls_tensor *hy = gc_tensor(C, LS_I32, 2, (int64_t[]){2, 4});
     LS_EXPECT_ERR(ls_op_linear_forward(C, h, hw, NULL, hy), LS_ERR_UNSUPPORTED, "does not compute in i32");

@@ -8,9 +8,7 @@
 
 static ls_ctx *C;
 
-static ls_tensor *mk(ls_dtype t, int64_t r, int64_t c) {
-    return gc_tensor(C, t, c ? 2 : 1, (int64_t[]){r, c});
-}
+static ls_tensor *mk(ls_dtype t, int64_t r, int64_t c) { return gc_tensor(C, t, c ? 2 : 1, (int64_t[]){r, c}); }
 
 /* round an f32 tensor through dtype t (in place) and also produce its low-precision copy */
 static ls_tensor *lowcopy(ls_tensor *f, ls_dtype t) {
@@ -51,7 +49,8 @@ static void check(ls_dtype t) {
     LS_EXPECT(memcmp(dw->data, dwl->data, ls_tensor_nbytes(dw)) == 0);
     LS_EXPECT(memcmp(db->data, dbl->data, ls_tensor_nbytes(db)) == 0);
     ls_tensor *wrong = mk(t, out, in);
-    LS_EXPECT_ERR(ls_op_linear_backward(C, dyl, xl, wl, dxl, wrong, dbl), LS_ERR_INVALID_ARGUMENT, "expected [10, 24] f32");
+    LS_EXPECT_ERR(ls_op_linear_backward(C, dyl, xl, wl, dxl, wrong, dbl), LS_ERR_INVALID_ARGUMENT,
+                  "expected [10, 24] f32");
 
     for (int a = 0; a < 2; a++) {
         ls_tensor *ya = mk(LS_F32, B, in), *yal = mk(t, B, in), *ga = mk(LS_F32, B, in), *gal = mk(t, B, in);
@@ -86,7 +85,8 @@ static void check(ls_dtype t) {
     LS_REQUIRE_OK(ls_op_xent_backward(C, pl, lab, 1.0 / B, dl));
     LS_EXPECT(same_after_rounding(dl, d));
     LS_EXPECT_ERR(ls_op_xent_forward(C, yl, lab, yl, ll, &mlow), LS_ERR_INVALID_ARGUMENT, "probabilities");
-    ls_tensor *all[] = {x, w, b, dy, xl, wl, bl, dyl, y, yl, dx, dxl, dw, dwl, db, dbl, wrong, lab, p, l, pl, ll, d, dl};
+    ls_tensor *all[] = {x,  w,   b,  dy,  xl,    wl,  bl, dyl, y,  yl, dx, dxl,
+                        dw, dwl, db, dbl, wrong, lab, p,  l,   pl, ll, d,  dl};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ls_tensor_destroy(all[i]);
 }
 

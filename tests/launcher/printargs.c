@@ -40,8 +40,7 @@ int main(int argc, char **argv) {
         perror(path);
         return 3;
     }
-    const char *vars[] = {"LOCKSTEP_LOG", "NCCL_DEBUG", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                          "LS_TEST_EXTRA"};
+    const char *vars[] = {"LOCKSTEP_LOG", "NCCL_DEBUG", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "LS_TEST_EXTRA"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
         const char *v = getenv(vars[i]);
         fprintf(f, "%s=%s\n", vars[i], v ? v : "<unset>");

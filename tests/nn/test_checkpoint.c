@@ -14,7 +14,8 @@ static ls_module *build(ls_ctx *c) {
     ls_module *layers[3 * DEPTH];
     int k = 0;
     for (int i = 0; i < DEPTH; i++) {
-        LS_REQUIRE_OK(ls_linear_create(c, LS_F32, WIDTH, i == DEPTH - 1 ? 10 : WIDTH, 1, 100 + (uint64_t)i, "", &layers[k++]));
+        LS_REQUIRE_OK(
+            ls_linear_create(c, LS_F32, WIDTH, i == DEPTH - 1 ? 10 : WIDTH, 1, 100 + (uint64_t)i, "", &layers[k++]));
         if (i == DEPTH - 1) break;
         LS_REQUIRE_OK(ls_activation_create(c, i % 2 ? LS_ACT_GELU : LS_ACT_RELU, &layers[k++]));
         if (i % 3 == 1) LS_REQUIRE_OK(ls_dropout_create(c, 0.2f, 7 + (uint64_t)i, &layers[k++]));
@@ -61,7 +62,8 @@ int main(void) {
 
     ls_rng r;
     ls_rng_init(&r, 3);
-    ls_tensor *x1 = gc_tensor(c1, LS_F32, 2, (int64_t[]){BATCH, WIDTH}), *x2 = gc_tensor(c2, LS_F32, 2, (int64_t[]){BATCH, WIDTH});
+    ls_tensor *x1 = gc_tensor(c1, LS_F32, 2, (int64_t[]){BATCH, WIDTH}),
+              *x2 = gc_tensor(c2, LS_F32, 2, (int64_t[]){BATCH, WIDTH});
     ls_tensor *l1 = gc_tensor(c1, LS_I32, 1, (int64_t[]){BATCH}), *l2 = gc_tensor(c2, LS_I32, 1, (int64_t[]){BATCH});
     for (int64_t i = 0; i < BATCH * WIDTH; i++) ((float *)x1->data)[i] = ((float *)x2->data)[i] = ls_rng_normal(&r);
     for (int64_t i = 0; i < BATCH; i++) ((int32_t *)l1->data)[i] = ((int32_t *)l2->data)[i] = (int32_t)(i % 10);

@@ -7,7 +7,11 @@
 
 static ls_ctx *C;
 
-typedef struct { ls_module *m; ls_xent *loss; ls_tensor *x, *labels; } net_t;
+typedef struct {
+    ls_module *m;
+    ls_xent *loss;
+    ls_tensor *x, *labels;
+} net_t;
 
 static double net_loss(net_t *n) {
     const ls_tensor *y;

@@ -62,10 +62,12 @@ int main(void) {
     LS_EXPECT(((float *)ls_module_grad(m, 4)->data)[17] == 0);
 
     ls_tensor *bad = gc_tensor(C, LS_F32, 2, (int64_t[]){4, 100});
-    LS_EXPECT_ERR(ls_module_forward(m, bad, &y), LS_ERR_INVALID_ARGUMENT, "layer 0 (Linear): weight: input is [4, 100] f32 cpu, expected [batch, 784]");
+    LS_EXPECT_ERR(ls_module_forward(m, bad, &y), LS_ERR_INVALID_ARGUMENT,
+                  "layer 0 (Linear): weight: input is [4, 100] f32 cpu, expected [batch, 784]");
     int64_t one[1] = {3};
     ls_module *bad_m;
-    LS_EXPECT_ERR(ls_mlp_create(C, LS_F32, 1, one, LS_ACT_RELU, 1, &bad_m), LS_ERR_INVALID_ARGUMENT, "at least 2 sizes");
+    LS_EXPECT_ERR(ls_mlp_create(C, LS_F32, 1, one, LS_ACT_RELU, 1, &bad_m), LS_ERR_INVALID_ARGUMENT,
+                  "at least 2 sizes");
     ls_tensor_destroy(bad);
     ls_tensor_destroy(x);
     ls_tensor_destroy(lab);

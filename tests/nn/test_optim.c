@@ -39,7 +39,8 @@ int main(void) {
     LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT, "invalid hyperparameters");
     ls_tensor *g2 = gc_tensor(C, LS_F32, 1, (int64_t[]){4});
     cfg = ls_optim_defaults(LS_OPTIM_SGD);
-    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g2, &cfg, &o), LS_ERR_INVALID_ARGUMENT, "parameter 0 is [3] f32 cpu but its gradient is [4] f32 cpu");
+    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g2, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
+                  "parameter 0 is [3] f32 cpu but its gradient is [4] f32 cpu");
     ls_optim_kind k;
     LS_EXPECT_ERR(ls_optim_kind_parse("lamb", &k), LS_ERR_INVALID_ARGUMENT, "'lamb' is not one of sgd, adamw");
 
