@@ -62,10 +62,15 @@ int lsr_find_program(const char *name, char **out);
  * or timed out. */
 int lsr_capture(char *const argv[], char *buf, size_t cap, int timeout_ms);
 
-/* Runs srun (argv) as a child inside Slurm job job_id and waits for it, passing SIGTERM and SIGINT
- * to the job's steps (the ranks) with scancel instead of letting srun kill them. Returns srun's
- * exit status (128 + signal when it was killed), or -1 when it could not be started or waited for
- * (errno set). */
-int lsr_run_srun_in_job(char *const argv[], const char *job_id);
+/* Runs exe (argv its argument vector) as a child and waits for it. SIGTERM and SIGINT sent to
+ * lockstep-run are passed on: with job_id (srun inside that Slurm job), to the job's steps (the
+ * ranks) with scancel instead of letting srun kill them; without, to the child, unless they came
+ * from the terminal (which signalled the child itself). *stopped gets the last such signal, 0 if
+ * none came. Returns the child's exit status (128 + signal when it was killed), or -1 when it
+ * could not be started or waited for (errno set). */
+int lsr_run_child(const char *exe, char *const argv[], const char *job_id, int *stopped);
+
+/* Waits `seconds`; returns early with the signal when SIGTERM or SIGINT arrives (0 after the wait). */
+int lsr_pause(double seconds);
 
 #endif

@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,8 @@
 #define EXIT_NOEXEC 126
 #define EXIT_NOTFOUND 127
 #define MAX_RANKS 1000000
+#define MAX_RESTARTS 1000
+#define RESTART_DELAY_DEFAULT 3.0
 
 extern char **environ;
 
@@ -52,7 +55,9 @@ typedef struct lsr_opts {
     lsr_strvec xvars; /* -x NAME or NAME=VALUE, as given */
     int dry_run;
     int verbose;
-    char **prog; /* program and its arguments, NULL-terminated */
+    long max_restarts;    /* --max-restarts: 0, run once */
+    double restart_delay; /* --restart-delay, seconds */
+    char **prog;          /* program and its arguments, NULL-terminated */
 } lsr_opts;
 
 /* Variables forwarded to every rank when set: prefixes and exact names. */
@@ -96,6 +101,13 @@ static void usage(FILE *f) {
                "                       srun: the site's default unless given)\n"
                "      --oversubscribe  allow more ranks than slots/cores (added by itself for a\n"
                "                       single-host mpirun run with more ranks than cores)\n"
+               "      --max-restarts N start the whole job again, up to N times, when it fails (default\n"
+               "                       0): for a program that resumes from its checkpoints, such as\n"
+               "                       fashion_mlp --save-every 100 --resume auto. Each run's ranks get\n"
+               "                       LOCKSTEP_RESTART_COUNT (0, 1, ...). Not restarted: exit status 0,\n"
+               "                       2 (usage), 126/127 (cannot run), 130/143 (stopped after a\n"
+               "                       checkpoint), or after a SIGTERM/SIGINT to lockstep-run\n"
+               "      --restart-delay S seconds between a failure and the restart (default 3)\n"
                "  -x NAME[=VALUE]      also forward variable NAME to every rank (repeatable), with\n"
                "                       VALUE: set it to VALUE first\n"
                "      --dry-run        print the command, shell-quoted on one line, and exit 0\n"
@@ -120,6 +132,9 @@ static void usage(FILE *f) {
                "lockstep-run (#SBATCH --signal=B:TERM@120, scancel --batch --signal=TERM, Ctrl-C) is\n"
                "passed to the ranks with 'scancel --signal=SIG $SLURM_JOB_ID', so they can checkpoint;\n"
                "srun itself would kill them at once on SIGTERM.\n"
+               "With --max-restarts, mpirun (or srun, or the program) runs as a child of lockstep-run,\n"
+               "which passes SIGTERM and SIGINT on to it (a terminal's Ctrl-C reaches it directly) and\n"
+               "does not restart after one; --dry-run prints the command of one run.\n"
                "\n"
                "Environment:\n"
                "  LOCKSTEP_MPIRUN      mpirun to use, as --mpirun (the flag wins)\n"
@@ -135,7 +150,10 @@ static void usage(FILE *f) {
                "  lockstep-run ./fashion_mlp --epochs 2             one rank per local GPU\n"
                "  lockstep-run -n 4 ./fashion_mlp                   4 CPU ranks on this host\n"
                "  lockstep-run --hosts a:8,b:8 ./fashion_mlp        16 ranks on two hosts\n"
-               "  lockstep-run --dry-run -n 2 ./fashion_mlp         show the mpirun command\n");
+               "  lockstep-run --dry-run -n 2 ./fashion_mlp         show the mpirun command\n"
+               "  lockstep-run --max-restarts 3 -n 4 ./fashion_mlp --save-every 100 --resume auto\n"
+               "                                                    start again from the last checkpoint\n"
+               "                                                    after a crash, up to 3 times\n");
 }
 
 static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -185,6 +203,8 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
         OPT_OVERSUB,
         OPT_DRY_RUN,
         OPT_VERSION,
+        OPT_MAX_RESTARTS,
+        OPT_RESTART_DELAY,
     };
     static const struct option longopts[] = {
         {"np", required_argument, NULL, 'n'},
@@ -199,6 +219,8 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
         {"srun-mpi", required_argument, NULL, OPT_SRUN_MPI},
         {"oversubscribe", no_argument, NULL, OPT_OVERSUB},
         {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+        {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
+        {"restart-delay", required_argument, NULL, OPT_RESTART_DELAY},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
@@ -263,6 +285,19 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
             break;
         }
         case OPT_DRY_RUN: o->dry_run = 1; break;
+        case OPT_MAX_RESTARTS:
+            if (lsr_parse_int(optarg, 0, MAX_RESTARTS, &o->max_restarts))
+                die_usage("--max-restarts must be an integer from 0 to %d, got '%s'", MAX_RESTARTS, optarg);
+            break;
+        case OPT_RESTART_DELAY: {
+            char *end = NULL;
+            errno = 0;
+            double d = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(d >= 0 && d <= 3600))
+                die_usage("--restart-delay must be a number of seconds from 0 to 3600, got '%s'", optarg);
+            o->restart_delay = d;
+            break;
+        }
         case 'v': o->verbose = 1; break;
         case 'h': usage(stdout); exit(0);
         case OPT_VERSION: printf("lockstep-run %s\n", LSR_VERSION); exit(0);
@@ -728,8 +763,64 @@ static void build_srun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) {
     push_prog(cmd, o);
 }
 
+/* "status 137 (killed by SIGKILL)" */
+static void describe_status(int rc, char *buf, size_t len) {
+    if (rc > 128 && rc < 128 + 65)
+        snprintf(buf, len, "status %d (128 + SIG%s)", rc, sigabbrev_np(rc - 128) ? sigabbrev_np(rc - 128) : "?");
+    else
+        snprintf(buf, len, "status %d", rc);
+}
+
+/* Statuses a restart cannot help, or that mean "stop": a usage error, a program that is missing or
+ * not executable, and a lockstep program stopped by SIGINT or SIGTERM after its checkpoint. */
+static int restartable(int rc) {
+    return rc != 0 && rc != EXIT_USAGE && rc != 126 && rc != 127 && rc != 130 && rc != 143;
+}
+
+/* Runs the launcher's command as a child, again after a failure while --max-restarts allows
+ * (LOCKSTEP_RESTART_COUNT tells the ranks which run they are). Returns the exit status. */
+static int supervise(const lsr_opts *o, const char *exe, char *const argv[], const char *job) {
+    char what[96];
+    for (long attempt = 0;; attempt++) {
+        char count[32];
+        snprintf(count, sizeof count, "%ld", attempt);
+        if (o->max_restarts > 0) setenv("LOCKSTEP_RESTART_COUNT", count, 1);
+        int stopped = 0;
+        int rc = lsr_run_child(exe, argv, job, &stopped);
+        if (rc < 0) {
+            note("cannot run or wait for %s: %s", exe, strerror(errno));
+            return 1;
+        }
+        if (o->max_restarts == 0 || rc == 0) return rc;
+        describe_status(rc, what, sizeof what);
+        if (stopped) {
+            note("the job ended with %s after SIG%s; not restarted", what, sigabbrev_np(stopped));
+            return rc;
+        }
+        if (!restartable(rc)) {
+            note("the job ended with %s; not restarted (%s)", what,
+                 rc == EXIT_USAGE         ? "a usage error"
+                 : rc == 126 || rc == 127 ? "the program cannot run"
+                                          : "stopped by a signal after its checkpoint");
+            return rc;
+        }
+        if (attempt == o->max_restarts) {
+            note("the job ended with %s; no restarts left (--max-restarts %ld)", what, o->max_restarts);
+            return rc;
+        }
+        note("the job ended with %s; restart %ld of %ld in %g s (LOCKSTEP_RESTART_COUNT=%ld)", what, attempt + 1,
+             o->max_restarts, o->restart_delay, attempt + 1);
+        int sig = lsr_pause(o->restart_delay);
+        if (sig) {
+            note("SIG%s while waiting to restart: not restarted", sigabbrev_np(sig));
+            return 128 + sig;
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     lsr_opts o = {0};
+    o.restart_delay = RESTART_DELAY_DEFAULT;
     const char *env_launcher = getenv("LOCKSTEP_LAUNCHER");
     if (env_launcher && *env_launcher) {
         o.launcher = parse_launcher(env_launcher, "LOCKSTEP_LAUNCHER");
@@ -766,6 +857,12 @@ int main(int argc, char **argv) {
         note("launcher %s (%s), %ld rank%s (%s)", launcher_names[p.launcher], p.launcher_why, p.np,
              p.np == 1 ? "" : "s", p.np_why);
 
+    /* Set before the command is built, so that mpirun forwards it (-x) like every LOCKSTEP_ variable. */
+    if (o.max_restarts > 0 && setenv("LOCKSTEP_RESTART_COUNT", "0", 1)) {
+        note("cannot set LOCKSTEP_RESTART_COUNT: %s", strerror(errno));
+        rc = 1;
+        goto done;
+    }
     if (p.launcher == LSR_MPIRUN) {
         build_mpirun(&o, &p, &cmd);
     } else {
@@ -799,15 +896,12 @@ int main(int argc, char **argv) {
     }
     fflush(NULL);
     const char *job = getenv("SLURM_JOB_ID");
-    if (p.launcher == LSR_SRUN && job && *job) {
-        rc = lsr_run_srun_in_job(cmd.v, job);
-        if (rc < 0) {
-            note("cannot run or wait for %s: %s", cmd.v[0], strerror(errno));
-            rc = 1;
-        }
+    if (!(job && *job)) job = NULL;
+    const char *exe = p.launcher == LSR_DIRECT ? p.prog_path : cmd.v[0];
+    if (o.max_restarts > 0 || (p.launcher == LSR_SRUN && job)) {
+        rc = supervise(&o, exe, cmd.v, p.launcher == LSR_SRUN ? job : NULL);
         goto done;
     }
-    const char *exe = p.launcher == LSR_DIRECT ? p.prog_path : cmd.v[0];
     execv(exe, cmd.v);
     int e = errno;
     note("cannot run %s: %s", exe, strerror(e));
