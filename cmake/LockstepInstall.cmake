@@ -5,6 +5,14 @@ file(GLOB LOCKSTEP_PUBLIC_HEADERS
   ${PROJECT_SOURCE_DIR}/kernels/ops.h ${PROJECT_SOURCE_DIR}/collectives/*.h)
 list(FILTER LOCKSTEP_PUBLIC_HEADERS EXCLUDE REGEX "_impl\\.h$|device_probe\\.h$")
 install(FILES ${LOCKSTEP_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep)
+# The same <lockstep/...> names in the build tree (links to the sources), so in-tree programs such
+# as examples/quickstart include the headers as an installed lockstep's users do.
+file(MAKE_DIRECTORY ${PROJECT_BINARY_DIR}/include/lockstep)
+foreach(h ${LOCKSTEP_PUBLIC_HEADERS})
+  get_filename_component(hn ${h} NAME)
+  file(CREATE_LINK ${h} ${PROJECT_BINARY_DIR}/include/lockstep/${hn} SYMBOLIC)
+endforeach()
+target_include_directories(lockstep PUBLIC $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>)
 install(TARGETS lockstep EXPORT lockstepTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT lockstepTargets NAMESPACE lockstep:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lockstep)
