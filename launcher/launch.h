@@ -6,6 +6,7 @@
 #ifndef LOCKSTEP_LAUNCH_H
 #define LOCKSTEP_LAUNCH_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #define LSR_ERRLEN 512
@@ -62,15 +63,27 @@ int lsr_find_program(const char *name, char **out);
  * or timed out. */
 int lsr_capture(char *const argv[], char *buf, size_t cap, int timeout_ms);
 
-/* Runs exe (argv its argument vector) as a child and waits for it. SIGTERM and SIGINT sent to
- * lockstep-run are passed on: with job_id (srun inside that Slurm job), to the job's steps (the
- * ranks) with scancel instead of letting srun kill them; without, to the child, unless they came
- * from the terminal (which signalled the child itself). *stopped gets the last such signal, 0 if
- * none came. Returns the child's exit status (128 + signal when it was killed), or -1 when it
- * could not be started or waited for (errno set). */
-int lsr_run_child(const char *exe, char *const argv[], const char *job_id, int *stopped);
+/* The signals lockstep-run handles while it runs the launcher as its child: SIGTERM, SIGINT,
+ * SIGCHLD and (job 0) SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, blocked from lsr_signals_block (before the
+ * first run) to lsr_signals_restore (after the last), so none is lost between runs. */
+typedef struct lsr_signals {
+    sigset_t set, old;
+    int job;
+} lsr_signals;
+void lsr_signals_block(lsr_signals *s, int job);
+void lsr_signals_restore(const lsr_signals *s);
 
-/* Waits `seconds`; returns early with the signal when SIGTERM or SIGINT arrives (0 after the wait). */
-int lsr_pause(double seconds);
+/* Runs exe (argv its argument vector) as a child and waits for it. With job_id (srun inside that
+ * Slurm job), SIGTERM and SIGINT go to the job's steps (the ranks) with scancel instead of letting
+ * srun kill them. Without, the child runs in its own process group (stdin from /dev/null when it
+ * is a terminal) and gets SIGTERM if lockstep-run dies (PR_SET_PDEATHSIG); every signal of the set
+ * reaches it once, passed on by lockstep-run (a terminal's Ctrl-C included). *stopped gets the
+ * last SIGTERM, SIGINT, SIGHUP or SIGQUIT passed on, 0 if none. Returns the child's exit status
+ * (128 + signal when it was killed), or -1 when it could not be started or waited for (errno). */
+int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int *stopped);
+
+/* Waits `seconds` (0: only looks); returns early with a stop signal (SIGTERM, SIGINT, SIGHUP,
+ * SIGQUIT) that arrives or is pending, 0 after the wait. */
+int lsr_pause(const lsr_signals *sigs, double seconds);
 
 #endif

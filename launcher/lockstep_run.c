@@ -57,7 +57,8 @@ typedef struct lsr_opts {
     int verbose;
     long max_restarts;    /* --max-restarts: 0, run once */
     double restart_delay; /* --restart-delay, seconds */
-    char **prog;          /* program and its arguments, NULL-terminated */
+    int restart_delay_given;
+    char **prog; /* program and its arguments, NULL-terminated */
 } lsr_opts;
 
 /* Variables forwarded to every rank when set: prefixes and exact names. */
@@ -132,13 +133,17 @@ static void usage(FILE *f) {
                "lockstep-run (#SBATCH --signal=B:TERM@120, scancel --batch --signal=TERM, Ctrl-C) is\n"
                "passed to the ranks with 'scancel --signal=SIG $SLURM_JOB_ID', so they can checkpoint;\n"
                "srun itself would kill them at once on SIGTERM.\n"
-               "With --max-restarts, mpirun (or srun, or the program) runs as a child of lockstep-run,\n"
-               "which passes SIGTERM and SIGINT on to it (a terminal's Ctrl-C reaches it directly) and\n"
-               "does not restart after one; --dry-run prints the command of one run.\n"
+               "With --max-restarts, mpirun (or the program) runs as a child of lockstep-run in its own\n"
+               "process group (stdin from /dev/null when it is a terminal). lockstep-run passes SIGTERM,\n"
+               "SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 on to it once (a terminal's Ctrl-C too) and\n"
+               "restarts nothing after one of the first four; one during --restart-delay ends\n"
+               "lockstep-run with 128 + the signal. --dry-run prints the command of one run.\n"
                "\n"
                "Environment:\n"
                "  LOCKSTEP_MPIRUN      mpirun to use, as --mpirun (the flag wins)\n"
                "  LOCKSTEP_LAUNCHER    launcher, as --launcher (the flag wins)\n"
+               "  LOCKSTEP_RESTART_COUNT  set for the ranks with --max-restarts: 0 on the first run, 1 on\n"
+               "                       the first restart, ...\n"
                "  SLURM_JOB_ID         inside a Slurm job, auto uses srun; SLURM_NTASKS gives the\n"
                "                       default -n; SLURM_JOB_NUM_NODES the ranks per node\n"
                "\n"
@@ -290,12 +295,23 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
                 die_usage("--max-restarts must be an integer from 0 to %d, got '%s'", MAX_RESTARTS, optarg);
             break;
         case OPT_RESTART_DELAY: {
+            /* plain decimal: digits with at most one '.' (no sign, spaces, exponent or hex) */
+            int digits = 0, dots = 0, ok = 1;
+            for (const char *ch = optarg; *ch && ok; ch++) {
+                if (isdigit((unsigned char)*ch))
+                    digits++;
+                else if (*ch == '.')
+                    ok = ++dots == 1;
+                else
+                    ok = 0;
+            }
             char *end = NULL;
             errno = 0;
-            double d = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(d >= 0 && d <= 3600))
+            double d = ok && digits ? strtod(optarg, &end) : -1;
+            if (!ok || !digits || errno || *end || !(d >= 0 && d <= 3600))
                 die_usage("--restart-delay must be a number of seconds from 0 to 3600, got '%s'", optarg);
             o->restart_delay = d;
+            o->restart_delay_given = 1;
             break;
         }
         case 'v': o->verbose = 1; break;
@@ -313,6 +329,12 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
         die_usage("no program given (usage: lockstep-run [options] [--] program [args...]; "
                   "see --help)");
     o->prog = argv + optind;
+    if (o->max_restarts > 0)
+        for (size_t i = 0; i < o->xvars.n; i++)
+            if (!strncmp(o->xvars.v[i], "LOCKSTEP_RESTART_COUNT", 22) &&
+                (o->xvars.v[i][22] == '\0' || o->xvars.v[i][22] == '='))
+                die_usage("-x %s: --max-restarts sets LOCKSTEP_RESTART_COUNT itself (the run's number)", o->xvars.v[i]);
+    if (o->restart_delay_given && o->max_restarts == 0) note("--restart-delay has no effect without --max-restarts");
 }
 
 /* ---- shell quoting, for --dry-run and --verbose only ---------------------------------------- */
@@ -780,42 +802,49 @@ static int restartable(int rc) {
 /* Runs the launcher's command as a child, again after a failure while --max-restarts allows
  * (LOCKSTEP_RESTART_COUNT tells the ranks which run they are). Returns the exit status. */
 static int supervise(const lsr_opts *o, const char *exe, char *const argv[], const char *job) {
+    lsr_signals sigs;
+    lsr_signals_block(&sigs, job != NULL);
     char what[96];
+    int rc = 0;
     for (long attempt = 0;; attempt++) {
         char count[32];
         snprintf(count, sizeof count, "%ld", attempt);
         if (o->max_restarts > 0) setenv("LOCKSTEP_RESTART_COUNT", count, 1);
         int stopped = 0;
-        int rc = lsr_run_child(exe, argv, job, &stopped);
+        rc = lsr_run_child(&sigs, exe, argv, job, &stopped);
         if (rc < 0) {
             note("cannot run or wait for %s: %s", exe, strerror(errno));
-            return 1;
+            rc = 1;
+            break;
         }
-        if (o->max_restarts == 0 || rc == 0) return rc;
+        if (o->max_restarts == 0 || rc == 0) break;
         describe_status(rc, what, sizeof what);
         if (stopped) {
             note("the job ended with %s after SIG%s; not restarted", what, sigabbrev_np(stopped));
-            return rc;
+            break;
         }
         if (!restartable(rc)) {
             note("the job ended with %s; not restarted (%s)", what,
                  rc == EXIT_USAGE         ? "a usage error"
                  : rc == 126 || rc == 127 ? "the program cannot run"
                                           : "stopped by a signal after its checkpoint");
-            return rc;
+            break;
         }
         if (attempt == o->max_restarts) {
             note("the job ended with %s; no restarts left (--max-restarts %ld)", what, o->max_restarts);
-            return rc;
+            break;
         }
         note("the job ended with %s; restart %ld of %ld in %g s (LOCKSTEP_RESTART_COUNT=%ld)", what, attempt + 1,
              o->max_restarts, o->restart_delay, attempt + 1);
-        int sig = lsr_pause(o->restart_delay);
+        int sig = lsr_pause(&sigs, o->restart_delay);
         if (sig) {
             note("SIG%s while waiting to restart: not restarted", sigabbrev_np(sig));
-            return 128 + sig;
+            rc = 128 + sig;
+            break;
         }
     }
+    lsr_signals_restore(&sigs);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -880,7 +909,10 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (o.verbose) {
-        fputs("lockstep-run: exec ", stderr);
+        fputs(o.max_restarts > 0 || (p.launcher == LSR_SRUN && getenv("SLURM_JOB_ID") && *getenv("SLURM_JOB_ID"))
+                  ? "lockstep-run: run "
+                  : "lockstep-run: exec ",
+              stderr);
         print_command(stderr, &env, cmd.v);
     }
     for (size_t i = 0; i < env.n; i++) {

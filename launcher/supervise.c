@@ -11,6 +11,7 @@
  * With --max-restarts: mpirun, srun or the program itself runs as a child so that lockstep-run can
  * start it again when it fails; SIGTERM and SIGINT sent to lockstep-run are passed on to it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,7 @@
 
 /* Passes sig to the job's steps with scancel; falls back to signalling srun itself. */
 static void forward(int sig, const char *job_id, pid_t srun) {
-    const char *name = sig == SIGTERM ? "TERM" : "INT";
+    const char *name = sigabbrev_np(sig) ? sigabbrev_np(sig) : "TERM";
     char *scancel = NULL;
     char out[1024] = "";
     int rc = -1;
@@ -45,51 +46,66 @@ static void forward(int sig, const char *job_id, pid_t srun) {
     kill(srun, sig);
 }
 
-/* A terminal's Ctrl-C (or Ctrl-\) reaches the whole foreground process group, the child too: the
- * kernel sends it with si_code SI_KERNEL. Passing it on would signal the child twice (a second
- * SIGINT stops a lockstep program at once, without its checkpoint; mpirun takes a second one as
- * "abort now"). srun is the exception: on a terminal's SIGINT it only prints the job's state. */
-static int from_terminal(const siginfo_t *si) { return si->si_code == SI_KERNEL; }
-
-int lsr_run_child(const char *exe, char *const argv[], const char *job_id, int *stopped) {
-    *stopped = 0;
-    sigset_t set, old;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGCHLD);
+void lsr_signals_block(lsr_signals *s, int job) {
+    sigemptyset(&s->set);
+    sigaddset(&s->set, SIGTERM);
+    sigaddset(&s->set, SIGINT);
+    sigaddset(&s->set, SIGCHLD);
+    if (!job) { /* srun inside a job keeps what it had before --max-restarts: these kill lockstep-run */
+        sigaddset(&s->set, SIGHUP);
+        sigaddset(&s->set, SIGQUIT);
+        sigaddset(&s->set, SIGUSR1);
+        sigaddset(&s->set, SIGUSR2);
+    }
+    s->job = job;
     /* A SIGCHLD ignored by whoever started us would reap the child before we see its status. */
     signal(SIGCHLD, SIG_DFL);
-    if (sigprocmask(SIG_BLOCK, &set, &old)) return -1;
+    sigprocmask(SIG_BLOCK, &s->set, &s->old);
+}
+
+void lsr_signals_restore(const lsr_signals *s) { sigprocmask(SIG_SETMASK, &s->old, NULL); }
+
+static int stop_signal(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT; }
+
+int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int *stopped) {
+    *stopped = 0;
     fflush(NULL);
     pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        errno = e;
-        return -1;
-    }
+    if (pid < 0) return -1;
     if (pid == 0) {
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        /* lockstep-run killed outright (SIGKILL, the OOM killer) must not leave the job running
-         * unseen: the child gets SIGTERM then (mpirun passes it to the ranks). */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(128 + SIGTERM);
+        if (!job_id) {
+            /* Its own process group: a terminal's Ctrl-C, or a kill of lockstep-run's group, reaches
+             * lockstep-run alone, which passes it on once (a second SIGINT or SIGTERM stops a
+             * lockstep program at once, without its checkpoint; mpirun takes a second as "abort
+             * now"). A background group must not read the terminal: stdin from /dev/null then. */
+            setpgid(0, 0);
+            if (isatty(STDIN_FILENO)) {
+                int fd = open("/dev/null", O_RDONLY);
+                if (fd >= 0 && fd != STDIN_FILENO) {
+                    dup2(fd, STDIN_FILENO);
+                    close(fd);
+                }
+            }
+            /* lockstep-run killed outright (SIGKILL, the OOM killer) must not leave the job
+             * running unseen: the child gets SIGTERM then (mpirun passes it to the ranks). */
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != parent) _exit(128 + SIGTERM);
+        }
+        sigprocmask(SIG_SETMASK, &sigs->old, NULL);
         execv(exe, argv);
         fprintf(stderr, "lockstep-run: cannot run %s: %s\n", exe, strerror(errno));
         _exit(errno == ENOENT ? 127 : 126);
     }
+    if (!job_id) setpgid(pid, pid); /* also here: no signal may find the child in our group */
     int st = 0;
     for (;;) {
-        siginfo_t si;
-        memset(&si, 0, sizeof si);
-        int sig = sigwaitinfo(&set, &si);
-        if (sig == SIGTERM || sig == SIGINT) {
-            *stopped = sig;
+        int sig = sigwaitinfo(&sigs->set, NULL);
+        if (sig > 0 && sig != SIGCHLD) {
+            if (stop_signal(sig)) *stopped = sig;
             if (job_id)
                 forward(sig, job_id, pid);
-            else if (!from_terminal(&si))
+            else
                 kill(pid, sig);
             continue;
         }
@@ -102,18 +118,12 @@ int lsr_run_child(const char *exe, char *const argv[], const char *job_id, int *
         if (w == pid) break;
         if (w < 0 && errno != EINTR) return -1;
     }
-    sigprocmask(SIG_SETMASK, &old, NULL);
     if (WIFEXITED(st)) return WEXITSTATUS(st);
     if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
     return 1;
 }
 
-int lsr_pause(double seconds) {
-    sigset_t set, old;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    if (sigprocmask(SIG_BLOCK, &set, &old)) return 0;
+int lsr_pause(const lsr_signals *sigs, double seconds) {
     struct timespec end, now;
     clock_gettime(CLOCK_MONOTONIC, &end);
     end.tv_sec += (time_t)seconds;
@@ -122,19 +132,15 @@ int lsr_pause(double seconds) {
         end.tv_sec++;
         end.tv_nsec -= 1000000000L;
     }
-    int sig = 0;
-    for (;;) {
+    for (;;) { /* at least once: a stop signal that came between two runs is pending now */
         clock_gettime(CLOCK_MONOTONIC, &now);
         long long left = (long long)(end.tv_sec - now.tv_sec) * 1000000000LL + (end.tv_nsec - now.tv_nsec);
-        if (left <= 0) break;
+        if (left < 0) left = 0;
         struct timespec ts = {(time_t)(left / 1000000000LL), (long)(left % 1000000000LL)};
-        int r = sigtimedwait(&set, NULL, &ts);
-        if (r == SIGTERM || r == SIGINT) {
-            sig = r;
-            break;
-        }
-        if (r < 0 && errno != EINTR && errno != EAGAIN) break;
+        int r = sigtimedwait(&sigs->set, NULL, &ts);
+        if (r > 0 && stop_signal(r)) return r;
+        if (r < 0 && errno == EAGAIN) return 0; /* the time is up */
+        if (r < 0 && errno != EINTR) return 0;
+        /* SIGCHLD, SIGUSR1/2 with no job running: nothing to do */
     }
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    return sig;
 }

@@ -3,8 +3,9 @@
 # one rank (run directly) of small scripts: a job that keeps failing is run 1 + N times, each run
 # seeing LOCKSTEP_RESTART_COUNT, and ends with the last status; one that fails once then succeeds
 # ends 0; a rank killed by a signal is restarted; a usage error (2) and a program stopped after its
-# checkpoint (130, 143) are not; SIGTERM to lockstep-run reaches the program once and ends the job
-# without a restart, also while waiting to restart; bad option values are usage errors. With
+# checkpoint (130, 143) are not; SIGTERM to lockstep-run, to its process group, or a terminal's
+# Ctrl-C reaches the program once and ends the job without a restart, also while waiting to
+# restart; SIGUSR1 is passed on; bad option values are usage errors. With
 # FASHION_MLP: 2 ranks under mpirun, rank 0 killed (SIGKILL) in its first checkpoint save of the
 # first run; the restarted job resumes from that checkpoint and ends with parameters and per-step
 # losses equal, bit for bit, to a run that never failed.
@@ -20,6 +21,36 @@ script() {
 }
 runs() { [ -e "$LOG" ] && tr '\n' ' ' <"$LOG" | sed 's/ $//'; }
 expect_runs() { [ "$(runs)" = "$1" ] || fail "runs logged: '$(runs)', expected '$1'"; }
+# The counting program: logs every signal it gets; after the first TERM or INT it waits 1 s for
+# more (a second one would have stopped a lockstep program at once), then exits 143 or 130.
+cat >"$tmp/count.sh" <<EOF
+#!/bin/bash
+got=0
+trap 'echo TERM >>"$LOG"; got=143' TERM
+trap 'echo INT >>"$LOG"; got=130' INT
+trap 'echo USR1 >>"$LOG"' USR1
+echo "run \${LOCKSTEP_RESTART_COUNT:-unset} started, stdin \$([ -t 0 ] && echo tty || echo not-tty)" >>"$LOG"
+for i in \$(seq 100); do sleep 0.05; [ \$got != 0 ] && break; [ -e "$tmp/go" ] && exit 0; done
+[ \$got = 0 ] && exit 1
+for i in \$(seq 20); do sleep 0.05; done
+exit \$got
+EOF
+chmod 755 "$tmp/count.sh"
+# bg CMD...: runs CMD in the background in a clean environment, its stderr into $tmp/stderr; $pid
+bg() {
+    env -i "PATH=$BASEPATH" "$@" 2>"$tmp/stderr" &
+    pid=$!
+}
+# reap: waits (at most 30 s) for $pid; $rc, $err
+reap() {
+    local i
+    for ((i = 0; i < 600; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    kill -0 "$pid" 2>/dev/null && { fail "lockstep-run still running after 30 s"; kill -KILL "$pid"; }
+    wait "$pid"
+    rc=$?
+    err=$(cat "$tmp/stderr")
+}
+trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
 # wait_for PATTERN FILE SECONDS
 wait_for() {
     local i
@@ -80,33 +111,75 @@ if [ -z "$PROG" ]; then
     expect_no_err
 
     case_ "SIGTERM to lockstep-run: passed to the program once, no restart"
-    script term.sh 'trap "echo got TERM >>\"'"$LOG"'\"; exit 143" TERM; echo started >>"'"$LOG"'"; while :; do sleep 0.05; done'
     rm -f "$LOG"
-    env -i "PATH=$BASEPATH" "$LSR" -n 1 --max-restarts 3 --restart-delay 0 "$tmp/term.sh" 2>"$tmp/stderr" &
-    pid=$!
+    bg "$LSR" -n 1 --max-restarts 3 --restart-delay 0 "$tmp/count.sh"
     wait_for started "$LOG" 20 || fail "the program did not start"
     kill -TERM "$pid"
-    wait "$pid"
-    rc=$?
-    err=$(cat "$tmp/stderr")
+    reap
     expect_rc 143
-    expect_runs "run 0 started got TERM"
+    expect_runs "run 0 started, stdin not-tty TERM"
     expect_err "the job ended with status 143 (128 + SIGTERM) after SIGTERM; not restarted"
+
+    case_ "SIGTERM to lockstep-run's whole process group: the program gets one, no restart"
+    rm -f "$LOG"
+    bg setsid "$LSR" -n 1 --max-restarts 3 --restart-delay 0 "$tmp/count.sh"
+    wait_for started "$LOG" 20 || fail "the program did not start"
+    pgid=$(ps -o pgid= -p "$pid" | tr -d ' ')
+    [ "$pgid" = "$pid" ] || fail "setsid: lockstep-run's process group is '$pgid', expected $pid"
+    kill -TERM -- "-$pgid"
+    reap
+    expect_rc 143
+    expect_runs "run 0 started, stdin not-tty TERM"
+
+    case_ "a terminal's Ctrl-C: the program gets one SIGINT, no restart"
+    if command -v script >/dev/null; then
+        rm -f "$LOG"
+        (
+            wait_for started "$LOG" 20
+            printf '\003'
+            sleep 3
+        ) | env -i "PATH=$BASEPATH" timeout 30 script -qfec "$LSR -n 1 --max-restarts 3 --restart-delay 0 $tmp/count.sh" \
+            /dev/null >"$tmp/stderr" 2>&1
+        rc=$?
+        err=$(cat "$tmp/stderr")
+        expect_rc 130
+        expect_runs "run 0 started, stdin not-tty INT"
+        expect_err "the job ended with status 130 (128 + SIGINT) after SIGINT; not restarted"
+    else
+        echo "skipped the Ctrl-C case: no script(1)"
+    fi
+
+    case_ "SIGUSR1 to lockstep-run: passed on, the run goes on"
+    rm -f "$LOG" "$tmp/go"
+    bg "$LSR" -n 1 --max-restarts 1 --restart-delay 0 "$tmp/count.sh"
+    wait_for started "$LOG" 20 || fail "the program did not start"
+    kill -USR1 "$pid"
+    wait_for USR1 "$LOG" 20 || fail "SIGUSR1 did not reach the program"
+    touch "$tmp/go"
+    reap
+    expect_rc 0
+    expect_runs "run 0 started, stdin not-tty USR1"
+    rm -f "$tmp/go"
 
     case_ "SIGTERM while waiting to restart: no restart"
     rm -f "$LOG"
     start=$(date +%s)
-    env -i "PATH=$BASEPATH" "$LSR" -n 1 --max-restarts 3 --restart-delay 60 "$tmp/fail.sh" 2>"$tmp/stderr" &
-    pid=$!
+    bg "$LSR" -n 1 --max-restarts 3 --restart-delay 60 "$tmp/fail.sh"
     wait_for "restart 1 of 3 in 60 s" "$tmp/stderr" 20 || fail "no restart message"
     kill -TERM "$pid"
-    wait "$pid"
-    rc=$?
-    err=$(cat "$tmp/stderr")
+    reap
     expect_rc 143
     expect_runs "run 0"
     expect_err "lockstep-run: SIGTERM while waiting to restart: not restarted"
     [ $(($(date +%s) - start)) -lt 30 ] || fail "lockstep-run waited out the delay"
+
+    case_ "SIGTERM as a failing run ends (delay 0): no restart"
+    script gap.sh 'kill -TERM $PPID; exit 1'
+    rm -f "$LOG"
+    run "$LSR" -n 1 --max-restarts 3 --restart-delay 0 "$tmp/gap.sh"
+    [ "$rc" = 1 ] || [ "$rc" = 143 ] || fail "exit status $rc, expected 1 (the run's) or 143 (the run killed by it)"
+    expect_runs "run 0"
+    expect_err "after SIGTERM; not restarted"
 
     case_ "bad values"
     for v in -1 abc 1001 ''; do
@@ -114,11 +187,17 @@ if [ -z "$PROG" ]; then
         expect_rc 2
         expect_err "--max-restarts must be an integer from 0 to 1000, got '$v'"
     done
-    for v in x -1 1e9 nan ''; do
+    for v in x -1 1e9 nan '' ' 1' 0x10 +2 -0 1e2 1.2.3 .; do
         run "$LSR" -n 1 --max-restarts 1 --restart-delay "$v" true
         expect_rc 2
         expect_err "--restart-delay must be a number of seconds from 0 to 3600, got '$v'"
     done
+    run "$LSR" -n 1 --max-restarts 1 -x LOCKSTEP_RESTART_COUNT=7 true
+    expect_rc 2
+    expect_err "-x LOCKSTEP_RESTART_COUNT=7: --max-restarts sets LOCKSTEP_RESTART_COUNT itself"
+    run "$LSR" -n 1 --restart-delay 1 true
+    expect_rc 0
+    expect_err "--restart-delay has no effect without --max-restarts"
     finish
 fi
 

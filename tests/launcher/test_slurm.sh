@@ -42,7 +42,7 @@ rc=$?
 expect_rc 0
 grep -q "srun: the cluster's MpiDefault is none; srun offers pmix: adding --mpi=pmix" "$tmp/n1.out" ||
     fail "no --mpi decision in: $(cat "$tmp/n1.out")"
-grep -q "exec .*/srun --ntasks=2 --mpi=pmix --kill-on-bad-exit=1 --export=ALL $MLP" "$tmp/n1.out" ||
+grep -q "lockstep-run: run .*/srun --ntasks=2 --mpi=pmix --kill-on-bad-exit=1 --export=ALL $MLP" "$tmp/n1.out" ||
     fail "srun command not as expected: $(cat "$tmp/n1.out")"
 grep -q "^fashion_mlp: 2 ranks, device cpu, communicator mpi" "$tmp/n1.out" || fail "$(cat "$tmp/n1.out")"
 cmp "$tmp/mpirun.bin" "$tmp/n1.bin" || fail "parameters differ from the mpirun run's"
