@@ -12,15 +12,16 @@
  * serialized (the caller touches MPI only while its communication thread is idle), but several
  * communicators' threads may call MPI at once, hence MULTIPLE. Where MPI offers less, or with
  * "nonblocking": MPI_I* calls progressed by ls_comm_test/wait on the caller's thread (the reducer
- * tests its in-flight buckets on every grad_ready).
+ * tests its in-flight buckets on every grad_ready), posted in start order with at most
+ * LOCKSTEP_MPI_WINDOW outstanding (default 2 on one node, 1 across nodes: many concurrent calls ran
+ * 2-9x slower, see docs/performance.md), the next posted as earlier ones complete.
  * Staging copies and conversions always run on the caller's thread (at start and at wait). Staging
  * buffers are kept for reuse (as many as were in use at once, up to LS_MPI_STAGE_KEEP_BYTES in
  * all); for device buffers they are pinned host memory (the device allocator's host_alloc) where it
  * can, else plain host memory; pinned blocks are counted in the device allocator's pinned_bytes,
  * apart from its live and peak bytes (as pinned batches are).
  * An all-reduce over LOCKSTEP_MPI_CHUNK bytes (default 16 MiB on one node, 1 MiB across nodes; 0: no
- * limit) goes to MPI as several calls of at most that size (see ls_mpi_exec; nonblocking: all posted
- * at once, in order). */
+ * limit) goes to MPI as several calls of at most that size (see ls_mpi_exec and ls_mpi_pump). */
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
@@ -68,6 +69,10 @@ typedef struct ls_mpi_req ls_mpi_req;
 /* the default all-reduce part sizes (ls_mpi_agree_chunk): every rank on one node, ranks across nodes */
 #define LS_MPI_CHUNK_NODE ((size_t)16 << 20)
 #define LS_MPI_CHUNK_NET ((size_t)1 << 20)
+/* nonblocking progress: the default number of MPI calls outstanding at once (LOCKSTEP_MPI_WINDOW)
+ * where every rank is on one node, and where the ranks span nodes (see ls_mpi_pump) */
+#define LS_MPI_WINDOW_NODE 2
+#define LS_MPI_WINDOW_NET 1
 
 typedef struct ls_stage_block {
     void *p;
@@ -94,6 +99,13 @@ typedef struct ls_mpi_state {
     ls_stage_block kept[LS_MPI_STAGE_KEEP];
     int nkept;
     int closing; /* destroyed with a collective still running: blocks given back are leaked */
+    /* nonblocking progress: requests started and not finished, in start order. Their MPI calls
+     * are posted in that order (the same on every rank), at most `window` outstanding at once
+     * (0: each request's calls all at once); ls_mpi_pump posts more as earlier ones complete. */
+    ls_mpi_req *nb_head, *nb_tail;
+    int nb_outstanding;
+    int window;
+    int spans_nodes; /* the ranks are on more than one node */
 } ls_mpi_state;
 
 /* One collective as MPI sees it, plus the staging around it. */
@@ -132,8 +144,12 @@ struct ls_mpi_req {
     /* progress */
     MPI_Request req;   /* nonblocking: the call, or with an all-reduce in parts, the first part */
     MPI_Request *reqs; /* the nreq calls: &req, or an array for the parts */
-    int nreq;
-    int posted;   /* nonblocking: reqs are live */
+    int nreq;          /* calls in all */
+    int nposted;       /* nonblocking: reqs[0..nposted) posted; MPI_REQUEST_NULL once complete */
+    int first_open;    /* nonblocking: reqs[0..first_open) complete */
+    int queued;        /* nonblocking: in the state's list of unfinished requests */
+    ls_mpi_req *nb_next;
+    int posted;   /* nonblocking: some of reqs were posted and may still be live */
     int done;     /* thread: worker finished */
     int orphaned; /* thread: the waiter gave up; the worker frees it */
     ls_status status;
@@ -565,18 +581,89 @@ static ls_status ls_mpi_exec(ls_mpi_state *st, ls_mpi_req *r) {
     return s;
 }
 
-/* The nonblocking MPI call (caller's thread). */
-static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
-    if (ls_mpi_trivial(r)) return LS_OK;
+/* Posts r's next MPI call (caller's thread). */
+static ls_status ls_mpi_post_call(ls_mpi_state *st, ls_mpi_req *r) {
     const void *sb = r->in_place ? MPI_IN_PLACE : r->msend;
-    r->reqs = &r->req;
-    r->nreq = 1;
+    MPI_Request *q = &r->reqs[r->nposted];
+    int rc = MPI_SUCCESS;
+    const char *call = ls_mpi_call_name(r->kind);
     switch (r->kind) {
     case LS_COLL_ALLREDUCE: {
-        r->nreq = 0;
-        /* Every part is posted now, in order: collectives must start in the same order on every
-         * rank, and parts posted later, as earlier ones complete, would interleave with other
-         * requests' differently on each rank. */
+        int64_t off = (int64_t)r->nposted * r->per_call;
+        rc = MPI_Iallreduce(MPI_IN_PLACE, ls_mpi_at(r, off), ls_mpi_part(r, off), r->dt, r->mop, st->comm, q);
+        call = "MPI_Iallreduce";
+        break;
+    }
+    case LS_COLL_BROADCAST:
+        rc = MPI_Ibcast(r->mrecv, r->mcount, r->dt, r->root, st->comm, q);
+        call = "MPI_Ibcast";
+        break;
+    case LS_COLL_ALLGATHER:
+        rc = MPI_Iallgather(sb, r->mcount, r->dt, r->mrecv, r->mcount, r->dt, st->comm, q);
+        call = "MPI_Iallgather";
+        break;
+    case LS_COLL_REDUCE_SCATTER:
+        rc = MPI_Ireduce_scatter_block(sb, r->mrecv, r->mcount, r->dt, r->mop, st->comm, q);
+        call = "MPI_Ireduce_scatter_block";
+        break;
+    case LS_COLL_BARRIER:
+        rc = MPI_Ibarrier(st->comm, q);
+        call = "MPI_Ibarrier";
+        break;
+    }
+    if (rc != MPI_SUCCESS) {
+        r->nreq = r->nposted; /* nothing more of r is posted; waiting for it returns this error */
+        r->status = ls_mpi_error(rc, call);
+        snprintf(r->err, sizeof r->err, "%s", ls_last_error());
+        return r->status;
+    }
+    r->nposted++;
+    r->posted = 1; /* live from the first call on, even if a later one fails */
+    st->nb_outstanding++;
+    return LS_OK;
+}
+
+/* Nonblocking progress (caller's thread): tests the outstanding calls of every unfinished request,
+ * then posts the next calls in start order while fewer than the window are outstanding. */
+static ls_status ls_mpi_pump(ls_mpi_state *st) {
+    for (ls_mpi_req *r = st->nb_head; r; r = r->nb_next)
+        for (int i = r->first_open; i < r->nposted; i++) {
+            if (r->reqs[i] == MPI_REQUEST_NULL) continue;
+            int flag = 0;
+            LS_MPI_CHECK(MPI_Test(&r->reqs[i], &flag, MPI_STATUS_IGNORE), "MPI_Test");
+            if (flag) {
+                r->reqs[i] = MPI_REQUEST_NULL;
+                st->nb_outstanding--;
+            }
+            while (r->first_open < r->nposted && r->reqs[r->first_open] == MPI_REQUEST_NULL) r->first_open++;
+        }
+    for (ls_mpi_req *r = st->nb_head; r; r = r->nb_next)
+        while (r->nposted < r->nreq) {
+            if (st->window > 0 && st->nb_outstanding >= st->window) return LS_OK;
+            LS_CHECK(ls_mpi_post_call(st, r));
+        }
+    return LS_OK;
+}
+
+static void ls_mpi_unlink(ls_mpi_state *st, ls_mpi_req *r) {
+    if (!r->queued) return;
+    ls_mpi_req **pp = &st->nb_head, *prev = NULL;
+    while (*pp && *pp != r) {
+        prev = *pp;
+        pp = &(*pp)->nb_next;
+    }
+    if (*pp) *pp = r->nb_next;
+    if (st->nb_tail == r) st->nb_tail = prev;
+    r->queued = 0;
+}
+
+/* Queues r's nonblocking MPI calls behind the unfinished requests' and posts what the window
+ * allows (caller's thread). */
+static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
+    if (ls_mpi_trivial(r)) return LS_OK;
+    r->reqs = &r->req;
+    r->nreq = 1;
+    if (r->kind == LS_COLL_ALLREDUCE) {
         const int64_t parts = (r->count + r->per_call - 1) / r->per_call;
         if (parts > INT_MAX)
             return ls_error(LS_ERR_UNSUPPORTED,
@@ -586,30 +673,19 @@ static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
         if (parts > 1 && !(r->reqs = malloc((size_t)parts * sizeof *r->reqs)))
             return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate %lld MPI requests for an all-reduce in parts",
                             (long long)parts);
-        for (int64_t off = 0; off < r->count; off += r->per_call) {
-            LS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, ls_mpi_at(r, off), ls_mpi_part(r, off), r->dt, r->mop, st->comm,
-                                        &r->reqs[r->nreq]),
-                         "MPI_Iallreduce");
-            r->nreq++;
-            r->posted = 1; /* live from the first part on, even if a later one fails */
-        }
-        return LS_OK;
+        r->nreq = (int)parts;
     }
-    case LS_COLL_BROADCAST:
-        LS_MPI_CHECK(MPI_Ibcast(r->mrecv, r->mcount, r->dt, r->root, st->comm, &r->req), "MPI_Ibcast");
-        break;
-    case LS_COLL_ALLGATHER:
-        LS_MPI_CHECK(MPI_Iallgather(sb, r->mcount, r->dt, r->mrecv, r->mcount, r->dt, st->comm, &r->req),
-                     "MPI_Iallgather");
-        break;
-    case LS_COLL_REDUCE_SCATTER:
-        LS_MPI_CHECK(MPI_Ireduce_scatter_block(sb, r->mrecv, r->mcount, r->dt, r->mop, st->comm, &r->req),
-                     "MPI_Ireduce_scatter_block");
-        break;
-    case LS_COLL_BARRIER: LS_MPI_CHECK(MPI_Ibarrier(st->comm, &r->req), "MPI_Ibarrier"); break;
-    }
-    r->posted = 1;
-    return LS_OK;
+    for (int i = 0; i < r->nreq; i++) r->reqs[i] = MPI_REQUEST_NULL;
+    r->nb_next = NULL;
+    if (st->nb_tail)
+        st->nb_tail->nb_next = r;
+    else
+        st->nb_head = r;
+    st->nb_tail = r;
+    r->queued = 1;
+    ls_status s = ls_mpi_pump(st);
+    if (s != LS_OK && !r->posted) ls_mpi_unlink(st, r); /* the caller frees r */
+    return s;
 }
 
 /* ---- the communication thread ---- */
@@ -701,17 +777,18 @@ static ls_status ls_mpi_wait_thread(ls_mpi_state *st, ls_mpi_req *r, int *gave_u
     return LS_OK;
 }
 
-/* Test the posted calls; *done: all of r has finished. */
+/* Progress every unfinished request; *done: all of r's calls were posted and have finished. */
 static ls_status ls_mpi_test_nonblocking(ls_mpi_state *st, ls_mpi_req *r, int *done) {
-    (void)st;
-    *done = !r->posted;
-    if (!r->posted) return LS_OK;
-    int flag = 0;
-    LS_MPI_CHECK(MPI_Testall(r->nreq, r->reqs, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
-    if (!flag) return LS_OK;
-    r->posted = 0;
-    *done = 1;
-    return LS_OK;
+    *done = !r->queued;
+    if (!r->queued) return LS_OK;
+    ls_status s = ls_mpi_pump(st);
+    if (r->nposted == r->nreq && r->first_open == r->nreq) {
+        ls_mpi_unlink(st, r);
+        r->posted = 0;
+        *done = 1;
+        if (r->status != LS_OK) return ls_error(r->status, "%s", r->err);
+    }
+    return s;
 }
 
 static ls_status ls_mpi_wait_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
@@ -761,6 +838,7 @@ static ls_status ls_mpi_wait(void *sp, void *h) {
     } else {
         s = ls_mpi_wait_nonblocking(st, r);
         if (s != LS_OK && r->posted) return s; /* MPI may still write the buffers: leak r */
+        ls_mpi_unlink(st, r);
     }
     if (s == LS_OK) s = ls_mpi_post(st, r);
     ls_mpi_req_free(st, r);
@@ -789,6 +867,8 @@ static ls_status ls_mpi_run(void *sp, const ls_coll_op *op) {
         pthread_mutex_lock(&st->mu);
         idle = st->inflight == 0;
         pthread_mutex_unlock(&st->mu);
+    } else {
+        idle = st->nb_head == NULL; /* else calls of started requests are still to be posted */
     }
     if (!idle) { /* keep the order of the queued collectives */
         void *h = NULL;
@@ -960,7 +1040,8 @@ static ls_status ls_mpi_agree_chunk(ls_mpi_state *st, size_t given, const char *
     if (rc != MPI_SUCCESS) return ls_mpi_error(rc, "MPI_Comm_split_type (the ranks on this node)");
     MPI_Comm_size(node, &node_size);
     MPI_Comm_free(&node);
-    if (given == (size_t)-1) chunk = node_size < st->world ? LS_MPI_CHUNK_NET : LS_MPI_CHUNK_NODE;
+    st->spans_nodes = node_size < st->world;
+    if (given == (size_t)-1) chunk = st->spans_nodes ? LS_MPI_CHUNK_NET : LS_MPI_CHUNK_NODE;
     /* the smallest size (0, no limit, is the largest) and whether any rank failed (0) */
     unsigned long long mine[2] = {chunk ? (unsigned long long)chunk : ULLONG_MAX, failed ? 0ULL : 1ULL};
     unsigned long long agreed[2] = {0, 0};
@@ -968,8 +1049,8 @@ static ls_status ls_mpi_agree_chunk(ls_mpi_state *st, size_t given, const char *
     if (rc != MPI_SUCCESS) return ls_mpi_error(rc, "MPI_Allreduce (agreeing on the all-reduce part size)");
     if (failed) return LS_OK; /* the caller reports its own error */
     if (!agreed[1])
-        return ls_error(LS_ERR_COMM, "MPI communicator: another rank refused its settings (LOCKSTEP_MPI_CHUNK or "
-                                     "LOCKSTEP_MPI_PROGRESS; its error names the value)");
+        return ls_error(LS_ERR_COMM, "MPI communicator: another rank refused its settings (LOCKSTEP_MPI_CHUNK, "
+                                     "LOCKSTEP_MPI_PROGRESS or LOCKSTEP_MPI_WINDOW; its error names the value)");
     st->chunk = agreed[0] == ULLONG_MAX ? 0 : (size_t)agreed[0];
     if (agreed[0] != mine[0])
         LS_LOG_W("LOCKSTEP_MPI_CHUNK differs between ranks (here %s, %zu bytes): all use the smallest, %zu bytes",
@@ -1005,6 +1086,18 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
                            "LOCKSTEP_MPI_CHUNK=%s: below the 4 KiB minimum (a call per few elements); 0 turns the "
                            "splitting off",
                            ch);
+    long window = -1;
+    const char *wi = getenv("LOCKSTEP_MPI_WINDOW");
+    if (refused == LS_OK && wi && *wi) {
+        char *end = NULL;
+        errno = 0;
+        window = strtol(wi, &end, 10);
+        if (errno || end == wi || *end || window < 0 || window > 1000000)
+            refused = ls_error(LS_ERR_INVALID_ARGUMENT,
+                               "LOCKSTEP_MPI_WINDOW=%s: expected a count of MPI calls from 0 to 1000000 (0: no "
+                               "limit)",
+                               wi);
+    }
     char refused_msg[512] = "";
     if (refused != LS_OK) {
         ls_rank_info ri;
@@ -1020,6 +1113,7 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
     }
     st->env = *env;
     st->comm = MPI_COMM_NULL;
+
     pthread_mutex_init(&st->mu, NULL);
     pthread_mutex_init(&st->stage_mu, NULL);
     pthread_cond_init(&st->work_cv, NULL);
@@ -1036,6 +1130,7 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
     s = ls_mpi_agree_chunk(st, chunk_given && refused == LS_OK ? chunk : (size_t)-1, ch, refused != LS_OK);
     if (s == LS_OK && refused != LS_OK) s = ls_error(refused, "%s", refused_msg);
     if (s != LS_OK) goto fail;
+    st->window = window >= 0 ? (int)window : st->spans_nodes ? LS_MPI_WINDOW_NET : LS_MPI_WINDOW_NODE;
     st->cuda_aware = env->device.type != LS_DEVICE_CPU && ls_mpi_query_cuda_aware();
     st->threaded = want_thread && level >= MPI_THREAD_MULTIPLE;
     if (want_thread && !st->threaded && prog && *prog)
@@ -1049,9 +1144,9 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
         }
         st->worker_started = 1;
     }
-    LS_LOG_D("mpi communicator: rank %d of %d, progress %s, device buffers %s, all-reduce parts of %zu bytes "
-             "at most (0: no limit)",
-             st->rank, st->world, st->threaded ? "thread" : "nonblocking",
+    LS_LOG_D("mpi communicator: rank %d of %d, progress %s (window %d), device buffers %s, all-reduce parts of "
+             "%zu bytes at most (0: no limit)",
+             st->rank, st->world, st->threaded ? "thread" : "nonblocking", st->threaded ? 0 : st->window,
              st->cuda_aware ? "direct (CUDA-aware)" : "staged", st->chunk);
     *iface = &ls_mpi_iface;
     *state = st;

@@ -5,7 +5,9 @@
  * all-reduces, in f32, f64, i32, f16 and bf16 (sums as 16 bits, averages through f32), with several
  * requests in flight (also completed through ls_comm_test in an order that differs by rank, which
  * breaks parts posted as earlier ones complete): the number of calls, the largest count per call,
- * and every element of the result. Then the default size
+ * and every element of the result; with nonblocking progress, the calls outstanding at once against
+ * LOCKSTEP_MPI_WINDOW (default 2 on one node; 0: a request's parts all at once), and a broadcast
+ * queued between all-reduces in parts. Then the default size
  * on one node (16 MiB), 0, ranks given different sizes (the smallest wins), and a bad value's
  * error, also on one rank only (the others fail with it). The default across nodes (1 MiB) is
  * checked by launcher_netns_train.
@@ -23,7 +25,7 @@
 #include "commtest.h"
 #include "testutil.h"
 
-static atomic_long calls, max_count;
+static atomic_long calls, max_count, outstanding, max_outstanding;
 
 static void count_call(int count) {
     atomic_fetch_add(&calls, 1);
@@ -40,14 +42,27 @@ int MPI_Allreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op o
 
 int MPI_Iallreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request *req) {
     count_call(count);
+    long now = atomic_fetch_add(&outstanding, 1) + 1, prev = atomic_load(&max_outstanding);
+    while (now > prev && !atomic_compare_exchange_weak(&max_outstanding, &prev, now)) {}
     return PMPI_Iallreduce(sb, rb, count, dt, op, comm, req);
+}
+
+/* Nonblocking progress completes its calls through MPI_Test: the calls outstanding at once. */
+int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status) {
+    int rc = PMPI_Test(req, flag, status);
+    if (rc == MPI_SUCCESS && *flag) atomic_fetch_sub(&outstanding, 1);
+    return rc;
 }
 
 static int R, W;
 
+static int nonblocking, window; /* LOCKSTEP_MPI_PROGRESS=nonblocking; LOCKSTEP_MPI_WINDOW (default 2: one node) */
+
 static void reset(void) {
     atomic_store(&calls, 0);
     atomic_store(&max_count, 0);
+    atomic_store(&outstanding, 0);
+    atomic_store(&max_outstanding, 0);
 }
 
 /* n elements of t, all-reduced with op (async: three requests in flight, waited in reverse), in
@@ -66,6 +81,17 @@ static void check_allreduce(ls_comm *c, ls_dtype t, ls_reduce_op op, int64_t n, 
         ls_comm_request *req[NREQ];
         for (int b = 0; b < nbuf; b++) LS_REQUIRE_OK(ls_comm_iallreduce(c, buf[b], n, t, op, &req[b]));
         for (int b = nbuf - 1; b >= 0; b--) LS_REQUIRE_OK(ls_comm_wait(req[b]));
+        /* nonblocking: the first request posts min(window, its parts) calls before testing any, and
+         * never more than the window are outstanding (0: a request's parts all at once) */
+        const long parts = (long)((n + per_call - 1) / per_call), most = atomic_load(&max_outstanding);
+        const long least = window == 0 || parts < window ? parts : window;
+        if (nonblocking && n > 0 && (most < least || (window > 0 && most > window))) {
+            fprintf(stderr,
+                    "rank %d: %lld elements in parts of %lld, window %d: %ld MPI calls outstanding at most, "
+                    "expected %ld to %s\n",
+                    R, (long long)n, (long long)per_call, window, most, least, window ? "the window" : "any");
+            ls_test_failures++;
+        }
     } else {
         LS_REQUIRE_OK(ls_comm_allreduce(c, buf[0], n, t, op));
     }
@@ -102,6 +128,9 @@ int main(void) {
     ls_rank_info ri;
     LS_REQUIRE_OK(ls_rank_discover(&ri));
     if (!strcmp(ri.launcher, "none")) LS_SKIP("run under mpirun: the MPI backend's all-reduce parts");
+    const char *pe = getenv("LOCKSTEP_MPI_PROGRESS"), *we = getenv("LOCKSTEP_MPI_WINDOW");
+    nonblocking = pe && !strcmp(pe, "nonblocking");
+    window = we && *we ? atoi(we) : 2;
 
     /* the default: 16 MiB parts (4194304 f32), so 5 million f32 take two calls. This communicator
      * stays to the end (MPI is finalized with the last one). */
@@ -140,6 +169,31 @@ int main(void) {
         CT_CHECK_ELEMS(R, "async then blocking (second)", b, LS_F32, N, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 8));
         free(a);
         free(b);
+    }
+    /* an all-reduce in parts, a broadcast and another all-reduce in flight, waited in reverse: the
+     * broadcast's call queues behind the first all-reduce's parts */
+    {
+        enum { N = 6000, M = 700 };
+        float *a = malloc(N * sizeof *a), *b = malloc(M * sizeof *b), *d = malloc(N * sizeof *d);
+        LS_REQUIRE(a && b && d);
+        for (int i = 0; i < N; i++) {
+            a[i] = (float)ct_val(LS_F32, R, i, 11);
+            d[i] = (float)ct_val(LS_F32, R, i, 12);
+        }
+        for (int i = 0; i < M; i++) b[i] = R == W - 1 ? (float)i * 0.5f : -1.0f;
+        ls_comm_request *r1 = NULL, *r2 = NULL, *r3 = NULL;
+        LS_REQUIRE_OK(ls_comm_iallreduce(c, a, N, LS_F32, LS_REDUCE_SUM, &r1));
+        LS_REQUIRE_OK(ls_comm_ibroadcast(c, b, M, LS_F32, W - 1, &r2));
+        LS_REQUIRE_OK(ls_comm_iallreduce(c, d, N, LS_F32, LS_REDUCE_SUM, &r3));
+        LS_REQUIRE_OK(ls_comm_wait(r3));
+        LS_REQUIRE_OK(ls_comm_wait(r2));
+        LS_REQUIRE_OK(ls_comm_wait(r1));
+        CT_CHECK_ELEMS(R, "all-reduce before a broadcast", a, LS_F32, N, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 11));
+        CT_CHECK_ELEMS(R, "broadcast between all-reduces", b, LS_F32, M, (double)i * 0.5);
+        CT_CHECK_ELEMS(R, "all-reduce after a broadcast", d, LS_F32, N, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 12));
+        free(a);
+        free(b);
+        free(d);
     }
     /* requests of several parts in flight, completed through ls_comm_test in an order that differs
      * by rank (as the reducer's buckets are): every rank must still start the parts in one order */
@@ -205,7 +259,8 @@ int main(void) {
                           "LOCKSTEP_MPI_CHUNK=lots: expected a size");
         else
             LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad), LS_ERR_COMM,
-                          "another rank refused its settings (LOCKSTEP_MPI_CHUNK or LOCKSTEP_MPI_PROGRESS");
+                          "another rank refused its settings (LOCKSTEP_MPI_CHUNK, LOCKSTEP_MPI_PROGRESS or "
+                          "LOCKSTEP_MPI_WINDOW");
         LS_EXPECT(bad == NULL);
         const char *prog = getenv("LOCKSTEP_MPI_PROGRESS");
         char *saved = prog ? strdup(prog) : NULL;
@@ -221,6 +276,29 @@ int main(void) {
             setenv("LOCKSTEP_MPI_PROGRESS", saved, 1);
         else
             unsetenv("LOCKSTEP_MPI_PROGRESS");
+        free(saved);
+    }
+
+    /* LOCKSTEP_MPI_WINDOW: a bad value is an error on that rank and fails the others with it */
+    {
+        char *saved = we ? strdup(we) : NULL;
+        setenv("LOCKSTEP_MPI_WINDOW", "-3", 1);
+        ls_comm *bad_w = NULL;
+        if (W == 1)
+            LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad_w), LS_ERR_INVALID_ARGUMENT,
+                          "LOCKSTEP_MPI_WINDOW=-3: expected a count of MPI calls from 0 to 1000000 (0: no limit)");
+        if (W > 1) {
+            if (R != 0) setenv("LOCKSTEP_MPI_WINDOW", "1", 1);
+            if (R == 0)
+                LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad_w), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_MPI_WINDOW=-3");
+            else
+                LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad_w), LS_ERR_COMM, "another rank refused its settings");
+        }
+        LS_EXPECT(bad_w == NULL);
+        if (saved)
+            setenv("LOCKSTEP_MPI_WINDOW", saved, 1);
+        else
+            unsetenv("LOCKSTEP_MPI_WINDOW");
         free(saved);
     }
 

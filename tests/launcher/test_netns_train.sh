@@ -2,7 +2,8 @@
 # test_netns_train.sh: the same short fashion_mlp training run as 2 ranks on one host and as 2
 # ranks on two network-namespace "hosts" (netns_two_hosts.sh --compare-file) must end with
 # bit-identical parameters (--dump-params), and the MPI backend's all-reduce parts must be 16 MiB
-# on one host and 1 MiB across the two; when the link between the hosts goes down during training,
+# on one host and 1 MiB across the two; with nonblocking progress the same, with 2 MPI calls
+# outstanding at most on one host and 1 across the two (LOCKSTEP_MPI_WINDOW); when the link between the hosts goes down during training,
 # the job must end (non-zero, mpirun reporting the lost host) within a minute instead of hanging.
 # Skips (77) without namespaces or the dataset.
 # Usage: test_netns_train.sh LOCKSTEP_RUN NETNS_TWO_HOSTS_SH FASHION_MLP DATA_DIR
@@ -32,6 +33,17 @@ parts=$(sed -n 's/.*mpi communicator: rank \([01]\) of 2,.* all-reduce parts of 
     tr '\n' ' ')
 [ "$parts" = "16777216 16777216 1048576 1048576 " ] ||
     fail "all-reduce part sizes (single host twice, then two hosts twice): '$parts'; $(cat "$tmp/err")"
+case_ "nonblocking progress: identical parameters; 2 calls outstanding on one host, 1 across hosts"
+LOCKSTEP_MPI_PROGRESS=nonblocking LOCKSTEP_LOG=debug OPENBLAS_NUM_THREADS=1 "$H" --lockstep-run "$LSR" --timeout 120 \
+    --compare-file -- "$TRAIN" --epochs 1 --train-limit 2000 --test-limit 500 --device cpu --comm mpi \
+    --data-dir "$DATA" --dump-params @OUT@ >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" = 0 ] || fail "exit status $rc: $(cat "$tmp/out" "$tmp/err")"
+grep -q "outputs identical (2143272 bytes)" "$tmp/err" || fail "parameters differ: $(cat "$tmp/err")"
+windows=$(sed -n 's/.*mpi communicator: rank \([01]\) of 2, progress nonblocking (window \([0-9]*\)).*/\2/p' \
+    "$tmp/err" | tr '\n' ' ')
+[ "$windows" = "2 2 1 1 " ] || fail "nonblocking windows (single host twice, then two hosts twice): '$windows'"
+
 case_ "the link goes down during training: mpirun notices the lost host and ends the job, no hang"
 # On the first host: train across both, take the link down once training runs, wait for the job.
 # The ranks wait in an all-reduce (LOCKSTEP_COMM_TIMEOUT is longer); mpirun's TCP keepalives to the
