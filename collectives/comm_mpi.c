@@ -77,7 +77,8 @@ typedef struct ls_mpi_req ls_mpi_req;
 typedef struct ls_stage_block {
     void *p;
     size_t bytes;
-    int pinned; /* from the device allocator's host_alloc (else plain host memory) */
+    int pinned;         /* from `from`'s host_alloc (else plain host memory) */
+    ls_allocator *from; /* the allocator it came from, which frees it */
 } ls_stage_block;
 
 typedef struct ls_mpi_state {
@@ -211,7 +212,8 @@ static MPI_Op ls_mpi_op(ls_reduce_op op, ls_dtype t) {
 /* ---- staging ---- */
 
 static void ls_stage_free(ls_mpi_state *st, ls_stage_block b) {
-    if (b.p) ls_allocator_host_free(st->env.dev, b.p, b.bytes, b.pinned);
+    (void)st;
+    if (b.p) ls_allocator_host_free(b.from, b.p, b.bytes, b.pinned);
 }
 
 /* A staging block of at least bytes: the smallest kept one that fits and is at most twice as
@@ -237,6 +239,7 @@ static ls_status ls_stage_get(ls_mpi_state *st, size_t bytes, ls_stage_block *ou
     ls_allocator *from = st->env.device.type != LS_DEVICE_CPU && st->env.dev ? st->env.dev : st->env.host;
     LS_CHECK(ls_allocator_host_alloc(from, n, "an MPI staging buffer", &out->pinned, &out->p));
     out->bytes = n;
+    out->from = from;
     return LS_OK;
 }
 
