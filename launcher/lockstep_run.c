@@ -124,9 +124,9 @@ static void usage(FILE *f) {
                "each when ranks share cores.\n"
                "As root, mpirun gets --allow-run-as-root.\n"
                "With --hostfile/--hosts, mpirun gets --mca oob_tcp_keepalive_time 60,\n"
-               "oob_tcp_keepalive_intvl 10 and oob_tcp_keepalive_probes 6 unless set (--mca or\n"
-               "OMPI_MCA_*): a host lost from the network ends the job in about 2 minutes (Open MPI's\n"
-               "defaults: 8).\n"
+               "oob_tcp_keepalive_intvl 10 and oob_tcp_keepalive_probes 6 unless set (--mca,\n"
+               "OMPI_MCA_*, or an Open MPI parameter file): a host lost from the network ends the job\n"
+               "in about 2 minutes (Open MPI's defaults: 8).\n"
                "GPUs are counted without CUDA: /dev/nvidia<N> (else /proc/driver/nvidia/gpus), limited\n"
                "by CUDA_VISIBLE_DEVICES when set (an empty value hides every GPU).\n"
                "Inside a Slurm job srun runs as a child of lockstep-run: a SIGTERM or SIGINT sent to\n"
@@ -682,17 +682,71 @@ static void push_prog(lsr_strvec *cmd, const lsr_opts *o) {
  * keepalives on its connection to it: Open MPI's defaults notice after 300 s idle + 9 probes 20 s
  * apart, so the job (its ranks killed, or failed after LOCKSTEP_COMM_TIMEOUT) ended 8 minutes
  * later. lockstep-run asks for 60 s + 6 x 10 s (about 2 minutes: 123 s measured) unless the user
- * set the parameter (--mca or OMPI_MCA_<name>). Probes are answered by the peer's kernel: a busy
+ * set the parameter (user_set_mca). Probes are answered by the peer's kernel: a busy
  * daemon never misses one. */
 static const char *const lsr_keepalive[][2] = {
     {"oob_tcp_keepalive_time", "60"}, {"oob_tcp_keepalive_intvl", "10"}, {"oob_tcp_keepalive_probes", "6"}};
 
-static int user_set_mca(const lsr_opts *o, const char *name) {
+/* Whether an Open MPI parameter file ("name = value" lines, '#' comments) sets name. */
+static int file_sets_mca(const char *path, const char *name) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[1024];
+    int found = 0;
+    const size_t len = strlen(name);
+    while (!found && fgets(line, sizeof line, f)) {
+        const char *q = line;
+        while (*q == ' ' || *q == '\t') q++;
+        if (strncmp(q, name, len) != 0) continue;
+        q += len;
+        while (*q == ' ' || *q == '\t') q++;
+        found = *q == '=';
+    }
+    fclose(f);
+    return found;
+}
+
+/* Whether the user set an MCA parameter: --mca, OMPI_MCA_<name>, or a parameter file Open MPI
+ * reads (those of OMPI_MCA_mca_base_param_files, else ~/.openmpi/mca-params.conf and
+ * openmpi-mca-params.conf in mpirun's installation's etc/ or Debian's /etc/openmpi). */
+static int user_set_mca(const lsr_opts *o, const lsr_plan *p, const char *name) {
     for (size_t i = 0; i + 1 < o->mca.n; i += 2)
         if (!strcmp(o->mca.v[i], name)) return 1;
     char var[96];
     snprintf(var, sizeof var, "OMPI_MCA_%s", name);
-    return getenv(var) != NULL;
+    if (getenv(var) != NULL) return 1;
+    char path[4096];
+    const char *files = getenv("OMPI_MCA_mca_base_param_files");
+    if (files && *files) {
+        for (const char *f = files; *f;) {
+            size_t n = strcspn(f, ":");
+            if (n > 0 && n < sizeof path) {
+                snprintf(path, sizeof path, "%.*s", (int)n, f);
+                if (file_sets_mca(path, name)) return 1;
+            }
+            f += n;
+            if (*f == ':') f++;
+        }
+        return 0;
+    }
+    const char *home = getenv("HOME");
+    if (home && *home) {
+        snprintf(path, sizeof path, "%s/.openmpi/mca-params.conf", home);
+        if (file_sets_mca(path, name)) return 1;
+    }
+    if (p->mpirun_path) { /* <prefix>/bin/mpirun -> <prefix>/etc/openmpi-mca-params.conf */
+        snprintf(path, sizeof path, "%s", p->mpirun_path);
+        char *slash = strrchr(path, '/');
+        if (slash) *slash = '\0';
+        slash = strrchr(path, '/');
+        if (slash) {
+            *slash = '\0';
+            size_t used = strlen(path);
+            snprintf(path + used, sizeof path - used, "/etc/openmpi-mca-params.conf");
+            if (file_sets_mca(path, name)) return 1;
+        }
+    }
+    return file_sets_mca("/etc/openmpi/openmpi-mca-params.conf", name);
 }
 
 /* mpirun -np N [--hostfile F | --host L] [--allow-run-as-root] [--oversubscribe] --bind-to B
@@ -721,7 +775,7 @@ static void build_mpirun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) 
     lsr_strvec_push(cmd, "--map-by");
     lsr_strvec_push(cmd, "slot");
     for (size_t k = 0; p->hosts.n && k < sizeof lsr_keepalive / sizeof lsr_keepalive[0]; k++) {
-        if (user_set_mca(o, lsr_keepalive[k][0])) continue;
+        if (user_set_mca(o, p, lsr_keepalive[k][0])) continue;
         lsr_strvec_push(cmd, "--mca");
         lsr_strvec_push(cmd, lsr_keepalive[k][0]);
         lsr_strvec_push(cmd, lsr_keepalive[k][1]);

@@ -2,7 +2,7 @@
 # test_dryrun_hosts.sh: exact --dry-run commands for multi-host runs from --hostfile (comments,
 # blank lines, slots, max_slots, hosts without slots) and --hosts, the default -n (the sum of
 # slots), the thread rule on the busiest host, -n beyond the slots, and the keepalive settings
-# (the user's own, by --mca or OMPI_MCA_*, win).
+# (the user's own, by --mca, OMPI_MCA_* or an Open MPI parameter file, win).
 . "$(dirname "$0")/lib.sh"
 fake mpirun
 M=$tmp/bin/mpirun
@@ -66,6 +66,18 @@ expect_out "$M -np 1 --host node1:1$ROOTFLAG --bind-to none --map-by slot$KA tru
 case_ "keepalive settings of the user's (--mca, OMPI_MCA_*) are not overridden"
 run OMPI_MCA_oob_tcp_keepalive_probes=2 "$LSR" --dry-run --hosts node1:1,node2:1 --mca oob_tcp_keepalive_time=5 true
 expect_out "$M -np 2 --host node1:1,node2:1$ROOTFLAG --bind-to none --map-by slot --mca oob_tcp_keepalive_intvl 10 --mca oob_tcp_keepalive_time 5 true"
+
+case_ "keepalive settings in Open MPI's parameter files are not overridden"
+mkdir -p "$tmp/.openmpi" "$tmp/etc"
+echo "oob_tcp_keepalive_time = 30   # the user's" >"$tmp/.openmpi/mca-params.conf"
+printf '# the installation'"'"'s\n  oob_tcp_keepalive_intvl=3\noob_tcp_keepalive_probes_x = 1\n' \
+    >"$tmp/etc/openmpi-mca-params.conf"
+run "$LSR" --dry-run --hosts node1:1,node2:1 true
+expect_out "$M -np 2 --host node1:1,node2:1$ROOTFLAG --bind-to none --map-by slot --mca oob_tcp_keepalive_probes 6 true"
+echo "oob_tcp_keepalive_probes=9" >"$tmp/my.conf"
+run OMPI_MCA_mca_base_param_files="$tmp/none.conf:$tmp/my.conf" "$LSR" --dry-run --hosts node1:1,node2:1 true
+expect_out "$M -np 2 --host node1:1,node2:1$ROOTFLAG --bind-to none --map-by slot --mca oob_tcp_keepalive_time 60 --mca oob_tcp_keepalive_intvl 10 true"
+rm -r "$tmp/.openmpi" "$tmp/etc" "$tmp/my.conf"
 
 case_ "--hosts beyond the slots"
 run "$LSR" --dry-run -n 3 --hosts a,b true
