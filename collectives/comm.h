@@ -95,8 +95,12 @@ ls_status ls_comm_ibarrier(ls_comm *c, ls_comm_request **req);
  * and return its status. A request that does not complete within LOCKSTEP_COMM_TIMEOUT seconds
  * (default 1800, 0 = wait forever) is LS_ERR_COMM ("a rank may have failed or skipped this
  * collective"): call ls_comm_abort then. The bound holds for ls_comm_wait on every backend and for
- * blocking nccl collectives; a blocking mpi collective issued while no request is in flight runs
- * on the caller's thread unbounded (as MPI itself). NULL is LS_OK. */
+ * blocking nccl collectives; with the mpi backend's thread progress, a blocking collective issued
+ * while no request is in flight runs on the caller's thread unbounded (as MPI itself). With its
+ * nonblocking progress (LOCKSTEP_MPI_PROGRESS=nonblocking) a request's MPI calls are posted from
+ * its communicator's queue as that communicator's requests are tested and waited for: waits on
+ * several communicators must come in the same order on every rank, and after a failed call or a
+ * timeout every later collective of that communicator fails. NULL is LS_OK. */
 ls_status ls_comm_wait(ls_comm_request *req);
 /* *done = 1 once req has completed (then returns its status); drives progress. Does not free:
  * call ls_comm_wait afterwards. */

@@ -106,7 +106,9 @@ typedef struct ls_mpi_state {
     ls_mpi_req *nb_head, *nb_tail;
     int nb_outstanding;
     int window;
-    int spans_nodes; /* the ranks are on more than one node */
+    int spans_nodes;      /* the ranks are on more than one node */
+    int broken;           /* nonblocking: a call failed or a wait timed out; every later one fails */
+    char broken_why[300]; /* what broke it */
 } ls_mpi_state;
 
 /* One collective as MPI sees it, plus the staging around it. */
@@ -584,6 +586,19 @@ static ls_status ls_mpi_exec(ls_mpi_state *st, ls_mpi_req *r) {
     return s;
 }
 
+/* Nonblocking progress after a failed call or a timed-out wait: the calls still queued on this rank
+ * could no longer pair with the other ranks' in order, so nothing more is posted or waited for. */
+static void ls_mpi_break(ls_mpi_state *st, const char *why) {
+    if (st->broken) return;
+    st->broken = 1;
+    snprintf(st->broken_why, sizeof st->broken_why, "%s", why);
+}
+
+static ls_status ls_mpi_broken_error(const ls_mpi_state *st) {
+    return ls_error(LS_ERR_COMM, "the MPI communicator stopped after an earlier error (%s): call ls_comm_abort",
+                    st->broken_why);
+}
+
 /* Posts r's next MPI call (caller's thread). */
 static ls_status ls_mpi_post_call(ls_mpi_state *st, ls_mpi_req *r) {
     const void *sb = r->in_place ? MPI_IN_PLACE : r->msend;
@@ -618,6 +633,7 @@ static ls_status ls_mpi_post_call(ls_mpi_state *st, ls_mpi_req *r) {
         r->nreq = r->nposted; /* nothing more of r is posted; waiting for it returns this error */
         r->status = ls_mpi_error(rc, call);
         snprintf(r->err, sizeof r->err, "%s", ls_last_error());
+        ls_mpi_break(st, r->err);
         return r->status;
     }
     r->nposted++;
@@ -629,11 +645,17 @@ static ls_status ls_mpi_post_call(ls_mpi_state *st, ls_mpi_req *r) {
 /* Nonblocking progress (caller's thread): tests the outstanding calls of every unfinished request,
  * then posts the next calls in start order while fewer than the window are outstanding. */
 static ls_status ls_mpi_pump(ls_mpi_state *st) {
+    if (st->broken) return ls_mpi_broken_error(st);
     for (ls_mpi_req *r = st->nb_head; r; r = r->nb_next)
         for (int i = r->first_open; i < r->nposted; i++) {
             if (r->reqs[i] == MPI_REQUEST_NULL) continue;
             int flag = 0;
-            LS_MPI_CHECK(MPI_Test(&r->reqs[i], &flag, MPI_STATUS_IGNORE), "MPI_Test");
+            int rc = MPI_Test(&r->reqs[i], &flag, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS) {
+                ls_status e = ls_mpi_error(rc, "MPI_Test");
+                ls_mpi_break(st, ls_last_error());
+                return e;
+            }
             if (flag) {
                 r->reqs[i] = MPI_REQUEST_NULL;
                 st->nb_outstanding--;
@@ -664,6 +686,7 @@ static void ls_mpi_unlink(ls_mpi_state *st, ls_mpi_req *r) {
  * allows (caller's thread). */
 static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
     if (ls_mpi_trivial(r)) return LS_OK;
+    if (st->broken) return ls_mpi_broken_error(st);
     r->reqs = &r->req;
     r->nreq = 1;
     if (r->kind == LS_COLL_ALLREDUCE) {
@@ -783,7 +806,7 @@ static ls_status ls_mpi_wait_thread(ls_mpi_state *st, ls_mpi_req *r, int *gave_u
 /* Progress every unfinished request; *done: all of r's calls were posted and have finished. */
 static ls_status ls_mpi_test_nonblocking(ls_mpi_state *st, ls_mpi_req *r, int *done) {
     *done = !r->queued;
-    if (!r->queued) return LS_OK;
+    if (!r->queued) return r->status != LS_OK ? ls_error(r->status, "%s", r->err) : LS_OK;
     ls_status s = ls_mpi_pump(st);
     if (r->nposted == r->nreq && r->first_open == r->nreq) {
         ls_mpi_unlink(st, r);
@@ -800,8 +823,11 @@ static ls_status ls_mpi_wait_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
         int done = 0;
         LS_CHECK(ls_mpi_test_nonblocking(st, r, &done));
         if (done) return LS_OK;
-        if (st->env.timeout_s > 0 && (spins & 1023) == 0 && ls_now() - t0 > st->env.timeout_s)
-            return ls_mpi_timeout_error(st, r);
+        if (st->env.timeout_s > 0 && (spins & 1023) == 0 && ls_now() - t0 > st->env.timeout_s) {
+            ls_status e = ls_mpi_timeout_error(st, r);
+            ls_mpi_break(st, "a collective did not complete within LOCKSTEP_COMM_TIMEOUT");
+            return e;
+        }
     }
 }
 
@@ -871,7 +897,9 @@ static ls_status ls_mpi_run(void *sp, const ls_coll_op *op) {
         idle = st->inflight == 0;
         pthread_mutex_unlock(&st->mu);
     } else {
-        idle = st->nb_head == NULL; /* else calls of started requests are still to be posted */
+        /* Always through the queue: whether it is empty depends on what each rank has tested so
+         * far, and MPI does not pair a blocking call on one rank with a nonblocking one on another. */
+        idle = 0;
     }
     if (!idle) { /* keep the order of the queued collectives */
         void *h = NULL;
@@ -1147,10 +1175,11 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
         }
         st->worker_started = 1;
     }
-    LS_LOG_D("mpi communicator: rank %d of %d, progress %s (window %d), device buffers %s, all-reduce parts of "
-             "%zu bytes at most (0: no limit)",
-             st->rank, st->world, st->threaded ? "thread" : "nonblocking", st->threaded ? 0 : st->window,
-             st->cuda_aware ? "direct (CUDA-aware)" : "staged", st->chunk);
+    char progress[48] = "thread";
+    if (!st->threaded) snprintf(progress, sizeof progress, "nonblocking (window %d)", st->window);
+    LS_LOG_D("mpi communicator: rank %d of %d, progress %s, device buffers %s, all-reduce parts of %zu bytes at most "
+             "(0: no limit)",
+             st->rank, st->world, progress, st->cuda_aware ? "direct (CUDA-aware)" : "staged", st->chunk);
     *iface = &ls_mpi_iface;
     *state = st;
     *rank = st->rank;

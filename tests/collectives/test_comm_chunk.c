@@ -26,6 +26,7 @@
 #include "testutil.h"
 
 static atomic_long calls, max_count, outstanding, max_outstanding;
+static long fail_iallreduce_at = -1; /* the MPI_Iallreduce with this number (calls) fails */
 
 static void count_call(int count) {
     atomic_fetch_add(&calls, 1);
@@ -42,6 +43,7 @@ int MPI_Allreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op o
 
 int MPI_Iallreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request *req) {
     count_call(count);
+    if (atomic_load(&calls) == fail_iallreduce_at) return MPI_ERR_OTHER;
     long now = atomic_fetch_add(&outstanding, 1) + 1, prev = atomic_load(&max_outstanding);
     while (now > prev && !atomic_compare_exchange_weak(&max_outstanding, &prev, now)) {}
     return PMPI_Iallreduce(sb, rb, count, dt, op, comm, req);
@@ -195,6 +197,30 @@ int main(void) {
         free(b);
         free(d);
     }
+    /* a blocking all-reduce after a request one rank has tested to completion and the others have
+     * not: every rank must make the same kind of MPI call (MPI pairs no blocking call with a
+     * nonblocking one) */
+    {
+        enum { N = 3000 };
+        float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
+        LS_REQUIRE(a && b);
+        for (int i = 0; i < N; i++) {
+            a[i] = (float)ct_val(LS_F32, R, i, 13);
+            b[i] = (float)ct_val(LS_F32, R, i, 14);
+        }
+        ls_comm_request *req = NULL;
+        LS_REQUIRE_OK(ls_comm_iallreduce(c, a, N, LS_F32, LS_REDUCE_SUM, &req));
+        if (R == 0)
+            for (int done = 0; !done;) LS_REQUIRE_OK(ls_comm_test(req, &done));
+        LS_REQUIRE_OK(ls_comm_allreduce(c, b, N, LS_F32, LS_REDUCE_SUM));
+        LS_REQUIRE_OK(ls_comm_wait(req));
+        CT_CHECK_ELEMS(R, "tested on rank 0 only, then blocking (first)", a, LS_F32, N,
+                       ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 13));
+        CT_CHECK_ELEMS(R, "tested on rank 0 only, then blocking (second)", b, LS_F32, N,
+                       ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 14));
+        free(a);
+        free(b);
+    }
     /* requests of several parts in flight, completed through ls_comm_test in an order that differs
      * by rank (as the reducer's buckets are): every rank must still start the parts in one order */
     {
@@ -277,6 +303,30 @@ int main(void) {
         else
             unsetenv("LOCKSTEP_MPI_PROGRESS");
         free(saved);
+    }
+
+    /* nonblocking, window 1: an MPI call that fails when a test posts it. The request it belongs to
+     * reports it at its wait, and every later collective of that communicator fails (its queued
+     * calls could no longer pair with the other ranks'); the request already done is fine. */
+    if (nonblocking && window == 1) {
+        ls_comm *fc = make_comm(NULL);
+        float x[100], y[100], z = 1;
+        for (int i = 0; i < 100; i++) x[i] = y[i] = 1;
+        ls_comm_request *r1 = NULL, *r2 = NULL;
+        fail_iallreduce_at = atomic_load(&calls) + 2; /* the second from now: r2's, posted by a test */
+        LS_REQUIRE_OK(ls_comm_iallreduce(fc, x, 100, LS_F32, LS_REDUCE_SUM, &r1));
+        LS_REQUIRE_OK(ls_comm_iallreduce(fc, y, 100, LS_F32, LS_REDUCE_SUM, &r2));
+        for (int done = 0, k = 0; !done && k < 100000000; k++)
+            if (ls_comm_test(r1, &done) != LS_OK) break;
+        LS_EXPECT(ls_comm_wait(r1) == LS_OK);
+        LS_EXPECT(x[0] == (float)W);
+        int done2 = 0;
+        LS_EXPECT_ERR(ls_comm_test(r2, &done2), LS_ERR_COMM, "MPI_Iallreduce");
+        LS_EXPECT_ERR(ls_comm_wait(r2), LS_ERR_COMM, "MPI_Iallreduce"); /* still, after the test */
+        LS_EXPECT_ERR(ls_comm_allreduce(fc, &z, 1, LS_F32, LS_REDUCE_SUM), LS_ERR_COMM,
+                      "the MPI communicator stopped after an earlier error (MPI_Iallreduce failed");
+        fail_iallreduce_at = -1;
+        ls_comm_destroy(fc);
     }
 
     /* LOCKSTEP_MPI_WINDOW: a bad value is an error on that rank and fails the others with it */

@@ -3,8 +3,10 @@
 # ranks on two network-namespace "hosts" (netns_two_hosts.sh --compare-file) must end with
 # bit-identical parameters (--dump-params), and the MPI backend's all-reduce parts must be 16 MiB
 # on one host and 1 MiB across the two; with nonblocking progress the same, with 2 MPI calls
-# outstanding at most on one host and 1 across the two (LOCKSTEP_MPI_WINDOW); when the link between the hosts goes down during training,
-# the job must end (non-zero, mpirun reporting the lost host) within a minute instead of hanging.
+# outstanding at most on one host and 1 across the two (LOCKSTEP_MPI_WINDOW, read from the debug
+# line; test_comm_chunk counts the calls); when the link between the hosts goes down during
+# training, the job must end (non-zero, mpirun reporting the lost host) within a minute instead of
+# hanging.
 # Skips (77) without namespaces or the dataset.
 # Usage: test_netns_train.sh LOCKSTEP_RUN NETNS_TWO_HOSTS_SH FASHION_MLP DATA_DIR
 . "$(dirname "$0")/lib.sh"
