@@ -2,8 +2,9 @@
 # device-check.sh: the one GPU session's script. From the repository root, builds lockstep with
 # CUDA (sm_90 only) unless a usable build directory is given, runs the gpu-labelled tests (op
 # parity including the CNN ops and a ResNet step, the allocator), then the end-to-end GPU runs
-# (fashion_mlp on cuda, the MLP benchmark beside PyTorch eager, oom_challenge on its GPU defaults,
-# the ResNet benchmark beside PyTorch) and prints one summary table last. Every step runs under a
+# (fashion_mlp and examples/quickstart on cuda, the MLP benchmark beside PyTorch eager,
+# oom_challenge on its GPU defaults, the ResNet benchmark beside PyTorch) and prints one summary
+# table last. Every step runs under a
 # timeout and the whole script under a total budget, so one hang cannot eat the device time; steps
 # run in order of priority (tests, then the MLP comparison, then the CNN runs), so a short budget
 # drops the last ones, shown as NOT RUN. Output is also written to $OUT/device-check.log (and the
@@ -21,6 +22,7 @@
 #   ctest -L gpu, 6 tests side by side (-j6)        ~50 s   (test_gpu_parity's f64/adamw references
 #                                                            on the CPU dominate: ~25 s of one core)
 #   fashion_mlp x3 (2 epochs) + checkpoint pair     ~30 s   (5 processes: CUDA start, data, training)
+#   quickstart (the C API example) on cuda          ~3 s
 #   PyTorch probe (cold import)                     ~0 s    (runs during the build)
 #   MLP vs PyTorch: 2 batches x 2 rounds A B A B    ~80 s   (lockstep ~5 s, torch ~15 s a process)
 #   MLP batch 128 with LOCKSTEP_TIMELINE + summary  ~8 s
@@ -306,6 +308,16 @@ if [ -x "$MLP" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
     [ "$res" = pass ] || FAILED=1
 else
     add_row "fashion_mlp --device cuda" "NOT RUN" "no binary ($MLP) or no data in $DATA"
+fi
+# examples/quickstart (docs/guide.md) on the GPU: the C API end to end, its own data in memory
+QS="$BUILD/examples/quickstart/quickstart"
+if [ -x "$QS" ]; then
+    step quickstart-cuda 30 env LOCKSTEP_DEVICE=cuda "$QS" --epochs 2 --checkpoint-dir "$WORK/qs"
+    acc=$(grep -E '^epoch 2 ' "$WORK/quickstart-cuda.out" | grep -oE '[0-9.]+%$')
+    res=$(result_of "$STEP_RC")
+    awk -v a="${acc%\%}" 'BEGIN { exit !(a + 0 >= 90) }' || [ "$STEP_RC" -eq 125 ] || res=FAIL
+    add_row "quickstart (C API) on cuda, 2 epochs" "$res" "test accuracy ${acc:-none} (at least 90%)"
+    [ "$res" = pass ] || FAILED=1
 fi
 
 wait "$TORCH_PROBE" 2>/dev/null
