@@ -10,6 +10,7 @@
  *   lockstep-run -n 2 quickstart --checkpoint-dir ck */
 #include <lockstep/checkpoint.h>
 #include <lockstep/train.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,24 +46,34 @@ static void make_points(int64_t n, uint64_t seed, float *x, int32_t *y) {
 #undef NEXT_UNIFORM
 }
 
+/* A whole number in [lo, hi], else -1. */
+static int64_t parse_count(const char *s, int64_t lo, int64_t hi) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    return errno || end == s || *end || v < lo || v > hi ? -1 : (int64_t)v;
+}
+
 int main(int argc, char **argv) {
+    const int64_t n_train = 8192, n_test = 2048;
     int64_t epochs = 4, batch = 64;
     const char *ckpt_dir = "quickstart-checkpoints";
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && !strcmp(argv[i], "--epochs"))
-            epochs = atoll(argv[++i]);
+            epochs = parse_count(argv[++i], 1, 1000000);
         else if (i + 1 < argc && !strcmp(argv[i], "--batch-size"))
-            batch = atoll(argv[++i]);
+            batch = parse_count(argv[++i], 1, n_train);
         else if (i + 1 < argc && !strcmp(argv[i], "--checkpoint-dir"))
             ckpt_dir = argv[++i];
         else {
             fprintf(stderr, "usage: quickstart [--epochs N] [--batch-size N] [--checkpoint-dir DIR]\n");
             return 2;
         }
-    }
-    if (epochs < 1 || batch < 1) {
-        fprintf(stderr, "quickstart: --epochs and --batch-size must be positive\n");
-        return 2;
+        if (epochs < 0 || batch < 0) {
+            fprintf(stderr, "quickstart: %s needs a whole number from 1 to %lld\n", argv[i - 1],
+                    (long long)(epochs < 0 ? 1000000 : n_train));
+            return 2;
+        }
     }
     int rc = 0;
     ls_ctx *ctx = NULL;
@@ -77,7 +88,7 @@ int main(int argc, char **argv) {
     int64_t *idx = NULL, *test_idx = NULL;
 
     /* 1. Which rank am I, which device is mine (a GPU per local rank, else the CPU), and the
-     *    communicator (NCCL on GPUs, MPI on CPUs, none for one process). */
+     *    communicator (NCCL on GPUs, MPI on CPUs, a trivial one for one process run directly). */
     ls_rank_info ri;
     ls_device dev;
     TRY("rank discovery", ls_rank_discover(&ri));
@@ -87,7 +98,6 @@ int main(int argc, char **argv) {
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
 
     /* 2. Data: the whole set on every rank; the sampler picks this rank's share of each step. */
-    const int64_t n_train = 8192, n_test = 2048;
     x = malloc((size_t)n_train * FEATURES * sizeof *x);
     y = malloc((size_t)n_train * sizeof *y);
     if (!x || !y) TRY("data", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the points"));
@@ -102,8 +112,10 @@ int main(int argc, char **argv) {
      *    rank 0's parameters so they start equal. */
     int64_t sizes[] = {FEATURES, 64, 64, CLASSES};
     TRY("model", ls_mlp_create(ctx, LS_F32, 4, sizes, LS_ACT_RELU, 42, &model));
+    enum { MAX_PARAMS = 64 };
     int np = ls_module_num_params(model);
-    ls_tensor *params[8], *grads[8];
+    if (np > MAX_PARAMS) TRY("model", ls_error(LS_ERR_INVALID_ARGUMENT, "more than %d parameter tensors", MAX_PARAMS));
+    ls_tensor *params[MAX_PARAMS], *grads[MAX_PARAMS];
     for (int i = 0; i < np; i++) {
         params[i] = ls_module_param(model, i);
         grads[i] = ls_module_grad(model, i);
@@ -130,6 +142,10 @@ int main(int argc, char **argv) {
         ls_trainer_set_num_steps(trainer, state.step);
         first_epoch = state.epoch; /* saved at the end of an epoch: the next one starts afresh */
         if (rank == 0) printf("quickstart: resumed from %s (epoch %lld done)\n", path, (long long)first_epoch);
+        if (rank == 0 && first_epoch >= epochs)
+            printf("quickstart: nothing to train: --epochs %lld are done (more epochs, or another "
+                   "--checkpoint-dir)\n",
+                   (long long)epochs);
     }
     if (rank == 0)
         printf("quickstart: %d rank%s on %s, %lld parameters, %lld steps per epoch\n", world, world == 1 ? "" : "s",
