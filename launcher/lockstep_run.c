@@ -839,7 +839,7 @@ static void build_srun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) {
     push_prog(cmd, o);
 }
 
-/* "status 137 (killed by SIGKILL)" */
+/* "status 137 (128 + SIGKILL)": killed by the signal, or a program that exited with that status */
 static void describe_status(int rc, char *buf, size_t len) {
     if (rc > 128 && rc < 128 + 65)
         snprintf(buf, len, "status %d (128 + SIG%s)", rc, sigabbrev_np(rc - 128) ? sigabbrev_np(rc - 128) : "?");
@@ -962,11 +962,12 @@ int main(int argc, char **argv) {
         rc = ferror(stdout) ? 1 : 0;
         goto done;
     }
+    /* srun inside a Slurm job, and every launcher with --max-restarts, run as lockstep-run's child */
+    const char *job = getenv("SLURM_JOB_ID");
+    if (!(job && *job) || p.launcher != LSR_SRUN) job = NULL;
+    const int supervised = o.max_restarts > 0 || job;
     if (o.verbose) {
-        fputs(o.max_restarts > 0 || (p.launcher == LSR_SRUN && getenv("SLURM_JOB_ID") && *getenv("SLURM_JOB_ID"))
-                  ? "lockstep-run: run "
-                  : "lockstep-run: exec ",
-              stderr);
+        fputs(supervised ? "lockstep-run: run " : "lockstep-run: exec ", stderr);
         print_command(stderr, &env, cmd.v);
     }
     for (size_t i = 0; i < env.n; i++) {
@@ -981,11 +982,9 @@ int main(int argc, char **argv) {
         }
     }
     fflush(NULL);
-    const char *job = getenv("SLURM_JOB_ID");
-    if (!(job && *job)) job = NULL;
     const char *exe = p.launcher == LSR_DIRECT ? p.prog_path : cmd.v[0];
-    if (o.max_restarts > 0 || (p.launcher == LSR_SRUN && job)) {
-        rc = supervise(&o, exe, cmd.v, p.launcher == LSR_SRUN ? job : NULL);
+    if (supervised) {
+        rc = supervise(&o, exe, cmd.v, job);
         goto done;
     }
     execv(exe, cmd.v);
