@@ -213,8 +213,7 @@ static MPI_Op ls_mpi_op(ls_reduce_op op, ls_dtype t) {
 
 /* ---- staging ---- */
 
-static void ls_stage_free(ls_mpi_state *st, ls_stage_block b) {
-    (void)st;
+static void ls_stage_free(ls_stage_block b) {
     if (b.p) ls_allocator_host_free(b.from, b.p, b.bytes, b.pinned);
 }
 
@@ -271,7 +270,7 @@ static void ls_stage_put(ls_mpi_state *st, ls_stage_block b) {
         st->kept[st->nkept++] = b;
     }
     pthread_mutex_unlock(&st->stage_mu);
-    for (int i = 0; i < ndrop; i++) ls_stage_free(st, drop[i]);
+    for (int i = 0; i < ndrop; i++) ls_stage_free(drop[i]);
 }
 
 static void ls_mpi_req_free(ls_mpi_state *st, ls_mpi_req *r) {
@@ -950,7 +949,7 @@ static void ls_mpi_destroy(void *sp) {
              * leaked when it ends (its allocator may be gone by then) */
             pthread_mutex_lock(&st->stage_mu);
             st->closing = 1;
-            for (int i = 0; i < st->nkept; i++) ls_stage_free(st, st->kept[i]);
+            for (int i = 0; i < st->nkept; i++) ls_stage_free(st->kept[i]);
             st->nkept = 0;
             pthread_mutex_unlock(&st->stage_mu);
             pthread_detach(st->worker);
@@ -962,7 +961,7 @@ static void ls_mpi_destroy(void *sp) {
         pthread_join(st->worker, NULL);
     }
     if (st->comm != MPI_COMM_NULL) MPI_Comm_free(&st->comm);
-    for (int i = 0; i < st->nkept; i++) ls_stage_free(st, st->kept[i]);
+    for (int i = 0; i < st->nkept; i++) ls_stage_free(st->kept[i]);
     pthread_mutex_destroy(&st->stage_mu);
     pthread_cond_destroy(&st->work_cv);
     pthread_cond_destroy(&st->done_cv);
