@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-format.sh: checks that lockstep's C and CUDA sources are formatted as .clang-format says
+# check-format.sh: checks that lockstep's C, C++ and CUDA sources are formatted as .clang-format says
 # (clang-format 14, Debian 12's; other versions format some constructs differently, so they are not
 # used). --fix formats them in place. Exit: 0 formatted, 1 some file is not (each named), 77 no
 # clang-format 14 (the CTest skip code).
@@ -20,9 +20,9 @@ if [ -z "$cf" ]; then
   exit 77
 fi
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  mapfile -t files < <(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+  mapfile -t files < <(git ls-files '*.c' '*.cc' '*.h' '*.cu' '*.cuh')
 else
-  mapfile -t files < <(find . -path ./build\* -prune -o \( -name '*.c' -o -name '*.h' -o -name '*.cu' \
+  mapfile -t files < <(find . -path ./build\* -prune -o \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' \
     -o -name '*.cuh' \) -print | sed 's|^\./||' | sort)
 fi
 if [ "$fix" = 1 ]; then
