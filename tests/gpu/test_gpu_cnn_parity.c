@@ -30,6 +30,7 @@
 #include "rng.h"
 #include "testutil.h"
 #include "gpu_values.h"
+#include "parity_ctx.h"
 
 static ls_ctx *CPU, *DEV, *DEV2, *DEV_TF32;
 static int self_mode;
@@ -552,17 +553,18 @@ int main(int argc, char **argv) {
     LS_REQUIRE(cuda_ops != NULL);
     if (missing_cnn_entries(cuda_ops)) return 1;
     char why[256] = "";
-    if (!self_mode && ls_device_cuda_count(why, sizeof why) == 0) LS_SKIP("no usable CUDA device: %s", why);
+    if (!parity_emulated && !self_mode && ls_device_cuda_count(why, sizeof why) == 0)
+        LS_SKIP("no usable CUDA device: %s", why);
     ls_device dev = self_mode ? ls_device_cpu() : (ls_device){LS_DEVICE_CUDA, 0};
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &CPU));
     unsetenv("LOCKSTEP_TF32");
-    LS_REQUIRE_OK(ls_ctx_create(dev, NULL, &DEV));
-    LS_REQUIRE_OK(ls_ctx_create(dev, NULL, &DEV2));
+    LS_REQUIRE_OK(parity_ctx_create(dev, 2, &DEV));
+    LS_REQUIRE_OK(parity_ctx_create(dev, 5, &DEV2));
     setenv("LOCKSTEP_TF32", "1", 1);
-    LS_REQUIRE_OK(ls_ctx_create(dev, NULL, &DEV_TF32));
+    LS_REQUIRE_OK(parity_ctx_create(dev, 3, &DEV_TF32));
     unsetenv("LOCKSTEP_TF32");
     ls_rng_init(&R, 20240612);
-    printf("cnn parity: %s against cpu\n", self_mode ? "cpu (--self)" : "cuda:0");
+    printf("cnn parity: %s against cpu\n", parity_device_name(self_mode));
 
     /* N, C, H, W, K, R, stride, pad, groups, bias: odd sizes, strides 1 and 2, paddings 0..2,
      * groups 1 and 2, 1x1 and 5x5, the ResNet stem (C = 1) and its projections */
@@ -619,9 +621,9 @@ int main(int argc, char **argv) {
     LS_REQUIRE_OK(ls_ctx_synchronize(DEV));
     printf("cnn parity: %d comparisons, %d skipped, %d failed; worst error f32 %.3g, f16/bf16 %.3g\n", n_cases,
            n_skipped, ls_test_failures, worst_f32, worst_low);
-    ls_ctx_destroy(DEV_TF32);
-    ls_ctx_destroy(DEV2);
-    ls_ctx_destroy(DEV);
+    parity_ctx_destroy(DEV_TF32);
+    parity_ctx_destroy(DEV2);
+    parity_ctx_destroy(DEV);
     ls_ctx_destroy(CPU);
     LS_TEST_END();
 }

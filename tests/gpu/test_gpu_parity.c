@@ -21,6 +21,7 @@
 #include "rng.h"
 #include "testutil.h"
 #include "gpu_values.h"
+#include "parity_ctx.h"
 
 static ls_ctx *CPU, *DEV, *DEV_TF32;
 static int self_mode;
@@ -124,7 +125,7 @@ static void check(const char *what, ls_dtype t, int tf32, const double *got, con
 /* The device's answer to a call: LS_OK, or (in --self mode only) a skip for f16/bf16. */
 static int dev_ok(ls_status s, const char *what, ls_dtype t) {
     if (s == LS_OK) return 1;
-    if (self_mode && s == LS_ERR_UNSUPPORTED && (t == LS_F16 || t == LS_BF16)) {
+    if (s == LS_ERR_UNSUPPORTED && parity_unsupported_is_skip(self_mode, t)) {
         n_skipped++;
         return 0;
     }
@@ -725,16 +726,17 @@ int main(int argc, char **argv) {
     }
     LS_REQUIRE(cuda_ops->gather_rows && cuda_ops->gather_rows_lut); /* optional in ops.h, kept on the GPU */
     char why[256] = "";
-    if (!self_mode && ls_device_cuda_count(why, sizeof why) == 0) LS_SKIP("no usable CUDA device: %s", why);
+    if (!parity_emulated && !self_mode && ls_device_cuda_count(why, sizeof why) == 0)
+        LS_SKIP("no usable CUDA device: %s", why);
     ls_device dev = self_mode ? ls_device_cpu() : (ls_device){LS_DEVICE_CUDA, 0};
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &CPU));
     unsetenv("LOCKSTEP_TF32");
-    LS_REQUIRE_OK(ls_ctx_create(dev, NULL, &DEV));
+    LS_REQUIRE_OK(parity_ctx_create(dev, 2, &DEV));
     setenv("LOCKSTEP_TF32", "1", 1);
-    LS_REQUIRE_OK(ls_ctx_create(dev, NULL, &DEV_TF32));
+    LS_REQUIRE_OK(parity_ctx_create(dev, 3, &DEV_TF32));
     unsetenv("LOCKSTEP_TF32");
     ls_rng_init(&R, 20240611);
-    printf("parity: %s against cpu\n", self_mode ? "cpu (--self)" : "cuda:0");
+    printf("parity: %s against cpu\n", parity_device_name(self_mode));
 
     for (int i = 0; i < N_FLOATS; i++) {
         ls_dtype t = FLOATS[i];
@@ -802,8 +804,8 @@ int main(int argc, char **argv) {
     LS_REQUIRE_OK(ls_ctx_synchronize(DEV));
     printf("parity: %d comparisons, %d skipped, %d failed; worst error f32 %.3g, tf32 %.3g, f16/bf16 %.3g\n", n_cases,
            n_skipped, ls_test_failures, worst_f32, worst_tf32, worst_low);
-    ls_ctx_destroy(DEV_TF32);
-    ls_ctx_destroy(DEV);
+    parity_ctx_destroy(DEV_TF32);
+    parity_ctx_destroy(DEV);
     ls_ctx_destroy(CPU);
     LS_TEST_END();
 }

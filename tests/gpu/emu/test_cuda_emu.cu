@@ -1,0 +1,165 @@
+/* test_cuda_emu.cu: the kernel emulator (cuda_emu.h) itself, on kernels written for it here (CUDA
+ * source, translated by translate.py like the backend's). Checks what the parity tests rely on:
+ *  - launches: every block and thread once, 1-D and 2-D blocks and grids, the indices right;
+ *  - __syncthreads, __shfl_xor_sync and __any_sync give the GPU's results (a block reduction);
+ *  - a missing barrier shows (a wrong result), the same kernel with it is right;
+ *  - what is undefined on a GPU aborts with the kernel named: a barrier some threads returned
+ *    before, a shuffle in a divergent branch, a full-mask shuffle in a partial warp;
+ *  - a bad launch configuration is cudaErrorInvalidConfiguration from cudaGetLastError, once.
+ * Each abort is checked in a child process (its exit by SIGABRT and its message). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            failures++;                                                                                                \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                            \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+        }                                                                                                              \
+    } while (0)
+
+/* out[linear thread id over the grid] = 1 + block linear index, counted once per visit */
+__global__ void visit_kernel(int *out) {
+    const int tpb = blockDim.x * blockDim.y;
+    const int block = blockIdx.y * gridDim.x + blockIdx.x;
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+    out[block * tpb + t] += 1 + block;
+}
+
+/* out[blockIdx.x] = sum of (global thread id + 1) over the block: warps by shuffles, then the
+ * warps' sums through shared memory after a barrier; any[blockIdx.x] = whether a lane saw 7. */
+__global__ void block_sum_kernel(long long *out, int *any) {
+    __shared__ long long sh[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x + 1;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int seen = __any_sync(0xffffffffu, threadIdx.x == 7);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        long long s = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) s += sh[w];
+        out[blockIdx.x] = s;
+        any[blockIdx.x] = seen;
+    }
+}
+
+/* Thread 0 publishes a value every thread of the block copies: with or without the barrier
+ * between (without it, threads that run before thread 0 read the previous block's value). */
+template <bool BARRIER> __global__ void publish_kernel(int *out) {
+    __shared__ int value;
+    if (threadIdx.x == 0) value = 100 + blockIdx.x;
+    if (BARRIER) __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = value;
+}
+
+__global__ void divergent_barrier_kernel(int *out) {
+    if (threadIdx.x < 16) return;
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+__global__ void divergent_shuffle_kernel(int *out) {
+    int v = threadIdx.x;
+    if (threadIdx.x % 32 < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);
+    out[threadIdx.x] = v;
+}
+
+__global__ void partial_warp_kernel(int *out) {
+    int v = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+    out[threadIdx.x] = v;
+}
+
+/* Runs launch(kind) in a child; the child must abort, saying what (needle) about which kernel. */
+static void expect_abort(int kind, const char *kernel, const char *needle);
+
+static void launch_bad(int kind) {
+    static int out[64];
+    if (kind == 0) divergent_barrier_kernel<<<1, 64>>>(out);
+    if (kind == 1) divergent_shuffle_kernel<<<1, 64>>>(out);
+    if (kind == 2) partial_warp_kernel<<<1, 48>>>(out);
+}
+
+static void expect_abort(int kind, const char *kernel, const char *needle) {
+    int fd[2];
+    if (pipe(fd) != 0) abort();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        launch_bad(kind);
+        _exit(0);
+    }
+    close(fd[1]);
+    char msg[2048] = "";
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < sizeof msg && (r = read(fd[0], msg + n, sizeof msg - 1 - n)) > 0) n += (size_t)r;
+    msg[n] = '\0';
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "%s: the child exited with status %d, output: %s", kernel,
+          status, msg);
+    CHECK(strstr(msg, kernel) != NULL, "the message does not name %s: %s", kernel, msg);
+    CHECK(strstr(msg, needle) != NULL, "the message lacks \"%s\": %s", needle, msg);
+    printf("ok   %s aborts: %s", kernel, msg);
+}
+
+int main(void) {
+    /* every thread once: 1-D, and 2-D blocks in a 2-D grid */
+    static int visits[3 * 2 * 32 * 8];
+    visit_kernel<<<dim3(3, 2), dim3(32, 8)>>>(visits);
+    CHECK(cudaGetLastError() == cudaSuccess, "visit launch");
+    int bad = 0;
+    for (int i = 0; i < 3 * 2 * 256; i++) bad += visits[i] != 1 + i / 256;
+    CHECK(bad == 0, "%d threads of the 2-D launch were not visited exactly once with their indices", bad);
+    printf("ok   a 3x2 grid of 32x8 blocks: every thread once, with its indices\n");
+
+    /* a block reduction: shuffles, __any_sync, shared memory and a barrier */
+    long long sums[5];
+    int any[5];
+    block_sum_kernel<<<5, 256>>>(sums, any);
+    for (int b = 0; b < 5; b++) {
+        long long lo = (long long)b * 256, want = (lo + 256) * (lo + 257) / 2 - lo * (lo + 1) / 2;
+        CHECK(sums[b] == want, "block %d sums to %lld, not %lld", b, sums[b], want);
+        CHECK(any[b] == 1, "block %d: __any_sync gave %d", b, any[b]);
+    }
+    printf("ok   block reduction over 5 blocks of 256: shuffles, __any_sync, a barrier\n");
+
+    /* a missing barrier shows; with the barrier the result is right */
+    static int pub[2][4 * 64];
+    publish_kernel<false><<<4, 64>>>(pub[0]);
+    publish_kernel<true><<<4, 64>>>(pub[1]);
+    int wrong[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 4 * 64; i++) wrong[k] += pub[k][i] != 100 + i / 64;
+    CHECK(wrong[0] > 0, "the kernel without its barrier gave the right result: the emulator hides the race");
+    CHECK(wrong[1] == 0, "%d threads read a wrong value with the barrier", wrong[1]);
+    printf("ok   without its barrier %d of 256 threads read a stale value; with it, none\n", wrong[0]);
+
+    /* a bad configuration: reported once */
+    static int out[8];
+    visit_kernel<<<1, 2048>>>(out);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "2048 threads a block were accepted");
+    CHECK(cudaGetLastError() == cudaSuccess, "the launch error stayed after it was read");
+    visit_kernel<<<dim3(1, 70000), 32>>>(out);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "a grid.y of 70000 was accepted");
+    printf("ok   1x2048 threads and a grid.y of 70000: cudaErrorInvalidConfiguration, once\n");
+
+    /* undefined on a GPU: aborts naming the kernel */
+    expect_abort(0, "divergent_barrier_kernel", "threads that have returned");
+    expect_abort(1, "divergent_shuffle_kernel", "only part of a warp");
+    expect_abort(2, "partial_warp_kernel", "in a warp of 16 threads");
+
+    printf(failures ? "FAILED (%d)\n" : "ok\n", failures);
+    return failures ? 1 : 0;
+}

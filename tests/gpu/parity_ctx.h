@@ -1,0 +1,62 @@
+/* parity_ctx.h: the device contexts of the parity tests (test_gpu_parity.c,
+ * test_gpu_cnn_parity.c). Built plain, they are CUDA contexts (CPU contexts with --self). Built
+ * with LS_PARITY_EMU (the tests *_emu), they are contexts whose CUDA kernels run emulated on the
+ * CPU through the CUDA backend's own entry code (emu/emu_ctx.h), so every comparison of a kernel
+ * op runs without a GPU; the GEMMs and convolutions are then the CPU's, compared with itself. */
+#ifndef LOCKSTEP_TEST_PARITY_CTX_H
+#define LOCKSTEP_TEST_PARITY_CTX_H
+
+#include "ops.h"
+#include "testutil.h"
+#ifdef LS_PARITY_EMU
+#include "emu_ctx.h"
+#endif
+
+#ifdef LS_PARITY_EMU
+enum { parity_emulated = 1 };
+#else
+enum { parity_emulated = 0 };
+#endif
+
+/* What the device is, for the first line of output. */
+static inline const char *parity_device_name(int self_mode) {
+    if (parity_emulated) return "cuda kernels emulated on the cpu";
+    return self_mode ? "cpu (--self)" : "cuda:0";
+}
+
+/* A device context: sm_count sizes the emulated kernels' grids (ignored on a real device). */
+static inline ls_status parity_ctx_create(ls_device dev, int sm_count, ls_ctx **out) {
+#ifdef LS_PARITY_EMU
+    (void)dev;
+    return emu_ctx_create(sm_count, out);
+#else
+    (void)sm_count;
+    return ls_ctx_create(dev, NULL, out);
+#endif
+}
+
+static inline void parity_ctx_destroy(ls_ctx *c) {
+#ifdef LS_PARITY_EMU
+    emu_ctx_destroy(c);
+#else
+    ls_ctx_destroy(c);
+#endif
+}
+
+/* Whether the device's LS_ERR_UNSUPPORTED for t is a skip rather than a failure: with --self, the
+ * CPU's missing f16/bf16 entries; emulated, the same ones in the entries handed to the CPU (and
+ * nowhere else: an emulated kernel op must compute every float type). */
+static inline int parity_unsupported_is_skip(int self_mode, ls_dtype t) {
+    if (t != LS_F16 && t != LS_BF16) return 0;
+#ifdef LS_PARITY_EMU
+    static long seen;
+    long now = emu_ctx_delegated_unsupported();
+    int delegated = now > seen;
+    seen = now;
+    return delegated;
+#else
+    return self_mode;
+#endif
+}
+
+#endif
