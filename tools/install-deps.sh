@@ -5,7 +5,9 @@
 set -euo pipefail
 # slurmctld/slurmd/slurm-client: the launcher's Slurm test starts a private cluster with its own
 # configuration; the packages' system services need /etc/slurm/slurm.conf and stay off without it.
-pkgs=(build-essential cmake pkg-config git libopenblas-dev zlib1g-dev libcjson-dev
+# python3: with the CUDA toolkit, the tests that run lockstep's CUDA kernels in a CPU emulator
+# translate the kernels' sources with it (tests/gpu/emu/translate.py).
+pkgs=(build-essential python3 cmake pkg-config git libopenblas-dev zlib1g-dev libcjson-dev
       openmpi-bin libopenmpi-dev dataset-fashion-mnist iproute2 clang libclang-rt-14-dev clang-format
       slurmctld slurmd slurm-client)
 if [ "${LOCKSTEP_WITH_TORCH:-0}" = 1 ]; then pkgs+=(python3-torch python3-numpy); fi
