@@ -1,8 +1,8 @@
 /* parity_ctx.h: the device contexts of the parity tests (test_gpu_parity.c,
  * test_gpu_cnn_parity.c). Built plain, they are CUDA contexts (CPU contexts with --self). Built
  * with LS_PARITY_EMU (the tests *_emu), they are contexts whose CUDA kernels run emulated on the
- * CPU through the CUDA backend's own entry code (emu/emu_ctx.h), so every comparison of a kernel
- * op runs without a GPU; the GEMMs and convolutions are then the CPU's, compared with itself. */
+ * CPU through the CUDA backend's own entry code (emu/emu_ctx.h), its cuBLAS, cuBLASLt and cuDNN
+ * calls answered by stand-ins, so every comparison runs without a GPU. */
 #ifndef LOCKSTEP_TEST_PARITY_CTX_H
 #define LOCKSTEP_TEST_PARITY_CTX_H
 
@@ -44,19 +44,10 @@ static inline void parity_ctx_destroy(ls_ctx *c) {
 }
 
 /* Whether the device's LS_ERR_UNSUPPORTED for t is a skip rather than a failure: with --self, the
- * CPU's missing f16/bf16 entries; emulated, the same ones in the entries handed to the CPU (and
- * nowhere else: an emulated kernel op must compute every float type). */
+ * CPU's missing f16/bf16 entries; on a GPU or emulated, never (every CUDA entry computes every
+ * float type). */
 static inline int parity_unsupported_is_skip(int self_mode, ls_dtype t) {
-    if (t != LS_F16 && t != LS_BF16) return 0;
-#ifdef LS_PARITY_EMU
-    static long seen;
-    long now = emu_ctx_delegated_unsupported();
-    int delegated = now > seen;
-    seen = now;
-    return delegated;
-#else
-    return self_mode;
-#endif
+    return self_mode && (t == LS_F16 || t == LS_BF16);
 }
 
 #endif

@@ -766,6 +766,7 @@ int main(int argc, char **argv) {
         case_xent(t, 300, 1024, 0);
         case_xent(t, 128, 10, 1);
         case_xent(t, 9, 3000, 1);
+        case_xent(t, 70, 1500, 0); /* more rows than a small grid: a block takes several (2 SMs: 32 blocks) */
         case_blas1(t, 1000003);
         case_blas1(t, 17);
         for (int j = 0; j < N_FLOATS; j++) {

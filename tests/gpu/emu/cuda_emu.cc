@@ -63,6 +63,8 @@ const char *kernel_name;
 void (*kernel_body)(void *);
 void *kernel_arg;
 cudaError_t last_error = cudaSuccess;
+void *shared_seen[64]; /* the __shared__ variables the block has reached */
+int n_shared_seen;
 
 [[noreturn]] void die(const char *fmt, const char *a, int b) {
     fprintf(stderr, "cuda_emu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): ", kernel_name, block_index.x,
@@ -107,6 +109,8 @@ void setup() {
         abort();
     }
     stacks = static_cast<char *>(m);
+    /* a page at the low end of each stack faults, so an overflow cannot run into the next one */
+    for (int i = 0; i < MAX_THREADS; i++) mprotect(stacks + (size_t)i * STACK_BYTES, 4096, PROT_NONE);
     getcontext(&start_template);
 }
 
@@ -150,6 +154,7 @@ NO_ASAN __attribute__((noinline)) void switch_to(fiber &f, int i) {
 
 /* block_parity: 0 or 1, alternating over the blocks of a launch and over launches. */
 void run_block(int nthreads, unsigned block_parity) {
+    n_shared_seen = 0;
     for (int i = 0; i < nthreads; i++) {
         fiber &f = fibers[i];
         f.ts.tid = make_uint3((unsigned)(i % block_dims.x), (unsigned)(i / block_dims.x % block_dims.y),
@@ -158,33 +163,37 @@ void run_block(int nthreads, unsigned block_parity) {
         f.started = false;
         f.asan_save = NULL;
     }
+    const int nwarps = (nthreads + 31) / 32;
     for (int round = 0;; round++) {
-        /* run every runnable thread until it waits or returns; the order alternates */
-        for (int k = 0; k < nthreads; k++) {
-            int i = (round + block_parity) % 2 == 0 ? k : nthreads - 1 - k;
-            fiber &f = fibers[i];
-            if (f.state != RUNNING) continue;
-            running = &f;
-            current = &f.ts;
-            switch_to(f, i);
-            running = NULL;
+        const bool fwd = (round + block_parity) % 2 == 0;
+        /* a warp at a time, from one barrier to the next (its warp operations resolve as its lanes
+         * reach them, so no warp waits for another except at a barrier); the order alternates */
+        for (int kw = 0; kw < nwarps; kw++) {
+            const int w = fwd ? kw : nwarps - 1 - kw, base = w * 32;
+            const int lanes = nthreads - base < 32 ? nthreads - base : 32;
+            for (;;) {
+                for (int k = 0; k < lanes; k++) {
+                    int i = base + (fwd ? k : lanes - 1 - k);
+                    fiber &f = fibers[i];
+                    if (f.state != RUNNING) continue;
+                    running = &f;
+                    current = &f.ts;
+                    switch_to(f, i);
+                    running = NULL;
+                }
+                int waiting = 0;
+                for (int l = 0; l < lanes; l++) waiting += fibers[base + l].state == AT_WARP;
+                if (!waiting) break;
+                resolve_warp(&fibers[base], lanes);
+            }
         }
-        int done = 0, at_barrier = 0, waiting_warps = 0;
+        int done = 0, at_barrier = 0;
         for (int i = 0; i < nthreads; i++) {
             done += fibers[i].state == DONE;
             at_barrier += fibers[i].state == AT_BARRIER;
         }
         if (done == nthreads) return;
-        /* warp operations first: a warp whose lanes all wait at one goes on */
-        for (int w = 0; w * 32 < nthreads; w++) {
-            int lanes = nthreads - w * 32 < 32 ? nthreads - w * 32 : 32, waiting = 0;
-            for (int l = 0; l < lanes; l++) waiting += fibers[w * 32 + l].state == AT_WARP;
-            if (!waiting) continue;
-            resolve_warp(&fibers[w * 32], lanes);
-            waiting_warps++;
-        }
-        if (waiting_warps) continue;
-        /* then the barrier: every thread must be there */
+        /* the barrier: every thread must be there */
         if (at_barrier + done != nthreads) die("internal: a thread neither waits nor ran%s%d", "", 0);
         if (done) {
             for (int i = 0; i < nthreads; i++)
@@ -196,6 +205,16 @@ void run_block(int nthreads, unsigned block_parity) {
 }
 
 } // namespace
+
+/* A __shared__ variable is filled with 0xff bytes (NaN for floats, -1 for integers) when the
+ * first thread of a block reaches its declaration, as a GPU leaves garbage there. */
+void shared_decl(void *p, size_t n) {
+    for (int i = 0; i < n_shared_seen; i++)
+        if (shared_seen[i] == p) return;
+    if (n_shared_seen == 64) die("more than 64 __shared__ variables%s%d", "", 0);
+    shared_seen[n_shared_seen++] = p;
+    memset(p, 0xff, n);
+}
 
 void sync_threads() {
     if (!running) die("__syncthreads() outside a kernel%s%d", "", 0);
@@ -219,8 +238,8 @@ uint64_t warp_exchange(warp_op op, unsigned mask, uint64_t value, int src_lane, 
 
 void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, void (*body)(void *), void *arg) {
     const uint64_t nthreads = (uint64_t)block.x * block.y * block.z;
-    if (nthreads == 0 || nthreads > (uint64_t)MAX_THREADS || block.z > 64 || grid.x == 0 || grid.y == 0 ||
-        grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
+    if (nthreads == 0 || nthreads > (uint64_t)MAX_THREADS || block.z > 64 || grid.x == 0 || grid.x > 0x7fffffffu ||
+        grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
         last_error = cudaErrorInvalidConfiguration;
         return;
     }
@@ -234,15 +253,16 @@ void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, void (*bod
     kernel_arg = arg;
     grid_dims = grid;
     block_dims = block;
+    /* the blocks in order, or in reverse on every other launch; the thread order alternates too */
     static unsigned launches;
-    unsigned parity = launches++ % 2;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                block_index = make_uint3(x, y, z);
-                run_block((int)nthreads, parity);
-                parity ^= 1u;
-            }
+    const unsigned launch_parity = launches++ % 2;
+    const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    for (uint64_t k = 0; k < nblocks; k++) {
+        const uint64_t b = launch_parity ? nblocks - 1 - k : k;
+        block_index = make_uint3((unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
+                                 (unsigned)(b / ((uint64_t)grid.x * grid.y)));
+        run_block((int)nthreads, (unsigned)((k + launch_parity) % 2));
+    }
     current = NULL;
 }
 
@@ -272,6 +292,55 @@ cudaError_t emu_cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t emu_cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *) {
     memset(attr, 0, sizeof *attr);
     attr->maxThreadsPerBlock = emu::MAX_THREADS;
+    return cudaSuccess;
+}
+
+int emu_sm_count = 2;
+
+/* One device, cuda:0, of emu_sm_count SMs. */
+cudaError_t emu_cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+
+cudaError_t emu_cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+    if (device != 0) return cudaErrorInvalidDevice;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "lockstep's CUDA emulator");
+    prop->major = 9;
+    prop->minor = 0;
+    prop->multiProcessorCount = emu_sm_count;
+    prop->totalGlobalMem = (size_t)16 << 30;
+    prop->maxThreadsPerBlock = emu::MAX_THREADS;
+    prop->warpSize = 32;
+    return cudaSuccess;
+}
+
+/* A stream is a token (work is done when it is enqueued). */
+cudaError_t emu_cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    (void)flags;
+    *s = static_cast<cudaStream_t>(malloc(1));
+    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t emu_cudaStreamDestroy(cudaStream_t s) {
+    free(s);
+    return cudaSuccess;
+}
+
+/* Device and pinned memory: host memory of exactly the size asked, 256-byte aligned as
+ * cudaMalloc's (AddressSanitizer sees the first byte past it). */
+cudaError_t emu_cudaMalloc(void **p, size_t n) {
+    *p = NULL;
+    return posix_memalign(p, 256, n ? n : 1) == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t emu_cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t emu_cudaMallocHost(void **p, size_t n) { return emu_cudaMalloc(p, n); }
+
+cudaError_t emu_cudaFreeHost(void *p) {
+    free(p);
     return cudaSuccess;
 }
 

@@ -6,19 +6,28 @@
  * What it emulates, and checks:
  *  - a launch runs every block in turn, and each thread of a block as a fiber (ucontext) on its own
  *    stack; threads switch only at __syncthreads() and the warp operations;
+ *  - the threads of a block run a warp at a time, from one barrier to the next: a warp's lanes run
+ *    until each waits at a warp operation, which then resolves, and on, so no warp waits for
+ *    another except at __syncthreads() (shared memory a warp writes after a barrier can be
+ *    overwritten by another warp before it is read, unless a barrier separates them);
  *  - __syncthreads() releases when every thread of the block waits there; a thread that returned
  *    while others wait (a divergent barrier, undefined on a GPU) aborts with the kernel's name;
  *  - __shfl_xor_sync and __any_sync with the full mask need all 32 lanes of a full warp there at
  *    once, else they abort (divergence); results are taken from every lane's value at that point;
- *  - threads run in thread order or in reverse, alternating between the turns of a block (from
- *    one barrier or warp operation to the next), between the blocks of a launch and between
- *    launches, so code that relies on one order without a barrier shows it (not every such
- *    race: the order is one of two, never interleaved within a turn);
- *  - launch limits: at most 1024 threads a block, grid.y and grid.z at most 65535, no dynamic
- *    shared memory; a bad configuration is reported by cudaGetLastError as on a GPU.
- * __shared__ variables are static (blocks run one at a time); atomics are plain operations
- * (threads never run at the same time). Device arithmetic intrinsics (__fmul_rn ...) round as
- * they do on the GPU (one IEEE operation each); the sources are built with -ffp-contract=off. */
+ *  - the warps, and the lanes within a warp, run in order or in reverse, alternating between the
+ *    turns of a block (barrier to barrier) and between blocks; the blocks run in order or in
+ *    reverse, alternating between launches. Code that relies on one order without a barrier
+ *    shows it (not every such race: the order is one of two, never interleaved within a turn);
+ *  - __shared__ variables are static (blocks run one at a time), filled with 0xff bytes when a
+ *    block first reaches them (translate.py adds the call), so a read of shared memory no thread
+ *    of the block wrote gives NaN or -1, not the previous block's value;
+ *  - launch limits: at most 1024 threads a block, grid.x below 2^31, grid.y and grid.z at most
+ *    65535, no dynamic shared memory; a bad configuration is reported by cudaGetLastError as on a
+ *    GPU.
+ * Atomics are plain operations (threads never run at the same time). Arithmetic is the host's:
+ * the sources are built with -ffp-contract=off, so no multiply-add is fused, where nvcc fuses
+ * them by default, and expf, erff and the like are glibc's, not CUDA's; results can differ from a
+ * GPU's in the last bits, as the parity tolerances allow. */
 #ifndef LOCKSTEP_CUDA_EMU_H
 #define LOCKSTEP_CUDA_EMU_H
 
@@ -58,6 +67,8 @@ extern uint3 block_index;
 extern dim3 block_dims, grid_dims;
 
 void sync_threads();
+/* translate.py calls this after each __shared__ declaration (see shared_decl in cuda_emu.cc). */
+void shared_decl(void *p, size_t n);
 /* A warp operation: every lane gives 8 bytes; SHFL returns lane src's, ANY returns whether any
  * lane's value is nonzero. */
 enum warp_op { WARP_SHFL, WARP_ANY };
@@ -118,7 +129,7 @@ template <typename T> inline cudaError_t emu_cudaFuncGetAttributes(struct cudaFu
     return ::emu_cudaFuncGetAttributes(attr, reinterpret_cast<const void *>(entry));
 }
 
-/* One IEEE operation each, rounded to nearest even (never fused: -ffp-contract=off). */
+/* One IEEE operation each, rounded to nearest even, as on the GPU (where they are never fused). */
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }

@@ -1,8 +1,11 @@
 /* test_cuda_emu.cu: the kernel emulator (cuda_emu.h) itself, on kernels written for it here (CUDA
  * source, translated by translate.py like the backend's). Checks what the parity tests rely on:
  *  - launches: every block and thread once, 1-D and 2-D blocks and grids, the indices right;
- *  - __syncthreads, __shfl_xor_sync and __any_sync give the GPU's results (a block reduction);
- *  - a missing barrier shows (a wrong result), the same kernel with it is right;
+ *  - __syncthreads, __shfl_xor_sync and __any_sync give the GPU's results: every lane of a single
+ *    shuffle in a 3-D block, __any_sync per warp, a block reduction;
+ *  - a missing barrier shows (a wrong result), the same kernel with it is right: a value one
+ *    thread publishes, a shared slot another warp reuses after a shuffle;
+ *  - shared memory holds garbage (0xff bytes) in every block, not the previous block's values;
  *  - what is undefined on a GPU aborts with the kernel named: a barrier some threads returned
  *    before, a shuffle in a divergent branch, a full-mask shuffle in a partial warp;
  *  - a bad launch configuration is cudaErrorInvalidConfiguration from cudaGetLastError, once.
@@ -52,12 +55,47 @@ __global__ void block_sum_kernel(long long *out, int *any) {
 }
 
 /* Thread 0 publishes a value every thread of the block copies: with or without the barrier
- * between (without it, threads that run before thread 0 read the previous block's value). */
+ * between (without it, threads that run before thread 0 read shared memory's garbage). */
 template <bool BARRIER> __global__ void publish_kernel(int *out) {
     __shared__ int value;
     if (threadIdx.x == 0) value = 100 + blockIdx.x;
     if (BARRIER) __syncthreads();
     out[blockIdx.x * blockDim.x + threadIdx.x] = value;
+}
+
+/* out[t] = the value of lane (lane ^ m) of t's warp, in a 16 x 4 x 2 block (warps span rows) */
+__global__ void shfl_kernel(int *out, int m) {
+    const int t = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+    out[t] = __shfl_xor_sync(0xffffffffu, 1000 + t, m);
+}
+
+/* out[t] = __any_sync over t's warp of (t == hit) */
+__global__ void any_kernel(int *out, int hit) { out[threadIdx.x] = __any_sync(0xffffffffu, (int)threadIdx.x == hit); }
+
+/* Thread 0 sums the warps' partial sums from shared memory; then every warp reuses its slot after
+ * a shuffle. Without the second barrier a warp can overwrite its slot before thread 0 read it. */
+template <bool BARRIER> __global__ void reuse_kernel(int *out) {
+    __shared__ int sh[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int v = 1;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    int total = 0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += sh[w];
+    if (BARRIER) __syncthreads();
+    int u = __shfl_xor_sync(0xffffffffu, warp, 1);
+    if (lane == 0) sh[warp] = -1000 - u;
+    if (threadIdx.x == 0) out[blockIdx.x] = total;
+}
+
+/* Block 0 writes shared memory; every block reads it: block 1 must not see block 0's values. */
+__global__ void stale_kernel(int *out) {
+    __shared__ int sh[64];
+    if (blockIdx.x == 0) sh[threadIdx.x] = 7;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = sh[threadIdx.x];
 }
 
 __global__ void divergent_barrier_kernel(int *out) {
@@ -134,6 +172,42 @@ int main(void) {
         CHECK(any[b] == 1, "block %d: __any_sync gave %d", b, any[b]);
     }
     printf("ok   block reduction over 5 blocks of 256: shuffles, __any_sync, a barrier\n");
+
+    /* a single shuffle, every lane of every warp of a 3-D block */
+    for (int m = 1; m < 32; m += 5) {
+        static int got[128];
+        shfl_kernel<<<1, dim3(16, 4, 2)>>>(got, m);
+        int wrong_lanes = 0;
+        for (int t = 0; t < 128; t++) wrong_lanes += got[t] != 1000 + ((t & ~31) | ((t & 31) ^ m));
+        CHECK(wrong_lanes == 0, "__shfl_xor_sync(.., %d): %d of 128 lanes got another lane's value", m, wrong_lanes);
+    }
+    printf("ok   __shfl_xor_sync in a 16x4x2 block: every lane gets lane ^ m of its warp\n");
+    static int anyv[96];
+    any_kernel<<<1, 96>>>(anyv, 40);
+    int wrong_any = 0;
+    for (int t = 0; t < 96; t++) wrong_any += anyv[t] != (t / 32 == 1);
+    CHECK(wrong_any == 0, "__any_sync: %d of 96 lanes wrong (only warp 1 holds the predicate)", wrong_any);
+    printf("ok   __any_sync: true in the warp that holds the predicate only\n");
+
+    /* a barrier missing between a read of shared memory and another warp's write after a shuffle */
+    static int reuse[2][4];
+    reuse_kernel<false><<<4, 64>>>(reuse[0]);
+    reuse_kernel<true><<<4, 64>>>(reuse[1]);
+    int wrong_reuse[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+        for (int b = 0; b < 4; b++) wrong_reuse[k] += reuse[k][b] != 64;
+    CHECK(wrong_reuse[0] > 0, "a slot overwritten by another warp before it was read went unseen");
+    CHECK(wrong_reuse[1] == 0, "%d blocks wrong with the barrier", wrong_reuse[1]);
+    printf("ok   without its second barrier %d of 4 blocks read a slot another warp overwrote; with it, none\n",
+           wrong_reuse[0]);
+
+    /* shared memory starts as garbage in every block, not as the last block left it */
+    static int stale[3 * 64];
+    stale_kernel<<<3, 64>>>(stale);
+    int wrong_stale = 0;
+    for (int i = 0; i < 3 * 64; i++) wrong_stale += stale[i] != (i < 64 ? 7 : -1);
+    CHECK(wrong_stale == 0, "%d threads read shared memory another block wrote (or not the poison)", wrong_stale);
+    printf("ok   shared memory another block wrote reads as the 0xff poison\n");
 
     /* a missing barrier shows; with the barrier the result is right */
     static int pub[2][4 * 64];

@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
 """translate.py: rewrites CUDA sources for the kernel emulator (cuda_emu.h), so a host C++
-compiler builds them. Two changes, nothing else:
+compiler builds them. Four changes, nothing else:
   - every launch  KERNEL<<<grid, block, shared, stream>>>(args)  becomes
     ::emu::config(grid, block, shared, stream).run("KERNEL", KERNEL, args)
   - the backend's names ls_cuda_*, ls_cublas_*, ls_cudnn_* become emu_ls_cuda_* ... (in every file
     given: the .cu files, cuda_ops.c and the others, the headers), so the emulated backend links
     beside the real one in liblockstep without a clash;
-  - the CUDA runtime calls that the kernel ops make (RUNTIME below) become emu_cuda* (cuda_emu.cc),
-    so they work on host memory without a GPU; every other CUDA, cuBLAS and cuDNN call is left to
-    the real libraries (the emulator's users never reach them).
+  - each __shared__ declaration is followed by ::emu::shared_decl(&name, sizeof name), which fills
+    the variable with garbage (0xff bytes) for every block, as a GPU's shared memory holds;
+  - the CUDA runtime calls the backend makes (RUNTIME below) and every cuBLAS, cuBLASLt and cuDNN
+    call become emu_* (the stand-ins declared in cuda_emu_rt.h), so they work on host memory
+    without a GPU; what is left of the CUDA runtime (cudaGetErrorString ...) needs no device.
 Usage: translate.py OUT_DIR SOURCE...   (each SOURCE is written to OUT_DIR under its own name, a
 .cu file as .cc)."""
 import os
 import re
 import sys
 
-RUNTIME = ["cudaGetLastError", "cudaMemsetAsync", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaFuncGetAttributes"]
+RUNTIME = ["cudaGetLastError", "cudaMemsetAsync", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaFuncGetAttributes",
+           "cudaSetDevice", "cudaGetDeviceProperties", "cudaStreamCreateWithFlags", "cudaStreamDestroy", "cudaMalloc",
+           "cudaFree", "cudaMallocHost", "cudaFreeHost"]
 
 
 def fail(path, pos, text, why):
@@ -60,13 +64,44 @@ def balanced(text, open_pos, path):
     fail(path, open_pos, text, "unbalanced parentheses after >>>")
 
 
+def code_mask(text):
+    """For each character of text, whether it is inside a comment or a string or character
+    literal (where a <<< is not a launch)."""
+    mask = bytearray(len(text))
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            j += 1
+        else:
+            i += 1
+            continue
+        mask[i:j] = b"\x01" * (min(j, n) - i)
+        i = j
+    return mask
+
+
 def translate(text, path):
     out = []
     pos = 0
+    skip = code_mask(text)
     while True:
         k = text.find("<<<", pos)
         if k < 0:
             break
+        if skip[k]:  # in a comment or a literal
+            out.append(text[pos : k + 3])
+            pos = k + 3
+            continue
         s = callee_start(text, k, path)
         kernel = text[s:k].strip()
         if not kernel:
@@ -81,15 +116,20 @@ def translate(text, path):
         if a >= len(text) or text[a] != "(":
             fail(path, e, text, "no argument list after >>>")
         close = balanced(text, a, path)
-        args = text[a + 1 : close - 1].strip()
+        args = text[a + 1 : close - 1]  # as written: an argument stays on its line
         name = re.sub(r"\s+", " ", kernel)
         out.append(text[pos:s])
-        call = f'::emu::config({cfg}).run("{name}", {kernel}' + (f", {args})" if args else ")")
+        call = f'::emu::config({cfg}).run("{name}", {kernel}' + (f", {args})" if args.strip() else ")")
         out.append(call + "\n" * (text.count("\n", s, close) - call.count("\n")))  # keep line numbers
         pos = close
     out.append(text[pos:])
     text = re.sub(r"\bls_(cuda|cublas|cudnn)_", r"emu_ls_\1_", "".join(out))
-    return re.sub(r"\b(" + "|".join(RUNTIME) + r")\b", r"emu_\1", text)
+    # after each __shared__ declaration, on its line: the emulator poisons the variable per block
+    text = re.sub(r"__shared__(\s+[^;{}()]*?\b)(\w+)(\s*(?:\[[^\]]*\]\s*)*);",
+                  r"__shared__\1\2\3; ::emu::shared_decl(&\2, sizeof \2);", text)
+    text = re.sub(r"\b(" + "|".join(RUNTIME) + r")\b", r"emu_\1", text)
+    # every cuBLAS, cuBLASLt and cuDNN call (a name followed by "(": not the types)
+    return re.sub(r"\b((?:cublas|cudnn)[A-Z]\w*)(?=\s*\()", r"emu_\1", text)
 
 
 def main():
