@@ -187,7 +187,8 @@ if [ -z "$BUILD" ]; then
     GEN=(-G "Unix Makefiles")
     command -v make >/dev/null 2>&1 || ! command -v ninja >/dev/null 2>&1 || GEN=(-G Ninja)
     CONFIG=("${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DLOCKSTEP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-        -DLOCKSTEP_BUILD_EXAMPLES=ON -DLOCKSTEP_BUILD_BENCH=ON -DLOCKSTEP_FASHION_DIR="$DATA" "${CUDA_ARGS[@]}")
+        -DLOCKSTEP_BUILD_EXAMPLES=ON -DLOCKSTEP_BUILD_BENCH=ON -DLOCKSTEP_EMU_TESTS=OFF -DLOCKSTEP_FASHION_DIR="$DATA"
+        "${CUDA_ARGS[@]}")
     step configure 90 cmake -S "$ROOT" -B "$BUILD" "${CONFIG[@]}"
     cfg=configure
     if [ "$STEP_RC" -ne 0 ] && [ -n "$DEPS" ]; then # OpenBLAS/cJSON/zlib are found first: a quick failure
