@@ -455,24 +455,39 @@ static void blend(const problem *p, double alpha, double beta, const double *acc
     }
 }
 
+/* One direction: the sums of the two inputs the direction reads (x and w, dy and w, x and dy)
+ * into out (y, dx or dw), blended with alpha and beta. */
+static cudnnStatus_t convolve(const char *call, int dir, cudnnHandle_t h, const void *alpha, const void *beta,
+                              const cudnnTensorDescriptor_t xd, const cudnnFilterDescriptor_t wd,
+                              const cudnnConvolutionDescriptor_t cd, const cudnnTensorDescriptor_t yd, const void *x,
+                              const void *w, const void *y, void *out, int algo, void *ws, size_t ws_bytes) {
+    problem p;
+    cudnnStatus_t st = h ? problem_of(call, xd, wd, cd, yd, &p) : CUDNN_STATUS_BAD_PARAM;
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = run_checks(call, dir, algo, &p, ws, ws_bytes, dir == DIR_BWD_DATA ? out : x,
+                        dir == DIR_BWD_FILTER ? out : w, dir == DIR_FWD ? out : y);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    const size_t n = dir == DIR_FWD        ? (size_t)p.N * p.K * p.P * p.Q
+                     : dir == DIR_BWD_DATA ? (size_t)p.N * p.C * p.H * p.W
+                                           : (size_t)p.K * p.Cg * p.R * p.S;
+    double *acc = calloc(n ? n : 1, sizeof *acc);
+    if (!acc) return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
+    if (dir == DIR_FWD) EMU_CONV_LOOP(&p, acc[yi] += in_val(&p, x, xi) * in_val(&p, w, wi));
+    if (dir == DIR_BWD_DATA) EMU_CONV_LOOP(&p, acc[xi] += in_val(&p, y, yi) * in_val(&p, w, wi));
+    if (dir == DIR_BWD_FILTER) EMU_CONV_LOOP(&p, acc[wi] += in_val(&p, x, xi) * in_val(&p, y, yi));
+    blend(&p, scalar(&p, alpha), scalar(&p, beta), acc, out, n);
+    free(acc);
+    scribble(ws, scribble_bytes);
+    return CUDNN_STATUS_SUCCESS;
+}
+
 cudnnStatus_t emu_cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd,
                                           const void *x, const cudnnFilterDescriptor_t wd, const void *w,
                                           const cudnnConvolutionDescriptor_t cd, cudnnConvolutionFwdAlgo_t algo,
                                           void *ws, size_t ws_bytes, const void *beta, const cudnnTensorDescriptor_t yd,
                                           void *y) {
-    const char *call = "cudnnConvolutionForward";
-    problem p;
-    cudnnStatus_t st = h ? problem_of(call, xd, wd, cd, yd, &p) : CUDNN_STATUS_BAD_PARAM;
-    if (st == CUDNN_STATUS_SUCCESS) st = run_checks(call, DIR_FWD, (int)algo, &p, ws, ws_bytes, x, w, y);
-    if (st != CUDNN_STATUS_SUCCESS) return st;
-    const size_t ny = (size_t)p.N * p.K * p.P * p.Q;
-    double *acc = calloc(ny ? ny : 1, sizeof *acc);
-    if (!acc) return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
-    EMU_CONV_LOOP(&p, acc[yi] += in_val(&p, x, xi) * in_val(&p, w, wi));
-    blend(&p, scalar(&p, alpha), scalar(&p, beta), acc, y, ny);
-    free(acc);
-    scribble(ws, scribble_bytes);
-    return CUDNN_STATUS_SUCCESS;
+    return convolve("cudnnConvolutionForward", DIR_FWD, h, alpha, beta, xd, wd, cd, yd, x, w, NULL, y, (int)algo, ws,
+                    ws_bytes);
 }
 
 cudnnStatus_t emu_cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, const cudnnFilterDescriptor_t wd,
@@ -480,19 +495,8 @@ cudnnStatus_t emu_cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alph
                                                const cudnnConvolutionDescriptor_t cd,
                                                cudnnConvolutionBwdDataAlgo_t algo, void *ws, size_t ws_bytes,
                                                const void *beta, const cudnnTensorDescriptor_t dxd, void *dx) {
-    const char *call = "cudnnConvolutionBackwardData";
-    problem p;
-    cudnnStatus_t st = h ? problem_of(call, dxd, wd, cd, dyd, &p) : CUDNN_STATUS_BAD_PARAM;
-    if (st == CUDNN_STATUS_SUCCESS) st = run_checks(call, DIR_BWD_DATA, (int)algo, &p, ws, ws_bytes, dx, w, dy);
-    if (st != CUDNN_STATUS_SUCCESS) return st;
-    const size_t nx = (size_t)p.N * p.C * p.H * p.W;
-    double *acc = calloc(nx ? nx : 1, sizeof *acc);
-    if (!acc) return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
-    EMU_CONV_LOOP(&p, acc[xi] += in_val(&p, dy, yi) * in_val(&p, w, wi));
-    blend(&p, scalar(&p, alpha), scalar(&p, beta), acc, dx, nx);
-    free(acc);
-    scribble(ws, scribble_bytes);
-    return CUDNN_STATUS_SUCCESS;
+    return convolve("cudnnConvolutionBackwardData", DIR_BWD_DATA, h, alpha, beta, dxd, wd, cd, dyd, NULL, w, dy, dx,
+                    (int)algo, ws, ws_bytes);
 }
 
 cudnnStatus_t emu_cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd,
@@ -500,17 +504,6 @@ cudnnStatus_t emu_cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *al
                                                  const cudnnConvolutionDescriptor_t cd,
                                                  cudnnConvolutionBwdFilterAlgo_t algo, void *ws, size_t ws_bytes,
                                                  const void *beta, const cudnnFilterDescriptor_t dwd, void *dw) {
-    const char *call = "cudnnConvolutionBackwardFilter";
-    problem p;
-    cudnnStatus_t st = h ? problem_of(call, xd, dwd, cd, dyd, &p) : CUDNN_STATUS_BAD_PARAM;
-    if (st == CUDNN_STATUS_SUCCESS) st = run_checks(call, DIR_BWD_FILTER, (int)algo, &p, ws, ws_bytes, x, dw, dy);
-    if (st != CUDNN_STATUS_SUCCESS) return st;
-    const size_t nw = (size_t)p.K * p.Cg * p.R * p.S;
-    double *acc = calloc(nw ? nw : 1, sizeof *acc);
-    if (!acc) return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
-    EMU_CONV_LOOP(&p, acc[wi] += in_val(&p, x, xi) * in_val(&p, dy, yi));
-    blend(&p, scalar(&p, alpha), scalar(&p, beta), acc, dw, nw);
-    free(acc);
-    scribble(ws, scribble_bytes);
-    return CUDNN_STATUS_SUCCESS;
+    return convolve("cudnnConvolutionBackwardFilter", DIR_BWD_FILTER, h, alpha, beta, xd, dwd, cd, dyd, x, NULL, dy, dw,
+                    (int)algo, ws, ws_bytes);
 }
