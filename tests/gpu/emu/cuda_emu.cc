@@ -282,12 +282,48 @@ cudaError_t emu_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
     return cudaSuccess;
 }
 
-cudaError_t emu_cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind, cudaStream_t) {
-    if (n) memmove(dst, src, n);
+/* A copy to the host lands there only when the host waits for its stream, as on a GPU, where the
+ * host buffer holds its old bytes until the copy has run: the bytes are taken when the copy is
+ * enqueued (in stream order) and written at cudaStreamSynchronize. So a missing synchronize shows
+ * as stale host data. Other copies are done at once. */
+struct pending_copy {
+    void *dst;
+    void *bytes;
+    size_t n;
+    cudaStream_t stream;
+};
+static pending_copy pending[64];
+static int n_pending;
+
+cudaError_t emu_cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
+    if (!n) return cudaSuccess;
+    if (kind != cudaMemcpyDeviceToHost) {
+        memmove(dst, src, n);
+        return cudaSuccess;
+    }
+    void *bytes = malloc(n);
+    if (!bytes || n_pending == 64) {
+        fprintf(stderr, "cuda_emu: more than 64 copies to the host outstanding (no synchronize?)\n");
+        abort();
+    }
+    memcpy(bytes, src, n);
+    pending[n_pending++] = pending_copy{dst, bytes, n, s};
     return cudaSuccess;
 }
 
-cudaError_t emu_cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t emu_cudaStreamSynchronize(cudaStream_t s) {
+    int kept = 0;
+    for (int i = 0; i < n_pending; i++) {
+        if (pending[i].stream != s) {
+            pending[kept++] = pending[i];
+            continue;
+        }
+        memcpy(pending[i].dst, pending[i].bytes, pending[i].n);
+        free(pending[i].bytes);
+    }
+    n_pending = kept;
+    return cudaSuccess;
+}
 
 cudaError_t emu_cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *) {
     memset(attr, 0, sizeof *attr);

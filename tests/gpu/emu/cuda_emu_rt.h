@@ -3,8 +3,8 @@
  * emu_cudaMalloc and so on). Included first in every translated file, C or C++. Each stand-in has
  * the library's own signature (declared through __typeof__, so a call that does not match it
  * does not compile).
- *  - the runtime (cuda_emu.cc): memory is host memory and there is no stream: a copy or a memset
- *    is done when the call returns, a synchronize has nothing to wait for;
+ *  - the runtime (cuda_emu.cc): memory is host memory and work is done when it is enqueued, except
+ *    that a copy to the host lands at the synchronize of its stream (so one missing shows);
  *  - cuBLAS and cuBLASLt (emu_cublas.c): the column-major GEMMs as NVIDIA documents them,
  *    computed directly, with the library's argument checks;
  *  - cuDNN (emu_cudnn.c): NCHW descriptors and the three convolutions, computed directly.
