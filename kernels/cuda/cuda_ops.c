@@ -205,9 +205,11 @@ static ls_status lt_gemm(ls_cuda_state *s, ls_dtype t, int ta, int tb, int64_t m
                          const void *a, int64_t lda, const void *b, int64_t ldb, float beta, void *c, int64_t ldc,
                          const void *bias, int *done) {
     *done = 0;
-    /* The bias epilogue reads the bias vector with vector loads, and unlike A, B and C there is no
-     * preference that tells the heuristic its alignment: a bias view at an odd offset may fault
-     * (cudaErrorMisalignedAddress, which is sticky). Leave such a bias to the caller's fallback. */
+    /* The bias epilogue reads the bias vector with vector loads. Unlike A, B and C there is no
+     * preference for its alignment: the heuristic takes it from the bias pointer set before it
+     * (cublasLt.h), so the cache key holds that alignment, and a bias view at an odd offset might
+     * still get a vectorized algorithm that faults (cudaErrorMisalignedAddress, which is sticky).
+     * Leave such a bias to the caller's fallback. */
     if (bias && ptr_align(bias) < 16) return LS_OK;
     lt_key key;
     memset(&key, 0, sizeof key); /* padding too: keys are compared with memcmp */

@@ -1,15 +1,19 @@
 /* emu_cublas.c: cuBLAS and cuBLASLt stand-ins for the emulated backend (see cuda_emu_rt.h). They
  * compute what NVIDIA documents, independently of how lockstep calls them: column-major storage
  * (element (i, j) of a matrix with leading dimension ld at [i + j * ld]), op(X) = X or X^T,
- * D = alpha op(A) op(B) + beta C, C not read when beta is 0 (so a NaN-poisoned output stays out),
- * a bias epilogue adding bias[i] to row i of D (a vector of D's type, as
- * CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE defaults). They also make the checks the libraries make:
- * leading dimensions, the type combinations each compute type takes, matrix layouts that agree
- * with the operation, a workspace at least the algorithm's, pointers as aligned as the
- * preferences promised. Sums are exact to f64 then rounded to the compute type; f32 inputs of
- * CUBLAS_COMPUTE_32F_FAST_TF32 are first rounded to TF32. cuBLAS may use its workspace as scratch,
- * so a product here overwrites the part it says it uses, before and after computing: data a
- * caller keeps there does not survive a GEMM, and an operand placed there comes out wrong. Anything lockstep does not use aborts as not emulated. */
+ * D = alpha op(A) op(B) + beta C, C not read when beta is 0 (so a NaN-poisoned output stays out;
+ * documented for cublasGemmEx, assumed here for cublasLtMatmul too), a bias epilogue adding
+ * bias[i] to row i of D (a vector of D's type, as CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE defaults).
+ * They also make the checks the libraries make: leading dimensions, the type combinations each
+ * compute type takes, matrix layouts that agree with the operation, C == D only with one layout,
+ * a workspace at least the algorithm's and 256-byte aligned, pointers as aligned as the
+ * preferences promised, the bias as aligned as the one the heuristic saw. Sums are exact to f64
+ * then rounded to the compute type; f32 inputs of CUBLAS_COMPUTE_32F_FAST_TF32 are first rounded
+ * to TF32 (nearest, ties away, as PTX's cvt.rna.tf32.f32: NVIDIA documents that TF32 is allowed,
+ * not how inputs are rounded, so the TF32 tolerance must cover either). cuBLAS may use its
+ * workspace as scratch, so a product here overwrites the part it says it uses, before and after
+ * computing: data a caller keeps there does not survive a GEMM, and an operand placed there comes
+ * out wrong. Anything lockstep does not use aborts as not emulated. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,8 +195,16 @@ typedef struct emu_lt_pref {
 typedef struct emu_lt_algo {
     uint64_t magic;
     uint64_t align[4];
+    uint64_t bias_align; /* the bias pointer's alignment the heuristic saw (cublasLt.h: it decides
+                            the alignment expected of the bias from the pointer set then) */
     uint64_t ws;
 } emu_lt_algo;
+
+static uint64_t align_of(const void *p) {
+    uint64_t a = 256;
+    while (a > 1 && (uintptr_t)p % a) a >>= 1;
+    return a;
+}
 #define EMU_LT_MAGIC 0x6c6f636b73746570ull
 
 cublasStatus_t emu_cublasLtCreate(cublasLtHandle_t *h) {
@@ -345,7 +357,9 @@ cublasStatus_t emu_cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMa
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     const emu_lt_pref *p = (const emu_lt_pref *)pref;
     if (p->max_ws < EMU_LT_WORKSPACE) return CUBLAS_STATUS_NOT_SUPPORTED; /* no algorithm fits */
-    emu_lt_algo algo = {EMU_LT_MAGIC, {0, 0, 0, 0}, EMU_LT_WORKSPACE};
+    const emu_lt_desc *d = (const emu_lt_desc *)desc;
+    emu_lt_algo algo = {
+        EMU_LT_MAGIC, {0, 0, 0, 0}, d->epilogue == CUBLASLT_EPILOGUE_BIAS ? align_of(d->bias) : 1, EMU_LT_WORKSPACE};
     for (int i = 0; i < 4; i++) algo.align[i] = p->align[i] ? p->align[i] : 256;
     memset(&results[0], 0, sizeof results[0]);
     memcpy(&results[0].algo, &algo, sizeof algo);
@@ -375,14 +389,20 @@ cublasStatus_t emu_cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
     if (al.magic != EMU_LT_MAGIC) return refuse(CUBLAS_STATUS_INVALID_VALUE, call, "an algorithm not from a heuristic");
     if (ws_bytes < al.ws || (al.ws && !ws))
         return refuse(CUBLAS_STATUS_INVALID_VALUE, call, "a workspace smaller than the algorithm's");
+    if (al.ws && (uintptr_t)ws % 256)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, call, "a workspace not 256-byte aligned");
+    if (C == D && (c->ld != dd->ld || c->type != dd->type))
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, call, "C == D with Cdesc and Ddesc that differ");
     const void *ptr[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)
         if ((uintptr_t)ptr[i] % al.align[i])
             return refuse(CUBLAS_STATUS_INVALID_VALUE, call,
                           "a matrix less aligned than the preferences promised (the GPU would fault)");
     const emu_num ct = num_of(dd->type, call);
-    if (d->bias && d->epilogue == CUBLASLT_EPILOGUE_BIAS && (uintptr_t)d->bias % emu_num_size(ct))
-        return refuse(CUBLAS_STATUS_INVALID_VALUE, call, "a misaligned bias");
+    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS &&
+        ((uintptr_t)d->bias % emu_num_size(ct) || align_of(d->bias) < al.bias_align))
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, call,
+                      "a bias less aligned than its element or than the one the heuristic saw (the GPU would fault)");
     const int f64 = d->ct == CUBLAS_COMPUTE_64F;
     double alv = f64 ? *(const double *)alpha : *(const float *)alpha;
     double bev = f64 ? *(const double *)beta : *(const float *)beta;
