@@ -43,11 +43,4 @@ static inline void parity_ctx_destroy(ls_ctx *c) {
 #endif
 }
 
-/* Whether the device's LS_ERR_UNSUPPORTED for t is a skip rather than a failure: with --self, the
- * CPU's missing f16/bf16 entries; on a GPU or emulated, never (every CUDA entry computes every
- * float type). */
-static inline int parity_unsupported_is_skip(int self_mode, ls_dtype t) {
-    return self_mode && (t == LS_F16 || t == LS_BF16);
-}
-
 #endif
