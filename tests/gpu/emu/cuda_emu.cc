@@ -1,12 +1,17 @@
 /* cuda_emu.cc: the emulator's scheduler (see cuda_emu.h) and the CUDA runtime calls of the
- * translated backend (cuda_emu_rt.h). "Device" memory is host memory; the stream is ignored
- * (every launch is done when it returns). */
+ * translated backend (cuda_emu_rt.h): "device" memory is host memory, and work on a stream is
+ * done as late as CUDA allows (see "streams" below). */
 #include "cuda_emu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+
+#include <deque>
+#include <map>
+#include <mutex>
+#include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
@@ -25,6 +30,7 @@ namespace emu {
 
 thread_state *current;
 uint3 block_index;
+std::recursive_mutex big_lock; /* see "streams" */
 dim3 block_dims, grid_dims;
 
 namespace {
@@ -236,7 +242,12 @@ uint64_t warp_exchange(warp_op op, unsigned mask, uint64_t value, int src_lane, 
     return f->result;
 }
 
-void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, void (*body)(void *), void *arg) {
+void stream_begin(cudaStream_t s);
+
+void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream, void (*body)(void *),
+            void *arg) {
+    std::lock_guard<std::recursive_mutex> g(big_lock);
+    stream_begin(stream); /* the stream's queued copies first */
     const uint64_t nthreads = (uint64_t)block.x * block.y * block.z;
     if (nthreads == 0 || nthreads > (uint64_t)MAX_THREADS || block.z > 64 || grid.x == 0 || grid.x > 0x7fffffffu ||
         grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
@@ -268,62 +279,219 @@ void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, void (*bod
 
 } // namespace emu
 
+/* ---- streams ----
+ * Work on a stream is done as late as CUDA allows, so that code which reads or reuses memory
+ * before waiting for the work shows it:
+ *  - an asynchronous copy or memset is queued on its stream; the queue runs, in order, when
+ *    something needs it: the next kernel or library call on that stream (which then runs at
+ *    once), cudaStreamSynchronize, a cudaEventSynchronize or cudaEventQuery of an event recorded
+ *    on it, a stream that waits for such an event reaching the wait, cudaFree or cudaFreeHost
+ *    (which synchronize the device), or the stream's destruction;
+ *  - a copy reads pinned host memory (cudaHostAlloc, cudaMallocHost) and device memory when its
+ *    queue runs, and writes pinned host memory then: a host that overwrites a staging buffer
+ *    before the copy out of it has finished, or reads a result before waiting, sees the wrong
+ *    bytes, as on a GPU. A copy from pageable memory takes its bytes at once (CUDA stages them
+ *    before returning) and writes the device when its queue runs; a copy to pageable memory
+ *    waits for its stream and is done before returning (as in CUDA);
+ *  - cudaStreamWaitEvent queues a wait: when the queue reaches it, the stream the event was
+ *    recorded on runs up to the record. An event never recorded is complete.
+ * Kernels and library calls run at once, after their stream's queue: work that needs another
+ * stream's copies without waiting for its event reads the old bytes. The legacy stream (0) is
+ * a stream of its own (lockstep's streams are non-blocking). One lock serializes every call,
+ * so several host threads may use the emulator. */
+namespace emu {
+namespace {
+
+struct queued_op {
+    enum kind_t { COPY, MEMSET, RECORD, WAIT } kind;
+    void *dst;
+    const void *src;          /* COPY: read when run, unless bytes holds them */
+    std::vector<char> bytes; /* COPY from pageable memory: the bytes, taken when queued */
+    size_t n;
+    int value;               /* MEMSET */
+    cudaStream_t other;      /* WAIT: run other up to target */
+    uint64_t target;
+};
+
+struct stream_queue {
+    std::deque<queued_op> ops;
+    uint64_t queued = 0, done = 0; /* ops ever queued, and run */
+};
+
+std::map<cudaStream_t, stream_queue> queues;
+
+/* An event: the stream and the position in its queue of the last record. */
+struct emu_event {
+    bool recorded;
+    cudaStream_t stream;
+    uint64_t target;
+};
+
+std::map<uintptr_t, size_t> pinned_blocks; /* start -> bytes */
+std::map<uintptr_t, size_t> device_blocks;
+size_t device_bytes;
+
+bool is_pinned(const void *p, size_t n) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    auto it = pinned_blocks.upper_bound(a);
+    if (it == pinned_blocks.begin()) return false;
+    --it;
+    return a >= it->first && a - it->first + n <= it->second;
+}
+
+void run_until(cudaStream_t s, uint64_t target);
+
+void run_op(queued_op &op) {
+    switch (op.kind) {
+    case queued_op::COPY:
+        memmove(op.dst, op.bytes.empty() ? op.src : op.bytes.data(), op.n);
+        break;
+    case queued_op::MEMSET: memset(op.dst, op.value, op.n); break;
+    case queued_op::RECORD: break;
+    case queued_op::WAIT: run_until(op.other, op.target); break;
+    }
+}
+
+/* Runs stream s's queue until target of its ops have run. */
+void run_until(cudaStream_t s, uint64_t target) {
+    auto it = queues.find(s);
+    if (it == queues.end()) return;
+    stream_queue &q = it->second;
+    while (q.done < target && !q.ops.empty()) {
+        queued_op op = std::move(q.ops.front());
+        q.ops.pop_front();
+        q.done++;
+        run_op(op);
+    }
+}
+
+void run_all(cudaStream_t s) {
+    auto it = queues.find(s);
+    if (it != queues.end()) run_until(s, it->second.queued);
+}
+
+void run_every_stream() {
+    for (auto &e : queues) run_until(e.first, e.second.queued);
+}
+
+void enqueue(cudaStream_t s, queued_op op) {
+    stream_queue &q = queues[s];
+    q.ops.push_back(std::move(op));
+    q.queued++;
+}
+
+} // namespace
+
+void stream_begin(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> g(big_lock);
+    run_all(s);
+}
+
+} // namespace emu
+
 /* ---- the CUDA runtime calls of the translated sources (cuda_emu_rt.h) ---- */
 extern "C" {
 
+using emu::big_lock;
+using guard = std::lock_guard<std::recursive_mutex>;
+
+void emu_stream_begin(cudaStream_t s) { emu::stream_begin(s); }
+void emu_lock(void) { big_lock.lock(); }
+void emu_unlock(void) { big_lock.unlock(); }
+
+void emu_device_synchronize(void) {
+    guard g(big_lock);
+    emu::run_every_stream();
+}
+
 cudaError_t emu_cudaGetLastError(void) {
+    guard g(big_lock);
     cudaError_t e = emu::last_error;
     emu::last_error = cudaSuccess;
     return e;
 }
 
-cudaError_t emu_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
-    if (n) memset(p, v, n);
+cudaError_t emu_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+    if (!n) return cudaSuccess;
+    guard g(big_lock);
+    emu::queued_op op{};
+    op.kind = emu::queued_op::MEMSET;
+    op.dst = p;
+    op.n = n;
+    op.value = v;
+    emu::enqueue(s, std::move(op));
     return cudaSuccess;
 }
 
-/* A copy to the host lands there only when the host waits for its stream, as on a GPU, where the
- * host buffer holds its old bytes until the copy has run: the bytes are taken when the copy is
- * enqueued (in stream order) and written at cudaStreamSynchronize. So a missing synchronize shows
- * as stale host data. Other copies are done at once. */
-struct pending_copy {
-    void *dst;
-    void *bytes;
-    size_t n;
-    cudaStream_t stream;
-};
-static pending_copy pending[64];
-static int n_pending;
-
 cudaError_t emu_cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
     if (!n) return cudaSuccess;
-    if (kind != cudaMemcpyDeviceToHost) {
+    guard g(big_lock);
+    const bool to_host = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost;
+    const bool from_host = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost;
+    if (kind == cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection; /* lockstep names the direction */
+    if (to_host && !emu::is_pinned(dst, n)) {
+        /* to pageable memory: done before returning, after the stream's earlier work */
+        emu::run_all(s);
         memmove(dst, src, n);
         return cudaSuccess;
     }
-    void *bytes = malloc(n);
-    if (!bytes || n_pending == 64) {
-        fprintf(stderr, "cuda_emu: more than 64 copies to the host outstanding (no synchronize?)\n");
-        abort();
-    }
-    memcpy(bytes, src, n);
-    pending[n_pending++] = pending_copy{dst, bytes, n, s};
+    emu::queued_op op{};
+    op.kind = emu::queued_op::COPY;
+    op.dst = dst;
+    op.src = src;
+    op.n = n;
+    if (from_host && !emu::is_pinned(src, n)) op.bytes.assign(static_cast<const char *>(src), static_cast<const char *>(src) + n);
+    emu::enqueue(s, std::move(op));
     return cudaSuccess;
 }
 
 cudaError_t emu_cudaStreamSynchronize(cudaStream_t s) {
-    int kept = 0;
-    for (int i = 0; i < n_pending; i++) {
-        if (pending[i].stream != s) {
-            pending[kept++] = pending[i];
-            continue;
-        }
-        memcpy(pending[i].dst, pending[i].bytes, pending[i].n);
-        free(pending[i].bytes);
-    }
-    n_pending = kept;
+    guard g(big_lock);
+    emu::run_all(s);
     return cudaSuccess;
 }
+
+cudaError_t emu_cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+    (void)flags;
+    *e = reinterpret_cast<cudaEvent_t>(new emu::emu_event{false, nullptr, 0});
+    return cudaSuccess;
+}
+
+cudaError_t emu_cudaEventDestroy(cudaEvent_t e) {
+    delete reinterpret_cast<emu::emu_event *>(e);
+    return cudaSuccess;
+}
+
+cudaError_t emu_cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    guard g(big_lock);
+    emu::queued_op op{};
+    op.kind = emu::queued_op::RECORD;
+    emu::enqueue(s, std::move(op));
+    *reinterpret_cast<emu::emu_event *>(e) = emu::emu_event{true, s, emu::queues[s].queued};
+    return cudaSuccess;
+}
+
+cudaError_t emu_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    if (flags != 0) return cudaErrorInvalidValue;
+    guard g(big_lock);
+    const emu::emu_event *ev = reinterpret_cast<emu::emu_event *>(e);
+    if (!ev->recorded) return cudaSuccess;
+    emu::queued_op op{};
+    op.kind = emu::queued_op::WAIT;
+    op.other = ev->stream;
+    op.target = ev->target;
+    emu::enqueue(s, std::move(op));
+    return cudaSuccess;
+}
+
+cudaError_t emu_cudaEventSynchronize(cudaEvent_t e) {
+    guard g(big_lock);
+    const emu::emu_event *ev = reinterpret_cast<emu::emu_event *>(e);
+    if (ev->recorded) emu::run_until(ev->stream, ev->target);
+    return cudaSuccess;
+}
+
+cudaError_t emu_cudaEventQuery(cudaEvent_t e) { return emu_cudaEventSynchronize(e); }
 
 cudaError_t emu_cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *) {
     memset(attr, 0, sizeof *attr);
@@ -333,8 +501,15 @@ cudaError_t emu_cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const voi
 
 int emu_sm_count = 2;
 
-/* One device, cuda:0, of emu_sm_count SMs. */
+/* One device, cuda:0, of emu_sm_count SMs and 16 GiB. */
 cudaError_t emu_cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+
+cudaError_t emu_cudaGetDevice(int *device) {
+    *device = 0;
+    return cudaSuccess;
+}
+
+static const size_t emu_total_mem = (size_t)16 << 30;
 
 cudaError_t emu_cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     if (device != 0) return cudaErrorInvalidDevice;
@@ -343,13 +518,19 @@ cudaError_t emu_cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     prop->major = 9;
     prop->minor = 0;
     prop->multiProcessorCount = emu_sm_count;
-    prop->totalGlobalMem = (size_t)16 << 30;
+    prop->totalGlobalMem = emu_total_mem;
     prop->maxThreadsPerBlock = emu::MAX_THREADS;
     prop->warpSize = 32;
     return cudaSuccess;
 }
 
-/* A stream is a token (work is done when it is enqueued). */
+cudaError_t emu_cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    guard g(big_lock);
+    *total = emu_total_mem;
+    *free_bytes = emu_total_mem - emu::device_bytes;
+    return cudaSuccess;
+}
+
 cudaError_t emu_cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     (void)flags;
     *s = static_cast<cudaStream_t>(malloc(1));
@@ -357,25 +538,55 @@ cudaError_t emu_cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
 }
 
 cudaError_t emu_cudaStreamDestroy(cudaStream_t s) {
+    guard g(big_lock);
+    emu::run_all(s); /* CUDA finishes a destroyed stream's work */
+    emu::queues.erase(s);
     free(s);
     return cudaSuccess;
 }
 
 /* Device and pinned memory: host memory of exactly the size asked, 256-byte aligned as
- * cudaMalloc's (AddressSanitizer sees the first byte past it). */
+ * cudaMalloc's (AddressSanitizer sees the first byte past it), within the 16 GiB. */
 cudaError_t emu_cudaMalloc(void **p, size_t n) {
+    guard g(big_lock);
     *p = NULL;
-    return posix_memalign(p, 256, n ? n : 1) == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (n > emu_total_mem - emu::device_bytes) return cudaErrorMemoryAllocation;
+    if (posix_memalign(p, 256, n ? n : 1) != 0) return cudaErrorMemoryAllocation;
+    emu::device_blocks[reinterpret_cast<uintptr_t>(*p)] = n;
+    emu::device_bytes += n;
+    return cudaSuccess;
 }
 
 cudaError_t emu_cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    guard g(big_lock);
+    auto it = emu::device_blocks.find(reinterpret_cast<uintptr_t>(p));
+    if (it == emu::device_blocks.end()) return cudaErrorInvalidValue;
+    emu::run_every_stream(); /* cudaFree synchronizes the device */
+    emu::device_bytes -= it->second;
+    emu::device_blocks.erase(it);
     free(p);
     return cudaSuccess;
 }
 
-cudaError_t emu_cudaMallocHost(void **p, size_t n) { return emu_cudaMalloc(p, n); }
+cudaError_t emu_cudaHostAlloc(void **p, size_t n, unsigned int flags) {
+    (void)flags;
+    guard g(big_lock);
+    *p = NULL;
+    if (posix_memalign(p, 256, n ? n : 1) != 0) return cudaErrorMemoryAllocation;
+    emu::pinned_blocks[reinterpret_cast<uintptr_t>(*p)] = n ? n : 1;
+    return cudaSuccess;
+}
+
+cudaError_t emu_cudaMallocHost(void **p, size_t n) { return emu_cudaHostAlloc(p, n, 0); }
 
 cudaError_t emu_cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    guard g(big_lock);
+    auto it = emu::pinned_blocks.find(reinterpret_cast<uintptr_t>(p));
+    if (it == emu::pinned_blocks.end()) return cudaErrorInvalidValue;
+    emu::run_every_stream(); /* so does cudaFreeHost */
+    emu::pinned_blocks.erase(it);
     free(p);
     return cudaSuccess;
 }

@@ -75,19 +75,21 @@ enum warp_op { WARP_SHFL, WARP_ANY };
 uint64_t warp_exchange(warp_op op, unsigned mask, uint64_t value, int src_lane, const char *what);
 
 /* Runs body once per thread of every block of the grid (see the file comment). */
-void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, void (*body)(void *), void *arg);
+void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream, void (*body)(void *),
+            void *arg);
 
 /* KERNEL<<<grid, block, shared, stream>>>(args), as translate.py writes it. */
 struct config {
     dim3 grid, block;
     size_t shared;
-    config(dim3 g, dim3 b, size_t s = 0, cudaStream_t = 0) : grid(g), block(b), shared(s) {}
+    cudaStream_t stream;
+    config(dim3 g, dim3 b, size_t s = 0, cudaStream_t st = 0) : grid(g), block(b), shared(s), stream(st) {}
     template <typename... P, typename... A> void run(const char *name, void (*kernel)(P...), A &&...args) {
         /* each thread gets its own copies of the arguments, converted to the parameter types */
         auto call = [&]() { kernel(static_cast<P>(args)...); };
         using call_t = decltype(call);
         launch(
-            name, grid, block, shared, [](void *c) { (*static_cast<call_t *>(c))(); }, &call);
+            name, grid, block, shared, stream, [](void *c) { (*static_cast<call_t *>(c))(); }, &call);
     }
 };
 

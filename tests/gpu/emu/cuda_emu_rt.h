@@ -3,8 +3,9 @@
  * emu_cudaMalloc and so on). Included first in every translated file, C or C++. Each stand-in has
  * the library's own signature (declared through __typeof__, so a call that does not match it
  * does not compile).
- *  - the runtime (cuda_emu.cc): memory is host memory and work is done when it is enqueued, except
- *    that a copy to the host lands at the synchronize of its stream (so one missing shows);
+ *  - the runtime (cuda_emu.cc): memory is host memory; kernels run when launched, after their
+ *    stream's queued copies, and copies run as late as CUDA allows (at the next work on their
+ *    stream, a synchronize, or a wait for an event), so a missing synchronize or event wait shows;
  *  - cuBLAS and cuBLASLt (emu_cublas.c): the column-major GEMMs as NVIDIA documents them,
  *    computed directly, with the library's argument checks;
  *  - cuDNN (emu_cudnn.c): NCHW descriptors and the three convolutions, computed directly.
@@ -25,6 +26,30 @@ cudaError_t emu_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s);
 cudaError_t emu_cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s);
 cudaError_t emu_cudaStreamSynchronize(cudaStream_t s);
 cudaError_t emu_cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *entry);
+cudaError_t emu_cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags);
+cudaError_t emu_cudaEventDestroy(cudaEvent_t e);
+cudaError_t emu_cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t emu_cudaEventSynchronize(cudaEvent_t e);
+cudaError_t emu_cudaEventQuery(cudaEvent_t e);
+cudaError_t emu_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags);
+cudaError_t emu_cudaGetDevice(int *device);
+cudaError_t emu_cudaMemGetInfo(size_t *free_bytes, size_t *total);
+cudaError_t emu_cudaHostAlloc(void **p, size_t n, unsigned int flags);
+cudaError_t emu_cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags);
+cudaError_t emu_cudaStreamDestroy(cudaStream_t s);
+cudaError_t emu_cudaMalloc(void **p, size_t n);
+cudaError_t emu_cudaFree(void *p);
+cudaError_t emu_cudaMallocHost(void **p, size_t n);
+cudaError_t emu_cudaFreeHost(void *p);
+
+/* Work about to run on stream s (a library call): its queued copies run first. */
+void emu_stream_begin(cudaStream_t s);
+/* The emulator's one lock (recursive), held by a library call while it computes. */
+void emu_lock(void);
+void emu_unlock(void);
+/* Every stream's queued work run (cudaDeviceSynchronize), for host code that reads "device"
+ * memory directly (the parity tests' allocator). */
+void emu_device_synchronize(void);
 
 /* The SM count the emulated device reports (cudaGetDeviceProperties); kernels size grids by it. */
 extern int emu_sm_count;
@@ -43,12 +68,6 @@ extern int emu_sm_count;
 #define EMU_LIKE(f) extern __typeof__(f) emu_##f
 EMU_LIKE(cudaSetDevice);
 EMU_LIKE(cudaGetDeviceProperties);
-EMU_LIKE(cudaStreamCreateWithFlags);
-EMU_LIKE(cudaStreamDestroy);
-EMU_LIKE(cudaMalloc);
-EMU_LIKE(cudaFree);
-EMU_LIKE(cudaMallocHost);
-EMU_LIKE(cudaFreeHost);
 
 EMU_LIKE(cublasCreate);
 EMU_LIKE(cublasDestroy);

@@ -29,17 +29,21 @@ static void *dev_alloc(void *state, size_t bytes) {
     void *p = NULL;
     return posix_memalign(&p, 256, bytes ? bytes : 1) == 0 ? p : NULL;
 }
+/* The emulator queues copies and memsets on their streams: these wait for all of them first. */
 static void dev_free(void *state, void *p, size_t bytes) {
     (void)state, (void)bytes;
+    emu_device_synchronize();
     free(p);
 }
 static ls_status dev_copy(void *state, void *dst, int dd, const void *src, int sd, size_t n) {
     (void)state, (void)dd, (void)sd;
+    emu_device_synchronize();
     if (n) memmove(dst, src, n);
     return LS_OK;
 }
 static ls_status dev_zero(void *state, void *p, size_t n) {
     (void)state;
+    emu_device_synchronize();
     if (n) memset(p, 0, n);
     return LS_OK;
 }

@@ -136,10 +136,10 @@ const char *emu_cublasGetStatusString(cublasStatus_t s) {
     return s == CUBLAS_STATUS_SUCCESS ? "success" : "refused by the cuBLAS stand-in (its message is on stderr)";
 }
 
-cublasStatus_t emu_cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-                                int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
-                                cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
-                                cublasComputeType_t ct, cublasGemmAlgo_t algo) {
+static cublasStatus_t gemm_ex(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                             int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                             cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                             cublasComputeType_t ct, cublasGemmAlgo_t algo) {
     const char *call = "cublasGemmEx";
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T) || (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T))
@@ -370,12 +370,11 @@ cublasStatus_t emu_cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMa
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t emu_cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
-                                  cublasLtMatrixLayout_t Ad, const void *B, cublasLtMatrixLayout_t Bd, const void *beta,
-                                  const void *C, cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
-                                  const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t stream) {
+static cublasStatus_t lt_matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
+                               cublasLtMatrixLayout_t Ad, const void *B, cublasLtMatrixLayout_t Bd, const void *beta,
+                               const void *C, cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
+                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes) {
     const char *call = "cublasLtMatmul";
-    (void)stream;
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     const emu_lt_desc *d = (const emu_lt_desc *)desc;
     const emu_lt_layout *a = (const emu_lt_layout *)Ad, *b = (const emu_lt_layout *)Bd, *c = (const emu_lt_layout *)Cd,
@@ -419,4 +418,28 @@ cublasStatus_t emu_cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
             d->epilogue == CUBLASLT_EPILOGUE_BIAS ? d->bias : NULL, f64, d->ct == CUBLAS_COMPUTE_32F_FAST_TF32);
     if (al.ws) memset(ws, 0x5a, al.ws);
     return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The two products run on their stream: after its queued copies, under the emulator's lock. */
+cublasStatus_t emu_cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                                int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                                cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                cublasComputeType_t ct, cublasGemmAlgo_t algo) {
+    emu_lock();
+    emu_stream_begin(h ? h->stream : 0);
+    cublasStatus_t st =
+        gemm_ex(h, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc, ct, algo);
+    emu_unlock();
+    return st;
+}
+
+cublasStatus_t emu_cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
+                                  cublasLtMatrixLayout_t Ad, const void *B, cublasLtMatrixLayout_t Bd, const void *beta,
+                                  const void *C, cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
+                                  const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t stream) {
+    emu_lock();
+    emu_stream_begin(stream);
+    cublasStatus_t st = lt_matmul(h, desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd, algo, ws, ws_bytes);
+    emu_unlock();
+    return st;
 }

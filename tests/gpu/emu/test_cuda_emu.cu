@@ -8,7 +8,12 @@
  *  - shared memory holds garbage (0xff bytes) in every block, not the previous block's values;
  *  - what is undefined on a GPU aborts with the kernel named: a barrier some threads returned
  *    before, a shuffle in a divergent branch, a full-mask shuffle in a partial warp;
- *  - a bad launch configuration is cudaErrorInvalidConfiguration from cudaGetLastError, once.
+ *  - a bad launch configuration is cudaErrorInvalidConfiguration from cudaGetLastError, once;
+ *  - streams: a copy from pinned memory reads it when its stream's queue runs, one from pageable
+ *    memory when it is called; a kernel on another stream reads the old bytes unless its stream
+ *    waited for an event recorded after the copy; cudaEventSynchronize runs a queue up to the
+ *    record and no further; a copy to pinned memory lands at the synchronize, one to pageable
+ *    memory before the call returns.
  * Each abort is checked in a child process (its exit by SIGABRT and its message). */
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +32,9 @@ static int failures;
             fputc('\n', stderr);                                                                                       \
         }                                                                                                              \
     } while (0)
+
+/* out[0] = in[0] (one thread) */
+__global__ void read_kernel(int *out, const int *in) { out[0] = in[0]; }
 
 /* out[linear thread id over the grid] = 1 + block linear index, counted once per visit */
 __global__ void visit_kernel(int *out) {
@@ -228,6 +236,62 @@ int main(void) {
     visit_kernel<<<dim3(1, 70000), 32>>>(out);
     CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "a grid.y of 70000 was accepted");
     printf("ok   1x2048 threads and a grid.y of 70000: cudaErrorInvalidConfiguration, once\n");
+
+    /* streams: work is done as late as CUDA allows ("device" memory is host memory, read here
+     * directly to see when) */
+    cudaStream_t sa, sb;
+    cudaEvent_t ev;
+    int *pin = NULL, *dev = NULL, pageable[4] = {0, 0, 0, 0};
+    static int seen[2];
+    CHECK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking) == cudaSuccess &&
+              cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking) == cudaSuccess &&
+              cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
+              cudaMallocHost((void **)&pin, 4 * sizeof(int)) == cudaSuccess &&
+              cudaMalloc((void **)&dev, 4 * sizeof(int)) == cudaSuccess,
+          "streams, an event and memory");
+    memset(dev, 0, 4 * sizeof(int));
+    pin[0] = 1;
+    cudaMemcpyAsync(dev, pin, sizeof(int), cudaMemcpyHostToDevice, sa);
+    pin[0] = 2; /* before the copy ran: it reads this */
+    CHECK(dev[0] == 0, "a queued copy ran before its stream was waited for");
+    cudaStreamSynchronize(sa);
+    CHECK(dev[0] == 2, "a copy from pinned memory read it when called (%d), not when it ran", dev[0]);
+    pageable[0] = 3;
+    cudaMemcpyAsync(dev, pageable, sizeof(int), cudaMemcpyHostToDevice, sa);
+    pageable[0] = 4; /* CUDA has taken the bytes already */
+    cudaStreamSynchronize(sa);
+    CHECK(dev[0] == 3, "a copy from pageable memory gave %d, not the bytes at the call", dev[0]);
+    pin[0] = 5;
+    cudaMemcpyAsync(dev, pin, sizeof(int), cudaMemcpyHostToDevice, sa);
+    cudaEventRecord(ev, sa);
+    read_kernel<<<1, 1, 0, sb>>>(&seen[0], dev); /* no wait: the old bytes */
+    cudaStreamWaitEvent(sb, ev, 0);
+    read_kernel<<<1, 1, 0, sb>>>(&seen[1], dev);
+    CHECK(seen[0] == 3 && seen[1] == 5, "a kernel on another stream read %d without the event wait (want 3) and %d "
+          "with it (want 5)", seen[0], seen[1]);
+    pin[1] = 6;
+    cudaMemcpyAsync(dev + 1, pin + 1, sizeof(int), cudaMemcpyHostToDevice, sa);
+    cudaEventRecord(ev, sa);
+    cudaMemsetAsync(dev + 2, 0xff, sizeof(int), sa);
+    cudaEventSynchronize(ev);
+    CHECK(dev[1] == 6 && dev[2] == 0, "cudaEventSynchronize: the copy before the record gave %d (want 6), the "
+          "memset after it %d (want 0: not run yet)", dev[1], dev[2]);
+    cudaStreamSynchronize(sa);
+    CHECK(dev[2] == -1, "the memset did not run at the synchronize");
+    dev[3] = 9;
+    pin[3] = 0;
+    cudaMemcpyAsync(pin + 3, dev + 3, sizeof(int), cudaMemcpyDeviceToHost, sa);
+    CHECK(pin[3] == 0, "a copy to pinned memory landed before the synchronize");
+    cudaStreamSynchronize(sa);
+    CHECK(pin[3] == 9, "a copy to pinned memory did not land at the synchronize");
+    cudaMemcpyAsync(pageable + 3, dev + 3, sizeof(int), cudaMemcpyDeviceToHost, sa);
+    CHECK(pageable[3] == 9, "a copy to pageable memory had not landed when the call returned");
+    cudaEventDestroy(ev);
+    cudaStreamDestroy(sa);
+    cudaStreamDestroy(sb);
+    cudaFree(dev);
+    cudaFreeHost(pin);
+    printf("ok   streams: copies run as late as CUDA allows, a kernel without the event wait reads the old bytes\n");
 
     /* undefined on a GPU: aborts naming the kernel */
     expect_abort(0, "divergent_barrier_kernel", "threads that have returned");

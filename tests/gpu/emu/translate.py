@@ -19,7 +19,9 @@ import sys
 
 RUNTIME = ["cudaGetLastError", "cudaMemsetAsync", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaFuncGetAttributes",
            "cudaSetDevice", "cudaGetDeviceProperties", "cudaStreamCreateWithFlags", "cudaStreamDestroy", "cudaMalloc",
-           "cudaFree", "cudaMallocHost", "cudaFreeHost"]
+           "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaHostAlloc", "cudaGetDevice", "cudaMemGetInfo",
+           "cudaEventCreateWithFlags", "cudaEventDestroy", "cudaEventRecord", "cudaEventSynchronize",
+           "cudaEventQuery", "cudaStreamWaitEvent"]
 
 
 def fail(path, pos, text, why):

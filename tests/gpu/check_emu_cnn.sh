@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# check_emu_cnn.sh RESNET_EMU OOM_EMU RUN: the CNN programs on an emulated GPU (see
+# check_emu_mlp.sh: cuda:0 runs the CUDA backend's own code, its cuDNN convolutions answered by a
+# stand-in). fashion_resnet on a narrow ResNet (widths 4,8,8, batch 32, real Fashion-MNIST)
+# against the same run on the CPU, step by step and in the parameters at the end:
+#   - f32 with --augment (the device copy of the data set follows the rewritten bytes): 1e-5;
+#   - 2 ranks through MPI with --sync-bn (statistics all-reduced from device buffers), bf16: 1e-2
+#     (the tolerance of the bf16 parity tests: batch statistics of bf16 activations differ by an
+#     ulp of bf16 when their sums differ in order);
+#   - a checkpoint at step 8 (batch-norm running statistics included) resumed on cuda: bitwise
+#     the run never stopped;
+# then --batch-size auto under a 4 MiB cap on cuda (the trials run out of the caching
+# allocator's capped memory, and the batch found fits with 10% headroom), and oom_challenge on cuda
+# under a 6 MiB cap: the baseline fails with the out-of-memory error naming cuda:0, the cap and
+# the remedies, and every remedy fits.
+set -u
+prog=$(realpath "$1") oom=$(realpath "$2") run=$(realpath "$3")
+source "$(dirname "$0")/emu/runs.sh"
+base=(--widths 4,8,8 --train-limit 256 --test-limit 128 --batch-size 32 --lr 0.01 --warmup-steps 2 --no-progress)
+
+train cpu -- --device cpu --epochs 1 --augment
+train cuda -- --device cuda --epochs 1 --augment
+close cuda cpu 1e-5
+
+launch=("$run" -n 2)
+nol=ASAN_OPTIONS=detect_leaks=0 # Open MPI's own allocations, not freed at exit
+train np2_cpu "$nol" -- --device cpu --comm mpi --epochs 1 --sync-bn --precision bf16
+train np2_cuda "$nol" -- --device cuda --comm mpi --epochs 1 --sync-bn --precision bf16
+close np2_cuda np2_cpu 1e-2
+launch=()
+
+base=(--widths 4,8,8 --train-limit 128 --test-limit 64 --batch-size 32 --lr 0.01 --warmup-steps 2 --no-progress)
+train straight -- --device cuda --epochs 3 --checkpoint-dir ck
+train first -- --device cuda --epochs 3 --checkpoint-dir ck --max-steps 8 --save-every 8
+cp first.loss resumed.loss
+train resumed -- --device cuda --epochs 3 --checkpoint-dir ck --resume ck/step-00000008
+close resumed straight 0
+
+auto=$("$prog" "${base[@]}" --device cuda --epochs 1 --batch-size auto --memory-cap 4MiB --max-steps 2 2>&1) ||
+    fail "--batch-size auto: $auto"
+line=$(grep -m1 '^batch-size auto:' <<<"$auto") || fail "--batch-size auto reported no batch: $auto"
+echo "$line"
+grep -qE '^batch-size auto: [0-9]+ per rank \(peak [0-9.]+ MiB of the 4.00 MiB cap, limit 3.60 MiB' <<<"$line" ||
+    fail "--batch-size auto: unexpected report"
+peak=$(sed -E 's/.*\(peak ([0-9.]+) MiB.*/\1/' <<<"$line")
+awk -v p="$peak" 'BEGIN { exit !(p > 0 && p <= 3.60) }' || fail "--batch-size auto: peak $peak MiB over the 3.60 MiB limit"
+grep -q "device cuda:0" <<<"$auto" || fail "--batch-size auto did not train on cuda:0"
+
+out=$("$oom" --device cuda --widths 4,8 --blocks 1 --image-size 16 --batch-size 64 --steps 1 --memory-cap 6MiB 2>&1) ||
+    fail "oom_challenge on cuda: $out"
+echo "$out"
+grep -q "out of memory on cuda:0: cannot allocate .* the cap is 6.00 MiB" <<<"$out" ||
+    fail "oom_challenge: no out-of-memory error naming cuda:0 and the cap"
+grep -q "To fit: a smaller --batch-size, --precision bf16|fp16 .* or --checkpoint-activations" <<<"$out" ||
+    fail "oom_challenge: the error does not name the remedies"
+grep -q "^challenge met: the baseline exceeds the cap and every remedy fits" <<<"$out" || fail "oom_challenge: not met"
+echo "PASS: fashion_resnet and oom_challenge on the emulated GPU (f32, 2 ranks with SyncBatchNorm, resume, batch-size auto, out of memory)"

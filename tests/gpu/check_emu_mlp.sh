@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# check_emu_mlp.sh MLP_EMU RUN: the whole fashion_mlp program on an emulated GPU. MLP_EMU is
+# fashion_mlp built with tests/gpu/emu (its cuda:0 runs the CUDA backend's own code: kernels
+# emulated, cuBLAS answered by a stand-in, memory from the caching allocator, copies and events on
+# streams done as late as CUDA allows); RUN is lockstep-run. On a small MLP (784-64-10, 2048
+# samples, batch 64, real Fashion-MNIST) each case trains on cuda and is compared with the same
+# run on the CPU, step by step (the losses of --log-steps, 17 digits) and in the parameters at the
+# end (--dump-params):
+#   - f32: relative difference at most 1e-5 (the two differ in the order of sums only);
+#   - batches gathered on the device, staged through pinned memory with the next one copied on
+#     the copy stream during the step, and staged without prefetch: bitwise the same;
+#   - GELU, gradient clipping, 2 accumulation steps and activation checkpointing: 1e-5;
+#   - bf16 at most 1e-4, fp16 at most 5e-3 (the GPU rounds each 16-bit product's inputs as the
+#     CPU does; the sums differ), and fp16's loss scale the same at every step (--metrics);
+#   - 2 ranks through MPI (device gradients staged through pinned host memory), also with bf16
+#     gradient compression: 1e-5 and 1e-3;
+#   - a checkpoint written on cuda at step 40: resumed on cuda, bitwise the run never stopped;
+#     resumed on the CPU, within 1e-5 of it.
+set -u
+prog=$(realpath "$1") run=$(realpath "$2")
+source "$(dirname "$0")/emu/runs.sh"
+base=(--hidden 64 --train-limit 2048 --test-limit 1000 --batch-size 64 --no-progress)
+
+train cpu -- --device cpu --epochs 1
+train cuda -- --device cuda --epochs 1
+close cuda cpu 1e-5
+train staged LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=on -- --device cuda --epochs 1
+close staged cuda 0
+train staged_nopf LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=off -- --device cuda --epochs 1
+close staged_nopf cuda 0
+
+feat=(--epochs 1 --activation gelu --clip-grad-norm 0.5 --accum-steps 2 --checkpoint-activations)
+train feat_cpu -- --device cpu "${feat[@]}"
+train feat_cuda -- --device cuda "${feat[@]}"
+close feat_cuda feat_cpu 1e-5
+
+for p in bf16:1e-4 fp16:5e-3; do
+    IFS=: read -r prec tol <<<"$p"
+    train "${prec}_cpu" -- --device cpu --epochs 1 --precision "$prec" --metrics "${prec}_cpu.json"
+    train "${prec}_cuda" -- --device cuda --epochs 1 --precision "$prec" --metrics "${prec}_cuda.json"
+    close "${prec}_cuda" "${prec}_cpu" "$tol"
+done
+scales() { sed -n 's/.*"loss_scale": *\([^,}]*\).*/\1/p' "$1"; }
+[ "$(scales fp16_cpu.json | wc -l)" -eq 32 ] || fail "fp16: no loss scale per step in the metrics"
+[ "$(scales fp16_cuda.json)" = "$(scales fp16_cpu.json)" ] || fail "fp16: the loss scales differ between cuda and cpu"
+
+launch=("$run" -n 2)
+nol=ASAN_OPTIONS=detect_leaks=0 # Open MPI's own allocations, not freed at exit
+train np2_cpu "$nol" -- --device cpu --comm mpi --epochs 1
+train np2_cuda "$nol" -- --device cuda --comm mpi --epochs 1
+close np2_cuda np2_cpu 1e-5
+train np2c_cpu "$nol" LOCKSTEP_GRAD_COMPRESS=bf16 -- --device cpu --comm mpi --epochs 1
+train np2c_cuda "$nol" LOCKSTEP_GRAD_COMPRESS=bf16 -- --device cuda --comm mpi --epochs 1
+close np2c_cuda np2c_cpu 1e-3
+launch=()
+
+adam=(--epochs 2 --optimizer adamw --checkpoint-dir ck)
+train straight -- --device cuda "${adam[@]}"
+train first -- --device cuda "${adam[@]}" --max-steps 40 --save-every 40
+cp first.loss resumed.loss
+cp first.loss moved.loss
+train resumed -- --device cuda "${adam[@]}" --resume ck/step-00000040
+close resumed straight 0
+train moved -- --device cpu "${adam[@]}" --resume ck/step-00000040
+close moved straight 1e-5
+echo "PASS: fashion_mlp on the emulated GPU matches the CPU (f32, staged batches, bf16, fp16, 2 ranks, resume)"
