@@ -10,7 +10,12 @@
  * heuristics rank them, some are non-deterministic (as cuDNN's backward ALGO_0 and ALGO_3), one
  * is refused outright, IMPLICIT_PRECOMP_GEMM needs 16-byte aligned pointers (cuDNN 9's
  * CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER otherwise), and each overwrites the workspace it
- * asked for before and after computing (an input or output placed in it comes out wrong). Anything lockstep does not use aborts as not emulated. */
+ * asked for before and after computing (an input or output placed in it comes out wrong). The
+ * heuristics list each algorithm twice, with tensor-op math and with the default math (f64: the
+ * default only), whatever math type the descriptor asks for: a result's math type is its own, and
+ * lockstep must choose among them (an assumption about which cuDNN lists; its API allows it). So
+ * f32 without TF32 computes in TF32 here unless lockstep sets CUDNN_FMA_MATH before running.
+ * Anything lockstep does not use aborts as not emulated. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -311,9 +316,15 @@ cudnnStatus_t emu_cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle
         cudnnStatus_t s_[16];                                                                                          \
         size_t m_[16];                                                                                                 \
         cudnnDeterminism_t d_[16];                                                                                     \
-        st = ranked(h, dir, &p, requested < 16 ? requested : 16, returned, a_, s_, m_, d_);                            \
+        int n_ = 0;                                                                                                    \
+        st = ranked(h, dir, &p, 16, &n_, a_, s_, m_, d_);                                                              \
         if (st != CUDNN_STATUS_SUCCESS) return st;                                                                     \
-        for (int i = 0; i < *returned; i++) EMU_PERF(perf, i, (algo_t)a_[i], s_[i], m_[i], d_[i], p.conv->math);       \
+        /* each algorithm with tensor-op math, then with the default math (f64: the default only) */                   \
+        const int per_ = p.f64 ? 1 : 2;                                                                                \
+        *returned = n_ * per_ < requested ? n_ * per_ : requested;                                                     \
+        for (int i = 0; i < *returned; i++)                                                                            \
+            EMU_PERF(perf, i, (algo_t)a_[i / per_], s_[i / per_], m_[i / per_], d_[i / per_],                          \
+                     per_ == 2 && i % 2 == 0 ? CUDNN_TENSOR_OP_MATH : CUDNN_DEFAULT_MATH);                             \
     } while (0)
 
 cudnnStatus_t emu_cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t x,
