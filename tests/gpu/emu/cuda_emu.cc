@@ -305,11 +305,11 @@ namespace {
 struct queued_op {
     enum kind_t { COPY, MEMSET, RECORD, WAIT } kind;
     void *dst;
-    const void *src;          /* COPY: read when run, unless bytes holds them */
+    const void *src;         /* COPY: read when run, unless bytes holds them */
     std::vector<char> bytes; /* COPY from pageable memory: the bytes, taken when queued */
     size_t n;
-    int value;               /* MEMSET */
-    cudaStream_t other;      /* WAIT: run other up to target */
+    int value;          /* MEMSET */
+    cudaStream_t other; /* WAIT: run other up to target */
     uint64_t target;
 };
 
@@ -343,9 +343,7 @@ void run_until(cudaStream_t s, uint64_t target);
 
 void run_op(queued_op &op) {
     switch (op.kind) {
-    case queued_op::COPY:
-        memmove(op.dst, op.bytes.empty() ? op.src : op.bytes.data(), op.n);
-        break;
+    case queued_op::COPY: memmove(op.dst, op.bytes.empty() ? op.src : op.bytes.data(), op.n); break;
     case queued_op::MEMSET: memset(op.dst, op.value, op.n); break;
     case queued_op::RECORD: break;
     case queued_op::WAIT: run_until(op.other, op.target); break;
@@ -440,7 +438,8 @@ cudaError_t emu_cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaM
     op.dst = dst;
     op.src = src;
     op.n = n;
-    if (from_host && !emu::is_pinned(src, n)) op.bytes.assign(static_cast<const char *>(src), static_cast<const char *>(src) + n);
+    if (from_host && !emu::is_pinned(src, n))
+        op.bytes.assign(static_cast<const char *>(src), static_cast<const char *>(src) + n);
     emu::enqueue(s, std::move(op));
     return cudaSuccess;
 }

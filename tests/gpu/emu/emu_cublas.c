@@ -136,10 +136,10 @@ const char *emu_cublasGetStatusString(cublasStatus_t s) {
     return s == CUBLAS_STATUS_SUCCESS ? "success" : "refused by the cuBLAS stand-in (its message is on stderr)";
 }
 
-static cublasStatus_t gemm_ex(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-                             int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
-                             cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
-                             cublasComputeType_t ct, cublasGemmAlgo_t algo) {
+static cublasStatus_t gemm_ex(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                              const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                              cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                              cublasComputeType_t ct, cublasGemmAlgo_t algo) {
     const char *call = "cublasGemmEx";
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T) || (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T))
@@ -371,9 +371,9 @@ cublasStatus_t emu_cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMa
 }
 
 static cublasStatus_t lt_matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
-                               cublasLtMatrixLayout_t Ad, const void *B, cublasLtMatrixLayout_t Bd, const void *beta,
-                               const void *C, cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
-                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes) {
+                                cublasLtMatrixLayout_t Ad, const void *B, cublasLtMatrixLayout_t Bd, const void *beta,
+                                const void *C, cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
+                                const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes) {
     const char *call = "cublasLtMatmul";
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     const emu_lt_desc *d = (const emu_lt_desc *)desc;

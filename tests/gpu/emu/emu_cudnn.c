@@ -468,11 +468,11 @@ static void blend(const problem *p, double alpha, double beta, const double *acc
 
 /* One direction: the sums of the two inputs the direction reads (x and w, dy and w, x and dy)
  * into out (y, dx or dw), blended with alpha and beta. */
-static cudnnStatus_t convolve_on_stream(const char *call, int dir, cudnnHandle_t h, const void *alpha,
-                                        const void *beta, const cudnnTensorDescriptor_t xd,
-                                        const cudnnFilterDescriptor_t wd, const cudnnConvolutionDescriptor_t cd,
-                                        const cudnnTensorDescriptor_t yd, const void *x, const void *w, const void *y,
-                                        void *out, int algo, void *ws, size_t ws_bytes) {
+static cudnnStatus_t convolve_on_stream(const char *call, int dir, cudnnHandle_t h, const void *alpha, const void *beta,
+                                        const cudnnTensorDescriptor_t xd, const cudnnFilterDescriptor_t wd,
+                                        const cudnnConvolutionDescriptor_t cd, const cudnnTensorDescriptor_t yd,
+                                        const void *x, const void *w, const void *y, void *out, int algo, void *ws,
+                                        size_t ws_bytes) {
     problem p;
     cudnnStatus_t st = h ? problem_of(call, xd, wd, cd, yd, &p) : CUDNN_STATUS_BAD_PARAM;
     if (st == CUDNN_STATUS_SUCCESS)

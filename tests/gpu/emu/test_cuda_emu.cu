@@ -267,15 +267,19 @@ int main(void) {
     read_kernel<<<1, 1, 0, sb>>>(&seen[0], dev); /* no wait: the old bytes */
     cudaStreamWaitEvent(sb, ev, 0);
     read_kernel<<<1, 1, 0, sb>>>(&seen[1], dev);
-    CHECK(seen[0] == 3 && seen[1] == 5, "a kernel on another stream read %d without the event wait (want 3) and %d "
-          "with it (want 5)", seen[0], seen[1]);
+    CHECK(seen[0] == 3 && seen[1] == 5,
+          "a kernel on another stream read %d without the event wait (want 3) and %d "
+          "with it (want 5)",
+          seen[0], seen[1]);
     pin[1] = 6;
     cudaMemcpyAsync(dev + 1, pin + 1, sizeof(int), cudaMemcpyHostToDevice, sa);
     cudaEventRecord(ev, sa);
     cudaMemsetAsync(dev + 2, 0xff, sizeof(int), sa);
     cudaEventSynchronize(ev);
-    CHECK(dev[1] == 6 && dev[2] == 0, "cudaEventSynchronize: the copy before the record gave %d (want 6), the "
-          "memset after it %d (want 0: not run yet)", dev[1], dev[2]);
+    CHECK(dev[1] == 6 && dev[2] == 0,
+          "cudaEventSynchronize: the copy before the record gave %d (want 6), the "
+          "memset after it %d (want 0: not run yet)",
+          dev[1], dev[2]);
     cudaStreamSynchronize(sa);
     CHECK(dev[2] == -1, "the memset did not run at the synchronize");
     dev[3] = 9;
