@@ -5,13 +5,16 @@
 # streams done as late as CUDA allows); RUN is lockstep-run. On a small MLP (784-64-10, 2048
 # samples, batch 64, real Fashion-MNIST) each case trains on cuda and is compared with the same
 # run on the CPU, step by step (the losses of --log-steps, 17 digits) and in the parameters at the
-# end (--dump-params):
+# end (--dump-params; a parameter's difference relative to the largest parameter):
 #   - f32: relative difference at most 1e-5 (the two differ in the order of sums only);
 #   - batches gathered on the device, staged through pinned memory with the next one copied on
-#     the copy stream during the step, and staged without prefetch: bitwise the same;
+#     the copy stream during the step, and staged without prefetch: bitwise the same; staged with
+#     prefetch and 2 accumulation steps under the emulator's three schedules (EMU_SCHEDULE: late,
+#     lazy, eager), and 2 ranks under late and lazy: bitwise the same;
 #   - GELU, gradient clipping, 2 accumulation steps and activation checkpointing: 1e-5;
 #   - bf16 at most 1e-4, fp16 at most 5e-3 (the GPU rounds each 16-bit product's inputs as the
-#     CPU does; the sums differ), and fp16's loss scale the same at every step (--metrics);
+#     CPU does; the sums differ); fp16 with an inf gradient injected at step 5: the same steps
+#     skipped and the same loss scale at every step (--metrics) on both;
 #   - 2 ranks through MPI (device gradients staged through pinned host memory), also with bf16
 #     gradient compression: 1e-5 and 1e-3;
 #   - a checkpoint written on cuda at step 40: resumed on cuda, bitwise the run never stopped;
@@ -28,6 +31,14 @@ train staged LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=on -- --device cuda -
 close staged cuda 0
 train staged_nopf LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=off -- --device cuda --epochs 1
 close staged_nopf cuda 0
+# the emulator's other schedules (cuda_emu.cc): kernels and library calls queued too, copies as
+# late as allowed (lazy) or as early (eager); the same work in another legal order: bitwise the same
+for sch in late lazy eager; do
+    train "accum_$sch" EMU_SCHEDULE=$sch LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=on -- --device cuda --epochs 1 \
+        --accum-steps 2
+done
+close accum_lazy accum_late 0
+close accum_eager accum_late 0
 
 feat=(--epochs 1 --activation gelu --clip-grad-norm 0.5 --accum-steps 2 --checkpoint-activations)
 train feat_cpu -- --device cpu "${feat[@]}"
@@ -36,19 +47,25 @@ close feat_cuda feat_cpu 1e-5
 
 for p in bf16:1e-4 fp16:5e-3; do
     IFS=: read -r prec tol <<<"$p"
-    train "${prec}_cpu" -- --device cpu --epochs 1 --precision "$prec" --metrics "${prec}_cpu.json"
-    train "${prec}_cuda" -- --device cuda --epochs 1 --precision "$prec" --metrics "${prec}_cuda.json"
+    inj=LOCKSTEP_AMP_INJECT_INF=
+    [ "$prec" = fp16 ] && inj=LOCKSTEP_AMP_INJECT_INF=5 # an inf gradient at step 5: the step skipped, the scale halved
+    train "${prec}_cpu" "$inj" -- --device cpu --epochs 1 --precision "$prec" --metrics "${prec}_cpu.json"
+    train "${prec}_cuda" "$inj" -- --device cuda --epochs 1 --precision "$prec" --metrics "${prec}_cuda.json"
     close "${prec}_cuda" "${prec}_cpu" "$tol"
 done
-scales() { sed -n 's/.*"loss_scale": *\([^,}]*\).*/\1/p' "$1"; }
+scales() { sed -n 's/.*"loss_scale": *\([^,}]*\), "skipped": *\([01]\).*/\1 \2/p' "$1"; }
 [ "$(scales fp16_cpu.json | wc -l)" -eq 32 ] || fail "fp16: no loss scale per step in the metrics"
-[ "$(scales fp16_cuda.json)" = "$(scales fp16_cpu.json)" ] || fail "fp16: the loss scales differ between cuda and cpu"
+scales fp16_cpu.json | grep -q '^32768 ' || fail "fp16: the injected inf did not halve the loss scale"
+[ "$(scales fp16_cuda.json)" = "$(scales fp16_cpu.json)" ] ||
+    fail "fp16: the loss scales or skipped steps differ between cuda and cpu"
 
 launch=("$run" -n 2)
 nol=ASAN_OPTIONS=detect_leaks=0 # Open MPI's own allocations, not freed at exit
 train np2_cpu "$nol" -- --device cpu --comm mpi --epochs 1
 train np2_cuda "$nol" -- --device cuda --comm mpi --epochs 1
 close np2_cuda np2_cpu 1e-5
+train np2_lazy "$nol" EMU_SCHEDULE=lazy -- --device cuda --comm mpi --epochs 1
+close np2_lazy np2_cuda 0
 train np2c_cpu "$nol" LOCKSTEP_GRAD_COMPRESS=bf16 -- --device cpu --comm mpi --epochs 1
 train np2c_cuda "$nol" LOCKSTEP_GRAD_COMPRESS=bf16 -- --device cuda --comm mpi --epochs 1
 close np2c_cuda np2c_cpu 1e-3

@@ -3,7 +3,8 @@
 current directory (A.loss from --log-steps: "step loss" per line; A.bin from --dump-params: raw
 little-endian f32), agree: the same number of steps and parameters, and every loss and parameter
 of A within relative TOL of B's (a parameter relative to the largest of B's), or bitwise equal for
-TOL 0. Prints the worst difference; exits 1 naming the first that is too far."""
+TOL 0 (-0.0 is not 0.0 then; the same NaN is equal). Prints the worst difference; exits 1 naming
+the first that is too far."""
 import struct
 import sys
 
@@ -24,8 +25,8 @@ def main():
         if len(x) != len(y) or not x:
             sys.exit("%s: %d %ss against %d in %s" % (a, len(x), what, len(y), b))
         if tol == 0:
-            if x != y:
-                i = next(i for i in range(len(x)) if x[i] != y[i])
+            if struct.pack("<%dd" % len(x), *x) != struct.pack("<%dd" % len(y), *y):  # bits: -0.0 is not 0.0
+                i = next(i for i in range(len(x)) if struct.pack("<d", x[i]) != struct.pack("<d", y[i]))
                 sys.exit("%s %d: %r in %s against %r in %s (want bitwise equal)" % (what, i, x[i], a, y[i], b))
             continue
         scale = max(abs(v) for v in y) if what == "parameter" else 0.0

@@ -9,6 +9,8 @@
 #include <ucontext.h>
 
 #include <deque>
+#include <functional>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -242,22 +244,11 @@ uint64_t warp_exchange(warp_op op, unsigned mask, uint64_t value, int src_lane, 
     return f->result;
 }
 
-void stream_begin(cudaStream_t s);
+void stream_submit(cudaStream_t s, std::function<void()> work);
 
-void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream, void (*body)(void *),
-            void *arg) {
-    std::lock_guard<std::recursive_mutex> g(big_lock);
-    stream_begin(stream); /* the stream's queued copies first */
+/* Runs a validated launch: every block of the grid. */
+void run_grid(const char *kernel, dim3 grid, dim3 block, void (*body)(void *), void *arg) {
     const uint64_t nthreads = (uint64_t)block.x * block.y * block.z;
-    if (nthreads == 0 || nthreads > (uint64_t)MAX_THREADS || block.z > 64 || grid.x == 0 || grid.x > 0x7fffffffu ||
-        grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
-        last_error = cudaErrorInvalidConfiguration;
-        return;
-    }
-    if (shared != 0) {
-        last_error = cudaErrorInvalidValue; /* no kernel of lockstep uses dynamic shared memory */
-        return;
-    }
     setup();
     kernel_name = kernel;
     kernel_body = body;
@@ -277,33 +268,62 @@ void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream
     current = NULL;
 }
 
+void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
+            std::function<void()> *call) {
+    std::lock_guard<std::recursive_mutex> g(big_lock);
+    const uint64_t nthreads = (uint64_t)block.x * block.y * block.z;
+    if (nthreads == 0 || nthreads > (uint64_t)MAX_THREADS || block.z > 64 || grid.x == 0 || grid.x > 0x7fffffffu ||
+        grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
+        last_error = cudaErrorInvalidConfiguration;
+        delete call;
+        return;
+    }
+    if (shared != 0) {
+        last_error = cudaErrorInvalidValue; /* no kernel of lockstep uses dynamic shared memory */
+        delete call;
+        return;
+    }
+    std::shared_ptr<std::function<void()>> owned(call);
+    stream_submit(stream, [kernel, grid, block, owned]() {
+        run_grid(
+            kernel, grid, block, [](void *c) { (*static_cast<std::function<void()> *>(c))(); }, owned.get());
+    });
+}
+
 } // namespace emu
 
 /* ---- streams ----
- * Work on a stream is done as late as CUDA allows, so that code which reads or reuses memory
- * before waiting for the work shows it:
- *  - an asynchronous copy or memset is queued on its stream; the queue runs, in order, when
+ * Work on a stream runs in the stream's order, in one of three schedules CUDA allows (chosen by
+ * EMU_SCHEDULE=late|lazy|eager, default late), so that code which reads or reuses memory before
+ * waiting for the work shows it:
+ *  - late: an asynchronous copy or memset is queued on its stream; the queue runs, in order, when
  *    something needs it: the next kernel or library call on that stream (which then runs at
  *    once), cudaStreamSynchronize, a cudaEventSynchronize or cudaEventQuery of an event recorded
  *    on it, a stream that waits for such an event reaching the wait, cudaFree or cudaFreeHost
- *    (which synchronize the device), or the stream's destruction;
- *  - a copy reads pinned host memory (cudaHostAlloc, cudaMallocHost) and device memory when its
- *    queue runs, and writes pinned host memory then: a host that overwrites a staging buffer
- *    before the copy out of it has finished, or reads a result before waiting, sees the wrong
- *    bytes, as on a GPU. A copy from pageable memory takes its bytes at once (CUDA stages them
- *    before returning) and writes the device when its queue runs; a copy to pageable memory
- *    waits for its stream and is done before returning (as in CUDA);
+ *    (which synchronize the device), a copy to pageable memory, or the stream's destruction. A
+ *    kernel on another stream that did not wait for the copy's event reads the old bytes;
+ *  - lazy: kernels and library calls are queued too (their arguments taken at the call), so the
+ *    host runs as far ahead of the "device" as it can: only those waits make work run;
+ *  - eager: kernels and library calls are queued, copies and memsets run as soon as their stream's
+ *    earlier work (and the events it waits for) has run: a copy that should wait for the kernels
+ *    reading its destination, and does not, overwrites it first.
+ * In all three:
+ *  - a copy reads pinned host memory (cudaHostAlloc, cudaMallocHost) and device memory when it
+ *    runs, and writes pinned host memory then: a host that overwrites a staging buffer before the
+ *    copy out of it has run, or reads a result before waiting, sees the wrong bytes, as on a GPU.
+ *    A copy from pageable memory takes its bytes at the call (CUDA stages them before returning)
+ *    and writes the device when it runs; a copy to pageable memory, and a copy between host
+ *    buffers, waits for its stream and is done before returning (as in CUDA);
  *  - cudaStreamWaitEvent queues a wait: when the queue reaches it, the stream the event was
  *    recorded on runs up to the record. An event never recorded is complete.
- * Kernels and library calls run at once, after their stream's queue: work that needs another
- * stream's copies without waiting for its event reads the old bytes. The legacy stream (0) is
- * a stream of its own (lockstep's streams are non-blocking). One lock serializes every call,
- * so several host threads may use the emulator. */
+ * The legacy stream (0) is a stream of its own (lockstep's streams are non-blocking). One lock
+ * serializes every call, so several host threads may use the emulator. */
 namespace emu {
 namespace {
 
 struct queued_op {
-    enum kind_t { COPY, MEMSET, RECORD, WAIT } kind;
+    enum kind_t { COPY, MEMSET, RECORD, WAIT, WORK } kind;
+    std::function<void()> work; /* WORK: a kernel or a library call */
     void *dst;
     const void *src;         /* COPY: read when run, unless bytes holds them */
     std::vector<char> bytes; /* COPY from pageable memory: the bytes, taken when queued */
@@ -347,6 +367,7 @@ void run_op(queued_op &op) {
     case queued_op::MEMSET: memset(op.dst, op.value, op.n); break;
     case queued_op::RECORD: break;
     case queued_op::WAIT: run_until(op.other, op.target); break;
+    case queued_op::WORK: op.work(); break;
     }
 }
 
@@ -372,17 +393,44 @@ void run_every_stream() {
     for (auto &e : queues) run_until(e.first, e.second.queued);
 }
 
+/* The schedule (EMU_SCHEDULE): which work waits in the queues. */
+enum schedule_t { LATE, LAZY, EAGER };
+
+schedule_t schedule() {
+    static int chosen = -1;
+    if (chosen < 0) {
+        const char *e = getenv("EMU_SCHEDULE");
+        chosen = !e || !*e || !strcmp(e, "late") ? LATE : !strcmp(e, "lazy") ? LAZY : !strcmp(e, "eager") ? EAGER : 3;
+        if (chosen == 3) {
+            fprintf(stderr, "cuda_emu: EMU_SCHEDULE='%s': use late, lazy or eager\n", e);
+            abort();
+        }
+    }
+    return static_cast<schedule_t>(chosen);
+}
+
 void enqueue(cudaStream_t s, queued_op op) {
+    const bool transfer = op.kind == queued_op::COPY || op.kind == queued_op::MEMSET;
     stream_queue &q = queues[s];
     q.ops.push_back(std::move(op));
     q.queued++;
+    if (transfer && schedule() == EAGER) run_until(s, q.queued); /* a copy as early as its waits allow */
 }
 
 } // namespace
 
-void stream_begin(cudaStream_t s) {
+/* A kernel or library call on stream s: at once after the stream's queue (late), or queued. */
+void stream_submit(cudaStream_t s, std::function<void()> work) {
     std::lock_guard<std::recursive_mutex> g(big_lock);
-    run_all(s);
+    if (schedule() == LATE) {
+        run_all(s);
+        work();
+        return;
+    }
+    queued_op op{};
+    op.kind = queued_op::WORK;
+    op.work = std::move(work);
+    enqueue(s, std::move(op));
 }
 
 } // namespace emu
@@ -393,7 +441,9 @@ extern "C" {
 using emu::big_lock;
 using guard = std::lock_guard<std::recursive_mutex>;
 
-void emu_stream_begin(cudaStream_t s) { emu::stream_begin(s); }
+void emu_stream_submit(cudaStream_t s, void (*fn)(void *job), void *job) {
+    emu::stream_submit(s, [fn, job]() { fn(job); });
+}
 void emu_lock(void) { big_lock.lock(); }
 void emu_unlock(void) { big_lock.unlock(); }
 
@@ -427,8 +477,9 @@ cudaError_t emu_cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaM
     const bool to_host = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost;
     const bool from_host = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost;
     if (kind == cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection; /* lockstep names the direction */
-    if (to_host && !emu::is_pinned(dst, n)) {
-        /* to pageable memory: done before returning, after the stream's earlier work */
+    if (kind == cudaMemcpyHostToHost || (to_host && !emu::is_pinned(dst, n))) {
+        /* host to host (synchronous in CUDA), or to pageable memory: done before returning,
+         * after the stream's earlier work */
         emu::run_all(s);
         memmove(dst, src, n);
         return cudaSuccess;
@@ -530,17 +581,19 @@ cudaError_t emu_cudaMemGetInfo(size_t *free_bytes, size_t *total) {
     return cudaSuccess;
 }
 
+/* A stream is a token never reused (an event may still name a destroyed stream): its number. */
 cudaError_t emu_cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     (void)flags;
-    *s = static_cast<cudaStream_t>(malloc(1));
-    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
+    guard g(big_lock);
+    static uintptr_t streams_made;
+    *s = reinterpret_cast<cudaStream_t>(++streams_made);
+    return cudaSuccess;
 }
 
 cudaError_t emu_cudaStreamDestroy(cudaStream_t s) {
     guard g(big_lock);
     emu::run_all(s); /* CUDA finishes a destroyed stream's work */
     emu::queues.erase(s);
-    free(s);
     return cudaSuccess;
 }
 
@@ -549,8 +602,10 @@ cudaError_t emu_cudaStreamDestroy(cudaStream_t s) {
 cudaError_t emu_cudaMalloc(void **p, size_t n) {
     guard g(big_lock);
     *p = NULL;
-    if (n > emu_total_mem - emu::device_bytes) return cudaErrorMemoryAllocation;
-    if (posix_memalign(p, 256, n ? n : 1) != 0) return cudaErrorMemoryAllocation;
+    if (n > emu_total_mem - emu::device_bytes || posix_memalign(p, 256, n ? n : 1) != 0) {
+        *p = NULL;
+        return emu::last_error = cudaErrorMemoryAllocation; /* recorded, as CUDA does */
+    }
     emu::device_blocks[reinterpret_cast<uintptr_t>(*p)] = n;
     emu::device_bytes += n;
     return cudaSuccess;
@@ -572,7 +627,10 @@ cudaError_t emu_cudaHostAlloc(void **p, size_t n, unsigned int flags) {
     (void)flags;
     guard g(big_lock);
     *p = NULL;
-    if (posix_memalign(p, 256, n ? n : 1) != 0) return cudaErrorMemoryAllocation;
+    if (posix_memalign(p, 256, n ? n : 1) != 0) {
+        *p = NULL;
+        return emu::last_error = cudaErrorMemoryAllocation;
+    }
     emu::pinned_blocks[reinterpret_cast<uintptr_t>(*p)] = n ? n : 1;
     return cudaSuccess;
 }

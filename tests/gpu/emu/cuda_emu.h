@@ -38,6 +38,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <functional>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -75,8 +77,9 @@ enum warp_op { WARP_SHFL, WARP_ANY };
 uint64_t warp_exchange(warp_op op, unsigned mask, uint64_t value, int src_lane, const char *what);
 
 /* Runs body once per thread of every block of the grid (see the file comment). */
-void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream, void (*body)(void *),
-            void *arg);
+/* Validates a launch, then runs call once per thread of every block of the grid (see the file
+ * comment) when its stream gets to it; takes call. */
+void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream, std::function<void()> *call);
 
 /* KERNEL<<<grid, block, shared, stream>>>(args), as translate.py writes it. */
 struct config {
@@ -85,11 +88,11 @@ struct config {
     cudaStream_t stream;
     config(dim3 g, dim3 b, size_t s = 0, cudaStream_t st = 0) : grid(g), block(b), shared(s), stream(st) {}
     template <typename... P, typename... A> void run(const char *name, void (*kernel)(P...), A &&...args) {
-        /* each thread gets its own copies of the arguments, converted to the parameter types */
-        auto call = [&]() { kernel(static_cast<P>(args)...); };
-        using call_t = decltype(call);
-        launch(
-            name, grid, block, shared, stream, [](void *c) { (*static_cast<call_t *>(c))(); }, &call);
+        /* the arguments are taken at the launch, converted to the parameter types (a kernel may
+         * run later: see EMU_SCHEDULE); each thread gets its own copies of them */
+        const std::tuple<std::decay_t<P>...> taken(static_cast<P>(args)...);
+        launch(name, grid, block, shared, stream,
+               new std::function<void()>([kernel, taken]() { std::apply(kernel, taken); }));
     }
 };
 

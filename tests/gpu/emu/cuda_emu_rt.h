@@ -1,11 +1,11 @@
 /* cuda_emu_rt.h: what the emulated backend calls instead of the CUDA runtime, cuBLAS, cuBLASLt
  * and cuDNN (translate.py renames the calls in the translated sources: cudaMalloc becomes
  * emu_cudaMalloc and so on). Included first in every translated file, C or C++. Each stand-in has
- * the library's own signature (declared through __typeof__, so a call that does not match it
+ * the library's own signature (redeclared through __typeof__ in C, so one that does not match it
  * does not compile).
- *  - the runtime (cuda_emu.cc): memory is host memory; kernels run when launched, after their
- *    stream's queued copies, and copies run as late as CUDA allows (at the next work on their
- *    stream, a synchronize, or a wait for an event), so a missing synchronize or event wait shows;
+ *  - the runtime (cuda_emu.cc): memory is host memory; work runs in its stream's order, in one of
+ *    three schedules CUDA allows (EMU_SCHEDULE; by default kernels when launched and copies as
+ *    late as allowed), so a missing synchronize or event wait shows;
  *  - cuBLAS and cuBLASLt (emu_cublas.c): the column-major GEMMs as NVIDIA documents them,
  *    computed directly, with the library's argument checks;
  *  - cuDNN (emu_cudnn.c): NCHW descriptors and the three convolutions, computed directly.
@@ -42,8 +42,10 @@ cudaError_t emu_cudaFree(void *p);
 cudaError_t emu_cudaMallocHost(void **p, size_t n);
 cudaError_t emu_cudaFreeHost(void *p);
 
-/* Work about to run on stream s (a library call): its queued copies run first. */
-void emu_stream_begin(cudaStream_t s);
+/* A library call's work on stream s: fn(job) runs when the stream gets to it (at once under the
+ * late schedule, else when the stream's queue runs; see EMU_SCHEDULE in cuda_emu.cc); fn owns
+ * job. */
+void emu_stream_submit(cudaStream_t s, void (*fn)(void *job), void *job);
 /* The emulator's one lock (recursive), held by a library call while it computes. */
 void emu_lock(void);
 void emu_unlock(void);
@@ -68,6 +70,26 @@ extern int emu_sm_count;
 #define EMU_LIKE(f) extern __typeof__(f) emu_##f
 EMU_LIKE(cudaSetDevice);
 EMU_LIKE(cudaGetDeviceProperties);
+/* the runtime calls declared above for C and C++, checked here against the runtime's own */
+EMU_LIKE(cudaGetLastError);
+EMU_LIKE(cudaMemsetAsync);
+EMU_LIKE(cudaMemcpyAsync);
+EMU_LIKE(cudaStreamSynchronize);
+EMU_LIKE(cudaEventCreateWithFlags);
+EMU_LIKE(cudaEventDestroy);
+EMU_LIKE(cudaEventRecord);
+EMU_LIKE(cudaEventSynchronize);
+EMU_LIKE(cudaEventQuery);
+EMU_LIKE(cudaStreamWaitEvent);
+EMU_LIKE(cudaGetDevice);
+EMU_LIKE(cudaMemGetInfo);
+EMU_LIKE(cudaHostAlloc);
+EMU_LIKE(cudaStreamCreateWithFlags);
+EMU_LIKE(cudaStreamDestroy);
+EMU_LIKE(cudaMalloc);
+EMU_LIKE(cudaFree);
+EMU_LIKE(cudaMallocHost);
+EMU_LIKE(cudaFreeHost);
 
 EMU_LIKE(cublasCreate);
 EMU_LIKE(cublasDestroy);

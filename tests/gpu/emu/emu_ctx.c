@@ -67,14 +67,16 @@ ls_status emu_ctx_create(int sm_count, ls_ctx **out) {
         return st;
     }
     ls_allocator *dev = NULL;
-    st = ls_allocator_create(&dev_vtable, NULL, c->device, 0, &dev);
+    const ls_device cuda0 = {LS_DEVICE_CUDA, 0};
+    st = ls_allocator_create(&dev_vtable, NULL, cuda0, 0, &dev);
     if (st != LS_OK) {
         emu_ls_cuda_ops.fini(state);
         ls_ctx_destroy(c);
         return st;
     }
     *slot = (emu_ctx_saved){c, c->ops, c->state};
-    c->alloc = dev; /* ls_ctx_destroy destroys it (it is not the host allocator) */
+    c->alloc = dev;    /* ls_ctx_destroy destroys it (it is not the host allocator) */
+    c->device = cuda0; /* its tensors are "device" memory: the host reads them through copies */
     c->ops = &emu_ls_cuda_ops;
     c->state = state;
     *out = c;

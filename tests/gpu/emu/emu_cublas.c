@@ -87,6 +87,46 @@ static void product(int64_t m, int64_t n, int64_t k, const emu_mat *a, const emu
         }
 }
 
+/* A product's work, taken when the call is made (the scalars read from the host then, as cuBLAS
+ * does in its host pointer mode) and done when its stream gets to it (emu_stream_submit): the
+ * workspace overwritten before and after, for Lt with C elsewhere C's columns copied into D first. */
+typedef struct product_job {
+    int64_t m, n, k;
+    emu_mat a, b;
+    double alpha, beta;
+    emu_num ct;
+    const void *c; /* C elsewhere than D (Lt, beta != 0), copied into D first; else NULL */
+    int64_t ldc;
+    void *d;
+    int64_t ldd;
+    const void *bias;
+    int f64, tf32;
+    void *ws;
+    size_t ws_bytes;
+    int ws_byte;
+} product_job;
+
+static void product_run(void *arg) {
+    product_job *j = arg;
+    if (j->ws_bytes) memset(j->ws, j->ws_byte, j->ws_bytes);
+    if (j->c)
+        for (int64_t col = 0; col < j->n; col++)
+            for (int64_t i = 0; i < j->m; i++)
+                emu_store(j->ct, j->d, (size_t)(i + col * j->ldd), emu_load(j->ct, j->c, (size_t)(i + col * j->ldc)));
+    product(j->m, j->n, j->k, &j->a, &j->b, j->alpha, j->beta, j->ct, j->d, j->ldd, j->d, j->ldd, j->bias, j->f64,
+            j->tf32);
+    if (j->ws_bytes) memset(j->ws, j->ws_byte, j->ws_bytes);
+    free(j);
+}
+
+static cublasStatus_t product_submit(cudaStream_t stream, const product_job *job) {
+    product_job *j = malloc(sizeof *j);
+    if (!j) return CUBLAS_STATUS_ALLOC_FAILED;
+    *j = *job;
+    emu_stream_submit(stream, product_run, j);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 /* ---- cuBLAS ---- */
 struct cublasContext {
     cudaStream_t stream;
@@ -158,13 +198,22 @@ static cublasStatus_t gemm_ex(cublasHandle_t h, cublasOperation_t transa, cublas
     double al = f64 ? *(const double *)alpha : *(const float *)alpha;
     double be = f64 ? *(const double *)beta : *(const float *)beta;
     const size_t scratch = h->ws ? (h->ws_bytes < EMU_GEMM_SCRATCH ? h->ws_bytes : EMU_GEMM_SCRATCH) : 0;
-    if (scratch) memset(h->ws, 0xa5, scratch);
-    emu_mat a = {num_of(Atype, call), A, lda, transa == CUBLAS_OP_T};
-    emu_mat b = {num_of(Btype, call), B, ldb, transb == CUBLAS_OP_T};
-    product(m, n, k, &a, &b, al, be, num_of(Ctype, call), C, ldc, C, ldc, NULL, f64,
-            ct == CUBLAS_COMPUTE_32F_FAST_TF32);
-    if (scratch) memset(h->ws, 0xa5, scratch);
-    return CUBLAS_STATUS_SUCCESS;
+    const product_job job = {.m = m,
+                             .n = n,
+                             .k = k,
+                             .a = {num_of(Atype, call), A, lda, transa == CUBLAS_OP_T},
+                             .b = {num_of(Btype, call), B, ldb, transb == CUBLAS_OP_T},
+                             .alpha = al,
+                             .beta = be,
+                             .ct = num_of(Ctype, call),
+                             .d = C,
+                             .ldd = ldc,
+                             .f64 = f64,
+                             .tf32 = ct == CUBLAS_COMPUTE_32F_FAST_TF32,
+                             .ws = h->ws,
+                             .ws_bytes = scratch,
+                             .ws_byte = 0xa5};
+    return product_submit(h->stream, &job);
 }
 
 /* ---- cuBLASLt ---- */
@@ -373,7 +422,7 @@ cublasStatus_t emu_cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMa
 static cublasStatus_t lt_matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
                                 cublasLtMatrixLayout_t Ad, const void *B, cublasLtMatrixLayout_t Bd, const void *beta,
                                 const void *C, cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
-                                const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes) {
+                                const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t stream) {
     const char *call = "cublasLtMatmul";
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     const emu_lt_desc *d = (const emu_lt_desc *)desc;
@@ -405,28 +454,34 @@ static cublasStatus_t lt_matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, c
     const int f64 = d->ct == CUBLAS_COMPUTE_64F;
     double alv = f64 ? *(const double *)alpha : *(const float *)alpha;
     double bev = f64 ? *(const double *)beta : *(const float *)beta;
-    if (al.ws) memset(ws, 0x5a, al.ws);
-    emu_mat ma = {num_of(a->type, call), A, a->ld, d->transa == CUBLAS_OP_T};
-    emu_mat mb = {num_of(b->type, call), B, b->ld, d->transb == CUBLAS_OP_T};
-    if (C != D && bev != 0) { /* D = ... + beta C with C elsewhere: copy C's columns into D first */
-        for (uint64_t j = 0; j < n; j++)
-            for (uint64_t i = 0; i < m; i++)
-                emu_store(ct, D, (size_t)(i + j * (uint64_t)dd->ld),
-                          emu_load(ct, C, (size_t)(i + j * (uint64_t)c->ld)));
-    }
-    product((int64_t)m, (int64_t)n, (int64_t)k, &ma, &mb, alv, bev, ct, D, dd->ld, D, dd->ld,
-            d->epilogue == CUBLASLT_EPILOGUE_BIAS ? d->bias : NULL, f64, d->ct == CUBLAS_COMPUTE_32F_FAST_TF32);
-    if (al.ws) memset(ws, 0x5a, al.ws);
-    return CUBLAS_STATUS_SUCCESS;
+    const product_job job = {.m = (int64_t)m,
+                             .n = (int64_t)n,
+                             .k = (int64_t)k,
+                             .a = {num_of(a->type, call), A, a->ld, d->transa == CUBLAS_OP_T},
+                             .b = {num_of(b->type, call), B, b->ld, d->transb == CUBLAS_OP_T},
+                             .alpha = alv,
+                             .beta = bev,
+                             .ct = ct,
+                             /* D = ... + beta C with C elsewhere: C's columns copied into D first */
+                             .c = C != D && bev != 0 ? C : NULL,
+                             .ldc = c->ld,
+                             .d = D,
+                             .ldd = dd->ld,
+                             .bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS ? d->bias : NULL,
+                             .f64 = f64,
+                             .tf32 = d->ct == CUBLAS_COMPUTE_32F_FAST_TF32,
+                             .ws = ws,
+                             .ws_bytes = al.ws,
+                             .ws_byte = 0x5a};
+    return product_submit(stream, &job);
 }
 
-/* The two products run on their stream: after its queued copies, under the emulator's lock. */
+/* The two products: checked when called, computed when their stream gets to them. */
 cublasStatus_t emu_cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                                 int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
                                 cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
                                 cublasComputeType_t ct, cublasGemmAlgo_t algo) {
     emu_lock();
-    emu_stream_begin(h ? h->stream : 0);
     cublasStatus_t st =
         gemm_ex(h, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc, ct, algo);
     emu_unlock();
@@ -438,8 +493,7 @@ cublasStatus_t emu_cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
                                   const void *C, cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
                                   const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t stream) {
     emu_lock();
-    emu_stream_begin(stream);
-    cublasStatus_t st = lt_matmul(h, desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd, algo, ws, ws_bytes);
+    cublasStatus_t st = lt_matmul(h, desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd, algo, ws, ws_bytes, stream);
     emu_unlock();
     return st;
 }

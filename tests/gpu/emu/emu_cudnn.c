@@ -405,14 +405,10 @@ static double in_val(const problem *p, const void *buf, size_t i) {
     return p->tf32 ? (double)emu_tf32((float)v) : v;
 }
 
-static size_t scribble_bytes; /* the workspace of the call running */
-
-/* An algorithm uses its workspace while it computes: written before and after the sums here, so
- * an input or an output in the workspace comes out wrong. */
-static void scribble(void *ws, size_t n) {
-    scribble_bytes = n;
-    if (n) memset(ws, 0x3c, n);
-}
+/* The workspace the algorithm of the call being checked uses (run_checks). An algorithm uses its
+ * workspace while it computes: conv_run overwrites it before and after the sums, so an input or
+ * an output in the workspace comes out wrong. */
+static size_t scribble_bytes;
 
 /* Checks shared by the three calls: the workspace, the alignment IMPLICIT_PRECOMP_GEMM needs. */
 static cudnnStatus_t run_checks(const char *call, int dir, int algo, const problem *p, void *ws, size_t ws_bytes,
@@ -427,7 +423,7 @@ static cudnnStatus_t run_checks(const char *call, int dir, int algo, const probl
         (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16))
         return refuse(CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER, "%s: algorithm %d needs 16-byte aligned tensors", call,
                       algo);
-    scribble(ws, need);
+    scribble_bytes = need;
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -466,6 +462,40 @@ static void blend(const problem *p, double alpha, double beta, const double *acc
     }
 }
 
+/* A convolution's work, taken at the call and done when its stream gets to it
+ * (emu_stream_submit): the workspace overwritten before and after the sums. */
+typedef struct conv_job {
+    problem p;
+    struct cudnnConvolutionStruct conv;
+    int dir;
+    double alpha, beta;
+    const void *x, *w, *y;
+    void *out, *ws;
+    size_t ws_bytes;
+} conv_job;
+
+static void conv_run(void *arg) {
+    conv_job *j = arg;
+    const problem *p = &j->p;
+    const void *x = j->x, *w = j->w, *y = j->y;
+    const size_t n = j->dir == DIR_FWD        ? (size_t)p->N * p->K * p->P * p->Q
+                     : j->dir == DIR_BWD_DATA ? (size_t)p->N * p->C * p->H * p->W
+                                              : (size_t)p->K * p->Cg * p->R * p->S;
+    double *acc = calloc(n ? n : 1, sizeof *acc);
+    if (!acc) {
+        fprintf(stderr, "emu_cudnn: no host memory for a convolution's sums\n");
+        abort();
+    }
+    if (j->ws_bytes) memset(j->ws, 0x3c, j->ws_bytes);
+    if (j->dir == DIR_FWD) EMU_CONV_LOOP(p, acc[yi] += in_val(p, x, xi) * in_val(p, w, wi));
+    if (j->dir == DIR_BWD_DATA) EMU_CONV_LOOP(p, acc[xi] += in_val(p, y, yi) * in_val(p, w, wi));
+    if (j->dir == DIR_BWD_FILTER) EMU_CONV_LOOP(p, acc[wi] += in_val(p, x, xi) * in_val(p, y, yi));
+    blend(p, j->alpha, j->beta, acc, j->out, n);
+    free(acc);
+    if (j->ws_bytes) memset(j->ws, 0x3c, j->ws_bytes);
+    free(j);
+}
+
 /* One direction: the sums of the two inputs the direction reads (x and w, dy and w, x and dy)
  * into out (y, dx or dw), blended with alpha and beta. */
 static cudnnStatus_t convolve_on_stream(const char *call, int dir, cudnnHandle_t h, const void *alpha, const void *beta,
@@ -479,27 +509,31 @@ static cudnnStatus_t convolve_on_stream(const char *call, int dir, cudnnHandle_t
         st = run_checks(call, dir, algo, &p, ws, ws_bytes, dir == DIR_BWD_DATA ? out : x,
                         dir == DIR_BWD_FILTER ? out : w, dir == DIR_FWD ? out : y);
     if (st != CUDNN_STATUS_SUCCESS) return st;
-    const size_t n = dir == DIR_FWD        ? (size_t)p.N * p.K * p.P * p.Q
-                     : dir == DIR_BWD_DATA ? (size_t)p.N * p.C * p.H * p.W
-                                           : (size_t)p.K * p.Cg * p.R * p.S;
-    double *acc = calloc(n ? n : 1, sizeof *acc);
-    if (!acc) return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
-    if (dir == DIR_FWD) EMU_CONV_LOOP(&p, acc[yi] += in_val(&p, x, xi) * in_val(&p, w, wi));
-    if (dir == DIR_BWD_DATA) EMU_CONV_LOOP(&p, acc[xi] += in_val(&p, y, yi) * in_val(&p, w, wi));
-    if (dir == DIR_BWD_FILTER) EMU_CONV_LOOP(&p, acc[wi] += in_val(&p, x, xi) * in_val(&p, y, yi));
-    blend(&p, scalar(&p, alpha), scalar(&p, beta), acc, out, n);
-    free(acc);
-    scribble(ws, scribble_bytes);
+    conv_job *j = malloc(sizeof *j);
+    if (!j) return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
+    *j = (conv_job){.p = p,
+                    .conv = *p.conv,
+                    .dir = dir,
+                    .alpha = scalar(&p, alpha),
+                    .beta = scalar(&p, beta),
+                    .x = x,
+                    .w = w,
+                    .y = y,
+                    .out = out,
+                    .ws = ws,
+                    .ws_bytes = scribble_bytes};
+    j->p.conv = &j->conv; /* the descriptor as it was at the call */
+    emu_stream_submit(h->stream, conv_run, j);
     return CUDNN_STATUS_SUCCESS;
 }
 
-/* A convolution runs on its stream: after its queued copies, under the emulator's lock. */
+/* A convolution: checked when called (under the emulator's lock), computed when its stream gets
+ * to it. */
 static cudnnStatus_t convolve(const char *call, int dir, cudnnHandle_t h, const void *alpha, const void *beta,
                               const cudnnTensorDescriptor_t xd, const cudnnFilterDescriptor_t wd,
                               const cudnnConvolutionDescriptor_t cd, const cudnnTensorDescriptor_t yd, const void *x,
                               const void *w, const void *y, void *out, int algo, void *ws, size_t ws_bytes) {
     emu_lock();
-    if (h) emu_stream_begin(h->stream);
     cudnnStatus_t st = convolve_on_stream(call, dir, h, alpha, beta, xd, wd, cd, yd, x, w, y, out, algo, ws, ws_bytes);
     emu_unlock();
     return st;

@@ -13,7 +13,8 @@
  *    memory when it is called; a kernel on another stream reads the old bytes unless its stream
  *    waited for an event recorded after the copy; cudaEventSynchronize runs a queue up to the
  *    record and no further; a copy to pinned memory lands at the synchronize, one to pageable
- *    memory before the call returns.
+ *    memory before the call returns;
+ *  - with EMU_SCHEDULE=lazy or eager, what those schedules change (see other_schedule).
  * Each abort is checked in a child process (its exit by SIGABRT and its message). */
 #include <signal.h>
 #include <stdio.h>
@@ -160,7 +161,42 @@ static void expect_abort(int kind, const char *kernel, const char *needle) {
     printf("ok   %s aborts: %s", kernel, msg);
 }
 
+/* EMU_SCHEDULE=lazy or eager (the other schedules, cuda_emu.cc): only what differs from the late
+ * one. Lazy: a kernel and a copy wait for their stream's synchronize. Eager: a kernel waits, a
+ * copy behind it on its stream runs at once, and so does the kernel then (the copy's earlier work). */
+static int other_schedule(const char *sch) {
+    const int lazy = !strcmp(sch, "lazy");
+    cudaStream_t st;
+    int *pin = NULL, *dev = NULL;
+    static int seen[1];
+    CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess &&
+              cudaMallocHost((void **)&pin, sizeof(int)) == cudaSuccess &&
+              cudaMalloc((void **)&dev, sizeof(int)) == cudaSuccess,
+          "a stream and memory");
+    *dev = 4;
+    read_kernel<<<1, 1, 0, st>>>(&seen[0], dev);
+    CHECK(seen[0] == 0, "%s: a kernel ran at its launch", sch);
+    *pin = 7;
+    cudaMemcpyAsync(dev, pin, sizeof(int), cudaMemcpyHostToDevice, st);
+    CHECK(lazy ? *dev == 4 && seen[0] == 0 : *dev == 7 && seen[0] == 4,
+          "%s: after a copy was queued behind the kernel, the kernel read %d and the copy gave %d", sch, seen[0], *dev);
+    cudaStreamSynchronize(st);
+    CHECK(*dev == 7 && seen[0] == 4, "%s: after the synchronize, the kernel read %d (want 4), the copy gave %d", sch,
+          seen[0], *dev);
+    cudaStreamDestroy(st);
+    cudaFree(dev);
+    cudaFreeHost(pin);
+    if (failures) {
+        printf("FAILED (%d)\n", failures);
+        return 1;
+    }
+    printf("ok   %s schedule: kernels queued, copies %s\n", sch, lazy ? "too" : "run as early as their stream allows");
+    return failures ? 1 : 0;
+}
+
 int main(void) {
+    const char *sch = getenv("EMU_SCHEDULE");
+    if (sch && (!strcmp(sch, "lazy") || !strcmp(sch, "eager"))) return other_schedule(sch);
     /* every thread once: 1-D, and 2-D blocks in a 2-D grid */
     static int visits[3 * 2 * 32 * 8];
     visit_kernel<<<dim3(3, 2), dim3(32, 8)>>>(visits);
