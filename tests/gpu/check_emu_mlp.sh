@@ -2,10 +2,11 @@
 # check_emu_mlp.sh MLP_EMU RUN: the whole fashion_mlp program on an emulated GPU. MLP_EMU is
 # fashion_mlp built with tests/gpu/emu (its cuda:0 runs the CUDA backend's own code: kernels
 # emulated, cuBLAS answered by a stand-in, memory from the caching allocator, copies and events on
-# streams done as late as CUDA allows); RUN is lockstep-run. On a small MLP (784-64-10, 2048
-# samples, batch 64, real Fashion-MNIST) each case trains on cuda and is compared with the same
-# run on the CPU, step by step (the losses of --log-steps, 17 digits) and in the parameters at the
-# end (--dump-params; a parameter's difference relative to the largest parameter):
+# streams in one of three orders CUDA allows: see EMU_SCHEDULE in emu/cuda_emu.cc); RUN is
+# lockstep-run. On a small MLP (784-64-10, 2048 samples, batch 64, real Fashion-MNIST) each case
+# trains on cuda and is compared with the same run on the CPU, step by step (the losses of
+# --log-steps, 17 digits) and in the parameters at the end (--dump-params; a parameter's
+# difference relative to the largest parameter):
 #   - f32: relative difference at most 1e-5 (the two differ in the order of sums only);
 #   - batches gathered on the device, staged through pinned memory with the next one copied on
 #     the copy stream during the step, and staged without prefetch: bitwise the same; staged with

@@ -304,9 +304,11 @@ void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream
  *    kernel on another stream that did not wait for the copy's event reads the old bytes;
  *  - lazy: kernels and library calls are queued too (their arguments taken at the call), so the
  *    host runs as far ahead of the "device" as it can: only those waits make work run;
- *  - eager: kernels and library calls are queued, copies and memsets run as soon as their stream's
- *    earlier work (and the events it waits for) has run: a copy that should wait for the kernels
- *    reading its destination, and does not, overwrites it first.
+ *  - eager: kernels and library calls are queued; queueing a copy or memset runs its stream's
+ *    queue at once (the earlier work, the events it waits for, then the copy): a copy on one
+ *    stream that should wait for another stream's kernels reading its destination, and does not,
+ *    overwrites it before they read. (A kernel that should wait for a copy on another stream is
+ *    what the late and lazy schedules show.)
  * In all three:
  *  - a copy reads pinned host memory (cudaHostAlloc, cudaMallocHost) and device memory when it
  *    runs, and writes pinned host memory then: a host that overwrites a staging buffer before the

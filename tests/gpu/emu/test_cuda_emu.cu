@@ -161,37 +161,79 @@ static void expect_abort(int kind, const char *kernel, const char *needle) {
     printf("ok   %s aborts: %s", kernel, msg);
 }
 
-/* EMU_SCHEDULE=lazy or eager (the other schedules, cuda_emu.cc): only what differs from the late
- * one. Lazy: a kernel and a copy wait for their stream's synchronize. Eager: a kernel waits, a
- * copy behind it on its stream runs at once, and so does the kernel then (the copy's earlier work). */
+/* out[0] = v (one thread): v is taken at the launch */
+__global__ void write_kernel(int *out, int v) { out[0] = v; }
+
+/* A library call's work (emu_stream_submit, as the cuBLAS and cuDNN stand-ins queue theirs). */
+static void set_job(void *job) { *(int *)job = 11; }
+
+/* EMU_SCHEDULE=lazy or eager (the other schedules, cuda_emu.cc): what differs from the late one.
+ * Both: a kernel's arguments are taken at the launch, a bad configuration is reported at the
+ * launch, kernels and library calls wait in their stream's queue. Lazy: a copy waits too, and a
+ * stream waiting for another's event runs that one's queue up to the record. Eager: a copy runs
+ * at once, with its stream's earlier work, and overwrites what a kernel queued on another stream
+ * (that it did not wait for) has yet to read. */
 static int other_schedule(const char *sch) {
     const int lazy = !strcmp(sch, "lazy");
-    cudaStream_t st;
+    cudaStream_t st, other;
+    cudaEvent_t ev;
     int *pin = NULL, *dev = NULL;
-    static int seen[1];
+    static int seen[4], job;
     CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess &&
+              cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess &&
+              cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
               cudaMallocHost((void **)&pin, sizeof(int)) == cudaSuccess &&
               cudaMalloc((void **)&dev, sizeof(int)) == cudaSuccess,
-          "a stream and memory");
+          "streams, an event and memory");
+    int v = 5;
+    write_kernel<<<1, 1, 0, st>>>(&seen[1], v);
+    v = 6; /* after the launch: the kernel has its 5 */
+    emu_stream_submit(st, set_job, &job);
+    CHECK(seen[1] == 0 && job == 0, "%s: a kernel (%d) or a library call (%d) ran when called", sch, seen[1], job);
+    write_kernel<<<1, 2048, 0, st>>>(&seen[1], v);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "%s: a bad configuration was not reported at once", sch);
     *dev = 4;
     read_kernel<<<1, 1, 0, st>>>(&seen[0], dev);
-    CHECK(seen[0] == 0, "%s: a kernel ran at its launch", sch);
     *pin = 7;
     cudaMemcpyAsync(dev, pin, sizeof(int), cudaMemcpyHostToDevice, st);
-    CHECK(lazy ? *dev == 4 && seen[0] == 0 : *dev == 7 && seen[0] == 4,
-          "%s: after a copy was queued behind the kernel, the kernel read %d and the copy gave %d", sch, seen[0], *dev);
+    CHECK(lazy ? *dev == 4 && seen[0] == 0 && job == 0 : *dev == 7 && seen[0] == 4 && job == 11,
+          "%s: after a copy was queued behind them, the kernel read %d, the library call gave %d, the copy %d", sch,
+          seen[0], job, *dev);
     cudaStreamSynchronize(st);
-    CHECK(*dev == 7 && seen[0] == 4, "%s: after the synchronize, the kernel read %d (want 4), the copy gave %d", sch,
-          seen[0], *dev);
+    CHECK(*dev == 7 && seen[0] == 4 && seen[1] == 5 && job == 11,
+          "%s: after the synchronize, the kernels gave %d and %d (want 4 and 5), the library call %d, the copy %d", sch,
+          seen[0], seen[1], job, *dev);
+    /* another stream: a kernel queued on st reads dev; other then copies into dev */
+    read_kernel<<<1, 1, 0, st>>>(&seen[2], dev);
+    cudaEventRecord(ev, st);
+    *pin = 8;
+    cudaMemcpyAsync(dev, pin, sizeof(int), cudaMemcpyHostToDevice, other); /* no wait for ev */
+    cudaStreamSynchronize(other); /* lazy: the copy runs here, before the kernel (late: the kernel ran first) */
+    cudaStreamSynchronize(st);
+    CHECK(seen[2] == 8, "%s: a kernel queued before a copy on another stream that did not wait read %d, not 8", sch,
+          seen[2]);
+    read_kernel<<<1, 1, 0, st>>>(&seen[3], dev);
+    cudaEventRecord(ev, st);
+    *pin = 9;
+    cudaStreamWaitEvent(other, ev, 0);
+    cudaMemcpyAsync(dev, pin, sizeof(int), cudaMemcpyHostToDevice, other);
+    CHECK(lazy ? seen[3] == 0 : seen[3] == 8, "%s: with the wait, the kernel read %d before the copy ran", sch,
+          seen[3]);
+    cudaStreamSynchronize(other);
+    CHECK(seen[3] == 8 && *dev == 9, "%s: with the wait, the kernel read %d (want 8), the copy gave %d", sch, seen[3],
+          *dev);
+    cudaEventDestroy(ev);
     cudaStreamDestroy(st);
+    cudaStreamDestroy(other);
     cudaFree(dev);
     cudaFreeHost(pin);
     if (failures) {
         printf("FAILED (%d)\n", failures);
         return 1;
     }
-    printf("ok   %s schedule: kernels queued, copies %s\n", sch, lazy ? "too" : "run as early as their stream allows");
-    return failures ? 1 : 0;
+    printf("ok   %s schedule: kernels and library calls queued, copies %s\n", sch,
+           lazy ? "too" : "run at once with their stream's earlier work");
+    return 0;
 }
 
 int main(void) {
