@@ -58,6 +58,11 @@ ls_status ls_comm_timeout_from_env(double *out) {
     if (errno || end == s || *end || !(v >= 0))
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "LOCKSTEP_COMM_TIMEOUT=%s is not a number of seconds (0: wait forever)", s);
+    /* a deadline past a 32-bit year, or inf, does not fit a timespec: say 0 for no limit */
+    if (v > LS_COMM_TIMEOUT_MAX_S)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "LOCKSTEP_COMM_TIMEOUT=%s is more than %.0f seconds (about 31 years); 0 waits forever", s,
+                        LS_COMM_TIMEOUT_MAX_S);
     *out = v;
     return LS_OK;
 }

@@ -97,6 +97,8 @@ LS_COMM_INTERNAL int64_t ls_coll_recv_count(const ls_coll_op *op, int world);
 LS_COMM_INTERNAL ls_status ls_comm_run_op(ls_comm *c, const ls_coll_op *op);
 /* Free a comm's generic part only (the backend state must be gone). */
 LS_COMM_INTERNAL void ls_comm_free_shell(ls_comm *c);
+/* The longest timeout (seconds): a deadline must fit a timespec. */
+#define LS_COMM_TIMEOUT_MAX_S 1e9
 /* Parse LOCKSTEP_COMM_TIMEOUT (seconds). */
 LS_COMM_INTERNAL ls_status ls_comm_timeout_from_env(double *out);
 

@@ -775,7 +775,8 @@ static ls_status ls_mpi_timeout_error(ls_mpi_state *st, const ls_mpi_req *r) {
 static ls_status ls_mpi_wait_thread(ls_mpi_state *st, ls_mpi_req *r, int *gave_up) {
     *gave_up = 0;
     pthread_mutex_lock(&st->mu);
-    if (st->env.timeout_s > 0) {
+    /* past LS_COMM_TIMEOUT_MAX_S the deadline would overflow time_t's conversion: no limit */
+    if (st->env.timeout_s > 0 && st->env.timeout_s <= LS_COMM_TIMEOUT_MAX_S) {
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
         double secs = st->env.timeout_s;

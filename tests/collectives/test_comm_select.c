@@ -121,6 +121,12 @@ static void test_overrides_alone(void) {
 
     setenv("LOCKSTEP_COMM_TIMEOUT", "soon", 1);
     LS_EXPECT_ERR(ls_comm_create(NULL, NULL, &c), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_COMM_TIMEOUT=soon");
+    /* beyond a deadline a timespec can hold (the thread-progress wait spun on its error) */
+    setenv("LOCKSTEP_COMM_TIMEOUT", "inf", 1);
+    LS_EXPECT_ERR(ls_comm_create(NULL, NULL, &c), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_COMM_TIMEOUT=inf is more than 1000000000 seconds (about 31 years); 0 waits forever");
+    setenv("LOCKSTEP_COMM_TIMEOUT", "1e19", 1);
+    LS_EXPECT_ERR(ls_comm_create(NULL, NULL, &c), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_COMM_TIMEOUT=1e19 is more than");
     unsetenv("LOCKSTEP_COMM_TIMEOUT");
 
     /* last (MPI initializes once per process): mpi as a singleton */
