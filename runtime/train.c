@@ -224,6 +224,11 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
         if (s != LS_OK) goto fail;
         LS_CHECK_GOTO(ls_reducer_create(t->comm, ctx, t->n_params, t->grads, &cfg->buckets, &t->reducer), s, fail);
         t->compress_f16 = ls_reducer_get_config(t->reducer).compress == LS_REDUCER_F16;
+    } else {
+        /* one rank has no reducer, but a bad LOCKSTEP_GRAD_COMPRESS or bucket size is an error here
+         * too, not first on the day the job runs on two */
+        ls_reducer_config rc;
+        LS_CHECK_GOTO(ls_reducer_config_resolve(&cfg->buckets, &rc), s, fail);
     }
     *out = t;
     return LS_OK;

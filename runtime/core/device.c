@@ -54,10 +54,13 @@ int ls_device_cuda_count(char *why, int why_len) {
 }
 
 ls_status ls_device_select(const char *request, int local_rank, ls_device *out) {
-    const char *source = "the request";
+    /* the caller's request is named by the caller (a program's --device); the variable is named here */
+    const char *source = "asked for";
+    int from_env = 0;
     if (!request || !*request) {
         request = getenv("LOCKSTEP_DEVICE");
-        source = "LOCKSTEP_DEVICE";
+        source = "LOCKSTEP_DEVICE asks for";
+        from_env = 1;
     }
     char why[256] = "";
     if (!request || !*request || strcmp(request, "auto") == 0) {
@@ -79,16 +82,16 @@ ls_status ls_device_select(const char *request, int local_rank, ls_device *out) 
         return LS_OK;
     }
     ls_device d;
-    if (ls_device_parse(request, &d) != LS_OK) return ls_error_context(LS_ERR_INVALID_ARGUMENT, "%s", source);
+    if (ls_device_parse(request, &d) != LS_OK)
+        return from_env ? ls_error_context(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_DEVICE") : LS_ERR_INVALID_ARGUMENT;
     if (d.type == LS_DEVICE_CUDA) {
         int n = ls_device_cuda_count(why, sizeof why);
         if (n == 0)
-            return ls_error(LS_ERR_DEVICE, "%s asks for device '%s' but no CUDA device is usable: %s", source, request,
-                            why);
+            return ls_error(LS_ERR_DEVICE, "%s device '%s' but no CUDA device is usable: %s", source, request, why);
         if (d.index < 0) d.index = (local_rank < 0 ? 0 : local_rank) % n;
         if (d.index >= n)
-            return ls_error(LS_ERR_DEVICE, "%s asks for device '%s' but only %d CUDA device%s visible", source, request,
-                            n, n == 1 ? " is" : "s are");
+            return ls_error(LS_ERR_DEVICE, "%s device '%s' but only %d CUDA device%s visible", source, request, n,
+                            n == 1 ? " is" : "s are");
     }
     *out = d;
     return LS_OK;

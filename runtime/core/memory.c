@@ -141,7 +141,7 @@ ls_status ls_host_allocator_create(size_t cap_bytes, ls_allocator **out) {
 ls_status ls_host_allocator_create_from_env(ls_allocator **out) {
     size_t cap = 0;
     const char *env = getenv("LOCKSTEP_MEMORY_LIMIT");
-    if (env && *env && ls_memory_parse_size(env, &cap) != LS_OK)
+    if (env && *env && ls_memory_parse_cap(env, &cap) != LS_OK)
         return ls_error_context(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_MEMORY_LIMIT");
     return ls_host_allocator_create(cap, out);
 }
@@ -357,6 +357,13 @@ bad:
     return ls_error(LS_ERR_INVALID_ARGUMENT,
                     "memory size '%s' has an unknown unit or is too large (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
                     s);
+}
+
+ls_status ls_memory_parse_cap(const char *s, size_t *out) {
+    LS_CHECK(ls_memory_parse_size(s, out));
+    if (*out == 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "memory cap '%s' is less than a byte (for no cap, leave it out)", s);
+    return LS_OK;
 }
 
 const char *ls_memory_format(size_t bytes, char *buf, int len) {

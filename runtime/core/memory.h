@@ -105,6 +105,8 @@ ls_status ls_allocator_release(ls_allocator *a, int slot);
 
 /* Parse "2GiB", "512MiB", "1.5GB", "4096", "64k" into bytes (binary and decimal units). */
 ls_status ls_memory_parse_size(const char *s, size_t *out);
+/* The same for a cap, which must be at least a byte: 0 (or 0.5) is an error, not "no cap". */
+ls_status ls_memory_parse_cap(const char *s, size_t *out);
 /* "1.50 GiB" into buf. */
 const char *ls_memory_format(size_t bytes, char *buf, int len);
 

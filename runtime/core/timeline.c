@@ -4,6 +4,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "timeline.h"
 
+#include "log.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -176,7 +178,11 @@ void ls_timeline_flush(void) {
     pthread_mutex_unlock(&tl_mu);
 }
 
-static void tl_close_at_exit(void) { (void)ls_timeline_close(); }
+/* at exit nobody is left to return an error to: a trace that could not be written (a full disk)
+ * is said on stderr, not left behind cut short in silence */
+static void tl_close_at_exit(void) {
+    if (ls_timeline_close() != LS_OK) LS_LOG_W("%s", ls_last_error());
+}
 static void tl_register(void) { atexit(tl_close_at_exit); }
 
 void ls_timeline_close_at_exit(void) {
