@@ -2,6 +2,7 @@
  * (example_ckpt.h), on top of runtime/checkpoint.h. */
 #include "example_ckpt.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,9 +20,9 @@ void ex_ckpt_options_init(ex_ckpt_options *o) {
 
 int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg) {
     switch (c) {
-    case EX_OPT_MAX_STEPS: return ex_parse_i64(prog, "--max-steps", arg, 1, &o->max_steps) ? -1 : 1;
-    case EX_OPT_SAVE_EVERY: return ex_parse_i64(prog, "--save-every", arg, 0, &o->save_every) ? -1 : 1;
-    case EX_OPT_KEEP_LAST: return ex_parse_i64(prog, "--keep-last", arg, 0, &o->keep_last) ? -1 : 1;
+    case EX_OPT_MAX_STEPS: return ex_parse_i64(prog, "--max-steps", arg, 1, INT64_MAX, &o->max_steps) ? -1 : 1;
+    case EX_OPT_SAVE_EVERY: return ex_parse_i64(prog, "--save-every", arg, 0, INT64_MAX, &o->save_every) ? -1 : 1;
+    case EX_OPT_KEEP_LAST: return ex_parse_i64(prog, "--keep-last", arg, 0, INT64_MAX, &o->keep_last) ? -1 : 1;
     case EX_OPT_CHECKPOINT_DIR: o->checkpoint_dir = arg; return 1;
     case EX_OPT_RESUME: o->resume = arg; return 1;
     case EX_OPT_LOG_STEPS: o->log_steps = arg; return 1;
@@ -158,10 +159,9 @@ ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global
         double l[2] = {st->loss_sum, (double)st->samples};
         c->what = "--log-steps";
         LS_CHECK(ls_comm_allreduce_host(c->comm, l, 2, LS_F64, LS_REDUCE_SUM));
-        if (c->step_log) {
-            fprintf(c->step_log, "%lld %.17g\n", (long long)c->step, l[0] / l[1]);
-            fflush(c->step_log);
-        }
+        if (c->step_log &&
+            (fprintf(c->step_log, "%lld %.17g\n", (long long)c->step, l[0] / l[1]) < 0 || fflush(c->step_log) != 0))
+            return ls_error(LS_ERR_IO, "cannot write '%s': %s", c->o->log_steps, strerror(errno));
     }
     /* Every rank stops after the same step when any rank got SIGTERM/SIGINT. */
     c->what = "preemption";

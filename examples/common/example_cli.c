@@ -1,6 +1,7 @@
 /* example_cli.c: the example programs' shared flag parsing, clock and error line (example_cli.h). */
 #include "example_cli.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,11 +9,16 @@
 #include <time.h>
 #include <unistd.h>
 
-int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min, int64_t *out) {
+int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min, int64_t max, int64_t *out) {
     char *end;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < min) {
-        fprintf(stderr, "%s: %s '%s' must be an integer >= %lld\n", prog, flag, s, (long long)min);
+    if (*s == '\0' || *end != '\0' || errno || v < min || v > max) {
+        if (max == INT64_MAX)
+            fprintf(stderr, "%s: %s '%s' must be a whole number >= %lld\n", prog, flag, s, (long long)min);
+        else
+            fprintf(stderr, "%s: %s '%s' must be a whole number from %lld to %lld\n", prog, flag, s, (long long)min,
+                    (long long)max);
         return -1;
     }
     *out = v;
@@ -21,9 +27,11 @@ int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min,
 
 int ex_parse_f64(const char *prog, const char *flag, const char *s, double *out) {
     char *end;
+    errno = 0;
     double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !(v >= 0)) {
-        fprintf(stderr, "%s: %s '%s' must be a number >= 0\n", prog, flag, s);
+    /* inf, and what overflows to it (1e400), would train on non-finite numbers: NaN from step one */
+    if (*s == '\0' || *end != '\0' || errno == ERANGE || !(v >= 0) || !isfinite(v)) {
+        fprintf(stderr, "%s: %s '%s' must be a finite number >= 0\n", prog, flag, s);
         return -1;
     }
     *out = v;
@@ -46,7 +54,8 @@ ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg) {
     for (const char *p = s; *p;) {
         char *end;
         long long w = strtoll(p, &end, 10);
-        if (end == p || w < 1 || (*end != ',' && *end != '\0') || cfg->n_stages == LS_RESNET_MAX_STAGES)
+        if (end == p || w < 1 || w > INT32_MAX || (*end != ',' && *end != '\0') || (*end == ',' && end[1] == '\0') ||
+            cfg->n_stages == LS_RESNET_MAX_STAGES)
             return ls_error(LS_ERR_INVALID_ARGUMENT,
                             "--widths '%s' is not a comma-separated list of 1 to %d "
                             "positive channel counts",
@@ -56,6 +65,15 @@ ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg) {
     }
     if (cfg->n_stages == 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "--widths is empty");
     return LS_OK;
+}
+
+ls_status ex_check_steps(const ls_sampler *s, int64_t steps, int64_t per_step) {
+    if (steps > 0) return LS_OK;
+    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                    "no whole step in an epoch: this rank's %lld training samples are fewer than a step's %lld "
+                    "(--batch-size x --accum-steps) under --sampler drop-last; use a smaller batch, or "
+                    "--sampler pad",
+                    (long long)ls_sampler_num_samples(s), (long long)per_step);
 }
 
 ls_status ex_batcher_init(ex_batcher *b, int64_t per_step) {
@@ -214,7 +232,8 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
         if (*p && strtoll(p, NULL, 10) <= last) fputs(line, g);
     }
     fclose(f);
-    if (fclose(g) != 0 || rename(tmp, path) != 0) return ls_error(LS_ERR_IO, "%s: cannot rewrite '%s'", flag, path);
+    if (fclose(g) != 0 || rename(tmp, path) != 0)
+        return ls_error(LS_ERR_IO, "%s: cannot rewrite '%s': %s", flag, path, strerror(errno));
     return LS_OK;
 }
 
@@ -222,10 +241,11 @@ ls_status ex_metrics_open(ex_metrics *m, const char *path, int rank, int64_t res
     memset(m, 0, sizeof *m);
     if (!path) return LS_OK;
     m->on = 1;
+    m->path = path;
     if (rank != 0) return LS_OK;
     if (resume_last >= 0) LS_CHECK(ex_truncate_step_file(path, resume_last, "--metrics"));
     m->f = fopen(path, resume_last >= 0 ? "a" : "w");
-    if (!m->f) return ls_error(LS_ERR_IO, "--metrics: cannot open '%s' for writing", path);
+    if (!m->f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", path, strerror(errno));
     return LS_OK;
 }
 
@@ -263,7 +283,8 @@ ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int
     json_num(m->f, "mem_pinned_bytes", mx[3], "%.0f");
     if (clipping) json_num(m->f, "grad_norm", st->grad_norm, "%.17g");
     fputs("}\n", m->f);
-    if (fflush(m->f) != 0) return ls_error(LS_ERR_IO, "--metrics: cannot write");
+    if (ferror(m->f) || fflush(m->f) != 0)
+        return ls_error(LS_ERR_IO, "cannot write '%s': %s", m->path, strerror(errno));
     return LS_OK;
 }
 

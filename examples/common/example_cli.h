@@ -15,9 +15,18 @@
 #include "status.h"
 #include "train.h"
 
-/* *out = s as an integer >= min; else prints "PROG: FLAG 'S' must be an integer >= MIN" and -1. */
-int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min, int64_t *out);
-/* *out = s as a number >= 0; else prints "PROG: FLAG 'S' must be a number >= 0" and -1. */
+/* Upper bounds of the examples' count flags: far above any real run, and low enough that the
+ * products made of them (batch x accumulation steps x ranks x features) stay far from overflow. */
+#define EX_MAX_EPOCHS 1000000
+#define EX_MAX_BATCH (INT64_C(1) << 24)
+#define EX_MAX_ACCUM 65536
+#define EX_MAX_SEGMENTS 1000000
+#define EX_MAX_BLOCKS 1024
+
+/* *out = s as a whole number from min to max; else prints "PROG: FLAG 'S' must be a whole number
+ * from MIN to MAX" (">= MIN" when max is INT64_MAX) and -1. */
+int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min, int64_t max, int64_t *out);
+/* *out = s as a finite number >= 0; else prints "PROG: FLAG 'S' must be a finite number >= 0" and -1. */
 int ex_parse_f64(const char *prog, const char *flag, const char *s, double *out);
 /* Seconds on the monotonic clock. */
 double ex_now_s(void);
@@ -26,6 +35,10 @@ int ex_fail(const char *prog, const char *what, ls_status s);
 /* cfg->widths and n_stages from "32,64,128": 1 to LS_RESNET_MAX_STAGES positive channel counts;
  * else LS_ERR_INVALID_ARGUMENT naming --widths. */
 ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg);
+
+/* LS_ERR_INVALID_ARGUMENT when an epoch of s has no step of per_step samples (--sampler drop-last
+ * with a batch larger than this rank's share of the training set): an epoch would train nothing. */
+ls_status ex_check_steps(const ls_sampler *s, int64_t steps, int64_t per_step);
 
 /* The samples of each step of an epoch, with the next step's handed to the trainer as a prefetch
  * hint (ls_trainer_prefetch): two index buffers of per_step entries, used in turn. */
@@ -54,6 +67,7 @@ void ex_batcher_epoch(ex_batcher *b);
  * rank calls ex_metrics_step (it holds two small all-reduces). */
 typedef struct ex_metrics {
     FILE *f; /* rank 0's file; NULL elsewhere */
+    const char *path;
     int on;
 } ex_metrics;
 /* Opens path on rank 0 (any rank: on = path != NULL). resume_last >= 0: a resumed run keeps the
@@ -83,7 +97,7 @@ ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank);
 void ex_gpu_monitor_restart(ls_gpu_monitor *m);
 
 #ifdef EX_PROG
-#define parse_i64(flag, s, min, out) ex_parse_i64(EX_PROG, flag, s, min, out)
+#define parse_i64(flag, s, min, max, out) ex_parse_i64(EX_PROG, flag, s, min, max, out)
 #define parse_f64(flag, s, out) ex_parse_f64(EX_PROG, flag, s, out)
 /* TRY(what, expr): on failure, print the error, set rc to 1 and go to done. */
 #define TRY(what, expr)                                                                                                \

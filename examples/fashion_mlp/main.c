@@ -3,6 +3,7 @@
  * per-epoch loss, test accuracy, samples/s and peak memory; a progress line while an epoch
  * runs when stderr is a terminal. --batch-size is per rank (DDP's convention). Checkpoints every
  * --save-every steps and on SIGTERM/SIGINT; --resume continues from one. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +56,8 @@ static void usage(FILE *f) {
                "                        f32 master weights; fp16 adds dynamic loss scaling (GradScaler's rules)\n"
                "  --checkpoint-activations[=N]  recompute activations in backward: the layers split into N\n"
                "                        segments (default 2) whose inner activations are not kept\n"
-               "  --hidden A,B,...      hidden layer sizes (default 512,256)\n"
+               "  --hidden A,B,...      hidden layer sizes, at most 6 (default 512,256; '' for none: a linear\n"
+               "                        model)\n"
                "  --activation relu|gelu (default relu)\n"
                "  --seed N              seed for initialization and shuffling (default 42)\n"
                "  --train-limit N       use only the first N training samples (default all 60000)\n"
@@ -123,14 +125,14 @@ static int parse_options(int argc, char **argv, options *o) {
         }
         switch (c) {
         case 'e':
-            if (parse_i64("--epochs", optarg, 0, &v)) return -1;
+            if (parse_i64("--epochs", optarg, 0, EX_MAX_EPOCHS, &v)) return -1;
             o->epochs = (int)v;
             break;
         case 'b':
-            if (parse_i64("--batch-size", optarg, 1, &o->batch)) return -1;
+            if (parse_i64("--batch-size", optarg, 1, EX_MAX_BATCH, &o->batch)) return -1;
             break;
         case 'A':
-            if (parse_i64("--accum-steps", optarg, 1, &v)) return -1;
+            if (parse_i64("--accum-steps", optarg, 1, EX_MAX_ACCUM, &v)) return -1;
             o->accum = (int)v;
             break;
         case 'o': o->optimizer = optarg; break;
@@ -144,7 +146,7 @@ static int parse_options(int argc, char **argv, options *o) {
             if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1;
             break;
         case 'W':
-            if (parse_i64("--warmup-steps", optarg, 0, &o->warmup)) return -1;
+            if (parse_i64("--warmup-steps", optarg, 0, INT64_MAX, &o->warmup)) return -1;
             break;
         case 'c':
             if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1;
@@ -152,20 +154,20 @@ static int parse_options(int argc, char **argv, options *o) {
         case 1001: o->precision = optarg; break;
         case 1002:
             o->ckpt_segments = 2;
-            if (optarg && parse_i64("--checkpoint-activations", optarg, 1, &v)) return -1;
+            if (optarg && parse_i64("--checkpoint-activations", optarg, 1, EX_MAX_SEGMENTS, &v)) return -1;
             if (optarg) o->ckpt_segments = (int)v;
             break;
         case 'H': o->hidden = optarg; break;
         case 'a': o->activation = optarg; break;
         case 's':
-            if (parse_i64("--seed", optarg, 0, &v)) return -1;
+            if (parse_i64("--seed", optarg, 0, INT64_MAX, &v)) return -1;
             o->seed = (uint64_t)v;
             break;
         case 'T':
-            if (parse_i64("--train-limit", optarg, 1, &o->train_limit)) return -1;
+            if (parse_i64("--train-limit", optarg, 1, INT64_MAX, &o->train_limit)) return -1;
             break;
         case 't':
-            if (parse_i64("--test-limit", optarg, 1, &o->test_limit)) return -1;
+            if (parse_i64("--test-limit", optarg, 1, INT64_MAX, &o->test_limit)) return -1;
             break;
         case 'S': o->sampler = optarg; break;
         case 'd': o->data_dir = optarg; break;
@@ -200,7 +202,7 @@ int main(int argc, char **argv) {
     ls_trainer *trainer = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
     ex_batcher bt = {{NULL, NULL}, 0, -1, 0, 0};
-    ex_metrics metrics = {NULL, 0};
+    ex_metrics metrics = {NULL, NULL, 0};
     ls_gpu_monitor *gpumon = NULL;
     ex_ckpt ck;
     ex_ckpt_init(&ck, EX_PROG, &o.ck);
@@ -222,21 +224,24 @@ int main(int argc, char **argv) {
     int64_t sizes[8];
     int n_sizes = 0;
     sizes[n_sizes++] = 784;
-    for (const char *p = o.hidden; *p && n_sizes < 7;) {
+    /* up to 6 sizes, each followed by a comma or the end (an empty list: no hidden layer) */
+    for (const char *p = o.hidden; *p;) {
         char *end;
+        errno = 0;
         long long h = strtoll(p, &end, 10);
-        if (end == p || h < 1 || (*end != ',' && *end != '\0'))
+        if (end == p || errno || h < 1 || h > INT32_MAX || (*end != ',' && *end != '\0') ||
+            (*end == ',' && end[1] == '\0') || n_sizes == 7)
             TRY("--hidden", ls_error(LS_ERR_INVALID_ARGUMENT,
-                                     "'%s' is not a comma-separated list of positive sizes (at most 6)", o.hidden));
+                                     "'%s' is not a comma-separated list of 1 to 6 positive sizes", o.hidden));
         sizes[n_sizes++] = h;
         p = *end ? end + 1 : end;
     }
     sizes[n_sizes++] = 10;
 
     TRY("rank discovery", ls_rank_discover(&ri));
-    TRY("device", ls_device_select(o.device, ri.local_rank, &dev));
+    TRY(o.device ? "--device" : "device", ls_device_select(o.device, ri.local_rank, &dev));
     TRY("context", ls_ctx_create(dev, NULL, &ctx));
-    TRY("communicator", ls_comm_create(ctx, o.comm, &comm));
+    TRY(o.comm ? "--comm" : "communicator", ls_comm_create(ctx, o.comm, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
     TRY("LOCKSTEP_GPU_MONITOR", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
 
@@ -265,6 +270,7 @@ int main(int argc, char **argv) {
     TRY("test sampler", ls_sampler_create(test->n, rank, world, 0, 0, LS_SAMPLER_EXACT, &test_sampler));
     int64_t per_step = o.batch * o.accum;
     int64_t steps = ls_sampler_steps(sampler, per_step);
+    TRY("--batch-size", ex_check_steps(sampler, steps, per_step));
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
     tc.batch_per_rank = o.batch;

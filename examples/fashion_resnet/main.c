@@ -141,17 +141,17 @@ static int parse_options(int argc, char **argv, options *o) {
         }
         switch (c) {
         case 'e':
-            if (parse_i64("--epochs", optarg, 0, &v)) return -1;
+            if (parse_i64("--epochs", optarg, 0, EX_MAX_EPOCHS, &v)) return -1;
             o->epochs = (int)v;
             break;
         case 'b':
             if (strcmp(optarg, "auto") == 0)
                 o->batch = 0;
-            else if (parse_i64("--batch-size", optarg, 1, &o->batch))
+            else if (parse_i64("--batch-size", optarg, 1, EX_MAX_BATCH, &o->batch))
                 return -1;
             break;
         case 'A':
-            if (parse_i64("--accum-steps", optarg, 1, &v)) return -1;
+            if (parse_i64("--accum-steps", optarg, 1, EX_MAX_ACCUM, &v)) return -1;
             o->accum = (int)v;
             break;
         case 'o': o->optimizer = optarg; break;
@@ -165,34 +165,34 @@ static int parse_options(int argc, char **argv, options *o) {
             if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1;
             break;
         case 'W':
-            if (parse_i64("--warmup-steps", optarg, 0, &o->warmup)) return -1;
+            if (parse_i64("--warmup-steps", optarg, 0, INT64_MAX, &o->warmup)) return -1;
             break;
         case 'c':
             if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1;
             break;
         case 'H': o->widths = optarg; break;
         case 'B':
-            if (parse_i64("--blocks", optarg, 1, &v)) return -1;
+            if (parse_i64("--blocks", optarg, 1, EX_MAX_BLOCKS, &v)) return -1;
             o->blocks = (int)v;
             break;
         case 'P': o->precision = optarg; break;
         case 'K':
             o->ckpt_segments = 3;
-            if (optarg && parse_i64("--checkpoint-activations", optarg, 1, &v)) return -1;
+            if (optarg && parse_i64("--checkpoint-activations", optarg, 1, EX_MAX_SEGMENTS, &v)) return -1;
             if (optarg) o->ckpt_segments = (int)v;
             break;
         case 'Y': o->sync_bn = 1; break;
         case 'G': o->augment = 1; break;
         case 'M': o->memory_cap = optarg; break;
         case 's':
-            if (parse_i64("--seed", optarg, 0, &v)) return -1;
+            if (parse_i64("--seed", optarg, 0, INT64_MAX, &v)) return -1;
             o->seed = (uint64_t)v;
             break;
         case 'T':
-            if (parse_i64("--train-limit", optarg, 1, &o->train_limit)) return -1;
+            if (parse_i64("--train-limit", optarg, 1, INT64_MAX, &o->train_limit)) return -1;
             break;
         case 't':
-            if (parse_i64("--test-limit", optarg, 1, &o->test_limit)) return -1;
+            if (parse_i64("--test-limit", optarg, 1, INT64_MAX, &o->test_limit)) return -1;
             break;
         case 'd': o->data_dir = optarg; break;
         case 'D': o->device = optarg; break;
@@ -246,7 +246,7 @@ int main(int argc, char **argv) {
     ls_trainer *trainer = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
     ex_batcher bt = {{NULL, NULL}, 0, -1, 0, 0};
-    ex_metrics metrics = {NULL, 0};
+    ex_metrics metrics = {NULL, NULL, 0};
     ls_gpu_monitor *gpumon = NULL;
     ls_tensor **params = NULL, **grads = NULL;
     ex_ckpt ck;
@@ -261,14 +261,14 @@ int main(int argc, char **argv) {
     TRY("--widths", ex_parse_widths(o.widths, &rcfg));
 
     TRY("rank discovery", ls_rank_discover(&ri));
-    TRY("device", ls_device_select(o.device, ri.local_rank, &dev));
+    TRY(o.device ? "--device" : "device", ls_device_select(o.device, ri.local_rank, &dev));
     TRY("context", ls_ctx_create(dev, NULL, &ctx));
-    TRY("communicator", ls_comm_create(ctx, o.comm, &comm));
+    TRY(o.comm ? "--comm" : "communicator", ls_comm_create(ctx, o.comm, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
     TRY("LOCKSTEP_GPU_MONITOR", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
     if (o.memory_cap) {
         size_t cap;
-        TRY("--memory-cap", ls_memory_parse_size(o.memory_cap, &cap));
+        TRY("--memory-cap", ls_memory_parse_cap(o.memory_cap, &cap));
         ls_allocator_set_cap(ctx->alloc, cap);
     }
     ls_allocator_set_oom_hint(ctx->alloc, "to fit, try a smaller --batch-size (or --batch-size auto), "
@@ -341,6 +341,7 @@ int main(int argc, char **argv) {
     tc.batch_per_rank = o.batch;
     int64_t per_step = o.batch * o.accum;
     int64_t steps = ls_sampler_steps(sampler, per_step);
+    TRY("--batch-size", ex_check_steps(sampler, steps, per_step));
     tc.lr.base_lr = oc.lr;
     tc.lr.min_lr = 0;
     tc.lr.warmup_steps = o.warmup;

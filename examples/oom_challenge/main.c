@@ -71,46 +71,46 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"measure-baseline", no_argument, 0, 'm'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
-    int c, li = -1;
-    while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
-        char *end = NULL;
-        long long v = optarg ? strtoll(optarg, &end, 10) : 0;
-        int bad_num = optarg && (*optarg == '\0' || *end != '\0' || v < 1);
+    int c;
+    int64_t v = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'M': o->memory_cap = optarg; break;
-        case 'b': o->batch = v; break;
-        case 's': o->small_batch = v; break;
-        case 'p':
-            o->precision = optarg;
-            bad_num = 0;
+        case 'b':
+            if (parse_i64("--batch-size", optarg, 1, EX_MAX_BATCH, &o->batch)) return -1;
             break;
-        case 'K': o->segments = optarg ? (int)v : -1; break;
-        case 'W':
-            o->widths = optarg;
-            bad_num = 0;
+        case 's':
+            if (parse_i64("--small-batch", optarg, 1, EX_MAX_BATCH, &o->small_batch)) return -1;
             break;
-        case 'B': o->blocks = (int)v; break;
-        case 'i': o->image = v; break;
-        case 'n': o->steps = (int)v; break;
-        case 'D':
-            o->device = optarg;
-            bad_num = 0;
+        case 'p': o->precision = optarg; break;
+        case 'K':
+            if (optarg && parse_i64("--checkpoint-activations", optarg, 1, EX_MAX_SEGMENTS, &v)) return -1;
+            o->segments = optarg ? (int)v : -1;
             break;
-        case 'C':
-            o->comm = optarg;
-            bad_num = 0;
+        case 'W': o->widths = optarg; break;
+        case 'B':
+            if (parse_i64("--blocks", optarg, 1, EX_MAX_BLOCKS, &v)) return -1;
+            o->blocks = (int)v;
             break;
+        case 'i': /* N x N x 3 floats a sample */
+            if (parse_i64("--image-size", optarg, 1, 4096, &o->image)) return -1;
+            break;
+        case 'n':
+            if (parse_i64("--steps", optarg, 1, 1000000, &v)) return -1;
+            o->steps = (int)v;
+            break;
+        case 'D': o->device = optarg; break;
+        case 'C': o->comm = optarg; break;
         case 'm': o->measure = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
-        if (c == 'M') bad_num = 0;
-        if (!bad_num) li = -1;
-        if (bad_num) {
-            fprintf(stderr, "oom_challenge: --%s '%s' must be an integer >= 1\n", li >= 0 ? longopts[li].name : "?",
-                    optarg);
-            return -1;
-        }
+    }
+    /* the remedy must be smaller than the batch that does not fit */
+    if (o->small_batch && o->small_batch >= o->batch) {
+        fprintf(stderr, "oom_challenge: --small-batch %lld must be smaller than --batch-size %lld\n",
+                (long long)o->small_batch, (long long)o->batch);
+        return -1;
     }
     if (optind < argc) {
         fprintf(stderr, "oom_challenge: unexpected argument '%s'\n", argv[optind]);
@@ -255,7 +255,7 @@ int main(int argc, char **argv) {
     if ((s = ex_parse_widths(o.widths ? o.widths : gpu ? "64,128,256,512" : "16,32,64", &su.model)) != LS_OK) goto fail;
     size_t cap;
     what = "--memory-cap";
-    if ((s = ls_memory_parse_size(o.memory_cap ? o.memory_cap : gpu ? "48GiB" : "384MiB", &cap)) != LS_OK) goto fail;
+    if ((s = ls_memory_parse_cap(o.memory_cap ? o.memory_cap : gpu ? "48GiB" : "384MiB", &cap)) != LS_OK) goto fail;
     ls_allocator_set_cap(ctx->alloc, cap);
     ls_allocator_set_oom_hint(ctx->alloc, "To fit: a smaller --batch-size, --precision bf16|fp16 (half the "
                                           "activation memory), or --checkpoint-activations (recompute activations "

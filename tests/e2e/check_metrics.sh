@@ -53,5 +53,5 @@ fi
 "$check" "$dir/m5" "$dir/s5" 6 100 10 diverged || fail "diverging run"
 
 out=$("$mlp" "${args[@]}" --metrics /nonexistent-dir/m 2>&1) && fail "an unwritable --metrics path was accepted"
-grep -q -- "--metrics: cannot open '/nonexistent-dir/m' for writing" <<<"$out" || fail "unclear error: $out"
+grep -q -- "--metrics: I/O error: cannot open '/nonexistent-dir/m' for writing: No such file or directory" <<<"$out" || fail "unclear error: $out"
 echo "PASS: --metrics agrees with --log-steps (one rank, clipping and resume, two ranks); bad path refused"
