@@ -1042,9 +1042,10 @@ static ls_status ls_mpi_acquire(int *thread_level) {
     return LS_OK;
 }
 
+/* LOCKSTEP_MPI_CUDA_AWARE: 1 or on, 0 or off (checked with the other settings), else the MPI's answer */
 static int ls_mpi_query_cuda_aware(void) {
     const char *e = getenv("LOCKSTEP_MPI_CUDA_AWARE");
-    if (e && *e) return strcmp(e, "0") != 0;
+    if (e && *e) return !strcmp(e, "1") || !strcmp(e, "on");
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
     return MPIX_Query_cuda_support();
 #else
@@ -1129,6 +1130,12 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
                                "limit)",
                                wi);
     }
+    const char *ca = getenv("LOCKSTEP_MPI_CUDA_AWARE");
+    if (refused == LS_OK && ca && *ca && strcmp(ca, "1") && strcmp(ca, "on") && strcmp(ca, "0") && strcmp(ca, "off"))
+        refused = ls_error(LS_ERR_INVALID_ARGUMENT,
+                           "LOCKSTEP_MPI_CUDA_AWARE=%s: expected 1 or on (device buffers to MPI), 0 or off (staged "
+                           "through host memory)",
+                           ca);
     char refused_msg[512] = "";
     if (refused != LS_OK) {
         ls_rank_info ri;

@@ -6,7 +6,7 @@
 # numbers (--lr inf), 7 or more hidden layers (the extra ones were dropped), a trailing comma,
 # drop-last with no whole batch (an epoch of no steps, a NaN loss), files that cannot be written
 # (/dev/full), a gradient-compression setting on one rank (checked only with two), a memory cap of
-# 0 (meant no cap). And an empty --hidden trains a linear model, as --help says.
+# 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on). And an empty --hidden trains a linear model, as --help says.
 set -u
 mlp=$1 resnet=$2 oom=$3
 export LOCKSTEP_DEVICE=cpu OPENBLAS_NUM_THREADS=1
@@ -45,6 +45,11 @@ refused "LOCKSTEP_GRAD_COMPRESS=garbage: expected none, fp16 or bf16" env LOCKST
 refused "LOCKSTEP_MEMORY_LIMIT: memory cap '0.5' is less than a byte" env LOCKSTEP_MEMORY_LIMIT=0.5 "$mlp" "${small[@]}"
 refused "--device: invalid argument: device 'cuda:x' is not one of cpu, cuda, cuda:N" "$mlp" "${small[@]}" --device cuda:x
 refused "--comm: invalid argument: backend argument 'foo' is not a communicator backend" "$mlp" "${small[@]}" --comm foo
+# an MPI setting that meant "on" for any value but 0 (MPI as a singleton: one rank, no launcher)
+out=$("$mlp" "${small[@]}" --comm mpi 2>&1)
+if ! grep -q "has no MPI" <<<"$out"; then
+    refused "LOCKSTEP_MPI_CUDA_AWARE=maybe: expected 1 or on" env LOCKSTEP_MPI_CUDA_AWARE=maybe "$mlp" "${small[@]}" --comm mpi
+fi
 refused "--widths '4,' is not a comma-separated list" "$resnet" --widths 4,
 refused "--blocks '2147483648' must be a whole number from 1 to 1024" "$resnet" --blocks 2147483648
 refused "--memory-cap: invalid argument: memory cap '0' is less than a byte" "$resnet" --train-limit 64 --test-limit 64 --memory-cap 0

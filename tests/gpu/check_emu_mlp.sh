@@ -20,11 +20,15 @@
 #     gradient compression: 1e-5 and 1e-3;
 #   - a checkpoint written on cuda at step 40: resumed on cuda, bitwise the run never stopped;
 #     resumed on the CPU, within 1e-5 of it.
+# First, LOCKSTEP_TF32=maybe is refused when cuda:0 starts.
 set -u
 prog=$(realpath "$1") run=$(realpath "$2")
 source "$(dirname "$0")/emu/runs.sh"
 base=(--hidden 64 --train-limit 2048 --test-limit 1000 --batch-size 64 --no-progress)
 
+# a TF32 setting other than 1/on/true or 0/off/false (it meant off) is refused when cuda:0 starts
+out=$(env LOCKSTEP_TF32=maybe "$prog" "${base[@]}" --device cuda --max-steps 1 2>&1) && fail "LOCKSTEP_TF32=maybe accepted"
+grep -qF "LOCKSTEP_TF32=maybe: expected 1, on or true" <<<"$out" || fail "LOCKSTEP_TF32=maybe: $out"
 train cpu -- --device cpu --epochs 1
 train cuda -- --device cuda --epochs 1
 close cuda cpu 1e-5
