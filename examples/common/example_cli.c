@@ -67,6 +67,17 @@ ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg) {
     return LS_OK;
 }
 
+ls_status ex_check_fashion_shape(const ls_dataset *train, const ls_dataset *test) {
+    const ls_dataset *sets[2] = {train, test};
+    for (int i = 0; i < 2; i++)
+        if (sets[i]->features != 784)
+            return ls_error(LS_ERR_FORMAT,
+                            "the %s images have %lld pixels, not Fashion-MNIST's 28 x 28 = 784: check the files in "
+                            "--data-dir (or LOCKSTEP_FASHION_DIR)",
+                            i ? "test" : "training", (long long)sets[i]->features);
+    return LS_OK;
+}
+
 ls_status ex_check_steps(const ls_sampler *s, int64_t steps, int64_t per_step) {
     if (steps > 0) return LS_OK;
     return ls_error(LS_ERR_INVALID_ARGUMENT,

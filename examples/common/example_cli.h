@@ -36,6 +36,9 @@ int ex_fail(const char *prog, const char *what, ls_status s);
  * else LS_ERR_INVALID_ARGUMENT naming --widths. */
 ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg);
 
+/* LS_ERR_INVALID_ARGUMENT unless both sets hold Fashion-MNIST's 28 x 28 images (the examples' models
+ * take 784 pixels): other IDX files load, and would fail only at the first step, naming no file. */
+ls_status ex_check_fashion_shape(const ls_dataset *train, const ls_dataset *test);
 /* LS_ERR_INVALID_ARGUMENT when an epoch of s has no step of per_step samples (--sampler drop-last
  * with a batch larger than this rank's share of the training set): an epoch would train nothing. */
 ls_status ex_check_steps(const ls_sampler *s, int64_t steps, int64_t per_step);

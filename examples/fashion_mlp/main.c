@@ -247,6 +247,7 @@ int main(int argc, char **argv) {
 
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
+    TRY("data", ex_check_fashion_shape(train, test));
     ls_precision precision;
     TRY("--precision", ls_precision_parse(o.precision, &precision));
     TRY("model", ls_mlp_create(ctx, LS_F32, n_sizes, sizes, act, o.seed, &model));

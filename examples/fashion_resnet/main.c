@@ -276,6 +276,7 @@ int main(int argc, char **argv) {
 
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
+    TRY("data", ex_check_fashion_shape(train, test));
     if (o.augment) {
         TRY("augmentation", ls_dataset_from_bytes(train->n, train->features, train->num_classes, train->bytes,
                                                   train->lut, train->labels, &aug));

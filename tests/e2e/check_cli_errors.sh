@@ -6,7 +6,8 @@
 # numbers (--lr inf), 7 or more hidden layers (the extra ones were dropped), a trailing comma,
 # drop-last with no whole batch (an epoch of no steps, a NaN loss), files that cannot be written
 # (/dev/full), a gradient-compression setting on one rank (checked only with two), a memory cap of
-# 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on). And an empty --hidden trains a linear model, as --help says.
+# 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
+# step, naming no file). And an empty --hidden trains a linear model, as --help says.
 set -u
 mlp=$1 resnet=$2 oom=$3
 export LOCKSTEP_DEVICE=cpu OPENBLAS_NUM_THREADS=1
@@ -56,6 +57,22 @@ refused "--memory-cap: invalid argument: memory cap '0' is less than a byte" "$r
 refused "--steps '4294967296' must be a whole number from 1 to 1000000" "$oom" --steps 4294967296
 refused "--small-batch 1000 must be smaller than --batch-size 64" "$oom" --small-batch 1000 --batch-size 64
 refused "--image-size '4294967296' must be a whole number from 1 to 4096" "$oom" --image-size 4294967296
+
+# IDX files of 14 x 14 images load; the examples' models take 28 x 28: refused at loading, not at the
+# first step
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+python3 - "$d" <<'PY'
+import gzip, struct, sys
+for name, n in (("train", 64), ("t10k", 32)):
+    with gzip.open("%s/%s-images-idx3-ubyte.gz" % (sys.argv[1], name), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 14, 14) + bytes(n * 196))
+    with gzip.open("%s/%s-labels-idx1-ubyte.gz" % (sys.argv[1], name), "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+PY
+refused "data: bad format: the training images have 196 pixels, not Fashion-MNIST's 28 x 28 = 784" \
+    "$mlp" "${small[@]}" --data-dir "$d"
+refused "the training images have 196 pixels" "$resnet" --data-dir "$d"
 
 # a trace that cannot be written is said at exit (the run itself is fine)
 out=$(LOCKSTEP_TIMELINE=/dev/full "$mlp" "${small[@]}" 2>&1) || fail "LOCKSTEP_TIMELINE=/dev/full: $out"
