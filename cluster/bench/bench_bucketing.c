@@ -19,6 +19,21 @@
 #include "reducer.h"
 #include "tensor.h"
 
+#define BENCH_PROG "bench_bucketing"
+#include "bench_args.h"
+
+/* Bounds of the flags, far beyond real runs: the runs' timings are kept (8 bytes a run); 10 s of
+ * simulated backward a step; bucket caps as LOCKSTEP_BUCKET_MB takes them. */
+#define MAX_RUNS 1000000
+#define MAX_COMPUTE_US 1e7
+#define MAX_BUCKET_MB 1e6
+
+/* Bytes of a bucket cap in MiB: 0 leaves the reducer's default; a positive cap is at least a byte. */
+static size_t cap_bytes(double mb) {
+    size_t bytes = (size_t)(mb * 1048576.0);
+    return mb > 0 && bytes == 0 ? 1 : bytes;
+}
+
 static int R, W;
 static ls_comm *C;
 
@@ -196,14 +211,15 @@ int main(int argc, char **argv) {
     int ch;
     while ((ch = getopt_long(argc, argv, "n:w:m:u:h", longopts, NULL)) != -1) {
         switch (ch) {
-        case 'n': runs = atoi(optarg); break;
-        case 'w': warmup = atoi(optarg); break;
+        case 'n': runs = (int)bench_int("-n/--runs", optarg, 1, MAX_RUNS); break;
+        case 'w': warmup = (int)bench_int("-w/--warmup", optarg, 0, BENCH_MAX_COUNT); break;
         case 'm':
             which = !strcmp(optarg, "mlp") ? 1 : !strcmp(optarg, "resnet") ? 2 : !strcmp(optarg, "all") ? 3 : 0;
+            if (!which) bench_bad("-m/--model", optarg, "unknown model", "mlp, resnet or all");
             break;
-        case 'u': compute_us = atof(optarg); break;
-        case 'B': bucket_mb = atof(optarg); break;
-        case 'F': first_mb = atof(optarg); break;
+        case 'u': compute_us = bench_num("-u/--compute-us", optarg, 0, 0, MAX_COMPUTE_US); break;
+        case 'B': bucket_mb = bench_num("--bucket-mb", optarg, 0, 0, MAX_BUCKET_MB); break;
+        case 'F': first_mb = bench_num("--first-bucket-mb", optarg, 0, 0, MAX_BUCKET_MB); break;
         case 'b': backend = optarg; break;
         case 'h':
         default:
@@ -214,13 +230,14 @@ int main(int argc, char **argv) {
                     "  -m, --model NAME        mlp, resnet or all (default all)\n"
                     "  -u, --compute-us US     simulated backward time per step, spread over the tensors\n"
                     "                          by size (default 0: communication only)\n"
-                    "      --bucket-mb MB      bucket cap (default: LOCKSTEP_BUCKET_MB, then 25)\n"
-                    "      --first-bucket-mb MB first bucket cap (default: LOCKSTEP_FIRST_BUCKET_MB, then 1)\n"
-                    "      --backend NAME      self, mpi, nccl or auto\n");
+                    "      --bucket-mb MB      bucket cap (default 0: LOCKSTEP_BUCKET_MB, then 25)\n"
+                    "      --first-bucket-mb MB first bucket cap (default 0: LOCKSTEP_FIRST_BUCKET_MB, then 1)\n"
+                    "      --backend NAME      self, mpi, nccl or auto (default: LOCKSTEP_COMM, then auto)\n"
+                    "  -h, --help              this text\n");
             return ch == 'h' ? 0 : 2;
         }
     }
-    if (runs < 1 || warmup < 0 || !which) DIE("bad arguments (see --help)");
+    bench_no_operands(argc, argv, optind);
     CHECK("communicator", ls_comm_create(NULL, backend, &C));
     R = ls_comm_rank(C);
     W = ls_comm_world(C);
@@ -249,13 +266,14 @@ int main(int argc, char **argv) {
         for (int i = 0; i < s.p.n; i++) s.compute_s[i] = compute_us * 1e-6 * (double)s.p.numel[i] / (double)s.total;
         /* the first reducer as configured (bucket views by default); the second, over the same
          * gradients, copies */
-        ls_reducer_config cfg = {(size_t)(first_mb * 1048576.0), (size_t)(bucket_mb * 1048576.0), 0, 0};
+        ls_reducer_config cfg = {cap_bytes(first_mb), cap_bytes(bucket_mb), 0, 0};
         CHECK("reducer", ls_reducer_create(C, NULL, s.p.n, s.g, &cfg, &s.red));
         ls_reducer_config one = {(size_t)s.total * 4 + 1, (size_t)s.total * 4 + 1, -1, 0};
         CHECK("reducer", ls_reducer_create(C, NULL, s.p.n, s.g, &one, &s.single));
         double med[M_COUNT];
         int64_t wrong[M_COUNT];
         double *t = calloc((size_t)runs, sizeof *t);
+        if (!t) DIE("cannot allocate the timings of %d runs", runs);
         for (int m = 0; m < M_COUNT; m++) {
             if (m == M_COMPUTE_ONLY && compute_us <= 0) continue;
             wrong[m] = m == M_COMPUTE_ONLY ? 0 : check_method(&s, (method)m);

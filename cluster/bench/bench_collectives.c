@@ -23,6 +23,15 @@
 #include "comm.h"
 #include "memory.h"
 
+#define BENCH_PROG "bench_collectives"
+#include "bench_args.h"
+
+/* The largest message: 2^30 floats, so that a count fits the raw MPI calls' int; and the rounds'
+ * timings, 16 bytes a round. */
+#define MAX_BYTES ((size_t)4 << 30)
+#define MAX_ROUNDS 1000000
+#define MAX_FACTOR 1024.0
+
 typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER } bench_op;
 static const char *op_names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter"};
 
@@ -58,9 +67,10 @@ static double now_s(void) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: mpirun -np N bench_collectives [options]\n"
-               "  -b, --minbytes SIZE   smallest message (default 4; units k, M, G, KiB, MiB accepted)\n"
-               "  -e, --maxbytes SIZE   largest message (default 256M)\n"
-               "  -f, --stepfactor F    multiply the size by F each row (default 2)\n"
+               "  -b, --minbytes SIZE   smallest message (default 4; units K, M, G (binary), KiB, MiB, GiB,\n"
+               "                        KB, MB, GB accepted; 1 to 4G)\n"
+               "  -e, --maxbytes SIZE   largest message (default 256M; at least --minbytes)\n"
+               "  -f, --stepfactor F    multiply the size by F each row (default 2; above 1, up to 1024)\n"
                "  -n, --iters N         timed calls per round (default 20)\n"
                "  -w, --warmup N        untimed calls before timing (default 5)\n"
                "  -r, --rounds N        timed rounds per size; median reported; lockstep and raw MPI\n"
@@ -75,18 +85,13 @@ static void usage(FILE *f) {
                "buffer; reduce_scatter: the input buffer. Type float (f32), reduction sum.\n");
 }
 
-static size_t parse_size(const char *s) {
+/* Bytes of a size flag. ls_memory_parse_size reads nccl-tests' K, M and G as binary, as nccl-tests
+ * does, and refuses what is not a size; atof once took "-1M" as a size of 2^64 - 2^20. */
+static size_t parse_size(const char *flag, const char *s) {
     size_t v = 0;
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", s);
-    size_t n = strlen(buf);
-    if (n && (buf[n - 1] == 'M' || buf[n - 1] == 'G' || buf[n - 1] == 'K')) { /* nccl-tests: binary */
-        char u = buf[n - 1];
-        buf[n - 1] = '\0';
-        double d = atof(buf);
-        return (size_t)(d * (u == 'K' ? 1024.0 : u == 'M' ? 1048576.0 : 1073741824.0));
-    }
-    if (ls_memory_parse_size(s, &v) != LS_OK) DIE("bad size '%s': %s", s, ls_last_error());
+    const char *range = "a size from 1 to 4G bytes, e.g. 4, 64K, 256M, 1GiB";
+    if (ls_memory_parse_size(s, &v) != LS_OK) bench_bad(flag, s, "not a size", range);
+    if (v < 1 || v > MAX_BYTES) bench_bad(flag, s, "out of range", range);
     return v;
 }
 
@@ -224,6 +229,7 @@ static void bench(const opts *o, bench_op op, int raw) {
         fflush(stdout);
     }
     double *ta = calloc((size_t)o->rounds, sizeof *ta), *tb = calloc((size_t)o->rounds, sizeof *tb);
+    if (!ta || !tb) DIE("cannot allocate the timings of %d rounds", o->rounds);
     for (double bytes = (double)o->minbytes; bytes <= (double)maxb * 1.0000001; bytes *= o->factor) {
         size_t size = (size_t)bytes;
         int64_t count, nsend, nrecv;
@@ -296,13 +302,13 @@ int main(int argc, char **argv) {
     int ch;
     while ((ch = getopt_long(argc, argv, "b:e:f:n:w:r:o:c:h", longopts, NULL)) != -1) {
         switch (ch) {
-        case 'b': o.minbytes = parse_size(optarg); break;
-        case 'e': o.maxbytes = parse_size(optarg); break;
-        case 'f': o.factor = atof(optarg); break;
-        case 'n': o.iters = atoi(optarg); break;
-        case 'w': o.warmup = atoi(optarg); break;
-        case 'r': o.rounds = atoi(optarg); break;
-        case 'c': o.check = atoi(optarg); break;
+        case 'b': o.minbytes = parse_size("-b/--minbytes", optarg); break;
+        case 'e': o.maxbytes = parse_size("-e/--maxbytes", optarg); break;
+        case 'f': o.factor = bench_num("-f/--stepfactor", optarg, 1, 1, MAX_FACTOR); break;
+        case 'n': o.iters = (int)bench_int("-n/--iters", optarg, 1, BENCH_MAX_COUNT); break;
+        case 'w': o.warmup = (int)bench_int("-w/--warmup", optarg, 0, BENCH_MAX_COUNT); break;
+        case 'r': o.rounds = (int)bench_int("-r/--rounds", optarg, 1, MAX_ROUNDS); break;
+        case 'c': o.check = (int)bench_int("-c/--check", optarg, 0, 1); break;
         case 'B': o.backend = optarg; break;
         case 'R': o.raw = 0; break;
         case 'o': {
@@ -310,11 +316,9 @@ int main(int argc, char **argv) {
             for (int k = 0; k < 4; k++)
                 if (!strcmp(optarg, op_names[k]) || !strcmp(optarg, "all")) o.ops[k] = found = 1;
             if (!strcmp(optarg, "reducescatter")) o.ops[OP_REDUCE_SCATTER] = found = 1;
-            if (!found) {
-                fprintf(stderr, "bench_collectives: unknown op '%s'\n", optarg);
-                usage(stderr);
-                return 2;
-            }
+            if (!found)
+                bench_bad("-o/--op", optarg, "unknown operation",
+                          "allreduce, broadcast, allgather, reduce_scatter or all");
             any_op = 1;
             break;
         }
@@ -322,8 +326,9 @@ int main(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    if (o.iters < 1 || o.rounds < 1 || o.warmup < 0 || o.minbytes < 1 || o.maxbytes < o.minbytes) {
-        fprintf(stderr, "bench_collectives: need iters, rounds >= 1 and 1 <= minbytes <= maxbytes\n");
+    bench_no_operands(argc, argv, optind);
+    if (o.maxbytes < o.minbytes) {
+        fprintf(stderr, "bench_collectives: --maxbytes %zu is below --minbytes %zu\n", o.maxbytes, o.minbytes);
         return 2;
     }
     if (!any_op) o.ops[OP_ALLREDUCE] = 1;

@@ -3,7 +3,7 @@
  * against ls_dataset_gather_parallel (LOCKSTEP_GATHER_THREADS, default 4 from 8 CPUs up, else 1),
  * alternating A B A B with fresh random indices each round; medians and their ratio. Also timed in
  * the same rounds: ls_dataset_gather_bytes, the rows as stored (what a GPU's staged batch copies).
- *   bench_gather [--batch-size N] [--rounds N] [--data-dir DIR] */
+ *   bench_gather [--batch-size N] [--rounds N] [--data-dir DIR] (--help: usage) */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,24 @@
 #include <unistd.h>
 
 #include "data.h"
+
+#define BENCH_PROG "bench_gather"
+#include "bench_args.h"
+
+/* Far beyond a real batch, yet the buffers stay allocatable (about 4 GiB of f32 and byte rows at
+ * 1 << 20); and the rounds' timings, kept for the medians, 24 bytes a round. */
+#define MAX_BATCH (INT64_C(1) << 20)
+#define MAX_ROUNDS 1000000
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: bench_gather [options]\n"
+               "  --batch-size N   rows gathered per call, random with repeats (default 4096)\n"
+               "  --rounds N       rounds of the three gathers; medians reported (default 101)\n"
+               "  --data-dir DIR   Fashion-MNIST (default $LOCKSTEP_FASHION_DIR, else\n"
+               "                   /usr/share/datasets/fashion-mnist)\n"
+               "  -h, --help       this text\n"
+               "LOCKSTEP_GATHER_THREADS: the threaded gather's threads (default 4 from 8 CPUs up, else 1).\n");
+}
 
 static double now_s(void) {
     struct timespec t;
@@ -30,24 +48,22 @@ int main(int argc, char **argv) {
     static struct option lo[] = {{"batch-size", required_argument, 0, 'b'},
                                  {"rounds", required_argument, 0, 'r'},
                                  {"data-dir", required_argument, 0, 'd'},
+                                 {"help", no_argument, 0, 'h'},
                                  {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         if (c == 'b')
-            B = atoll(optarg);
+            B = bench_int("--batch-size", optarg, 1, MAX_BATCH);
         else if (c == 'r')
-            rounds = atoi(optarg);
+            rounds = (int)bench_int("--rounds", optarg, 1, MAX_ROUNDS);
         else if (c == 'd')
             dir = optarg;
         else {
-            fprintf(stderr, "usage: bench_gather [--batch-size N] [--rounds N] [--data-dir DIR]\n");
-            return 2;
+            usage(c == 'h' ? stdout : stderr);
+            return c == 'h' ? 0 : 2;
         }
     }
-    if (B < 1 || rounds < 1) {
-        fprintf(stderr, "bench_gather: --batch-size and --rounds must be >= 1\n");
-        return 2;
-    }
+    bench_no_operands(argc, argv, optind);
     ls_dataset *d = NULL;
     if (ls_fashion_mnist_load(dir, 1, 0, &d) != LS_OK) {
         fprintf(stderr, "bench_gather: %s\n", ls_last_error());
@@ -59,7 +75,11 @@ int main(int argc, char **argv) {
     uint8_t *xb = malloc((size_t)(B * d->features));
     double *t[3] = {malloc(sizeof(double) * (size_t)rounds), malloc(sizeof(double) * (size_t)rounds),
                     malloc(sizeof(double) * (size_t)rounds)};
-    if (!idx || !x || !xb || !y || !t[0] || !t[1] || !t[2]) return 1;
+    if (!idx || !x || !xb || !y || !t[0] || !t[1] || !t[2]) {
+        fprintf(stderr, "bench_gather: cannot allocate the buffers of %lld rows (%.1f MiB)\n", (long long)B,
+                (double)B * (double)(d->features * 5 + 12) / 1048576.0);
+        return 1;
+    }
     uint64_t r = 1;
     for (int k = 0; k < rounds; k++)
         for (int m = 0; m < 3; m++) {

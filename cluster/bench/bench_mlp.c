@@ -17,6 +17,26 @@
 #include "optim.h"
 #include "train.h"
 
+#define BENCH_PROG "bench_mlp"
+#include "bench_args.h"
+
+/* --batch-size's bound while parsing, far beyond a real per-rank batch (--sgemm's operands at it
+ * are 5 GiB; a failed allocation is reported); training further needs the batch within the rank's
+ * share of the training set, checked once the set is loaded. */
+#define MAX_BATCH (INT64_C(1) << 20)
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: bench_mlp [options]\n"
+               "  --batch-size N         samples per rank per step (default 128; at most the rank's share of the\n"
+               "                         60000 training samples)\n"
+               "  --steps N              timed steps, after 20 untimed (default 400)\n"
+               "  --data-dir DIR         Fashion-MNIST (default $LOCKSTEP_FASHION_DIR, else\n"
+               "                         /usr/share/datasets/fashion-mnist)\n"
+               "  --device cpu|cuda[:N]  default $LOCKSTEP_DEVICE, else a GPU if there is one\n"
+               "  --sgemm                time OpenBLAS sgemm alone on a step's GEMM shapes (no training)\n"
+               "  -h, --help             this text\n");
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -43,13 +63,27 @@ static double step_flops(const int64_t *s, int n, int64_t B) {
     return f;
 }
 
+/* Every layer's GEMMs on the same three buffers, each sized by the largest shape it holds: a, a
+ * layer's input or input gradient (B x in); c, its output gradient (B x out); w, its weight or
+ * weight gradient (out x in). (c was once maxd x maxd, overrun from batch 1201.) */
 static int run_sgemm(const int64_t *s, int n, int64_t B, int steps) {
-    int64_t maxd = 0;
-    for (int i = 0; i < n; i++) maxd = s[i] > maxd ? s[i] : maxd;
-    float *a = calloc((size_t)(B * maxd), 4), *w = calloc((size_t)(maxd * maxd), 4),
-          *c = calloc((size_t)(maxd * maxd), 4);
-    for (int64_t i = 0; i < B * maxd; i++) a[i] = (float)(i % 7) * 0.1f;
-    for (int64_t i = 0; i < maxd * maxd; i++) w[i] = (float)(i % 5) * 0.1f;
+    int64_t maxin = 0, maxout = 0;
+    for (int i = 0; i + 1 < n; i++) {
+        maxin = s[i] > maxin ? s[i] : maxin;
+        maxout = s[i + 1] > maxout ? s[i + 1] : maxout;
+    }
+    float *a = calloc((size_t)(B * maxin), 4), *w = calloc((size_t)(maxout * maxin), 4),
+          *c = calloc((size_t)(B * maxout), 4);
+    if (!a || !w || !c) {
+        fprintf(stderr, "bench_mlp: --sgemm: cannot allocate the operands of batch %lld (%.1f MiB)\n", (long long)B,
+                (double)(B * maxin + maxout * maxin + B * maxout) * 4 / 1048576.0);
+        free(a);
+        free(w);
+        free(c);
+        return 1;
+    }
+    for (int64_t i = 0; i < B * maxin; i++) a[i] = (float)(i % 7) * 0.1f;
+    for (int64_t i = 0; i < maxout * maxin; i++) w[i] = (float)(i % 5) * 0.1f;
     double t0 = 0;
     for (int it = -20; it < steps; it++) {
         if (it == 0) t0 = now_s();
@@ -82,9 +116,9 @@ int main(int argc, char **argv) {
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'b')
-            B = atoll(optarg);
+            B = bench_int("--batch-size", optarg, 1, MAX_BATCH);
         else if (c == 'n')
-            steps = atoi(optarg);
+            steps = (int)bench_int("--steps", optarg, 1, BENCH_MAX_COUNT);
         else if (c == 'd')
             dir = optarg;
         else if (c == 'g')
@@ -92,15 +126,11 @@ int main(int argc, char **argv) {
         else if (c == 'D')
             device = optarg;
         else {
-            printf(
-                "usage: bench_mlp [--batch-size N] [--steps N] [--data-dir DIR] [--device cpu|cuda[:N]] [--sgemm]\n");
+            usage(c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;
         }
     }
-    if (B < 1 || steps < 1) {
-        fprintf(stderr, "bench_mlp: --batch-size and --steps must be >= 1\n");
-        return 2;
-    }
+    bench_no_operands(argc, argv, optind);
     int64_t sizes[4] = {784, 512, 256, 10};
     if (sgemm) return run_sgemm(sizes, 4, B, steps);
     ls_ctx *ctx;
@@ -118,6 +148,8 @@ int main(int argc, char **argv) {
     CHECK("communicator", ls_comm_create(ctx, NULL, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
     CHECK("data", ls_fashion_mnist_load(dir, 1, 0, &data));
+    CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
+    bench_batch_fits("--batch-size", B, ls_sampler_num_samples(smp), "the training samples per rank", comm);
     CHECK("model", ls_mlp_create(ctx, LS_F32, 4, sizes, LS_ACT_RELU, 42, &model));
     ls_tensor *p[6], *g[6];
     for (int i = 0; i < 6; i++) {
@@ -133,7 +165,6 @@ int main(int argc, char **argv) {
     tc.accum_steps = 1;
     tc.lr.base_lr = oc.lr;
     CHECK("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &tr));
-    CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
     int64_t per_epoch = ls_sampler_steps(smp, B), *idx = malloc(sizeof(int64_t) * (size_t)B);
     int64_t *nidx = malloc(sizeof(int64_t) * (size_t)B), count, global, ncount, nglobal;
     double t0 = 0;

@@ -23,6 +23,22 @@
 
 #include "example_cli.h"
 
+#define BENCH_PROG "bench_resnet"
+#include "bench_args.h"
+
+/* Bounds while parsing, far beyond real runs: the global batch (each rank's share of it must also
+ * fit in its share of the training set, checked once the set is loaded) and blocks per stage. */
+#define MAX_BATCH (INT64_C(1) << 20)
+#define MAX_BLOCKS 1024
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: bench_resnet [--batch-size N (global)] [--steps N] [--warmup N] [--widths A,B,C] [--blocks N]\n"
+               "                    [--precision fp32|bf16|fp16] [--checkpoint-activations SEGMENTS]\n"
+               "                    [--device cpu|cuda[:N] (default $LOCKSTEP_DEVICE, else cpu)] [--data-dir DIR]\n"
+               "SEGMENTS: recompute activations in backward, the model's top-level layers split in SEGMENTS\n"
+               "(0, the default: off).\n");
+}
+
 static double clock_s(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);
@@ -43,8 +59,8 @@ static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 int main(int argc, char **argv) {
     int64_t B = 128;
-    int steps = 50, warmup = 5, segments = 0;
-    const char *dir = NULL, *widths = "16,32,64", *precision = "fp32", *device = NULL;
+    int steps = 50, warmup = 5, segments;
+    const char *segments_arg = "0", *dir = NULL, *widths = "16,32,64", *precision = "fp32", *device = NULL;
     ls_resnet_config cfg = {LS_F32, LS_F32, 1, 28, 28, 0, {0}, 1, 10, 42, NULL};
     static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'},
                                          {"steps", required_argument, 0, 'n'},
@@ -60,38 +76,38 @@ int main(int argc, char **argv) {
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'b')
-            B = atoll(optarg);
+            B = bench_int("--batch-size", optarg, 1, MAX_BATCH);
         else if (c == 'n')
-            steps = atoi(optarg);
+            steps = (int)bench_int("--steps", optarg, 1, BENCH_MAX_COUNT);
         else if (c == 'w')
-            warmup = atoi(optarg);
+            warmup = (int)bench_int("--warmup", optarg, 0, BENCH_MAX_COUNT);
         else if (c == 'd')
             dir = optarg;
         else if (c == 'W')
             widths = optarg;
         else if (c == 'B')
-            cfg.blocks = atoi(optarg);
+            cfg.blocks = (int)bench_int("--blocks", optarg, 1, MAX_BLOCKS);
         else if (c == 'p')
             precision = optarg;
-        else if (c == 'c')
-            segments = atoi(optarg);
+        else if (c == 'c') /* parsed below: up to the model's layers, known once it is configured */
+            segments_arg = optarg;
         else if (c == 'D')
             device = optarg;
         else {
-            printf(
-                "usage: bench_resnet [--batch-size N (global)] [--steps N] [--warmup N] [--widths A,B,C] [--blocks N]\n"
-                "                    [--precision fp32|bf16|fp16] [--checkpoint-activations SEGMENTS]\n"
-                "                    [--device cpu|cuda[:N] (default $LOCKSTEP_DEVICE, else cpu)] [--data-dir DIR]\n");
+            usage(c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;
         }
     }
+    bench_no_operands(argc, argv, optind);
     ls_precision prec;
-    if (B < 1 || steps < 1 || warmup < 0 || cfg.blocks < 1 || ex_parse_widths(widths, &cfg) != LS_OK ||
-        ls_precision_parse(precision, &prec) != LS_OK) {
-        fprintf(stderr, "bench_resnet: bad arguments (see --help)\n");
+    if (ex_parse_widths(widths, &cfg) != LS_OK) { /* its message names --widths and the value */
+        fprintf(stderr, "bench_resnet: %s\n", ls_last_error());
         return 2;
     }
+    if (ls_precision_parse(precision, &prec) != LS_OK)
+        bench_bad("--precision", precision, "not a precision", "fp32, bf16 or fp16");
     cfg.act_dtype = ls_precision_dtype(prec);
+    segments = (int)bench_int("--checkpoint-activations", segments_arg, 0, ls_resnet_num_layers(&cfg));
     ls_ctx *ctx;
     ls_comm *comm;
     ls_dataset *data;
@@ -111,6 +127,9 @@ int main(int argc, char **argv) {
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
     int64_t b = (B + world - 1) / world;
     CHECK("data", ls_fashion_mnist_load(dir, 1, 0, &data));
+    CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
+    /* b, B's share per rank, at most the rank's share of the set: B at most the whole (padded) set */
+    bench_batch_fits("--batch-size", B, ls_sampler_num_samples(smp) * world, "the training samples", comm);
     CHECK("model", ls_resnet_create(ctx, &cfg, &model));
     if (segments > 0) CHECK("checkpointing", ls_checkpoint_sequential(model, segments, &model));
     int np = ls_module_num_params(model);
@@ -130,7 +149,6 @@ int main(int argc, char **argv) {
     tc.lr.base_lr = oc.lr;
     tc.precision = prec;
     CHECK("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &tr));
-    CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
     int64_t per_epoch = ls_sampler_steps(smp, b), *idx = malloc(sizeof(int64_t) * (size_t)b);
     double t0 = 0, c0 = 0;
     ls_step_stats st;
