@@ -20,15 +20,8 @@ source "$(dirname "$0")/emu/runs.sh"
 qs() {
     local name=$1
     shift
-    local envs=()
-    while [ "$1" != "--" ]; do
-        envs+=("$1")
-        shift
-    done
-    shift
-    local out
-    out=$(env "${envs[@]}" "${launch[@]}" "$prog" --checkpoint-dir "$name" "$@" 2>&1) ||
-        fail "$name (${envs[*]} ${launch[*]} $* ) failed: $out"
+    split_env "$@"
+    run "$name" "${envs[@]}" -- --checkpoint-dir "$name" "${args[@]}"
     printf '%s\n' "$out" >>"$name.out"
     printf '%s: %s\n' "$name" "$(grep -E '^epoch' <<<"$out" | tail -n 1)"
     local last

@@ -1,8 +1,10 @@
-# runs.sh: sourced by check_emu_mlp.sh and check_emu_cnn.sh. Works in a fresh directory (left on
+# runs.sh: sourced by check_emu_mlp.sh, check_emu_cnn.sh and check_emu_quickstart.sh. Works in a fresh directory (left on
 # exit) and defines:
 #   train NAME [VAR=VALUE ...] -- ARGS...   runs "${launch[@]}" "$prog" "${base[@]}" ARGS with the
 #       variables set, writing NAME.loss (--log-steps) and NAME.bin (--dump-params); stops the
 #       script on a failure; prints the last epoch line
+#   run NAME [VAR=VALUE ...] -- ARGS...     the same without base, --log-steps and --dump-params:
+#       the output in $out
 #   close A B TOL                           compare_runs.py A B TOL, stopping the script on a failure
 #   fail MESSAGE
 emu_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,18 +20,32 @@ fail() {
     exit 1
 }
 
-train() {
-    local name=$1
-    shift
-    local envs=()
+# split_env [VAR=VALUE ...] -- ARGS...: the variables into envs, the arguments into args
+split_env() {
+    envs=()
     while [ "$1" != "--" ]; do
         envs+=("$1")
         shift
     done
     shift
-    local out
-    out=$(env "${envs[@]}" "${launch[@]}" "$prog" "${base[@]}" --log-steps "$name.loss" --dump-params "$name.bin" \
-        "$@" 2>&1) || fail "$name (${envs[*]} ${launch[*]} $* ) failed: $out"
+    args=("$@")
+}
+
+# run NAME [VAR=VALUE ...] -- ARGS...: "${launch[@]}" "$prog" ARGS with the variables set; its
+# output in $out; stops the script on a failure
+run() {
+    local name=$1
+    shift
+    split_env "$@"
+    out=$(env "${envs[@]}" "${launch[@]}" "$prog" "${args[@]}" 2>&1) ||
+        fail "$name (${envs[*]} ${launch[*]} ${args[*]} ) failed: $out"
+}
+
+train() {
+    local name=$1
+    shift
+    split_env "$@"
+    run "$name" "${envs[@]}" -- "${base[@]}" --log-steps "$name.loss" --dump-params "$name.bin" "${args[@]}"
     printf '%s: %s\n' "$name" "$(grep -E '^epoch' <<<"$out" | tail -n 1)"
 }
 
