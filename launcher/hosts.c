@@ -92,6 +92,11 @@ static int parse_attr(char **pp, const char *path, int lineno, int *slots, int *
         *p = saved;
         return -1;
     }
+    if (*dst) { /* "slots=2 slots=3": which one was meant? */
+        snprintf(err, errlen, "%s:%d: %s given twice", path, lineno, dst == slots ? "the slot count" : "max_slots");
+        *p = saved;
+        return -1;
+    }
     *dst = (int)v;
     *p = saved;
     *pp = p;

@@ -57,6 +57,10 @@ printf 'no$de slots=1\n' >"$HF"
 err 2 "$HF:1: 'no\$de' is not a host name" --hostfile "$HF" true
 printf 'node1 slots=4 max_slots=2\n' >"$HF"
 err 2 "$HF:1: slots=4 exceeds max_slots=2" --hostfile "$HF" true
+printf 'node1 slots=2 slots=3\n' >"$HF"
+err 2 "$HF:1: the slot count given twice" --hostfile "$HF" true
+printf 'node1 max_slots=2 max-slots=3\n' >"$HF"
+err 2 "$HF:1: max_slots given twice" --hostfile "$HF" true
 printf '# nothing\n\n' >"$HF"
 err 2 "hostfile '$HF' names no hosts" --hostfile "$HF" true
 err 2 "option '--hostfile' needs a value" --hostfile
