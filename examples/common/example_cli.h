@@ -111,6 +111,16 @@ void ex_gpu_monitor_restart(ls_gpu_monitor *m);
             goto done;                                                                                                 \
         }                                                                                                              \
     } while (0)
+/* USAGE(flag, expr): TRY for a flag's value: exit status 2, bad usage, as for a flag refused while
+ * parsing. */
+#define USAGE(flag, expr)                                                                                              \
+    do {                                                                                                               \
+        ls_status s_ = (expr);                                                                                         \
+        if (s_ != LS_OK) {                                                                                             \
+            rc = ex_fail(EX_PROG, flag, s_) + 1;                                                                       \
+            goto done;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
 #endif
 
 #endif

@@ -210,17 +210,19 @@ int main(int argc, char **argv) {
     ls_optim_kind kind;
     ls_act act = LS_ACT_RELU;
     ls_sampler_mode mode = LS_SAMPLER_PAD;
-    TRY("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
+    ls_precision precision;
+    USAGE("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
+    USAGE("--precision", ls_precision_parse(o.precision, &precision));
     if (strcmp(o.activation, "gelu") == 0)
         act = LS_ACT_GELU;
     else if (strcmp(o.activation, "relu") != 0)
-        TRY("--activation", ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' is not one of relu, gelu", o.activation));
+        USAGE("--activation", ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' is not one of relu, gelu", o.activation));
     if (strcmp(o.sampler, "drop-last") == 0)
         mode = LS_SAMPLER_DROP_LAST;
     else if (strcmp(o.sampler, "exact") == 0)
         mode = LS_SAMPLER_EXACT;
     else if (strcmp(o.sampler, "pad") != 0)
-        TRY("--sampler", ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' is not one of pad, drop-last, exact", o.sampler));
+        USAGE("--sampler", ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' is not one of pad, drop-last, exact", o.sampler));
     int64_t sizes[8];
     int n_sizes = 0;
     sizes[n_sizes++] = 784;
@@ -231,8 +233,8 @@ int main(int argc, char **argv) {
         long long h = strtoll(p, &end, 10);
         if (end == p || errno || h < 1 || h > INT32_MAX || (*end != ',' && *end != '\0') ||
             (*end == ',' && end[1] == '\0') || n_sizes == 7)
-            TRY("--hidden", ls_error(LS_ERR_INVALID_ARGUMENT,
-                                     "'%s' is not a comma-separated list of 1 to 6 positive sizes", o.hidden));
+            USAGE("--hidden", ls_error(LS_ERR_INVALID_ARGUMENT,
+                                       "'%s' is not a comma-separated list of 1 to 6 positive sizes", o.hidden));
         sizes[n_sizes++] = h;
         p = *end ? end + 1 : end;
     }
@@ -248,8 +250,6 @@ int main(int argc, char **argv) {
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
     TRY("data", ex_check_fashion_shape(train, test));
-    ls_precision precision;
-    TRY("--precision", ls_precision_parse(o.precision, &precision));
     TRY("model", ls_mlp_create(ctx, LS_F32, n_sizes, sizes, act, o.seed, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
     ls_optim_config oc = ls_optim_defaults(kind);

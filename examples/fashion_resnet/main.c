@@ -256,9 +256,9 @@ int main(int argc, char **argv) {
     ls_precision precision;
     ls_resnet_config rcfg;
     memset(&rcfg, 0, sizeof rcfg);
-    TRY("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
-    TRY("--precision", ls_precision_parse(o.precision, &precision));
-    TRY("--widths", ex_parse_widths(o.widths, &rcfg));
+    USAGE("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
+    USAGE("--precision", ls_precision_parse(o.precision, &precision));
+    USAGE("--widths", ex_parse_widths(o.widths, &rcfg));
 
     TRY("rank discovery", ls_rank_discover(&ri));
     TRY(o.device ? "--device" : "device", ls_device_select(o.device, ri.local_rank, &dev));
@@ -268,7 +268,7 @@ int main(int argc, char **argv) {
     TRY("LOCKSTEP_GPU_MONITOR", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
     if (o.memory_cap) {
         size_t cap;
-        TRY("--memory-cap", ls_memory_parse_cap(o.memory_cap, &cap));
+        USAGE("--memory-cap", ls_memory_parse_cap(o.memory_cap, &cap));
         ls_allocator_set_cap(ctx->alloc, cap);
     }
     ls_allocator_set_oom_hint(ctx->alloc, "to fit, try a smaller --batch-size (or --batch-size auto), "

@@ -48,7 +48,7 @@ static void usage(FILE *f) {
                "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
                "  -h, --help            this text\n\n"
                "Exit status: 0 when the first configuration runs out of memory and every remedy fits the cap,\n"
-               "1 otherwise.\n");
+               "2 for a bad flag, 1 otherwise.\n");
 }
 
 static int parse_options(int argc, char **argv, options *o) {
@@ -227,10 +227,10 @@ int main(int argc, char **argv) {
     int rc = 1;
     ls_status s;
     ls_precision prec;
-    const char *what = "arguments";
+    const char *what = "--precision"; /* a flag's name: a usage error (exit status 2) */
     if ((s = ls_precision_parse(o.precision, &prec)) != LS_OK) goto fail;
     if (prec == LS_PRECISION_FP32) {
-        s = ls_error(LS_ERR_INVALID_ARGUMENT, "--precision: the remedy is bf16 or fp16");
+        s = ls_error(LS_ERR_INVALID_ARGUMENT, "the remedy is bf16 or fp16, not fp32");
         goto fail;
     }
     what = "device";
@@ -362,12 +362,12 @@ int main(int argc, char **argv) {
     goto done;
 fail:
     fprintf(stderr, "oom_challenge: %s: %s: %s\n", what, ls_status_name(s), ls_last_error());
-    rc = 1;
+    rc = what[0] == '-' ? 2 : 1;
 done:
     ls_dataset_destroy(data);
     free(img);
     free(lab);
-    if (rc != 0 && comm && ls_comm_world(comm) > 1 && s != LS_OK) ls_comm_abort(comm, "oom_challenge failed");
+    if (rc == 1 && comm && ls_comm_world(comm) > 1 && s != LS_OK) ls_comm_abort(comm, "oom_challenge failed");
     ls_comm_destroy(comm);
     ls_ctx_destroy(ctx);
     return rc;

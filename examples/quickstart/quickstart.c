@@ -63,11 +63,13 @@ int main(int argc, char **argv) {
             epochs = parse_count(argv[++i], 1, 1000000);
         else if (i + 1 < argc && !strcmp(argv[i], "--batch-size"))
             batch = parse_count(argv[++i], 1, n_train);
-        else if (i + 1 < argc && !strcmp(argv[i], "--checkpoint-dir"))
+        else if (i + 1 < argc && !strcmp(argv[i], "--checkpoint-dir") && argv[i + 1][0])
             ckpt_dir = argv[++i];
         else {
-            fprintf(stderr, "usage: quickstart [--epochs N] [--batch-size N] [--checkpoint-dir DIR]\n");
-            return 2;
+            int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+            fprintf(help ? stdout : stderr, "usage: quickstart [--epochs N] [--batch-size N] [--checkpoint-dir DIR]\n"
+                                            "(defaults: 4 epochs, batch 64 per rank, quickstart-checkpoints)\n");
+            return help ? 0 : 2;
         }
         if (epochs < 0 || batch < 0) {
             fprintf(stderr, "quickstart: %s needs a whole number from 1 to %lld\n", argv[i - 1],

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check_cli_errors.sh MLP RESNET OOM: bad input to the example programs is refused with an error that
+# check_cli_errors.sh MLP RESNET OOM QUICKSTART: bad input to the example programs is refused with an error that
 # names the flag or variable and the problem (exit status not 0), where it used to be cut to an
 # int, saturated, ignored or trained into NaN: counts past their range (2^32 epochs trained
 # nothing; a batch of 2^62 x 2 accumulation steps overflowed to 0 steps an epoch), non-finite
@@ -9,35 +9,43 @@
 # 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
 # step, naming no file). And an empty --hidden trains a linear model, as --help says.
 set -u
-mlp=$1 resnet=$2 oom=$3
+mlp=$1 resnet=$2 oom=$3 qs=$4
 export LOCKSTEP_DEVICE=cpu OPENBLAS_NUM_THREADS=1
 small=(--train-limit 256 --test-limit 100 --max-steps 2 --no-progress)
 fail() {
     echo "FAIL: $*"
     exit 1
 }
-# refused WANT PROG ARGS...: PROG fails, and its output holds WANT
+# refused WANT PROG ARGS...: PROG fails, and its output holds WANT; usage WANT PROG ARGS...: the
+# same with exit status 2 (bad usage: a flag's value)
 refused() {
     local want=$1 out rc
     shift
     out=$("$@" 2>&1)
     rc=$?
     [ "$rc" -ne 0 ] || fail "accepted (exit 0): $*: $(tail -n 2 <<<"$out")"
+    [ -z "$want_rc" ] || [ "$rc" -eq "$want_rc" ] || fail "$*: exit $rc, want $want_rc: $(tail -n 2 <<<"$out")"
     grep -qF -- "$want" <<<"$out" || fail "$*: exit $rc without '$want': $(tail -n 3 <<<"$out")"
-    echo "refused: ${*:2}"
+    echo "refused ($rc): ${*:2}"
+}
+want_rc=
+usage() {
+    want_rc=2
+    refused "$@"
+    want_rc=
 }
 
-refused "--epochs '4294967296' must be a whole number from 0 to 1000000" "$mlp" "${small[@]}" --epochs 4294967296
-refused "--epochs '99999999999999999999' must be a whole number from 0 to 1000000" "$mlp" --epochs 99999999999999999999
-refused "--batch-size '4611686018427387904' must be a whole number from 1 to 16777216" "$mlp" --batch-size 4611686018427387904 --accum-steps 2
-refused "--accum-steps '4294967296' must be a whole number from 1 to 65536" "$mlp" --accum-steps 4294967296
-refused "--checkpoint-activations '4294967296' must be a whole number from 1 to 1000000" "$mlp" --checkpoint-activations=4294967296
-refused "--seed '99999999999999999999' must be a whole number >= 0" "$mlp" --seed 99999999999999999999
-refused "--max-steps '99999999999999999999' must be a whole number >= 1" "$mlp" --max-steps 99999999999999999999
-refused "--lr 'inf' must be a finite number >= 0" "$mlp" --lr inf
-refused "--momentum '1e400' must be a finite number >= 0" "$mlp" --momentum 1e400
-refused "--hidden: invalid argument: '1,2,3,4,5,6,7' is not a comma-separated list of 1 to 6 positive sizes" "$mlp" "${small[@]}" --hidden 1,2,3,4,5,6,7
-refused "'512,' is not a comma-separated list" "$mlp" "${small[@]}" --hidden 512,
+usage "--epochs '4294967296' must be a whole number from 0 to 1000000" "$mlp" "${small[@]}" --epochs 4294967296
+usage "--epochs '99999999999999999999' must be a whole number from 0 to 1000000" "$mlp" --epochs 99999999999999999999
+usage "--batch-size '4611686018427387904' must be a whole number from 1 to 16777216" "$mlp" --batch-size 4611686018427387904 --accum-steps 2
+usage "--accum-steps '4294967296' must be a whole number from 1 to 65536" "$mlp" --accum-steps 4294967296
+usage "--checkpoint-activations '4294967296' must be a whole number from 1 to 1000000" "$mlp" --checkpoint-activations=4294967296
+usage "--seed '99999999999999999999' must be a whole number >= 0" "$mlp" --seed 99999999999999999999
+usage "--max-steps '99999999999999999999' must be a whole number >= 1" "$mlp" --max-steps 99999999999999999999
+usage "--lr 'inf' must be a finite number >= 0" "$mlp" --lr inf
+usage "--momentum '1e400' must be a finite number >= 0" "$mlp" --momentum 1e400
+usage "--hidden: invalid argument: '1,2,3,4,5,6,7' is not a comma-separated list of 1 to 6 positive sizes" "$mlp" "${small[@]}" --hidden 1,2,3,4,5,6,7
+usage "'512,' is not a comma-separated list" "$mlp" "${small[@]}" --hidden 512,
 refused "this rank's 100 training samples are fewer than a step's 128 (--batch-size x --accum-steps) under --sampler drop-last" \
     "$mlp" --train-limit 100 --test-limit 100 --sampler drop-last --no-progress
 refused "--log-steps: I/O error: cannot write '/dev/full': No space left on device" "$mlp" "${small[@]}" --log-steps /dev/full
@@ -51,12 +59,17 @@ out=$("$mlp" "${small[@]}" --comm mpi 2>&1)
 if ! grep -q "has no MPI" <<<"$out"; then
     refused "LOCKSTEP_MPI_CUDA_AWARE=maybe: expected 1 or on" env LOCKSTEP_MPI_CUDA_AWARE=maybe "$mlp" "${small[@]}" --comm mpi
 fi
-refused "--widths '4,' is not a comma-separated list" "$resnet" --widths 4,
-refused "--blocks '2147483648' must be a whole number from 1 to 1024" "$resnet" --blocks 2147483648
-refused "--memory-cap: invalid argument: memory cap '0' is less than a byte" "$resnet" --train-limit 64 --test-limit 64 --memory-cap 0
-refused "--steps '4294967296' must be a whole number from 1 to 1000000" "$oom" --steps 4294967296
-refused "--small-batch 1000 must be smaller than --batch-size 64" "$oom" --small-batch 1000 --batch-size 64
-refused "--image-size '4294967296' must be a whole number from 1 to 4096" "$oom" --image-size 4294967296
+usage "--widths '4,' is not a comma-separated list" "$resnet" --widths 4,
+usage "--precision: invalid argument:" "$mlp" --precision fp8
+usage "--optimizer: invalid argument:" "$resnet" --optimizer adam
+usage "--precision: invalid argument: the remedy is bf16 or fp16, not fp32" "$oom" --precision fp32
+usage "usage: quickstart [--epochs N]" "$qs" --checkpoint-dir ''
+out=$("$qs" --help) && grep -q "^usage: quickstart" <<<"$out" || fail "quickstart --help: $out"
+usage "--blocks '2147483648' must be a whole number from 1 to 1024" "$resnet" --blocks 2147483648
+usage "--memory-cap: invalid argument: memory cap '0' is less than a byte" "$resnet" --train-limit 64 --test-limit 64 --memory-cap 0
+usage "--steps '4294967296' must be a whole number from 1 to 1000000" "$oom" --steps 4294967296
+usage "--small-batch 1000 must be smaller than --batch-size 64" "$oom" --small-batch 1000 --batch-size 64
+usage "--image-size '4294967296' must be a whole number from 1 to 4096" "$oom" --image-size 4294967296
 
 # IDX files of 14 x 14 images load; the examples' models take 28 x 28: refused at loading, not at the
 # first step
