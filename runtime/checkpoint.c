@@ -1620,9 +1620,39 @@ static ls_status share_result(ls_comm *comm, ckpt_result *r, ls_status s) {
     return (ls_status)r->status;
 }
 
+/* What parse_state_obj will demand of the state when it is loaded: a checkpoint that its own load
+ * refuses is lost work, found out only at the resume. */
+static ls_status check_state(const ls_ckpt_state *st) {
+    const struct {
+        const char *name;
+        int64_t v, lo;
+    } f[] = {{"step", st->step, 0},
+             {"epoch", st->epoch, 0},
+             {"epoch_samples", st->epoch_samples, 0},
+             {"steps_per_epoch", st->steps_per_epoch, 0},
+             {"world_size", st->world_size, 1},
+             {"batch_per_rank", st->batch_per_rank, 1},
+             {"accum_steps", st->accum_steps, 1},
+             {"lr.warmup_steps", st->lr.warmup_steps, 0},
+             {"lr.total_steps", st->lr.total_steps, 0}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v < f[i].lo || (double)f[i].v > MAX_EXACT_INT)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "ls_ckpt_save: state.%s = %lld is outside [%lld, 2^53] (a load would refuse it)", f[i].name,
+                            (long long)f[i].v, (long long)f[i].lo);
+    if (!isfinite(st->lr.base_lr) || !isfinite(st->lr.min_lr))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.lr's base_lr or min_lr is not finite");
+    return LS_OK;
+}
+
 ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
                        const ls_ckpt_state *state, char *path_out, size_t path_len) {
-    if (!ctx || !model || !state) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: NULL argument");
+    if (!ctx || !model || !state)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: %s is NULL",
+                        !ctx     ? "the context"
+                        : !model ? "the model"
+                                 : "the state");
+    LS_CHECK(check_state(state));
     ckpt_result r;
     memset(&r, 0, sizeof r);
     ls_status s = LS_OK;

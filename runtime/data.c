@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -370,6 +371,12 @@ ls_status ls_dataset_from_arrays(int64_t n, int64_t features, int32_t num_classe
     if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_from_arrays: out is NULL");
     *out = NULL;
     LS_CHECK(check_arrays("ls_dataset_from_arrays", n, features, num_classes, images, labels, sizeof(float)));
+    /* one NaN or inf in the inputs makes the weights it reaches NaN, yet ReLU (NaN > 0 is false)
+     * can keep the loss finite: the model dies without a sign */
+    for (int64_t i = 0; i < n * features; i++)
+        if (!isfinite(images[i]))
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_from_arrays: sample %lld, feature %lld is %g",
+                            (long long)(i / features), (long long)(i % features), (double)images[i]);
     ls_dataset *d;
     LS_CHECK(dataset_alloc(n, features, sizeof(float), &d));
     d->num_classes = num_classes;
@@ -386,6 +393,9 @@ ls_status ls_dataset_from_bytes(int64_t n, int64_t features, int32_t num_classes
     if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_from_bytes: out is NULL");
     *out = NULL;
     if (!lut) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_from_bytes: lut is NULL");
+    for (int i = 0; i < 256; i++)
+        if (!isfinite(lut[i]))
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_from_bytes: lut[%d] is %g", i, (double)lut[i]);
     LS_CHECK(check_arrays("ls_dataset_from_bytes", n, features, num_classes, bytes, labels, 1));
     ls_dataset *d;
     LS_CHECK(dataset_alloc(n, features, 1, &d));

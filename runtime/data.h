@@ -56,7 +56,8 @@ void ls_idx_free(ls_idx *idx);
 ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_dataset **out);
 /* Build a data set from memory (copies images [n, features] and labels [n]); rows = 1 and
  * cols = features (set them afterwards for images). Labels are checked to be in
- * [0, num_classes). Used by tests and synthetic benchmarks. */
+ * [0, num_classes) and the images to be finite (no NaN or inf). Used by tests and synthetic
+ * benchmarks. */
 ls_status ls_dataset_from_arrays(int64_t n, int64_t features, int32_t num_classes, const float *images,
                                  const int32_t *labels, ls_dataset **out);
 /* The same from bytes [n, features] standing for the values lut[byte] (lut: 256 values, copied). */

@@ -67,8 +67,23 @@ void ls_optimizer_destroy(ls_optimizer *o) {
 ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_tensor *const *grads,
                               const ls_optim_config *cfg, ls_optimizer **out) {
     char a[64], b[64];
+    if (!out || !cfg || !ctx)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_optimizer_create: %s is NULL",
+                        !out   ? "out"
+                        : !cfg ? "the config"
+                               : "the context");
     *out = NULL;
     if (n < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: no parameters");
+    if (!params || !grads)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: the %s list is NULL", !params ? "parameter" : "gradient");
+    for (int i = 0; i < n; i++)
+        if (!params[i] || !grads[i])
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: %s %d is NULL", !params[i] ? "parameter" : "gradient",
+                            i);
+    /* an uninitialized config: its kind picks the update kernel */
+    if (cfg->kind != LS_OPTIM_SGD && cfg->kind != LS_OPTIM_ADAMW)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: kind %d is neither LS_OPTIM_SGD nor LS_OPTIM_ADAMW",
+                        (int)cfg->kind);
     if (!(cfg->lr >= 0) || !(cfg->weight_decay >= 0) || !(cfg->momentum >= 0) || !(cfg->beta1 >= 0 && cfg->beta1 < 1) ||
         !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->eps >= 0))
         return ls_error(LS_ERR_INVALID_ARGUMENT,
@@ -153,6 +168,14 @@ ls_status ls_optimizer_step(ls_optimizer *o, float lr) {
     }
     o->steps++;
     return LS_OK;
+}
+
+int ls_optimizer_num_params(const ls_optimizer *o) { return o ? o->n : 0; }
+
+ls_tensor *ls_optimizer_param(const ls_optimizer *o, int i, ls_tensor **grad) {
+    if (!o || i < 0 || i >= o->n) return NULL;
+    if (grad) *grad = o->g[i];
+    return o->p[i];
 }
 
 int64_t ls_optimizer_num_steps(const ls_optimizer *o) { return o->steps; }

@@ -37,6 +37,9 @@ void ls_optimizer_destroy(ls_optimizer *o);
 /* One step at learning rate lr (from the schedule). */
 ls_status ls_optimizer_step(ls_optimizer *o, float lr);
 int64_t ls_optimizer_num_steps(const ls_optimizer *o);
+/* The tensors it updates: parameter i and (grad, if not NULL) its gradient; NULL out of range. */
+int ls_optimizer_num_params(const ls_optimizer *o);
+ls_tensor *ls_optimizer_param(const ls_optimizer *o, int i, ls_tensor **grad);
 /* State tensors of parameter i: slot 0 = momentum / first moment, 1 = second moment (NULL if none). */
 ls_tensor *ls_optimizer_state(ls_optimizer *o, int i, int slot);
 void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps);

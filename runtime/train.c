@@ -4,6 +4,8 @@
  * reducer's gradient hook, unscale and inf/NaN check, clipping, optimizer step. */
 #include "train.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,12 +167,64 @@ static ls_status open_timeline(const ls_train_config *cfg, ls_comm *comm) {
     return LS_OK;
 }
 
+/* The optimizer updates the model's own tensors: each of its parameters is one of the model's, with
+ * the model's gradient for it (some of them: a frozen parameter may be left out). An optimizer made
+ * for another model would step tensors the trainer never computes. */
+static ls_status check_optimizer(ls_module *model, const ls_optimizer *opt) {
+    int n = ls_module_num_params(model), k = ls_optimizer_num_params(opt);
+    for (int i = 0; i < k; i++) {
+        ls_tensor *g = NULL, *p = ls_optimizer_param(opt, i, &g);
+        int j = 0;
+        while (j < n && ls_module_param(model, j) != p) j++;
+        char d[64];
+        if (j == n)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "the optimizer's parameter %d (%s) is not one of the model's: create the optimizer from "
+                            "ls_module_param(model, i) and ls_module_grad(model, i)",
+                            i, ls_tensor_describe(p, d, sizeof d));
+        if (ls_module_grad(model, j) != g)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "the optimizer's parameter %d is the model's parameter %d, but its gradient is not "
+                            "ls_module_grad(model, %d)",
+                            i, j, j);
+    }
+    return LS_OK;
+}
+
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
                             ls_trainer **out) {
+    if (!out || !cfg || !ctx || !model || !opt)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_create: %s is NULL",
+                        !out     ? "out"
+                        : !cfg   ? "the config"
+                        : !ctx   ? "the context"
+                        : !model ? "the model"
+                                 : "the optimizer");
     *out = NULL;
     if (cfg->batch_per_rank < 1 || cfg->accum_steps < 1)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "batch size (%lld) and accumulation steps (%d) must be >= 1",
                         (long long)cfg->batch_per_rank, cfg->accum_steps);
+    /* their product bounds a step's samples: it must not overflow */
+    if (cfg->batch_per_rank > INT64_MAX / cfg->accum_steps)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "batch size %lld x %d accumulation steps overflows",
+                        (long long)cfg->batch_per_rank, cfg->accum_steps);
+    /* the schedule sets the optimizer's lr at every step: a zeroed or garbage one would train on it */
+    const ls_lr_schedule *lr = &cfg->lr;
+    if (!(lr->base_lr >= 0) || !isfinite(lr->base_lr) || !(lr->min_lr >= 0) || !isfinite(lr->min_lr) ||
+        lr->warmup_steps < 0 || lr->total_steps < 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "learning-rate schedule: base_lr %g and min_lr %g must be finite and >= 0, warmup_steps %lld "
+                        "and total_steps %lld >= 0",
+                        (double)lr->base_lr, (double)lr->min_lr, (long long)lr->warmup_steps,
+                        (long long)lr->total_steps);
+    if (!(cfg->clip_grad_norm >= 0) || !isfinite(cfg->clip_grad_norm))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "clip_grad_norm %g must be finite and >= 0 (0: off)",
+                        cfg->clip_grad_norm);
+    if (cfg->precision != LS_PRECISION_FP32 && cfg->precision != LS_PRECISION_FP16 &&
+        cfg->precision != LS_PRECISION_BF16)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "precision %d is not LS_PRECISION_FP32, _FP16 or _BF16",
+                        (int)cfg->precision);
+    LS_CHECK(check_optimizer(model, opt));
     ls_trainer *t = calloc(1, sizeof *t);
     if (!t) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
     t->ctx = ctx;
@@ -540,7 +594,9 @@ static ls_status prefetch_next(ls_trainer *t, int hinted) {
 }
 
 ls_status ls_trainer_prefetch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count) {
+    if (!t) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_prefetch: the trainer is NULL");
     t->hint.set = 0;
+    if (data && count > 0 && !idx) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_prefetch: idx is NULL");
     if (!data || count <= 0 || data->id == 0) return LS_OK; /* nothing to prefetch, or no identity to match */
     int64_t n = count < t->cfg.batch_per_rank ? count : t->cfg.batch_per_rank;
     for (int64_t i = 0; i < n; i++)
@@ -625,6 +681,11 @@ static ls_status forward_backward(ls_trainer *t, double scale) {
 
 ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats) {
+    if (!t || !data || (!idx && count > 0))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_step: %s is NULL",
+                        !t      ? "the trainer"
+                        : !data ? "the data set"
+                                : "idx");
     int64_t b = t->cfg.batch_per_rank;
     int accum = t->cfg.accum_steps;
     int hinted = t->hint.set; /* the hint is this step's alone, even if the step fails */
@@ -633,6 +694,13 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
         return ls_error(LS_ERR_INVALID_ARGUMENT, "step of %lld samples exceeds %d micro-batches of %lld",
                         (long long)count, accum, (long long)b);
     if (global_count < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "a step needs at least one sample");
+    /* the gradient is divided by global_count: all ranks' samples, this rank's among them (on one
+     * rank, exactly them) */
+    if (global_count < count || (!t->comm && global_count != count))
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "global_count %lld must be the samples of the step on all ranks: %s %lld, this rank's "
+                        "count",
+                        (long long)global_count, t->comm ? "at least" : "on one rank,", (long long)count);
     LS_TL_T0(t_step);
     ls_step_stats st;
     memset(&st, 0, sizeof st);
@@ -719,6 +787,13 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
 
 ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                               double *loss_sum, int64_t *correct) {
+    if (!t || !data || !loss_sum || !correct || (!idx && count > 0))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_evaluate: %s is NULL",
+                        !t      ? "the trainer"
+                        : !data ? "the data set"
+                        : !idx  ? "idx"
+                                : "an output");
+    if (count < 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_evaluate: count %lld < 0", (long long)count);
     /* chunks of the training micro-batch: the input buffers (two slots where batches are staged)
      * never grow past what training and --batch-size auto's trials use */
     int64_t chunk = t->cfg.batch_per_rank;

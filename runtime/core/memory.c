@@ -97,6 +97,7 @@ static int ls_table_take(ls_allocator *a, void *p, size_t *n) {
 /* ---- host backend ---- */
 static void *ls_host_alloc(void *state, size_t bytes) {
     (void)state;
+    if (bytes > SIZE_MAX - 63) return NULL; /* the rounding would wrap to a tiny block */
     size_t rounded = (bytes + 63) & ~(size_t)63;
     return aligned_alloc(64, rounded ? rounded : 64);
 }

@@ -1,0 +1,203 @@
+/* test_api_errors.c: misuse of the C API that used to return LS_OK with a wrong result, or crash, is
+ * an error naming the argument and the problem:
+ * - a trainer given an optimizer made for another model (it stepped tensors nobody computed, and
+ *   the model never learned), or a NULL optimizer or model (a crash at the first step);
+ * - a learning-rate schedule with NaN or a negative rate, a NaN clipping norm, an unknown
+ *   precision; an optimizer config whose kind is neither SGD nor AdamW (a crash at its step);
+ * - global_count that does not count this rank's samples (the gradient's divisor);
+ * - a NaN or inf in a data set made from arrays (ReLU turned it into a dead model with a finite
+ *   loss), or in a byte set's lookup table;
+ * - a checkpoint state that its own load would refuse (world_size 0), saved as if it were fine;
+ * - a host allocation of SIZE_MAX bytes (rounding wrapped it to a 64-byte block);
+ * - ls_trainer_evaluate with a negative count, and NULL data sets and indices.
+ * Last, the right calls still work: an optimizer over some of the model's parameters (others
+ * frozen) trains. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "data.h"
+#include "mlp_run.h"
+#include "nn.h"
+#include "optim.h"
+#include "testutil.h"
+#include "train.h"
+
+enum { N = 64, F = 12 };
+
+static ls_train_config config(void) {
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = 8;
+    tc.accum_steps = 1;
+    tc.lr.base_lr = 0.05f;
+    return tc;
+}
+
+int main(void) {
+    ls_ctx *c = NULL;
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c));
+    float *x = malloc(sizeof(float) * N * F);
+    int32_t y[N];
+    LS_REQUIRE(x);
+    for (int i = 0; i < N * F; i++) x[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    for (int i = 0; i < N; i++) y[i] = i % 10;
+    ls_dataset *d = NULL;
+    LS_REQUIRE_OK(ls_dataset_from_arrays(N, F, 10, x, y, &d));
+    int64_t idx[8];
+    for (int i = 0; i < 8; i++) idx[i] = i * 3;
+
+    /* data: non-finite inputs */
+    ls_dataset *bad = NULL;
+    x[5 * F + 3] = NAN;
+    LS_EXPECT_ERR(ls_dataset_from_arrays(N, F, 10, x, y, &bad), LS_ERR_INVALID_ARGUMENT,
+                  "ls_dataset_from_arrays: sample 5, feature 3 is nan");
+    x[5 * F + 3] = INFINITY;
+    LS_EXPECT_ERR(ls_dataset_from_arrays(N, F, 10, x, y, &bad), LS_ERR_INVALID_ARGUMENT, "feature 3 is inf");
+    x[5 * F + 3] = 0;
+    LS_EXPECT(bad == NULL);
+    uint8_t bytes[N * F] = {0};
+    float lut[256] = {0};
+    lut[200] = NAN;
+    LS_EXPECT_ERR(ls_dataset_from_bytes(N, F, 10, bytes, lut, y, &bad), LS_ERR_INVALID_ARGUMENT,
+                  "ls_dataset_from_bytes: lut[200] is nan");
+
+    /* two models: the optimizer of B given with model A */
+    ls_module *a = NULL, *b = NULL;
+    ls_optimizer *oa = NULL, *ob = NULL;
+    mlp_sgd(c, F, 0.05f, &a, &oa);
+    mlp_sgd(c, F, 0.05f, &b, &ob);
+    ls_train_config tc = config();
+    ls_trainer *t = NULL;
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, ob, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "the optimizer's parameter 0 ([40, 12] f32 cpu) is not one of the model's");
+    LS_EXPECT(t == NULL);
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, NULL, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "ls_trainer_create: the optimizer is NULL");
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, NULL, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "ls_trainer_create: the model is NULL");
+    /* an optimizer over the model's parameter 0 with model B's gradient for it */
+    ls_tensor *p0 = ls_module_param(a, 0);
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+    ls_optimizer *mixed = NULL;
+    ls_tensor *g0 = ls_module_grad(a, 0);
+    ls_tensor *pl[1] = {p0}, *gl[1] = {ls_module_grad(b, 0)};
+    LS_REQUIRE_OK(ls_optimizer_create(c, 1, pl, gl, &oc, &mixed));
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, mixed, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "the optimizer's parameter 0 is the model's parameter 0, but its gradient is not "
+                  "ls_module_grad(model, 0)");
+    ls_optimizer_destroy(mixed);
+
+    /* the optimizer config */
+    oc.kind = (ls_optim_kind)9;
+    LS_EXPECT_ERR(ls_optimizer_create(c, 1, pl, &g0, &oc, &mixed), LS_ERR_INVALID_ARGUMENT,
+                  "optimizer: kind 9 is neither LS_OPTIM_SGD nor LS_OPTIM_ADAMW");
+    oc = ls_optim_defaults(LS_OPTIM_SGD);
+    ls_tensor *none[1] = {NULL};
+    LS_EXPECT_ERR(ls_optimizer_create(c, 1, none, &g0, &oc, &mixed), LS_ERR_INVALID_ARGUMENT,
+                  "optimizer: parameter 0 is NULL");
+
+    /* the trainer's schedule and settings */
+    tc.lr.base_lr = NAN;
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "learning-rate schedule: base_lr nan and min_lr 0 must be finite and >= 0");
+    tc.lr.base_lr = -1;
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT, "base_lr -1");
+    tc = config();
+    tc.lr.warmup_steps = -5;
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT, "warmup_steps -5");
+    tc = config();
+    tc.clip_grad_norm = NAN;
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "clip_grad_norm nan must be finite and >= 0 (0: off)");
+    tc = config();
+    tc.precision = (ls_precision)9;
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "precision 9 is not LS_PRECISION_FP32");
+    tc = config();
+    tc.batch_per_rank = INT64_MAX / 2;
+    tc.accum_steps = 4;
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "x 4 accumulation steps overflows");
+
+    /* steps */
+    tc = config();
+    LS_REQUIRE_OK(ls_trainer_create(c, NULL, a, oa, &tc, &t));
+    ls_step_stats st;
+    LS_EXPECT_ERR(ls_trainer_step(t, d, idx, 8, 4, &st), LS_ERR_INVALID_ARGUMENT,
+                  "global_count 4 must be the samples of the step on all ranks: on one rank, 8, this rank's count");
+    LS_EXPECT_ERR(ls_trainer_step(t, d, idx, 8, 800, &st), LS_ERR_INVALID_ARGUMENT, "global_count 800");
+    LS_EXPECT_ERR(ls_trainer_step(t, NULL, idx, 8, 8, &st), LS_ERR_INVALID_ARGUMENT,
+                  "ls_trainer_step: the data set is NULL");
+    LS_EXPECT_ERR(ls_trainer_step(t, d, NULL, 8, 8, &st), LS_ERR_INVALID_ARGUMENT, "ls_trainer_step: idx is NULL");
+    double loss = 0;
+    int64_t correct = 0;
+    LS_EXPECT_ERR(ls_trainer_evaluate(t, d, idx, -5, &loss, &correct), LS_ERR_INVALID_ARGUMENT,
+                  "ls_trainer_evaluate: count -5 < 0");
+    LS_EXPECT_ERR(ls_trainer_prefetch(t, d, NULL, 8), LS_ERR_INVALID_ARGUMENT, "ls_trainer_prefetch: idx is NULL");
+    LS_REQUIRE_OK(ls_trainer_step(t, d, idx, 8, 8, &st));
+    ls_trainer_destroy(t);
+
+    /* some parameters frozen: the optimizer over parameter 0 alone is fine, and only it moves */
+    ls_optimizer *part = NULL;
+    ls_tensor *pl0[1] = {p0}, *gl0[1] = {g0};
+    LS_REQUIRE_OK(ls_optimizer_create(c, 1, pl0, gl0, &oc, &part));
+    LS_REQUIRE_OK(ls_trainer_create(c, NULL, a, part, &tc, &t));
+    int64_t n_before = 0;
+    float *before = params_to_host(c, a, &n_before);
+    LS_REQUIRE_OK(ls_trainer_step(t, d, idx, 8, 8, &st));
+    int64_t n_after = 0;
+    float *after = params_to_host(c, a, &n_after);
+    int64_t n0 = ls_tensor_numel(p0), moved0 = 0, moved_rest = 0;
+    for (int64_t i = 0; i < n_after; i++) {
+        if (i < n0)
+            moved0 += before[i] != after[i];
+        else
+            moved_rest += before[i] != after[i];
+    }
+    LS_EXPECT(moved0 > 0 && moved_rest == 0);
+    free(before);
+    free(after);
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(part);
+
+    /* a state its load would refuse */
+    ls_ckpt_state cs;
+    memset(&cs, 0, sizeof cs);
+    cs.step = 3;
+    cs.optim = oc;
+    char dir[] = "/tmp/ls_api_errors_XXXXXX";
+    LS_REQUIRE(mkdtemp(dir) != NULL);
+    LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                  "ls_ckpt_save: state.world_size = 0 is outside [1, 2^53] (a load would refuse it)");
+    cs.world_size = 1;
+    cs.batch_per_rank = 8;
+    cs.accum_steps = 1;
+    cs.step = INT64_MAX;
+    LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT, "state.step = ");
+    cs.step = 3;
+    char path[512];
+    LS_REQUIRE_OK(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, path, sizeof path));
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    LS_EXPECT(system(cmd) == 0);
+
+    /* memory */
+    void *p = NULL;
+    LS_EXPECT_ERR(ls_alloc(c->alloc, SIZE_MAX, "a size that wraps", &p), LS_ERR_OUT_OF_MEMORY, "a size that wraps");
+    LS_EXPECT(p == NULL);
+
+    ls_trainer_destroy(NULL);
+    ls_optimizer_destroy(oa);
+    ls_optimizer_destroy(ob);
+    ls_module_destroy(a);
+    ls_module_destroy(b);
+    ls_dataset_destroy(d);
+    free(x);
+    ls_ctx_destroy(c);
+    LS_TEST_END();
+}
