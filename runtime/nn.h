@@ -25,7 +25,8 @@ typedef ls_status (*ls_grad_hook)(void *user, int param_index);
 ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int bias, uint64_t seed,
                            const char *name, ls_module **out_m);
 ls_status ls_activation_create(ls_ctx *ctx, ls_act act, ls_module **out_m);
-/* Takes ownership of the children. Parameter names become "<i>.<child name>". */
+/* Takes ownership of the children (on success; a child listed twice is an error). Parameter names
+ * become "<i>.<child name>". */
 ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, ls_module **out_m);
 /* An MLP: Linear(sizes[0], sizes[1]), act, ..., Linear(sizes[n-2], sizes[n-1]) (no act at the end);
  * layer i's init stream is seed + i. */

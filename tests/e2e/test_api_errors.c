@@ -9,7 +9,8 @@
  *   loss), or in a byte set's lookup table;
  * - a checkpoint state that its own load would refuse (world_size 0), saved as if it were fine;
  * - a host allocation of SIZE_MAX bytes (rounding wrapped it to a 64-byte block);
- * - ls_trainer_evaluate with a negative count, and NULL data sets and indices.
+ * - ls_trainer_evaluate with a negative count, and NULL data sets and indices;
+ * - a sequential container given the same child twice (it was destroyed twice), or a NULL one.
  * Last, the right calls still work: an optimizer over some of the model's parameters (others
  * frozen) trains. */
 #define _POSIX_C_SOURCE 200809L
@@ -185,6 +186,16 @@ int main(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     LS_EXPECT(system(cmd) == 0);
+
+    /* a container owns its children */
+    ls_module *lin = NULL, *seq = NULL;
+    LS_REQUIRE_OK(ls_linear_create(c, LS_F32, 4, 4, 1, 5, "lin", &lin));
+    LS_EXPECT_ERR(ls_sequential_create(c, 2, (ls_module *[]){lin, lin}, &seq), LS_ERR_INVALID_ARGUMENT,
+                  "ls_sequential_create: children 0 and 1 are the same module");
+    LS_EXPECT_ERR(ls_sequential_create(c, 2, (ls_module *[]){lin, NULL}, &seq), LS_ERR_INVALID_ARGUMENT,
+                  "ls_sequential_create: child 1 is NULL");
+    LS_EXPECT(seq == NULL);
+    ls_module_destroy(lin);
 
     /* memory */
     void *p = NULL;
