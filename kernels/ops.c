@@ -9,6 +9,7 @@
 
 ls_status ls_ctx_create(ls_device dev, ls_allocator *host, ls_ctx **out) {
     char dn[32];
+    LS_CHECK_ARG(out, "ls_ctx_create: out is NULL");
     *out = NULL;
     const ls_ops *ops = ls_ops_for(dev.type);
     if (!ops)

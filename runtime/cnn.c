@@ -700,11 +700,13 @@ ls_status ls_basic_block_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t
 
 /* ---- ResNet ---- */
 int ls_resnet_num_layers(const ls_resnet_config *cfg) {
+    if (!cfg) return 0;
     int lowp = cfg->act_dtype != cfg->param_dtype;
     return 1 + lowp + 2 + cfg->n_stages * cfg->blocks + 2;
 }
 
 ls_status ls_resnet_create(ls_ctx *ctx, const ls_resnet_config *cfg, ls_module **out_m) {
+    LS_CHECK_ARG(ctx && cfg && out_m, "ls_resnet_create: %s is NULL", !ctx ? "ctx" : !cfg ? "cfg" : "out");
     if (cfg->n_stages < 1 || cfg->n_stages > LS_RESNET_MAX_STAGES || cfg->blocks < 1 || cfg->num_classes < 1 ||
         cfg->in_channels < 1 || cfg->in_h < 1 || cfg->in_w < 1)
         return ls_error(LS_ERR_INVALID_ARGUMENT,

@@ -287,6 +287,7 @@ ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, l
 
 ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act, uint64_t seed,
                         ls_module **out_m) {
+    LS_CHECK_ARG(ctx && sizes && out_m, "ls_mlp_create: %s is NULL", !ctx ? "ctx" : !sizes ? "sizes" : "out");
     if (n_sizes < 2) return ls_error(LS_ERR_INVALID_ARGUMENT, "an MLP needs at least 2 sizes, got %d", n_sizes);
     int n = 2 * (n_sizes - 1) - 1;
     ls_module **mods = calloc((size_t)n, sizeof *mods);
@@ -411,6 +412,7 @@ static void ckpt_destroy(ls_module *m) {
 static const ls_module_vt ckpt_vt = {"Checkpoint", ckpt_forward, ckpt_backward, ckpt_destroy};
 
 ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m) {
+    LS_CHECK_ARG(inner && out_m, "ls_checkpoint_create: %s is NULL", !inner ? "the module" : "out");
     ls_module *m;
     LS_CHECK(ls_module_alloc(ctx, &ckpt_vt, inner->n_params, 0, &m));
     m->children = calloc(1, sizeof *m->children);
@@ -430,6 +432,7 @@ ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m)
 }
 
 ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out_m) {
+    LS_CHECK_ARG(seq && out_m, "ls_checkpoint_sequential: %s is NULL", !seq ? "the module" : "out");
     if (seq->vt != &seq_vt)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint_sequential needs a Sequential, got %s", seq->vt->kind);
     int n = seq->n_children;
@@ -493,6 +496,7 @@ static void module_span(const ls_module *m, const char *pass, double t0) {
 }
 
 ls_status ls_module_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
+    LS_CHECK_ARG(m && x && y, "ls_module_forward: %s is NULL", !m ? "the module" : !x ? "the input" : "y");
     if (!ls_timeline_active()) return m->vt->forward(m, x, y);
     double t0 = ls_timeline_now();
     ls_status s = m->vt->forward(m, x, y);
@@ -517,7 +521,7 @@ ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, con
     return s;
 }
 
-int ls_module_num_params(const ls_module *m) { return m->n_params; }
+int ls_module_num_params(const ls_module *m) { return m ? m->n_params : 0; }
 ls_tensor *ls_module_param(ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->params[i] : NULL; }
 ls_tensor *ls_module_grad(ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->grads[i] : NULL; }
 const char *ls_module_param_name(const ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->names[i] : NULL; }
@@ -564,6 +568,10 @@ void ls_xent_destroy(ls_xent *l) {
 }
 
 ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, double *loss) {
+    LS_CHECK_ARG(l && logits && labels, "ls_xent_forward: %s is NULL",
+                 !l        ? "the loss"
+                 : !logits ? "the logits"
+                           : "the labels");
     ls_dtype t = logits->dtype == LS_F16 || logits->dtype == LS_BF16 ? LS_F32 : logits->dtype;
     LS_CHECK(ls_module_ensure(l->ctx, &l->probs, t, logits->ndim, logits->shape, "softmax probabilities"));
     LS_CHECK(ls_module_ensure(l->ctx, &l->losses, t, 1, logits->shape, "per-sample losses"));

@@ -153,6 +153,8 @@ fail:
 }
 
 ls_status ls_optimizer_step(ls_optimizer *o, float lr) {
+    LS_CHECK_ARG(o, "ls_optimizer_step: the optimizer is NULL");
+    LS_CHECK_ARG(lr >= 0 && isfinite(lr), "ls_optimizer_step: lr %g must be finite and >= 0", (double)lr);
     const ls_ops *ops = o->ctx->ops;
     /* the tensors' memory may have moved since create (the reducer's gradients as bucket views) */
     for (int i = 0; i < o->n; i++) {
@@ -220,6 +222,7 @@ ls_status ls_grads_sumsq(ls_ctx *c, int k, ls_tensor *const *t, double *host_sum
 }
 
 ls_status ls_clip_grad_norm(ls_ctx *ctx, int n, ls_tensor *const *grads, double max_norm, double *norm) {
+    LS_CHECK_ARG(ctx && (grads || n == 0), "ls_clip_grad_norm: %s is NULL", !ctx ? "ctx" : "grads");
     double sq = 0;
     int bad = 0;
     LS_CHECK(ls_grads_sumsq(ctx, n, grads, &sq, &bad));

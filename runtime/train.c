@@ -293,7 +293,9 @@ fail:
 
 int64_t ls_trainer_num_steps(const ls_trainer *t) { return t->steps; }
 
-void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps) { t->steps = steps; }
+void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps) {
+    if (t) t->steps = steps < 0 ? 0 : steps; /* a negative step would make the warmup's lr negative */
+}
 
 /* The device copy of data, made now if the policy keeps it on the device; NULL to gather on the
  * host. A failed allocation under auto falls back to the host (logged once per set). */

@@ -160,6 +160,7 @@ void ls_allocator_destroy(ls_allocator *a) {
 
 ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out) {
     char b1[32], b2[32], b3[32], b4[32], dev[32];
+    LS_CHECK_ARG(a && out, "ls_alloc: %s is NULL", !a ? "the allocator" : "out");
     *out = NULL;
     pthread_mutex_lock(&a->mu);
     if (a->st.cap_bytes && (bytes > a->st.cap_bytes || a->st.live_bytes > a->st.cap_bytes - bytes)) {

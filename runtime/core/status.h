@@ -50,6 +50,13 @@ void ls_error_clear(void);
         if ((var) != LS_OK) goto label;                                                                                \
     } while (0)
 
+/* A public function's argument check: LS_ERR_INVALID_ARGUMENT with the message unless ok (a NULL
+ * object is an error to its caller, not a crash in the library). */
+#define LS_CHECK_ARG(ok, ...)                                                                                          \
+    do {                                                                                                               \
+        if (!(ok)) return ls_error(LS_ERR_INVALID_ARGUMENT, __VA_ARGS__);                                              \
+    } while (0)
+
 #ifdef __cplusplus
 }
 #endif

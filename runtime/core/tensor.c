@@ -73,6 +73,10 @@ ls_tensor ls_tensor_view(void *data, ls_dtype dtype, ls_device device, int ndim,
 
 ls_status ls_tensor_create(ls_allocator *a, ls_dtype dtype, int ndim, const int64_t *shape, const char *what,
                            ls_tensor **out) {
+    LS_CHECK_ARG(a && out && (shape || ndim == 0), "ls_tensor_create: %s is NULL",
+                 !a     ? "the allocator"
+                 : !out ? "out"
+                        : "shape");
     int64_t numel = 0;
     *out = NULL;
     LS_CHECK(ls_shape_check(ndim, shape, &numel));
@@ -123,6 +127,7 @@ const char *ls_tensor_describe(const ls_tensor *t, char *buf, int len) {
 
 ls_status ls_tensor_copy(ls_allocator *alloc, ls_tensor *dst, const ls_tensor *src) {
     char a[64], b[64];
+    LS_CHECK_ARG(dst && src, "ls_tensor_copy: %s is NULL", !dst ? "dst" : "src"); /* alloc may be */
     if (dst->dtype != src->dtype || ls_tensor_numel(dst) != ls_tensor_numel(src))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "cannot copy %s into %s: dtype or size differ",
                         ls_tensor_describe(src, a, 64), ls_tensor_describe(dst, b, 64));

@@ -10,7 +10,9 @@
  * - a checkpoint state that its own load would refuse (world_size 0), saved as if it were fine;
  * - a host allocation of SIZE_MAX bytes (rounding wrapped it to a 64-byte block);
  * - ls_trainer_evaluate with a negative count, and NULL data sets and indices;
- * - a sequential container given the same child twice (it was destroyed twice), or a NULL one.
+ * - a sequential container given the same child twice (it was destroyed twice), or a NULL one;
+ * - NULL objects given to the builders, forward, the optimizer's step (and a NaN lr), tensor,
+ *   context and memory calls.
  * Last, the right calls still work: an optimizer over some of the model's parameters (others
  * frozen) trains. */
 #define _POSIX_C_SOURCE 200809L
@@ -21,6 +23,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "cnn.h"
 #include "data.h"
 #include "mlp_run.h"
 #include "nn.h"
@@ -196,6 +199,24 @@ int main(void) {
                   "ls_sequential_create: child 1 is NULL");
     LS_EXPECT(seq == NULL);
     ls_module_destroy(lin);
+
+    /* NULL objects: errors, not crashes */
+    ls_module *none_m = NULL;
+    LS_EXPECT_ERR(ls_mlp_create(c, LS_F32, 3, NULL, LS_ACT_RELU, 1, &none_m), LS_ERR_INVALID_ARGUMENT,
+                  "ls_mlp_create: sizes is NULL");
+    LS_EXPECT_ERR(ls_resnet_create(c, NULL, &none_m), LS_ERR_INVALID_ARGUMENT, "ls_resnet_create: cfg is NULL");
+    LS_EXPECT_ERR(ls_checkpoint_sequential(NULL, 2, &none_m), LS_ERR_INVALID_ARGUMENT,
+                  "ls_checkpoint_sequential: the module is NULL");
+    const ls_tensor *out_t = NULL;
+    LS_EXPECT_ERR(ls_module_forward(a, NULL, &out_t), LS_ERR_INVALID_ARGUMENT, "ls_module_forward: the input is NULL");
+    LS_EXPECT(ls_module_num_params(NULL) == 0);
+    LS_EXPECT_ERR(ls_optimizer_step(NULL, 0.1f), LS_ERR_INVALID_ARGUMENT, "ls_optimizer_step: the optimizer is NULL");
+    LS_EXPECT_ERR(ls_optimizer_step(oa, NAN), LS_ERR_INVALID_ARGUMENT, "ls_optimizer_step: lr nan must be finite");
+    ls_tensor *nt = NULL;
+    LS_EXPECT_ERR(ls_tensor_create(NULL, LS_F32, 1, (int64_t[]){4}, "t", &nt), LS_ERR_INVALID_ARGUMENT,
+                  "ls_tensor_create: the allocator is NULL");
+    LS_EXPECT_ERR(ls_ctx_create(ls_device_cpu(), NULL, NULL), LS_ERR_INVALID_ARGUMENT, "ls_ctx_create: out is NULL");
+    LS_EXPECT_ERR(ls_alloc(NULL, 16, "x", (void **)&nt), LS_ERR_INVALID_ARGUMENT, "ls_alloc: the allocator is NULL");
 
     /* memory */
     void *p = NULL;
