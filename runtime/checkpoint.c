@@ -1647,11 +1647,10 @@ static ls_status check_state(const ls_ckpt_state *st) {
 
 ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
                        const ls_ckpt_state *state, char *path_out, size_t path_len) {
-    if (!ctx || !model || !state)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: %s is NULL",
-                        !ctx     ? "the context"
-                        : !model ? "the model"
-                                 : "the state");
+    LS_CHECK_ARG(ctx && model && state, "ls_ckpt_save: %s is NULL",
+                 !ctx     ? "the context"
+                 : !model ? "the model"
+                          : "the state");
     LS_CHECK(check_state(state));
     ckpt_result r;
     memset(&r, 0, sizeof r);

@@ -243,22 +243,20 @@ static void seq_destroy(ls_module *m) {
 static const ls_module_vt seq_vt = {"Sequential", seq_forward, seq_backward, seq_destroy};
 
 ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, ls_module **out_m) {
-    if (!out_m || n < 0 || (n > 0 && !children))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sequential_create: %s",
-                        !out_m  ? "out is NULL"
-                        : n < 0 ? "a negative count of children"
-                                : "children is NULL");
+    LS_CHECK_ARG(out_m && n >= 0 && (children || n == 0), "ls_sequential_create: %s",
+                 !out_m  ? "out is NULL"
+                 : n < 0 ? "a negative count of children"
+                         : "children is NULL");
     *out_m = NULL;
     int total = 0;
     for (int i = 0; i < n; i++) {
-        if (!children[i]) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_sequential_create: child %d is NULL", i);
+        LS_CHECK_ARG(children[i], "ls_sequential_create: child %d is NULL", i);
         /* the container owns its children: one listed twice would be destroyed twice */
         for (int j = 0; j < i; j++)
-            if (children[j] == children[i])
-                return ls_error(LS_ERR_INVALID_ARGUMENT,
-                                "ls_sequential_create: children %d and %d are the same module (a module can be in "
-                                "one place: create another for the second)",
-                                j, i);
+            LS_CHECK_ARG(children[j] != children[i],
+                         "ls_sequential_create: children %d and %d are the same module (a module can be in one "
+                         "place: create another for the second)",
+                         j, i);
         total += children[i]->n_params;
     }
     ls_module *m;

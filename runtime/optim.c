@@ -67,19 +67,15 @@ void ls_optimizer_destroy(ls_optimizer *o) {
 ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_tensor *const *grads,
                               const ls_optim_config *cfg, ls_optimizer **out) {
     char a[64], b[64];
-    if (!out || !cfg || !ctx)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_optimizer_create: %s is NULL",
-                        !out   ? "out"
-                        : !cfg ? "the config"
-                               : "the context");
+    LS_CHECK_ARG(out && cfg && ctx, "ls_optimizer_create: %s is NULL",
+                 !out   ? "out"
+                 : !cfg ? "the config"
+                        : "the context");
     *out = NULL;
     if (n < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: no parameters");
-    if (!params || !grads)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: the %s list is NULL", !params ? "parameter" : "gradient");
+    LS_CHECK_ARG(params && grads, "optimizer: the %s list is NULL", !params ? "parameter" : "gradient");
     for (int i = 0; i < n; i++)
-        if (!params[i] || !grads[i])
-            return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: %s %d is NULL", !params[i] ? "parameter" : "gradient",
-                            i);
+        LS_CHECK_ARG(params[i] && grads[i], "optimizer: %s %d is NULL", !params[i] ? "parameter" : "gradient", i);
     /* an uninitialized config: its kind picks the update kernel */
     if (cfg->kind != LS_OPTIM_SGD && cfg->kind != LS_OPTIM_ADAMW)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: kind %d is neither LS_OPTIM_SGD nor LS_OPTIM_ADAMW",

@@ -193,13 +193,12 @@ static ls_status check_optimizer(ls_module *model, const ls_optimizer *opt) {
 
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
                             ls_trainer **out) {
-    if (!out || !cfg || !ctx || !model || !opt)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_create: %s is NULL",
-                        !out     ? "out"
-                        : !cfg   ? "the config"
-                        : !ctx   ? "the context"
-                        : !model ? "the model"
-                                 : "the optimizer");
+    LS_CHECK_ARG(out && cfg && ctx && model && opt, "ls_trainer_create: %s is NULL",
+                 !out     ? "out"
+                 : !cfg   ? "the config"
+                 : !ctx   ? "the context"
+                 : !model ? "the model"
+                          : "the optimizer");
     *out = NULL;
     if (cfg->batch_per_rank < 1 || cfg->accum_steps < 1)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "batch size (%lld) and accumulation steps (%d) must be >= 1",
@@ -596,9 +595,9 @@ static ls_status prefetch_next(ls_trainer *t, int hinted) {
 }
 
 ls_status ls_trainer_prefetch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count) {
-    if (!t) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_prefetch: the trainer is NULL");
+    LS_CHECK_ARG(t, "ls_trainer_prefetch: the trainer is NULL");
     t->hint.set = 0;
-    if (data && count > 0 && !idx) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_prefetch: idx is NULL");
+    LS_CHECK_ARG(idx || !data || count <= 0, "ls_trainer_prefetch: idx is NULL");
     if (!data || count <= 0 || data->id == 0) return LS_OK; /* nothing to prefetch, or no identity to match */
     int64_t n = count < t->cfg.batch_per_rank ? count : t->cfg.batch_per_rank;
     for (int64_t i = 0; i < n; i++)
@@ -683,11 +682,10 @@ static ls_status forward_backward(ls_trainer *t, double scale) {
 
 ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats) {
-    if (!t || !data || (!idx && count > 0))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_step: %s is NULL",
-                        !t      ? "the trainer"
-                        : !data ? "the data set"
-                                : "idx");
+    LS_CHECK_ARG(t && data && (idx || count <= 0), "ls_trainer_step: %s is NULL",
+                 !t      ? "the trainer"
+                 : !data ? "the data set"
+                         : "idx");
     int64_t b = t->cfg.batch_per_rank;
     int accum = t->cfg.accum_steps;
     int hinted = t->hint.set; /* the hint is this step's alone, even if the step fails */
@@ -789,13 +787,12 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
 
 ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                               double *loss_sum, int64_t *correct) {
-    if (!t || !data || !loss_sum || !correct || (!idx && count > 0))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_evaluate: %s is NULL",
-                        !t      ? "the trainer"
-                        : !data ? "the data set"
-                        : !idx  ? "idx"
-                                : "an output");
-    if (count < 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_evaluate: count %lld < 0", (long long)count);
+    LS_CHECK_ARG(t && data && loss_sum && correct, "ls_trainer_evaluate: %s is NULL",
+                 !t      ? "the trainer"
+                 : !data ? "the data set"
+                         : "an output");
+    LS_CHECK_ARG(count >= 0, "ls_trainer_evaluate: count %lld < 0", (long long)count);
+    LS_CHECK_ARG(idx || count == 0, "ls_trainer_evaluate: idx is NULL");
     /* chunks of the training micro-batch: the input buffers (two slots where batches are staged)
      * never grow past what training and --batch-size auto's trials use */
     int64_t chunk = t->cfg.batch_per_rank;

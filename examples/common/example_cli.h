@@ -102,25 +102,19 @@ void ex_gpu_monitor_restart(ls_gpu_monitor *m);
 #ifdef EX_PROG
 #define parse_i64(flag, s, min, max, out) ex_parse_i64(EX_PROG, flag, s, min, max, out)
 #define parse_f64(flag, s, out) ex_parse_f64(EX_PROG, flag, s, out)
-/* TRY(what, expr): on failure, print the error, set rc to 1 and go to done. */
-#define TRY(what, expr)                                                                                                \
+/* TRY(what, expr): on failure, print the error, set rc to 1 and go to done. USAGE(flag, expr): the
+ * same for a flag's value, with exit status 2 (bad usage), as for a flag refused while parsing. */
+#define TRY_RC(code, what, expr)                                                                                       \
     do {                                                                                                               \
         ls_status s_ = (expr);                                                                                         \
         if (s_ != LS_OK) {                                                                                             \
-            rc = ex_fail(EX_PROG, what, s_);                                                                           \
+            (void)ex_fail(EX_PROG, what, s_);                                                                          \
+            rc = (code);                                                                                               \
             goto done;                                                                                                 \
         }                                                                                                              \
     } while (0)
-/* USAGE(flag, expr): TRY for a flag's value: exit status 2, bad usage, as for a flag refused while
- * parsing. */
-#define USAGE(flag, expr)                                                                                              \
-    do {                                                                                                               \
-        ls_status s_ = (expr);                                                                                         \
-        if (s_ != LS_OK) {                                                                                             \
-            rc = ex_fail(EX_PROG, flag, s_) + 1;                                                                       \
-            goto done;                                                                                                 \
-        }                                                                                                              \
-    } while (0)
+#define TRY(what, expr) TRY_RC(1, what, expr)
+#define USAGE(flag, expr) TRY_RC(2, flag, expr)
 #endif
 
 #endif
