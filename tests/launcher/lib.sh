@@ -7,6 +7,8 @@ LSR=$1
 [ -x "$LSR" ] || { echo "lib.sh: lockstep-run '$LSR' is not executable" >&2; exit 1; }
 fails=0
 label=
+# What the last run (or a test's own command) gave; set before any expect_*.
+out= err= rc=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ls_launcher.XXXXXX") || exit 1
 chmod 755 "$tmp"
 trap 'rm -rf "$tmp"' EXIT

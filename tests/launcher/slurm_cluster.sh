@@ -89,14 +89,18 @@ EOF
             >"$slurm_dir/slurmd-ls-s$i.out" 2>&1 &
         disown
     done
-    # Up when both nodes are idle.
-    local states
+    # Up when both nodes are idle and a step runs on each: idle in sinfo is only the nodes'
+    # registration, and a test's first job should not be what finds a node that cannot launch.
+    local states probe=
     for _ in $(seq 150); do
         states=$(on_node0 sinfo -h -N -o %T 2>/dev/null | sort -u | tr '\n' ' ')
-        [ "$states" = "idle " ] && [ "$(on_node0 sinfo -h -N -o %N | sort -u | wc -l)" = 2 ] && return 0
+        if [ "$states" = "idle " ] && [ "$(on_node0 sinfo -h -N -o %N | sort -u | wc -l)" = 2 ]; then
+            probe=$(on_node0 timeout 20 srun -N2 -n2 --mpi=none hostname 2>&1)
+            [ "$(printf '%s\n' "$probe" | sort | tr '\n' ' ')" = "ls-s0 ls-s1 " ] && return 0
+        fi
         sleep 0.2
     done
-    echo "slurm_cluster: the nodes did not come up (states: ${states:-none})" >&2
+    echo "slurm_cluster: the nodes did not come up (states: ${states:-none}; srun -N2 hostname: ${probe:-not run})" >&2
     slurm_logs >&2
     return 1
 }

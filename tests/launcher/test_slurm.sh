@@ -38,7 +38,7 @@ case_ "the reference: 2 ranks under mpirun"
 
 case_ "salloc -N1 -n2: srun with --mpi=pmix, the same parameters as mpirun"
 on_node0 salloc -N1 -n2 "$LSR" --verbose "$MLP" "${A[@]}" --dump-params "$tmp/n1.bin" >"$tmp/n1.out" 2>&1
-rc=$?
+rc=$? err=$(cat "$tmp/n1.out")
 expect_rc 0
 grep -q "srun: the cluster's MpiDefault is none; srun offers pmix: adding --mpi=pmix" "$tmp/n1.out" ||
     fail "no --mpi decision in: $(cat "$tmp/n1.out")"
@@ -49,7 +49,7 @@ cmp "$tmp/mpirun.bin" "$tmp/n1.bin" || fail "parameters differ from the mpirun r
 
 case_ "salloc -N2 -n2: one rank on each node"
 on_node0 salloc -N2 -n2 "$LSR" "$ALLRED" >"$tmp/ar.out" 2>"$tmp/ar.err"
-rc=$?
+rc=$? err=$(cat "$tmp/ar.out" "$tmp/ar.err")
 expect_rc 0
 out=$(grep '^rank' "$tmp/ar.out" | sort)
 re='^rank ([01])/2 host (ls-s[01]) netns (net:\[[0-9]+\]) sum ok$'
@@ -61,7 +61,7 @@ mapfile -t lines <<<"$out"
 
 case_ "salloc -N2 -n2: fashion_mlp across the nodes, the same parameters as mpirun"
 on_node0 salloc -N2 -n2 "$LSR" "$MLP" "${A[@]}" --dump-params "$tmp/n2.bin" >"$tmp/n2.out" 2>&1
-rc=$?
+rc=$? err=$(cat "$tmp/n2.out")
 expect_rc 0
 cmp "$tmp/mpirun.bin" "$tmp/n2.bin" || fail "parameters differ from the mpirun run's: $(cat "$tmp/n2.out")"
 
@@ -109,7 +109,7 @@ for how in batch steps; do
     end=$((step + 10))
     on_node0 sbatch --wait -N2 -n2 --chdir="$tmp" -o "$tmp/resume-$how.out" "$tmp/job.sh" "${P[@]}" \
         --resume auto --max-steps $end >/dev/null
-    rc=$?
+    rc=$? err=$(cat "$tmp/resume-$how.out" 2>&1)
     expect_rc 0
     grep -q "^fashion_mlp: resumed from $ck at step $step, " "$tmp/resume-$how.out" ||
         fail "not resumed from $ck: $(cat "$tmp/resume-$how.out")"
