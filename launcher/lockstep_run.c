@@ -234,7 +234,16 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
     opterr = 0;
     int c;
     /* '+': stop at the program name, so its own options are left alone. */
-    while ((c = getopt_long(argc, argv, "+:n:x:vh", longopts, NULL)) != -1) {
+    int li = -1;
+    while ((c = getopt_long(argc, argv, "+:n:x:vh", longopts, &li)) != -1) {
+        /* an empty value (an unset shell variable) is never what a flag wants */
+        if (optarg && !*optarg && c != ':' && c != '?') {
+            if (li >= 0)
+                die_usage("--%s must not be empty", longopts[li].name);
+            else
+                die_usage("-%c must not be empty", c);
+        }
+        li = -1;
         switch (c) {
         case 'n':
             if (!strcmp(optarg, "p")) die_usage("mpirun's -np is -n N or --np N here");

@@ -24,9 +24,9 @@ int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg)
     case EX_OPT_SAVE_EVERY: return ex_parse_i64(prog, "--save-every", arg, 0, INT64_MAX, &o->save_every) ? -1 : 1;
     case EX_OPT_KEEP_LAST: return ex_parse_i64(prog, "--keep-last", arg, 0, INT64_MAX, &o->keep_last) ? -1 : 1;
     case EX_OPT_CHECKPOINT_DIR: o->checkpoint_dir = arg; return 1;
-    case EX_OPT_RESUME: o->resume = arg; return 1;
-    case EX_OPT_LOG_STEPS: o->log_steps = arg; return 1;
-    case EX_OPT_DUMP_PARAMS: o->dump_params = arg; return 1;
+    case EX_OPT_RESUME: o->resume = arg; return ex_nonempty(prog, "--resume", arg) ? -1 : 1;
+    case EX_OPT_LOG_STEPS: o->log_steps = arg; return ex_nonempty(prog, "--log-steps", arg) ? -1 : 1;
+    case EX_OPT_DUMP_PARAMS: o->dump_params = arg; return ex_nonempty(prog, "--dump-params", arg) ? -1 : 1;
     default: return 0;
     }
 }

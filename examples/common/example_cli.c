@@ -38,6 +38,12 @@ int ex_parse_f64(const char *prog, const char *flag, const char *s, double *out)
     return 0;
 }
 
+int ex_nonempty(const char *prog, const char *flag, const char *s) {
+    if (s && *s) return 0;
+    fprintf(stderr, "%s: %s must not be empty (leave the flag out for its default)\n", prog, flag);
+    return -1;
+}
+
 double ex_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -28,6 +28,10 @@
 int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min, int64_t max, int64_t *out);
 /* *out = s as a finite number >= 0; else prints "PROG: FLAG 'S' must be a finite number >= 0" and -1. */
 int ex_parse_f64(const char *prog, const char *flag, const char *s, double *out);
+/* 0 when s is a non-empty string; else prints "PROG: FLAG must not be empty (leave the flag out
+ * for its default)" and -1: `--device ''` or `--resume ''` from an unset shell variable would
+ * otherwise quietly mean the default (auto). */
+int ex_nonempty(const char *prog, const char *flag, const char *s);
 /* Seconds on the monotonic clock. */
 double ex_now_s(void);
 /* Prints "PROG: WHAT: STATUS: the library's last error" to stderr; returns 1 (an exit status). */
@@ -102,6 +106,7 @@ void ex_gpu_monitor_restart(ls_gpu_monitor *m);
 #ifdef EX_PROG
 #define parse_i64(flag, s, min, max, out) ex_parse_i64(EX_PROG, flag, s, min, max, out)
 #define parse_f64(flag, s, out) ex_parse_f64(EX_PROG, flag, s, out)
+#define nonempty(flag, s) ex_nonempty(EX_PROG, flag, s)
 /* TRY(what, expr): on failure, print the error, set rc to 1 and go to done. USAGE(flag, expr): the
  * same for a flag's value, with exit status 2 (bad usage), as for a flag refused while parsing. */
 #define TRY_RC(code, what, expr)                                                                                       \

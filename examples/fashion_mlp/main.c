@@ -171,11 +171,20 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case 'S': o->sampler = optarg; break;
         case 'd': o->data_dir = optarg; break;
-        case 'D': o->device = optarg; break;
-        case 'C': o->comm = optarg; break;
+        case 'D':
+            if (nonempty("--device", optarg)) return -1;
+            o->device = optarg;
+            break;
+        case 'C':
+            if (nonempty("--comm", optarg)) return -1;
+            o->comm = optarg;
+            break;
         case 'p': o->progress = 1; break;
         case 'N': o->progress = 0; break;
-        case 'J': o->metrics = optarg; break;
+        case 'J':
+            if (nonempty("--metrics", optarg)) return -1;
+            o->metrics = optarg;
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }

@@ -195,9 +195,18 @@ static int parse_options(int argc, char **argv, options *o) {
             if (parse_i64("--test-limit", optarg, 1, INT64_MAX, &o->test_limit)) return -1;
             break;
         case 'd': o->data_dir = optarg; break;
-        case 'D': o->device = optarg; break;
-        case 'C': o->comm = optarg; break;
-        case 'J': o->metrics = optarg; break;
+        case 'D':
+            if (nonempty("--device", optarg)) return -1;
+            o->device = optarg;
+            break;
+        case 'C':
+            if (nonempty("--comm", optarg)) return -1;
+            o->comm = optarg;
+            break;
+        case 'J':
+            if (nonempty("--metrics", optarg)) return -1;
+            o->metrics = optarg;
+            break;
         case 'p': o->progress = 1; break;
         case 'N': o->progress = 0; break;
         case 'h': usage(stdout); exit(0);

@@ -54,6 +54,13 @@ refused "LOCKSTEP_GRAD_COMPRESS=garbage: expected none, fp16 or bf16" env LOCKST
 refused "LOCKSTEP_MEMORY_LIMIT: memory cap '0.5' is less than a byte" env LOCKSTEP_MEMORY_LIMIT=0.5 "$mlp" "${small[@]}"
 refused "--device: invalid argument: device 'cuda:x' is not one of cpu, cuda, cuda:N" "$mlp" "${small[@]}" --device cuda:x
 refused "--comm: invalid argument: backend argument 'foo' is not a communicator backend" "$mlp" "${small[@]}" --comm foo
+# an empty value (an unset shell variable) is not the default: --resume '' resumed from the
+# latest checkpoint, --device '' chose a device, --dump-params '' failed after the whole run
+for f in --device --comm --resume --log-steps --metrics --dump-params; do
+    usage "fashion_mlp: $f must not be empty (leave the flag out for its default)" "$mlp" "${small[@]}" "$f" ''
+done
+usage "fashion_resnet: --device must not be empty" "$resnet" --device ''
+usage "oom_challenge: --comm must not be empty" "$oom" --comm ''
 # an MPI setting that meant "on" for any value but 0 (MPI as a singleton: one rank, no launcher)
 out=$("$mlp" "${small[@]}" --comm mpi 2>&1)
 if ! grep -q "has no MPI" <<<"$out"; then

@@ -99,7 +99,7 @@ expect_rc 2
 expect_err "--srun-mpi must be auto, site or an MPI type of srun such as pmix or pmi2, got 'pmix;rm'"
 run SLURM_JOB_ID=42 "$LSR" --dry-run --srun-mpi '' -n 1 true
 expect_rc 2
-expect_err "--srun-mpi must be auto, site"
+expect_err "--srun-mpi must not be empty"
 
 case_ "SLURM_JOB_ID set but no srun in PATH: mpirun (or direct for one rank)"
 # PATH is this test's bin/ alone (a real srun may be installed in /usr/bin).

@@ -34,7 +34,6 @@ err 2 "-n/--np must be a positive integer, got '0'" --np=0 true
 err 2 "-n/--np must be a positive integer, got '-1'" -n -1 true
 err 2 "-n/--np must be a positive integer, got 'abc'" -n abc true
 err 2 "-n/--np must be a positive integer, got '2x'" -n 2x true
-err 2 "-n/--np must be a positive integer, got ''" -n '' true
 err 2 "-n/--np must be a positive integer, got ' 2'" -n ' 2' true
 err 2 "-n/--np must be a positive integer, got '99999999999'" -n 99999999999 true
 err 2 "option '-n' needs a value" -n
@@ -73,12 +72,17 @@ err 2 "--hosts: '' is not host[:slots] (in 'a,,b')" --hosts a,,b true
 err 2 "--hosts: 'a b' is not host[:slots]" --hosts 'a b' true
 err 2 "--hosts: ':2' is not host[:slots]" --hosts :2 true
 err 2 "--hosts: '-a' is not host[:slots]" --hosts=-a true
-err 2 "--hosts: empty host list" --hosts '' true
+err 2 "--hosts must not be empty" --hosts '' true
 err 2 "--hostfile and --hosts are alternatives; give one" --hostfile "$HF" --hosts a true
 
 # mpirun
 err 2 "--mpirun /nonexistent/mpirun: no such program" -n 2 --mpirun /nonexistent/mpirun true
 err 2 "--mpirun $tmp/noexec: not an executable file" -n 2 --mpirun "$tmp/noexec" true
+# an empty value (an unset shell variable): named, not "--mpirun : no such program" or a file ''
+err 2 "--mpirun must not be empty" -n 2 --mpirun '' true
+err 2 "--hostfile must not be empty" --hostfile '' true
+err 2 "-n must not be empty" -n '' true
+err 2 "--srun-mpi must not be empty" --srun-mpi= true
 err 2 "LOCKSTEP_MPIRUN /nonexistent/mpirun: no such program" LOCKSTEP_MPIRUN=/nonexistent/mpirun -n 2 true
 err 2 "-n 2 needs mpirun, which was not found in PATH; install Open MPI (openmpi-bin) or pass --mpirun PATH" \
     PATH="$tmp/empty" -n 2 /bin/true

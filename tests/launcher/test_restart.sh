@@ -182,16 +182,22 @@ if [ -z "$PROG" ]; then
     expect_err "after SIGTERM; not restarted"
 
     case_ "bad values"
-    for v in -1 abc 1001 ''; do
+    for v in -1 abc 1001; do
         run "$LSR" -n 1 --max-restarts "$v" true
         expect_rc 2
         expect_err "--max-restarts must be an integer from 0 to 1000, got '$v'"
     done
-    for v in x -1 1e9 nan '' ' 1' 0x10 +2 -0 1e2 1.2.3 .; do
+    for v in x -1 1e9 nan ' 1' 0x10 +2 -0 1e2 1.2.3 .; do
         run "$LSR" -n 1 --max-restarts 1 --restart-delay "$v" true
         expect_rc 2
         expect_err "--restart-delay must be a number of seconds from 0 to 3600, got '$v'"
     done
+    run "$LSR" -n 1 --max-restarts '' true
+    expect_rc 2
+    expect_err "--max-restarts must not be empty"
+    run "$LSR" -n 1 --max-restarts 1 --restart-delay '' true
+    expect_rc 2
+    expect_err "--restart-delay must not be empty"
     run "$LSR" -n 1 --max-restarts 1 -x LOCKSTEP_RESTART_COUNT=7 true
     expect_rc 2
     expect_err "-x LOCKSTEP_RESTART_COUNT=7: --max-restarts sets LOCKSTEP_RESTART_COUNT itself"
