@@ -587,6 +587,20 @@ static void crash_point(const char *stage) {
     }
 }
 
+/* A LOCKSTEP_CKPT_CRASH_AT that names no stage would never fire: the test that set it would pass
+ * without the crash it meant to cause. */
+static ls_status check_crash_stage(void) {
+    static const char *const stages[] = {"mid-write", "tmpfile", "before-manifest", "before-rename", "before-latest"};
+    const char *want = getenv("LOCKSTEP_CKPT_CRASH_AT");
+    if (!want || !*want) return LS_OK;
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++)
+        if (strcmp(want, stages[i]) == 0) return LS_OK;
+    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                    "LOCKSTEP_CKPT_CRASH_AT='%s' is not a stage of a save (mid-write, tmpfile, before-manifest, "
+                    "before-rename, before-latest)",
+                    want);
+}
+
 static void dir_of(const char *path, char *out, size_t len) {
     const char *slash = strrchr(path, '/');
     if (!slash)
@@ -1656,7 +1670,11 @@ ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_las
     memset(&r, 0, sizeof r);
     ls_status s = LS_OK;
     LS_TL_T0(t0);
-    if (comm_rank(comm) == 0) s = save_rank0(ctx, dir, keep_last, model, opt, state, r.path, sizeof r.path);
+    /* rank 0 writes, so its LOCKSTEP_CKPT_CRASH_AT is the one that counts; its error reaches every rank */
+    if (comm_rank(comm) == 0) {
+        s = check_crash_stage();
+        if (s == LS_OK) s = save_rank0(ctx, dir, keep_last, model, opt, state, r.path, sizeof r.path);
+    }
     if (comm_world(comm) > 1) s = share_result(comm, &r, s);
     LS_TL_SPAN(t0, "checkpoint save", "io");
     if (s == LS_OK && path_out && path_len) snprintf(path_out, path_len, "%s", r.path);

@@ -451,6 +451,8 @@ ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t cou
                             (long long)i, (long long)d->n);
     if (images_out && !d->images && !d->bytes)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_gather: the data set has neither images nor bytes");
+    if (labels_out && !d->labels)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_gather: the data set has no labels");
     size_t f = (size_t)d->features;
     const uint8_t *bytes = d->bytes;
     const char *base = bytes ? (const char *)bytes : (const char *)d->images;
@@ -504,7 +506,7 @@ static void *gather_run(void *arg) {
 /* LOCKSTEP_GATHER_THREADS, else 4 where this process may run on at least 8 CPUs (its affinity:
  * under mpirun --bind-to core a rank has one), else 1: on 2 CPUs a second thread was no faster
  * (0.68x-1.23x in bench_gather). */
-static ls_status gather_threads_default(int *out) {
+ls_status ls_dataset_gather_threads(int *out) {
     const char *e = getenv("LOCKSTEP_GATHER_THREADS");
     if (e && *e) {
         char *end = NULL;
@@ -525,7 +527,7 @@ static ls_status gather_threads_default(int *out) {
 ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, int64_t count, float *images_out,
                                      int32_t *labels_out, int threads) {
     enum { MAX_THREADS = 64 };
-    if (threads <= 0) LS_CHECK(gather_threads_default(&threads));
+    if (threads <= 0) LS_CHECK(ls_dataset_gather_threads(&threads));
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     size_t row = d ? (size_t)d->features * sizeof(float) : 0, bytes = row * (size_t)(count > 0 ? count : 0);
     int64_t most = (int64_t)(bytes / (1 << 20)); /* at least 1 MiB a thread */

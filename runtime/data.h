@@ -92,6 +92,10 @@ ls_status ls_dataset_gather_bytes(const ls_dataset *d, const int64_t *idx, int64
  * of bytes is staged with ls_dataset_gather_bytes. */
 ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, int64_t count, float *images_out,
                                      int32_t *labels_out, int threads);
+/* The thread count ls_dataset_gather_parallel takes for threads <= 0 (LOCKSTEP_GATHER_THREADS or
+ * the default); a bad LOCKSTEP_GATHER_THREADS is LS_ERR_INVALID_ARGUMENT. The trainer reads it once,
+ * at creation, on every device (a typo is an error even where no batch would be staged). */
+ls_status ls_dataset_gather_threads(int *out);
 
 typedef enum ls_sampler_mode {
     LS_SAMPLER_PAD = 0,       /* default, DistributedSampler: pad by repeating the start of the

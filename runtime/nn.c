@@ -550,6 +550,7 @@ struct ls_xent {
 };
 
 ls_status ls_xent_create(ls_ctx *ctx, ls_xent **out) {
+    LS_CHECK_ARG(ctx && out, "ls_xent_create: %s is NULL", !ctx ? "the context" : "out");
     *out = calloc(1, sizeof **out);
     if (!*out) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the loss");
     (*out)->ctx = ctx;
@@ -580,6 +581,7 @@ ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *
 }
 
 ls_status ls_xent_backward(ls_xent *l, double scale, const ls_tensor **dlogits) {
+    LS_CHECK_ARG(l && dlogits, "ls_xent_backward: %s is NULL", !l ? "the loss" : "dlogits");
     if (!l->labels) return ls_error(LS_ERR_INVALID_ARGUMENT, "loss backward called before forward");
     LS_CHECK(ls_module_ensure(l->ctx, &l->dlogits, l->logit_dtype, l->probs->ndim, l->probs->shape, "logit gradient"));
     LS_CHECK(ls_op_xent_backward(l->ctx, l->probs, l->labels, scale, l->dlogits));
@@ -588,11 +590,16 @@ ls_status ls_xent_backward(ls_xent *l, double scale, const ls_tensor **dlogits) 
 }
 
 ls_status ls_xent_correct(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, int64_t *correct) {
+    LS_CHECK_ARG(l && logits && labels, "ls_xent_correct: %s is NULL",
+                 !l        ? "the loss"
+                 : !logits ? "the logits"
+                           : "the labels");
     LS_CHECK(ls_module_ensure(l->ctx, &l->pred, LS_I32, 1, (int64_t[]){logits->shape[0] + 1}, "predictions"));
     return ls_op_accuracy(l->ctx, logits, labels, l->pred, correct);
 }
 
 ls_status ls_xent_read(ls_xent *l, double *mean_loss, int64_t *correct) {
+    LS_CHECK_ARG(l, "ls_xent_read: the loss is NULL");
     if (mean_loss) {
         if (!l->losses) return ls_error(LS_ERR_INVALID_ARGUMENT, "loss read before any forward");
         const ls_tensor *L = l->losses;

@@ -76,6 +76,15 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
     LS_CHECK_ARG(params && grads, "optimizer: the %s list is NULL", !params ? "parameter" : "gradient");
     for (int i = 0; i < n; i++)
         LS_CHECK_ARG(params[i] && grads[i], "optimizer: %s %d is NULL", !params[i] ? "parameter" : "gradient", i);
+    /* a tensor listed twice would be stepped twice a step (torch.optim refuses a parameter in two
+     * groups for the same reason) */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) {
+            LS_CHECK_ARG(params[i] != params[j] && (!params[i]->data || params[i]->data != params[j]->data),
+                         "optimizer: parameters %d and %d are the same tensor; list each once", j, i);
+            LS_CHECK_ARG(grads[i] != grads[j] && (!grads[i]->data || grads[i]->data != grads[j]->data),
+                         "optimizer: gradients %d and %d are the same tensor; each parameter needs its own", j, i);
+        }
     /* an uninitialized config: its kind picks the update kernel */
     if (cfg->kind != LS_OPTIM_SGD && cfg->kind != LS_OPTIM_ADAMW)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: kind %d is neither LS_OPTIM_SGD nor LS_OPTIM_ADAMW",
@@ -199,6 +208,12 @@ ls_status ls_grads_sumsq(ls_ctx *c, int k, ls_tensor *const *t, double *host_sum
     const void *x[RUN];
     int64_t n[RUN];
     int bad = 0;
+    LS_CHECK_ARG(c && host_sumsq && k >= 0 && (t || k == 0), "ls_grads_sumsq: %s",
+                 !c            ? "the context is NULL"
+                 : !host_sumsq ? "host_sumsq is NULL"
+                 : k < 0       ? "the tensor count is negative"
+                               : "the tensor list is NULL");
+    for (int i = 0; i < k; i++) LS_CHECK_ARG(t[i], "ls_grads_sumsq: tensor %d is NULL", i);
     for (int i = 0; i < k;) {
         ls_dtype dt = t[i]->dtype;
         if (!c->ops->sumsq_many) {

@@ -41,11 +41,12 @@ struct ls_trainer {
         void *xb;         /* a set of bytes: the values and bytes copied, decoded into x on the device */
         int64_t decode;   /* rows staged in xb and not yet decoded into x */
     } st[LS_UPLOAD_SLOTS];
-    int slot;          /* the slot of the last batch loaded */
-    ls_tensor vx, vy;  /* the host path's views */
-    ls_tensor *x, *y;  /* the batch being trained */
-    int prefetch_mode; /* LOCKSTEP_PREFETCH: PF_AUTO, PF_ON, PF_OFF */
-    struct {           /* the samples of the next step's first micro-batch (ls_trainer_prefetch) */
+    int slot;           /* the slot of the last batch loaded */
+    ls_tensor vx, vy;   /* the host path's views */
+    ls_tensor *x, *y;   /* the batch being trained */
+    int prefetch_mode;  /* LOCKSTEP_PREFETCH: PF_AUTO, PF_ON, PF_OFF */
+    int gather_threads; /* LOCKSTEP_GATHER_THREADS (ls_dataset_gather_threads) */
+    struct {            /* the samples of the next step's first micro-batch (ls_trainer_prefetch) */
         int set;
         const ls_dataset *data;
         int64_t n, cap;
@@ -244,6 +245,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     t->inject_step = -1;
     LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_DATA_ON_DEVICE", &t->data_mode), s, fail);
     LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_PREFETCH", &t->prefetch_mode), s, fail);
+    LS_CHECK_GOTO(ls_dataset_gather_threads(&t->gather_threads), s, fail);
     LS_CHECK_GOTO(open_timeline(cfg, comm), s, fail);
     const char *inj = getenv("LOCKSTEP_AMP_INJECT_INF");
     if (inj && *inj) {
@@ -507,7 +509,7 @@ static ls_status stage_upload(ls_trainer *t, int i, const ls_dataset *data, cons
         return LS_OK;
     }
     /* several threads: on a GPU host the cores are otherwise idle while the device computes */
-    LS_CHECK(ls_dataset_gather_parallel(data, idx, n, g->hx, g->hy, 0));
+    LS_CHECK(ls_dataset_gather_parallel(data, idx, n, g->hx, g->hy, t->gather_threads));
     LS_CHECK(ls_allocator_upload(t->ctx->alloc, i, g->x->data, g->hx, (size_t)(n * data->features) * sizeof(float)));
     return ls_allocator_upload(t->ctx->alloc, i, g->y->data, g->hy, (size_t)n * sizeof(int32_t));
 }

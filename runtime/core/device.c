@@ -17,7 +17,7 @@ ls_status ls_device_parse(const char *s, ls_device *out) {
         *out = ls_device_cpu();
         return LS_OK;
     }
-    if (strcmp(s, "cuda") == 0 || strcmp(s, "gpu") == 0) {
+    if (strcmp(s, "cuda") == 0) {
         out->type = LS_DEVICE_CUDA;
         out->index = -1;
         return LS_OK;

@@ -12,7 +12,11 @@
  * - ls_trainer_evaluate with a negative count, and NULL data sets and indices;
  * - a sequential container given the same child twice (it was destroyed twice), or a NULL one;
  * - NULL objects given to the builders, forward, the optimizer's step (and a NaN lr), tensor,
- *   context and memory calls.
+ *   context and memory calls, the loss and the gradient norm;
+ * - an optimizer given one parameter (or gradient) twice: stepped twice a step;
+ * - a hand-filled data set without labels (a crash in the gather);
+ * - a LOCKSTEP_GATHER_THREADS that is no thread count (checked only where an f32 batch was staged
+ *   for a GPU), a LOCKSTEP_CKPT_CRASH_AT that names no stage (the crash a test asked for never came).
  * Last, the right calls still work: an optimizer over some of the model's parameters (others
  * frozen) trains. */
 #define _POSIX_C_SOURCE 200809L
@@ -104,6 +108,13 @@ int main(void) {
     ls_tensor *none[1] = {NULL};
     LS_EXPECT_ERR(ls_optimizer_create(c, 1, none, &g0, &oc, &mixed), LS_ERR_INVALID_ARGUMENT,
                   "optimizer: parameter 0 is NULL");
+    /* a tensor listed twice would be stepped twice */
+    ls_tensor *p1 = ls_module_param(a, 1), *g1 = ls_module_grad(a, 1);
+    LS_EXPECT_ERR(ls_optimizer_create(c, 3, (ls_tensor *[]){p0, p1, p0}, (ls_tensor *[]){g0, g1, g0}, &oc, &mixed),
+                  LS_ERR_INVALID_ARGUMENT, "optimizer: parameters 0 and 2 are the same tensor; list each once");
+    LS_EXPECT_ERR(ls_optimizer_create(c, 2, (ls_tensor *[]){p0, p1}, (ls_tensor *[]){g0, g0}, &oc, &mixed),
+                  LS_ERR_INVALID_ARGUMENT, "optimizer: gradients 0 and 1 are the same tensor");
+    LS_EXPECT(mixed == NULL);
 
     /* the trainer's schedule and settings */
     tc.lr.base_lr = NAN;
@@ -128,8 +139,14 @@ int main(void) {
     LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
                   "x 4 accumulation steps overflows");
 
-    /* steps */
+    /* a variable read at creation, wherever it applies (here: never, on the CPU) */
     tc = config();
+    setenv("LOCKSTEP_GATHER_THREADS", "0", 1);
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_GATHER_THREADS='0': use a thread count from 1 to 64");
+    unsetenv("LOCKSTEP_GATHER_THREADS");
+
+    /* steps */
     LS_REQUIRE_OK(ls_trainer_create(c, NULL, a, oa, &tc, &t));
     ls_step_stats st;
     LS_EXPECT_ERR(ls_trainer_step(t, d, idx, 8, 4, &st), LS_ERR_INVALID_ARGUMENT,
@@ -184,6 +201,10 @@ int main(void) {
     cs.step = INT64_MAX;
     LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT, "state.step = ");
     cs.step = 3;
+    setenv("LOCKSTEP_CKPT_CRASH_AT", "before-rename2", 1); /* would never fire: not a stage */
+    LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_CKPT_CRASH_AT='before-rename2' is not a stage of a save");
+    unsetenv("LOCKSTEP_CKPT_CRASH_AT");
     char path[512];
     LS_REQUIRE_OK(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, path, sizeof path));
     char cmd[600];
@@ -217,6 +238,26 @@ int main(void) {
                   "ls_tensor_create: the allocator is NULL");
     LS_EXPECT_ERR(ls_ctx_create(ls_device_cpu(), NULL, NULL), LS_ERR_INVALID_ARGUMENT, "ls_ctx_create: out is NULL");
     LS_EXPECT_ERR(ls_alloc(NULL, 16, "x", (void **)&nt), LS_ERR_INVALID_ARGUMENT, "ls_alloc: the allocator is NULL");
+
+    ls_xent *xe = NULL;
+    LS_EXPECT_ERR(ls_xent_create(NULL, &xe), LS_ERR_INVALID_ARGUMENT, "ls_xent_create: the context is NULL");
+    LS_EXPECT_ERR(ls_xent_backward(NULL, 1.0, &out_t), LS_ERR_INVALID_ARGUMENT, "ls_xent_backward: the loss is NULL");
+    LS_EXPECT_ERR(ls_xent_read(NULL, &loss, NULL), LS_ERR_INVALID_ARGUMENT, "ls_xent_read: the loss is NULL");
+    double ss = 0;
+    LS_EXPECT_ERR(ls_grads_sumsq(c, 2, (ls_tensor *const[]){g0, NULL}, &ss, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "ls_grads_sumsq: tensor 1 is NULL");
+    LS_EXPECT_ERR(ls_grads_sumsq(c, 1, &g0, NULL, NULL), LS_ERR_INVALID_ARGUMENT, "ls_grads_sumsq: host_sumsq is NULL");
+
+    /* a data set filled by hand without labels: gathering its labels is an error, its images work */
+    ls_dataset hand = *d;
+    hand.labels = NULL;
+    hand.id = 0;
+    float row[F];
+    int32_t lab = -1;
+    LS_EXPECT_ERR(ls_dataset_gather(&hand, idx, 1, row, &lab), LS_ERR_INVALID_ARGUMENT,
+                  "ls_dataset_gather: the data set has no labels");
+    LS_REQUIRE_OK(ls_dataset_gather(&hand, idx + 1, 1, row, NULL));
+    LS_EXPECT(memcmp(row, x + 3 * F, sizeof row) == 0);
 
     /* memory */
     void *p = NULL;
