@@ -79,7 +79,7 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
     /* a tensor listed twice would be stepped twice a step (torch.optim refuses a parameter in two
      * groups for the same reason) */
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < i; j++) {
+        for (int j = 0; j < i && ls_tensor_numel(params[i]) > 0; j++) {
             LS_CHECK_ARG(params[i] != params[j] && (!params[i]->data || params[i]->data != params[j]->data),
                          "optimizer: parameters %d and %d are the same tensor; list each once", j, i);
             LS_CHECK_ARG(grads[i] != grads[j] && (!grads[i]->data || grads[i]->data != grads[j]->data),

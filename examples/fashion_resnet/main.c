@@ -194,7 +194,10 @@ static int parse_options(int argc, char **argv, options *o) {
         case 't':
             if (parse_i64("--test-limit", optarg, 1, INT64_MAX, &o->test_limit)) return -1;
             break;
-        case 'd': o->data_dir = optarg; break;
+        case 'd':
+            if (nonempty("--data-dir", optarg)) return -1;
+            o->data_dir = optarg;
+            break;
         case 'D':
             if (nonempty("--device", optarg)) return -1;
             o->device = optarg;

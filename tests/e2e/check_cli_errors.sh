@@ -56,7 +56,7 @@ refused "--device: invalid argument: device 'cuda:x' is not one of cpu, cuda, cu
 refused "--comm: invalid argument: backend argument 'foo' is not a communicator backend" "$mlp" "${small[@]}" --comm foo
 # an empty value (an unset shell variable) is not the default: --resume '' resumed from the
 # latest checkpoint, --device '' chose a device, --dump-params '' failed after the whole run
-for f in --device --comm --resume --log-steps --metrics --dump-params; do
+for f in --device --comm --data-dir --resume --log-steps --metrics --dump-params; do
     usage "fashion_mlp: $f must not be empty (leave the flag out for its default)" "$mlp" "${small[@]}" "$f" ''
 done
 usage "fashion_resnet: --device must not be empty" "$resnet" --device ''

@@ -15,8 +15,9 @@
  *   context and memory calls, the loss and the gradient norm;
  * - an optimizer given one parameter (or gradient) twice: stepped twice a step;
  * - a hand-filled data set without labels (a crash in the gather);
- * - a LOCKSTEP_GATHER_THREADS that is no thread count (checked only where an f32 batch was staged
- *   for a GPU), a LOCKSTEP_CKPT_CRASH_AT that names no stage (the crash a test asked for never came).
+ * - a LOCKSTEP_GATHER_THREADS that is no thread count (it was checked only where an f32 batch was
+ *   staged for a GPU; now at trainer creation, on any device), a LOCKSTEP_CKPT_CRASH_AT that names
+ *   no stage (the crash a test asked for never came).
  * Last, the right calls still work: an optimizer over some of the model's parameters (others
  * frozen) trains. */
 #define _POSIX_C_SOURCE 200809L

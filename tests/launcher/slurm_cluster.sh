@@ -91,16 +91,17 @@ EOF
     done
     # Up when both nodes are idle and a step runs on each: idle in sinfo is only the nodes'
     # registration, and a test's first job should not be what finds a node that cannot launch.
-    local states probe=
-    for _ in $(seq 150); do
+    local states probe= deadline=$((SECONDS + 60))
+    while [ "$SECONDS" -lt "$deadline" ]; do
         states=$(on_node0 sinfo -h -N -o %T 2>/dev/null | sort -u | tr '\n' ' ')
         if [ "$states" = "idle " ] && [ "$(on_node0 sinfo -h -N -o %N | sort -u | wc -l)" = 2 ]; then
-            probe=$(on_node0 timeout 20 srun -N2 -n2 --mpi=none hostname 2>&1)
+            probe=$(on_node0 timeout 15 srun -N2 -n2 --mpi=none hostname 2>"$slurm_dir/probe.err")
             [ "$(printf '%s\n' "$probe" | sort | tr '\n' ' ')" = "ls-s0 ls-s1 " ] && return 0
         fi
         sleep 0.2
     done
-    echo "slurm_cluster: the nodes did not come up (states: ${states:-none}; srun -N2 hostname: ${probe:-not run})" >&2
+    echo "slurm_cluster: the nodes did not come up in 60 s (states: ${states:-none}; srun -N2 hostname:" \
+        "${probe:-no output} $(cat "$slurm_dir/probe.err" 2>/dev/null))" >&2
     slurm_logs >&2
     return 1
 }
