@@ -54,6 +54,12 @@ static inline double bench_num(const char *flag, const char *s, double lo, int l
     return v;
 }
 
+/* s unless it is empty, else bench_bad: an unset shell variable would quietly mean the default. */
+static inline const char *bench_str(const char *flag, const char *s) {
+    if (!*s) bench_bad(flag, s, "empty", "leave the flag out for its default");
+    return s;
+}
+
 /* The training benchmarks' batch against the training samples it is drawn from: a larger one would
  * train on all of them each step yet count the whole batch, a false rate. When value > most, rank
  * 0 says so as bench_int would, naming what most is, and every rank (each decides alike) closes

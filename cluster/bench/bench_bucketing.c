@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
         case 'u': compute_us = bench_num("-u/--compute-us", optarg, 0, 0, MAX_COMPUTE_US); break;
         case 'B': bucket_mb = bench_num("--bucket-mb", optarg, 0, 0, MAX_BUCKET_MB); break;
         case 'F': first_mb = bench_num("--first-bucket-mb", optarg, 0, 0, MAX_BUCKET_MB); break;
-        case 'b': backend = optarg; break;
+        case 'b': backend = bench_str("--backend", optarg); break;
         case 'h':
         default:
             fprintf(ch == 'h' ? stdout : stderr,

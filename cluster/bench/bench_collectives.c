@@ -309,7 +309,7 @@ int main(int argc, char **argv) {
         case 'w': o.warmup = (int)bench_int("-w/--warmup", optarg, 0, BENCH_MAX_COUNT); break;
         case 'r': o.rounds = (int)bench_int("-r/--rounds", optarg, 1, MAX_ROUNDS); break;
         case 'c': o.check = (int)bench_int("-c/--check", optarg, 0, 1); break;
-        case 'B': o.backend = optarg; break;
+        case 'B': o.backend = bench_str("--backend", optarg); break;
         case 'R': o.raw = 0; break;
         case 'o': {
             int found = 0;

@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
         else if (c == 'r')
             rounds = (int)bench_int("--rounds", optarg, 1, MAX_ROUNDS);
         else if (c == 'd')
-            dir = optarg;
+            dir = bench_str("--data-dir", optarg);
         else {
             usage(c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;

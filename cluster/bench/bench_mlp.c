@@ -120,11 +120,11 @@ int main(int argc, char **argv) {
         else if (c == 'n')
             steps = (int)bench_int("--steps", optarg, 1, BENCH_MAX_COUNT);
         else if (c == 'd')
-            dir = optarg;
+            dir = bench_str("--data-dir", optarg);
         else if (c == 'g')
             sgemm = 1;
         else if (c == 'D')
-            device = optarg;
+            device = bench_str("--device", optarg);
         else {
             usage(c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;

@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
         else if (c == 'w')
             warmup = (int)bench_int("--warmup", optarg, 0, BENCH_MAX_COUNT);
         else if (c == 'd')
-            dir = optarg;
+            dir = bench_str("--data-dir", optarg);
         else if (c == 'W')
             widths = optarg;
         else if (c == 'B')
@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
         else if (c == 'c') /* parsed below: up to the model's layers, known once it is configured */
             segments_arg = optarg;
         else if (c == 'D')
-            device = optarg;
+            device = bench_str("--device", optarg);
         else {
             usage(c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;

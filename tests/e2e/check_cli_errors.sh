@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# check_cli_errors.sh MLP RESNET OOM QUICKSTART: bad input to the example programs is refused with an error that
+# check_cli_errors.sh MLP RESNET OOM QUICKSTART [BENCH_MLP]: bad input to the example programs (and
+# a benchmark, where built) is refused with an error that
 # names the flag or variable and the problem (exit status not 0), where it used to be cut to an
 # int, saturated, ignored or trained into NaN: counts past their range (2^32 epochs trained
 # nothing; a batch of 2^62 x 2 accumulation steps overflowed to 0 steps an epoch), non-finite
@@ -9,7 +10,7 @@
 # 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
 # step, naming no file). And an empty --hidden trains a linear model, as --help says.
 set -u
-mlp=$1 resnet=$2 oom=$3 qs=$4
+mlp=$1 resnet=$2 oom=$3 qs=$4 bench=${5:-}
 export LOCKSTEP_DEVICE=cpu OPENBLAS_NUM_THREADS=1
 small=(--train-limit 256 --test-limit 100 --max-steps 2 --no-progress)
 fail() {
@@ -60,6 +61,10 @@ for f in --device --comm --data-dir --resume --log-steps --metrics --dump-params
     usage "fashion_mlp: $f must not be empty (leave the flag out for its default)" "$mlp" "${small[@]}" "$f" ''
 done
 usage "fashion_resnet: --device must not be empty" "$resnet" --device ''
+if [ -n "$bench" ]; then
+    usage "bench_mlp: --data-dir '': empty (leave the flag out for its default)" "$bench" --data-dir ''
+    usage "bench_mlp: --steps '3x': not a whole number" "$bench" --steps 3x
+fi
 usage "oom_challenge: --comm must not be empty" "$oom" --comm ''
 # an MPI setting that meant "on" for any value but 0 (MPI as a singleton: one rank, no launcher)
 out=$("$mlp" "${small[@]}" --comm mpi 2>&1)
