@@ -106,7 +106,12 @@ void ex_gpu_monitor_restart(ls_gpu_monitor *m);
 #ifdef EX_PROG
 #define parse_i64(flag, s, min, max, out) ex_parse_i64(EX_PROG, flag, s, min, max, out)
 #define parse_f64(flag, s, out) ex_parse_f64(EX_PROG, flag, s, out)
-#define nonempty(flag, s) ex_nonempty(EX_PROG, flag, s)
+/* In a getopt loop of a function that returns -1 on a bad flag: field = optarg, unless it is empty. */
+#define STR_OPT(flag, field)                                                                                           \
+    do {                                                                                                               \
+        if (ex_nonempty(EX_PROG, flag, optarg)) return -1;                                                             \
+        (field) = optarg;                                                                                              \
+    } while (0)
 /* TRY(what, expr): on failure, print the error, set rc to 1 and go to done. USAGE(flag, expr): the
  * same for a flag's value, with exit status 2 (bad usage), as for a flag refused while parsing. */
 #define TRY_RC(code, what, expr)                                                                                       \

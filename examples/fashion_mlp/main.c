@@ -170,24 +170,12 @@ static int parse_options(int argc, char **argv, options *o) {
             if (parse_i64("--test-limit", optarg, 1, INT64_MAX, &o->test_limit)) return -1;
             break;
         case 'S': o->sampler = optarg; break;
-        case 'd':
-            if (nonempty("--data-dir", optarg)) return -1;
-            o->data_dir = optarg;
-            break;
-        case 'D':
-            if (nonempty("--device", optarg)) return -1;
-            o->device = optarg;
-            break;
-        case 'C':
-            if (nonempty("--comm", optarg)) return -1;
-            o->comm = optarg;
-            break;
+        case 'd': STR_OPT("--data-dir", o->data_dir); break;
+        case 'D': STR_OPT("--device", o->device); break;
+        case 'C': STR_OPT("--comm", o->comm); break;
         case 'p': o->progress = 1; break;
         case 'N': o->progress = 0; break;
-        case 'J':
-            if (nonempty("--metrics", optarg)) return -1;
-            o->metrics = optarg;
-            break;
+        case 'J': STR_OPT("--metrics", o->metrics); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }

@@ -194,22 +194,10 @@ static int parse_options(int argc, char **argv, options *o) {
         case 't':
             if (parse_i64("--test-limit", optarg, 1, INT64_MAX, &o->test_limit)) return -1;
             break;
-        case 'd':
-            if (nonempty("--data-dir", optarg)) return -1;
-            o->data_dir = optarg;
-            break;
-        case 'D':
-            if (nonempty("--device", optarg)) return -1;
-            o->device = optarg;
-            break;
-        case 'C':
-            if (nonempty("--comm", optarg)) return -1;
-            o->comm = optarg;
-            break;
-        case 'J':
-            if (nonempty("--metrics", optarg)) return -1;
-            o->metrics = optarg;
-            break;
+        case 'd': STR_OPT("--data-dir", o->data_dir); break;
+        case 'D': STR_OPT("--device", o->device); break;
+        case 'C': STR_OPT("--comm", o->comm); break;
+        case 'J': STR_OPT("--metrics", o->metrics); break;
         case 'p': o->progress = 1; break;
         case 'N': o->progress = 0; break;
         case 'h': usage(stdout); exit(0);

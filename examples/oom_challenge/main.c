@@ -99,14 +99,8 @@ static int parse_options(int argc, char **argv, options *o) {
             if (parse_i64("--steps", optarg, 1, 1000000, &v)) return -1;
             o->steps = (int)v;
             break;
-        case 'D':
-            if (nonempty("--device", optarg)) return -1;
-            o->device = optarg;
-            break;
-        case 'C':
-            if (nonempty("--comm", optarg)) return -1;
-            o->comm = optarg;
-            break;
+        case 'D': STR_OPT("--device", o->device); break;
+        case 'C': STR_OPT("--comm", o->comm); break;
         case 'm': o->measure = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
