@@ -537,8 +537,7 @@ ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, in
     /* the indices, and that the set has what is asked for, are checked here, once, so a thread
      * cannot fail (and errors name the position in the whole batch) */
     LS_CHECK(ls_dataset_gather(d, idx, count, NULL, NULL));
-    if ((images_out && !d->images && !d->bytes) || (labels_out && !d->labels))
-        return ls_dataset_gather(d, idx, count, images_out, labels_out); /* the error, on this thread */
+    LS_CHECK(ls_dataset_gather(d, idx, 0, images_out, labels_out)); /* copies nothing */
     gather_job jobs[MAX_THREADS];
     pthread_t tid[MAX_THREADS];
     int started[MAX_THREADS] = {0};

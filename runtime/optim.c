@@ -78,13 +78,15 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
         LS_CHECK_ARG(params[i] && grads[i], "optimizer: %s %d is NULL", !params[i] ? "parameter" : "gradient", i);
     /* a tensor listed twice would be stepped twice a step (torch.optim refuses a parameter in two
      * groups for the same reason) */
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < i && ls_tensor_numel(params[i]) > 0; j++) {
-            LS_CHECK_ARG(params[i] != params[j] && (!params[i]->data || params[i]->data != params[j]->data),
+    for (int i = 0; i < n; i++) {
+        if (ls_tensor_numel(params[i]) == 0) continue; /* nothing to step twice */
+        for (int j = 0; j < i; j++) {
+            LS_CHECK_ARG(params[i]->data != params[j]->data,
                          "optimizer: parameters %d and %d are the same tensor; list each once", j, i);
-            LS_CHECK_ARG(grads[i] != grads[j] && (!grads[i]->data || grads[i]->data != grads[j]->data),
+            LS_CHECK_ARG(grads[i]->data != grads[j]->data,
                          "optimizer: gradients %d and %d are the same tensor; each parameter needs its own", j, i);
         }
+    }
     /* an uninitialized config: its kind picks the update kernel */
     if (cfg->kind != LS_OPTIM_SGD && cfg->kind != LS_OPTIM_ADAMW)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: kind %d is neither LS_OPTIM_SGD nor LS_OPTIM_ADAMW",
