@@ -346,8 +346,8 @@ static ls_status conv_params(const char *op, const ls_tensor *x, const ls_tensor
 }
 
 /* Workspace from the context's allocator for one call (NULL when none is needed). */
-static ls_status conv_ws(ls_ctx *c, ls_dtype t, const ls_conv2d_params *p, int backward, void **ws) {
-    size_t bytes = c->ops->conv2d_workspace ? c->ops->conv2d_workspace(c->state, t, p, backward) : 0;
+static ls_status conv_ws(ls_ctx *c, ls_dtype t, const ls_conv2d_params *p, int pass, void **ws) {
+    size_t bytes = c->ops->conv2d_workspace ? c->ops->conv2d_workspace(c->state, t, p, pass) : 0;
     *ws = NULL;
     return bytes ? ls_alloc(c->alloc, bytes, "convolution workspace", ws) : LS_OK;
 }
@@ -368,7 +368,7 @@ ls_status ls_op_conv2d_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w
     LS_CHECK(want4(op, "output", y, x->dtype, p.N, p.K, p.P, p.Q));
     LS_CHECK(entry(c, op, c->ops->conv2d_fwd != NULL));
     void *ws;
-    LS_CHECK(conv_ws(c, x->dtype, &p, 0, &ws));
+    LS_CHECK(conv_ws(c, x->dtype, &p, LS_CONV_FORWARD, &ws));
     ls_status s = c->ops->conv2d_fwd(c->state, x->dtype, &p, x->data, w->data, b ? b->data : NULL, y->data, ws);
     ls_free(c->alloc, ws);
     return s;
@@ -397,7 +397,7 @@ ls_status ls_op_conv2d_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor 
     }
     LS_CHECK(entry(c, op, c->ops->conv2d_bwd != NULL));
     void *ws;
-    LS_CHECK(conv_ws(c, t, &p, 1, &ws));
+    LS_CHECK(conv_ws(c, t, &p, dx ? LS_CONV_BACKWARD : LS_CONV_BACKWARD_WEIGHTS, &ws));
     ls_status s = c->ops->conv2d_bwd(c->state, t, &p, dy->data, x->data, w->data, dx ? dx->data : NULL, dw->data,
                                      db ? db->data : NULL, ws);
     ls_free(c->alloc, ws);

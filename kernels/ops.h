@@ -60,6 +60,9 @@ typedef struct ls_bn_params {
 
 /* The op table. All pointers are on the backend's device unless named host_. Float ops take a
  * dtype: every backend supports LS_F32; the CPU also LS_F64 (reference, gradient checks). */
+/* What a convolution's workspace is for (conv2d_workspace). */
+enum { LS_CONV_FORWARD = 0, LS_CONV_BACKWARD = 1, LS_CONV_BACKWARD_WEIGHTS = 2 };
+
 typedef struct ls_ops {
     const char *name;
     ls_status (*init)(ls_device dev, void **state);
@@ -114,8 +117,10 @@ typedef struct ls_ops {
     ls_status (*adamw_step)(void *st, ls_dtype t, int k, void *const *p, void *const *g, void *const *m, void *const *v,
                             const int64_t *n, const ls_adamw_params *hp);
     /* ---- NCHW convolution, pooling, normalization (CPU; CUDA: cuDNN convolutions, own kernels) ---- */
-    /* Bytes of workspace conv2d_fwd (backward = 0) or conv2d_bwd (1) needs; the caller provides it. */
-    size_t (*conv2d_workspace)(void *st, ls_dtype t, const ls_conv2d_params *p, int backward);
+    /* Bytes of workspace the call needs, the caller provides it: pass LS_CONV_FORWARD for conv2d_fwd,
+     * LS_CONV_BACKWARD for conv2d_bwd with dx, LS_CONV_BACKWARD_WEIGHTS for conv2d_bwd without dx
+     * (a network's first convolution: no room for the data gradient's algorithm). */
+    size_t (*conv2d_workspace)(void *st, ls_dtype t, const ls_conv2d_params *p, int pass);
     /* y = conv(x, w) + b (b may be NULL). */
     ls_status (*conv2d_fwd)(void *st, ls_dtype t, const ls_conv2d_params *p, const void *x, const void *w,
                             const void *b, void *y, void *ws);

@@ -94,12 +94,12 @@
 #define ls_cpu_conv_ws_bytes_f16c conv_ws_bytes_f16
 #endif
 
-size_t ls_cpu_conv2d_workspace(void *st, ls_dtype t, const ls_conv2d_params *p, int backward) {
+size_t ls_cpu_conv2d_workspace(void *st, ls_dtype t, const ls_conv2d_params *p, int pass) {
     switch (t) {
-    case LS_F32: return conv_ws_bytes_f32(p, backward);
-    case LS_F64: return conv_ws_bytes_f64(p, backward);
-    case LS_F16: return (F16C_OK ? ls_cpu_conv_ws_bytes_f16c : conv_ws_bytes_f16)(p, backward);
-    case LS_BF16: return conv_ws_bytes_bf16(p, backward);
+    case LS_F32: return conv_ws_bytes_f32(p, pass);
+    case LS_F64: return conv_ws_bytes_f64(p, pass);
+    case LS_F16: return (F16C_OK ? ls_cpu_conv_ws_bytes_f16c : conv_ws_bytes_f16)(p, pass);
+    case LS_BF16: return conv_ws_bytes_bf16(p, pass);
     default: return 0;
     }
 }

@@ -35,4 +35,4 @@ void ls_cpu_conv_bwd_f16c(const ls_conv2d_params *p, const uint16_t *dy, const u
     conv_bwd_f16c(p, dy, x, w, dx, dw, db, ws);
 }
 
-size_t ls_cpu_conv_ws_bytes_f16c(const ls_conv2d_params *p, int backward) { return conv_ws_bytes_f16c(p, backward); }
+size_t ls_cpu_conv_ws_bytes_f16c(const ls_conv2d_params *p, int pass) { return conv_ws_bytes_f16c(p, pass); }

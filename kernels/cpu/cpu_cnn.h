@@ -44,7 +44,7 @@ void ls_cpu_conv_fwd_f16c(const ls_conv2d_params *p, const uint16_t *x, const ui
                           uint16_t *y, void *ws);
 void ls_cpu_conv_bwd_f16c(const ls_conv2d_params *p, const uint16_t *dy, const uint16_t *x, const uint16_t *w,
                           uint16_t *dx, float *dw, float *db, void *ws);
-size_t ls_cpu_conv_ws_bytes_f16c(const ls_conv2d_params *p, int backward);
+size_t ls_cpu_conv_ws_bytes_f16c(const ls_conv2d_params *p, int pass);
 #endif
 
 /* batch norm's scratch allocation failed */
@@ -55,7 +55,7 @@ static inline ls_status bn_no_memory(int64_t C) {
 /* The CNN entries compute in all four float types. */
 #define LS_CPU_BAD_DTYPE4(op, t) ls_cpu_bad_dtype(op, t, "f32, f64, f16 or bf16")
 
-size_t ls_cpu_conv2d_workspace(void *st, ls_dtype t, const ls_conv2d_params *p, int backward);
+size_t ls_cpu_conv2d_workspace(void *st, ls_dtype t, const ls_conv2d_params *p, int pass);
 ls_status ls_cpu_conv2d_fwd(void *st, ls_dtype t, const ls_conv2d_params *p, const void *x, const void *w,
                             const void *b, void *y, void *ws);
 ls_status ls_cpu_conv2d_bwd(void *st, ls_dtype t, const ls_conv2d_params *p, const void *dy, const void *x,

@@ -107,7 +107,7 @@ ls_status ls_cudnn_error(cudnnStatus_t e, const char *expr, const char *file, in
 ls_status ls_cudnn_init(ls_cuda_state *s);
 void ls_cudnn_fini(ls_cuda_state *s);
 /* The op-table entries of ops.h for t in f32, f64, f16, bf16 (checked by the caller). */
-size_t ls_cudnn_conv2d_workspace(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, int backward);
+size_t ls_cudnn_conv2d_workspace(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, int pass);
 ls_status ls_cudnn_conv2d_fwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, const void *x, const void *w,
                               const void *b, void *y, void *ws);
 ls_status ls_cudnn_conv2d_bwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, const void *dy, const void *x,

@@ -582,8 +582,8 @@ static ls_status cu_adamw_step(void *st, ls_dtype t, int k, void *const *p, void
 }
 
 /* ---- NCHW convolution (cudnn_conv.c), pooling, batch normalization, residual add (cnn.cu) ---- */
-static size_t cu_conv2d_workspace(void *st, ls_dtype t, const ls_conv2d_params *p, int backward) {
-    return is_float(t) ? ls_cudnn_conv2d_workspace(st, t, p, backward) : 0;
+static size_t cu_conv2d_workspace(void *st, ls_dtype t, const ls_conv2d_params *p, int pass) {
+    return is_float(t) ? ls_cudnn_conv2d_workspace(st, t, p, pass) : 0;
 }
 
 static ls_status cu_conv2d_fwd(void *st, ls_dtype t, const ls_conv2d_params *p, const void *x, const void *w,

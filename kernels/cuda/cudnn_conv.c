@@ -351,20 +351,22 @@ static size_t dw_stage_bytes(const ls_conv2d_params *p, ls_dtype t) {
     return (n + 255) / 256 * 256;
 }
 
-static size_t entry_ws(const conv_entry *e, const ls_conv2d_params *p, int backward) {
-    if (!backward) return e->dir[DIR_FWD].c[0].ws;
-    size_t a = e->dir[DIR_BWD_DATA].c[0].ws, b = e->dir[DIR_BWD_FILTER].c[0].ws;
+/* pass: LS_CONV_FORWARD, LS_CONV_BACKWARD (dx and dw) or LS_CONV_BACKWARD_WEIGHTS (dw only: the
+ * backward-data algorithm's workspace, often the larger, is not asked for). */
+static size_t entry_ws(const conv_entry *e, const ls_conv2d_params *p, int pass) {
+    if (pass == LS_CONV_FORWARD) return e->dir[DIR_FWD].c[0].ws;
+    size_t a = pass == LS_CONV_BACKWARD ? e->dir[DIR_BWD_DATA].c[0].ws : 0, b = e->dir[DIR_BWD_FILTER].c[0].ws;
     return dw_stage_bytes(p, e->key.t) + (a > b ? a : b);
 }
 
-/* The entry for p with the directions of a forward (backward = 0) or backward pass ranked. */
-static ls_status conv_ready(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, int backward, conv_entry **out) {
+/* The entry for p with the directions of the pass ranked. */
+static ls_status conv_ready(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, int pass, conv_entry **out) {
     conv_entry *e;
     LS_CHECK(entry_get(s, t, p, &e));
-    if (!backward) {
+    if (pass == LS_CONV_FORWARD) {
         LS_CHECK(dir_prepare(s, e, DIR_FWD));
     } else {
-        LS_CHECK(dir_prepare(s, e, DIR_BWD_DATA));
+        if (pass == LS_CONV_BACKWARD) LS_CHECK(dir_prepare(s, e, DIR_BWD_DATA));
         LS_CHECK(dir_prepare(s, e, DIR_BWD_FILTER));
     }
     *out = e;
@@ -380,12 +382,12 @@ static ls_status need_dnn(ls_cuda_state *s, const char *op) {
                     s->dnn_error[0] ? s->dnn_error : "it was not initialized");
 }
 
-size_t ls_cudnn_conv2d_workspace(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, int backward) {
+size_t ls_cudnn_conv2d_workspace(ls_cuda_state *s, ls_dtype t, const ls_conv2d_params *p, int pass) {
     conv_entry *e;
     if (!s->dnn || !s->conv_cache || conv_trivial(p)) return 0;
     /* an error here is reported again by the call the workspace is for */
-    if (conv_ready(s, t, p, backward, &e) != LS_OK) return 0;
-    return entry_ws(e, p, backward);
+    if (conv_ready(s, t, p, pass, &e) != LS_OK) return 0;
+    return entry_ws(e, p, pass);
 }
 
 /* ---- running one direction ---- */
@@ -473,8 +475,8 @@ ls_status ls_cudnn_conv2d_fwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_para
     } else {
         conv_entry *e;
         LS_CHECK(need_dnn(s, "conv2d"));
-        LS_CHECK(conv_ready(s, t, p, 0, &e));
-        const size_t need = entry_ws(e, p, 0);
+        LS_CHECK(conv_ready(s, t, p, LS_CONV_FORWARD, &e));
+        const size_t need = entry_ws(e, p, LS_CONV_FORWARD);
         LS_CHECK(need_ws("conv2d", p, t, need, ws));
         conv_args g = {x, w, NULL, y, 0.0, ws, need};
         LS_CHECK(conv_run(s, e, DIR_FWD, &g));
@@ -494,8 +496,9 @@ ls_status ls_cudnn_conv2d_bwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_para
     }
     conv_entry *e;
     LS_CHECK(need_dnn(s, "conv2d backward"));
-    LS_CHECK(conv_ready(s, t, p, 1, &e));
-    const size_t need = entry_ws(e, p, 1), stage = dw_stage_bytes(p, t);
+    const int pass = dx ? LS_CONV_BACKWARD : LS_CONV_BACKWARD_WEIGHTS; /* as conv2d_workspace was asked */
+    LS_CHECK(conv_ready(s, t, p, pass, &e));
+    const size_t need = entry_ws(e, p, pass), stage = dw_stage_bytes(p, t);
     LS_CHECK(need_ws("conv2d backward", p, t, need, ws));
     /* db only once nothing before it can fail: an error leaves every gradient as it was */
     if (db) LS_CUDA_CHECK(ls_cuda_channel_sum(&s->launch, t, p->N, p->K, p->P * p->Q, dy, db));

@@ -1,6 +1,7 @@
 /* test_cnn_values.c: the CNN ops' values. f32 conv2d forward and backward against a naive direct
  * convolution in double (strides, padding, groups, bias, rectangular kernels, the 1x1 direct path,
- * the stride-1 correlation path and the col2im path, one and several images per chunk); pooling and
+ * the stride-1 correlation path and the col2im path, one and several images per chunk), and without
+ * dx (dw bit for bit the same, from a workspace no larger, smaller where dx needs room); pooling and
  * global average pooling known answers; batch-norm statistics and output against the formula;
  * f16/bf16 ops equal to the f32 op on the same rounded inputs, rounded (bitwise), with the F16C
  * kernels equal to the portable ones bit for bit (every f16 entry); shape and dtype errors; and a
@@ -88,6 +89,11 @@ static void check_conv(int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t K, 
                 }
     LS_REQUIRE_OK(ls_op_conv2d_backward(C, dy, x, w, dx, dw, db, st, pad, G));
     double ex = max_rel(F(dx), rdx, nx), ew = max_rel(F(dw), rdw, nw), eb = bias ? max_rel(F(db), rdb, K) : 0;
+    /* without dx (a network's first convolution): the smaller workspace, the same dw bit for bit */
+    ls_tensor *dw2 = tf(LS_F32, K, Cin / G, Rk, Sk);
+    LS_REQUIRE_OK(ls_op_conv2d_backward(C, dy, x, w, NULL, dw2, NULL, st, pad, G));
+    LS_EXPECT(memcmp(dw2->data, dw->data, (size_t)nw * sizeof(float)) == 0);
+    ls_tensor_destroy(dw2);
     if (!(ey < 1e-5 && ex < 1e-5 && ew < 1e-5 && eb < 1e-5))
         fprintf(stderr, "conv N%lld C%lld %lldx%lld K%lld %lldx%lld s%d p%d g%d: y %g dx %g dw %g db %g\n",
                 (long long)N, (long long)Cin, (long long)H, (long long)W, (long long)K, (long long)Rk, (long long)Sk,
@@ -99,6 +105,34 @@ static void check_conv(int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t K, 
     free(ref);
     ls_tensor *ts[] = {x, w, y, b, dy, dx, dw, db};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) ls_tensor_destroy(ts[i]);
+}
+
+/* The workspace of a backward pass without dx is never larger than with it, and smaller where dx
+ * needs room of its own: the stride-1 correlation (col(dy) and the flipped weights), and the
+ * staged input gradient of a chunk of several images. */
+static void check_conv_ws_weights_only(void) {
+    static const struct {
+        int64_t N, C, H, W, K, R;
+        int stride, pad, groups, smaller;
+    } cs[] = {{2, 6, 9, 8, 4, 3, 1, 1, 1, 1},    /* dx by correlation */
+              {5, 4, 16, 16, 6, 3, 1, 1, 2, 1},  /* chunks of 2 images: dx staged */
+              {2, 1, 28, 28, 16, 3, 1, 1, 1, 0}, /* the stem, one image a chunk: only col(x) either way */
+              {3, 8, 11, 10, 8, 3, 2, 1, 2, 1}}; /* stride 2, 3 images a chunk: dx staged */
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        ls_conv2d_params p = {cs[i].N, cs[i].C, cs[i].H,      cs[i].W,      cs[i].K,   cs[i].R,   cs[i].R,
+                              0,       0,       cs[i].stride, cs[i].stride, cs[i].pad, cs[i].pad, cs[i].groups};
+        p.P = ls_conv_out_size(p.H, p.R, p.stride_h, p.pad_h);
+        p.Q = ls_conv_out_size(p.W, p.S, p.stride_w, p.pad_w);
+        for (int t = 0; t < 2; t++) {
+            ls_dtype dt = t ? LS_BF16 : LS_F32;
+            size_t both = C->ops->conv2d_workspace(C->state, dt, &p, LS_CONV_BACKWARD);
+            size_t dw_only = C->ops->conv2d_workspace(C->state, dt, &p, LS_CONV_BACKWARD_WEIGHTS);
+            printf("conv workspace, case %zu %s: backward %zu B, without dx %zu B\n", i, ls_dtype_name(dt), both,
+                   dw_only);
+            LS_EXPECT(dw_only <= both);
+            if (cs[i].smaller) LS_EXPECT(dw_only < both);
+        }
+    }
 }
 
 /* ---- pooling known answers ---- */
@@ -425,6 +459,7 @@ int main(void) {
     check_conv(5, 4, 16, 16, 6, 3, 3, 1, 1, 2, 1);  /* chunks of 2 images, a last chunk of 1 */
     check_conv(5, 8, 32, 32, 8, 3, 3, 2, 1, 1, 0);  /* the same with stride 2 (col2im) */
     check_conv(7, 8, 7, 7, 8, 3, 3, 1, 1, 1, 0);    /* 7x7 maps: all 7 images in one chunk */
+    check_conv_ws_weights_only();
     check_pool_values();
     check_bn_values();
     check_lowp(LS_BF16);

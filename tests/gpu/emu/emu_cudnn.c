@@ -259,13 +259,15 @@ static int deterministic(int dir, int algo) {
     return 1;
 }
 
-/* The workspace an algorithm asks for: 0 for the implicit ones, else a function of the shape. */
+/* The workspace an algorithm asks for: 0 for the implicit ones, else a function of the shape,
+ * twice as large per filter element for the backward-data algorithms (so a backward pass without
+ * dx asks for less, as with cuDNN on a network's first convolution). */
 static cudnnStatus_t ws_for(int dir, int algo, const problem *p, size_t *ws) {
     *ws = 0;
     if (algo < 0 || algo >= algo_count[dir]) return refuse(CUDNN_STATUS_BAD_PARAM, "algorithm %d out of range", algo);
     if (refused(dir, algo)) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "algorithm %d: not for this shape", algo);
     if (dir == DIR_FWD && algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM) return CUDNN_STATUS_SUCCESS;
-    *ws = (size_t)(algo + 1) * 4096 + (size_t)p->Cg * p->R * p->S * 64;
+    *ws = (size_t)(algo + 1) * 4096 + (size_t)p->Cg * p->R * p->S * (dir == DIR_BWD_DATA ? 128 : 64);
     return CUDNN_STATUS_SUCCESS;
 }
 
