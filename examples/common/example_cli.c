@@ -150,6 +150,19 @@ void ex_gpu_monitor_restart(ls_gpu_monitor *m) {
     if (m) (void)ls_gpu_monitor_read(m, &st);
 }
 
+void ex_print_nothing_to_train(const char *prog, int epochs, int64_t start_epoch, int64_t step, const double ev[3]) {
+    char why[96];
+    if (epochs == 0)
+        snprintf(why, sizeof why, "--epochs 0");
+    else if (start_epoch >= epochs)
+        snprintf(why, sizeof why, "all %d epoch%s done at step %lld", epochs, epochs == 1 ? "" : "s", (long long)step);
+    else
+        snprintf(why, sizeof why, "step %lld has reached --max-steps", (long long)step);
+    printf("%s: nothing to train (%s); the model as it is: test loss %.4f  test acc %.2f%%\n", prog, why,
+           ev[2] > 0 ? ev[0] / ev[2] : 0.0, ev[2] > 0 ? 100.0 * ev[1] / ev[2] : 0.0);
+    fflush(stdout);
+}
+
 /* 64-bit FNV-1a of the host name and the GPU's id: ranks sharing a GPU have the same key. */
 static uint64_t gpu_key(const char *device_id) {
     char host[256] = "";

@@ -103,6 +103,11 @@ ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank);
  * epoch. No collective; NULL is fine. */
 void ex_gpu_monitor_restart(ls_gpu_monitor *m);
 
+/* Rank 0, when a run has no step to take (--epochs 0; a resumed checkpoint that finished the
+ * epochs; --max-steps already reached): says why, and the test figures of the model as it is
+ * (ev: loss sum, correct, count), so that --epochs 0 --resume PATH evaluates a checkpoint. */
+void ex_print_nothing_to_train(const char *prog, int epochs, int64_t start_epoch, int64_t step, const double ev[3]);
+
 #ifdef EX_PROG
 #define parse_i64(flag, s, min, max, out) ex_parse_i64(EX_PROG, flag, s, min, max, out)
 #define parse_f64(flag, s, out) ex_parse_f64(EX_PROG, flag, s, out)

@@ -43,7 +43,8 @@ typedef struct options {
 static void usage(FILE *f) {
     fprintf(f, "usage: fashion_mlp [options]\n"
                "Trains a 784-512-256-10 MLP on Fashion-MNIST (data-parallel under lockstep-run).\n\n"
-               "  --epochs N            epochs (default 5)\n"
+               "  --epochs N            epochs (default 5); with nothing left to train (0, a finished checkpoint,\n"
+               "                        --max-steps reached) the model is evaluated on the test set as it is\n"
                "  --batch-size N        samples per rank per micro-step (default 128)\n"
                "  --accum-steps N       micro-steps per optimizer step, gradients accumulated (default 1)\n"
                "  --optimizer sgd|adamw optimizer (default sgd: momentum 0.9)\n"
@@ -187,6 +188,16 @@ static int parse_options(int argc, char **argv, options *o) {
     return ex_ckpt_options_check(EX_PROG, &o->ck);
 }
 
+/* ev = test loss sum, correct, count over every rank's shard of the test set. */
+static ls_status evaluate(ls_trainer *trainer, ls_comm *comm, const ls_dataset *test, const int64_t *idx, int64_t n,
+                          double ev[3]) {
+    int64_t correct;
+    LS_CHECK(ls_trainer_evaluate(trainer, test, idx, n, &ev[0], &correct));
+    ev[1] = (double)correct;
+    ev[2] = (double)n;
+    return ls_comm_allreduce_host(comm, ev, 3, LS_F64, LS_REDUCE_SUM);
+}
+
 int main(int argc, char **argv) {
     options o;
     if (parse_options(argc, argv, &o) != 0) return 2;
@@ -307,6 +318,11 @@ int main(int argc, char **argv) {
     TRY("test shard",
         ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx, &test_count, &tc_global));
 
+    if (start_epoch >= o.epochs || ex_ckpt_done(&ck)) { /* a finished checkpoint, --epochs 0: evaluate */
+        double ev[3];
+        TRY("evaluation", evaluate(trainer, comm, test, test_idx, test_count, ev));
+        if (rank == 0) ex_print_nothing_to_train("fashion_mlp", o.epochs, start_epoch, ck.step, ev);
+    }
     ex_gpu_monitor_restart(gpumon); /* the epochs' figures, not the setup's */
     for (int64_t epoch = start_epoch; epoch < o.epochs && !ck.max_reached; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
@@ -342,12 +358,8 @@ int main(int argc, char **argv) {
         double train_time = ex_now_s() - t0;
         if (progress) fprintf(stderr, "\r%*s\r", 70, "");
         double ev[3];
-        int64_t correct;
-        TRY("evaluation", ls_trainer_evaluate(trainer, test, test_idx, test_count, &ev[0], &correct));
-        ev[1] = (double)correct;
-        ev[2] = (double)test_count;
+        TRY("evaluation", evaluate(trainer, comm, test, test_idx, test_count, ev));
         TRY("metrics", ls_comm_allreduce_host(comm, m, 3, LS_F64, LS_REDUCE_SUM));
-        TRY("metrics", ls_comm_allreduce_host(comm, ev, 3, LS_F64, LS_REDUCE_SUM));
         ls_memory_stats ms;
         ls_allocator_stats(ctx->alloc, &ms);
         double peak = (double)ms.peak_bytes;

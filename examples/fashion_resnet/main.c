@@ -49,7 +49,8 @@ typedef struct options {
 static void usage(FILE *f) {
     fprintf(f, "usage: fashion_resnet [options]\n"
                "Trains a small ResNet on Fashion-MNIST (data-parallel under lockstep-run).\n\n"
-               "  --epochs N            epochs (default 5)\n"
+               "  --epochs N            epochs (default 5); with nothing left to train (0, a finished checkpoint,\n"
+               "                        --max-steps reached) the model is evaluated on the test set as it is\n"
                "  --batch-size N|auto   samples per rank per micro-step (default 64); auto: the largest batch\n"
                "                        whose training step fits the memory cap with 10%% headroom, found by\n"
                "                        trial steps (doubling, then bisection), the minimum over ranks\n"
@@ -231,6 +232,30 @@ static void augment(const ls_dataset *src, ls_dataset *dst, uint64_t seed, int64
     }
 }
 
+/* ev = test loss sum, correct, count over every rank's shard of the test set: with rank 0's running
+ * statistics (DDP's broadcast_buffers), in eval mode, in pieces no larger than a training step so
+ * that evaluation fits wherever training did. */
+static ls_status evaluate(ls_trainer *trainer, ls_comm *comm, ls_module *model, const ls_dataset *test,
+                          const int64_t *idx, int64_t count, int64_t piece, double ev[3]) {
+    LS_CHECK(ls_cnn_broadcast_buffers(comm, model));
+    ls_module_set_training(model, 0);
+    ls_cnn_release_activations(model);
+    ev[0] = ev[1] = 0;
+    ev[2] = (double)count;
+    ls_status s = LS_OK;
+    for (int64_t lo = 0; lo < count && s == LS_OK; lo += piece) {
+        int64_t n = count - lo < piece ? count - lo : piece, correct = 0;
+        double loss_sum = 0;
+        s = ls_trainer_evaluate(trainer, test, idx + lo, n, &loss_sum, &correct);
+        ev[0] += loss_sum;
+        ev[1] += (double)correct;
+    }
+    ls_module_set_training(model, 1);
+    ls_cnn_release_activations(model);
+    LS_CHECK(s);
+    return ls_comm_allreduce_host(comm, ev, 3, LS_F64, LS_REDUCE_SUM);
+}
+
 int main(int argc, char **argv) {
     options o;
     if (parse_options(argc, argv, &o) != 0) return 2;
@@ -375,6 +400,11 @@ int main(int argc, char **argv) {
     int64_t test_count = 0, tc_global = 0;
     TRY("test shard",
         ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx, &test_count, &tc_global));
+    if (start_epoch >= o.epochs || ex_ckpt_done(&ck)) { /* a finished checkpoint, --epochs 0: evaluate */
+        double ev[3];
+        TRY("evaluation", evaluate(trainer, comm, model, test, test_idx, test_count, per_step, ev));
+        if (rank == 0) ex_print_nothing_to_train("fashion_resnet", o.epochs, start_epoch, ck.step, ev);
+    }
     ex_gpu_monitor_restart(gpumon); /* the epochs' figures, not the setup's */
     double total_time = 0;
     for (int64_t epoch = start_epoch; epoch < o.epochs && !ck.max_reached; epoch++) {
@@ -421,23 +451,9 @@ int main(int argc, char **argv) {
         ls_memory_stats ms;
         ls_allocator_stats(ctx->alloc, &ms);
         double peak = (double)ms.peak_bytes;
-        /* evaluate with rank 0's running statistics (DDP's broadcast_buffers), in eval mode, in pieces
-         * no larger than a training step so that evaluation fits wherever training did */
-        TRY("buffers", ls_cnn_broadcast_buffers(comm, model));
-        ls_module_set_training(model, 0);
-        ls_cnn_release_activations(model);
-        double ev[3] = {0, 0, (double)test_count};
-        for (int64_t lo = 0; lo < test_count; lo += per_step) {
-            int64_t n = test_count - lo < per_step ? test_count - lo : per_step, correct;
-            double loss_sum;
-            TRY("evaluation", ls_trainer_evaluate(trainer, test, test_idx + lo, n, &loss_sum, &correct));
-            ev[0] += loss_sum;
-            ev[1] += (double)correct;
-        }
-        ls_module_set_training(model, 1);
-        ls_cnn_release_activations(model);
+        double ev[3];
+        TRY("evaluation", evaluate(trainer, comm, model, test, test_idx, test_count, per_step, ev));
         TRY("metrics", ls_comm_allreduce_host(comm, m, 3, LS_F64, LS_REDUCE_SUM));
-        TRY("metrics", ls_comm_allreduce_host(comm, ev, 3, LS_F64, LS_REDUCE_SUM));
         TRY("metrics", ls_comm_allreduce_host(comm, &peak, 1, LS_F64, LS_REDUCE_MAX));
         if (rank == 0) {
             char pk[32];

@@ -3,7 +3,9 @@
 # buffers, every step's loss, and the --metrics fields that do not depend on timing: loss,
 # accuracy, lr, loss scale, skipped), 20 steps + a run killed in the middle of its next save
 # (LOCKSTEP_CKPT_CRASH_AT) + resume to step 37 (crossing an epoch) + resume to 40. Global batch
-# 32 (32/NP per rank), 32 steps an epoch; ARGS go to every run (the model, precision, ...).
+# 32 (32/NP per rank), 32 steps an epoch; ARGS go to every run (the model, precision, ...). Then,
+# with nothing left to train (--max-steps reached, --epochs 0), the checkpoint evaluates to the
+# step-40 run's test figures and no checkpoint is written.
 PROG=$1 MPIRUN=$2 NP=$3
 shift 3
 . "$(dirname "$0")/lib.sh"
@@ -41,11 +43,25 @@ expect_rc 0
 expect_out "$NAME: resumed from $tmp/D/step-00000037 at step 37, epoch 2 (step 5 of 32 in the epoch)"
 expect_out "$NAME: stopped at step 40 (--max-steps)"
 
+# the test figures at step 40 (the last epoch line: --max-steps ends epoch 2 there)
+figures() { grep -oE 'test loss [0-9.]+  test acc [0-9.]+%' "$1" | tail -n 1; }
+at40=$(figures out)
+[ -n "$at40" ] || fail "the last run printed no test figures"
+
 cmp A.bin B.bin || fail "parameters after 40 steps differ between the straight and the resumed runs"
 cmp A.log B.log || { diff A.log B.log | head; fail "per-step losses differ"; }
 [ "$(wc -l <B.json)" -eq 40 ] || fail "B.json holds $(wc -l <B.json) steps, expected 40"
 cmp <(deterministic A.json) <(deterministic B.json) ||
     { diff <(deterministic A.json) <(deterministic B.json) | head; fail "per-step metrics differ"; }
 [ "$(ls -d D/step-* | wc -l)" -eq 3 ] || fail "--keep-last 3 left $(ls -d D/step-* | wc -l) checkpoints"
+# nothing left to train: the checkpoint is evaluated as it is, to the same figures, nothing saved
+train "$NP" "${A[@]}" --resume auto --max-steps 40 --save-every 20
+expect_rc 0
+expect_out "$NAME: nothing to train (step 40 has reached --max-steps); the model as it is: $at40"
+train "$NP" "${A[@]}" --epochs 0 --resume "$tmp/D/step-00000040"
+expect_rc 0
+expect_out "$NAME: nothing to train (--epochs 0); the model as it is: $at40"
+[ "$(cat D/latest)" = step-00000040 ] && [ "$(ls -d D/step-* | wc -l)" -eq 3 ] ||
+    fail "a run with nothing to train changed the checkpoints: $(ls D)"
 echo "PASS: $NP rank(s): 20 + crash + 17 + 3 steps equal 40 straight, bit for bit ($(wc -c <A.bin) parameter" \
-     "bytes, 40 losses and metrics)"
+     "bytes, 40 losses and metrics); the step-40 checkpoint evaluates to $at40"
