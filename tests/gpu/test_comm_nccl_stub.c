@@ -1,6 +1,6 @@
 /* test_comm_nccl_stub.c: the NCCL communicator (collectives/comm_nccl.c, compiled into this test)
  * over stand-ins for the CUDA runtime and NCCL (stub_cudart.c, stub_nccl.c), under mpirun with 2 and
- * 3 ranks on a machine without a GPU. What it checks is comm_nccl.c's own logic: the unique id
+ * 3 ranks on a machine without a GPU (and 1: the one-rank bootstrap over a self communicator). What it checks is comm_nccl.c's own logic: the unique id
  * bootstrap over MPI; every collective, dtype and reduction reaching NCCL as asked (results against
  * the reference); host buffers refused, the _host variants delegated to MPI; each collective
  * queued after an event recorded on the compute stream and awaited on the communication stream;
@@ -49,6 +49,10 @@ static ls_status make(double timeout_s, nccl *out) {
     }
     return s;
 }
+
+/* One rank (registry.c's path for --comm nccl without a launcher): bootstrapped over a self
+ * communicator, whose broadcast of the unique id is a no-op; then every collective as above. */
+static void test_one_rank_bootstrap(void);
 
 static void *dev_alloc(size_t bytes) {
     void *p = NULL;
@@ -329,6 +333,26 @@ static void test_setup_failure(void) {
     LS_EXPECT(stub_nccl_inits == inits);
 }
 
+static void test_one_rank_bootstrap(void) {
+    ls_comm_env env;
+    memset(&env, 0, sizeof env);
+    env.device.type = LS_DEVICE_CUDA;
+    env.timeout_s = 30;
+    ls_comm *boot = NULL;
+    LS_REQUIRE_OK(ls_comm_create(NULL, "self", &boot));
+    LS_REQUIRE(ls_comm_world(boot) == 1);
+    long inits = stub_nccl_inits, destroys = stub_nccl_destroys, colls = stub_nccl_colls;
+    nccl c;
+    LS_REQUIRE_OK(ls_comm_nccl_create(&env, boot, &c.f, &c.st)); /* takes boot over */
+    LS_EXPECT(stub_nccl_inits == inits + 1);
+    test_collectives(&c);
+    LS_EXPECT(stub_nccl_colls > colls); /* they went to NCCL, not to the self communicator */
+    c.f->destroy(c.st);
+    LS_EXPECT(stub_nccl_destroys == destroys + 1);
+    printf("one rank: a NCCL communicator bootstrapped over a self communicator, %ld collectives\n",
+           stub_nccl_colls - colls);
+}
+
 int main(void) {
     ls_rank_info ri;
     LS_REQUIRE_OK(ls_rank_discover(&ri));
@@ -350,6 +374,7 @@ int main(void) {
     test_async_error();
     test_failures();
     test_setup_failure();
+    if (W == 1) test_one_rank_bootstrap();
 
     int32_t fails = ls_test_failures;
     LS_REQUIRE_OK(ls_comm_allreduce(keep, &fails, 1, LS_I32, LS_REDUCE_SUM));
