@@ -70,8 +70,12 @@ static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
                "global batch of %lld: continuing at the next step boundary (%lld samples skipped)\n",
                c->prog, (long long)saved.epoch_samples, (long long)saved.epoch + 1, (long long)gb,
                (long long)(*start_j * gb - saved.epoch_samples));
-    printf("%s: resumed from %s at step %lld, epoch %lld (step %lld of %lld in the epoch)\n", c->prog, c->path,
-           (long long)saved.step, (long long)*start_epoch + 1, (long long)*start_j, (long long)steps);
+    if (*start_j == 0 && *start_epoch > 0) /* saved at an epoch's end */
+        printf("%s: resumed from %s at step %lld, the end of epoch %lld\n", c->prog, c->path, (long long)saved.step,
+               (long long)*start_epoch);
+    else
+        printf("%s: resumed from %s at step %lld, epoch %lld (step %lld of %lld in the epoch)\n", c->prog, c->path,
+               (long long)saved.step, (long long)*start_epoch + 1, (long long)*start_j, (long long)steps);
     return LS_OK;
 }
 

@@ -63,5 +63,12 @@ expect_rc 0
 expect_out "$NAME: nothing to train (--epochs 0); the model as it is: $at40"
 [ "$(cat D/latest)" = step-00000040 ] && [ "$(ls -d D/step-* | wc -l)" -eq 3 ] ||
     fail "a run with nothing to train changed the checkpoints: $(ls D)"
+# a checkpoint at the end of the run's only epoch: resumed, it is done
+train "$NP" "${A[@]}" --epochs 1 --save-every 100 --checkpoint-dir E
+expect_rc 0
+train "$NP" "${A[@]}" --epochs 1 --checkpoint-dir E --resume auto
+expect_rc 0
+expect_out "$NAME: resumed from E/step-00000032 at step 32, the end of epoch 1"
+expect_out "$NAME: nothing to train (all 1 epoch done at step 32); the model as it is: test loss"
 echo "PASS: $NP rank(s): 20 + crash + 17 + 3 steps equal 40 straight, bit for bit ($(wc -c <A.bin) parameter" \
      "bytes, 40 losses and metrics); the step-40 checkpoint evaluates to $at40"
