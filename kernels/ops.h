@@ -58,11 +58,11 @@ typedef struct ls_bn_params {
     int relu;
 } ls_bn_params;
 
-/* The op table. All pointers are on the backend's device unless named host_. Float ops take a
- * dtype: every backend supports LS_F32; the CPU also LS_F64 (reference, gradient checks). */
 /* What a convolution's workspace is for (conv2d_workspace). */
 enum { LS_CONV_FORWARD = 0, LS_CONV_BACKWARD = 1, LS_CONV_BACKWARD_WEIGHTS = 2 };
 
+/* The op table. All pointers are on the backend's device unless named host_. Float ops take a
+ * dtype: every backend supports LS_F32; the CPU also LS_F64 (reference, gradient checks). */
 typedef struct ls_ops {
     const char *name;
     ls_status (*init)(ls_device dev, void **state);
