@@ -1,7 +1,7 @@
 /* test_comm_nccl_stub.c: the NCCL communicator (collectives/comm_nccl.c, compiled into this test)
  * over stand-ins for the CUDA runtime and NCCL (stub_cudart.c, stub_nccl.c), under mpirun with 2 and
- * 3 ranks on a machine without a GPU (and 1: the one-rank bootstrap over a self communicator). What it checks is comm_nccl.c's own logic: the unique id
- * bootstrap over MPI; every collective, dtype and reduction reaching NCCL as asked (results against
+ * 3 ranks on a machine without a GPU, and with 1 (the one-rank bootstrap over a self
+ * communicator). What it checks is comm_nccl.c's own logic: the unique id bootstrap over MPI; every collective, dtype and reduction reaching NCCL as asked (results against
  * the reference); host buffers refused, the _host variants delegated to MPI; each collective
  * queued after an event recorded on the compute stream and awaited on the communication stream;
  * a timeout, an asynchronous error, a failed local setup on one rank and a failed ncclGetUniqueId
@@ -49,10 +49,6 @@ static ls_status make(double timeout_s, nccl *out) {
     }
     return s;
 }
-
-/* One rank (registry.c's path for --comm nccl without a launcher): bootstrapped over a self
- * communicator, whose broadcast of the unique id is a no-op; then every collective as above. */
-static void test_one_rank_bootstrap(void);
 
 static void *dev_alloc(size_t bytes) {
     void *p = NULL;
@@ -333,6 +329,8 @@ static void test_setup_failure(void) {
     LS_EXPECT(stub_nccl_inits == inits);
 }
 
+/* One rank (registry.c's path for --comm nccl without a launcher): bootstrapped over a self
+ * communicator, whose broadcast of the unique id is a no-op; then every collective as above. */
 static void test_one_rank_bootstrap(void) {
     ls_comm_env env;
     memset(&env, 0, sizeof env);
