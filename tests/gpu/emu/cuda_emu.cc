@@ -99,12 +99,16 @@ NO_ASAN void yield_to_scheduler() {
     current = &f->ts;
 }
 
+/* A fiber runs thread after thread: once its thread has returned it waits, DONE, until the
+ * scheduler gives it the next (the same thread index in a later block or launch), so a stack is
+ * started through setcontext, a system call, once in the process and not once per thread. */
 NO_ASAN void fiber_main() {
     ASAN_FINISH(NULL, &sched_bottom, &sched_size);
-    kernel_body(kernel_arg);
-    running->state = DONE;
-    ASAN_START(NULL, sched_bottom, sched_size); /* this stack's thread is over */
-    jump_to(sched_jb);
+    for (;;) {
+        kernel_body(kernel_arg);
+        running->state = DONE;
+        yield_to_scheduler();
+    }
 }
 
 void setup() {
@@ -167,9 +171,7 @@ void run_block(int nthreads, unsigned block_parity) {
         fiber &f = fibers[i];
         f.ts.tid = make_uint3((unsigned)(i % block_dims.x), (unsigned)(i / block_dims.x % block_dims.y),
                               (unsigned)(i / (block_dims.x * block_dims.y)));
-        f.state = RUNNING;
-        f.started = false;
-        f.asan_save = NULL;
+        f.state = RUNNING; /* started stays: a started fiber resumes in fiber_main's loop */
     }
     const int nwarps = (nthreads + 31) / 32;
     for (int round = 0;; round++) {

@@ -407,6 +407,17 @@ static double in_val(const problem *p, const void *buf, size_t i) {
     return p->tf32 ? (double)emu_tf32((float)v) : v;
 }
 
+/* in_val of each of buf's n elements (malloc'd). */
+static double *in_vals(const problem *p, const void *buf, size_t n) {
+    double *v = malloc(sizeof(double) * (n ? n : 1));
+    if (!v) {
+        fprintf(stderr, "emu_cudnn: no host memory for a convolution's input\n");
+        abort();
+    }
+    for (size_t i = 0; i < n; i++) v[i] = in_val(p, buf, i);
+    return v;
+}
+
 /* The workspace the algorithm of the call being checked uses (run_checks). An algorithm uses its
  * workspace while it computes: conv_run overwrites it before and after the sums, so an input or
  * an output in the workspace comes out wrong. */
@@ -454,6 +465,21 @@ static cudnnStatus_t run_checks(const char *call, int dir, int algo, const probl
                         }                                                                                              \
         }
 
+/* The direction's sums into acc, from the inputs converted to doubles (the stand-in's own arrays,
+ * sized by the same problem: AddressSanitizer's checks of these accesses, left out, would double
+ * the emulated CNN tests' time; the reads of the device buffers, in in_vals, are checked). */
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_NO_ASAN __attribute__((no_sanitize_address))
+#else
+#define EMU_NO_ASAN
+#endif
+EMU_NO_ASAN static void conv_sums(const problem *p, int dir, const double *xv, const double *wv, const double *yv,
+                                  double *acc) {
+    if (dir == DIR_FWD) EMU_CONV_LOOP(p, acc[yi] += xv[xi] * wv[wi]);
+    if (dir == DIR_BWD_DATA) EMU_CONV_LOOP(p, acc[xi] += yv[yi] * wv[wi]);
+    if (dir == DIR_BWD_FILTER) EMU_CONV_LOOP(p, acc[wi] += xv[xi] * yv[yi]);
+}
+
 /* out[i] = alpha acc[i] + beta out[i] (out not read when beta is 0), acc rounded as the compute. */
 static void blend(const problem *p, double alpha, double beta, const double *acc, void *out, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -489,9 +515,16 @@ static void conv_run(void *arg) {
         abort();
     }
     if (j->ws_bytes) memset(j->ws, 0x3c, j->ws_bytes);
-    if (j->dir == DIR_FWD) EMU_CONV_LOOP(p, acc[yi] += in_val(p, x, xi) * in_val(p, w, wi));
-    if (j->dir == DIR_BWD_DATA) EMU_CONV_LOOP(p, acc[xi] += in_val(p, y, yi) * in_val(p, w, wi));
-    if (j->dir == DIR_BWD_FILTER) EMU_CONV_LOOP(p, acc[wi] += in_val(p, x, xi) * in_val(p, y, yi));
+    const size_t nx = (size_t)p->N * p->C * p->H * p->W, nw = (size_t)p->K * p->Cg * p->R * p->S,
+                 ny = (size_t)p->N * p->K * p->P * p->Q;
+    /* the two inputs as in_val reads them, converted once: the same sums in the same order */
+    double *xv = j->dir == DIR_BWD_DATA ? NULL : in_vals(p, x, nx),
+           *wv = j->dir == DIR_BWD_FILTER ? NULL : in_vals(p, w, nw),
+           *yv = j->dir == DIR_FWD ? NULL : in_vals(p, y, ny);
+    conv_sums(p, j->dir, xv, wv, yv, acc);
+    free(xv);
+    free(wv);
+    free(yv);
     blend(p, j->alpha, j->beta, acc, j->out, n);
     free(acc);
     if (j->ws_bytes) memset(j->ws, 0x3c, j->ws_bytes);
