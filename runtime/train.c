@@ -40,6 +40,9 @@ struct ls_trainer {
         ls_tensor *x, *y; /* device buffers */
         void *xb;         /* a set of bytes: the values and bytes copied, decoded into x on the device */
         int64_t decode;   /* rows staged in xb and not yet decoded into x */
+        int64_t *hidx;    /* a data set on the device: the batch's indices staged on the host */
+        int idx_pinned;   /* hidx is pinned memory */
+        int64_t *didx;    /* and their device copy, which the gather reads */
     } st[LS_UPLOAD_SLOTS];
     int slot;           /* the slot of the last batch loaded */
     ls_tensor vx, vy;   /* the host path's views */
@@ -77,8 +80,6 @@ struct ls_trainer {
     uint64_t dev_clock;
     uint64_t refused[2]; /* ids of sets that did not fit on the device (auto): kept on the host */
     int n_refused;
-    int64_t *didx; /* device copy of a micro-batch's indices */
-    int64_t didx_cap;
     int64_t *iota; /* device 0, 1, ..., cap-1: decoding staged bytes is a gather of every row */
 };
 
@@ -112,8 +113,10 @@ static int uses_buffers(const ls_trainer *t) {
 static void free_batch_buffers(ls_trainer *t) {
     for (int i = 0; i < LS_UPLOAD_SLOTS; i++) {
         struct stage *g = &t->st[i];
-        if (g->mem || g->x) (void)ls_allocator_upload_wait(t->ctx->alloc, i);
+        if (g->mem || g->x || g->hidx) (void)ls_allocator_upload_wait(t->ctx->alloc, i);
         ls_allocator_host_free(t->ctx->alloc, g->mem, g->bytes, g->pinned);
+        ls_allocator_host_free(t->ctx->alloc, g->hidx, (size_t)t->cap * sizeof(int64_t), g->idx_pinned);
+        if (g->didx) ls_free(t->ctx->alloc, g->didx);
         ls_tensor_destroy(g->x);
         ls_tensor_destroy(g->y);
         if (g->xb) ls_free(t->ctx->alloc, g->xb);
@@ -140,7 +143,6 @@ void ls_trainer_destroy(ls_trainer *t) {
         LS_LOG_D("prefetch: %lld batches prefetched and used, %lld unused", (long long)t->pf_hits,
                  (long long)t->pf_misses);
     for (int i = 0; i < 2; i++) dev_data_free(t, &t->dev[i]);
-    if (t->didx) ls_free(t->ctx->alloc, t->didx);
     ls_reducer_destroy(t->reducer);
     ls_xent_destroy(t->loss);
     free_batch_buffers(t);
@@ -350,27 +352,36 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
     return LS_OK;
 }
 
-/* x[0..n) and y[0..n) = the samples idx[0..n) of d, gathered on the device. */
+/* x[0..n) and y[0..n) = the samples idx[0..n) of d, gathered on the device into the current
+ * slot's buffers. The indices go as a staged upload (pinned memory, the copy stream), not a
+ * synchronous copy: the host does not wait for the device to take them, only, before rewriting
+ * the slot's staged indices, for the slot's last copy (a step or more back, as slots alternate). */
 static ls_status gather_on_device(ls_trainer *t, const ls_dataset *data, struct dev_data *d, const int64_t *idx,
                                   int64_t n) {
     for (int64_t i = 0; i < n; i++)
         if (idx[i] < 0 || idx[i] >= data->n)
             return ls_error(LS_ERR_INVALID_ARGUMENT, "sample index %lld is outside the data set of %lld samples",
                             (long long)idx[i], (long long)data->n);
-    if (n > t->didx_cap) {
-        if (t->didx) ls_free(t->ctx->alloc, t->didx);
-        t->didx = NULL;
-        t->didx_cap = 0;
-        LS_CHECK(ls_alloc(t->ctx->alloc, (size_t)n * sizeof(int64_t), "batch indices", (void **)&t->didx));
-        t->didx_cap = n;
+    int slot = t->slot;
+    struct stage *g = &t->st[slot];
+    size_t bytes = (size_t)t->cap * sizeof(int64_t);
+    if (!g->hidx)
+        LS_CHECK(ls_allocator_host_alloc(t->ctx->alloc, bytes, "a batch's indices", &g->idx_pinned, (void **)&g->hidx));
+    if (!g->didx) {
+        LS_CHECK(ls_alloc(t->ctx->alloc, bytes, "batch indices", (void **)&g->didx));
+        /* as in use_slot: the new buffer may reuse memory that queued compute work still reads */
+        LS_CHECK(ls_allocator_release(t->ctx->alloc, slot));
     }
-    LS_CHECK(ls_allocator_copy(t->ctx->alloc, t->didx, 1, idx, 0, (size_t)n * sizeof(int64_t)));
+    LS_CHECK(ls_allocator_upload_wait(t->ctx->alloc, slot)); /* its last copy has read the staged indices */
+    memcpy(g->hidx, idx, (size_t)n * sizeof *idx);
+    LS_CHECK(ls_allocator_upload(t->ctx->alloc, slot, g->didx, g->hidx, (size_t)n * sizeof *idx));
+    LS_CHECK(ls_allocator_upload_join(t->ctx->alloc, slot)); /* the gathers read them after the copy */
     const ls_ops *o = t->ctx->ops;
     if (d->lut)
-        LS_CHECK(o->gather_rows_lut(t->ctx->state, n, data->features, d->images, t->didx, d->lut, t->x->data));
+        LS_CHECK(o->gather_rows_lut(t->ctx->state, n, data->features, d->images, g->didx, d->lut, t->x->data));
     else
-        LS_CHECK(o->gather_rows(t->ctx->state, sizeof(float), n, data->features, d->images, t->didx, t->x->data));
-    return o->gather_rows(t->ctx->state, sizeof(int32_t), n, 1, d->labels, t->didx, t->y->data);
+        LS_CHECK(o->gather_rows(t->ctx->state, sizeof(float), n, data->features, d->images, g->didx, t->x->data));
+    return o->gather_rows(t->ctx->state, sizeof(int32_t), n, 1, d->labels, g->didx, t->y->data);
 }
 
 /* A data set of bytes is staged as such (4x less to gather and copy than f32) and decoded on the
@@ -550,19 +561,16 @@ static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t
         }
         t->pf_misses++;
     }
+    /* the other slot than the last batch's (the host stages indices or a batch while the device
+     * may still compute on it), unless a prefetched batch waits there */
+    int i = t->pf.valid ? (t->pf.slot + 1) % LS_UPLOAD_SLOTS : (t->slot + 1) % LS_UPLOAD_SLOTS;
     if (dd) {
-        /* gathered on the compute stream, ordered after the slot's earlier readers: one slot is
-         * enough, and a batch prefetched into the other stays there */
-        int i = t->pf.valid && t->pf.slot == t->slot ? (t->slot + 1) % LS_UPLOAD_SLOTS : t->slot;
         LS_CHECK(use_slot(t, i, n));
         /* a prefetch that missed may still be copying into this slot on the copy stream */
         LS_CHECK(ls_allocator_upload_join(t->ctx->alloc, i));
         t->st[i].decode = 0;
-        return gather_on_device(t, data, dd, idx, n);
+        return gather_on_device(t, data, dd, idx, n); /* on the compute stream, after the slot's readers */
     }
-    /* the other slot than the last batch's (the host gathers while the device may still compute on
-     * it), unless a prefetched batch waits there */
-    int i = t->pf.valid ? (t->pf.slot + 1) % LS_UPLOAD_SLOTS : (t->slot + 1) % LS_UPLOAD_SLOTS;
     LS_CHECK(use_slot(t, i, n));
     LS_CHECK(stage_upload(t, i, data, idx, n));
     LS_CHECK(ls_allocator_upload_join(t->ctx->alloc, i));
@@ -664,8 +672,9 @@ static ls_status read_loss(ls_trainer *t, int64_t n, ls_step_stats *st) {
     return LS_OK;
 }
 
-/* Forward and backward of the loaded micro-batch, its loss scaled by scale. */
-static ls_status forward_backward(ls_trainer *t, double scale) {
+/* Forward and backward of the loaded micro-batch, its loss scaled by scale; the correct count
+ * too when count (the caller reads the step's stats). */
+static ls_status forward_backward(ls_trainer *t, double scale, int count) {
     LS_TL_T0(t0);
     const ls_tensor *in, *logits, *dlogits;
     LS_CHECK(model_input(t, &in));
@@ -673,7 +682,7 @@ static ls_status forward_backward(ls_trainer *t, double scale) {
     /* loss and count stay on the device until the work after them is queued: a GPU runs
      * forward, backward (and, on the last micro-batch, the optimizer) without a wait */
     LS_CHECK(ls_xent_forward(t->loss, logits, t->y, NULL));
-    LS_CHECK(ls_xent_correct(t->loss, logits, t->y, NULL));
+    if (count) LS_CHECK(ls_xent_correct(t->loss, logits, t->y, NULL));
     LS_TL_SPAN(t0, "forward", "compute");
     LS_TL_T0(t1);
     LS_CHECK(ls_xent_backward(t->loss, scale, &dlogits));
@@ -723,7 +732,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             LS_TL_T0(t_load);
             LS_CHECK(load_batch(t, data, idx + lo, n, k == 0));
             LS_TL_SPAN(t_load, "load batch", "data");
-            ls_status s = forward_backward(t, scale);
+            ls_status s = forward_backward(t, scale, stats != NULL);
             /* the batch's last reader is queued, also when a failure cut the work short: later
              * copies into its slot wait for what was queued */
             if (uses_buffers(t)) {
@@ -731,9 +740,10 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
                 if (s == LS_OK) s = r;
             }
             LS_CHECK(s);
-            if (last)
+            /* without stats nothing is read: on a GPU the step returns without waiting */
+            if (stats && last)
                 pending = n;
-            else
+            else if (stats)
                 LS_CHECK(read_loss(t, n, &st));
         }
         if (last && t->reducer) {

@@ -58,6 +58,13 @@ void ls_trainer_destroy(ls_trainer *t);
 
 /* One optimizer step over this rank's samples idx[0..count) (count <= accum_steps *
  * batch_per_rank, split into micro-batches), global_count = samples in the step over all ranks.
+ * stats may be NULL: the step then neither counts correct predictions nor reads its loss, and on
+ * a GPU it returns once its work is queued, without waiting for the device (as a PyTorch loop that
+ * calls no loss.item()). It still waits where it reads a value from the device (fp16 and bf16:
+ * the found-inf flag; clip_grad_norm: the norm; MPI on a GPU: the gradients, staged through host
+ * memory), and before it rewrites one of the two staging slots, for the copy made from it last:
+ * with data on the device or prefetched, the host runs about a step ahead of the device. With
+ * stats, the step waits for the device to read the loss and correct count.
  * On a GPU the trainer copies a data set it trains or evaluates on to the device once and gathers
  * each batch there, so a step moves only its indices (PyTorch users keep small sets on the GPU
  * for the same reason); it keeps the last two sets (training and test). LOCKSTEP_DATA_ON_DEVICE:

@@ -343,6 +343,7 @@ struct stream_queue {
 };
 
 std::map<cudaStream_t, stream_queue> queues;
+unsigned long long work_queued, work_done; /* kernels and library calls (emu_work_counts) */
 
 /* An event: the stream and the position in its queue of the last record. */
 struct emu_event {
@@ -371,7 +372,10 @@ void run_op(queued_op &op) {
     case queued_op::MEMSET: memset(op.dst, op.value, op.n); break;
     case queued_op::RECORD: break;
     case queued_op::WAIT: run_until(op.other, op.target); break;
-    case queued_op::WORK: op.work(); break;
+    case queued_op::WORK:
+        work_done++;
+        op.work();
+        break;
     }
 }
 
@@ -426,8 +430,10 @@ void enqueue(cudaStream_t s, queued_op op) {
 /* A kernel or library call on stream s: at once after the stream's queue (late), or queued. */
 void stream_submit(cudaStream_t s, std::function<void()> work) {
     std::lock_guard<std::recursive_mutex> g(big_lock);
+    work_queued++;
     if (schedule() == LATE) {
         run_all(s);
+        work_done++;
         work();
         return;
     }
@@ -450,6 +456,12 @@ void emu_stream_submit(cudaStream_t s, void (*fn)(void *job), void *job) {
 }
 void emu_lock(void) { big_lock.lock(); }
 void emu_unlock(void) { big_lock.unlock(); }
+
+void emu_work_counts(unsigned long long *queued, unsigned long long *done) {
+    guard g(big_lock);
+    *queued = emu::work_queued;
+    *done = emu::work_done;
+}
 
 void emu_device_synchronize(void) {
     guard g(big_lock);

@@ -53,6 +53,11 @@ void emu_unlock(void);
  * memory directly (the parity tests' allocator). */
 void emu_device_synchronize(void);
 
+/* Kernels and library calls queued on any stream so far, and of them those that have run (under
+ * the late schedule each runs when launched; under lazy only a wait makes it run): how far the
+ * host ran ahead of the "device" (test_emu_run_ahead). */
+void emu_work_counts(unsigned long long *queued, unsigned long long *done);
+
 /* The SM count the emulated device reports (cudaGetDeviceProperties); kernels size grids by it. */
 extern int emu_sm_count;
 

@@ -1,0 +1,166 @@
+/* test_emu_run_ahead.c: on a GPU a training step waits for the device only when the caller asks
+ * for what only the device knows. The whole library runs on the emulated cuda:0 (emu_registry.c:
+ * the backend's own code, its caching allocator, copy stream and events) under the lazy schedule,
+ * where queued kernels run only when something waits for them, so the count of kernels that have
+ * run (emu_work_counts) shows every wait the host made.
+ *  - ls_trainer_step with stats NULL does not wait for its own work, nor for the step before: at
+ *    least two micro-batches' kernels are still queued when it returns (no kernel of steps k-1
+ *    and k has run after step k of one micro-batch; none of step k's after a step of two), as
+ *    PyTorch's loop runs ahead when it reads no loss. The host waits only before it rewrites a
+ *    slot's staged memory (two slots, used in turn), for the copy made from it last. Data on the
+ *    device (each micro-batch's indices staged in pinned memory and copied on the copy stream, not
+ *    by a synchronous copy), as floats and as bytes; and a data set kept on the host, its batches
+ *    staged and prefetched; one micro-batch and two, in f32 (fp16 and bf16 read a found-inf flag
+ *    at every step, to skip the step on every rank when a gradient is not finite);
+ *  - with stats, the step reads the loss and correct count: every kernel queued has run when it
+ *    returns;
+ *  - the two train alike: the parameters after the steps identical bit for bit, and the loss and
+ *    correct count of the last step (read in both) equal. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_emu_rt.h"
+#include "data.h"
+#include "mlp_run.h"
+#include "nn.h"
+#include "optim.h"
+#include "testutil.h"
+#include "train.h"
+
+#define N 512
+#define F 64
+#define B 32
+#define STEPS 10
+
+static ls_ctx *C;
+static ls_dataset *D, *Db; /* floats, and bytes */
+
+static unsigned long long queued(void) {
+    unsigned long long q, d;
+    emu_work_counts(&q, &d);
+    return q;
+}
+static unsigned long long done(void) {
+    unsigned long long q, d;
+    emu_work_counts(&q, &d);
+    return d;
+}
+
+static void indices(int k, int64_t n, int64_t *idx) {
+    for (int64_t i = 0; i < n; i++) idx[i] = ((int64_t)k * 131 + i * 17) % N;
+}
+
+typedef struct plan {
+    const char *name;
+    ls_precision precision;
+    int accum;
+    const char *data_mode; /* LOCKSTEP_DATA_ON_DEVICE */
+    int hint;              /* name the next step's samples (ls_trainer_prefetch) */
+    int bytes;             /* the data set of bytes (decoded on the device) */
+} plan;
+
+/* Trains STEPS steps; with_stats 0 passes stats only to the last step. Returns the parameters,
+ * and the last step's stats in *last. Counts the steps after which fewer than two micro-batches'
+ * kernels were still queued (*waited: with one micro-batch a kernel of that step or of the one
+ * before had run, with two a kernel of that step), and those after which some queued kernel had
+ * not run (*ahead). */
+static float *run(const plan *p, int with_stats, ls_step_stats *last, int *waited, int *ahead, int64_t *n_out) {
+    LS_REQUIRE(setenv("LOCKSTEP_DATA_ON_DEVICE", p->data_mode, 1) == 0);
+    LS_REQUIRE(setenv("LOCKSTEP_PREFETCH", "auto", 1) == 0);
+    ls_module *m = NULL;
+    ls_optimizer *o = NULL;
+    mlp_sgd(C, F, 0.05f, &m, &o);
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = B;
+    tc.accum_steps = p->accum;
+    tc.lr.base_lr = 0.05f;
+    tc.precision = p->precision;
+    ls_trainer *t = NULL;
+    LS_REQUIRE_OK(ls_trainer_create(C, NULL, m, o, &tc, &t));
+    const ls_dataset *data = p->bytes ? Db : D;
+    int64_t n = (int64_t)B * p->accum, idx[B * 2], next[B * 2];
+    unsigned long long before[STEPS];
+    *waited = *ahead = 0;
+    for (int k = 0; k < STEPS; k++) {
+        indices(k, n, idx);
+        if (p->hint && k + 1 < STEPS) {
+            indices(k + 1, n, next);
+            LS_REQUIRE_OK(ls_trainer_prefetch(t, data, next, n));
+        }
+        before[k] = queued();
+        int read = with_stats || k == STEPS - 1;
+        LS_REQUIRE_OK(ls_trainer_step(t, data, idx, n, n, read ? last : NULL));
+        unsigned long long d = done();
+        /* the first step allocates and uploads the data set (synchronous copies): counted from the
+         * second */
+        int back = p->accum == 1 ? 1 : 0; /* steps back to the first whose kernels must all be queued */
+        if (getenv("RA_DEBUG"))
+            fprintf(stderr, "step %d: before %llu done %llu queued %llu\n", k, before[k], d, queued());
+        if (k >= 1 && d > before[k - back]) ++*waited;
+        if (d < queued()) ++*ahead;
+    }
+    ls_trainer_destroy(t);
+    float *out = params_to_host(C, m, n_out);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+    return out;
+}
+
+static void check(const plan *p) {
+    ls_step_stats sa, sb;
+    int wa, aa, wb, ab;
+    int64_t na, nb;
+    float *a = run(p, 0, &sa, &wa, &aa, &na);
+    float *b = run(p, 1, &sb, &wb, &ab, &nb);
+    int same = na == nb && !memcmp(a, b, sizeof(float) * (size_t)na);
+    printf("%-34s stats NULL: waited after %d of %d steps, ahead after %d; stats: waited after %d, ahead after %d; "
+           "parameters %s; last loss %.9g / %.9g, correct %lld / %lld\n",
+           p->name, wa, STEPS - 1, aa, wb, ab, same ? "identical" : "DIFFER", sa.loss_sum, sb.loss_sum,
+           (long long)sa.correct, (long long)sb.correct);
+    /* the last step reads its loss (it waits), so it is not counted among the steps ahead */
+    LS_EXPECT(wa == 1 && aa == STEPS - 1); /* stats NULL: no wait but the last step's, which reads */
+    LS_EXPECT(wb == STEPS - 1 && ab == 0); /* stats: every step waits for all its work */
+    LS_EXPECT(same);
+    LS_EXPECT(sa.loss_sum == sb.loss_sum && sa.correct == sb.correct && sa.samples == sb.samples);
+    LS_EXPECT(sa.samples == (int64_t)B * p->accum && sa.loss_sum > 0);
+    free(a);
+    free(b);
+}
+
+int main(void) {
+    /* before the first emulated call: the schedule is read once */
+    LS_REQUIRE(setenv("EMU_SCHEDULE", "lazy", 1) == 0);
+    LS_REQUIRE_OK(ls_ctx_create((ls_device){LS_DEVICE_CUDA, 0}, NULL, &C));
+    float *x = malloc(sizeof(float) * N * F);
+    int32_t y[N];
+    LS_REQUIRE(x);
+    uint64_t r = 99;
+    for (int i = 0; i < N * F; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)((r >> 40) & 0xffff) / 65536.0f - 0.5f;
+    }
+    for (int i = 0; i < N; i++) y[i] = (int32_t)((i * 3 + (int)(x[i * F] * 10 + 5)) % 10);
+    LS_REQUIRE_OK(ls_dataset_from_arrays(N, F, 10, x, y, &D));
+    uint8_t *b = malloc(N * F);
+    float lut[256];
+    LS_REQUIRE(b);
+    for (int i = 0; i < N * F; i++) b[i] = (uint8_t)((x[i] + 0.5f) * 256.0f);
+    for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - 0.3f) / 0.35f;
+    LS_REQUIRE_OK(ls_dataset_from_bytes(N, F, 10, b, lut, y, &Db));
+    free(b);
+    free(x);
+    const plan plans[] = {
+        {"data on the device", LS_PRECISION_FP32, 1, "on", 0, 0},
+        {"on the device, 2 micro-batches", LS_PRECISION_FP32, 2, "on", 0, 0},
+        {"bytes on the device", LS_PRECISION_FP32, 1, "on", 0, 1},
+        {"staged and prefetched", LS_PRECISION_FP32, 1, "off", 1, 0},
+        {"staged, prefetched, 2 micro-batches", LS_PRECISION_FP32, 2, "off", 1, 0},
+        {"bytes staged and prefetched", LS_PRECISION_FP32, 1, "off", 1, 1},
+    };
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) check(&plans[i]);
+    ls_dataset_destroy(D);
+    ls_dataset_destroy(Db);
+    ls_ctx_destroy(C);
+    LS_TEST_END();
+}
