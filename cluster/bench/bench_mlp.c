@@ -187,7 +187,9 @@ int main(int argc, char **argv) {
             CHECK("batch", ls_sampler_batch(smp, j + 1, B, nidx, &ncount, &nglobal));
             CHECK("prefetch", ls_trainer_prefetch(tr, data, nidx, ncount));
         }
-        CHECK("step", ls_trainer_step(tr, data, idx, count, global, &st));
+        /* the loss read only at the last step, as torch_mlp.py's loss.item() after its loop: a step
+         * given no stats does not wait for the device (train.h) */
+        CHECK("step", ls_trainer_step(tr, data, idx, count, global, it == steps - 1 ? &st : NULL));
         if (more) {
             int64_t *tmp = idx;
             idx = nidx;

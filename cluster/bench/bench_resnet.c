@@ -165,7 +165,8 @@ int main(int argc, char **argv) {
         }
         int64_t count, global;
         CHECK("batch", ls_sampler_batch(smp, j, b, idx, &count, &global));
-        CHECK("step", ls_trainer_step(tr, data, idx, count, global, &st));
+        /* the loss read only at the last step, as torch_resnet.py's loss.item() after its loop */
+        CHECK("step", ls_trainer_step(tr, data, idx, count, global, it == steps - 1 ? &st : NULL));
     }
     CHECK("sync", ls_ctx_synchronize(ctx));
     CHECK("barrier", ls_comm_barrier(comm));
