@@ -8,6 +8,7 @@
 #include "nn.h"
 #include "optim.h"
 #include "testutil.h"
+#include "train.h"
 
 /* A features-40-10 ReLU MLP in f32 (seed 77: the same on every call) and SGD at lr. */
 static inline void mlp_sgd(ls_ctx *c, int64_t features, float lr, ls_module **m, ls_optimizer **o) {
@@ -23,6 +24,22 @@ static inline void mlp_sgd(ls_ctx *c, int64_t features, float lr, ls_module **m,
     ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
     oc.lr = lr;
     LS_REQUIRE_OK(ls_optimizer_create(c, np, pa, ga, &oc, o));
+}
+
+/* mlp_sgd's model and optimizer at lr 0.05, and a one-rank trainer of them: batch micro-batches of
+ * accum, the lr constant. */
+static inline ls_trainer *mlp_trainer(ls_ctx *c, int64_t features, int64_t batch, int accum, ls_precision precision,
+                                      ls_module **m, ls_optimizer **o) {
+    mlp_sgd(c, features, 0.05f, m, o); /* f32 masters under bf16 */
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = batch;
+    tc.accum_steps = accum;
+    tc.lr.base_lr = 0.05f;
+    tc.precision = precision;
+    ls_trainer *t = NULL;
+    LS_REQUIRE_OK(ls_trainer_create(c, NULL, *m, *o, &tc, &t));
+    return t;
 }
 
 /* Waits for the context, then returns the parameters in order (malloc'd) and their count. */

@@ -66,14 +66,7 @@ static float *run(const char *prefetch, const char *data_mode, int hints, int ha
     LS_REQUIRE(setenv("LOCKSTEP_DATA_ON_DEVICE", data_mode, 1) == 0);
     ls_module *m = NULL;
     ls_optimizer *o = NULL;
-    mlp_sgd(C, F, 0.05f, &m, &o);
-    ls_train_config tc;
-    memset(&tc, 0, sizeof tc);
-    tc.batch_per_rank = B;
-    tc.accum_steps = 2;
-    tc.lr.base_lr = 0.05f;
-    ls_trainer *t = NULL;
-    LS_REQUIRE_OK(ls_trainer_create(C, NULL, m, o, &tc, &t));
+    ls_trainer *t = mlp_trainer(C, F, B, 2, LS_PRECISION_FP32, &m, &o);
     int64_t idx[2 * B], next[2 * B], ev[40];
     for (int i = 0; i < 40; i++) ev[i] = (i * 13) % N;
     for (int k = 0; k < STEPS; k++) {

@@ -92,15 +92,7 @@ static float *run(const plan *p, const char *mode, const char *data_mode, int64_
     ls_dataset *d = make_data();
     ls_module *m = NULL;
     ls_optimizer *o = NULL;
-    mlp_sgd(C, FEATURES, 0.05f, &m, &o); /* f32 masters under bf16 */
-    ls_train_config tc;
-    memset(&tc, 0, sizeof tc);
-    tc.batch_per_rank = B;
-    tc.accum_steps = p->accum;
-    tc.lr.base_lr = 0.05f;
-    tc.precision = p->precision;
-    ls_trainer *t = NULL;
-    LS_REQUIRE_OK(ls_trainer_create(C, NULL, m, o, &tc, &t));
+    ls_trainer *t = mlp_trainer(C, FEATURES, B, p->accum, p->precision, &m, &o);
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)(B * 4)), *next = malloc(sizeof(int64_t) * (size_t)(B * 4));
     int64_t count, ncount, eval_idx[40];
     LS_REQUIRE(idx && next);

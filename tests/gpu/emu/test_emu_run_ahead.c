@@ -69,15 +69,7 @@ static float *run(const plan *p, int with_stats, ls_step_stats *last, int *waite
     LS_REQUIRE(setenv("LOCKSTEP_PREFETCH", "auto", 1) == 0);
     ls_module *m = NULL;
     ls_optimizer *o = NULL;
-    mlp_sgd(C, F, 0.05f, &m, &o);
-    ls_train_config tc;
-    memset(&tc, 0, sizeof tc);
-    tc.batch_per_rank = B;
-    tc.accum_steps = p->accum;
-    tc.lr.base_lr = 0.05f;
-    tc.precision = p->precision;
-    ls_trainer *t = NULL;
-    LS_REQUIRE_OK(ls_trainer_create(C, NULL, m, o, &tc, &t));
+    ls_trainer *t = mlp_trainer(C, F, B, p->accum, p->precision, &m, &o);
     const ls_dataset *data = p->bytes ? Db : D;
     int64_t n = (int64_t)B * p->accum, idx[B * 2], next[B * 2];
     unsigned long long before[STEPS];
