@@ -357,11 +357,12 @@ else
 fi
 
 # ---- where a lockstep MLP step's host time goes (LOCKSTEP_TIMELINE, cluster/bench/timeline_summary.py):
-# the time to queue forward, backward and the optimizer, and 'read loss', the host waiting for the
-# GPU (a large share there: the GPU sets the pace; a small one: the host does). The trace goes to
+# the time to queue forward, backward and the optimizer. bench_mlp reads the loss only at its last
+# step (as the PyTorch peer does), so its steps do not wait for the GPU to read it: the host runs
+# ahead and waits inside 'load batch', before it rewrites a slot's staged indices, for the copy
+# made from it a step back. A large 'load batch' share: the GPU sets the pace; a small one: the
+# host does, and forward + backward + optimizer is the host's cost per step. The trace goes to
 # $OUT for ui.perfetto.dev ----
-# At batch 4096 the GPU should set the pace: the host's time outside 'read loss' is then what a
-# step spends before the GPU has work (a large one there is the per-step loss read's cost).
 for tb in 128 4096; do
     [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ] || break
     step timeline-b$tb 30 env LOCKSTEP_TIMELINE="$WORK/timeline-b$tb.json" "$BENCH" --device cuda --batch-size $tb \
@@ -372,12 +373,13 @@ for tb in 128 4096; do
         [ -n "${OUT:-}" ] && cp "$WORK/timeline-b$tb.json" "$OUT/timeline-b$tb.json"
         step timeline-summary-b$tb 20 python3 "$ROOT/cluster/bench/timeline_summary.py" --skip 20 \
             "$WORK/timeline-b$tb.json"
-        # "step 0.152 ms: forward 0.041, backward 0.052, optimizer 0.011, load 0.004, GPU wait 0.040 (ms/step)"
+        # "step 0.152 ms: forward 0.041, backward 0.052, optimizer 0.011, load (waits for the GPU) 0.044,
+        # read loss 0.000 (ms/step)"
         fig=$(awk '
             /mean step/ { for (i = 1; i <= NF; i++) if ($i == "step") st = $(i + 1) }
             $1 == "forward" { f = $4 } $1 == "backward" { b = $4 } $1 == "optimizer" { o = $4 }
             $1 == "load" && $2 == "batch" { l = $5 } /read loss/ { w = $(NF - 1) }
-            END { printf "step %s ms: forward %s, backward %s, optimizer %s, load %s, GPU wait %s (ms/step)",
+            END { printf "step %s ms: forward %s, backward %s, optimizer %s, load (waits for the GPU) %s, read loss %s (ms/step)",
                   st, f, b, o, l, w }' "$WORK/timeline-summary-b$tb.out" 2>/dev/null)
     fi
     add_row "MLP b$tb host time (timeline)" "$res" "$fig"
