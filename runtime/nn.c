@@ -598,6 +598,32 @@ ls_status ls_xent_correct(ls_xent *l, const ls_tensor *logits, const ls_tensor *
     return ls_op_accuracy(l->ctx, logits, labels, l->pred, correct);
 }
 
+double ls_xent_mean(ls_dtype dtype, const void *losses, int64_t count) {
+    double sum = 0; /* the order and precision of ls_op_xent_forward's sum */
+    for (int64_t i = 0; i < count; i++)
+        sum += dtype == LS_F64 ? ((const double *)losses)[i] : ((const float *)losses)[i];
+    return count ? sum / (double)count : 0.0;
+}
+
+ls_status ls_xent_download(ls_xent *l, int slot, void *host_losses, int32_t *host_correct, ls_dtype *dtype,
+                           int64_t *count) {
+    LS_CHECK_ARG(l && host_losses && dtype && count, "ls_xent_download: %s is NULL",
+                 !l             ? "the loss"
+                 : !host_losses ? "host_losses"
+                                : "an output");
+    if (!l->losses) return ls_error(LS_ERR_INVALID_ARGUMENT, "loss read before any forward");
+    if (host_correct && !l->pred) return ls_error(LS_ERR_INVALID_ARGUMENT, "correct count read before ls_xent_correct");
+    const ls_tensor *L = l->losses;
+    ls_allocator *a = l->ctx->alloc;
+    LS_CHECK(ls_allocator_download(a, slot, host_losses, L->data, ls_tensor_nbytes(L)));
+    if (host_correct)
+        LS_CHECK(ls_allocator_download(a, slot, host_correct, (int32_t *)l->pred->data + (l->pred->shape[0] - 1),
+                                       sizeof(int32_t)));
+    *dtype = L->dtype;
+    *count = L->shape[0];
+    return LS_OK;
+}
+
 ls_status ls_xent_read(ls_xent *l, double *mean_loss, int64_t *correct) {
     LS_CHECK_ARG(l, "ls_xent_read: the loss is NULL");
     if (mean_loss) {
@@ -617,10 +643,8 @@ ls_status ls_xent_read(ls_xent *l, double *mean_loss, int64_t *correct) {
             }
             h = copy;
         }
-        double sum = 0; /* the order and precision of ls_op_xent_forward's sum */
-        for (int64_t i = 0; i < B; i++) sum += L->dtype == LS_F64 ? ((const double *)h)[i] : ((const float *)h)[i];
+        *mean_loss = ls_xent_mean(L->dtype, h, B);
         free(copy);
-        *mean_loss = B ? sum / (double)B : 0.0;
     }
     if (correct) {
         if (!l->pred) return ls_error(LS_ERR_INVALID_ARGUMENT, "correct count read before ls_xent_correct");

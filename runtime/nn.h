@@ -77,6 +77,15 @@ ls_status ls_xent_correct(ls_xent *l, const ls_tensor *logits, const ls_tensor *
 /* The last forward's mean loss and the last count of ls_xent_correct (either may be NULL), waiting
  * for the device once; valid until the next forward. */
 ls_status ls_xent_read(ls_xent *l, double *mean_loss, int64_t *correct);
+/* Deferred read: queues copies of the last forward's per-sample losses to host_losses (*count
+ * values of *dtype, f32 or f64: room for the batch in f64 is enough) and, when host_correct is
+ * not NULL, of the last count of ls_xent_correct, in download slot `slot` of the context's
+ * allocator, without waiting for the device; after ls_allocator_download_wait(slot), reduce them
+ * with ls_xent_mean. host_losses should come from ls_allocator_host_alloc (pinned). */
+ls_status ls_xent_download(ls_xent *l, int slot, void *host_losses, int32_t *host_correct, ls_dtype *dtype,
+                           int64_t *count);
+/* The mean of count per-sample losses (f32 or f64) in host memory, summed as ls_xent_read does. */
+double ls_xent_mean(ls_dtype dtype, const void *losses, int64_t count);
 
 #ifdef __cplusplus
 }

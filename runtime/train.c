@@ -81,6 +81,20 @@ struct ls_trainer {
     uint64_t refused[2]; /* ids of sets that did not fit on the device (auto): kept on the host */
     int n_refused;
     int64_t *iota; /* device 0, 1, ..., cap-1: decoding staged bytes is a gather of every row */
+    /* cfg.totals: the running sums, and the losses and counts of steps given no stats, copied to
+     * the host in the background, one step per download slot, the slots used in turn */
+    ls_train_totals totals;
+    struct dslot {
+        void *mem; /* per micro-batch room for batch_per_rank f64 losses, then accum_steps int32 counts */
+        size_t bytes;
+        int pinned;
+        int n_mb; /* micro-batches whose copies are queued (0: nothing to read) */
+        struct dmb {
+            int64_t n, count; /* samples, and losses copied */
+            ls_dtype dtype;
+        } * mb; /* [accum_steps] */
+    } ds[LS_DOWNLOAD_SLOTS];
+    int ds_next; /* the slot the next step without stats fills: the oldest */
 };
 
 /* LOCKSTEP_DATA_ON_DEVICE and LOCKSTEP_PREFETCH: auto (unset), on or off */
@@ -137,8 +151,80 @@ static void dev_data_free(ls_trainer *t, struct dev_data *d) {
     memset(d, 0, sizeof *d);
 }
 
+/* The room for one micro-batch's losses in a download slot. */
+static size_t dslot_room(const ls_trainer *t) { return (size_t)t->cfg.batch_per_rank * sizeof(double); }
+
+/* Waits for a slot's copies and adds them to the totals, in micro-batch order (as read_loss adds
+ * them to a step's stats). */
+static ls_status totals_fold(ls_trainer *t, int slot) {
+    struct dslot *d = &t->ds[slot];
+    if (!d->n_mb) return LS_OK;
+    LS_CHECK(ls_allocator_download_wait(t->ctx->alloc, slot));
+    const char *mem = d->mem;
+    const int32_t *correct = (const int32_t *)(mem + (size_t)t->cfg.accum_steps * dslot_room(t));
+    double loss = 0;
+    for (int k = 0; k < d->n_mb; k++) {
+        loss += ls_xent_mean(d->mb[k].dtype, mem + (size_t)k * dslot_room(t), d->mb[k].count) * (double)d->mb[k].n;
+        t->totals.correct += correct[k];
+        t->totals.samples += d->mb[k].n;
+    }
+    t->totals.loss_sum += loss;
+    d->n_mb = 0;
+    return LS_OK;
+}
+
+/* Every slot's copies into the totals, the oldest first. */
+static ls_status totals_drain(ls_trainer *t) {
+    for (int i = 0; i < LS_DOWNLOAD_SLOTS; i++) LS_CHECK(totals_fold(t, (t->ds_next + i) % LS_DOWNLOAD_SLOTS));
+    return LS_OK;
+}
+
+/* The slot for this step's copies, emptied into the totals first (a step LS_DOWNLOAD_SLOTS back). */
+static ls_status dslot_take(ls_trainer *t, struct dslot **out) {
+    int slot = t->ds_next;
+    struct dslot *d = &t->ds[slot];
+    if (d->n_mb) {
+        LS_TL_T0(t_wait);
+        LS_CHECK(totals_fold(t, slot));
+        LS_TL_SPAN(t_wait, "totals of an earlier step (waits for the device)", "sync");
+    }
+    if (!d->mem) {
+        size_t bytes = (size_t)t->cfg.accum_steps * (dslot_room(t) + sizeof(int32_t));
+        if (!d->mb && !(d->mb = calloc((size_t)t->cfg.accum_steps, sizeof *d->mb)))
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for the step totals");
+        LS_CHECK(ls_allocator_host_alloc(t->ctx->alloc, bytes, "step totals", &d->pinned, &d->mem));
+        d->bytes = bytes;
+    }
+    *out = d;
+    return LS_OK;
+}
+
+static void dslots_free(ls_trainer *t) {
+    for (int i = 0; i < LS_DOWNLOAD_SLOTS; i++) {
+        struct dslot *d = &t->ds[i];
+        if (d->mem) (void)ls_allocator_download_wait(t->ctx->alloc, i); /* no copy into freed memory */
+        ls_allocator_host_free(t->ctx->alloc, d->mem, d->bytes, d->pinned);
+        free(d->mb);
+        memset(d, 0, sizeof *d);
+    }
+}
+
+ls_status ls_trainer_totals(ls_trainer *t, ls_train_totals *out, int reset) {
+    LS_CHECK_ARG(t && out, "ls_trainer_totals: %s is NULL", !t ? "the trainer" : "out");
+    if (!t->cfg.totals)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_trainer_totals: the trainer keeps no totals (set totals = 1 in its ls_train_config)");
+    LS_TL_T0(t_read);
+    LS_CHECK(totals_drain(t));
+    LS_TL_SPAN(t_read, "read totals (waits for the device)", "sync");
+    *out = t->totals;
+    if (reset) memset(&t->totals, 0, sizeof t->totals);
+    return LS_OK;
+}
+
 void ls_trainer_destroy(ls_trainer *t) {
     if (!t) return;
+    dslots_free(t);
     if (t->pf_hits || t->pf_misses)
         LS_LOG_D("prefetch: %lld batches prefetched and used, %lld unused", (long long)t->pf_hits,
                  (long long)t->pf_misses);
@@ -222,6 +308,8 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     if (!(cfg->clip_grad_norm >= 0) || !isfinite(cfg->clip_grad_norm))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "clip_grad_norm %g must be finite and >= 0 (0: off)",
                         cfg->clip_grad_norm);
+    if (cfg->totals != 0 && cfg->totals != 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "totals %d must be 0 or 1", cfg->totals);
     if (cfg->precision != LS_PRECISION_FP32 && cfg->precision != LS_PRECISION_FP16 &&
         cfg->precision != LS_PRECISION_BF16)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "precision %d is not LS_PRECISION_FP32, _FP16 or _BF16",
@@ -719,7 +807,9 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
     LS_CHECK(ls_module_zero_grad(t->model));
     st.loss_scale = t->scaler.scale;
     double scale = t->scaler.scale / (double)global_count;
-    int64_t pending = 0; /* samples of the last micro-batch whose loss and count are still to read */
+    int64_t pending = 0;        /* samples of the last micro-batch whose loss and count are still to read */
+    struct dslot *defer = NULL; /* totals without stats: the copies of the losses and counts */
+    if (t->cfg.totals && !stats) LS_CHECK(dslot_take(t, &defer));
     for (int k = 0; k < accum; k++) {
         int last = k == accum - 1;
         int64_t lo = k * b, hi = lo + b < count ? lo + b : count;
@@ -732,7 +822,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             LS_TL_T0(t_load);
             LS_CHECK(load_batch(t, data, idx + lo, n, k == 0));
             LS_TL_SPAN(t_load, "load batch", "data");
-            ls_status s = forward_backward(t, scale, stats != NULL);
+            ls_status s = forward_backward(t, scale, stats != NULL || t->cfg.totals);
             /* the batch's last reader is queued, also when a failure cut the work short: later
              * copies into its slot wait for what was queued */
             if (uses_buffers(t)) {
@@ -740,8 +830,17 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
                 if (s == LS_OK) s = r;
             }
             LS_CHECK(s);
-            /* without stats nothing is read: on a GPU the step returns without waiting */
-            if (stats && last)
+            /* without stats nothing is read (totals: copied to the host in the background): on a
+             * GPU the step returns without waiting */
+            if (defer) {
+                struct dmb *mb = &defer->mb[defer->n_mb];
+                char *mem = defer->mem;
+                int32_t *correct = (int32_t *)(mem + (size_t)accum * dslot_room(t));
+                LS_CHECK(ls_xent_download(t->loss, t->ds_next, mem + (size_t)defer->n_mb * dslot_room(t),
+                                          correct + defer->n_mb, &mb->dtype, &mb->count));
+                mb->n = n;
+                defer->n_mb++;
+            } else if (stats && last)
                 pending = n;
             else if (stats)
                 LS_CHECK(read_loss(t, n, &st));
@@ -787,6 +886,18 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
         LS_TL_SPAN(t_read, "read loss (waits for the device)", "sync");
     }
     t->steps++;
+    if (t->cfg.totals) {
+        if (defer)
+            t->ds_next = (t->ds_next + 1) % LS_DOWNLOAD_SLOTS;
+        else { /* after the steps before it */
+            LS_CHECK(totals_drain(t));
+            t->totals.loss_sum += st.loss_sum;
+            t->totals.correct += st.correct;
+            t->totals.samples += st.samples;
+        }
+        t->totals.steps++;
+        t->totals.skipped += st.skipped;
+    }
     if (t_step > 0) {
         char name[48];
         snprintf(name, sizeof name, "step %lld", (long long)t->steps);

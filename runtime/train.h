@@ -28,6 +28,7 @@ typedef struct ls_train_config {
     ls_reducer_config buckets;
     ls_precision precision; /* fp32 (default), fp16 (with loss scaling) or bf16 */
     int no_timeline;        /* 1: do not open the LOCKSTEP_TIMELINE file (trial trainers) */
+    int totals;             /* 1: keep running totals of every step (ls_trainer_totals) */
 } ls_train_config;
 
 typedef struct ls_step_stats {
@@ -40,6 +41,15 @@ typedef struct ls_step_stats {
     int skipped;       /* fp16: an inf/NaN gradient on some rank; the optimizer step was skipped */
     double loss_scale; /* the scale this step's backward used (1 without loss scaling) */
 } ls_step_stats;
+
+/* Sums over steps on this rank (ls_trainer_totals). */
+typedef struct ls_train_totals {
+    double loss_sum; /* of per-sample losses: the sum of the steps' ls_step_stats.loss_sum */
+    int64_t correct;
+    int64_t samples;
+    int64_t steps;
+    int64_t skipped; /* steps skipped for an inf/NaN gradient (fp16, bf16) */
+} ls_train_totals;
 
 typedef struct ls_trainer ls_trainer;
 
@@ -73,6 +83,17 @@ void ls_trainer_destroy(ls_trainer *t);
  * and copy each batch). */
 ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats);
+/* With cfg.totals set, the trainer adds every step's loss, correct count and samples to running
+ * totals; a step given stats NULL then counts correct predictions too, and queues copies of its
+ * losses and count to pinned host memory instead of waiting for them (two steps' copies in
+ * flight: a third step waits for the first's). ls_trainer_totals waits for the copies once and
+ * gives the sums since the trainer was made or since the last call with reset 1: a loop can
+ * report an epoch's loss and accuracy, or a progress line every N steps, while the host runs ahead
+ * of the device (Keras' metrics, kept on the device and read at the end of an epoch; in PyTorch,
+ * summing loss.detach() and calling .item() only when logging). The sums are those of the steps'
+ * stats, in step order, bit for bit: loss_sum is the sum of the ls_step_stats.loss_sum. Without
+ * cfg.totals it is an error. */
+ls_status ls_trainer_totals(ls_trainer *t, ls_train_totals *out, int reset);
 /* Names the samples of the next ls_trainer_step (the same data, idx, count; call it before the
  * current step). Once the current step's work is queued, the trainer gathers the next step's
  * first micro-batch on the host into pinned memory and queues its copy to the device on a copy

@@ -77,10 +77,12 @@ typedef struct cu_alloc {
     cudaError_t hard_error; /* this call's cudaMalloc failed for another reason than memory */
     uint64_t n_cuda_malloc, n_cuda_free;
     /* staged uploads (created on first use): a copy stream, and per slot the end of its last
-     * copies (done) and the compute work that last reads its device buffers (released) */
+     * copies (done) and the compute work that last reads its device buffers (released); deferred
+     * reads: per slot the end of its last copy to the host (on the compute stream) */
     int up_ready;
     cudaStream_t up_stream;
     cudaEvent_t up_done[LS_UPLOAD_SLOTS], up_released[LS_UPLOAD_SLOTS];
+    cudaEvent_t down_done[LS_DOWNLOAD_SLOTS];
     /* allocated blocks by pointer (open addressing; NULL empty, (void *)1 deleted) */
     cu_block **tab;
     size_t tab_cap, tab_used;
@@ -417,12 +419,17 @@ static void up_destroy(cu_alloc *a) {
         if (a->up_released[i]) (void)cudaEventDestroy(a->up_released[i]);
         a->up_done[i] = a->up_released[i] = NULL;
     }
+    for (int i = 0; i < LS_DOWNLOAD_SLOTS; i++) {
+        if (a->down_done[i]) (void)cudaEventDestroy(a->down_done[i]);
+        a->down_done[i] = NULL;
+    }
     if (a->up_stream) (void)cudaStreamDestroy(a->up_stream);
     a->up_stream = NULL;
     a->up_ready = 0;
 }
 
-/* The copy stream and the slots' events, on the allocator's device; all or nothing. */
+/* The copy stream and the slots' events (uploads' and downloads'), on the allocator's device;
+ * all or nothing. */
 static ls_status up_init(cu_alloc *a) {
     if (a->up_ready) return LS_OK;
     int prev = dev_enter(a);
@@ -431,6 +438,8 @@ static ls_status up_init(cu_alloc *a) {
         e = cudaEventCreateWithFlags(&a->up_done[i], cudaEventDisableTiming);
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&a->up_released[i], cudaEventDisableTiming);
     }
+    for (int i = 0; i < LS_DOWNLOAD_SLOTS && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&a->down_done[i], cudaEventDisableTiming);
     dev_leave(a, prev);
     if (e != cudaSuccess) {
         ls_status s = ls_cuda_error(e, "creating the upload stream and events", __FILE__, __LINE__);
@@ -488,6 +497,24 @@ static ls_status cu_release_fn(void *state, int slot) {
     return LS_OK;
 }
 
+/* ---- deferred reads (memory.h: ls_allocator_download): on the compute stream, after the work
+ * that computes what is read ---- */
+static ls_status cu_download_fn(void *state, int slot, void *dst, const void *src, size_t n) {
+    cu_alloc *a = state;
+    if (!n) return LS_OK;
+    LS_CHECK(up_init(a));
+    LS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, a->cs->stream));
+    LS_CUDA_CHECK(cudaEventRecord(a->down_done[slot], a->cs->stream));
+    return LS_OK;
+}
+
+static ls_status cu_download_wait_fn(void *state, int slot) {
+    cu_alloc *a = state;
+    if (!a->up_ready) return LS_OK; /* nothing was ever downloaded */
+    LS_CUDA_CHECK(cudaEventSynchronize(a->down_done[slot]));
+    return LS_OK;
+}
+
 static ls_status cu_zero_fn(void *state, void *ptr, size_t n) {
     cu_alloc *a = state;
     if (!n) return LS_OK;
@@ -530,8 +557,9 @@ static void cu_destroy_fn(void *state) {
 }
 
 static const ls_allocator_vtable ls_cuda_vtable = {
-    "cuda caching",   cu_alloc_fn,     cu_free_fn,   cu_copy_fn, cu_zero_fn,        cu_reserved_fn, cu_destroy_fn,
-    cu_host_alloc_fn, cu_host_free_fn, cu_upload_fn, cu_join_fn, cu_upload_wait_fn, cu_release_fn,  cu_alloc_error_fn};
+    "cuda caching", cu_alloc_fn,       cu_free_fn,      cu_copy_fn,         cu_zero_fn, cu_reserved_fn,
+    cu_destroy_fn,  cu_host_alloc_fn,  cu_host_free_fn, cu_upload_fn,       cu_join_fn, cu_upload_wait_fn,
+    cu_release_fn,  cu_alloc_error_fn, cu_download_fn,  cu_download_wait_fn};
 
 /* ---- policy ---- */
 typedef struct cu_policy {

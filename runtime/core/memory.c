@@ -118,9 +118,9 @@ static ls_status ls_host_zero(void *state, void *ptr, size_t n) {
     if (n) memset(ptr, 0, n);
     return LS_OK;
 }
-static const ls_allocator_vtable ls_host_vtable = {"host", ls_host_alloc, ls_host_free, ls_host_copy, ls_host_zero,
-                                                   NULL,   NULL,          NULL,         NULL,         NULL,
-                                                   NULL,   NULL,          NULL,         NULL};
+static const ls_allocator_vtable ls_host_vtable = {
+    "host", ls_host_alloc, ls_host_free, ls_host_copy, ls_host_zero, NULL, NULL, NULL,
+    NULL,   NULL,          NULL,         NULL,         NULL,         NULL, NULL, NULL};
 
 ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device, size_t cap_bytes,
                               ls_allocator **out) {
@@ -316,6 +316,23 @@ ls_status ls_allocator_upload_wait(ls_allocator *a, int slot) {
 ls_status ls_allocator_release(ls_allocator *a, int slot) {
     LS_CHECK(ls_check_slot(slot));
     return a->vt->release ? a->vt->release(a->state, slot) : LS_OK;
+}
+
+static ls_status ls_check_download_slot(int slot) {
+    if (slot < 0 || slot >= LS_DOWNLOAD_SLOTS)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "download slot %d is not in [0, %d)", slot, LS_DOWNLOAD_SLOTS);
+    return LS_OK;
+}
+
+ls_status ls_allocator_download(ls_allocator *a, int slot, void *dst, const void *src, size_t n) {
+    LS_CHECK(ls_check_download_slot(slot));
+    if (a->vt->download) return a->vt->download(a->state, slot, dst, src, n);
+    return a->vt->copy(a->state, dst, 0, src, 1, n);
+}
+
+ls_status ls_allocator_download_wait(ls_allocator *a, int slot) {
+    LS_CHECK(ls_check_download_slot(slot));
+    return a->vt->download_wait ? a->vt->download_wait(a->state, slot) : LS_OK;
 }
 
 ls_status ls_memory_parse_size(const char *s, size_t *out) {

@@ -53,6 +53,11 @@ typedef struct ls_allocator_vtable {
     /* Optional: after alloc returned NULL, LS_OK when it was for want of memory, else the error
      * that stopped it (set with ls_error; ls_alloc returns it instead of LS_ERR_OUT_OF_MEMORY). */
     ls_status (*alloc_error)(void *state);
+    /* Optional: deferred reads (see ls_allocator_download). download queues a device-to-host copy
+     * into pinned memory after the compute work queued so far and records its end for the slot;
+     * download_wait blocks until the slot's copies are done. NULL: copy() at once, no-op. */
+    ls_status (*download)(void *state, int slot, void *dst, const void *src, size_t n);
+    ls_status (*download_wait)(void *state, int slot);
 } ls_allocator_vtable;
 
 /* Host memory (64-byte aligned). cap_bytes 0 means no cap. */
@@ -102,6 +107,16 @@ ls_status ls_allocator_upload(ls_allocator *a, int slot, void *dst, const void *
 ls_status ls_allocator_upload_join(ls_allocator *a, int slot);
 ls_status ls_allocator_upload_wait(ls_allocator *a, int slot);
 ls_status ls_allocator_release(ls_allocator *a, int slot);
+
+/* Deferred reads: a value the device computes, read without making the host wait now (PyTorch's
+ * .to('cpu', non_blocking=True) into pinned memory). ls_allocator_download queues a copy of n
+ * bytes from device memory src to host memory dst (from ls_allocator_host_alloc, so the copy can
+ * run without the host) after the compute work queued so far, in one of LS_DOWNLOAD_SLOTS slots;
+ * ls_allocator_download_wait makes the host wait for the slot's copies before it reads dst. On
+ * the host (or a backend without them) the copy is made at once. */
+#define LS_DOWNLOAD_SLOTS 2
+ls_status ls_allocator_download(ls_allocator *a, int slot, void *dst, const void *src, size_t n);
+ls_status ls_allocator_download_wait(ls_allocator *a, int slot);
 
 /* Parse "2GiB", "512MiB", "1.5GB", "4096", "64k" into bytes (binary and decimal units). */
 ls_status ls_memory_parse_size(const char *s, size_t *out);

@@ -27,9 +27,9 @@ static inline void mlp_sgd(ls_ctx *c, int64_t features, float lr, ls_module **m,
 }
 
 /* mlp_sgd's model and optimizer at lr 0.05, and a one-rank trainer of them: batch micro-batches of
- * accum, the lr constant. */
-static inline ls_trainer *mlp_trainer(ls_ctx *c, int64_t features, int64_t batch, int accum, ls_precision precision,
-                                      ls_module **m, ls_optimizer **o) {
+ * accum, the lr constant, running totals when totals (ls_trainer_totals). */
+static inline ls_trainer *mlp_trainer_ex(ls_ctx *c, int64_t features, int64_t batch, int accum, ls_precision precision,
+                                         int totals, ls_module **m, ls_optimizer **o) {
     mlp_sgd(c, features, 0.05f, m, o); /* f32 masters under bf16 */
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
@@ -37,9 +37,15 @@ static inline ls_trainer *mlp_trainer(ls_ctx *c, int64_t features, int64_t batch
     tc.accum_steps = accum;
     tc.lr.base_lr = 0.05f;
     tc.precision = precision;
+    tc.totals = totals;
     ls_trainer *t = NULL;
     LS_REQUIRE_OK(ls_trainer_create(c, NULL, *m, *o, &tc, &t));
     return t;
+}
+
+static inline ls_trainer *mlp_trainer(ls_ctx *c, int64_t features, int64_t batch, int accum, ls_precision precision,
+                                      ls_module **m, ls_optimizer **o) {
+    return mlp_trainer_ex(c, features, batch, accum, precision, 0, m, o);
 }
 
 /* Waits for the context, then returns the parameters in order (malloc'd) and their count. */

@@ -14,7 +14,11 @@
  *    at every step, to skip the step on every rank when a gradient is not finite);
  *  - with stats, the step reads the loss and correct count: every kernel queued has run when it
  *    returns;
- *  - the two train alike: the parameters after the steps identical bit for bit, and the loss and
+ *  - with running totals (cfg.totals) and stats NULL, no step waits either (the losses and counts
+ *    are copied to pinned memory on the compute stream; a step waits only for the copies of the
+ *    step two back), and ls_trainer_totals then gives the sums of the stats of the run with stats,
+ *    bit for bit;
+ *  - the three train alike: the parameters after the steps identical bit for bit, and the loss and
  *    correct count of the last step (read in both) equal. */
 #include <stdlib.h>
 #include <string.h>
@@ -47,17 +51,21 @@ typedef struct plan {
     int bytes;             /* the data set of bytes (decoded on the device) */
 } plan;
 
-/* Trains STEPS steps; with_stats 0 passes stats only to the last step. Returns the parameters,
- * and the last step's stats in *last. Counts the steps after which fewer than two micro-batches'
- * kernels were still queued (*waited: with one micro-batch a kernel of that step or of the one
- * before had run, with two a kernel of that step), and those after which some queued kernel had
- * not run (*ahead). */
-static float *run(const plan *p, int with_stats, ls_step_stats *last, int *waited, int *ahead, int64_t *n_out) {
+enum { NO_STATS, STATS, TOTALS };
+
+/* Trains STEPS steps. NO_STATS passes stats only to the last step, STATS to every step (their sums
+ * into *sum), TOTALS to none (running totals on: ls_trainer_totals into *sum at the end). Returns
+ * the parameters, and the last step's stats in *last (not TOTALS). Counts the steps after which
+ * fewer than two micro-batches' kernels were still queued (*waited: with one micro-batch a kernel
+ * of that step or of the one before had run, with two a kernel of that step), and those after
+ * which some queued kernel had not run (*ahead). */
+static float *run(const plan *p, int mode, ls_step_stats *last, ls_train_totals *sum, int *waited, int *ahead,
+                  int64_t *n_out) {
     LS_REQUIRE(setenv("LOCKSTEP_DATA_ON_DEVICE", p->data_mode, 1) == 0);
     LS_REQUIRE(setenv("LOCKSTEP_PREFETCH", "auto", 1) == 0);
     ls_module *m = NULL;
     ls_optimizer *o = NULL;
-    ls_trainer *t = mlp_trainer(C, F, B, p->accum, LS_PRECISION_FP32, &m, &o);
+    ls_trainer *t = mlp_trainer_ex(C, F, B, p->accum, LS_PRECISION_FP32, mode == TOTALS, &m, &o);
     const ls_dataset *data = p->bytes ? Db : D;
     int64_t n = (int64_t)B * p->accum, idx[B * 2], next[B * 2];
     unsigned long long before[STEPS], queued, done;
@@ -70,13 +78,25 @@ static float *run(const plan *p, int with_stats, ls_step_stats *last, int *waite
             LS_REQUIRE_OK(ls_trainer_prefetch(t, data, next, n));
         }
         emu_work_counts(&before[k], &done);
-        int read = with_stats || k == STEPS - 1;
+        int read = mode == STATS || (mode == NO_STATS && k == STEPS - 1);
         LS_REQUIRE_OK(ls_trainer_step(t, data, idx, n, n, read ? last : NULL));
+        if (mode == STATS) {
+            sum->loss_sum += last->loss_sum;
+            sum->correct += last->correct;
+            sum->samples += last->samples;
+            sum->steps++;
+        }
         emu_work_counts(&queued, &done);
         /* the first step allocates and uploads the data set (synchronous copies): counted from the
          * second */
         if (k >= 1 && done > before[k - back]) ++*waited;
         if (done < queued) ++*ahead;
+    }
+    if (mode == TOTALS) {
+        LS_REQUIRE_OK(ls_trainer_totals(t, sum, 1));
+        ls_train_totals zero;
+        LS_REQUIRE_OK(ls_trainer_totals(t, &zero, 0)); /* reset */
+        LS_EXPECT(zero.steps == 0 && zero.samples == 0 && zero.loss_sum == 0);
     }
     ls_trainer_destroy(t);
     float *out = params_to_host(C, m, n_out);
@@ -86,24 +106,34 @@ static float *run(const plan *p, int with_stats, ls_step_stats *last, int *waite
 }
 
 static void check(const plan *p) {
-    ls_step_stats sa, sb;
-    int wa, aa, wb, ab;
-    int64_t na, nb;
-    float *a = run(p, 0, &sa, &wa, &aa, &na);
-    float *b = run(p, 1, &sb, &wb, &ab, &nb);
+    ls_step_stats sa, sb, unused;
+    ls_train_totals sum, tot;
+    memset(&sum, 0, sizeof sum);
+    int wa, aa, wb, ab, wc, ac;
+    int64_t na, nb, nc;
+    float *a = run(p, NO_STATS, &sa, NULL, &wa, &aa, &na);
+    float *b = run(p, STATS, &sb, &sum, &wb, &ab, &nb);
+    float *c = run(p, TOTALS, &unused, &tot, &wc, &ac, &nc);
     int same = na == nb && !memcmp(a, b, sizeof(float) * (size_t)na);
+    int same_c = nc == nb && !memcmp(c, b, sizeof(float) * (size_t)nc);
     printf("%-34s stats NULL: waited after %d of %d steps, ahead after %d; stats: waited after %d, ahead after %d; "
-           "parameters %s; last loss %.9g / %.9g, correct %lld / %lld\n",
-           p->name, wa, STEPS - 1, aa, wb, ab, same ? "identical" : "DIFFER", sa.loss_sum, sb.loss_sum,
-           (long long)sa.correct, (long long)sb.correct);
+           "totals: waited after %d, ahead after %d; parameters %s, %s; last loss %.9g / %.9g, correct %lld / %lld; "
+           "loss sum %.17g / %.17g, correct %lld / %lld\n",
+           p->name, wa, STEPS - 1, aa, wb, ab, wc, ac, same ? "identical" : "DIFFER", same_c ? "identical" : "DIFFER",
+           sa.loss_sum, sb.loss_sum, (long long)sa.correct, (long long)sb.correct, sum.loss_sum, tot.loss_sum,
+           (long long)sum.correct, (long long)tot.correct);
     /* the last step reads its loss (it waits), so it is not counted among the steps ahead */
     LS_EXPECT(wa == 1 && aa == STEPS - 1); /* stats NULL: no wait but the last step's, which reads */
     LS_EXPECT(wb == STEPS - 1 && ab == 0); /* stats: every step waits for all its work */
-    LS_EXPECT(same);
+    LS_EXPECT(wc == 0 && ac == STEPS);     /* totals: no step waits, the read comes after */
+    LS_EXPECT(same && same_c);
     LS_EXPECT(sa.loss_sum == sb.loss_sum && sa.correct == sb.correct && sa.samples == sb.samples);
     LS_EXPECT(sa.samples == (int64_t)B * p->accum && sa.loss_sum > 0);
+    LS_EXPECT(tot.loss_sum == sum.loss_sum && tot.correct == sum.correct && tot.samples == sum.samples);
+    LS_EXPECT(tot.steps == STEPS && tot.skipped == 0 && tot.samples == (int64_t)STEPS * B * p->accum);
     free(a);
     free(b);
+    free(c);
 }
 
 int main(void) {
