@@ -69,7 +69,8 @@ static void usage(FILE *f) {
                "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
                "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
                "  --dump-params FILE    after training, rank 0 writes all parameters as raw f32\n" EX_CKPT_HELP_FLAGS
-               "  --progress / --no-progress  progress line during an epoch (default: when stderr is a tty)\n"
+               "  --progress / --no-progress  progress line: the epoch's mean loss so far and samples/s\n"
+               "                        (default: when stderr is a tty)\n"
                "  -h, --help            this text\n\n" EX_CKPT_HELP_CONTENTS "\n" EX_CKPT_HELP_PREEMPTION
                "\n" EX_CKPT_HELP_ENV);
 }
@@ -295,6 +296,7 @@ int main(int argc, char **argv) {
     tc.precision = precision;
     tc.buckets.first_bucket_bytes = 0; /* defaults / environment */
     tc.buckets.bucket_bytes = 0;
+    tc.totals = 1; /* the epoch's loss and accuracy: read once, at its end */
     TRY("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
 
     char devname[32];
@@ -327,33 +329,37 @@ int main(int argc, char **argv) {
     for (int64_t epoch = start_epoch; epoch < o.epochs && !ck.max_reached; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
         ex_batcher_epoch(&bt);
-        double t0 = ex_now_s(), m[3] = {0, 0, 0};
+        double t0 = ex_now_s();
         int64_t seen = 0;
+        ls_train_totals tot;
         for (int64_t j = epoch == start_epoch ? start_j : 0; j < steps && !ex_ckpt_done(&ck); j++) {
             int64_t count, global;
             ls_step_stats st;
             int sig;
             double ts = ex_now_s();
+            /* without a per-step loss to write, a step does not wait for the device (the totals do) */
+            memset(&st, 0, sizeof st);
+            int read = metrics.on || o.ck.log_steps;
             TRY("batch", ex_batcher_step(&bt, sampler, trainer, train, j, steps, per_step, &idx, &count, &global));
-            TRY("training step", ls_trainer_step(trainer, train, idx, count, global, &st));
+            TRY("training step", ls_trainer_step(trainer, train, idx, count, global, read ? &st : NULL));
             TRY("--metrics", ex_metrics_step(&metrics, comm, ctx->alloc, ls_trainer_num_steps(trainer), epoch, &st,
                                              ex_now_s() - ts, o.clip > 0));
-            m[0] += st.loss_sum;
-            m[1] += (double)st.correct;
-            m[2] += (double)st.samples;
             seen += global;
             TRY(ck.what, ex_ckpt_after_step(&ck, &st, global, j + 1 == steps, &sig));
             if (sig) {
                 rc = 128 + sig;
                 goto done;
             }
-            if (progress && (j % 20 == 0 || j + 1 == steps)) {
+            if (progress && (j % 20 == 0 || j + 1 == steps)) { /* the epoch's mean loss so far */
+                TRY("progress", ls_trainer_totals(trainer, &tot, 0));
                 double el = ex_now_s() - t0;
                 fprintf(stderr, "\repoch %d  step %lld/%lld  loss %.4f  %.0f samples/s   ", (int)epoch + 1,
-                        (long long)(j + 1), (long long)steps, st.loss_sum / (double)(st.samples ? st.samples : 1),
+                        (long long)(j + 1), (long long)steps, tot.loss_sum / (double)(tot.samples ? tot.samples : 1),
                         el > 0 ? (double)seen / el : 0.0);
             }
         }
+        TRY("metrics", ls_trainer_totals(trainer, &tot, 1));
+        double m[3] = {tot.loss_sum, (double)tot.correct, (double)tot.samples};
         if (ck.max_reached && seen == 0) break;
         double train_time = ex_now_s() - t0;
         if (progress) fprintf(stderr, "\r%*s\r", 70, "");

@@ -132,6 +132,7 @@ int main(int argc, char **argv) {
     tc.batch_per_rank = batch;
     tc.accum_steps = 1;
     tc.lr.base_lr = oc.lr; /* constant: no warmup, no decay */
+    tc.totals = 1;         /* sums of the loss over the steps, read once per epoch */
     TRY("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
 
     /* 5. Resume: the newest checkpoint in ckpt_dir that verifies, if there is one. */
@@ -162,18 +163,16 @@ int main(int argc, char **argv) {
 
     for (int64_t epoch = first_epoch; epoch < epochs; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch)); /* a new shuffle, the same on every rank */
-        double train_loss = 0;
-        int64_t train_samples = 0;
         for (int64_t j = 0; j < steps; j++) {
             int64_t count, global;
-            ls_step_stats st;
             TRY("batch", ls_sampler_batch(sampler, j, batch, idx, &count, &global));
-            TRY("training step", ls_trainer_step(trainer, train, idx, count, global, &st));
-            train_loss += st.loss_sum;
-            train_samples += st.samples;
+            /* no stats: on a GPU the step returns once its work is queued, the host runs ahead */
+            TRY("training step", ls_trainer_step(trainer, train, idx, count, global, NULL));
         }
+        ls_train_totals tot; /* the epoch's sums on this rank (waits for the device once) */
+        TRY("training loss", ls_trainer_totals(trainer, &tot, 1));
         /* Sums over the ranks: training loss, test loss, correct test predictions, samples. */
-        double sums[5] = {train_loss, (double)train_samples, 0, 0, (double)n_mine};
+        double sums[5] = {tot.loss_sum, (double)tot.samples, 0, 0, (double)n_mine};
         int64_t correct = 0;
         TRY("evaluation", ls_trainer_evaluate(trainer, test, test_idx, n_mine, &sums[2], &correct));
         sums[3] = (double)correct;

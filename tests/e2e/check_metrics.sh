@@ -2,7 +2,8 @@
 # check_metrics.sh MLP LOCKSTEP_RUN METRICS_CHECK [CUDA_BUILT]: fashion_mlp --metrics writes one JSON object per
 # optimizer step that agrees with --log-steps (metrics_check.c says what is checked): one rank;
 # with --clip-grad-norm (grad_norm appears) and a resume from step 5 after a run that died after
-# step 7 (its final checkpoint removed: steps 6 and 7 are written once, by the resumed run); two ranks (the samples are the
+# step 7 (its final checkpoint removed: steps 6 and 7 are written once, by the resumed run); a run
+# without --metrics or --log-steps (running totals) prints the same epoch lines; two ranks (the samples are the
 # global batch); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
 # NaN loss is written as null; a file that cannot be opened is an error naming it. CUDA_BUILT (1 in a
 # CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU. Two
@@ -17,6 +18,12 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$mlp" "${args[@]}" --metrics "$dir/m1" --log-steps "$dir/s1" >"$dir/out1" 2>&1 || fail "run 1: $(cat "$dir/out1")"
 head -n 2 "$dir/m1"
 "$check" "$dir/m1" "$dir/s1" 20 100 10 noclip "$dir/out1" || fail "one rank"
+# without a per-step file the steps read no stats (the epoch's figures come from the trainer's
+# running totals, read once an epoch): the same epoch lines, loss and accuracy to the last digit
+"$mlp" "${args[@]}" >"$dir/out0" 2>&1 || fail "run without --metrics: $(cat "$dir/out0")"
+epochs() { grep '^epoch' "$1" | sed 's/  [0-9.]* samples\/s.*//'; }
+[ -n "$(epochs "$dir/out1")" ] && [ "$(epochs "$dir/out0")" = "$(epochs "$dir/out1")" ] ||
+    fail "epoch lines differ without --metrics: $(epochs "$dir/out0") / $(epochs "$dir/out1")"
 
 c=(--clip-grad-norm 1.0 --checkpoint-dir "$dir/ck" --save-every 5 --metrics "$dir/m2" --log-steps "$dir/s2")
 "$mlp" "${args[@]}" "${c[@]}" --max-steps 7 >"$dir/out2" 2>&1 || fail "run 2: $(cat "$dir/out2")"
