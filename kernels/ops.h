@@ -165,6 +165,16 @@ typedef struct ls_ops {
      * 256 f32 on the device. */
     ls_status (*gather_rows_lut)(void *st, int64_t rows, int64_t cols, const uint8_t *src, const int64_t *idx,
                                  const float *lut, float *dst);
+    /* Gradient-norm clipping on the device, without a wait (ls_clip_grad_norm). Optional, all three
+     * or none: NULL where reading the norm costs no wait (the CPU). clip_sumsq: the sum of squares
+     * of k tensors of dtype t, in order (as sumsq_many), into the backend's clip accumulator, added
+     * to it when accumulate, else replacing it, with an inf/NaN flag; clip_norm: sqrt of the sum, or
+     * NaN when flagged, to the host (waits); clip_scale: x *= max_norm / (sqrt(sum) + 1e-6) where
+     * that is below 1 and nothing was flagged, the coefficient computed on the device in double (as
+     * ls_clip_grad_norm's host path does). */
+    ls_status (*clip_sumsq)(void *st, ls_dtype t, int k, const void *const *x, const int64_t *n, int accumulate);
+    ls_status (*clip_norm)(void *st, double *host_norm);
+    ls_status (*clip_scale)(void *st, ls_dtype t, int k, void *const *x, const int64_t *n, double max_norm);
 } ls_ops;
 
 /* The op table for a device type, or NULL when this build lacks it (registry.c). */

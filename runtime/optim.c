@@ -234,8 +234,36 @@ ls_status ls_grads_sumsq(ls_ctx *c, int k, ls_tensor *const *t, double *host_sum
     return LS_OK;
 }
 
+/* ls_clip_grad_norm on a backend with clip ops: the sum, the coefficient and the scaling stay on
+ * the device (runs of one dtype, as ls_grads_sumsq); the host waits only to read the norm. */
+static ls_status clip_on_device(ls_ctx *c, int k, ls_tensor *const *t, double max_norm, double *norm) {
+    enum { RUN = 64 };
+    void *x[RUN];
+    int64_t n[RUN];
+    if (k == 0) LS_CHECK(c->ops->clip_sumsq(c->state, LS_F32, 0, NULL, NULL, 0)); /* the sum is 0 */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && norm) LS_CHECK(c->ops->clip_norm(c->state, norm)); /* the norm before clipping */
+        for (int i = 0; i < k;) {
+            int first = i, m = 0; /* a run of up to RUN tensors of one dtype */
+            ls_dtype dt = t[i]->dtype;
+            for (; i < k && m < RUN && t[i]->dtype == dt; i++, m++) {
+                x[m] = t[i]->data;
+                n[m] = ls_tensor_numel(t[i]);
+            }
+            if (pass == 0)
+                LS_CHECK(c->ops->clip_sumsq(c->state, dt, m, (const void *const *)x, n, first > 0));
+            else
+                LS_CHECK(c->ops->clip_scale(c->state, dt, m, x, n, max_norm));
+        }
+    }
+    return LS_OK;
+}
+
 ls_status ls_clip_grad_norm(ls_ctx *ctx, int n, ls_tensor *const *grads, double max_norm, double *norm) {
     LS_CHECK_ARG(ctx && (grads || n == 0), "ls_clip_grad_norm: %s is NULL", !ctx ? "ctx" : "grads");
+    for (int i = 0; i < n; i++) LS_CHECK_ARG(grads[i], "ls_clip_grad_norm: gradient %d is NULL", i);
+    if (ctx->ops->clip_sumsq && ctx->ops->clip_norm && ctx->ops->clip_scale && max_norm > 0)
+        return clip_on_device(ctx, n, grads, max_norm, norm);
     double sq = 0;
     int bad = 0;
     LS_CHECK(ls_grads_sumsq(ctx, n, grads, &sq, &bad));

@@ -57,7 +57,9 @@ float ls_lr_at(const ls_lr_schedule *s, int64_t step);
 ls_status ls_grads_sumsq(ls_ctx *ctx, int k, ls_tensor *const *t, double *host_sumsq, int *host_nonfinite);
 
 /* Scale the gradients so their global 2-norm is at most max_norm; *norm gets the norm before
- * clipping (inf/NaN if any gradient is not finite, in which case nothing is scaled). */
+ * clipping (inf/NaN if any gradient is not finite, in which case nothing is scaled). On a GPU the
+ * norm, the coefficient and the scaling stay on the device: with norm NULL nothing waits for it
+ * (as PyTorch's clip_grad_norm_, which scales by a device scalar); a norm asked for is read, once. */
 ls_status ls_clip_grad_norm(ls_ctx *ctx, int n, ls_tensor *const *grads, double max_norm, double *norm);
 
 #ifdef __cplusplus

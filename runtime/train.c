@@ -867,7 +867,8 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
     if (!st.skipped) {
         LS_TL_T0(t_opt);
         if (t->cfg.clip_grad_norm > 0) /* on unscaled gradients */
-            LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm, &st.grad_norm));
+            LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm,
+                                       stats ? &st.grad_norm : NULL)); /* the norm is read for stats only */
         LS_CHECK(ls_optimizer_step(t->opt, st.lr));
         LS_TL_SPAN(t_opt, "optimizer", "compute");
     }

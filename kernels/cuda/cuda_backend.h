@@ -135,6 +135,10 @@ cudaError_t ls_cuda_axpy(const ls_cuda_launch *l, ls_dtype t, int64_t n, double 
  * accumulate: adds the sum to dev_out[0] and ORs the flag into dev_out[1] instead. */
 cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *x, double *dev_out,
                           int accumulate);
+/* Gradient-norm clipping (cuda_ops.c's clip_*): acc {sum, flag} from ls_cuda_sumsq; clip_coef puts
+ * the coefficient in acc[2] (1: no clipping), clip_scale scales x by it where it is below 1. */
+cudaError_t ls_cuda_clip_coef(const ls_cuda_launch *l, double *acc, double max_norm);
+cudaError_t ls_cuda_clip_scale(const ls_cuda_launch *l, ls_dtype t, int64_t n, void *x, const double *acc);
 
 /* gather.cu: dst[r, :] = src[idx[r], :], rows of cols elements of elem_bytes; idx on the device. */
 cudaError_t ls_cuda_gather_rows(const ls_cuda_launch *l, size_t elem_bytes, int64_t rows, int64_t cols, const void *src,

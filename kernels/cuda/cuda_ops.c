@@ -7,7 +7,7 @@
  * run on tensor cores with f32 accumulation; f32 uses TF32 tensor cores when LOCKSTEP_TF32=1.
  * Supported dtypes per entry:
  *   gemm, linear_fwd, linear_bwd, bias_add, bias_grad, act_fwd, act_bwd, xent_fwd, xent_bwd,
- *   argmax, mul, scale, axpy, sumsq: f32, f64, f16, bf16 (f16/bf16 compute in f32; following
+ *   argmax, mul, scale, axpy, sumsq, clip_sumsq, clip_scale: f32, f64, f16, bf16 (f16/bf16 compute in f32; following
  *   ops.h's mixed-precision rule, with f16/bf16 the parameter gradients of linear_bwd and
  *   bias_grad and the probabilities and losses of xent_fwd/xent_bwd are f32)
  *   convert: any pair of f32, f64, f16, bf16
@@ -16,9 +16,10 @@
  *   global_avgpool_fwd/bwd, bn_stats, bn_fwd, bn_bwd_reduce, bn_bwd_dx, add (cnn.cu): f32, f64,
  *   f16, bf16 (f16/bf16 compute in f32; conv's dw/db and batch norm's per-channel tensors are f32)
  * Anything else is LS_ERR_UNSUPPORTED with a message. Ops return once the work is enqueued; only
- * sumsq (a host result), synchronize and the allocator's host copies wait for the stream. A cuDNN
+ * sumsq and clip_norm (host results), synchronize and the allocator's host copies wait for the stream. A cuDNN
  * that fails to start does not fail the context: the convolutions then report why. */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -563,6 +564,35 @@ static ls_status cu_sumsq_many(void *st, ls_dtype t, int k, const void *const *x
     return LS_OK;
 }
 
+/* Gradient-norm clipping without a wait: the sum, flag and coefficient stay in the first bytes
+ * of the workspace from clip_sumsq to clip_scale (the trainer queues nothing else between). */
+static ls_status cu_clip_sumsq(void *st, ls_dtype t, int k, const void *const *x, const int64_t *n, int accumulate) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("sum of squares", t);
+    double *acc = s->workspace;
+    if (k <= 0 && !accumulate) LS_CUDA_CHECK(cudaMemsetAsync(acc, 0, 2 * sizeof(double), s->stream));
+    for (int i = 0; i < k; i++) LS_CUDA_CHECK(ls_cuda_sumsq(&s->launch, t, n[i], x[i], acc, accumulate || i > 0));
+    return LS_OK;
+}
+
+static ls_status cu_clip_norm(void *st, double *host_norm) {
+    ls_cuda_state *s = st;
+    LS_CUDA_CHECK(
+        cudaMemcpyAsync(s->host_scratch, s->workspace, 2 * sizeof(double), cudaMemcpyDeviceToHost, s->stream));
+    LS_CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    *host_norm = s->host_scratch[1] != 0.0 ? NAN : sqrt(s->host_scratch[0]);
+    return LS_OK;
+}
+
+static ls_status cu_clip_scale(void *st, ls_dtype t, int k, void *const *x, const int64_t *n, double max_norm) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("clip scale", t);
+    double *acc = s->workspace;
+    LS_CUDA_CHECK(ls_cuda_clip_coef(&s->launch, acc, max_norm));
+    for (int i = 0; i < k; i++) LS_CUDA_CHECK(ls_cuda_clip_scale(&s->launch, t, n[i], x[i], acc));
+    return LS_OK;
+}
+
 static ls_status cu_sgd_step(void *st, ls_dtype t, int k, void *const *p, void *const *g, void *const *m,
                              const int64_t *n, const ls_sgd_params *hp) {
     ls_cuda_state *s = st;
@@ -719,6 +749,9 @@ const ls_ops ls_cuda_ops = {
     .axpy = cu_axpy,
     .sumsq = cu_sumsq,
     .sumsq_many = cu_sumsq_many,
+    .clip_sumsq = cu_clip_sumsq,
+    .clip_norm = cu_clip_norm,
+    .clip_scale = cu_clip_scale,
     .sgd_step = cu_sgd_step,
     .adamw_step = cu_adamw_step,
     .conv2d_workspace = cu_conv2d_workspace,

@@ -245,6 +245,22 @@ __global__ void sumsq_finish_kernel(int blocks, const double *partial, double *o
     }
 }
 
+/* Gradient-norm clipping: the coefficient from the accumulator {sum, flag, coef} (as
+ * ls_clip_grad_norm's host path computes it: max_norm / (sqrt(sum) + 1e-6), used where below 1;
+ * 1 when a gradient is not finite), then each tensor scaled by it where it is below 1. */
+__global__ void clip_coef_kernel(double *acc, double max_norm) {
+    double c = acc[1] != 0.0 ? 1.0 : max_norm / (sqrt(acc[0]) + 1e-6);
+    acc[2] = c < 1.0 ? c : 1.0;
+}
+
+template <typename T> __global__ void clip_scale_kernel(int64_t n, T *x, const double *acc) {
+    const double c = acc[2];
+    if (!(c < 1.0)) return;
+    const Scale<T> f{(typename Acc<T>::type)c}; /* the cast and product of ls_cuda_scale */
+    const int64_t stride = grid_stride();
+    for (int64_t i = global_tid(); i < n; i += stride) x[i] = f(x[i], x[i]);
+}
+
 } // namespace lsk
 
 using namespace lsk;
@@ -336,4 +352,18 @@ extern "C" cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_
         sumsq_finish_kernel<<<1, 32, 0, l->stream>>>((int)blocks, partial, dev_out, accumulate);
     });
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t ls_cuda_clip_coef(const ls_cuda_launch *l, double *acc, double max_norm) {
+    clip_coef_kernel<<<1, 1, 0, l->stream>>>(acc, max_norm);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ls_cuda_clip_scale(const ls_cuda_launch *l, ls_dtype t, int64_t n, void *x, const double *acc) {
+    if (n <= 0) return cudaSuccess;
+    LSK_DISPATCH_FLOAT(t, T, {
+        clip_scale_kernel<T><<<grid_for(l, n, 256), 256, 0, l->stream>>>(n, (T *)x, acc);
+        return cudaGetLastError();
+    });
+    return cudaErrorInvalidValue;
 }

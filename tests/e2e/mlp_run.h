@@ -27,9 +27,10 @@ static inline void mlp_sgd(ls_ctx *c, int64_t features, float lr, ls_module **m,
 }
 
 /* mlp_sgd's model and optimizer at lr 0.05, and a one-rank trainer of them: batch micro-batches of
- * accum, the lr constant, running totals when totals (ls_trainer_totals). */
+ * accum, the lr constant, running totals when totals (ls_trainer_totals), the gradient norm
+ * clipped to clip (0: off). */
 static inline ls_trainer *mlp_trainer_ex(ls_ctx *c, int64_t features, int64_t batch, int accum, ls_precision precision,
-                                         int totals, ls_module **m, ls_optimizer **o) {
+                                         int totals, double clip, ls_module **m, ls_optimizer **o) {
     mlp_sgd(c, features, 0.05f, m, o); /* f32 masters under bf16 */
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
@@ -38,6 +39,7 @@ static inline ls_trainer *mlp_trainer_ex(ls_ctx *c, int64_t features, int64_t ba
     tc.lr.base_lr = 0.05f;
     tc.precision = precision;
     tc.totals = totals;
+    tc.clip_grad_norm = clip;
     ls_trainer *t = NULL;
     LS_REQUIRE_OK(ls_trainer_create(c, NULL, *m, *o, &tc, &t));
     return t;
@@ -45,7 +47,7 @@ static inline ls_trainer *mlp_trainer_ex(ls_ctx *c, int64_t features, int64_t ba
 
 static inline ls_trainer *mlp_trainer(ls_ctx *c, int64_t features, int64_t batch, int accum, ls_precision precision,
                                       ls_module **m, ls_optimizer **o) {
-    return mlp_trainer_ex(c, features, batch, accum, precision, 0, m, o);
+    return mlp_trainer_ex(c, features, batch, accum, precision, 0, 0.0, m, o);
 }
 
 /* Waits for the context, then returns the parameters in order (malloc'd) and their count. */

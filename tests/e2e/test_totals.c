@@ -68,7 +68,7 @@ static float *run(const plan *p, int totals, ls_train_totals part[], int64_t *n_
         unsetenv("LOCKSTEP_AMP_INJECT_INF");
     ls_module *m = NULL;
     ls_optimizer *o = NULL;
-    ls_trainer *t = mlp_trainer_ex(C, F, B, p->accum, p->precision, totals, &m, &o);
+    ls_trainer *t = mlp_trainer_ex(C, F, B, p->accum, p->precision, totals, 0.0, &m, &o);
     int64_t idx[B * 3];
     memset(part, 0, sizeof(ls_train_totals) * (STEPS / READ_EVERY + 1));
     for (int k = 0; k < STEPS; k++) {

@@ -18,6 +18,7 @@
 
 #include "cpu/cpu.h"
 #include "ops.h"
+#include "optim.h"
 #include "rng.h"
 #include "testutil.h"
 #include "gpu_values.h"
@@ -663,6 +664,83 @@ static void case_optim(ls_dtype t, int adamw, int momentum) {
     }
 }
 
+/* ---- gradient-norm clipping (ls_clip_grad_norm): on the device without a wait, against the
+ * CPU; K tensors (the last past a run of 64 of one dtype), scaled by the same coefficient;
+ * max_norm below the norm (clipped) and above (untouched, bit for bit); an inf in one tensor
+ * (NaN norm, nothing scaled); norm NULL (no read) equal bit for bit to the norm read ---- */
+static void case_clip(ls_dtype t, double max_frac, int with_inf) {
+    enum { K = 66 };
+    int64_t n[K];
+    double *h[K];
+    void *d[K], *d2[K];
+    ls_tensor hv[K], dv[K], dv2[K], *hp[K], *dp[K], *dp2[K];
+    for (int i = 0; i < K; i++) {
+        n[i] = i == 3 ? 4099 : 1 + (i * 37) % 300;
+        h[i] = rnd(n[i], 0.5, t);
+        if (with_inf && i == 5) h[i][7] = INFINITY;
+        d[i] = dev_vals(h[i], t, n[i]);
+        d2[i] = dev_vals(h[i], t, n[i]);
+    }
+    double *orig[K];
+    for (int i = 0; i < K; i++) {
+        orig[i] = malloc(sizeof(double) * (size_t)n[i]);
+        LS_REQUIRE(orig[i]);
+        memcpy(orig[i], h[i], sizeof(double) * (size_t)n[i]);
+    }
+    /* the CPU's reference in doubles, on tensors of dtype t */
+    void *hb[K];
+    for (int i = 0; i < K; i++) {
+        hb[i] = pack(h[i], t, n[i]);
+        hv[i] = ls_tensor_view(hb[i], t, ls_device_cpu(), 1, &n[i]);
+        dv[i] = ls_tensor_view(d[i], t, DEV->device, 1, &n[i]);
+        dv2[i] = ls_tensor_view(d2[i], t, DEV->device, 1, &n[i]);
+        hp[i] = &hv[i], dp[i] = &dv[i], dp2[i] = &dv2[i];
+    }
+    double sq = 0;
+    for (int i = 0; i < K; i++)
+        for (int64_t j = 0; j < n[i]; j++) sq += h[i][j] * h[i][j];
+    double max_norm = sqrt(sq) * max_frac, cpu_norm = 0, dev_norm = 0;
+    if (!isfinite(max_norm)) max_norm = 1.0;
+    LS_REQUIRE_OK(ls_clip_grad_norm(CPU, K, hp, max_norm, &cpu_norm));
+    char what[96];
+    snprintf(what, sizeof what, "ls_clip_grad_norm (%d tensors, max %.2g x norm%s)", K, max_frac,
+             with_inf ? ", an inf" : "");
+    if (!dev_ok(ls_clip_grad_norm(DEV, K, dp, max_norm, &dev_norm), what, t)) goto out;
+    LS_REQUIRE_OK(ls_clip_grad_norm(DEV, K, dp2, max_norm, NULL));
+    int same = 1, untouched = 1;
+    double num = 0, den = 0;
+    for (int i = 0; i < K; i++) {
+        double *g = dev_read(d[i], t, n[i]), *g2 = dev_read(d2[i], t, n[i]), *c = unpack(hb[i], t, n[i]);
+        for (int64_t j = 0; j < n[i]; j++) {
+            same &= memcmp(&g[j], &g2[j], sizeof(double)) == 0;
+            untouched &= memcmp(&g[j], &orig[i][j], sizeof(double)) == 0;
+            if (isfinite(c[j])) {
+                num = fmax(num, fabs(g[j] - c[j]));
+                den = fmax(den, fabs(c[j]));
+            } else if (memcmp(&g[j], &c[j], sizeof(double)) != 0) {
+                num = INFINITY;
+            }
+        }
+        free(g), free(g2), free(c);
+    }
+    double err = den > 0 ? num / den : num, tol = tol_for(t, 0);
+    double nerr = isnan(cpu_norm) ? (isnan(dev_norm) ? 0 : INFINITY) : fabs(dev_norm - cpu_norm) / cpu_norm;
+    /* clipped where max_frac < 1 and nothing is inf; else every gradient as it was */
+    int want_untouched = with_inf || max_frac >= 1;
+    int ok = err <= tol && nerr <= tol && same && untouched == want_untouched;
+    n_cases++;
+    note(t, 0, err);
+    printf("%-4s %-52s %-5s err %.3g, norm %.9g vs %.9g, %s, norm NULL %s\n", ok ? "ok" : "FAIL", what,
+           ls_dtype_name(t), err, dev_norm, cpu_norm, untouched ? "untouched" : "scaled",
+           same ? "the same" : "DIFFERENT");
+    if (!ok) ls_test_failures++;
+out:
+    for (int i = 0; i < K; i++) {
+        dev_free(d[i]), dev_free(d2[i]);
+        free(h[i]), free(orig[i]), free(hb[i]);
+    }
+}
+
 /* ---- the tensor-level wrappers over device tensors (copies of results to the host) ---- */
 static void case_wrappers(void) {
     int64_t B = 50, C = 10;
@@ -792,6 +870,11 @@ int main(int argc, char **argv) {
         case_optim(FLOATS[i], 0, 0);
         case_optim(FLOATS[i], 0, 1);
         case_optim(FLOATS[i], 1, 0);
+    }
+    for (int i = 0; i < 2; i++) { /* gradients are f32 or f64 (master weights) */
+        case_clip(FLOATS[i], 0.3, 0);
+        case_clip(FLOATS[i], 2.0, 0);
+        case_clip(FLOATS[i], 0.3, 1);
     }
     case_wrappers();
     /* unsupported dtypes: a clear error, not a crash */

@@ -49,6 +49,7 @@ typedef struct plan {
     const char *data_mode; /* LOCKSTEP_DATA_ON_DEVICE */
     int hint;              /* name the next step's samples (ls_trainer_prefetch) */
     int bytes;             /* the data set of bytes (decoded on the device) */
+    double clip;           /* clip_grad_norm (0: off) */
 } plan;
 
 enum { NO_STATS, STATS, TOTALS };
@@ -65,7 +66,7 @@ static float *run(const plan *p, int mode, ls_step_stats *last, ls_train_totals 
     LS_REQUIRE(setenv("LOCKSTEP_PREFETCH", "auto", 1) == 0);
     ls_module *m = NULL;
     ls_optimizer *o = NULL;
-    ls_trainer *t = mlp_trainer_ex(C, F, B, p->accum, LS_PRECISION_FP32, mode == TOTALS, &m, &o);
+    ls_trainer *t = mlp_trainer_ex(C, F, B, p->accum, LS_PRECISION_FP32, mode == TOTALS, p->clip, &m, &o);
     const ls_dataset *data = p->bytes ? Db : D;
     int64_t n = (int64_t)B * p->accum, idx[B * 2], next[B * 2];
     unsigned long long before[STEPS], queued, done;
@@ -131,6 +132,10 @@ static void check(const plan *p) {
     LS_EXPECT(sa.samples == (int64_t)B * p->accum && sa.loss_sum > 0);
     LS_EXPECT(tot.loss_sum == sum.loss_sum && tot.correct == sum.correct && tot.samples == sum.samples);
     LS_EXPECT(tot.steps == STEPS && tot.skipped == 0 && tot.samples == (int64_t)STEPS * B * p->accum);
+    if (p->clip > 0) { /* the last step was clipped (its norm, read with stats, above the limit) */
+        printf("%-34s last gradient norm %.9g / %.9g (clipped to %g)\n", "", sa.grad_norm, sb.grad_norm, p->clip);
+        LS_EXPECT(sb.grad_norm > p->clip && sa.grad_norm == sb.grad_norm);
+    }
     free(a);
     free(b);
     free(c);
@@ -159,12 +164,14 @@ int main(void) {
     free(b);
     free(x);
     const plan plans[] = {
-        {"data on the device", 1, "on", 0, 0},
-        {"on the device, 2 micro-batches", 2, "on", 0, 0},
-        {"bytes on the device", 1, "on", 0, 1},
-        {"staged and prefetched", 1, "off", 1, 0},
-        {"staged, prefetched, 2 micro-batches", 2, "off", 1, 0},
-        {"bytes staged and prefetched", 1, "off", 1, 1},
+        {"data on the device", 1, "on", 0, 0, 0},
+        {"on the device, 2 micro-batches", 2, "on", 0, 0, 0},
+        {"bytes on the device", 1, "on", 0, 1, 0},
+        {"staged and prefetched", 1, "off", 1, 0, 0},
+        {"staged, prefetched, 2 micro-batches", 2, "off", 1, 0, 0},
+        {"bytes staged and prefetched", 1, "off", 1, 1, 0},
+        {"on the device, clipped to 0.05", 1, "on", 0, 0, 0.05},
+        {"staged, 2 micro-batches, clipped", 2, "off", 1, 0, 0.05},
     };
     for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) check(&plans[i]);
     ls_dataset_destroy(D);
