@@ -50,6 +50,20 @@ static inline ls_trainer *mlp_trainer(ls_ctx *c, int64_t features, int64_t batch
     return mlp_trainer_ex(c, features, batch, accum, precision, 0, 0.0, m, o);
 }
 
+/* n random points of f features in [-0.5, 0.5) (malloc'd) from seed, and labels in [0, 10) that
+ * depend on the first feature. */
+static inline float *mlp_points(int64_t n, int64_t f, uint64_t seed, int32_t *y) {
+    float *x = malloc(sizeof(float) * (size_t)(n * f));
+    LS_REQUIRE(x);
+    uint64_t r = seed;
+    for (int64_t i = 0; i < n * f; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)((r >> 40) & 0xffff) / 65536.0f - 0.5f;
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = (int32_t)((i * 3 + (int)(x[i * f] * 10 + 5)) % 10);
+    return x;
+}
+
 /* Waits for the context, then returns the parameters in order (malloc'd) and their count. */
 static inline float *params_to_host(ls_ctx *c, ls_module *m, int64_t *total_out) {
     LS_REQUIRE_OK(ls_ctx_synchronize(c));

@@ -142,15 +142,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     LS_REQUIRE_OK(ls_ctx_create(d, NULL, &C));
-    float *x = malloc(sizeof(float) * N * F);
     int32_t y[N];
-    LS_REQUIRE(x);
-    uint64_t r = 4242;
-    for (int i = 0; i < N * F; i++) {
-        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-        x[i] = (float)((r >> 40) & 0xffff) / 65536.0f - 0.5f;
-    }
-    for (int i = 0; i < N; i++) y[i] = (int32_t)((i * 3 + (int)(x[i * F] * 10 + 5)) % 10);
+    float *x = mlp_points(N, F, 4242, y);
     LS_REQUIRE_OK(ls_dataset_from_arrays(N, F, 10, x, y, &D));
     free(x);
     const plan plans[] = {
