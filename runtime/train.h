@@ -72,8 +72,9 @@ void ls_trainer_destroy(ls_trainer *t);
  * a GPU it returns once its work is queued, without waiting for the device (as a PyTorch loop that
  * calls no loss.item()). It still waits where it reads a value from the device (fp16 and bf16:
  * the found-inf flag; MPI on a GPU: the gradients, staged through host memory; clip_grad_norm
- * clips on the device, reading the norm only for stats), and before it rewrites one of the two staging slots, for the copy made from it last:
- * with data on the device or prefetched, the host runs about a step ahead of the device. With
+ * clips on the device, reading the norm only for stats), and before it rewrites one of the two
+ * staging slots, for the copy made from it last: with data on the device or prefetched, the host
+ * runs about a step ahead of the device. With
  * stats, the step waits for the device to read the loss and correct count.
  * On a GPU the trainer copies a data set it trains or evaluates on to the device once and gathers
  * each batch there, so a step moves only its indices (PyTorch users keep small sets on the GPU
