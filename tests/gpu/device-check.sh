@@ -12,7 +12,7 @@
 #
 #   bash tests/gpu/device-check.sh [BUILD_DIR]        (BUILD_DIR: a carried build, optional)
 #
-# Expected times on the H200 machine (16 cores), about 310 s in all, under 430 s if everything
+# Expected times on the H200 machine (16 cores), about 320 s in all, under 450 s if everything
 # takes 1.4x longer than expected; BUDGET_S defaults to 470 (the lease's 8-minute slot):
 #   gpu info, cuDNN probe                           ~2 s
 #   configure (CUDA detection, sm_90 only)          ~15 s
@@ -21,7 +21,7 @@
 #                                                            CPU-s; cnn.cu, the longest nvcc job, 8 s)
 #   ctest -L gpu, 6 tests side by side (-j6)        ~50 s   (test_gpu_parity's f64/adamw references
 #                                                            on the CPU dominate: ~25 s of one core)
-#   fashion_mlp x3 (2 epochs) + checkpoint pair     ~30 s   (5 processes: CUDA start, data, training)
+#   fashion_mlp x4 (2 epochs) + checkpoint pair     ~40 s   (6 processes: CUDA start, data, training)
 #   quickstart (the C API example) on cuda          ~3 s
 #   PyTorch probe (cold import)                     ~0 s    (runs during the build)
 #   MLP vs PyTorch: 2 batches x 2 rounds A B A B    ~80 s   (lockstep ~5 s, torch ~15 s a process)
@@ -294,6 +294,9 @@ mlp_run() {
 }
 if [ -x "$MLP" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
     mlp_run fashion-mlp-cuda 120
+    # every step waits for the device to read its loss (--log-steps), where the run above reads
+    # its running totals once an epoch: the samples/s of the two rows say what the wait costs
+    mlp_run fashion-mlp-cuda-log-steps 90 --log-steps "$WORK/every-step.log"
     mlp_run fashion-mlp-bf16 90 --precision bf16
     mlp_run fashion-mlp-fp16-ckpt 90 --precision fp16 --checkpoint-activations
     # checkpoints on the GPU: 60 steps with a save, then resume to 120; the resumed log continues
