@@ -468,7 +468,8 @@ int main(int argc, char **argv) {
                    (int)epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
                    (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk),
                    skipped ? "" : "\n");
-            if (skipped) printf("  (%lld steps skipped: fp16 overflow)\n", (long long)skipped);
+            if (skipped)
+                printf("  (%lld step%s skipped: inf/NaN gradients)\n", (long long)skipped, skipped == 1 ? "" : "s");
             fflush(stdout);
         }
         /* the GPUs over the epoch, evaluation included (every rank takes part) */

@@ -7,7 +7,7 @@
 # global batch); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
 # NaN loss is written as null; a file that cannot be opened is an error naming it. CUDA_BUILT (1 in a
 # CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU. Two
-# diverging ranks with fp16 gradient compression skip their steps.
+# diverging ranks with fp16 gradient compression skip their steps, and the epoch lines count them.
 set -u
 mlp=$1 run=$2 check=$3 cuda_built=${4:-0}
 dir=$(mktemp -d)
@@ -49,6 +49,12 @@ if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
             >"$dir/out6$c" 2>&1 || fail "diverging two-rank run ($c): $(cat "$dir/out6$c")"
     done
     [ "$(grep -c '"skipped": 1' "$dir/m6fp16")" -ge 4 ] || fail "fp16 compression did not skip: $(cat "$dir/m6fp16")"
+    # and the epoch lines say how many (from the running totals): as many as --metrics shows
+    n6=$(grep -c '"skipped": 1' "$dir/m6fp16")
+    said=$(sed -nE 's/^epoch .*  \(([0-9]+) steps? skipped: inf\/NaN gradients\)$/\1/p' "$dir/out6fp16" | awk '{ s += $1 } END { print s + 0 }')
+    [ "$said" = "$n6" ] ||
+        fail "the epoch lines say $said steps were skipped, --metrics $n6: $(grep '^epoch' "$dir/out6fp16")"
+    ! grep -q "skipped: inf" "$dir/out6none" || fail "f32 all-reduces reported skipped steps"
     [ "$(grep -c '"skipped": 1' "$dir/m6none")" = 0 ] || fail "f32 all-reduces skipped steps: $(cat "$dir/m6none")"
 else
     echo "(no MPI launcher here: the two-rank case is left out)"
