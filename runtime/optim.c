@@ -205,9 +205,20 @@ float ls_lr_at(const ls_lr_schedule *s, int64_t step) {
     return s->min_lr + (s->base_lr - s->min_lr) * (float)(0.5 * (1.0 + cos(M_PI * t)));
 }
 
+/* The multi-tensor ops take runs of up to RUN tensors of one dtype: the run starting at t[*i] into
+ * x and n, *i moved past it; returns its length. */
+enum { RUN = 64 };
+static int next_run(int k, ls_tensor *const *t, int *i, void **x, int64_t *n) {
+    int m = 0;
+    for (ls_dtype dt = t[*i]->dtype; *i < k && m < RUN && t[*i]->dtype == dt; ++*i, m++) {
+        x[m] = t[*i]->data;
+        n[m] = ls_tensor_numel(t[*i]);
+    }
+    return m;
+}
+
 ls_status ls_grads_sumsq(ls_ctx *c, int k, ls_tensor *const *t, double *host_sumsq, int *host_nonfinite) {
-    enum { RUN = 64 };
-    const void *x[RUN];
+    void *x[RUN];
     int64_t n[RUN];
     int bad = 0;
     LS_CHECK_ARG(c && host_sumsq && k >= 0 && (t || k == 0), "ls_grads_sumsq: %s",
@@ -223,12 +234,8 @@ ls_status ls_grads_sumsq(ls_ctx *c, int k, ls_tensor *const *t, double *host_sum
             i++;
             continue;
         }
-        int m = 0; /* a run of up to RUN tensors of one dtype */
-        for (; i < k && m < RUN && t[i]->dtype == dt; i++, m++) {
-            x[m] = t[i]->data;
-            n[m] = ls_tensor_numel(t[i]);
-        }
-        LS_CHECK(c->ops->sumsq_many(c->state, dt, m, x, n, host_sumsq, &bad));
+        int m = next_run(k, t, &i, x, n);
+        LS_CHECK(c->ops->sumsq_many(c->state, dt, m, (const void *const *)x, n, host_sumsq, &bad));
     }
     if (host_nonfinite) *host_nonfinite |= bad;
     return LS_OK;
@@ -237,19 +244,15 @@ ls_status ls_grads_sumsq(ls_ctx *c, int k, ls_tensor *const *t, double *host_sum
 /* ls_clip_grad_norm on a backend with clip ops: the sum, the coefficient and the scaling stay on
  * the device (runs of one dtype, as ls_grads_sumsq); the host waits only to read the norm. */
 static ls_status clip_on_device(ls_ctx *c, int k, ls_tensor *const *t, double max_norm, double *norm) {
-    enum { RUN = 64 };
     void *x[RUN];
     int64_t n[RUN];
     if (k == 0) LS_CHECK(c->ops->clip_sumsq(c->state, LS_F32, 0, NULL, NULL, 0)); /* the sum is 0 */
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1 && norm) LS_CHECK(c->ops->clip_norm(c->state, norm)); /* the norm before clipping */
         for (int i = 0; i < k;) {
-            int first = i, m = 0; /* a run of up to RUN tensors of one dtype */
+            int first = i;
             ls_dtype dt = t[i]->dtype;
-            for (; i < k && m < RUN && t[i]->dtype == dt; i++, m++) {
-                x[m] = t[i]->data;
-                n[m] = ls_tensor_numel(t[i]);
-            }
+            int m = next_run(k, t, &i, x, n);
             if (pass == 0)
                 LS_CHECK(c->ops->clip_sumsq(c->state, dt, m, (const void *const *)x, n, first > 0));
             else
