@@ -150,6 +150,16 @@ ls_status ls_comm_wait(ls_comm_request *r) {
     return s;
 }
 
+ls_status ls_comm_wait_stream(ls_comm_request *r) {
+    if (!r) return LS_OK;
+    ls_comm *c = r->comm;
+    if (r->completed || !c->iface->wait_stream) return ls_comm_wait(r);
+    ls_status s = c->iface->wait_stream(c->state, r->handle, r->what);
+    if (s != LS_OK) ls_error_context(s, "%s on rank %d (%s)", r->what, c->rank, c->iface->name);
+    free(r);
+    return s;
+}
+
 ls_status ls_comm_test(ls_comm_request *r, int *done) {
     if (!r || !done) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_comm_test: NULL request or flag");
     *done = 0;

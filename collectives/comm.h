@@ -102,6 +102,16 @@ ls_status ls_comm_ibarrier(ls_comm *c, ls_comm_request **req);
  * several communicators must come in the same order on every rank, and after a failed call or a
  * timeout every later collective of that communicator fails. NULL is LS_OK. */
 ls_status ls_comm_wait(ls_comm_request *req);
+/* Complete req in stream order, as PyTorch's work.wait(): the device work queued on the compute
+ * stream (ls_comm_set_compute_stream) after this call waits for the collective, and the host does
+ * not; frees req. Results are then visible to that later device work only (the host sees them
+ * after it synchronizes the stream). nccl: a watchdog thread of the communicator watches the
+ * collective from then on; if it fails asynchronously or does not complete within
+ * LOCKSTEP_COMM_TIMEOUT, the watchdog logs why and aborts the job (the NCCL communicator, then
+ * every rank through MPI), since the work queued after it would otherwise use a result that never
+ * arrived. Other backends (and nccl's host-memory collectives): ls_comm_wait. Returns what could be
+ * checked now (an earlier asynchronous error, a failed CUDA call). NULL is LS_OK. */
+ls_status ls_comm_wait_stream(ls_comm_request *req);
 /* *done = 1 once req has completed (then returns its status); drives progress. Does not free:
  * call ls_comm_wait afterwards. */
 ls_status ls_comm_test(ls_comm_request *req, int *done);

@@ -41,6 +41,9 @@ typedef struct ls_comm_iface {
     ls_status (*start)(void *st, const ls_coll_op *op, void **handle);
     ls_status (*wait)(void *st, void *handle);
     ls_status (*test)(void *st, void *handle, int *done);
+    /* Optional (NULL: wait): complete handle in stream order, the compute stream's later work
+     * waiting for it on the device and the host not; frees it. what names it for errors. */
+    ls_status (*wait_stream)(void *st, void *handle, const char *what);
     /* Optional. */
     ls_status (*set_compute_stream)(void *st, void *stream);
     void (*abort)(void *st, const char *why);
@@ -87,6 +90,10 @@ LS_COMM_INTERNAL int ls_comm_mpi_initialized(void);
 /* bootstrap: an mpi communicator the nccl backend takes over (destroys it) on success. */
 LS_COMM_INTERNAL ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *bootstrap, const ls_comm_iface **iface,
                                                void **state);
+
+/* Tests: what the NCCL watchdog calls, instead of aborting the job, when a collective it watches
+ * fails or times out (NULL: back to aborting the job). */
+LS_COMM_INTERNAL void ls_comm_nccl_set_watchdog_fatal(void (*fatal)(const char *why));
 
 /* comm.c helpers shared with the backends. */
 LS_COMM_INTERNAL const char *ls_coll_kind_name(ls_coll_kind k);

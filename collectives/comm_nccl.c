@@ -2,15 +2,20 @@
  * communication stream that first waits (event) for the work queued so far on the compute stream
  * (ls_comm_set_compute_stream; default the legacy stream). Waits poll the completion event and
  * ncclCommGetAsyncError, so a failed peer becomes an error (after ncclCommAbort) rather than a hang;
- * LOCKSTEP_COMM_TIMEOUT bounds the wait. The unique id travels over the MPI bootstrap communicator,
- * which also serves the host-memory collectives. Every CUDA/NCCL call is checked. */
+ * LOCKSTEP_COMM_TIMEOUT bounds the wait. A wait in stream order (ls_comm_wait_stream) makes the
+ * compute stream wait for the completion event and hands the event to the communicator's watchdog
+ * thread, which polls it and ncclCommGetAsyncError, and aborts the job on a failure or a timeout
+ * (as PyTorch's NCCL watchdog tears the process down). The unique id travels over the MPI bootstrap
+ * communicator, which also serves the host-memory collectives. Every CUDA/NCCL call is checked. */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm_impl.h"
 #include "log.h"
@@ -25,7 +30,20 @@ typedef struct ls_nccl_state {
     cudaStream_t compute; /* producer/consumer of the buffers; NULL: legacy default stream */
     cudaEvent_t ready;    /* recorded on compute before each collective */
     int32_t *scratch;     /* one int on the device for the barrier */
+    /* the watchdog: collectives waited for in stream order, oldest first, until they complete */
+    pthread_mutex_t wd_lock;
+    pthread_cond_t wd_wake;
+    pthread_t wd;
+    int wd_started, wd_stop, wd_failed;
+    struct ls_nccl_watch *watch;
+    int nwatch, cap_watch;
 } ls_nccl_state;
+
+typedef struct ls_nccl_watch {
+    cudaEvent_t done; /* recorded after the collective on the communication stream */
+    double since;     /* when the wait was handed over (the timeout counts from it) */
+    char what[64];
+} ls_nccl_watch;
 
 typedef struct ls_nccl_req {
     void *boot_handle; /* host op delegated to the bootstrap */
@@ -78,16 +96,21 @@ static double ls_nccl_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Abort the NCCL communicator after an asynchronous failure (peers' waits then fail too). */
+static void ls_nccl_watchdog_stop(ls_nccl_state *st);
+
+/* Abort the NCCL communicator after an asynchronous failure (peers' waits then fail too). The
+ * watchdog stops first: it uses the communicator (unless it aborted it itself). */
 static void ls_nccl_kill(ls_nccl_state *st) {
-    if (st->comm) {
-        ncclCommAbort(st->comm);
-        st->comm = NULL;
-    }
+    ls_nccl_watchdog_stop(st);
+    if (st->comm && !st->wd_failed) ncclCommAbort(st->comm);
+    st->comm = NULL;
 }
 
 static ls_status ls_nccl_alive(ls_nccl_state *st) {
-    if (!st->comm) return ls_error(LS_ERR_COMM, "the NCCL communicator was aborted after an earlier failure");
+    pthread_mutex_lock(&st->wd_lock);
+    int failed = st->wd_failed;
+    pthread_mutex_unlock(&st->wd_lock);
+    if (!st->comm || failed) return ls_error(LS_ERR_COMM, "the NCCL communicator was aborted after an earlier failure");
     ncclResult_t ar = ncclSuccess;
     LS_NCCL_CHECK(st, ncclCommGetAsyncError(st->comm, &ar));
     if (ar != ncclSuccess && ar != ncclInProgress) {
@@ -262,6 +285,164 @@ static ls_status ls_nccl_run(void *sp, const ls_coll_op *op) {
     return ls_nccl_wait(sp, h);
 }
 
+/* ---- the watchdog ---- */
+
+static void (*ls_nccl_fatal)(const char *why); /* tests; NULL: abort the job */
+
+void ls_comm_nccl_set_watchdog_fatal(void (*fatal)(const char *why)) { ls_nccl_fatal = fatal; }
+
+/* Why w failed ("" while it may still complete): a CUDA error, an asynchronous NCCL error, or the
+ * timeout. */
+static void ls_nccl_watch_check(ls_nccl_state *st, const ls_nccl_watch *w, int *done, char *why, size_t n) {
+    *done = 0;
+    why[0] = 0;
+    cudaError_t e = cudaEventQuery(w->done);
+    if (e == cudaSuccess) {
+        *done = 1;
+        return;
+    }
+    if (e != cudaErrorNotReady) {
+        snprintf(why, n, "cudaEventQuery failed: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        return;
+    }
+    ncclResult_t ar = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(st->comm, &ar);
+    if (r != ncclSuccess) ar = r;
+    if (ar != ncclSuccess && ar != ncclInProgress) {
+        const char *detail = ncclGetLastError(st->comm);
+        snprintf(why, n, "NCCL (asynchronous error) failed: %s%s%s", ncclGetErrorString(ar),
+                 detail && *detail ? ": " : "", detail ? detail : "");
+        return;
+    }
+    if (st->env.timeout_s > 0 && ls_nccl_now() - w->since > st->env.timeout_s)
+        snprintf(why, n,
+                 "did not complete within %g s (LOCKSTEP_COMM_TIMEOUT): a rank may have failed or skipped this "
+                 "collective",
+                 st->env.timeout_s);
+}
+
+/* The watchdog thread: polls the oldest watched collective until it completes (then the next),
+ * sleeping 1 ms between polls of one that has not; on a failure it aborts the communicator and the
+ * job. Stops when destroy asks. */
+static void *ls_nccl_watchdog(void *arg) {
+    ls_nccl_state *st = arg;
+    cudaSetDevice(st->dev);
+    pthread_mutex_lock(&st->wd_lock);
+    while (!st->wd_stop) {
+        if (st->nwatch == 0) {
+            pthread_cond_wait(&st->wd_wake, &st->wd_lock);
+            continue;
+        }
+        ls_nccl_watch w = st->watch[0];
+        pthread_mutex_unlock(&st->wd_lock);
+        int done = 0;
+        char why[400];
+        ls_nccl_watch_check(st, &w, &done, why, sizeof why);
+        if (done) {
+            cudaEventDestroy(w.done);
+            pthread_mutex_lock(&st->wd_lock);
+            memmove(st->watch, st->watch + 1, (size_t)--st->nwatch * sizeof *st->watch);
+            continue;
+        }
+        if (why[0]) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "%s on rank %d (nccl, seen by its watchdog): %s", w.what, st->rank, why);
+            LS_LOG_E("%s; aborting the NCCL communicator and the job", msg);
+            pthread_mutex_lock(&st->wd_lock);
+            st->wd_failed = 1; /* later calls fail ("aborted after an earlier failure") */
+            pthread_mutex_unlock(&st->wd_lock);
+            ncclCommAbort(st->comm);
+            if (ls_nccl_fatal) {
+                ls_nccl_fatal(msg);
+                return NULL;
+            }
+            ls_comm_abort(st->boot, msg); /* MPI_Abort: every rank stops */
+            _exit(1); /* one rank over a self bootstrap: nothing else stops the work queued after it */
+        }
+        struct timespec nap = {0, 1000000};
+        nanosleep(&nap, NULL);
+        pthread_mutex_lock(&st->wd_lock);
+    }
+    pthread_mutex_unlock(&st->wd_lock);
+    return NULL;
+}
+
+/* Hand ev over to the watchdog (started on first use). */
+static ls_status ls_nccl_watch_add(ls_nccl_state *st, cudaEvent_t ev, const char *what) {
+    ls_status s = LS_OK;
+    pthread_mutex_lock(&st->wd_lock);
+    if (st->wd_stop) {
+        s = ls_error(LS_ERR_COMM, "the NCCL communicator was aborted after an earlier failure");
+        goto out;
+    }
+    if (!st->wd_started) {
+        int e = pthread_create(&st->wd, NULL, ls_nccl_watchdog, st);
+        if (e) {
+            s = ls_error(LS_ERR_COMM, "cannot start the NCCL watchdog thread: %s", strerror(e));
+            goto out;
+        }
+        st->wd_started = 1;
+    }
+    if (st->nwatch == st->cap_watch) {
+        int cap = st->cap_watch ? 2 * st->cap_watch : 16;
+        ls_nccl_watch *w = realloc(st->watch, (size_t)cap * sizeof *w);
+        if (!w) {
+            s = ls_error(LS_ERR_OUT_OF_MEMORY, "NCCL watchdog: out of host memory");
+            goto out;
+        }
+        st->watch = w;
+        st->cap_watch = cap;
+    }
+    ls_nccl_watch *w = &st->watch[st->nwatch++];
+    w->done = ev;
+    w->since = ls_nccl_now();
+    snprintf(w->what, sizeof w->what, "%s", what ? what : "a collective");
+    pthread_cond_signal(&st->wd_wake);
+out:
+    pthread_mutex_unlock(&st->wd_lock);
+    return s;
+}
+
+static ls_status ls_nccl_wait_stream(void *sp, void *h, const char *what) {
+    ls_nccl_state *st = sp;
+    ls_nccl_req *r = h;
+    if (r->delegated) return ls_nccl_wait(sp, h);
+    ls_status s = ls_nccl_alive(st);
+    if (s == LS_OK) {
+        s = ls_cuda_status(cudaStreamWaitEvent(st->compute, r->done, 0), "cudaStreamWaitEvent");
+        if (s != LS_OK) s = ls_nccl_fail(st, s);
+    }
+    if (s == LS_OK && ls_nccl_watch_add(st, r->done, what) == LS_OK) {
+        free(r);
+        return LS_OK;
+    }
+    if (s == LS_OK) { /* no watchdog: wait on the host, as ls_comm_wait */
+        LS_LOG_W("%s; waiting on the host instead", ls_last_error());
+        return ls_nccl_wait(sp, h);
+    }
+    cudaEventDestroy(r->done);
+    free(r);
+    return s;
+}
+
+/* Stop the watchdog for good (before the communicator is aborted or destroyed); idempotent. */
+static void ls_nccl_watchdog_stop(ls_nccl_state *st) {
+    pthread_mutex_lock(&st->wd_lock);
+    int started = st->wd_started;
+    st->wd_stop = 1;
+    st->wd_started = 0;
+    pthread_cond_signal(&st->wd_wake);
+    pthread_mutex_unlock(&st->wd_lock);
+    if (started) pthread_join(st->wd, NULL);
+}
+
+static void ls_nccl_watch_free(ls_nccl_state *st) {
+    for (int i = 0; i < st->nwatch; i++) cudaEventDestroy(st->watch[i].done);
+    free(st->watch);
+    st->watch = NULL;
+    st->nwatch = st->cap_watch = 0;
+}
+
 static ls_status ls_nccl_set_compute_stream(void *sp, void *stream) {
     ls_nccl_state *st = sp;
     st->compute = (cudaStream_t)stream;
@@ -305,11 +486,16 @@ static void ls_nccl_drain(ls_nccl_state *st) {
 static void ls_nccl_destroy(void *sp) {
     ls_nccl_state *st = sp;
     if (!st) return;
+    ls_nccl_watchdog_stop(st);
+    if (st->wd_failed) st->comm = NULL; /* aborted by the watchdog */
     if (st->comm) {
         cudaSetDevice(st->dev);
         if (st->stream) ls_nccl_drain(st);
         if (st->comm) ncclCommDestroy(st->comm);
     }
+    ls_nccl_watch_free(st); /* their events completed or the communicator was aborted */
+    pthread_mutex_destroy(&st->wd_lock);
+    pthread_cond_destroy(&st->wd_wake);
     if (st->scratch) cudaFree(st->scratch);
     if (st->ready) cudaEventDestroy(st->ready);
     if (st->stream) cudaStreamDestroy(st->stream);
@@ -323,6 +509,7 @@ static const ls_comm_iface ls_nccl_iface = {
     .start = ls_nccl_start,
     .wait = ls_nccl_wait,
     .test = ls_nccl_test,
+    .wait_stream = ls_nccl_wait_stream,
     .set_compute_stream = ls_nccl_set_compute_stream,
     .abort = ls_nccl_abort,
     .destroy = ls_nccl_destroy,
@@ -342,6 +529,8 @@ static ls_status ls_nccl_local_setup(ls_nccl_state *st) {
 ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *boot, const ls_comm_iface **iface, void **state) {
     ls_nccl_state *st = calloc(1, sizeof *st);
     if (!st) return ls_error(LS_ERR_OUT_OF_MEMORY, "NCCL communicator: out of host memory");
+    pthread_mutex_init(&st->wd_lock, NULL);
+    pthread_cond_init(&st->wd_wake, NULL);
     st->env = *env;
     st->dev = env->device.index < 0 ? 0 : env->device.index; /* "cuda" unresolved: cuda:0, as the CUDA backend */
     st->rank = ls_comm_rank(boot);

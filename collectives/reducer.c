@@ -602,7 +602,10 @@ ls_status ls_reducer_finish(ls_reducer *r) {
     for (int k = 0; k < r->nb; k++) {
         ls_bucket *b = &r->b[k];
         if (!b->launched) continue;
-        ls_status s = ls_comm_wait(b->req);
+        /* In stream order (nccl: the host goes on while the last buckets are in flight, the
+         * scaling below waits on the device); on the host under the timeline, whose bucket rows
+         * end when the host saw them complete. */
+        ls_status s = ls_timeline_active() ? ls_comm_wait(b->req) : ls_comm_wait_stream(b->req);
         b->req = NULL;
         ls_bucket_span(b, k);
         if (s == LS_OK && err == LS_OK) {

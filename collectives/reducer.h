@@ -4,8 +4,8 @@
  * bucket_bytes (default 25 MiB); a gradient larger than the cap gets a bucket of its own (reduced
  * in place, no fusion copy). When every gradient of a bucket is ready (copied into the bucket's
  * fusion buffer, unless they live there: see below) an async allreduce (sum) starts; buckets start
- * strictly in bucket order (as DDP), so communication overlaps the rest of backward. finish waits,
- * multiplies by post_scale (and copies back).
+ * strictly in bucket order (as DDP), so communication overlaps the rest of backward. finish waits
+ * (in stream order), multiplies by post_scale (and copies back).
  *
  * Gradients as bucket views (DDP's gradient_as_bucket_view; on unless bucket_view is -1 or
  * LOCKSTEP_GRAD_AS_BUCKET_VIEW=0): at create, each fused bucket's gradients move into its fusion
@@ -90,7 +90,10 @@ ls_status ls_reducer_begin(ls_reducer *r, double post_scale);
  * drives the progress of those in flight. Marking a gradient twice in a step is an error. */
 ls_status ls_reducer_grad_ready(ls_reducer *r, int i);
 /* Launch what remains (unmarked gradients count as ready), wait for every bucket, scale and copy
- * back. After an error in the step, still waits for what was launched and returns the first error. */
+ * back. After an error in the step, still waits for what was launched and returns the first error.
+ * The waits are in stream order (ls_comm_wait_stream): with nccl the host returns once the scaling
+ * is queued behind the last all-reduce, and the compute stream's later work (the optimizer) waits
+ * for them on the device; under the timeline they are host waits. */
 ls_status ls_reducer_finish(ls_reducer *r);
 
 int ls_reducer_num_buckets(const ls_reducer *r);

@@ -3,7 +3,8 @@
  * their logic runs and is tested on a machine without a GPU (test_cuda_alloc_stub,
  * test_comm_nccl_stub). "Device" memory is host memory, handed out within a budget
  * (stub_device_free) and known to cudaPointerGetAttributes; streams are plain tokens, every copy is
- * done at once, and an event is complete once recorded unless stub_event_hang was set when it was.
+ * done at once, and an event is complete once recorded unless stub_event_hang was set when it was
+ * (then stub_event_complete completes it).
  * stub_fail_malloc makes cudaMalloc fail with that error, as a GPU does after a failed kernel. The
  * counters say how many segments were taken and given back, and how many bytes are out;
  * stub_trace lists the event records and waits (and the stand-in NCCL's collectives) in order. */
@@ -21,7 +22,9 @@ long stub_mallocs, stub_frees, stub_syncs;
 size_t stub_out_bytes;
 cudaError_t stub_fail_malloc = cudaSuccess;
 int stub_event_hang;
-cudaError_t stub_event_error = cudaSuccess, stub_fail_event_create = cudaSuccess;
+volatile cudaError_t stub_event_error = cudaSuccess;
+cudaError_t stub_fail_event_create = cudaSuccess;
+volatile long stub_events_live;
 int stub_stream_busy;
 stub_call stub_trace[STUB_TRACE_MAX];
 int stub_ntrace;
@@ -34,10 +37,12 @@ void stub_trace_add(const char *what, const void *a, const void *b) {
     c->b = b;
 }
 
-/* An event: whether its last record will never complete. */
+/* An event: whether its last record will never complete (read by the NCCL watchdog's thread). */
 typedef struct stub_event {
-    int hang;
+    volatile int hang;
 } stub_event;
+
+void stub_event_complete(cudaEvent_t e) { ((stub_event *)e)->hang = 0; }
 
 /* The live cudaMalloc blocks, to check cudaFree's argument and give back its size. */
 typedef struct stub_rec {
@@ -150,10 +155,12 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) {
     if (stub_fail_event_create != cudaSuccess) return stub_fail_event_create;
     stub_event *ev = calloc(1, sizeof *ev);
     if (!ev) return cudaErrorMemoryAllocation;
+    __atomic_add_fetch(&stub_events_live, 1, __ATOMIC_SEQ_CST);
     *e = (cudaEvent_t)ev;
     return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (e) __atomic_sub_fetch(&stub_events_live, 1, __ATOMIC_SEQ_CST);
     free(e);
     return cudaSuccess;
 }

@@ -17,8 +17,10 @@
 #include "stub_cudart.h"
 
 int stub_nccl_fail_unique_id;
-ncclResult_t stub_nccl_async_error = ncclSuccess, stub_nccl_fail_colls = ncclSuccess;
-long stub_nccl_inits, stub_nccl_destroys, stub_nccl_aborts, stub_nccl_colls;
+volatile ncclResult_t stub_nccl_async_error = ncclSuccess;
+ncclResult_t stub_nccl_fail_colls = ncclSuccess;
+long stub_nccl_inits, stub_nccl_destroys, stub_nccl_colls;
+volatile long stub_nccl_aborts;
 
 struct ncclComm {
     int rank, world;

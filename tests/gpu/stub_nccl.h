@@ -4,10 +4,11 @@
 
 #include <nccl.h>
 
-extern int stub_nccl_fail_unique_id;             /* 1: ncclGetUniqueId fails (ncclSystemError) */
-extern ncclResult_t stub_nccl_async_error;       /* what ncclCommGetAsyncError reports */
-extern ncclResult_t stub_nccl_fail_colls;        /* not ncclSuccess: every collective call fails with it */
-extern long stub_nccl_inits, stub_nccl_destroys, /* ncclCommInitRank, ncclCommDestroy, */
-    stub_nccl_aborts, stub_nccl_colls;           /* ncclCommAbort and collective calls */
+extern int stub_nccl_fail_unique_id;                /* 1: ncclGetUniqueId fails (ncclSystemError) */
+extern volatile ncclResult_t stub_nccl_async_error; /* what ncclCommGetAsyncError reports */
+extern ncclResult_t stub_nccl_fail_colls;           /* not ncclSuccess: every collective call fails with it */
+extern long stub_nccl_inits, stub_nccl_destroys,    /* ncclCommInitRank, ncclCommDestroy, */
+    stub_nccl_colls;                                /* and collective calls */
+extern volatile long stub_nccl_aborts;              /* ncclCommAbort calls (the watchdog's too) */
 
 #endif

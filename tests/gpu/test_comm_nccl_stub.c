@@ -8,11 +8,15 @@
  * each ending in the right error on every rank, and an aborted communicator refusing further work;
  * a failed NCCL call and a CUDA error seen by a wait aborting the communicator (so that peers stop
  * waiting), a completion event that cannot be created leaving nothing queued, and destroy with a
- * collective unfinished aborting after the timeout, or at once after an asynchronous error. The
+ * collective unfinished aborting after the timeout, or at once after an asynchronous error; a wait
+ * in stream order returning at once with the compute stream waiting for the completion event, and
+ * the watchdog thread releasing completed events, stopping at destroy, and turning a timeout, an
+ * asynchronous error and a failed kernel into its fatal action with the message. The
  * stand-in's collectives are synchronous MPI calls, so what is checked is each rank's own path,
  * not a peer really blocked. NCCL itself runs in test_gpu_comm, on a GPU. */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime_api.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,6 +333,154 @@ static void test_setup_failure(void) {
     LS_EXPECT(stub_nccl_inits == inits);
 }
 
+/* ---- waits in stream order, and the watchdog ---- */
+
+static char fatal_why[700];
+static int fatal_count; /* __atomic: set by the watchdog's thread */
+
+static void record_fatal(const char *why) {
+    snprintf(fatal_why, sizeof fatal_why, "%s", why);
+    __atomic_add_fetch(&fatal_count, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Wait up to 10 s for the watchdog to report; returns the seconds it took (-1: it did not). */
+static double await_fatal(int before) {
+    double t0 = seconds();
+    while (__atomic_load_n(&fatal_count, __ATOMIC_SEQ_CST) == before) {
+        if (seconds() - t0 > 10) return -1;
+        struct timespec nap = {0, 2000000};
+        nanosleep(&nap, NULL);
+    }
+    return seconds() - t0;
+}
+
+/* Start an all-reduce whose completion event never completes (until stub_event_complete). */
+static void *start_hung(nccl *c, const ls_coll_op *op, cudaEvent_t *done) {
+    void *h = NULL;
+    stub_event_hang = 1;
+    stub_ntrace = 0;
+    LS_REQUIRE_OK(c->f->start(c->st, op, &h));
+    stub_event_hang = 0;
+    LS_REQUIRE(stub_ntrace == 4 && !strcmp(stub_trace[3].what, "record"));
+    *done = (cudaEvent_t)stub_trace[3].a;
+    return h;
+}
+
+/* The compute stream waits for the completion event on the device and the host does not: a wait
+ * in stream order returns at once although the collective has not completed; the watchdog lets
+ * the event go once it completes, and destroy stops it. */
+static void test_wait_stream(void) {
+    nccl c;
+    LS_REQUIRE_OK(make(30, &c));
+    cudaStream_t compute = NULL;
+    LS_REQUIRE(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) == cudaSuccess);
+    LS_REQUIRE_OK(c.f->set_compute_stream(c.st, compute));
+    float *b = NULL;
+    ls_coll_op op = small_allreduce(&b);
+    float x[16];
+    for (int i = 0; i < 16; i++) x[i] = (float)(R + 1) * (float)i;
+    memcpy(b, x, sizeof x); /* the stand-in's device memory is host memory */
+    long events = stub_events_live, aborts = stub_nccl_aborts;
+    cudaEvent_t done = NULL;
+    void *h = start_hung(&c, &op, &done);
+    stub_ntrace = 0;
+    double t0 = seconds();
+    LS_EXPECT(c.f->wait_stream(c.st, h, "allreduce of 16 f32") == LS_OK);
+    LS_EXPECT(seconds() - t0 < 5); /* the host did not wait (the timeout is 30 s) */
+    LS_EXPECT(stub_ntrace == 1 && !strcmp(stub_trace[0].what, "wait") && stub_trace[0].a == (const void *)compute &&
+              stub_trace[0].b == (const void *)done);
+    LS_EXPECT(stub_events_live == events + 1); /* the watchdog holds it */
+    /* the stand-in reduced at start: the sum over ranks of (r + 1) * i */
+    memcpy(x, b, sizeof x);
+    int sum_ok = 1;
+    for (int i = 0; i < 16; i++) sum_ok &= x[i] == (float)(W * (W + 1) / 2) * (float)i;
+    LS_EXPECT(sum_ok);
+    stub_event_complete(done);
+    for (double t = seconds(); stub_events_live != events && seconds() - t < 10;) sched_yield();
+    LS_EXPECT(stub_events_live == events); /* seen complete, released */
+    /* many in flight at once, completed out of order: all released, none reported */
+    cudaEvent_t ev[5];
+    for (int k = 0; k < 5; k++) LS_EXPECT(c.f->wait_stream(c.st, start_hung(&c, &op, &ev[k]), "allreduce") == LS_OK);
+    for (int k = 4; k >= 0; k--) stub_event_complete(ev[k]);
+    for (double t = seconds(); stub_events_live != events && seconds() - t < 10;) sched_yield();
+    LS_EXPECT(stub_events_live == events);
+    /* destroy with one still watched: the watchdog stops, the stream is drained, the event freed */
+    LS_EXPECT(c.f->wait_stream(c.st, start_hung(&c, &op, &done), "allreduce") == LS_OK);
+    long destroys = stub_nccl_destroys;
+    c.f->destroy(c.st);
+    LS_EXPECT(stub_nccl_destroys == destroys + 1 && stub_nccl_aborts == aborts);
+    LS_EXPECT(stub_events_live == events - 1); /* and the communicator's own "ready" event */
+    cudaFree(b);
+    cudaStreamDestroy(compute);
+}
+
+/* What the watchdog sees while a collective waited for in stream order is unfinished: a timeout,
+ * an asynchronous NCCL error, a failed kernel. Each aborts the communicator and calls the fatal
+ * action (in the job: ls_comm_abort and exit; here record_fatal) with the collective, the rank and
+ * the reason; later calls fail and destroy does not call ncclCommDestroy. */
+static void test_watchdog(void) {
+    ls_comm_nccl_set_watchdog_fatal(record_fatal);
+    struct {
+        double timeout;
+        const char *why;
+    } cases[] = {
+        {0.3, "did not complete within 0.3 s (LOCKSTEP_COMM_TIMEOUT): a rank may have failed or skipped this "
+              "collective"},
+        {300, "NCCL (asynchronous error) failed: remote process exited or there was a network error: stub NCCL: a "
+              "peer failed (injected)"},
+        {300, "cudaEventQuery failed: an illegal memory access was encountered (cudaErrorIllegalAddress)"},
+    };
+    for (int k = 0; k < 3; k++) {
+        nccl c;
+        LS_REQUIRE_OK(make(cases[k].timeout, &c));
+        float *b = NULL;
+        ls_coll_op op = small_allreduce(&b);
+        long aborts = stub_nccl_aborts, destroys = stub_nccl_destroys;
+        int before = __atomic_load_n(&fatal_count, __ATOMIC_SEQ_CST);
+        cudaEvent_t done = NULL;
+        LS_EXPECT(c.f->wait_stream(c.st, start_hung(&c, &op, &done), "allreduce of 16 f32") == LS_OK);
+        if (k == 1) stub_nccl_async_error = ncclRemoteError;
+        if (k == 2) stub_event_error = cudaErrorIllegalAddress;
+        double took = await_fatal(before);
+        stub_nccl_async_error = ncclSuccess;
+        stub_event_error = cudaSuccess;
+        LS_EXPECT(took >= 0 && (k > 0 || took >= 0.25));
+        char want[600];
+        snprintf(want, sizeof want, "allreduce of 16 f32 on rank %d (nccl, seen by its watchdog): %s", R, cases[k].why);
+        if (strcmp(fatal_why, want))
+            fprintf(stderr, "rank %d: watchdog said\n  %s\nwanted\n  %s\n", R, fatal_why, want);
+        LS_EXPECT(!strcmp(fatal_why, want));
+        LS_EXPECT(stub_nccl_aborts == aborts + 1);
+        void *h = NULL;
+        LS_EXPECT_ERR(c.f->start(c.st, &op, &h), LS_ERR_COMM, "aborted after an earlier failure");
+        c.f->destroy(c.st);
+        LS_EXPECT(stub_nccl_destroys == destroys && stub_nccl_aborts == aborts + 1);
+        cudaFree(b);
+    }
+    /* a host buffer's wait (the bootstrap's) is a plain wait; after a host-side abort, a wait in
+     * stream order fails at once */
+    nccl c;
+    LS_REQUIRE_OK(make(0.3, &c));
+    float hb[4] = {1, 2, 3, 4};
+    ls_coll_op hop = op_of(LS_COLL_ALLREDUCE, hb, hb, 4, LS_F32, LS_REDUCE_SUM, 0);
+    hop.host = 1;
+    void *h = NULL;
+    LS_REQUIRE_OK(c.f->start(c.st, &hop, &h));
+    LS_EXPECT(c.f->wait_stream(c.st, h, "host allreduce") == LS_OK);
+    LS_EXPECT(hb[3] == 4.0f * (float)W);
+    float *b = NULL;
+    ls_coll_op op = small_allreduce(&b);
+    cudaEvent_t done = NULL;
+    void *hung = start_hung(&c, &op, &done);
+    stub_event_hang = 1;
+    LS_EXPECT_ERR(c.f->run(c.st, &op), LS_ERR_COMM, "did not complete within 0.3 s"); /* a host wait */
+    stub_event_hang = 0;
+    LS_EXPECT_ERR(c.f->wait_stream(c.st, hung, "allreduce"), LS_ERR_COMM, "aborted after an earlier failure");
+    c.f->destroy(c.st);
+    cudaFree(b);
+    ls_comm_nccl_set_watchdog_fatal(NULL);
+}
+
 /* One rank (registry.c's path for --comm nccl without a launcher): bootstrapped over a self
  * communicator, whose broadcast of the unique id is a no-op; then every collective as above. */
 static void test_one_rank_bootstrap(void) {
@@ -371,6 +523,8 @@ int main(void) {
     test_timeout();
     test_async_error();
     test_failures();
+    test_wait_stream();
+    test_watchdog();
     test_setup_failure();
     if (W == 1) test_one_rank_bootstrap();
 

@@ -5,7 +5,8 @@
  * over every dtype and counts from 0 to a million, broadcast from every root, allgather and
  * reduce-scatter into poisoned buffers, several async all-reduces in flight, and the ordering
  * with the compute stream: an op queued there just before a collective (not waited for) is seen
- * by it, and an op queued just after sees its result. Exits 77 without a usable GPU. --cpu runs
+ * by it, and an op queued just after sees its result, also when the collective was completed in
+ * stream order (ls_comm_wait_stream: the compute stream waits, the host does not). Exits 77 without a usable GPU. --cpu runs
  * the same on a CPU context (host buffers), so CI keeps the test itself honest. */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
@@ -151,20 +152,28 @@ static void test_async(void) {
  * runs a kernel on the communication stream that reads the buffer. */
 static void test_stream_order(void) {
     const int64_t n = (1 << 22) + 1;
-    static const ls_reduce_op ops[] = {LS_REDUCE_SUM, LS_REDUCE_AVG};
+    static const ls_reduce_op ops[] = {LS_REDUCE_SUM, LS_REDUCE_AVG, LS_REDUCE_AVG, LS_REDUCE_SUM};
     float *h = halloc((size_t)n * 4);
     void *dv = dalloc((size_t)n * 4);
-    for (int o = 0; o < 2; o++) {
+    for (int o = 0; o < 4; o++) {
+        int in_stream = o >= 2; /* started, then completed in stream order (ls_comm_wait_stream) */
         for (int64_t i = 0; i < n; i++) h[i] = (float)ct_val(LS_F32, R, i, 30);
         put(dv, h, (size_t)n * 4);
         /* queued, not waited for: ~1 GB of traffic keeps the GPU busy well past the collective's
          * enqueue, and only the last scale doubles the values */
         for (int k = 0; k < 32; k++) LS_REQUIRE_OK(X->ops->scale(X->state, LS_F32, n, k == 31 ? 2.0 : 1.0, dv));
-        LS_REQUIRE_OK(ls_comm_allreduce(C, dv, n, LS_F32, ops[o])); /* must see the doubled values */
+        if (in_stream) {
+            ls_comm_request *req = NULL;
+            LS_REQUIRE_OK(ls_comm_iallreduce(C, dv, n, LS_F32, ops[o], &req));
+            LS_REQUIRE_OK(ls_comm_wait_stream(req)); /* the host goes on at once */
+        } else {
+            LS_REQUIRE_OK(ls_comm_allreduce(C, dv, n, LS_F32, ops[o])); /* must see the doubled values */
+        }
         LS_REQUIRE_OK(X->ops->scale(X->state, LS_F32, n, 0.5, dv)); /* must see the reduced values */
         get(h, dv, (size_t)n * 4);
-        char what[80];
-        snprintf(what, sizeof what, "compute stream -> allreduce %s -> compute stream", ls_reduce_op_name(ops[o]));
+        char what[96];
+        snprintf(what, sizeof what, "compute stream -> allreduce %s%s -> compute stream", ls_reduce_op_name(ops[o]),
+                 in_stream ? " (waited for in stream order)" : "");
         CHECK_ELEMS(what, h, LS_F32, n, ct_expect(LS_F32, ops[o], W, i, 30));
     }
     ls_free(X->alloc, dv);
