@@ -51,7 +51,7 @@ typedef struct ls_pool2d_params {
 } ls_pool2d_params;
 
 /* Per-channel statistics and affine parameters are in the master dtype (f32 for f32/f16/bf16
- * activations, f64 for f64). relu: the op is ReLU(BN(x)), and backward masks dy by y > 0. */
+ * activations, f64 for f64). relu: the op is ReLU(BN(x)), and backward zeroes dy where y <= 0. */
 typedef struct ls_bn_params {
     int64_t N, C, HW; /* x [N, C, H, W] with HW = H*W */
     double eps;
@@ -89,7 +89,9 @@ typedef struct ls_ops {
                             const void *w, void *dx, void *dw, void *db);
     /* y = act(x) elementwise (y may alias x). */
     ls_status (*act_fwd)(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, void *y);
-    /* dx = dy * act'(x) (dx may alias dy). For ReLU, x may be act's output. */
+    /* dx = dy * act'(x) (dx may alias dy). For ReLU, x may be act's output. ReLU as PyTorch's: a NaN
+     * stays NaN forward, and backward zeroes dy where x <= 0 only (a NaN x passes dy); the fused
+     * ReLUs below (bn, add) do the same. */
     ls_status (*act_bwd)(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, const void *dy, void *dx);
     /* Numerically stable softmax cross-entropy: probs[B,C] = softmax(logits), losses[B] (same
      * dtype) = -log probs[label]. labels are int32 in [0, C). */
@@ -140,7 +142,7 @@ typedef struct ls_ops {
     ls_status (*bn_fwd)(void *st, ls_dtype t, const ls_bn_params *p, const void *x, const void *mean, const void *var,
                         const void *gamma, const void *beta, void *y);
     /* Per channel (overwritten): sum_dy = sum(g), sum_dy_xhat = sum(g * xhat), where g = dy (masked by
-     * y > 0 if p->relu; y unused otherwise) and xhat = (x - mean) / sqrt(var + eps). */
+     * y <= 0 zeroed if p->relu; y unused otherwise) and xhat = (x - mean) / sqrt(var + eps). */
     ls_status (*bn_bwd_reduce)(void *st, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
                                const void *y, const void *mean, const void *var, void *sum_dy, void *sum_dy_xhat);
     /* dx = gamma / sqrt(var + eps) * (g - (sum_dy + xhat * sum_dy_xhat) / count); count is the number

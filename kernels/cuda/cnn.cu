@@ -99,7 +99,7 @@ template <typename T, bool RELU> struct BnFwdOp {
     }
     __device__ T operator()(const BnScale<A> &k, T x, T, T) const {
         A v = add_rn(mul_rn(to_acc(x), k.scale), k.shift);
-        if (RELU) v = v > A(0) ? v : A(0);
+        if (RELU) v = v <= A(0) ? A(0) : v; /* NaN stays NaN */
         return from_acc<T>(v);
     }
 };
@@ -122,7 +122,7 @@ template <typename T, bool RELU> struct BnDxOp {
     }
     __device__ T operator()(const BnGrad<A> &k, T dy, T x, T y) const {
         A g = to_acc(dy);
-        if (RELU) g = to_acc(y) > A(0) ? g : A(0);
+        if (RELU) g = to_acc(y) <= A(0) ? A(0) : g;
         const A v = sub_rn(sub_rn(g, k.a), mul_rn(sub_rn(to_acc(x), k.mu), k.b));
         return from_acc<T>(mul_rn(k.k, v));
     }
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(THREADS)
                 s0 += (double)mul_rn(d, d);
             } else {
                 A g = to_acc(dy[e]);
-                if constexpr (MODE == RED_BN_RELU) g = to_acc(y[e]) > A(0) ? g : A(0);
+                if constexpr (MODE == RED_BN_RELU) g = to_acc(y[e]) <= A(0) ? A(0) : g;
                 s0 += (double)g;
                 s1 += (double)mul_rn(g, sub_rn(to_acc(x[e]), mu));
             }
@@ -381,7 +381,7 @@ template <typename T, bool RELU> __global__ void add_kernel(int64_t n, const T *
     const int64_t tid = global_tid(), stride = grid_stride();
     auto f = [](T u, T v) {
         A s = add_rn(to_acc(u), to_acc(v));
-        if (RELU) s = s > A(0) ? s : A(0);
+        if (RELU) s = s <= A(0) ? A(0) : s;
         return from_acc<T>(s);
     };
     int64_t i0 = 0;

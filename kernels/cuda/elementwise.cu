@@ -59,7 +59,7 @@ static cudaError_t ew_launch(const ls_cuda_launch *l, int64_t n, const T *a, con
 template <typename T> struct Relu {
     __device__ T operator()(T x, T) const {
         typename Acc<T>::type v = to_acc(x);
-        return from_acc<T>(v > 0 ? v : 0);
+        return from_acc<T>(v <= 0 ? 0 : v); /* NaN stays NaN, as PyTorch's */
     }
 };
 template <typename T> struct Gelu { /* exact: x * Phi(x) */
@@ -70,7 +70,7 @@ template <typename T> struct Gelu { /* exact: x * Phi(x) */
     }
 };
 template <typename T> struct ReluBwd { /* (x, dy) */
-    __device__ T operator()(T x, T dy) const { return from_acc<T>(to_acc(x) > 0 ? to_acc(dy) : 0); }
+    __device__ T operator()(T x, T dy) const { return from_acc<T>(to_acc(x) <= 0 ? 0 : to_acc(dy)); }
 };
 template <typename T> struct GeluBwd { /* (x, dy) */
     __device__ T operator()(T x, T dy) const {

@@ -382,6 +382,12 @@ static void case_bn(ls_dtype t, int64_t N, int64_t C, int64_t HW, int relu, int 
 static void case_add(ls_dtype t, int64_t n, int relu, int alias, int64_t offset) {
     const size_t es = ls_dtype_size(t);
     double *a = rnd(n + offset, 1.0, t), *b = rnd(n + offset, 1.0, t);
+    if (n >= 8) { /* non-finite sums, as the CPU passes them: NaN stays NaN through the ReLU */
+        a[offset + n / 2] = NAN;
+        a[offset + n / 3] = INFINITY, b[offset + n / 3] = -INFINITY;
+        a[offset + n / 4] = INFINITY;
+        a[offset + n / 5] = -0.0, b[offset + n / 5] = -0.0;
+    }
     void *ha = pack(a, t, n + offset), *hb = pack(b, t, n + offset), *hy = malloc((size_t)(n + offset) * es);
     LS_REQUIRE(hy);
     LS_REQUIRE_OK(CPU->ops->add(CPU->state, t, n, (char *)ha + offset * es, (char *)hb + offset * es, relu,

@@ -320,6 +320,9 @@ static void case_act(ls_dtype t, ls_act act, int64_t n, int in_place) {
     ls_dtype rt = t; /* the CPU computes f16/bf16 activations itself */
     size_t es = ls_dtype_size(t);
     double *x = rnd(n, 2.0, t), *dy = rnd(n, 1.0, t);
+    /* non-finite inputs, as the CPU passes them (relu(NaN) = NaN; backward passes dy at a NaN) */
+    x[n / 2] = NAN;
+    if (act == LS_ACT_RELU) x[n / 3] = INFINITY, x[n / 4] = -INFINITY, x[n / 5] = -0.0;
     void *hx = pack(x, rt, n), *hy = pack(x, rt, n), *hdy = pack(dy, rt, n), *hdx = pack(dy, rt, n);
     LS_REQUIRE_OK(CPU->ops->act_fwd(CPU->state, rt, act, n, hx, hy));
     LS_REQUIRE_OK(CPU->ops->act_bwd(CPU->state, rt, act, n, hx, hdy, hdx));
