@@ -179,6 +179,18 @@ static ls_status totals_drain(ls_trainer *t) {
     return LS_OK;
 }
 
+/* A slot's host memory, taken on first use. */
+static ls_status dslot_mem(ls_trainer *t, struct dslot *d) {
+    if (!d->mem) {
+        size_t bytes = (size_t)t->cfg.accum_steps * (dslot_room(t) + sizeof(int32_t));
+        if (!d->mb && !(d->mb = calloc((size_t)t->cfg.accum_steps, sizeof *d->mb)))
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for the step totals");
+        LS_CHECK(ls_allocator_host_alloc(t->ctx->alloc, bytes, "step totals", &d->pinned, &d->mem));
+        d->bytes = bytes;
+    }
+    return LS_OK;
+}
+
 /* The slot for this step's copies, emptied into the totals first (a step LS_DOWNLOAD_SLOTS back). */
 static ls_status dslot_take(ls_trainer *t, struct dslot **out) {
     int slot = t->ds_next;
@@ -188,13 +200,7 @@ static ls_status dslot_take(ls_trainer *t, struct dslot **out) {
         LS_CHECK(totals_fold(t, slot));
         LS_TL_SPAN(t_wait, "totals of an earlier step (waits for the device)", "sync");
     }
-    if (!d->mem) {
-        size_t bytes = (size_t)t->cfg.accum_steps * (dslot_room(t) + sizeof(int32_t));
-        if (!d->mb && !(d->mb = calloc((size_t)t->cfg.accum_steps, sizeof *d->mb)))
-            return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for the step totals");
-        LS_CHECK(ls_allocator_host_alloc(t->ctx->alloc, bytes, "step totals", &d->pinned, &d->mem));
-        d->bytes = bytes;
-    }
+    LS_CHECK(dslot_mem(t, d));
     *out = d;
     return LS_OK;
 }
@@ -922,28 +928,61 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
     int64_t chunk = t->cfg.batch_per_rank;
     *loss_sum = 0;
     *correct = 0;
-    ls_status s = LS_OK;
     LS_TL_T0(t_eval);
+    /* Each chunk's per-sample losses and correct count are copied to the host in a download slot
+     * (the two used in turn) without a wait; the host waits only for the chunk two back before it
+     * reuses its slot, and adds the chunks up in order (the sums of reading each chunk's loss). The
+     * slots' training copies go into the totals first. */
+    LS_CHECK(totals_drain(t));
+    struct {
+        int64_t n, count; /* samples, and losses copied (0: slot free) */
+        ls_dtype dtype;
+    } q[LS_DOWNLOAD_SLOTS];
+    memset(q, 0, sizeof q);
+    ls_status s = LS_OK;
+    int k = 0;
     ls_module_set_training(t->model, 0); /* dropout off */
-    for (int64_t lo = 0; lo < count && s == LS_OK; lo += chunk) {
+    for (int64_t lo = 0; lo < count && s == LS_OK; lo += chunk, k++) {
         int64_t n = count - lo < chunk ? count - lo : chunk;
+        const int slot = k % LS_DOWNLOAD_SLOTS;
+        struct dslot *d = &t->ds[slot];
+        if (q[slot].n) { /* the chunk LS_DOWNLOAD_SLOTS back: wait for its copies, add it */
+            s = ls_allocator_download_wait(t->ctx->alloc, slot);
+            if (s != LS_OK) break;
+            const int32_t *c = (const int32_t *)((char *)d->mem + (size_t)t->cfg.accum_steps * dslot_room(t));
+            *loss_sum += ls_xent_mean(q[slot].dtype, d->mem, q[slot].count) * (double)q[slot].n;
+            *correct += *c;
+            q[slot].n = 0;
+        }
         const ls_tensor *in, *logits;
-        double mean_loss;
-        int64_t c = 0;
-        s = load_batch(t, data, idx + lo, n, 0);
+        s = dslot_mem(t, d);
+        if (s == LS_OK) s = load_batch(t, data, idx + lo, n, 0);
         if (s != LS_OK) break;
         s = model_input(t, &in);
         if (s == LS_OK) s = ls_module_forward(t->model, in, &logits);
-        if (s == LS_OK) s = ls_xent_forward(t->loss, logits, t->y, &mean_loss);
-        if (s == LS_OK) s = ls_xent_correct(t->loss, logits, t->y, &c);
+        if (s == LS_OK) s = ls_xent_forward(t->loss, logits, t->y, NULL);
+        if (s == LS_OK) s = ls_xent_correct(t->loss, logits, t->y, NULL);
+        if (s == LS_OK)
+            s = ls_xent_download(t->loss, slot, d->mem,
+                                 (int32_t *)((char *)d->mem + (size_t)t->cfg.accum_steps * dslot_room(t)),
+                                 &q[slot].dtype, &q[slot].count);
         if (uses_buffers(t)) { /* also after a failure: what was queued still reads the batch */
             ls_status r = ls_allocator_release(t->ctx->alloc, t->slot);
             if (s == LS_OK) s = r;
         }
-        if (s == LS_OK) {
-            *loss_sum += mean_loss * (double)n;
-            *correct += c;
-        }
+        if (s == LS_OK) q[slot].n = n;
+    }
+    /* the last chunks, oldest first; after a failure, still wait (no copy into reused memory) */
+    for (int i = 0; i < LS_DOWNLOAD_SLOTS; i++) {
+        const int slot = (k + i) % LS_DOWNLOAD_SLOTS;
+        struct dslot *d = &t->ds[slot];
+        if (!q[slot].n) continue;
+        ls_status w = ls_allocator_download_wait(t->ctx->alloc, slot);
+        if (s == LS_OK) s = w;
+        if (s != LS_OK) continue;
+        const int32_t *c = (const int32_t *)((char *)d->mem + (size_t)t->cfg.accum_steps * dslot_room(t));
+        *loss_sum += ls_xent_mean(q[slot].dtype, d->mem, q[slot].count) * (double)q[slot].n;
+        *correct += *c;
     }
     ls_module_set_training(t->model, 1);
     LS_TL_SPAN(t_eval, "evaluate", "eval");

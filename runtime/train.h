@@ -119,7 +119,11 @@ void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps);
  * flag across ranks makes the other ranks skip that step too. */
 ls_loss_scaler *ls_trainer_loss_scaler(ls_trainer *t);
 
-/* Sum of loss and correct over a shard of a data set (no gradients); *count gets the samples. */
+/* Sum of loss and correct over samples idx[0..count) of a data set (no gradients, dropout off), in
+ * chunks of the per-rank batch. On a GPU the host runs up to two chunks ahead of the device: each
+ * chunk's losses and count are copied to pinned memory in the background and added up in order
+ * (the same sums as reading each chunk's), and the call waits for the device once, at its end. The
+ * running totals' pending copies (cfg.totals) are folded into them first. */
 ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                               double *loss_sum, int64_t *correct);
 

@@ -344,6 +344,12 @@ struct stream_queue {
 
 std::map<cudaStream_t, stream_queue> queues;
 unsigned long long work_queued, work_done; /* kernels and library calls (emu_work_counts) */
+unsigned long long host_drains;            /* host waits that ran the queued work dry (emu_host_drains) */
+
+/* After a host wait: was work queued before it (pending) and none after? */
+void note_wait(bool pending) {
+    if (pending && work_done == work_queued) host_drains++;
+}
 
 /* An event: the stream and the position in its queue of the last record. */
 struct emu_event {
@@ -463,6 +469,11 @@ void emu_work_counts(unsigned long long *queued, unsigned long long *done) {
     *done = emu::work_done;
 }
 
+unsigned long long emu_host_drains(void) {
+    guard g(big_lock);
+    return emu::host_drains;
+}
+
 void emu_device_synchronize(void) {
     guard g(big_lock);
     emu::run_every_stream();
@@ -496,7 +507,9 @@ cudaError_t emu_cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaM
     if (kind == cudaMemcpyHostToHost || (to_host && !emu::is_pinned(dst, n))) {
         /* host to host (synchronous in CUDA), or to pageable memory: done before returning,
          * after the stream's earlier work */
+        const bool pending = emu::work_done < emu::work_queued;
         emu::run_all(s);
+        emu::note_wait(pending);
         memmove(dst, src, n);
         return cudaSuccess;
     }
@@ -513,7 +526,9 @@ cudaError_t emu_cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaM
 
 cudaError_t emu_cudaStreamSynchronize(cudaStream_t s) {
     guard g(big_lock);
+    const bool pending = emu::work_done < emu::work_queued;
     emu::run_all(s);
+    emu::note_wait(pending);
     return cudaSuccess;
 }
 
@@ -553,7 +568,9 @@ cudaError_t emu_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int 
 cudaError_t emu_cudaEventSynchronize(cudaEvent_t e) {
     guard g(big_lock);
     const emu::emu_event *ev = reinterpret_cast<emu::emu_event *>(e);
+    const bool pending = emu::work_done < emu::work_queued;
     if (ev->recorded) emu::run_until(ev->stream, ev->target);
+    emu::note_wait(pending);
     return cudaSuccess;
 }
 
@@ -632,7 +649,9 @@ cudaError_t emu_cudaFree(void *p) {
     guard g(big_lock);
     auto it = emu::device_blocks.find(reinterpret_cast<uintptr_t>(p));
     if (it == emu::device_blocks.end()) return cudaErrorInvalidValue;
+    const bool pending = emu::work_done < emu::work_queued;
     emu::run_every_stream(); /* cudaFree synchronizes the device */
+    emu::note_wait(pending);
     emu::device_bytes -= it->second;
     emu::device_blocks.erase(it);
     free(p);
@@ -658,7 +677,9 @@ cudaError_t emu_cudaFreeHost(void *p) {
     guard g(big_lock);
     auto it = emu::pinned_blocks.find(reinterpret_cast<uintptr_t>(p));
     if (it == emu::pinned_blocks.end()) return cudaErrorInvalidValue;
+    const bool pending = emu::work_done < emu::work_queued;
     emu::run_every_stream(); /* so does cudaFreeHost */
+    emu::note_wait(pending);
     emu::pinned_blocks.erase(it);
     free(p);
     return cudaSuccess;

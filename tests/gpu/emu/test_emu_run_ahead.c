@@ -19,7 +19,9 @@
  *    step two back), and ls_trainer_totals then gives the sums of the stats of the run with stats,
  *    bit for bit;
  *  - the three train alike: the parameters after the steps identical bit for bit, and the loss and
- *    correct count of the last step (read in both) equal. */
+ *    correct count of the last step (read in both) equal;
+ *  - ls_trainer_evaluate over ten chunks lets the queued work run dry once, at its end (a host wait
+ *    that leaves nothing queued: emu_host_drains), not after every chunk. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,6 +143,47 @@ static void check(const plan *p) {
     free(c);
 }
 
+/* ls_trainer_evaluate over many chunks (of the training batch) runs ahead too: the host waits only
+ * for a chunk two back, so the queued work runs dry once, at the end, where evaluating the chunks
+ * one call each runs it dry after every chunk (what reading each chunk's loss did); the sums are
+ * the same, bit for bit. */
+static void check_evaluate(const char *name, const char *data_mode, int bytes) {
+    LS_REQUIRE(setenv("LOCKSTEP_DATA_ON_DEVICE", data_mode, 1) == 0);
+    LS_REQUIRE(setenv("LOCKSTEP_PREFETCH", "auto", 1) == 0);
+    ls_module *m = NULL;
+    ls_optimizer *o = NULL;
+    ls_trainer *t = mlp_trainer_ex(C, F, B, 1, LS_PRECISION_FP32, 1, 0, &m, &o);
+    const ls_dataset *data = bytes ? Db : D;
+    enum { COUNT = 9 * B + 5 }; /* ten chunks, the last one partial */
+    int64_t idx[COUNT];
+    for (int64_t i = 0; i < COUNT; i++) idx[i] = (i * 37) % N;
+    double loss = 0, loss1 = 0, one = 0;
+    int64_t correct = 0, correct1 = 0, c1 = 0;
+    LS_REQUIRE_OK(ls_trainer_step(t, data, idx, B, B, NULL)); /* a step still queued: its totals first */
+    LS_REQUIRE_OK(ls_trainer_evaluate(t, data, idx, COUNT, &loss, &correct)); /* buffers taken */
+    ls_train_totals tot;
+    LS_REQUIRE_OK(ls_trainer_totals(t, &tot, 0));
+    LS_EXPECT(tot.steps == 1 && tot.samples == B); /* the step's copies went into the totals */
+    unsigned long long d0 = emu_host_drains();
+    LS_REQUIRE_OK(ls_trainer_evaluate(t, data, idx, COUNT, &loss, &correct));
+    unsigned long long d1 = emu_host_drains();
+    for (int64_t lo = 0; lo < COUNT; lo += B) {
+        int64_t n = COUNT - lo < B ? COUNT - lo : B;
+        LS_REQUIRE_OK(ls_trainer_evaluate(t, data, idx + lo, n, &one, &c1));
+        loss1 += one;
+        correct1 += c1;
+    }
+    unsigned long long d2 = emu_host_drains();
+    printf("%-34s evaluate, 10 chunks: the device ran dry %llu time(s) in one call, %llu in ten; loss sum %.17g / "
+           "%.17g, correct %lld / %lld\n",
+           name, d1 - d0, d2 - d1, loss, loss1, (long long)correct, (long long)correct1);
+    LS_EXPECT(d1 - d0 == 1 && d2 - d1 == 10);
+    LS_EXPECT(loss == loss1 && correct == correct1 && loss > 0 && correct > 0);
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+}
+
 int main(void) {
     /* before the first emulated call: the schedule is read once */
     LS_REQUIRE(setenv("EMU_SCHEDULE", "lazy", 1) == 0);
@@ -167,6 +210,10 @@ int main(void) {
         {"staged, 2 micro-batches, clipped", 2, "off", 1, 0, 0.05},
     };
     for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) check(&plans[i]);
+    check_evaluate("data on the device", "on", 0);
+    check_evaluate("bytes on the device", "on", 1);
+    check_evaluate("staged", "off", 0);
+    check_evaluate("bytes staged", "off", 1);
     ls_dataset_destroy(D);
     ls_dataset_destroy(Db);
     ls_ctx_destroy(C);
