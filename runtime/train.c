@@ -915,6 +915,24 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
     return LS_OK;
 }
 
+/* evaluate: one chunk's copies in a download slot (n 0: none) */
+struct eval_chunk {
+    int64_t n, count; /* samples, and losses copied */
+    ls_dtype dtype;
+};
+
+/* Waits for chunk q's copies in download slot `slot` and adds them to the sums; frees q. */
+static ls_status eval_fold(ls_trainer *t, int slot, struct eval_chunk *q, double *loss_sum, int64_t *correct) {
+    if (!q->n) return LS_OK;
+    const int64_t n = q->n;
+    q->n = 0;
+    LS_CHECK(ls_allocator_download_wait(t->ctx->alloc, slot));
+    const char *mem = t->ds[slot].mem;
+    *loss_sum += ls_xent_mean(q->dtype, mem, q->count) * (double)n;
+    *correct += *(const int32_t *)(mem + (size_t)t->cfg.accum_steps * dslot_room(t));
+    return LS_OK;
+}
+
 ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                               double *loss_sum, int64_t *correct) {
     LS_CHECK_ARG(t && data && loss_sum && correct, "ls_trainer_evaluate: %s is NULL",
@@ -934,10 +952,7 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
      * reuses its slot, and adds the chunks up in order (the sums of reading each chunk's loss). The
      * slots' training copies go into the totals first. */
     LS_CHECK(totals_drain(t));
-    struct {
-        int64_t n, count; /* samples, and losses copied (0: slot free) */
-        ls_dtype dtype;
-    } q[LS_DOWNLOAD_SLOTS];
+    struct eval_chunk q[LS_DOWNLOAD_SLOTS];
     memset(q, 0, sizeof q);
     ls_status s = LS_OK;
     int k = 0;
@@ -946,16 +961,9 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
         int64_t n = count - lo < chunk ? count - lo : chunk;
         const int slot = k % LS_DOWNLOAD_SLOTS;
         struct dslot *d = &t->ds[slot];
-        if (q[slot].n) { /* the chunk LS_DOWNLOAD_SLOTS back: wait for its copies, add it */
-            s = ls_allocator_download_wait(t->ctx->alloc, slot);
-            if (s != LS_OK) break;
-            const int32_t *c = (const int32_t *)((char *)d->mem + (size_t)t->cfg.accum_steps * dslot_room(t));
-            *loss_sum += ls_xent_mean(q[slot].dtype, d->mem, q[slot].count) * (double)q[slot].n;
-            *correct += *c;
-            q[slot].n = 0;
-        }
+        s = eval_fold(t, slot, &q[slot], loss_sum, correct); /* the chunk LS_DOWNLOAD_SLOTS back */
         const ls_tensor *in, *logits;
-        s = dslot_mem(t, d);
+        if (s == LS_OK) s = dslot_mem(t, d);
         if (s == LS_OK) s = load_batch(t, data, idx + lo, n, 0);
         if (s != LS_OK) break;
         s = model_input(t, &in);
@@ -974,15 +982,8 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
     }
     /* the last chunks, oldest first; after a failure, still wait (no copy into reused memory) */
     for (int i = 0; i < LS_DOWNLOAD_SLOTS; i++) {
-        const int slot = (k + i) % LS_DOWNLOAD_SLOTS;
-        struct dslot *d = &t->ds[slot];
-        if (!q[slot].n) continue;
-        ls_status w = ls_allocator_download_wait(t->ctx->alloc, slot);
+        ls_status w = eval_fold(t, (k + i) % LS_DOWNLOAD_SLOTS, &q[(k + i) % LS_DOWNLOAD_SLOTS], loss_sum, correct);
         if (s == LS_OK) s = w;
-        if (s != LS_OK) continue;
-        const int32_t *c = (const int32_t *)((char *)d->mem + (size_t)t->cfg.accum_steps * dslot_room(t));
-        *loss_sum += ls_xent_mean(q[slot].dtype, d->mem, q[slot].count) * (double)q[slot].n;
-        *correct += *c;
     }
     ls_module_set_training(t->model, 1);
     LS_TL_SPAN(t_eval, "evaluate", "eval");
