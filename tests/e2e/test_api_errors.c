@@ -9,7 +9,8 @@
  *   loss), or in a byte set's lookup table;
  * - a checkpoint state that its own load would refuse (world_size 0), saved as if it were fine;
  * - a host allocation of SIZE_MAX bytes (rounding wrapped it to a 64-byte block);
- * - ls_trainer_evaluate with a negative count, and NULL data sets and indices;
+ * - ls_trainer_evaluate with a negative count, NULL data sets and indices, and a bad index in a
+ *   later chunk (the error; then the same sums as before it);
  * - a sequential container given the same child twice (it was destroyed twice), or a NULL one;
  * - NULL objects given to the builders, forward, the optimizer's step (and a NaN lr), tensor,
  *   context and memory calls, the loss and the gradient norm;
@@ -160,6 +161,19 @@ int main(void) {
     int64_t correct = 0;
     LS_EXPECT_ERR(ls_trainer_evaluate(t, d, idx, -5, &loss, &correct), LS_ERR_INVALID_ARGUMENT,
                   "ls_trainer_evaluate: count -5 < 0");
+    /* a bad index in the third chunk of 8, with two chunks' copies in flight: the error, then an
+     * evaluate as if nothing had happened (the same sums as one evaluated before) */
+    int64_t ev[21];
+    for (int i = 0; i < 21; i++) ev[i] = (i * 7) % N;
+    double loss0 = 0;
+    int64_t correct0 = 0;
+    LS_REQUIRE_OK(ls_trainer_evaluate(t, d, ev, 21, &loss0, &correct0));
+    ev[19] = N;
+    LS_EXPECT_ERR(ls_trainer_evaluate(t, d, ev, 21, &loss, &correct), LS_ERR_INVALID_ARGUMENT,
+                  "ls_dataset_gather: index 64 at position 3 is outside [0, 64)");
+    ev[19] = (19 * 7) % N;
+    LS_REQUIRE_OK(ls_trainer_evaluate(t, d, ev, 21, &loss, &correct));
+    LS_EXPECT(loss == loss0 && correct == correct0 && loss0 > 0);
     LS_EXPECT_ERR(ls_trainer_prefetch(t, d, NULL, 8), LS_ERR_INVALID_ARGUMENT, "ls_trainer_prefetch: idx is NULL");
     LS_REQUIRE_OK(ls_trainer_step(t, d, idx, 8, 8, &st));
     ls_trainer_destroy(t);

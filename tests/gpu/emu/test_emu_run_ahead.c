@@ -179,6 +179,13 @@ static void check_evaluate(const char *name, const char *data_mode, int bytes) {
            name, d1 - d0, d2 - d1, loss, loss1, (long long)correct, (long long)correct1);
     LS_EXPECT(d1 - d0 == 1 && d2 - d1 == 10);
     LS_EXPECT(loss == loss1 && correct == correct1 && loss > 0 && correct > 0);
+    /* a bad index in the fourth chunk, two chunks' copies in flight: an error, and after it the
+     * same sums again */
+    idx[3 * B + 1] = N;
+    LS_EXPECT(ls_trainer_evaluate(t, data, idx, COUNT, &one, &c1) == LS_ERR_INVALID_ARGUMENT);
+    idx[3 * B + 1] = ((3 * B + 1) * 37) % N;
+    LS_REQUIRE_OK(ls_trainer_evaluate(t, data, idx, COUNT, &one, &c1));
+    LS_EXPECT(one == loss && c1 == correct);
     ls_trainer_destroy(t);
     ls_optimizer_destroy(o);
     ls_module_destroy(m);
