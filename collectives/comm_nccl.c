@@ -187,9 +187,17 @@ static ls_status ls_nccl_enqueue(ls_nccl_state *st, const ls_coll_op *op) {
     return s == LS_OK ? LS_OK : ls_nccl_fail(st, s);
 }
 
+/* cudaEventQuery/cudaStreamQuery: cudaErrorNotReady is also left as the thread's last error, which
+ * the next kernel launch's check (cudaGetLastError) would then report as its failure: clear it,
+ * as PyTorch does. */
+static cudaError_t ls_nccl_query(cudaError_t e) {
+    if (e == cudaErrorNotReady) (void)cudaGetLastError();
+    return e;
+}
+
 static ls_status ls_nccl_poll(ls_nccl_state *st, cudaEvent_t ev, int *done) {
     *done = 0;
-    cudaError_t e = cudaEventQuery(ev);
+    cudaError_t e = ls_nccl_query(cudaEventQuery(ev));
     if (e == cudaSuccess) {
         *done = 1;
         return LS_OK;
@@ -296,7 +304,7 @@ void ls_comm_nccl_set_watchdog_fatal(void (*fatal)(const char *why)) { ls_nccl_f
 static void ls_nccl_watch_check(ls_nccl_state *st, const ls_nccl_watch *w, int *done, char *why, size_t n) {
     *done = 0;
     why[0] = 0;
-    cudaError_t e = cudaEventQuery(w->done);
+    cudaError_t e = ls_nccl_query(cudaEventQuery(w->done));
     if (e == cudaSuccess) {
         *done = 1;
         return;
@@ -461,7 +469,7 @@ static void ls_nccl_abort(void *sp, const char *why) {
 static void ls_nccl_drain(ls_nccl_state *st) {
     double t0 = ls_nccl_now();
     for (;;) {
-        cudaError_t e = cudaStreamQuery(st->stream);
+        cudaError_t e = ls_nccl_query(cudaStreamQuery(st->stream));
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady) {
             LS_LOG_W("NCCL communicator destroyed after a CUDA error (%s): aborted", cudaGetErrorName(e));

@@ -21,7 +21,7 @@ size_t stub_device_free = (size_t)1 << 30, stub_device_total = (size_t)1 << 30;
 long stub_mallocs, stub_frees, stub_syncs;
 size_t stub_out_bytes;
 cudaError_t stub_fail_malloc = cudaSuccess;
-int stub_event_hang;
+int stub_event_hang, stub_event_polls;
 volatile cudaError_t stub_event_error = cudaSuccess;
 cudaError_t stub_fail_event_create = cudaSuccess;
 volatile long stub_events_live;
@@ -40,6 +40,7 @@ void stub_trace_add(const char *what, const void *a, const void *b) {
 /* An event: whether its last record will never complete (read by the NCCL watchdog's thread). */
 typedef struct stub_event {
     volatile int hang;
+    int polls; /* not-ready answers still to give before it completes */
 } stub_event;
 
 void stub_event_complete(cudaEvent_t e) { ((stub_event *)e)->hang = 0; }
@@ -112,7 +113,18 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
     return cudaSuccess;
 }
 
-cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+/* The calling thread's last error: what a failed call left (here only a query's not-ready, as
+ * CUDA's runtime records it); cudaGetLastError returns it and resets it. */
+static _Thread_local cudaError_t stub_last_error = cudaSuccess;
+static cudaError_t stub_note(cudaError_t e) {
+    if (e != cudaSuccess) stub_last_error = e;
+    return e;
+}
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = stub_last_error;
+    stub_last_error = cudaSuccess;
+    return e;
+}
 const char *cudaGetErrorName(cudaError_t e) {
     return e == cudaErrorIllegalAddress     ? "cudaErrorIllegalAddress"
            : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
@@ -166,16 +178,22 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     ((stub_event *)e)->hang = stub_event_hang;
+    ((stub_event *)e)->polls = stub_event_polls;
     stub_trace_add("record", e, s);
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-    if (stub_event_error != cudaSuccess) return stub_event_error;
-    return ((stub_event *)e)->hang ? cudaErrorNotReady : cudaSuccess;
+    if (stub_event_error != cudaSuccess) return stub_note(stub_event_error);
+    stub_event *ev = (stub_event *)e;
+    if (ev->polls > 0) {
+        ev->polls--;
+        return stub_note(cudaErrorNotReady);
+    }
+    return stub_note(ev->hang ? cudaErrorNotReady : cudaSuccess);
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) {
     (void)s;
-    return stub_stream_busy ? cudaErrorNotReady : cudaSuccess;
+    return stub_note(stub_stream_busy ? cudaErrorNotReady : cudaSuccess);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     (void)e;

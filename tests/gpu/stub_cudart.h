@@ -9,7 +9,8 @@ extern size_t stub_device_free, stub_device_total; /* cudaMemGetInfo; cudaMalloc
 extern long stub_mallocs, stub_frees, stub_syncs;  /* cudaMalloc, cudaFree, cudaStreamSynchronize calls */
 extern size_t stub_out_bytes;                      /* bytes cudaMalloc'd and not yet freed */
 extern cudaError_t stub_fail_malloc;               /* not cudaSuccess: cudaMalloc fails with it */
-extern int stub_event_hang; /* 1: events recorded from now on never complete (cudaEventQuery: not ready) */
+extern int stub_event_polls; /* events recorded from now on answer cudaEventQuery "not ready" so many times first */
+extern int stub_event_hang;  /* 1: events recorded from now on never complete (cudaEventQuery: not ready) */
 extern volatile cudaError_t stub_event_error; /* not cudaSuccess: cudaEventQuery returns it (a failed kernel) */
 extern volatile long stub_events_live;        /* events created and not yet destroyed */
 void stub_event_complete(cudaEvent_t e);      /* a hung event completes */

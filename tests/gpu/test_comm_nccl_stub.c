@@ -8,7 +8,8 @@
  * each ending in the right error on every rank, and an aborted communicator refusing further work;
  * a failed NCCL call and a CUDA error seen by a wait aborting the communicator (so that peers stop
  * waiting), a completion event that cannot be created leaving nothing queued, and destroy with a
- * collective unfinished aborting after the timeout, or at once after an asynchronous error; a wait
+ * collective unfinished aborting after the timeout, or at once after an asynchronous error; the
+ * "not ready" of its polls cleared from the thread's last CUDA error; a wait
  * in stream order returning at once with the compute stream waiting for the completion event, and
  * the watchdog thread releasing completed events, stopping at destroy, and turning a timeout, an
  * asynchronous error and a failed kernel into its fatal action with the message. The
@@ -202,10 +203,27 @@ static void test_timeout(void) {
                   "did not complete within 0.3 s (LOCKSTEP_COMM_TIMEOUT): a rank may have failed or skipped "
                   "this collective; the NCCL communicator was aborted");
     stub_event_hang = 0;
+    LS_EXPECT(cudaGetLastError() == cudaSuccess); /* the polls' "not ready" was not left behind */
     LS_EXPECT(stub_nccl_aborts == aborts + 1);
     LS_EXPECT_ERR(c.f->run(c.st, &op), LS_ERR_COMM, "the NCCL communicator was aborted after an earlier failure");
     c.f->destroy(c.st);
     LS_EXPECT(stub_nccl_destroys == destroys); /* aborted: nothing left to destroy */
+    cudaFree(b);
+}
+
+/* A host wait that polls "not ready" a few times, then completes: LS_OK, and the thread's last
+ * CUDA error is clear (CUDA leaves a query's cudaErrorNotReady there, and the next kernel launch's
+ * check would report it as its own failure). */
+static void test_not_ready_cleared(void) {
+    nccl c;
+    LS_REQUIRE_OK(make(30, &c));
+    float *b = NULL;
+    ls_coll_op op = small_allreduce(&b);
+    stub_event_polls = 5;
+    LS_EXPECT(c.f->run(c.st, &op) == LS_OK);
+    stub_event_polls = 0;
+    LS_EXPECT(cudaGetLastError() == cudaSuccess);
+    c.f->destroy(c.st);
     cudaFree(b);
 }
 
@@ -289,6 +307,7 @@ static void test_failures(void) {
     double waited = seconds() - t0;
     LS_EXPECT(stub_nccl_aborts == aborts + 1 && stub_nccl_destroys == destroys);
     LS_EXPECT(waited >= 0.3 && waited < 10);
+    LS_EXPECT(cudaGetLastError() == cudaSuccess); /* cudaStreamQuery's "not ready", cleared */
     /* and at once after an asynchronous error, whatever the timeout */
     LS_REQUIRE_OK(make(300, &c));
     aborts = stub_nccl_aborts;
@@ -521,6 +540,7 @@ int main(void) {
     c.f->destroy(c.st);
     LS_EXPECT(stub_nccl_destroys == destroys + 1);
     test_timeout();
+    test_not_ready_cleared();
     test_async_error();
     test_failures();
     test_wait_stream();
