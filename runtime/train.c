@@ -215,6 +215,25 @@ static void dslots_free(ls_trainer *t) {
     }
 }
 
+ls_status ls_trainer_totals_peek(ls_trainer *t, ls_train_totals *out) {
+    LS_CHECK_ARG(t && out, "ls_trainer_totals_peek: %s is NULL", !t ? "the trainer" : "out");
+    if (!t->cfg.totals)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_trainer_totals_peek: the trainer keeps no totals (set totals = 1 in its ls_train_config)");
+    /* the slots whose copies have arrived, oldest first, stopping at the first that has not (the
+     * sums stay in step order) */
+    for (int i = 0; i < LS_DOWNLOAD_SLOTS; i++) {
+        const int slot = (t->ds_next + i) % LS_DOWNLOAD_SLOTS;
+        if (!t->ds[slot].n_mb) continue;
+        int done = 0;
+        LS_CHECK(ls_allocator_download_done(t->ctx->alloc, slot, &done));
+        if (!done) break;
+        LS_CHECK(totals_fold(t, slot));
+    }
+    *out = t->totals;
+    return LS_OK;
+}
+
 ls_status ls_trainer_totals(ls_trainer *t, ls_train_totals *out, int reset) {
     LS_CHECK_ARG(t && out, "ls_trainer_totals: %s is NULL", !t ? "the trainer" : "out");
     if (!t->cfg.totals)

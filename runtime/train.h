@@ -95,6 +95,10 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
  * stats, in step order, bit for bit: loss_sum is the sum of the ls_step_stats.loss_sum. Without
  * cfg.totals it is an error. */
 ls_status ls_trainer_totals(ls_trainer *t, ls_train_totals *out, int reset);
+/* The same without waiting (a progress line): steps and skipped count every step, loss_sum,
+ * correct and samples the steps whose copies have arrived (on a GPU up to two steps fewer; on the
+ * CPU all). What it adds is added in step order: a later ls_trainer_totals gives the same sums. */
+ls_status ls_trainer_totals_peek(ls_trainer *t, ls_train_totals *out);
 /* Names the samples of the next ls_trainer_step (the same data, idx, count; call it before the
  * current step). Once the current step's work is queued, the trainer gathers the next step's
  * first micro-batch on the host into pinned memory and queues its copy to the device on a copy

@@ -515,6 +515,20 @@ static ls_status cu_download_wait_fn(void *state, int slot) {
     return LS_OK;
 }
 
+static ls_status cu_download_done_fn(void *state, int slot, int *done) {
+    cu_alloc *a = state;
+    *done = 1;
+    if (!a->up_ready) return LS_OK;
+    cudaError_t e = cudaEventQuery(a->down_done[slot]);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError(); /* a query's "not ready" stays as the last error otherwise */
+        *done = 0;
+        return LS_OK;
+    }
+    LS_CUDA_CHECK(e);
+    return LS_OK;
+}
+
 static ls_status cu_zero_fn(void *state, void *ptr, size_t n) {
     cu_alloc *a = state;
     if (!n) return LS_OK;
@@ -557,9 +571,9 @@ static void cu_destroy_fn(void *state) {
 }
 
 static const ls_allocator_vtable ls_cuda_vtable = {
-    "cuda caching", cu_alloc_fn,       cu_free_fn,      cu_copy_fn,         cu_zero_fn, cu_reserved_fn,
-    cu_destroy_fn,  cu_host_alloc_fn,  cu_host_free_fn, cu_upload_fn,       cu_join_fn, cu_upload_wait_fn,
-    cu_release_fn,  cu_alloc_error_fn, cu_download_fn,  cu_download_wait_fn};
+    "cuda caching", cu_alloc_fn,       cu_free_fn,      cu_copy_fn,          cu_zero_fn,         cu_reserved_fn,
+    cu_destroy_fn,  cu_host_alloc_fn,  cu_host_free_fn, cu_upload_fn,        cu_join_fn,         cu_upload_wait_fn,
+    cu_release_fn,  cu_alloc_error_fn, cu_download_fn,  cu_download_wait_fn, cu_download_done_fn};
 
 /* ---- policy ---- */
 typedef struct cu_policy {

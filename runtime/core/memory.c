@@ -119,7 +119,7 @@ static ls_status ls_host_zero(void *state, void *ptr, size_t n) {
     return LS_OK;
 }
 static const ls_allocator_vtable ls_host_vtable = {
-    "host", ls_host_alloc, ls_host_free, ls_host_copy, ls_host_zero, NULL, NULL, NULL,
+    "host", ls_host_alloc, ls_host_free, ls_host_copy, ls_host_zero, NULL, NULL, NULL, NULL,
     NULL,   NULL,          NULL,         NULL,         NULL,         NULL, NULL, NULL};
 
 ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device, size_t cap_bytes,
@@ -333,6 +333,12 @@ ls_status ls_allocator_download(ls_allocator *a, int slot, void *dst, const void
 ls_status ls_allocator_download_wait(ls_allocator *a, int slot) {
     LS_CHECK(ls_check_download_slot(slot));
     return a->vt->download_wait ? a->vt->download_wait(a->state, slot) : LS_OK;
+}
+
+ls_status ls_allocator_download_done(ls_allocator *a, int slot, int *done) {
+    *done = 1;
+    LS_CHECK(ls_check_download_slot(slot));
+    return a->vt->download_done ? a->vt->download_done(a->state, slot, done) : LS_OK;
 }
 
 ls_status ls_memory_parse_size(const char *s, size_t *out) {

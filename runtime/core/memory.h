@@ -58,6 +58,8 @@ typedef struct ls_allocator_vtable {
      * download_wait blocks until the slot's copies are done. NULL: copy() at once, no-op. */
     ls_status (*download)(void *state, int slot, void *dst, const void *src, size_t n);
     ls_status (*download_wait)(void *state, int slot);
+    /* Optional: *done = 1 when the slot's copies have finished, without waiting. NULL: 1. */
+    ls_status (*download_done)(void *state, int slot, int *done);
 } ls_allocator_vtable;
 
 /* Host memory (64-byte aligned). cap_bytes 0 means no cap. */
@@ -117,6 +119,8 @@ ls_status ls_allocator_release(ls_allocator *a, int slot);
 #define LS_DOWNLOAD_SLOTS 2
 ls_status ls_allocator_download(ls_allocator *a, int slot, void *dst, const void *src, size_t n);
 ls_status ls_allocator_download_wait(ls_allocator *a, int slot);
+/* *done = 1 when the slot's copies have finished (then download_wait does not wait); never waits. */
+ls_status ls_allocator_download_done(ls_allocator *a, int slot, int *done);
 
 /* Parse "2GiB", "512MiB", "1.5GB", "4096", "64k" into bytes (binary and decimal units). */
 ls_status ls_memory_parse_size(const char *s, size_t *out);

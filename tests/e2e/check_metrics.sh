@@ -4,7 +4,7 @@
 # with --clip-grad-norm (grad_norm appears) and a resume from step 5 after a run that died after
 # step 7 (its final checkpoint removed: steps 6 and 7 are written once, by the resumed run); a run
 # without --metrics or --log-steps (running totals) prints the same epoch lines; two ranks (the samples are the
-# global batch); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
+# global batch); --progress's last reading of an epoch equals its train loss; each epoch's printed train accuracy is the mean of its steps'; a diverging run's
 # NaN loss is written as null; a file that cannot be opened is an error naming it. CUDA_BUILT (1 in a
 # CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU. Two
 # diverging ranks with fp16 gradient compression skip their steps, and the epoch lines count them.
@@ -24,6 +24,13 @@ head -n 2 "$dir/m1"
 epochs() { grep '^epoch' "$1" | sed 's/  [0-9.]* samples\/s.*//'; }
 [ -n "$(epochs "$dir/out1")" ] && [ "$(epochs "$dir/out0")" = "$(epochs "$dir/out1")" ] ||
     fail "epoch lines differ without --metrics: $(epochs "$dir/out0") / $(epochs "$dir/out1")"
+# the progress line (peeked totals, no wait): on the CPU every step has arrived, so its last
+# reading of an epoch is that epoch's train loss; the epoch lines are unchanged
+"$mlp" "${args[@]/--no-progress/--progress}" >"$dir/outp" 2>"$dir/errp" || fail "--progress: $(cat "$dir/errp")"
+[ "$(epochs "$dir/outp")" = "$(epochs "$dir/out0")" ] || fail "epoch lines differ with --progress"
+lastp=$(tr '\r' '\n' <"$dir/errp" | grep -E '^epoch 1  step 10/10  loss [0-9.]+ ' | sed 's/.*loss \([0-9.]*\) .*/\1/')
+train1=$(grep '^epoch 1 ' "$dir/outp" | sed 's/.*train loss \([0-9.]*\) .*/\1/')
+[ -n "$lastp" ] && [ "$lastp" = "$train1" ] || fail "progress line's last loss '$lastp', epoch 1's train loss '$train1'"
 
 c=(--clip-grad-norm 1.0 --checkpoint-dir "$dir/ck" --save-every 5 --metrics "$dir/m2" --log-steps "$dir/s2")
 "$mlp" "${args[@]}" "${c[@]}" --max-steps 7 >"$dir/out2" 2>&1 || fail "run 2: $(cat "$dir/out2")"

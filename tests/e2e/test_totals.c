@@ -1,7 +1,8 @@
 /* test_totals.c: running totals (ls_train_config.totals, ls_trainer_totals). A trainer that keeps
  * them and is given no stats (or stats on some steps only) trains exactly as one given stats at
  * every step, and its totals are the sums of that trainer's stats in step order, bit for bit:
- * read every few steps with reset (an epoch, a progress line) and at the end without; with
+ * read every few steps with reset (an epoch, a progress line) and at the end without, and peeked
+ * at (ls_trainer_totals_peek: no wait) after every step, which keeps them in step order; with
  * gradient accumulation and a short last step (fewer samples than its micro-batches hold); with
  * data kept on the device and staged batches (LOCKSTEP_DATA_ON_DEVICE); in fp16 with an overflow
  * injected at one step (LOCKSTEP_AMP_INJECT_INF: totals.skipped counts it). Bad input: totals read
@@ -69,15 +70,25 @@ static float *run(const plan *p, int totals, ls_train_totals part[], int64_t *n_
     ls_module *m = NULL;
     ls_optimizer *o = NULL;
     ls_trainer *t = mlp_trainer_ex(C, F, B, p->accum, p->precision, totals, 0.0, &m, &o);
-    int64_t idx[B * 3];
+    int64_t idx[B * 3], since = 0; /* samples since the last reset */
     memset(part, 0, sizeof(ls_train_totals) * (STEPS / READ_EVERY + 1));
     for (int k = 0; k < STEPS; k++) {
         int64_t n = step_samples(p, k, idx);
         ls_step_stats st;
         int with_stats = !totals || k == 2 || k == 9;
         LS_REQUIRE_OK(ls_trainer_step(t, D, idx, n, n, with_stats ? &st : NULL));
+        since += n;
+        if (totals) { /* a progress line's read: every step counted, the samples that have arrived */
+            ls_train_totals pk;
+            LS_REQUIRE_OK(ls_trainer_totals_peek(t, &pk));
+            LS_EXPECT(pk.steps == k % READ_EVERY + 1 && pk.samples <= since);
+            if (C->device.type == LS_DEVICE_CPU) LS_EXPECT(pk.samples == since);
+        }
         if (!totals) add(&part[k / READ_EVERY], &st);
-        if (totals && (k + 1) % READ_EVERY == 0) LS_REQUIRE_OK(ls_trainer_totals(t, &part[k / READ_EVERY], 1));
+        if (totals && (k + 1) % READ_EVERY == 0) {
+            LS_REQUIRE_OK(ls_trainer_totals(t, &part[k / READ_EVERY], 1));
+            since = 0;
+        }
     }
     if (totals) {
         ls_train_totals again;
@@ -91,6 +102,8 @@ static float *run(const plan *p, int totals, ls_train_totals part[], int64_t *n_
         ls_status s = ls_trainer_totals(t, &none, 0);
         LS_EXPECT(s == LS_ERR_INVALID_ARGUMENT && strstr(ls_last_error(), "keeps no totals") &&
                   strstr(ls_last_error(), "totals = 1"));
+        s = ls_trainer_totals_peek(t, &none);
+        LS_EXPECT(s == LS_ERR_INVALID_ARGUMENT && strstr(ls_last_error(), "keeps no totals"));
     }
     ls_trainer_destroy(t);
     float *out = params_to_host(C, m, n_out);
@@ -168,6 +181,7 @@ int main(int argc, char **argv) {
     ls_status s = ls_trainer_create(C, NULL, m, o, &tc, &t);
     LS_EXPECT(s == LS_ERR_INVALID_ARGUMENT && t == NULL && strstr(ls_last_error(), "totals 2 must be 0 or 1"));
     LS_EXPECT(ls_trainer_totals(NULL, NULL, 0) == LS_ERR_INVALID_ARGUMENT);
+    LS_EXPECT(ls_trainer_totals_peek(NULL, NULL) == LS_ERR_INVALID_ARGUMENT);
     ls_optimizer_destroy(o);
     ls_module_destroy(m);
     ls_dataset_destroy(D);

@@ -574,7 +574,14 @@ cudaError_t emu_cudaEventSynchronize(cudaEvent_t e) {
     return cudaSuccess;
 }
 
-cudaError_t emu_cudaEventQuery(cudaEvent_t e) { return emu_cudaEventSynchronize(e); }
+/* Whether the event's point in its stream has run; runs nothing (a query is not a wait). */
+cudaError_t emu_cudaEventQuery(cudaEvent_t e) {
+    guard g(big_lock);
+    const emu::emu_event *ev = reinterpret_cast<emu::emu_event *>(e);
+    if (!ev->recorded) return cudaSuccess;
+    auto it = emu::queues.find(ev->stream);
+    return it == emu::queues.end() || it->second.done >= ev->target ? cudaSuccess : cudaErrorNotReady;
+}
 
 cudaError_t emu_cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *) {
     memset(attr, 0, sizeof *attr);

@@ -16,8 +16,8 @@
  *    returns;
  *  - with running totals (cfg.totals) and stats NULL, no step waits either (the losses and counts
  *    are copied to pinned memory on the compute stream; a step waits only for the copies of the
- *    step two back), and ls_trainer_totals then gives the sums of the stats of the run with stats,
- *    bit for bit;
+ *    step two back), nor does ls_trainer_totals_peek after each step, and ls_trainer_totals then
+ *    gives the sums of the stats of the run with stats, bit for bit;
  *  - the three train alike: the parameters after the steps identical bit for bit, and the loss and
  *    correct count of the last step (read in both) equal;
  *  - ls_trainer_evaluate over ten chunks lets the queued work run dry once, at its end (a host wait
@@ -74,6 +74,7 @@ static float *run(const plan *p, int mode, ls_step_stats *last, ls_train_totals 
     unsigned long long before[STEPS], queued, done;
     const int back = p->accum == 1 ? 1 : 0; /* steps back to the first whose kernels must all be queued */
     *waited = *ahead = 0;
+    int64_t peek_samples = 0;
     for (int k = 0; k < STEPS; k++) {
         indices(k, n, idx);
         if (p->hint && k + 1 < STEPS) {
@@ -89,6 +90,13 @@ static float *run(const plan *p, int mode, ls_step_stats *last, ls_train_totals 
             sum->samples += last->samples;
             sum->steps++;
         }
+        if (mode == TOTALS) { /* a progress line's read: never a wait */
+            unsigned long long drains = emu_host_drains();
+            ls_train_totals pk;
+            LS_REQUIRE_OK(ls_trainer_totals_peek(t, &pk));
+            LS_EXPECT(emu_host_drains() == drains && pk.steps == k + 1);
+            if (k >= 1) peek_samples += pk.samples;
+        }
         emu_work_counts(&queued, &done);
         /* the first step allocates and uploads the data set (synchronous copies): counted from the
          * second */
@@ -96,6 +104,8 @@ static float *run(const plan *p, int mode, ls_step_stats *last, ls_train_totals 
         if (done < queued) ++*ahead;
     }
     if (mode == TOTALS) {
+        /* the copies of steps the device had run by then were folded in as they arrived */
+        printf("%-34s totals peeked after each step: %lld samples seen in all\n", p->name, (long long)peek_samples);
         LS_REQUIRE_OK(ls_trainer_totals(t, sum, 1));
         ls_train_totals zero;
         LS_REQUIRE_OK(ls_trainer_totals(t, &zero, 0)); /* reset */
