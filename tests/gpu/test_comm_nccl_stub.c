@@ -522,10 +522,36 @@ static void test_one_rank_bootstrap(void) {
            stub_nccl_colls - colls);
 }
 
-int main(void) {
+/* --watchdog-abort: the watchdog's own action, not a test hook: a collective waited for in stream
+ * order that never completes ends the whole job (MPI_Abort from the watchdog's thread) soon after
+ * the 0.5 s timeout, with the watchdog's message; "not reached" if the rank is still alive 30 s
+ * later (ctest matches the message and fails on that line). */
+static int watchdog_abort(void) {
+    nccl c;
+    LS_REQUIRE_OK(make(0.5, &c));
+    float *b = NULL;
+    ls_coll_op op = small_allreduce(&b);
+    cudaEvent_t done = NULL;
+    LS_REQUIRE(c.f->wait_stream(c.st, start_hung(&c, &op, &done), "allreduce of 16 f32") == LS_OK);
+    for (double t0 = seconds(); seconds() - t0 < 30;) {
+        struct timespec nap = {0, 10000000};
+        nanosleep(&nap, NULL);
+    }
+    printf("rank %d: not reached: the watchdog did not end the job\n", R);
+    return 0;
+}
+
+int main(int argc, char **argv) {
     ls_rank_info ri;
     LS_REQUIRE_OK(ls_rank_discover(&ri));
     if (!strcmp(ri.launcher, "none")) LS_SKIP("run under mpirun: the NCCL communicator's bootstrap needs ranks");
+    if (argc > 1 && !strcmp(argv[1], "--watchdog-abort")) {
+        ls_comm *keep = NULL;
+        LS_REQUIRE_OK(ls_comm_create(NULL, "mpi", &keep));
+        R = ls_comm_rank(keep);
+        W = ls_comm_world(keep);
+        return watchdog_abort();
+    }
     ls_comm *keep = NULL; /* MPI stays initialized while one communicator lives */
     LS_REQUIRE_OK(ls_comm_create(NULL, "mpi", &keep));
     R = ls_comm_rank(keep);
