@@ -50,6 +50,16 @@ double ex_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+ls_status ex_progress(ls_trainer *t, int64_t epoch, int64_t j, int64_t steps, int64_t seen, double elapsed_s) {
+    ls_train_totals tot;
+    LS_CHECK(ls_trainer_totals_peek(t, &tot));
+    char loss[32] = "-"; /* nothing has arrived yet */
+    if (tot.samples) snprintf(loss, sizeof loss, "%.4f", tot.loss_sum / (double)tot.samples);
+    fprintf(stderr, "\repoch %d  step %lld/%lld  loss %s  %.0f samples/s   ", (int)epoch + 1, (long long)(j + 1),
+            (long long)steps, loss, elapsed_s > 0 ? (double)seen / elapsed_s : 0.0);
+    return LS_OK;
+}
+
 int ex_fail(const char *prog, const char *what, ls_status s) {
     fprintf(stderr, "%s: %s: %s: %s\n", prog, what, ls_status_name(s), ls_last_error());
     return 1;

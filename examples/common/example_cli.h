@@ -36,6 +36,10 @@ int ex_nonempty(const char *prog, const char *flag, const char *s);
 double ex_now_s(void);
 /* Prints "PROG: WHAT: STATUS: the library's last error" to stderr; returns 1 (an exit status). */
 int ex_fail(const char *prog, const char *what, ls_status s);
+/* The progress line on stderr, rewritten in place: epoch (0-based), step j of steps, the epoch's
+ * mean loss over the steps whose losses have reached the host (ls_trainer_totals_peek: no wait
+ * for the device; "-" before any has) and samples/s (seen samples over elapsed_s). */
+ls_status ex_progress(ls_trainer *t, int64_t epoch, int64_t j, int64_t steps, int64_t seen, double elapsed_s);
 /* cfg->widths and n_stages from "32,64,128": 1 to LS_RESNET_MAX_STAGES positive channel counts;
  * else LS_ERR_INVALID_ARGUMENT naming --widths. */
 ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg);

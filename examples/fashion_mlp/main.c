@@ -350,14 +350,8 @@ int main(int argc, char **argv) {
                 rc = 128 + sig;
                 goto done;
             }
-            if (progress && (j % 20 == 0 || j + 1 == steps)) { /* the epoch's mean loss so far (what has arrived) */
-                TRY("progress", ls_trainer_totals_peek(trainer, &tot)); /* no wait */
-                double el = ex_now_s() - t0;
-                char loss[32] = "-"; /* nothing has arrived yet */
-                if (tot.samples) snprintf(loss, sizeof loss, "%.4f", tot.loss_sum / (double)tot.samples);
-                fprintf(stderr, "\repoch %d  step %lld/%lld  loss %s  %.0f samples/s   ", (int)epoch + 1,
-                        (long long)(j + 1), (long long)steps, loss, el > 0 ? (double)seen / el : 0.0);
-            }
+            if (progress && (j % 20 == 0 || j + 1 == steps))
+                TRY("progress", ex_progress(trainer, epoch, j, steps, seen, ex_now_s() - t0));
         }
         TRY("metrics", ls_trainer_totals(trainer, &tot, 1));
         double m[3] = {tot.loss_sum, (double)tot.correct, (double)tot.samples};
