@@ -154,6 +154,11 @@ static void dev_data_free(ls_trainer *t, struct dev_data *d) {
 /* The room for one micro-batch's losses in a download slot. */
 static size_t dslot_room(const ls_trainer *t) { return (size_t)t->cfg.batch_per_rank * sizeof(double); }
 
+/* A slot's correct counts: after the losses of accum_steps micro-batches. */
+static int32_t *dslot_counts(const ls_trainer *t, const struct dslot *d) {
+    return (int32_t *)((char *)d->mem + (size_t)t->cfg.accum_steps * dslot_room(t));
+}
+
 /* Waits for a slot's copies and adds them to the totals, in micro-batch order (as read_loss adds
  * them to a step's stats). */
 static ls_status totals_fold(ls_trainer *t, int slot) {
@@ -161,7 +166,7 @@ static ls_status totals_fold(ls_trainer *t, int slot) {
     if (!d->n_mb) return LS_OK;
     LS_CHECK(ls_allocator_download_wait(t->ctx->alloc, slot));
     const char *mem = d->mem;
-    const int32_t *correct = (const int32_t *)(mem + (size_t)t->cfg.accum_steps * dslot_room(t));
+    const int32_t *correct = dslot_counts(t, d);
     double loss = 0;
     for (int k = 0; k < d->n_mb; k++) {
         loss += ls_xent_mean(d->mb[k].dtype, mem + (size_t)k * dslot_room(t), d->mb[k].count) * (double)d->mb[k].n;
@@ -860,7 +865,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             if (defer) {
                 struct dmb *mb = &defer->mb[defer->n_mb];
                 char *mem = defer->mem;
-                int32_t *correct = (int32_t *)(mem + (size_t)accum * dslot_room(t));
+                int32_t *correct = dslot_counts(t, defer);
                 LS_CHECK(ls_xent_download(t->loss, t->ds_next, mem + (size_t)defer->n_mb * dslot_room(t),
                                           correct + defer->n_mb, &mb->dtype, &mb->count));
                 mb->n = n;
@@ -948,7 +953,7 @@ static ls_status eval_fold(ls_trainer *t, int slot, struct eval_chunk *q, double
     LS_CHECK(ls_allocator_download_wait(t->ctx->alloc, slot));
     const char *mem = t->ds[slot].mem;
     *loss_sum += ls_xent_mean(q->dtype, mem, q->count) * (double)n;
-    *correct += *(const int32_t *)(mem + (size_t)t->cfg.accum_steps * dslot_room(t));
+    *correct += *dslot_counts(t, &t->ds[slot]);
     return LS_OK;
 }
 
@@ -989,10 +994,7 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
         if (s == LS_OK) s = ls_module_forward(t->model, in, &logits);
         if (s == LS_OK) s = ls_xent_forward(t->loss, logits, t->y, NULL);
         if (s == LS_OK) s = ls_xent_correct(t->loss, logits, t->y, NULL);
-        if (s == LS_OK)
-            s = ls_xent_download(t->loss, slot, d->mem,
-                                 (int32_t *)((char *)d->mem + (size_t)t->cfg.accum_steps * dslot_room(t)),
-                                 &q[slot].dtype, &q[slot].count);
+        if (s == LS_OK) s = ls_xent_download(t->loss, slot, d->mem, dslot_counts(t, d), &q[slot].dtype, &q[slot].count);
         if (uses_buffers(t)) { /* also after a failure: what was queued still reads the batch */
             ls_status r = ls_allocator_release(t->ctx->alloc, t->slot);
             if (s == LS_OK) s = r;
