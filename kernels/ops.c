@@ -228,6 +228,11 @@ ls_status ls_op_xent_forward(ls_ctx *c, const ls_tensor *logits, const ls_tensor
 
 ls_status ls_op_xent_backward(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double scale,
                               ls_tensor *dlogits) {
+    return ls_op_xent_backward_num(c, probs, labels, scale, NULL, dlogits);
+}
+
+ls_status ls_op_xent_backward_num(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double scale,
+                                  const double *scale_num, ls_tensor *dlogits) {
     const char *op = "softmax cross-entropy backward";
     LS_CHECK(on_ctx(c, op, "probabilities", probs));
     LS_CHECK(on_ctx(c, op, "labels", labels));
@@ -238,7 +243,7 @@ ls_status ls_op_xent_backward(ls_ctx *c, const ls_tensor *probs, const ls_tensor
     LS_CHECK(matrix(op, "logit gradient", dlogits));
     LS_CHECK(want(op, "probabilities", probs, master(dlogits->dtype), 2, B, C));
     LS_CHECK(want(op, "logit gradient", dlogits, dlogits->dtype, 2, B, C));
-    return c->ops->xent_bwd(c->state, dlogits->dtype, B, C, probs->data, labels->data, scale, dlogits->data);
+    return c->ops->xent_bwd(c->state, dlogits->dtype, B, C, probs->data, labels->data, scale, scale_num, dlogits->data);
 }
 
 ls_status ls_op_accuracy(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, ls_tensor *pred,

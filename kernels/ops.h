@@ -21,16 +21,46 @@ extern "C" {
 
 typedef enum ls_act { LS_ACT_RELU = 0, LS_ACT_GELU = 1 } ls_act;
 
+/* Optimizer steps counted on the device (mixed precision skips a step without a host wait): ctl
+ * points to LS_OPTIM_CTL doubles of device memory, ctl[0] the steps taken so far. When skip is
+ * given and *skip (device memory) is not 0, nothing changes (ctl[0] neither); else ctl[0] += 1 and
+ * the step's number comes from it (SGD's first step is number 1). ctl[1..] are the backend's.
+ * ctl NULL: the host's first_step / step below. */
+enum { LS_OPTIM_CTL = 4 };
+
 typedef struct ls_sgd_params {
     float lr, momentum, dampening, weight_decay;
     int nesterov;
-    int first_step; /* momentum buffer starts as the gradient (PyTorch semantics) */
+    int first_step;     /* momentum buffer starts as the gradient (PyTorch semantics) */
+    double *ctl;        /* NULL, or the device step count (above) */
+    const double *skip; /* with ctl: NULL, or the device skip flag */
 } ls_sgd_params;
 
 typedef struct ls_adamw_params {
     float lr, beta1, beta2, eps, weight_decay;
-    int64_t step; /* 1-based step for bias correction */
+    int64_t step;       /* 1-based step for bias correction */
+    double *ctl;        /* NULL, or the device step count (above) */
+    const double *skip; /* with ctl: NULL, or the device skip flag */
 } ls_adamw_params;
+
+/* Mixed precision's inf/NaN check and loss scaling kept on the device (amp.c): ctl points to
+ * LS_AMP_CTL doubles of device memory: */
+enum {
+    LS_AMP_SUM = 0,     /* scratch (a sum of squares) */
+    LS_AMP_FOUND = 1,   /* 1: a gradient is inf/NaN (this step is skipped), else 0 */
+    LS_AMP_SCALE = 2,   /* the loss scale of the next backward (1 without loss scaling) */
+    LS_AMP_TRACKER = 3, /* clean steps since the scale last changed */
+    LS_AMP_SKIPPED = 4, /* steps skipped so far */
+    LS_AMP_LAST = 5,    /* the scale the last step's backward used */
+    LS_AMP_CTL = 8
+};
+/* GradScaler's update (torch.cuda.amp): on found, scale *= backoff and the tracker restarts; else
+ * after growth_interval clean steps scale *= growth. enabled 0: the scale stays (bf16). */
+typedef struct ls_amp_update_params {
+    int enabled;
+    double growth_factor, backoff_factor;
+    int64_t growth_interval;
+} ls_amp_update_params;
 
 /* NCHW convolution, pooling and batch-normalization parameters (op-table entries at the end of
  * ls_ops). Output sizes use floor division: P = (H + 2*pad_h - R) / stride_h + 1. */
@@ -97,9 +127,10 @@ typedef struct ls_ops {
      * dtype) = -log probs[label]. labels are int32 in [0, C). */
     ls_status (*xent_fwd)(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
                           void *probs, void *losses);
-    /* dlogits = (probs - onehot(label)) * scale. */
+    /* dlogits = (probs - onehot(label)) * s, s = scale, or s = *scale_num / scale when scale_num (a
+     * device double: the loss scale, kept on the device) is given. */
     ls_status (*xent_bwd)(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs, const int32_t *labels,
-                          double scale, void *dlogits);
+                          double scale, const double *scale_num, void *dlogits);
     /* pred[B] = argmax over C (first on ties); correct[0] = count(pred == label) (int32). */
     ls_status (*argmax)(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
                         int32_t *pred, int32_t *correct);
@@ -177,6 +208,14 @@ typedef struct ls_ops {
     ls_status (*clip_sumsq)(void *st, ls_dtype t, int k, const void *const *x, const int64_t *n, int accumulate);
     ls_status (*clip_norm)(void *st, double *host_norm);
     ls_status (*clip_scale)(void *st, ls_dtype t, int k, void *const *x, const int64_t *n, double max_norm);
+    /* Mixed precision without a wait (ctl: LS_AMP_CTL doubles of device memory, layout above).
+     * amp_check: with unscale, each x *= 1 / ctl[LS_AMP_SCALE] (the scale op's cast and product);
+     * ctl[LS_AMP_FOUND] = 1 if an element of the k tensors is inf/NaN, else 0, or ORed into it when
+     * accumulate. amp_update, once the flag is final (all ranks): ctl[LS_AMP_LAST] = the scale,
+     * ctl[LS_AMP_SKIPPED] += the flag, then GradScaler's update (ls_amp_update_params). */
+    ls_status (*amp_check)(void *st, ls_dtype t, int k, void *const *x, const int64_t *n, int unscale, int accumulate,
+                           double *ctl);
+    ls_status (*amp_update)(void *st, double *ctl, const ls_amp_update_params *p);
 } ls_ops;
 
 /* The op table for a device type, or NULL when this build lacks it (registry.c). */
@@ -214,6 +253,10 @@ ls_status ls_op_xent_forward(ls_ctx *c, const ls_tensor *logits, const ls_tensor
                              ls_tensor *losses, double *host_loss);
 ls_status ls_op_xent_backward(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double scale,
                               ls_tensor *dlogits);
+/* The same scaled by *scale_num / scale, scale_num a double in device memory (the loss scale kept
+ * on the device); NULL: by scale. */
+ls_status ls_op_xent_backward_num(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double scale,
+                                  const double *scale_num, ls_tensor *dlogits);
 /* Number of rows whose argmax equals the label. pred: int32 [B + 1] scratch; the count is also
  * left in pred[B], and host_correct NULL leaves it only there (no wait for the device). */
 ls_status ls_op_accuracy(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, ls_tensor *pred,

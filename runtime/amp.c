@@ -37,30 +37,46 @@ void ls_loss_scaler_init(ls_loss_scaler *s, int enabled) {
     s->growth_interval = 2000;
 }
 
-ls_status ls_loss_scaler_unscale(ls_loss_scaler *s, ls_ctx *ctx, ls_comm *comm, int n, ls_tensor *const *grads,
-                                 int *found_inf) {
-    double sq = 0;
-    int bad = 0;
-    if (s->enabled && s->scale != 1.0)
-        for (int i = 0; i < n; i++) {
-            ls_tensor *g = grads[i];
-            LS_CHECK(ctx->ops->scale(ctx->state, g->dtype, ls_tensor_numel(g), 1.0 / s->scale, g->data));
-        }
-    LS_CHECK(ls_grads_sumsq(ctx, n, grads, &sq, &bad)); /* one wait for the device, not one per tensor */
-    double flag = bad ? 1.0 : 0.0;
-    if (comm && ls_comm_world(comm) > 1) LS_CHECK(ls_comm_allreduce_host(comm, &flag, 1, LS_F64, LS_REDUCE_MAX));
-    *found_inf = flag > 0;
+ls_status ls_amp_state_create(ls_ctx *ctx, const ls_loss_scaler *s, double **ctl) {
+    LS_CHECK_ARG(ctx && s && ctl, "ls_amp_state_create: %s is NULL", !ctx ? "the context" : !s ? "the scaler" : "ctl");
+    *ctl = NULL;
+    double *c;
+    LS_CHECK(ls_alloc(ctx->alloc, LS_AMP_CTL * sizeof(double), "loss scaler state", (void **)&c));
+    ls_status st = ls_amp_state_write(ctx, c, s);
+    if (st != LS_OK) {
+        ls_free(ctx->alloc, c);
+        return st;
+    }
+    *ctl = c;
     return LS_OK;
 }
 
-void ls_loss_scaler_update(ls_loss_scaler *s, int found_inf) {
-    if (found_inf) s->skipped++;
-    if (!s->enabled) return;
-    if (found_inf) {
-        s->scale *= s->backoff_factor;
-        s->growth_tracker = 0;
-    } else if (++s->growth_tracker >= s->growth_interval) {
-        s->scale *= s->growth_factor;
-        s->growth_tracker = 0;
+ls_status ls_amp_state_write(ls_ctx *ctx, double *ctl, const ls_loss_scaler *s) {
+    double v[LS_AMP_CTL] = {0};
+    v[LS_AMP_SCALE] = s->enabled ? s->scale : 1.0;
+    v[LS_AMP_TRACKER] = (double)s->growth_tracker;
+    v[LS_AMP_SKIPPED] = (double)s->skipped;
+    v[LS_AMP_LAST] = v[LS_AMP_SCALE];
+    return ls_allocator_copy(ctx->alloc, ctl, 1, v, 0, sizeof v);
+}
+
+ls_status ls_amp_state_read(ls_ctx *ctx, const double *ctl, ls_loss_scaler *s) {
+    double v[LS_AMP_CTL];
+    LS_CHECK(ls_allocator_copy(ctx->alloc, v, 0, ctl, 1, sizeof v));
+    s->scale = v[LS_AMP_SCALE];
+    s->growth_tracker = (int64_t)v[LS_AMP_TRACKER];
+    s->skipped = (int64_t)v[LS_AMP_SKIPPED];
+    return LS_OK;
+}
+
+ls_status ls_amp_step(const ls_loss_scaler *s, ls_ctx *ctx, ls_comm *comm, int n, ls_tensor *const *grads,
+                      double *ctl) {
+    LS_CHECK(ls_grads_amp_check(ctx, n, grads, s->enabled, ctl));
+    if (comm && ls_comm_world(comm) > 1) { /* every rank skips if one saw inf/NaN */
+        ls_comm_request *req = NULL;
+        LS_CHECK(ls_comm_iallreduce(comm, ctl + LS_AMP_FOUND, 1, LS_F64, LS_REDUCE_MAX, &req));
+        LS_CHECK(ls_comm_wait_stream(req)); /* nccl: in stream order, the host does not wait */
     }
+    ls_amp_update_params p = {s->enabled, s->growth_factor, s->backoff_factor, s->growth_interval};
+    return ctx->ops->amp_update(ctx->state, ctl, &p);
 }

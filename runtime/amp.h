@@ -34,13 +34,21 @@ typedef struct ls_loss_scaler {
 } ls_loss_scaler;
 
 void ls_loss_scaler_init(ls_loss_scaler *s, int enabled);
-/* Unscale the gradients (x 1/scale) and decide whether the step may be taken: *found_inf is 1 if
- * any gradient element on any rank is inf/NaN (comm may be NULL for one process). Nothing is
- * unscaled when disabled, but the inf/NaN check still runs when check is set. */
-ls_status ls_loss_scaler_unscale(ls_loss_scaler *s, ls_ctx *ctx, ls_comm *comm, int n, ls_tensor *const *grads,
-                                 int *found_inf);
-/* After the step (taken or skipped): back off on inf, grow after growth_interval clean steps. */
-void ls_loss_scaler_update(ls_loss_scaler *s, int found_inf);
+
+/* The scaler's state on the device, so that a step is checked, skipped and the scale updated
+ * without the host waiting (PyTorch's GradScaler keeps its scale and flag in device tensors too):
+ * ctl is LS_AMP_CTL doubles of device memory (ops.h's LS_AMP_* layout), created from s's state
+ * (ls_free to free), written from it (scale, growth_tracker, skipped) or read back into it (both
+ * wait for the device). */
+ls_status ls_amp_state_create(ls_ctx *ctx, const ls_loss_scaler *s, double **ctl);
+ls_status ls_amp_state_write(ls_ctx *ctx, double *ctl, const ls_loss_scaler *s);
+ls_status ls_amp_state_read(ls_ctx *ctx, const double *ctl, ls_loss_scaler *s);
+/* After the gradients are final: unscale them (x 1/scale, when enabled) and set ctl's found-inf
+ * flag if any element on any rank is inf/NaN (comm may be NULL for one process; an all-reduce of
+ * the flag, in stream order on nccl), then count the skip and update the scale (GradScaler's
+ * rule, when enabled). ctl[LS_AMP_FOUND] then tells the optimizer to skip the step
+ * (ls_optimizer_step_unless); ctl[LS_AMP_LAST] is the scale this step's backward used. */
+ls_status ls_amp_step(const ls_loss_scaler *s, ls_ctx *ctx, ls_comm *comm, int n, ls_tensor *const *grads, double *ctl);
 
 #ifdef __cplusplus
 }

@@ -1564,7 +1564,7 @@ static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_modu
                                       (const ls_tensor *const *)ol.t, ometa, ctx->alloc, &m.files[F_OPTIM], 0),
                   s, done);
     ls_ckpt_state st = *state;
-    st.optim_steps = opt ? ls_optimizer_num_steps(opt) : st.optim_steps;
+    if (opt) LS_CHECK_GOTO(ls_optimizer_get_num_steps(opt, &st.optim_steps), s, done);
     LS_CHECK_GOTO(ls_ckpt_state_to_json(&st, model, &text), s, done);
     LS_CHECK_GOTO(write_text(tmpdir, ckpt_required[F_STATE], text, &m.files[F_STATE]), s, done);
     crash_point("before-manifest");

@@ -581,10 +581,14 @@ ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *
 }
 
 ls_status ls_xent_backward(ls_xent *l, double scale, const ls_tensor **dlogits) {
+    return ls_xent_backward_num(l, scale, NULL, dlogits);
+}
+
+ls_status ls_xent_backward_num(ls_xent *l, double scale, const double *scale_num, const ls_tensor **dlogits) {
     LS_CHECK_ARG(l && dlogits, "ls_xent_backward: %s is NULL", !l ? "the loss" : "dlogits");
     if (!l->labels) return ls_error(LS_ERR_INVALID_ARGUMENT, "loss backward called before forward");
     LS_CHECK(ls_module_ensure(l->ctx, &l->dlogits, l->logit_dtype, l->probs->ndim, l->probs->shape, "logit gradient"));
-    LS_CHECK(ls_op_xent_backward(l->ctx, l->probs, l->labels, scale, l->dlogits));
+    LS_CHECK(ls_op_xent_backward_num(l->ctx, l->probs, l->labels, scale, scale_num, l->dlogits));
     *dlogits = l->dlogits;
     return LS_OK;
 }

@@ -71,6 +71,9 @@ void ls_xent_destroy(ls_xent *l);
 ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, double *loss);
 /* dlogits = d(sum of losses)/dlogits * scale; scale = 1/B gives the gradient of the mean. */
 ls_status ls_xent_backward(ls_xent *l, double scale, const ls_tensor **dlogits);
+/* The same scaled by *scale_num / scale instead, scale_num a double in device memory (the loss
+ * scale, kept on the device: no wait to read it); NULL: by scale. */
+ls_status ls_xent_backward_num(ls_xent *l, double scale, const double *scale_num, const ls_tensor **dlogits);
 /* Correct predictions in the last forward's logits (correct NULL: counted on the device, read
  * later with ls_xent_read). */
 ls_status ls_xent_correct(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, int64_t *correct);

@@ -14,8 +14,15 @@ struct ls_optimizer {
     ls_tensor **p, **g, **m, **v;
     void **pp, **gp, **mp, **vp;
     int64_t *numel;
-    int64_t steps;
+    int64_t steps;   /* steps taken, unless only the device knows (COUNT_DEVICE) */
+    double *ctl;     /* LS_OPTIM_CTL doubles of device memory: the count on the device (ops.h) */
+    int count;       /* where the step count is current: COUNT_* */
+    double host_ctl; /* the count read back or to write */
 };
+
+/* The step count is in steps and ctl[0] alike, in steps only (stepped on the host since), or in
+ * ctl[0] only (counted on the device: steps may have been skipped there). */
+enum { COUNT_BOTH, COUNT_HOST, COUNT_DEVICE };
 
 ls_optim_config ls_optim_defaults(ls_optim_kind kind) {
     ls_optim_config c;
@@ -48,6 +55,7 @@ ls_status ls_optim_kind_parse(const char *s, ls_optim_kind *out) {
 
 void ls_optimizer_destroy(ls_optimizer *o) {
     if (!o) return;
+    if (o->ctl) ls_free(o->ctx->alloc, o->ctl);
     for (int i = 0; i < o->n; i++) {
         if (o->m) ls_tensor_destroy(o->m[i]);
         if (o->v) ls_tensor_destroy(o->v[i]);
@@ -125,6 +133,11 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
         s = ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the optimizer's lists");
         goto fail;
     }
+    /* the device's step count, 0 (written now: a step counted there later need not wait to write it) */
+    LS_CHECK_GOTO(ls_alloc(ctx->alloc, LS_OPTIM_CTL * sizeof(double), "optimizer step count", (void **)&o->ctl), s,
+                  fail);
+    LS_CHECK_GOTO(ls_allocator_set_zero(ctx->alloc, o->ctl, LS_OPTIM_CTL * sizeof(double)), s, fail);
+    o->count = COUNT_BOTH;
     for (int i = 0; i < n; i++) {
         if (params[i]->dtype != o->dtype || grads[i]->dtype != o->dtype ||
             ls_tensor_numel(params[i]) != ls_tensor_numel(grads[i])) {
@@ -159,9 +172,28 @@ fail:
     return s;
 }
 
-ls_status ls_optimizer_step(ls_optimizer *o, float lr) {
+/* The step count from the device to the host (a wait on a GPU) or back. */
+static ls_status count_to_host(ls_optimizer *o) {
+    if (o->count != COUNT_DEVICE) return LS_OK;
+    LS_CHECK(ls_allocator_copy(o->ctx->alloc, &o->host_ctl, 0, o->ctl, 1, sizeof(double)));
+    o->steps = (int64_t)o->host_ctl;
+    o->count = COUNT_BOTH;
+    return LS_OK;
+}
+
+static ls_status count_to_device(ls_optimizer *o) {
+    if (o->count != COUNT_HOST) return LS_OK;
+    o->host_ctl = (double)o->steps;
+    LS_CHECK(ls_allocator_copy(o->ctx->alloc, o->ctl, 1, &o->host_ctl, 0, sizeof(double)));
+    o->count = COUNT_BOTH;
+    return LS_OK;
+}
+
+static ls_status step(ls_optimizer *o, float lr, int counted, const double *skip) {
     LS_CHECK_ARG(o, "ls_optimizer_step: the optimizer is NULL");
     LS_CHECK_ARG(lr >= 0 && isfinite(lr), "ls_optimizer_step: lr %g must be finite and >= 0", (double)lr);
+    LS_CHECK(counted ? count_to_device(o) : count_to_host(o));
+    double *ctl = counted ? o->ctl : NULL;
     const ls_ops *ops = o->ctx->ops;
     /* the tensors' memory may have moved since create (the reducer's gradients as bucket views) */
     for (int i = 0; i < o->n; i++) {
@@ -169,14 +201,27 @@ ls_status ls_optimizer_step(ls_optimizer *o, float lr) {
         o->gp[i] = o->g[i]->data;
     }
     if (o->cfg.kind == LS_OPTIM_SGD) {
-        ls_sgd_params hp = {lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov, o->steps == 0};
+        ls_sgd_params hp = {
+            lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov, o->steps == 0, ctl, skip};
         LS_CHECK(ops->sgd_step(o->ctx->state, o->dtype, o->n, o->pp, o->gp, o->mp, o->numel, &hp));
     } else {
-        ls_adamw_params hp = {lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay, o->steps + 1};
+        ls_adamw_params hp = {lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay, o->steps + 1, ctl, skip};
         LS_CHECK(ops->adamw_step(o->ctx->state, o->dtype, o->n, o->pp, o->gp, o->mp, o->vp, o->numel, &hp));
     }
-    o->steps++;
+    if (counted)
+        o->count = COUNT_DEVICE;
+    else {
+        o->steps++;
+        o->count = COUNT_HOST;
+    }
     return LS_OK;
+}
+
+ls_status ls_optimizer_step(ls_optimizer *o, float lr) { return step(o, lr, 0, NULL); }
+
+ls_status ls_optimizer_step_unless(ls_optimizer *o, float lr, const double *skip) {
+    LS_CHECK_ARG(!o || skip, "ls_optimizer_step_unless: the skip flag is NULL");
+    return step(o, lr, 1, skip);
 }
 
 int ls_optimizer_num_params(const ls_optimizer *o) { return o ? o->n : 0; }
@@ -187,8 +232,17 @@ ls_tensor *ls_optimizer_param(const ls_optimizer *o, int i, ls_tensor **grad) {
     return o->p[i];
 }
 
-int64_t ls_optimizer_num_steps(const ls_optimizer *o) { return o->steps; }
-void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps) { o->steps = steps; }
+ls_status ls_optimizer_get_num_steps(ls_optimizer *o, int64_t *steps) {
+    LS_CHECK_ARG(o && steps, "ls_optimizer_get_num_steps: %s is NULL", !o ? "the optimizer" : "steps");
+    LS_CHECK(count_to_host(o));
+    *steps = o->steps;
+    return LS_OK;
+}
+
+void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps) {
+    o->steps = steps;
+    o->count = COUNT_HOST; /* written to the device by the next counted step */
+}
 
 ls_tensor *ls_optimizer_state(ls_optimizer *o, int i, int slot) {
     if (i < 0 || i >= o->n) return NULL;
@@ -238,6 +292,25 @@ ls_status ls_grads_sumsq(ls_ctx *c, int k, ls_tensor *const *t, double *host_sum
         LS_CHECK(c->ops->sumsq_many(c->state, dt, m, (const void *const *)x, n, host_sumsq, &bad));
     }
     if (host_nonfinite) *host_nonfinite |= bad;
+    return LS_OK;
+}
+
+ls_status ls_grads_amp_check(ls_ctx *c, int k, ls_tensor *const *t, int unscale, double *ctl) {
+    void *x[RUN];
+    int64_t n[RUN];
+    LS_CHECK_ARG(c && ctl && k >= 0 && (t || k == 0), "ls_grads_amp_check: %s",
+                 !c      ? "the context is NULL"
+                 : !ctl  ? "the control block is NULL"
+                 : k < 0 ? "the tensor count is negative"
+                         : "the tensor list is NULL");
+    for (int i = 0; i < k; i++) LS_CHECK_ARG(t[i], "ls_grads_amp_check: tensor %d is NULL", i);
+    if (k == 0) return c->ops->amp_check(c->state, LS_F32, 0, NULL, NULL, unscale, 0, ctl);
+    for (int i = 0; i < k;) {
+        int first = i;
+        ls_dtype dt = t[i]->dtype;
+        int m = next_run(k, t, &i, x, n);
+        LS_CHECK(c->ops->amp_check(c->state, dt, m, x, n, unscale, first > 0, ctl));
+    }
     return LS_OK;
 }
 

@@ -36,7 +36,12 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
 void ls_optimizer_destroy(ls_optimizer *o);
 /* One step at learning rate lr (from the schedule). */
 ls_status ls_optimizer_step(ls_optimizer *o, float lr);
-int64_t ls_optimizer_num_steps(const ls_optimizer *o);
+/* The same unless *skip, a double in device memory, is not 0 at the step's turn on the device
+ * (mixed precision's found-inf flag): then nothing changes, the step count neither. The host does
+ * not wait for the flag: the step count is kept on the device from then on. */
+ls_status ls_optimizer_step_unless(ls_optimizer *o, float lr, const double *skip);
+/* Steps taken (waits for the device after ls_optimizer_step_unless). */
+ls_status ls_optimizer_get_num_steps(ls_optimizer *o, int64_t *steps);
 /* The tensors it updates: parameter i and (grad, if not NULL) its gradient; NULL out of range. */
 int ls_optimizer_num_params(const ls_optimizer *o);
 ls_tensor *ls_optimizer_param(const ls_optimizer *o, int i, ls_tensor **grad);
@@ -55,6 +60,10 @@ float ls_lr_at(const ls_lr_schedule *s, int64_t step);
  * NULL) |= whether any element is inf/NaN. On a GPU one wait per run of equal dtypes, not one
  * per tensor (the op table's sumsq_many). */
 ls_status ls_grads_sumsq(ls_ctx *ctx, int k, ls_tensor *const *t, double *host_sumsq, int *host_nonfinite);
+/* Mixed precision's check on the device, no wait: with unscale each tensor *= 1 / the loss scale in
+ * ctl, then ctl's found-inf flag = any inf/NaN in them (ops.h's amp_check; ctl: LS_AMP_CTL doubles
+ * of device memory). */
+ls_status ls_grads_amp_check(ls_ctx *ctx, int k, ls_tensor *const *t, int unscale, double *ctl);
 
 /* Scale the gradients so their global 2-norm is at most max_norm; *norm gets the norm before
  * clipping (inf/NaN if any gradient is not finite, in which case nothing is scaled). On a GPU the

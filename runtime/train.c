@@ -66,8 +66,9 @@ struct ls_trainer {
     ls_tensor *xl; /* the batch cast to f16/bf16 [cap, features] (mixed precision) */
     int n_params;
     ls_tensor **grads;
-    ls_loss_scaler scaler;
-    int64_t inject_step; /* LOCKSTEP_AMP_INJECT_INF: step and rank; -1 off */
+    ls_loss_scaler scaler; /* its config; its state is amp's (read back by ls_trainer_get_loss_scaler) */
+    double *amp;           /* the found-inf check's state on the device (amp.h), when steps are checked */
+    int64_t inject_step;   /* LOCKSTEP_AMP_INJECT_INF: step and rank; -1 off */
     int inject_rank;
     int data_mode;    /* LOCKSTEP_DATA_ON_DEVICE: DATA_AUTO, DATA_ON, DATA_OFF */
     struct dev_data { /* data sets copied to the device, by ls_dataset.id (0: empty slot) */
@@ -88,7 +89,8 @@ struct ls_trainer {
         void *mem; /* per micro-batch room for batch_per_rank f64 losses, then accum_steps int32 counts */
         size_t bytes;
         int pinned;
-        int n_mb; /* micro-batches whose copies are queued (0: nothing to read) */
+        int n_mb;    /* micro-batches whose copies are queued (0: nothing to read) */
+        int flagged; /* the step's found-inf flag is copied too (after the counts) */
         struct dmb {
             int64_t n, count; /* samples, and losses copied */
             ls_dtype dtype;
@@ -159,11 +161,17 @@ static int32_t *dslot_counts(const ls_trainer *t, const struct dslot *d) {
     return (int32_t *)((char *)d->mem + (size_t)t->cfg.accum_steps * dslot_room(t));
 }
 
+/* A slot's copy of its step's found-inf flag: after the counts, aligned. */
+static double *dslot_flag(const ls_trainer *t, const struct dslot *d) {
+    size_t off = (size_t)t->cfg.accum_steps * (dslot_room(t) + sizeof(int32_t));
+    return (double *)((char *)d->mem + (off + 7) / 8 * 8);
+}
+
 /* Waits for a slot's copies and adds them to the totals, in micro-batch order (as read_loss adds
  * them to a step's stats). */
 static ls_status totals_fold(ls_trainer *t, int slot) {
     struct dslot *d = &t->ds[slot];
-    if (!d->n_mb) return LS_OK;
+    if (!d->n_mb && !d->flagged) return LS_OK;
     LS_CHECK(ls_allocator_download_wait(t->ctx->alloc, slot));
     const char *mem = d->mem;
     const int32_t *correct = dslot_counts(t, d);
@@ -174,7 +182,9 @@ static ls_status totals_fold(ls_trainer *t, int slot) {
         t->totals.samples += d->mb[k].n;
     }
     t->totals.loss_sum += loss;
+    if (d->flagged) t->totals.skipped += *dslot_flag(t, d) != 0;
     d->n_mb = 0;
+    d->flagged = 0;
     return LS_OK;
 }
 
@@ -187,7 +197,7 @@ static ls_status totals_drain(ls_trainer *t) {
 /* A slot's host memory, taken on first use. */
 static ls_status dslot_mem(ls_trainer *t, struct dslot *d) {
     if (!d->mem) {
-        size_t bytes = (size_t)t->cfg.accum_steps * (dslot_room(t) + sizeof(int32_t));
+        size_t bytes = (size_t)t->cfg.accum_steps * (dslot_room(t) + sizeof(int32_t)) + 8 + sizeof(double);
         if (!d->mb && !(d->mb = calloc((size_t)t->cfg.accum_steps, sizeof *d->mb)))
             return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for the step totals");
         LS_CHECK(ls_allocator_host_alloc(t->ctx->alloc, bytes, "step totals", &d->pinned, &d->mem));
@@ -200,7 +210,7 @@ static ls_status dslot_mem(ls_trainer *t, struct dslot *d) {
 static ls_status dslot_take(ls_trainer *t, struct dslot **out) {
     int slot = t->ds_next;
     struct dslot *d = &t->ds[slot];
-    if (d->n_mb) {
+    if (d->n_mb || d->flagged) {
         LS_TL_T0(t_wait);
         LS_CHECK(totals_fold(t, slot));
         LS_TL_SPAN(t_wait, "totals of an earlier step (waits for the device)", "sync");
@@ -229,7 +239,7 @@ ls_status ls_trainer_totals_peek(ls_trainer *t, ls_train_totals *out) {
      * sums stay in step order) */
     for (int i = 0; i < LS_DOWNLOAD_SLOTS; i++) {
         const int slot = (t->ds_next + i) % LS_DOWNLOAD_SLOTS;
-        if (!t->ds[slot].n_mb) continue;
+        if (!t->ds[slot].n_mb && !t->ds[slot].flagged) continue;
         int done = 0;
         LS_CHECK(ls_allocator_download_done(t->ctx->alloc, slot, &done));
         if (!done) break;
@@ -260,6 +270,7 @@ void ls_trainer_destroy(ls_trainer *t) {
                  (long long)t->pf_misses);
     for (int i = 0; i < 2; i++) dev_data_free(t, &t->dev[i]);
     ls_reducer_destroy(t->reducer);
+    if (t->amp) ls_free(t->ctx->alloc, t->amp);
     ls_xent_destroy(t->loss);
     free_batch_buffers(t);
     free(t->hint.idx);
@@ -405,6 +416,9 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
         ls_reducer_config rc;
         LS_CHECK_GOTO(ls_reducer_config_resolve(&cfg->buckets, &rc), s, fail);
     }
+    /* mixed precision's check (and an f16 exchange's, and the test hook's) stays on the device */
+    if (cfg->precision != LS_PRECISION_FP32 || t->inject_step >= 0 || t->compress_f16)
+        LS_CHECK_GOTO(ls_amp_state_create(ctx, &t->scaler, &t->amp), s, fail);
     *out = t;
     return LS_OK;
 fail:
@@ -765,7 +779,28 @@ static ls_status model_input(ls_trainer *t, const ls_tensor **in) {
     return LS_OK;
 }
 
-ls_loss_scaler *ls_trainer_loss_scaler(ls_trainer *t) { return &t->scaler; }
+ls_status ls_trainer_get_loss_scaler(ls_trainer *t, ls_loss_scaler *out) {
+    LS_CHECK_ARG(t && out, "ls_trainer_get_loss_scaler: %s is NULL", !t ? "the trainer" : "out");
+    if (t->amp) LS_CHECK(ls_amp_state_read(t->ctx, t->amp, &t->scaler));
+    *out = t->scaler;
+    return LS_OK;
+}
+
+ls_status ls_trainer_set_loss_scaler(ls_trainer *t, const ls_loss_scaler *in) {
+    LS_CHECK_ARG(t && in, "ls_trainer_set_loss_scaler: %s is NULL", !t ? "the trainer" : "the scaler");
+    LS_CHECK_ARG(in->enabled == t->scaler.enabled,
+                 "ls_trainer_set_loss_scaler: loss scaling is %s in this trainer (%s)",
+                 t->scaler.enabled ? "on" : "off", ls_precision_name(t->cfg.precision));
+    LS_CHECK_ARG(isfinite(in->scale) && in->scale > 0 && in->growth_factor > 1 && in->backoff_factor > 0 &&
+                     in->backoff_factor < 1 && in->growth_interval >= 1 && in->growth_tracker >= 0 && in->skipped >= 0,
+                 "ls_trainer_set_loss_scaler: scale %g must be finite and > 0, growth factor %g > 1, backoff factor "
+                 "%g in (0, 1), growth interval %lld >= 1, tracker %lld and skipped %lld >= 0",
+                 in->scale, in->growth_factor, in->backoff_factor, (long long)in->growth_interval,
+                 (long long)in->growth_tracker, (long long)in->skipped);
+    if (t->amp) LS_CHECK(ls_amp_state_write(t->ctx, t->amp, in));
+    t->scaler = *in;
+    return LS_OK;
+}
 
 /* Test hook: an inf in one gradient element on one rank, after the exchange. */
 static ls_status inject_inf(ls_trainer *t) {
@@ -792,7 +827,7 @@ static ls_status read_loss(ls_trainer *t, int64_t n, ls_step_stats *st) {
 
 /* Forward and backward of the loaded micro-batch, its loss scaled by scale; the correct count
  * too when count (the caller reads the step's stats). */
-static ls_status forward_backward(ls_trainer *t, double scale, int count) {
+static ls_status forward_backward(ls_trainer *t, double scale, const double *scale_num, int count) {
     LS_TL_T0(t0);
     const ls_tensor *in, *logits, *dlogits;
     LS_CHECK(model_input(t, &in));
@@ -803,7 +838,7 @@ static ls_status forward_backward(ls_trainer *t, double scale, int count) {
     if (count) LS_CHECK(ls_xent_correct(t->loss, logits, t->y, NULL));
     LS_TL_SPAN(t0, "forward", "compute");
     LS_TL_T0(t1);
-    LS_CHECK(ls_xent_backward(t->loss, scale, &dlogits));
+    LS_CHECK(ls_xent_backward_num(t->loss, scale, scale_num, &dlogits));
     ls_status s = ls_module_backward(t->model, dlogits, 0, NULL);
     LS_TL_SPAN(t1, "backward", "compute");
     return s;
@@ -835,8 +870,10 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
     memset(&st, 0, sizeof st);
     st.global_samples = global_count;
     LS_CHECK(ls_module_zero_grad(t->model));
-    st.loss_scale = t->scaler.scale;
-    double scale = t->scaler.scale / (double)global_count;
+    st.loss_scale = 1;
+    /* the loss scale (fp16) is read by the loss backward on the device: loss scale / global_count */
+    const double *scale_num = t->scaler.enabled ? t->amp + LS_AMP_SCALE : NULL;
+    double scale = scale_num ? (double)global_count : 1.0 / (double)global_count;
     int64_t pending = 0;        /* samples of the last micro-batch whose loss and count are still to read */
     struct dslot *defer = NULL; /* totals without stats: the copies of the losses and counts */
     if (t->cfg.totals && !stats) LS_CHECK(dslot_take(t, &defer));
@@ -852,7 +889,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             LS_TL_T0(t_load);
             LS_CHECK(load_batch(t, data, idx + lo, n, k == 0));
             LS_TL_SPAN(t_load, "load batch", "data");
-            ls_status s = forward_backward(t, scale, stats != NULL || t->cfg.totals);
+            ls_status s = forward_backward(t, scale, scale_num, stats != NULL || t->cfg.totals);
             /* the batch's last reader is queued, also when a failure cut the work short: later
              * copies into its slot wait for what was queued */
             if (uses_buffers(t)) {
@@ -883,25 +920,29 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
         }
     }
     if (t->inject_step >= 0) LS_CHECK(inject_inf(t));
-    /* fp16 gradient compression can overflow to inf in fp32 training too: checked the same way */
-    if (t->cfg.precision != LS_PRECISION_FP32 || t->inject_step >= 0 || t->compress_f16) {
-        /* GradScaler: unscale (fp16), then skip the step on every rank if any rank saw inf/NaN */
-        int found_inf = 0;
+    /* fp16 gradient compression can overflow to inf in fp32 training too: checked the same way.
+     * GradScaler: unscale (fp16), skip the step on every rank if any rank saw inf/NaN, update the
+     * scale; all decided on the device, the host does not wait (amp.h) */
+    if (t->amp) {
         LS_TL_T0(t_unscale);
-        LS_CHECK(ls_loss_scaler_unscale(&t->scaler, t->ctx, t->comm, t->n_params, t->grads, &found_inf));
+        LS_CHECK(ls_amp_step(&t->scaler, t->ctx, t->comm, t->n_params, t->grads, t->amp));
         LS_TL_SPAN(t_unscale, "unscale and inf check", "amp");
-        st.skipped = found_inf;
-        ls_loss_scaler_update(&t->scaler, found_inf);
+        if (defer) { /* the flag goes to the totals with the step's losses */
+            LS_CHECK(ls_allocator_download(t->ctx->alloc, t->ds_next, dslot_flag(t, defer), t->amp + LS_AMP_FOUND,
+                                           sizeof(double)));
+            defer->flagged = 1;
+        }
     }
     st.lr = ls_lr_at(&t->cfg.lr, t->steps);
-    if (!st.skipped) {
-        LS_TL_T0(t_opt);
-        if (t->cfg.clip_grad_norm > 0) /* on unscaled gradients */
-            LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm,
-                                       stats ? &st.grad_norm : NULL)); /* the norm is read for stats only */
+    LS_TL_T0(t_opt);
+    if (t->cfg.clip_grad_norm > 0) /* on unscaled gradients; a flagged step's are left as they are */
+        LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm,
+                                   stats ? &st.grad_norm : NULL)); /* the norm is read for stats only */
+    if (t->amp)
+        LS_CHECK(ls_optimizer_step_unless(t->opt, st.lr, t->amp + LS_AMP_FOUND));
+    else
         LS_CHECK(ls_optimizer_step(t->opt, st.lr));
-        LS_TL_SPAN(t_opt, "optimizer", "compute");
-    }
+    LS_TL_SPAN(t_opt, "optimizer", "compute");
     LS_TL_T0(t_pf);
     ls_status pf = prefetch_next(t, hinted);
     LS_TL_SPAN(t_pf, "prefetch next batch", "data");
@@ -916,6 +957,13 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
         LS_CHECK(read_loss(t, pending, &st));
         LS_TL_SPAN(t_read, "read loss (waits for the device)", "sync");
     }
+    if (stats && t->amp) { /* the flag and the scale this step used, after the loss (no further wait) */
+        double v[LS_AMP_CTL];
+        LS_CHECK(ls_allocator_copy(t->ctx->alloc, v, 0, t->amp, 1, sizeof v));
+        st.skipped = v[LS_AMP_FOUND] != 0;
+        st.loss_scale = v[LS_AMP_LAST];
+        if (st.skipped) st.grad_norm = 0; /* not a norm the step used */
+    }
     t->steps++;
     if (t->cfg.totals) {
         if (defer)
@@ -927,7 +975,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             t->totals.samples += st.samples;
         }
         t->totals.steps++;
-        t->totals.skipped += st.skipped;
+        if (!defer) t->totals.skipped += st.skipped; /* else with the slot's copies */
     }
     if (t_step > 0) {
         char name[48];

@@ -38,7 +38,8 @@ typedef struct ls_step_stats {
     int64_t global_samples;
     float lr;
     double grad_norm;  /* before clipping (0 when clipping is off) */
-    int skipped;       /* fp16: an inf/NaN gradient on some rank; the optimizer step was skipped */
+    int skipped;       /* fp16, bf16: an inf/NaN gradient on some rank; the optimizer step was skipped
+                        * (grad_norm then 0) */
     double loss_scale; /* the scale this step's backward used (1 without loss scaling) */
 } ls_step_stats;
 
@@ -70,8 +71,10 @@ void ls_trainer_destroy(ls_trainer *t);
  * batch_per_rank, split into micro-batches), global_count = samples in the step over all ranks.
  * stats may be NULL: the step then neither counts correct predictions nor reads its loss, and on
  * a GPU it returns once its work is queued, without waiting for the device (as a PyTorch loop that
- * calls no loss.item()). It still waits where it reads a value from the device (fp16 and bf16:
- * the found-inf flag; MPI on a GPU: the gradients, staged through host memory; clip_grad_norm
+ * calls no loss.item()). fp16 and bf16 decide on the device too: the unscale, the found-inf check
+ * (combined across ranks by an all-reduce in stream order with nccl), the skipped optimizer step
+ * and the loss scale's update (amp.h). It still waits where it reads a value from the device (MPI
+ * on a GPU: the gradients, staged through host memory, and the found-inf flag; clip_grad_norm
  * clips on the device, reading the norm only for stats), and before it rewrites one of the two
  * staging slots, for the copy made from it last: with data on the device or prefetched, the host
  * runs about a step ahead of the device. With
@@ -95,8 +98,8 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
  * stats, in step order, bit for bit: loss_sum is the sum of the ls_step_stats.loss_sum. Without
  * cfg.totals it is an error. */
 ls_status ls_trainer_totals(ls_trainer *t, ls_train_totals *out, int reset);
-/* The same without waiting (a progress line): steps and skipped count every step, loss_sum,
- * correct and samples the steps whose copies have arrived (on a GPU up to two steps fewer; on the
+/* The same without waiting (a progress line): steps counts every step, loss_sum, correct,
+ * samples and skipped the steps whose copies have arrived (on a GPU up to two steps fewer; on the
  * CPU all). What it adds is added in step order: a later ls_trainer_totals gives the same sums. */
 ls_status ls_trainer_totals_peek(ls_trainer *t, ls_train_totals *out);
 /* Names the samples of the next ls_trainer_step (the same data, idx, count; call it before the
@@ -117,11 +120,14 @@ int64_t ls_trainer_num_steps(const ls_trainer *t);
 /* Set the step count (the learning-rate schedule's position), e.g. after loading a checkpoint. */
 void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps);
 
-/* The loss scaler (fp16: GradScaler semantics; otherwise disabled), for checkpoints and reports.
+/* The loss scaler (fp16: GradScaler semantics; otherwise disabled), for checkpoints and reports:
+ * get reads its state back from the device (scale, growth_tracker, skipped: a wait on a GPU); set
+ * replaces it (a resumed run's; enabled must match the trainer's precision, the values valid).
  * Test hook: LOCKSTEP_AMP_INJECT_INF=STEP[:RANK] puts an inf into one gradient on RANK (default
  * the last rank) after the all-reduce of step STEP (0-based), so only combining the found-inf
  * flag across ranks makes the other ranks skip that step too. */
-ls_loss_scaler *ls_trainer_loss_scaler(ls_trainer *t);
+ls_status ls_trainer_get_loss_scaler(ls_trainer *t, ls_loss_scaler *out);
+ls_status ls_trainer_set_loss_scaler(ls_trainer *t, const ls_loss_scaler *in);
 
 /* Sum of loss and correct over samples idx[0..count) of a data set (no gradients, dropout off), in
  * chunks of the per-rank batch. On a GPU the host runs up to two chunks ahead of the device: each

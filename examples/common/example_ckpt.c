@@ -39,14 +39,19 @@ int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o) {
     return 0;
 }
 
-/* Restores the loss scaler's "scale" and "growth_tracker" (see save). */
-static void restore_loss_scaler(ls_trainer *t, const ls_ckpt_state *saved) {
-    ls_loss_scaler *sc = ls_trainer_loss_scaler(t);
+/* Restores the loss scaler's "scale" and "growth_tracker" (see save), when this run scales the
+ * loss (fp16): a checkpoint of an fp16 run resumed in bf16 or fp32 has no scale to apply. */
+static ls_status restore_loss_scaler(ls_trainer *t, const ls_ckpt_state *saved) {
+    ls_loss_scaler sc;
+    LS_CHECK(ls_trainer_get_loss_scaler(t, &sc));
+    if (!sc.enabled) return LS_OK;
     for (int k = 0; k < saved->n_loss_scaler; k++) {
-        if (strcmp(saved->loss_scaler[k].key, "scale") == 0) sc->scale = saved->loss_scaler[k].value;
+        if (strcmp(saved->loss_scaler[k].key, "scale") == 0) sc.scale = saved->loss_scaler[k].value;
         if (strcmp(saved->loss_scaler[k].key, "growth_tracker") == 0)
-            sc->growth_tracker = (int64_t)saved->loss_scaler[k].value;
+            sc.growth_tracker = (int64_t)saved->loss_scaler[k].value;
     }
+    ls_status s = ls_trainer_set_loss_scaler(t, &sc);
+    return s == LS_OK ? s : ls_error_context(s, "the checkpoint's loss scaler");
 }
 
 static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
@@ -59,7 +64,7 @@ static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
         return LS_OK;
     }
     ls_trainer_set_num_steps(c->trainer, saved.step);
-    restore_loss_scaler(c->trainer, &saved);
+    LS_CHECK(restore_loss_scaler(c->trainer, &saved));
     c->last_saved = saved.step;
     int64_t steps = c->run.steps_per_epoch, gb = c->global_batch;
     ls_ckpt_resume_position(&saved, gb, steps, start_epoch, start_j, &exact);
@@ -134,13 +139,14 @@ int ex_ckpt_done(ex_ckpt *c) {
 /* Saves step c->step, positioned where the next step starts, with the loss scaler's state. */
 static ls_status save(ex_ckpt *c) {
     ls_ckpt_state st = c->run;
-    const ls_loss_scaler *sc = ls_trainer_loss_scaler(c->trainer);
-    if (sc->enabled) {
+    ls_loss_scaler sc;
+    LS_CHECK(ls_trainer_get_loss_scaler(c->trainer, &sc));
+    if (sc.enabled) {
         st.n_loss_scaler = 2;
         snprintf(st.loss_scaler[0].key, sizeof st.loss_scaler[0].key, "scale");
-        st.loss_scaler[0].value = sc->scale;
+        st.loss_scaler[0].value = sc.scale;
         snprintf(st.loss_scaler[1].key, sizeof st.loss_scaler[1].key, "growth_tracker");
-        st.loss_scaler[1].value = (double)sc->growth_tracker;
+        st.loss_scaler[1].value = (double)sc.growth_tracker;
     }
     st.step = c->step;
     st.epoch = c->pos_epoch;

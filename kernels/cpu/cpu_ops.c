@@ -179,7 +179,8 @@ static ls_status cpu_xent_fwd(void *st, ls_dtype t, int64_t B, int64_t C, const 
 }
 /* Low-precision dlogits: probs are f32. */
 static ls_status cpu_xent_bwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs, const int32_t *labels,
-                              double scale, void *dlogits) {
+                              double scale, const double *scale_num, void *dlogits) {
+    if (scale_num) scale = *scale_num / scale; /* "device" memory is host memory here */
     if (lowp(t)) {
         LS_SCRATCH(d32, st, B * C);
         xent_bwd_f32(B, C, probs, labels, (float)scale, d32);
@@ -227,28 +228,68 @@ static ls_status cpu_sumsq(void *st, ls_dtype t, int64_t n, const void *x, doubl
     }
     LS_CPU_DISPATCH("sum of squares", t, sumsq_f32(n, x, out, nonfinite), sumsq_f64(n, x, out, nonfinite));
 }
+/* A step counted in hp->ctl (ops.h): 0 when skipped, else 1 with the step's number in *step. */
+static int cpu_optim_count(double *ctl, const double *skip, int64_t *step) {
+    if (skip && *skip != 0) return 0;
+    ctl[0] += 1;
+    *step = (int64_t)ctl[0];
+    return 1;
+}
 static ls_status cpu_sgd_step(void *st, ls_dtype t, int k, void *const *p, void *const *g, void *const *m,
-                              const int64_t *n, const ls_sgd_params *hp) {
+                              const int64_t *n, const ls_sgd_params *hp_in) {
+    if (t != LS_F32 && t != LS_F64) return ls_cpu_bad_dtype("SGD", t, "f32 or f64");
+    ls_sgd_params hp = *hp_in;
+    if (hp.ctl) {
+        int64_t step;
+        if (!cpu_optim_count(hp.ctl, hp.skip, &step)) return LS_OK;
+        hp.first_step = step == 1;
+    }
     for (int i = 0; i < k; i++) {
         void *mi = m ? m[i] : NULL;
         if (t == LS_F32)
-            sgd_f32(n[i], p[i], g[i], mi, hp);
-        else if (t == LS_F64)
-            sgd_f64(n[i], p[i], g[i], mi, hp);
+            sgd_f32(n[i], p[i], g[i], mi, &hp);
         else
-            return ls_cpu_bad_dtype("SGD", t, "f32 or f64");
+            sgd_f64(n[i], p[i], g[i], mi, &hp);
     }
     return LS_OK;
 }
 static ls_status cpu_adamw_step(void *st, ls_dtype t, int k, void *const *p, void *const *g, void *const *m,
-                                void *const *v, const int64_t *n, const ls_adamw_params *hp) {
+                                void *const *v, const int64_t *n, const ls_adamw_params *hp_in) {
+    if (t != LS_F32 && t != LS_F64) return ls_cpu_bad_dtype("AdamW", t, "f32 or f64");
+    ls_adamw_params hp = *hp_in;
+    if (hp.ctl && !cpu_optim_count(hp.ctl, hp.skip, &hp.step)) return LS_OK;
     for (int i = 0; i < k; i++) {
         if (t == LS_F32)
-            adamw_f32(n[i], p[i], g[i], m[i], v[i], hp);
-        else if (t == LS_F64)
-            adamw_f64(n[i], p[i], g[i], m[i], v[i], hp);
+            adamw_f32(n[i], p[i], g[i], m[i], v[i], &hp);
         else
-            return ls_cpu_bad_dtype("AdamW", t, "f32 or f64");
+            adamw_f64(n[i], p[i], g[i], m[i], v[i], &hp);
+    }
+    return LS_OK;
+}
+/* ctl is host memory here: the same steps as the CUDA kernels, in place. */
+static ls_status cpu_amp_check(void *st, ls_dtype t, int k, void *const *x, const int64_t *n, int unscale,
+                               int accumulate, double *ctl) {
+    double sum = 0;
+    int bad = 0;
+    for (int i = 0; i < k; i++) {
+        if (unscale) LS_CHECK(cpu_scale(st, t, n[i], 1.0 / ctl[LS_AMP_SCALE], x[i]));
+        LS_CHECK(cpu_sumsq(st, t, n[i], x[i], &sum, &bad));
+    }
+    ctl[LS_AMP_SUM] = sum;
+    ctl[LS_AMP_FOUND] = (bad || (accumulate && ctl[LS_AMP_FOUND] != 0)) ? 1.0 : 0.0;
+    return LS_OK;
+}
+static ls_status cpu_amp_update(void *st, double *ctl, const ls_amp_update_params *p) {
+    const int found = ctl[LS_AMP_FOUND] != 0;
+    ctl[LS_AMP_LAST] = ctl[LS_AMP_SCALE];
+    ctl[LS_AMP_SKIPPED] += found;
+    if (!p->enabled) return LS_OK;
+    if (found) {
+        ctl[LS_AMP_SCALE] *= p->backoff_factor;
+        ctl[LS_AMP_TRACKER] = 0;
+    } else if ((ctl[LS_AMP_TRACKER] += 1) >= (double)p->growth_interval) {
+        ctl[LS_AMP_SCALE] *= p->growth_factor;
+        ctl[LS_AMP_TRACKER] = 0;
     }
     return LS_OK;
 }
@@ -295,6 +336,8 @@ const ls_ops ls_cpu_ops = {
     .sumsq = cpu_sumsq,
     .sgd_step = cpu_sgd_step,
     .adamw_step = cpu_adamw_step,
+    .amp_check = cpu_amp_check,
+    .amp_update = cpu_amp_update,
     .conv2d_workspace = ls_cpu_conv2d_workspace,
     .conv2d_fwd = ls_cpu_conv2d_fwd,
     .conv2d_bwd = ls_cpu_conv2d_bwd,

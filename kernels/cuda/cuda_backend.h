@@ -139,6 +139,10 @@ cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const 
  * the coefficient in acc[2] (1: no clipping), clip_scale scales x by it where it is below 1. */
 cudaError_t ls_cuda_clip_coef(const ls_cuda_launch *l, double *acc, double max_norm);
 cudaError_t ls_cuda_clip_scale(const ls_cuda_launch *l, ls_dtype t, int64_t n, void *x, const double *acc);
+/* Mixed precision on the device (ops.h's amp_check/amp_update, ctl: LS_AMP_CTL doubles): x *= 1 /
+ * ctl[LS_AMP_SCALE]; then GradScaler's update from the flag. */
+cudaError_t ls_cuda_amp_unscale(const ls_cuda_launch *l, ls_dtype t, int64_t n, void *x, const double *ctl);
+cudaError_t ls_cuda_amp_update(const ls_cuda_launch *l, double *ctl, const ls_amp_update_params *p);
 
 /* gather.cu: dst[r, :] = src[idx[r], :], rows of cols elements of elem_bytes; idx on the device. */
 cudaError_t ls_cuda_gather_rows(const ls_cuda_launch *l, size_t elem_bytes, int64_t rows, int64_t cols, const void *src,
@@ -156,7 +160,7 @@ cudaError_t ls_cuda_convert(const ls_cuda_launch *l, int64_t n, ls_dtype src_t, 
 cudaError_t ls_cuda_xent_fwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *logits,
                              const int32_t *labels, void *probs, void *losses);
 cudaError_t ls_cuda_xent_bwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *probs,
-                             const int32_t *labels, double scale, void *dlogits);
+                             const int32_t *labels, double scale, const double *scale_num, void *dlogits);
 cudaError_t ls_cuda_argmax(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *logits,
                            const int32_t *labels, int32_t *pred, int32_t *correct);
 

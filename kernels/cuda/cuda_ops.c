@@ -484,10 +484,10 @@ static ls_status cu_xent_fwd(void *st, ls_dtype t, int64_t B, int64_t C, const v
 }
 
 static ls_status cu_xent_bwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs, const int32_t *labels,
-                             double scale, void *dlogits) {
+                             double scale, const double *scale_num, void *dlogits) {
     ls_cuda_state *s = st;
     NEED_FLOAT("cross-entropy backward", t);
-    LS_CUDA_CHECK(ls_cuda_xent_bwd(&s->launch, t, B, C, probs, labels, scale, dlogits));
+    LS_CUDA_CHECK(ls_cuda_xent_bwd(&s->launch, t, B, C, probs, labels, scale, scale_num, dlogits));
     return LS_OK;
 }
 
@@ -608,6 +608,26 @@ static ls_status cu_adamw_step(void *st, ls_dtype t, int k, void *const *p, void
     if (t != LS_F32 && t != LS_F64) return bad_dtype("AdamW", t, "f32 and f64 (keep f32 master weights)");
     if (k <= 0) return LS_OK;
     LS_CUDA_CHECK(ls_cuda_adamw_step(&s->launch, t, k, p, g, m, v, n, hp));
+    return LS_OK;
+}
+
+/* Mixed precision without a wait: the unscale, the flag (ls_cuda_sumsq's {sum, flag} written at
+ * ctl[LS_AMP_SUM], ctl[LS_AMP_FOUND]) and the scale's update all stay on the stream. */
+static ls_status cu_amp_check(void *st, ls_dtype t, int k, void *const *x, const int64_t *n, int unscale,
+                              int accumulate, double *ctl) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("inf/NaN check", t);
+    if (k <= 0 && !accumulate) LS_CUDA_CHECK(cudaMemsetAsync(ctl + LS_AMP_SUM, 0, 2 * sizeof(double), s->stream));
+    for (int i = 0; i < k; i++) {
+        if (unscale) LS_CUDA_CHECK(ls_cuda_amp_unscale(&s->launch, t, n[i], x[i], ctl));
+        LS_CUDA_CHECK(ls_cuda_sumsq(&s->launch, t, n[i], x[i], ctl + LS_AMP_SUM, accumulate || i > 0));
+    }
+    return LS_OK;
+}
+
+static ls_status cu_amp_update(void *st, double *ctl, const ls_amp_update_params *p) {
+    ls_cuda_state *s = st;
+    LS_CUDA_CHECK(ls_cuda_amp_update(&s->launch, ctl, p));
     return LS_OK;
 }
 
@@ -754,6 +774,8 @@ const ls_ops ls_cuda_ops = {
     .clip_scale = cu_clip_scale,
     .sgd_step = cu_sgd_step,
     .adamw_step = cu_adamw_step,
+    .amp_check = cu_amp_check,
+    .amp_update = cu_amp_update,
     .conv2d_workspace = cu_conv2d_workspace,
     .conv2d_fwd = cu_conv2d_fwd,
     .conv2d_bwd = cu_conv2d_bwd,

@@ -26,7 +26,9 @@ template <typename T> struct MTList {
 };
 static_assert(sizeof(MTList<double>) <= 4000, "multi-tensor argument struct exceeds the parameter limit");
 
-template <typename T, typename Op> __global__ void __launch_bounds__(256) mt_kernel(MTList<T> L, Op op) {
+template <typename T, typename Op> __global__ void __launch_bounds__(256) mt_kernel(MTList<T> L, Op op_in) {
+    Op op = op_in;
+    if (!op.load()) return; /* a step skipped on the device */
     const int t = L.tensor[blockIdx.x];
     const int64_t n = L.n[t];
     const int64_t start = (int64_t)L.chunk[blockIdx.x] * MT_CHUNK;
@@ -69,6 +71,13 @@ template <typename T, typename Op> __global__ void __launch_bounds__(256) mt_ker
 template <typename T> struct SgdOp {
     T lr, mom, damp, wd;
     int nesterov, first, has_m;
+    const double *ctl; /* the device step count: skipped, first (optim_prep_kernel) */
+    __device__ bool load() {
+        if (!ctl) return true;
+        if (ctl[1] != 0.0) return false;
+        first = ctl[2] != 0.0;
+        return true;
+    }
     __device__ void operator()(T &p, T g, T &m, T &) const {
         T d = g + wd * p;
         if (has_m) {
@@ -84,6 +93,14 @@ template <typename T> struct SgdOp {
  * p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps). */
 template <typename T> struct AdamWOp {
     T b1, b2, eps, decay, bc2_sqrt, step_size;
+    const double *ctl; /* the device step count: skipped, bc2_sqrt, step_size (optim_prep_kernel) */
+    __device__ bool load() {
+        if (!ctl) return true;
+        if (ctl[1] != 0.0) return false;
+        bc2_sqrt = (T)ctl[2];
+        step_size = (T)ctl[3];
+        return true;
+    }
     __device__ void operator()(T &p, T g, T &m, T &v) const {
         T mi = b1 * m + (T(1) - b1) * g;
         T vi = b2 * v + (T(1) - b2) * g * g;
@@ -92,6 +109,32 @@ template <typename T> struct AdamWOp {
         p = p * decay - step_size * mi / (sqrt(vi) / bc2_sqrt + eps);
     }
 };
+
+/* A step counted on the device (ops.h's ctl): ctl[1] = skipped; if not, ctl[0] += 1 and the step's
+ * constants from it, in the CPU backend's types and order: SGD ctl[2] = first step; AdamW ctl[2] =
+ * sqrt(bc2), ctl[3] = lr / bc1 (values of T, exact in double). */
+template <typename T>
+__global__ void optim_prep_kernel(double *ctl, const double *skip, int adam, float lr, float beta1, float beta2) {
+    const bool skipped = skip && *skip != 0.0;
+    ctl[1] = skipped ? 1.0 : 0.0;
+    if (skipped) return;
+    const double step = ctl[0] + 1.0;
+    ctl[0] = step;
+    if (!adam) {
+        ctl[2] = step == 1.0 ? 1.0 : 0.0;
+        return;
+    }
+    const T bc1 = (T)1 - (T)pow((double)beta1, step);
+    ctl[2] = (double)(T)sqrt(1.0 - pow((double)beta2, step));
+    ctl[3] = (double)((T)lr / bc1);
+}
+
+template <typename T>
+static cudaError_t optim_prep(const ls_cuda_launch *l, double *ctl, const double *skip, int adam, float lr, float b1,
+                              float b2) {
+    optim_prep_kernel<T><<<1, 1, 0, l->stream>>>(ctl, skip, adam, lr, b1, b2);
+    return cudaGetLastError();
+}
 
 template <typename T, typename Op>
 static cudaError_t mt_launch(const ls_cuda_launch *l, const MTList<T> &L, int blocks, Op op) {
@@ -155,6 +198,11 @@ static cudaError_t sgd_t(const ls_cuda_launch *l, int k, void *const *p, void *c
     op.nesterov = hp->nesterov;
     op.first = hp->first_step;
     op.has_m = m != nullptr;
+    op.ctl = hp->ctl;
+    if (hp->ctl) {
+        cudaError_t e = optim_prep<T>(l, hp->ctl, hp->skip, 0, hp->lr, 0.f, 0.f);
+        if (e != cudaSuccess) return e;
+    }
     return mt_apply<T>(l, k, p, g, m, nullptr, n, op);
 }
 
@@ -170,6 +218,11 @@ static cudaError_t adamw_t(const ls_cuda_launch *l, int k, void *const *p, void 
     const T bc1 = (T)1 - (T)pow((double)hp->beta1, (double)hp->step);
     op.bc2_sqrt = (T)sqrt(1.0 - pow((double)hp->beta2, (double)hp->step));
     op.step_size = (T)hp->lr / bc1;
+    op.ctl = hp->ctl;
+    if (hp->ctl) {
+        cudaError_t e = optim_prep<T>(l, hp->ctl, hp->skip, 1, hp->lr, hp->beta1, hp->beta2);
+        if (e != cudaSuccess) return e;
+    }
     return mt_apply<T>(l, k, p, g, m, v, n, op);
 }
 

@@ -74,11 +74,13 @@ __global__ void xent_fwd_kernel(int64_t B, int64_t C, const T *logits, const int
     }
 }
 
-/* dlogits (T) = probs (A) * scale, minus scale at the label (two roundings, as on the CPU). */
+/* dlogits (T) = probs (A) * scale, minus scale at the label (two roundings, as on the CPU); with
+ * num (device memory) the scale is *num / den, computed in double as the CPU does. */
 template <typename T>
 __global__ void xent_bwd_kernel(int64_t B, int64_t C, const typename Acc<T>::type *probs, const int32_t *labels,
-                                typename Acc<T>::type scale, T *dlogits) {
+                                typename Acc<T>::type scale_in, const double *num, double den, T *dlogits) {
     using A = typename Acc<T>::type;
+    const A scale = num ? (A)(*num / den) : scale_in;
     const int64_t n = B * C;
     for (int64_t i = global_tid(); i < n; i += grid_stride()) {
         const int64_t r = i / C, j = i - r * C;
@@ -177,11 +179,12 @@ extern "C" cudaError_t ls_cuda_xent_fwd(const ls_cuda_launch *l, ls_dtype t, int
 }
 
 extern "C" cudaError_t ls_cuda_xent_bwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *probs,
-                                        const int32_t *labels, double scale, void *dlogits) {
+                                        const int32_t *labels, double scale, const double *scale_num, void *dlogits) {
     if (B <= 0 || C <= 0) return cudaSuccess;
     LSK_DISPATCH_FLOAT(t, T, {
-        xent_bwd_kernel<T><<<grid_for(l, B * C, 256), 256, 0, l->stream>>>(
-            B, C, (const typename Acc<T>::type *)probs, labels, (typename Acc<T>::type)scale, (T *)dlogits);
+        xent_bwd_kernel<T><<<grid_for(l, B * C, 256), 256, 0, l->stream>>>(B, C, (const typename Acc<T>::type *)probs,
+                                                                           labels, (typename Acc<T>::type)scale,
+                                                                           scale_num, scale, (T *)dlogits);
     });
     return cudaGetLastError();
 }

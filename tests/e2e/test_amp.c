@@ -3,7 +3,10 @@
  *    the all-reduce, so only the combined found-inf flag can tell the other ranks): every rank
  *    skips exactly step 3 (parameters unchanged across it), the scale halves from 65536 to 32768,
  *    and all ranks still hold identical parameters.
- * 2. The peak of the allocator over a training step at batch 4096 is lower in bf16 and fp16 than
+ * 2. The scaler's state, kept on the device, set and read back (a resumed run's): a scale of 1024
+ *    one clean step before growth is what the next backward uses (the step's loss_scale), then
+ *    doubles; bad values and loss scaling in a bf16 trainer are refused with the reason.
+ * 3. The peak of the allocator over a training step at batch 4096 is lower in bf16 and fp16 than
  *    in fp32 (activations stored in 16 bits); printed and asserted (< 75%). */
 #include <stdlib.h>
 
@@ -73,8 +76,10 @@ static void overflow_case(void) {
         LS_EXPECT(st.loss_scale == (k <= 3 ? 65536.0 : 32768.0));
         if (k == 3) before = sum0;
     }
-    LS_EXPECT(ls_trainer_loss_scaler(t)->scale == 32768.0);
-    LS_EXPECT(ls_trainer_loss_scaler(t)->skipped == 1);
+    ls_loss_scaler sc;
+    LS_REQUIRE_OK(ls_trainer_get_loss_scaler(t, &sc));
+    LS_EXPECT(sc.scale == 32768.0 && sc.growth_tracker == 2);
+    LS_EXPECT(sc.skipped == 1);
     /* identical on every rank */
     float mine = checksum(m), r0 = mine;
     LS_REQUIRE_OK(ls_comm_broadcast_host(W, &r0, 1, LS_F32, 0));
@@ -87,6 +92,49 @@ static void overflow_case(void) {
     ls_optimizer_destroy(o);
     ls_module_destroy(m);
     ls_sampler_destroy(s);
+    ls_ctx_destroy(c);
+}
+
+static void scaler_case(void) {
+    ls_ctx *c;
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c));
+    unsetenv("LOCKSTEP_AMP_INJECT_INF");
+    ls_module *m;
+    ls_optimizer *o;
+    ls_trainer *t;
+    build(c, NULL, LS_PRECISION_FP16, 16, &m, &o, &t);
+    ls_loss_scaler sc;
+    LS_REQUIRE_OK(ls_trainer_get_loss_scaler(t, &sc));
+    LS_EXPECT(sc.enabled && sc.scale == 65536 && sc.growth_tracker == 0 && sc.skipped == 0);
+    sc.scale = 1024;
+    sc.growth_tracker = sc.growth_interval - 1;
+    sc.skipped = 7;
+    LS_REQUIRE_OK(ls_trainer_set_loss_scaler(t, &sc));
+    int64_t idx[16];
+    for (int i = 0; i < 16; i++) idx[i] = i;
+    ls_step_stats st;
+    LS_REQUIRE_OK(ls_trainer_step(t, D, idx, 16, 16, &st));
+    LS_EXPECT(st.loss_scale == 1024 && !st.skipped);
+    ls_loss_scaler after;
+    LS_REQUIRE_OK(ls_trainer_get_loss_scaler(t, &after));
+    LS_EXPECT(after.scale == 2048 && after.growth_tracker == 0 && after.skipped == 7);
+    sc.scale = NAN;
+    LS_EXPECT_ERR(ls_trainer_set_loss_scaler(t, &sc), LS_ERR_INVALID_ARGUMENT, "scale nan must be finite and > 0");
+    sc.scale = 1024, sc.backoff_factor = 1.5;
+    LS_EXPECT_ERR(ls_trainer_set_loss_scaler(t, &sc), LS_ERR_INVALID_ARGUMENT, "backoff factor 1.5 in (0, 1)");
+    LS_EXPECT_ERR(ls_trainer_get_loss_scaler(t, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "ls_trainer_get_loss_scaler: out is NULL");
+    LS_REQUIRE_OK(ls_trainer_get_loss_scaler(t, &sc));
+    LS_EXPECT(sc.scale == 2048); /* a refused set changes nothing */
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+    build(c, NULL, LS_PRECISION_BF16, 16, &m, &o, &t);
+    LS_EXPECT_ERR(ls_trainer_set_loss_scaler(t, &sc), LS_ERR_INVALID_ARGUMENT,
+                  "loss scaling is off in this trainer (bf16)");
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
     ls_ctx_destroy(c);
 }
 
@@ -122,6 +170,7 @@ int main(void) {
         LS_SKIP("Fashion-MNIST not available: %s", ls_last_error());
     overflow_case();
     if (ls_comm_rank(W) == 0) {
+        scaler_case();
         size_t p32 = step_peak(LS_PRECISION_FP32), pb = step_peak(LS_PRECISION_BF16), ph = step_peak(LS_PRECISION_FP16);
         printf("peak memory of a training step at batch 4096: fp32 %.1f MiB, bf16 %.1f MiB (%.0f%%), "
                "fp16 %.1f MiB (%.0f%%)\n",

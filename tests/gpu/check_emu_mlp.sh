@@ -17,7 +17,8 @@
 #     CPU does; the sums differ); fp16 with an inf gradient injected at step 5: the same steps
 #     skipped and the same loss scale at every step (--metrics) on both;
 #   - 2 ranks through MPI (device gradients staged through pinned host memory), also with bf16
-#     gradient compression: 1e-5 and 1e-3;
+#     gradient compression: 1e-5 and 1e-3; fp16 with an inf injected on rank 1 only: 5e-3, and
+#     the same steps skipped on rank 0 with the same scales;
 #   - a checkpoint written on cuda at step 40: resumed on cuda, bitwise the run never stopped;
 #     resumed on the CPU, within 1e-5 of it.
 # First, LOCKSTEP_TF32=maybe is refused when cuda:0 starts.
@@ -74,6 +75,17 @@ close np2_lazy np2_cuda 0
 train np2c_cpu "$nol" LOCKSTEP_GRAD_COMPRESS=bf16 -- --device cpu --comm mpi --epochs 1
 train np2c_cuda "$nol" LOCKSTEP_GRAD_COMPRESS=bf16 -- --device cuda --comm mpi --epochs 1
 close np2c_cuda np2c_cpu 1e-3
+# fp16 with an inf injected on rank 1 at step 5: the found-inf flag, kept on the device, reaches
+# rank 0 through an all-reduce of device memory; the same steps skipped and scales as on the CPU
+train np2h_cpu "$nol" LOCKSTEP_AMP_INJECT_INF=5:1 -- --device cpu --comm mpi --epochs 1 --precision fp16 \
+    --metrics np2h_cpu.json
+train np2h_cuda "$nol" LOCKSTEP_AMP_INJECT_INF=5:1 -- --device cuda --comm mpi --epochs 1 --precision fp16 \
+    --metrics np2h_cuda.json
+close np2h_cuda np2h_cpu 5e-3
+[ "$(scales np2h_cpu.json | sed -n '6,7p' | tr '\n' ' ')" = "65536 1 32768 0 " ] ||
+    fail "fp16, 2 ranks: rank 1's inf did not skip rank 0's step 5 and halve the scale"
+[ "$(scales np2h_cuda.json)" = "$(scales np2h_cpu.json)" ] ||
+    fail "fp16, 2 ranks: the loss scales or skipped steps differ between cuda and cpu"
 launch=()
 
 adam=(--epochs 2 --optimizer adamw --checkpoint-dir ck)

@@ -360,7 +360,7 @@ static void case_xent(ls_dtype t, int64_t B, int64_t C, int ties) {
     void *hz = pack(z, t, B * C), *hp = pack(z, mt, B * C), *hl = pack(z, mt, B), *hd = pack(z, t, B * C);
     int32_t *hpred = malloc(sizeof(int32_t) * (size_t)B), hcorrect = -1;
     LS_REQUIRE_OK(CPU->ops->xent_fwd(CPU->state, t, B, C, hz, lab, hp, hl));
-    LS_REQUIRE_OK(CPU->ops->xent_bwd(CPU->state, t, B, C, hp, lab, scale, hd));
+    LS_REQUIRE_OK(CPU->ops->xent_bwd(CPU->state, t, B, C, hp, lab, scale, NULL, hd));
     LS_REQUIRE_OK(CPU->ops->argmax(CPU->state, t, B, C, hz, lab, hpred, &hcorrect));
     void *dz = dev_vals(z, t, B * C), *dlab = dev_bytes(lab, sizeof(int32_t) * (size_t)B);
     void *dp = dev_poison((size_t)(B * C) * ls_dtype_size(mt)), *dl = dev_poison((size_t)B * ls_dtype_size(mt));
@@ -381,11 +381,22 @@ static void case_xent(ls_dtype t, int64_t B, int64_t C, int ties) {
         free(got), free(ref);
     }
     snprintf(what, sizeof what, "xent bwd [%lld, %lld]", (long long)B, (long long)C);
-    if (dev_ok(DEV->ops->xent_bwd(DEV->state, t, B, C, dp_cpu, dlab, scale, dd), what, t)) {
+    if (dev_ok(DEV->ops->xent_bwd(DEV->state, t, B, C, dp_cpu, dlab, scale, NULL, dd), what, t)) {
         double *got = dev_read(dd, t, B * C), *ref = unpack(hd, t, B * C);
         check(what, t, 0, got, ref, B * C);
         free(got), free(ref);
     }
+    /* the loss scale read on the device: 65536 / B, as the CPU computes it on the host */
+    const double num = 65536.0;
+    double *dnum = dev_bytes(&num, sizeof num);
+    LS_REQUIRE_OK(CPU->ops->xent_bwd(CPU->state, t, B, C, hp, lab, num / (double)B, NULL, hd));
+    snprintf(what, sizeof what, "xent bwd [%lld, %lld] scale on the device", (long long)B, (long long)C);
+    if (dev_ok(DEV->ops->xent_bwd(DEV->state, t, B, C, dp_cpu, dlab, (double)B, dnum, dd), what, t)) {
+        double *got = dev_read(dd, t, B * C), *ref = unpack(hd, t, B * C);
+        check(what, t, 0, got, ref, B * C);
+        free(got), free(ref);
+    }
+    dev_free(dnum);
     snprintf(what, sizeof what, "argmax [%lld, %lld]%s", (long long)B, (long long)C, ties ? " with ties" : "");
     int32_t *p = dpred;
     if (dev_ok(DEV->ops->argmax(DEV->state, t, B, C, dz, dlab, p, p + B), what, t)) {
@@ -588,15 +599,17 @@ static void case_blas1(ls_dtype t, int64_t n) {
     free(x), free(y), free(hx), free(hy), free(hy0);
 }
 
-/* ---- optimizers: k tensors of mixed sizes (one past a full launch of chunks), 3 steps ---- */
-static void case_optim(ls_dtype t, int adamw, int momentum) {
+/* ---- optimizers: k tensors of mixed sizes (one past a full launch of chunks), 3 steps; counted:
+ * the step count on the device (ops.h's ctl) and the middle step skipped by a device flag, the
+ * host's step numbers wrong on purpose (unused) ---- */
+static void case_optim(ls_dtype t, int adamw, int momentum, int counted) {
     enum { K = 30 };
     int64_t n[K];
     for (int i = 0; i < K; i++) n[i] = 1 + (int64_t)ls_rng_below(&R, 5000);
     n[3] = 65536, n[4] = 65537, n[7] = 200003, n[11] = 0;
     /* AdamW: one tensor of more than 320 chunks of 65536, so it continues into a second launch
      * (emulated, in f32 only: the f64 one takes as long and runs the same launches) */
-    n[20] = adamw && (!parity_emulated || t == LS_F32) ? 21 * 1000 * 1000 + 5 : 1000003;
+    n[20] = adamw && !counted && (!parity_emulated || t == LS_F32) ? 21 * 1000 * 1000 + 5 : 1000003;
     void *hp[K], *hg[K], *hm[K], *hv[K], *dp[K], *dg[K], *dm[K], *dv[K];
     size_t es = ls_dtype_size(t);
     for (int i = 0; i < K; i++) {
@@ -611,9 +624,20 @@ static void case_optim(ls_dtype t, int adamw, int momentum) {
         dg[i] = dev_alloc((size_t)n[i] * es);
         free(p), free(z);
     }
-    const char *name = adamw ? "adamw" : momentum ? "sgd momentum nesterov wd" : "sgd plain";
+    char name[64];
+    snprintf(name, sizeof name, "%s%s",
+             adamw      ? "adamw"
+             : momentum ? "sgd momentum nesterov wd"
+                        : "sgd plain",
+             counted ? ", counted, 2nd skipped" : "");
+    double cctl[LS_OPTIM_CTL] = {0}, cskip = 0;
+    double *dctl = counted ? dev_bytes(cctl, sizeof cctl) : NULL, *dskip = counted ? dev_bytes(&cskip, 8) : NULL;
     int ok_all = 1;
     for (int step = 0; step < 3; step++) {
+        if (counted) {
+            cskip = step == 1;
+            LS_REQUIRE_OK(ls_allocator_copy(DEV->alloc, dskip, 1, &cskip, 0, sizeof cskip));
+        }
         for (int i = 0; i < K; i++) { /* fresh gradients each step */
             double *g = rnd(n[i], 0.5, t);
             void *h = pack(g, t, n[i]);
@@ -623,12 +647,18 @@ static void case_optim(ls_dtype t, int adamw, int momentum) {
         }
         ls_status s;
         if (adamw) {
-            ls_adamw_params hp_ = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, step + 1};
+            ls_adamw_params hp_ = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, counted ? 7 : step + 1, NULL, NULL};
+            if (counted) hp_.ctl = cctl, hp_.skip = &cskip;
             LS_REQUIRE_OK(CPU->ops->adamw_step(CPU->state, t, K, hp, hg, hm, hv, n, &hp_));
+            if (counted) hp_.ctl = dctl, hp_.skip = dskip;
             s = DEV->ops->adamw_step(DEV->state, t, K, dp, dg, dm, dv, n, &hp_);
         } else {
-            ls_sgd_params hp_ = {0.05f, momentum ? 0.9f : 0.0f, momentum ? 0.1f : 0.0f, 0.01f, momentum, step == 0};
+            ls_sgd_params hp_ = {
+                0.05f, momentum ? 0.9f : 0.0f, momentum ? 0.1f : 0.0f, 0.01f, momentum, counted ? 0 : step == 0, NULL,
+                NULL};
+            if (counted) hp_.ctl = cctl, hp_.skip = &cskip;
             LS_REQUIRE_OK(CPU->ops->sgd_step(CPU->state, t, K, hp, hg, momentum ? hm : NULL, n, &hp_));
+            if (counted) hp_.ctl = dctl, hp_.skip = dskip;
             s = DEV->ops->sgd_step(DEV->state, t, K, dp, dg, momentum ? dm : NULL, n, &hp_);
         }
         if (!dev_ok(s, name, t)) {
@@ -661,10 +691,72 @@ static void case_optim(ls_dtype t, int adamw, int momentum) {
             free(got), free(ref);
         }
     }
+    if (counted) { /* two steps taken on both */
+        double got = -1;
+        dev_get(&got, dctl, sizeof got);
+        n_cases++;
+        int ok = got == 2 && cctl[0] == 2;
+        printf("%-4s %-52s %-5s steps %g on the device, %g on the CPU (2)\n", ok ? "ok" : "FAIL", name,
+               ls_dtype_name(t), got, cctl[0]);
+        if (!ok) ls_test_failures++;
+        dev_free(dctl), dev_free(dskip);
+    }
     for (int i = 0; i < K; i++) {
         dev_free(dp[i]), dev_free(dg[i]), dev_free(dm[i]), dev_free(dv[i]);
         free(hp[i]), free(hg[i]), free(hm[i]), free(hv[i]);
     }
+}
+
+/* ---- mixed precision on the device (amp_check, amp_update): K tensors unscaled (or not) and
+ * checked, an inf in one (found) or none, then GradScaler's update; the tensors and the control
+ * block against the CPU's, which applies the same entries to host memory ---- */
+static void case_amp(ls_dtype t, int unscale, int with_inf) {
+    enum { K = 5 };
+    int64_t n[K] = {1000003, 7, 4096, 65, 1};
+    void *h[K], *d[K];
+    for (int i = 0; i < K; i++) {
+        double *v = rnd(n[i], 3000.0, t);
+        if (with_inf && i == 2) v[11] = i % 2 ? -INFINITY : NAN;
+        h[i] = pack(v, t, n[i]);
+        d[i] = dev_vals(v, t, n[i]);
+        free(v);
+    }
+    double cctl[LS_AMP_CTL] = {0};
+    cctl[LS_AMP_SCALE] = 1024, cctl[LS_AMP_TRACKER] = 1, cctl[LS_AMP_SKIPPED] = 4;
+    cctl[LS_AMP_FOUND] = 1; /* stale: amp_check (not accumulating) replaces it */
+    double *dctl = dev_bytes(cctl, sizeof cctl);
+    ls_amp_update_params up = {unscale, 2.0, 0.5, 2};
+    char what[96];
+    snprintf(what, sizeof what, "amp check%s%s, %d tensors", unscale ? " unscale" : "", with_inf ? " inf" : "", K);
+    /* two runs of tensors: the second accumulates into the flag */
+    LS_REQUIRE_OK(CPU->ops->amp_check(CPU->state, t, 2, h, n, unscale, 0, cctl));
+    LS_REQUIRE_OK(CPU->ops->amp_check(CPU->state, t, K - 2, h + 2, n + 2, unscale, 1, cctl));
+    LS_REQUIRE_OK(CPU->ops->amp_update(CPU->state, cctl, &up));
+    ls_status s = DEV->ops->amp_check(DEV->state, t, 2, d, n, unscale, 0, dctl);
+    if (s == LS_OK) s = DEV->ops->amp_check(DEV->state, t, K - 2, d + 2, n + 2, unscale, 1, dctl);
+    if (s == LS_OK) s = DEV->ops->amp_update(DEV->state, dctl, &up);
+    if (dev_ok(s, what, t)) {
+        for (int i = 0; i < K; i++) {
+            double *got = dev_read(d[i], t, n[i]), *ref = unpack(h[i], t, n[i]);
+            check(what, t, 0, got, ref, n[i]);
+            free(got), free(ref);
+        }
+        double got[LS_AMP_CTL];
+        dev_get(got, dctl, sizeof got);
+        /* found: scale 1024 -> 512 (when enabled), skipped 5; clean: the tracker reaches 2, 2048 */
+        double want_scale = !unscale ? 1024 : with_inf ? 512 : 2048;
+        int ok = 1;
+        for (int k = LS_AMP_FOUND; k <= LS_AMP_LAST; k++) ok &= got[k] == cctl[k];
+        ok &= cctl[LS_AMP_FOUND] == with_inf && cctl[LS_AMP_SCALE] == want_scale && cctl[LS_AMP_LAST] == 1024 &&
+              cctl[LS_AMP_SKIPPED] == 4 + with_inf;
+        n_cases++;
+        printf("%-4s %-52s %-5s found %g scale %g tracker %g skipped %g last %g (cpu %g %g %g %g %g)\n",
+               ok ? "ok" : "FAIL", what, ls_dtype_name(t), got[1], got[2], got[3], got[4], got[5], cctl[1], cctl[2],
+               cctl[3], cctl[4], cctl[5]);
+        if (!ok) ls_test_failures++;
+    }
+    for (int i = 0; i < K; i++) dev_free(d[i]), free(h[i]);
+    dev_free(dctl);
 }
 
 /* ---- gradient-norm clipping (ls_clip_grad_norm): on the device without a wait, against the
@@ -870,9 +962,17 @@ int main(int argc, char **argv) {
     case_linear(DEV_TF32, LS_F32, 1, 64, 784, 512, 1, 1);
     /* optimizers: f32 and f64 */
     for (int i = 0; i < 2; i++) {
-        case_optim(FLOATS[i], 0, 0);
-        case_optim(FLOATS[i], 0, 1);
-        case_optim(FLOATS[i], 1, 0);
+        case_optim(FLOATS[i], 0, 0, 0);
+        case_optim(FLOATS[i], 0, 1, 0);
+        case_optim(FLOATS[i], 1, 0, 0);
+    }
+    case_optim(LS_F32, 0, 1, 1);
+    case_optim(LS_F32, 1, 0, 1);
+    for (int i = 0; i < 2; i++) { /* master gradients: f32, f64 */
+        case_amp(FLOATS[i], 0, 0);
+        case_amp(FLOATS[i], 1, 0);
+        case_amp(FLOATS[i], 1, 1);
+        case_amp(FLOATS[i], 0, 1);
     }
     for (int i = 0; i < 2; i++) { /* gradients are f32 or f64 (master weights) */
         case_clip(FLOATS[i], 0.3, 0);
@@ -884,7 +984,7 @@ int main(int argc, char **argv) {
     if (!self_mode) {
         void *p = NULL, *g = NULL;
         int64_t n1 = 1;
-        ls_sgd_params hp = {0.1f, 0, 0, 0, 0, 1};
+        ls_sgd_params hp = {0.1f, 0, 0, 0, 0, 1, NULL, NULL};
         LS_EXPECT_ERR(DEV->ops->sgd_step(DEV->state, LS_BF16, 1, &p, &g, NULL, &n1, &hp), LS_ERR_UNSUPPORTED,
                       "does not compute in bf16");
         LS_EXPECT_ERR(DEV->ops->scale(DEV->state, LS_I32, 1, 2.0, p), LS_ERR_UNSUPPORTED, "does not compute in i32");

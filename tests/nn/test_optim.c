@@ -1,5 +1,7 @@
-/* test_optim.c: the optimizer object over tensors (state slots, step count, errors), the
- * warmup + cosine schedule's values, and gradient clipping. */
+/* test_optim.c: the optimizer object over tensors (state slots, step count, errors), steps
+ * skipped by a flag in device memory (ls_optimizer_step_unless: bitwise the run without the
+ * skipped steps, the count kept right across both kinds of step and set_num_steps), the warmup +
+ * cosine schedule's values, and gradient clipping. */
 #include "../kernels/gradcheck.h"
 #include "optim.h"
 
@@ -23,7 +25,9 @@ int main(void) {
     /* buf1 = g, buf2 = 0.5 g + g = 1.5 g: p = p0 - 0.1 g - 0.15 g */
     LS_EXPECT_NEAR(pd[0], 1 - 0.25, 1e-6);
     LS_EXPECT_NEAR(pd[2], 3 - 0.125, 1e-6);
-    LS_EXPECT(ls_optimizer_num_steps(o) == 2);
+    int64_t steps = -1;
+    LS_REQUIRE_OK(ls_optimizer_get_num_steps(o, &steps));
+    LS_EXPECT(steps == 2);
     LS_EXPECT(ls_optimizer_state(o, 0, 0) != NULL && ls_optimizer_state(o, 0, 1) == NULL);
     LS_EXPECT_NEAR(((float *)ls_optimizer_state(o, 0, 0)->data)[0], 1.5, 1e-6);
     ls_optimizer_destroy(o);
@@ -35,6 +39,45 @@ int main(void) {
     /* first AdamW step moves each weight by about lr against the gradient's sign (plus decay) */
     LS_EXPECT_NEAR(pd[1], before * (1 - 1e-3 * 0.01) + 1e-3, 1e-6);
     ls_optimizer_destroy(o);
+    /* AdamW (bias correction) and SGD with momentum (its first step): steps 0, 2, 3 taken and step 1
+     * skipped by the flag, against steps 0, 2, 3 taken by a second optimizer; then a plain step
+     * and a set count, each continued by a counted step */
+    for (int kind = 0; kind < 2; kind++) {
+        ls_optim_config oc = ls_optim_defaults(kind ? LS_OPTIM_ADAMW : LS_OPTIM_SGD);
+        ls_tensor *pa = gc_tensor(C, LS_F32, 1, (int64_t[]){3}), *pb = gc_tensor(C, LS_F32, 1, (int64_t[]){3});
+        ls_tensor *ga = gc_tensor(C, LS_F32, 1, (int64_t[]){3}), *gb = gc_tensor(C, LS_F32, 1, (int64_t[]){3});
+        ls_optimizer *oa, *ob;
+        LS_REQUIRE_OK(ls_optimizer_create(C, 1, &pa, &ga, &oc, &oa));
+        LS_REQUIRE_OK(ls_optimizer_create(C, 1, &pb, &gb, &oc, &ob));
+        double *flag = NULL; /* "device" memory: the CPU context's */
+        LS_REQUIRE_OK(ls_alloc(C->alloc, sizeof *flag, "skip flag", (void **)&flag));
+        for (int k = 0; k < 4; k++) {
+            for (int i = 0; i < 3; i++) ((float *)ga->data)[i] = ((float *)gb->data)[i] = 0.3f * (float)(k + i) - 0.4f;
+            *flag = k == 1;
+            LS_REQUIRE_OK(ls_optimizer_step_unless(oa, 0.01f, flag));
+            if (k != 1) LS_REQUIRE_OK(ls_optimizer_step(ob, 0.01f));
+        }
+        int64_t na = -1, nb = -1;
+        LS_REQUIRE_OK(ls_optimizer_get_num_steps(oa, &na));
+        LS_REQUIRE_OK(ls_optimizer_get_num_steps(ob, &nb));
+        LS_EXPECT(na == 3 && nb == 3);
+        LS_EXPECT(memcmp(pa->data, pb->data, 3 * sizeof(float)) == 0);
+        LS_EXPECT(memcmp(ls_optimizer_state(oa, 0, 0)->data, ls_optimizer_state(ob, 0, 0)->data, 12) == 0);
+        LS_REQUIRE_OK(ls_optimizer_step(oa, 0.01f)); /* host counted: 4 */
+        *flag = 0;
+        LS_REQUIRE_OK(ls_optimizer_step_unless(oa, 0.01f, flag)); /* 5 */
+        LS_REQUIRE_OK(ls_optimizer_get_num_steps(oa, &na));
+        LS_EXPECT(na == 5);
+        ls_optimizer_set_num_steps(oa, 100);
+        LS_REQUIRE_OK(ls_optimizer_step_unless(oa, 0.01f, flag));
+        LS_REQUIRE_OK(ls_optimizer_get_num_steps(oa, &na));
+        LS_EXPECT(na == 101);
+        LS_EXPECT_ERR(ls_optimizer_step_unless(oa, 0.01f, NULL), LS_ERR_INVALID_ARGUMENT, "the skip flag is NULL");
+        ls_free(C->alloc, flag);
+        ls_optimizer_destroy(oa);
+        ls_optimizer_destroy(ob);
+        ls_tensor_destroy(pa), ls_tensor_destroy(pb), ls_tensor_destroy(ga), ls_tensor_destroy(gb);
+    }
     cfg.beta1 = 1.5f;
     LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT, "invalid hyperparameters");
     ls_tensor *g2 = gc_tensor(C, LS_F32, 1, (int64_t[]){4});

@@ -10,8 +10,8 @@
  *    slot's staged memory (two slots, used in turn), for the copy made from it last. Data on the
  *    device (each micro-batch's indices staged in pinned memory and copied on the copy stream, not
  *    by a synchronous copy), as floats and as bytes; and a data set kept on the host, its batches
- *    staged and prefetched; one micro-batch and two, in f32 (fp16 and bf16 read a found-inf flag
- *    at every step, to skip the step on every rank when a gradient is not finite);
+ *    staged and prefetched; one micro-batch and two; in f32, and in fp16 and bf16, whose unscale,
+ *    found-inf check, skip and loss-scale update stay on the device (amp.h);
  *  - with stats, the step reads the loss and correct count: every kernel queued has run when it
  *    returns;
  *  - with running totals (cfg.totals) and stats NULL, no step waits either (the losses and counts
@@ -52,6 +52,7 @@ typedef struct plan {
     int hint;              /* name the next step's samples (ls_trainer_prefetch) */
     int bytes;             /* the data set of bytes (decoded on the device) */
     double clip;           /* clip_grad_norm (0: off) */
+    ls_precision prec;
 } plan;
 
 enum { NO_STATS, STATS, TOTALS };
@@ -68,7 +69,7 @@ static float *run(const plan *p, int mode, ls_step_stats *last, ls_train_totals 
     LS_REQUIRE(setenv("LOCKSTEP_PREFETCH", "auto", 1) == 0);
     ls_module *m = NULL;
     ls_optimizer *o = NULL;
-    ls_trainer *t = mlp_trainer_ex(C, F, B, p->accum, LS_PRECISION_FP32, mode == TOTALS, p->clip, &m, &o);
+    ls_trainer *t = mlp_trainer_ex(C, F, B, p->accum, p->prec, mode == TOTALS, p->clip, &m, &o);
     const ls_dataset *data = p->bytes ? Db : D;
     int64_t n = (int64_t)B * p->accum, idx[B * 2], next[B * 2];
     unsigned long long before[STEPS], queued, done;
@@ -89,6 +90,8 @@ static float *run(const plan *p, int mode, ls_step_stats *last, ls_train_totals 
             sum->correct += last->correct;
             sum->samples += last->samples;
             sum->steps++;
+            sum->skipped += last->skipped;
+            LS_EXPECT(last->loss_scale == (p->prec == LS_PRECISION_FP16 ? 65536.0 : 1.0));
         }
         if (mode == TOTALS) { /* a progress line's read: never a wait */
             unsigned long long drains = emu_host_drains();
@@ -143,7 +146,8 @@ static void check(const plan *p) {
     LS_EXPECT(sa.loss_sum == sb.loss_sum && sa.correct == sb.correct && sa.samples == sb.samples);
     LS_EXPECT(sa.samples == (int64_t)B * p->accum && sa.loss_sum > 0);
     LS_EXPECT(tot.loss_sum == sum.loss_sum && tot.correct == sum.correct && tot.samples == sum.samples);
-    LS_EXPECT(tot.steps == STEPS && tot.skipped == 0 && tot.samples == (int64_t)STEPS * B * p->accum);
+    LS_EXPECT(tot.steps == STEPS && tot.skipped == 0 && sum.skipped == 0 &&
+              tot.samples == (int64_t)STEPS * B * p->accum);
     if (p->clip > 0) { /* the last step was clipped (its norm, read with stats, above the limit) */
         printf("%-34s last gradient norm %.9g / %.9g (clipped to %g)\n", "", sa.grad_norm, sb.grad_norm, p->clip);
         LS_EXPECT(sb.grad_norm > p->clip && sa.grad_norm == sb.grad_norm);
@@ -217,14 +221,18 @@ int main(void) {
     free(b);
     free(x);
     const plan plans[] = {
-        {"data on the device", 1, "on", 0, 0, 0},
-        {"on the device, 2 micro-batches", 2, "on", 0, 0, 0},
-        {"bytes on the device", 1, "on", 0, 1, 0},
-        {"staged and prefetched", 1, "off", 1, 0, 0},
-        {"staged, prefetched, 2 micro-batches", 2, "off", 1, 0, 0},
-        {"bytes staged and prefetched", 1, "off", 1, 1, 0},
-        {"on the device, clipped to 0.05", 1, "on", 0, 0, 0.05},
-        {"staged, 2 micro-batches, clipped", 2, "off", 1, 0, 0.05},
+        {"data on the device", 1, "on", 0, 0, 0, LS_PRECISION_FP32},
+        {"on the device, 2 micro-batches", 2, "on", 0, 0, 0, LS_PRECISION_FP32},
+        {"bytes on the device", 1, "on", 0, 1, 0, LS_PRECISION_FP32},
+        {"staged and prefetched", 1, "off", 1, 0, 0, LS_PRECISION_FP32},
+        {"staged, prefetched, 2 micro-batches", 2, "off", 1, 0, 0, LS_PRECISION_FP32},
+        {"bytes staged and prefetched", 1, "off", 1, 1, 0, LS_PRECISION_FP32},
+        {"on the device, clipped to 0.05", 1, "on", 0, 0, 0.05, LS_PRECISION_FP32},
+        {"staged, 2 micro-batches, clipped", 2, "off", 1, 0, 0.05, LS_PRECISION_FP32},
+        {"fp16, on the device", 1, "on", 0, 0, 0, LS_PRECISION_FP16},
+        {"bf16, on the device, 2 micro-batches", 2, "on", 0, 0, 0, LS_PRECISION_BF16},
+        {"fp16, staged and prefetched, clipped", 1, "off", 1, 0, 0.05, LS_PRECISION_FP16},
+        {"bf16, bytes staged and prefetched", 1, "off", 1, 1, 0, LS_PRECISION_BF16},
     };
     for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) check(&plans[i]);
     check_evaluate("data on the device", "on", 0);
