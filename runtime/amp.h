@@ -2,7 +2,8 @@
  * master weights and optimizer state while activations, GEMM inputs and activation gradients are
  * f16/bf16 (the input batch is cast and every layer follows its input's dtype). fp16 adds dynamic
  * loss scaling with torch.cuda.amp.GradScaler's semantics: initial scale 2^16, x2 after 2000
- * consecutive clean steps, x0.5 and the step skipped when any gradient is inf/NaN on any rank. */
+ * consecutive clean steps, x0.5 and the step skipped when any gradient is inf/NaN on any rank.
+ * bf16 skips such a step too (without a scale). All of it is decided on the device. */
 #ifndef LOCKSTEP_AMP_H
 #define LOCKSTEP_AMP_H
 
@@ -23,6 +24,8 @@ const char *ls_precision_name(ls_precision p);
 /* Activation dtype of a precision: f32, f16 or bf16. */
 ls_dtype ls_precision_dtype(ls_precision p);
 
+/* The scaler's settings and state. A trainer keeps the state (scale, growth_tracker, skipped) on
+ * the device: ls_trainer_get_loss_scaler reads it back, ls_trainer_set_loss_scaler replaces it. */
 typedef struct ls_loss_scaler {
     int enabled;             /* fp16 only */
     double scale;            /* current scale (1 when disabled) */
