@@ -209,7 +209,8 @@ typedef struct ls_ops {
     ls_status (*clip_norm)(void *st, double *host_norm);
     ls_status (*clip_scale)(void *st, ls_dtype t, int k, void *const *x, const int64_t *n, double max_norm);
     /* Mixed precision without a wait (ctl: LS_AMP_CTL doubles of device memory, layout above).
-     * amp_check: with unscale, each x *= 1 / ctl[LS_AMP_SCALE] (the scale op's cast and product);
+     * amp_check (k tensors of f32 or f64: master gradients): with unscale, each x *= 1 /
+     * ctl[LS_AMP_SCALE] (the scale op's cast and product);
      * ctl[LS_AMP_FOUND] = 1 if an element of the k tensors is inf/NaN, else 0, or ORed into it when
      * accumulate. amp_update, once the flag is final (all ranks): ctl[LS_AMP_LAST] = the scale,
      * ctl[LS_AMP_SKIPPED] += the flag, then GradScaler's update (ls_amp_update_params). */

@@ -269,6 +269,7 @@ static ls_status cpu_adamw_step(void *st, ls_dtype t, int k, void *const *p, voi
 /* ctl is host memory here: the same steps as the CUDA kernels, in place. */
 static ls_status cpu_amp_check(void *st, ls_dtype t, int k, void *const *x, const int64_t *n, int unscale,
                                int accumulate, double *ctl) {
+    if (t != LS_F32 && t != LS_F64) return ls_cpu_bad_dtype("inf/NaN check", t, "f32 or f64 (master gradients)");
     double sum = 0;
     int bad = 0;
     for (int i = 0; i < k; i++) {

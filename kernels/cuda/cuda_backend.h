@@ -139,10 +139,13 @@ cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const 
  * the coefficient in acc[2] (1: no clipping), clip_scale scales x by it where it is below 1. */
 cudaError_t ls_cuda_clip_coef(const ls_cuda_launch *l, double *acc, double max_norm);
 cudaError_t ls_cuda_clip_scale(const ls_cuda_launch *l, ls_dtype t, int64_t n, void *x, const double *acc);
-/* Mixed precision on the device (ops.h's amp_check/amp_update, ctl: LS_AMP_CTL doubles): x *= 1 /
- * ctl[LS_AMP_SCALE]; then GradScaler's update from the flag. */
-cudaError_t ls_cuda_amp_unscale(const ls_cuda_launch *l, ls_dtype t, int64_t n, void *x, const double *ctl);
+/* Mixed precision on the device (ops.h's amp_update, ctl: LS_AMP_CTL doubles): GradScaler's update
+ * from the flag. */
 cudaError_t ls_cuda_amp_update(const ls_cuda_launch *l, double *ctl, const ls_amp_update_params *p);
+/* optim.cu: amp_check over k tensors of f32 or f64 in multi-tensor launches (the flag cleared
+ * first unless accumulate). */
+cudaError_t ls_cuda_amp_check(const ls_cuda_launch *l, ls_dtype t, int k, void *const *x, const int64_t *n, int unscale,
+                              int accumulate, double *ctl);
 
 /* gather.cu: dst[r, :] = src[idx[r], :], rows of cols elements of elem_bytes; idx on the device. */
 cudaError_t ls_cuda_gather_rows(const ls_cuda_launch *l, size_t elem_bytes, int64_t rows, int64_t cols, const void *src,

@@ -611,17 +611,13 @@ static ls_status cu_adamw_step(void *st, ls_dtype t, int k, void *const *p, void
     return LS_OK;
 }
 
-/* Mixed precision without a wait: the unscale, the flag (ls_cuda_sumsq's {sum, flag} written at
- * ctl[LS_AMP_SUM], ctl[LS_AMP_FOUND]) and the scale's update all stay on the stream. */
+/* Mixed precision without a wait: the unscale and the flag (multi-tensor launches, optim.cu) and
+ * the scale's update all stay on the stream. */
 static ls_status cu_amp_check(void *st, ls_dtype t, int k, void *const *x, const int64_t *n, int unscale,
                               int accumulate, double *ctl) {
     ls_cuda_state *s = st;
-    NEED_FLOAT("inf/NaN check", t);
-    if (k <= 0 && !accumulate) LS_CUDA_CHECK(cudaMemsetAsync(ctl + LS_AMP_SUM, 0, 2 * sizeof(double), s->stream));
-    for (int i = 0; i < k; i++) {
-        if (unscale) LS_CUDA_CHECK(ls_cuda_amp_unscale(&s->launch, t, n[i], x[i], ctl));
-        LS_CUDA_CHECK(ls_cuda_sumsq(&s->launch, t, n[i], x[i], ctl + LS_AMP_SUM, accumulate || i > 0));
-    }
+    if (t != LS_F32 && t != LS_F64) return bad_dtype("inf/NaN check", t, "f32 and f64 (master gradients)");
+    LS_CUDA_CHECK(ls_cuda_amp_check(&s->launch, t, k, x, n, unscale, accumulate, ctl));
     return LS_OK;
 }
 

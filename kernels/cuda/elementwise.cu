@@ -261,14 +261,6 @@ template <typename T> __global__ void clip_scale_kernel(int64_t n, T *x, const d
     for (int64_t i = global_tid(); i < n; i += stride) x[i] = f(x[i], x[i]);
 }
 
-/* Mixed precision (ops.h's amp_check): x *= 1 / the loss scale, read on the device; the cast
- * and product of ls_cuda_scale with alpha = 1 / scale. */
-template <typename T> __global__ void amp_unscale_kernel(int64_t n, T *x, const double *ctl) {
-    const Scale<T> f{(typename Acc<T>::type)(1.0 / ctl[LS_AMP_SCALE])};
-    const int64_t stride = grid_stride();
-    for (int64_t i = global_tid(); i < n; i += stride) x[i] = f(x[i], x[i]);
-}
-
 /* GradScaler's update from the found-inf flag (one thread; as cpu_amp_update). */
 __global__ void amp_update_kernel(double *ctl, ls_amp_update_params p) {
     const int found = ctl[LS_AMP_FOUND] != 0.0;
@@ -386,15 +378,6 @@ extern "C" cudaError_t ls_cuda_clip_scale(const ls_cuda_launch *l, ls_dtype t, i
     if (n <= 0) return cudaSuccess;
     LSK_DISPATCH_FLOAT(t, T, {
         clip_scale_kernel<T><<<grid_for(l, n, 256), 256, 0, l->stream>>>(n, (T *)x, acc);
-        return cudaGetLastError();
-    });
-    return cudaErrorInvalidValue;
-}
-
-extern "C" cudaError_t ls_cuda_amp_unscale(const ls_cuda_launch *l, ls_dtype t, int64_t n, void *x, const double *ctl) {
-    if (n <= 0) return cudaSuccess;
-    LSK_DISPATCH_FLOAT(t, T, {
-        amp_unscale_kernel<T><<<grid_for(l, n, 256), 256, 0, l->stream>>>(n, (T *)x, ctl);
         return cudaGetLastError();
     });
     return cudaErrorInvalidValue;

@@ -110,6 +110,24 @@ template <typename T> struct AdamWOp {
     }
 };
 
+/* Mixed precision's check (ops.h's amp_check) over many tensors, one launch per pack, as
+ * PyTorch's _amp_foreach_non_finite_check_and_unscale_: x *= 1 / the scale (read on the device;
+ * the cast and product of ls_cuda_scale) when unscale, and the flag set where a result is inf/NaN
+ * (every store writes the same 1: no race). x comes as both p and g (g is not written). */
+template <typename T> struct AmpOp {
+    double *ctl;
+    int unscale;
+    T inv;
+    __device__ bool load() {
+        if (unscale) inv = (T)(1.0 / ctl[LS_AMP_SCALE]);
+        return true;
+    }
+    __device__ void operator()(T &p, T, T &, T &) const {
+        if (unscale) p = p * inv;
+        if (!isfinite(p)) ctl[LS_AMP_FOUND] = 1.0;
+    }
+};
+
 /* A step counted on the device (ops.h's ctl): ctl[1] = skipped; if not, ctl[0] += 1 and the step's
  * constants from it, in the CPU backend's types and order: SGD ctl[2] = first step; AdamW ctl[2] =
  * sqrt(bc2), ctl[3] = lr / bc1 (values of T, exact in double). */
@@ -226,9 +244,30 @@ static cudaError_t adamw_t(const ls_cuda_launch *l, int k, void *const *p, void 
     return mt_apply<T>(l, k, p, g, m, v, n, op);
 }
 
+template <typename T>
+static cudaError_t amp_check_t(const ls_cuda_launch *l, int k, void *const *x, const int64_t *n, int unscale,
+                               double *ctl) {
+    AmpOp<T> op;
+    op.ctl = ctl;
+    op.unscale = unscale;
+    op.inv = T(1);
+    return mt_apply<T>(l, k, x, x, nullptr, nullptr, n, op);
+}
+
 } // namespace lsk
 
 using namespace lsk;
+
+extern "C" cudaError_t ls_cuda_amp_check(const ls_cuda_launch *l, ls_dtype t, int k, void *const *x, const int64_t *n,
+                                         int unscale, int accumulate, double *ctl) {
+    if (!accumulate) {
+        cudaError_t e = cudaMemsetAsync(ctl + LS_AMP_FOUND, 0, sizeof(double), l->stream);
+        if (e != cudaSuccess) return e;
+    }
+    if (t == LS_F32) return amp_check_t<float>(l, k, x, n, unscale, ctl);
+    if (t == LS_F64) return amp_check_t<double>(l, k, x, n, unscale, ctl);
+    return cudaErrorInvalidValue;
+}
 
 extern "C" cudaError_t ls_cuda_sgd_step(const ls_cuda_launch *l, ls_dtype t, int k, void *const *p, void *const *g,
                                         void *const *m, const int64_t *n, const ls_sgd_params *hp) {

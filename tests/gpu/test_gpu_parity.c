@@ -23,6 +23,9 @@
 #include "testutil.h"
 #include "gpu_values.h"
 #include "parity_ctx.h"
+#ifdef LS_PARITY_EMU
+#include "cuda_emu_rt.h" /* emu_work_counts */
+#endif
 
 static ls_ctx *CPU, *DEV, *DEV_TF32;
 static int self_mode;
@@ -707,18 +710,23 @@ static void case_optim(ls_dtype t, int adamw, int momentum, int counted) {
     }
 }
 
-/* ---- mixed precision on the device (amp_check, amp_update): K tensors unscaled (or not) and
- * checked, an inf in one (found) or none, then GradScaler's update; the tensors and the control
- * block against the CPU's, which applies the same entries to host memory ---- */
+/* ---- mixed precision on the device (amp_check, amp_update): K tensors (more than one
+ * multi-tensor launch's 24; one of a million elements) unscaled (or not) and checked in two calls
+ * (the second accumulating into the flag), an inf/NaN in a tensor of the second launch (found)
+ * or none, then GradScaler's update; the tensors and the control block against the CPU's, which
+ * applies the same entries to host memory. Emulated, the work queued is counted: a few launches,
+ * not a few per tensor ---- */
 static void case_amp(ls_dtype t, int unscale, int with_inf) {
-    enum { K = 5 };
-    int64_t n[K] = {1000003, 7, 4096, 65, 1};
+    enum { K = 30 };
+    int64_t n[K], total = 0;
     void *h[K], *d[K];
     for (int i = 0; i < K; i++) {
+        n[i] = i == 4 ? 1000003 : i == 9 ? 0 : 1 + (i * 53) % 700;
         double *v = rnd(n[i], 3000.0, t);
-        if (with_inf && i == 2) v[11] = i % 2 ? -INFINITY : NAN;
+        if (with_inf && i == 27) v[11] = with_inf == 1 ? INFINITY : NAN;
         h[i] = pack(v, t, n[i]);
         d[i] = dev_vals(v, t, n[i]);
+        total += n[i];
         free(v);
     }
     double cctl[LS_AMP_CTL] = {0};
@@ -727,32 +735,53 @@ static void case_amp(ls_dtype t, int unscale, int with_inf) {
     double *dctl = dev_bytes(cctl, sizeof cctl);
     ls_amp_update_params up = {unscale, 2.0, 0.5, 2};
     char what[96];
-    snprintf(what, sizeof what, "amp check%s%s, %d tensors", unscale ? " unscale" : "", with_inf ? " inf" : "", K);
-    /* two runs of tensors: the second accumulates into the flag */
+    snprintf(what, sizeof what, "amp check%s%s, %d tensors", unscale ? " unscale" : "",
+             with_inf == 1 ? " inf"
+             : with_inf    ? " nan"
+                           : "",
+             K);
     LS_REQUIRE_OK(CPU->ops->amp_check(CPU->state, t, 2, h, n, unscale, 0, cctl));
     LS_REQUIRE_OK(CPU->ops->amp_check(CPU->state, t, K - 2, h + 2, n + 2, unscale, 1, cctl));
     LS_REQUIRE_OK(CPU->ops->amp_update(CPU->state, cctl, &up));
+#ifdef LS_PARITY_EMU
+    LS_REQUIRE_OK(ls_ctx_synchronize(DEV));
+    unsigned long long q0, q1, done;
+    emu_work_counts(&q0, &done);
+#endif
     ls_status s = DEV->ops->amp_check(DEV->state, t, 2, d, n, unscale, 0, dctl);
     if (s == LS_OK) s = DEV->ops->amp_check(DEV->state, t, K - 2, d + 2, n + 2, unscale, 1, dctl);
+#ifdef LS_PARITY_EMU
+    emu_work_counts(&q1, &done);
+    n_cases++;
+    printf("%-4s %-52s %-5s %llu operations queued (at most 4)\n", q1 - q0 <= 4 ? "ok" : "FAIL", what, ls_dtype_name(t),
+           q1 - q0);
+    if (q1 - q0 > 4) ls_test_failures++;
+#endif
     if (s == LS_OK) s = DEV->ops->amp_update(DEV->state, dctl, &up);
     if (dev_ok(s, what, t)) {
+        double *got = malloc(sizeof(double) * (size_t)total), *ref = malloc(sizeof(double) * (size_t)total);
+        int64_t off = 0;
         for (int i = 0; i < K; i++) {
-            double *got = dev_read(d[i], t, n[i]), *ref = unpack(h[i], t, n[i]);
-            check(what, t, 0, got, ref, n[i]);
-            free(got), free(ref);
+            double *g = dev_read(d[i], t, n[i]), *r = unpack(h[i], t, n[i]);
+            memcpy(got + off, g, sizeof(double) * (size_t)n[i]);
+            memcpy(ref + off, r, sizeof(double) * (size_t)n[i]);
+            off += n[i];
+            free(g), free(r);
         }
-        double got[LS_AMP_CTL];
-        dev_get(got, dctl, sizeof got);
+        check(what, t, 0, got, ref, total);
+        free(got), free(ref);
+        double dv[LS_AMP_CTL];
+        dev_get(dv, dctl, sizeof dv);
         /* found: scale 1024 -> 512 (when enabled), skipped 5; clean: the tracker reaches 2, 2048 */
         double want_scale = !unscale ? 1024 : with_inf ? 512 : 2048;
         int ok = 1;
-        for (int k = LS_AMP_FOUND; k <= LS_AMP_LAST; k++) ok &= got[k] == cctl[k];
-        ok &= cctl[LS_AMP_FOUND] == with_inf && cctl[LS_AMP_SCALE] == want_scale && cctl[LS_AMP_LAST] == 1024 &&
-              cctl[LS_AMP_SKIPPED] == 4 + with_inf;
+        for (int k = LS_AMP_FOUND; k <= LS_AMP_LAST; k++) ok &= dv[k] == cctl[k];
+        ok &= cctl[LS_AMP_FOUND] == (with_inf != 0) && cctl[LS_AMP_SCALE] == want_scale && cctl[LS_AMP_LAST] == 1024 &&
+              cctl[LS_AMP_SKIPPED] == 4 + (with_inf != 0);
         n_cases++;
         printf("%-4s %-52s %-5s found %g scale %g tracker %g skipped %g last %g (cpu %g %g %g %g %g)\n",
-               ok ? "ok" : "FAIL", what, ls_dtype_name(t), got[1], got[2], got[3], got[4], got[5], cctl[1], cctl[2],
-               cctl[3], cctl[4], cctl[5]);
+               ok ? "ok" : "FAIL", what, ls_dtype_name(t), dv[1], dv[2], dv[3], dv[4], dv[5], cctl[1], cctl[2], cctl[3],
+               cctl[4], cctl[5]);
         if (!ok) ls_test_failures++;
     }
     for (int i = 0; i < K; i++) dev_free(d[i]), free(h[i]);
@@ -972,6 +1001,7 @@ int main(int argc, char **argv) {
         case_amp(FLOATS[i], 0, 0);
         case_amp(FLOATS[i], 1, 0);
         case_amp(FLOATS[i], 1, 1);
+        case_amp(FLOATS[i], 1, 2);
         case_amp(FLOATS[i], 0, 1);
     }
     for (int i = 0; i < 2; i++) { /* gradients are f32 or f64 (master weights) */
@@ -988,6 +1018,10 @@ int main(int argc, char **argv) {
         LS_EXPECT_ERR(DEV->ops->sgd_step(DEV->state, LS_BF16, 1, &p, &g, NULL, &n1, &hp), LS_ERR_UNSUPPORTED,
                       "does not compute in bf16");
         LS_EXPECT_ERR(DEV->ops->scale(DEV->state, LS_I32, 1, 2.0, p), LS_ERR_UNSUPPORTED, "does not compute in i32");
+        double *ctl = dev_alloc(LS_AMP_CTL * sizeof(double));
+        LS_EXPECT_ERR(DEV->ops->amp_check(DEV->state, LS_F16, 1, &p, &n1, 1, 0, ctl), LS_ERR_UNSUPPORTED,
+                      "inf/NaN check does not compute in f16");
+        dev_free(ctl);
     }
     LS_REQUIRE_OK(ls_ctx_synchronize(DEV));
     printf("parity: %d comparisons, %d skipped, %d failed; worst error f32 %.3g, tf32 %.3g, f16/bf16 %.3g\n", n_cases,
