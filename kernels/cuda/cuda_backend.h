@@ -139,6 +139,15 @@ cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_t n, const 
  * the coefficient in acc[2] (1: no clipping), clip_scale scales x by it where it is below 1. */
 cudaError_t ls_cuda_clip_coef(const ls_cuda_launch *l, double *acc, double max_norm);
 cudaError_t ls_cuda_clip_scale(const ls_cuda_launch *l, ls_dtype t, int64_t n, void *x, const double *acc);
+/* dev_out {sum, flag} from blocks partial {sum, flag} pairs, added in order (accumulate: into it). */
+cudaError_t ls_cuda_sumsq_finish(const ls_cuda_launch *l, int blocks, const double *partial, double *dev_out,
+                                 int accumulate);
+/* optim.cu: the same for k tensors of f32 or f64 in multi-tensor launches (acc {sum, flag}: set,
+ * or added to when accumulate), and clipping's scale by acc[2] where below 1. */
+cudaError_t ls_cuda_clip_sumsq_mt(const ls_cuda_launch *l, ls_dtype t, int k, void *const *x, const int64_t *n,
+                                  double *acc, int accumulate);
+cudaError_t ls_cuda_clip_scale_mt(const ls_cuda_launch *l, ls_dtype t, int k, void *const *x, const int64_t *n,
+                                  const double *acc);
 /* Mixed precision on the device (ops.h's amp_update, ctl: LS_AMP_CTL doubles): GradScaler's update
  * from the flag. */
 cudaError_t ls_cuda_amp_update(const ls_cuda_launch *l, double *ctl, const ls_amp_update_params *p);

@@ -570,6 +570,10 @@ static ls_status cu_clip_sumsq(void *st, ls_dtype t, int k, const void *const *x
     ls_cuda_state *s = st;
     NEED_FLOAT("sum of squares", t);
     double *acc = s->workspace;
+    if (t == LS_F32 || t == LS_F64) { /* master gradients: multi-tensor launches */
+        LS_CUDA_CHECK(ls_cuda_clip_sumsq_mt(&s->launch, t, k, (void *const *)x, n, acc, accumulate));
+        return LS_OK;
+    }
     if (k <= 0 && !accumulate) LS_CUDA_CHECK(cudaMemsetAsync(acc, 0, 2 * sizeof(double), s->stream));
     for (int i = 0; i < k; i++) LS_CUDA_CHECK(ls_cuda_sumsq(&s->launch, t, n[i], x[i], acc, accumulate || i > 0));
     return LS_OK;
@@ -589,6 +593,10 @@ static ls_status cu_clip_scale(void *st, ls_dtype t, int k, void *const *x, cons
     NEED_FLOAT("clip scale", t);
     double *acc = s->workspace;
     LS_CUDA_CHECK(ls_cuda_clip_coef(&s->launch, acc, max_norm));
+    if (t == LS_F32 || t == LS_F64) {
+        LS_CUDA_CHECK(ls_cuda_clip_scale_mt(&s->launch, t, k, x, n, acc));
+        return LS_OK;
+    }
     for (int i = 0; i < k; i++) LS_CUDA_CHECK(ls_cuda_clip_scale(&s->launch, t, n[i], x[i], acc));
     return LS_OK;
 }

@@ -369,6 +369,12 @@ extern "C" cudaError_t ls_cuda_sumsq(const ls_cuda_launch *l, ls_dtype t, int64_
     return cudaGetLastError();
 }
 
+extern "C" cudaError_t ls_cuda_sumsq_finish(const ls_cuda_launch *l, int blocks, const double *partial, double *dev_out,
+                                            int accumulate) {
+    sumsq_finish_kernel<<<1, 32, 0, l->stream>>>(blocks, partial, dev_out, accumulate);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t ls_cuda_clip_coef(const ls_cuda_launch *l, double *acc, double max_norm) {
     clip_coef_kernel<<<1, 1, 0, l->stream>>>(acc, max_norm);
     return cudaGetLastError();

@@ -160,11 +160,11 @@ static cudaError_t mt_launch(const ls_cuda_launch *l, const MTList<T> &L, int bl
     return cudaGetLastError();
 }
 
-/* Pack the tensors into argument structs and launch: a tensor whose chunks do not all fit one
- * launch continues in slot 0 of the next. */
-template <typename T, typename Op>
-static cudaError_t mt_apply(const ls_cuda_launch *l, int k, void *const *p, void *const *g, void *const *m,
-                            void *const *v, const int64_t *n, Op op) {
+/* Pack the tensors into argument structs and call launch(L, blocks) for each: a tensor whose chunks
+ * do not all fit one launch continues in slot 0 of the next. */
+template <typename T, typename Launch>
+static cudaError_t mt_pack(int k, void *const *p, void *const *g, void *const *m, void *const *v, const int64_t *n,
+                           Launch launch) {
     MTList<T> L;
     memset(&L, 0, sizeof L);
     int nt = 0, nb = 0;
@@ -184,7 +184,7 @@ static cudaError_t mt_apply(const ls_cuda_launch *l, int k, void *const *p, void
             nb++;
             const bool last = c == chunks - 1;
             if (nb == MT_BLOCKS || (last && nt + 1 == MT_TENSORS)) {
-                cudaError_t e = mt_launch<T>(l, L, nb, op);
+                cudaError_t e = launch(L, nb);
                 if (e != cudaSuccess) return e;
                 nb = 0;
                 if (last) {
@@ -202,8 +202,67 @@ static cudaError_t mt_apply(const ls_cuda_launch *l, int k, void *const *p, void
         }
         nt++;
     }
-    return nb ? mt_launch<T>(l, L, nb, op) : cudaSuccess;
+    return nb ? launch(L, nb) : cudaSuccess;
 }
+
+template <typename T, typename Op>
+static cudaError_t mt_apply(const ls_cuda_launch *l, int k, void *const *p, void *const *g, void *const *m,
+                            void *const *v, const int64_t *n, Op op) {
+    return mt_pack<T>(k, p, g, m, v, n, [&](const MTList<T> &L, int nb) { return mt_launch<T>(l, L, nb, op); });
+}
+
+/* Sum of squares in double and an inf/NaN flag over a pack (gradient-norm clipping): each block
+ * its chunk's {sum, flag} into partial[2 block], [2 block + 1], reduced as elementwise.cu's
+ * sumsq_kernel reduces a block; ls_cuda_sumsq_finish then adds a pack's partials in order. */
+template <typename T> __global__ void __launch_bounds__(256) mt_sumsq_kernel(MTList<T> L, double *partial) {
+    const int t = L.tensor[blockIdx.x];
+    const int64_t n = L.n[t];
+    const int64_t start = (int64_t)L.chunk[blockIdx.x] * MT_CHUNK;
+    const int64_t end = start + MT_CHUNK < n ? start + MT_CHUNK : n;
+    const T *x = L.p[t];
+    double s = 0;
+    int bad = 0;
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+        const double d = (double)x[i];
+        s += d * d;
+        bad |= !isfinite(d);
+    }
+    __shared__ double sh_s[8];
+    __shared__ int sh_b[8];
+    s = warp_sum(s);
+    bad = __any_sync(0xffffffffu, bad);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sh_s[warp] = s;
+        sh_b[warp] = bad;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const int nw = (blockDim.x + 31) >> 5;
+        s = lane < nw ? sh_s[lane] : 0.0;
+        bad = lane < nw ? sh_b[lane] : 0;
+        s = warp_sum(s);
+        bad = __any_sync(0xffffffffu, bad);
+        if (lane == 0) {
+            partial[2 * blockIdx.x] = s;
+            partial[2 * blockIdx.x + 1] = bad ? 1.0 : 0.0;
+        }
+    }
+}
+
+/* Clipping's scale over a pack: x *= the coefficient acc[2] where it is below 1 (the cast and
+ * product of ls_cuda_scale; nothing where it is not). */
+template <typename T> struct ClipOp {
+    const double *acc;
+    T c;
+    __device__ bool load() {
+        const double v = acc[2];
+        if (!(v < 1.0)) return false;
+        c = (T)v;
+        return true;
+    }
+    __device__ void operator()(T &p, T, T &, T &) const { p = p * c; }
+};
 
 template <typename T>
 static cudaError_t sgd_t(const ls_cuda_launch *l, int k, void *const *p, void *const *g, void *const *m,
@@ -254,9 +313,48 @@ static cudaError_t amp_check_t(const ls_cuda_launch *l, int k, void *const *x, c
     return mt_apply<T>(l, k, x, x, nullptr, nullptr, n, op);
 }
 
+template <typename T>
+static cudaError_t clip_sumsq_t(const ls_cuda_launch *l, int k, void *const *x, const int64_t *n, double *acc,
+                                int accumulate) {
+    double *partial = reinterpret_cast<double *>(static_cast<char *>(l->scratch) + 256);
+    int packs = 0;
+    cudaError_t e = mt_pack<T>(k, x, x, nullptr, nullptr, n, [&](const MTList<T> &L, int nb) {
+        mt_sumsq_kernel<T><<<nb, 256, 0, l->stream>>>(L, partial);
+        cudaError_t r = cudaGetLastError();
+        if (r != cudaSuccess) return r;
+        return ls_cuda_sumsq_finish(l, nb, partial, acc, accumulate || packs++ > 0);
+    });
+    if (e != cudaSuccess || packs || accumulate) return e;
+    return cudaMemsetAsync(acc, 0, 2 * sizeof(double), l->stream); /* no elements: the sum is 0 */
+}
+
+template <typename T>
+static cudaError_t clip_scale_t(const ls_cuda_launch *l, int k, void *const *x, const int64_t *n, const double *acc) {
+    ClipOp<T> op;
+    op.acc = acc;
+    op.c = T(1);
+    return mt_apply<T>(l, k, x, x, nullptr, nullptr, n, op);
+}
+
 } // namespace lsk
 
 using namespace lsk;
+
+extern "C" cudaError_t ls_cuda_clip_sumsq_mt(const ls_cuda_launch *l, ls_dtype t, int k, void *const *x,
+                                             const int64_t *n, double *acc, int accumulate) {
+    if (l->scratch_bytes < 256 + MT_BLOCKS * 2 * sizeof(double))
+        return cudaErrorInvalidValue; /* no room for the partials */
+    if (t == LS_F32) return clip_sumsq_t<float>(l, k, x, n, acc, accumulate);
+    if (t == LS_F64) return clip_sumsq_t<double>(l, k, x, n, acc, accumulate);
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t ls_cuda_clip_scale_mt(const ls_cuda_launch *l, ls_dtype t, int k, void *const *x,
+                                             const int64_t *n, const double *acc) {
+    if (t == LS_F32) return clip_scale_t<float>(l, k, x, n, acc);
+    if (t == LS_F64) return clip_scale_t<double>(l, k, x, n, acc);
+    return cudaErrorInvalidValue;
+}
 
 extern "C" cudaError_t ls_cuda_amp_check(const ls_cuda_launch *l, ls_dtype t, int k, void *const *x, const int64_t *n,
                                          int unscale, int accumulate, double *ctl) {

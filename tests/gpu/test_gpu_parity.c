@@ -830,7 +830,20 @@ static void case_clip(ls_dtype t, double max_frac, int with_inf) {
     snprintf(what, sizeof what, "ls_clip_grad_norm (%d tensors, max %.2g x norm%s)", K, max_frac,
              with_inf ? ", an inf" : "");
     if (!dev_ok(ls_clip_grad_norm(DEV, K, dp, max_norm, &dev_norm), what, t)) goto out;
+#ifdef LS_PARITY_EMU
+    unsigned long long q0, q1, done;
+    emu_work_counts(&q0, &done);
+#endif
     LS_REQUIRE_OK(ls_clip_grad_norm(DEV, K, dp2, max_norm, NULL));
+#ifdef LS_PARITY_EMU
+    /* multi-tensor launches: two runs of one dtype (64 + 2 tensors), 3 + 1 packs of 24 tensors,
+     * each a sum and its finish, a coefficient per run and a scale per pack: 14, not 3 per tensor */
+    emu_work_counts(&q1, &done);
+    n_cases++;
+    printf("%-4s %-52s %-5s %llu operations queued without the norm (at most 16)\n", q1 - q0 <= 16 ? "ok" : "FAIL",
+           what, ls_dtype_name(t), q1 - q0);
+    if (q1 - q0 > 16) ls_test_failures++;
+#endif
     int same = 1, untouched = 1;
     double num = 0, den = 0;
     for (int i = 0; i < K; i++) {
