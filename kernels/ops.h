@@ -217,6 +217,12 @@ typedef struct ls_ops {
     ls_status (*amp_check)(void *st, ls_dtype t, int k, void *const *x, const int64_t *n, int unscale, int accumulate,
                            double *ctl);
     ls_status (*amp_update)(void *st, double *ctl, const ls_amp_update_params *p);
+    /* Two per-channel updates in one call, C elements of f32 or f64 each: y1 = y1 * keep + w1 * x1
+     * and y2 = y2 * keep + w2 * x2, as the scale op (by keep, skipped when keep is 1) then axpy
+     * compute them. Batch norm's running statistics (keep 1 - momentum) and its parameter
+     * gradients (keep 1): one launch where there were four or two. */
+    ls_status (*bn_update)(void *st, ls_dtype t, int64_t C, double keep, double w1, const void *x1, void *y1, double w2,
+                           const void *x2, void *y2);
 } ls_ops;
 
 /* The op table for a device type, or NULL when this build lacks it (registry.c). */

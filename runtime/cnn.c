@@ -296,10 +296,8 @@ static ls_status bn_forward(ls_module *m, const ls_tensor *x, const ls_tensor **
                         m->names[0], b->count, ls_tensor_describe(x, a, 64));
     if (!b->folded) { /* PyTorch: running = (1 - momentum) running + momentum * batch (unbiased variance) */
         double mom = b->cfg.momentum, unbias = b->count / (b->count - 1);
-        LS_CHECK(ctx->ops->scale(ctx->state, g->dtype, C, 1.0 - mom, b->running_mean->data));
-        LS_CHECK(ctx->ops->axpy(ctx->state, g->dtype, C, mom, b->mean->data, b->running_mean->data));
-        LS_CHECK(ctx->ops->scale(ctx->state, g->dtype, C, 1.0 - mom, b->running_var->data));
-        LS_CHECK(ctx->ops->axpy(ctx->state, g->dtype, C, mom * unbias, b->var->data, b->running_var->data));
+        LS_CHECK(ctx->ops->bn_update(ctx->state, g->dtype, C, 1.0 - mom, mom, b->mean->data, b->running_mean->data,
+                                     mom * unbias, b->var->data, b->running_var->data));
         b->folded = 1;
     }
     b->used_batch_stats = 1;
@@ -323,8 +321,8 @@ static ls_status bn_backward(ls_module *m, const ls_tensor *dy, int want_dx, con
     LS_CHECK(ls_op_batchnorm_backward_reduce(ctx, dy, m->x, m->y, mean, var, b->cfg.eps, b->cfg.relu, b->sum_dy,
                                              b->sum_dy_xhat));
     /* parameter gradients from this rank's samples (the reducer sums them across ranks) */
-    LS_CHECK(ctx->ops->axpy(ctx->state, g->dtype, C, 1.0, b->sum_dy_xhat->data, m->grads[0]->data));
-    LS_CHECK(ctx->ops->axpy(ctx->state, g->dtype, C, 1.0, b->sum_dy->data, m->grads[1]->data));
+    LS_CHECK(ctx->ops->bn_update(ctx->state, g->dtype, C, 1.0, 1.0, b->sum_dy_xhat->data, m->grads[0]->data, 1.0,
+                                 b->sum_dy->data, m->grads[1]->data));
     if (want_dx) {
         if (b->used_batch_stats && synced(b)) LS_CHECK(bn_sync_sums(b));
         LS_CHECK(ls_module_ensure(ctx, &m->dx, m->x->dtype, m->x->ndim, m->x->shape, "batch-norm input gradient"));

@@ -314,6 +314,15 @@ static ls_status cpu_gather_rows_lut(void *st, int64_t rows, int64_t cols, const
     return LS_OK;
 }
 
+static ls_status cpu_bn_update(void *st, ls_dtype t, int64_t C, double keep, double w1, const void *x1, void *y1,
+                               double w2, const void *x2, void *y2) {
+    if (t != LS_F32 && t != LS_F64) return ls_cpu_bad_dtype("batch-norm update", t, "f32 or f64");
+    if (keep != 1.0) LS_CHECK(cpu_scale(st, t, C, keep, y1));
+    LS_CHECK(cpu_axpy(st, t, C, w1, x1, y1));
+    if (keep != 1.0) LS_CHECK(cpu_scale(st, t, C, keep, y2));
+    return cpu_axpy(st, t, C, w2, x2, y2);
+}
+
 const ls_ops ls_cpu_ops = {
     .name = "cpu",
     .init = cpu_init,
@@ -351,6 +360,7 @@ const ls_ops ls_cpu_ops = {
     .bn_bwd_reduce = ls_cpu_bn_bwd_reduce,
     .bn_bwd_dx = ls_cpu_bn_bwd_dx,
     .add = ls_cpu_add,
+    .bn_update = cpu_bn_update,
     .gather_rows = cpu_gather_rows,
     .gather_rows_lut = cpu_gather_rows_lut,
 };

@@ -405,6 +405,20 @@ template <typename T> __global__ void accumulate_kernel(int64_t n, const T *src,
     for (int64_t i = global_tid(); i < n; i += grid_stride()) dst[i] = add_rn(dst[i], to_acc(src[i]));
 }
 
+/* ops.h's bn_update: y = y * keep (rounded, as the scale op; skipped when keep is 1) + w * x, for
+ * the two pairs, 2C threads' work in one launch. */
+template <typename T>
+__global__ void bn_update_kernel(int64_t C, int scale, T keep, T w1, const T *x1, T *y1, T w2, const T *x2, T *y2) {
+    const int64_t stride = grid_stride();
+    for (int64_t i = global_tid(); i < 2 * C; i += stride) {
+        const bool second = i >= C;
+        const int64_t j = second ? i - C : i;
+        T *y = second ? y2 : y1;
+        const T a = scale ? mul_rn(y[j], keep) : y[j];
+        y[j] = add_rn(a, mul_rn(second ? w2 : w1, (second ? x2 : x1)[j])); /* the CPU's roundings */
+    }
+}
+
 } // namespace cnn
 } // namespace lsk
 
@@ -540,6 +554,21 @@ extern "C" cudaError_t ls_cuda_bn_bwd_dx(const ls_cuda_launch *l, ls_dtype t, co
                                   BnDxOp<T, false>{m, v, g, s1, s2, p->eps, count});
     });
     return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t ls_cuda_bn_update(const ls_cuda_launch *l, ls_dtype t, int64_t C, double keep, double w1,
+                                         const void *x1, void *y1, double w2, const void *x2, void *y2) {
+    if (C <= 0) return cudaSuccess;
+    if (t == LS_F32)
+        bn_update_kernel<float><<<grid_for(l, 2 * C, THREADS), THREADS, 0, l->stream>>>(
+            C, keep != 1.0, (float)keep, (float)w1, (const float *)x1, (float *)y1, (float)w2, (const float *)x2,
+            (float *)y2);
+    else if (t == LS_F64)
+        bn_update_kernel<double><<<grid_for(l, 2 * C, THREADS), THREADS, 0, l->stream>>>(
+            C, keep != 1.0, keep, w1, (const double *)x1, (double *)y1, w2, (const double *)x2, (double *)y2);
+    else
+        return cudaErrorInvalidValue;
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t ls_cuda_add(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *a, const void *b,

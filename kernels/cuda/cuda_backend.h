@@ -211,6 +211,9 @@ cudaError_t ls_cuda_bn_bwd_reduce(const ls_cuda_launch *l, ls_dtype t, const ls_
 cudaError_t ls_cuda_bn_bwd_dx(const ls_cuda_launch *l, ls_dtype t, const ls_bn_params *p, const void *dy, const void *x,
                               const void *y, const void *mean, const void *var, const void *gamma, const void *sum_dy,
                               const void *sum_dy_xhat, double count, void *dx);
+/* ops.h's bn_update (t f32 or f64). */
+cudaError_t ls_cuda_bn_update(const ls_cuda_launch *l, ls_dtype t, int64_t C, double keep, double w1, const void *x1,
+                              void *y1, double w2, const void *x2, void *y2);
 cudaError_t ls_cuda_add(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *a, const void *b, int relu,
                         void *y);
 

@@ -736,6 +736,14 @@ static ls_status cu_add(void *st, ls_dtype t, int64_t n, const void *a, const vo
     return LS_OK;
 }
 
+static ls_status cu_bn_update(void *st, ls_dtype t, int64_t C, double keep, double w1, const void *x1, void *y1,
+                              double w2, const void *x2, void *y2) {
+    ls_cuda_state *s = st;
+    if (t != LS_F32 && t != LS_F64) return bad_dtype("batch-norm update", t, "f32 and f64 (per-channel values)");
+    LS_CUDA_CHECK(ls_cuda_bn_update(&s->launch, t, C, keep, w1, x1, y1, w2, x2, y2));
+    return LS_OK;
+}
+
 static ls_status cu_gather_rows(void *st, size_t elem_bytes, int64_t rows, int64_t cols, const void *src,
                                 const int64_t *idx, void *dst) {
     ls_cuda_state *s = st;
@@ -792,6 +800,7 @@ const ls_ops ls_cuda_ops = {
     .bn_bwd_reduce = cu_bn_bwd_reduce,
     .bn_bwd_dx = cu_bn_bwd_dx,
     .add = cu_add,
+    .bn_update = cu_bn_update,
     .gather_rows = cu_gather_rows,
     .gather_rows_lut = cu_gather_rows_lut,
 };

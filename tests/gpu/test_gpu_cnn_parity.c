@@ -303,6 +303,26 @@ static void case_gap(ls_dtype t, int64_t planes, int64_t hw) {
     free(x), free(dy), free(hx), free(hdy), free(hy), free(hdx);
 }
 
+/* ---- batch norm's per-channel updates (bn_update): the running statistics (keep 1 - momentum,
+ * the variance weighted by momentum x n/(n-1)) and the parameter gradients (keep 1); one
+ * launch, the CPU's roundings, so bitwise here ---- */
+static void case_bn_update(ls_dtype t, int64_t C, double keep) {
+    double *x1 = rnd(C, 1.0, t), *x2 = rnd_at(C, 0.5, 1.0, t), *y1 = rnd(C, 1.0, t), *y2 = rnd_at(C, 0.5, 1.0, t);
+    void *hx1 = pack(x1, t, C), *hx2 = pack(x2, t, C), *hy1 = pack(y1, t, C), *hy2 = pack(y2, t, C);
+    const double w1 = keep == 1 ? 1 : 1 - keep, w2 = keep == 1 ? 1 : (1 - keep) * 64.0 / 63.0;
+    LS_REQUIRE_OK(CPU->ops->bn_update(CPU->state, t, C, keep, w1, hx1, hy1, w2, hx2, hy2));
+    void *dx1 = dev_vals(DEV, x1, t, C), *dx2 = dev_vals(DEV, x2, t, C), *dy1 = dev_vals(DEV, y1, t, C),
+         *dy2 = dev_vals(DEV, y2, t, C);
+    char what[160];
+    snprintf(what, sizeof what, "bn update C=%lld keep %g", (long long)C, keep);
+    if (dev_ok(DEV->ops->bn_update(DEV->state, t, C, keep, w1, dx1, dy1, w2, dx2, dy2), what, t)) {
+        check_buf(DEV, what, t, TOL_OTHER, dy1, hy1, C, t);
+        check_buf(DEV, what, t, TOL_OTHER, dy2, hy2, C, t);
+    }
+    dev_free(DEV, dx1), dev_free(DEV, dx2), dev_free(DEV, dy1), dev_free(DEV, dy2);
+    free(x1), free(x2), free(y1), free(y2), free(hx1), free(hx2), free(hy1), free(hy2);
+}
+
 /* ---- batch norm: statistics, forward (in place when asked), backward reduce, backward dx over
  * count N*HW and count 0 (eval). Each step gets the CPU's inputs, so it checks only itself. ---- */
 static void case_bn(ls_dtype t, int64_t N, int64_t C, int64_t HW, int relu, int in_place) {
@@ -614,6 +634,11 @@ int main(int argc, char **argv) {
             case_bn(t, 3, 7, 143, relu, 1);
             case_bn(t, 2, 4, 20000, relu, 0);
         }
+        if (t == LS_F32 || t == LS_F64) /* per-channel values are in the master dtype */
+            for (int c = 0; c < 3; c++) {
+                case_bn_update(t, c == 0 ? 3 : c == 1 ? 64 : 100003, 0.9);
+                case_bn_update(t, c == 0 ? 3 : c == 1 ? 64 : 100003, 1.0);
+            }
         for (int relu = 0; relu < 2; relu++) {
             case_add(t, 1000003, relu, 0, 0);
             case_add(t, 4099, relu, 1, 0);

@@ -285,6 +285,9 @@ void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream
         delete call;
         return;
     }
+    /* EMU_TRACE=1: each launch named on stderr, to count a step's launches without a GPU */
+    static const int trace = getenv("EMU_TRACE") && *getenv("EMU_TRACE") && strcmp(getenv("EMU_TRACE"), "0") != 0;
+    if (trace) fprintf(stderr, "emu: launch %s <<<%u, %u>>>\n", kernel, grid.x * grid.y * grid.z, (unsigned)nthreads);
     std::shared_ptr<std::function<void()>> owned(call);
     stream_submit(stream, [kernel, grid, block, owned]() {
         run_grid(
