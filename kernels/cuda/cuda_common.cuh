@@ -52,6 +52,31 @@ template <typename A> __device__ __forceinline__ A warp_sum(A v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+/* A block's sum of squares s and inf/NaN flag bad (each thread's part) into partial[2 block] and
+ * partial[2 block + 1]: warps, then the first warp, in a fixed order. Every thread calls it. */
+__device__ __forceinline__ void block_sumsq_store(double s, int bad, double *partial) {
+    __shared__ double sh_s[32];
+    __shared__ int sh_b[32];
+    s = warp_sum(s);
+    bad = __any_sync(0xffffffffu, bad);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sh_s[warp] = s;
+        sh_b[warp] = bad;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const int nw = (blockDim.x + 31) >> 5;
+        s = lane < nw ? sh_s[lane] : 0.0;
+        bad = lane < nw ? sh_b[lane] : 0;
+        s = warp_sum(s);
+        bad = __any_sync(0xffffffffu, bad);
+        if (lane == 0) {
+            partial[2 * blockIdx.x] = s;
+            partial[2 * blockIdx.x + 1] = bad ? 1.0 : 0.0;
+        }
+    }
+}
 template <typename A> __device__ __forceinline__ A warp_max(A v) {
     for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;

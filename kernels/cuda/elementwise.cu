@@ -201,27 +201,7 @@ template <typename T> __global__ void sumsq_kernel(int64_t n, const T *x, int ve
         s += d * d;
         bad |= !isfinite(d);
     }
-    __shared__ double sh_s[32];
-    __shared__ int sh_b[32];
-    s = warp_sum(s);
-    bad = __any_sync(0xffffffffu, bad);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) {
-        sh_s[warp] = s;
-        sh_b[warp] = bad;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        const int nw = (blockDim.x + 31) >> 5;
-        s = lane < nw ? sh_s[lane] : 0.0;
-        bad = lane < nw ? sh_b[lane] : 0;
-        s = warp_sum(s);
-        bad = __any_sync(0xffffffffu, bad);
-        if (lane == 0) {
-            partial[2 * blockIdx.x] = s;
-            partial[2 * blockIdx.x + 1] = bad ? 1.0 : 0.0;
-        }
-    }
+    block_sumsq_store(s, bad, partial);
 }
 
 __global__ void sumsq_finish_kernel(int blocks, const double *partial, double *out, int accumulate) {

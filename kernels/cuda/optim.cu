@@ -212,8 +212,8 @@ static cudaError_t mt_apply(const ls_cuda_launch *l, int k, void *const *p, void
 }
 
 /* Sum of squares in double and an inf/NaN flag over a pack (gradient-norm clipping): each block
- * its chunk's {sum, flag} into partial[2 block], [2 block + 1], reduced as elementwise.cu's
- * sumsq_kernel reduces a block; ls_cuda_sumsq_finish then adds a pack's partials in order. */
+ * its chunk's {sum, flag} into partial[2 block], [2 block + 1] (block_sumsq_store);
+ * ls_cuda_sumsq_finish then adds a pack's partials in order. */
 template <typename T> __global__ void __launch_bounds__(256) mt_sumsq_kernel(MTList<T> L, double *partial) {
     const int t = L.tensor[blockIdx.x];
     const int64_t n = L.n[t];
@@ -227,27 +227,7 @@ template <typename T> __global__ void __launch_bounds__(256) mt_sumsq_kernel(MTL
         s += d * d;
         bad |= !isfinite(d);
     }
-    __shared__ double sh_s[8];
-    __shared__ int sh_b[8];
-    s = warp_sum(s);
-    bad = __any_sync(0xffffffffu, bad);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) {
-        sh_s[warp] = s;
-        sh_b[warp] = bad;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        const int nw = (blockDim.x + 31) >> 5;
-        s = lane < nw ? sh_s[lane] : 0.0;
-        bad = lane < nw ? sh_b[lane] : 0;
-        s = warp_sum(s);
-        bad = __any_sync(0xffffffffu, bad);
-        if (lane == 0) {
-            partial[2 * blockIdx.x] = s;
-            partial[2 * blockIdx.x + 1] = bad ? 1.0 : 0.0;
-        }
-    }
+    block_sumsq_store(s, bad, partial);
 }
 
 /* Clipping's scale over a pack: x *= the coefficient acc[2] where it is below 1 (the cast and
