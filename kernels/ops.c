@@ -280,6 +280,40 @@ ls_status ls_op_convert(ls_ctx *c, const ls_tensor *src, ls_tensor *dst) {
     return c->ops->convert(c->state, ls_tensor_numel(src), src->dtype, src->data, dst->dtype, dst->data);
 }
 
+ls_status ls_op_convert_many(ls_ctx *c, int k, const ls_tensor *const *src, ls_tensor *const *dst) {
+    enum { RUN = 64 };
+    const void *s[RUN];
+    void *d[RUN];
+    int64_t n[RUN];
+    LS_CHECK_ARG(c && k >= 0 && (k == 0 || (src && dst)), "convert: %s",
+                 !c      ? "the context is NULL"
+                 : k < 0 ? "the tensor count is negative"
+                         : "a tensor list is NULL");
+    for (int i = 0; i < k; i++) {
+        char a[64], b[64];
+        LS_CHECK_ARG(src[i] && dst[i], "convert: %s %d is NULL", src[i] ? "destination" : "source", i);
+        LS_CHECK(on_ctx(c, "convert", "source", src[i]));
+        LS_CHECK(on_ctx(c, "convert", "destination", dst[i]));
+        if (ls_tensor_numel(src[i]) != ls_tensor_numel(dst[i]))
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "convert: source %s and destination %s (pair %d) differ in size",
+                            ls_tensor_describe(src[i], a, 64), ls_tensor_describe(dst[i], b, 64), i);
+    }
+    for (int i = 0; i < k;) {
+        ls_dtype st = src[i]->dtype, dt = dst[i]->dtype;
+        int m = 0;
+        for (; i < k && m < RUN && src[i]->dtype == st && dst[i]->dtype == dt; i++, m++) {
+            s[m] = src[i]->data;
+            d[m] = dst[i]->data;
+            n[m] = ls_tensor_numel(src[i]);
+        }
+        if (c->ops->convert_many && st != dt)
+            LS_CHECK(c->ops->convert_many(c->state, m, st, s, dt, d, n));
+        else
+            for (int j = 0; j < m; j++) LS_CHECK(c->ops->convert(c->state, n[j], st, s[j], dt, d[j]));
+    }
+    return LS_OK;
+}
+
 /* ---- NCHW convolution, pooling, batch normalization, residual add ---- */
 int64_t ls_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad) {
     if (stride < 1 || kernel < 1 || pad < 0 || in + 2 * pad < kernel) return 0;

@@ -136,6 +136,11 @@ typedef struct ls_ops {
                         int32_t *pred, int32_t *correct);
     /* dst = src converted between f32, f16, bf16, f64 (round to nearest even). */
     ls_status (*convert)(void *st, int64_t n, ls_dtype src_t, const void *src, ls_dtype dst_t, void *dst);
+    /* The same for k pairs of one source and one destination dtype (src_t != dst_t), n[i] elements
+     * each: mixed precision's f16/bf16 weight copies in a few multi-tensor launches, not one per
+     * tensor. Optional: NULL where a backend converts tensor by tensor (ls_op_convert_many). */
+    ls_status (*convert_many)(void *st, int k, ls_dtype src_t, const void *const *src, ls_dtype dst_t, void *const *dst,
+                              const int64_t *n);
     /* y = a * b elementwise (y may alias a or b). Optional: NULL where a backend lacks it. */
     ls_status (*mul)(void *st, ls_dtype t, int64_t n, const void *a, const void *b, void *y);
     /* x *= alpha. */
@@ -236,6 +241,12 @@ typedef struct ls_ctx {
     ls_allocator *alloc; /* device memory (the host allocator on the CPU) */
     ls_allocator *host;  /* host memory */
     int owns_host;
+    /* Mixed precision's f16/bf16 weight copies (runtime/nn.c): while cast_epoch is nonzero the
+     * parameters do not change (a trainer's step up to its optimizer, an evaluation), so a copy cast
+     * in this epoch is used again (micro-batches, recomputation, evaluation chunks); 0: cast at
+     * every forward. cast_epochs counts the epochs begun. */
+    uint64_t cast_epoch;
+    uint64_t cast_epochs;
 } ls_ctx;
 
 /* Create a context on dev. host: host allocator to use, or NULL to create one from
@@ -269,6 +280,9 @@ ls_status ls_op_xent_backward_num(ls_ctx *c, const ls_tensor *probs, const ls_te
 ls_status ls_op_accuracy(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, ls_tensor *pred,
                          int64_t *host_correct);
 ls_status ls_op_convert(ls_ctx *c, const ls_tensor *src, ls_tensor *dst);
+/* dst[i] = src[i] converted, for k pairs (runs of one dtype pair through the backend's convert_many
+ * where it has one). */
+ls_status ls_op_convert_many(ls_ctx *c, int k, const ls_tensor *const *src, ls_tensor *const *dst);
 
 /* ---- NCHW convolution, pooling, batch normalization, residual add (CPU and CUDA; a backend whose
  * entry is NULL gives LS_ERR_UNSUPPORTED). Square kernels, strides and paddings at this level. ---- */

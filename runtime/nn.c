@@ -78,7 +78,8 @@ static void linear_destroy(ls_module *m) {
 }
 
 /* The weights to compute with for input dtype t: the parameters themselves, or (autocast) their
- * f16/bf16 copies, refreshed from the f32 masters at every forward. */
+ * f16/bf16 copies, cast from the f32 masters at every forward, or once per epoch of the context's
+ * cast_epoch (ls_module_cache_weight_casts). */
 ls_status ls_module_compute_weights(ls_module *m, ls_dtype t, const ls_tensor **w, const ls_tensor **b) {
     *w = m->params[0];
     *b = m->n_params > 1 ? m->params[1] : NULL;
@@ -86,14 +87,63 @@ ls_status ls_module_compute_weights(ls_module *m, ls_dtype t, const ls_tensor **
     if ((t != LS_F16 && t != LS_BF16) || (*w)->dtype != LS_F32)
         return ls_error(LS_ERR_UNSUPPORTED, "%s: %s input with %s parameters (low precision needs f32 masters)",
                         m->names[0], ls_dtype_name(t), ls_dtype_name((*w)->dtype));
-    for (int i = 0; i < m->n_params; i++) {
-        ls_tensor *p = m->params[i];
-        LS_CHECK(ls_module_ensure(m->ctx, &m->lowp[i], t, p->ndim, p->shape, "low-precision weight copy"));
-        LS_CHECK(ls_op_convert(m->ctx, p, m->lowp[i]));
+    uint64_t epoch = m->ctx->cast_epoch;
+    if (!epoch || m->lowp_epoch != epoch || !m->lowp[0] || m->lowp[0]->dtype != t) {
+        m->lowp_epoch = 0;
+        for (int i = 0; i < m->n_params; i++) {
+            ls_tensor *p = m->params[i];
+            LS_CHECK(ls_module_ensure(m->ctx, &m->lowp[i], t, p->ndim, p->shape, "low-precision weight copy"));
+            LS_CHECK(ls_op_convert(m->ctx, p, m->lowp[i]));
+        }
+        m->lowp_epoch = epoch;
     }
     *w = m->lowp[0];
     *b = m->n_params > 1 ? m->lowp[1] : NULL;
     return LS_OK;
+}
+
+/* The modules below m (m included) that hold a copy of every parameter, from f32 masters: with
+ * src and dst, their pairs from *k on; with mods, the modules from *nm on; else only counted. */
+static void find_copies(ls_module *m, const ls_tensor **src, ls_tensor **dst, int *k, ls_module **mods, int *nm) {
+    int all = m->n_params > 0 && m->n_params <= 2;
+    for (int i = 0; all && i < m->n_params; i++) all = m->lowp[i] && m->params[i]->dtype == LS_F32;
+    if (all) {
+        for (int i = 0; i < m->n_params; i++, ++*k)
+            if (src) src[*k] = m->params[i], dst[*k] = m->lowp[i];
+        if (mods) mods[*nm] = m;
+        ++*nm;
+    }
+    for (int i = 0; i < m->n_children; i++) find_copies(m->children[i], src, dst, k, mods, nm);
+}
+
+ls_status ls_module_cache_weight_casts(ls_module *m, int on) {
+    LS_CHECK_ARG(m, "ls_module_cache_weight_casts: the module is NULL");
+    ls_ctx *ctx = m->ctx;
+    ctx->cast_epoch = 0; /* no copy counts as cast until all are */
+    if (!on) return LS_OK;
+    if (!ctx->ops->convert_many) { /* each copy cast at its first forward, when its GEMM follows in cache */
+        ctx->cast_epoch = ++ctx->cast_epochs;
+        return LS_OK;
+    }
+    int k = 0, nm = 0;
+    find_copies(m, NULL, NULL, &k, NULL, &nm);
+    const ls_tensor **src = malloc(sizeof *src * (size_t)(k ? k : 1));
+    ls_tensor **dst = malloc(sizeof *dst * (size_t)(k ? k : 1));
+    ls_module **mods = malloc(sizeof *mods * (size_t)(nm ? nm : 1));
+    ls_status s = src && dst && mods ? LS_OK : ls_error(LS_ERR_OUT_OF_MEMORY, "cannot list the weight copies");
+    if (s == LS_OK) {
+        k = nm = 0;
+        find_copies(m, src, dst, &k, mods, &nm);
+        s = ls_op_convert_many(ctx, k, src, dst);
+    }
+    if (s == LS_OK) {
+        ctx->cast_epoch = ++ctx->cast_epochs;
+        for (int i = 0; i < nm; i++) mods[i]->lowp_epoch = ctx->cast_epoch;
+    }
+    free(src);
+    free(dst);
+    free(mods);
+    return s;
 }
 
 static ls_status linear_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {

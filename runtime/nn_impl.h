@@ -42,7 +42,8 @@ struct ls_module {
     uint64_t seed;            /* dropout stream */
     uint64_t backward_passes; /* dropout's mask is a function of (seed, backward passes done) */
     ls_tensor *mask;          /* dropout multipliers: 0 or 1/(1-p) */
-    ls_tensor *lowp[2];       /* Linear: f16/bf16 copies of weight and bias for low-precision inputs */
+    ls_tensor *lowp[2];       /* Linear, Conv2d: f16/bf16 copies of weight and bias for low-precision inputs */
+    uint64_t lowp_epoch;      /* the ctx's cast_epoch the copies were cast in (0: none) */
 };
 
 /* A zeroed module of size bytes (0: sizeof(struct ls_module); a kind's struct embeds ls_module
@@ -54,5 +55,11 @@ ls_status ls_module_ensure(ls_ctx *ctx, ls_tensor **t, ls_dtype dtype, int ndim,
 /* The weight (params[0]) and bias (params[1] or NULL) to compute with for input dtype t: the
  * parameters themselves, or (autocast) f16/bf16 copies in lowp[], refreshed from the f32 masters. */
 ls_status ls_module_compute_weights(ls_module *m, ls_dtype t, const ls_tensor **w, const ls_tensor **b);
+/* on: the parameters of the modules on m's context will not change until this is called with 0
+ * (a trainer's step up to its optimizer, an evaluation): a new epoch, in which a module casts its
+ * f16/bf16 weight copies at its first forward and uses them as they are at the next. Where the
+ * backend has convert_many (a GPU), every copy a module below m already holds is cast now instead,
+ * all in a few multi-tensor launches. off: every forward casts again. */
+ls_status ls_module_cache_weight_casts(ls_module *m, int on);
 
 #endif

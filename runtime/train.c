@@ -12,6 +12,7 @@
 
 #include "cnn.h"
 #include "log.h"
+#include "nn_impl.h" /* ls_module_cache_weight_casts */
 #include "timeline.h"
 
 struct ls_trainer {
@@ -844,7 +845,7 @@ static ls_status forward_backward(ls_trainer *t, double scale, const double *sca
     return s;
 }
 
-ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
+static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats) {
     LS_CHECK_ARG(t && data && (idx || count <= 0), "ls_trainer_step: %s is NULL",
                  !t      ? "the trainer"
@@ -870,6 +871,9 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
     memset(&st, 0, sizeof st);
     st.global_samples = global_count;
     LS_CHECK(ls_module_zero_grad(t->model));
+    /* the parameters stay as they are until the optimizer: f16/bf16 weight copies are cast once
+     * (on a GPU all at once, in multi-tensor launches) for every micro-batch and recomputation */
+    LS_CHECK(ls_module_cache_weight_casts(t->model, 1));
     st.loss_scale = 1;
     /* the loss scale (fp16) is read by the loss backward on the device: loss scale / global_count */
     const double *scale_num = t->scaler.enabled ? t->amp + LS_AMP_SCALE : NULL;
@@ -919,6 +923,7 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
             LS_TL_SPAN(t_wait, "gradient all-reduce wait", "comm");
         }
     }
+    LS_CHECK(ls_module_cache_weight_casts(t->model, 0)); /* the optimizer changes the parameters */
     if (t->inject_step >= 0) LS_CHECK(inject_inf(t));
     /* fp16 gradient compression can overflow to inf in fp32 training too: checked the same way.
      * GradScaler: unscale (fp16), skip the step on every rank if any rank saw inf/NaN, update the
@@ -987,6 +992,13 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
     return LS_OK;
 }
 
+ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
+                          int64_t global_count, ls_step_stats *stats) {
+    ls_status s = step_run(t, data, idx, count, global_count, stats);
+    if (t && s != LS_OK) (void)ls_module_cache_weight_casts(t->model, 0); /* a step cut short */
+    return s;
+}
+
 /* evaluate: one chunk's copies in a download slot (n 0: none) */
 struct eval_chunk {
     int64_t n, count; /* samples, and losses copied */
@@ -1028,7 +1040,8 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
     memset(q, 0, sizeof q);
     ls_status s = LS_OK;
     int k = 0;
-    ls_module_set_training(t->model, 0); /* dropout off */
+    ls_module_set_training(t->model, 0);           /* dropout off */
+    s = ls_module_cache_weight_casts(t->model, 1); /* f16/bf16 weight copies cast once for every chunk */
     for (int64_t lo = 0; lo < count && s == LS_OK; lo += chunk, k++) {
         int64_t n = count - lo < chunk ? count - lo : chunk;
         const int slot = k % LS_DOWNLOAD_SLOTS;
@@ -1054,6 +1067,7 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
         ls_status w = eval_fold(t, (k + i) % LS_DOWNLOAD_SLOTS, &q[(k + i) % LS_DOWNLOAD_SLOTS], loss_sum, correct);
         if (s == LS_OK) s = w;
     }
+    ls_module_cache_weight_casts(t->model, 0);
     ls_module_set_training(t->model, 1);
     LS_TL_SPAN(t_eval, "evaluate", "eval");
     return s;

@@ -10,7 +10,7 @@
  *   argmax, mul, scale, axpy, sumsq, clip_sumsq, clip_scale: f32, f64, f16, bf16 (f16/bf16 compute in f32; following
  *   ops.h's mixed-precision rule, with f16/bf16 the parameter gradients of linear_bwd and
  *   bias_grad and the probabilities and losses of xent_fwd/xent_bwd are f32)
- *   convert: any pair of f32, f64, f16, bf16
+ *   convert, convert_many: any pair of f32, f64, f16, bf16 (convert_many: f32 to f16/bf16 multi-tensor)
  *   sgd_step, adamw_step: f32, f64 (master weights)
  *   conv2d_workspace, conv2d_fwd, conv2d_bwd (cuDNN, cudnn_conv.c), pool2d_fwd/bwd,
  *   global_avgpool_fwd/bwd, bn_stats, bn_fwd, bn_bwd_reduce, bn_bwd_dx, add (cnn.cu): f32, f64,
@@ -515,6 +515,19 @@ static ls_status cu_convert(void *st, int64_t n, ls_dtype src_t, const void *src
     return LS_OK;
 }
 
+/* Mixed precision's weight copies: f32 to f16/bf16 in multi-tensor launches (optim.cu), other
+ * pairs tensor by tensor. */
+static ls_status cu_convert_many(void *st, int k, ls_dtype src_t, const void *const *src, ls_dtype dst_t,
+                                 void *const *dst, const int64_t *n) {
+    ls_cuda_state *s = st;
+    if (src_t != LS_F32 || (dst_t != LS_F16 && dst_t != LS_BF16)) {
+        for (int i = 0; i < k; i++) LS_CHECK(cu_convert(st, n[i], src_t, src[i], dst_t, dst[i]));
+        return LS_OK;
+    }
+    LS_CUDA_CHECK(ls_cuda_convert_mt(&s->launch, k, src, dst_t, dst, n));
+    return LS_OK;
+}
+
 static ls_status cu_mul(void *st, ls_dtype t, int64_t n, const void *a, const void *b, void *y) {
     ls_cuda_state *s = st;
     NEED_FLOAT("mul", t);
@@ -776,6 +789,7 @@ const ls_ops ls_cuda_ops = {
     .xent_bwd = cu_xent_bwd,
     .argmax = cu_argmax,
     .convert = cu_convert,
+    .convert_many = cu_convert_many,
     .mul = cu_mul,
     .scale = cu_scale,
     .axpy = cu_axpy,

@@ -244,6 +244,43 @@ template <typename T> struct ClipOp {
     __device__ void operator()(T &p, T, T &, T &) const { p = p * c; }
 };
 
+/* Mixed precision's weight copies over a pack (ops.h's convert_many, f32 to f16/bf16): dst = src
+ * rounded to nearest even, as convert.cu (from_acc). The destination comes as p (its address held
+ * in a float pointer), the source as g. */
+template <typename D> __global__ void __launch_bounds__(256) mt_convert_kernel(MTList<float> L) {
+    const int t = L.tensor[blockIdx.x];
+    const int64_t n = L.n[t];
+    const int64_t start = (int64_t)L.chunk[blockIdx.x] * MT_CHUNK;
+    const int64_t end = start + MT_CHUNK < n ? start + MT_CHUNK : n;
+    const float *src = L.g[t];
+    D *dst = reinterpret_cast<D *>(L.p[t]);
+    int64_t i0 = start;
+    if (L.vec[t]) {
+        constexpr int N = vec_width<float>();
+        const int64_t np = (end - start) / N;
+        for (int64_t q = threadIdx.x; q < np; q += blockDim.x) {
+            const int64_t i = start + q * N;
+            const Pack<float, N> a = *reinterpret_cast<const Pack<float, N> *>(src + i);
+            Pack<D, N> b;
+#pragma unroll
+            for (int j = 0; j < N; j++) b.v[j] = from_acc<D>(a.v[j]);
+            *reinterpret_cast<Pack<D, N> *>(dst + i) = b;
+        }
+        i0 = start + np * N;
+    }
+    for (int64_t i = i0 + threadIdx.x; i < end; i += blockDim.x) dst[i] = from_acc<D>(src[i]);
+}
+
+template <typename D>
+static cudaError_t convert_mt_t(const ls_cuda_launch *l, int k, const void *const *src, void *const *dst,
+                                const int64_t *n) {
+    return mt_pack<float>(k, dst, const_cast<void *const *>(src), nullptr, nullptr, n,
+                          [&](const MTList<float> &L, int nb) {
+                              mt_convert_kernel<D><<<nb, 256, 0, l->stream>>>(L);
+                              return cudaGetLastError();
+                          });
+}
+
 template <typename T>
 static cudaError_t sgd_t(const ls_cuda_launch *l, int k, void *const *p, void *const *g, void *const *m,
                          const int64_t *n, const ls_sgd_params *hp) {
@@ -319,6 +356,13 @@ static cudaError_t clip_scale_t(const ls_cuda_launch *l, int k, void *const *x, 
 } // namespace lsk
 
 using namespace lsk;
+
+extern "C" cudaError_t ls_cuda_convert_mt(const ls_cuda_launch *l, int k, const void *const *src, ls_dtype dst_t,
+                                          void *const *dst, const int64_t *n) {
+    if (dst_t == LS_F16) return convert_mt_t<__half>(l, k, src, dst, n);
+    if (dst_t == LS_BF16) return convert_mt_t<__nv_bfloat16>(l, k, src, dst, n);
+    return cudaErrorInvalidValue;
+}
 
 extern "C" cudaError_t ls_cuda_clip_sumsq_mt(const ls_cuda_launch *l, ls_dtype t, int k, void *const *x,
                                              const int64_t *n, double *acc, int accumulate) {

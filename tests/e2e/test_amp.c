@@ -7,12 +7,19 @@
  *    one clean step before growth is what the next backward uses (the step's loss_scale), then
  *    doubles; bad values and loss scaling in a bf16 trainer are refused with the reason.
  * 3. The peak of the allocator over a training step at batch 4096 is lower in bf16 and fp16 than
- *    in fp32 (activations stored in 16 bits); printed and asserted (< 75%). */
+ *    in fp32 (activations stored in 16 bits); printed and asserted (< 75%).
+ * 4. The f16/bf16 weight copies: cast once per epoch of ls_module_cache_weight_casts (a weight
+ *    changed inside an epoch is not seen, by contract; the next epoch casts it, bitwise what a
+ *    forward without caching computes), and the trainer's steps and evaluations begin epochs of
+ *    their own: weights set between them are what the next one computes with. */
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm.h"
 #include "data.h"
 #include "nn.h"
+#include "nn_impl.h" /* ls_module_cache_weight_casts */
 #include "optim.h"
 #include "testutil.h"
 #include "train.h"
@@ -162,6 +169,76 @@ static size_t step_peak(ls_precision prec) {
     return st.peak_bytes;
 }
 
+/* y of a forward of m (a bf16 input), copied out: n bf16 values. */
+static void forward_bytes(ls_module *m, const ls_tensor *x, uint16_t *out, int64_t n) {
+    const ls_tensor *y;
+    LS_REQUIRE_OK(ls_module_forward(m, x, &y));
+    LS_REQUIRE(y->dtype == LS_BF16 && ls_tensor_numel(y) == n);
+    memcpy(out, y->data, sizeof(uint16_t) * (size_t)n);
+}
+
+static void weight_copies_case(void) {
+    ls_ctx *c;
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c));
+    enum { B = 4, IN = 24, OUT = 8, N = B * OUT };
+    ls_module *lin;
+    LS_REQUIRE_OK(ls_linear_create(c, LS_F32, IN, OUT, 1, 5, "fc", &lin));
+    ls_tensor *x32, *x;
+    LS_REQUIRE_OK(ls_tensor_create(c->alloc, LS_F32, 2, (int64_t[]){B, IN}, "input", &x32));
+    LS_REQUIRE_OK(ls_tensor_create(c->alloc, LS_BF16, 2, (int64_t[]){B, IN}, "input", &x));
+    for (int i = 0; i < B * IN; i++) ((float *)x32->data)[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    LS_REQUIRE_OK(ls_op_convert(c, x32, x));
+    float *w = ls_module_param(lin, 0)->data;
+    uint16_t y1[N], y2[N], y3[N], ref[N];
+    LS_REQUIRE_OK(ls_module_cache_weight_casts(lin, 1));
+    forward_bytes(lin, x, y1, N); /* no copies yet: cast here, kept for the epoch */
+    for (int i = 0; i < IN * OUT; i++) w[i] *= 2.0f;
+    forward_bytes(lin, x, y2, N);
+    LS_EXPECT(memcmp(y1, y2, sizeof y1) == 0);           /* the epoch's copies, not the changed weight */
+    LS_REQUIRE_OK(ls_module_cache_weight_casts(lin, 1)); /* a new epoch: every copy cast again */
+    forward_bytes(lin, x, y3, N);
+    LS_REQUIRE_OK(ls_module_cache_weight_casts(lin, 0));
+    forward_bytes(lin, x, ref, N); /* cast at the forward */
+    LS_EXPECT(memcmp(y3, ref, sizeof y3) == 0 && memcmp(y3, y1, sizeof y3) != 0);
+    for (int i = 0; i < IN * OUT; i++) w[i] *= 0.5f;
+    forward_bytes(lin, x, y2, N); /* off: every forward casts */
+    LS_EXPECT(memcmp(y2, y1, sizeof y2) == 0);
+    LS_EXPECT_ERR(ls_module_cache_weight_casts(NULL, 1), LS_ERR_INVALID_ARGUMENT, "the module is NULL");
+    ls_tensor_destroy(x);
+    ls_tensor_destroy(x32);
+    ls_module_destroy(lin);
+
+    /* the trainer: weights set between its calls are what the next step or evaluation uses */
+    ls_module *m;
+    ls_optimizer *o;
+    ls_trainer *t;
+    build(c, NULL, LS_PRECISION_BF16, 16, &m, &o, &t);
+    int64_t idx[64];
+    for (int i = 0; i < 64; i++) idx[i] = i;
+    ls_step_stats st;
+    double loss;
+    int64_t correct, zeros = 0;
+    for (int i = 0; i < 64; i++) zeros += D->labels[i] == 0;
+    LS_REQUIRE_OK(ls_trainer_step(t, D, idx, 16, 16, &st));
+    LS_REQUIRE_OK(ls_trainer_evaluate(t, D, idx, 64, &loss, &correct)); /* copies cast before */
+    LS_EXPECT(fabs(loss / 64 - log(10.0)) > 1e-3);
+    for (int k = 4; k < 6; k++) { /* the last layer's weight and bias: zero logits */
+        ls_tensor *p = ls_module_param(m, k);
+        memset(p->data, 0, sizeof(float) * (size_t)ls_tensor_numel(p));
+    }
+    LS_REQUIRE_OK(ls_trainer_evaluate(t, D, idx, 64, &loss, &correct));
+    /* every sample's loss is ln 10 (rounded to f32); argmax picks class 0 on the tie */
+    printf("zero last layer: evaluation loss %.9f (ln 10 = %.9f), correct %lld (label 0: %lld)\n", loss / 64, log(10.0),
+           (long long)correct, (long long)zeros);
+    LS_EXPECT(fabs(loss / 64 - log(10.0)) < 1e-6 && correct == zeros);
+    LS_REQUIRE_OK(ls_trainer_step(t, D, idx + 16, 16, 16, &st));
+    LS_EXPECT(fabs(st.loss_sum / 16 - log(10.0)) < 1e-6);
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+    ls_ctx_destroy(c);
+}
+
 int main(void) {
     ls_ctx *c0;
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c0));
@@ -171,6 +248,7 @@ int main(void) {
     overflow_case();
     if (ls_comm_rank(W) == 0) {
         scaler_case();
+        weight_copies_case();
         size_t p32 = step_peak(LS_PRECISION_FP32), pb = step_peak(LS_PRECISION_BF16), ph = step_peak(LS_PRECISION_FP16);
         printf("peak memory of a training step at batch 4096: fp32 %.1f MiB, bf16 %.1f MiB (%.0f%%), "
                "fp16 %.1f MiB (%.0f%%)\n",

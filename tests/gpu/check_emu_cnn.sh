@@ -15,7 +15,8 @@
 # then --batch-size auto under a 4 MiB cap on cuda (the trials run out of the caching
 # allocator's capped memory, and the batch found fits with 10% headroom), and oom_challenge on cuda
 # under a 6 MiB cap: the baseline fails with the out-of-memory error naming cuda:0, the cap and
-# the remedies, and every remedy fits.
+# the remedies, and every remedy fits. Last, the launches of a bf16 step with micro-batches and
+# recomputation: the weights cast once.
 set -u
 prog=$(realpath "$1") oom=$(realpath "$2") run=$(realpath "$3")
 source "$(dirname "$0")/emu/runs.sh"
@@ -60,4 +61,17 @@ grep -q "out of memory on cuda:0: cannot allocate .* the cap is 6.00 MiB" <<<"$o
 grep -q "To fit: a smaller --batch-size, --precision bf16|fp16 .* or --checkpoint-activations" <<<"$out" ||
     fail "oom_challenge: the error does not name the remedies"
 grep -q "^challenge met: the baseline exceeds the cap and every remedy fits" <<<"$out" || fail "oom_challenge: not met"
-echo "PASS: fashion_resnet and oom_challenge on the emulated GPU (f32 with --augment, 2 ranks with SyncBatchNorm, resume, batch-size auto, out of memory)"
+# bf16 with 2 micro-batches and recomputation: the weights' bf16 copies are cast once per step (a
+# multi-tensor launch), not at each of the 4 forwards. The launches of step 2 (EMU_TRACE: the run
+# to step 2 less the run to step 1) convert the 2 micro-batches' inputs and the weights once.
+launches() {
+    EMU_TRACE=1 "$prog" --widths 4,8,8 --train-limit 64 --test-limit 8 --batch-size 8 --no-progress --device cuda \
+        --epochs 1 --precision bf16 --accum-steps 2 --checkpoint-activations --max-steps "$1" 2>&1 >/dev/null |
+        grep '^emu: launch' | sort
+}
+step2=$(diff <(launches 1) <(launches 2) | grep '^> ')
+casts=$(grep -c 'convert' <<<"$step2") weights=$(grep -c 'mt_convert_kernel' <<<"$step2")
+echo "bf16, 2 micro-batches, recomputation: $(wc -l <<<"$step2") launches in a step, $casts conversions ($weights of the weights)"
+[ "$casts" -le 3 ] && [ "$weights" = 1 ] || fail "the weights are cast more than once a step: $(grep convert <<<"$step2")"
+
+echo "PASS: fashion_resnet and oom_challenge on the emulated GPU (f32 with --augment, 2 ranks with SyncBatchNorm, resume, batch-size auto, out of memory, bf16 weight casts)"

@@ -455,6 +455,81 @@ static void case_convert(ls_dtype st, ls_dtype dt, int64_t n, int64_t offset) {
     free(v), free(hs), free(hd), free(got);
 }
 
+/* ---- convert_many (ls_op_convert_many): mixed precision's f32 -> f16/bf16 weight copies, K
+ * tensors (more than a multi-tensor launch's 24; one past a 65536-element chunk; one empty; odd
+ * sizes; one at an address that is not 16-byte aligned, converted element by element), bit for
+ * bit against the CPU's convert of each, the bytes around each destination untouched. Emulated,
+ * the work queued is counted: one launch per pack of 24, not one per tensor ---- */
+static void case_convert_many(ls_dtype dt) {
+    enum { K = 30 };
+    int64_t n[K], off[K];
+    size_t ds = ls_dtype_size(dt);
+    void *hs[K], *want[K], *dsrc[K], *ddst[K];
+    ls_tensor sv[K], dv[K];
+    const ls_tensor *sp[K];
+    ls_tensor *dp[K];
+    static const double scales[] = {1.0, 1e-6, 1e-3, 300.0, 7e4, 1e5};
+    for (int i = 0; i < K; i++) {
+        n[i] = i == 3 ? 65536 * 2 + 5 : i == 11 ? 0 : 1 + (i * 97) % 3001;
+        off[i] = i == 7 ? 1 : 0; /* 4 bytes past an aligned address */
+        double *v = malloc(sizeof(double) * (size_t)(n[i] + 1));
+        LS_REQUIRE(v);
+        for (int64_t j = 0; j < n[i]; j++) v[j] = ls_rng_normal(&R) * scales[(i + j) % 6];
+        if (n[i] > 1) v[0] = 65520.0, v[1] = 1.0 + 1.0 / 2048; /* f16 overflow and a tie at f16 */
+        hs[i] = pack(v, LS_F32, n[i]);
+        want[i] = malloc((size_t)(n[i] + 2) * ds);
+        LS_REQUIRE(want[i]);
+        memset(want[i], 0xFF, (size_t)(n[i] + 2) * ds); /* the poison around the destination */
+        LS_REQUIRE_OK(ls_cpu_convert(n[i], LS_F32, hs[i], dt, (char *)want[i] + (size_t)off[i] * ds));
+        dsrc[i] = dev_alloc((size_t)(n[i] + 1) * sizeof(float));
+        if (n[i])
+            LS_REQUIRE_OK(ls_allocator_copy(DEV->alloc, (float *)dsrc[i] + off[i], 1, hs[i], 0, (size_t)n[i] * 4));
+        ddst[i] = dev_poison((size_t)(n[i] + 2) * ds);
+        sv[i] = ls_tensor_view((float *)dsrc[i] + off[i], LS_F32, DEV->device, 1, &n[i]);
+        dv[i] = ls_tensor_view((char *)ddst[i] + (size_t)off[i] * ds, dt, DEV->device, 1, &n[i]);
+        sp[i] = &sv[i], dp[i] = &dv[i];
+        free(v);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "convert_many f32 -> %s, %d tensors", ls_dtype_name(dt), K);
+#ifdef LS_PARITY_EMU
+    LS_REQUIRE_OK(ls_ctx_synchronize(DEV));
+    unsigned long long q0, q1, done;
+    emu_work_counts(&q0, &done);
+#endif
+    ls_status s = ls_op_convert_many(DEV, K, sp, dp);
+#ifdef LS_PARITY_EMU
+    emu_work_counts(&q1, &done);
+    n_cases++;
+    printf("%-4s %-52s %-5s %llu operations queued (at most 2)\n", q1 - q0 <= 2 ? "ok" : "FAIL", what,
+           ls_dtype_name(dt), q1 - q0);
+    if (q1 - q0 > 2) ls_test_failures++;
+#endif
+    if (dev_ok(s, what, dt)) {
+        int64_t bad = 0;
+        int first = -1;
+        for (int i = 0; i < K; i++) {
+            size_t bytes = (size_t)(n[i] + 2) * ds;
+            void *got = malloc(bytes);
+            LS_REQUIRE(got);
+            dev_get(got, ddst[i], bytes);
+            for (int64_t j = 0; j < n[i] + 2; j++)
+                if (memcmp((char *)got + j * ds, (char *)want[i] + j * ds, ds) != 0) {
+                    bad++;
+                    if (first < 0) first = i;
+                }
+            free(got);
+        }
+        n_cases++;
+        printf("%-4s %-52s %-5s %lld differ\n", bad ? "FAIL" : "ok", what, ls_dtype_name(dt), (long long)bad);
+        if (bad) {
+            fprintf(stderr, "%s: the first difference in tensor %d\n", what, first);
+            ls_test_failures++;
+        }
+    }
+    for (int i = 0; i < K; i++) dev_free(dsrc[i]), dev_free(ddst[i]), free(hs[i]), free(want[i]);
+}
+
 /* ---- gather_rows: the batch gather from a data set on the device; bitwise ---- */
 static void case_gather(size_t elem, int64_t n, int64_t rows, int64_t cols, int64_t offset) {
     size_t row = elem * (size_t)cols, src_bytes = (size_t)n * row + (size_t)offset * elem;
@@ -990,6 +1065,8 @@ int main(int argc, char **argv) {
             case_convert(t, FLOATS[j], 4096, 1);
         }
     }
+    case_convert_many(LS_F16);
+    case_convert_many(LS_BF16);
     case_gather(4, 60000, 4096, 784, 0);  /* Fashion-MNIST's shape: 16-byte rows */
     case_gather(4, 1000, 129, 1, 0);      /* labels */
     case_gather(4, 777, 33, 7, 1);        /* 4-byte copies */
