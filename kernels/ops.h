@@ -131,7 +131,8 @@ typedef struct ls_ops {
      * device double: the loss scale, kept on the device) is given. */
     ls_status (*xent_bwd)(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs, const int32_t *labels,
                           double scale, const double *scale_num, void *dlogits);
-    /* pred[B] = argmax over C (first on ties); correct[0] = count(pred == label) (int32). */
+    /* pred[B] = argmax over C (first on ties; NaN counts as the maximum, as torch.argmax);
+     * correct[0] = count(pred == label) (int32). */
     ls_status (*argmax)(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
                         int32_t *pred, int32_t *correct);
     /* dst = src converted between f32, f16, bf16, f64 (round to nearest even). */

@@ -91,8 +91,11 @@ __global__ void xent_bwd_kernel(int64_t B, int64_t C, const typename Acc<T>::typ
 }
 
 /* (v, i) pairs: the larger value wins, the smaller index on ties (argmax's first maximum). */
+/* (v2, i2) replaces (v, i) when v2 is larger, or equal (NaN and NaN included) at a lower index; NaN
+ * counts as the maximum (torch.argmax). */
 template <typename A> __device__ __forceinline__ void better(A &v, int64_t &i, A v2, int64_t i2) {
-    if (v2 > v || (v2 == v && i2 < i)) {
+    const bool n = v != v, n2 = v2 != v2;
+    if (v2 > v || (n2 && !n) || ((v2 == v || (n2 && n)) && i2 < i)) {
         v = v2;
         i = i2;
     }
@@ -108,12 +111,13 @@ __global__ void argmax_kernel(int64_t B, int64_t C, const T *logits, const int32
     const int lane = threadIdx.x % TPR, sub = threadIdx.x / TPR;
     for (int64_t r = (int64_t)blockIdx.x * RPB + sub; r < B; r += (int64_t)gridDim.x * RPB) {
         const T *z = logits + r * C;
-        /* each thread scans its strided columns with a strict >, so it keeps the first maximum */
+        /* each thread scans its strided columns with a strict >, so it keeps the first maximum (or
+         * the first NaN) */
         A v = to_acc(z[lane < C ? lane : 0]);
         int64_t bi = lane < C ? lane : 0;
         for (int64_t j = lane + TPR; j < C; j += TPR) {
             A x = to_acc(z[j]);
-            if (x > v) {
+            if (x > v || (x != x && v == v)) {
                 v = x;
                 bi = j;
             }

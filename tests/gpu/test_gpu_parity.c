@@ -418,6 +418,40 @@ static void case_xent(ls_dtype t, int64_t B, int64_t C, int ties) {
     free(z), free(lab), free(hz), free(hp), free(hl), free(hd), free(hpred);
 }
 
+/* ---- argmax with NaN (torch.argmax: NaN is the maximum, the first one wins): rows with none, one
+ * or several NaNs at random columns (one in column 0, one in the last), the predictions and the
+ * count equal to the CPU's ---- */
+static void case_argmax_nan(ls_dtype t, int64_t B, int64_t C) {
+    double *z = rnd(B * C, 3.0, t);
+    for (int64_t r = 0; r < B; r++) {
+        int k = r % 4; /* NaNs in this row */
+        for (int j = 0; j < k; j++) z[r * C + ls_rng_below(&R, (uint32_t)C)] = NAN;
+    }
+    z[1 * C] = NAN, z[2 * C + C - 1] = NAN;
+    int32_t *lab = malloc(sizeof(int32_t) * (size_t)B), *hpred = malloc(sizeof(int32_t) * (size_t)B);
+    int32_t *got = malloc(sizeof(int32_t) * (size_t)(B + 1)), hcorrect = -1;
+    LS_REQUIRE(lab && hpred && got);
+    for (int64_t i = 0; i < B; i++) lab[i] = (int32_t)ls_rng_below(&R, (uint32_t)C);
+    void *hz = pack(z, t, B * C);
+    LS_REQUIRE_OK(CPU->ops->argmax(CPU->state, t, B, C, hz, lab, hpred, &hcorrect));
+    void *dz = dev_vals(z, t, B * C), *dlab = dev_bytes(lab, sizeof(int32_t) * (size_t)B);
+    void *dpred = dev_poison(sizeof(int32_t) * (size_t)(B + 1));
+    char what[96];
+    snprintf(what, sizeof what, "argmax with NaNs [%lld, %lld]", (long long)B, (long long)C);
+    if (dev_ok(DEV->ops->argmax(DEV->state, t, B, C, dz, dlab, dpred, (int32_t *)dpred + B), what, t)) {
+        dev_get(got, dpred, sizeof(int32_t) * (size_t)(B + 1));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < B; i++) bad += got[i] != hpred[i];
+        int ok = bad == 0 && got[B] == hcorrect && hpred[1] == 0 && isnan(z[2 * C + hpred[2]]);
+        n_cases++;
+        printf("%-4s %-52s %-5s %lld predictions differ, correct %d (cpu %d)\n", ok ? "ok" : "FAIL", what,
+               ls_dtype_name(t), (long long)bad, got[B], hcorrect);
+        if (!ok) ls_test_failures++;
+    }
+    dev_free(dz), dev_free(dlab), dev_free(dpred);
+    free(z), free(lab), free(hpred), free(got), free(hz);
+}
+
 /* ---- convert: bit-exact against the CPU ---- */
 static void case_convert(ls_dtype st, ls_dtype dt, int64_t n, int64_t offset) {
     double *v = malloc(sizeof(double) * (size_t)(n + offset));
@@ -1058,6 +1092,8 @@ int main(int argc, char **argv) {
         case_xent(t, 128, 10, 1);
         case_xent(t, 9, 3000, 1);
         case_xent(t, 70, 1500, 0); /* more rows than a small grid: a block takes several (2 SMs: 32 blocks) */
+        case_argmax_nan(t, 200, 10);
+        case_argmax_nan(t, 40, 3000);
         case_blas1(t, 1000003);
         case_blas1(t, 17);
         for (int j = 0; j < N_FLOATS; j++) {

@@ -56,6 +56,14 @@ int main(void) {
     int32_t labels[3] = {1, 0, 3}, pred[3], correct;
     LS_REQUIRE_OK(C->ops->argmax(C->state, LS_F32, 3, 4, logits, labels, pred, &correct));
     LS_EXPECT(pred[0] == 1 && pred[1] == 0 && pred[2] == 2 && correct == 2);
+    /* NaN is the maximum, the first NaN wins (torch.argmax): rows with a NaN after, before and
+     * between larger values, two NaNs, and a row of -inf */
+    float nan_logits[5 * 4] = {1, 3,   NAN, 2,   NAN, 5,         -1,        0,         0,         NAN,
+                               7, NAN, NAN, NAN, 1,   -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int32_t nan_labels[5] = {2, 0, 1, 0, 0}, nan_pred[5];
+    LS_REQUIRE_OK(C->ops->argmax(C->state, LS_F32, 5, 4, nan_logits, nan_labels, nan_pred, &correct));
+    LS_EXPECT(nan_pred[0] == 2 && nan_pred[1] == 0 && nan_pred[2] == 1 && nan_pred[3] == 0 && nan_pred[4] == 0);
+    LS_EXPECT(correct == 5);
 
     /* SGD with momentum, dampening 0, weight decay, over 3 steps against the formula */
     double p = 1.0, m = 0, g[3] = {0.5, -0.25, 1.0};
