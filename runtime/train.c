@@ -967,7 +967,6 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
         LS_CHECK(ls_allocator_copy(t->ctx->alloc, v, 0, t->amp, 1, sizeof v));
         st.skipped = v[LS_AMP_FOUND] != 0;
         st.loss_scale = v[LS_AMP_LAST];
-        if (st.skipped) st.grad_norm = 0; /* not a norm the step used */
     }
     t->steps++;
     if (t->cfg.totals) {

@@ -52,7 +52,9 @@ enum {
     "new ones appended\n"                                                                                              \
     "  --metrics FILE        rank 0 writes one JSON object per optimizer step: loss, accuracy, lr, "                   \
     "step time,\n"                                                                                                     \
-    "                        samples/s, loss scale, memory (resumed like --log-steps)\n"
+    "                        samples/s, loss scale, memory, and with --clip-grad-norm the norm before "                \
+    "clipping\n"                                                                                                       \
+    "                        (null where inf/NaN) (resumed like --log-steps)\n"
 
 /* --help paragraphs on what a checkpoint holds (a program may add lines to it before the blank
  * line), and on preemption and the exit status. */

@@ -2,7 +2,8 @@
  * 1. fp16 with an overflow injected on the last rank at step 3 (LOCKSTEP_AMP_INJECT_INF, after
  *    the all-reduce, so only the combined found-inf flag can tell the other ranks): every rank
  *    skips exactly step 3 (parameters unchanged across it), the scale halves from 65536 to 32768,
- *    and all ranks still hold identical parameters.
+ *    and all ranks still hold identical parameters. Clipping's norm is inf/NaN where the
+ *    gradients were, finite elsewhere.
  * 2. The scaler's state, kept on the device, set and read back (a resumed run's): a scale of 1024
  *    one clean step before growth is what the next backward uses (the step's loss_scale), then
  *    doubles; bad values and loss scaling in a bf16 trainer are refused with the reason.
@@ -36,6 +37,8 @@ static float checksum(ls_module *m) {
     return (float)s;
 }
 
+static double build_clip; /* the trainers' clip_grad_norm (0: off) */
+
 static void build(ls_ctx *c, ls_comm *comm, ls_precision prec, int64_t b, ls_module **m, ls_optimizer **o,
                   ls_trainer **t) {
     int64_t sizes[4] = {784, 512, 256, 10};
@@ -54,11 +57,13 @@ static void build(ls_ctx *c, ls_comm *comm, ls_precision prec, int64_t b, ls_mod
     tc.accum_steps = 1;
     tc.lr.base_lr = oc.lr;
     tc.precision = prec;
+    tc.clip_grad_norm = build_clip;
     LS_REQUIRE_OK(ls_trainer_create(c, comm, *m, *o, &tc, t));
 }
 
 static void overflow_case(void) {
     int rank = ls_comm_rank(W), world = ls_comm_world(W);
+    build_clip = 1e30;
     ls_ctx *c;
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c));
     setenv("LOCKSTEP_AMP_INJECT_INF", "3", 1); /* the last rank */
@@ -79,6 +84,9 @@ static void overflow_case(void) {
         LS_REQUIRE_OK(ls_trainer_step(t, D, idx, count, global, &st));
         float sum1 = checksum(m);
         LS_EXPECT(st.skipped == (k == 3));
+        /* clipping (huge max_norm: no effect): the norm of the gradients the step saw, inf/NaN on
+         * the last rank where it was skipped (as clip_grad_norm_ returns), finite elsewhere */
+        LS_EXPECT((k == 3 && rank == world - 1) ? !isfinite(st.grad_norm) : st.grad_norm > 0 && isfinite(st.grad_norm));
         LS_EXPECT((sum0 == sum1) == (k == 3)); /* only the skipped step leaves the weights alone */
         LS_EXPECT(st.loss_scale == (k <= 3 ? 65536.0 : 32768.0));
         if (k == 3) before = sum0;
@@ -95,6 +103,7 @@ static void overflow_case(void) {
     if (rank == 0)
         printf("fp16: injected overflow on rank %d skipped step 3 on all %d ranks; scale 65536 -> 32768\n", world - 1,
                world);
+    build_clip = 0;
     ls_trainer_destroy(t);
     ls_optimizer_destroy(o);
     ls_module_destroy(m);
