@@ -497,6 +497,22 @@ fail:
     return voted ? s : ls_refuse(c, s);
 }
 
+ls_status ls_reducer_zero_grads(ls_reducer *r) {
+    if (!r) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_zero_grads: reducer is NULL");
+    if (r->active)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_reducer_zero_grads: a step is in progress (between ls_reducer_begin and finish)");
+    for (int k = 0; k < r->nb; k++) {
+        ls_bucket *b = &r->b[k];
+        if (b->view) {
+            LS_CHECK(ls_dev_zero(r, b->owner, (char *)b->fusion + b->start, (size_t)b->numel * sizeof(float)));
+            continue;
+        }
+        for (int i = b->lo; i <= b->hi; i++) LS_CHECK(ls_tensor_zero(r->grads[i]));
+    }
+    return LS_OK;
+}
+
 ls_status ls_reducer_begin(ls_reducer *r, double post_scale) {
     if (!r) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_begin: reducer is NULL");
     if (r->active)

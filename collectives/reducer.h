@@ -96,6 +96,11 @@ ls_status ls_reducer_grad_ready(ls_reducer *r, int i);
  * for them on the device; under the timeline they are host waits. */
 ls_status ls_reducer_finish(ls_reducer *r);
 
+/* Every gradient zeroed, as the module's zero_grad would (a trainer's step begins with it): a
+ * bucket whose gradients are views in one call over its region (its padding is zero anyway), the
+ * others gradient by gradient; on a device in stream order. Not between begin and finish. */
+ls_status ls_reducer_zero_grads(ls_reducer *r);
+
 int ls_reducer_num_buckets(const ls_reducer *r);
 ls_status ls_reducer_bucket(const ls_reducer *r, int b, ls_reducer_bucket_info *out);
 /* The bucket holding parameter i (-1 when out of range). */

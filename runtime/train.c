@@ -870,7 +870,8 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
     ls_step_stats st;
     memset(&st, 0, sizeof st);
     st.global_samples = global_count;
-    LS_CHECK(ls_module_zero_grad(t->model));
+    /* with the reducer's bucket views, one memset a bucket (not one a gradient) */
+    LS_CHECK(t->reducer ? ls_reducer_zero_grads(t->reducer) : ls_module_zero_grad(t->model));
     /* the parameters stay as they are until the optimizer: f16/bf16 weight copies are cast once
      * (on a GPU all at once, in multi-tensor launches) for every micro-batch and recomputation */
     LS_CHECK(ls_module_cache_weight_casts(t->model, 1));

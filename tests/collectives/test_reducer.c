@@ -148,6 +148,19 @@ int main(int argc, char **argv) {
         LS_EXPECT(bad == 0);
     }
 
+    /* zero_grads: every gradient zero (bucket views in one call a bucket), refused during a step */
+    for (int k = 0; k < N; k++)
+        for (int64_t i = 0; i < ls_tensor_numel(g[k]); i++) ((float *)g[k]->data)[i] = 1.5f + (float)k;
+    LS_REQUIRE_OK(ls_reducer_begin(red, 1.0));
+    LS_EXPECT_ERR(ls_reducer_zero_grads(red), LS_ERR_INVALID_ARGUMENT, "a step is in progress");
+    LS_REQUIRE_OK(ls_reducer_finish(red));
+    LS_REQUIRE_OK(ls_reducer_zero_grads(red));
+    int64_t nonzero = 0, total = 0;
+    for (int k = 0; k < N; k++)
+        for (int64_t i = 0; i < ls_tensor_numel(g[k]); i++, total++) nonzero += ((float *)g[k]->data)[i] != 0.0f;
+    LS_EXPECT(nonzero == 0 && total > 0);
+    LS_EXPECT_ERR(ls_reducer_zero_grads(NULL), LS_ERR_INVALID_ARGUMENT, "reducer is NULL");
+
     ls_reducer_destroy(red);
     if (W > 1) { /* ranks with different bucket caps: an error on every rank, not an overrun */
         ls_reducer_config other = {8 << 10, R == W - 1 ? 32 << 10 : 64 << 10, 0, 0};

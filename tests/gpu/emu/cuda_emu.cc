@@ -28,6 +28,12 @@
 #define ASAN_FINISH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
 #endif
 
+/* EMU_TRACE=1: kernel launches and memsets named on stderr, to count a step's without a GPU. */
+static bool emu_tracing() {
+    static const bool on = getenv("EMU_TRACE") && *getenv("EMU_TRACE") && strcmp(getenv("EMU_TRACE"), "0") != 0;
+    return on;
+}
+
 namespace emu {
 
 thread_state *current;
@@ -285,9 +291,8 @@ void launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream
         delete call;
         return;
     }
-    /* EMU_TRACE=1: each launch named on stderr, to count a step's launches without a GPU */
-    static const int trace = getenv("EMU_TRACE") && *getenv("EMU_TRACE") && strcmp(getenv("EMU_TRACE"), "0") != 0;
-    if (trace) fprintf(stderr, "emu: launch %s <<<%u, %u>>>\n", kernel, grid.x * grid.y * grid.z, (unsigned)nthreads);
+    if (emu_tracing())
+        fprintf(stderr, "emu: launch %s <<<%u, %u>>>\n", kernel, grid.x * grid.y * grid.z, (unsigned)nthreads);
     std::shared_ptr<std::function<void()>> owned(call);
     stream_submit(stream, [kernel, grid, block, owned]() {
         run_grid(
@@ -491,6 +496,7 @@ cudaError_t emu_cudaGetLastError(void) {
 
 cudaError_t emu_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
     if (!n) return cudaSuccess;
+    if (emu_tracing()) fprintf(stderr, "emu: memset %zu bytes\n", n);
     guard g(big_lock);
     emu::queued_op op{};
     op.kind = emu::queued_op::MEMSET;
