@@ -314,6 +314,33 @@ ls_status ls_op_convert_many(ls_ctx *c, int k, const ls_tensor *const *src, ls_t
     return LS_OK;
 }
 
+ls_status ls_op_zero_many(ls_ctx *c, int k, ls_tensor *const *t) {
+    enum { RUN = 64 };
+    void *x[RUN];
+    size_t bytes[RUN];
+    LS_CHECK_ARG(c && k >= 0 && (k == 0 || t), "zero: %s",
+                 !c      ? "the context is NULL"
+                 : k < 0 ? "the tensor count is negative"
+                         : "the tensor list is NULL");
+    for (int i = 0; i < k; i++) {
+        LS_CHECK_ARG(t[i], "zero: tensor %d is NULL", i);
+        LS_CHECK(on_ctx(c, "zero", "a tensor", t[i]));
+    }
+    if (!c->ops->zero_many) {
+        for (int i = 0; i < k; i++) LS_CHECK(ls_tensor_zero(t[i]));
+        return LS_OK;
+    }
+    for (int i = 0; i < k;) {
+        int m = 0;
+        for (; i < k && m < RUN; i++, m++) {
+            x[m] = t[i]->data;
+            bytes[m] = ls_tensor_nbytes(t[i]);
+        }
+        LS_CHECK(c->ops->zero_many(c->state, m, x, bytes));
+    }
+    return LS_OK;
+}
+
 /* ---- NCHW convolution, pooling, batch normalization, residual add ---- */
 int64_t ls_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad) {
     if (stride < 1 || kernel < 1 || pad < 0 || in + 2 * pad < kernel) return 0;

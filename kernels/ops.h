@@ -142,6 +142,9 @@ typedef struct ls_ops {
      * tensor. Optional: NULL where a backend converts tensor by tensor (ls_op_convert_many). */
     ls_status (*convert_many)(void *st, int k, ls_dtype src_t, const void *const *src, ls_dtype dst_t, void *const *dst,
                               const int64_t *n);
+    /* Zero k buffers of bytes[i] bytes (the gradients at the start of a step): a few multi-tensor
+     * launches, not a memset per buffer. Optional: NULL where a memset per buffer costs no more. */
+    ls_status (*zero_many)(void *st, int k, void *const *x, const size_t *bytes);
     /* y = a * b elementwise (y may alias a or b). Optional: NULL where a backend lacks it. */
     ls_status (*mul)(void *st, ls_dtype t, int64_t n, const void *a, const void *b, void *y);
     /* x *= alpha. */
@@ -284,6 +287,8 @@ ls_status ls_op_convert(ls_ctx *c, const ls_tensor *src, ls_tensor *dst);
 /* dst[i] = src[i] converted, for k pairs (runs of one dtype pair through the backend's convert_many
  * where it has one). */
 ls_status ls_op_convert_many(ls_ctx *c, int k, const ls_tensor *const *src, ls_tensor *const *dst);
+/* Every element of t[0..k) zero (the backend's zero_many where it has one, else ls_tensor_zero). */
+ls_status ls_op_zero_many(ls_ctx *c, int k, ls_tensor *const *t);
 
 /* ---- NCHW convolution, pooling, batch normalization, residual add (CPU and CUDA; a backend whose
  * entry is NULL gives LS_ERR_UNSUPPORTED). Square kernels, strides and paddings at this level. ---- */

@@ -582,8 +582,7 @@ int64_t ls_module_num_elements(const ls_module *m) {
 }
 
 ls_status ls_module_zero_grad(ls_module *m) {
-    for (int i = 0; i < m->n_params; i++) LS_CHECK(ls_tensor_zero(m->grads[i]));
-    return LS_OK;
+    return ls_op_zero_many(m->ctx, m->n_params, m->grads); /* on a GPU, multi-tensor launches */
 }
 
 void ls_module_set_grad_hook(ls_module *m, ls_grad_hook hook, void *user) {

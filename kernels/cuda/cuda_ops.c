@@ -11,6 +11,7 @@
  *   ops.h's mixed-precision rule, with f16/bf16 the parameter gradients of linear_bwd and
  *   bias_grad and the probabilities and losses of xent_fwd/xent_bwd are f32)
  *   convert, convert_many: any pair of f32, f64, f16, bf16 (convert_many: f32 to f16/bf16 multi-tensor)
+ *   zero_many: any buffers (multi-tensor where whole 32-bit words)
  *   sgd_step, adamw_step: f32, f64 (master weights)
  *   conv2d_workspace, conv2d_fwd, conv2d_bwd (cuDNN, cudnn_conv.c), pool2d_fwd/bwd,
  *   global_avgpool_fwd/bwd, bn_stats, bn_fwd, bn_bwd_reduce, bn_bwd_dx, add (cnn.cu): f32, f64,
@@ -528,6 +529,27 @@ static ls_status cu_convert_many(void *st, int k, ls_dtype src_t, const void *co
     return LS_OK;
 }
 
+/* Gradients zeroed at a step's start: buffers of whole 32-bit words in multi-tensor launches
+ * (optim.cu), any other by a memset. */
+static ls_status cu_zero_many(void *st, int k, void *const *x, const size_t *bytes) {
+    ls_cuda_state *s = st;
+    enum { RUN = 64 };
+    void *w[RUN];
+    int64_t words[RUN];
+    int m = 0;
+    for (int i = 0; i < k; i++) {
+        if (!bytes[i]) continue;
+        if (bytes[i] % 4 || m == RUN) {
+            LS_CUDA_CHECK(cudaMemsetAsync(x[i], 0, bytes[i], s->stream));
+            continue;
+        }
+        w[m] = x[i];
+        words[m++] = (int64_t)(bytes[i] / 4);
+    }
+    if (m) LS_CUDA_CHECK(ls_cuda_zero_mt(&s->launch, m, w, words));
+    return LS_OK;
+}
+
 static ls_status cu_mul(void *st, ls_dtype t, int64_t n, const void *a, const void *b, void *y) {
     ls_cuda_state *s = st;
     NEED_FLOAT("mul", t);
@@ -790,6 +812,7 @@ const ls_ops ls_cuda_ops = {
     .argmax = cu_argmax,
     .convert = cu_convert,
     .convert_many = cu_convert_many,
+    .zero_many = cu_zero_many,
     .mul = cu_mul,
     .scale = cu_scale,
     .axpy = cu_axpy,

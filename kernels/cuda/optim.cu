@@ -271,6 +271,27 @@ template <typename D> __global__ void __launch_bounds__(256) mt_convert_kernel(M
     for (int64_t i = i0 + threadIdx.x; i < end; i += blockDim.x) dst[i] = from_acc<D>(src[i]);
 }
 
+/* Zeros over a pack (ops.h's zero_many): 32-bit words, four a store where 16-byte aligned. */
+__global__ void __launch_bounds__(256) mt_zero_kernel(MTList<float> L) {
+    const int t = L.tensor[blockIdx.x];
+    const int64_t n = L.n[t];
+    const int64_t start = (int64_t)L.chunk[blockIdx.x] * MT_CHUNK;
+    const int64_t end = start + MT_CHUNK < n ? start + MT_CHUNK : n;
+    float *p = L.p[t];
+    int64_t i0 = start;
+    if (L.vec[t]) {
+        constexpr int N = vec_width<float>();
+        const int64_t np = (end - start) / N;
+        Pack<float, N> z;
+#pragma unroll
+        for (int j = 0; j < N; j++) z.v[j] = 0.0f;
+        for (int64_t q = threadIdx.x; q < np; q += blockDim.x)
+            *reinterpret_cast<Pack<float, N> *>(p + start + q * N) = z;
+        i0 = start + np * N;
+    }
+    for (int64_t i = i0 + threadIdx.x; i < end; i += blockDim.x) p[i] = 0.0f;
+}
+
 template <typename D>
 static cudaError_t convert_mt_t(const ls_cuda_launch *l, int k, const void *const *src, void *const *dst,
                                 const int64_t *n) {
@@ -362,6 +383,13 @@ extern "C" cudaError_t ls_cuda_convert_mt(const ls_cuda_launch *l, int k, const 
     if (dst_t == LS_F16) return convert_mt_t<__half>(l, k, src, dst, n);
     if (dst_t == LS_BF16) return convert_mt_t<__nv_bfloat16>(l, k, src, dst, n);
     return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t ls_cuda_zero_mt(const ls_cuda_launch *l, int k, void *const *x, const int64_t *words) {
+    return mt_pack<float>(k, x, x, nullptr, nullptr, words, [&](const MTList<float> &L, int nb) {
+        mt_zero_kernel<<<nb, 256, 0, l->stream>>>(L);
+        return cudaGetLastError();
+    });
 }
 
 extern "C" cudaError_t ls_cuda_clip_sumsq_mt(const ls_cuda_launch *l, ls_dtype t, int k, void *const *x,

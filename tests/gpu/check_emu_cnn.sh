@@ -16,7 +16,7 @@
 # allocator's capped memory, and the batch found fits with 10% headroom), and oom_challenge on cuda
 # under a 6 MiB cap: the baseline fails with the out-of-memory error naming cuda:0, the cap and
 # the remedies, and every remedy fits. Last, the launches of a bf16 step with micro-batches and
-# recomputation: the weights cast once.
+# recomputation: the weights cast once, the gradients zeroed in multi-tensor launches.
 set -u
 prog=$(realpath "$1") oom=$(realpath "$2") run=$(realpath "$3")
 source "$(dirname "$0")/emu/runs.sh"
@@ -62,16 +62,22 @@ grep -q "To fit: a smaller --batch-size, --precision bf16|fp16 .* or --checkpoin
     fail "oom_challenge: the error does not name the remedies"
 grep -q "^challenge met: the baseline exceeds the cap and every remedy fits" <<<"$out" || fail "oom_challenge: not met"
 # bf16 with 2 micro-batches and recomputation: the weights' bf16 copies are cast once per step (a
-# multi-tensor launch), not at each of the 4 forwards. The launches of step 2 (EMU_TRACE: the run
-# to step 2 less the run to step 1) convert the 2 micro-batches' inputs and the weights once.
+# multi-tensor launch), not at each of the 4 forwards, and the gradients zeroed in multi-tensor
+# launches, not a memset each. The launches and memsets of step 2 (EMU_TRACE: the run to step 2
+# less the run to step 1) convert the 2 micro-batches' inputs and the weights once, and zero.
 launches() {
     EMU_TRACE=1 "$prog" --widths 4,8,8 --train-limit 64 --test-limit 8 --batch-size 8 --no-progress --device cuda \
         --epochs 1 --precision bf16 --accum-steps 2 --checkpoint-activations --max-steps "$1" 2>&1 >/dev/null |
-        grep '^emu: launch' | sort
+        grep -E '^emu: (launch|memset)' | sort
 }
 step2=$(diff <(launches 1) <(launches 2) | grep '^> ')
 casts=$(grep -c 'convert' <<<"$step2") weights=$(grep -c 'mt_convert_kernel' <<<"$step2")
-echo "bf16, 2 micro-batches, recomputation: $(wc -l <<<"$step2") launches in a step, $casts conversions ($weights of the weights)"
+memsets=$(grep -c 'memset' <<<"$step2") zeros=$(grep -c 'mt_zero_kernel' <<<"$step2")
+echo "bf16, 2 micro-batches, recomputation: $(wc -l <<<"$step2") launches and memsets in a step, $casts conversions" \
+    "($weights of the weights), $memsets memsets, $zeros multi-tensor zeroings"
 [ "$casts" -le 3 ] && [ "$weights" = 1 ] || fail "the weights are cast more than once a step: $(grep convert <<<"$step2")"
+# (the memsets left: each micro-batch's correct count, the inf/NaN flag; not one per gradient: 29)
+[ "$memsets" -le 3 ] && [ "$zeros" -ge 1 ] && [ "$zeros" -le 2 ] ||
+    fail "the gradients are not zeroed in multi-tensor launches: $(grep -E 'memset|zero' <<<"$step2")"
 
-echo "PASS: fashion_resnet and oom_challenge on the emulated GPU (f32 with --augment, 2 ranks with SyncBatchNorm, resume, batch-size auto, out of memory, bf16 weight casts)"
+echo "PASS: fashion_resnet and oom_challenge on the emulated GPU (f32 with --augment, 2 ranks with SyncBatchNorm, resume, batch-size auto, out of memory, bf16 weight casts and gradient zeroing)"

@@ -564,6 +564,58 @@ static void case_convert_many(ls_dtype dt) {
     for (int i = 0; i < K; i++) dev_free(dsrc[i]), dev_free(ddst[i]), free(hs[i]), free(want[i]);
 }
 
+/* ---- zero_many (ls_op_zero_many, a step's gradients zeroed): K buffers of f32, f64, f16 (one
+ * of an odd number of elements, not whole 32-bit words), one past a 65536-word chunk, one empty,
+ * one at an address that is not 16-byte aligned; every byte zero, the poison around each intact.
+ * Emulated, the work queued is counted: one launch per pack of 24 and a memset for the odd one ----
+ */
+static void case_zero_many(void) {
+    enum { K = 30 };
+    int64_t n[K];
+    size_t off[K], es[K];
+    void *d[K];
+    ls_tensor v[K], *tp[K];
+    for (int i = 0; i < K; i++) {
+        ls_dtype dt = i % 3 == 0 ? LS_F64 : i == 5 ? LS_F16 : LS_F32;
+        n[i] = i == 3 ? 65536 * 2 + 5 : i == 11 ? 0 : i == 5 ? 7 : 1 + (i * 131) % 2999;
+        es[i] = ls_dtype_size(dt);
+        off[i] = i == 8 ? 4 : 0; /* 4 bytes past an aligned address */
+        d[i] = dev_poison((size_t)n[i] * es[i] + off[i] + 16);
+        v[i] = ls_tensor_view((char *)d[i] + off[i], dt, DEV->device, 1, &n[i]);
+        tp[i] = &v[i];
+    }
+#ifdef LS_PARITY_EMU
+    LS_REQUIRE_OK(ls_ctx_synchronize(DEV));
+    unsigned long long q0, q1, done, m0 = emu_memset_count();
+    emu_work_counts(&q0, &done);
+#endif
+    ls_status s = ls_op_zero_many(DEV, K, tp);
+#ifdef LS_PARITY_EMU
+    emu_work_counts(&q1, &done);
+    q1 += emu_memset_count() - m0;
+    n_cases++;
+    printf("%-4s %-52s %-5s %llu operations and memsets queued (at most 3)\n", q1 - q0 <= 3 ? "ok" : "FAIL",
+           "zero_many, 30 buffers", "any", q1 - q0);
+    if (q1 - q0 > 3) ls_test_failures++;
+#endif
+    if (dev_ok(s, "zero_many", LS_F32)) {
+        int64_t bad = 0;
+        for (int i = 0; i < K; i++) {
+            size_t all = (size_t)n[i] * es[i] + off[i] + 16, lo = off[i], hi = off[i] + (size_t)n[i] * es[i];
+            unsigned char *h = malloc(all);
+            LS_REQUIRE(h);
+            dev_get(h, d[i], all);
+            for (size_t j = 0; j < all; j++) bad += h[j] != (j >= lo && j < hi ? 0x00 : 0xFF);
+            free(h);
+        }
+        n_cases++;
+        printf("%-4s %-52s %-5s %lld bytes wrong\n", bad ? "FAIL" : "ok", "zero_many, 30 buffers", "any",
+               (long long)bad);
+        if (bad) ls_test_failures++;
+    }
+    for (int i = 0; i < K; i++) dev_free(d[i]);
+}
+
 /* ---- gather_rows: the batch gather from a data set on the device; bitwise ---- */
 static void case_gather(size_t elem, int64_t n, int64_t rows, int64_t cols, int64_t offset) {
     size_t row = elem * (size_t)cols, src_bytes = (size_t)n * row + (size_t)offset * elem;
@@ -1101,6 +1153,7 @@ int main(int argc, char **argv) {
             case_convert(t, FLOATS[j], 4096, 1);
         }
     }
+    case_zero_many();
     case_convert_many(LS_F16);
     case_convert_many(LS_BF16);
     case_gather(4, 60000, 4096, 784, 0);  /* Fashion-MNIST's shape: 16-byte rows */

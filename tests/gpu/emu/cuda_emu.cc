@@ -353,6 +353,7 @@ struct stream_queue {
 std::map<cudaStream_t, stream_queue> queues;
 unsigned long long work_queued, work_done; /* kernels and library calls (emu_work_counts) */
 unsigned long long host_drains;            /* host waits that ran the queued work dry (emu_host_drains) */
+unsigned long long memsets;                /* cudaMemsetAsync calls (emu_memset_count) */
 
 /* After a host wait: was work queued before it (pending) and none after? */
 void note_wait(bool pending) {
@@ -477,6 +478,11 @@ void emu_work_counts(unsigned long long *queued, unsigned long long *done) {
     *done = emu::work_done;
 }
 
+unsigned long long emu_memset_count(void) {
+    guard g(big_lock);
+    return emu::memsets;
+}
+
 unsigned long long emu_host_drains(void) {
     guard g(big_lock);
     return emu::host_drains;
@@ -498,6 +504,7 @@ cudaError_t emu_cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
     if (!n) return cudaSuccess;
     if (emu_tracing()) fprintf(stderr, "emu: memset %zu bytes\n", n);
     guard g(big_lock);
+    emu::memsets++;
     emu::queued_op op{};
     op.kind = emu::queued_op::MEMSET;
     op.dst = p;

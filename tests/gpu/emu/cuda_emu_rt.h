@@ -57,6 +57,8 @@ void emu_device_synchronize(void);
  * the late schedule each runs when launched; under lazy only a wait makes it run): how far the
  * host ran ahead of the "device" (test_emu_run_ahead). */
 void emu_work_counts(unsigned long long *queued, unsigned long long *done);
+/* cudaMemsetAsync calls so far (not counted by emu_work_counts). */
+unsigned long long emu_memset_count(void);
 /* Host waits so far (stream and event synchronizes, copies to pageable memory) that found kernels
  * queued and left none: each is a moment the "device" would have gone idle. */
 unsigned long long emu_host_drains(void);
