@@ -123,6 +123,7 @@ template <typename T, bool RELU> struct BnDxOp {
     __device__ T operator()(const BnGrad<A> &k, T dy, T x, T y) const {
         A g = to_acc(dy);
         if (RELU) g = to_acc(y) <= A(0) ? A(0) : g;
+        if (!(count > 0)) return from_acc<T>(mul_rn(k.k, g)); /* eval: dx = k g (an inf x stays out of it) */
         const A v = sub_rn(sub_rn(g, k.a), mul_rn(sub_rn(to_acc(x), k.mu), k.b));
         return from_acc<T>(mul_rn(k.k, v));
     }

@@ -234,6 +234,18 @@ static void check_bn_values(void) {
         int64_t c = (k / (H * W)) % Ch;
         LS_EXPECT_NEAR(((float *)y->data)[k], (F(x)[k] - F(rm)[c]) / sqrt(F(rv)[c] + 1e-5), 1e-5);
     }
+    /* eval backward: the statistics are constants, dx = dy / sqrt(running var + eps) (weight 1),
+     * finite where x is inf (PyTorch's frozen batch norm) */
+    F(x)[5] = INFINITY;
+    LS_REQUIRE_OK(ls_module_forward(bn, x, &y));
+    LS_REQUIRE_OK(ls_module_backward(bn, dy, 1, &dx));
+    int64_t eval_bad = 0;
+    for (int64_t k = 0; k < ls_tensor_numel(x); k++) {
+        int64_t c = (k / (H * W)) % Ch;
+        float kc = 1.0f * (float)(1.0 / sqrt((double)F(rv)[c] + 1e-5));
+        eval_bad += ((const float *)dx->data)[k] != kc * F(dy)[k];
+    }
+    LS_EXPECT(eval_bad == 0);
     /* one value per channel cannot be normalized in training */
     ls_module_set_training(bn, 1);
     ls_tensor *one = tf(LS_F32, 1, Ch, 1, 1);

@@ -392,6 +392,17 @@ static void case_bn(ls_dtype t, int64_t N, int64_t C, int64_t HW, int relu, int 
             DEV->ops->bn_bwd_dx(DEV->state, t, &p, ddy, dx_, relu ? cy : NULL, cmean, cvar, dg, NULL, NULL, 0.0, ddx0),
             what, t))
         check_buf(DEV, what, t, TOL_OTHER, ddx0, hdx0, n, t);
+    /* eval with an inf in x: the statistics are constants, dx stays finite (k dy) on both */
+    x[n / 2] = INFINITY;
+    void *hxi = pack(x, t, n), *dxi = dev_bytes(DEV, hxi, (size_t)n * es), *ddxi = dev_poison(DEV, (size_t)n * es);
+    LS_REQUIRE_OK(
+        CPU->ops->bn_bwd_dx(CPU->state, t, &p, hdy, hxi, relu ? hy : NULL, hmean, hvar, hg, NULL, NULL, 0.0, hdx0));
+    snprintf(what, sizeof what, "%s bwd dx, count 0 (eval), an inf in x", shape);
+    if (dev_ok(
+            DEV->ops->bn_bwd_dx(DEV->state, t, &p, ddy, dxi, relu ? cy : NULL, cmean, cvar, dg, NULL, NULL, 0.0, ddxi),
+            what, t))
+        check_buf(DEV, what, t, TOL_OTHER, ddxi, hdx0, n, t);
+    dev_free(DEV, dxi), dev_free(DEV, ddxi), free(hxi);
     void *dv[] = {dx_, ddy, dg, db, dmean, dvar, cmean, cvar, cy, cs1, cs2, dy_out, ds1, ds2, ddx, ddx0};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) dev_free(DEV, dv[i]);
     void *hv[] = {x, dy, gamma, beta, hx, hdy, hg, hb, hmean, hvar, hy, hs1, hs2, hdx, hdx0};
