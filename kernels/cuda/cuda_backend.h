@@ -166,10 +166,10 @@ cudaError_t ls_cuda_gather_rows_lut(const ls_cuda_launch *l, int64_t rows, int64
 /* convert.cu: any pair of f32, f64, f16, bf16 (src != dst). */
 cudaError_t ls_cuda_convert(const ls_cuda_launch *l, int64_t n, ls_dtype src_t, const void *src, ls_dtype dst_t,
                             void *dst);
-/* optim.cu: k tensors of f32 to dst_t (f16 or bf16), n[i] elements each, in multi-tensor launches;
- * the roundings of ls_cuda_convert. */
 /* optim.cu: k buffers of words[i] 32-bit words zeroed in multi-tensor launches. */
 cudaError_t ls_cuda_zero_mt(const ls_cuda_launch *l, int k, void *const *x, const int64_t *words);
+/* optim.cu: k tensors of f32 to dst_t (f16 or bf16), n[i] elements each, in multi-tensor launches;
+ * the roundings of ls_cuda_convert. */
 cudaError_t ls_cuda_convert_mt(const ls_cuda_launch *l, int k, const void *const *src, ls_dtype dst_t, void *const *dst,
                                const int64_t *n);
 

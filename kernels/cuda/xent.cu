@@ -90,9 +90,8 @@ __global__ void xent_bwd_kernel(int64_t B, int64_t C, const typename Acc<T>::typ
     }
 }
 
-/* (v, i) pairs: the larger value wins, the smaller index on ties (argmax's first maximum). */
-/* (v2, i2) replaces (v, i) when v2 is larger, or equal (NaN and NaN included) at a lower index; NaN
- * counts as the maximum (torch.argmax). */
+/* (v, i) pairs: the larger value wins, the smaller index on ties (argmax's first maximum); NaN
+ * counts as the maximum and ties with NaN (torch.argmax). */
 template <typename A> __device__ __forceinline__ void better(A &v, int64_t &i, A v2, int64_t i2) {
     const bool n = v != v, n2 = v2 != v2;
     if (v2 > v || (n2 && !n) || ((v2 == v || (n2 && n)) && i2 < i)) {
