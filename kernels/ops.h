@@ -34,13 +34,17 @@ typedef struct ls_sgd_params {
     int first_step;     /* momentum buffer starts as the gradient (PyTorch semantics) */
     double *ctl;        /* NULL, or the device step count (above) */
     const double *skip; /* with ctl: NULL, or the device skip flag */
+    /* NULL: weight_decay for every tensor; else k values (host memory), tensor i's decay (as
+     * torch.optim's parameter groups; weight_decay is then not read) */
+    const float *weight_decays;
 } ls_sgd_params;
 
 typedef struct ls_adamw_params {
     float lr, beta1, beta2, eps, weight_decay;
-    int64_t step;       /* 1-based step for bias correction */
-    double *ctl;        /* NULL, or the device step count (above) */
-    const double *skip; /* with ctl: NULL, or the device skip flag */
+    int64_t step;               /* 1-based step for bias correction */
+    double *ctl;                /* NULL, or the device step count (above) */
+    const double *skip;         /* with ctl: NULL, or the device skip flag */
+    const float *weight_decays; /* NULL, or one per tensor, as ls_sgd_params */
 } ls_adamw_params;
 
 /* Mixed precision's inf/NaN check and loss scaling kept on the device (amp.c): ctl points to

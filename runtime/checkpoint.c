@@ -1125,7 +1125,7 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
          add(op, "weight_decay", exact_number(c->weight_decay)) && add(op, "momentum", exact_number(c->momentum)) &&
          add(op, "dampening", exact_number(c->dampening)) && add(op, "nesterov", cJSON_CreateBool(c->nesterov)) &&
          add(op, "beta1", exact_number(c->beta1)) && add(op, "beta2", exact_number(c->beta2)) &&
-         add(op, "eps", exact_number(c->eps));
+         add(op, "eps", exact_number(c->eps)) && add(op, "no_decay_1d", cJSON_CreateBool(c->no_decay_1d));
     for (int i = 0; ok && i < st->n_loss_scaler; i++)
         ok = add(ls, st->loss_scaler[i].key, exact_number(st->loss_scaler[i].value));
     for (int i = 0; ok && i < st->n_rng; i++) {
@@ -1299,6 +1299,11 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
     const cJSON *nes = cJSON_GetObjectItemCaseSensitive(op, "nesterov");
     if (!cJSON_IsBool(nes)) return ls_error(LS_ERR_FORMAT, "'%s': optimizer \"nesterov\" is not true/false", file);
     st->optim.nesterov = cJSON_IsTrue(nes);
+    /* absent from checkpoints written before it existed: every parameter decayed then */
+    const cJSON *nd = cJSON_GetObjectItemCaseSensitive(op, "no_decay_1d");
+    if (nd && !cJSON_IsBool(nd))
+        return ls_error(LS_ERR_FORMAT, "'%s': optimizer \"no_decay_1d\" is not true/false", file);
+    st->optim.no_decay_1d = cJSON_IsTrue(nd);
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(r, "loss_scaler");
     if (!cJSON_IsObject(ls) || cJSON_GetArraySize(ls) > LS_CKPT_MAX_KV)
         return ls_error(LS_ERR_FORMAT, "'%s': \"loss_scaler\" must be an object of at most %d numbers", file,
@@ -1380,12 +1385,11 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
     const ls_optim_config *x = &a->optim, *y = &b->optim;
     if (x->kind != y->kind || x->lr != y->lr || x->weight_decay != y->weight_decay || x->momentum != y->momentum ||
         x->dampening != y->dampening || x->nesterov != y->nesterov || x->beta1 != y->beta1 || x->beta2 != y->beta2 ||
-        x->eps != y->eps) {
-        LS_LOG_W(
-            "optimizer settings changed since the checkpoint (saved %s lr %g wd %g momentum %g, now %s lr %g wd %g "
-            "momentum %g); this run's apply",
-            kind_name(x->kind), x->lr, x->weight_decay, x->momentum, kind_name(y->kind), y->lr, y->weight_decay,
-            y->momentum);
+        x->eps != y->eps || !x->no_decay_1d != !y->no_decay_1d) {
+        LS_LOG_W("optimizer settings changed since the checkpoint (saved %s lr %g wd %g%s momentum %g, now %s lr %g wd "
+                 "%g%s momentum %g); this run's apply",
+                 kind_name(x->kind), x->lr, x->weight_decay, x->no_decay_1d ? " (none on 1-D)" : "", x->momentum,
+                 kind_name(y->kind), y->lr, y->weight_decay, y->no_decay_1d ? " (none on 1-D)" : "", y->momentum);
         n++;
     }
     return n;

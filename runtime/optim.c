@@ -14,6 +14,8 @@ struct ls_optimizer {
     ls_tensor **p, **g, **m, **v;
     void **pp, **gp, **mp, **vp;
     int64_t *numel;
+    float *wd;       /* each parameter's weight decay */
+    int wd_mixed;    /* some differ from cfg.weight_decay: the steps pass wd */
     int64_t steps;   /* steps taken, unless only the device knows (COUNT_DEVICE) */
     double *ctl;     /* LS_OPTIM_CTL doubles of device memory: the count on the device (ops.h) */
     int count;       /* where the step count is current: COUNT_* */
@@ -69,6 +71,7 @@ void ls_optimizer_destroy(ls_optimizer *o) {
     free(o->mp);
     free(o->vp);
     free(o->numel);
+    free(o->wd);
     free(o);
 }
 
@@ -119,6 +122,7 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
     o->pp = calloc(np, sizeof *o->pp);
     o->gp = calloc(np, sizeof *o->gp);
     o->numel = calloc(np, sizeof *o->numel);
+    o->wd = calloc(np, sizeof *o->wd);
     if (need_m) {
         o->m = calloc(np, sizeof *o->m);
         o->mp = calloc(np, sizeof *o->mp);
@@ -128,7 +132,7 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
         o->vp = calloc(np, sizeof *o->vp);
     }
     ls_status s = LS_OK;
-    if (!o->p || !o->g || !o->pp || !o->gp || !o->numel || (need_m && (!o->m || !o->mp)) ||
+    if (!o->p || !o->g || !o->pp || !o->gp || !o->numel || !o->wd || (need_m && (!o->m || !o->mp)) ||
         (need_v && (!o->v || !o->vp))) {
         s = ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the optimizer's lists");
         goto fail;
@@ -150,6 +154,8 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
         o->pp[i] = params[i]->data;
         o->gp[i] = grads[i]->data;
         o->numel[i] = ls_tensor_numel(params[i]);
+        o->wd[i] = cfg->no_decay_1d && params[i]->ndim < 2 ? 0.0f : cfg->weight_decay;
+        if (o->wd[i] != cfg->weight_decay) o->wd_mixed = 1;
         if (need_m) {
             LS_CHECK_GOTO(
                 ls_tensor_create(ctx->alloc, o->dtype, params[i]->ndim, params[i]->shape, "optimizer state", &o->m[i]),
@@ -195,6 +201,7 @@ static ls_status step(ls_optimizer *o, float lr, int counted, const double *skip
     LS_CHECK(counted ? count_to_device(o) : count_to_host(o));
     double *ctl = counted ? o->ctl : NULL;
     const ls_ops *ops = o->ctx->ops;
+    const float *wds = o->wd_mixed ? o->wd : NULL;
     /* the tensors' memory may have moved since create (the reducer's gradients as bucket views) */
     for (int i = 0; i < o->n; i++) {
         o->pp[i] = o->p[i]->data;
@@ -202,10 +209,11 @@ static ls_status step(ls_optimizer *o, float lr, int counted, const double *skip
     }
     if (o->cfg.kind == LS_OPTIM_SGD) {
         ls_sgd_params hp = {
-            lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov, o->steps == 0, ctl, skip};
+            lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov, o->steps == 0, ctl, skip, wds};
         LS_CHECK(ops->sgd_step(o->ctx->state, o->dtype, o->n, o->pp, o->gp, o->mp, o->numel, &hp));
     } else {
-        ls_adamw_params hp = {lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay, o->steps + 1, ctl, skip};
+        ls_adamw_params hp = {lr,           o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay,
+                              o->steps + 1, ctl,          skip,         wds};
         LS_CHECK(ops->adamw_step(o->ctx->state, o->dtype, o->n, o->pp, o->gp, o->mp, o->vp, o->numel, &hp));
     }
     if (counted)
@@ -225,6 +233,21 @@ ls_status ls_optimizer_step_unless(ls_optimizer *o, float lr, const double *skip
 }
 
 int ls_optimizer_num_params(const ls_optimizer *o) { return o ? o->n : 0; }
+
+ls_status ls_optimizer_set_weight_decay(ls_optimizer *o, int i, float weight_decay) {
+    LS_CHECK_ARG(o, "ls_optimizer_set_weight_decay: the optimizer is NULL");
+    LS_CHECK_ARG(i >= 0 && i < o->n, "ls_optimizer_set_weight_decay: parameter %d is not in 0..%d", i, o->n - 1);
+    LS_CHECK_ARG(isfinite(weight_decay) && weight_decay >= 0,
+                 "ls_optimizer_set_weight_decay: weight decay %g for parameter %d must be finite and >= 0",
+                 (double)weight_decay, i);
+    o->wd[i] = weight_decay;
+    o->wd_mixed = 0;
+    for (int j = 0; j < o->n; j++)
+        if (o->wd[j] != o->cfg.weight_decay) o->wd_mixed = 1;
+    return LS_OK;
+}
+
+float ls_optimizer_weight_decay(const ls_optimizer *o, int i) { return o && i >= 0 && i < o->n ? o->wd[i] : NAN; }
 
 ls_tensor *ls_optimizer_param(const ls_optimizer *o, int i, ls_tensor **grad) {
     if (!o || i < 0 || i >= o->n) return NULL;

@@ -22,6 +22,10 @@ typedef struct ls_optim_config {
     float momentum, dampening;
     int nesterov;
     float beta1, beta2, eps;
+    /* 1: no weight decay on parameters of fewer than 2 dimensions (biases, batch norm's scale and
+     * shift), as timm and nanoGPT group them; 0 (the default): every parameter decays, as
+     * torch.optim with one parameter group */
+    int no_decay_1d;
 } ls_optim_config;
 
 /* SGD defaults: lr 0.1, momentum 0.9; AdamW defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0.01. */
@@ -34,6 +38,12 @@ typedef struct ls_optimizer ls_optimizer;
 ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_tensor *const *grads,
                               const ls_optim_config *cfg, ls_optimizer **out);
 void ls_optimizer_destroy(ls_optimizer *o);
+/* Parameter i's weight decay from now on, in place of the config's (a torch.optim parameter group
+ * of its own): LS_ERR_INVALID_ARGUMENT for an index out of range or a decay not finite and >= 0.
+ * Not saved in checkpoints (the config is): set it again after a resume. */
+ls_status ls_optimizer_set_weight_decay(ls_optimizer *o, int i, float weight_decay);
+/* Parameter i's weight decay; NAN for an index out of range. */
+float ls_optimizer_weight_decay(const ls_optimizer *o, int i);
 /* One step at learning rate lr (from the schedule). */
 ls_status ls_optimizer_step(ls_optimizer *o, float lr);
 /* The same unless *skip, a double in device memory, is not 0 at the step's turn on the device

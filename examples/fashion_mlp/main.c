@@ -30,6 +30,7 @@ typedef struct options {
     int accum;
     const char *optimizer;
     double lr, weight_decay, momentum, clip;
+    int no_decay_1d;
     int64_t warmup;
     uint64_t seed;
     const char *data_dir, *device, *comm, *hidden, *activation, *sampler;
@@ -51,6 +52,8 @@ static void usage(FILE *f) {
                "  --lr X                peak learning rate (default 0.05 for sgd, 0.001 for adamw)\n"
                "  --momentum X          SGD momentum (default 0.9)\n"
                "  --weight-decay X      weight decay (default 0 for sgd, 0.01 for adamw)\n"
+               "  --no-decay-1d         no weight decay on the biases (1-D parameters), as timm and nanoGPT group\n"
+               "                        them (default: every parameter decays, as torch.optim)\n"
                "  --warmup-steps N      linear warmup steps before the cosine decay (default 100)\n"
                "  --clip-grad-norm X    clip the global gradient norm to X (default off; fp16: after unscaling)\n"
                "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations and GEMM inputs with\n"
@@ -99,6 +102,7 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"lr", required_argument, 0, 'l'},
                                              {"momentum", required_argument, 0, 'm'},
                                              {"weight-decay", required_argument, 0, 'w'},
+                                             {"no-decay-1d", no_argument, 0, 1003},
                                              {"warmup-steps", required_argument, 0, 'W'},
                                              {"clip-grad-norm", required_argument, 0, 'c'},
                                              {"precision", required_argument, 0, 1001},
@@ -147,6 +151,7 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'w':
             if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1;
             break;
+        case 1003: o->no_decay_1d = 1; break;
         case 'W':
             if (parse_i64("--warmup-steps", optarg, 0, INT64_MAX, &o->warmup)) return -1;
             break;
@@ -270,6 +275,7 @@ int main(int argc, char **argv) {
     else if (kind == LS_OPTIM_SGD)
         oc.lr = 0.05f;
     if (o.weight_decay >= 0) oc.weight_decay = (float)o.weight_decay;
+    oc.no_decay_1d = o.no_decay_1d;
     if (kind == LS_OPTIM_SGD) oc.momentum = (float)o.momentum;
     int np = ls_module_num_params(model);
     ls_tensor *params[16], *grads[16];

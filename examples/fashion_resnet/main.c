@@ -38,6 +38,7 @@ typedef struct options {
     int accum;
     const char *optimizer, *widths, *precision, *memory_cap;
     double lr, weight_decay, momentum, clip;
+    int no_decay_1d;
     int64_t warmup;
     int blocks, ckpt_segments, sync_bn, augment;
     uint64_t seed;
@@ -61,6 +62,9 @@ static void usage(FILE *f) {
                "  --lr X                peak learning rate (default 0.1 for sgd, 0.002 for adamw)\n"
                "  --momentum X          SGD momentum (default 0.9)\n"
                "  --weight-decay X      weight decay (default 5e-4 for sgd, 0.05 for adamw)\n"
+               "  --no-decay-1d         no weight decay on biases and batch norm's scale and shift (1-D\n"
+               "                        parameters), as timm and nanoGPT group them (default: every parameter\n"
+               "                        decays, as torch.optim)\n"
                "  --warmup-steps N      linear warmup steps before the cosine decay (default 200)\n"
                "  --clip-grad-norm X    clip the global gradient norm to X (default off)\n"
                "  --widths A,B,...      channels of each stage; stages after the first halve the resolution\n"
@@ -113,6 +117,7 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"lr", required_argument, 0, 'l'},
                                              {"momentum", required_argument, 0, 'm'},
                                              {"weight-decay", required_argument, 0, 'w'},
+                                             {"no-decay-1d", no_argument, 0, 1003},
                                              {"warmup-steps", required_argument, 0, 'W'},
                                              {"clip-grad-norm", required_argument, 0, 'c'},
                                              {"widths", required_argument, 0, 'H'},
@@ -166,6 +171,7 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'w':
             if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1;
             break;
+        case 1003: o->no_decay_1d = 1; break;
         case 'W':
             if (parse_i64("--warmup-steps", optarg, 0, INT64_MAX, &o->warmup)) return -1;
             break;
@@ -324,6 +330,7 @@ int main(int argc, char **argv) {
     ls_optim_config oc = ls_optim_defaults(kind);
     oc.lr = (float)(o.lr >= 0 ? o.lr : kind == LS_OPTIM_SGD ? 0.1 : 0.002);
     oc.weight_decay = (float)(o.weight_decay >= 0 ? o.weight_decay : kind == LS_OPTIM_SGD ? 5e-4 : 0.05);
+    oc.no_decay_1d = o.no_decay_1d;
     if (kind == LS_OPTIM_SGD) {
         oc.momentum = (float)o.momentum;
         oc.nesterov = o.momentum > 0;

@@ -246,6 +246,7 @@ static ls_status cpu_sgd_step(void *st, ls_dtype t, int k, void *const *p, void 
     }
     for (int i = 0; i < k; i++) {
         void *mi = m ? m[i] : NULL;
+        if (hp.weight_decays) hp.weight_decay = hp.weight_decays[i];
         if (t == LS_F32)
             sgd_f32(n[i], p[i], g[i], mi, &hp);
         else
@@ -259,6 +260,7 @@ static ls_status cpu_adamw_step(void *st, ls_dtype t, int k, void *const *p, voi
     ls_adamw_params hp = *hp_in;
     if (hp.ctl && !cpu_optim_count(hp.ctl, hp.skip, &hp.step)) return LS_OK;
     for (int i = 0; i < k; i++) {
+        if (hp.weight_decays) hp.weight_decay = hp.weight_decays[i];
         if (t == LS_F32)
             adamw_f32(n[i], p[i], g[i], m[i], v[i], &hp);
         else

@@ -20,6 +20,7 @@ template <typename T> struct MTList {
     T *m[MT_TENSORS]; /* NULL: no such state (SGD without momentum, or SGD's v) */
     T *v[MT_TENSORS];
     int64_t n[MT_TENSORS];
+    T w[MT_TENSORS];         /* the op's per-tensor constant (SGD's weight decay, AdamW's decay factor) */
     uint8_t vec[MT_TENSORS]; /* all of the tensor's pointers are 16-byte aligned */
     uint8_t tensor[MT_BLOCKS];
     int32_t chunk[MT_BLOCKS];
@@ -35,6 +36,7 @@ template <typename T, typename Op> __global__ void __launch_bounds__(256) mt_ker
     const int64_t end = start + MT_CHUNK < n ? start + MT_CHUNK : n;
     T *p = L.p[t], *m = L.m[t], *v = L.v[t];
     const T *g = L.g[t];
+    const T w = L.w[t];
     int64_t i0 = start;
     if (L.vec[t]) {
         constexpr int N = vec_width<T>();
@@ -49,7 +51,7 @@ template <typename T, typename Op> __global__ void __launch_bounds__(256) mt_ker
             for (int j = 0; j < N; j++) {
                 if (!m) vm.v[j] = T(0);
                 if (!v) vv.v[j] = T(0);
-                op(vp.v[j], vg.v[j], vm.v[j], vv.v[j]);
+                op(vp.v[j], vg.v[j], vm.v[j], vv.v[j], w);
             }
             *reinterpret_cast<P *>(p + i) = vp;
             if (m) *reinterpret_cast<P *>(m + i) = vm;
@@ -59,7 +61,7 @@ template <typename T, typename Op> __global__ void __launch_bounds__(256) mt_ker
     }
     for (int64_t i = i0 + threadIdx.x; i < end; i += blockDim.x) {
         T pi = p[i], mi = m ? m[i] : T(0), vi = v ? v[i] : T(0);
-        op(pi, g[i], mi, vi);
+        op(pi, g[i], mi, vi, w);
         p[i] = pi;
         if (m) m[i] = mi;
         if (v) v[i] = vi;
@@ -67,9 +69,9 @@ template <typename T, typename Op> __global__ void __launch_bounds__(256) mt_ker
 }
 
 /* torch.optim.SGD: d = g + wd p; buf = first ? d : momentum buf + (1 - dampening) d;
- * d = nesterov ? d + momentum buf : buf; p -= lr d. */
+ * d = nesterov ? d + momentum buf : buf; p -= lr d. The tensor's wd comes as w. */
 template <typename T> struct SgdOp {
-    T lr, mom, damp, wd;
+    T lr, mom, damp;
     int nesterov, first, has_m;
     const double *ctl; /* the device step count: skipped, first (optim_prep_kernel) */
     __device__ bool load() {
@@ -78,7 +80,7 @@ template <typename T> struct SgdOp {
         first = ctl[2] != 0.0;
         return true;
     }
-    __device__ void operator()(T &p, T g, T &m, T &) const {
+    __device__ void operator()(T &p, T g, T &m, T &, T wd) const {
         T d = g + wd * p;
         if (has_m) {
             T buf = first ? d : mom * m + damp * d;
@@ -90,9 +92,9 @@ template <typename T> struct SgdOp {
 };
 
 /* torch.optim.AdamW: p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
- * p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps). */
+ * p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps). The tensor's 1 - lr wd comes as w. */
 template <typename T> struct AdamWOp {
-    T b1, b2, eps, decay, bc2_sqrt, step_size;
+    T b1, b2, eps, bc2_sqrt, step_size;
     const double *ctl; /* the device step count: skipped, bc2_sqrt, step_size (optim_prep_kernel) */
     __device__ bool load() {
         if (!ctl) return true;
@@ -101,7 +103,7 @@ template <typename T> struct AdamWOp {
         step_size = (T)ctl[3];
         return true;
     }
-    __device__ void operator()(T &p, T g, T &m, T &v) const {
+    __device__ void operator()(T &p, T g, T &m, T &v, T decay) const {
         T mi = b1 * m + (T(1) - b1) * g;
         T vi = b2 * v + (T(1) - b2) * g * g;
         m = mi;
@@ -122,7 +124,7 @@ template <typename T> struct AmpOp {
         if (unscale) inv = (T)(1.0 / ctl[LS_AMP_SCALE]);
         return true;
     }
-    __device__ void operator()(T &p, T, T &, T &) const {
+    __device__ void operator()(T &p, T, T &, T &, T) const {
         if (unscale) p = p * inv;
         if (!isfinite(p)) ctl[LS_AMP_FOUND] = 1.0;
     }
@@ -161,10 +163,10 @@ static cudaError_t mt_launch(const ls_cuda_launch *l, const MTList<T> &L, int bl
 }
 
 /* Pack the tensors into argument structs and call launch(L, blocks) for each: a tensor whose chunks
- * do not all fit one launch continues in slot 0 of the next. */
-template <typename T, typename Launch>
-static cudaError_t mt_pack(int k, void *const *p, void *const *g, void *const *m, void *const *v, const int64_t *n,
-                           Launch launch) {
+ * do not all fit one launch continues in slot 0 of the next. Tensor t's constant w is w_of(t). */
+template <typename T, typename W, typename Launch>
+static cudaError_t mt_pack_w(int k, void *const *p, void *const *g, void *const *m, void *const *v, const int64_t *n,
+                             W w_of, Launch launch) {
     MTList<T> L;
     memset(&L, 0, sizeof L);
     int nt = 0, nb = 0;
@@ -175,6 +177,7 @@ static cudaError_t mt_pack(int k, void *const *p, void *const *g, void *const *m
         L.m[nt] = m ? static_cast<T *>(m[t]) : nullptr;
         L.v[nt] = v ? static_cast<T *>(v[t]) : nullptr;
         L.n[nt] = n[t];
+        L.w[nt] = w_of(t);
         L.vec[nt] =
             aligned_to(L.p[nt], 16) && aligned_to(L.g[nt], 16) && aligned_to(L.m[nt], 16) && aligned_to(L.v[nt], 16);
         const int64_t chunks = (n[t] + MT_CHUNK - 1) / MT_CHUNK;
@@ -195,6 +198,7 @@ static cudaError_t mt_pack(int k, void *const *p, void *const *g, void *const *m
                     L.m[0] = L.m[nt];
                     L.v[0] = L.v[nt];
                     L.n[0] = L.n[nt];
+                    L.w[0] = L.w[nt];
                     L.vec[0] = L.vec[nt];
                     nt = 0;
                 }
@@ -205,10 +209,23 @@ static cudaError_t mt_pack(int k, void *const *p, void *const *g, void *const *m
     return nb ? launch(L, nb) : cudaSuccess;
 }
 
+template <typename T, typename Launch>
+static cudaError_t mt_pack(int k, void *const *p, void *const *g, void *const *m, void *const *v, const int64_t *n,
+                           Launch launch) {
+    return mt_pack_w<T>(
+        k, p, g, m, v, n, [](int) { return T(0); }, launch);
+}
+
+template <typename T, typename Op, typename W>
+static cudaError_t mt_apply_w(const ls_cuda_launch *l, int k, void *const *p, void *const *g, void *const *m,
+                              void *const *v, const int64_t *n, Op op, W w_of) {
+    return mt_pack_w<T>(k, p, g, m, v, n, w_of, [&](const MTList<T> &L, int nb) { return mt_launch<T>(l, L, nb, op); });
+}
+
 template <typename T, typename Op>
 static cudaError_t mt_apply(const ls_cuda_launch *l, int k, void *const *p, void *const *g, void *const *m,
                             void *const *v, const int64_t *n, Op op) {
-    return mt_pack<T>(k, p, g, m, v, n, [&](const MTList<T> &L, int nb) { return mt_launch<T>(l, L, nb, op); });
+    return mt_apply_w<T>(l, k, p, g, m, v, n, op, [](int) { return T(0); });
 }
 
 /* Sum of squares in double and an inf/NaN flag over a pack (gradient-norm clipping): each block
@@ -241,7 +258,7 @@ template <typename T> struct ClipOp {
         c = (T)v;
         return true;
     }
-    __device__ void operator()(T &p, T, T &, T &) const { p = p * c; }
+    __device__ void operator()(T &p, T, T &, T &, T) const { p = p * c; }
 };
 
 /* Mixed precision's weight copies over a pack (ops.h's convert_many, f32 to f16/bf16): dst = src
@@ -309,7 +326,6 @@ static cudaError_t sgd_t(const ls_cuda_launch *l, int k, void *const *p, void *c
     op.lr = (T)hp->lr;
     op.mom = (T)hp->momentum;
     op.damp = (T)1 - (T)hp->dampening;
-    op.wd = (T)hp->weight_decay;
     op.nesterov = hp->nesterov;
     op.first = hp->first_step;
     op.has_m = m != nullptr;
@@ -318,7 +334,9 @@ static cudaError_t sgd_t(const ls_cuda_launch *l, int k, void *const *p, void *c
         cudaError_t e = optim_prep<T>(l, hp->ctl, hp->skip, 0, hp->lr, 0.f, 0.f);
         if (e != cudaSuccess) return e;
     }
-    return mt_apply<T>(l, k, p, g, m, nullptr, n, op);
+    const float *wds = hp->weight_decays;
+    const float wd = hp->weight_decay;
+    return mt_apply_w<T>(l, k, p, g, m, nullptr, n, op, [&](int t) { return (T)(wds ? wds[t] : wd); });
 }
 
 template <typename T>
@@ -329,7 +347,6 @@ static cudaError_t adamw_t(const ls_cuda_launch *l, int k, void *const *p, void 
     op.b1 = (T)hp->beta1;
     op.b2 = (T)hp->beta2;
     op.eps = (T)hp->eps;
-    op.decay = (T)1 - (T)hp->lr * (T)hp->weight_decay;
     const T bc1 = (T)1 - (T)pow((double)hp->beta1, (double)hp->step);
     op.bc2_sqrt = (T)sqrt(1.0 - pow((double)hp->beta2, (double)hp->step));
     op.step_size = (T)hp->lr / bc1;
@@ -338,7 +355,10 @@ static cudaError_t adamw_t(const ls_cuda_launch *l, int k, void *const *p, void 
         cudaError_t e = optim_prep<T>(l, hp->ctl, hp->skip, 1, hp->lr, hp->beta1, hp->beta2);
         if (e != cudaSuccess) return e;
     }
-    return mt_apply<T>(l, k, p, g, m, v, n, op);
+    /* the tensor's decay factor, computed on the host as the CPU backend does */
+    const float *wds = hp->weight_decays;
+    const float wd = hp->weight_decay, lr = hp->lr;
+    return mt_apply_w<T>(l, k, p, g, m, v, n, op, [&](int t) { return (T)1 - (T)lr * (T)(wds ? wds[t] : wd); });
 }
 
 template <typename T>

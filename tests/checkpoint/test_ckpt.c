@@ -491,7 +491,32 @@ static void test_state_json(void) {
     char *text;
     LS_REQUIRE_OK(ls_ckpt_state_to_json(&s, NULL, &text));
     LS_REQUIRE_OK(ls_ckpt_state_parse(text, strlen(text), "x.json", NULL, &got));
-    LS_EXPECT(got.seed == s.seed && got.step == 5 && got.optim.kind == LS_OPTIM_ADAMW);
+    LS_EXPECT(got.seed == s.seed && got.step == 5 && got.optim.kind == LS_OPTIM_ADAMW && !got.optim.no_decay_1d);
+    const char *ndk = strstr(text, "\"no_decay_1d\":");
+    LS_EXPECT(ndk && strncmp(ndk + 14 + strspn(ndk + 14, " \t"), "false", 5) == 0);
+    {
+        /* no_decay_1d round-trips; a state written before it existed parses as every parameter
+         * decaying; anything but true/false is refused */
+        ls_ckpt_state nd = s;
+        nd.optim.no_decay_1d = 1;
+        char *t2;
+        LS_REQUIRE_OK(ls_ckpt_state_to_json(&nd, NULL, &t2));
+        LS_REQUIRE_OK(ls_ckpt_state_parse(t2, strlen(t2), "x.json", NULL, &got));
+        LS_EXPECT(got.optim.no_decay_1d == 1);
+        char *old = strdup(t2), *at = strstr(old, "\"no_decay_1d\"");
+        LS_REQUIRE(at);
+        memcpy(at, "\"no_decay_xx\"", 13);
+        LS_REQUIRE_OK(ls_ckpt_state_parse(old, strlen(old), "x.json", NULL, &got));
+        LS_EXPECT(got.optim.no_decay_1d == 0 && got.optim.eps == s.optim.eps);
+        memcpy(at, "\"no_decay_1d\"", 13);
+        char *v = strstr(at, "true");
+        LS_REQUIRE(v);
+        memcpy(v, "1   ", 4);
+        LS_EXPECT_ERR(ls_ckpt_state_parse(old, strlen(old), "x.json", NULL, &got), LS_ERR_FORMAT,
+                      "'x.json': optimizer \"no_decay_1d\" is not true/false");
+        free(old);
+        free(t2);
+    }
     /* Without the model signature a model check cannot pass. */
     ls_module *m = make_model(8, LS_F32, 1);
     LS_EXPECT_ERR(ls_ckpt_state_parse(text, strlen(text), "x.json", m, &got), LS_ERR_FORMAT,

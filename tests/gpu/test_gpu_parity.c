@@ -765,7 +765,8 @@ static void case_blas1(ls_dtype t, int64_t n) {
 
 /* ---- optimizers: k tensors of mixed sizes (one past a full launch of chunks), 3 steps; counted:
  * the step count on the device (ops.h's ctl) and the middle step skipped by a device flag, the
- * host's step numbers wrong on purpose (unused) ---- */
+ * host's step numbers wrong on purpose (unused). AdamW and counted SGD with a weight decay per
+ * tensor (some 0; the tensor that continues into a second launch its own) ---- */
 static void case_optim(ls_dtype t, int adamw, int momentum, int counted) {
     enum { K = 30 };
     int64_t n[K];
@@ -775,6 +776,10 @@ static void case_optim(ls_dtype t, int adamw, int momentum, int counted) {
      * (emulated, in f32 only: the f64 one takes as long and runs the same launches) */
     n[20] = adamw && !counted && (!parity_emulated || t == LS_F32) ? 21 * 1000 * 1000 + 5 : 1000003;
     void *hp[K], *hg[K], *hm[K], *hv[K], *dp[K], *dg[K], *dm[K], *dv[K];
+    float wds[K];
+    for (int i = 0; i < K; i++) wds[i] = i % 3 == 0 ? 0.0f : 0.01f * (float)(1 + i % 5);
+    wds[20] = 0.25f;
+    const float *per_tensor = adamw || counted ? wds : NULL;
     size_t es = ls_dtype_size(t);
     for (int i = 0; i < K; i++) {
         double *p = rnd(n[i], 1.0, t), *z = calloc((size_t)n[i] + 1, sizeof(double));
@@ -789,11 +794,11 @@ static void case_optim(ls_dtype t, int adamw, int momentum, int counted) {
         free(p), free(z);
     }
     char name[64];
-    snprintf(name, sizeof name, "%s%s",
+    snprintf(name, sizeof name, "%s%s%s",
              adamw      ? "adamw"
              : momentum ? "sgd momentum nesterov wd"
                         : "sgd plain",
-             counted ? ", counted, 2nd skipped" : "");
+             per_tensor ? ", wd per tensor" : "", counted ? ", counted, 2nd skipped" : "");
     double cctl[LS_OPTIM_CTL] = {0}, cskip = 0;
     double *dctl = counted ? dev_bytes(cctl, sizeof cctl) : NULL, *dskip = counted ? dev_bytes(&cskip, 8) : NULL;
     int ok_all = 1;
@@ -811,15 +816,21 @@ static void case_optim(ls_dtype t, int adamw, int momentum, int counted) {
         }
         ls_status s;
         if (adamw) {
-            ls_adamw_params hp_ = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, counted ? 7 : step + 1, NULL, NULL};
+            ls_adamw_params hp_ = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, counted ? 7 : step + 1, NULL, NULL, per_tensor};
             if (counted) hp_.ctl = cctl, hp_.skip = &cskip;
             LS_REQUIRE_OK(CPU->ops->adamw_step(CPU->state, t, K, hp, hg, hm, hv, n, &hp_));
             if (counted) hp_.ctl = dctl, hp_.skip = dskip;
             s = DEV->ops->adamw_step(DEV->state, t, K, dp, dg, dm, dv, n, &hp_);
         } else {
-            ls_sgd_params hp_ = {
-                0.05f, momentum ? 0.9f : 0.0f, momentum ? 0.1f : 0.0f, 0.01f, momentum, counted ? 0 : step == 0, NULL,
-                NULL};
+            ls_sgd_params hp_ = {0.05f,
+                                 momentum ? 0.9f : 0.0f,
+                                 momentum ? 0.1f : 0.0f,
+                                 0.01f,
+                                 momentum,
+                                 counted ? 0 : step == 0,
+                                 NULL,
+                                 NULL,
+                                 per_tensor};
             if (counted) hp_.ctl = cctl, hp_.skip = &cskip;
             LS_REQUIRE_OK(CPU->ops->sgd_step(CPU->state, t, K, hp, hg, momentum ? hm : NULL, n, &hp_));
             if (counted) hp_.ctl = dctl, hp_.skip = dskip;
@@ -1193,7 +1204,7 @@ int main(int argc, char **argv) {
     if (!self_mode) {
         void *p = NULL, *g = NULL;
         int64_t n1 = 1;
-        ls_sgd_params hp = {0.1f, 0, 0, 0, 0, 1, NULL, NULL};
+        ls_sgd_params hp = {0.1f, 0, 0, 0, 0, 1, NULL, NULL, NULL};
         LS_EXPECT_ERR(DEV->ops->sgd_step(DEV->state, LS_BF16, 1, &p, &g, NULL, &n1, &hp), LS_ERR_UNSUPPORTED,
                       "does not compute in bf16");
         LS_EXPECT_ERR(DEV->ops->scale(DEV->state, LS_I32, 1, 2.0, p), LS_ERR_UNSUPPORTED, "does not compute in i32");

@@ -75,7 +75,7 @@ int main(void) {
         gf = (float)g[s];
         void *pp = &pf, *gp = &gf, *mp = &mf;
         int64_t n = 1;
-        ls_sgd_params hp = {0.1f, 0.9f, 0.0f, 0.01f, 1, s == 0, NULL, NULL};
+        ls_sgd_params hp = {0.1f, 0.9f, 0.0f, 0.01f, 1, s == 0, NULL, NULL, NULL};
         LS_REQUIRE_OK(C->ops->sgd_step(C->state, LS_F32, 1, &pp, &gp, &mp, &n, &hp));
     }
     LS_EXPECT_NEAR(pf, p, 1e-6);
@@ -92,7 +92,7 @@ int main(void) {
         gf = (float)gg;
         void *pp = &apf, *gp = &gf, *mp = &amf, *vp = &avf;
         int64_t n = 1;
-        ls_adamw_params hp = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, s, NULL, NULL};
+        ls_adamw_params hp = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, s, NULL, NULL, NULL};
         LS_REQUIRE_OK(C->ops->adamw_step(C->state, LS_F32, 1, &pp, &gp, &mp, &vp, &n, &hp));
     }
     LS_EXPECT_NEAR(apf, ap, 1e-6);

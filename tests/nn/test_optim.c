@@ -1,7 +1,9 @@
 /* test_optim.c: the optimizer object over tensors (state slots, step count, errors), steps
  * skipped by a flag in device memory (ls_optimizer_step_unless: bitwise the run without the
  * skipped steps, the count kept right across both kinds of step and set_num_steps), the warmup +
- * cosine schedule's values, and gradient clipping. */
+ * cosine schedule's values, gradient clipping, and weight decay per parameter (no_decay_1d and
+ * ls_optimizer_set_weight_decay: bitwise the optimizers of one decay each, as torch.optim's
+ * parameter groups). */
 #include "../kernels/gradcheck.h"
 #include "optim.h"
 
@@ -78,6 +80,99 @@ int main(void) {
         ls_optimizer_destroy(ob);
         ls_tensor_destroy(pa), ls_tensor_destroy(pb), ls_tensor_destroy(ga), ls_tensor_destroy(gb);
     }
+    /* weight decay per parameter: a matrix w [2, 3] and a bias b [3] in one optimizer, against one
+     * optimizer each with the decay that parameter should get; both kinds, host- and device-counted
+     * steps (the latter through ls_optimizer_step_unless) */
+    for (int kind = 0; kind < 2; kind++)
+        for (int counted = 0; counted < 2; counted++)
+            for (int how = 0; how < 3; how++) { /* no_decay_1d; set_weight_decay on b; set back to uniform */
+                ls_optim_config oc = ls_optim_defaults(kind ? LS_OPTIM_ADAMW : LS_OPTIM_SGD);
+                oc.weight_decay = 0.2f;
+                oc.momentum = 0.5f;
+                oc.no_decay_1d = how == 0;
+                ls_tensor *t[2][2], *gr[2][2]; /* [grouped, alone][w, b] */
+                for (int a = 0; a < 2; a++) {
+                    t[a][0] = gc_tensor(C, LS_F32, 2, (int64_t[]){2, 3});
+                    gr[a][0] = gc_tensor(C, LS_F32, 2, (int64_t[]){2, 3});
+                    t[a][1] = gc_tensor(C, LS_F32, 1, (int64_t[]){3});
+                    gr[a][1] = gc_tensor(C, LS_F32, 1, (int64_t[]){3});
+                    for (int j = 0; j < 2; j++)
+                        for (int i = 0; i < (j ? 3 : 6); i++) ((float *)t[a][j]->data)[i] = 0.5f + 0.25f * (float)i;
+                }
+                ls_optimizer *grouped, *alone[2];
+                LS_REQUIRE_OK(ls_optimizer_create(C, 2, t[0], gr[0], &oc, &grouped));
+                const float want_b = how == 0 ? 0.0f : how == 1 ? 0.7f : 0.2f;
+                if (how >= 1) LS_REQUIRE_OK(ls_optimizer_set_weight_decay(grouped, 1, 0.7f));
+                if (how == 2) LS_REQUIRE_OK(ls_optimizer_set_weight_decay(grouped, 1, 0.2f));
+                LS_EXPECT(ls_optimizer_weight_decay(grouped, 0) == 0.2f);
+                LS_EXPECT(ls_optimizer_weight_decay(grouped, 1) == want_b);
+                for (int j = 0; j < 2; j++) {
+                    ls_optim_config one = oc;
+                    one.no_decay_1d = 0;
+                    one.weight_decay = j ? want_b : 0.2f;
+                    LS_REQUIRE_OK(ls_optimizer_create(C, 1, &t[1][j], &gr[1][j], &one, &alone[j]));
+                }
+                double *flag = NULL;
+                LS_REQUIRE_OK(ls_alloc(C->alloc, sizeof *flag, "skip flag", (void **)&flag));
+                *flag = 0;
+                for (int k = 0; k < 3; k++) {
+                    for (int a = 0; a < 2; a++)
+                        for (int j = 0; j < 2; j++)
+                            for (int i = 0; i < (j ? 3 : 6); i++)
+                                ((float *)gr[a][j]->data)[i] = 0.1f * (float)(k + i + j) - 0.3f;
+                    if (counted) {
+                        LS_REQUIRE_OK(ls_optimizer_step_unless(grouped, 0.05f, flag));
+                        for (int j = 0; j < 2; j++) LS_REQUIRE_OK(ls_optimizer_step_unless(alone[j], 0.05f, flag));
+                    } else {
+                        LS_REQUIRE_OK(ls_optimizer_step(grouped, 0.05f));
+                        for (int j = 0; j < 2; j++) LS_REQUIRE_OK(ls_optimizer_step(alone[j], 0.05f));
+                    }
+                }
+                for (int j = 0; j < 2; j++) {
+                    size_t bytes = (size_t)(j ? 3 : 6) * sizeof(float);
+                    if (memcmp(t[0][j]->data, t[1][j]->data, bytes) != 0) {
+                        fprintf(stderr, "weight decay per parameter: %s, %s, case %d: %s differs\n",
+                                kind ? "adamw" : "sgd", counted ? "counted" : "host", how, j ? "b" : "w");
+                        ls_test_failures++;
+                    }
+                }
+                ls_free(C->alloc, flag);
+                ls_optimizer_destroy(grouped);
+                for (int j = 0; j < 2; j++) ls_optimizer_destroy(alone[j]);
+                for (int a = 0; a < 2; a++)
+                    for (int j = 0; j < 2; j++) ls_tensor_destroy(t[a][j]), ls_tensor_destroy(gr[a][j]);
+            }
+    {
+        /* torch.optim.SGD, no momentum, lr 0.1, weight decay 0.5, zero gradients, the 1-D
+         * parameter left out of the decay: w *= 1 - 0.05 and b stays */
+        ls_tensor *tw = gc_tensor(C, LS_F32, 2, (int64_t[]){1, 2}), *tb = gc_tensor(C, LS_F32, 1, (int64_t[]){2});
+        ls_tensor *gw = gc_tensor(C, LS_F32, 2, (int64_t[]){1, 2}), *gb = gc_tensor(C, LS_F32, 1, (int64_t[]){2});
+        ls_tensor *tl[2] = {tw, tb}, *gl[2] = {gw, gb};
+        for (int i = 0; i < 2; i++) {
+            ((float *)tw->data)[i] = ((float *)tb->data)[i] = 2.0f;
+            ((float *)gw->data)[i] = ((float *)gb->data)[i] = 0.0f;
+        }
+        ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+        oc.momentum = 0;
+        oc.weight_decay = 0.5f;
+        oc.no_decay_1d = 1;
+        LS_REQUIRE_OK(ls_optimizer_create(C, 2, tl, gl, &oc, &o));
+        LS_REQUIRE_OK(ls_optimizer_step(o, 0.1f));
+        LS_EXPECT_NEAR(((float *)tw->data)[1], 2.0 * 0.95, 1e-6);
+        LS_EXPECT(((float *)tb->data)[1] == 2.0f);
+        LS_EXPECT_ERR(ls_optimizer_set_weight_decay(o, 2, 0.1f), LS_ERR_INVALID_ARGUMENT,
+                      "ls_optimizer_set_weight_decay: parameter 2 is not in 0..1");
+        LS_EXPECT_ERR(ls_optimizer_set_weight_decay(o, -1, 0.1f), LS_ERR_INVALID_ARGUMENT, "parameter -1 is not in");
+        LS_EXPECT_ERR(ls_optimizer_set_weight_decay(o, 0, -0.1f), LS_ERR_INVALID_ARGUMENT,
+                      "weight decay -0.1 for parameter 0 must be finite and >= 0");
+        LS_EXPECT_ERR(ls_optimizer_set_weight_decay(o, 1, NAN), LS_ERR_INVALID_ARGUMENT, "must be finite");
+        LS_EXPECT_ERR(ls_optimizer_set_weight_decay(NULL, 0, 0.1f), LS_ERR_INVALID_ARGUMENT, "the optimizer is NULL");
+        LS_EXPECT(isnan(ls_optimizer_weight_decay(o, 2)) && isnan(ls_optimizer_weight_decay(NULL, 0)));
+        LS_EXPECT(ls_optimizer_weight_decay(o, 0) == 0.5f && ls_optimizer_weight_decay(o, 1) == 0.0f);
+        ls_optimizer_destroy(o);
+        ls_tensor_destroy(tw), ls_tensor_destroy(tb), ls_tensor_destroy(gw), ls_tensor_destroy(gb);
+    }
+    cfg = ls_optim_defaults(LS_OPTIM_ADAMW);
     cfg.beta1 = 1.5f;
     LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT, "invalid hyperparameters");
     ls_tensor *g2 = gc_tensor(C, LS_F32, 1, (int64_t[]){4});
