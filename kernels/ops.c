@@ -192,9 +192,22 @@ static ls_status check_labels(const char *op, const ls_tensor *labels, int64_t B
     return LS_OK;
 }
 
+/* label smoothing in [0, 1), as torch.nn.CrossEntropyLoss's label_smoothing (which takes 1 too:
+ * a target that ignores the label) */
+static ls_status check_smoothing(const char *op, double smoothing) {
+    if (smoothing >= 0 && smoothing < 1) return LS_OK;
+    return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: label smoothing %g is not in [0, 1)", op, smoothing);
+}
+
 ls_status ls_op_xent_forward(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, ls_tensor *probs,
                              ls_tensor *losses, double *host_loss) {
+    return ls_op_xent_forward_smooth(c, logits, labels, 0.0, probs, losses, host_loss);
+}
+
+ls_status ls_op_xent_forward_smooth(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, double smoothing,
+                                    ls_tensor *probs, ls_tensor *losses, double *host_loss) {
     const char *op = "softmax cross-entropy";
+    LS_CHECK(check_smoothing(op, smoothing));
     LS_CHECK(on_ctx(c, op, "logits", logits));
     LS_CHECK(on_ctx(c, op, "labels", labels));
     LS_CHECK(on_ctx(c, op, "probabilities", probs));
@@ -205,7 +218,8 @@ ls_status ls_op_xent_forward(ls_ctx *c, const ls_tensor *logits, const ls_tensor
     LS_CHECK(check_labels(op, labels, B, C));
     LS_CHECK(want(op, "probabilities", probs, master(logits->dtype), 2, B, C));
     LS_CHECK(want(op, "losses", losses, master(logits->dtype), 1, B, 0));
-    LS_CHECK(c->ops->xent_fwd(c->state, logits->dtype, B, C, logits->data, labels->data, probs->data, losses->data));
+    LS_CHECK(c->ops->xent_fwd(c->state, logits->dtype, B, C, logits->data, labels->data, smoothing, probs->data,
+                              losses->data));
     if (host_loss) {
         double sum = 0;
         if (losses->device.type == LS_DEVICE_CPU) {
@@ -228,12 +242,13 @@ ls_status ls_op_xent_forward(ls_ctx *c, const ls_tensor *logits, const ls_tensor
 
 ls_status ls_op_xent_backward(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double scale,
                               ls_tensor *dlogits) {
-    return ls_op_xent_backward_num(c, probs, labels, scale, NULL, dlogits);
+    return ls_op_xent_backward_num(c, probs, labels, 0.0, scale, NULL, dlogits);
 }
 
-ls_status ls_op_xent_backward_num(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double scale,
-                                  const double *scale_num, ls_tensor *dlogits) {
+ls_status ls_op_xent_backward_num(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double smoothing,
+                                  double scale, const double *scale_num, ls_tensor *dlogits) {
     const char *op = "softmax cross-entropy backward";
+    LS_CHECK(check_smoothing(op, smoothing));
     LS_CHECK(on_ctx(c, op, "probabilities", probs));
     LS_CHECK(on_ctx(c, op, "labels", labels));
     LS_CHECK(on_ctx(c, op, "logit gradient", dlogits));
@@ -243,7 +258,8 @@ ls_status ls_op_xent_backward_num(ls_ctx *c, const ls_tensor *probs, const ls_te
     LS_CHECK(matrix(op, "logit gradient", dlogits));
     LS_CHECK(want(op, "probabilities", probs, master(dlogits->dtype), 2, B, C));
     LS_CHECK(want(op, "logit gradient", dlogits, dlogits->dtype, 2, B, C));
-    return c->ops->xent_bwd(c->state, dlogits->dtype, B, C, probs->data, labels->data, scale, scale_num, dlogits->data);
+    return c->ops->xent_bwd(c->state, dlogits->dtype, B, C, probs->data, labels->data, smoothing, scale, scale_num,
+                            dlogits->data);
 }
 
 ls_status ls_op_accuracy(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, ls_tensor *pred,

@@ -128,13 +128,15 @@ typedef struct ls_ops {
      * ReLUs below (bn, add) do the same. */
     ls_status (*act_bwd)(void *st, ls_dtype t, ls_act act, int64_t n, const void *x, const void *dy, void *dx);
     /* Numerically stable softmax cross-entropy: probs[B,C] = softmax(logits), losses[B] (same
-     * dtype) = -log probs[label]. labels are int32 in [0, C). */
+     * dtype) = -log probs[label]; with label smoothing e in (0, 1), torch.nn.CrossEntropyLoss's
+     * (1 - e) (-log probs[label]) + e mean_j(-log probs[j]). labels are int32 in [0, C). */
     ls_status (*xent_fwd)(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
-                          void *probs, void *losses);
-    /* dlogits = (probs - onehot(label)) * s, s = scale, or s = *scale_num / scale when scale_num (a
-     * device double: the loss scale, kept on the device) is given. */
+                          double smoothing, void *probs, void *losses);
+    /* dlogits = (probs - target) * s, target = (1 - e) onehot(label) + e / C (e: the smoothing),
+     * computed as probs s - s e / C, less s (1 - e) at the label; s = scale, or s = *scale_num /
+     * scale when scale_num (a device double: the loss scale, kept on the device) is given. */
     ls_status (*xent_bwd)(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs, const int32_t *labels,
-                          double scale, const double *scale_num, void *dlogits);
+                          double smoothing, double scale, const double *scale_num, void *dlogits);
     /* pred[B] = argmax over C (first on ties; NaN counts as the maximum, as torch.argmax);
      * correct[0] = count(pred == label) (int32). */
     ls_status (*argmax)(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
@@ -277,12 +279,15 @@ ls_status ls_op_act_backward(ls_ctx *c, ls_act act, const ls_tensor *x, const ls
  * for the device); probs kept for backward. labels: int32 [B]. */
 ls_status ls_op_xent_forward(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, ls_tensor *probs,
                              ls_tensor *losses, double *host_loss);
+/* The same with label smoothing (in [0, 1); 0 is ls_op_xent_forward), as the op table's xent_fwd. */
+ls_status ls_op_xent_forward_smooth(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, double smoothing,
+                                    ls_tensor *probs, ls_tensor *losses, double *host_loss);
 ls_status ls_op_xent_backward(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double scale,
                               ls_tensor *dlogits);
-/* The same scaled by *scale_num / scale, scale_num a double in device memory (the loss scale kept
- * on the device); NULL: by scale. */
-ls_status ls_op_xent_backward_num(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double scale,
-                                  const double *scale_num, ls_tensor *dlogits);
+/* The same with label smoothing (the forward's), scaled by *scale_num / scale, scale_num a double
+ * in device memory (the loss scale kept on the device); NULL: by scale. */
+ls_status ls_op_xent_backward_num(ls_ctx *c, const ls_tensor *probs, const ls_tensor *labels, double smoothing,
+                                  double scale, const double *scale_num, ls_tensor *dlogits);
 /* Number of rows whose argmax equals the label. pred: int32 [B + 1] scratch; the count is also
  * left in pred[B], and host_correct NULL leaves it only there (no wait for the device). */
 ls_status ls_op_accuracy(ls_ctx *c, const ls_tensor *logits, const ls_tensor *labels, ls_tensor *pred,

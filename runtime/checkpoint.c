@@ -1111,7 +1111,8 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
          add(r, "steps_per_epoch", exact_number((double)st->steps_per_epoch)) &&
          add(r, "world_size", exact_number(st->world_size)) &&
          add(r, "batch_per_rank", exact_number((double)st->batch_per_rank)) &&
-         add(r, "accum_steps", exact_number(st->accum_steps)) && add(r, "seed", u64_string(st->seed));
+         add(r, "accum_steps", exact_number(st->accum_steps)) && add(r, "seed", u64_string(st->seed)) &&
+         add(r, "label_smoothing", exact_number(st->label_smoothing));
     add(r, "lr_schedule", lr);
     add(r, "optimizer", op);
     add(r, "loss_scaler", ls);
@@ -1277,6 +1278,12 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
     LS_CHECK(get_int_range(r, "accum_steps", file, 1, INT_MAX, &v));
     st->accum_steps = (int)v;
     LS_CHECK(get_u64str(r, "seed", file, &st->seed));
+    st->label_smoothing = 0; /* absent from checkpoints written before it existed */
+    if (cJSON_GetObjectItemCaseSensitive(r, "label_smoothing")) {
+        LS_CHECK(get_num(r, "label_smoothing", file, &st->label_smoothing));
+        if (!(st->label_smoothing >= 0 && st->label_smoothing < 1))
+            return ls_error(LS_ERR_FORMAT, "'%s': \"label_smoothing\" %g is not in [0, 1)", file, st->label_smoothing);
+    }
     const cJSON *lr = cJSON_GetObjectItemCaseSensitive(r, "lr_schedule");
     if (!cJSON_IsObject(lr)) return ls_error(LS_ERR_FORMAT, "'%s': \"lr_schedule\" is missing", file);
     LS_CHECK(get_float(lr, "base_lr", file, &st->lr.base_lr));
@@ -1380,6 +1387,11 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
         LS_LOG_W("learning-rate schedule changed: saved base %g min %g warmup %lld total %lld, now %g %g %lld %lld",
                  a->lr.base_lr, a->lr.min_lr, (long long)a->lr.warmup_steps, (long long)a->lr.total_steps,
                  b->lr.base_lr, b->lr.min_lr, (long long)b->lr.warmup_steps, (long long)b->lr.total_steps);
+        n++;
+    }
+    if (a->label_smoothing != b->label_smoothing) {
+        LS_LOG_W("label smoothing changed since the checkpoint: saved %g, now %g; this run's applies",
+                 a->label_smoothing, b->label_smoothing);
         n++;
     }
     const ls_optim_config *x = &a->optim, *y = &b->optim;
@@ -1660,6 +1672,9 @@ static ls_status check_state(const ls_ckpt_state *st) {
                             (long long)f[i].v, (long long)f[i].lo);
     if (!isfinite(st->lr.base_lr) || !isfinite(st->lr.min_lr))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.lr's base_lr or min_lr is not finite");
+    if (!(st->label_smoothing >= 0 && st->label_smoothing < 1))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.label_smoothing %g is not in [0, 1)",
+                        st->label_smoothing);
     return LS_OK;
 }
 

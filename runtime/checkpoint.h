@@ -134,6 +134,7 @@ typedef struct ls_ckpt_state {
     int64_t batch_per_rank;  /* micro-batch per rank */
     int accum_steps;
     uint64_t seed;
+    double label_smoothing; /* the training loss's (ls_train_config); 0 in checkpoints from before it */
     ls_lr_schedule lr;
     ls_optim_config optim; /* kind and hyperparameters */
     int64_t optim_steps;   /* the optimizer's step count (filled by save from the optimizer) */

@@ -596,6 +596,8 @@ struct ls_xent {
     ls_tensor *probs, *losses, *dlogits, *pred;
     const ls_tensor *labels;
     ls_dtype logit_dtype;
+    double smoothing;     /* label smoothing of the next forward */
+    double fwd_smoothing; /* the last forward's, which its backward uses */
 };
 
 ls_status ls_xent_create(ls_ctx *ctx, ls_xent **out) {
@@ -603,6 +605,13 @@ ls_status ls_xent_create(ls_ctx *ctx, ls_xent **out) {
     *out = calloc(1, sizeof **out);
     if (!*out) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the loss");
     (*out)->ctx = ctx;
+    return LS_OK;
+}
+
+ls_status ls_xent_set_label_smoothing(ls_xent *l, double smoothing) {
+    LS_CHECK_ARG(l, "ls_xent_set_label_smoothing: the loss is NULL");
+    LS_CHECK_ARG(smoothing >= 0 && smoothing < 1, "label smoothing %g is not in [0, 1)", smoothing);
+    l->smoothing = smoothing;
     return LS_OK;
 }
 
@@ -624,8 +633,9 @@ ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *
     LS_CHECK(ls_module_ensure(l->ctx, &l->probs, t, logits->ndim, logits->shape, "softmax probabilities"));
     LS_CHECK(ls_module_ensure(l->ctx, &l->losses, t, 1, logits->shape, "per-sample losses"));
     l->logit_dtype = logits->dtype;
-    LS_CHECK(ls_op_xent_forward(l->ctx, logits, labels, l->probs, l->losses, loss));
+    LS_CHECK(ls_op_xent_forward_smooth(l->ctx, logits, labels, l->smoothing, l->probs, l->losses, loss));
     l->labels = labels;
+    l->fwd_smoothing = l->smoothing;
     return LS_OK;
 }
 
@@ -637,7 +647,7 @@ ls_status ls_xent_backward_num(ls_xent *l, double scale, const double *scale_num
     LS_CHECK_ARG(l && dlogits, "ls_xent_backward: %s is NULL", !l ? "the loss" : "dlogits");
     if (!l->labels) return ls_error(LS_ERR_INVALID_ARGUMENT, "loss backward called before forward");
     LS_CHECK(ls_module_ensure(l->ctx, &l->dlogits, l->logit_dtype, l->probs->ndim, l->probs->shape, "logit gradient"));
-    LS_CHECK(ls_op_xent_backward_num(l->ctx, l->probs, l->labels, scale, scale_num, l->dlogits));
+    LS_CHECK(ls_op_xent_backward_num(l->ctx, l->probs, l->labels, l->fwd_smoothing, scale, scale_num, l->dlogits));
     *dlogits = l->dlogits;
     return LS_OK;
 }

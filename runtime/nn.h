@@ -66,6 +66,9 @@ const char *ls_module_kind(const ls_module *m);
 typedef struct ls_xent ls_xent;
 ls_status ls_xent_create(ls_ctx *ctx, ls_xent **out);
 void ls_xent_destroy(ls_xent *l);
+/* Label smoothing for the forwards from now on (and their backwards): torch.nn.CrossEntropyLoss's
+ * label_smoothing, in [0, 1) (default 0); else LS_ERR_INVALID_ARGUMENT. */
+ls_status ls_xent_set_label_smoothing(ls_xent *l, double smoothing);
 /* Forward: mean loss into *loss (host). Keeps the probabilities for backward. loss NULL: no wait
  * for the device now (a GPU keeps running ahead); ls_xent_read gets it later. */
 ls_status ls_xent_forward(ls_xent *l, const ls_tensor *logits, const ls_tensor *labels, double *loss);

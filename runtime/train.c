@@ -352,6 +352,8 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
                         cfg->clip_grad_norm);
     if (cfg->totals != 0 && cfg->totals != 1)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "totals %d must be 0 or 1", cfg->totals);
+    if (!(cfg->label_smoothing >= 0 && cfg->label_smoothing < 1))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "label_smoothing %g must be in [0, 1)", cfg->label_smoothing);
     if (cfg->precision != LS_PRECISION_FP32 && cfg->precision != LS_PRECISION_FP16 &&
         cfg->precision != LS_PRECISION_BF16)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "precision %d is not LS_PRECISION_FP32, _FP16 or _BF16",
@@ -373,6 +375,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     }
     for (int i = 0; i < t->n_params; i++) t->grads[i] = ls_module_grad(model, i);
     LS_CHECK_GOTO(ls_xent_create(ctx, &t->loss), s, fail);
+    LS_CHECK_GOTO(ls_xent_set_label_smoothing(t->loss, cfg->label_smoothing), s, fail);
     ls_loss_scaler_init(&t->scaler, cfg->precision == LS_PRECISION_FP16);
     t->inject_step = -1;
     LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_DATA_ON_DEVICE", &t->data_mode), s, fail);
@@ -1042,6 +1045,7 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
     int k = 0;
     ls_module_set_training(t->model, 0);           /* dropout off */
     s = ls_module_cache_weight_casts(t->model, 1); /* f16/bf16 weight copies cast once for every chunk */
+    if (s == LS_OK) s = ls_xent_set_label_smoothing(t->loss, 0.0); /* the plain cross-entropy */
     for (int64_t lo = 0; lo < count && s == LS_OK; lo += chunk, k++) {
         int64_t n = count - lo < chunk ? count - lo : chunk;
         const int slot = k % LS_DOWNLOAD_SLOTS;
@@ -1069,6 +1073,7 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
     }
     ls_module_cache_weight_casts(t->model, 0);
     ls_module_set_training(t->model, 1);
+    (void)ls_xent_set_label_smoothing(t->loss, t->cfg.label_smoothing); /* checked at create */
     LS_TL_SPAN(t_eval, "evaluate", "eval");
     return s;
 }

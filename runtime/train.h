@@ -29,6 +29,10 @@ typedef struct ls_train_config {
     ls_precision precision; /* fp32 (default), fp16 (with loss scaling) or bf16 */
     int no_timeline;        /* 1: do not open the LOCKSTEP_TIMELINE file (trial trainers) */
     int totals;             /* 1: keep running totals of every step (ls_trainer_totals) */
+    /* cross-entropy's label smoothing in [0, 1) (torch.nn.CrossEntropyLoss's label_smoothing):
+     * training's target is (1 - e) onehot + e / classes and the steps' losses are that objective;
+     * ls_trainer_evaluate's loss is not smoothed (the plain cross-entropy, comparable across runs) */
+    double label_smoothing;
 } ls_train_config;
 
 typedef struct ls_step_stats {

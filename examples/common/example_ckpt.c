@@ -107,6 +107,7 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
     c->run.batch_per_rank = tc->batch_per_rank;
     c->run.accum_steps = tc->accum_steps;
     c->run.seed = seed;
+    c->run.label_smoothing = tc->label_smoothing;
     c->run.lr = tc->lr;
     c->run.optim = *oc;
     c->global_batch = tc->batch_per_rank * tc->accum_steps * c->run.world_size;

@@ -31,6 +31,7 @@ typedef struct options {
     const char *optimizer;
     double lr, weight_decay, momentum, clip;
     int no_decay_1d;
+    double label_smoothing;
     int64_t warmup;
     uint64_t seed;
     const char *data_dir, *device, *comm, *hidden, *activation, *sampler;
@@ -56,6 +57,9 @@ static void usage(FILE *f) {
                "                        them (default: every parameter decays, as torch.optim)\n"
                "  --warmup-steps N      linear warmup steps before the cosine decay (default 100)\n"
                "  --clip-grad-norm X    clip the global gradient norm to X (default off; fp16: after unscaling)\n"
+               "  --label-smoothing X   cross-entropy's label smoothing in [0, 1), as torch.nn.CrossEntropyLoss's\n"
+               "                        (default 0); the train loss printed is the smoothed one, the test loss\n"
+               "                        the plain cross-entropy\n"
                "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations and GEMM inputs with\n"
                "                        f32 master weights; fp16 adds dynamic loss scaling (GradScaler's rules)\n"
                "  --checkpoint-activations[=N]  recompute activations in backward: the layers split into N\n"
@@ -105,6 +109,7 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"no-decay-1d", no_argument, 0, 1003},
                                              {"warmup-steps", required_argument, 0, 'W'},
                                              {"clip-grad-norm", required_argument, 0, 'c'},
+                                             {"label-smoothing", required_argument, 0, 1004},
                                              {"precision", required_argument, 0, 1001},
                                              {"checkpoint-activations", optional_argument, 0, 1002},
                                              {"hidden", required_argument, 0, 'H'},
@@ -157,6 +162,13 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case 'c':
             if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1;
+            break;
+        case 1004:
+            if (parse_f64("--label-smoothing", optarg, &o->label_smoothing)) return -1;
+            if (o->label_smoothing >= 1) {
+                fprintf(stderr, "%s: --label-smoothing '%s' must be below 1\n", EX_PROG, optarg);
+                return -1;
+            }
             break;
         case 1001: o->precision = optarg; break;
         case 1002:
@@ -299,6 +311,7 @@ int main(int argc, char **argv) {
     tc.lr.warmup_steps = o.warmup;
     tc.lr.total_steps = steps * o.epochs;
     tc.clip_grad_norm = o.clip;
+    tc.label_smoothing = o.label_smoothing;
     tc.precision = precision;
     tc.buckets.first_bucket_bytes = 0; /* defaults / environment */
     tc.buckets.bucket_bytes = 0;

@@ -39,6 +39,7 @@ typedef struct options {
     const char *optimizer, *widths, *precision, *memory_cap;
     double lr, weight_decay, momentum, clip;
     int no_decay_1d;
+    double label_smoothing;
     int64_t warmup;
     int blocks, ckpt_segments, sync_bn, augment;
     uint64_t seed;
@@ -67,6 +68,9 @@ static void usage(FILE *f) {
                "                        decays, as torch.optim)\n"
                "  --warmup-steps N      linear warmup steps before the cosine decay (default 200)\n"
                "  --clip-grad-norm X    clip the global gradient norm to X (default off)\n"
+               "  --label-smoothing X   cross-entropy's label smoothing in [0, 1), as torch.nn.CrossEntropyLoss's\n"
+               "                        (default 0); the train loss printed is the smoothed one, the test loss\n"
+               "                        the plain cross-entropy\n"
                "  --widths A,B,...      channels of each stage; stages after the first halve the resolution\n"
                "                        (default 32,64,128)\n"
                "  --blocks N            BasicBlocks per stage (default 1)\n"
@@ -120,6 +124,7 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"no-decay-1d", no_argument, 0, 1003},
                                              {"warmup-steps", required_argument, 0, 'W'},
                                              {"clip-grad-norm", required_argument, 0, 'c'},
+                                             {"label-smoothing", required_argument, 0, 1004},
                                              {"widths", required_argument, 0, 'H'},
                                              {"blocks", required_argument, 0, 'B'},
                                              {"precision", required_argument, 0, 'P'},
@@ -177,6 +182,13 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case 'c':
             if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1;
+            break;
+        case 1004:
+            if (parse_f64("--label-smoothing", optarg, &o->label_smoothing)) return -1;
+            if (o->label_smoothing >= 1) {
+                fprintf(stderr, "%s: --label-smoothing '%s' must be below 1\n", EX_PROG, optarg);
+                return -1;
+            }
             break;
         case 'H': o->widths = optarg; break;
         case 'B':
@@ -347,6 +359,7 @@ int main(int argc, char **argv) {
     memset(&tc, 0, sizeof tc);
     tc.accum_steps = o.accum;
     tc.clip_grad_norm = o.clip;
+    tc.label_smoothing = o.label_smoothing;
     tc.precision = precision;
     tc.buckets.first_bucket_bytes = 0; /* defaults / environment */
     tc.buckets.bucket_bytes = 0;

@@ -167,27 +167,27 @@ static ls_status cpu_act_bwd(void *st, ls_dtype t, ls_act act, int64_t n, const 
 }
 /* Low-precision logits: probs and losses are f32. */
 static ls_status cpu_xent_fwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
-                              void *probs, void *losses) {
+                              double smoothing, void *probs, void *losses) {
     if (lowp(t)) {
         LS_SCRATCH(z32, st, B * C);
         LS_CHECK(widen(t, B * C, logits, z32));
-        xent_fwd_f32(B, C, z32, labels, probs, losses);
+        xent_fwd_f32(B, C, z32, labels, smoothing, probs, losses);
         return LS_OK;
     }
-    LS_CPU_DISPATCH("cross-entropy", t, xent_fwd_f32(B, C, logits, labels, probs, losses),
-                    xent_fwd_f64(B, C, logits, labels, probs, losses));
+    LS_CPU_DISPATCH("cross-entropy", t, xent_fwd_f32(B, C, logits, labels, smoothing, probs, losses),
+                    xent_fwd_f64(B, C, logits, labels, smoothing, probs, losses));
 }
 /* Low-precision dlogits: probs are f32. */
 static ls_status cpu_xent_bwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs, const int32_t *labels,
-                              double scale, const double *scale_num, void *dlogits) {
+                              double smoothing, double scale, const double *scale_num, void *dlogits) {
     if (scale_num) scale = *scale_num / scale; /* "device" memory is host memory here */
     if (lowp(t)) {
         LS_SCRATCH(d32, st, B * C);
-        xent_bwd_f32(B, C, probs, labels, (float)scale, d32);
+        xent_bwd_f32(B, C, probs, labels, smoothing, (float)scale, d32);
         return ls_cpu_convert(B * C, LS_F32, d32, t, dlogits);
     }
-    LS_CPU_DISPATCH("cross-entropy backward", t, xent_bwd_f32(B, C, probs, labels, (float)scale, dlogits),
-                    xent_bwd_f64(B, C, probs, labels, scale, dlogits));
+    LS_CPU_DISPATCH("cross-entropy backward", t, xent_bwd_f32(B, C, probs, labels, smoothing, (float)scale, dlogits),
+                    xent_bwd_f64(B, C, probs, labels, smoothing, scale, dlogits));
 }
 static ls_status cpu_argmax(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
                             int32_t *pred, int32_t *correct) {

@@ -176,9 +176,10 @@ cudaError_t ls_cuda_convert_mt(const ls_cuda_launch *l, int k, const void *const
 /* xent.cu: t in f32, f64, f16, bf16: the dtype of logits (fwd, argmax) and dlogits (bwd);
  * probs and losses are f32 when t is f16/bf16, else t. */
 cudaError_t ls_cuda_xent_fwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *logits,
-                             const int32_t *labels, void *probs, void *losses);
+                             const int32_t *labels, double smoothing, void *probs, void *losses);
 cudaError_t ls_cuda_xent_bwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *probs,
-                             const int32_t *labels, double scale, const double *scale_num, void *dlogits);
+                             const int32_t *labels, double smoothing, double scale, const double *scale_num,
+                             void *dlogits);
 cudaError_t ls_cuda_argmax(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *logits,
                            const int32_t *labels, int32_t *pred, int32_t *correct);
 

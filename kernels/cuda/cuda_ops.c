@@ -477,18 +477,18 @@ static ls_status cu_act_bwd(void *st, ls_dtype t, ls_act act, int64_t n, const v
 }
 
 static ls_status cu_xent_fwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *logits, const int32_t *labels,
-                             void *probs, void *losses) {
+                             double smoothing, void *probs, void *losses) {
     ls_cuda_state *s = st;
     NEED_FLOAT("cross-entropy", t);
-    LS_CUDA_CHECK(ls_cuda_xent_fwd(&s->launch, t, B, C, logits, labels, probs, losses));
+    LS_CUDA_CHECK(ls_cuda_xent_fwd(&s->launch, t, B, C, logits, labels, smoothing, probs, losses));
     return LS_OK;
 }
 
 static ls_status cu_xent_bwd(void *st, ls_dtype t, int64_t B, int64_t C, const void *probs, const int32_t *labels,
-                             double scale, const double *scale_num, void *dlogits) {
+                             double smoothing, double scale, const double *scale_num, void *dlogits) {
     ls_cuda_state *s = st;
     NEED_FLOAT("cross-entropy backward", t);
-    LS_CUDA_CHECK(ls_cuda_xent_bwd(&s->launch, t, B, C, probs, labels, scale, scale_num, dlogits));
+    LS_CUDA_CHECK(ls_cuda_xent_bwd(&s->launch, t, B, C, probs, labels, smoothing, scale, scale_num, dlogits));
     return LS_OK;
 }
 

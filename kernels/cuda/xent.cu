@@ -46,9 +46,10 @@ template <int TPR, typename A> __device__ __forceinline__ A row_sum(A v, A *sh) 
     }
 }
 
-/* probs and losses are A: the logits' type, or f32 for f16/bf16 logits. */
+/* probs and losses are A: the logits' type, or f32 for f16/bf16 logits. With label smoothing e
+ * (not 0) the loss is (1 - e) nll + e (log(sum) + mx - mean(z)), as the CPU computes it. */
 template <typename T, int TPR>
-__global__ void xent_fwd_kernel(int64_t B, int64_t C, const T *logits, const int32_t *labels,
+__global__ void xent_fwd_kernel(int64_t B, int64_t C, const T *logits, const int32_t *labels, double smoothing,
                                 typename Acc<T>::type *probs, typename Acc<T>::type *losses) {
     using A = typename Acc<T>::type;
     constexpr int RPB = 256 / TPR; /* rows per block step */
@@ -65,27 +66,39 @@ __global__ void xent_fwd_kernel(int64_t B, int64_t C, const T *logits, const int
         sum = row_sum<TPR>(sum, sh);
         const A inv = A(1) / sum;
         for (int64_t j = lane; j < C; j += TPR) p[j] = mul_rn(d_exp(to_acc(z[j]) - mx), inv);
+        A zs = 0;
+        if (smoothing != 0) { /* the same for every thread of the block: all reduce, or none */
+            for (int64_t j = lane; j < C; j += TPR) zs += to_acc(z[j]);
+            zs = row_sum<TPR>(zs, sh);
+        }
         if (lane == 0) {
             const int32_t y = labels[r];
             /* -log softmax from the logits (never log(0)); a label outside [0, C) gives NaN */
             A loss = (y >= 0 && y < C) ? d_log(sum) + (mx - to_acc(z[y])) : A(NAN);
+            if (smoothing != 0) {
+                const A e = (A)smoothing;
+                loss = mul_rn(A(1) - e, loss) + mul_rn(e, d_log(sum) + (mx - zs / (A)C));
+            }
             losses[r] = loss;
         }
     }
 }
 
-/* dlogits (T) = probs (A) * scale, minus scale at the label (two roundings, as on the CPU); with
- * num (device memory) the scale is *num / den, computed in double as the CPU does. */
+/* dlogits (T) = probs (A) * scale less scale e / C, and less scale (1 - e) at the label (e: the
+ * label smoothing; roundings as on the CPU); with num (device memory) the scale is *num / den,
+ * computed in double as the CPU does. */
 template <typename T>
 __global__ void xent_bwd_kernel(int64_t B, int64_t C, const typename Acc<T>::type *probs, const int32_t *labels,
-                                typename Acc<T>::type scale_in, const double *num, double den, T *dlogits) {
+                                double smoothing, typename Acc<T>::type scale_in, const double *num, double den,
+                                T *dlogits) {
     using A = typename Acc<T>::type;
     const A scale = num ? (A)(*num / den) : scale_in;
+    const A off = mul_rn(scale, (A)(smoothing / (double)C)), hit = mul_rn(scale, (A)(1.0 - smoothing));
     const int64_t n = B * C;
     for (int64_t i = global_tid(); i < n; i += grid_stride()) {
         const int64_t r = i / C, j = i - r * C;
-        A d = mul_rn(probs[i], scale);
-        if (labels[r] == j) d -= scale;
+        A d = mul_rn(probs[i], scale) - off;
+        if (labels[r] == j) d -= hit;
         dlogits[i] = from_acc<T>(d);
     }
 }
@@ -147,14 +160,14 @@ __global__ void argmax_kernel(int64_t B, int64_t C, const T *logits, const int32
 
 template <typename T>
 static cudaError_t xent_fwd_t(const ls_cuda_launch *l, int64_t B, int64_t C, const void *logits, const int32_t *labels,
-                              void *probs, void *losses) {
+                              double smoothing, void *probs, void *losses) {
     using A = typename Acc<T>::type;
     if (C <= 1024) {
-        xent_fwd_kernel<T, 32>
-            <<<grid_for(l, B, 8), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, (A *)probs, (A *)losses);
+        xent_fwd_kernel<T, 32><<<grid_for(l, B, 8), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, smoothing,
+                                                                         (A *)probs, (A *)losses);
     } else {
-        xent_fwd_kernel<T, 256>
-            <<<grid_for(l, B, 1), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, (A *)probs, (A *)losses);
+        xent_fwd_kernel<T, 256><<<grid_for(l, B, 1), 256, 0, l->stream>>>(B, C, (const T *)logits, labels, smoothing,
+                                                                          (A *)probs, (A *)losses);
     }
     return cudaGetLastError();
 }
@@ -175,19 +188,20 @@ static cudaError_t argmax_t(const ls_cuda_launch *l, int64_t B, int64_t C, const
 using namespace lsk;
 
 extern "C" cudaError_t ls_cuda_xent_fwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *logits,
-                                        const int32_t *labels, void *probs, void *losses) {
+                                        const int32_t *labels, double smoothing, void *probs, void *losses) {
     if (B <= 0 || C <= 0) return cudaSuccess;
-    LSK_DISPATCH_FLOAT(t, T, return xent_fwd_t<T>(l, B, C, logits, labels, probs, losses));
+    LSK_DISPATCH_FLOAT(t, T, return xent_fwd_t<T>(l, B, C, logits, labels, smoothing, probs, losses));
     return cudaErrorInvalidValue;
 }
 
 extern "C" cudaError_t ls_cuda_xent_bwd(const ls_cuda_launch *l, ls_dtype t, int64_t B, int64_t C, const void *probs,
-                                        const int32_t *labels, double scale, const double *scale_num, void *dlogits) {
+                                        const int32_t *labels, double smoothing, double scale, const double *scale_num,
+                                        void *dlogits) {
     if (B <= 0 || C <= 0) return cudaSuccess;
     LSK_DISPATCH_FLOAT(t, T, {
-        xent_bwd_kernel<T><<<grid_for(l, B * C, 256), 256, 0, l->stream>>>(B, C, (const typename Acc<T>::type *)probs,
-                                                                           labels, (typename Acc<T>::type)scale,
-                                                                           scale_num, scale, (T *)dlogits);
+        xent_bwd_kernel<T><<<grid_for(l, B * C, 256), 256, 0, l->stream>>>(
+            B, C, (const typename Acc<T>::type *)probs, labels, smoothing, (typename Acc<T>::type)scale, scale_num,
+            scale, (T *)dlogits);
     });
     return cudaGetLastError();
 }

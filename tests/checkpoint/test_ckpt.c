@@ -517,6 +517,29 @@ static void test_state_json(void) {
         free(old);
         free(t2);
     }
+    {
+        /* label_smoothing: round-trips exactly, absent (older checkpoints) reads 0, out of [0, 1)
+         * is refused at load, and at save before anything is written */
+        ls_ckpt_state ls = s;
+        ls.label_smoothing = 0.1;
+        char *t3;
+        LS_REQUIRE_OK(ls_ckpt_state_to_json(&ls, NULL, &t3));
+        LS_REQUIRE_OK(ls_ckpt_state_parse(t3, strlen(t3), "x.json", NULL, &got));
+        LS_EXPECT(got.label_smoothing == 0.1);
+        char *old = strdup(t3), *at = strstr(old, "\"label_smoothing\"");
+        LS_REQUIRE(at);
+        memcpy(at, "\"label_smoothinx\"", 17);
+        LS_REQUIRE_OK(ls_ckpt_state_parse(old, strlen(old), "x.json", NULL, &got));
+        LS_EXPECT(got.label_smoothing == 0);
+        memcpy(at, "\"label_smoothing\"", 17);
+        char *v = strstr(at, "0.1");
+        LS_REQUIRE(v);
+        memcpy(v, "1.1", 3);
+        LS_EXPECT_ERR(ls_ckpt_state_parse(old, strlen(old), "x.json", NULL, &got), LS_ERR_FORMAT,
+                      "'x.json': \"label_smoothing\" 1.1 is not in [0, 1)");
+        free(old);
+        free(t3);
+    }
     /* Without the model signature a model check cannot pass. */
     ls_module *m = make_model(8, LS_F32, 1);
     LS_EXPECT_ERR(ls_ckpt_state_parse(text, strlen(text), "x.json", m, &got), LS_ERR_FORMAT,
@@ -533,6 +556,22 @@ static void test_state_json(void) {
                   LS_ERR_UNSUPPORTED, "state version 2 is not 1");
     free(bad);
     free(text);
+    ls_module_destroy(m);
+}
+
+/* A state that its own load would refuse is refused at save, before anything is written. */
+static void test_save_refuses_bad_state(void) {
+    char dir[128], p[LS_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/refused", root);
+    ls_module *m = make_model(8, LS_F32, 1);
+    ls_optimizer *o = make_opt(m, LS_OPTIM_SGD);
+    ls_ckpt_state st = make_state(3, LS_OPTIM_SGD);
+    st.label_smoothing = 1.5;
+    LS_EXPECT_ERR(ls_ckpt_save(comm, ctx, dir, 3, m, o, &st, p, sizeof p), LS_ERR_INVALID_ARGUMENT,
+                  "ls_ckpt_save: state.label_smoothing 1.5 is not in [0, 1)");
+    path_of(p, sizeof p, dir, 3, NULL);
+    LS_EXPECT(access(p, F_OK) != 0);
+    ls_optimizer_destroy(o);
     ls_module_destroy(m);
 }
 
@@ -618,6 +657,7 @@ int main(void) {
     if (world == 1) {
         test_crash_stages();
         test_state_json();
+        test_save_refuses_bad_state();
         test_resume_position();
         test_preempt();
     }

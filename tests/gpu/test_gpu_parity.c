@@ -351,8 +351,8 @@ static void case_act(ls_dtype t, ls_act act, int64_t n, int in_place) {
     free(x), free(dy), free(hx), free(hy), free(hdy), free(hdx);
 }
 
-/* ---- softmax cross-entropy and argmax (the CPU computes f16/bf16 itself) ---- */
-static void case_xent(ls_dtype t, int64_t B, int64_t C, int ties) {
+/* ---- softmax cross-entropy (label smoothing eps) and argmax (the CPU computes f16/bf16 itself) ---- */
+static void case_xent(ls_dtype t, int64_t B, int64_t C, int ties, double eps) {
     ls_dtype mt = master(t); /* probabilities and losses */
     double *z = rnd(B * C, 3.0, t);
     if (ties)
@@ -362,8 +362,8 @@ static void case_xent(ls_dtype t, int64_t B, int64_t C, int ties) {
     double scale = 1.0 / (double)B;
     void *hz = pack(z, t, B * C), *hp = pack(z, mt, B * C), *hl = pack(z, mt, B), *hd = pack(z, t, B * C);
     int32_t *hpred = malloc(sizeof(int32_t) * (size_t)B), hcorrect = -1;
-    LS_REQUIRE_OK(CPU->ops->xent_fwd(CPU->state, t, B, C, hz, lab, hp, hl));
-    LS_REQUIRE_OK(CPU->ops->xent_bwd(CPU->state, t, B, C, hp, lab, scale, NULL, hd));
+    LS_REQUIRE_OK(CPU->ops->xent_fwd(CPU->state, t, B, C, hz, lab, eps, hp, hl));
+    LS_REQUIRE_OK(CPU->ops->xent_bwd(CPU->state, t, B, C, hp, lab, eps, scale, NULL, hd));
     LS_REQUIRE_OK(CPU->ops->argmax(CPU->state, t, B, C, hz, lab, hpred, &hcorrect));
     void *dz = dev_vals(z, t, B * C), *dlab = dev_bytes(lab, sizeof(int32_t) * (size_t)B);
     void *dp = dev_poison((size_t)(B * C) * ls_dtype_size(mt)), *dl = dev_poison((size_t)B * ls_dtype_size(mt));
@@ -371,20 +371,22 @@ static void case_xent(ls_dtype t, int64_t B, int64_t C, int ties) {
     void *dpred = dev_poison(sizeof(int32_t) * (size_t)(B + 1));
     /* backward from the CPU's probabilities, so that it checks only itself */
     void *dp_cpu = dev_bytes(hp, (size_t)(B * C) * ls_dtype_size(mt));
-    char what[96];
-    snprintf(what, sizeof what, "xent fwd [%lld, %lld]: probs (%s)", (long long)B, (long long)C, ls_dtype_name(mt));
-    if (dev_ok(DEV->ops->xent_fwd(DEV->state, t, B, C, dz, dlab, dp, dl), what, t)) {
+    char what[96], sm[32] = "";
+    if (eps != 0) snprintf(sm, sizeof sm, ", smoothing %g", eps);
+    snprintf(what, sizeof what, "xent fwd [%lld, %lld]%s: probs (%s)", (long long)B, (long long)C, sm,
+             ls_dtype_name(mt));
+    if (dev_ok(DEV->ops->xent_fwd(DEV->state, t, B, C, dz, dlab, eps, dp, dl), what, t)) {
         double *got = dev_read(dp, mt, B * C), *ref = unpack(hp, mt, B * C);
         check(what, t, 0, got, ref, B * C);
         free(got), free(ref);
-        snprintf(what, sizeof what, "xent fwd [%lld, %lld]: losses (%s)", (long long)B, (long long)C,
+        snprintf(what, sizeof what, "xent fwd [%lld, %lld]%s: losses (%s)", (long long)B, (long long)C, sm,
                  ls_dtype_name(mt));
         got = dev_read(dl, mt, B), ref = unpack(hl, mt, B);
         check(what, t, 0, got, ref, B);
         free(got), free(ref);
     }
-    snprintf(what, sizeof what, "xent bwd [%lld, %lld]", (long long)B, (long long)C);
-    if (dev_ok(DEV->ops->xent_bwd(DEV->state, t, B, C, dp_cpu, dlab, scale, NULL, dd), what, t)) {
+    snprintf(what, sizeof what, "xent bwd [%lld, %lld]%s", (long long)B, (long long)C, sm);
+    if (dev_ok(DEV->ops->xent_bwd(DEV->state, t, B, C, dp_cpu, dlab, eps, scale, NULL, dd), what, t)) {
         double *got = dev_read(dd, t, B * C), *ref = unpack(hd, t, B * C);
         check(what, t, 0, got, ref, B * C);
         free(got), free(ref);
@@ -392,9 +394,9 @@ static void case_xent(ls_dtype t, int64_t B, int64_t C, int ties) {
     /* the loss scale read on the device: 65536 / B, as the CPU computes it on the host */
     const double num = 65536.0;
     double *dnum = dev_bytes(&num, sizeof num);
-    LS_REQUIRE_OK(CPU->ops->xent_bwd(CPU->state, t, B, C, hp, lab, num / (double)B, NULL, hd));
-    snprintf(what, sizeof what, "xent bwd [%lld, %lld] scale on the device", (long long)B, (long long)C);
-    if (dev_ok(DEV->ops->xent_bwd(DEV->state, t, B, C, dp_cpu, dlab, (double)B, dnum, dd), what, t)) {
+    LS_REQUIRE_OK(CPU->ops->xent_bwd(CPU->state, t, B, C, hp, lab, eps, num / (double)B, NULL, hd));
+    snprintf(what, sizeof what, "xent bwd [%lld, %lld]%s scale on the device", (long long)B, (long long)C, sm);
+    if (dev_ok(DEV->ops->xent_bwd(DEV->state, t, B, C, dp_cpu, dlab, eps, (double)B, dnum, dd), what, t)) {
         double *got = dev_read(dd, t, B * C), *ref = unpack(hd, t, B * C);
         check(what, t, 0, got, ref, B * C);
         free(got), free(ref);
@@ -1149,12 +1151,14 @@ int main(int argc, char **argv) {
             case_act(t, (ls_act)a, 1000003, 0);
             case_act(t, (ls_act)a, 4096, 1);
         }
-        case_xent(t, 128, 10, 0);
-        case_xent(t, 7, 5000, 0);
-        case_xent(t, 300, 1024, 0);
-        case_xent(t, 128, 10, 1);
-        case_xent(t, 9, 3000, 1);
-        case_xent(t, 70, 1500, 0); /* more rows than a small grid: a block takes several (2 SMs: 32 blocks) */
+        case_xent(t, 128, 10, 0, 0.0);
+        case_xent(t, 7, 5000, 0, 0.0);
+        case_xent(t, 300, 1024, 0, 0.0);
+        case_xent(t, 128, 10, 1, 0.0);
+        case_xent(t, 9, 3000, 1, 0.0);
+        case_xent(t, 128, 10, 0, 0.1); /* label smoothing: a warp a row, and a block a row */
+        case_xent(t, 7, 5000, 0, 0.25);
+        case_xent(t, 70, 1500, 0, 0.0); /* more rows than a small grid: a block takes several (2 SMs: 32 blocks) */
         case_argmax_nan(t, 200, 10);
         case_argmax_nan(t, 40, 3000);
         case_blas1(t, 1000003);

@@ -100,27 +100,72 @@ static void check_act(ls_act act) {
 
 typedef struct {
     ls_tensor *z, *labels, *probs, *losses;
+    double eps; /* label smoothing */
 } xent_t;
 static double xent_eval(void *u) {
     xent_t *x = u;
     double mean;
-    LS_REQUIRE_OK(ls_op_xent_forward(C, x->z, x->labels, x->probs, x->losses, &mean));
+    LS_REQUIRE_OK(ls_op_xent_forward_smooth(C, x->z, x->labels, x->eps, x->probs, x->losses, &mean));
     return mean;
 }
 
 static void check_xent(void) {
     int64_t B = 6, K = 5;
     xent_t x = {gc_tensor(C, LS_F64, 2, (int64_t[]){B, K}), gc_tensor(C, LS_I32, 1, (int64_t[]){B}),
-                gc_tensor(C, LS_F64, 2, (int64_t[]){B, K}), gc_tensor(C, LS_F64, 1, (int64_t[]){B})};
+                gc_tensor(C, LS_F64, 2, (int64_t[]){B, K}), gc_tensor(C, LS_F64, 1, (int64_t[]){B}), 0.0};
     gc_fill(&R, x.z, 0);
     for (int64_t i = 0; i < B; i++) ((int32_t *)x.labels->data)[i] = (int32_t)(i % K);
     ((double *)x.z->data)[0] = 30; /* a large logit: stability */
-    xent_eval(&x);
     ls_tensor *dz = gc_tensor(C, LS_F64, 2, x.z->shape);
-    LS_REQUIRE_OK(ls_op_xent_backward(C, x.probs, x.labels, 1.0 / (double)B, dz));
     double num[30];
-    numeric(x.z, xent_eval, &x, num);
-    LS_EXPECT(gc_relerr(dz->data, num, B * K) < TOL);
+    /* without and with label smoothing: the gradient against finite differences, and each loss
+     * against torch.nn.CrossEntropyLoss(label_smoothing=e)'s definition, (1 - e) nll + e
+     * mean_j(-log p_j), in double here */
+    const double eps_list[3] = {0.0, 0.2, 0.9};
+    for (int k = 0; k < 3; k++) {
+        x.eps = eps_list[k];
+        xent_eval(&x);
+        LS_REQUIRE_OK(ls_op_xent_backward_num(C, x.probs, x.labels, x.eps, 1.0 / (double)B, NULL, dz));
+        const double *zz = x.z->data, *ll = x.losses->data;
+        for (int64_t r = 0; r < B; r++) {
+            const double *zr = zz + r * K;
+            double mx = zr[0], se = 0, mean_nlp = 0;
+            for (int64_t j = 1; j < K; j++) mx = zr[j] > mx ? zr[j] : mx;
+            for (int64_t j = 0; j < K; j++) se += exp(zr[j] - mx);
+            const double lse = mx + log(se);
+            for (int64_t j = 0; j < K; j++) mean_nlp += (lse - zr[j]) / (double)K;
+            const double want = (1 - x.eps) * (lse - zr[((int32_t *)x.labels->data)[r]]) + x.eps * mean_nlp;
+            LS_EXPECT_NEAR(ll[r], want, 1e-12 * (1 + fabs(want)));
+        }
+        numeric(x.z, xent_eval, &x, num); /* (leaves the losses of a perturbed z) */
+        LS_EXPECT(gc_relerr(dz->data, num, B * K) < TOL);
+    }
+    /* logits [2, 0, 0], label 0, smoothing 0.3: ln(e^2 + 2) - 0.7 * 2 - 0.3 * 2 / 3, in f32 */
+    {
+        ls_tensor *z3 = gc_tensor(C, LS_F32, 2, (int64_t[]){1, 3}), *p3 = gc_tensor(C, LS_F32, 2, (int64_t[]){1, 3});
+        ls_tensor *l3 = gc_tensor(C, LS_F32, 1, (int64_t[]){1}), *y3 = gc_tensor(C, LS_I32, 1, (int64_t[]){1});
+        ls_tensor *d3 = gc_tensor(C, LS_F32, 2, (int64_t[]){1, 3});
+        float *zf = z3->data;
+        zf[0] = 2, zf[1] = 0, zf[2] = 0;
+        ((int32_t *)y3->data)[0] = 0;
+        double mean;
+        LS_REQUIRE_OK(ls_op_xent_forward_smooth(C, z3, y3, 0.3, p3, l3, &mean));
+        LS_EXPECT_NEAR(mean, log(exp(2.0) + 2) - 1.6, 1e-6);
+        /* the gradient is p - target, target (0.7 + 0.1, 0.1, 0.1) */
+        LS_REQUIRE_OK(ls_op_xent_backward_num(C, p3, y3, 0.3, 1.0, NULL, d3));
+        const float *pf = p3->data, *df = d3->data;
+        LS_EXPECT_NEAR(df[0], pf[0] - 0.8, 1e-6);
+        LS_EXPECT_NEAR(df[1], pf[1] - 0.1, 1e-6);
+        LS_EXPECT_NEAR(df[0] + df[1] + df[2], 0.0, 1e-6);
+        LS_EXPECT_ERR(ls_op_xent_forward_smooth(C, z3, y3, 1.0, p3, l3, &mean), LS_ERR_INVALID_ARGUMENT,
+                      "softmax cross-entropy: label smoothing 1 is not in [0, 1)");
+        LS_EXPECT_ERR(ls_op_xent_forward_smooth(C, z3, y3, -0.1, p3, l3, &mean), LS_ERR_INVALID_ARGUMENT,
+                      "label smoothing -0.1 is not in [0, 1)");
+        LS_EXPECT_ERR(ls_op_xent_backward_num(C, p3, y3, NAN, 1.0, NULL, d3), LS_ERR_INVALID_ARGUMENT,
+                      "softmax cross-entropy backward: label smoothing nan is not in [0, 1)");
+        ls_tensor_destroy(z3), ls_tensor_destroy(p3), ls_tensor_destroy(l3), ls_tensor_destroy(y3);
+        ls_tensor_destroy(d3);
+    }
     /* stability: logits of 1e4 do not overflow (f32) and give the exact loss */
     ls_tensor *z32 = gc_tensor(C, LS_F32, 2, (int64_t[]){1, 3}), *p32 = gc_tensor(C, LS_F32, 2, (int64_t[]){1, 3});
     ls_tensor *l32 = gc_tensor(C, LS_F32, 1, (int64_t[]){1}), *lab = gc_tensor(C, LS_I32, 1, (int64_t[]){1});
