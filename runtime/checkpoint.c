@@ -20,6 +20,7 @@
 
 #include "cnn.h"
 #include "ddp.h"
+#include "half_impl.h"
 #include "log.h"
 #include "timeline.h"
 
@@ -1864,6 +1865,113 @@ ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *
     *found = 1;
     if (path_out && path_len) snprintf(path_out, path_len, "%s", r.path);
     return LS_OK;
+}
+
+/* One tensor of the file into dst: the same dtype as it is; another float dtype converted on the
+ * host (from an aligned copy: the file's data need not be aligned). */
+static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *path, const char *name,
+                              const char *what, ls_tensor *dst) {
+    char a[160], b[160];
+    const ls_safetensors_info *t = ls_safetensors_find(f, name);
+    if (!t) return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': no tensor '%s' (the model's %s)", path, name, what);
+    const int fl =
+        t->has_dtype && (t->dtype == LS_F32 || t->dtype == LS_F64 || t->dtype == LS_F16 || t->dtype == LS_BF16);
+    if (!fl)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' is %s, not a floating-point type", path, name,
+                        t->dtype_name);
+    int same = t->ndim == dst->ndim;
+    for (int k = 0; same && k < t->ndim; k++) same = t->shape[k] == dst->shape[k];
+    if (!same)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' has shape %s but the model's %s is %s", path, name,
+                        shape_str(t->ndim, t->shape, a, sizeof a), what, shape_str(dst->ndim, dst->shape, b, sizeof b));
+    if (t->dtype == dst->dtype) return ls_safetensors_read(f, name, ctx->alloc, dst);
+    /* through f32: the file's values widened (or f64 rounded), then the model's dtype */
+    const int64_t n = t->numel;
+    void *raw = malloc(t->nbytes ? t->nbytes : 1), *conv = malloc((size_t)n * ls_dtype_size(dst->dtype) + 1);
+    float *mid = malloc((size_t)n * sizeof(float) + 1);
+    ls_status s =
+        raw && conv && mid ? LS_OK : ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory to convert '%s'", path, name);
+    if (s == LS_OK) {
+        memcpy(raw, t->data, t->nbytes);
+        if (t->dtype == LS_F32) memcpy(mid, raw, (size_t)n * sizeof(float));
+        if (t->dtype == LS_F16) ls_half_f16_to_f32_n(raw, mid, n);
+        if (t->dtype == LS_BF16) ls_half_bf16_to_f32_n(raw, mid, n);
+        for (int64_t i = 0; t->dtype == LS_F64 && i < n; i++) mid[i] = (float)((const double *)raw)[i];
+        if (dst->dtype == LS_F32) memcpy(conv, mid, (size_t)n * sizeof(float));
+        if (dst->dtype == LS_F16) ls_half_f32_to_f16_n(mid, conv, n);
+        if (dst->dtype == LS_BF16) ls_half_f32_to_bf16_n(mid, conv, n);
+        for (int64_t i = 0; dst->dtype == LS_F64 && i < n; i++) ((double *)conv)[i] = mid[i];
+        if (dst->dtype != LS_F32 && dst->dtype != LS_F64 && dst->dtype != LS_F16 && dst->dtype != LS_BF16)
+            s = ls_error(LS_ERR_UNSUPPORTED, "'%s': cannot load '%s' into a %s tensor", path, name,
+                         ls_dtype_name(dst->dtype));
+    }
+    if (s == LS_OK) {
+        ls_tensor src = ls_tensor_view(conv, dst->dtype, ls_device_cpu(), dst->ndim, dst->shape);
+        s = ls_tensor_copy(ctx->alloc, dst, &src);
+    }
+    free(raw);
+    free(conv);
+    free(mid);
+    return s;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static ls_status model_load_rank0(ls_ctx *ctx, const char *path, ls_module *model) {
+    ls_safetensors *f = NULL;
+    LS_CHECK(ls_safetensors_open(path, &f));
+    ls_status s = LS_OK;
+    int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
+    char what[64], bname[LS_CKPT_BUFFER_NAME];
+    for (int i = 0; i < np && s == LS_OK; i++) {
+        snprintf(what, sizeof what, "parameter %d", i);
+        s = model_tensor(ctx, f, path, ls_module_param_name(model, i), what, ls_module_param(model, i));
+    }
+    for (int i = 0; i < nb && s == LS_OK; i++) {
+        ls_tensor *t = ls_cnn_buffer(model, i, bname, sizeof bname);
+        snprintf(what, sizeof what, "buffer %d", i);
+        s = model_tensor(ctx, f, path, bname, what, t);
+    }
+    /* strict: a tensor of the file that the model lacks is a mismatch (a wrong architecture, or
+     * names of another scheme), not something to drop silently */
+    for (int j = 0; j < ls_safetensors_count(f) && s == LS_OK; j++) {
+        const char *name = ls_safetensors_tensor(f, j)->name;
+        int ours = 0;
+        for (int i = 0; i < np && !ours; i++) ours = strcmp(name, ls_module_param_name(model, i)) == 0;
+        for (int i = 0; i < nb && !ours; i++) {
+            ls_cnn_buffer(model, i, bname, sizeof bname);
+            ours = strcmp(name, bname) == 0;
+        }
+        if (!ours && !ends_with(name, ".num_batches_tracked"))
+            s = ls_error(LS_ERR_INVALID_ARGUMENT,
+                         "'%s': tensor '%s' is not in the model (%d parameters, %d buffers: a different architecture?)",
+                         path, name, np, nb);
+    }
+    ls_safetensors_close(f);
+    return s;
+}
+
+ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module *model) {
+    if (!ctx || !model || !path)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_model_load: %s is NULL",
+                        !ctx     ? "the context"
+                        : !model ? "the model"
+                                 : "the path");
+    ls_status s = comm_rank(comm) == 0 ? model_load_rank0(ctx, path, model) : LS_OK;
+    if (comm_world(comm) <= 1) return s;
+    LS_CHECK(agree(comm, s));
+    int np = ls_module_num_params(model);
+    ls_tensor **params = malloc(((size_t)np + 1) * sizeof *params);
+    s = params ? LS_OK : ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
+    for (int i = 0; params && i < np; i++) params[i] = ls_module_param(model, i);
+    s = agree(comm, s);
+    if (s == LS_OK) s = ls_ddp_broadcast_params(comm, np, params);
+    if (s == LS_OK) s = ls_cnn_broadcast_buffers(comm, model);
+    free(params);
+    return s;
 }
 
 /* ---------------------------------------------------------------- preemption */

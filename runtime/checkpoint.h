@@ -161,6 +161,16 @@ ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_las
 ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *which, ls_module *model,
                        ls_optimizer *opt, ls_ckpt_state *state, int *found, char *path_out, size_t path_len);
 
+/* Collective (comm NULL: one process): a model's weights from one safetensors file, as PyTorch's
+ * model.load_state_dict(safetensors.torch.load_file(path)) with strict=True: rank 0 reads path
+ * (a checkpoint's model.safetensors, or a file saved from PyTorch with its parameter names:
+ * "0.weight", "2.bias", ..., batch norm's "running_mean" and "running_var"), every parameter and
+ * buffer must be there with its shape (f32, f64, f16 or bf16: converted to the model's dtype),
+ * and every tensor of the file must be the model's, but PyTorch's "*.num_batches_tracked", which
+ * are skipped; then every rank gets rank 0's values. Errors name the file and the tensor; every
+ * rank returns rank 0's. On an error the model may be partly loaded. */
+ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module *model);
+
 /* Check one checkpoint directory: manifest present and well-formed, every listed file present
  * with the recorded size and CRC32. *step (may be NULL) gets its step. Errors name the file. */
 ls_status ls_ckpt_verify(const char *ckpt_dir, int64_t *step);

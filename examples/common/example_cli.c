@@ -38,6 +38,18 @@ int ex_parse_f64(const char *prog, const char *flag, const char *s, double *out)
     return 0;
 }
 
+int ex_parse_fraction(const char *prog, const char *flag, const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || errno == ERANGE || !(v >= 0 && v < 1)) {
+        fprintf(stderr, "%s: %s '%s' must be a number from 0 to below 1\n", prog, flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int ex_nonempty(const char *prog, const char *flag, const char *s) {
     if (s && *s) return 0;
     fprintf(stderr, "%s: %s must not be empty (leave the flag out for its default)\n", prog, flag);

@@ -32,6 +32,7 @@ typedef struct options {
     double lr, weight_decay, momentum, clip;
     int no_decay_1d;
     double label_smoothing;
+    const char *init_from; /* --init-from: weights to start from */
     int64_t warmup;
     uint64_t seed;
     const char *data_dir, *device, *comm, *hidden, *activation, *sampler;
@@ -67,6 +68,9 @@ static void usage(FILE *f) {
                "  --hidden A,B,...      hidden layer sizes, at most 6 (default 512,256; '' for none: a linear\n"
                "                        model)\n"
                "  --activation relu|gelu (default relu)\n"
+               "  --init-from FILE      start from the weights in FILE, a safetensors file: a checkpoint's\n"
+               "                        model.safetensors, or a PyTorch state_dict of the same names and shapes\n"
+               "                        (f32, f16, bf16 or f64); a checkpoint resumed replaces them\n"
                "  --seed N              seed for initialization and shuffling (default 42)\n"
                "  --train-limit N       use only the first N training samples (default all 60000)\n"
                "  --test-limit N        use only the first N test samples (default all 10000)\n"
@@ -114,6 +118,7 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"checkpoint-activations", optional_argument, 0, 1002},
                                              {"hidden", required_argument, 0, 'H'},
                                              {"activation", required_argument, 0, 'a'},
+                                             {"init-from", required_argument, 0, 1005},
                                              {"seed", required_argument, 0, 's'},
                                              {"train-limit", required_argument, 0, 'T'},
                                              {"test-limit", required_argument, 0, 't'},
@@ -163,12 +168,9 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'c':
             if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1;
             break;
+        case 1005: STR_OPT("--init-from", o->init_from); break;
         case 1004:
-            if (parse_f64("--label-smoothing", optarg, &o->label_smoothing)) return -1;
-            if (o->label_smoothing >= 1) {
-                fprintf(stderr, "%s: --label-smoothing '%s' must be below 1\n", EX_PROG, optarg);
-                return -1;
-            }
+            if (parse_fraction("--label-smoothing", optarg, &o->label_smoothing)) return -1;
             break;
         case 1001: o->precision = optarg; break;
         case 1002:
@@ -281,6 +283,7 @@ int main(int argc, char **argv) {
     TRY("data", ex_check_fashion_shape(train, test));
     TRY("model", ls_mlp_create(ctx, LS_F32, n_sizes, sizes, act, o.seed, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
+    if (o.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.init_from, model));
     ls_optim_config oc = ls_optim_defaults(kind);
     if (o.lr >= 0)
         oc.lr = (float)o.lr;

@@ -40,6 +40,7 @@ typedef struct options {
     double lr, weight_decay, momentum, clip;
     int no_decay_1d;
     double label_smoothing;
+    const char *init_from; /* --init-from: weights to start from */
     int64_t warmup;
     int blocks, ckpt_segments, sync_bn, augment;
     uint64_t seed;
@@ -81,6 +82,9 @@ static void usage(FILE *f) {
                "  --sync-bn             batch-norm statistics over all ranks (SyncBatchNorm) instead of per rank\n"
                "  --augment             random shifts (up to 2 pixels) and horizontal flips of the training images\n"
                "                        (default off: with 5 epochs the model underfits rather than overfits)\n"
+               "  --init-from FILE      start from the weights in FILE, a safetensors file: a checkpoint's\n"
+               "                        model.safetensors, or a PyTorch state_dict of the same names and shapes\n"
+               "                        (f32, f16, bf16 or f64); a checkpoint resumed replaces them\n"
                "  --seed N              seed for initialization, shuffling and augmentation (default 42)\n"
                "  --train-limit N       use only the first N training samples (default all 60000)\n"
                "  --test-limit N        use only the first N test samples (default all 10000)\n"
@@ -132,6 +136,7 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"sync-bn", no_argument, 0, 'Y'},
                                              {"augment", no_argument, 0, 'G'},
                                              {"memory-cap", required_argument, 0, 'M'},
+                                             {"init-from", required_argument, 0, 1005},
                                              {"seed", required_argument, 0, 's'},
                                              {"train-limit", required_argument, 0, 'T'},
                                              {"test-limit", required_argument, 0, 't'},
@@ -183,12 +188,9 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'c':
             if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1;
             break;
+        case 1005: STR_OPT("--init-from", o->init_from); break;
         case 1004:
-            if (parse_f64("--label-smoothing", optarg, &o->label_smoothing)) return -1;
-            if (o->label_smoothing >= 1) {
-                fprintf(stderr, "%s: --label-smoothing '%s' must be below 1\n", EX_PROG, optarg);
-                return -1;
-            }
+            if (parse_fraction("--label-smoothing", optarg, &o->label_smoothing)) return -1;
             break;
         case 'H': o->widths = optarg; break;
         case 'B':
@@ -338,6 +340,7 @@ int main(int argc, char **argv) {
     rcfg.sync_bn = o.sync_bn && world > 1 ? comm : NULL;
     TRY("model", ls_resnet_create(ctx, &rcfg, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
+    if (o.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.init_from, model));
 
     ls_optim_config oc = ls_optim_defaults(kind);
     oc.lr = (float)(o.lr >= 0 ? o.lr : kind == LS_OPTIM_SGD ? 0.1 : 0.002);

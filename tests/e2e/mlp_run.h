@@ -10,6 +10,22 @@
 #include "testutil.h"
 #include "train.h"
 
+/* The device a test's argv[1] names: "cpu" (or none) or "cuda" (cuda:0; exits 77, CTest's skip,
+ * where no GPU is usable); anything else exits 2. */
+static inline ls_device mlp_device_arg(int argc, char **argv) {
+    const char *dev = argc > 1 ? argv[1] : "cpu";
+    if (!strcmp(dev, "cuda")) {
+        char why[256] = "";
+        if (ls_device_cuda_count(why, sizeof why) == 0) LS_SKIP("no usable CUDA device: %s", why);
+        return (ls_device){LS_DEVICE_CUDA, 0};
+    }
+    if (strcmp(dev, "cpu") != 0) {
+        fprintf(stderr, "device '%s': use cpu or cuda\n", dev);
+        exit(2);
+    }
+    return ls_device_cpu();
+}
+
 /* A features-40-10 ReLU MLP in f32 (seed 77: the same on every call) and SGD at lr. */
 static inline void mlp_sgd(ls_ctx *c, int64_t features, float lr, ls_module **m, ls_optimizer **o) {
     int64_t sizes[3] = {features, 40, 10};

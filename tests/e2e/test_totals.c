@@ -144,17 +144,7 @@ static void check(const plan *p) {
 }
 
 int main(int argc, char **argv) {
-    const char *dev = argc > 1 ? argv[1] : "cpu";
-    ls_device d = ls_device_cpu();
-    if (!strcmp(dev, "cuda")) {
-        char why[256];
-        if (ls_device_cuda_count(why, sizeof why) == 0) LS_SKIP("no usable CUDA device: %s", why);
-        d = (ls_device){LS_DEVICE_CUDA, 0};
-    } else if (strcmp(dev, "cpu") != 0) {
-        fprintf(stderr, "device '%s': use cpu or cuda\n", dev);
-        return 2;
-    }
-    LS_REQUIRE_OK(ls_ctx_create(d, NULL, &C));
+    LS_REQUIRE_OK(ls_ctx_create(mlp_device_arg(argc, argv), NULL, &C));
     int32_t y[N];
     float *x = mlp_points(N, F, 4242, y);
     LS_REQUIRE_OK(ls_dataset_from_arrays(N, F, 10, x, y, &D));

@@ -21,7 +21,8 @@
 #     gradient compression: 1e-5 and 1e-3; fp16 with an inf injected on rank 1 only: 5e-3, and
 #     the same steps skipped on rank 0 with the same scales;
 #   - a checkpoint written on cuda at step 40: resumed on cuda, bitwise the run never stopped;
-#     resumed on the CPU, within 1e-5 of it.
+#     resumed on the CPU, within 1e-5 of it; its weights loaded with --init-from evaluate to the
+#     same test figures on cuda and on the CPU.
 # First, LOCKSTEP_TF32=maybe is refused when cuda:0 starts.
 set -u
 prog=$(realpath "$1") run=$(realpath "$2")
@@ -99,4 +100,11 @@ train resumed -- --device cuda "${adam[@]}" --resume ck/step-00000040
 close resumed straight 0
 train moved -- --device cpu "${adam[@]}" --resume ck/step-00000040
 close moved straight 1e-5
-echo "PASS: fashion_mlp on the emulated GPU matches the CPU (f32, staged batches, bf16, fp16, 2 ranks, resume)"
+# --init-from on the emulated GPU: the step-40 weights, evaluated on cuda as on the CPU
+figures() { grep -oE 'test loss [0-9.]+  test acc [0-9.]+%' <<<"$out" | tail -n 1; }
+run init_cuda -- "${base[@]}" --device cuda --epochs 0 --init-from ck/step-00000040/model.safetensors
+on_cuda=$(figures)
+run init_cpu -- "${base[@]}" --device cpu --epochs 0 --init-from ck/step-00000040/model.safetensors
+[ -n "$on_cuda" ] && [ "$on_cuda" = "$(figures)" ] || fail "--init-from: cuda '$on_cuda', cpu '$(figures)'"
+echo "PASS: fashion_mlp on the emulated GPU matches the CPU (f32, staged batches, bf16, fp16, 2 ranks, resume," \
+     "--init-from: $on_cuda)"

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# init_from.sh MLP MPIRUN [RESNET]: fashion_mlp --init-from FILE on the real Fashion-MNIST test set, with
+# files written here by Python's standard library in the safetensors layout (as
+# safetensors.torch.save_file writes a state_dict):
+#   - all zeros in f16: every logit 0, so the loss is ln 10 and argmax picks class 0 for every
+#     sample: 10.00% of the balanced test set (--epochs 0 evaluates the model as it is);
+#   - the last bias (5 at class 3, else 0) in bf16 and the rest f64 zeros, with PyTorch's
+#     "num_batches_tracked" beside them: 10.00% and the loss ln(9 + e^5) - 0.5;
+#   - a checkpoint's model.safetensors: the same test figures as the run that wrote it; on 2 ranks
+#     (rank 0 reads, the others receive) as on 1; with RESNET, fashion_resnet's too (batch norm's
+#     running statistics, which evaluation uses, are in the file);
+#   - refused, naming the file and the tensor: one missing, a wrong shape, one the model lacks,
+#     an integer tensor, a file that is not safetensors, and one that does not exist.
+MLP=$1 MPIRUN=$2 RESNET=${3:-}
+PROG=$MLP
+. "$(dirname "$0")/lib.sh"
+command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
+# write NAME SPEC...: SPEC = tensor:dtype:d0xd1:fill, fill "zeros" or "onehot=K=V" (V at index K)
+write() {
+    python3 - "$@" <<'EOF'
+import json, struct, sys
+out, specs = sys.argv[1], sys.argv[2:]
+header, blobs, off = {}, [], 0
+for spec in specs:
+    name, dtype, shape, fill = spec.split(":")
+    dims = [int(d) for d in shape.split("x")]
+    n = 1
+    for d in dims:
+        n *= d
+    vals = [0.0] * n
+    if fill.startswith("onehot="):
+        _, k, v = fill.split("=")
+        vals[int(k)] = float(v)
+    if dtype == "F32":
+        b = struct.pack("<%df" % n, *vals)
+    elif dtype == "F64":
+        b = struct.pack("<%dd" % n, *vals)
+    elif dtype == "F16":
+        b = struct.pack("<%de" % n, *vals)
+    elif dtype == "BF16":  # the top half of the f32 (exact for the values used here)
+        b = b"".join(struct.pack("<I", struct.unpack("<I", struct.pack("<f", x))[0])[2:] for x in vals)
+    elif dtype == "I64":
+        b = struct.pack("<%dq" % n, *[int(x) for x in vals])
+    header[name] = {"dtype": dtype, "shape": dims, "data_offsets": [off, off + len(b)]}
+    blobs.append(b)
+    off += len(b)
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+with open(out, "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+EOF
+}
+A=(--hidden 512,256 --no-progress --epochs 0)
+L0="0.weight:F16:512x784:zeros" B0="0.bias:F16:512:zeros" L2="2.weight:F16:256x512:zeros" B2="2.bias:F16:256:zeros"
+L4="4.weight:F16:10x256:zeros" B4="4.bias:F16:10:zeros"
+write zeros.st "$L0" "$B0" "$L2" "$B2" "$L4" "$B4"
+train 1 "${A[@]}" --init-from zeros.st
+expect_rc 0
+expect_out "nothing to train (--epochs 0); the model as it is: test loss 2.3026  test acc 10.00%"
+
+want=$(python3 -c 'import math; print("%.4f" % (math.log(9 + math.exp(5)) - 0.5))')
+write bias.st "0.weight:F64:512x784:zeros" "0.bias:F64:512:zeros" "2.weight:F64:256x512:zeros" \
+    "2.bias:F64:256:zeros" "4.weight:F64:10x256:zeros" "4.bias:BF16:10:onehot=3=5" "1.num_batches_tracked:I64:1:zeros"
+train 1 "${A[@]}" --init-from bias.st
+expect_rc 0
+expect_out "the model as it is: test loss $want  test acc 10.00%"
+
+# a checkpoint's weights: the figures the run printed at its end
+train 1 --hidden 64 --no-progress --epochs 1 --train-limit 2000 --save-every 1000 --checkpoint-dir D
+expect_rc 0
+end=$(grep -oE 'test loss [0-9.]+  test acc [0-9.]+%' out | tail -n 1)
+[ -n "$end" ] || fail "the training run printed no test figures"
+ck=$(ls -d D/step-* | tail -n 1)
+train 1 --hidden 64 --no-progress --epochs 0 --init-from "$ck/model.safetensors"
+expect_rc 0
+expect_out "the model as it is: $end"
+if [ "$MPIRUN" != none ]; then
+    train 2 --hidden 64 --no-progress --epochs 0 --init-from "$ck/model.safetensors"
+    expect_rc 0
+    expect_out "the model as it is: $end"
+    # rank 0 finds the file wanting: every rank stops with its message
+    train 2 --hidden 64 --no-progress --epochs 0 --init-from zeros.st
+    [ "$rc" -ne 0 ] || fail "2 ranks: a wrong file was accepted"
+    expect_out "fashion_mlp: --init-from: invalid argument: 'zeros.st': tensor '0.weight' has shape [512, 784] but the model's parameter 0 is [64, 784]"
+fi
+
+if [ -n "$RESNET" ]; then
+    PROG=$RESNET NAME=fashion_resnet
+    R=(--widths 8,16 --no-progress --train-limit 1000 --test-limit 500)
+    train 1 "${R[@]}" --epochs 1 --save-every 1000 --checkpoint-dir R
+    expect_rc 0
+    rend=$(grep -oE 'test loss [0-9.]+  test acc [0-9.]+%' out | tail -n 1)
+    [ -n "$rend" ] || fail "the ResNet run printed no test figures"
+    train 1 "${R[@]}" --epochs 0 --init-from "$(ls -d R/step-* | tail -n 1)/model.safetensors"
+    expect_rc 0
+    expect_out "the model as it is: $rend"
+    PROG=$MLP NAME=fashion_mlp
+fi
+
+# refused: each names the file and the tensor
+write missing.st "$L0" "$B0" "$L2" "$B2" "$L4"
+train 1 "${A[@]}" --init-from missing.st
+expect_rc 1
+expect_out "fashion_mlp: --init-from: invalid argument: 'missing.st': no tensor '4.bias' (the model's parameter 5)"
+train 1 --hidden 512,128 --no-progress --epochs 0 --init-from zeros.st
+expect_rc 1
+expect_out "'zeros.st': tensor '2.weight' has shape [256, 512] but the model's parameter 2 is [128, 512]"
+write extra.st "$L0" "$B0" "$L2" "$B2" "$L4" "$B4" "6.weight:F32:10x10:zeros"
+train 1 "${A[@]}" --init-from extra.st
+expect_rc 1
+expect_out "'extra.st': tensor '6.weight' is not in the model (6 parameters, 0 buffers: a different architecture?)"
+write int.st "$L0" "$B0" "$L2" "$B2" "$L4" "4.bias:I64:10:zeros"
+train 1 "${A[@]}" --init-from int.st
+expect_rc 1
+expect_out "'int.st': tensor '4.bias' is I64, not a floating-point type"
+echo "not a safetensors file" >text.st
+train 1 "${A[@]}" --init-from text.st
+expect_rc 1
+expect_out "fashion_mlp: --init-from: bad format: 'text.st': header length"
+train 1 "${A[@]}" --init-from nowhere.st
+expect_rc 1
+expect_out "nowhere.st"
+train 1 "${A[@]}" --init-from ''
+expect_rc 2
+echo "PASS: --init-from: zeros (f16) and a bias (bf16, f64, num_batches_tracked) give the computed test figures;" \
+     "a checkpoint's weights its run's ($end) on 1 and 2 ranks${RESNET:+, the ResNet as well}; 6 bad files refused"
