@@ -20,7 +20,7 @@
 
 #include "cnn.h"
 #include "ddp.h"
-#include "half_impl.h"
+#include "cpu/cpu.h"
 #include "log.h"
 #include "timeline.h"
 
@@ -1885,25 +1885,13 @@ static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *
         return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' has shape %s but the model's %s is %s", path, name,
                         shape_str(t->ndim, t->shape, a, sizeof a), what, shape_str(dst->ndim, dst->shape, b, sizeof b));
     if (t->dtype == dst->dtype) return ls_safetensors_read(f, name, ctx->alloc, dst);
-    /* through f32: the file's values widened (or f64 rounded), then the model's dtype */
+    /* the CPU backend's conversion, from an aligned copy of the file's bytes */
     const int64_t n = t->numel;
     void *raw = malloc(t->nbytes ? t->nbytes : 1), *conv = malloc((size_t)n * ls_dtype_size(dst->dtype) + 1);
-    float *mid = malloc((size_t)n * sizeof(float) + 1);
-    ls_status s =
-        raw && conv && mid ? LS_OK : ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory to convert '%s'", path, name);
+    ls_status s = raw && conv ? LS_OK : ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory to convert '%s'", path, name);
     if (s == LS_OK) {
         memcpy(raw, t->data, t->nbytes);
-        if (t->dtype == LS_F32) memcpy(mid, raw, (size_t)n * sizeof(float));
-        if (t->dtype == LS_F16) ls_half_f16_to_f32_n(raw, mid, n);
-        if (t->dtype == LS_BF16) ls_half_bf16_to_f32_n(raw, mid, n);
-        for (int64_t i = 0; t->dtype == LS_F64 && i < n; i++) mid[i] = (float)((const double *)raw)[i];
-        if (dst->dtype == LS_F32) memcpy(conv, mid, (size_t)n * sizeof(float));
-        if (dst->dtype == LS_F16) ls_half_f32_to_f16_n(mid, conv, n);
-        if (dst->dtype == LS_BF16) ls_half_f32_to_bf16_n(mid, conv, n);
-        for (int64_t i = 0; dst->dtype == LS_F64 && i < n; i++) ((double *)conv)[i] = mid[i];
-        if (dst->dtype != LS_F32 && dst->dtype != LS_F64 && dst->dtype != LS_F16 && dst->dtype != LS_BF16)
-            s = ls_error(LS_ERR_UNSUPPORTED, "'%s': cannot load '%s' into a %s tensor", path, name,
-                         ls_dtype_name(dst->dtype));
+        s = ls_cpu_convert(n, t->dtype, raw, dst->dtype, conv);
     }
     if (s == LS_OK) {
         ls_tensor src = ls_tensor_view(conv, dst->dtype, ls_device_cpu(), dst->ndim, dst->shape);
@@ -1911,7 +1899,6 @@ static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *
     }
     free(raw);
     free(conv);
-    free(mid);
     return s;
 }
 
