@@ -39,29 +39,37 @@ static ls_status ls_check_list(const char *fn, int n, ls_tensor *const *params) 
 }
 
 ls_status ls_ddp_broadcast_params(ls_comm *c, int n, ls_tensor *const *params) {
-    LS_CHECK(ls_check_list("ls_ddp_broadcast_params", n, params));
+    return ls_ddp_broadcast_owned(c, n, params, NULL, 0);
+}
+
+ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, const int *roots, int stream_order) {
+    const char *fn = roots ? "ls_ddp_broadcast_owned" : "ls_ddp_broadcast_params";
+    LS_CHECK(ls_check_list(fn, n, params));
     ls_device dev = ls_comm_device(c);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (params[i]->device.type != dev.type) {
             char d[32];
-            return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "ls_ddp_broadcast_params: parameter %d is on %s, the communicator on %s", i,
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: parameter %d is on %s, the communicator on %s", fn, i,
                             ls_device_str(params[i]->device, d, sizeof d), dev.type == LS_DEVICE_CPU ? "cpu" : "cuda");
         }
+        if (roots && (roots[i] < 0 || roots[i] >= ls_comm_world(c)))
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: parameter %d's root %d is not a rank of %d", fn, i, roots[i],
+                            ls_comm_world(c));
+    }
     ls_comm_request **reqs = calloc((size_t)(n > 0 ? n : 1), sizeof *reqs);
-    if (!reqs) return ls_error(LS_ERR_OUT_OF_MEMORY, "ls_ddp_broadcast_params: out of host memory");
+    if (!reqs) return ls_error(LS_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     ls_status s = LS_OK;
     int started = 0;
     for (; started < n; started++) {
         const ls_tensor *t = params[started];
-        s = ls_comm_ibroadcast(c, t->data, ls_tensor_numel(t), t->dtype, 0, &reqs[started]);
+        s = ls_comm_ibroadcast(c, t->data, ls_tensor_numel(t), t->dtype, roots ? roots[started] : 0, &reqs[started]);
         if (s != LS_OK) {
             ls_error_context(s, "broadcasting parameter %d", started);
             break;
         }
     }
     for (int i = 0; i < started; i++) {
-        ls_status w = ls_comm_wait(reqs[i]);
+        ls_status w = stream_order && s == LS_OK ? ls_comm_wait_stream(reqs[i]) : ls_comm_wait(reqs[i]);
         if (w != LS_OK && s == LS_OK) s = ls_error_context(w, "broadcasting parameter %d", i);
     }
     free(reqs);

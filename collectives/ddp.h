@@ -13,6 +13,11 @@ extern "C" {
 
 /* Every rank receives rank 0's values of params[0..n) (on the communicator's device). */
 ls_status ls_ddp_broadcast_params(ls_comm *c, int n, ls_tensor *const *params);
+/* Every rank receives params[i] from rank roots[i] (each parameter from the rank that updated it:
+ * a sharded optimizer's owners; roots NULL: rank 0), the broadcasts in flight together. stream_order
+ * 1 completes them in stream order (ls_comm_wait_stream: on nccl the host does not wait; the device
+ * work queued after the call does), 0 waits for them. */
+ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, const int *roots, int stream_order);
 
 /* Compare the parameter count, and each parameter's shape and dtype, with rank 0's. On any
  * difference every rank returns LS_ERR_MISMATCH with a message naming the first one (lowest

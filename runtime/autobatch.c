@@ -182,7 +182,10 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
      * others waiting in a collective; the gradient buckets the reducer would hold are reserved
      * instead, and ls_batch_size_search agrees on the outcome afterwards. */
     if (world > 1) LS_CHECK_GOTO(reserve_buckets(t, np, g, &reserved), s, done);
-    LS_CHECK_GOTO(ls_optimizer_create(t->ctx, np, p, g, t->optim, &opt), s, done);
+    /* one rank steps it: a sharded optimizer's trial keeps the whole state (a bound on the memory) */
+    ls_optim_config oc = *t->optim;
+    oc.shard_rank = oc.shard_world = 0;
+    LS_CHECK_GOTO(ls_optimizer_create(t->ctx, np, p, g, &oc, &opt), s, done);
     LS_CHECK_GOTO(ls_trainer_create(t->ctx, NULL, t->model, opt, &tc, &tr), s, done);
     /* two steps: the second is the steady state, where the buffers of the previous step are still held
      * while the next one allocates its workspaces */

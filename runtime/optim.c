@@ -14,7 +14,16 @@ struct ls_optimizer {
     ls_tensor **p, **g, **m, **v;
     void **pp, **gp, **mp, **vp;
     int64_t *numel;
-    float *wd;       /* each parameter's weight decay */
+    float *wd; /* each parameter's weight decay */
+    int need_m, need_v;
+    /* sharded (ls_optimizer_shard): owner[i] is the rank that steps parameter i and keeps its state;
+     * NULL: unsharded, every rank steps every parameter */
+    int *owner;
+    int rank, world;
+    int held;                    /* ls_optimizer_hold_states(o, 1): others' states allocated too */
+    void **sp, **sg, **sm, **sv; /* the step's lists: the parameters this rank steps */
+    int64_t *sn;
+    float *sw;
     int wd_mixed;    /* some differ from cfg.weight_decay: the steps pass wd */
     int64_t steps;   /* steps taken, unless only the device knows (COUNT_DEVICE) */
     double *ctl;     /* LS_OPTIM_CTL doubles of device memory: the count on the device (ops.h) */
@@ -72,8 +81,46 @@ void ls_optimizer_destroy(ls_optimizer *o) {
     free(o->vp);
     free(o->numel);
     free(o->wd);
+    free(o->owner);
+    free(o->sp);
+    free(o->sg);
+    free(o->sm);
+    free(o->sv);
+    free(o->sn);
+    free(o->sw);
     free(o);
 }
+
+/* Parameter i's state tensors (momentum / moments), zeroed, where the kind keeps them and they are not there yet. */
+static ls_status state_alloc(ls_optimizer *o, int i) {
+    ls_tensor *p = o->p[i];
+    if (o->need_m && !o->m[i]) {
+        LS_CHECK(ls_tensor_create(o->ctx->alloc, o->dtype, p->ndim, p->shape, "optimizer state", &o->m[i]));
+        o->mp[i] = o->m[i]->data;
+        LS_CHECK(ls_tensor_zero(o->m[i]));
+    }
+    if (o->need_v && !o->v[i]) {
+        LS_CHECK(ls_tensor_create(o->ctx->alloc, o->dtype, p->ndim, p->shape, "optimizer state", &o->v[i]));
+        o->vp[i] = o->v[i]->data;
+        LS_CHECK(ls_tensor_zero(o->v[i]));
+    }
+    return LS_OK;
+}
+
+static void state_free(ls_optimizer *o, int i) {
+    if (o->m) {
+        ls_tensor_destroy(o->m[i]);
+        o->m[i] = NULL;
+        o->mp[i] = NULL;
+    }
+    if (o->v) {
+        ls_tensor_destroy(o->v[i]);
+        o->v[i] = NULL;
+        o->vp[i] = NULL;
+    }
+}
+
+static int mine(const ls_optimizer *o, int i) { return !o->owner || o->owner[i] == o->rank; }
 
 ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_tensor *const *grads,
                               const ls_optim_config *cfg, ls_optimizer **out) {
@@ -107,6 +154,9 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "optimizer: invalid hyperparameters (lr %g, weight decay %g, momentum %g, betas %g %g, eps %g)",
                         cfg->lr, cfg->weight_decay, cfg->momentum, cfg->beta1, cfg->beta2, cfg->eps);
+    if (cfg->shard_world < 0 || (cfg->shard_world > 1 && (cfg->shard_rank < 0 || cfg->shard_rank >= cfg->shard_world)))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: shard_rank %d is not a rank of shard_world %d",
+                        cfg->shard_rank, cfg->shard_world);
     if (cfg->nesterov && (cfg->momentum <= 0 || cfg->dampening != 0))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: nesterov needs momentum > 0 and dampening 0");
     ls_optimizer *o = calloc(1, sizeof *o);
@@ -123,6 +173,15 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
     o->gp = calloc(np, sizeof *o->gp);
     o->numel = calloc(np, sizeof *o->numel);
     o->wd = calloc(np, sizeof *o->wd);
+    o->sp = calloc(np, sizeof *o->sp);
+    o->sg = calloc(np, sizeof *o->sg);
+    o->sm = calloc(np, sizeof *o->sm);
+    o->sv = calloc(np, sizeof *o->sv);
+    o->sn = calloc(np, sizeof *o->sn);
+    o->sw = calloc(np, sizeof *o->sw);
+    o->need_m = need_m;
+    o->need_v = need_v;
+    o->world = 1;
     if (need_m) {
         o->m = calloc(np, sizeof *o->m);
         o->mp = calloc(np, sizeof *o->mp);
@@ -132,8 +191,8 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
         o->vp = calloc(np, sizeof *o->vp);
     }
     ls_status s = LS_OK;
-    if (!o->p || !o->g || !o->pp || !o->gp || !o->numel || !o->wd || (need_m && (!o->m || !o->mp)) ||
-        (need_v && (!o->v || !o->vp))) {
+    if (!o->p || !o->g || !o->pp || !o->gp || !o->numel || !o->wd || !o->sp || !o->sg || !o->sm || !o->sv || !o->sn ||
+        !o->sw || (need_m && (!o->m || !o->mp)) || (need_v && (!o->v || !o->vp))) {
         s = ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the optimizer's lists");
         goto fail;
     }
@@ -156,21 +215,11 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
         o->numel[i] = ls_tensor_numel(params[i]);
         o->wd[i] = cfg->no_decay_1d && params[i]->ndim < 2 ? 0.0f : cfg->weight_decay;
         if (o->wd[i] != cfg->weight_decay) o->wd_mixed = 1;
-        if (need_m) {
-            LS_CHECK_GOTO(
-                ls_tensor_create(ctx->alloc, o->dtype, params[i]->ndim, params[i]->shape, "optimizer state", &o->m[i]),
-                s, fail);
-            LS_CHECK_GOTO(ls_tensor_zero(o->m[i]), s, fail);
-            o->mp[i] = o->m[i]->data;
-        }
-        if (need_v) {
-            LS_CHECK_GOTO(
-                ls_tensor_create(ctx->alloc, o->dtype, params[i]->ndim, params[i]->shape, "optimizer state", &o->v[i]),
-                s, fail);
-            LS_CHECK_GOTO(ls_tensor_zero(o->v[i]), s, fail);
-            o->vp[i] = o->v[i]->data;
-        }
     }
+    /* sharded from the start: the other ranks' state is never allocated */
+    if (cfg->shard_world > 1) LS_CHECK_GOTO(ls_optimizer_shard(o, cfg->shard_rank, cfg->shard_world), s, fail);
+    for (int i = 0; i < n; i++)
+        if (mine(o, i)) LS_CHECK_GOTO(state_alloc(o, i), s, fail);
     *out = o;
     return LS_OK;
 fail:
@@ -202,19 +251,30 @@ static ls_status step(ls_optimizer *o, float lr, int counted, const double *skip
     double *ctl = counted ? o->ctl : NULL;
     const ls_ops *ops = o->ctx->ops;
     const float *wds = o->wd_mixed ? o->wd : NULL;
-    /* the tensors' memory may have moved since create (the reducer's gradients as bucket views) */
+    /* the parameters this rank steps (all, unsharded), read afresh: the tensors' memory may have
+     * moved since create (the reducer's gradients as bucket views) */
+    int k = 0;
     for (int i = 0; i < o->n; i++) {
         o->pp[i] = o->p[i]->data;
         o->gp[i] = o->g[i]->data;
+        if (!mine(o, i)) continue;
+        o->sp[k] = o->pp[i];
+        o->sg[k] = o->gp[i];
+        o->sm[k] = o->m ? o->mp[i] : NULL;
+        o->sv[k] = o->v ? o->vp[i] : NULL;
+        o->sn[k] = o->numel[i];
+        o->sw[k] = o->wd[i];
+        k++;
     }
+    if (wds) wds = o->sw;
     if (o->cfg.kind == LS_OPTIM_SGD) {
         ls_sgd_params hp = {
             lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov, o->steps == 0, ctl, skip, wds};
-        LS_CHECK(ops->sgd_step(o->ctx->state, o->dtype, o->n, o->pp, o->gp, o->mp, o->numel, &hp));
+        LS_CHECK(ops->sgd_step(o->ctx->state, o->dtype, k, o->sp, o->sg, o->m ? o->sm : NULL, o->sn, &hp));
     } else {
         ls_adamw_params hp = {lr,           o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay,
                               o->steps + 1, ctl,          skip,         wds};
-        LS_CHECK(ops->adamw_step(o->ctx->state, o->dtype, o->n, o->pp, o->gp, o->mp, o->vp, o->numel, &hp));
+        LS_CHECK(ops->adamw_step(o->ctx->state, o->dtype, k, o->sp, o->sg, o->sm, o->sv, o->sn, &hp));
     }
     if (counted)
         o->count = COUNT_DEVICE;
@@ -268,10 +328,82 @@ void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps) {
 }
 
 ls_tensor *ls_optimizer_state(ls_optimizer *o, int i, int slot) {
-    if (i < 0 || i >= o->n) return NULL;
+    if (!o || i < 0 || i >= o->n) return NULL;
     if (slot == 0) return o->m ? o->m[i] : NULL;
     if (slot == 1) return o->v ? o->v[i] : NULL;
     return NULL;
+}
+
+int ls_optimizer_num_state_slots(const ls_optimizer *o) { return o ? o->need_m + o->need_v : 0; }
+
+/* ZeroRedundancyOptimizer's partition: largest parameters first (a stable sort: equal sizes in
+ * list order), each to the rank with the fewest elements so far, the lowest such rank. */
+ls_status ls_optimizer_shard(ls_optimizer *o, int rank, int world) {
+    LS_CHECK_ARG(o, "ls_optimizer_shard: the optimizer is NULL");
+    LS_CHECK_ARG(world >= 1 && rank >= 0 && rank < world, "ls_optimizer_shard: rank %d of %d ranks", rank, world);
+    if (o->owner && o->world == world && o->rank == rank) return LS_OK;
+    LS_CHECK_ARG(!o->owner, "ls_optimizer_shard: already sharded as rank %d of %d, not again as rank %d of %d", o->rank,
+                 o->world, rank, world);
+    LS_CHECK_ARG(!o->held, "ls_optimizer_shard: the optimizer holds every state (ls_optimizer_hold_states)");
+    if (world == 1) return LS_OK;
+    int *order = malloc((size_t)o->n * sizeof *order);
+    int *owner = malloc((size_t)o->n * sizeof *owner);
+    int64_t *load = calloc((size_t)world, sizeof *load);
+    if (!order || !owner || !load) {
+        free(order);
+        free(owner);
+        free(load);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "ls_optimizer_shard: no memory for the partition");
+    }
+    for (int i = 0; i < o->n; i++) { /* insertion sort by size, descending: stable */
+        int j = i;
+        while (j > 0 && o->numel[order[j - 1]] < o->numel[i]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    for (int k = 0; k < o->n; k++) {
+        int best = 0;
+        for (int r = 1; r < world; r++)
+            if (load[r] < load[best]) best = r;
+        owner[order[k]] = best;
+        load[best] += o->numel[order[k]];
+    }
+    free(order);
+    free(load);
+    o->owner = owner;
+    o->rank = rank;
+    o->world = world;
+    /* every rank held the same state until now: the owner's copy is every copy */
+    for (int i = 0; i < o->n; i++)
+        if (!mine(o, i)) state_free(o, i);
+    return LS_OK;
+}
+
+int ls_optimizer_owner(const ls_optimizer *o, int i) {
+    if (!o || !o->owner || i < 0 || i >= o->n) return -1;
+    return o->owner[i];
+}
+
+ls_status ls_optimizer_hold_states(ls_optimizer *o, int all) {
+    LS_CHECK_ARG(o, "ls_optimizer_hold_states: the optimizer is NULL");
+    if (!o->owner) return LS_OK;
+    for (int i = 0; i < o->n; i++) {
+        if (mine(o, i)) continue;
+        if (!all) {
+            state_free(o, i);
+            continue;
+        }
+        ls_status s = state_alloc(o, i);
+        if (s != LS_OK) {
+            for (int j = 0; j <= i; j++)
+                if (!mine(o, j)) state_free(o, j);
+            return s;
+        }
+    }
+    o->held = all != 0;
+    return LS_OK;
 }
 
 float ls_lr_at(const ls_lr_schedule *s, int64_t step) {

@@ -26,6 +26,10 @@ typedef struct ls_optim_config {
      * shift), as timm and nanoGPT group them; 0 (the default): every parameter decays, as
      * torch.optim with one parameter group */
     int no_decay_1d;
+    /* ZeRO stage 1 (ls_optimizer_shard), from the start: with shard_world > 1 the optimizer is rank
+     * shard_rank's of shard_world (the communicator's rank and world) and allocates the state of its
+     * own parameters only. 0 or 1 (the default): unsharded. */
+    int shard_rank, shard_world;
 } ls_optim_config;
 
 /* SGD defaults: lr 0.1, momentum 0.9; AdamW defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0.01. */
@@ -55,8 +59,30 @@ ls_status ls_optimizer_get_num_steps(ls_optimizer *o, int64_t *steps);
 /* The tensors it updates: parameter i and (grad, if not NULL) its gradient; NULL out of range. */
 int ls_optimizer_num_params(const ls_optimizer *o);
 ls_tensor *ls_optimizer_param(const ls_optimizer *o, int i, ls_tensor **grad);
-/* State tensors of parameter i: slot 0 = momentum / first moment, 1 = second moment (NULL if none). */
+/* State tensors of parameter i: slot 0 = momentum / first moment, 1 = second moment (NULL if none,
+ * or if another rank keeps it: ls_optimizer_shard). */
 ls_tensor *ls_optimizer_state(ls_optimizer *o, int i, int slot);
+/* State tensors a parameter has: 0 (SGD without momentum), 1 (SGD's momentum) or 2 (AdamW's moments). */
+int ls_optimizer_num_state_slots(const ls_optimizer *o);
+
+/* ZeRO stage 1, as torch.distributed.optim.ZeroRedundancyOptimizer: from now on this rank (of
+ * world) steps, and keeps the state of, only the parameters it owns; the others' state is freed
+ * (every rank held the same state until then, so nothing is lost; call it on every rank). The
+ * config's shard_rank and shard_world do the same at create, without ever allocating the others'
+ * state. The partition is ZeroRedundancyOptimizer's: largest parameters first, each to the rank
+ * with the fewest elements so far (the lowest such rank); a parameter is never split. The
+ * parameters a rank does not own are left as they are by its steps: after each step the caller
+ * broadcasts every parameter from its owner (ls_trainer does for a sharded optimizer). world 1 does
+ * nothing; the same rank and world again do nothing; another is LS_ERR_INVALID_ARGUMENT. */
+ls_status ls_optimizer_shard(ls_optimizer *o, int rank, int world);
+/* The rank that owns parameter i; -1 when the optimizer is not sharded (every rank steps it) or i is
+ * out of range. */
+int ls_optimizer_owner(const ls_optimizer *o, int i);
+/* A sharded optimizer: all 1 allocates (zeroed) the state of the parameters other ranks own, so this
+ * rank can gather a whole state (checkpoints consolidate on rank 0, as ZeroRedundancyOptimizer's
+ * consolidate_state_dict); its steps still update only its own. all 0 frees them again. Unsharded:
+ * nothing to do. */
+ls_status ls_optimizer_hold_states(ls_optimizer *o, int all);
 void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps);
 
 /* Linear warmup from lr/warmup to lr over warmup steps, then cosine decay to min_lr at total. */

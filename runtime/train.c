@@ -67,6 +67,11 @@ struct ls_trainer {
     ls_tensor *xl; /* the batch cast to f16/bf16 [cap, features] (mixed precision) */
     int n_params;
     ls_tensor **grads;
+    /* a sharded optimizer (ls_optimizer_shard): its parameters and their owners, each broadcast from
+     * its owner after every step; NULL when unsharded */
+    int n_owned;
+    ls_tensor **owned;
+    int *owners;
     ls_loss_scaler scaler; /* its config; its state is amp's (read back by ls_trainer_get_loss_scaler) */
     double *amp;           /* the found-inf check's state on the device (amp.h), when steps are checked */
     int64_t inject_step;   /* LOCKSTEP_AMP_INJECT_INF: step and rank; -1 off */
@@ -277,6 +282,8 @@ void ls_trainer_destroy(ls_trainer *t) {
     free(t->hint.idx);
     free(t->pf.idx);
     free(t->grads);
+    free(t->owned);
+    free(t->owners);
     ls_tensor_destroy(t->xl);
     if (t->model) ls_module_set_grad_hook(t->model, NULL, NULL);
     free(t);
@@ -319,6 +326,28 @@ static ls_status check_optimizer(ls_module *model, const ls_optimizer *opt) {
                             "ls_module_grad(model, %d)",
                             i, j, j);
     }
+    return LS_OK;
+}
+
+/* ZeRO stage 1: a sharded optimizer must be sharded over these ranks; the trainer then broadcasts
+ * each parameter from its owner after every step. */
+static ls_status shard_optimizer(ls_trainer *t) {
+    int rank = t->comm ? ls_comm_rank(t->comm) : 0, world = t->comm ? ls_comm_world(t->comm) : 1;
+    int k = ls_optimizer_num_params(t->opt);
+    if (ls_optimizer_owner(t->opt, 0) < 0) return LS_OK;
+    if (world == 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "the optimizer is sharded over several ranks (ls_optimizer_shard) but the trainer has one");
+    ls_status s = ls_optimizer_shard(t->opt, rank, world); /* the same ranks, or an error naming both */
+    if (s != LS_OK) return ls_error_context(s, "the trainer's communicator has %d ranks", world);
+    t->owned = calloc((size_t)k, sizeof *t->owned);
+    t->owners = calloc((size_t)k, sizeof *t->owners);
+    if (!t->owned || !t->owners) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer's owner list");
+    for (int i = 0; i < k; i++) {
+        t->owned[i] = ls_optimizer_param(t->opt, i, NULL);
+        t->owners[i] = ls_optimizer_owner(t->opt, i);
+    }
+    t->n_owned = k;
     return LS_OK;
 }
 
@@ -420,6 +449,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
         ls_reducer_config rc;
         LS_CHECK_GOTO(ls_reducer_config_resolve(&cfg->buckets, &rc), s, fail);
     }
+    LS_CHECK_GOTO(shard_optimizer(t), s, fail);
     /* mixed precision's check (and an f16 exchange's, and the test hook's) stays on the device */
     if (cfg->precision != LS_PRECISION_FP32 || t->inject_step >= 0 || t->compress_f16)
         LS_CHECK_GOTO(ls_amp_state_create(ctx, &t->scaler, &t->amp), s, fail);
@@ -952,6 +982,11 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
     else
         LS_CHECK(ls_optimizer_step(t->opt, st.lr));
     LS_TL_SPAN(t_opt, "optimizer", "compute");
+    if (t->owners) { /* a sharded optimizer stepped this rank's parameters: the others come from their owners */
+        LS_TL_T0(t_bc);
+        LS_CHECK(ls_ddp_broadcast_owned(t->comm, t->n_owned, t->owned, t->owners, 1));
+        LS_TL_SPAN(t_bc, "parameter broadcast (sharded optimizer)", "comm");
+    }
     LS_TL_T0(t_pf);
     ls_status pf = prefetch_next(t, hinted);
     LS_TL_SPAN(t_pf, "prefetch next batch", "data");

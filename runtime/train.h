@@ -66,7 +66,11 @@ typedef struct ls_trainer ls_trainer;
  * model's gradients move into the reducer's buckets (reducer.h: gradients as bucket views, unless
  * cfg->buckets.bucket_view is -1 or LOCKSTEP_GRAD_AS_BUCKET_VIEW=0): the tensors stay, their ->data
  * changes, so read it when used; ls_trainer_destroy gives them their own memory back, and the
- * model must outlive the trainer. */
+ * model must outlive the trainer. An optimizer sharded over the ranks (ZeRO stage 1: the config's
+ * shard_rank and shard_world, or ls_optimizer_shard) must be sharded over comm's ranks: gradients
+ * are all-reduced as without, each rank steps its own parameters and the trainer broadcasts each
+ * parameter from its owner after every step; the parameters, and checkpoints (ls_ckpt_save gathers
+ * the state on rank 0), are the same bits as unsharded. */
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
                             ls_trainer **out);
 void ls_trainer_destroy(ls_trainer *t);

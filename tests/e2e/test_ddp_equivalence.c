@@ -6,7 +6,10 @@
  * divide by the global batch (exact sampler: partial last batches, some ranks empty), and gradient
  * accumulation over 4 micro-steps against one big batch. The ranks train twice, with gradients as
  * bucket views and copied into the buckets: bitwise the same parameters (on a GPU within 1e-6),
- * less memory with views. Last, SGD with gradients all-reduced in bf16, within 0.1.
+ * less memory with views; and a third time with the optimizer sharded (ZeRO stage 1): bitwise the
+ * same (on a GPU within 1e-6), without the state of the other ranks' parameters. Last, SGD with
+ * gradients all-reduced in bf16, within 0.1. Alone, a trainer refuses an optimizer sharded over
+ * several ranks.
  * Args: [steps] (default 20) [cpu|cuda]. Small buckets (LOCKSTEP_BUCKET_MB) force several buckets.
  * With cuda the ranks train on the GPU (several ranks may share one: LOCKSTEP_COMM=mpi stages
  * through the host; alone, LOCKSTEP_COMM=nccl runs a one-rank NCCL communicator) and the
@@ -35,7 +38,8 @@ typedef struct run {
     ls_sampler *s;
 } run;
 
-static void setup(run *r, ls_ctx *ctx, ls_comm *comm, int rank, int world, ls_optim_kind kind, int64_t b, int accum) {
+static void setup(run *r, ls_ctx *ctx, ls_comm *comm, int rank, int world, ls_optim_kind kind, int64_t b, int accum,
+                  int shard) {
     int64_t sizes[4] = {784, 64, 32, 10};
     r->ctx = ctx;
     LS_REQUIRE_OK(ls_mlp_create(ctx, LS_F32, 4, sizes, LS_ACT_RELU, 1000 + (uint64_t)rank * (comm ? 7 : 0), &r->m));
@@ -48,6 +52,10 @@ static void setup(run *r, ls_ctx *ctx, ls_comm *comm, int rank, int world, ls_op
     ls_optim_config oc = ls_optim_defaults(kind);
     oc.lr = kind == LS_OPTIM_SGD ? 0.05f : 2e-3f;
     oc.weight_decay = 1e-3f;
+    if (shard) { /* ZeRO stage 1 */
+        oc.shard_rank = rank;
+        oc.shard_world = world;
+    }
     LS_REQUIRE_OK(ls_optimizer_create(ctx, 6, p, g, &oc, &r->o));
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
@@ -153,21 +161,35 @@ static double check_case(const char *name, ls_optim_kind kind, int64_t global_b,
     ls_memory_stats m0, m1, m2;
     ls_allocator_stats(C->alloc, &m0);
     setenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW", "0", 1);
-    setup(&dpc, C, W, rank, world, kind, b, accum);
+    setup(&dpc, C, W, rank, world, kind, b, accum, 0);
     unsetenv("LOCKSTEP_GRAD_AS_BUCKET_VIEW");
     ls_allocator_stats(C->alloc, &m1);
-    setup(&dp, C, W, rank, world, kind, b, accum);
+    setup(&dp, C, W, rank, world, kind, b, accum, 0);
     ls_allocator_stats(C->alloc, &m2);
     size_t copying = m1.live_bytes - m0.live_bytes, views = m2.live_bytes - m1.live_bytes;
     LS_EXPECT(world > 1 ? views < copying : views == copying);
+    /* the optimizer sharded (ZeRO stage 1): the same steps, bit for bit, without the state of the
+     * other ranks' parameters */
+    run dps;
+    ls_memory_stats m3;
+    setup(&dps, C, W, rank, world, kind, b, accum, 1);
+    ls_allocator_stats(C->alloc, &m3);
+    size_t sharded = m3.live_bytes - m2.live_bytes, others = 0;
+    for (int i = 0; i < 6; i++)
+        if (ls_optimizer_owner(dps.o, i) != (world > 1 ? rank : -1))
+            others += ls_tensor_nbytes(ls_module_param(dps.m, i)) * (size_t)ls_optimizer_num_state_slots(dps.o);
+    LS_EXPECT(world > 1 ? others > 0 && views - sharded >= others : sharded == views);
     train(&dp, b * accum, steps);
     train(&dpc, b * accum, steps);
+    train(&dps, b * accum, steps);
     LS_EXPECT(same_params(&dp, &dpc));
+    LS_EXPECT(same_params(&dp, &dps));
     teardown(&dpc);
+    teardown(&dps);
     double worst = 0;
     if (rank == 0) {
         /* the reference: one process, whole batch, no accumulation */
-        setup(&ref, CPU, NULL, 0, 1, kind, global_b * accum, 1);
+        setup(&ref, CPU, NULL, 0, 1, kind, global_b * accum, 1, 0);
         train(&ref, global_b * accum, steps);
         worst = compare(&dp, &ref);
         teardown(&ref);
@@ -205,6 +227,25 @@ int main(int argc, char **argv) {
     const char *dir = getenv("LOCKSTEP_FASHION_DIR");
     if (ls_fashion_mnist_load(dir, 1, 110, &D) != LS_OK) LS_SKIP("Fashion-MNIST not available: %s", ls_last_error());
     if (12 % ls_comm_world(W) != 0) LS_SKIP("the world size must divide 12");
+    if (ls_comm_world(W) == 1) { /* an optimizer sharded over 2 ranks, one rank to train it */
+        run r;
+        int64_t sizes[3] = {784, 8, 10};
+        LS_REQUIRE_OK(ls_mlp_create(C, LS_F32, 3, sizes, LS_ACT_RELU, 1, &r.m));
+        ls_tensor *p[4], *g[4];
+        for (int i = 0; i < 4; i++) p[i] = ls_module_param(r.m, i), g[i] = ls_module_grad(r.m, i);
+        ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+        LS_REQUIRE_OK(ls_optimizer_create(C, 4, p, g, &oc, &r.o));
+        LS_REQUIRE_OK(ls_optimizer_shard(r.o, 0, 2));
+        ls_train_config tc;
+        memset(&tc, 0, sizeof tc);
+        tc.batch_per_rank = 4;
+        tc.accum_steps = 1;
+        tc.lr = (ls_lr_schedule){0.1f, 0, 0, 0};
+        LS_EXPECT_ERR(ls_trainer_create(C, W, r.m, r.o, &tc, &r.t), LS_ERR_INVALID_ARGUMENT,
+                      "the optimizer is sharded over several ranks (ls_optimizer_shard) but the trainer has one");
+        ls_optimizer_destroy(r.o);
+        ls_module_destroy(r.m);
+    }
     check_case("sgd", LS_OPTIM_SGD, 12, 1, steps);
     check_case("adamw", LS_OPTIM_ADAMW, 12, 1, steps);
     check_case("sgd+accumulation", LS_OPTIM_SGD, 12, 4, steps);

@@ -3,7 +3,9 @@
  * skipped steps, the count kept right across both kinds of step and set_num_steps), the warmup +
  * cosine schedule's values, gradient clipping, and weight decay per parameter (no_decay_1d and
  * ls_optimizer_set_weight_decay: bitwise the optimizers of one decay each, as torch.optim's
- * parameter groups). */
+ * parameter groups), and sharding (ZeRO stage 1: ZeroRedundancyOptimizer's partition, the state of
+ * other ranks' parameters freed, its steps bitwise an unsharded optimizer's on its own parameters and
+ * leaving the others alone, held states for checkpoints, errors). */
 #include "../kernels/gradcheck.h"
 #include "optim.h"
 
@@ -171,6 +173,110 @@ int main(void) {
         LS_EXPECT(ls_optimizer_weight_decay(o, 0) == 0.5f && ls_optimizer_weight_decay(o, 1) == 0.0f);
         ls_optimizer_destroy(o);
         ls_tensor_destroy(tw), ls_tensor_destroy(tb), ls_tensor_destroy(gw), ls_tensor_destroy(gb);
+    }
+    /* sharding: parameters of 3, 10, 10, 4, 1 elements. ZeroRedundancyOptimizer's partition over 2
+     * ranks, largest first to the least loaded: 1 -> r0, 2 -> r1, 3 -> r0 (tie: lower), 0 -> r1, 4 -> r1;
+     * over 3: 1 -> r0, 2 -> r1, 3 -> r2, 0 -> r2, 4 -> r2 */
+    for (int kind = 0; kind < 2; kind++) {
+        static const int64_t sz[5] = {3, 10, 10, 4, 1};
+        static const int own2[5] = {1, 0, 1, 0, 1}, own3[5] = {2, 0, 1, 2, 2};
+        ls_tensor *tp[2][5], *tg[2][5]; /* [unsharded, sharded as rank 0 of 2] */
+        for (int a = 0; a < 2; a++)
+            for (int i = 0; i < 5; i++) {
+                tp[a][i] = gc_tensor(C, LS_F32, 1, &sz[i]);
+                tg[a][i] = gc_tensor(C, LS_F32, 1, &sz[i]);
+                for (int j = 0; j < sz[i]; j++) ((float *)tp[a][i]->data)[j] = 0.5f + 0.125f * (float)(i + j);
+            }
+        ls_optim_config oc = ls_optim_defaults(kind ? LS_OPTIM_ADAMW : LS_OPTIM_SGD);
+        oc.weight_decay = 0.1f;
+        oc.no_decay_1d = 0;
+        ls_optimizer *full, *part, *three;
+        LS_REQUIRE_OK(ls_optimizer_create(C, 5, tp[0], tg[0], &oc, &full));
+        LS_REQUIRE_OK(ls_optimizer_create(C, 5, tp[1], tg[1], &oc, &part));
+        LS_REQUIRE_OK(ls_optimizer_create(C, 5, tp[1], tg[1], &oc, &three));
+        LS_EXPECT(ls_optimizer_owner(part, 0) == -1 && ls_optimizer_num_state_slots(part) == (kind ? 2 : 1));
+        LS_REQUIRE_OK(ls_optimizer_shard(three, 0, 1)); /* one rank: nothing */
+        LS_EXPECT(ls_optimizer_owner(three, 0) == -1);
+        ls_memory_stats m0, m1;
+        ls_allocator_stats(C->alloc, &m0);
+        LS_REQUIRE_OK(ls_optimizer_shard(part, 0, 2));
+        ls_allocator_stats(C->alloc, &m1);
+        LS_REQUIRE_OK(ls_optimizer_shard(three, 2, 3));
+        const int slots = kind ? 2 : 1;
+        /* the states of parameters 0, 2, 4 (14 elements) freed */
+        LS_EXPECT(m1.frees - m0.frees == (uint64_t)(3 * slots));
+        LS_EXPECT(m0.live_bytes - m1.live_bytes >= (size_t)(14 * slots) * sizeof(float));
+        for (int i = 0; i < 5; i++) {
+            LS_EXPECT(ls_optimizer_owner(part, i) == own2[i] && ls_optimizer_owner(three, i) == own3[i]);
+            for (int sl = 0; sl < slots; sl++) {
+                LS_EXPECT((ls_optimizer_state(part, i, sl) != NULL) == (own2[i] == 0));
+                LS_EXPECT((ls_optimizer_state(three, i, sl) != NULL) == (own3[i] == 2));
+            }
+        }
+        ls_optimizer_destroy(three);
+        /* sharded from the start (the config): the other ranks' state never allocated */
+        ls_optim_config sc = oc;
+        sc.shard_rank = 1;
+        sc.shard_world = 2;
+        ls_optimizer *born;
+        ls_allocator_stats(C->alloc, &m0);
+        LS_REQUIRE_OK(ls_optimizer_create(C, 5, tp[1], tg[1], &sc, &born));
+        ls_allocator_stats(C->alloc, &m1);
+        LS_EXPECT(m1.allocs - m0.allocs == (uint64_t)(1 + 3 * slots)); /* its step count, parameters 0, 2, 4 */
+        for (int i = 0; i < 5; i++) {
+            LS_EXPECT(ls_optimizer_owner(born, i) == own2[i]);
+            LS_EXPECT((ls_optimizer_state(born, i, 0) != NULL) == (own2[i] == 1));
+        }
+        ls_optimizer_destroy(born);
+        sc.shard_rank = 2;
+        LS_EXPECT_ERR(ls_optimizer_create(C, 5, tp[1], tg[1], &sc, &born), LS_ERR_INVALID_ARGUMENT,
+                      "optimizer: shard_rank 2 is not a rank of shard_world 2");
+        sc.shard_rank = 0;
+        sc.shard_world = -1;
+        LS_EXPECT_ERR(ls_optimizer_create(C, 5, tp[1], tg[1], &sc, &born), LS_ERR_INVALID_ARGUMENT,
+                      "shard_rank 0 is not a rank of shard_world -1");
+        LS_REQUIRE_OK(ls_optimizer_shard(part, 0, 2)); /* again the same: nothing */
+        LS_EXPECT_ERR(ls_optimizer_shard(part, 1, 3), LS_ERR_INVALID_ARGUMENT,
+                      "ls_optimizer_shard: already sharded as rank 0 of 2, not again as rank 1 of 3");
+        LS_EXPECT_ERR(ls_optimizer_shard(part, 2, 2), LS_ERR_INVALID_ARGUMENT, "ls_optimizer_shard: rank 2 of 2 ranks");
+        LS_EXPECT_ERR(ls_optimizer_shard(NULL, 0, 2), LS_ERR_INVALID_ARGUMENT, "the optimizer is NULL");
+        LS_EXPECT(ls_optimizer_owner(part, 5) == -1 && ls_optimizer_owner(NULL, 0) == -1);
+        for (int k = 0; k < 3; k++) {
+            if (k == 1) { /* held states: the others' allocated, zero, and still not stepped */
+                LS_REQUIRE_OK(ls_optimizer_hold_states(part, 1));
+                LS_EXPECT_ERR(ls_optimizer_shard(part, 1, 3), LS_ERR_INVALID_ARGUMENT, "already sharded");
+                for (int i = 0; i < 5; i++)
+                    for (int sl = 0; sl < slots; sl++) {
+                        ls_tensor *st = ls_optimizer_state(part, i, sl);
+                        LS_EXPECT(st != NULL);
+                        if (st && own2[i] != 0) LS_EXPECT(((float *)st->data)[sz[i] - 1] == 0.0f);
+                    }
+            }
+            if (k == 2) LS_REQUIRE_OK(ls_optimizer_hold_states(part, 0));
+            for (int a = 0; a < 2; a++)
+                for (int i = 0; i < 5; i++)
+                    for (int j = 0; j < sz[i]; j++) ((float *)tg[a][i]->data)[j] = 0.05f * (float)(k + i - j);
+            LS_REQUIRE_OK(ls_optimizer_step(full, 0.1f));
+            LS_REQUIRE_OK(ls_optimizer_step(part, 0.1f));
+        }
+        for (int i = 0; i < 5; i++) {
+            size_t b = (size_t)sz[i] * sizeof(float);
+            LS_EXPECT(ls_optimizer_state(part, i, 0) == NULL || own2[i] == 0);
+            if (own2[i] == 0) { /* stepped as by the unsharded optimizer, bit for bit, its state too */
+                LS_EXPECT(memcmp(tp[0][i]->data, tp[1][i]->data, b) == 0);
+                LS_EXPECT(memcmp(ls_optimizer_state(full, i, 0)->data, ls_optimizer_state(part, i, 0)->data, b) == 0);
+            } else { /* another rank's: left as it was */
+                LS_EXPECT(((float *)tp[1][i]->data)[0] == 0.5f + 0.125f * (float)i);
+                LS_EXPECT(memcmp(tp[0][i]->data, tp[1][i]->data, b) != 0);
+            }
+        }
+        int64_t ns = -1;
+        LS_REQUIRE_OK(ls_optimizer_get_num_steps(part, &ns));
+        LS_EXPECT(ns == 3);
+        ls_optimizer_destroy(full);
+        ls_optimizer_destroy(part);
+        for (int a = 0; a < 2; a++)
+            for (int i = 0; i < 5; i++) ls_tensor_destroy(tp[a][i]), ls_tensor_destroy(tg[a][i]);
     }
     cfg = ls_optim_defaults(LS_OPTIM_ADAMW);
     cfg.beta1 = 1.5f;
