@@ -1679,6 +1679,58 @@ static ls_status check_state(const ls_ckpt_state *st) {
     return LS_OK;
 }
 
+static ls_status agree(ls_comm *comm, ls_status s);
+
+/* A sharded optimizer (ls_optimizer_shard) over several ranks: its state is split between them. */
+static int sharded(ls_comm *comm, const ls_optimizer *opt) {
+    return opt && comm_world(comm) > 1 && ls_optimizer_owner(opt, 0) >= 0;
+}
+
+/* A sharded optimizer's state between its owners and rank 0, which holds all of it meanwhile
+ * (ls_optimizer_hold_states): to_rank0 1 gathers it there (a save), 0 sends rank 0's values to the
+ * owners (a load). Collective, one broadcast per tensor another rank owns; a rank that is neither
+ * end of one receives it into a scratch buffer of the largest such tensor. */
+static ls_status move_states(ls_comm *comm, ls_ctx *ctx, ls_optimizer *opt, int to_rank0) {
+    int rank = comm_rank(comm), n = ls_optimizer_num_params(opt), slots = ls_optimizer_num_state_slots(opt);
+    size_t most = 0;
+    for (int i = 0; i < n; i++) {
+        int owner = ls_optimizer_owner(opt, i);
+        ls_tensor *p = ls_optimizer_param(opt, i, NULL);
+        if (slots && owner != 0 && owner != rank && rank != 0 && ls_tensor_nbytes(p) > most) most = ls_tensor_nbytes(p);
+    }
+    void *scratch = NULL;
+    ls_status s = most ? ls_alloc(ctx->alloc, most, "optimizer state in transit (checkpoint)", &scratch) : LS_OK;
+    LS_CHECK(agree(comm, s));
+    for (int i = 0; i < n && s == LS_OK; i++) {
+        int owner = ls_optimizer_owner(opt, i);
+        if (owner == 0) continue;
+        ls_tensor *p = ls_optimizer_param(opt, i, NULL);
+        for (int slot = 0; slot < slots && s == LS_OK; slot++) {
+            ls_tensor *t = ls_optimizer_state(opt, i, slot);
+            void *buf = rank == 0 || rank == owner ? (t ? t->data : NULL) : scratch;
+            if (!buf) {
+                s = ls_error(LS_ERR_INTERNAL, "optimizer state %d.%d is not on rank %d", i, slot, rank);
+                break;
+            }
+            s = ls_comm_broadcast(comm, buf, ls_tensor_numel(p), p->dtype, to_rank0 ? owner : 0);
+            if (s != LS_OK)
+                ls_error_context(s, "moving the optimizer state of parameter %d %s rank 0", i,
+                                 to_rank0 ? "to" : "from");
+        }
+    }
+    if (scratch) ls_free(ctx->alloc, scratch);
+    return s;
+}
+
+/* Rank 0 holds the whole state of a sharded optimizer, gathered from the owners (a save). */
+static ls_status gather_states(ls_comm *comm, ls_ctx *ctx, ls_optimizer *opt) {
+    ls_status s = comm_rank(comm) == 0 ? ls_optimizer_hold_states(opt, 1) : LS_OK;
+    s = agree(comm, s);
+    if (s == LS_OK) s = move_states(comm, ctx, opt, 1);
+    if (s != LS_OK && comm_rank(comm) == 0) ls_optimizer_hold_states(opt, 0);
+    return s;
+}
+
 ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
                        const ls_ckpt_state *state, char *path_out, size_t path_len) {
     LS_CHECK_ARG(ctx && model && state, "ls_ckpt_save: %s is NULL",
@@ -1691,9 +1743,12 @@ ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_las
     ls_status s = LS_OK;
     LS_TL_T0(t0);
     /* rank 0 writes, so its LOCKSTEP_CKPT_CRASH_AT is the one that counts; its error reaches every rank */
+    const int shard = sharded(comm, opt);
+    if (shard) LS_CHECK(gather_states(comm, ctx, opt)); /* as ZeroRedundancyOptimizer's consolidate_state_dict */
     if (comm_rank(comm) == 0) {
         s = check_crash_stage();
         if (s == LS_OK) s = save_rank0(ctx, dir, keep_last, model, opt, state, r.path, sizeof r.path);
+        if (shard) ls_optimizer_hold_states(opt, 0);
     }
     if (comm_world(comm) > 1) s = share_result(comm, &r, s);
     LS_TL_SPAN(t0, "checkpoint save", "io");
@@ -1726,7 +1781,7 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
 
     snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[F_OPTIM]);
     LS_CHECK(ls_safetensors_open_memory(b->data[F_OPTIM], b->len[F_OPTIM], p, &f));
-    int this_adamw = ls_optimizer_state(opt, 0, 1) != NULL;
+    int this_adamw = ls_optimizer_num_state_slots(opt) == 2;
     if (this_adamw != (st->optim.kind == LS_OPTIM_ADAMW)) {
         s = ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': the checkpoint's optimizer is %s but this run's is %s", p,
                      kind_name(st->optim.kind), this_adamw ? "adamw" : "sgd");
@@ -1812,7 +1867,7 @@ static ls_status agree(ls_comm *comm, ls_status s) {
 }
 
 /* Ranks other than 0 receive what rank 0 loaded: the state text, parameters, optimizer state. */
-static ls_status load_share(ls_comm *comm, ls_module *model, ls_optimizer *opt, ls_ckpt_state *state,
+static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, ls_ckpt_state *state,
                             const ckpt_result *r, char **text) {
     int rank = comm_rank(comm);
     ls_status s = LS_OK;
@@ -1830,15 +1885,18 @@ static ls_status load_share(ls_comm *comm, ls_module *model, ls_optimizer *opt, 
     ls_tensor **params = malloc(((size_t)np + 1) * sizeof *params);
     if (s == LS_OK && !params) s = ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
     for (int i = 0; params && i < np; i++) params[i] = ls_module_param(model, i);
-    if (s == LS_OK) s = opt_list_make(model, opt, state->optim.kind, &ol);
+    const int shard = sharded(comm, opt);
+    if (s == LS_OK && !shard) s = opt_list_make(model, opt, state->optim.kind, &ol);
     s = agree(comm, s);
-    int32_t v[2] = {ol.n, -ol.n};
+    /* a sharded optimizer's state is split between the ranks, a whole one is on every rank */
+    int32_t v[2] = {shard ? -1 : ol.n, shard ? 1 : -ol.n};
     if (s == LS_OK) s = ls_comm_allreduce_host(comm, v, 2, LS_I32, LS_REDUCE_MIN);
     if (s == LS_OK && v[0] != -v[1])
         s = ls_error(LS_ERR_MISMATCH, "ranks keep different numbers of optimizer state tensors (%d to %d)", (int)v[0],
                      (int)-v[1]);
     if (s == LS_OK) s = ls_ddp_broadcast_params(comm, np, params);
     if (s == LS_OK) s = ls_cnn_broadcast_buffers(comm, model);
+    if (s == LS_OK && shard) s = move_states(comm, ctx, opt, 0);
     if (s == LS_OK && ol.n > 0) s = ls_ddp_broadcast_params(comm, ol.n, ol.t);
     if (s == LS_OK && rank != 0 && opt) ls_optimizer_set_num_steps(opt, state->optim_steps);
     free(params);
@@ -1855,11 +1913,17 @@ ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *
     memset(&r, 0, sizeof r);
     char *text = NULL;
     ls_status s = LS_OK;
-    if (comm_rank(comm) == 0) s = load_rank0(ctx, dir, which, model, opt, state, &r, &text);
+    /* a sharded optimizer's whole state is read on rank 0, then sent to the owners */
+    const int shard = sharded(comm, opt);
+    if (comm_rank(comm) == 0) {
+        if (shard) s = ls_optimizer_hold_states(opt, 1);
+        if (s == LS_OK) s = load_rank0(ctx, dir, which, model, opt, state, &r, &text);
+    }
     if (comm_world(comm) > 1) {
         s = share_result(comm, &r, s);
-        if (s == LS_OK && r.found) s = load_share(comm, model, opt, state, &r, &text);
+        if (s == LS_OK && r.found) s = load_share(comm, ctx, model, opt, state, &r, &text);
     }
+    if (shard && comm_rank(comm) == 0) ls_optimizer_hold_states(opt, 0);
     free(text);
     if (s != LS_OK || !r.found) return s;
     *found = 1;

@@ -344,3 +344,20 @@ void ex_metrics_close(ex_metrics *m) {
     if (m->f) fclose(m->f);
     m->f = NULL;
 }
+
+void ex_print_shard(const char *prog, const ls_optimizer *opt, int world) {
+    int n = ls_optimizer_num_params(opt);
+    if (ls_optimizer_owner(opt, 0) < 0 || world < 2) return;
+    int64_t *share = calloc((size_t)world, sizeof *share), total = 0;
+    if (!share) return;
+    for (int i = 0; i < n; i++) {
+        int64_t k = ls_tensor_numel(ls_optimizer_param(opt, i, NULL));
+        share[ls_optimizer_owner(opt, i)] += k;
+        total += k;
+    }
+    printf("%s: optimizer state sharded over %d ranks (ZeRO stage 1): ranks 0..%d keep the state of", prog, world,
+           world - 1);
+    for (int r = 0; r < world; r++) printf(" %lld%s", (long long)share[r], r + 1 < world ? "," : "");
+    printf(" of the %lld parameters\n", (long long)total);
+    free(share);
+}

@@ -110,6 +110,9 @@ ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank);
  * epoch. No collective; NULL is fine. */
 void ex_gpu_monitor_restart(ls_gpu_monitor *m);
 
+/* A sharded optimizer (--shard-optimizer): one line on stdout, each rank's share of the parameters
+ * whose optimizer state it keeps; nothing when unsharded. */
+void ex_print_shard(const char *prog, const ls_optimizer *opt, int world);
 /* Rank 0, when a run has no step to take (--epochs 0; a resumed checkpoint that finished the
  * epochs; --max-steps already reached): says why, and the test figures of the model as it is
  * (ev: loss sum, correct, count), so that --epochs 0 --resume PATH evaluates a checkpoint. */

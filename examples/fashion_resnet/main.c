@@ -40,6 +40,7 @@ typedef struct options {
     double lr, weight_decay, momentum, clip;
     int no_decay_1d;
     double label_smoothing;
+    int shard_optimizer;   /* --shard-optimizer */
     const char *init_from; /* --init-from: weights to start from */
     int64_t warmup;
     int blocks, ckpt_segments, sync_bn, augment;
@@ -79,6 +80,10 @@ static void usage(FILE *f) {
                "                        weights; fp16 adds dynamic loss scaling\n"
                "  --checkpoint-activations[=N]  recompute activations in backward: the top-level layers split\n"
                "                        into N segments (default 3) whose inner activations are not kept\n"
+               "  --shard-optimizer     ZeRO stage 1, as ZeroRedundancyOptimizer: with several ranks each keeps\n"
+               "                        the optimizer state of its share of the parameters only and updates\n"
+               "                        them, then broadcasts them; the same training, bit for bit, in less\n"
+               "                        memory per rank (checkpoints are the same files)\n"
                "  --sync-bn             batch-norm statistics over all ranks (SyncBatchNorm) instead of per rank\n"
                "  --augment             random shifts (up to 2 pixels) and horizontal flips of the training images\n"
                "                        (default off: with 5 epochs the model underfits rather than overfits)\n"
@@ -137,6 +142,7 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"augment", no_argument, 0, 'G'},
                                              {"memory-cap", required_argument, 0, 'M'},
                                              {"init-from", required_argument, 0, 1005},
+                                             {"shard-optimizer", no_argument, 0, 1006},
                                              {"seed", required_argument, 0, 's'},
                                              {"train-limit", required_argument, 0, 'T'},
                                              {"test-limit", required_argument, 0, 't'},
@@ -189,6 +195,7 @@ static int parse_options(int argc, char **argv, options *o) {
             if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1;
             break;
         case 1005: STR_OPT("--init-from", o->init_from); break;
+        case 1006: o->shard_optimizer = 1; break;
         case 1004:
             if (parse_fraction("--label-smoothing", optarg, &o->label_smoothing)) return -1;
             break;
@@ -346,6 +353,10 @@ int main(int argc, char **argv) {
     oc.lr = (float)(o.lr >= 0 ? o.lr : kind == LS_OPTIM_SGD ? 0.1 : 0.002);
     oc.weight_decay = (float)(o.weight_decay >= 0 ? o.weight_decay : kind == LS_OPTIM_SGD ? 5e-4 : 0.05);
     oc.no_decay_1d = o.no_decay_1d;
+    if (o.shard_optimizer) { /* ZeRO stage 1: the other ranks' state never allocated here */
+        oc.shard_rank = rank;
+        oc.shard_world = world;
+    }
     if (kind == LS_OPTIM_SGD) {
         oc.momentum = (float)o.momentum;
         oc.nesterov = o.momentum > 0;
@@ -412,6 +423,7 @@ int main(int argc, char **argv) {
                (long long)o.batch, o.accum, world, (long long)steps);
         if (o.ckpt_segments) printf("activation checkpointing: %d segments\n", o.ckpt_segments);
     }
+    if (rank == 0) ex_print_shard("fashion_resnet", opt, world);
     fflush(stdout);
 
     int64_t start_epoch, start_j;

@@ -20,6 +20,8 @@
 #   - 2 ranks through MPI (device gradients staged through pinned host memory), also with bf16
 #     gradient compression: 1e-5 and 1e-3; fp16 with an inf injected on rank 1 only: 5e-3, and
 #     the same steps skipped on rank 0 with the same scales;
+#   - 2 ranks with --shard-optimizer (plain, fp16 with the inf, AdamW with a checkpoint): bitwise the
+#     unsharded runs, the same checkpoint files;
 #   - a checkpoint written on cuda at step 40: resumed on cuda, bitwise the run never stopped;
 #     resumed on the CPU, within 1e-5 of it; its weights loaded with --init-from evaluate to the
 #     same test figures on cuda and on the CPU.
@@ -89,6 +91,21 @@ close np2h_cuda np2h_cpu 5e-3
     fail "fp16, 2 ranks: rank 1's inf did not skip rank 0's step 5 and halve the scale"
 [ "$(scales np2h_cuda.json)" = "$(scales np2h_cpu.json)" ] ||
     fail "fp16, 2 ranks: the loss scales or skipped steps differ between cuda and cpu"
+# --shard-optimizer (ZeRO stage 1): each rank steps its own parameters on the device and they are
+# broadcast from device memory: bitwise the unsharded runs (fp16: the device-counted skipped step
+# too); with AdamW the checkpoint gathers the moments on rank 0 through device memory: the same files
+train np2s_cuda "$nol" -- --device cuda --comm mpi --epochs 1 --shard-optimizer
+close np2s_cuda np2_cuda 0
+train np2hs_cuda "$nol" LOCKSTEP_AMP_INJECT_INF=5:1 -- --device cuda --comm mpi --epochs 1 --precision fp16 \
+    --shard-optimizer
+close np2hs_cuda np2h_cuda 0
+train np2a_cuda "$nol" -- --device cuda --comm mpi --optimizer adamw --max-steps 20 --save-every 20 --checkpoint-dir a
+train np2as_cuda "$nol" -- --device cuda --comm mpi --optimizer adamw --max-steps 20 --save-every 20 \
+    --checkpoint-dir as --shard-optimizer
+close np2as_cuda np2a_cuda 0
+for f in model.safetensors optimizer.safetensors; do
+    cmp a/step-00000020/$f as/step-00000020/$f || fail "--shard-optimizer on cuda: $f differs"
+done
 launch=()
 
 adam=(--epochs 2 --optimizer adamw --checkpoint-dir ck)
