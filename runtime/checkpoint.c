@@ -1120,7 +1120,8 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
     add(r, "rng", rng);
     ok = ok && add(lr, "base_lr", exact_number(st->lr.base_lr)) && add(lr, "min_lr", exact_number(st->lr.min_lr)) &&
          add(lr, "warmup_steps", exact_number((double)st->lr.warmup_steps)) &&
-         add(lr, "total_steps", exact_number((double)st->lr.total_steps));
+         add(lr, "total_steps", exact_number((double)st->lr.total_steps)) &&
+         add(lr, "decay", cJSON_CreateString(ls_lr_kind_name(st->lr.kind)));
     const ls_optim_config *c = &st->optim;
     ok = ok && add(op, "kind", cJSON_CreateString(kind_name(c->kind))) &&
          add(op, "steps", exact_number((double)st->optim_steps)) && add(op, "lr", exact_number(c->lr)) &&
@@ -1291,6 +1292,10 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
     LS_CHECK(get_float(lr, "min_lr", file, &st->lr.min_lr));
     LS_CHECK(get_uint(lr, "warmup_steps", file, &st->lr.warmup_steps));
     LS_CHECK(get_uint(lr, "total_steps", file, &st->lr.total_steps));
+    st->lr.kind = LS_LR_COSINE; /* absent from checkpoints written before there was a choice */
+    const cJSON *lk = cJSON_GetObjectItemCaseSensitive(lr, "decay");
+    if (lk && (!cJSON_IsString(lk) || ls_lr_kind_parse(lk->valuestring, &st->lr.kind) != LS_OK))
+        return ls_error(LS_ERR_FORMAT, "'%s': lr_schedule \"decay\" is not cosine, linear or constant", file);
     const cJSON *op = cJSON_GetObjectItemCaseSensitive(r, "optimizer");
     if (!cJSON_IsObject(op)) return ls_error(LS_ERR_FORMAT, "'%s': \"optimizer\" is missing", file);
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(op, "kind");
@@ -1384,10 +1389,12 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
         n++;
     }
     if (a->lr.base_lr != b->lr.base_lr || a->lr.min_lr != b->lr.min_lr || a->lr.warmup_steps != b->lr.warmup_steps ||
-        a->lr.total_steps != b->lr.total_steps) {
-        LS_LOG_W("learning-rate schedule changed: saved base %g min %g warmup %lld total %lld, now %g %g %lld %lld",
-                 a->lr.base_lr, a->lr.min_lr, (long long)a->lr.warmup_steps, (long long)a->lr.total_steps,
-                 b->lr.base_lr, b->lr.min_lr, (long long)b->lr.warmup_steps, (long long)b->lr.total_steps);
+        a->lr.total_steps != b->lr.total_steps || a->lr.kind != b->lr.kind) {
+        LS_LOG_W(
+            "learning-rate schedule changed: saved %s base %g min %g warmup %lld total %lld, now %s %g %g %lld %lld",
+            ls_lr_kind_name(a->lr.kind), a->lr.base_lr, a->lr.min_lr, (long long)a->lr.warmup_steps,
+            (long long)a->lr.total_steps, ls_lr_kind_name(b->lr.kind), b->lr.base_lr, b->lr.min_lr,
+            (long long)b->lr.warmup_steps, (long long)b->lr.total_steps);
         n++;
     }
     if (a->label_smoothing != b->label_smoothing) {
@@ -1673,6 +1680,9 @@ static ls_status check_state(const ls_ckpt_state *st) {
                             (long long)f[i].v, (long long)f[i].lo);
     if (!isfinite(st->lr.base_lr) || !isfinite(st->lr.min_lr))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.lr's base_lr or min_lr is not finite");
+    if (!ls_lr_kind_name(st->lr.kind))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.lr's kind %d is not a schedule",
+                        (int)st->lr.kind);
     if (!(st->label_smoothing >= 0 && st->label_smoothing < 1))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.label_smoothing %g is not in [0, 1)",
                         st->label_smoothing);

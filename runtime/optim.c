@@ -406,12 +406,27 @@ ls_status ls_optimizer_hold_states(ls_optimizer *o, int all) {
     return LS_OK;
 }
 
+static const char *const lr_kinds[] = {"cosine", "linear", "constant"};
+
+ls_status ls_lr_kind_parse(const char *s, ls_lr_kind *out) {
+    for (int k = 0; k < 3; k++)
+        if (s && strcmp(s, lr_kinds[k]) == 0) {
+            *out = (ls_lr_kind)k;
+            return LS_OK;
+        }
+    return ls_error(LS_ERR_INVALID_ARGUMENT, "learning-rate schedule '%s' is not one of cosine, linear, constant",
+                    s ? s : "(null)");
+}
+
+const char *ls_lr_kind_name(ls_lr_kind k) { return (unsigned)k < 3 ? lr_kinds[k] : NULL; }
+
 float ls_lr_at(const ls_lr_schedule *s, int64_t step) {
     if (s->warmup_steps > 0 && step < s->warmup_steps) return s->base_lr * (float)(step + 1) / (float)s->warmup_steps;
-    if (s->total_steps <= s->warmup_steps) return s->base_lr;
+    if (s->total_steps <= s->warmup_steps || s->kind == LS_LR_CONSTANT) return s->base_lr;
     double t = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);
     if (t > 1) t = 1;
-    return s->min_lr + (s->base_lr - s->min_lr) * (float)(0.5 * (1.0 + cos(M_PI * t)));
+    const double f = s->kind == LS_LR_LINEAR ? 1.0 - t : 0.5 * (1.0 + cos(M_PI * t));
+    return s->min_lr + (s->base_lr - s->min_lr) * (float)f;
 }
 
 /* The multi-tensor ops take runs of up to RUN tensors of one dtype: the run starting at t[*i] into

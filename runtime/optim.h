@@ -85,10 +85,17 @@ int ls_optimizer_owner(const ls_optimizer *o, int i);
 ls_status ls_optimizer_hold_states(ls_optimizer *o, int all);
 void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps);
 
-/* Linear warmup from lr/warmup to lr over warmup steps, then cosine decay to min_lr at total. */
+/* After the warmup: cosine decay to min_lr at total (the default), linear decay to min_lr at total
+ * (Hugging Face's get_linear_schedule_with_warmup; min_lr 0 is theirs), or constant. */
+typedef enum ls_lr_kind { LS_LR_COSINE = 0, LS_LR_LINEAR = 1, LS_LR_CONSTANT = 2 } ls_lr_kind;
+ls_status ls_lr_kind_parse(const char *s, ls_lr_kind *out); /* "cosine", "linear", "constant" */
+const char *ls_lr_kind_name(ls_lr_kind k);                  /* NULL for a value not in the enum */
+
+/* Linear warmup from lr/warmup to lr over warmup steps, then kind's decay to min_lr at total. */
 typedef struct ls_lr_schedule {
     float base_lr, min_lr;
-    int64_t warmup_steps, total_steps; /* total 0: constant after warmup */
+    int64_t warmup_steps, total_steps; /* total 0 (or <= warmup): constant after warmup */
+    ls_lr_kind kind;                   /* 0: cosine */
 } ls_lr_schedule;
 float ls_lr_at(const ls_lr_schedule *s, int64_t step);
 

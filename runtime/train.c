@@ -376,6 +376,10 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
                         "and total_steps %lld >= 0",
                         (double)lr->base_lr, (double)lr->min_lr, (long long)lr->warmup_steps,
                         (long long)lr->total_steps);
+    if (!ls_lr_kind_name(lr->kind))
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "learning-rate schedule: kind %d is not LS_LR_COSINE, LS_LR_LINEAR or LS_LR_CONSTANT",
+                        (int)lr->kind);
     if (!(cfg->clip_grad_norm >= 0) || !isfinite(cfg->clip_grad_norm))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "clip_grad_norm %g must be finite and >= 0 (0: off)",
                         cfg->clip_grad_norm);

@@ -35,6 +35,8 @@ typedef struct options {
     int shard_optimizer;   /* --shard-optimizer */
     const char *init_from; /* --init-from: weights to start from */
     int64_t warmup;
+    const char *lr_schedule; /* --lr-schedule */
+    double min_lr;
     uint64_t seed;
     const char *data_dir, *device, *comm, *hidden, *activation, *sampler;
     int progress; /* -1 auto */
@@ -57,7 +59,11 @@ static void usage(FILE *f) {
                "  --weight-decay X      weight decay (default 0 for sgd, 0.01 for adamw)\n"
                "  --no-decay-1d         no weight decay on the biases (1-D parameters), as timm and nanoGPT group\n"
                "                        them (default: every parameter decays, as torch.optim)\n"
-               "  --warmup-steps N      linear warmup steps before the cosine decay (default 100)\n"
+               "  --warmup-steps N      linear warmup steps before the decay (default 100)\n"
+               "  --lr-schedule S       after the warmup: cosine (default) or linear decay to --min-lr at the\n"
+               "                        last step (linear: Hugging Face's get_linear_schedule_with_warmup), or\n"
+               "                        constant\n"
+               "  --min-lr X            the learning rate the decay ends at (default 0)\n"
                "  --clip-grad-norm X    clip the global gradient norm to X (default off; fp16: after unscaling)\n"
                "  --label-smoothing X   cross-entropy's label smoothing in [0, 1), as torch.nn.CrossEntropyLoss's\n"
                "                        (default 0); the train loss printed is the smoothed one, the test loss\n"
@@ -101,6 +107,7 @@ static int parse_options(int argc, char **argv, options *o) {
     o->weight_decay = -1;
     o->momentum = 0.9;
     o->warmup = 100;
+    o->lr_schedule = "cosine";
     o->seed = 42;
     o->hidden = "512,256";
     o->activation = "relu";
@@ -117,6 +124,8 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"weight-decay", required_argument, 0, 'w'},
                                              {"no-decay-1d", no_argument, 0, 1003},
                                              {"warmup-steps", required_argument, 0, 'W'},
+                                             {"lr-schedule", required_argument, 0, 1007},
+                                             {"min-lr", required_argument, 0, 1008},
                                              {"clip-grad-norm", required_argument, 0, 'c'},
                                              {"label-smoothing", required_argument, 0, 1004},
                                              {"precision", required_argument, 0, 1001},
@@ -176,6 +185,10 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case 1005: STR_OPT("--init-from", o->init_from); break;
         case 1006: o->shard_optimizer = 1; break;
+        case 1007: STR_OPT("--lr-schedule", o->lr_schedule); break;
+        case 1008:
+            if (parse_f64("--min-lr", optarg, &o->min_lr)) return -1;
+            break;
         case 1004:
             if (parse_fraction("--label-smoothing", optarg, &o->label_smoothing)) return -1;
             break;
@@ -250,6 +263,8 @@ int main(int argc, char **argv) {
     ls_sampler_mode mode = LS_SAMPLER_PAD;
     ls_precision precision;
     USAGE("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
+    ls_lr_kind lr_kind;
+    USAGE("--lr-schedule", ls_lr_kind_parse(o.lr_schedule, &lr_kind));
     USAGE("--precision", ls_precision_parse(o.precision, &precision));
     if (strcmp(o.activation, "gelu") == 0)
         act = LS_ACT_GELU;
@@ -321,7 +336,8 @@ int main(int argc, char **argv) {
     tc.batch_per_rank = o.batch;
     tc.accum_steps = o.accum;
     tc.lr.base_lr = oc.lr;
-    tc.lr.min_lr = 0;
+    tc.lr.min_lr = (float)o.min_lr;
+    tc.lr.kind = lr_kind;
     tc.lr.warmup_steps = o.warmup;
     tc.lr.total_steps = steps * o.epochs;
     tc.clip_grad_norm = o.clip;

@@ -43,6 +43,8 @@ typedef struct options {
     int shard_optimizer;   /* --shard-optimizer */
     const char *init_from; /* --init-from: weights to start from */
     int64_t warmup;
+    const char *lr_schedule; /* --lr-schedule */
+    double min_lr;
     int blocks, ckpt_segments, sync_bn, augment;
     uint64_t seed;
     const char *data_dir, *device, *comm, *metrics;
@@ -68,7 +70,11 @@ static void usage(FILE *f) {
                "  --no-decay-1d         no weight decay on biases and batch norm's scale and shift (1-D\n"
                "                        parameters), as timm and nanoGPT group them (default: every parameter\n"
                "                        decays, as torch.optim)\n"
-               "  --warmup-steps N      linear warmup steps before the cosine decay (default 200)\n"
+               "  --warmup-steps N      linear warmup steps before the decay (default 200)\n"
+               "  --lr-schedule S       after the warmup: cosine (default) or linear decay to --min-lr at the\n"
+               "                        last step (linear: Hugging Face's get_linear_schedule_with_warmup), or\n"
+               "                        constant\n"
+               "  --min-lr X            the learning rate the decay ends at (default 0)\n"
                "  --clip-grad-norm X    clip the global gradient norm to X (default off)\n"
                "  --label-smoothing X   cross-entropy's label smoothing in [0, 1), as torch.nn.CrossEntropyLoss's\n"
                "                        (default 0); the train loss printed is the smoothed one, the test loss\n"
@@ -117,6 +123,7 @@ static int parse_options(int argc, char **argv, options *o) {
     o->weight_decay = -1;
     o->momentum = 0.9;
     o->warmup = 200;
+    o->lr_schedule = "cosine";
     o->widths = "32,64,128";
     o->blocks = 1;
     o->precision = "fp32";
@@ -132,6 +139,8 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"weight-decay", required_argument, 0, 'w'},
                                              {"no-decay-1d", no_argument, 0, 1003},
                                              {"warmup-steps", required_argument, 0, 'W'},
+                                             {"lr-schedule", required_argument, 0, 1007},
+                                             {"min-lr", required_argument, 0, 1008},
                                              {"clip-grad-norm", required_argument, 0, 'c'},
                                              {"label-smoothing", required_argument, 0, 1004},
                                              {"widths", required_argument, 0, 'H'},
@@ -196,6 +205,10 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case 1005: STR_OPT("--init-from", o->init_from); break;
         case 1006: o->shard_optimizer = 1; break;
+        case 1007: STR_OPT("--lr-schedule", o->lr_schedule); break;
+        case 1008:
+            if (parse_f64("--min-lr", optarg, &o->min_lr)) return -1;
+            break;
         case 1004:
             if (parse_fraction("--label-smoothing", optarg, &o->label_smoothing)) return -1;
             break;
@@ -310,6 +323,8 @@ int main(int argc, char **argv) {
     ls_resnet_config rcfg;
     memset(&rcfg, 0, sizeof rcfg);
     USAGE("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
+    ls_lr_kind lr_kind;
+    USAGE("--lr-schedule", ls_lr_kind_parse(o.lr_schedule, &lr_kind));
     USAGE("--precision", ls_precision_parse(o.precision, &precision));
     USAGE("--widths", ex_parse_widths(o.widths, &rcfg));
 
@@ -404,7 +419,8 @@ int main(int argc, char **argv) {
     int64_t steps = ls_sampler_steps(sampler, per_step);
     TRY("--batch-size", ex_check_steps(sampler, steps, per_step));
     tc.lr.base_lr = oc.lr;
-    tc.lr.min_lr = 0;
+    tc.lr.min_lr = (float)o.min_lr;
+    tc.lr.kind = lr_kind;
     tc.lr.warmup_steps = o.warmup;
     tc.lr.total_steps = steps * o.epochs;
     TRY("optimizer", ls_optimizer_create(ctx, np, params, grads, &oc, &opt));

@@ -5,8 +5,8 @@
 # (LOCKSTEP_CKPT_CRASH_AT) + resume to step 37 (crossing an epoch) + resume to 40. Global batch
 # 32 (32/NP per rank), 32 steps an epoch; ARGS go to every run (the model, precision, ...). Then,
 # with nothing left to train (--max-steps reached, --epochs 0), the checkpoint evaluates to the
-# step-40 run's test figures and no checkpoint is written. The checkpoint records --no-decay-1d and
-# --label-smoothing.
+# step-40 run's test figures and no checkpoint is written. The checkpoint records --no-decay-1d,
+# --label-smoothing, --lr-schedule and --min-lr.
 PROG=$1 MPIRUN=$2 NP=$3
 shift 3
 . "$(dirname "$0")/lib.sh"
@@ -71,21 +71,27 @@ train "$NP" "${A[@]}" --epochs 1 --checkpoint-dir E --resume auto
 expect_rc 0
 expect_out "$NAME: resumed from E/step-00000032 at step 32, the end of epoch 1"
 expect_out "$NAME: nothing to train (all 1 epoch done at step 32); the model as it is: test loss"
-# the checkpoint records the optimizer's grouping (--no-decay-1d) and the label smoothing
-# (--label-smoothing); a resume without them says that they changed
-nd=false sm=0 B=() prev=
+# the checkpoint records the optimizer's grouping (--no-decay-1d), the label smoothing
+# (--label-smoothing) and the schedule (--lr-schedule, --min-lr); a resume without them says that
+# they changed
+nd=false sm=0 ls=cosine ml=0 B=() prev=
 for a in "${A[@]}"; do
     if [ "$a" = --no-decay-1d ]; then nd=true
-    elif [ "$a" = --label-smoothing ]; then :
+    elif [ "$a" = --label-smoothing ] || [ "$a" = --lr-schedule ] || [ "$a" = --min-lr ]; then :
     elif [ "$prev" = --label-smoothing ]; then sm=$a
+    elif [ "$prev" = --lr-schedule ]; then ls=$a
+    elif [ "$prev" = --min-lr ]; then ml=$a
     else B+=("$a"); fi
     prev=$a
 done
+python3 -c 'import json, sys; v = json.load(open(sys.argv[1]))["lr_schedule"]
+sys.exit(v["decay"] != sys.argv[2] or abs(v["min_lr"] - float(sys.argv[3])) > 1e-7 * float(sys.argv[3]))' \
+    D/step-00000040/state.json "$ls" "$ml" || fail "D/step-00000040/state.json does not record the $ls decay to $ml"
 grep -qE "\"no_decay_1d\":[[:space:]]*$nd" D/step-00000040/state.json ||
     fail "D/step-00000040/state.json does not record no_decay_1d $nd"
 python3 -c 'import json, sys; v = json.load(open(sys.argv[1]))["label_smoothing"]; sys.exit(v != float(sys.argv[2]))' \
     D/step-00000040/state.json "$sm" || fail "D/step-00000040/state.json does not record label_smoothing $sm"
-if [ "$nd" = true ] || [ "$sm" != 0 ]; then
+if [ "$nd" = true ] || [ "$sm" != 0 ] || [ "$ls" != cosine ]; then
     train "$NP" "${B[@]}" --resume "$tmp/D/step-00000040" --max-steps 41 --checkpoint-dir F
     expect_rc 0
     if [ "$nd" = true ]; then
@@ -93,6 +99,7 @@ if [ "$nd" = true ] || [ "$sm" != 0 ]; then
         expect_out "(none on 1-D) momentum"
     fi
     [ "$sm" = 0 ] || expect_out "label smoothing changed since the checkpoint: saved $sm, now 0"
+    [ "$ls" = cosine ] || expect_out "learning-rate schedule changed: saved $ls base"
 fi
 echo "PASS: $NP rank(s): 20 + crash + 17 + 3 steps equal 40 straight, bit for bit ($(wc -c <A.bin) parameter" \
      "bytes, 40 losses and metrics); the step-40 checkpoint evaluates to $at40"

@@ -109,7 +109,7 @@ static ls_ckpt_state make_state(int64_t step, ls_optim_kind kind) {
     s.batch_per_rank = 16;
     s.accum_steps = 1;
     s.seed = 18446744073709551557ull; /* beyond 2^53: must survive exactly */
-    s.lr = (ls_lr_schedule){0.05f, 0.001f, 100, 960};
+    s.lr = (ls_lr_schedule){0.05f, 0.001f, 100, 960, LS_LR_COSINE};
     s.optim = ls_optim_defaults(kind);
     s.n_loss_scaler = 2;
     snprintf(s.loss_scaler[0].key, sizeof s.loss_scaler[0].key, "scale");
@@ -530,6 +530,11 @@ static void test_state_json(void) {
     optional_key(&ls, "label_smoothing", "0.1", "1.1", "'x.json': \"label_smoothing\" 1.1 is not in [0, 1)", &round,
                  &absent);
     LS_EXPECT(round.label_smoothing == 0.1 && absent.label_smoothing == 0);
+    ls_ckpt_state lk = s;
+    lk.lr.kind = LS_LR_LINEAR;
+    optional_key(&lk, "decay", "linear", "linxar", "'x.json': lr_schedule \"decay\" is not cosine, linear or constant",
+                 &round, &absent);
+    LS_EXPECT(round.lr.kind == LS_LR_LINEAR && absent.lr.kind == LS_LR_COSINE && absent.lr.min_lr == s.lr.min_lr);
     /* Without the model signature a model check cannot pass. */
     ls_module *m = make_model(8, LS_F32, 1);
     LS_EXPECT_ERR(ls_ckpt_state_parse(text, strlen(text), "x.json", m, &got), LS_ERR_FORMAT,

@@ -8,7 +8,8 @@
 # drop-last with no whole batch (an epoch of no steps, a NaN loss), files that cannot be written
 # (/dev/full), a gradient-compression setting on one rank (checked only with two), a memory cap of
 # 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
-# step, naming no file), a label smoothing of 1 or more, an empty --init-from. And an empty --hidden trains a linear model, as --help says.
+# step, naming no file), a label smoothing of 1 or more, an empty --init-from, an unknown
+# --lr-schedule, a negative --min-lr. And an empty --hidden trains a linear model, as --help says.
 set -u
 mlp=$1 resnet=$2 oom=$3 qs=$4 bench=${5:-}
 export LOCKSTEP_DEVICE=cpu OPENBLAS_NUM_THREADS=1
@@ -41,6 +42,10 @@ usage "--label-smoothing '1' must be a number from 0 to below 1" "$mlp" "${small
 usage "--label-smoothing 'nan' must be a number from 0 to below 1" "$resnet" "${small[@]}" --label-smoothing nan
 usage "--label-smoothing '-0.1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --label-smoothing -0.1
 usage "--init-from must not be empty" "$resnet" "${small[@]}" --init-from ''
+usage "--lr-schedule: invalid argument: learning-rate schedule 'step' is not one of cosine, linear, constant" "$mlp" \
+    "${small[@]}" --lr-schedule step
+usage "--lr-schedule must not be empty" "$resnet" "${small[@]}" --lr-schedule ''
+usage "--min-lr '-0.1' must be a finite number >= 0" "$resnet" "${small[@]}" --min-lr -0.1
 usage "--epochs '99999999999999999999' must be a whole number from 0 to 1000000" "$mlp" --epochs 99999999999999999999
 usage "--batch-size '4611686018427387904' must be a whole number from 1 to 16777216" "$mlp" --batch-size 4611686018427387904 --accum-steps 2
 usage "--accum-steps '4294967296' must be a whole number from 1 to 65536" "$mlp" --accum-steps 4294967296

@@ -5,7 +5,8 @@
 # step 7 (its final checkpoint removed: steps 6 and 7 are written once, by the resumed run); a run
 # without --metrics or --log-steps (running totals) prints the same epoch lines; two ranks (the samples are the
 # global batch); --progress's last reading of an epoch equals its train loss; each epoch's printed train accuracy is the mean of its steps'; a diverging run's
-# NaN loss is written as null; a file that cannot be opened is an error naming it. CUDA_BUILT (1 in a
+# NaN loss is written as null; each step's lr follows --lr-schedule linear (to --min-lr) and constant;
+# a file that cannot be opened is an error naming it. CUDA_BUILT (1 in a
 # CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU. Two
 # diverging ranks with fp16 gradient compression skip their steps, and the epoch lines count them.
 set -u
@@ -71,6 +72,20 @@ fi
 "$mlp" "${args[@]}" --lr 1e30 --max-steps 6 --metrics "$dir/m5" --log-steps "$dir/s5" >"$dir/out5" 2>&1 ||
     fail "diverging run: $(cat "$dir/out5")"
 "$check" "$dir/m5" "$dir/s5" 6 100 10 diverged || fail "diverging run"
+
+# the learning rate of each step follows --lr-schedule: 20 steps, 5 of warmup to 0.1, then linear
+# to --min-lr 0.01 at the last step (0.01 + 0.09 (1 - t), t = (step - 5) / 15), or constant
+lrs() { sed -nE 's/.*"step": ([0-9]+),.*"lr": ([^,]*),.*/\1 \2/p' "$1"; }
+for sched in linear constant; do
+    "$mlp" "${args[@]}" --lr 0.1 --warmup-steps 5 --lr-schedule $sched --min-lr 0.01 --metrics "$dir/mlr" \
+        >"$dir/outlr" 2>&1 || fail "--lr-schedule $sched: $(cat "$dir/outlr")"
+    [ "$(lrs "$dir/mlr" | wc -l)" -eq 20 ] || fail "--lr-schedule $sched: $(lrs "$dir/mlr" | wc -l) steps"
+    lrs "$dir/mlr" | awk -v s=$sched '{ i = $1 - 1
+        if (i < 5) want = 0.1 * (i + 1) / 5; else if (s == "constant") want = 0.1; else want = 0.01 + 0.09 * (1 - (i - 5) / 15)
+        d = $2 - want; if (d < 0) d = -d
+        if (d > 1e-6 * want) { print s ": step " $1 " lr " $2 ", expected " want; bad = 1 } } END { exit bad }' ||
+        fail "--lr-schedule $sched: the learning rates depart from the schedule"
+done
 
 out=$("$mlp" "${args[@]}" --metrics /nonexistent-dir/m 2>&1) && fail "an unwritable --metrics path was accepted"
 grep -q -- "--metrics: I/O error: cannot open '/nonexistent-dir/m' for writing: No such file or directory" <<<"$out" || fail "unclear error: $out"

@@ -61,7 +61,7 @@ static void setup(run *r, ls_ctx *ctx, ls_comm *comm, int rank, int world, ls_op
     memset(&tc, 0, sizeof tc);
     tc.batch_per_rank = b;
     tc.accum_steps = accum;
-    tc.lr = (ls_lr_schedule){oc.lr, 0, 3, 20};
+    tc.lr = (ls_lr_schedule){oc.lr, 0, 3, 20, LS_LR_COSINE};
     LS_REQUIRE_OK(ls_trainer_create(ctx, comm, r->m, r->o, &tc, &r->t));
     LS_REQUIRE_OK(ls_sampler_create(D->n, rank, world, 5, 1, LS_SAMPLER_EXACT, &r->s));
 }
@@ -240,7 +240,7 @@ int main(int argc, char **argv) {
         memset(&tc, 0, sizeof tc);
         tc.batch_per_rank = 4;
         tc.accum_steps = 1;
-        tc.lr = (ls_lr_schedule){0.1f, 0, 0, 0};
+        tc.lr = (ls_lr_schedule){0.1f, 0, 0, 0, LS_LR_CONSTANT};
         LS_EXPECT_ERR(ls_trainer_create(C, W, r.m, r.o, &tc, &r.t), LS_ERR_INVALID_ARGUMENT,
                       "the optimizer is sharded over several ranks (ls_optimizer_shard) but the trainer has one");
         ls_optimizer_destroy(r.o);

@@ -288,13 +288,35 @@ int main(void) {
     ls_optim_kind k;
     LS_EXPECT_ERR(ls_optim_kind_parse("lamb", &k), LS_ERR_INVALID_ARGUMENT, "'lamb' is not one of sgd, adamw");
 
-    ls_lr_schedule s = {1.0f, 0.1f, 10, 110};
+    ls_lr_schedule s = {1.0f, 0.1f, 10, 110, LS_LR_COSINE};
     LS_EXPECT_NEAR(ls_lr_at(&s, 0), 0.1, 1e-7);
     LS_EXPECT_NEAR(ls_lr_at(&s, 9), 1.0, 1e-7);
     LS_EXPECT_NEAR(ls_lr_at(&s, 10), 1.0, 1e-7);
     LS_EXPECT_NEAR(ls_lr_at(&s, 60), 0.55, 1e-6);
     LS_EXPECT_NEAR(ls_lr_at(&s, 110), 0.1, 1e-7);
     LS_EXPECT_NEAR(ls_lr_at(&s, 500), 0.1, 1e-7);
+    /* linear: min + (base - min) (1 - t), t the fraction of the decay's steps done; the same warmup */
+    s.kind = LS_LR_LINEAR;
+    LS_EXPECT_NEAR(ls_lr_at(&s, 0), 0.1, 1e-7);
+    LS_EXPECT_NEAR(ls_lr_at(&s, 10), 1.0, 1e-7);
+    LS_EXPECT_NEAR(ls_lr_at(&s, 35), 0.775, 1e-6);
+    LS_EXPECT_NEAR(ls_lr_at(&s, 60), 0.55, 1e-6);
+    LS_EXPECT_NEAR(ls_lr_at(&s, 85), 0.325, 1e-6);
+    LS_EXPECT_NEAR(ls_lr_at(&s, 110), 0.1, 1e-7);
+    LS_EXPECT_NEAR(ls_lr_at(&s, 500), 0.1, 1e-7);
+    /* Hugging Face's get_linear_schedule_with_warmup(opt, 10, 110): lr * max(0, (110 - step) / 100) */
+    ls_lr_schedule hf = {2.0f, 0.0f, 10, 110, LS_LR_LINEAR};
+    for (int64_t st = 10; st <= 120; st += 7)
+        LS_EXPECT_NEAR(ls_lr_at(&hf, st), 2.0 * fmax(0.0, (110.0 - (double)st) / 100.0), 1e-6);
+    s.kind = LS_LR_CONSTANT; /* after the warmup: the base lr */
+    LS_EXPECT_NEAR(ls_lr_at(&s, 4), 0.5, 1e-7);
+    LS_EXPECT(ls_lr_at(&s, 10) == 1.0f && ls_lr_at(&s, 109) == 1.0f && ls_lr_at(&s, 1000) == 1.0f);
+    ls_lr_kind lk;
+    LS_REQUIRE_OK(ls_lr_kind_parse("linear", &lk));
+    LS_EXPECT(lk == LS_LR_LINEAR && strcmp(ls_lr_kind_name(LS_LR_CONSTANT), "constant") == 0);
+    LS_EXPECT(ls_lr_kind_name((ls_lr_kind)3) == NULL);
+    LS_EXPECT_ERR(ls_lr_kind_parse("step", &lk), LS_ERR_INVALID_ARGUMENT,
+                  "learning-rate schedule 'step' is not one of cosine, linear, constant");
 
     /* clipping: norm of (3, 4) is 5; clip to 1 */
     gd[0] = 3;
