@@ -2,11 +2,16 @@
 """compare_shard.py: fashion_mlp with and without --shard-optimizer (ZeRO stage 1) on the same ranks,
 AdamW, the configurations alternating round by round (A B A B), medians of --rounds: training
 samples/s (the epoch line) and the memory lockstep holds on the fullest rank after the last step
-(--metrics' mem_live_bytes, the maximum over the ranks), with the ratios.
+(--metrics' mem_live_bytes, the maximum over the ranks), with the ratios. --torch adds the peer:
+PyTorch DDP (gloo) with AdamW, and with it wrapped in ZeroRedundancyOptimizer, on the same model,
+batch and ranks (torch_ddp_mlp.py, started by the same lockstep-run; samples/s of its timed steps).
 
 Usage (repository root, after building build/):
     /usr/bin/python3 cluster/bench/compare_shard.py --ranks 2 --rounds 5
---dry-run prints the commands.
+    tests/launcher/netns_two_hosts.sh --lockstep-run build/launcher/lockstep-run --rate 1gbit \
+        --timeout 3600 --exec -- /usr/bin/python3 cluster/bench/compare_shard.py --build build
+The second runs the 2 ranks on two network namespaces joined by a 1 Gbit/s link (it sets
+LOCKSTEP_RUN). --dry-run prints the commands.
 """
 import argparse
 import json
@@ -31,12 +36,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build", help="build directory (default build)")
+    ap.add_argument("--lockstep-run", default=os.environ.get("LOCKSTEP_RUN"),
+                    help="the launcher (default $LOCKSTEP_RUN, else BUILD/launcher/lockstep-run)")
     ap.add_argument("--ranks", type=int, default=2, help="ranks (default 2)")
     ap.add_argument("--hidden", default="1024,1024,1024", help="fashion_mlp --hidden (default 1024,1024,1024)")
     ap.add_argument("--batch-size", type=int, default=64, help="samples per rank per step (default 64)")
     ap.add_argument("--train-limit", type=int, default=16384, help="training samples (default 16384)")
     ap.add_argument("--rounds", type=int, default=5, help="runs of each configuration (default 5)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take (default 600)")
+    ap.add_argument("--torch", action="store_true", help="also PyTorch DDP without and with ZeroRedundancyOptimizer")
     ap.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     args = ap.parse_args()
     if args.ranks < 2 or args.rounds < 1:
@@ -45,11 +53,19 @@ def main():
                OPENBLAS_NUM_THREADS="1", LOCKSTEP_GPU_MONITOR="off")
     tmp = tempfile.mkdtemp(prefix="compare_shard.")
     metrics = os.path.join(tmp, "m.json")
-    base = [os.path.join(args.build, "launcher", "lockstep-run"), "-n", str(args.ranks),
-            os.path.join(args.build, "examples", "fashion_mlp", "fashion_mlp"), "--device", "cpu", "--epochs", "1",
+    lsr = args.lockstep_run or os.path.join(args.build, "launcher", "lockstep-run")
+    base = [lsr, "-n", str(args.ranks), os.path.abspath(os.path.join(args.build, "examples", "fashion_mlp", "fashion_mlp")), "--device", "cpu", "--epochs", "1",
             "--optimizer", "adamw", "--hidden", args.hidden, "--batch-size", str(args.batch_size),
             "--train-limit", str(args.train_limit), "--test-limit", "1000", "--no-progress", "--metrics", metrics]
     configs = {"unsharded": base, "--shard-optimizer": base + ["--shard-optimizer"]}
+    if args.torch:
+        launch = [lsr, "-n", str(args.ranks)] + (["-x", "MASTER_ADDR"] if "MASTER_ADDR" in env else []) + ["--"]
+        steps = args.train_limit // (args.batch_size * args.ranks)
+        torch = launch + ["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_ddp_mlp.py"),
+                          "--launched", "--threads", "1", "--hidden", args.hidden, "--optimizer", "adamw",
+                          "--batch-size", str(args.batch_size), "--steps", str(steps)]
+        configs["torch DDP"] = torch
+        configs["torch ZeRO"] = torch + ["--zero"]
     if args.dry_run:
         for name, cmd in configs.items():
             print(f"{name}: {shlex.join(cmd)}")
@@ -60,6 +76,13 @@ def main():
     for r in range(args.rounds):
         for name, cmd in configs.items():
             out = run(cmd, env, args.timeout)
+            if name.startswith("torch"):
+                m = re.findall(r"samples/s ([0-9.]+)", out)
+                if not m:
+                    sys.exit(f"compare_shard: no samples/s in the output of {shlex.join(cmd)}:\n{out}")
+                rate[name].append(float(m[-1]))
+                print(f"round {r + 1} {name}: {rate[name][-1]:.0f} samples/s", flush=True)
+                continue
             m = re.findall(r"([0-9.]+) samples/s", out)
             if not m:
                 sys.exit(f"compare_shard: no samples/s in the output of {shlex.join(cmd)}:\n{out}")
@@ -77,10 +100,15 @@ def main():
     print(f"shares of the parameters whose state each rank keeps: {shares}")
     print(f"{'configuration':<20} {'samples/s':>10} {'MiB (fullest rank)':>19}")
     for name in configs:
-        print(f"{name:<20} {statistics.median(rate[name]):>10.0f} {statistics.median(mem[name]) / 2**20:>19.2f}")
-    a, b = configs
+        m = f"{statistics.median(mem[name]) / 2**20:>19.2f}" if mem[name] else f"{'-':>19}"
+        print(f"{name:<20} {statistics.median(rate[name]):>10.0f} {m}")
+    a, b = "unsharded", "--shard-optimizer"
     print(f"ratio (sharded / unsharded): samples/s {statistics.median(rate[b]) / statistics.median(rate[a]):.3f}, "
           f"memory {statistics.median(mem[b]) / statistics.median(mem[a]):.3f}")
+    if args.torch:
+        print(f"PyTorch (ZeRO / DDP): samples/s "
+              f"{statistics.median(rate['torch ZeRO']) / statistics.median(rate['torch DDP']):.3f}; lockstep sharded / "
+              f"PyTorch ZeRO: {statistics.median(rate[b]) / statistics.median(rate['torch ZeRO']):.3f}")
 
 
 if __name__ == "__main__":

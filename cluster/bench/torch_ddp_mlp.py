@@ -8,7 +8,9 @@ With --launched it is one rank of a job started by a launcher (lockstep-run, mpi
 rank and world size from OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE or SLURM_PROCID/NTASKS, rank 0
 at MASTER_ADDR (default 127.0.0.1). --compress fp16 registers DDP's fp16 compression
 hook (gradients all-reduced in 16 bits), the peer of LOCKSTEP_GRAD_COMPRESS (PyTorch 1.13's
-bf16 hook needs CUDA and NCCL, so on CPUs fp16 only).
+bf16 hook needs CUDA and NCCL, so on CPUs fp16 only). --hidden sets the hidden layers, --optimizer
+adamw trains with AdamW (lr 1e-3) instead of SGD, and --zero wraps the optimizer in
+ZeroRedundancyOptimizer (its state sharded over the ranks: the peer of --shard-optimizer).
 Usage: /usr/bin/python3 cluster/bench/torch_ddp_mlp.py --ranks 2 --threads 1 --steps 200
        lockstep-run -n 2 -x MASTER_ADDR -- /usr/bin/python3 cluster/bench/torch_ddp_mlp.py --launched
 """
@@ -35,13 +37,24 @@ def worker(rank, args):
     y = read_idx(os.path.join(args.data_dir, "train-labels-idx1-ubyte.gz"))
     x = torch.from_numpy(((x.astype(np.float32) / 255.0) - 0.2860) / 0.3530)
     y = torch.from_numpy(y.astype(np.int64))
-    model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256),
-                                torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    sizes = [784] + [int(h) for h in args.hidden.split(",") if h] + [10]
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+        if i + 2 < len(sizes):
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     if args.compress != "none":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         ddp.register_comm_hook(None, getattr(default_hooks, f"{args.compress}_compress_hook"))
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    kind, hp = (torch.optim.AdamW, {"lr": 1e-3}) if args.optimizer == "adamw" else \
+        (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9})
+    if args.zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=kind, **hp)
+    else:
+        opt = kind(ddp.parameters(), **hp)
     lossf = torch.nn.CrossEntropyLoss()
     sampler = torch.utils.data.distributed.DistributedSampler(range(x.shape[0]), num_replicas=args.ranks,
                                                               rank=rank, shuffle=True, seed=42)
@@ -77,7 +90,7 @@ def worker(rank, args):
     dt = time.perf_counter() - t0
     if rank == 0:
         print(f"torch-ddp ranks {args.ranks} samples/s {args.steps * B * args.ranks / dt:.1f} "
-              f"threads {args.threads} compress {args.compress} step_ms {1000 * dt / args.steps:.3f} "
+              f"threads {args.threads} compress {args.compress} zero {int(args.zero)} step_ms {1000 * dt / args.steps:.3f} "
               f"loss {loss.item():.4f}", flush=True)
     # Every rank is past the last barrier and rank 0 has printed: leave without gloo's teardown,
     # which once hung one rank for 10 minutes at exit (1 run in about 30, --compress fp16).
@@ -97,6 +110,9 @@ def main():
     ap.add_argument("--compress", choices=["none", "fp16"], default="none",
                     help="fp16: DDP's fp16_compress_hook, gradients all-reduced in 16 bits (default none; "
                          "PyTorch 1.13 offers bf16_compress_hook only with CUDA and NCCL)")
+    ap.add_argument("--hidden", default="512,256", help="hidden layer sizes (default 512,256)")
+    ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
+    ap.add_argument("--zero", action="store_true", help="ZeroRedundancyOptimizer around the optimizer")
     ap.add_argument("--launched", action="store_true",
                     help="one rank of a job started by lockstep-run, mpirun or srun (--ranks is ignored)")
     args = ap.parse_args()
