@@ -50,6 +50,26 @@ int ex_parse_fraction(const char *prog, const char *flag, const char *s, double 
     return 0;
 }
 
+int ex_parse_betas(const char *prog, const char *flag, const char *s, double out[2]) {
+    char *end;
+    double v[2];
+    const char *p = s;
+    int ok = 1;
+    for (int k = 0; k < 2 && ok; k++) {
+        errno = 0;
+        v[k] = strtod(p, &end);
+        ok = end != p && errno != ERANGE && v[k] >= 0 && v[k] < 1 && *end == (k ? '\0' : ',');
+        p = end + 1;
+    }
+    if (!ok) {
+        fprintf(stderr, "%s: %s '%s' must be two numbers from 0 to below 1, as 0.9,0.999\n", prog, flag, s);
+        return -1;
+    }
+    out[0] = v[0];
+    out[1] = v[1];
+    return 0;
+}
+
 int ex_nonempty(const char *prog, const char *flag, const char *s) {
     if (s && *s) return 0;
     fprintf(stderr, "%s: %s must not be empty (leave the flag out for its default)\n", prog, flag);

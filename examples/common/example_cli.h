@@ -31,6 +31,9 @@ int ex_parse_f64(const char *prog, const char *flag, const char *s, double *out)
 /* *out = s as a number in [0, 1); else prints "PROG: FLAG 'S' must be a number from 0 to below 1"
  * and -1. */
 int ex_parse_fraction(const char *prog, const char *flag, const char *s, double *out);
+/* out[0], out[1] = s as "B1,B2", each in [0, 1) (AdamW's betas); else prints "PROG: FLAG 'S' must be
+ * two numbers from 0 to below 1, as 0.9,0.999" and -1. */
+int ex_parse_betas(const char *prog, const char *flag, const char *s, double out[2]);
 /* 0 when s is a non-empty string; else prints "PROG: FLAG must not be empty (leave the flag out
  * for its default)" and -1: `--device ''` or `--resume ''` from an unset shell variable would
  * otherwise quietly mean the default (auto). */
@@ -122,6 +125,7 @@ void ex_print_nothing_to_train(const char *prog, int epochs, int64_t start_epoch
 #define parse_i64(flag, s, min, max, out) ex_parse_i64(EX_PROG, flag, s, min, max, out)
 #define parse_f64(flag, s, out) ex_parse_f64(EX_PROG, flag, s, out)
 #define parse_fraction(flag, s, out) ex_parse_fraction(EX_PROG, flag, s, out)
+#define parse_betas(flag, s, out) ex_parse_betas(EX_PROG, flag, s, out)
 /* In a getopt loop of a function that returns -1 on a bad flag: field = optarg, unless it is empty. */
 #define STR_OPT(flag, field)                                                                                           \
     do {                                                                                                               \

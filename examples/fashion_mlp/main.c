@@ -32,6 +32,7 @@ typedef struct options {
     double lr, weight_decay, momentum, clip;
     int no_decay_1d;
     double label_smoothing;
+    double betas[2], eps;  /* --betas, --eps: eps < 0 and betas[0] < 0 unset */
     int shard_optimizer;   /* --shard-optimizer */
     const char *init_from; /* --init-from: weights to start from */
     int64_t warmup;
@@ -56,6 +57,8 @@ static void usage(FILE *f) {
                "  --optimizer sgd|adamw optimizer (default sgd: momentum 0.9)\n"
                "  --lr X                peak learning rate (default 0.05 for sgd, 0.001 for adamw)\n"
                "  --momentum X          SGD momentum (default 0.9)\n"
+               "  --betas B1,B2         AdamW's betas (default 0.9,0.999)\n"
+               "  --eps X               AdamW's epsilon (default 1e-8)\n"
                "  --weight-decay X      weight decay (default 0 for sgd, 0.01 for adamw)\n"
                "  --no-decay-1d         no weight decay on the biases (1-D parameters), as timm and nanoGPT group\n"
                "                        them (default: every parameter decays, as torch.optim)\n"
@@ -108,6 +111,7 @@ static int parse_options(int argc, char **argv, options *o) {
     o->momentum = 0.9;
     o->warmup = 100;
     o->lr_schedule = "cosine";
+    o->betas[0] = o->betas[1] = o->eps = -1;
     o->seed = 42;
     o->hidden = "512,256";
     o->activation = "relu";
@@ -121,6 +125,8 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"optimizer", required_argument, 0, 'o'},
                                              {"lr", required_argument, 0, 'l'},
                                              {"momentum", required_argument, 0, 'm'},
+                                             {"betas", required_argument, 0, 1009},
+                                             {"eps", required_argument, 0, 1010},
                                              {"weight-decay", required_argument, 0, 'w'},
                                              {"no-decay-1d", no_argument, 0, 1003},
                                              {"warmup-steps", required_argument, 0, 'W'},
@@ -186,6 +192,12 @@ static int parse_options(int argc, char **argv, options *o) {
         case 1005: STR_OPT("--init-from", o->init_from); break;
         case 1006: o->shard_optimizer = 1; break;
         case 1007: STR_OPT("--lr-schedule", o->lr_schedule); break;
+        case 1009:
+            if (parse_betas("--betas", optarg, o->betas)) return -1;
+            break;
+        case 1010:
+            if (parse_f64("--eps", optarg, &o->eps)) return -1;
+            break;
         case 1008:
             if (parse_f64("--min-lr", optarg, &o->min_lr)) return -1;
             break;
@@ -265,6 +277,10 @@ int main(int argc, char **argv) {
     USAGE("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
     ls_lr_kind lr_kind;
     USAGE("--lr-schedule", ls_lr_kind_parse(o.lr_schedule, &lr_kind));
+    USAGE(o.betas[0] >= 0 ? "--betas" : "--eps",
+          (o.betas[0] < 0 && o.eps < 0) || kind == LS_OPTIM_ADAMW
+              ? LS_OK
+              : ls_error(LS_ERR_INVALID_ARGUMENT, "betas and eps are AdamW's: add --optimizer adamw"));
     USAGE("--precision", ls_precision_parse(o.precision, &precision));
     if (strcmp(o.activation, "gelu") == 0)
         act = LS_ACT_GELU;
@@ -313,6 +329,11 @@ int main(int argc, char **argv) {
         oc.lr = 0.05f;
     if (o.weight_decay >= 0) oc.weight_decay = (float)o.weight_decay;
     oc.no_decay_1d = o.no_decay_1d;
+    if (o.betas[0] >= 0) {
+        oc.beta1 = (float)o.betas[0];
+        oc.beta2 = (float)o.betas[1];
+    }
+    if (o.eps >= 0) oc.eps = (float)o.eps;
     if (o.shard_optimizer) { /* ZeRO stage 1: the other ranks' state never allocated here */
         oc.shard_rank = rank;
         oc.shard_world = world;

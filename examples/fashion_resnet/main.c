@@ -40,6 +40,7 @@ typedef struct options {
     double lr, weight_decay, momentum, clip;
     int no_decay_1d;
     double label_smoothing;
+    double betas[2], eps;  /* --betas, --eps: eps < 0 and betas[0] < 0 unset */
     int shard_optimizer;   /* --shard-optimizer */
     const char *init_from; /* --init-from: weights to start from */
     int64_t warmup;
@@ -66,6 +67,8 @@ static void usage(FILE *f) {
                "  --optimizer sgd|adamw optimizer (default sgd: momentum 0.9, nesterov)\n"
                "  --lr X                peak learning rate (default 0.1 for sgd, 0.002 for adamw)\n"
                "  --momentum X          SGD momentum (default 0.9)\n"
+               "  --betas B1,B2         AdamW's betas (default 0.9,0.999)\n"
+               "  --eps X               AdamW's epsilon (default 1e-8)\n"
                "  --weight-decay X      weight decay (default 5e-4 for sgd, 0.05 for adamw)\n"
                "  --no-decay-1d         no weight decay on biases and batch norm's scale and shift (1-D\n"
                "                        parameters), as timm and nanoGPT group them (default: every parameter\n"
@@ -124,6 +127,7 @@ static int parse_options(int argc, char **argv, options *o) {
     o->momentum = 0.9;
     o->warmup = 200;
     o->lr_schedule = "cosine";
+    o->betas[0] = o->betas[1] = o->eps = -1;
     o->widths = "32,64,128";
     o->blocks = 1;
     o->precision = "fp32";
@@ -136,6 +140,8 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"optimizer", required_argument, 0, 'o'},
                                              {"lr", required_argument, 0, 'l'},
                                              {"momentum", required_argument, 0, 'm'},
+                                             {"betas", required_argument, 0, 1009},
+                                             {"eps", required_argument, 0, 1010},
                                              {"weight-decay", required_argument, 0, 'w'},
                                              {"no-decay-1d", no_argument, 0, 1003},
                                              {"warmup-steps", required_argument, 0, 'W'},
@@ -206,6 +212,12 @@ static int parse_options(int argc, char **argv, options *o) {
         case 1005: STR_OPT("--init-from", o->init_from); break;
         case 1006: o->shard_optimizer = 1; break;
         case 1007: STR_OPT("--lr-schedule", o->lr_schedule); break;
+        case 1009:
+            if (parse_betas("--betas", optarg, o->betas)) return -1;
+            break;
+        case 1010:
+            if (parse_f64("--eps", optarg, &o->eps)) return -1;
+            break;
         case 1008:
             if (parse_f64("--min-lr", optarg, &o->min_lr)) return -1;
             break;
@@ -325,6 +337,10 @@ int main(int argc, char **argv) {
     USAGE("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
     ls_lr_kind lr_kind;
     USAGE("--lr-schedule", ls_lr_kind_parse(o.lr_schedule, &lr_kind));
+    USAGE(o.betas[0] >= 0 ? "--betas" : "--eps",
+          (o.betas[0] < 0 && o.eps < 0) || kind == LS_OPTIM_ADAMW
+              ? LS_OK
+              : ls_error(LS_ERR_INVALID_ARGUMENT, "betas and eps are AdamW's: add --optimizer adamw"));
     USAGE("--precision", ls_precision_parse(o.precision, &precision));
     USAGE("--widths", ex_parse_widths(o.widths, &rcfg));
 
@@ -368,6 +384,11 @@ int main(int argc, char **argv) {
     oc.lr = (float)(o.lr >= 0 ? o.lr : kind == LS_OPTIM_SGD ? 0.1 : 0.002);
     oc.weight_decay = (float)(o.weight_decay >= 0 ? o.weight_decay : kind == LS_OPTIM_SGD ? 5e-4 : 0.05);
     oc.no_decay_1d = o.no_decay_1d;
+    if (o.betas[0] >= 0) {
+        oc.beta1 = (float)o.betas[0];
+        oc.beta2 = (float)o.betas[1];
+    }
+    if (o.eps >= 0) oc.eps = (float)o.eps;
     if (o.shard_optimizer) { /* ZeRO stage 1: the other ranks' state never allocated here */
         oc.shard_rank = rank;
         oc.shard_world = world;

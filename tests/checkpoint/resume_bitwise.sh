@@ -6,7 +6,7 @@
 # 32 (32/NP per rank), 32 steps an epoch; ARGS go to every run (the model, precision, ...). Then,
 # with nothing left to train (--max-steps reached, --epochs 0), the checkpoint evaluates to the
 # step-40 run's test figures and no checkpoint is written. The checkpoint records --no-decay-1d,
-# --label-smoothing, --lr-schedule and --min-lr.
+# --label-smoothing, --lr-schedule, --min-lr, --betas and --eps.
 PROG=$1 MPIRUN=$2 NP=$3
 shift 3
 . "$(dirname "$0")/lib.sh"
@@ -74,8 +74,10 @@ expect_out "$NAME: nothing to train (all 1 epoch done at step 32); the model as 
 # the checkpoint records the optimizer's grouping (--no-decay-1d), the label smoothing
 # (--label-smoothing) and the schedule (--lr-schedule, --min-lr); a resume without them says that
 # they changed
-nd=false sm=0 ls=cosine ml=0 B=() prev=
+nd=false sm=0 ls=cosine ml=0 betas= eps= B=() prev=
 for a in "${A[@]}"; do
+    [ "$prev" = --betas ] && betas=$a
+    [ "$prev" = --eps ] && eps=$a
     if [ "$a" = --no-decay-1d ]; then nd=true
     elif [ "$a" = --label-smoothing ] || [ "$a" = --lr-schedule ] || [ "$a" = --min-lr ]; then :
     elif [ "$prev" = --label-smoothing ]; then sm=$a
@@ -87,6 +89,15 @@ done
 python3 -c 'import json, sys; v = json.load(open(sys.argv[1]))["lr_schedule"]
 sys.exit(v["decay"] != sys.argv[2] or abs(v["min_lr"] - float(sys.argv[3])) > 1e-7 * float(sys.argv[3]))' \
     D/step-00000040/state.json "$ls" "$ml" || fail "D/step-00000040/state.json does not record the $ls decay to $ml"
+# --betas and --eps reach AdamW: the checkpoint records them
+if [ -n "$betas$eps" ]; then
+    python3 -c 'import json, sys; o = json.load(open(sys.argv[1]))["optimizer"]
+b = [float(x) for x in sys.argv[2].split(",")] if sys.argv[2] else [0.9, 0.999]
+e = float(sys.argv[3]) if sys.argv[3] else 1e-8
+near = lambda x, y: abs(x - y) <= 1e-7 * y
+sys.exit(not (near(o["beta1"], b[0]) and near(o["beta2"], b[1]) and near(o["eps"], e)))' \
+        D/step-00000040/state.json "$betas" "$eps" || fail "state.json does not record --betas '$betas' --eps '$eps'"
+fi
 grep -qE "\"no_decay_1d\":[[:space:]]*$nd" D/step-00000040/state.json ||
     fail "D/step-00000040/state.json does not record no_decay_1d $nd"
 python3 -c 'import json, sys; v = json.load(open(sys.argv[1]))["label_smoothing"]; sys.exit(v != float(sys.argv[2]))' \
