@@ -381,3 +381,58 @@ void ex_print_shard(const char *prog, const ls_optimizer *opt, int world) {
     printf(" of the %lld parameters\n", (long long)total);
     free(share);
 }
+
+void ex_train_flags_init(ex_train_flags *f) {
+    memset(f, 0, sizeof *f);
+    f->lr_schedule = "cosine";
+    f->betas[0] = f->betas[1] = f->eps = -1;
+}
+
+int ex_train_flags_parse(const char *prog, ex_train_flags *f, int c, const char *arg, int *bad) {
+    switch (c) {
+    case 1003: f->no_decay_1d = 1; break;
+    case 1004: *bad = ex_parse_fraction(prog, "--label-smoothing", arg, &f->label_smoothing) != 0; break;
+    case 1005:
+        *bad = ex_nonempty(prog, "--init-from", arg) != 0;
+        f->init_from = arg;
+        break;
+    case 1006: f->shard_optimizer = 1; break;
+    case 1007:
+        *bad = ex_nonempty(prog, "--lr-schedule", arg) != 0;
+        f->lr_schedule = arg;
+        break;
+    case 1008: *bad = ex_parse_f64(prog, "--min-lr", arg, &f->min_lr) != 0; break;
+    case 1009: *bad = ex_parse_betas(prog, "--betas", arg, f->betas) != 0; break;
+    case 1010: *bad = ex_parse_f64(prog, "--eps", arg, &f->eps) != 0; break;
+    default: return 0;
+    }
+    return 1;
+}
+
+ls_status ex_train_flags_check(const ex_train_flags *f, ls_optim_kind kind, ls_lr_kind *lr_kind, const char **flag) {
+    *flag = "--lr-schedule";
+    LS_CHECK(ls_lr_kind_parse(f->lr_schedule, lr_kind));
+    *flag = f->betas[0] >= 0 ? "--betas" : "--eps";
+    if ((f->betas[0] >= 0 || f->eps >= 0) && kind != LS_OPTIM_ADAMW)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "betas and eps are AdamW's: add --optimizer adamw");
+    return LS_OK;
+}
+
+void ex_train_flags_optim(const ex_train_flags *f, int rank, int world, ls_optim_config *oc) {
+    oc->no_decay_1d = f->no_decay_1d;
+    if (f->betas[0] >= 0) {
+        oc->beta1 = (float)f->betas[0];
+        oc->beta2 = (float)f->betas[1];
+    }
+    if (f->eps >= 0) oc->eps = (float)f->eps;
+    if (f->shard_optimizer) { /* ZeRO stage 1: the other ranks' state never allocated here */
+        oc->shard_rank = rank;
+        oc->shard_world = world;
+    }
+}
+
+void ex_train_flags_train(const ex_train_flags *f, ls_lr_kind lr_kind, ls_train_config *tc) {
+    tc->label_smoothing = f->label_smoothing;
+    tc->lr.min_lr = (float)f->min_lr;
+    tc->lr.kind = lr_kind;
+}

@@ -113,6 +113,37 @@ ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank);
  * epoch. No collective; NULL is fine. */
 void ex_gpu_monitor_restart(ls_gpu_monitor *m);
 
+/* The training flags fashion_mlp and fashion_resnet share (their --help lines stay each
+ * program's): --no-decay-1d, --label-smoothing, --init-from, --shard-optimizer, --lr-schedule,
+ * --min-lr, --betas, --eps. EX_TRAIN_LONGOPTS goes into the getopt_long table. */
+typedef struct ex_train_flags {
+    int no_decay_1d;
+    double label_smoothing;
+    const char *init_from; /* weights to start from, or NULL */
+    int shard_optimizer;
+    const char *lr_schedule;
+    double min_lr;
+    double betas[2], eps; /* < 0: unset (AdamW's defaults) */
+} ex_train_flags;
+#define EX_TRAIN_LONGOPTS                                                                                              \
+    {"no-decay-1d", no_argument, 0, 1003}, {"label-smoothing", required_argument, 0, 1004},                            \
+        {"init-from", required_argument, 0, 1005}, {"shard-optimizer", no_argument, 0, 1006},                          \
+        {"lr-schedule", required_argument, 0, 1007}, {"min-lr", required_argument, 0, 1008},                           \
+        {"betas", required_argument, 0, 1009}, {                                                                       \
+        "eps", required_argument, 0, 1010                                                                              \
+    }
+void ex_train_flags_init(ex_train_flags *f);
+/* Option c of getopt_long (its argument arg): 1 when it is one of these, taken (*bad = 1 when its
+ * value was refused, the message printed), 0 when it is not. */
+int ex_train_flags_parse(const char *prog, ex_train_flags *f, int c, const char *arg, int *bad);
+/* What the flags need of the rest: a known schedule (*lr_kind), betas and eps only with AdamW.
+ * Else LS_ERR_INVALID_ARGUMENT with *flag the flag at fault (a usage error). */
+ls_status ex_train_flags_check(const ex_train_flags *f, ls_optim_kind kind, ls_lr_kind *lr_kind, const char **flag);
+/* Into the optimizer's config (--no-decay-1d, --betas, --eps; --shard-optimizer as rank of world)
+ * and the trainer's (--label-smoothing, --min-lr and the schedule's kind). */
+void ex_train_flags_optim(const ex_train_flags *f, int rank, int world, ls_optim_config *oc);
+void ex_train_flags_train(const ex_train_flags *f, ls_lr_kind lr_kind, ls_train_config *tc);
+
 /* A sharded optimizer (--shard-optimizer): one line on stdout, each rank's share of the parameters
  * whose optimizer state it keeps; nothing when unsharded. */
 void ex_print_shard(const char *prog, const ls_optimizer *opt, int world);

@@ -30,14 +30,8 @@ typedef struct options {
     int accum;
     const char *optimizer;
     double lr, weight_decay, momentum, clip;
-    int no_decay_1d;
-    double label_smoothing;
-    double betas[2], eps;  /* --betas, --eps: eps < 0 and betas[0] < 0 unset */
-    int shard_optimizer;   /* --shard-optimizer */
-    const char *init_from; /* --init-from: weights to start from */
     int64_t warmup;
-    const char *lr_schedule; /* --lr-schedule */
-    double min_lr;
+    ex_train_flags tf; /* the flags both examples share (example_cli.h) */
     uint64_t seed;
     const char *data_dir, *device, *comm, *hidden, *activation, *sampler;
     int progress; /* -1 auto */
@@ -110,8 +104,7 @@ static int parse_options(int argc, char **argv, options *o) {
     o->weight_decay = -1;
     o->momentum = 0.9;
     o->warmup = 100;
-    o->lr_schedule = "cosine";
-    o->betas[0] = o->betas[1] = o->eps = -1;
+    ex_train_flags_init(&o->tf);
     o->seed = 42;
     o->hidden = "512,256";
     o->activation = "relu";
@@ -119,27 +112,20 @@ static int parse_options(int argc, char **argv, options *o) {
     o->progress = -1;
     o->precision = "fp32";
     ex_ckpt_options_init(&o->ck);
-    static const struct option longopts[] = {{"epochs", required_argument, 0, 'e'},
+    static const struct option longopts[] = {EX_TRAIN_LONGOPTS,
+                                             {"epochs", required_argument, 0, 'e'},
                                              {"batch-size", required_argument, 0, 'b'},
                                              {"accum-steps", required_argument, 0, 'A'},
                                              {"optimizer", required_argument, 0, 'o'},
                                              {"lr", required_argument, 0, 'l'},
                                              {"momentum", required_argument, 0, 'm'},
-                                             {"betas", required_argument, 0, 1009},
-                                             {"eps", required_argument, 0, 1010},
                                              {"weight-decay", required_argument, 0, 'w'},
-                                             {"no-decay-1d", no_argument, 0, 1003},
                                              {"warmup-steps", required_argument, 0, 'W'},
-                                             {"lr-schedule", required_argument, 0, 1007},
-                                             {"min-lr", required_argument, 0, 1008},
                                              {"clip-grad-norm", required_argument, 0, 'c'},
-                                             {"label-smoothing", required_argument, 0, 1004},
                                              {"precision", required_argument, 0, 1001},
                                              {"checkpoint-activations", optional_argument, 0, 1002},
                                              {"hidden", required_argument, 0, 'H'},
                                              {"activation", required_argument, 0, 'a'},
-                                             {"init-from", required_argument, 0, 1005},
-                                             {"shard-optimizer", no_argument, 0, 1006},
                                              {"seed", required_argument, 0, 's'},
                                              {"train-limit", required_argument, 0, 'T'},
                                              {"test-limit", required_argument, 0, 't'},
@@ -158,6 +144,11 @@ static int parse_options(int argc, char **argv, options *o) {
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if ((r = ex_ckpt_option(EX_PROG, &o->ck, c, optarg)) != 0) {
             if (r < 0) return -1;
+            continue;
+        }
+        int bad = 0;
+        if (ex_train_flags_parse(EX_PROG, &o->tf, c, optarg, &bad)) {
+            if (bad) return -1;
             continue;
         }
         switch (c) {
@@ -182,27 +173,11 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'w':
             if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1;
             break;
-        case 1003: o->no_decay_1d = 1; break;
         case 'W':
             if (parse_i64("--warmup-steps", optarg, 0, INT64_MAX, &o->warmup)) return -1;
             break;
         case 'c':
             if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1;
-            break;
-        case 1005: STR_OPT("--init-from", o->init_from); break;
-        case 1006: o->shard_optimizer = 1; break;
-        case 1007: STR_OPT("--lr-schedule", o->lr_schedule); break;
-        case 1009:
-            if (parse_betas("--betas", optarg, o->betas)) return -1;
-            break;
-        case 1010:
-            if (parse_f64("--eps", optarg, &o->eps)) return -1;
-            break;
-        case 1008:
-            if (parse_f64("--min-lr", optarg, &o->min_lr)) return -1;
-            break;
-        case 1004:
-            if (parse_fraction("--label-smoothing", optarg, &o->label_smoothing)) return -1;
             break;
         case 1001: o->precision = optarg; break;
         case 1002:
@@ -276,11 +251,8 @@ int main(int argc, char **argv) {
     ls_precision precision;
     USAGE("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
     ls_lr_kind lr_kind;
-    USAGE("--lr-schedule", ls_lr_kind_parse(o.lr_schedule, &lr_kind));
-    USAGE(o.betas[0] >= 0 ? "--betas" : "--eps",
-          (o.betas[0] < 0 && o.eps < 0) || kind == LS_OPTIM_ADAMW
-              ? LS_OK
-              : ls_error(LS_ERR_INVALID_ARGUMENT, "betas and eps are AdamW's: add --optimizer adamw"));
+    const char *bad_flag = "";
+    USAGE(bad_flag, ex_train_flags_check(&o.tf, kind, &lr_kind, &bad_flag));
     USAGE("--precision", ls_precision_parse(o.precision, &precision));
     if (strcmp(o.activation, "gelu") == 0)
         act = LS_ACT_GELU;
@@ -321,23 +293,14 @@ int main(int argc, char **argv) {
     TRY("data", ex_check_fashion_shape(train, test));
     TRY("model", ls_mlp_create(ctx, LS_F32, n_sizes, sizes, act, o.seed, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
-    if (o.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.init_from, model));
+    if (o.tf.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.tf.init_from, model));
     ls_optim_config oc = ls_optim_defaults(kind);
     if (o.lr >= 0)
         oc.lr = (float)o.lr;
     else if (kind == LS_OPTIM_SGD)
         oc.lr = 0.05f;
     if (o.weight_decay >= 0) oc.weight_decay = (float)o.weight_decay;
-    oc.no_decay_1d = o.no_decay_1d;
-    if (o.betas[0] >= 0) {
-        oc.beta1 = (float)o.betas[0];
-        oc.beta2 = (float)o.betas[1];
-    }
-    if (o.eps >= 0) oc.eps = (float)o.eps;
-    if (o.shard_optimizer) { /* ZeRO stage 1: the other ranks' state never allocated here */
-        oc.shard_rank = rank;
-        oc.shard_world = world;
-    }
+    ex_train_flags_optim(&o.tf, rank, world, &oc);
     if (kind == LS_OPTIM_SGD) oc.momentum = (float)o.momentum;
     int np = ls_module_num_params(model);
     ls_tensor *params[16], *grads[16];
@@ -354,15 +317,13 @@ int main(int argc, char **argv) {
     TRY("--batch-size", ex_check_steps(sampler, steps, per_step));
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
+    ex_train_flags_train(&o.tf, lr_kind, &tc);
     tc.batch_per_rank = o.batch;
     tc.accum_steps = o.accum;
     tc.lr.base_lr = oc.lr;
-    tc.lr.min_lr = (float)o.min_lr;
-    tc.lr.kind = lr_kind;
     tc.lr.warmup_steps = o.warmup;
     tc.lr.total_steps = steps * o.epochs;
     tc.clip_grad_norm = o.clip;
-    tc.label_smoothing = o.label_smoothing;
     tc.precision = precision;
     tc.buckets.first_bucket_bytes = 0; /* defaults / environment */
     tc.buckets.bucket_bytes = 0;

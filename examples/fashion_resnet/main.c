@@ -38,14 +38,8 @@ typedef struct options {
     int accum;
     const char *optimizer, *widths, *precision, *memory_cap;
     double lr, weight_decay, momentum, clip;
-    int no_decay_1d;
-    double label_smoothing;
-    double betas[2], eps;  /* --betas, --eps: eps < 0 and betas[0] < 0 unset */
-    int shard_optimizer;   /* --shard-optimizer */
-    const char *init_from; /* --init-from: weights to start from */
     int64_t warmup;
-    const char *lr_schedule; /* --lr-schedule */
-    double min_lr;
+    ex_train_flags tf; /* the flags both examples share (example_cli.h) */
     int blocks, ckpt_segments, sync_bn, augment;
     uint64_t seed;
     const char *data_dir, *device, *comm, *metrics;
@@ -126,29 +120,23 @@ static int parse_options(int argc, char **argv, options *o) {
     o->weight_decay = -1;
     o->momentum = 0.9;
     o->warmup = 200;
-    o->lr_schedule = "cosine";
-    o->betas[0] = o->betas[1] = o->eps = -1;
+    ex_train_flags_init(&o->tf);
     o->widths = "32,64,128";
     o->blocks = 1;
     o->precision = "fp32";
     o->seed = 42;
     o->progress = -1;
     ex_ckpt_options_init(&o->ck);
-    static const struct option longopts[] = {{"epochs", required_argument, 0, 'e'},
+    static const struct option longopts[] = {EX_TRAIN_LONGOPTS,
+                                             {"epochs", required_argument, 0, 'e'},
                                              {"batch-size", required_argument, 0, 'b'},
                                              {"accum-steps", required_argument, 0, 'A'},
                                              {"optimizer", required_argument, 0, 'o'},
                                              {"lr", required_argument, 0, 'l'},
                                              {"momentum", required_argument, 0, 'm'},
-                                             {"betas", required_argument, 0, 1009},
-                                             {"eps", required_argument, 0, 1010},
                                              {"weight-decay", required_argument, 0, 'w'},
-                                             {"no-decay-1d", no_argument, 0, 1003},
                                              {"warmup-steps", required_argument, 0, 'W'},
-                                             {"lr-schedule", required_argument, 0, 1007},
-                                             {"min-lr", required_argument, 0, 1008},
                                              {"clip-grad-norm", required_argument, 0, 'c'},
-                                             {"label-smoothing", required_argument, 0, 1004},
                                              {"widths", required_argument, 0, 'H'},
                                              {"blocks", required_argument, 0, 'B'},
                                              {"precision", required_argument, 0, 'P'},
@@ -156,8 +144,6 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"sync-bn", no_argument, 0, 'Y'},
                                              {"augment", no_argument, 0, 'G'},
                                              {"memory-cap", required_argument, 0, 'M'},
-                                             {"init-from", required_argument, 0, 1005},
-                                             {"shard-optimizer", no_argument, 0, 1006},
                                              {"seed", required_argument, 0, 's'},
                                              {"train-limit", required_argument, 0, 'T'},
                                              {"test-limit", required_argument, 0, 't'},
@@ -175,6 +161,11 @@ static int parse_options(int argc, char **argv, options *o) {
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if ((r = ex_ckpt_option(EX_PROG, &o->ck, c, optarg)) != 0) {
             if (r < 0) return -1;
+            continue;
+        }
+        int bad = 0;
+        if (ex_train_flags_parse(EX_PROG, &o->tf, c, optarg, &bad)) {
+            if (bad) return -1;
             continue;
         }
         switch (c) {
@@ -202,27 +193,11 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'w':
             if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1;
             break;
-        case 1003: o->no_decay_1d = 1; break;
         case 'W':
             if (parse_i64("--warmup-steps", optarg, 0, INT64_MAX, &o->warmup)) return -1;
             break;
         case 'c':
             if (parse_f64("--clip-grad-norm", optarg, &o->clip)) return -1;
-            break;
-        case 1005: STR_OPT("--init-from", o->init_from); break;
-        case 1006: o->shard_optimizer = 1; break;
-        case 1007: STR_OPT("--lr-schedule", o->lr_schedule); break;
-        case 1009:
-            if (parse_betas("--betas", optarg, o->betas)) return -1;
-            break;
-        case 1010:
-            if (parse_f64("--eps", optarg, &o->eps)) return -1;
-            break;
-        case 1008:
-            if (parse_f64("--min-lr", optarg, &o->min_lr)) return -1;
-            break;
-        case 1004:
-            if (parse_fraction("--label-smoothing", optarg, &o->label_smoothing)) return -1;
             break;
         case 'H': o->widths = optarg; break;
         case 'B':
@@ -336,11 +311,8 @@ int main(int argc, char **argv) {
     memset(&rcfg, 0, sizeof rcfg);
     USAGE("--optimizer", ls_optim_kind_parse(o.optimizer, &kind));
     ls_lr_kind lr_kind;
-    USAGE("--lr-schedule", ls_lr_kind_parse(o.lr_schedule, &lr_kind));
-    USAGE(o.betas[0] >= 0 ? "--betas" : "--eps",
-          (o.betas[0] < 0 && o.eps < 0) || kind == LS_OPTIM_ADAMW
-              ? LS_OK
-              : ls_error(LS_ERR_INVALID_ARGUMENT, "betas and eps are AdamW's: add --optimizer adamw"));
+    const char *bad_flag = "";
+    USAGE(bad_flag, ex_train_flags_check(&o.tf, kind, &lr_kind, &bad_flag));
     USAGE("--precision", ls_precision_parse(o.precision, &precision));
     USAGE("--widths", ex_parse_widths(o.widths, &rcfg));
 
@@ -378,21 +350,12 @@ int main(int argc, char **argv) {
     rcfg.sync_bn = o.sync_bn && world > 1 ? comm : NULL;
     TRY("model", ls_resnet_create(ctx, &rcfg, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
-    if (o.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.init_from, model));
+    if (o.tf.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.tf.init_from, model));
 
     ls_optim_config oc = ls_optim_defaults(kind);
     oc.lr = (float)(o.lr >= 0 ? o.lr : kind == LS_OPTIM_SGD ? 0.1 : 0.002);
     oc.weight_decay = (float)(o.weight_decay >= 0 ? o.weight_decay : kind == LS_OPTIM_SGD ? 5e-4 : 0.05);
-    oc.no_decay_1d = o.no_decay_1d;
-    if (o.betas[0] >= 0) {
-        oc.beta1 = (float)o.betas[0];
-        oc.beta2 = (float)o.betas[1];
-    }
-    if (o.eps >= 0) oc.eps = (float)o.eps;
-    if (o.shard_optimizer) { /* ZeRO stage 1: the other ranks' state never allocated here */
-        oc.shard_rank = rank;
-        oc.shard_world = world;
-    }
+    ex_train_flags_optim(&o.tf, rank, world, &oc);
     if (kind == LS_OPTIM_SGD) {
         oc.momentum = (float)o.momentum;
         oc.nesterov = o.momentum > 0;
@@ -407,9 +370,9 @@ int main(int argc, char **argv) {
     }
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
+    ex_train_flags_train(&o.tf, lr_kind, &tc);
     tc.accum_steps = o.accum;
     tc.clip_grad_norm = o.clip;
-    tc.label_smoothing = o.label_smoothing;
     tc.precision = precision;
     tc.buckets.first_bucket_bytes = 0; /* defaults / environment */
     tc.buckets.bucket_bytes = 0;
@@ -440,8 +403,6 @@ int main(int argc, char **argv) {
     int64_t steps = ls_sampler_steps(sampler, per_step);
     TRY("--batch-size", ex_check_steps(sampler, steps, per_step));
     tc.lr.base_lr = oc.lr;
-    tc.lr.min_lr = (float)o.min_lr;
-    tc.lr.kind = lr_kind;
     tc.lr.warmup_steps = o.warmup;
     tc.lr.total_steps = steps * o.epochs;
     TRY("optimizer", ls_optimizer_create(ctx, np, params, grads, &oc, &opt));
