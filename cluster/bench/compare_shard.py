@@ -20,16 +20,10 @@ import platform
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 
-
-def run(cmd, env, timeout):
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    if p.returncode != 0:
-        sys.exit(f"compare_shard: {shlex.join(cmd)} failed with status {p.returncode}:\n{p.stdout}{p.stderr}")
-    return p.stdout
+from benchrun import run_output, samples_per_s
 
 
 def main():
@@ -75,14 +69,11 @@ def main():
     shares = ""
     for r in range(args.rounds):
         for name, cmd in configs.items():
-            out = run(cmd, env, args.timeout)
             if name.startswith("torch"):
-                m = re.findall(r"samples/s ([0-9.]+)", out)
-                if not m:
-                    sys.exit(f"compare_shard: no samples/s in the output of {shlex.join(cmd)}:\n{out}")
-                rate[name].append(float(m[-1]))
+                rate[name].append(samples_per_s("compare_shard", name, cmd, env, args.ranks, args.timeout))
                 print(f"round {r + 1} {name}: {rate[name][-1]:.0f} samples/s", flush=True)
                 continue
+            out = run_output("compare_shard", name, cmd, env, args.timeout)
             m = re.findall(r"([0-9.]+) samples/s", out)
             if not m:
                 sys.exit(f"compare_shard: no samples/s in the output of {shlex.join(cmd)}:\n{out}")
