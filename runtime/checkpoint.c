@@ -813,8 +813,10 @@ static void remove_stale_tmp(const char *dir) {
 /* ---------------------------------------------------------------- manifest */
 
 #define CKPT_MAX_FILES 8
-enum { F_MODEL = 0, F_OPTIM = 1, F_STATE = 2, N_REQUIRED = 3 };
-static const char *const ckpt_required[N_REQUIRED] = {"model.safetensors", "optimizer.safetensors", "state.json"};
+/* the files a checkpoint must have, then those it may have (an EMA of the weights) */
+enum { F_MODEL = 0, F_OPTIM = 1, F_STATE = 2, N_REQUIRED = 3, F_EMA = 3, N_KNOWN = 4 };
+static const char *const ckpt_required[N_KNOWN] = {"model.safetensors", "optimizer.safetensors", "state.json",
+                                                   "ema.safetensors"};
 
 typedef struct ckpt_file {
     char name[64];
@@ -929,16 +931,16 @@ done:
     return s;
 }
 
-/* A checkpoint read and verified: the required files' contents. */
+/* A checkpoint read and verified: the known files' contents (NULL: an optional one it lacks). */
 typedef struct ckpt_bundle {
     char path[LS_CKPT_PATH_MAX];
     int64_t step;
-    unsigned char *data[N_REQUIRED];
-    size_t len[N_REQUIRED];
+    unsigned char *data[N_KNOWN];
+    size_t len[N_KNOWN];
 } ckpt_bundle;
 
 static void bundle_free(ckpt_bundle *b) {
-    for (int i = 0; i < N_REQUIRED; i++) {
+    for (int i = 0; i < N_KNOWN; i++) {
         free(b->data[i]);
         b->data[i] = NULL;
     }
@@ -990,7 +992,7 @@ static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
             break;
         }
         int kept = 0;
-        for (int r = 0; r < N_REQUIRED; r++)
+        for (int r = 0; r < N_KNOWN; r++)
             if (strcmp(m.files[i].name, ckpt_required[r]) == 0) {
                 b->data[r] = buf;
                 b->len[r] = len;
@@ -1147,6 +1149,12 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
             cJSON_AddItemToObject(e, "buf", buf);
         else
             cJSON_Delete(buf);
+    }
+    if (ok && st->has_ema) {
+        cJSON *em = cJSON_CreateObject();
+        ok = add(r, "ema", em) && add(em, "decay", exact_number(st->ema_decay)) &&
+             add(em, "warmup", cJSON_CreateBool(st->ema_warmup)) &&
+             add(em, "updates", exact_number((double)st->ema_updates));
     }
     if (ok && model) ok = add(r, "model", signature_json(model));
     char *s = ok ? cJSON_Print(r) : NULL;
@@ -1358,6 +1366,19 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
         }
         st->n_rng++;
     }
+    const cJSON *em = cJSON_GetObjectItemCaseSensitive(r, "ema"); /* only with an EMA of the weights */
+    if (em) {
+        const cJSON *wu = cJSON_GetObjectItemCaseSensitive(em, "warmup");
+        if (!cJSON_IsObject(em) || !cJSON_IsBool(wu))
+            return ls_error(LS_ERR_FORMAT, "'%s': \"ema\" needs a \"decay\", a true/false \"warmup\" and \"updates\"",
+                            file);
+        LS_CHECK(get_num(em, "decay", file, &st->ema_decay));
+        if (!(st->ema_decay >= 0 && st->ema_decay < 1))
+            return ls_error(LS_ERR_FORMAT, "'%s': ema \"decay\" %g is not in [0, 1)", file, st->ema_decay);
+        LS_CHECK(get_uint(em, "updates", file, &st->ema_updates));
+        st->ema_warmup = cJSON_IsTrue(wu);
+        st->has_ema = 1;
+    }
     if (model) LS_CHECK(check_signature(cJSON_GetObjectItemCaseSensitive(r, "model"), file, model));
     return LS_OK;
 }
@@ -1410,6 +1431,17 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
                  "%g%s momentum %g); this run's apply",
                  kind_name(x->kind), x->lr, x->weight_decay, x->no_decay_1d ? " (none on 1-D)" : "", x->momentum,
                  kind_name(y->kind), y->lr, y->weight_decay, y->no_decay_1d ? " (none on 1-D)" : "", y->momentum);
+        n++;
+    }
+    if (a->has_ema && !b->has_ema) {
+        LS_LOG_W("the checkpoint holds an EMA of the weights (decay %g) that this run does not keep", a->ema_decay);
+        n++;
+    } else if (!a->has_ema && b->has_ema) {
+        LS_LOG_W("the checkpoint holds no EMA of the weights: this run's starts from the resumed weights");
+        n++;
+    } else if (a->has_ema && (a->ema_decay != b->ema_decay || !a->ema_warmup != !b->ema_warmup)) {
+        LS_LOG_W("EMA settings changed since the checkpoint (saved decay %g%s, now %g%s); this run's apply",
+                 a->ema_decay, a->ema_warmup ? " with warmup" : "", b->ema_decay, b->ema_warmup ? " with warmup" : "");
         n++;
     }
     return n;
@@ -1537,8 +1569,29 @@ static void prune(const char *dir, int keep_last, int64_t just_written) {
     free(v);
 }
 
+/* The EMA's averages have the model's tensors' dtypes and shapes (parameters, then buffers). */
+static ls_status ema_of_model(ls_module *model, ls_ema *ema) {
+    int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
+    if (ls_ema_num_tensors(ema) != np + nb)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "the EMA holds %d tensors but the model has %d parameters and %d buffers: not an EMA of this "
+                        "model",
+                        ls_ema_num_tensors(ema), np, nb);
+    for (int i = 0; i < np + nb; i++) {
+        char bname[LS_CKPT_BUFFER_NAME], x[96], y[96];
+        ls_tensor *t = i < np ? ls_module_param(model, i) : ls_cnn_buffer(model, i - np, bname, sizeof bname);
+        ls_tensor *e = ls_ema_tensor(ema, i);
+        if (e->dtype != t->dtype || !ls_tensor_same_shape(e, t))
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "the EMA's '%s' is %s but the model's is %s: not an EMA of this model",
+                            i < np ? ls_module_param_name(model, i) : bname, ls_tensor_describe(e, x, sizeof x),
+                            ls_tensor_describe(t, y, sizeof y));
+    }
+    return LS_OK;
+}
+
 static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
-                            const ls_ckpt_state *state, char *final, size_t final_len) {
+                            ls_ema *ema, const ls_ckpt_state *state, char *final, size_t final_len) {
     char tmpdir[LS_CKPT_PATH_MAX + 16], old[LS_CKPT_PATH_MAX + 16], stepbuf[32], latest[LS_CKPT_PATH_MAX + 16];
     if (!dir || !dir[0]) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory is empty");
     if (state->step < 0)
@@ -1588,6 +1641,19 @@ static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_modu
                                       (const ls_tensor *const *)ol.t, ometa, ctx->alloc, &m.files[F_OPTIM], 0),
                   s, done);
     ls_ckpt_state st = *state;
+    st.has_ema = ema != NULL;
+    if (ema) { /* the averages, named as the model's tensors */
+        LS_CHECK_GOTO(ema_of_model(model, ema), s, done);
+        for (int i = 0; i < np + nb; i++) ts[i] = ls_ema_tensor(ema, i);
+        const char *emeta[] = {"format", "pt", "lockstep", "ema", "step", stepbuf, NULL};
+        LS_CHECK_GOTO(
+            serialize_and_write(tmpdir, ckpt_required[F_EMA], np + nb, names, ts, emeta, ctx->alloc, &m.files[m.n], 0),
+            s, done);
+        m.n++;
+        st.ema_decay = ls_ema_decay(ema);
+        st.ema_warmup = ls_ema_warmup(ema);
+        st.ema_updates = ls_ema_num_updates(ema);
+    }
     if (opt) LS_CHECK_GOTO(ls_optimizer_get_num_steps(opt, &st.optim_steps), s, done);
     LS_CHECK_GOTO(ls_ckpt_state_to_json(&st, model, &text), s, done);
     LS_CHECK_GOTO(write_text(tmpdir, ckpt_required[F_STATE], text, &m.files[F_STATE]), s, done);
@@ -1743,6 +1809,12 @@ static ls_status gather_states(ls_comm *comm, ls_ctx *ctx, ls_optimizer *opt) {
 
 ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
                        const ls_ckpt_state *state, char *path_out, size_t path_len) {
+    return ls_ckpt_save_ema(comm, ctx, dir, keep_last, model, opt, NULL, state, path_out, path_len);
+}
+
+ls_status ls_ckpt_save_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model,
+                           ls_optimizer *opt, ls_ema *ema, const ls_ckpt_state *state, char *path_out,
+                           size_t path_len) {
     LS_CHECK_ARG(ctx && model && state, "ls_ckpt_save: %s is NULL",
                  !ctx     ? "the context"
                  : !model ? "the model"
@@ -1757,7 +1829,7 @@ ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_las
     if (shard) LS_CHECK(gather_states(comm, ctx, opt)); /* as ZeroRedundancyOptimizer's consolidate_state_dict */
     if (comm_rank(comm) == 0) {
         s = check_crash_stage();
-        if (s == LS_OK) s = save_rank0(ctx, dir, keep_last, model, opt, state, r.path, sizeof r.path);
+        if (s == LS_OK) s = save_rank0(ctx, dir, keep_last, model, opt, ema, state, r.path, sizeof r.path);
         if (shard) ls_optimizer_hold_states(opt, 0);
     }
     if (comm_world(comm) > 1) s = share_result(comm, &r, s);
@@ -1766,27 +1838,38 @@ ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_las
     return s;
 }
 
-/* Load tensors of a verified checkpoint into rank 0's model and optimizer. */
-static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *model, ls_optimizer *opt,
-                              const ls_ckpt_state *st) {
+/* A safetensors file of the checkpoint into the model's tensors, or (ema) into the averages. */
+static ls_status load_weights(ls_ctx *ctx, const ckpt_bundle *b, int file, ls_module *model, ls_ema *ema) {
     char p[LS_CKPT_PATH_MAX + 80];
     ls_safetensors *f = NULL;
-    snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[F_MODEL]);
-    LS_CHECK(ls_safetensors_open_memory(b->data[F_MODEL], b->len[F_MODEL], p, &f));
+    snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[file]);
+    if (!b->data[file]) return ls_error(LS_ERR_FORMAT, "'%s' is missing: state.json records it", p);
+    LS_CHECK(ls_safetensors_open_memory(b->data[file], b->len[file], p, &f));
     ls_status s = LS_OK;
     int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
+    if (ema) s = ema_of_model(model, ema);
     for (int i = 0; i < np && s == LS_OK; i++)
-        s = ls_safetensors_read(f, ls_module_param_name(model, i), ctx->alloc, ls_module_param(model, i));
+        s = ls_safetensors_read(f, ls_module_param_name(model, i), ctx->alloc,
+                                ema ? ls_ema_tensor(ema, i) : ls_module_param(model, i));
     for (int i = 0; i < nb && s == LS_OK; i++) {
         char bname[LS_CKPT_BUFFER_NAME];
         ls_tensor *t = ls_cnn_buffer(model, i, bname, sizeof bname);
-        s = ls_safetensors_read(f, bname, ctx->alloc, t);
+        s = ls_safetensors_read(f, bname, ctx->alloc, ema ? ls_ema_tensor(ema, np + i) : t);
     }
     if (s == LS_OK && ls_safetensors_count(f) != np + nb)
         s = ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' holds %d tensors but the model has %d parameters and %d buffers", p,
                      ls_safetensors_count(f), np, nb);
     ls_safetensors_close(f);
-    f = NULL;
+    return s;
+}
+
+/* Load tensors of a verified checkpoint into rank 0's model, optimizer and EMA. */
+static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *model, ls_optimizer *opt, ls_ema *ema,
+                              const ls_ckpt_state *st) {
+    char p[LS_CKPT_PATH_MAX + 80];
+    ls_safetensors *f = NULL;
+    ls_status s = load_weights(ctx, b, F_MODEL, model, NULL);
+    if (s == LS_OK && ema && st->has_ema) s = load_weights(ctx, b, F_EMA, model, ema);
     if (s != LS_OK || !opt) return s;
 
     snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[F_OPTIM]);
@@ -1818,7 +1901,7 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
 }
 
 static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_module *model, ls_optimizer *opt,
-                            ls_ckpt_state *st, ckpt_result *r, char **text) {
+                            ls_ema *ema, ls_ckpt_state *st, ckpt_result *r, char **text) {
     ckpt_bundle b;
     int found = 1;
     int is_auto = !which || !which[0] || strcmp(which, "auto") == 0;
@@ -1846,7 +1929,10 @@ static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_
     if (s == LS_OK && st->step != b.step)
         s = ls_error(LS_ERR_FORMAT, "'%s': step %lld differs from the manifest's %lld", sp, (long long)st->step,
                      (long long)b.step);
-    if (s == LS_OK) s = load_tensors(ctx, &b, model, opt, st);
+    if (s == LS_OK && st->has_ema && !b.data[F_EMA])
+        s = ls_error(LS_ERR_FORMAT, "'%s' records an EMA of the weights but the manifest lists no %s", sp,
+                     ckpt_required[F_EMA]);
+    if (s == LS_OK) s = load_tensors(ctx, &b, model, opt, ema, st);
     if (s == LS_OK) {
         snprintf(r->path, sizeof r->path, "%s", b.path);
         r->text_len = (int64_t)b.len[F_STATE];
@@ -1877,8 +1963,8 @@ static ls_status agree(ls_comm *comm, ls_status s) {
 }
 
 /* Ranks other than 0 receive what rank 0 loaded: the state text, parameters, optimizer state. */
-static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, ls_ckpt_state *state,
-                            const ckpt_result *r, char **text) {
+static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, ls_ema *ema,
+                            ls_ckpt_state *state, const ckpt_result *r, char **text) {
     int rank = comm_rank(comm);
     ls_status s = LS_OK;
     if (r->text_len < 0 || r->text_len > (int64_t)1 << 30)
@@ -1899,15 +1985,25 @@ static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_opt
     if (s == LS_OK && !shard) s = opt_list_make(model, opt, state->optim.kind, &ol);
     s = agree(comm, s);
     /* a sharded optimizer's state is split between the ranks, a whole one is on every rank */
-    int32_t v[2] = {shard ? -1 : ol.n, shard ? 1 : -ol.n};
-    if (s == LS_OK) s = ls_comm_allreduce_host(comm, v, 2, LS_I32, LS_REDUCE_MIN);
+    int32_t v[4] = {shard ? -1 : ol.n, shard ? 1 : -ol.n, ema != NULL, -(ema != NULL)};
+    if (s == LS_OK) s = ls_comm_allreduce_host(comm, v, 4, LS_I32, LS_REDUCE_MIN);
     if (s == LS_OK && v[0] != -v[1])
         s = ls_error(LS_ERR_MISMATCH, "ranks keep different numbers of optimizer state tensors (%d to %d)", (int)v[0],
                      (int)-v[1]);
+    if (s == LS_OK && v[2] != -v[3])
+        s = ls_error(LS_ERR_MISMATCH, "some ranks load an EMA of the weights from the checkpoint, others do not");
     if (s == LS_OK) s = ls_ddp_broadcast_params(comm, np, params);
     if (s == LS_OK) s = ls_cnn_broadcast_buffers(comm, model);
     if (s == LS_OK && shard) s = move_states(comm, ctx, opt, 0);
     if (s == LS_OK && ol.n > 0) s = ls_ddp_broadcast_params(comm, ol.n, ol.t);
+    if (s == LS_OK && ema && state->has_ema) { /* the averages: the same tensors as the model's */
+        int ne = ls_ema_num_tensors(ema);
+        ls_tensor **et = malloc(((size_t)ne + 1) * sizeof *et);
+        s = et ? LS_OK : ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the EMA's list");
+        for (int i = 0; et && i < ne; i++) et[i] = ls_ema_tensor(ema, i);
+        if (s == LS_OK) s = ls_ddp_broadcast_params(comm, ne, et);
+        free(et);
+    }
     if (s == LS_OK && rank != 0 && opt) ls_optimizer_set_num_steps(opt, state->optim_steps);
     free(params);
     opt_list_free(&ol);
@@ -1916,6 +2012,12 @@ static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_opt
 
 ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *which, ls_module *model,
                        ls_optimizer *opt, ls_ckpt_state *state, int *found, char *path_out, size_t path_len) {
+    return ls_ckpt_load_ema(comm, ctx, dir, which, model, opt, NULL, state, found, path_out, path_len);
+}
+
+ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *which, ls_module *model,
+                           ls_optimizer *opt, ls_ema *ema, ls_ckpt_state *state, int *found, char *path_out,
+                           size_t path_len) {
     if (!ctx || !model || !state || !found) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_load: NULL argument");
     *found = 0;
     memset(state, 0, sizeof *state);
@@ -1927,15 +2029,19 @@ ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *
     const int shard = sharded(comm, opt);
     if (comm_rank(comm) == 0) {
         if (shard) s = ls_optimizer_hold_states(opt, 1);
-        if (s == LS_OK) s = load_rank0(ctx, dir, which, model, opt, state, &r, &text);
+        if (s == LS_OK) s = load_rank0(ctx, dir, which, model, opt, ema, state, &r, &text);
     }
     if (comm_world(comm) > 1) {
         s = share_result(comm, &r, s);
-        if (s == LS_OK && r.found) s = load_share(comm, ctx, model, opt, state, &r, &text);
+        if (s == LS_OK && r.found) s = load_share(comm, ctx, model, opt, ema, state, &r, &text);
     }
     if (shard && comm_rank(comm) == 0) ls_optimizer_hold_states(opt, 0);
     free(text);
     if (s != LS_OK || !r.found) return s;
+    if (ema && state->has_ema)
+        ls_ema_set_num_updates(ema, state->ema_updates);
+    else if (ema) /* none saved: the average starts from the weights loaded */
+        LS_CHECK(ls_ema_reset(ema));
     *found = 1;
     if (path_out && path_len) snprintf(path_out, path_len, "%s", r.path);
     return LS_OK;

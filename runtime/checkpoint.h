@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "ema.h"
 #include "nn.h"
 #include "optim.h"
 #include "rng.h"
@@ -82,6 +83,8 @@ ls_status ls_safetensors_write(const char *path, int n, const char *const *names
  *                                            ls_cnn_buffer: "3.body.1.running_mean")
  *   DIR/step-0000000S/optimizer.safetensors  "<param>.momentum" (SGD) or "<param>.exp_avg" and
  *                                            "<param>.exp_avg_sq" (AdamW)
+ *   DIR/step-0000000S/ema.safetensors        only with an EMA of the weights (ls_ckpt_save_ema): its
+ *                                            averages, named as in model.safetensors
  *   DIR/step-0000000S/state.json             everything else (ls_ckpt_state) + the model signature
  *   DIR/step-0000000S/manifest.json          written last: step, each file's size and CRC32 (zlib)
  *   DIR/latest                               "step-0000000S\n", for people and scripts
@@ -142,6 +145,13 @@ typedef struct ls_ckpt_state {
     ls_ckpt_kv loss_scaler[LS_CKPT_MAX_KV];
     int n_rng; /* named RNG streams to restore exactly */
     ls_ckpt_rng rng[LS_CKPT_MAX_RNG];
+    /* An exponential moving average of the weights (ema.h), saved by ls_ckpt_save_ema in
+     * ema.safetensors: has_ema 1, its decay, warmup and updates so far (the save fills them from
+     * the ls_ema; a load, from state.json; 0 in checkpoints without one) */
+    int has_ema;
+    int ema_warmup;
+    double ema_decay;
+    int64_t ema_updates;
 } ls_ckpt_state;
 
 /* Collective (comm NULL: one process). Writes DIR/step-<state->step> as above (DIR created if
@@ -149,6 +159,12 @@ typedef struct ls_ckpt_state {
  * path_out (may be NULL) receives the checkpoint's directory. */
 ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
                        const ls_ckpt_state *state, char *path_out, size_t path_len);
+/* The same with an EMA of the weights (ema may be NULL: as ls_ckpt_save): its averages also go to
+ * DIR/step-S/ema.safetensors (rank 0's, named as model.safetensors: a file --init-from and
+ * ls_model_load take as weights), listed in the manifest, and state.json records its decay, warmup
+ * and updates. */
+ls_status ls_ckpt_save_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model,
+                           ls_optimizer *opt, ls_ema *ema, const ls_ckpt_state *state, char *path_out, size_t path_len);
 
 /* Collective. which: "auto" (or NULL) = the newest valid checkpoint in dir, *found = 0 and LS_OK
  * when dir has none (a missing dir included), an error when it has some but none verifies;
@@ -160,6 +176,14 @@ ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_las
  * partly loaded. */
 ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *which, ls_module *model,
                        ls_optimizer *opt, ls_ckpt_state *state, int *found, char *path_out, size_t path_len);
+/* The same with an EMA of the weights (ema may be NULL: as ls_ckpt_load, which ignores a saved one;
+ * either way state->has_ema says whether the checkpoint holds one). With ema, a checkpoint that
+ * holds one loads its averages and update count into ema on every rank (its decay and warmup stay
+ * ema's: ls_ckpt_warn_changes names a difference); one that holds none resets ema to the loaded
+ * weights (ls_ema_reset). Every rank passes an ema or none (LS_ERR_MISMATCH otherwise). */
+ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *which, ls_module *model,
+                           ls_optimizer *opt, ls_ema *ema, ls_ckpt_state *state, int *found, char *path_out,
+                           size_t path_len);
 
 /* Collective (comm NULL: one process): a model's weights from one safetensors file, as PyTorch's
  * model.load_state_dict(safetensors.torch.load_file(path)) with strict=True: rank 0 reads path
@@ -185,7 +209,8 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *state, ls_module *model, ch
  * compare the signature: LS_ERR_INVALID_ARGUMENT naming the first differing parameter. */
 ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls_module *model, ls_ckpt_state *out);
 /* Warn (log) about settings that differ between a saved state and this run's (world size, batch,
- * seed, schedule, optimizer hyperparameters); returns how many differ. */
+ * seed, schedule, optimizer hyperparameters, an EMA of the weights: kept or not, its decay and
+ * warmup); returns how many differ. */
 int ls_ckpt_warn_changes(const ls_ckpt_state *saved, const ls_ckpt_state *now);
 
 /* Where to continue in the saved epoch with a global batch of global_batch samples per step:

@@ -5,8 +5,10 @@
  * status and a message naming the file and the problem, a crash at each stage of a save (a forked
  * child killed by LOCKSTEP_CKPT_CRASH_AT) leaving the previous checkpoint loadable, the resume
  * position at a new world size, the preemption flag, and a ResNet's BatchNorm running statistics
- * (buffers) saved beside its parameters and restored on every rank. Run alone (self) or under mpirun: loads
- * are broadcast from rank 0, and a failure on rank 0 fails every rank with the same message. */
+ * (buffers) saved beside its parameters and restored on every rank, and an EMA of the weights
+ * (ema.safetensors: saved, recorded, loaded on every rank as rank 0's, reset where a checkpoint has
+ * none). Run alone (self) or under mpirun: loads are broadcast from rank 0, and a failure on rank 0
+ * fails every rank with the same message. */
 #include <dirent.h>
 #include <ftw.h>
 #include <signal.h>
@@ -287,6 +289,110 @@ static void test_buffers(void) {
     ls_optimizer_destroy(ob);
     ls_module_destroy(a);
     ls_module_destroy(b);
+}
+
+/* 1 when every average of e equals the bytes in want (rank 0's, concatenated). */
+static int ema_equals(ls_ema *e, const float *want) {
+    int64_t off = 0;
+    for (int i = 0; i < ls_ema_num_tensors(e); i++) {
+        ls_tensor *t = ls_ema_tensor(e, i);
+        if (memcmp(want + off, t->data, ls_tensor_nbytes(t)) != 0) return 0;
+        off += ls_tensor_numel(t);
+    }
+    return 1;
+}
+
+static void test_ema(void) {
+    char dir[128], plain[128], p[LS_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/ema", root);
+    snprintf(plain, sizeof plain, "%s/ema_none", root);
+    ls_module *a = make_model(5, LS_F32, 1), *b = make_model(5, LS_F32, 2);
+    ls_optimizer *oa = make_opt(a, LS_OPTIM_SGD), *ob = make_opt(b, LS_OPTIM_SGD);
+    ls_ema *ea, *eb;
+    LS_REQUIRE_OK(ls_ema_create(ctx, a, 0.75, 1, &ea));
+    LS_REQUIRE_OK(ls_ema_create(ctx, b, 0.75, 1, &eb));
+    int n = ls_ema_num_tensors(ea);
+    LS_EXPECT(n == ls_module_num_params(a));
+    for (int i = 0; i < n; i++) fill(ls_ema_tensor(ea, i), 40 + i + 7 * rank); /* differ per rank */
+    ls_ema_set_num_updates(ea, 7);
+    fill_all(a, oa, 3);
+    ls_ckpt_state s = make_state(9, LS_OPTIM_SGD);
+    LS_REQUIRE_OK(ls_ckpt_save_ema(comm, ctx, dir, 1, a, oa, ea, &s, p, sizeof p));
+    /* rank 0's averages, which every rank must load */
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += ls_tensor_numel(ls_ema_tensor(ea, i));
+    float *want = malloc((size_t)total * sizeof *want);
+    LS_REQUIRE(want != NULL);
+    for (int i = 0, off = 0; i < n; i++) {
+        ls_tensor *t = ls_ema_tensor(ea, i);
+        memcpy(want + off, t->data, ls_tensor_nbytes(t));
+        off += (int)ls_tensor_numel(t);
+    }
+    LS_REQUIRE_OK(ls_comm_broadcast_host(comm, want, total, LS_F32, 0));
+    if (rank == 0) { /* the file: the model's names and count; state.json: decay, warmup, updates */
+        ls_safetensors *f;
+        path_of(p, sizeof p, dir, 9, "ema.safetensors");
+        LS_REQUIRE_OK(ls_safetensors_open(p, &f));
+        LS_EXPECT(ls_safetensors_count(f) == n);
+        for (int i = 0; i < n; i++) {
+            const ls_safetensors_info *ti = ls_safetensors_find(f, ls_module_param_name(a, i));
+            LS_EXPECT(ti && memcmp(ti->data, ls_ema_tensor(ea, i)->data, ti->nbytes) == 0);
+        }
+        LS_EXPECT(ls_safetensors_metadata(f, "lockstep") && strcmp(ls_safetensors_metadata(f, "lockstep"), "ema") == 0);
+        ls_safetensors_close(f);
+        char text[4096];
+        ls_ckpt_state st;
+        path_of(p, sizeof p, dir, 9, "state.json");
+        read_text(p, text, sizeof text);
+        LS_REQUIRE_OK(ls_ckpt_state_parse(text, strlen(text), p, a, &st));
+        LS_EXPECT(st.has_ema == 1 && st.ema_decay == 0.75 && st.ema_warmup == 1 && st.ema_updates == 7);
+    }
+    ls_ckpt_state got;
+    int found = 0;
+    LS_REQUIRE_OK(ls_ckpt_load_ema(comm, ctx, dir, "auto", b, ob, eb, &got, &found, p, sizeof p));
+    LS_EXPECT(found == 1 && got.has_ema == 1 && got.ema_updates == 7 && ls_ema_num_updates(eb) == 7);
+    LS_EXPECT(ema_equals(eb, want));
+    LS_EXPECT(same_all(a, oa, b, ob)); /* the model too (fill_all made every rank's the same) */
+    /* without an EMA to load into: the checkpoint still says it holds one */
+    LS_REQUIRE_OK(ls_ckpt_load(comm, ctx, dir, "auto", b, ob, &got, &found, p, sizeof p));
+    LS_EXPECT(found == 1 && got.has_ema == 1);
+    /* a checkpoint without one: the average starts again from the weights loaded */
+    fill_all(a, oa, 5);
+    s = make_state(4, LS_OPTIM_SGD);
+    LS_REQUIRE_OK(ls_ckpt_save(comm, ctx, plain, 1, a, oa, &s, p, sizeof p));
+    LS_REQUIRE_OK(ls_ckpt_load_ema(comm, ctx, plain, "auto", b, ob, eb, &got, &found, p, sizeof p));
+    LS_EXPECT(found == 1 && got.has_ema == 0 && ls_ema_num_updates(eb) == 0);
+    int reset = 1;
+    for (int i = 0; i < n; i++)
+        reset &= memcmp(ls_ema_tensor(eb, i)->data, ls_module_param(a, i)->data,
+                        ls_tensor_nbytes(ls_module_param(a, i))) == 0;
+    LS_EXPECT(reset);
+    path_of(p, sizeof p, plain, 4, "ema.safetensors");
+    LS_EXPECT(access(p, F_OK) != 0);
+    /* an EMA of another model is refused, on every rank */
+    ls_module *c = make_model(6, LS_F32, 3);
+    ls_ema *ec;
+    LS_REQUIRE_OK(ls_ema_create(ctx, c, 0.5, 0, &ec));
+    s = make_state(10, LS_OPTIM_SGD);
+    LS_EXPECT_ERR(ls_ckpt_save_ema(comm, ctx, dir, 1, a, oa, ec, &s, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                  "the EMA's '0.weight' is [6, 4] f32 cpu but the model's is [5, 4] f32 cpu: not an EMA of this model");
+    path_of(p, sizeof p, dir, 10, NULL);
+    LS_EXPECT(access(p, F_OK) != 0);
+    LS_EXPECT_ERR(ls_ckpt_load_ema(comm, ctx, dir, "auto", b, ob, ec, &got, &found, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                  "not an EMA of this model");
+    /* some ranks with an EMA, some without: an error on every rank, not a hang */
+    if (world > 1)
+        LS_EXPECT_ERR(ls_ckpt_load_ema(comm, ctx, dir, "auto", b, ob, rank == 0 ? eb : NULL, &got, &found, NULL, 0),
+                      LS_ERR_MISMATCH, "EMA");
+    free(want);
+    ls_ema_destroy(ea);
+    ls_ema_destroy(eb);
+    ls_ema_destroy(ec);
+    ls_optimizer_destroy(oa);
+    ls_optimizer_destroy(ob);
+    ls_module_destroy(a);
+    ls_module_destroy(b);
+    ls_module_destroy(c);
 }
 
 static void test_keep_last_and_fallback(void) {
@@ -648,6 +754,7 @@ int main(void) {
     test_round_trip(LS_OPTIM_ADAMW);
     test_keep_last_and_fallback();
     test_buffers();
+    test_ema();
     test_bad_inputs();
     if (world == 1) {
         test_crash_stages();

@@ -124,3 +124,33 @@ ls_status ls_cnn_broadcast_buffers(ls_comm *comm, ls_module *m) {
     (void)m;
     abort();
 }
+int ls_ema_num_tensors(const ls_ema *e) {
+    (void)e;
+    abort();
+}
+ls_tensor *ls_ema_tensor(ls_ema *e, int i) {
+    (void)e;
+    (void)i;
+    abort();
+}
+double ls_ema_decay(const ls_ema *e) {
+    (void)e;
+    abort();
+}
+int ls_ema_warmup(const ls_ema *e) {
+    (void)e;
+    abort();
+}
+int64_t ls_ema_num_updates(const ls_ema *e) {
+    (void)e;
+    abort();
+}
+void ls_ema_set_num_updates(ls_ema *e, int64_t t) {
+    (void)e;
+    (void)t;
+    abort();
+}
+ls_status ls_ema_reset(ls_ema *e) {
+    (void)e;
+    abort();
+}
