@@ -57,8 +57,8 @@ static ls_status restore_loss_scaler(ls_trainer *t, const ls_ckpt_state *saved) 
 static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
     int rank = ls_comm_rank(c->comm), found, exact;
     ls_ckpt_state saved;
-    LS_CHECK(ls_ckpt_load(c->comm, c->ctx, c->o->checkpoint_dir, c->o->resume, c->model, c->opt, &saved, &found,
-                          c->path, sizeof c->path));
+    LS_CHECK(ls_ckpt_load_ema(c->comm, c->ctx, c->o->checkpoint_dir, c->o->resume, c->model, c->opt, c->ema, &saved,
+                              &found, c->path, sizeof c->path));
     if (!found) {
         if (rank == 0) printf("%s: no checkpoint in %s; starting from step 0\n", c->prog, c->o->checkpoint_dir);
         return LS_OK;
@@ -110,6 +110,11 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
     c->run.label_smoothing = tc->label_smoothing;
     c->run.lr = tc->lr;
     c->run.optim = *oc;
+    if (c->ema) { /* compared with a resumed checkpoint's (a save takes them from the EMA) */
+        c->run.has_ema = 1;
+        c->run.ema_decay = ls_ema_decay(c->ema);
+        c->run.ema_warmup = ls_ema_warmup(c->ema);
+    }
     c->global_batch = tc->batch_per_rank * tc->accum_steps * c->run.world_size;
     *start_epoch = *start_j = 0;
     if (o->resume) {
@@ -153,8 +158,8 @@ static ls_status save(ex_ckpt *c) {
     st.epoch = c->pos_epoch;
     st.epoch_samples = c->pos_samples;
     c->what = "checkpoint";
-    LS_CHECK(ls_ckpt_save(c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model, c->opt, &st, c->path,
-                          sizeof c->path));
+    LS_CHECK(ls_ckpt_save_ema(c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model, c->opt, c->ema,
+                              &st, c->path, sizeof c->path));
     c->last_saved = c->step;
     if (ls_comm_rank(c->comm) == 0) {
         printf("%s: saved checkpoint %s (step %lld)\n", c->prog, c->path, (long long)c->step);

@@ -60,9 +60,10 @@ enum {
  * line), and on preemption and the exit status. */
 #define EX_CKPT_HELP_CONTENTS                                                                                          \
     "Checkpoints hold the weights (model.safetensors), the optimizer state (optimizer.safetensors),\n"                 \
-    "the step, schedule, sampler position and settings (state.json), checksummed by manifest.json;\n"                  \
-    "rank 0 writes them. Resuming with the same ranks and batch continues bitwise as if never\n"                       \
-    "stopped; with another world size or batch, from the next step boundary of the saved epoch.\n"
+    "with --ema the average of the weights (ema.safetensors), the step, schedule, sampler position\n"                  \
+    "and settings (state.json), checksummed by manifest.json; rank 0 writes them. Resuming with the\n"                 \
+    "same ranks and batch continues bitwise as if never stopped; with another world size or batch,\n"                  \
+    "from the next step boundary of the saved epoch.\n"
 #define EX_CKPT_HELP_PREEMPTION                                                                                        \
     "Preemption: on SIGTERM or SIGINT every rank finishes the current step, a checkpoint is written,\n"                \
     "\"received SIGTERM: finished step N, saved checkpoint DIR/step-0000000N; exiting\" is printed and\n"              \
@@ -111,6 +112,8 @@ typedef struct ex_ckpt {
     ls_module *model; /* parameters and buffers (BatchNorm's running statistics) are saved */
     ls_optimizer *opt;
     ls_trainer *trainer;
+    ls_ema *ema;                    /* an EMA of the weights (--ema), saved and resumed with them: set
+                                     * before ex_ckpt_begin; NULL: none */
     ls_ckpt_state run;              /* this run's settings, saved with each checkpoint and compared on resume */
     int64_t global_batch;           /* samples per optimizer step over all ranks */
     int64_t step;                   /* optimizer steps done */

@@ -385,7 +385,7 @@ void ex_print_shard(const char *prog, const ls_optimizer *opt, int world) {
 void ex_train_flags_init(ex_train_flags *f) {
     memset(f, 0, sizeof *f);
     f->lr_schedule = "cosine";
-    f->betas[0] = f->betas[1] = f->eps = -1;
+    f->betas[0] = f->betas[1] = f->eps = f->ema = -1;
 }
 
 int ex_train_flags_parse(const char *prog, ex_train_flags *f, int c, const char *arg, int *bad) {
@@ -404,6 +404,8 @@ int ex_train_flags_parse(const char *prog, ex_train_flags *f, int c, const char 
     case 1008: *bad = ex_parse_f64(prog, "--min-lr", arg, &f->min_lr) != 0; break;
     case 1009: *bad = ex_parse_betas(prog, "--betas", arg, f->betas) != 0; break;
     case 1010: *bad = ex_parse_f64(prog, "--eps", arg, &f->eps) != 0; break;
+    case 1011: *bad = ex_parse_fraction(prog, "--ema", arg, &f->ema) != 0; break;
+    case 1012: f->ema_warmup = 1; break;
     default: return 0;
     }
     return 1;
@@ -415,6 +417,9 @@ ls_status ex_train_flags_check(const ex_train_flags *f, ls_optim_kind kind, ls_l
     *flag = f->betas[0] >= 0 ? "--betas" : "--eps";
     if ((f->betas[0] >= 0 || f->eps >= 0) && kind != LS_OPTIM_ADAMW)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "betas and eps are AdamW's: add --optimizer adamw");
+    *flag = "--ema-warmup";
+    if (f->ema_warmup && f->ema < 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "warms up an EMA of the weights: add --ema DECAY");
     return LS_OK;
 }
 
@@ -435,4 +440,14 @@ void ex_train_flags_train(const ex_train_flags *f, ls_lr_kind lr_kind, ls_train_
     tc->label_smoothing = f->label_smoothing;
     tc->lr.min_lr = (float)f->min_lr;
     tc->lr.kind = lr_kind;
+}
+
+ls_status ex_ema_create(const ex_train_flags *f, ls_ctx *ctx, ls_module *model, ls_ema **out) {
+    *out = NULL;
+    return f->ema < 0 ? LS_OK : ls_ema_create(ctx, model, f->ema, f->ema_warmup, out);
+}
+
+void ex_print_ema(const ls_ema *e, const double ev[3]) {
+    printf("  EMA of the weights (decay %g%s): test loss %.4f  test acc %.2f%%\n", ls_ema_decay(e),
+           ls_ema_warmup(e) ? " with warmup" : "", ev[0] / ev[2], 100.0 * ev[1] / ev[2]);
 }

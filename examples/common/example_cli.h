@@ -11,6 +11,7 @@
 #include "cnn.h"
 #include "comm.h"
 #include "data.h"
+#include "ema.h"
 #include "gpumon.h"
 #include "status.h"
 #include "train.h"
@@ -115,7 +116,8 @@ void ex_gpu_monitor_restart(ls_gpu_monitor *m);
 
 /* The training flags fashion_mlp and fashion_resnet share (their --help lines stay each
  * program's): --no-decay-1d, --label-smoothing, --init-from, --shard-optimizer, --lr-schedule,
- * --min-lr, --betas, --eps. EX_TRAIN_LONGOPTS goes into the getopt_long table. */
+ * --min-lr, --betas, --eps, --ema, --ema-warmup. EX_TRAIN_LONGOPTS goes into the getopt_long
+ * table. */
 typedef struct ex_train_flags {
     int no_decay_1d;
     double label_smoothing;
@@ -124,25 +126,42 @@ typedef struct ex_train_flags {
     const char *lr_schedule;
     double min_lr;
     double betas[2], eps; /* < 0: unset (AdamW's defaults) */
+    double ema;           /* the EMA's decay; < 0: no EMA of the weights */
+    int ema_warmup;
 } ex_train_flags;
 #define EX_TRAIN_LONGOPTS                                                                                              \
     {"no-decay-1d", no_argument, 0, 1003}, {"label-smoothing", required_argument, 0, 1004},                            \
         {"init-from", required_argument, 0, 1005}, {"shard-optimizer", no_argument, 0, 1006},                          \
         {"lr-schedule", required_argument, 0, 1007}, {"min-lr", required_argument, 0, 1008},                           \
-        {"betas", required_argument, 0, 1009}, {                                                                       \
-        "eps", required_argument, 0, 1010                                                                              \
+        {"betas", required_argument, 0, 1009}, {"eps", required_argument, 0, 1010},                                    \
+        {"ema", required_argument, 0, 1011}, {                                                                         \
+        "ema-warmup", no_argument, 0, 1012                                                                             \
     }
+/* --help lines of --ema and --ema-warmup (the same in both programs). */
+#define EX_TRAIN_HELP_EMA                                                                                              \
+    "  --ema DECAY           also keep an exponential moving average of the weights, as timm's\n"                      \
+    "                        ModelEmaV3 (e.g. 0.999): updated after every step, evaluated beside the\n"                \
+    "                        model after every epoch, saved in checkpoints (ema.safetensors, which\n"                  \
+    "                        --init-from takes)\n"                                                                     \
+    "  --ema-warmup          the average's decay ramps up as timm's: min(DECAY, 1 - (1 + step)^(-2/3))\n"
 void ex_train_flags_init(ex_train_flags *f);
 /* Option c of getopt_long (its argument arg): 1 when it is one of these, taken (*bad = 1 when its
  * value was refused, the message printed), 0 when it is not. */
 int ex_train_flags_parse(const char *prog, ex_train_flags *f, int c, const char *arg, int *bad);
-/* What the flags need of the rest: a known schedule (*lr_kind), betas and eps only with AdamW.
- * Else LS_ERR_INVALID_ARGUMENT with *flag the flag at fault (a usage error). */
+/* What the flags need of the rest: a known schedule (*lr_kind), betas and eps only with AdamW,
+ * --ema-warmup only with --ema. Else LS_ERR_INVALID_ARGUMENT with *flag the flag at fault (a usage
+ * error). */
 ls_status ex_train_flags_check(const ex_train_flags *f, ls_optim_kind kind, ls_lr_kind *lr_kind, const char **flag);
 /* Into the optimizer's config (--no-decay-1d, --betas, --eps; --shard-optimizer as rank of world)
  * and the trainer's (--label-smoothing, --min-lr and the schedule's kind). */
 void ex_train_flags_optim(const ex_train_flags *f, int rank, int world, ls_optim_config *oc);
 void ex_train_flags_train(const ex_train_flags *f, ls_lr_kind lr_kind, ls_train_config *tc);
+/* --ema: an EMA of model's weights in *out (NULL without --ema). Made before a --batch-size auto
+ * search, its memory counts in the trials; once the trainer has broadcast rank 0's weights, start
+ * it from them (ls_ema_reset). */
+ls_status ex_ema_create(const ex_train_flags *f, ls_ctx *ctx, ls_module *model, ls_ema **out);
+/* Rank 0, after the model's test figures: the EMA's, ev = loss sum, correct, count. */
+void ex_print_ema(const ls_ema *e, const double ev[3]);
 
 /* A sharded optimizer (--shard-optimizer): one line on stdout, each rank's share of the parameters
  * whose optimizer state it keeps; nothing when unsharded. */

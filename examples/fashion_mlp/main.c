@@ -72,13 +72,14 @@ static void usage(FILE *f) {
                "  --shard-optimizer     ZeRO stage 1, as ZeroRedundancyOptimizer: with several ranks each keeps\n"
                "                        the optimizer state of its share of the parameters only and updates\n"
                "                        them, then broadcasts them; the same training, bit for bit, in less\n"
-               "                        memory per rank (checkpoints are the same files)\n"
+               "                        memory per rank (checkpoints are the same files)\n" EX_TRAIN_HELP_EMA
                "  --hidden A,B,...      hidden layer sizes, at most 6 (default 512,256; '' for none: a linear\n"
                "                        model)\n"
                "  --activation relu|gelu (default relu)\n"
                "  --init-from FILE      start from the weights in FILE, a safetensors file: a checkpoint's\n"
-               "                        model.safetensors, or a PyTorch state_dict of the same names and shapes\n"
-               "                        (f32, f16, bf16 or f64); a checkpoint resumed replaces them\n"
+               "                        model.safetensors or ema.safetensors, or a PyTorch state_dict of the\n"
+               "                        same names and shapes"
+               " (f32, f16, bf16 or f64); a checkpoint resumed replaces them\n"
                "  --seed N              seed for initialization and shuffling (default 42)\n"
                "  --train-limit N       use only the first N training samples (default all 60000)\n"
                "  --test-limit N        use only the first N test samples (default all 10000)\n"
@@ -225,6 +226,15 @@ static ls_status evaluate(ls_trainer *trainer, ls_comm *comm, const ls_dataset *
     return ls_comm_allreduce_host(comm, ev, 3, LS_F64, LS_REDUCE_SUM);
 }
 
+/* The same for the EMA of the weights (--ema), swapped into the model for it. */
+static ls_status evaluate_ema(ls_ema *ema, ls_trainer *trainer, ls_comm *comm, const ls_dataset *test,
+                              const int64_t *idx, int64_t n, double ev[3]) {
+    LS_CHECK(ls_ema_swap(ema));
+    ls_status s = evaluate(trainer, comm, test, idx, n, ev);
+    ls_status back = ls_ema_swap(ema);
+    return s != LS_OK ? s : back;
+}
+
 int main(int argc, char **argv) {
     options o;
     if (parse_options(argc, argv, &o) != 0) return 2;
@@ -238,6 +248,7 @@ int main(int argc, char **argv) {
     ls_module *model = NULL;
     ls_optimizer *opt = NULL;
     ls_trainer *trainer = NULL;
+    ls_ema *ema = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
     ex_batcher bt = {{NULL, NULL}, 0, -1, 0, 0};
     ex_metrics metrics = {NULL, NULL, 0};
@@ -294,6 +305,7 @@ int main(int argc, char **argv) {
     TRY("model", ls_mlp_create(ctx, LS_F32, n_sizes, sizes, act, o.seed, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
     if (o.tf.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.tf.init_from, model));
+    TRY("--ema", ex_ema_create(&o.tf, ctx, model, &ema));
     ls_optim_config oc = ls_optim_defaults(kind);
     if (o.lr >= 0)
         oc.lr = (float)o.lr;
@@ -329,6 +341,7 @@ int main(int argc, char **argv) {
     tc.buckets.bucket_bytes = 0;
     tc.totals = 1; /* the epoch's loss and accuracy: read once, at its end */
     TRY("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
+    if (ema) TRY("--ema", ls_ema_reset(ema)); /* from rank 0's weights, as the model */
 
     char devname[32];
     if (rank == 0)
@@ -341,6 +354,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     int64_t start_epoch, start_j;
+    ck.ema = ema;
     TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
     TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, ck.last_saved));
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
@@ -356,6 +370,8 @@ int main(int argc, char **argv) {
         double ev[3];
         TRY("evaluation", evaluate(trainer, comm, test, test_idx, test_count, ev));
         if (rank == 0) ex_print_nothing_to_train("fashion_mlp", o.epochs, start_epoch, ck.step, ev);
+        if (ema) TRY("evaluation", evaluate_ema(ema, trainer, comm, test, test_idx, test_count, ev));
+        if (ema && rank == 0) ex_print_ema(ema, ev);
     }
     ex_gpu_monitor_restart(gpumon); /* the epochs' figures, not the setup's */
     for (int64_t epoch = start_epoch; epoch < o.epochs && !ck.max_reached; epoch++) {
@@ -374,6 +390,7 @@ int main(int argc, char **argv) {
             int read = metrics.on || o.ck.log_steps;
             TRY("batch", ex_batcher_step(&bt, sampler, trainer, train, j, steps, per_step, &idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, train, idx, count, global, read ? &st : NULL));
+            if (ema) TRY("--ema", ls_ema_update(ema));
             TRY("--metrics", ex_metrics_step(&metrics, comm, ctx->alloc, ls_trainer_num_steps(trainer), epoch, &st,
                                              ex_now_s() - ts, o.clip > 0));
             seen += global;
@@ -410,6 +427,8 @@ int main(int argc, char **argv) {
                        tot.skipped == 1 ? "" : "s");
             fflush(stdout);
         }
+        if (ema) TRY("evaluation", evaluate_ema(ema, trainer, comm, test, test_idx, test_count, ev));
+        if (ema && rank == 0) ex_print_ema(ema, ev);
         /* the GPUs over the epoch, evaluation included (every rank takes part) */
         TRY("GPU figures", ex_gpu_monitor_report(gpumon, comm, rank));
         fflush(stdout);
@@ -422,6 +441,7 @@ done:
     ex_batcher_free(&bt);
     free(test_idx);
     ls_trainer_destroy(trainer);
+    ls_ema_destroy(ema);
     ls_optimizer_destroy(opt);
     ls_module_destroy(model);
     ls_sampler_destroy(sampler);

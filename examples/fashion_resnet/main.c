@@ -86,13 +86,14 @@ static void usage(FILE *f) {
                "  --shard-optimizer     ZeRO stage 1, as ZeroRedundancyOptimizer: with several ranks each keeps\n"
                "                        the optimizer state of its share of the parameters only and updates\n"
                "                        them, then broadcasts them; the same training, bit for bit, in less\n"
-               "                        memory per rank (checkpoints are the same files)\n"
+               "                        memory per rank (checkpoints are the same files)\n" EX_TRAIN_HELP_EMA
                "  --sync-bn             batch-norm statistics over all ranks (SyncBatchNorm) instead of per rank\n"
                "  --augment             random shifts (up to 2 pixels) and horizontal flips of the training images\n"
                "                        (default off: with 5 epochs the model underfits rather than overfits)\n"
                "  --init-from FILE      start from the weights in FILE, a safetensors file: a checkpoint's\n"
-               "                        model.safetensors, or a PyTorch state_dict of the same names and shapes\n"
-               "                        (f32, f16, bf16 or f64); a checkpoint resumed replaces them\n"
+               "                        model.safetensors or ema.safetensors, or a PyTorch state_dict of the\n"
+               "                        same names and shapes"
+               " (f32, f16, bf16 or f64); a checkpoint resumed replaces them\n"
                "  --seed N              seed for initialization, shuffling and augmentation (default 42)\n"
                "  --train-limit N       use only the first N training samples (default all 60000)\n"
                "  --test-limit N        use only the first N test samples (default all 10000)\n"
@@ -284,6 +285,16 @@ static ls_status evaluate(ls_trainer *trainer, ls_comm *comm, ls_module *model, 
     return ls_comm_allreduce_host(comm, ev, 3, LS_F64, LS_REDUCE_SUM);
 }
 
+/* The same for the EMA of the weights (--ema), swapped into the model for it (its buffers too: rank
+ * 0's are broadcast, as the model's). */
+static ls_status evaluate_ema(ls_ema *ema, ls_trainer *trainer, ls_comm *comm, ls_module *model, const ls_dataset *test,
+                              const int64_t *idx, int64_t count, int64_t piece, double ev[3]) {
+    LS_CHECK(ls_ema_swap(ema));
+    ls_status s = evaluate(trainer, comm, model, test, idx, count, piece, ev);
+    ls_status back = ls_ema_swap(ema);
+    return s != LS_OK ? s : back;
+}
+
 int main(int argc, char **argv) {
     options o;
     if (parse_options(argc, argv, &o) != 0) return 2;
@@ -297,6 +308,7 @@ int main(int argc, char **argv) {
     ls_module *model = NULL;
     ls_optimizer *opt = NULL;
     ls_trainer *trainer = NULL;
+    ls_ema *ema = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
     ex_batcher bt = {{NULL, NULL}, 0, -1, 0, 0};
     ex_metrics metrics = {NULL, NULL, 0};
@@ -351,6 +363,7 @@ int main(int argc, char **argv) {
     TRY("model", ls_resnet_create(ctx, &rcfg, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
     if (o.tf.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.tf.init_from, model));
+    TRY("--ema", ex_ema_create(&o.tf, ctx, model, &ema)); /* before --batch-size auto: its trials count it */
 
     ls_optim_config oc = ls_optim_defaults(kind);
     oc.lr = (float)(o.lr >= 0 ? o.lr : kind == LS_OPTIM_SGD ? 0.1 : 0.002);
@@ -408,6 +421,7 @@ int main(int argc, char **argv) {
     TRY("optimizer", ls_optimizer_create(ctx, np, params, grads, &oc, &opt));
     tc.totals = 1; /* the epoch's loss and accuracy: read once, at its end */
     TRY("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
+    if (ema) TRY("--ema", ls_ema_reset(ema)); /* from rank 0's weights, as the model */
 
     char devname[32];
     if (rank == 0) {
@@ -425,6 +439,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     int64_t start_epoch, start_j;
+    ck.ema = ema;
     TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
     ck.progress = progress;
@@ -439,6 +454,8 @@ int main(int argc, char **argv) {
         double ev[3];
         TRY("evaluation", evaluate(trainer, comm, model, test, test_idx, test_count, per_step, ev));
         if (rank == 0) ex_print_nothing_to_train("fashion_resnet", o.epochs, start_epoch, ck.step, ev);
+        if (ema) TRY("evaluation", evaluate_ema(ema, trainer, comm, model, test, test_idx, test_count, per_step, ev));
+        if (ema && rank == 0) ex_print_ema(ema, ev);
     }
     ex_gpu_monitor_restart(gpumon); /* the epochs' figures, not the setup's */
     double total_time = 0;
@@ -464,6 +481,7 @@ int main(int argc, char **argv) {
             int read = metrics.on || o.ck.log_steps;
             TRY("batch", ex_batcher_step(&bt, sampler, trainer, data, j, steps, per_step, &idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, data, idx, count, global, read ? &st : NULL));
+            if (ema) TRY("--ema", ls_ema_update(ema));
             TRY("--metrics", ex_metrics_step(&metrics, comm, ctx->alloc, ls_trainer_num_steps(trainer), epoch, &st,
                                              ex_now_s() - ts, o.clip > 0));
             seen += global;
@@ -500,6 +518,8 @@ int main(int argc, char **argv) {
                 printf("  (%lld step%s skipped: inf/NaN gradients)\n", (long long)skipped, skipped == 1 ? "" : "s");
             fflush(stdout);
         }
+        if (ema) TRY("evaluation", evaluate_ema(ema, trainer, comm, model, test, test_idx, test_count, per_step, ev));
+        if (ema && rank == 0) ex_print_ema(ema, ev);
         /* the GPUs over the epoch, evaluation included (every rank takes part) */
         TRY("GPU figures", ex_gpu_monitor_report(gpumon, comm, rank));
         fflush(stdout);
@@ -515,6 +535,7 @@ done:
     free(params);
     free(grads);
     ls_trainer_destroy(trainer);
+    ls_ema_destroy(ema);
     ls_optimizer_destroy(opt);
     ls_module_destroy(model);
     ls_sampler_destroy(sampler);

@@ -10,7 +10,8 @@
 # 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
 # step, naming no file), a label smoothing of 1 or more, an empty --init-from, an unknown
 # --lr-schedule, a negative --min-lr, --betas not two numbers in [0, 1), --betas or --eps without
-# AdamW. And an empty --hidden trains a linear model, as --help says.
+# AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema. And an empty --hidden trains a
+# linear model, as --help says.
 set -u
 mlp=$1 resnet=$2 oom=$3 qs=$4 bench=${5:-}
 export LOCKSTEP_DEVICE=cpu OPENBLAS_NUM_THREADS=1
@@ -53,6 +54,10 @@ usage "--betas '0.9,1' must be two numbers from 0 to below 1, as 0.9,0.999" "$re
 usage "--betas: invalid argument: betas and eps are AdamW's: add --optimizer adamw" "$mlp" "${small[@]}" \
     --betas 0.9,0.95
 usage "--eps: invalid argument: betas and eps are AdamW's: add --optimizer adamw" "$resnet" "${small[@]}" --eps 1e-6
+usage "--ema '1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --ema 1
+usage "--ema '-0.5' must be a number from 0 to below 1" "$resnet" "${small[@]}" --ema -0.5
+usage "--ema-warmup: invalid argument: warms up an EMA of the weights: add --ema DECAY" "$resnet" "${small[@]}" \
+    --ema-warmup
 usage "--eps 'nan' must be a finite number >= 0" "$mlp" "${small[@]}" --optimizer adamw --eps nan
 usage "--epochs '99999999999999999999' must be a whole number from 0 to 1000000" "$mlp" --epochs 99999999999999999999
 usage "--batch-size '4611686018427387904' must be a whole number from 1 to 16777216" "$mlp" --batch-size 4611686018427387904 --accum-steps 2

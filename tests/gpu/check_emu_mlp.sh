@@ -22,6 +22,8 @@
 #     the same steps skipped on rank 0 with the same scales;
 #   - 2 ranks with --shard-optimizer (plain, fp16 with the inf, AdamW with a checkpoint): bitwise the
 #     unsharded runs, the same checkpoint files;
+#   - --ema (the average updated and swapped in device memory): its ema.safetensors within 1e-5 of
+#     the CPU run's, and the EMA figures printed those of its weights evaluated by --init-from;
 #   - a checkpoint written on cuda at step 40: resumed on cuda, bitwise the run never stopped;
 #     resumed on the CPU, within 1e-5 of it; its weights loaded with --init-from evaluate to the
 #     same test figures on cuda and on the CPU.
@@ -123,5 +125,27 @@ run init_cuda -- "${base[@]}" --device cuda --epochs 0 --init-from ck/step-00000
 on_cuda=$(figures)
 run init_cpu -- "${base[@]}" --device cpu --epochs 0 --init-from ck/step-00000040/model.safetensors
 [ -n "$on_cuda" ] && [ "$on_cuda" = "$(figures)" ] || fail "--init-from: cuda '$on_cuda', cpu '$(figures)'"
+# --ema on the emulated GPU: updated on the compute stream, swapped in for the evaluation
+ema=(--epochs 1 --ema 0.9 --ema-warmup --max-steps 20 --save-every 20)
+train ema_cpu -- --device cpu "${ema[@]}" --checkpoint-dir ec
+train ema_cuda -- --device cuda "${ema[@]}" --checkpoint-dir eg
+ema_fig=$(grep -oE 'EMA of the weights \(decay 0.9 with warmup\): test loss [0-9.]+  test acc [0-9.]+%' <<<"$out" |
+    grep -oE 'test loss.*')
+close ema_cuda ema_cpu 1e-5
+python3 - ec/step-00000020/ema.safetensors eg/step-00000020/ema.safetensors <<'PY' || fail "--ema: cuda's average differs"
+import struct, sys
+from array import array
+def values(p):
+    raw = open(p, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return array("f", raw[8 + n:])
+a, b = values(sys.argv[1]), values(sys.argv[2])
+scale = max(abs(x) for x in a)
+worst = max(abs(x - y) for x, y in zip(a, b)) / scale
+print("--ema: cuda's average within %.2e of the CPU's (relative to the largest value)" % worst)
+sys.exit(0 if len(a) == len(b) and worst <= 1e-5 else 1)
+PY
+run ema_init -- "${base[@]}" --device cuda --epochs 0 --init-from eg/step-00000020/ema.safetensors
+[ -n "$ema_fig" ] && [ "$(figures)" = "$ema_fig" ] || fail "--ema: cuda printed '$ema_fig', its weights evaluate to '$(figures)'"
 echo "PASS: fashion_mlp on the emulated GPU matches the CPU (f32, staged batches, bf16, fp16, 2 ranks, resume," \
      "--init-from: $on_cuda)"
