@@ -2,8 +2,9 @@
  * Fashion-MNIST with the real training step (ls_trainer_step: gather, forward, loss, backward,
  * SGD momentum; under mpirun also the bucketed gradient all-reduce) and prints global samples/s
  * and achieved GFLOP/s per rank; with --sgemm it instead times OpenBLAS sgemm alone on the same
- * eight GEMM shapes a step runs, the ceiling for the achieved rate. --batch-size is per rank.
- * Not a test: compare_mlp.py and compare_ddp.py run it beside PyTorch. */
+ * eight GEMM shapes a step runs, the ceiling for the achieved rate. --batch-size is per rank;
+ * --ema DECAY also updates an EMA of the weights after every step. Not a test: compare_mlp.py,
+ * compare_ddp.py and compare_ema.py run it beside PyTorch. */
 #include <cblas.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 
 #include "comm.h"
 #include "data.h"
+#include "ema.h"
 #include "nn.h"
 #include "optim.h"
 #include "train.h"
@@ -34,6 +36,8 @@ static void usage(FILE *f) {
                "                         /usr/share/datasets/fashion-mnist)\n"
                "  --device cpu|cuda[:N]  default $LOCKSTEP_DEVICE, else a GPU if there is one\n"
                "  --sgemm                time OpenBLAS sgemm alone on a step's GEMM shapes (no training)\n"
+               "  --ema DECAY            also update an exponential moving average of the weights after\n"
+               "                         every step (ls_ema_update)\n"
                "  -h, --help             this text\n");
 }
 
@@ -105,12 +109,14 @@ static int run_sgemm(const int64_t *s, int n, int64_t B, int steps) {
 int main(int argc, char **argv) {
     int64_t B = 128;
     int steps = 400, sgemm = 0;
+    double ema_decay = -1;
     const char *dir = NULL, *device = NULL;
     static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'},
                                          {"steps", required_argument, 0, 'n'},
                                          {"data-dir", required_argument, 0, 'd'},
                                          {"sgemm", no_argument, 0, 'g'},
                                          {"device", required_argument, 0, 'D'},
+                                         {"ema", required_argument, 0, 'e'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
@@ -125,6 +131,8 @@ int main(int argc, char **argv) {
             sgemm = 1;
         else if (c == 'D')
             device = bench_str("--device", optarg);
+        else if (c == 'e')
+            ema_decay = bench_num("--ema", optarg, 0, 0, 0.999999);
         else {
             usage(c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;
@@ -165,6 +173,8 @@ int main(int argc, char **argv) {
     tc.accum_steps = 1;
     tc.lr.base_lr = oc.lr;
     CHECK("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &tr));
+    ls_ema *ema = NULL;
+    if (ema_decay >= 0) CHECK("--ema", ls_ema_create(ctx, model, ema_decay, 0, &ema));
     int64_t per_epoch = ls_sampler_steps(smp, B), *idx = malloc(sizeof(int64_t) * (size_t)B);
     int64_t *nidx = malloc(sizeof(int64_t) * (size_t)B), count, global, ncount, nglobal;
     double t0 = 0;
@@ -190,6 +200,7 @@ int main(int argc, char **argv) {
         /* the loss read only at the last step, as torch_mlp.py's loss.item() after its loop: a step
          * given no stats does not wait for the device (train.h) */
         CHECK("step", ls_trainer_step(tr, data, idx, count, global, it == steps - 1 ? &st : NULL));
+        if (ema) CHECK("--ema", ls_ema_update(ema));
         if (more) {
             int64_t *tmp = idx;
             idx = nidx;
@@ -211,6 +222,7 @@ int main(int argc, char **argv) {
     free(nidx);
     ls_sampler_destroy(smp);
     ls_trainer_destroy(tr);
+    ls_ema_destroy(ema);
     ls_optimizer_destroy(opt);
     ls_module_destroy(model);
     ls_dataset_destroy(data);

@@ -27,6 +27,9 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     ap.add_argument("--hidden", default="512,256")
+    ap.add_argument("--ema", type=float, default=None,
+                    help="also update an EMA of the weights after every step, as timm's ModelEmaV2/V3: "
+                         "ema = DECAY * ema + (1 - DECAY) * weights over the state_dict, with foreach ops")
     args = ap.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -49,6 +52,9 @@ def main():
     amp = args.precision != "fp32"
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float16
     scaler = torch.cuda.amp.GradScaler() if args.precision == "fp16" else None
+    if args.ema is not None:  # timm's ModelEmaV3.update without warmup (its lerp as mul + add)
+        ema = [v.detach().clone() for v in model.state_dict().values()]
+        live = [v for v in model.state_dict().values()]
 
     def step(idx):
         opt.zero_grad(set_to_none=True)
@@ -64,6 +70,10 @@ def main():
         else:
             loss.backward()
             opt.step()
+        if args.ema is not None:
+            with torch.no_grad():
+                torch._foreach_mul_(ema, args.ema)
+                torch._foreach_add_(ema, live, alpha=1 - args.ema)
         return loss
 
     perm = torch.randperm(n, device=args.device)
