@@ -34,7 +34,9 @@ double ls_ema_decay_at(double decay, int warmup, int64_t t);
 ls_status ls_ema_create(ls_ctx *ctx, ls_module *model, double decay, int warmup, ls_ema **out);
 void ls_ema_destroy(ls_ema *e);
 
-/* After an optimizer step: the next update (t + 1) of every average toward the model. */
+/* After an optimizer step: the next update (t + 1) of every average toward the model (also after
+ * a step that mixed precision skipped for inf/NaN gradients, as timm's loop updates: toward
+ * unchanged weights then). */
 ls_status ls_ema_update(ls_ema *e);
 /* Exchange the averages and the model's values (bit for bit): swap, evaluate, swap back. Needs
  * room for a copy of the largest tensor while it runs. */
