@@ -1838,12 +1838,12 @@ ls_status ls_ckpt_save_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep
     return s;
 }
 
-/* A safetensors file of the checkpoint into the model's tensors, or (ema) into the averages. */
+/* A safetensors file of the checkpoint into the model's tensors, or (ema) into the averages; the
+ * file is there (load_rank0 has checked that state.json's EMA is in the manifest). */
 static ls_status load_weights(ls_ctx *ctx, const ckpt_bundle *b, int file, ls_module *model, ls_ema *ema) {
     char p[LS_CKPT_PATH_MAX + 80];
     ls_safetensors *f = NULL;
     snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[file]);
-    if (!b->data[file]) return ls_error(LS_ERR_FORMAT, "'%s' is missing: state.json records it", p);
     LS_CHECK(ls_safetensors_open_memory(b->data[file], b->len[file], p, &f));
     ls_status s = LS_OK;
     int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
