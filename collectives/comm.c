@@ -18,6 +18,7 @@ const char *ls_coll_kind_name(ls_coll_kind k) {
     case LS_COLL_ALLGATHER: return "allgather";
     case LS_COLL_REDUCE_SCATTER: return "reduce-scatter";
     case LS_COLL_BARRIER: return "barrier";
+    case LS_COLL_REDUCE: return "reduce";
     }
     return "?";
 }
@@ -85,11 +86,13 @@ static ls_status ls_coll_check(const ls_comm *c, const ls_coll_op *op) {
     if (op->count < 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: negative count %" PRId64, what, op->count);
     if (op->count > INT64_MAX / (int64_t)es / c->world)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: count %" PRId64 " overflows", what, op->count);
-    if ((op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER) &&
+    if ((op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER || op->kind == LS_COLL_REDUCE) &&
         ((int)op->op < LS_REDUCE_SUM || (int)op->op > LS_REDUCE_MIN))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: unknown reduction %d", what, (int)op->op);
     if (op->kind == LS_COLL_BROADCAST && (op->root < 0 || op->root >= c->world))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "broadcast: root %d is not a rank of %d", op->root, c->world);
+    if (op->kind == LS_COLL_REDUCE && (op->root < 0 || op->root >= c->world))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "reduce: root %d is not a rank of %d", op->root, c->world);
     if (op->count > 0) {
         if (!op->recv) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: buffer is NULL", what);
         if ((op->kind == LS_COLL_ALLGATHER || op->kind == LS_COLL_REDUCE_SCATTER) && !op->send)
@@ -215,6 +218,11 @@ ls_status ls_comm_reduce_scatter(ls_comm *c, const void *send, void *recv, int64
     return ls_comm_run_op(c, &o);
 }
 
+ls_status ls_comm_reduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op, int root) {
+    ls_coll_op o = ls_op_make(LS_COLL_REDUCE, buf, buf, count, t, op, root, 0);
+    return ls_comm_run_op(c, &o);
+}
+
 ls_status ls_comm_barrier(ls_comm *c) {
     ls_coll_op o = ls_op_make(LS_COLL_BARRIER, NULL, NULL, 0, LS_U8, LS_REDUCE_SUM, 0, 0);
     return ls_comm_run_op(c, &o);
@@ -238,6 +246,12 @@ ls_status ls_comm_iallgather(ls_comm *c, const void *send, void *recv, int64_t n
 ls_status ls_comm_ireduce_scatter(ls_comm *c, const void *send, void *recv, int64_t n, ls_dtype t, ls_reduce_op op,
                                   ls_comm_request **req) {
     ls_coll_op o = ls_op_make(LS_COLL_REDUCE_SCATTER, send, recv, n, t, op, 0, 0);
+    return ls_comm_start_op(c, &o, req);
+}
+
+ls_status ls_comm_ireduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op, int root,
+                          ls_comm_request **req) {
+    ls_coll_op o = ls_op_make(LS_COLL_REDUCE, buf, buf, count, t, op, root, 0);
     return ls_comm_start_op(c, &o, req);
 }
 

@@ -1,5 +1,5 @@
 /* comm.h: the communicator. One ls_comm per rank connects the ranks of a data-parallel job and
- * runs collectives (allreduce, broadcast, allgather, reduce-scatter, barrier), blocking or async,
+ * runs collectives (allreduce, broadcast, allgather, reduce-scatter, reduce, barrier), blocking or async,
  * over one of three backends behind one interface: self (one rank), mpi (host memory; device
  * buffers staged through the host unless the MPI is CUDA-aware) and nccl (device memory, its own
  * stream). Buffers live on the device of the ls_ctx the communicator was created with (host memory
@@ -79,6 +79,11 @@ ls_status ls_comm_allgather(ls_comm *c, const void *send, void *recv, int64_t co
 /* recv[count_per_rank] = this rank's block of the reduction of send[world * count_per_rank]. */
 ls_status ls_comm_reduce_scatter(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t,
                                  ls_reduce_op op);
+/* buf[count] reduced across ranks into root's buf, in place (MPI_Reduce, ncclReduce): DeepSpeed's
+ * reduction of gradients to the rank that owns them. The other ranks' buf is left as it was, their
+ * input. The sum may add the ranks' values in another order than an all-reduce of the same
+ * buffers (Open MPI on 3 or more ranks does): equal within rounding, not always bit for bit. */
+ls_status ls_comm_reduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op, int root);
 ls_status ls_comm_barrier(ls_comm *c);
 
 /* ---- async collectives: start now, complete with ls_comm_wait ----
@@ -90,6 +95,8 @@ ls_status ls_comm_iallgather(ls_comm *c, const void *send, void *recv, int64_t c
                              ls_comm_request **req);
 ls_status ls_comm_ireduce_scatter(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t,
                                   ls_reduce_op op, ls_comm_request **req);
+ls_status ls_comm_ireduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op, int root,
+                          ls_comm_request **req);
 ls_status ls_comm_ibarrier(ls_comm *c, ls_comm_request **req);
 /* Block until req completes (results then visible to the host and to later device work), free it
  * and return its status. A request that does not complete within LOCKSTEP_COMM_TIMEOUT seconds

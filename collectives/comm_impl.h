@@ -18,18 +18,19 @@ typedef enum ls_coll_kind {
     LS_COLL_BROADCAST = 1,
     LS_COLL_ALLGATHER = 2,
     LS_COLL_REDUCE_SCATTER = 3,
-    LS_COLL_BARRIER = 4
+    LS_COLL_BARRIER = 4,
+    LS_COLL_REDUCE = 5 /* in place: the sum at root; the others' buffers are left as they were */
 } ls_coll_kind;
 
 /* One collective as comm.c hands it to a backend (arguments already validated). */
 typedef struct ls_coll_op {
     ls_coll_kind kind;
-    const void *send; /* allgather/reduce_scatter input; == recv for allreduce/broadcast */
+    const void *send; /* allgather/reduce_scatter input; == recv for allreduce/broadcast/reduce */
     void *recv;
-    int64_t count; /* allreduce/broadcast: elements; allgather/reduce_scatter: per rank */
+    int64_t count; /* allreduce/broadcast/reduce: elements; allgather/reduce_scatter: per rank */
     ls_dtype dtype;
-    ls_reduce_op op; /* allreduce/reduce_scatter */
-    int root;        /* broadcast */
+    ls_reduce_op op; /* allreduce/reduce_scatter/reduce */
+    int root;        /* broadcast/reduce */
     int host;        /* 1: buffers in host memory whatever the device */
 } ls_coll_op;
 

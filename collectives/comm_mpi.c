@@ -119,7 +119,7 @@ struct ls_mpi_req {
     void *mrecv;
     int in_place;
     int mcount;
-    int64_t count; /* all-reduce: elements in all, sent as calls of at most per_call */
+    int64_t count; /* all-reduce, reduce: elements in all, sent as calls of at most per_call */
     int64_t per_call;
     size_t mes; /* bytes per MPI element */
     MPI_Datatype dt;
@@ -324,14 +324,16 @@ static void ls_avg_divide(ls_dtype t, void *buf, int64_t n, int world) {
 static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_req **out) {
     *out = NULL;
     int64_t n = op->count;
-    const int reduction = op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER;
+    const int reduction =
+        op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER || op->kind == LS_COLL_REDUCE;
+    const int parted = op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE;
     /* 16-bit sums go as they are (our sum operator); the other 16-bit reductions through f32 */
     const int convert = reduction && (op->dtype == LS_F16 || op->dtype == LS_BF16) && op->op != LS_REDUCE_SUM;
     const ls_dtype mtype = convert ? LS_F32 : op->dtype;
     const size_t mes = ls_dtype_size(mtype);
-    /* an all-reduce goes to MPI in calls of at most st->chunk bytes (see ls_mpi_exec) */
+    /* an all-reduce (and a reduce) goes to MPI in calls of at most st->chunk bytes (see ls_mpi_exec) */
     int64_t per_call = n;
-    if (op->kind == LS_COLL_ALLREDUCE && st->chunk) {
+    if (parted && st->chunk) {
         per_call = (int64_t)(st->chunk / mes);
         if (per_call < 1) per_call = 1;
         if (per_call > INT_MAX) per_call = INT_MAX;
@@ -339,9 +341,7 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     }
     if (per_call > INT_MAX)
         return ls_error(LS_ERR_UNSUPPORTED, "count %lld exceeds MPI's int count limit (%d)%s", (long long)n, INT_MAX,
-                        op->kind == LS_COLL_ALLREDUCE ? " (LOCKSTEP_MPI_CHUNK=0 turned off the splitting of "
-                                                        "large all-reduces)"
-                                                      : "");
+                        parted ? " (LOCKSTEP_MPI_CHUNK=0 turned off the splitting of large reductions)" : "");
     ls_mpi_req *r = calloc(1, sizeof *r);
     if (!r) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate an MPI request");
     r->user = *op;
@@ -381,9 +381,11 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
 
     switch (op->kind) {
     case LS_COLL_ALLREDUCE:
+    case LS_COLL_REDUCE:
     case LS_COLL_BROADCAST: {
-        const int is_root = op->kind == LS_COLL_ALLREDUCE || op->root == st->rank;
-        const int receives = op->kind == LS_COLL_ALLREDUCE || op->root != st->rank;
+        /* is_root: this rank's buffer goes in (staged, widened); receives: the result comes back */
+        const int is_root = op->kind != LS_COLL_BROADCAST || op->root == st->rank;
+        const int receives = op->kind == LS_COLL_ALLREDUCE || (op->kind == LS_COLL_REDUCE) == (op->root == st->rank);
         if (!stage_dev && !convert) {
             r->mrecv = op->recv;
             r->in_place = 1;
@@ -425,7 +427,7 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
                 }
             }
         }
-        if (avg) {
+        if (avg && receives) {
             r->avg_buf = r->mrecv;
             r->avg_type = mtype;
             r->avg_n = n;
@@ -542,6 +544,7 @@ static const char *ls_mpi_call_name(ls_coll_kind k) {
     case LS_COLL_ALLGATHER: return "MPI_Allgather";
     case LS_COLL_REDUCE_SCATTER: return "MPI_Reduce_scatter_block";
     case LS_COLL_BARRIER: return "MPI_Barrier";
+    case LS_COLL_REDUCE: return "MPI_Reduce";
     }
     return "MPI";
 }
@@ -567,6 +570,12 @@ static ls_status ls_mpi_exec_calls(ls_mpi_state *st, ls_mpi_req *r) {
                      "MPI_Reduce_scatter_block");
         break;
     case LS_COLL_BARRIER: LS_MPI_CHECK(MPI_Barrier(st->comm), "MPI_Barrier"); break;
+    case LS_COLL_REDUCE: /* in place at the root; the others send their buffer (in parts, as above) */
+        for (int64_t off = 0; off < r->count; off += r->per_call)
+            LS_MPI_CHECK(MPI_Reduce(r->root == st->rank ? MPI_IN_PLACE : ls_mpi_at(r, off), ls_mpi_at(r, off),
+                                    ls_mpi_part(r, off), r->dt, r->mop, r->root, st->comm),
+                         "MPI_Reduce");
+        break;
     }
     return LS_OK;
 }
@@ -627,6 +636,13 @@ static ls_status ls_mpi_post_call(ls_mpi_state *st, ls_mpi_req *r) {
         rc = MPI_Ibarrier(st->comm, q);
         call = "MPI_Ibarrier";
         break;
+    case LS_COLL_REDUCE: {
+        int64_t off = (int64_t)r->nposted * r->per_call;
+        rc = MPI_Ireduce(r->root == st->rank ? MPI_IN_PLACE : ls_mpi_at(r, off), ls_mpi_at(r, off), ls_mpi_part(r, off),
+                         r->dt, r->mop, r->root, st->comm, q);
+        call = "MPI_Ireduce";
+        break;
+    }
     }
     if (rc != MPI_SUCCESS) {
         r->nreq = r->nposted; /* nothing more of r is posted; waiting for it returns this error */
@@ -688,11 +704,11 @@ static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
     if (st->broken) return ls_mpi_broken_error(st);
     r->reqs = &r->req;
     r->nreq = 1;
-    if (r->kind == LS_COLL_ALLREDUCE) {
+    if (r->kind == LS_COLL_ALLREDUCE || r->kind == LS_COLL_REDUCE) {
         const int64_t parts = (r->count + r->per_call - 1) / r->per_call;
         if (parts > INT_MAX)
             return ls_error(LS_ERR_UNSUPPORTED,
-                            "an all-reduce in %lld parts: more than MPI can wait for at once "
+                            "a reduction in %lld parts: more than MPI can wait for at once "
                             "(raise LOCKSTEP_MPI_CHUNK)",
                             (long long)parts);
         if (parts > 1 && !(r->reqs = malloc((size_t)parts * sizeof *r->reqs)))

@@ -1,5 +1,5 @@
 /* comm_self.c: the one-rank backend. Reductions over one rank are the identity (avg divides by 1),
- * so allreduce and broadcast touch nothing; allgather and reduce-scatter copy send to recv when
+ * so allreduce, reduce and broadcast touch nothing; allgather and reduce-scatter copy send to recv when
  * they differ (through the device allocator for device buffers). Async ops complete at start. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,7 @@
 /* test_comm_collectives.c: every collective of the automatically chosen communicator (self when
  * run alone, mpi under mpirun) against reference results: allreduce (sum/avg/max/min), broadcast
- * from every root, allgather and reduce-scatter (also in place), barrier, over every dtype and
+ * from every root, allgather and reduce-scatter (also in place), reduce to every root (the others'
+ * buffers left as they were; in parts and async), barrier, over every dtype and
  * counts 0, 1, odd sizes and a few million elements; async variants with several requests in
  * flight, test/wait, a blocking collective while requests are in flight; host variants; argument
  * errors. Run with any number of ranks. */
@@ -119,6 +120,49 @@ static void test_reduce_scatter(void) {
                 }
 }
 
+/* Reduce to every root, in place: the root holds the reduction, every other rank its own input. */
+static void test_reduce(void) {
+    static const ls_reduce_op ops[] = {LS_REDUCE_SUM, LS_REDUCE_AVG, LS_REDUCE_MAX, LS_REDUCE_MIN};
+    for (int root = 0; root < W; root++)
+        for (int d = 0; d < CT_NDTYPES; d++)
+            for (int o = 0; o < 4; o++)
+                for (int k = 0; k < NCOUNTS; k++) {
+                    ls_dtype t = ct_all_dtypes[d];
+                    int64_t n = counts[k];
+                    int salt = 11 + o + k;
+                    void *buf = xalloc((size_t)n * ls_dtype_size(t));
+                    for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, salt));
+                    LS_REQUIRE_OK(ls_comm_reduce(C, n ? buf : NULL, n, t, ops[o], root));
+                    char what[64];
+                    snprintf(what, sizeof what, "reduce %s to %d", ls_reduce_op_name(ops[o]), root);
+                    if (R == root)
+                        CHECK_ELEMS(what, buf, t, n, ct_expect(t, ops[o], W, i, salt));
+                    else
+                        CHECK_ELEMS(what, buf, t, n, ct_val(t, R, i, salt));
+                    free(buf);
+                }
+    /* a few million elements (MPI: in parts of LOCKSTEP_MPI_CHUNK), blocking and async */
+    const int64_t n = 3000001;
+    float *a = xalloc((size_t)n * 4), *b = xalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) a[i] = b[i] = (float)ct_val(LS_F32, R, i, 2);
+    LS_REQUIRE_OK(ls_comm_reduce(C, a, n, LS_F32, LS_REDUCE_SUM, W - 1));
+    if (R == W - 1)
+        CHECK_ELEMS("large reduce", a, LS_F32, n, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 2));
+    else
+        CHECK_ELEMS("large reduce (not the root)", a, LS_F32, n, ct_val(LS_F32, R, i, 2));
+    ls_comm_request *req[2] = {NULL, NULL};
+    LS_REQUIRE_OK(ls_comm_ireduce(C, b, n / 2, LS_F32, LS_REDUCE_AVG, 0, &req[0]));
+    LS_REQUIRE_OK(ls_comm_ireduce(C, b + n / 2, n - n / 2, LS_F32, LS_REDUCE_SUM, W / 2, &req[1]));
+    LS_REQUIRE_OK(ls_comm_wait(req[0]));
+    LS_REQUIRE_OK(ls_comm_wait(req[1]));
+    CHECK_ELEMS("large ireduce avg", b, LS_F32, n / 2,
+                R == 0 ? ct_expect(LS_F32, LS_REDUCE_AVG, W, i, 2) : ct_val(LS_F32, R, i, 2));
+    CHECK_ELEMS("large ireduce sum", b + n / 2, LS_F32, n - n / 2,
+                R == W / 2 ? ct_expect(LS_F32, LS_REDUCE_SUM, W, i + n / 2, 2) : ct_val(LS_F32, R, i + n / 2, 2));
+    free(a);
+    free(b);
+}
+
 /* Several async collectives in flight, completed by test and wait, with a blocking collective
  * issued while they are in flight (it must stay ordered after them). */
 static void test_async(void) {
@@ -207,6 +251,9 @@ static void test_errors(void) {
     LS_EXPECT_ERR(ls_comm_iallreduce(C, &f, 1, LS_F32, LS_REDUCE_SUM, NULL), LS_ERR_INVALID_ARGUMENT,
                   "request pointer");
     LS_EXPECT_ERR(ls_comm_allgather(C, NULL, &f, 1, LS_F32), LS_ERR_INVALID_ARGUMENT, "send buffer is NULL");
+    LS_EXPECT_ERR(ls_comm_reduce(C, &f, 1, LS_F32, LS_REDUCE_SUM, W), LS_ERR_INVALID_ARGUMENT, "reduce: root");
+    LS_EXPECT_ERR(ls_comm_ireduce(C, &f, 1, LS_F32, (ls_reduce_op)9, 0, &(ls_comm_request *){NULL}),
+                  LS_ERR_INVALID_ARGUMENT, "reduction");
 }
 
 int main(void) {
@@ -227,6 +274,7 @@ int main(void) {
     test_broadcast();
     test_allgather();
     test_reduce_scatter();
+    test_reduce();
     test_async();
     test_host_variants();
     test_errors();

@@ -190,6 +190,20 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t n, ncclDataT
     return e;
 }
 
+ncclResult_t ncclReduce(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op, int root,
+                        ncclComm_t c, cudaStream_t s) {
+    ncclResult_t e = enter("reduce", send, recv, t, c, s);
+    if (e != ncclSuccess) return e;
+    if (root < 0 || root >= c->world) return fail(ncclInvalidArgument, "root out of range");
+    double *acc = malloc((n ? n : 1) * sizeof *acc);
+    if (!acc) return fail(ncclSystemError, "out of memory");
+    e = reduce_f64(send, n, t, op, c, acc);
+    if (e == ncclSuccess && c->rank == root)
+        for (size_t i = 0; i < n; i++) put(recv, t, i, acc[i]);
+    free(acc);
+    return e;
+}
+
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t n, ncclDataType_t t, int root, ncclComm_t c,
                            cudaStream_t s) {
     ncclResult_t e = enter("broadcast", send, recv, t, c, s);

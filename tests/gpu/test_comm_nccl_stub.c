@@ -110,6 +110,15 @@ static void test_collectives(nccl *c) {
         cudaFree(in);
         cudaFree(out);
     }
+    for (int root = 0; root < W; root++) { /* reduce in place (ncclReduce): the root's sum, the others unchanged */
+        float *b = dev_alloc((size_t)n * sizeof *b);
+        for (int64_t i = 0; i < n; i++) b[i] = (float)ct_val(LS_F32, R, i, 43);
+        ls_coll_op op = op_of(LS_COLL_REDUCE, b, b, n, LS_F32, LS_REDUCE_SUM, root);
+        LS_REQUIRE_OK(c->f->run(c->st, &op));
+        CT_CHECK_ELEMS(R, "reduce", b, LS_F32, n,
+                       R == root ? ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 43) : ct_val(LS_F32, R, i, 43));
+        cudaFree(b);
+    }
     ls_coll_op bar = op_of(LS_COLL_BARRIER, NULL, NULL, 0, LS_I32, LS_REDUCE_SUM, 0);
     LS_REQUIRE_OK(c->f->run(c->st, &bar));
 
