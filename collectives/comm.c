@@ -91,8 +91,20 @@ static ls_status ls_coll_check(const ls_comm *c, const ls_coll_op *op) {
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: unknown reduction %d", what, (int)op->op);
     if (op->kind == LS_COLL_BROADCAST && (op->root < 0 || op->root >= c->world))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "broadcast: root %d is not a rank of %d", op->root, c->world);
-    if (op->kind == LS_COLL_REDUCE && (op->root < 0 || op->root >= c->world))
+    if (op->kind == LS_COLL_REDUCE && !op->nseg && (op->root < 0 || op->root >= c->world))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "reduce: root %d is not a rank of %d", op->root, c->world);
+    if (op->nseg) {
+        int64_t sum = 0;
+        for (int j = 0; j < op->nseg; j++) {
+            if (op->seg_count[j] < 0)
+                return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: segment %d has a negative count", what, j);
+            if (op->seg_root[j] < 0 || op->seg_root[j] >= c->world)
+                return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: segment %d's root %d is not a rank of %d", what, j,
+                                op->seg_root[j], c->world);
+            sum += op->seg_count[j];
+        }
+        if (sum != op->count) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the segments' counts overflow", what);
+    }
     if (op->count > 0) {
         if (!op->recv) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: buffer is NULL", what);
         if ((op->kind == LS_COLL_ALLGATHER || op->kind == LS_COLL_REDUCE_SCATTER) && !op->send)
@@ -253,6 +265,54 @@ ls_status ls_comm_ireduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_r
                           ls_comm_request **req) {
     ls_coll_op o = ls_op_make(LS_COLL_REDUCE, buf, buf, count, t, op, root, 0);
     return ls_comm_start_op(c, &o, req);
+}
+
+/* A broadcast or reduce in segments: the arrays checked, the total counted (the per-segment checks
+ * are ls_coll_check's). */
+static ls_status ls_segments_start(ls_comm *c, ls_coll_kind kind, void *buf, void *const *bufs, int nseg,
+                                   const int64_t *counts, const int *roots, ls_dtype t, ls_reduce_op op,
+                                   ls_comm_request **req) {
+    const char *what = kind == LS_COLL_REDUCE ? "reduce in segments" : "broadcast in segments";
+    if (req) *req = NULL;
+    if (nseg < 1 || !counts || !roots)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: %s", what,
+                        nseg < 1  ? "no segments"
+                        : !counts ? "counts is NULL"
+                                  : "roots is NULL");
+    int64_t total = 0;
+    for (int j = 0; j < nseg; j++) {
+        if (counts[j] > INT64_MAX - total)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the segments' counts overflow", what);
+        total += counts[j] > 0 ? counts[j] : 0;
+        if (bufs && counts[j] > 0 && !bufs[j])
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: buffer %d is NULL", what, j);
+        if (bufs && !buf && counts[j] > 0) buf = bufs[j]; /* the op's buffer: any of them */
+    }
+    ls_coll_op o = ls_op_make(kind, buf, buf, total, t, op, roots[0], 0);
+    o.nseg = nseg;
+    o.seg_count = counts;
+    o.seg_root = roots;
+    o.seg_ptr = bufs;
+    return ls_comm_start_op(c, &o, req);
+}
+
+ls_status ls_comm_ireduce_segments(ls_comm *c, void *buf, int nseg, const int64_t *counts, const int *roots, ls_dtype t,
+                                   ls_reduce_op op, ls_comm_request **req) {
+    return ls_segments_start(c, LS_COLL_REDUCE, buf, NULL, nseg, counts, roots, t, op, req);
+}
+
+ls_status ls_comm_ibroadcast_segments(ls_comm *c, void *buf, int nseg, const int64_t *counts, const int *roots,
+                                      ls_dtype t, ls_comm_request **req) {
+    return ls_segments_start(c, LS_COLL_BROADCAST, buf, NULL, nseg, counts, roots, t, LS_REDUCE_SUM, req);
+}
+
+ls_status ls_comm_ibroadcast_many(ls_comm *c, int n, void *const *bufs, const int64_t *counts, const int *roots,
+                                  ls_dtype t, ls_comm_request **req) {
+    if (n > 0 && !bufs) {
+        if (req) *req = NULL;
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "broadcast in segments: bufs is NULL");
+    }
+    return ls_segments_start(c, LS_COLL_BROADCAST, NULL, bufs, n, counts, roots, t, LS_REDUCE_SUM, req);
 }
 
 ls_status ls_comm_ibarrier(ls_comm *c, ls_comm_request **req) {

@@ -98,6 +98,21 @@ ls_status ls_comm_ireduce_scatter(ls_comm *c, const void *send, void *recv, int6
 ls_status ls_comm_ireduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op, int root,
                           ls_comm_request **req);
 ls_status ls_comm_ibarrier(ls_comm *c, ls_comm_request **req);
+/* buf holds nseg consecutive segments of counts[j] elements; segment j is reduced (in place) to rank
+ * roots[j] (ireduce_segments) or broadcast from it (ibroadcast_segments), every segment in flight
+ * at once: with segments of several roots both directions of a link carry data together, where
+ * one collective after the other would use one at a time (DeepSpeed's reduce of gradients to
+ * their owners; a sharded optimizer's parameters from theirs). nseg 1 is ls_comm_ireduce or
+ * _ibroadcast. The arrays are copied. A rank's segments of other roots keep its own values after a
+ * reduce (as ls_comm_reduce's). */
+ls_status ls_comm_ireduce_segments(ls_comm *c, void *buf, int nseg, const int64_t *counts, const int *roots, ls_dtype t,
+                                   ls_reduce_op op, ls_comm_request **req);
+ls_status ls_comm_ibroadcast_segments(ls_comm *c, void *buf, int nseg, const int64_t *counts, const int *roots,
+                                      ls_dtype t, ls_comm_request **req);
+/* The same over n buffers of their own: bufs[j] (counts[j] elements) from rank roots[j], all in
+ * flight at once (a sharded optimizer's parameters, each from its owner). */
+ls_status ls_comm_ibroadcast_many(ls_comm *c, int n, void *const *bufs, const int64_t *counts, const int *roots,
+                                  ls_dtype t, ls_comm_request **req);
 /* Block until req completes (results then visible to the host and to later device work), free it
  * and return its status. A request that does not complete within LOCKSTEP_COMM_TIMEOUT seconds
  * (default 1800, 0 = wait forever) is LS_ERR_COMM ("a rank may have failed or skipped this

@@ -32,6 +32,13 @@ typedef struct ls_coll_op {
     ls_reduce_op op; /* allreduce/reduce_scatter/reduce */
     int root;        /* broadcast/reduce */
     int host;        /* 1: buffers in host memory whatever the device */
+    /* broadcast/reduce in segments (ls_comm_ireduce_segments): nseg > 0 consecutive segments of
+     * buf, seg_count[j] elements each (summing to count), segment j to or from rank seg_root[j],
+     * all in flight at once; root is then unused */
+    int nseg;
+    const int64_t *seg_count;
+    const int *seg_root;
+    void *const *seg_ptr; /* broadcast in segments: segment j at seg_ptr[j] (NULL: consecutive in recv) */
 } ls_coll_op;
 
 typedef struct ls_comm_iface {

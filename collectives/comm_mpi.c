@@ -62,6 +62,17 @@ static ls_status ls_mpi_error(int rc, const char *call) {
 
 typedef struct ls_mpi_req ls_mpi_req;
 
+/* One MPI call of a collective in segments (ls_comm_ireduce_segments): elements off.. of the
+ * buffer, to or from root. */
+typedef struct ls_mpi_call {
+    int64_t off; /* elements from the collective's start */
+    int count;
+    int root;
+    int seg;     /* its segment */
+    int64_t rel; /* elements from its segment's start */
+    void *p;     /* its data (staged or the caller's) */
+} ls_mpi_call;
+
 /* Staging blocks kept for the next collectives: at most this many, this many bytes in all (the
  * smallest go first); a kept block serves a request of at least half its size. */
 #define LS_MPI_STAGE_KEEP 32
@@ -125,6 +136,15 @@ struct ls_mpi_req {
     MPI_Datatype dt;
     MPI_Op mop;
     int root;
+    /* in segments: the calls (each segment in parts of at most per_call), all posted at once */
+    ls_mpi_call *calls;
+    int ncalls;
+    /* broadcast in segments of buffers of their own (ls_comm_ibroadcast_many), staged: each segment
+     * copied in (where this rank is its root) and back (where it is not) on its own */
+    int seg_stage, nseg;
+    void **seg_dev;
+    int64_t *seg_start, *seg_n;
+    int *seg_root;
     ls_stage_block stage; /* host block owning the staging buffers (p NULL: none) */
     /* pre (caller's thread, at start): device -> host copy, then widen 16-bit -> f32 */
     const void *pre_dev;
@@ -159,6 +179,9 @@ struct ls_mpi_req {
     char err[256];
     ls_mpi_req *next;
 };
+
+/* The MPI buffer's elements from off on. */
+static void *ls_mpi_at(const ls_mpi_req *r, int64_t off) { return (char *)r->mrecv + (size_t)off * r->mes; }
 
 static MPI_Datatype ls_mpi_dtype(ls_dtype t) {
     switch (t) {
@@ -277,6 +300,11 @@ static void ls_mpi_req_free(ls_mpi_state *st, ls_mpi_req *r) {
     if (!r) return;
     ls_stage_put(st, r->stage);
     if (r->reqs != &r->req) free(r->reqs);
+    free(r->calls);
+    free(r->seg_dev);
+    free(r->seg_start);
+    free(r->seg_n);
+    free(r->seg_root);
     free(r);
 }
 
@@ -352,6 +380,28 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     r->mes = mes;
     r->root = op->root;
     r->user_dtype = op->dtype;
+    if (op->nseg > 0) { /* in segments: the calls, each segment in parts of at most per_call (chunk) */
+        int64_t pc = st->chunk ? (int64_t)(st->chunk / mes) : INT_MAX, m = 0;
+        if (pc < 1) pc = 1;
+        if (pc > INT_MAX) pc = INT_MAX;
+        for (int j = 0; j < op->nseg; j++) m += (op->seg_count[j] + pc - 1) / pc;
+        if (m > INT_MAX / 2 || !(r->calls = calloc((size_t)(m > 0 ? m : 1), sizeof *r->calls))) {
+            free(r);
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot plan a collective in %d segments", op->nseg);
+        }
+        int64_t off = 0;
+        for (int j = 0; j < op->nseg; off += op->seg_count[j++])
+            for (int64_t o = 0; o < op->seg_count[j]; o += pc) {
+                ls_mpi_call *k = &r->calls[r->ncalls++];
+                k->off = off + o;
+                k->count = (int)(op->seg_count[j] - o < pc ? op->seg_count[j] - o : pc);
+                k->root = op->seg_root[j];
+                k->seg = j;
+                k->rel = o;
+            }
+        /* the root of each call is its own; the request's mcount only tells "not trivial" */
+        r->mcount = r->ncalls > 0 ? 1 : 0;
+    }
     if (op->kind == LS_COLL_BARRIER || n == 0) {
         *out = r;
         return LS_OK;
@@ -384,8 +434,11 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     case LS_COLL_REDUCE:
     case LS_COLL_BROADCAST: {
         /* is_root: this rank's buffer goes in (staged, widened); receives: the result comes back */
-        const int is_root = op->kind != LS_COLL_BROADCAST || op->root == st->rank;
-        const int receives = op->kind == LS_COLL_ALLREDUCE || (op->kind == LS_COLL_REDUCE) == (op->root == st->rank);
+        /* in segments every rank sends and receives some (a segment it neither sends nor receives
+         * comes back as it went) */
+        const int is_root = op->nseg > 0 || op->kind != LS_COLL_BROADCAST || op->root == st->rank;
+        const int receives =
+            op->nseg > 0 || op->kind == LS_COLL_ALLREDUCE || (op->kind == LS_COLL_REDUCE) == (op->root == st->rank);
         if (!stage_dev && !convert) {
             r->mrecv = op->recv;
             r->in_place = 1;
@@ -506,11 +559,41 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     }
     case LS_COLL_BARRIER: break;
     }
+    if (op->seg_ptr && stage_dev) { /* buffers of their own, staged one by one (ls_mpi_pre, _post) */
+        r->pre_bytes = r->post_bytes = 0;
+        r->seg_stage = 1;
+        r->nseg = op->nseg;
+        r->seg_dev = calloc((size_t)op->nseg, sizeof *r->seg_dev);
+        r->seg_start = calloc((size_t)op->nseg, sizeof *r->seg_start);
+        r->seg_n = calloc((size_t)op->nseg, sizeof *r->seg_n);
+        r->seg_root = calloc((size_t)op->nseg, sizeof *r->seg_root);
+        if (!r->seg_dev || !r->seg_start || !r->seg_n || !r->seg_root) {
+            ls_mpi_req_free(st, r);
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot plan a broadcast of %d buffers", op->nseg);
+        }
+        for (int64_t j = 0, off = 0; j < op->nseg; off += op->seg_count[j++]) {
+            r->seg_dev[j] = op->seg_ptr[j];
+            r->seg_start[j] = off;
+            r->seg_n[j] = op->seg_count[j];
+            r->seg_root[j] = op->seg_root[j];
+        }
+    }
+    for (int i = 0; i < r->ncalls; i++) { /* each call's data: in the staging block, or the caller's */
+        ls_mpi_call *k = &r->calls[i];
+        k->p =
+            op->seg_ptr && !r->seg_stage ? (char *)op->seg_ptr[k->seg] + (size_t)k->rel * r->mes : ls_mpi_at(r, k->off);
+    }
     *out = r;
     return LS_OK;
 }
 
 static ls_status ls_mpi_pre(ls_mpi_state *st, ls_mpi_req *r) {
+    for (int j = 0; r->seg_stage && j < r->nseg; j++) /* the segments this rank sends */
+        if (r->seg_root[j] == st->rank && r->seg_n[j] > 0) {
+            ls_status s = ls_allocator_copy(st->env.dev, ls_mpi_at(r, r->seg_start[j]), 0, r->seg_dev[j], 1,
+                                            (size_t)r->seg_n[j] * r->mes);
+            if (s != LS_OK) return ls_error_context(s, "staging device buffer %d to host", j);
+        }
     if (r->pre_bytes) {
         ls_status s = ls_allocator_copy(st->env.dev, r->pre_host, 0, r->pre_dev, 1, r->pre_bytes);
         if (s != LS_OK) return ls_error_context(s, "staging device buffer to host");
@@ -520,8 +603,21 @@ static ls_status ls_mpi_pre(ls_mpi_state *st, ls_mpi_req *r) {
 }
 
 static ls_status ls_mpi_post(ls_mpi_state *st, ls_mpi_req *r) {
-    if (r->avg_n) ls_avg_divide(r->avg_type, r->avg_buf, r->avg_n, st->world);
+    if (r->avg_n && r->calls) { /* in segments: the ones this rank received */
+        for (int i = 0; i < r->ncalls; i++)
+            if (r->calls[i].root == st->rank)
+                ls_avg_divide(r->avg_type, (char *)r->avg_buf + (size_t)r->calls[i].off * r->mes, r->calls[i].count,
+                              st->world);
+    } else if (r->avg_n) {
+        ls_avg_divide(r->avg_type, r->avg_buf, r->avg_n, st->world);
+    }
     if (r->narrow_n) ls_narrow(r->user_dtype, r->narrow_src, r->narrow_dst, r->narrow_n);
+    for (int j = 0; r->seg_stage && j < r->nseg; j++) /* the segments this rank received */
+        if (r->seg_root[j] != st->rank && r->seg_n[j] > 0) {
+            ls_status s = ls_allocator_copy(st->env.dev, r->seg_dev[j], 1, ls_mpi_at(r, r->seg_start[j]), 0,
+                                            (size_t)r->seg_n[j] * r->mes);
+            if (s != LS_OK) return ls_error_context(s, "copying result %d back to the device", j);
+        }
     if (r->post_bytes) {
         ls_status s = ls_allocator_copy(st->env.dev, r->post_dev, 1, r->post_host, 0, r->post_bytes);
         if (s != LS_OK) return ls_error_context(s, "copying the result back to the device");
@@ -532,7 +628,6 @@ static ls_status ls_mpi_post(ls_mpi_state *st, ls_mpi_req *r) {
 static int ls_mpi_trivial(const ls_mpi_req *r) { return r->kind != LS_COLL_BARRIER && r->mcount == 0; }
 
 /* An all-reduce's elements from off on, and how many of them one MPI call takes. */
-static void *ls_mpi_at(const ls_mpi_req *r, int64_t off) { return (char *)r->mrecv + (size_t)off * r->mes; }
 static int ls_mpi_part(const ls_mpi_req *r, int64_t off) {
     return (int)(r->count - off < r->per_call ? r->count - off : r->per_call);
 }
@@ -549,8 +644,40 @@ static const char *ls_mpi_call_name(ls_coll_kind k) {
     return "MPI";
 }
 
+/* Call i of a collective in segments, posted (MPI_Ireduce in place at its root, or MPI_Ibcast). */
+static int ls_mpi_post_segment(ls_mpi_state *st, const ls_mpi_req *r, int i, MPI_Request *q) {
+    const ls_mpi_call *k = &r->calls[i];
+    void *p = k->p;
+    if (r->kind == LS_COLL_BROADCAST) return MPI_Ibcast(p, k->count, r->dt, k->root, st->comm, q);
+    return MPI_Ireduce(k->root == st->rank ? MPI_IN_PLACE : p, p, k->count, r->dt, r->mop, k->root, st->comm, q);
+}
+
 /* The MPI calls of r (any thread). */
 static ls_status ls_mpi_exec_calls(ls_mpi_state *st, ls_mpi_req *r) {
+    if (r->calls && !st->spans_nodes) { /* in segments on one node: one blocking call after the other */
+        for (int i = 0; i < r->ncalls; i++) {
+            const ls_mpi_call *k = &r->calls[i];
+            if (r->kind == LS_COLL_BROADCAST)
+                LS_MPI_CHECK(MPI_Bcast(k->p, k->count, r->dt, k->root, st->comm), "MPI_Bcast");
+            else
+                LS_MPI_CHECK(MPI_Reduce(k->root == st->rank ? MPI_IN_PLACE : k->p, k->p, k->count, r->dt, r->mop,
+                                        k->root, st->comm),
+                             "MPI_Reduce");
+        }
+        return LS_OK;
+    }
+    if (r->calls) { /* in segments across nodes: every call posted, then waited for together */
+        MPI_Request *q = malloc((size_t)r->ncalls * sizeof *q);
+        if (!q) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate %d MPI requests", r->ncalls);
+        int rc = MPI_SUCCESS, posted = 0;
+        for (; posted < r->ncalls && rc == MPI_SUCCESS; posted++) rc = ls_mpi_post_segment(st, r, posted, &q[posted]);
+        if (rc != MPI_SUCCESS) posted--;
+        int wrc = MPI_Waitall(posted, q, MPI_STATUSES_IGNORE); /* what was posted completes, even after a failure */
+        free(q);
+        LS_MPI_CHECK(rc, r->kind == LS_COLL_BROADCAST ? "MPI_Ibcast" : "MPI_Ireduce");
+        LS_MPI_CHECK(wrc, "MPI_Waitall");
+        return LS_OK;
+    }
     const void *sb = r->in_place ? MPI_IN_PLACE : r->msend;
     switch (r->kind) {
     case LS_COLL_ALLREDUCE:
@@ -613,37 +740,41 @@ static ls_status ls_mpi_post_call(ls_mpi_state *st, ls_mpi_req *r) {
     MPI_Request *q = &r->reqs[r->nposted];
     int rc = MPI_SUCCESS;
     const char *call = ls_mpi_call_name(r->kind);
-    switch (r->kind) {
-    case LS_COLL_ALLREDUCE: {
-        int64_t off = (int64_t)r->nposted * r->per_call;
-        rc = MPI_Iallreduce(MPI_IN_PLACE, ls_mpi_at(r, off), ls_mpi_part(r, off), r->dt, r->mop, st->comm, q);
-        call = "MPI_Iallreduce";
-        break;
-    }
-    case LS_COLL_BROADCAST:
-        rc = MPI_Ibcast(r->mrecv, r->mcount, r->dt, r->root, st->comm, q);
-        call = "MPI_Ibcast";
-        break;
-    case LS_COLL_ALLGATHER:
-        rc = MPI_Iallgather(sb, r->mcount, r->dt, r->mrecv, r->mcount, r->dt, st->comm, q);
-        call = "MPI_Iallgather";
-        break;
-    case LS_COLL_REDUCE_SCATTER:
-        rc = MPI_Ireduce_scatter_block(sb, r->mrecv, r->mcount, r->dt, r->mop, st->comm, q);
-        call = "MPI_Ireduce_scatter_block";
-        break;
-    case LS_COLL_BARRIER:
-        rc = MPI_Ibarrier(st->comm, q);
-        call = "MPI_Ibarrier";
-        break;
-    case LS_COLL_REDUCE: {
-        int64_t off = (int64_t)r->nposted * r->per_call;
-        rc = MPI_Ireduce(r->root == st->rank ? MPI_IN_PLACE : ls_mpi_at(r, off), ls_mpi_at(r, off), ls_mpi_part(r, off),
-                         r->dt, r->mop, r->root, st->comm, q);
-        call = "MPI_Ireduce";
-        break;
-    }
-    }
+    if (r->calls) {
+        rc = ls_mpi_post_segment(st, r, r->nposted, q);
+        call = r->kind == LS_COLL_BROADCAST ? "MPI_Ibcast" : "MPI_Ireduce";
+    } else
+        switch (r->kind) {
+        case LS_COLL_ALLREDUCE: {
+            int64_t off = (int64_t)r->nposted * r->per_call;
+            rc = MPI_Iallreduce(MPI_IN_PLACE, ls_mpi_at(r, off), ls_mpi_part(r, off), r->dt, r->mop, st->comm, q);
+            call = "MPI_Iallreduce";
+            break;
+        }
+        case LS_COLL_BROADCAST:
+            rc = MPI_Ibcast(r->mrecv, r->mcount, r->dt, r->root, st->comm, q);
+            call = "MPI_Ibcast";
+            break;
+        case LS_COLL_ALLGATHER:
+            rc = MPI_Iallgather(sb, r->mcount, r->dt, r->mrecv, r->mcount, r->dt, st->comm, q);
+            call = "MPI_Iallgather";
+            break;
+        case LS_COLL_REDUCE_SCATTER:
+            rc = MPI_Ireduce_scatter_block(sb, r->mrecv, r->mcount, r->dt, r->mop, st->comm, q);
+            call = "MPI_Ireduce_scatter_block";
+            break;
+        case LS_COLL_BARRIER:
+            rc = MPI_Ibarrier(st->comm, q);
+            call = "MPI_Ibarrier";
+            break;
+        case LS_COLL_REDUCE: {
+            int64_t off = (int64_t)r->nposted * r->per_call;
+            rc = MPI_Ireduce(r->root == st->rank ? MPI_IN_PLACE : ls_mpi_at(r, off), ls_mpi_at(r, off),
+                             ls_mpi_part(r, off), r->dt, r->mop, r->root, st->comm, q);
+            call = "MPI_Ireduce";
+            break;
+        }
+        }
     if (rc != MPI_SUCCESS) {
         r->nreq = r->nposted; /* nothing more of r is posted; waiting for it returns this error */
         r->status = ls_mpi_error(rc, call);
@@ -679,7 +810,10 @@ static ls_status ls_mpi_pump(ls_mpi_state *st) {
         }
     for (ls_mpi_req *r = st->nb_head; r; r = r->nb_next)
         while (r->nposted < r->nreq) {
-            if (st->window > 0 && st->nb_outstanding >= st->window) return LS_OK;
+            /* across nodes a collective in segments goes all at once once its first call may go (its
+             * segments' roots differ: together they use both directions of a link) */
+            if (st->window > 0 && st->nb_outstanding >= st->window && !(r->calls && r->nposted > 0 && st->spans_nodes))
+                return LS_OK;
             LS_CHECK(ls_mpi_post_call(st, r));
         }
     return LS_OK;
@@ -704,7 +838,11 @@ static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
     if (st->broken) return ls_mpi_broken_error(st);
     r->reqs = &r->req;
     r->nreq = 1;
-    if (r->kind == LS_COLL_ALLREDUCE || r->kind == LS_COLL_REDUCE) {
+    if (r->calls) {
+        if (r->ncalls > 1 && !(r->reqs = malloc((size_t)r->ncalls * sizeof *r->reqs)))
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate %d MPI requests", r->ncalls);
+        r->nreq = r->ncalls;
+    } else if (r->kind == LS_COLL_ALLREDUCE || r->kind == LS_COLL_REDUCE) {
         const int64_t parts = (r->count + r->per_call - 1) / r->per_call;
         if (parts > INT_MAX)
             return ls_error(LS_ERR_UNSUPPORTED,

@@ -157,6 +157,24 @@ static ls_status ls_nccl_issue(ls_nccl_state *st, const ls_coll_op *op) {
     LS_CUDA_CHECK(cudaStreamWaitEvent(st->stream, st->ready, 0));
     ncclDataType_t dt = ls_nccl_dtype(op->dtype);
     size_t n = (size_t)op->count;
+    if (op->nseg > 0) { /* in segments: one NCCL group, so they run together */
+        const size_t es = ls_dtype_size(op->dtype);
+        size_t off = 0;
+        LS_NCCL_CHECK(st, ncclGroupStart());
+        ls_status s = LS_OK;
+        for (int j = 0; j < op->nseg && s == LS_OK; j++) {
+            char *p = op->seg_ptr ? (char *)op->seg_ptr[j] : (char *)op->recv + off * es;
+            size_t c = (size_t)op->seg_count[j];
+            off += c;
+            if (c == 0) continue;
+            ncclResult_t e = op->kind == LS_COLL_BROADCAST
+                                 ? ncclBroadcast(p, p, c, dt, op->seg_root[j], st->comm, st->stream)
+                                 : ncclReduce(p, p, c, dt, ls_nccl_op(op->op), op->seg_root[j], st->comm, st->stream);
+            s = ls_nccl_status(st, e, op->kind == LS_COLL_BROADCAST ? "ncclBroadcast" : "ncclReduce");
+        }
+        ls_status g = ls_nccl_status(st, ncclGroupEnd(), "ncclGroupEnd"); /* ended also after a failure */
+        return s != LS_OK ? s : g;
+    }
     switch (op->kind) {
     case LS_COLL_ALLREDUCE:
         LS_NCCL_CHECK(st, ncclAllReduce(op->send, op->recv, n, dt, ls_nccl_op(op->op), st->comm, st->stream));

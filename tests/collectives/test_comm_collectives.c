@@ -1,7 +1,8 @@
 /* test_comm_collectives.c: every collective of the automatically chosen communicator (self when
  * run alone, mpi under mpirun) against reference results: allreduce (sum/avg/max/min), broadcast
  * from every root, allgather and reduce-scatter (also in place), reduce to every root (the others'
- * buffers left as they were; in parts and async), barrier, over every dtype and
+ * buffers left as they were; in parts and async), reduce and broadcast in segments of several roots
+ * (all in flight at once), barrier, over every dtype and
  * counts 0, 1, odd sizes and a few million elements; async variants with several requests in
  * flight, test/wait, a blocking collective while requests are in flight; host variants; argument
  * errors. Run with any number of ranks. */
@@ -163,6 +164,60 @@ static void test_reduce(void) {
     free(b);
 }
 
+/* In segments: consecutive segments of one buffer, each reduced to (or broadcast from) its own
+ * root, every one in flight at once; empty segments, one over several MPI parts (LOCKSTEP_MPI_CHUNK
+ * in the chunked tests), two calls in flight together. */
+static void test_segments(void) {
+    enum { NS = 6 };
+    static const int64_t cnt[NS] = {5, 0, 1023, 1, 300001, 17};
+    static const ls_reduce_op ops[] = {LS_REDUCE_SUM, LS_REDUCE_AVG, LS_REDUCE_MAX};
+    int roots[NS];
+    int64_t total = 0, start[NS];
+    for (int j = 0; j < NS; j++) {
+        roots[j] = (j * 2 + 1) % W;
+        start[j] = total;
+        total += cnt[j];
+    }
+    for (int d = 0; d < CT_NDTYPES; d++)
+        for (int o = 0; o < 3; o++) {
+            ls_dtype t = ct_all_dtypes[d];
+            int salt = 30 + o;
+            void *a = xalloc((size_t)total * ls_dtype_size(t)), *b = xalloc((size_t)total * ls_dtype_size(t));
+            for (int64_t i = 0; i < total; i++) {
+                ct_set(a, t, i, ct_val(t, R, i, salt));
+                ct_set(b, t, i, ct_val(t, R, i, salt + 9));
+            }
+            ls_comm_request *ra = NULL, *rb = NULL;
+            LS_REQUIRE_OK(ls_comm_ireduce_segments(C, a, NS, cnt, roots, t, ops[o], &ra));
+            LS_REQUIRE_OK(ls_comm_ibroadcast_segments(C, b, NS, cnt, roots, t, &rb));
+            LS_REQUIRE_OK(ls_comm_wait(ra));
+            LS_REQUIRE_OK(ls_comm_wait(rb));
+            for (int j = 0; j < NS; j++) {
+                char what[64];
+                snprintf(what, sizeof what, "reduce %s, segment %d (root %d)", ls_reduce_op_name(ops[o]), j, roots[j]);
+                const void *seg = (const char *)a + (size_t)start[j] * ls_dtype_size(t);
+                if (roots[j] == R)
+                    CHECK_ELEMS(what, seg, t, cnt[j], ct_expect(t, ops[o], W, i + start[j], salt));
+                else
+                    CHECK_ELEMS(what, seg, t, cnt[j], ct_val(t, R, i + start[j], salt));
+                snprintf(what, sizeof what, "broadcast, segment %d (root %d)", j, roots[j]);
+                CHECK_ELEMS(what, (const char *)b + (size_t)start[j] * ls_dtype_size(t), t, cnt[j],
+                            ct_val(t, roots[j], i + start[j], salt + 9));
+            }
+            free(a);
+            free(b);
+        }
+    float f[2] = {0, 0};
+    LS_EXPECT_ERR(ls_comm_ireduce_segments(C, f, 1, (int64_t[]){2}, (int[]){W}, LS_F32, LS_REDUCE_SUM,
+                                           &(ls_comm_request *){NULL}),
+                  LS_ERR_INVALID_ARGUMENT, "segment 0's root");
+    LS_EXPECT_ERR(ls_comm_ibroadcast_segments(C, f, 0, NULL, NULL, LS_F32, &(ls_comm_request *){NULL}),
+                  LS_ERR_INVALID_ARGUMENT, "no segments");
+    LS_EXPECT_ERR(ls_comm_ireduce_segments(C, f, 2, (int64_t[]){1, -1}, (int[]){0, 0}, LS_F32, LS_REDUCE_SUM,
+                                           &(ls_comm_request *){NULL}),
+                  LS_ERR_INVALID_ARGUMENT, "segment 1 has a negative count");
+}
+
 /* Several async collectives in flight, completed by test and wait, with a blocking collective
  * issued while they are in flight (it must stay ordered after them). */
 static void test_async(void) {
@@ -275,6 +330,7 @@ int main(void) {
     test_allgather();
     test_reduce_scatter();
     test_reduce();
+    test_segments();
     test_async();
     test_host_variants();
     test_errors();

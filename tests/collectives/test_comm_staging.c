@@ -5,6 +5,8 @@
  * counters prove the staging ran (host variants must not stage). The gradient reducer runs on the
  * same fake device (fusion copies through the allocator, scale through the CPU op table), copying
  * and with gradients as bucket views (no copies in a step; memory and values given back). Staging
+ * Reduce, reduce in segments and broadcast of buffers of their own stage what they send and copy
+ * back what they receive only. Staging
  * takes the allocator's pinned host memory, kept for reuse (as many blocks as were in flight at once;
  * a small request does not take a large block) and freed with the communicator. */
 #define _POSIX_C_SOURCE 200809L
@@ -85,6 +87,35 @@ static void test_collectives(ls_allocator *dev) {
             CHECK_ALL("broadcast", buf, t, n, ct_val(t, root, i, 20));
             /* the root only sends, the others only receive */
             LS_EXPECT(R == root ? (to_host == h0 + 1 && to_dev == d0) : (to_host == h0 && to_dev == d0 + 1));
+        }
+        for (int root = 0; root < W; root++) { /* reduce: every rank stages in, only the root back */
+            for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, 21));
+            long d0 = to_dev, h0 = to_host;
+            LS_REQUIRE_OK(ls_comm_reduce(C, buf, n, t, LS_REDUCE_SUM, root));
+            CHECK_ALL("reduce", buf, t, n, R == root ? ct_expect(t, LS_REDUCE_SUM, W, i, 21) : ct_val(t, R, i, 21));
+            LS_EXPECT(to_host == h0 + 1 && to_dev == d0 + (R == root));
+        }
+        { /* in segments, and broadcast of buffers of their own: each staged by itself, sent where this
+           * rank is its root, copied back where it is not */
+            int64_t cnt[3] = {n / 3, 0, n - n / 3};
+            int roots[3] = {W - 1, 0, 0};
+            for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, 22));
+            LS_REQUIRE_OK(ls_comm_reduce(C, buf, 0, t, LS_REDUCE_SUM, 0)); /* nothing: no copies */
+            ls_comm_request *rq = NULL;
+            LS_REQUIRE_OK(ls_comm_ireduce_segments(C, buf, 3, cnt, roots, t, LS_REDUCE_SUM, &rq));
+            LS_REQUIRE_OK(ls_comm_wait(rq));
+            CHECK_ALL("reduce in segments", buf, t, n,
+                      (i < n / 3 ? R == W - 1 : R == 0) ? ct_expect(t, LS_REDUCE_SUM, W, i, 22) : ct_val(t, R, i, 22));
+            void *parts[3] = {buf, NULL, big};
+            for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, 23));
+            for (int64_t i = 0; i < n; i++) ct_set(big, t, i, ct_val(t, R, i, 24));
+            long d0 = to_dev, h0 = to_host;
+            LS_REQUIRE_OK(ls_comm_ibroadcast_many(C, 3, parts, cnt, roots, t, &rq));
+            LS_REQUIRE_OK(ls_comm_wait(rq));
+            CHECK_ALL("broadcast of buffers (1)", buf, t, n / 3, ct_val(t, W - 1, i, 23));
+            CHECK_ALL("broadcast of buffers (3)", big, t, n - n / 3, ct_val(t, 0, i, 24));
+            int sends = (R == W - 1) + (R == 0), receives = (R != W - 1) + (R != 0);
+            LS_EXPECT(to_host == h0 + sends && to_dev == d0 + receives);
         }
         for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, 30));
         LS_REQUIRE_OK(ls_comm_allgather(C, buf, big, n, t));

@@ -190,6 +190,21 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t n, ncclDataT
     return e;
 }
 
+/* Groups: each collective of the stand-in completes as it is called, so a group needs nothing more
+ * (the calls come in the same order on every rank, as lockstep issues them). */
+static int group_depth;
+ncclResult_t ncclGroupStart(void); /* nccl.h declares them without a prototype: () */
+ncclResult_t ncclGroupEnd(void);
+ncclResult_t ncclGroupStart(void) {
+    group_depth++;
+    return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd(void) {
+    if (group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    group_depth--;
+    return ncclSuccess;
+}
+
 ncclResult_t ncclReduce(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op, int root,
                         ncclComm_t c, cudaStream_t s) {
     ncclResult_t e = enter("reduce", send, recv, t, c, s);

@@ -119,6 +119,24 @@ static void test_collectives(nccl *c) {
                        R == root ? ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 43) : ct_val(LS_F32, R, i, 43));
         cudaFree(b);
     }
+    { /* in segments: one NCCL group of reduces (and of broadcasts) to each segment's root */
+        int64_t cnt[3] = {n / 2, 0, n - n / 2};
+        int roots[3] = {W - 1, 0, 0};
+        float *b = dev_alloc((size_t)n * sizeof *b), *c2 = dev_alloc((size_t)n * sizeof *c2);
+        for (int64_t i = 0; i < n; i++) b[i] = (float)ct_val(LS_F32, R, i, 44), c2[i] = (float)ct_val(LS_F32, R, i, 45);
+        ls_coll_op op = op_of(LS_COLL_REDUCE, b, b, n, LS_F32, LS_REDUCE_SUM, 0);
+        op.nseg = 3, op.seg_count = cnt, op.seg_root = roots;
+        LS_REQUIRE_OK(c->f->run(c->st, &op));
+        CT_CHECK_ELEMS(R, "reduce in segments", b, LS_F32, n,
+                       (i < n / 2 ? R == W - 1 : R == 0) ? ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 44)
+                                                         : ct_val(LS_F32, R, i, 44));
+        ls_coll_op bc = op_of(LS_COLL_BROADCAST, c2, c2, n, LS_F32, LS_REDUCE_SUM, 0);
+        bc.nseg = 3, bc.seg_count = cnt, bc.seg_root = roots;
+        LS_REQUIRE_OK(c->f->run(c->st, &bc));
+        CT_CHECK_ELEMS(R, "broadcast in segments", c2, LS_F32, n, ct_val(LS_F32, i < n / 2 ? W - 1 : 0, i, 45));
+        cudaFree(b);
+        cudaFree(c2);
+    }
     ls_coll_op bar = op_of(LS_COLL_BARRIER, NULL, NULL, 0, LS_I32, LS_REDUCE_SUM, 0);
     LS_REQUIRE_OK(c->f->run(c->st, &bar));
 
