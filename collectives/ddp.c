@@ -56,23 +56,38 @@ ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, co
             return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: parameter %d's root %d is not a rank of %d", fn, i, roots[i],
                             ls_comm_world(c));
     }
+    /* one collective for each run of parameters of one dtype, their broadcasts all in flight at once
+     * (ls_comm_ibroadcast_many: from different roots, both directions of a link carry data) */
     ls_comm_request **reqs = calloc((size_t)(n > 0 ? n : 1), sizeof *reqs);
-    if (!reqs) return ls_error(LS_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    void **bufs = calloc((size_t)(n > 0 ? n : 1), sizeof *bufs);
+    int64_t *counts = calloc((size_t)(n > 0 ? n : 1), sizeof *counts);
+    int *from = calloc((size_t)(n > 0 ? n : 1), sizeof *from);
     ls_status s = LS_OK;
     int started = 0;
-    for (; started < n; started++) {
-        const ls_tensor *t = params[started];
-        s = ls_comm_ibroadcast(c, t->data, ls_tensor_numel(t), t->dtype, roots ? roots[started] : 0, &reqs[started]);
-        if (s != LS_OK) {
-            ls_error_context(s, "broadcasting parameter %d", started);
-            break;
-        }
+    if (!reqs || !bufs || !counts || !from) s = ls_error(LS_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    for (int i = 0; i < n && s == LS_OK; i++) {
+        bufs[i] = params[i]->data;
+        counts[i] = ls_tensor_numel(params[i]);
+        from[i] = roots ? roots[i] : 0;
+    }
+    for (int lo = 0; lo < n && s == LS_OK;) {
+        int hi = lo + 1;
+        while (hi < n && params[hi]->dtype == params[lo]->dtype) hi++;
+        s = ls_comm_ibroadcast_many(c, hi - lo, bufs + lo, counts + lo, from + lo, params[lo]->dtype, &reqs[started]);
+        if (s != LS_OK)
+            ls_error_context(s, "broadcasting parameters %d..%d", lo, hi - 1);
+        else
+            started++;
+        lo = hi;
     }
     for (int i = 0; i < started; i++) {
         ls_status w = stream_order && s == LS_OK ? ls_comm_wait_stream(reqs[i]) : ls_comm_wait(reqs[i]);
-        if (w != LS_OK && s == LS_OK) s = ls_error_context(w, "broadcasting parameter %d", i);
+        if (w != LS_OK && s == LS_OK) s = ls_error_context(w, "broadcasting the parameters");
     }
     free(reqs);
+    free(bufs);
+    free(counts);
+    free(from);
     return s;
 }
 

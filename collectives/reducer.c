@@ -1,7 +1,9 @@
 /* reducer.c: the DDP gradient reducer: bucket plan (reverse parameter order, capped sizes), one
  * fusion buffer per multi-gradient bucket on the gradients' device (the gradients' home when they
  * are bucket views, else copied in and back), async allreduce launched in bucket order as buckets
- * fill, then scale (and copy back) at finish. */
+ * fill, then scale (and copy back) at finish. With owners (ZeRO), each bucket's runs of gradients of
+ * one owner are reduced to that rank instead (DeepSpeed's reduce of gradients to their partition's
+ * owner): each rank then holds the averaged gradients of the parameters it steps only. */
 #include "reducer.h"
 
 #include <errno.h>
@@ -18,16 +20,27 @@
 #define LS_MIB ((size_t)1 << 20)
 #define LS_VIEW_ALIGN ((size_t)256) /* a bucket view's offsets: the CUDA allocator's alignment */
 
+/* A stretch of a bucket's reduced region whose gradients one rank owns (the whole bucket, owner -1,
+ * without owners): a segment of the bucket's reduce to the owners. */
+typedef struct ls_run {
+    int64_t start, numel; /* elements from the region's start */
+    int owner;            /* -1: all-reduced */
+} ls_run;
+
 typedef struct ls_bucket {
     int lo, hi;
     size_t bytes;
     int64_t numel;
-    void *fusion;         /* NULL: single gradient reduced in place */
-    size_t start;         /* the reduced region's byte offset in fusion (a view's leading pad) */
-    ls_allocator *owner;  /* fusion's allocator (NULL: malloc) */
-    int view;             /* the gradients live in fusion */
-    void *wire;           /* compression: the 16-bit copy that is all-reduced (r->alloc's, else malloc) */
-    int pending;          /* gradients not yet ready this step */
+    void *fusion;        /* NULL: single gradient reduced in place */
+    size_t start;        /* the reduced region's byte offset in fusion (a view's leading pad) */
+    ls_allocator *owner; /* fusion's allocator (NULL: malloc) */
+    int view;            /* the gradients live in fusion */
+    void *wire;          /* compression: the 16-bit copy that is all-reduced (r->alloc's, else malloc) */
+    int pending;         /* gradients not yet ready this step */
+    ls_run *runs;        /* [nruns]: one run (owner -1) without owners */
+    int nruns;
+    int64_t *seg_count; /* with owners: the runs' counts and owners, for ls_comm_ireduce_segments */
+    int *seg_root;
     ls_comm_request *req; /* in flight */
     int launched;
     double t_launch, t_done; /* timeline: launched, first seen complete (0: not yet) */
@@ -39,8 +52,10 @@ struct ls_reducer {
     ls_allocator *alloc; /* device memory of the gradients */
     int on_device;
     int n;
-    ls_tensor **grads;     /* [n] */
-    int *bucket_of;        /* [n] */
+    ls_tensor **grads; /* [n] */
+    int *bucket_of;    /* [n] */
+    int *owners;       /* [n] the rank each gradient is reduced to; NULL: all-reduced */
+    int rank;
     size_t *offset;        /* [n] byte offset within the bucket's fusion buffer */
     unsigned char *viewed; /* [n] grads[i]->data points into its bucket (its own memory was freed) */
     unsigned char *ready;  /* [n] */
@@ -315,6 +330,10 @@ static ls_status ls_check_plan(ls_reducer *r, int failed) {
             h *= 1099511628211ULL;
         }
     }
+    for (int i = 0; r->owners && i < r->n; i++) { /* the owners too: a run reduced to different roots hangs */
+        h ^= (uint64_t)(r->owners[i] + 2);
+        h *= 1099511628211ULL;
+    }
     /* max of the halves and of their negations: the largest and the smallest hash on any rank */
     int32_t v[5] = {(int32_t)(h & 0x7fffffff), (int32_t)((h >> 31) & 0x7fffffff), 0, 0, failed != 0};
     v[2] = -v[0];
@@ -324,12 +343,14 @@ static ls_status ls_check_plan(ls_reducer *r, int failed) {
         return ls_error(LS_ERR_COMM, "gradient reducer: another rank could not make its gradient buckets (its "
                                      "own error says why)");
     if (v[0] != -v[2] || v[1] != -v[3])
-        return ls_error(LS_ERR_MISMATCH,
-                        "gradient buckets differ between ranks (here %d buckets, first cap %zu B, cap %zu B, %s): "
-                        "LOCKSTEP_BUCKET_MB, LOCKSTEP_FIRST_BUCKET_MB and LOCKSTEP_GRAD_COMPRESS must be the same "
-                        "on every rank",
-                        r->nb, r->cfg.first_bucket_bytes, r->cfg.bucket_bytes,
-                        r->cfg.compress > 0 ? ls_dtype_name(ls_wire_type(r)) : "f32");
+        return ls_error(
+            LS_ERR_MISMATCH,
+            "gradient buckets differ between ranks (here %d buckets, first cap %zu B, cap %zu B, %s%s): "
+            "LOCKSTEP_BUCKET_MB, LOCKSTEP_FIRST_BUCKET_MB, LOCKSTEP_GRAD_COMPRESS%s must be the same "
+            "on every rank",
+            r->nb, r->cfg.first_bucket_bytes, r->cfg.bucket_bytes,
+            r->cfg.compress > 0 ? ls_dtype_name(ls_wire_type(r)) : "f32", r->owners ? ", reduced to their owners" : "",
+            r->owners ? " and the gradients' owners (LOCKSTEP_SHARD_REDUCE, the optimizer's partition)" : "");
     return LS_OK;
 }
 
@@ -360,6 +381,9 @@ void ls_reducer_destroy(ls_reducer *r) {
     if (!r) return;
     for (int k = 0; r->b && k < r->nb; k++) {
         if (r->b[k].req) ls_comm_wait(r->b[k].req);
+        free(r->b[k].runs);
+        free(r->b[k].seg_count);
+        free(r->b[k].seg_root);
         if (r->alloc)
             ls_free(r->alloc, r->b[k].wire);
         else
@@ -376,14 +400,49 @@ void ls_reducer_destroy(ls_reducer *r) {
     free(r->b);
     free(r->grads);
     free(r->bucket_of);
+    free(r->owners);
     free(r->offset);
     free(r->viewed);
     free(r->ready);
     free(r);
 }
 
+/* Bucket k's runs: its gradients in layout order (hi down to lo), split where the owner changes;
+ * a run reaches to the next one's start (the padding between them is zero). */
+static ls_status ls_make_runs(ls_reducer *r, int k) {
+    ls_bucket *b = &r->b[k];
+    int m = 1;
+    for (int i = b->hi - 1; r->owners && i >= b->lo; i--) m += r->owners[i] != r->owners[i + 1];
+    if (!(b->runs = calloc((size_t)m, sizeof *b->runs)))
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: out of host memory");
+    b->nruns = m;
+    int j = 0;
+    b->runs[0].owner = r->owners ? r->owners[b->hi] : -1;
+    for (int i = b->hi - 1; r->owners && i >= b->lo; i--) {
+        if (r->owners[i] == r->owners[i + 1]) continue;
+        ls_run *run = &b->runs[++j];
+        run->owner = r->owners[i];
+        run->start = (int64_t)((r->offset[i] - b->start) / sizeof(float)); /* m > 1: a fused bucket */
+    }
+    for (j = 0; j < m; j++) b->runs[j].numel = (j + 1 < m ? b->runs[j + 1].start : b->numel) - b->runs[j].start;
+    if (!r->owners) return LS_OK;
+    b->seg_count = calloc((size_t)m, sizeof *b->seg_count);
+    b->seg_root = calloc((size_t)m, sizeof *b->seg_root);
+    if (!b->seg_count || !b->seg_root) return ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: out of host memory");
+    for (j = 0; j < m; j++) {
+        b->seg_count[j] = b->runs[j].numel;
+        b->seg_root[j] = b->runs[j].owner;
+    }
+    return LS_OK;
+}
+
 ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads, const ls_reducer_config *cfg,
                             ls_reducer **out) {
+    return ls_reducer_create_to_owners(c, ctx, n, grads, NULL, cfg, out);
+}
+
+ls_status ls_reducer_create_to_owners(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads, const int *owners,
+                                      const ls_reducer_config *cfg, ls_reducer **out) {
     if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: communicator is NULL");
     /* from here on every failure goes through ls_refuse: the other ranks learn of it */
     if (!out) return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: out is NULL"));
@@ -411,6 +470,10 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
                                          ls_tensor_describe(grads[i], d, sizeof d)));
         if (ls_tensor_numel(grads[i]) > 0 && !grads[i]->data)
             return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: gradient %d has no data", i));
+        if (owners && (owners[i] < 0 || owners[i] >= ls_comm_world(c)))
+            return ls_refuse(c, ls_error(LS_ERR_INVALID_ARGUMENT,
+                                         "ls_reducer_create: gradient %d's owner %d is not a rank of %d", i, owners[i],
+                                         ls_comm_world(c)));
     }
     ls_reducer *r = calloc(1, sizeof *r);
     if (!r) return ls_refuse(c, ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: out of host memory"));
@@ -425,6 +488,7 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
                          ls_error(LS_ERR_INVALID_ARGUMENT, "ls_reducer_create: device gradients need their context"));
     }
     r->n = n;
+    r->rank = ls_comm_rank(c);
     size_t nn = (size_t)(n > 0 ? n : 1);
     r->grads = calloc(nn, sizeof *r->grads);
     r->bucket_of = calloc(nn, sizeof *r->bucket_of);
@@ -433,7 +497,8 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
     r->viewed = calloc(nn, 1);
     size_t *nbytes = calloc(nn, sizeof *nbytes);
     int voted = 0; /* the plan check ran */
-    if (!r->grads || !r->bucket_of || !r->offset || !r->ready || !r->viewed || !nbytes) {
+    if (owners && (r->owners = malloc(nn * sizeof *r->owners))) memcpy(r->owners, owners, (size_t)n * sizeof *owners);
+    if (!r->grads || !r->bucket_of || !r->offset || !r->ready || !r->viewed || !nbytes || (owners && !r->owners)) {
         s = ls_error(LS_ERR_OUT_OF_MEMORY, "gradient reducer: out of host memory");
         goto fail;
     }
@@ -463,6 +528,7 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
         s = ls_make_bucket(r, k, nbytes, view);
         views += view;
     }
+    for (int k = 0; k < r->nb && s == LS_OK; k++) s = ls_make_runs(r, k);
     for (int k = 0; k < r->nb && s == LS_OK && rc.compress > 0; k++) { /* the 16-bit copies */
         ls_bucket *b = &r->b[k];
         size_t wb = (size_t)b->numel * 2;
@@ -487,8 +553,11 @@ ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *gr
     }
     LS_CHECK_GOTO(agreed, s, fail);
     free(nbytes);
-    LS_LOG_D("gradient reducer: %d gradients in %d buckets (first cap %zu B, cap %zu B), %d of them views", n, r->nb,
-             rc.first_bucket_bytes, rc.bucket_bytes, views);
+    int runs = 0;
+    for (int k = 0; k < r->nb; k++) runs += r->b[k].nruns;
+    LS_LOG_D("gradient reducer: %d gradients in %d buckets (first cap %zu B, cap %zu B), %d of them views%s%d%s", n,
+             r->nb, rc.first_bucket_bytes, rc.bucket_bytes, views, owners ? ", reduced to their owners in " : "",
+             owners ? runs : 0, owners ? " runs" : "");
     *out = r;
     return LS_OK;
 fail:
@@ -540,12 +609,15 @@ static ls_status ls_bucket_launch(ls_reducer *r, int k) {
     b->t_launch = ls_timeline_active() ? ls_timeline_now() : 0.0;
     b->t_done = 0;
     ls_status s = LS_OK;
-    if (b->wire) {
-        s = ls_wire_convert(r, 1, buf, b->wire, b->numel);
-        if (s == LS_OK) s = ls_comm_iallreduce(r->comm, b->wire, b->numel, ls_wire_type(r), LS_REDUCE_SUM, &b->req);
-    } else {
-        s = ls_comm_iallreduce(r->comm, buf, b->numel, LS_F32, LS_REDUCE_SUM, &b->req);
-    }
+    if (b->wire) s = ls_wire_convert(r, 1, buf, b->wire, b->numel);
+    const ls_dtype t = b->wire ? ls_wire_type(r) : LS_F32;
+    void *p = b->wire ? b->wire : buf;
+    /* with owners, each run to its owner, all at once (the runs of different owners use both
+     * directions of a link together) */
+    if (s == LS_OK)
+        s = b->seg_count
+                ? ls_comm_ireduce_segments(r->comm, p, b->nruns, b->seg_count, b->seg_root, t, LS_REDUCE_SUM, &b->req)
+                : ls_comm_iallreduce(r->comm, p, b->numel, t, LS_REDUCE_SUM, &b->req);
     if (s != LS_OK) return ls_error_context(s, "gradient bucket %d (%zu bytes)", k, b->bytes);
     return LS_OK;
 }
@@ -599,7 +671,8 @@ static void ls_bucket_span(const ls_bucket *b, int k) {
     if (!ls_timeline_active() || b->t_launch <= 0) return;
     char lane[32], name[64];
     snprintf(lane, sizeof lane, "bucket %d", k);
-    snprintf(name, sizeof name, "allreduce %.2f MiB (bucket %d)", (double)b->bytes / (double)LS_MIB, k);
+    snprintf(name, sizeof name, "%s %.2f MiB (bucket %d)", b->runs[0].owner < 0 ? "allreduce" : "reduce to owners",
+             (double)b->bytes / (double)LS_MIB, k);
     ls_timeline_lane_span(lane, name, "comm", b->t_launch, b->t_done > 0 ? b->t_done : ls_timeline_now());
 }
 
@@ -625,12 +698,19 @@ ls_status ls_reducer_finish(ls_reducer *r) {
         b->req = NULL;
         ls_bucket_span(b, k);
         if (s == LS_OK && err == LS_OK) {
-            void *buf = b->fusion ? (char *)b->fusion + b->start : r->grads[b->lo]->data;
-            if (b->wire) s = ls_wire_convert(r, 0, buf, b->wire, b->numel);
-            if (s == LS_OK) s = ls_dev_scale(r, buf, b->numel);
+            /* only the runs this rank received: another owner's hold this rank's own gradients */
+            char *buf = b->fusion ? (char *)b->fusion + b->start : r->grads[b->lo]->data;
+            for (int j = 0; j < b->nruns && s == LS_OK; j++) {
+                const ls_run *run = &b->runs[j];
+                if (run->owner >= 0 && run->owner != r->rank) continue;
+                float *x = (float *)buf + run->start;
+                if (b->wire) s = ls_wire_convert(r, 0, x, (uint16_t *)b->wire + run->start, run->numel);
+                if (s == LS_OK) s = ls_dev_scale(r, x, run->numel);
+            }
             for (int i = b->hi; i >= b->lo && s == LS_OK && b->fusion && !b->view; i--)
-                s = ls_dev_copy(r, r->alloc, r->grads[i]->data, (char *)b->fusion + r->offset[i],
-                                ls_tensor_nbytes(r->grads[i]));
+                if (!r->owners || r->owners[i] == r->rank)
+                    s = ls_dev_copy(r, r->alloc, r->grads[i]->data, (char *)b->fusion + r->offset[i],
+                                    ls_tensor_nbytes(r->grads[i]));
         }
         if (s != LS_OK && err == LS_OK) {
             err = ls_error_context(s, "gradient bucket %d (%zu bytes)", k, b->bytes);

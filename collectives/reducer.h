@@ -81,6 +81,17 @@ size_t ls_reducer_extra_bytes(int n, const size_t *nbytes, const int *bucket_of,
  * must outlive it). ctx: their context (NULL: CPU). */
 ls_status ls_reducer_create(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads, const ls_reducer_config *cfg,
                             ls_reducer **out);
+/* ZeRO (a sharded optimizer): owners[i] is the rank that steps parameter i (the same on every rank;
+ * NULL: ls_reducer_create). Each bucket's runs of gradients of one owner are reduced (summed) to
+ * that rank only, the runs of a bucket all in flight at once (ls_comm_ireduce_segments; DeepSpeed's
+ * reduce of gradients to their partition's owner): each rank sends its gradients of the others'
+ * parameters once, where an all-reduce sends them and receives them back, and the parameters'
+ * broadcast after the step takes the place of the second half. After finish a rank's own gradients are reduced and scaled; those of parameters
+ * other ranks own hold this rank's local gradient (undefined for any use). The sums may come in
+ * another order than an all-reduce's (Open MPI on 3 or more ranks: comm.h), so training is equal
+ * to the all-reduced one within rounding there, and bit for bit on 2 ranks. */
+ls_status ls_reducer_create_to_owners(ls_comm *c, ls_ctx *ctx, int n, ls_tensor *const *grads, const int *owners,
+                                      const ls_reducer_config *cfg, ls_reducer **out);
 void ls_reducer_destroy(ls_reducer *r);
 
 /* A synchronized backward begins; after the sum, gradients are multiplied by post_scale

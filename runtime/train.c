@@ -72,6 +72,11 @@ struct ls_trainer {
     int n_owned;
     ls_tensor **owned;
     int *owners;
+    /* gradients reduced to their owners (cfg.shard_reduce): the gradients of the parameters this
+     * rank owns, the ones it can read after the reduction (clip_grad_norm's) */
+    int reduce_owned;
+    int n_own_grads;
+    ls_tensor **own_grads;
     ls_loss_scaler scaler; /* its config; its state is amp's (read back by ls_trainer_get_loss_scaler) */
     double *amp;           /* the found-inf check's state on the device (amp.h), when steps are checked */
     int64_t inject_step;   /* LOCKSTEP_AMP_INJECT_INF: step and rank; -1 off */
@@ -284,6 +289,7 @@ void ls_trainer_destroy(ls_trainer *t) {
     free(t->grads);
     free(t->owned);
     free(t->owners);
+    free(t->own_grads);
     ls_tensor_destroy(t->xl);
     if (t->model) ls_module_set_grad_hook(t->model, NULL, NULL);
     free(t);
@@ -351,6 +357,76 @@ static ls_status shard_optimizer(ls_trainer *t) {
     return LS_OK;
 }
 
+/* cfg.shard_reduce, else LOCKSTEP_SHARD_REDUCE: 1 owner, -1 all. */
+static ls_status shard_reduce_mode(const ls_train_config *cfg, int *mode) {
+    *mode = 1;
+    if (cfg->shard_reduce) {
+        if (cfg->shard_reduce != 1 && cfg->shard_reduce != -1)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "shard_reduce %d: expected 1 (to the owners), -1 (all-reduce) or 0", cfg->shard_reduce);
+        *mode = cfg->shard_reduce;
+        return LS_OK;
+    }
+    const char *e = getenv("LOCKSTEP_SHARD_REDUCE");
+    if (!e || !strcmp(e, "owner")) return LS_OK;
+    if (!strcmp(e, "all")) {
+        *mode = -1;
+        return LS_OK;
+    }
+    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                    "LOCKSTEP_SHARD_REDUCE='%s': expected owner (gradients reduced to the rank that steps them) or "
+                    "all (all-reduced)",
+                    e);
+}
+
+/* With a sharded optimizer and shard_reduce 1: *out = each model gradient's owner (a parameter the
+ * optimizer does not hold: rank 0, whose copy of it is then the reduced one), and the list of the
+ * gradients this rank owns; *out NULL otherwise. */
+static ls_status reduce_owners(ls_trainer *t, int **out) {
+    *out = NULL;
+    int mode;
+    LS_CHECK(shard_reduce_mode(&t->cfg, &mode));
+    if (!t->owners || mode < 0) return LS_OK;
+    int *to = calloc((size_t)(t->n_params > 0 ? t->n_params : 1), sizeof *to);
+    t->own_grads = calloc((size_t)(t->n_params > 0 ? t->n_params : 1), sizeof *t->own_grads);
+    if (!to || !t->own_grads) {
+        free(to);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the gradients' owner list");
+    }
+    const int rank = ls_comm_rank(t->comm);
+    for (int i = 0; i < t->n_params; i++) {
+        const ls_tensor *p = ls_module_param(t->model, i);
+        for (int j = 0; j < t->n_owned; j++)
+            if (t->owned[j] == p) {
+                to[i] = t->owners[j];
+                break;
+            }
+        if (to[i] == rank) t->own_grads[t->n_own_grads++] = t->grads[i];
+    }
+    t->reduce_owned = 1;
+    *out = to;
+    return LS_OK;
+}
+
+/* clip_grad_norm when each rank holds its own parameters' gradients only: the squares summed over
+ * them, then over the ranks; each rank scales its own. The host reads the sum (one wait). */
+static ls_status clip_owned(ls_trainer *t, double max_norm, double *norm) {
+    double v[2] = {0, 0}; /* the sum of squares, and the ranks that saw inf/NaN */
+    int bad = 0;
+    LS_CHECK(ls_grads_sumsq(t->ctx, t->n_own_grads, t->own_grads, &v[0], &bad));
+    v[1] = bad;
+    LS_CHECK(ls_comm_allreduce_host(t->comm, v, 2, LS_F64, LS_REDUCE_SUM));
+    double total = v[1] > 0 ? NAN : sqrt(v[0]); /* as ls_clip_grad_norm */
+    if (norm) *norm = total;
+    if (v[1] > 0) return LS_OK;
+    double coef = max_norm / (total + 1e-6);
+    for (int i = 0; i < t->n_own_grads && coef < 1; i++) {
+        ls_tensor *g = t->own_grads[i];
+        LS_CHECK(t->ctx->ops->scale(t->ctx->state, g->dtype, ls_tensor_numel(g), coef, g->data));
+    }
+    return LS_OK;
+}
+
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
                             ls_trainer **out) {
     LS_CHECK_ARG(out && cfg && ctx && model && opt, "ls_trainer_create: %s is NULL",
@@ -413,6 +489,8 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     t->inject_step = -1;
     LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_DATA_ON_DEVICE", &t->data_mode), s, fail);
     LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_PREFETCH", &t->prefetch_mode), s, fail);
+    int shard_mode; /* a bad LOCKSTEP_SHARD_REDUCE is an error without sharding too */
+    LS_CHECK_GOTO(shard_reduce_mode(cfg, &shard_mode), s, fail);
     LS_CHECK_GOTO(ls_dataset_gather_threads(&t->gather_threads), s, fail);
     LS_CHECK_GOTO(open_timeline(cfg, comm), s, fail);
     const char *inj = getenv("LOCKSTEP_AMP_INJECT_INF");
@@ -445,7 +523,12 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
         free(params);
         free(names);
         if (s != LS_OK) goto fail;
-        LS_CHECK_GOTO(ls_reducer_create(t->comm, ctx, t->n_params, t->grads, &cfg->buckets, &t->reducer), s, fail);
+        LS_CHECK_GOTO(shard_optimizer(t), s, fail);
+        int *to = NULL; /* each gradient's owner, when they are reduced to their owners */
+        LS_CHECK_GOTO(reduce_owners(t, &to), s, fail);
+        s = ls_reducer_create_to_owners(t->comm, ctx, t->n_params, t->grads, to, &cfg->buckets, &t->reducer);
+        free(to);
+        if (s != LS_OK) goto fail;
         t->compress_f16 = ls_reducer_get_config(t->reducer).compress == LS_REDUCER_F16;
     } else {
         /* one rank has no reducer, but a bad LOCKSTEP_GRAD_COMPRESS or bucket size is an error here
@@ -453,7 +536,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
         ls_reducer_config rc;
         LS_CHECK_GOTO(ls_reducer_config_resolve(&cfg->buckets, &rc), s, fail);
     }
-    LS_CHECK_GOTO(shard_optimizer(t), s, fail);
+    if (!t->comm) LS_CHECK_GOTO(shard_optimizer(t), s, fail); /* sharded on one rank: an error */
     /* mixed precision's check (and an f16 exchange's, and the test hook's) stays on the device */
     if (cfg->precision != LS_PRECISION_FP32 || t->inject_step >= 0 || t->compress_f16)
         LS_CHECK_GOTO(ls_amp_state_create(ctx, &t->scaler, &t->amp), s, fail);
@@ -463,6 +546,8 @@ fail:
     ls_trainer_destroy(t);
     return s;
 }
+
+int ls_trainer_shard_reduce(const ls_trainer *t) { return !t || !t->owners ? 0 : t->reduce_owned ? 1 : -1; }
 
 int64_t ls_trainer_num_steps(const ls_trainer *t) { return t->steps; }
 
@@ -845,7 +930,8 @@ static ls_status inject_inf(ls_trainer *t) {
     int rank = t->comm ? ls_comm_rank(t->comm) : 0;
     if (t->steps != t->inject_step || rank != t->inject_rank) return LS_OK;
     float inf = 1.0f / 0.0f;
-    ls_tensor *g = t->grads[0];
+    /* reduced to their owners: one of this rank's own, the gradients it checks */
+    ls_tensor *g = t->reduce_owned && t->n_own_grads > 0 ? t->own_grads[0] : t->grads[0];
     ls_tensor one = ls_tensor_view(&inf, LS_F32, ls_device_cpu(), 1, (int64_t[]){1});
     ls_tensor dst = ls_tensor_view(g->data, LS_F32, g->device, 1, (int64_t[]){1});
     LS_LOG_W("LOCKSTEP_AMP_INJECT_INF: an inf gradient on rank %d at step %lld", rank, (long long)t->steps);
@@ -968,7 +1054,10 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
      * scale; all decided on the device, the host does not wait (amp.h) */
     if (t->amp) {
         LS_TL_T0(t_unscale);
-        LS_CHECK(ls_amp_step(&t->scaler, t->ctx, t->comm, t->n_params, t->grads, t->amp));
+        /* reduced to their owners, each rank checks (and unscales) its own: every gradient is
+         * checked once, and the flag is combined over the ranks */
+        LS_CHECK(ls_amp_step(&t->scaler, t->ctx, t->comm, t->reduce_owned ? t->n_own_grads : t->n_params,
+                             t->reduce_owned ? t->own_grads : t->grads, t->amp));
         LS_TL_SPAN(t_unscale, "unscale and inf check", "amp");
         if (defer) { /* the flag goes to the totals with the step's losses */
             LS_CHECK(ls_allocator_download(t->ctx->alloc, t->ds_next, dslot_flag(t, defer), t->amp + LS_AMP_FOUND,
@@ -978,7 +1067,9 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
     }
     st.lr = ls_lr_at(&t->cfg.lr, t->steps);
     LS_TL_T0(t_opt);
-    if (t->cfg.clip_grad_norm > 0) /* on unscaled gradients; a flagged step's are left as they are */
+    if (t->cfg.clip_grad_norm > 0 && t->reduce_owned)
+        LS_CHECK(clip_owned(t, t->cfg.clip_grad_norm, stats ? &st.grad_norm : NULL));
+    else if (t->cfg.clip_grad_norm > 0) /* on unscaled gradients; a flagged step's are left as they are */
         LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm,
                                    stats ? &st.grad_norm : NULL)); /* the norm is read for stats only */
     if (t->amp)

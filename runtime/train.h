@@ -33,6 +33,11 @@ typedef struct ls_train_config {
      * training's target is (1 - e) onehot + e / classes and the steps' losses are that objective;
      * ls_trainer_evaluate's loss is not smoothed (the plain cross-entropy, comparable across runs) */
     double label_smoothing;
+    /* a sharded optimizer (ZeRO stage 1) over several ranks: 1 each gradient is reduced to the rank
+     * that owns its parameter (ls_reducer_create_to_owners; the default), -1 all-reduced as without
+     * sharding (PyTorch's ZeroRedundancyOptimizer: more bytes on the wire, the sums in the same
+     * order as unsharded); 0: LOCKSTEP_SHARD_REDUCE=owner|all, else owner */
+    int shard_reduce;
 } ls_train_config;
 
 typedef struct ls_step_stats {
@@ -67,13 +72,20 @@ typedef struct ls_trainer ls_trainer;
  * cfg->buckets.bucket_view is -1 or LOCKSTEP_GRAD_AS_BUCKET_VIEW=0): the tensors stay, their ->data
  * changes, so read it when used; ls_trainer_destroy gives them their own memory back, and the
  * model must outlive the trainer. An optimizer sharded over the ranks (ZeRO stage 1: the config's
- * shard_rank and shard_world, or ls_optimizer_shard) must be sharded over comm's ranks: gradients
- * are all-reduced as without, each rank steps its own parameters and the trainer broadcasts each
- * parameter from its owner after every step; the parameters, and checkpoints (ls_ckpt_save gathers
- * the state on rank 0), are the same bits as unsharded. */
+ * shard_rank and shard_world, or ls_optimizer_shard) must be sharded over comm's ranks: each
+ * gradient is reduced to the rank that owns its parameter (cfg->shard_reduce), each rank steps its
+ * own parameters and the trainer broadcasts each parameter from its owner after every step, so
+ * that every rank holds the same parameters; a gradient of another rank's parameter holds this
+ * rank's own part only after the step. On 2 ranks (and on any number with shard_reduce -1) the
+ * parameters, and checkpoints (ls_ckpt_save gathers the state on rank 0), are the same bits as
+ * unsharded; on more, MPI may sum the ranks' gradients in another order (equal within rounding).
+ * With clip_grad_norm the norm is then that of the owners' gradients, summed over the ranks. */
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
                             ls_trainer **out);
 void ls_trainer_destroy(ls_trainer *t);
+/* With a sharded optimizer over several ranks: 1 when each gradient is reduced to its owner, -1 when
+ * gradients are all-reduced (cfg->shard_reduce, LOCKSTEP_SHARD_REDUCE); 0 otherwise. */
+int ls_trainer_shard_reduce(const ls_trainer *t);
 
 /* One optimizer step over this rank's samples idx[0..count) (count <= accum_steps *
  * batch_per_rank, split into micro-batches), global_count = samples in the step over all ranks.

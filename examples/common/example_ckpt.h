@@ -84,6 +84,7 @@ enum {
     "LOCKSTEP_BUCKET_MB / LOCKSTEP_FIRST_BUCKET_MB (gradient bucket sizes, default 25 / 1),\n"                         \
     "LOCKSTEP_GRAD_AS_BUCKET_VIEW=0 (copy gradients into the buckets and back, as DDP's default),\n"                   \
     "LOCKSTEP_GRAD_COMPRESS=none|bf16|fp16 (all-reduce gradients in 16 bits: half the bytes sent),\n"                  \
+    "LOCKSTEP_SHARD_REDUCE=owner|all (--shard-optimizer's gradients: reduced to owners or all-reduced),\n"             \
     "LOCKSTEP_TIMELINE=FILE (a Chrome trace of each rank's steps, modules and all-reduces; with\n"                     \
     "several ranks FILE.rankN, or %%r in FILE replaced by the rank; open in ui.perfetto.dev),\n"                       \
     "LOCKSTEP_CKPT_CRASH_AT=<stage> (tests: kill the process at that stage of a checkpoint save).\n"

@@ -365,7 +365,7 @@ void ex_metrics_close(ex_metrics *m) {
     m->f = NULL;
 }
 
-void ex_print_shard(const char *prog, const ls_optimizer *opt, int world) {
+void ex_print_shard(const char *prog, const ls_optimizer *opt, const ls_trainer *trainer, int world) {
     int n = ls_optimizer_num_params(opt);
     if (ls_optimizer_owner(opt, 0) < 0 || world < 2) return;
     int64_t *share = calloc((size_t)world, sizeof *share), total = 0;
@@ -378,7 +378,8 @@ void ex_print_shard(const char *prog, const ls_optimizer *opt, int world) {
     printf("%s: optimizer state sharded over %d ranks (ZeRO stage 1): ranks 0..%d keep the state of", prog, world,
            world - 1);
     for (int r = 0; r < world; r++) printf(" %lld%s", (long long)share[r], r + 1 < world ? "," : "");
-    printf(" of the %lld parameters\n", (long long)total);
+    printf(" of the %lld parameters; gradients %s\n", (long long)total,
+           ls_trainer_shard_reduce(trainer) > 0 ? "reduced to their owners" : "all-reduced");
     free(share);
 }
 

@@ -138,6 +138,14 @@ typedef struct ex_train_flags {
         "ema-warmup", no_argument, 0, 1012                                                                             \
     }
 /* --help lines of --ema and --ema-warmup (the same in both programs). */
+#define EX_TRAIN_HELP_SHARD                                                                                            \
+    "  --shard-optimizer     ZeRO stage 1: with several ranks each keeps the optimizer state of its\n"                 \
+    "                        share of the parameters only, receives their gradients summed over the\n"                 \
+    "                        ranks (each reduced to its owner, as DeepSpeed; LOCKSTEP_SHARD_REDUCE=all:\n"             \
+    "                        all-reduced, as ZeroRedundancyOptimizer), updates them and broadcasts\n"                  \
+    "                        them; less memory per rank, the same training (bit for bit on 2 ranks\n"                  \
+    "                        and with =all; on more the sums come in MPI_Reduce's order: within\n"                     \
+    "                        rounding) and the same checkpoint files\n"
 #define EX_TRAIN_HELP_EMA                                                                                              \
     "  --ema DECAY           also keep an exponential moving average of the weights, as timm's\n"                      \
     "                        ModelEmaV3 (e.g. 0.999): updated after every step, evaluated beside the\n"                \
@@ -164,8 +172,8 @@ ls_status ex_ema_create(const ex_train_flags *f, ls_ctx *ctx, ls_module *model, 
 void ex_print_ema(const ls_ema *e, const double ev[3]);
 
 /* A sharded optimizer (--shard-optimizer): one line on stdout, each rank's share of the parameters
- * whose optimizer state it keeps; nothing when unsharded. */
-void ex_print_shard(const char *prog, const ls_optimizer *opt, int world);
+ * whose optimizer state it keeps and how the trainer sums their gradients; nothing when unsharded. */
+void ex_print_shard(const char *prog, const ls_optimizer *opt, const ls_trainer *trainer, int world);
 /* Rank 0, when a run has no step to take (--epochs 0; a resumed checkpoint that finished the
  * epochs; --max-steps already reached): says why, and the test figures of the model as it is
  * (ev: loss sum, correct, count), so that --epochs 0 --resume PATH evaluates a checkpoint. */

@@ -68,11 +68,8 @@ static void usage(FILE *f) {
                "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations and GEMM inputs with\n"
                "                        f32 master weights; fp16 adds dynamic loss scaling (GradScaler's rules)\n"
                "  --checkpoint-activations[=N]  recompute activations in backward: the layers split into N\n"
-               "                        segments (default 2) whose inner activations are not kept\n"
-               "  --shard-optimizer     ZeRO stage 1, as ZeroRedundancyOptimizer: with several ranks each keeps\n"
-               "                        the optimizer state of its share of the parameters only and updates\n"
-               "                        them, then broadcasts them; the same training, bit for bit, in less\n"
-               "                        memory per rank (checkpoints are the same files)\n" EX_TRAIN_HELP_EMA
+               "                        segments (default 2) whose inner activations are not kept\n" EX_TRAIN_HELP_SHARD
+                   EX_TRAIN_HELP_EMA
                "  --hidden A,B,...      hidden layer sizes, at most 6 (default 512,256; '' for none: a linear\n"
                "                        model)\n"
                "  --activation relu|gelu (default relu)\n"
@@ -350,7 +347,7 @@ int main(int argc, char **argv) {
                world, world == 1 ? "" : "s", ls_device_str(dev, devname, sizeof devname), ls_comm_backend_name(comm),
                (long long)ls_module_num_elements(model), (long long)train->n, (long long)test->n, (long long)o.batch,
                o.accum, world, (long long)steps);
-    if (rank == 0) ex_print_shard("fashion_mlp", opt, world);
+    if (rank == 0) ex_print_shard("fashion_mlp", opt, trainer, world);
     fflush(stdout);
 
     int64_t start_epoch, start_j;

@@ -48,67 +48,66 @@ typedef struct options {
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: fashion_resnet [options]\n"
-               "Trains a small ResNet on Fashion-MNIST (data-parallel under lockstep-run).\n\n"
-               "  --epochs N            epochs (default 5); with nothing left to train (0, a finished checkpoint,\n"
-               "                        --max-steps reached) the model is evaluated on the test set as it is\n"
-               "  --batch-size N|auto   samples per rank per micro-step (default 64); auto: the largest batch\n"
-               "                        whose training step fits the memory cap with 10%% headroom, found by\n"
-               "                        trial steps (doubling, then bisection), the minimum over ranks\n"
-               "  --memory-cap SIZE     cap on the device memory lockstep allocates, e.g. 2GiB (default\n"
-               "                        $LOCKSTEP_MEMORY_LIMIT on the CPU, else none)\n"
-               "  --accum-steps N       micro-steps per optimizer step, gradients accumulated (default 1)\n"
-               "  --optimizer sgd|adamw optimizer (default sgd: momentum 0.9, nesterov)\n"
-               "  --lr X                peak learning rate (default 0.1 for sgd, 0.002 for adamw)\n"
-               "  --momentum X          SGD momentum (default 0.9)\n"
-               "  --betas B1,B2         AdamW's betas (default 0.9,0.999)\n"
-               "  --eps X               AdamW's epsilon (default 1e-8)\n"
-               "  --weight-decay X      weight decay (default 5e-4 for sgd, 0.05 for adamw)\n"
-               "  --no-decay-1d         no weight decay on biases and batch norm's scale and shift (1-D\n"
-               "                        parameters), as timm and nanoGPT group them (default: every parameter\n"
-               "                        decays, as torch.optim)\n"
-               "  --warmup-steps N      linear warmup steps before the decay (default 200)\n"
-               "  --lr-schedule S       after the warmup: cosine (default) or linear decay to --min-lr at the\n"
-               "                        last step (linear: Hugging Face's get_linear_schedule_with_warmup), or\n"
-               "                        constant\n"
-               "  --min-lr X            the learning rate the decay ends at (default 0)\n"
-               "  --clip-grad-norm X    clip the global gradient norm to X (default off)\n"
-               "  --label-smoothing X   cross-entropy's label smoothing in [0, 1), as torch.nn.CrossEntropyLoss's\n"
-               "                        (default 0); the train loss printed is the smoothed one, the test loss\n"
-               "                        the plain cross-entropy\n"
-               "  --widths A,B,...      channels of each stage; stages after the first halve the resolution\n"
-               "                        (default 32,64,128)\n"
-               "  --blocks N            BasicBlocks per stage (default 1)\n"
-               "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations with f32 master\n"
-               "                        weights; fp16 adds dynamic loss scaling\n"
-               "  --checkpoint-activations[=N]  recompute activations in backward: the top-level layers split\n"
-               "                        into N segments (default 3) whose inner activations are not kept\n"
-               "  --shard-optimizer     ZeRO stage 1, as ZeroRedundancyOptimizer: with several ranks each keeps\n"
-               "                        the optimizer state of its share of the parameters only and updates\n"
-               "                        them, then broadcasts them; the same training, bit for bit, in less\n"
-               "                        memory per rank (checkpoints are the same files)\n" EX_TRAIN_HELP_EMA
-               "  --sync-bn             batch-norm statistics over all ranks (SyncBatchNorm) instead of per rank\n"
-               "  --augment             random shifts (up to 2 pixels) and horizontal flips of the training images\n"
-               "                        (default off: with 5 epochs the model underfits rather than overfits)\n"
-               "  --init-from FILE      start from the weights in FILE, a safetensors file: a checkpoint's\n"
-               "                        model.safetensors or ema.safetensors, or a PyTorch state_dict of the\n"
-               "                        same names and shapes (f32, f16, bf16 or f64); a checkpoint resumed\n"
-               "                        replaces them\n"
-               "  --seed N              seed for initialization, shuffling and augmentation (default 42)\n"
-               "  --train-limit N       use only the first N training samples (default all 60000)\n"
-               "  --test-limit N        use only the first N test samples (default all 10000)\n"
-               "  --data-dir DIR        Fashion-MNIST .gz files (default $LOCKSTEP_FASHION_DIR or\n"
-               "                        /usr/share/datasets/fashion-mnist)\n"
-               "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
-               "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
-               "  --dump-params FILE    after training, rank 0 writes all parameters, then BatchNorm's running\n"
-               "                        statistics, as raw f32\n" EX_CKPT_HELP_FLAGS
-               "  --progress / --no-progress  progress line: the epoch's mean loss so far and samples/s\n"
-               "                        (default: when stderr is a tty)\n"
-               "  -h, --help            this text\n\n" EX_CKPT_HELP_CONTENTS
-               "model.safetensors also holds BatchNorm's running statistics (rank 0's, which evaluation\n"
-               "uses); --augment's shifts and flips are drawn per seed, epoch and sample, so a resumed run\n"
-               "continues them.\n\n" EX_CKPT_HELP_PREEMPTION "\n" EX_CKPT_HELP_ENV);
+    fprintf(
+        f,
+        "usage: fashion_resnet [options]\n"
+        "Trains a small ResNet on Fashion-MNIST (data-parallel under lockstep-run).\n\n"
+        "  --epochs N            epochs (default 5); with nothing left to train (0, a finished checkpoint,\n"
+        "                        --max-steps reached) the model is evaluated on the test set as it is\n"
+        "  --batch-size N|auto   samples per rank per micro-step (default 64); auto: the largest batch\n"
+        "                        whose training step fits the memory cap with 10%% headroom, found by\n"
+        "                        trial steps (doubling, then bisection), the minimum over ranks\n"
+        "  --memory-cap SIZE     cap on the device memory lockstep allocates, e.g. 2GiB (default\n"
+        "                        $LOCKSTEP_MEMORY_LIMIT on the CPU, else none)\n"
+        "  --accum-steps N       micro-steps per optimizer step, gradients accumulated (default 1)\n"
+        "  --optimizer sgd|adamw optimizer (default sgd: momentum 0.9, nesterov)\n"
+        "  --lr X                peak learning rate (default 0.1 for sgd, 0.002 for adamw)\n"
+        "  --momentum X          SGD momentum (default 0.9)\n"
+        "  --betas B1,B2         AdamW's betas (default 0.9,0.999)\n"
+        "  --eps X               AdamW's epsilon (default 1e-8)\n"
+        "  --weight-decay X      weight decay (default 5e-4 for sgd, 0.05 for adamw)\n"
+        "  --no-decay-1d         no weight decay on biases and batch norm's scale and shift (1-D\n"
+        "                        parameters), as timm and nanoGPT group them (default: every parameter\n"
+        "                        decays, as torch.optim)\n"
+        "  --warmup-steps N      linear warmup steps before the decay (default 200)\n"
+        "  --lr-schedule S       after the warmup: cosine (default) or linear decay to --min-lr at the\n"
+        "                        last step (linear: Hugging Face's get_linear_schedule_with_warmup), or\n"
+        "                        constant\n"
+        "  --min-lr X            the learning rate the decay ends at (default 0)\n"
+        "  --clip-grad-norm X    clip the global gradient norm to X (default off)\n"
+        "  --label-smoothing X   cross-entropy's label smoothing in [0, 1), as torch.nn.CrossEntropyLoss's\n"
+        "                        (default 0); the train loss printed is the smoothed one, the test loss\n"
+        "                        the plain cross-entropy\n"
+        "  --widths A,B,...      channels of each stage; stages after the first halve the resolution\n"
+        "                        (default 32,64,128)\n"
+        "  --blocks N            BasicBlocks per stage (default 1)\n"
+        "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations with f32 master\n"
+        "                        weights; fp16 adds dynamic loss scaling\n"
+        "  --checkpoint-activations[=N]  recompute activations in backward: the top-level layers split\n"
+        "                        into N segments (default 3) whose inner activations are not kept\n" EX_TRAIN_HELP_SHARD
+            EX_TRAIN_HELP_EMA
+        "  --sync-bn             batch-norm statistics over all ranks (SyncBatchNorm) instead of per rank\n"
+        "  --augment             random shifts (up to 2 pixels) and horizontal flips of the training images\n"
+        "                        (default off: with 5 epochs the model underfits rather than overfits)\n"
+        "  --init-from FILE      start from the weights in FILE, a safetensors file: a checkpoint's\n"
+        "                        model.safetensors or ema.safetensors, or a PyTorch state_dict of the\n"
+        "                        same names and shapes (f32, f16, bf16 or f64); a checkpoint resumed\n"
+        "                        replaces them\n"
+        "  --seed N              seed for initialization, shuffling and augmentation (default 42)\n"
+        "  --train-limit N       use only the first N training samples (default all 60000)\n"
+        "  --test-limit N        use only the first N test samples (default all 10000)\n"
+        "  --data-dir DIR        Fashion-MNIST .gz files (default $LOCKSTEP_FASHION_DIR or\n"
+        "                        /usr/share/datasets/fashion-mnist)\n"
+        "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
+        "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
+        "  --dump-params FILE    after training, rank 0 writes all parameters, then BatchNorm's running\n"
+        "                        statistics, as raw f32\n" EX_CKPT_HELP_FLAGS
+        "  --progress / --no-progress  progress line: the epoch's mean loss so far and samples/s\n"
+        "                        (default: when stderr is a tty)\n"
+        "  -h, --help            this text\n\n" EX_CKPT_HELP_CONTENTS
+        "model.safetensors also holds BatchNorm's running statistics (rank 0's, which evaluation\n"
+        "uses); --augment's shifts and flips are drawn per seed, epoch and sample, so a resumed run\n"
+        "continues them.\n\n" EX_CKPT_HELP_PREEMPTION "\n" EX_CKPT_HELP_ENV);
 }
 
 static int parse_options(int argc, char **argv, options *o) {
@@ -435,7 +434,7 @@ int main(int argc, char **argv) {
                (long long)o.batch, o.accum, world, (long long)steps);
         if (o.ckpt_segments) printf("activation checkpointing: %d segments\n", o.ckpt_segments);
     }
-    if (rank == 0) ex_print_shard("fashion_resnet", opt, world);
+    if (rank == 0) ex_print_shard("fashion_resnet", opt, trainer, world);
     fflush(stdout);
 
     int64_t start_epoch, start_j;

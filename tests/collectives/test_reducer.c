@@ -5,8 +5,10 @@
  * partly, or not at all. Checks that buckets launch during grad_ready in backward order (overlap)
  * and not before bucket 0 is complete. Run with any number of ranks; optional argument "ctx" uses
  * a CPU ls_ctx (fusion buffers from its allocator) instead of none; "mixed": even ranks keep the
- * gradients as bucket views, odd ones copy them. Ranks with different bucket caps fail to create,
- * and so do all when one runs out of memory for its buckets. */
+ * gradients as bucket views, odd ones copy them; "owners": each gradient reduced to its owner
+ * (ls_reducer_create_to_owners, owners that change within buckets), which then holds the average,
+ * while the other ranks keep their own values. Ranks with different bucket caps (or owners) fail to
+ * create, and so do all when one runs out of memory for its buckets. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +34,14 @@ static float gval(int r, int k, int64_t i, int step) {
 
 int main(int argc, char **argv) {
     ls_ctx *ctx = NULL;
-    int mixed = 0;
+    int mixed = 0, to_owners = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "ctx"))
             LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
         else if (!strcmp(argv[i], "mixed"))
             mixed = 1;
+        else if (!strcmp(argv[i], "owners"))
+            to_owners = 1;
     }
     ls_comm *c = NULL;
     LS_REQUIRE_OK(ls_comm_create(ctx, NULL, &c));
@@ -65,8 +69,10 @@ int main(int argc, char **argv) {
         want_view = R % 2 == 0;
         cfg.bucket_view = want_view ? 1 : -1;
     }
+    int owners[N]; /* runs of 1-3 gradients of one owner, so buckets hold several */
+    for (int k = 0; k < N; k++) owners[k] = (k / 3 + k % 2) % W;
     ls_reducer *red = NULL;
-    LS_REQUIRE_OK(ls_reducer_create(c, ctx, N, g, &cfg, &red));
+    LS_REQUIRE_OK(ls_reducer_create_to_owners(c, ctx, N, g, to_owners ? owners : NULL, &cfg, &red));
     const int nb = ls_reducer_num_buckets(red);
     LS_EXPECT(nb > 8);
     /* buckets cover the parameters in reverse order, contiguously, within their caps */
@@ -138,6 +144,7 @@ int main(int argc, char **argv) {
                 float sum = 0;
                 for (int r = 0; r < W; r++) sum += gval(r, k, i, step);
                 float want = sum * (float)scale, got = ((float *)g[k]->data)[i];
+                if (to_owners && owners[k] != R) want = gval(R, k, i, step); /* not received: its own */
                 if (!(fabsf(got - want) <= 1e-6f * (1 + fabsf(want)))) {
                     if (!bad)
                         fprintf(stderr, "rank %d step %d: grad %d[%lld] = %g, expected %g\n", R, step, k, (long long)i,
@@ -169,6 +176,18 @@ int main(int argc, char **argv) {
         ls_reducer_config mixed16 = {8 << 10, 64 << 10, 0, R == W - 1 ? LS_REDUCER_BF16 : -1};
         LS_EXPECT_ERR(ls_reducer_create(c, ctx, N, g, &mixed16, &red), LS_ERR_MISMATCH,
                       "LOCKSTEP_GRAD_COMPRESS must be the same");
+        int other_owners[N]; /* the last rank thinks gradient 5 is another's */
+        memcpy(other_owners, owners, sizeof owners);
+        if (R == W - 1) other_owners[5] = (owners[5] + 1) % W;
+        LS_EXPECT_ERR(ls_reducer_create_to_owners(c, ctx, N, g, other_owners, &cfg, &red), LS_ERR_MISMATCH,
+                      "the gradients' owners");
+        other_owners[5] = R == W - 1 ? W : owners[5];
+        if (R == W - 1)
+            LS_EXPECT_ERR(ls_reducer_create_to_owners(c, ctx, N, g, other_owners, &cfg, &red), LS_ERR_INVALID_ARGUMENT,
+                          "gradient 5's owner");
+        else
+            LS_EXPECT_ERR(ls_reducer_create_to_owners(c, ctx, N, g, other_owners, &cfg, &red), LS_ERR_COMM,
+                          "another rank could not make its gradient buckets");
         /* one rank out of memory for its bucket: it says so, the others learn of it (no hang) */
         enum { M = 4 };
         ls_allocator *capped = NULL;

@@ -74,6 +74,8 @@ refused "this rank's 100 training samples are fewer than a step's 128 (--batch-s
 refused "--log-steps: I/O error: cannot write '/dev/full': No space left on device" "$mlp" "${small[@]}" --log-steps /dev/full
 refused "--metrics: I/O error: cannot write '/dev/full': No space left on device" "$mlp" "${small[@]}" --metrics /dev/full
 refused "LOCKSTEP_GRAD_COMPRESS=garbage: expected none, fp16 or bf16" env LOCKSTEP_GRAD_COMPRESS=garbage "$mlp" "${small[@]}"
+refused "trainer: invalid argument: LOCKSTEP_SHARD_REDUCE='sideways': expected owner" env LOCKSTEP_SHARD_REDUCE=sideways \
+    "$mlp" "${small[@]}"
 refused "LOCKSTEP_MEMORY_LIMIT: memory cap '0.5' is less than a byte" env LOCKSTEP_MEMORY_LIMIT=0.5 "$mlp" "${small[@]}"
 refused "--device: invalid argument: device 'cuda:x' is not one of cpu, cuda, cuda:N" "$mlp" "${small[@]}" --device cuda:x
 refused "--comm: invalid argument: backend argument 'foo' is not a communicator backend" "$mlp" "${small[@]}" --comm foo

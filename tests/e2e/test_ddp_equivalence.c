@@ -6,10 +6,13 @@
  * divide by the global batch (exact sampler: partial last batches, some ranks empty), and gradient
  * accumulation over 4 micro-steps against one big batch. The ranks train twice, with gradients as
  * bucket views and copied into the buckets: bitwise the same parameters (on a GPU within 1e-6),
- * less memory with views; and a third time with the optimizer sharded (ZeRO stage 1): bitwise the
- * same (on a GPU within 1e-6), without the state of the other ranks' parameters. Last, SGD with
- * gradients all-reduced in bf16, within 0.1. Alone, a trainer refuses an optimizer sharded over
- * several ranks.
+ * less memory with views; a third time with the optimizer sharded (ZeRO stage 1) and the
+ * gradients all-reduced: bitwise the same (on a GPU within 1e-6), without the state of the other
+ * ranks' parameters; and a fourth time sharded with each gradient reduced to its owner only (the
+ * default): bitwise the same on 2 ranks, within 1e-5 on more (MPI's reduce sums in another order),
+ * identical on every rank. Then SGD with the gradient norm clipped (sharded: the norm summed over
+ * the owners) and SGD with gradients all-reduced in bf16, within 0.1. Alone, a trainer refuses an
+ * optimizer sharded over several ranks.
  * Args: [steps] (default 20) [cpu|cuda]. Small buckets (LOCKSTEP_BUCKET_MB) force several buckets.
  * With cuda the ranks train on the GPU (several ranks may share one: LOCKSTEP_COMM=mpi stages
  * through the host; alone, LOCKSTEP_COMM=nccl runs a one-rank NCCL communicator) and the
@@ -28,6 +31,7 @@ static ls_ctx *C;   /* the ranks' device */
 static ls_ctx *CPU; /* the reference's */
 static ls_comm *W;
 static double tolerance = 1e-5;
+static double clip; /* the cases' clip_grad_norm (0: off) */
 static ls_dataset *D;
 
 typedef struct run {
@@ -52,7 +56,7 @@ static void setup(run *r, ls_ctx *ctx, ls_comm *comm, int rank, int world, ls_op
     ls_optim_config oc = ls_optim_defaults(kind);
     oc.lr = kind == LS_OPTIM_SGD ? 0.05f : 2e-3f;
     oc.weight_decay = 1e-3f;
-    if (shard) { /* ZeRO stage 1 */
+    if (shard) { /* ZeRO stage 1; 1: gradients reduced to their owners, -1 all-reduced */
         oc.shard_rank = rank;
         oc.shard_world = world;
     }
@@ -62,6 +66,8 @@ static void setup(run *r, ls_ctx *ctx, ls_comm *comm, int rank, int world, ls_op
     tc.batch_per_rank = b;
     tc.accum_steps = accum;
     tc.lr = (ls_lr_schedule){oc.lr, 0, 3, 20, LS_LR_COSINE};
+    tc.shard_reduce = shard;
+    tc.clip_grad_norm = clip;
     LS_REQUIRE_OK(ls_trainer_create(ctx, comm, r->m, r->o, &tc, &r->t));
     LS_REQUIRE_OK(ls_sampler_create(D->n, rank, world, 5, 1, LS_SAMPLER_EXACT, &r->s));
 }
@@ -168,24 +174,35 @@ static double check_case(const char *name, ls_optim_kind kind, int64_t global_b,
     ls_allocator_stats(C->alloc, &m2);
     size_t copying = m1.live_bytes - m0.live_bytes, views = m2.live_bytes - m1.live_bytes;
     LS_EXPECT(world > 1 ? views < copying : views == copying);
-    /* the optimizer sharded (ZeRO stage 1): the same steps, bit for bit, without the state of the
-     * other ranks' parameters */
-    run dps;
+    /* the optimizer sharded (ZeRO stage 1), gradients all-reduced: the same steps, bit for bit,
+     * without the state of the other ranks' parameters */
+    run dps, dpo;
     ls_memory_stats m3;
-    setup(&dps, C, W, rank, world, kind, b, accum, 1);
+    setup(&dps, C, W, rank, world, kind, b, accum, -1);
     ls_allocator_stats(C->alloc, &m3);
     size_t sharded = m3.live_bytes - m2.live_bytes, others = 0;
     for (int i = 0; i < 6; i++)
         if (ls_optimizer_owner(dps.o, i) != (world > 1 ? rank : -1))
             others += ls_tensor_nbytes(ls_module_param(dps.m, i)) * (size_t)ls_optimizer_num_state_slots(dps.o);
     LS_EXPECT(world > 1 ? others > 0 && views - sharded >= others : sharded == views);
+    /* sharded, each gradient reduced to its owner: on 2 ranks the same sums (a + b), so the same
+     * bits (with clipping the norm's terms are added in another order); on more within rounding */
+    setup(&dpo, C, W, rank, world, kind, b, accum, 1);
     train(&dp, b * accum, steps);
     train(&dpc, b * accum, steps);
     train(&dps, b * accum, steps);
+    train(&dpo, b * accum, steps);
     LS_EXPECT(same_params(&dp, &dpc));
     LS_EXPECT(same_params(&dp, &dps));
+    double owner_diff = compare(&dpo, &dp); /* also: identical on every rank */
+    if (world <= 2 && clip == 0) LS_EXPECT(same_params(&dp, &dpo));
+    if (rank == 0)
+        printf("%s: sharded, gradients reduced to their owners: max relative difference %.3g from all-reduced\n", name,
+               owner_diff);
+    LS_EXPECT(owner_diff <= tolerance);
     teardown(&dpc);
     teardown(&dps);
+    teardown(&dpo);
     double worst = 0;
     if (rank == 0) {
         /* the reference: one process, whole batch, no accumulation */
@@ -241,6 +258,13 @@ int main(int argc, char **argv) {
         tc.batch_per_rank = 4;
         tc.accum_steps = 1;
         tc.lr = (ls_lr_schedule){0.1f, 0, 0, 0, LS_LR_CONSTANT};
+        setenv("LOCKSTEP_SHARD_REDUCE", "sideways", 1);
+        LS_EXPECT_ERR(ls_trainer_create(C, W, r.m, r.o, &tc, &r.t), LS_ERR_INVALID_ARGUMENT,
+                      "LOCKSTEP_SHARD_REDUCE='sideways': expected owner");
+        unsetenv("LOCKSTEP_SHARD_REDUCE");
+        tc.shard_reduce = 2;
+        LS_EXPECT_ERR(ls_trainer_create(C, W, r.m, r.o, &tc, &r.t), LS_ERR_INVALID_ARGUMENT, "shard_reduce 2");
+        tc.shard_reduce = 0;
         LS_EXPECT_ERR(ls_trainer_create(C, W, r.m, r.o, &tc, &r.t), LS_ERR_INVALID_ARGUMENT,
                       "the optimizer is sharded over several ranks (ls_optimizer_shard) but the trainer has one");
         ls_optimizer_destroy(r.o);
@@ -249,6 +273,9 @@ int main(int argc, char **argv) {
     check_case("sgd", LS_OPTIM_SGD, 12, 1, steps);
     check_case("adamw", LS_OPTIM_ADAMW, 12, 1, steps);
     check_case("sgd+accumulation", LS_OPTIM_SGD, 12, 4, steps);
+    clip = 0.05; /* below the gradients' norm (about 0.3-1 here): every step is clipped */
+    check_case("sgd, clipped", LS_OPTIM_SGD, 12, 1, steps);
+    clip = 0;
     /* gradients all-reduced in bf16 (8 significant bits): near the reference, not equal. With 4
      * ranks of 3 samples the ranks' gradients partly cancel, so their rounding shows: 6.7% of a
      * tensor's largest value after 20 steps here (0.4% with 2 ranks). A gross error (no averaging,

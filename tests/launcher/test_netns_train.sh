@@ -1,7 +1,8 @@
 #!/bin/bash
 # test_netns_train.sh: the same short fashion_mlp training run as 2 ranks on one host and as 2
 # ranks on two network-namespace "hosts" (netns_two_hosts.sh --compare-file) must end with
-# bit-identical parameters (--dump-params), and the MPI backend's all-reduce parts must be 16 MiB
+# bit-identical parameters (--dump-params), also with --shard-optimizer (gradients reduced to their
+# owners, parameters broadcast from theirs), and the MPI backend's all-reduce parts must be 16 MiB
 # on one host and 1 MiB across the two; with nonblocking progress the same, with 2 MPI calls
 # outstanding at most on one host and 1 across the two (LOCKSTEP_MPI_WINDOW, read from the debug
 # line; test_comm_chunk counts the calls); when the link between the hosts goes down during
@@ -45,6 +46,16 @@ grep -q "outputs identical (2143272 bytes)" "$tmp/err" || fail "parameters diffe
 windows=$(sed -n 's/.*mpi communicator: rank \([01]\) of 2, progress nonblocking (window \([0-9]*\)).*/\2/p' \
     "$tmp/err" | tr '\n' ' ')
 [ "$windows" = "2 2 1 1 " ] || fail "nonblocking windows (single host twice, then two hosts twice): '$windows'"
+
+case_ "--shard-optimizer: the same parameters on one host (reduce and broadcast in segments, one call after the other) and across two (every segment in flight at once)"
+OPENBLAS_NUM_THREADS=1 "$H" --lockstep-run "$LSR" --timeout 120 --compare-file -- "$TRAIN" --epochs 1 --train-limit 2000 \
+    --test-limit 500 --device cpu --comm mpi --data-dir "$DATA" --shard-optimizer --optimizer adamw \
+    --dump-params @OUT@ >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" = 0 ] || fail "exit status $rc: $(cat "$tmp/out" "$tmp/err")"
+grep -q "outputs identical (2143272 bytes)" "$tmp/err" || fail "parameters differ: $(cat "$tmp/err")"
+[ "$(grep -c 'parameters; gradients reduced to their owners$' "$tmp/out")" = 2 ] ||
+    fail "expected two sharded runs, gradients reduced to their owners: $(cat "$tmp/out")"
 
 case_ "the link goes down during training: mpirun notices the lost host and ends the job, no hang"
 # On the first host: train across both, take the link down once training runs, wait for the job.
