@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """compare_shard.py: fashion_mlp with and without --shard-optimizer (ZeRO stage 1) on the same ranks,
-AdamW, the configurations alternating round by round (A B A B), medians of --rounds: training
+AdamW, sharded both ways: each gradient reduced to its owner (the default) and all-reduced
+(LOCKSTEP_SHARD_REDUCE=all, as ZeroRedundancyOptimizer), the configurations alternating round by
+round (A B C A B C), medians of --rounds: training
 samples/s (the epoch line) and the memory lockstep holds on the fullest rank after the last step
 (--metrics' mem_live_bytes, the maximum over the ranks), with the ratios. --torch adds the peer:
 PyTorch DDP (gloo) with AdamW, and with it wrapped in ZeroRedundancyOptimizer, on the same model,
@@ -45,13 +47,17 @@ def main():
         ap.error("--ranks must be at least 2 and --rounds positive")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OPENBLAS_NUM_THREADS="1", LOCKSTEP_GPU_MONITOR="off")
+    env.pop("LOCKSTEP_SHARD_REDUCE", None)
     tmp = tempfile.mkdtemp(prefix="compare_shard.")
     metrics = os.path.join(tmp, "m.json")
     lsr = args.lockstep_run or os.path.join(args.build, "launcher", "lockstep-run")
     base = [lsr, "-n", str(args.ranks), os.path.abspath(os.path.join(args.build, "examples", "fashion_mlp", "fashion_mlp")), "--device", "cpu", "--epochs", "1",
             "--optimizer", "adamw", "--hidden", args.hidden, "--batch-size", str(args.batch_size),
             "--train-limit", str(args.train_limit), "--test-limit", "1000", "--no-progress", "--metrics", metrics]
-    configs = {"unsharded": base, "--shard-optimizer": base + ["--shard-optimizer"]}
+    configs = {"unsharded": base, "--shard-optimizer": base + ["--shard-optimizer"],
+               "sharded, all-reduce": base + ["--shard-optimizer"]}
+    envs = {name: env for name in configs}
+    envs["sharded, all-reduce"] = dict(env, LOCKSTEP_SHARD_REDUCE="all")
     if args.torch:
         launch = [lsr, "-n", str(args.ranks)] + (["-x", "MASTER_ADDR"] if "MASTER_ADDR" in env else []) + ["--"]
         steps = args.train_limit // (args.batch_size * args.ranks)
@@ -60,9 +66,11 @@ def main():
                           "--batch-size", str(args.batch_size), "--steps", str(steps)]
         configs["torch DDP"] = torch
         configs["torch ZeRO"] = torch + ["--zero"]
+        envs["torch DDP"] = envs["torch ZeRO"] = env
     if args.dry_run:
         for name, cmd in configs.items():
-            print(f"{name}: {shlex.join(cmd)}")
+            extra = "LOCKSTEP_SHARD_REDUCE=all " if "LOCKSTEP_SHARD_REDUCE" in envs[name] else ""
+            print(f"{name}: {extra}{shlex.join(cmd)}")
         return
     rate = {k: [] for k in configs}
     mem = {k: [] for k in configs}
@@ -70,10 +78,10 @@ def main():
     for r in range(args.rounds):
         for name, cmd in configs.items():
             if name.startswith("torch"):
-                rate[name].append(samples_per_s("compare_shard", name, cmd, env, args.ranks, args.timeout))
+                rate[name].append(samples_per_s("compare_shard", name, cmd, envs[name], args.ranks, args.timeout))
                 print(f"round {r + 1} {name}: {rate[name][-1]:.0f} samples/s", flush=True)
                 continue
-            out = run_output("compare_shard", name, cmd, env, args.timeout)
+            out = run_output("compare_shard", name, cmd, envs[name], args.timeout)
             m = re.findall(r"([0-9.]+) samples/s", out)
             if not m:
                 sys.exit(f"compare_shard: no samples/s in the output of {shlex.join(cmd)}:\n{out}")
@@ -94,8 +102,11 @@ def main():
         m = f"{statistics.median(mem[name]) / 2**20:>19.2f}" if mem[name] else f"{'-':>19}"
         print(f"{name:<20} {statistics.median(rate[name]):>10.0f} {m}")
     a, b = "unsharded", "--shard-optimizer"
+    c = "sharded, all-reduce"
     print(f"ratio (sharded / unsharded): samples/s {statistics.median(rate[b]) / statistics.median(rate[a]):.3f}, "
-          f"memory {statistics.median(mem[b]) / statistics.median(mem[a]):.3f}")
+          f"memory {statistics.median(mem[b]) / statistics.median(mem[a]):.3f}; all-reduced: samples/s "
+          f"{statistics.median(rate[c]) / statistics.median(rate[a]):.3f}, memory "
+          f"{statistics.median(mem[c]) / statistics.median(mem[a]):.3f}")
     if args.torch:
         print(f"PyTorch (ZeRO / DDP): samples/s "
               f"{statistics.median(rate['torch ZeRO']) / statistics.median(rate['torch DDP']):.3f}; lockstep sharded / "
