@@ -46,8 +46,10 @@ typedef struct ls_step_stats {
     int64_t samples; /* samples on this rank */
     int64_t global_samples;
     float lr;
-    double grad_norm;  /* before clipping, of this rank's gradients after the all-reduce (0 when
-                        * clipping is off; inf or NaN where they were, as clip_grad_norm_ returns) */
+    double grad_norm;  /* before clipping, of the gradients after the all-reduce (with a sharded
+                        * optimizer's gradients reduced to their owners: of every owner's, summed
+                        * over the ranks) (0 when clipping is off; inf or NaN where they were, as
+                        * clip_grad_norm_ returns) */
     int skipped;       /* fp16, bf16: an inf/NaN gradient on some rank; the optimizer step was skipped */
     double loss_scale; /* the scale this step's backward used (1 without loss scaling) */
 } ls_step_stats;
