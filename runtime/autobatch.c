@@ -182,10 +182,25 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
      * others waiting in a collective; the gradient buckets the reducer would hold are reserved
      * instead, and ls_batch_size_search agrees on the outcome afterwards. */
     if (world > 1) LS_CHECK_GOTO(reserve_buckets(t, np, g, &reserved), s, done);
-    /* one rank steps it: a sharded optimizer's trial keeps the whole state (a bound on the memory) */
+    /* one rank steps it, without the communicator. A sharded optimizer's trial keeps the state of
+     * this rank's share only, as the run will: the partition is read off a sharded optimizer (its
+     * state is this share's too, freed before the trial's own), and the trial's optimizer, unsharded,
+     * holds this rank's parameters only (the others are not stepped; lr is 0 anyway). */
     ls_optim_config oc = *t->optim;
+    int n_opt = np;
+    if (oc.shard_world > 1) {
+        LS_CHECK_GOTO(ls_optimizer_create(t->ctx, np, p, g, &oc, &opt), s, done);
+        n_opt = 0;
+        for (int i = 0; i < np; i++) /* in place: p and g keep this rank's own, in order */
+            if (ls_optimizer_owner(opt, i) == oc.shard_rank) {
+                p[n_opt] = p[i];
+                g[n_opt++] = g[i];
+            }
+        ls_optimizer_destroy(opt);
+        opt = NULL;
+    }
     oc.shard_rank = oc.shard_world = 0;
-    LS_CHECK_GOTO(ls_optimizer_create(t->ctx, np, p, g, &oc, &opt), s, done);
+    LS_CHECK_GOTO(ls_optimizer_create(t->ctx, n_opt, p, g, &oc, &opt), s, done);
     LS_CHECK_GOTO(ls_trainer_create(t->ctx, NULL, t->model, opt, &tc, &tr), s, done);
     /* two steps: the second is the steady state, where the buffers of the previous step are still held
      * while the next one allocates its workspaces */

@@ -56,7 +56,9 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
  * second is the steady state) at learning rate 0 on the first samples of data (so parameters do
  * not move), then frees them and the model's activations and restores BatchNorm's running
  * statistics. The steps run without the communicator: a rank that runs out of memory cannot leave
- * the others waiting in a collective (the reducer's gradient buckets are reserved instead). */
+ * the others waiting in a collective (the reducer's gradient buckets are reserved instead). A
+ * sharded optimizer (optim's shard_rank and shard_world) holds this rank's share of the state only,
+ * as in the run. */
 typedef struct ls_trainer_trial {
     ls_ctx *ctx;
     ls_comm *comm; /* NULL: one process */
