@@ -91,8 +91,6 @@ static ls_status ls_coll_check(const ls_comm *c, const ls_coll_op *op) {
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: unknown reduction %d", what, (int)op->op);
     if (op->kind == LS_COLL_BROADCAST && (op->root < 0 || op->root >= c->world))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "broadcast: root %d is not a rank of %d", op->root, c->world);
-    if (op->kind == LS_COLL_REDUCE && !op->nseg && (op->root < 0 || op->root >= c->world))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "reduce: root %d is not a rank of %d", op->root, c->world);
     if (op->nseg) {
         int64_t sum = 0;
         for (int j = 0; j < op->nseg; j++) {
@@ -230,8 +228,22 @@ ls_status ls_comm_reduce_scatter(ls_comm *c, const void *send, void *recv, int64
     return ls_comm_run_op(c, &o);
 }
 
+/* A reduce to one root is a reduce in one segment: the backends have the one path for reduces.
+ * count and root must outlive the op (the caller's arguments do). */
+static ls_status ls_reduce_to_root(const ls_comm *c, void *buf, const int64_t *count, ls_dtype t, ls_reduce_op op,
+                                   const int *root, ls_coll_op *o) {
+    if (c && (*root < 0 || *root >= c->world))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "reduce: root %d is not a rank of %d", *root, c->world);
+    *o = ls_op_make(LS_COLL_REDUCE, buf, buf, *count, t, op, *root, 0);
+    o->nseg = 1;
+    o->seg_count = count;
+    o->seg_root = root;
+    return LS_OK;
+}
+
 ls_status ls_comm_reduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op, int root) {
-    ls_coll_op o = ls_op_make(LS_COLL_REDUCE, buf, buf, count, t, op, root, 0);
+    ls_coll_op o;
+    LS_CHECK(ls_reduce_to_root(c, buf, &count, t, op, &root, &o));
     return ls_comm_run_op(c, &o);
 }
 
@@ -263,7 +275,9 @@ ls_status ls_comm_ireduce_scatter(ls_comm *c, const void *send, void *recv, int6
 
 ls_status ls_comm_ireduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls_reduce_op op, int root,
                           ls_comm_request **req) {
-    ls_coll_op o = ls_op_make(LS_COLL_REDUCE, buf, buf, count, t, op, root, 0);
+    if (req) *req = NULL;
+    ls_coll_op o;
+    LS_CHECK(ls_reduce_to_root(c, buf, &count, t, op, &root, &o));
     return ls_comm_start_op(c, &o, req);
 }
 

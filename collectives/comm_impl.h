@@ -19,7 +19,8 @@ typedef enum ls_coll_kind {
     LS_COLL_ALLGATHER = 2,
     LS_COLL_REDUCE_SCATTER = 3,
     LS_COLL_BARRIER = 4,
-    LS_COLL_REDUCE = 5 /* in place: the sum at root; the others' buffers are left as they were */
+    LS_COLL_REDUCE = 5 /* in place, always in segments (one root: one segment); the others' buffers
+                          are left as they were */
 } ls_coll_kind;
 
 /* One collective as comm.c hands it to a backend (arguments already validated). */

@@ -130,7 +130,7 @@ struct ls_mpi_req {
     void *mrecv;
     int in_place;
     int mcount;
-    int64_t count; /* all-reduce, reduce: elements in all, sent as calls of at most per_call */
+    int64_t count; /* all-reduce: elements in all, sent as calls of at most per_call */
     int64_t per_call;
     size_t mes; /* bytes per MPI element */
     MPI_Datatype dt;
@@ -354,22 +354,24 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     int64_t n = op->count;
     const int reduction =
         op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE_SCATTER || op->kind == LS_COLL_REDUCE;
-    const int parted = op->kind == LS_COLL_ALLREDUCE || op->kind == LS_COLL_REDUCE;
     /* 16-bit sums go as they are (our sum operator); the other 16-bit reductions through f32 */
     const int convert = reduction && (op->dtype == LS_F16 || op->dtype == LS_BF16) && op->op != LS_REDUCE_SUM;
     const ls_dtype mtype = convert ? LS_F32 : op->dtype;
     const size_t mes = ls_dtype_size(mtype);
-    /* an all-reduce (and a reduce) goes to MPI in calls of at most st->chunk bytes (see ls_mpi_exec) */
+    /* an all-reduce goes to MPI in calls of at most st->chunk bytes (see ls_mpi_exec); a collective
+     * in segments, each segment (below) */
     int64_t per_call = n;
-    if (parted && st->chunk) {
+    if (op->kind == LS_COLL_ALLREDUCE && st->chunk) {
         per_call = (int64_t)(st->chunk / mes);
         if (per_call < 1) per_call = 1;
         if (per_call > INT_MAX) per_call = INT_MAX;
         if (per_call > n) per_call = n;
     }
-    if (per_call > INT_MAX)
+    if (per_call > INT_MAX && !op->nseg)
         return ls_error(LS_ERR_UNSUPPORTED, "count %lld exceeds MPI's int count limit (%d)%s", (long long)n, INT_MAX,
-                        parted ? " (LOCKSTEP_MPI_CHUNK=0 turned off the splitting of large reductions)" : "");
+                        op->kind == LS_COLL_ALLREDUCE
+                            ? " (LOCKSTEP_MPI_CHUNK=0 turned off the splitting of large all-reduces)"
+                            : "");
     ls_mpi_req *r = calloc(1, sizeof *r);
     if (!r) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate an MPI request");
     r->user = *op;
@@ -433,12 +435,19 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     case LS_COLL_ALLREDUCE:
     case LS_COLL_REDUCE:
     case LS_COLL_BROADCAST: {
-        /* is_root: this rank's buffer goes in (staged, widened); receives: the result comes back */
-        /* in segments every rank sends and receives some (a segment it neither sends nor receives
-         * comes back as it went) */
-        const int is_root = op->nseg > 0 || op->kind != LS_COLL_BROADCAST || op->root == st->rank;
-        const int receives =
-            op->nseg > 0 || op->kind == LS_COLL_ALLREDUCE || (op->kind == LS_COLL_REDUCE) == (op->root == st->rank);
+        /* is_root: this rank's buffer goes in (staged, widened); receives: the result comes back. In
+         * segments: a reduce's every rank sends, and receives where it is a segment's root; a
+         * broadcast's sends where it is one and receives where it is not (a segment a rank does not
+         * receive comes back as it went) */
+        int mine = 0, others = 0;
+        for (int j = 0; j < op->nseg; j++) {
+            mine |= op->seg_root[j] == st->rank && op->seg_count[j] > 0;
+            others |= op->seg_root[j] != st->rank && op->seg_count[j] > 0;
+        }
+        const int is_root =
+            op->nseg ? op->kind == LS_COLL_REDUCE || mine : op->kind == LS_COLL_ALLREDUCE || op->root == st->rank;
+        const int receives = op->nseg ? (op->kind == LS_COLL_REDUCE ? mine : others)
+                                      : op->kind == LS_COLL_ALLREDUCE || op->root != st->rank;
         if (!stage_dev && !convert) {
             r->mrecv = op->recv;
             r->in_place = 1;
@@ -697,12 +706,7 @@ static ls_status ls_mpi_exec_calls(ls_mpi_state *st, ls_mpi_req *r) {
                      "MPI_Reduce_scatter_block");
         break;
     case LS_COLL_BARRIER: LS_MPI_CHECK(MPI_Barrier(st->comm), "MPI_Barrier"); break;
-    case LS_COLL_REDUCE: /* in place at the root; the others send their buffer (in parts, as above) */
-        for (int64_t off = 0; off < r->count; off += r->per_call)
-            LS_MPI_CHECK(MPI_Reduce(r->root == st->rank ? MPI_IN_PLACE : ls_mpi_at(r, off), ls_mpi_at(r, off),
-                                    ls_mpi_part(r, off), r->dt, r->mop, r->root, st->comm),
-                         "MPI_Reduce");
-        break;
+    case LS_COLL_REDUCE: break; /* always in segments: above */
     }
     return LS_OK;
 }
@@ -767,13 +771,7 @@ static ls_status ls_mpi_post_call(ls_mpi_state *st, ls_mpi_req *r) {
             rc = MPI_Ibarrier(st->comm, q);
             call = "MPI_Ibarrier";
             break;
-        case LS_COLL_REDUCE: {
-            int64_t off = (int64_t)r->nposted * r->per_call;
-            rc = MPI_Ireduce(r->root == st->rank ? MPI_IN_PLACE : ls_mpi_at(r, off), ls_mpi_at(r, off),
-                             ls_mpi_part(r, off), r->dt, r->mop, r->root, st->comm, q);
-            call = "MPI_Ireduce";
-            break;
-        }
+        case LS_COLL_REDUCE: break; /* always in segments: above */
         }
     if (rc != MPI_SUCCESS) {
         r->nreq = r->nposted; /* nothing more of r is posted; waiting for it returns this error */
@@ -842,11 +840,11 @@ static ls_status ls_mpi_post_nonblocking(ls_mpi_state *st, ls_mpi_req *r) {
         if (r->ncalls > 1 && !(r->reqs = malloc((size_t)r->ncalls * sizeof *r->reqs)))
             return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate %d MPI requests", r->ncalls);
         r->nreq = r->ncalls;
-    } else if (r->kind == LS_COLL_ALLREDUCE || r->kind == LS_COLL_REDUCE) {
+    } else if (r->kind == LS_COLL_ALLREDUCE) {
         const int64_t parts = (r->count + r->per_call - 1) / r->per_call;
         if (parts > INT_MAX)
             return ls_error(LS_ERR_UNSUPPORTED,
-                            "a reduction in %lld parts: more than MPI can wait for at once "
+                            "an all-reduce in %lld parts: more than MPI can wait for at once "
                             "(raise LOCKSTEP_MPI_CHUNK)",
                             (long long)parts);
         if (parts > 1 && !(r->reqs = malloc((size_t)parts * sizeof *r->reqs)))

@@ -189,9 +189,7 @@ static ls_status ls_nccl_issue(ls_nccl_state *st, const ls_coll_op *op) {
     case LS_COLL_BARRIER:
         LS_NCCL_CHECK(st, ncclAllReduce(st->scratch, st->scratch, 1, ncclInt32, ncclSum, st->comm, st->stream));
         break;
-    case LS_COLL_REDUCE: /* in place: recv is used at the root only */
-        LS_NCCL_CHECK(st, ncclReduce(op->send, op->recv, n, dt, ls_nccl_op(op->op), op->root, st->comm, st->stream));
-        break;
+    case LS_COLL_REDUCE: break; /* always in segments: above */
     }
     return LS_OK;
 }

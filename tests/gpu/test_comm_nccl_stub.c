@@ -114,6 +114,8 @@ static void test_collectives(nccl *c) {
         float *b = dev_alloc((size_t)n * sizeof *b);
         for (int64_t i = 0; i < n; i++) b[i] = (float)ct_val(LS_F32, R, i, 43);
         ls_coll_op op = op_of(LS_COLL_REDUCE, b, b, n, LS_F32, LS_REDUCE_SUM, root);
+        int64_t all = n; /* a reduce reaches a backend as one segment (ls_comm_reduce) */
+        op.nseg = 1, op.seg_count = &all, op.seg_root = &root;
         LS_REQUIRE_OK(c->f->run(c->st, &op));
         CT_CHECK_ELEMS(R, "reduce", b, LS_F32, n,
                        R == root ? ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 43) : ct_val(LS_F32, R, i, 43));
