@@ -469,9 +469,10 @@ const char *ls_safetensors_metadata(const ls_safetensors *f, const char *key) {
     return NULL;
 }
 
-ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allocator *alloc, ls_tensor *dst) {
+/* The file's tensor name, found and of dst's dtype and shape (dst's data is not read). */
+static ls_status st_check(const ls_safetensors *f, const char *name, const ls_tensor *dst,
+                          const ls_safetensors_info **out) {
     char a[160], b[160];
-    if (!f || !name || !dst) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_read: NULL argument");
     const ls_safetensors_info *t = ls_safetensors_find(f, name);
     if (!t) return ls_error(LS_ERR_FORMAT, "'%s': no tensor '%s'", f->name, name);
     if (!t->has_dtype || t->dtype != dst->dtype)
@@ -482,13 +483,22 @@ ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allo
     if (!same)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' has shape %s but %s is expected", f->name, name,
                         shape_str(t->ndim, t->shape, a, sizeof a), shape_str(dst->ndim, dst->shape, b, sizeof b));
+    *out = t;
+    return LS_OK;
+}
+
+ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allocator *alloc, ls_tensor *dst) {
+    if (!f || !name || !dst) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_read: NULL argument");
+    const ls_safetensors_info *t;
+    LS_CHECK(st_check(f, name, dst, &t));
     ls_tensor src = ls_tensor_view((void *)(uintptr_t)t->data, t->dtype, ls_device_cpu(), t->ndim, t->shape);
     return ls_tensor_copy(alloc, dst, &src);
 }
 
-ls_status ls_safetensors_serialize(int n, const char *const *names, const ls_tensor *const *tensors,
-                                   const char *const *metadata, ls_allocator *alloc, void **out, size_t *out_len) {
-    if (!out || !out_len) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_serialize: NULL output");
+/* A safetensors file's bytes with its header written and room for the tensors' data after it, from
+ * byte *data_at on: their dtypes and shapes are read, not their data (which may be NULL). */
+static ls_status st_begin(int n, const char *const *names, const ls_tensor *const *tensors, const char *const *metadata,
+                          unsigned char **out, size_t *out_len, size_t *data_at) {
     *out = NULL;
     *out_len = 0;
     if (!host_little_endian()) return ls_error(LS_ERR_UNSUPPORTED, "writing safetensors needs a little-endian host");
@@ -559,7 +569,20 @@ ls_status ls_safetensors_serialize(int n, const char *const *names, const ls_ten
     memcpy(buf + 8, hdr, hl);
     memset(buf + 8 + hl, ' ', padded - hl);
     free(hdr);
-    size_t pos = 8 + padded;
+    *out = buf;
+    *out_len = total;
+    *data_at = 8 + padded;
+    return LS_OK;
+}
+
+ls_status ls_safetensors_serialize(int n, const char *const *names, const ls_tensor *const *tensors,
+                                   const char *const *metadata, ls_allocator *alloc, void **out, size_t *out_len) {
+    if (!out || !out_len) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_serialize: NULL output");
+    unsigned char *buf;
+    size_t total, pos;
+    *out = NULL;
+    *out_len = 0;
+    LS_CHECK(st_begin(n, names, tensors, metadata, &buf, &total, &pos));
     for (int i = 0; i < n; i++) {
         const ls_tensor *t = tensors[i];
         ls_tensor dst = ls_tensor_view(buf + pos, t->dtype, ls_device_cpu(), t->ndim, t->shape);
@@ -1470,34 +1493,50 @@ static const char *slot_name(ls_optim_kind k, int slot) {
     return slot == 0 ? (k == LS_OPTIM_ADAMW ? "exp_avg" : "momentum") : "exp_avg_sq";
 }
 
-/* The optimizer's state tensors with their checkpoint names (name storage malloc'd in *names). */
+/* The optimizer's state tensors with their checkpoint names (name storage malloc'd in *names).
+ * all 0: the states this rank holds, owner -1. all 1 (a sharded optimizer over the communicator's
+ * ranks): every parameter's, each with the rank that keeps it (owner); one another rank keeps is
+ * its dtype and shape only (t points into desc, data NULL). The same list, in the same order, on
+ * every rank. */
 typedef struct opt_list {
     int n;
     ls_tensor **t;
+    ls_tensor *desc;
+    int *owner;
     char **names;
 } opt_list;
 
 static void opt_list_free(opt_list *l) {
     for (int i = 0; i < l->n; i++) free(l->names[i]);
     free(l->t);
+    free(l->desc);
+    free(l->owner);
     free(l->names);
     memset(l, 0, sizeof *l);
 }
 
-static ls_status opt_list_make(ls_module *model, ls_optimizer *opt, ls_optim_kind kind, opt_list *l) {
+static ls_status opt_list_make(ls_module *model, ls_optimizer *opt, ls_optim_kind kind, int all, opt_list *l) {
     memset(l, 0, sizeof *l);
-    int np = ls_module_num_params(model);
+    int np = ls_module_num_params(model), slots = ls_optimizer_num_state_slots(opt);
     if (!opt) return LS_OK;
-    l->t = calloc((size_t)np * 2 + 1, sizeof *l->t);
-    l->names = calloc((size_t)np * 2 + 1, sizeof *l->names);
-    if (!l->t || !l->names) {
+    size_t cap = (size_t)np * 2 + 1;
+    l->t = calloc(cap, sizeof *l->t);
+    l->desc = calloc(cap, sizeof *l->desc);
+    l->owner = calloc(cap, sizeof *l->owner);
+    l->names = calloc(cap, sizeof *l->names);
+    if (!l->t || !l->desc || !l->owner || !l->names) {
         opt_list_free(l);
         return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the optimizer state list");
     }
     for (int i = 0; i < np; i++)
         for (int slot = 0; slot < 2; slot++) {
             ls_tensor *t = ls_optimizer_state(opt, i, slot);
-            if (!t) continue;
+            if (all ? slot >= slots : !t) continue;
+            if (!t) {
+                ls_tensor *p = ls_optimizer_param(opt, i, NULL);
+                l->desc[l->n] = ls_tensor_view(NULL, p->dtype, p->device, p->ndim, p->shape);
+                t = &l->desc[l->n];
+            }
             const char *pn = ls_module_param_name(model, i);
             size_t len = strlen(pn) + 16;
             char *nm = malloc(len);
@@ -1507,29 +1546,38 @@ static ls_status opt_list_make(ls_module *model, ls_optimizer *opt, ls_optim_kin
             }
             snprintf(nm, len, "%s.%s", pn, slot_name(kind, slot));
             l->t[l->n] = t;
+            l->owner[l->n] = all ? ls_optimizer_owner(opt, i) : -1;
             l->names[l->n] = nm;
             l->n++;
         }
     return LS_OK;
 }
 
+static ls_status write_bytes(const char *dir, const char *file, const void *buf, size_t len, ckpt_file *rec,
+                             int inject) {
+    char p[LS_CKPT_PATH_MAX + 80];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    LS_CHECK(write_file_atomic(p, buf, len, inject));
+    snprintf(rec->name, sizeof rec->name, "%s", file);
+    rec->size = len;
+    rec->crc = crc32_of(buf, len);
+    return LS_OK;
+}
+
 static ls_status serialize_and_write(const char *dir, const char *file, int n, const char *const *names,
                                      const ls_tensor *const *tensors, const char *const *meta, ls_allocator *alloc,
                                      ckpt_file *rec, int inject) {
-    char p[LS_CKPT_PATH_MAX + 80];
-    snprintf(p, sizeof p, "%s/%s", dir, file);
     void *buf;
     size_t len;
     LS_CHECK(ls_safetensors_serialize(n, names, tensors, meta, alloc, &buf, &len));
-    ls_status s = write_file_atomic(p, buf, len, inject);
-    if (s == LS_OK) {
-        snprintf(rec->name, sizeof rec->name, "%s", file);
-        rec->size = len;
-        rec->crc = crc32_of(buf, len);
-    }
+    ls_status s = write_bytes(dir, file, buf, len, rec, inject);
     free(buf);
     return s;
 }
+
+/* optimizer.safetensors' bytes (malloc'd) on rank 0; below. */
+static ls_status optim_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, const ls_ckpt_state *st,
+                            int shard, unsigned char **out, size_t *out_len);
 
 static ls_status write_text(const char *dir, const char *file, const char *text, ckpt_file *rec) {
     char p[LS_CKPT_PATH_MAX + 80];
@@ -1590,8 +1638,10 @@ static ls_status ema_of_model(ls_module *model, ls_ema *ema) {
     return LS_OK;
 }
 
+/* obytes: optimizer.safetensors' bytes gathered already (a sharded optimizer); NULL: made here. */
 static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
-                            ls_ema *ema, const ls_ckpt_state *state, char *final, size_t final_len) {
+                            ls_ema *ema, const ls_ckpt_state *state, const unsigned char *obytes, size_t olen,
+                            char *final, size_t final_len) {
     char tmpdir[LS_CKPT_PATH_MAX + 16], old[LS_CKPT_PATH_MAX + 16], stepbuf[32], latest[LS_CKPT_PATH_MAX + 16];
     if (!dir || !dir[0]) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory is empty");
     if (state->step < 0)
@@ -1616,7 +1666,7 @@ static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_modu
     const char **names = calloc((size_t)(np + nb) + 1, sizeof *names);
     const ls_tensor **ts = calloc((size_t)(np + nb) + 1, sizeof *ts);
     char(*bnames)[LS_CKPT_BUFFER_NAME] = calloc((size_t)nb + 1, sizeof *bnames);
-    opt_list ol = {0, NULL, NULL};
+    unsigned char *own_obytes = NULL;
     char *text = NULL, *mtext = NULL;
     if (!names || !ts || !bnames) {
         s = ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
@@ -1634,11 +1684,8 @@ static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_modu
     LS_CHECK_GOTO(serialize_and_write(tmpdir, ckpt_required[F_MODEL], np + nb, names, ts, mmeta, ctx->alloc,
                                       &m.files[F_MODEL], 1),
                   s, done);
-    LS_CHECK_GOTO(opt_list_make(model, opt, state->optim.kind, &ol), s, done);
-    const char *ometa[] = {"format", "pt",    "lockstep", "optimizer", "optimizer", kind_name(state->optim.kind),
-                           "step",   stepbuf, NULL};
-    LS_CHECK_GOTO(serialize_and_write(tmpdir, ckpt_required[F_OPTIM], ol.n, (const char *const *)ol.names,
-                                      (const ls_tensor *const *)ol.t, ometa, ctx->alloc, &m.files[F_OPTIM], 0),
+    if (!obytes) LS_CHECK_GOTO(optim_file(NULL, ctx, model, opt, state, 0, &own_obytes, &olen), s, done);
+    LS_CHECK_GOTO(write_bytes(tmpdir, ckpt_required[F_OPTIM], obytes ? obytes : own_obytes, olen, &m.files[F_OPTIM], 0),
                   s, done);
     ls_ckpt_state st = *state;
     st.has_ema = ema != NULL;
@@ -1693,7 +1740,7 @@ done:
     if (s != LS_OK && path_exists(tmpdir)) remove_tree(tmpdir);
     free(text);
     free(mtext);
-    opt_list_free(&ol);
+    free(own_obytes);
     free(names);
     free(ts);
     free(bnames);
@@ -1762,48 +1809,104 @@ static int sharded(ls_comm *comm, const ls_optimizer *opt) {
     return opt && comm_world(comm) > 1 && ls_optimizer_owner(opt, 0) >= 0;
 }
 
-/* A sharded optimizer's state between its owners and rank 0, which holds all of it meanwhile
- * (ls_optimizer_hold_states): to_rank0 1 gathers it there (a save), 0 sends rank 0's values to the
- * owners (a load). Collective, one broadcast per tensor another rank owns; a rank that is neither
- * end of one receives it into a scratch buffer of the largest such tensor. */
-static ls_status move_states(ls_comm *comm, ls_ctx *ctx, ls_optimizer *opt, int to_rank0) {
-    int rank = comm_rank(comm), n = ls_optimizer_num_params(opt), slots = ls_optimizer_num_state_slots(opt);
+/* The bytes of the buffer through which the states other ranks keep travel (0: none needed here):
+ * on rank 0 each comes from (a save) or goes to (a load) its owner, one tensor at a time; a rank
+ * that is neither end receives it too (a broadcast). */
+static size_t transit_bytes(const opt_list *ol, int rank) {
     size_t most = 0;
-    for (int i = 0; i < n; i++) {
-        int owner = ls_optimizer_owner(opt, i);
-        ls_tensor *p = ls_optimizer_param(opt, i, NULL);
-        if (slots && owner != 0 && owner != rank && rank != 0 && ls_tensor_nbytes(p) > most) most = ls_tensor_nbytes(p);
-    }
+    for (int k = 0; k < ol->n; k++)
+        if (ol->owner[k] > 0 && ol->owner[k] != rank && ls_tensor_nbytes(ol->t[k]) > most)
+            most = ls_tensor_nbytes(ol->t[k]);
+    return most;
+}
+
+/* optimizer.safetensors' bytes on rank 0 (malloc'd; NULL on the other ranks): the optimizer's state
+ * in opt_list's order. shard (collective): a state another rank keeps comes from its owner through
+ * the transit buffer, so rank 0's device holds no more of the others' state than its largest
+ * tensor (ZeroRedundancyOptimizer's consolidate_state_dict gathers all of it on one rank). */
+static ls_status optim_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, const ls_ckpt_state *st,
+                            int shard, unsigned char **out, size_t *out_len) {
+    int rank = comm_rank(comm);
+    char stepbuf[32];
+    snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)st->step);
+    const char *meta[] = {"format", "pt",    "lockstep", "optimizer", "optimizer", kind_name(st->optim.kind),
+                          "step",   stepbuf, NULL};
+    unsigned char *buf = NULL;
+    size_t total = 0, pos = 0;
     void *scratch = NULL;
-    ls_status s = most ? ls_alloc(ctx->alloc, most, "optimizer state in transit (checkpoint)", &scratch) : LS_OK;
-    LS_CHECK(agree(comm, s));
-    for (int i = 0; i < n && s == LS_OK; i++) {
-        int owner = ls_optimizer_owner(opt, i);
-        if (owner == 0) continue;
-        ls_tensor *p = ls_optimizer_param(opt, i, NULL);
-        for (int slot = 0; slot < slots && s == LS_OK; slot++) {
-            ls_tensor *t = ls_optimizer_state(opt, i, slot);
-            void *buf = rank == 0 || rank == owner ? (t ? t->data : NULL) : scratch;
-            if (!buf) {
-                s = ls_error(LS_ERR_INTERNAL, "optimizer state %d.%d is not on rank %d", i, slot, rank);
+    opt_list ol;
+    *out = NULL;
+    *out_len = 0;
+    ls_status s = opt_list_make(model, opt, st->optim.kind, shard, &ol), err = LS_OK;
+    size_t most = s == LS_OK ? transit_bytes(&ol, rank) : 0;
+    if (s == LS_OK && rank == 0)
+        s = st_begin(ol.n, (const char *const *)ol.names, (const ls_tensor *const *)ol.t, meta, &buf, &total, &pos);
+    if (s == LS_OK && most) s = ls_alloc(ctx->alloc, most, "optimizer state in transit (checkpoint)", &scratch);
+    if (shard) s = agree(comm, s);
+    for (int k = 0; s == LS_OK && k < ol.n; k++) {
+        ls_tensor *t = ol.t[k], from = *t;
+        if (ol.owner[k] > 0) {
+            s = ls_comm_broadcast(comm, rank == ol.owner[k] ? t->data : scratch, ls_tensor_numel(t), t->dtype,
+                                  ol.owner[k]);
+            if (s != LS_OK) {
+                ls_error_context(s, "sending the optimizer state '%s' from rank %d to rank 0", ol.names[k],
+                                 ol.owner[k]);
                 break;
             }
-            s = ls_comm_broadcast(comm, buf, ls_tensor_numel(p), p->dtype, to_rank0 ? owner : 0);
-            if (s != LS_OK)
-                ls_error_context(s, "moving the optimizer state of parameter %d %s rank 0", i,
-                                 to_rank0 ? "to" : "from");
+            from = ls_tensor_view(scratch, t->dtype, ls_allocator_device(ctx->alloc), t->ndim, t->shape);
         }
+        if (rank == 0 && err == LS_OK) { /* an error here: the others still send theirs */
+            ls_tensor to = ls_tensor_view(buf + pos, t->dtype, ls_device_cpu(), t->ndim, t->shape);
+            err = ls_tensor_copy(ctx->alloc, &to, &from);
+            if (err != LS_OK) ls_error_context(err, "optimizer state '%s'", ol.names[k]);
+        }
+        pos += ls_tensor_nbytes(t);
     }
     if (scratch) ls_free(ctx->alloc, scratch);
+    if (s == LS_OK) s = err;
+    if (shard) s = agree(comm, s);
+    if (s == LS_OK && rank == 0) {
+        *out = buf;
+        *out_len = total;
+    } else {
+        free(buf);
+    }
+    opt_list_free(&ol);
     return s;
 }
 
-/* Rank 0 holds the whole state of a sharded optimizer, gathered from the owners (a save). */
-static ls_status gather_states(ls_comm *comm, ls_ctx *ctx, ls_optimizer *opt) {
-    ls_status s = comm_rank(comm) == 0 ? ls_optimizer_hold_states(opt, 1) : LS_OK;
+/* A sharded optimizer's states from optimizer.safetensors' bytes on rank 0 (checked there by
+ * load_tensors, which read rank 0's own) to their owners. Collective: one tensor at a time through
+ * the transit buffer, as optim_file. */
+static ls_status states_from_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, ls_optim_kind kind,
+                                  const unsigned char *bytes, size_t len, const char *ckpt_path) {
+    int rank = comm_rank(comm);
+    char p[LS_CKPT_PATH_MAX + 80];
+    snprintf(p, sizeof p, "%s/%s", ckpt_path, ckpt_required[F_OPTIM]);
+    ls_safetensors *f = NULL;
+    void *scratch = NULL;
+    opt_list ol;
+    ls_status s = opt_list_make(model, opt, kind, 1, &ol), err = LS_OK;
+    size_t most = s == LS_OK ? transit_bytes(&ol, rank) : 0;
+    if (s == LS_OK && rank == 0) s = ls_safetensors_open_memory(bytes, len, p, &f);
+    if (s == LS_OK && most) s = ls_alloc(ctx->alloc, most, "optimizer state in transit (checkpoint)", &scratch);
     s = agree(comm, s);
-    if (s == LS_OK) s = move_states(comm, ctx, opt, 1);
-    if (s != LS_OK && comm_rank(comm) == 0) ls_optimizer_hold_states(opt, 0);
+    for (int k = 0; s == LS_OK && k < ol.n; k++) {
+        ls_tensor *t = ol.t[k];
+        if (ol.owner[k] <= 0) continue;
+        if (rank == 0 && err == LS_OK) { /* an error here: the broadcasts go on, every rank fails after */
+            ls_tensor to = ls_tensor_view(scratch, t->dtype, ls_allocator_device(ctx->alloc), t->ndim, t->shape);
+            err = ls_safetensors_read(f, ol.names[k], ctx->alloc, &to);
+        }
+        s = ls_comm_broadcast(comm, rank == ol.owner[k] ? t->data : scratch, ls_tensor_numel(t), t->dtype, 0);
+        if (s != LS_OK)
+            ls_error_context(s, "sending the optimizer state '%s' from rank 0 to rank %d", ol.names[k], ol.owner[k]);
+    }
+    ls_safetensors_close(f);
+    if (scratch) ls_free(ctx->alloc, scratch);
+    if (s == LS_OK) s = err;
+    s = agree(comm, s);
+    opt_list_free(&ol);
     return s;
 }
 
@@ -1825,13 +1928,15 @@ ls_status ls_ckpt_save_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep
     ls_status s = LS_OK;
     LS_TL_T0(t0);
     /* rank 0 writes, so its LOCKSTEP_CKPT_CRASH_AT is the one that counts; its error reaches every rank */
-    const int shard = sharded(comm, opt);
-    if (shard) LS_CHECK(gather_states(comm, ctx, opt)); /* as ZeroRedundancyOptimizer's consolidate_state_dict */
+    unsigned char *obytes = NULL;
+    size_t olen = 0;
+    if (sharded(comm, opt)) LS_CHECK(optim_file(comm, ctx, model, opt, state, 1, &obytes, &olen));
     if (comm_rank(comm) == 0) {
         s = check_crash_stage();
-        if (s == LS_OK) s = save_rank0(ctx, dir, keep_last, model, opt, ema, state, r.path, sizeof r.path);
-        if (shard) ls_optimizer_hold_states(opt, 0);
+        if (s == LS_OK)
+            s = save_rank0(ctx, dir, keep_last, model, opt, ema, state, obytes, olen, r.path, sizeof r.path);
     }
+    free(obytes);
     if (comm_world(comm) > 1) s = share_result(comm, &r, s);
     LS_TL_SPAN(t0, "checkpoint save", "io");
     if (s == LS_OK && path_out && path_len) snprintf(path_out, path_len, "%s", r.path);
@@ -1863,9 +1968,10 @@ static ls_status load_weights(ls_ctx *ctx, const ckpt_bundle *b, int file, ls_mo
     return s;
 }
 
-/* Load tensors of a verified checkpoint into rank 0's model, optimizer and EMA. */
+/* Load tensors of a verified checkpoint into rank 0's model, optimizer and EMA; with shard (a
+ * sharded optimizer) the states other ranks keep are only checked (states_from_file sends them). */
 static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *model, ls_optimizer *opt, ls_ema *ema,
-                              const ls_ckpt_state *st) {
+                              const ls_ckpt_state *st, int shard) {
     char p[LS_CKPT_PATH_MAX + 80];
     ls_safetensors *f = NULL;
     ls_status s = load_weights(ctx, b, F_MODEL, model, NULL);
@@ -1882,12 +1988,15 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
         return s;
     }
     opt_list ol;
-    s = opt_list_make(model, opt, st->optim.kind, &ol);
+    s = opt_list_make(model, opt, st->optim.kind, shard, &ol);
     for (int i = 0; i < ol.n && s == LS_OK; i++) {
+        const ls_safetensors_info *info;
         if (!ls_safetensors_find(f, ol.names[i]))
             s = ls_error(LS_ERR_INVALID_ARGUMENT,
                          "'%s': no tensor '%s' for this run's optimizer (the saved %s kept no such state: momentum 0?)",
                          p, ol.names[i], kind_name(st->optim.kind));
+        else if (ol.owner[i] > 0)
+            s = st_check(f, ol.names[i], ol.t[i], &info);
         else
             s = ls_safetensors_read(f, ol.names[i], ctx->alloc, ol.t[i]);
     }
@@ -1900,8 +2009,11 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
     return s;
 }
 
+/* obytes non-NULL (a sharded optimizer): optimizer.safetensors' bytes are left there, for
+ * states_from_file. */
 static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_module *model, ls_optimizer *opt,
-                            ls_ema *ema, ls_ckpt_state *st, ckpt_result *r, char **text) {
+                            ls_ema *ema, ls_ckpt_state *st, ckpt_result *r, char **text, unsigned char **obytes,
+                            size_t *olen) {
     ckpt_bundle b;
     int found = 1;
     int is_auto = !which || !which[0] || strcmp(which, "auto") == 0;
@@ -1932,12 +2044,17 @@ static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_
     if (s == LS_OK && st->has_ema && !b.data[F_EMA])
         s = ls_error(LS_ERR_FORMAT, "'%s' records an EMA of the weights but the manifest lists no %s", sp,
                      ckpt_required[F_EMA]);
-    if (s == LS_OK) s = load_tensors(ctx, &b, model, opt, ema, st);
+    if (s == LS_OK) s = load_tensors(ctx, &b, model, opt, ema, st, obytes != NULL);
     if (s == LS_OK) {
         snprintf(r->path, sizeof r->path, "%s", b.path);
         r->text_len = (int64_t)b.len[F_STATE];
         *text = (char *)b.data[F_STATE];
         b.data[F_STATE] = NULL;
+        if (obytes) {
+            *obytes = b.data[F_OPTIM];
+            *olen = b.len[F_OPTIM];
+            b.data[F_OPTIM] = NULL;
+        }
     }
     bundle_free(&b);
     return s;
@@ -1964,7 +2081,8 @@ static ls_status agree(ls_comm *comm, ls_status s) {
 
 /* Ranks other than 0 receive what rank 0 loaded: the state text, parameters, optimizer state. */
 static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, ls_ema *ema,
-                            ls_ckpt_state *state, const ckpt_result *r, char **text) {
+                            ls_ckpt_state *state, const ckpt_result *r, char **text, const unsigned char *obytes,
+                            size_t olen) {
     int rank = comm_rank(comm);
     ls_status s = LS_OK;
     if (r->text_len < 0 || r->text_len > (int64_t)1 << 30)
@@ -1976,13 +2094,14 @@ static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_opt
     LS_CHECK(agree(comm, s));
     LS_CHECK(ls_comm_broadcast_host(comm, *text, r->text_len, LS_U8, 0));
     if (rank != 0) s = ls_ckpt_state_parse(*text, (size_t)r->text_len, "state.json (from rank 0)", model, state);
-    opt_list ol = {0, NULL, NULL};
+    opt_list ol;
+    memset(&ol, 0, sizeof ol);
     int np = ls_module_num_params(model);
     ls_tensor **params = malloc(((size_t)np + 1) * sizeof *params);
     if (s == LS_OK && !params) s = ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
     for (int i = 0; params && i < np; i++) params[i] = ls_module_param(model, i);
     const int shard = sharded(comm, opt);
-    if (s == LS_OK && !shard) s = opt_list_make(model, opt, state->optim.kind, &ol);
+    if (s == LS_OK && !shard) s = opt_list_make(model, opt, state->optim.kind, 0, &ol);
     s = agree(comm, s);
     /* a sharded optimizer's state is split between the ranks, a whole one is on every rank */
     int32_t v[4] = {shard ? -1 : ol.n, shard ? 1 : -ol.n, ema != NULL, -(ema != NULL)};
@@ -1994,7 +2113,7 @@ static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_opt
         s = ls_error(LS_ERR_MISMATCH, "some ranks load an EMA of the weights from the checkpoint, others do not");
     if (s == LS_OK) s = ls_ddp_broadcast_params(comm, np, params);
     if (s == LS_OK) s = ls_cnn_broadcast_buffers(comm, model);
-    if (s == LS_OK && shard) s = move_states(comm, ctx, opt, 0);
+    if (s == LS_OK && shard) s = states_from_file(comm, ctx, model, opt, state->optim.kind, obytes, olen, r->path);
     if (s == LS_OK && ol.n > 0) s = ls_ddp_broadcast_params(comm, ol.n, ol.t);
     if (s == LS_OK && ema && state->has_ema) { /* the averages: the same tensors as the model's */
         int ne = ls_ema_num_tensors(ema);
@@ -2025,17 +2144,17 @@ ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const ch
     memset(&r, 0, sizeof r);
     char *text = NULL;
     ls_status s = LS_OK;
-    /* a sharded optimizer's whole state is read on rank 0, then sent to the owners */
+    /* a sharded optimizer's state: rank 0 reads its own, then sends each other from the file */
     const int shard = sharded(comm, opt);
-    if (comm_rank(comm) == 0) {
-        if (shard) s = ls_optimizer_hold_states(opt, 1);
-        if (s == LS_OK) s = load_rank0(ctx, dir, which, model, opt, ema, state, &r, &text);
-    }
+    unsigned char *obytes = NULL;
+    size_t olen = 0;
+    if (comm_rank(comm) == 0)
+        s = load_rank0(ctx, dir, which, model, opt, ema, state, &r, &text, shard ? &obytes : NULL, &olen);
     if (comm_world(comm) > 1) {
         s = share_result(comm, &r, s);
-        if (s == LS_OK && r.found) s = load_share(comm, ctx, model, opt, ema, state, &r, &text);
+        if (s == LS_OK && r.found) s = load_share(comm, ctx, model, opt, ema, state, &r, &text, obytes, olen);
     }
-    if (shard && comm_rank(comm) == 0) ls_optimizer_hold_states(opt, 0);
+    free(obytes);
     free(text);
     if (s != LS_OK || !r.found) return s;
     if (ema && state->has_ema)

@@ -105,7 +105,11 @@ ls_status ls_safetensors_write(const char *path, int n, const char *const *names
  * Ranks: rank 0 writes (the state is replicated) and reads; a load is broadcast from rank 0, so
  * the checkpoint directory only needs to be reachable from rank 0. Every rank returns the same
  * status and message for a save or load: no rank is left waiting. Rank 0 holds one file's bytes
- * in host memory while saving it, and the whole checkpoint while loading.
+ * in host memory while saving it, and the whole checkpoint while loading. A sharded optimizer
+ * (ls_optimizer_shard): the files are an unsharded save's; each state another rank keeps travels
+ * from its owner into rank 0's file bytes (a load: from them to its owner) one tensor at a time, so
+ * the allocator of a rank holds at most one more tensor than its own share meanwhile (the largest
+ * that another rank than 0 and this one keeps), never the whole state.
  * Fault injection for tests: LOCKSTEP_CKPT_CRASH_AT=<stage> kills the writing process with
  * SIGKILL at that instant of a save: "mid-write" (half of model.safetensors.tmp written),
  * "tmpfile" (model.safetensors.tmp complete, not renamed), "before-manifest" (data files done),

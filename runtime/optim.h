@@ -79,9 +79,9 @@ ls_status ls_optimizer_shard(ls_optimizer *o, int rank, int world);
  * out of range. */
 int ls_optimizer_owner(const ls_optimizer *o, int i);
 /* A sharded optimizer: all 1 allocates (zeroed) the state of the parameters other ranks own, so this
- * rank can gather a whole state (checkpoints consolidate on rank 0, as ZeroRedundancyOptimizer's
- * consolidate_state_dict); its steps still update only its own. all 0 frees them again. Unsharded:
- * nothing to do. */
+ * rank can gather a whole state (as ZeroRedundancyOptimizer's consolidate_state_dict; checkpoints
+ * do not: ls_ckpt_save moves the others' states one tensor at a time); its steps still update only
+ * its own. all 0 frees them again. Unsharded: nothing to do. */
 ls_status ls_optimizer_hold_states(ls_optimizer *o, int all);
 void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps);
 

@@ -79,7 +79,7 @@ typedef struct ls_trainer ls_trainer;
  * own parameters and the trainer broadcasts each parameter from its owner after every step, so
  * that every rank holds the same parameters; a gradient of another rank's parameter holds this
  * rank's own part only after the step. On 2 ranks (and on any number with shard_reduce -1) the
- * parameters, and checkpoints (ls_ckpt_save gathers the state on rank 0), are the same bits as
+ * parameters, and the checkpoint files (an unsharded save's), are the same bits as
  * unsharded; on more, MPI may sum the ranks' gradients in another order (equal within rounding).
  * With clip_grad_norm the norm is then that of the owners' gradients, summed over the ranks. */
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,

@@ -7,7 +7,8 @@
  * position at a new world size, the preemption flag, and a ResNet's BatchNorm running statistics
  * (buffers) saved beside its parameters and restored on every rank, and an EMA of the weights
  * (ema.safetensors: saved, recorded, loaded on every rank as rank 0's, reset where a checkpoint has
- * none). Run alone (self) or under mpirun: loads are broadcast from rank 0, and a failure on rank 0
+ * none), and a sharded optimizer's state (the unsharded save's files; no rank holds the others'
+ * state, by the allocator's peak). Run alone (self) or under mpirun: loads are broadcast from rank 0, and a failure on rank 0
  * fails every rank with the same message. */
 #include <dirent.h>
 #include <ftw.h>
@@ -537,6 +538,126 @@ static void test_bad_inputs(void) {
     ls_module_destroy(m);
 }
 
+static unsigned char *file_bytes(const char *p, long *len) {
+    FILE *f = fopen(p, "rb");
+    LS_REQUIRE(f && fseek(f, 0, SEEK_END) == 0);
+    *len = ftell(f);
+    unsigned char *b = malloc((size_t)*len + 1);
+    LS_REQUIRE(b && fseek(f, 0, SEEK_SET) == 0 && fread(b, 1, (size_t)*len, f) == (size_t)*len);
+    fclose(f);
+    return b;
+}
+
+static int same_file(const char *p, const char *q) {
+    long n, m;
+    unsigned char *a = file_bytes(p, &n), *b = file_bytes(q, &m);
+    int same = n == m && memcmp(a, b, (size_t)n) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+
+/* A sharded optimizer (ZeRO stage 1, ls_optimizer_shard) saves the same files as the unsharded one
+ * it was split from, byte for byte, and a load gives each rank its own states back, bitwise. Neither
+ * gathers the others' states on rank 0: the states another rank keeps travel one tensor at a time,
+ * so the allocator's peak grows by the largest of them, exactly (ZeroRedundancyOptimizer's
+ * consolidate_state_dict holds all of them on one rank). A failed save or load fails every rank. */
+static void test_sharded(ls_optim_kind kind) {
+    if (world < 2) return;
+    char dir[128], full[128], p[LS_CKPT_PATH_MAX], q[LS_CKPT_PATH_MAX];
+    const char *kn = kind == LS_OPTIM_SGD ? "sgd" : "adamw";
+    snprintf(dir, sizeof dir, "%s/shard-%s", root, kn);
+    snprintf(full, sizeof full, "%s/shard-full-%s", root, kn);
+    ls_module *a = make_model(64, LS_F32, 1), *b = make_model(64, LS_F32, 2);
+    ls_optimizer *oa = make_opt(a, kind), *os = make_opt(a, kind), *ob = make_opt(b, kind);
+    fill_all(a, oa, 1);
+    fill_all(a, os, 1);
+    save(full, 1, a, oa, 30, kind);
+    LS_REQUIRE_OK(ls_optimizer_shard(os, rank, world));
+    LS_REQUIRE_OK(ls_optimizer_shard(ob, rank, world));
+    fill_all(b, ob, 2 + rank);
+    size_t transit = 0; /* the largest state another rank than 0 and this one keeps */
+    for (int i = 0; i < ls_module_num_params(a); i++) {
+        int owner = ls_optimizer_owner(os, i);
+        size_t nb = ls_tensor_nbytes(ls_module_param(a, i));
+        if (owner > 0 && owner != rank && nb > transit) transit = nb;
+    }
+    LS_EXPECT(rank == world - 1 || transit > 0);
+
+    ls_memory_stats m0, m1;
+    ls_allocator_stats(ctx->alloc, &m0);
+    ls_allocator_reset_peak(ctx->alloc);
+    save(dir, 1, a, os, 30, kind);
+    ls_allocator_stats(ctx->alloc, &m1);
+    if (m1.live_bytes != m0.live_bytes || m1.peak_bytes - m0.live_bytes != transit) {
+        fprintf(stderr, "rank %d: a sharded save peaked %zu bytes above the %zu live (%zu after), expected %zu\n", rank,
+                m1.peak_bytes - m0.live_bytes, m0.live_bytes, m1.live_bytes, transit);
+        ls_test_failures++;
+    }
+    if (rank == 0) {
+        static const char *const files[] = {"optimizer.safetensors", "model.safetensors", "state.json"};
+        for (int k = 0; k < 3; k++) {
+            path_of(p, sizeof p, dir, 30, files[k]);
+            path_of(q, sizeof q, full, 30, files[k]);
+            if (!same_file(p, q)) {
+                fprintf(stderr, "%s differs from the unsharded save's %s\n", p, q);
+                ls_test_failures++;
+            }
+        }
+    }
+
+    ls_ckpt_state got;
+    int found = 0;
+    ls_allocator_stats(ctx->alloc, &m0);
+    ls_allocator_reset_peak(ctx->alloc);
+    LS_REQUIRE_OK(ls_ckpt_load(comm, ctx, dir, "auto", b, ob, &got, &found, NULL, 0));
+    ls_allocator_stats(ctx->alloc, &m1);
+    if (m1.live_bytes != m0.live_bytes || m1.peak_bytes - m0.live_bytes != transit) {
+        fprintf(stderr, "rank %d: a sharded load peaked %zu bytes above the %zu live (%zu after), expected %zu\n", rank,
+                m1.peak_bytes - m0.live_bytes, m0.live_bytes, m1.live_bytes, transit);
+        ls_test_failures++;
+    }
+    LS_EXPECT(found == 1 && same_all(a, os, b, ob)); /* this rank's states, none of the others' */
+    for (int i = 0; i < ls_module_num_params(a); i++)
+        LS_EXPECT((ls_optimizer_state(ob, i, 0) != NULL) == (ls_optimizer_owner(ob, i) == rank));
+
+    /* rank 0 cannot write there: every rank fails, after the states travelled */
+    snprintf(p, sizeof p, "%s/shard-file-%s", root, kn);
+    if (rank == 0) {
+        FILE *f = fopen(p, "w");
+        LS_REQUIRE(f && fclose(f) == 0);
+    }
+    snprintf(q, sizeof q, "%s/shard-file-%s/sub", root, kn);
+    ls_ckpt_state st = make_state(31, kind);
+    ls_status s = ls_ckpt_save(comm, ctx, q, 1, a, os, &st, NULL, 0);
+    LS_EXPECT(s != LS_OK && strstr(ls_last_error(), p) && (rank == 0 || strstr(ls_last_error(), "(on rank 0)")));
+    /* a checkpoint of an optimizer without state (SGD without momentum) into one with: every rank
+     * fails with rank 0's message, whichever rank keeps the first missing state */
+    if (kind == LS_OPTIM_SGD) {
+        int n = ls_module_num_params(a);
+        ls_tensor *pp[8], *gg[8];
+        for (int i = 0; i < n; i++) {
+            pp[i] = ls_module_param(a, i);
+            gg[i] = ls_module_grad(a, i);
+        }
+        ls_optim_config c = ls_optim_defaults(LS_OPTIM_SGD);
+        c.momentum = 0;
+        ls_optimizer *plain;
+        LS_REQUIRE_OK(ls_optimizer_create(ctx, n, pp, gg, &c, &plain));
+        snprintf(q, sizeof q, "%s/shard-plain", root);
+        save(q, 1, a, plain, 32, kind);
+        LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, q, "auto", b, ob, &got, &found, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                      "no tensor '0.weight.momentum' for this run's optimizer (the saved sgd kept no such state");
+        LS_EXPECT(rank == 0 || strstr(ls_last_error(), "(on rank 0)"));
+        ls_optimizer_destroy(plain);
+    }
+    ls_optimizer_destroy(oa);
+    ls_optimizer_destroy(os);
+    ls_optimizer_destroy(ob);
+    ls_module_destroy(a);
+    ls_module_destroy(b);
+}
+
 /* A save killed at each stage leaves step 1 loadable (step 2 once its directory is renamed); the
  * next save clears the debris. Forks, so rank 0 / single process only. */
 static void test_crash_stages(void) {
@@ -756,6 +877,8 @@ int main(void) {
     test_buffers();
     test_ema();
     test_bad_inputs();
+    test_sharded(LS_OPTIM_SGD);
+    test_sharded(LS_OPTIM_ADAMW);
     if (world == 1) {
         test_crash_stages();
         test_state_json();
