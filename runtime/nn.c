@@ -2,6 +2,7 @@
  * its state; Sequential holds the flat parameter list of its children in order and fires the
  * gradient hook for a child's parameters (last first) right after that child's backward. */
 #include "nn.h"
+#include "cpu/cpu.h"
 #include "nn_impl.h"
 #include "timeline.h"
 
@@ -62,6 +63,7 @@ void ls_module_destroy(ls_module *m) {
     ls_tensor_destroy(m->y);
     ls_tensor_destroy(m->dx);
     ls_tensor_destroy(m->mask);
+    free(m->key_rows);
     free(m->params);
     free(m->grads);
     free(m->names);
@@ -335,9 +337,17 @@ ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, l
 
 ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act, uint64_t seed,
                         ls_module **out_m) {
+    return ls_mlp_create_dropout(ctx, dtype, n_sizes, sizes, act, 0, seed, out_m);
+}
+
+ls_status ls_mlp_create_dropout(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act,
+                                float dropout, uint64_t seed, ls_module **out_m) {
     LS_CHECK_ARG(ctx && sizes && out_m, "ls_mlp_create: %s is NULL", !ctx ? "ctx" : !sizes ? "sizes" : "out");
     if (n_sizes < 2) return ls_error(LS_ERR_INVALID_ARGUMENT, "an MLP needs at least 2 sizes, got %d", n_sizes);
-    int n = 2 * (n_sizes - 1) - 1;
+    if (!(dropout >= 0 && dropout < 1))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "dropout probability %g is outside [0, 1)", dropout);
+    const int with = dropout > 0;
+    int n = (2 + with) * (n_sizes - 1) - 1 - with;
     ls_module **mods = calloc((size_t)n, sizeof *mods);
     if (!mods) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the MLP's layer list");
     ls_status s = LS_OK;
@@ -349,6 +359,9 @@ ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t 
         if (i + 2 < n_sizes) {
             s = ls_activation_create(ctx, act, &mods[k]);
             if (s == LS_OK) k++;
+            /* its stream: apart from the layers' init streams (seed + i) */
+            if (s == LS_OK && with) s = ls_dropout_create(ctx, dropout, ~seed - (uint64_t)i, &mods[k]);
+            if (s == LS_OK && with) k++;
         }
     }
     if (s == LS_OK) s = ls_sequential_create(ctx, n, mods, out_m);
@@ -359,6 +372,35 @@ ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t 
 }
 
 /* ---- Dropout ---- */
+static const ls_module_vt dropout_vt;
+
+/* The key of one keyed row's draws: (seed, step, sample) alone. */
+static uint64_t dropout_row_key(const ls_module *m, int64_t row) {
+    ls_rng k, r;
+    ls_rng_init_stream(&k, m->seed, m->key_step);
+    ls_rng_init_stream(&r, k.seed, (uint64_t)m->key_rows[row]);
+    return r.seed;
+}
+
+/* n multipliers of stream key (ls_rng_u32's draws: Philox4x32 of counters 0, 1, ... under key):
+ * keep where the draw's top 24 bits, as a fraction, are >= p (ls_rng_uniform(r) >= p exactly). */
+static void dropout_fill(void *out, ls_dtype t, int64_t n, uint64_t key, float p, double keep) {
+    const uint32_t thr = (uint32_t)ceil((double)p * 16777216.0);
+    const float kf = (float)keep;
+    uint32_t u[4];
+    for (int64_t i = 0; i < n; i += 4) {
+        ls_philox4x32((uint64_t)(i / 4), key, u);
+        int64_t e = n - i < 4 ? n - i : 4;
+        for (int64_t j = 0; j < e; j++) {
+            int on = (u[j] >> 8) >= thr;
+            if (t == LS_F64)
+                ((double *)out)[i + j] = on ? keep : 0.0;
+            else
+                ((float *)out)[i + j] = on ? kf : 0.0f;
+        }
+    }
+}
+
 static ls_status dropout_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
     m->x = x;
     if (!m->training || m->p == 0) {
@@ -367,29 +409,48 @@ static ls_status dropout_forward(ls_module *m, const ls_tensor *x, const ls_tens
     }
     if (!m->ctx->ops->mul)
         return ls_error(LS_ERR_UNSUPPORTED, "dropout: the %s backend has no elementwise multiply", m->ctx->ops->name);
-    if (x->dtype != LS_F32 && x->dtype != LS_F64)
-        return ls_error(LS_ERR_UNSUPPORTED, "dropout: inputs must be f32 or f64");
+    const int lowp = x->dtype == LS_F16 || x->dtype == LS_BF16;
+    if (x->dtype != LS_F32 && x->dtype != LS_F64 && !lowp)
+        return ls_error(LS_ERR_UNSUPPORTED, "dropout: inputs must be f32, f64, f16 or bf16, not %s",
+                        ls_dtype_name(x->dtype));
+    int64_t n = ls_tensor_numel(x), rows = x->ndim > 0 ? x->shape[0] : 1, per = rows > 0 ? n / rows : 0;
+    if (m->keyed && rows != m->key_n)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "dropout: its masks are keyed to %lld samples (ls_module_key_dropout) but the batch has %lld",
+                        (long long)m->key_n, (long long)rows);
     LS_CHECK(ls_module_ensure(m->ctx, &m->y, x->dtype, x->ndim, x->shape, "dropout output"));
     LS_CHECK(ls_module_ensure(m->ctx, &m->mask, x->dtype, x->ndim, x->shape, "dropout mask"));
-    int64_t n = ls_tensor_numel(x);
-    size_t esz = ls_dtype_size(x->dtype);
-    void *h = malloc((size_t)n * esz + 1);
-    if (!h) return ls_error(LS_ERR_OUT_OF_MEMORY, "dropout: no host memory for the mask");
-    /* Keyed by the number of backward passes so far: a forward recomputed before the next
-     * backward (activation checkpointing) draws exactly the same mask. */
-    ls_rng r;
-    ls_rng_init_stream(&r, m->seed, m->backward_passes);
-    double keep = 1.0 / (1.0 - (double)m->p);
-    for (int64_t i = 0; i < n; i++) {
-        double v = ls_rng_uniform(&r) >= m->p ? keep : 0.0;
-        if (x->dtype == LS_F64)
-            ((double *)h)[i] = v;
-        else
-            ((float *)h)[i] = (float)v;
+    /* drawn on the host: into the mask itself where it is host memory in f32/f64; else into a
+     * buffer (f32 for f16/bf16, then converted) copied to it */
+    const ls_dtype ht_t = lowp ? LS_F32 : x->dtype;
+    const int direct = !lowp && m->mask->device.type == LS_DEVICE_CPU;
+    void *h = direct ? m->mask->data : malloc((size_t)n * ls_dtype_size(ht_t) + 1);
+    void *hl = lowp ? malloc((size_t)n * 2 + 1) : NULL;
+    if (!h || (lowp && !hl)) {
+        if (!direct) free(h);
+        free(hl);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "dropout: no host memory for the mask");
     }
-    ls_tensor ht = ls_tensor_view(h, x->dtype, ls_device_cpu(), x->ndim, x->shape);
-    ls_status s = ls_tensor_copy(m->ctx->alloc, m->mask, &ht);
-    free(h);
+    /* One stream keyed by the number of backward passes so far, or (keyed) one per row keyed by
+     * its sample and the step: a forward recomputed before the next backward (activation
+     * checkpointing) draws exactly the same mask. */
+    double keep = 1.0 / (1.0 - (double)m->p);
+    size_t esz = ls_dtype_size(ht_t);
+    if (m->keyed) {
+        for (int64_t i = 0; i < rows; i++)
+            dropout_fill((char *)h + (size_t)(i * per) * esz, ht_t, per, dropout_row_key(m, i), m->p, keep);
+    } else {
+        ls_rng r;
+        ls_rng_init_stream(&r, m->seed, m->backward_passes);
+        dropout_fill(h, ht_t, n, r.seed, m->p, keep);
+    }
+    ls_status s = lowp ? ls_cpu_convert(n, LS_F32, h, x->dtype, hl) : LS_OK;
+    if (s == LS_OK && !direct) {
+        ls_tensor ht = ls_tensor_view(lowp ? hl : h, x->dtype, ls_device_cpu(), x->ndim, x->shape);
+        s = ls_tensor_copy(m->ctx->alloc, m->mask, &ht);
+    }
+    if (!direct) free(h);
+    free(hl);
     LS_CHECK(s);
     LS_CHECK(m->ctx->ops->mul(m->ctx->state, x->dtype, n, x->data, m->mask->data, m->y->data));
     *y = m->y;
@@ -414,6 +475,56 @@ static ls_status dropout_backward(ls_module *m, const ls_tensor *dy, int want_dx
 }
 
 static const ls_module_vt dropout_vt = {"Dropout", dropout_forward, dropout_backward, NULL};
+
+ls_status ls_module_key_dropout(ls_module *m, uint64_t step, const int64_t *rows, int64_t n) {
+    LS_CHECK_ARG(m, "ls_module_key_dropout: the module is NULL");
+    LS_CHECK_ARG(n >= 0 && (rows || n == 0), "ls_module_key_dropout: %lld sample ids at %p", (long long)n,
+                 (const void *)rows);
+    if (m->vt == &dropout_vt) {
+        if (!rows) {
+            m->keyed = 0;
+            return LS_OK;
+        }
+        if (n > m->key_cap) {
+            int64_t *k = realloc(m->key_rows, (size_t)n * sizeof *k);
+            if (!k) return ls_error(LS_ERR_OUT_OF_MEMORY, "dropout: no memory for %lld sample ids", (long long)n);
+            m->key_rows = k;
+            m->key_cap = n;
+        }
+        if (n) memcpy(m->key_rows, rows, (size_t)n * sizeof *rows);
+        m->key_n = n;
+        m->key_step = step;
+        m->keyed = 1;
+    }
+    for (int i = 0; i < m->n_children; i++) LS_CHECK(ls_module_key_dropout(m->children[i], step, rows, n));
+    return LS_OK;
+}
+
+static void dropouts(ls_module *m, ls_module **out, int *n) {
+    if (m->vt == &dropout_vt) {
+        if (out) out[*n] = m;
+        (*n)++;
+    }
+    for (int i = 0; i < m->n_children; i++) dropouts(m->children[i], out, n);
+}
+
+int ls_module_num_dropouts(const ls_module *m) {
+    int n = 0;
+    if (m) dropouts((ls_module *)m, NULL, &n);
+    return n;
+}
+
+uint64_t *ls_module_dropout_seed(ls_module *m, int i) {
+    int n = ls_module_num_dropouts(m);
+    if (i < 0 || i >= n) return NULL;
+    ls_module **v = malloc((size_t)n * sizeof *v);
+    if (!v) return NULL;
+    n = 0;
+    dropouts(m, v, &n);
+    uint64_t *seed = &v[i]->seed;
+    free(v);
+    return seed;
+}
 
 ls_status ls_dropout_create(ls_ctx *ctx, float p, uint64_t seed, ls_module **out_m) {
     if (!(p >= 0 && p < 1)) return ls_error(LS_ERR_INVALID_ARGUMENT, "dropout probability %g is outside [0, 1)", p);

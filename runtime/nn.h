@@ -32,12 +32,30 @@ ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, l
  * layer i's init stream is seed + i. */
 ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act, uint64_t seed,
                         ls_module **out_m);
+/* The same with a Dropout(dropout) after each hidden layer's activation when dropout > 0, numbered
+ * as in PyTorch's nn.Sequential(Linear, act, Dropout, Linear, ...): the parameters are "0.weight",
+ * "0.bias", "3.weight", ... The dropouts' streams are apart from the layers' init streams. */
+ls_status ls_mlp_create_dropout(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act,
+                                float dropout, uint64_t seed, ls_module **out_m);
 void ls_module_destroy(ls_module *m);
 
 /* Dropout with probability p (inverted: kept values scaled by 1/(1-p)); inactive when not
- * training. Its mask is a function of (seed, backward passes so far), so a forward recomputed
- * before the next backward (activation checkpointing) replays the same mask. */
+ * training; f32, f64, f16 and bf16 inputs. Its mask is a function of (seed, backward passes so
+ * far), or, keyed (ls_module_key_dropout), each sample's row of (seed, step, the sample's id), so a
+ * forward recomputed before the next backward (activation checkpointing) replays the same mask. */
 ls_status ls_dropout_create(ls_ctx *ctx, float p, uint64_t seed, ls_module **out_m);
+/* Keys the masks of every Dropout inside m to the samples of the next forwards: the mask of row i
+ * (the batch's first dimension) is a function of (the Dropout's seed, step, rows[i]) alone, so a
+ * sample draws the same mask at a step whichever rank or micro-batch it is in: with the same seeds
+ * on every rank, data-parallel training with dropout is the same on any number of ranks and with
+ * any accumulation split (within rounding), as without. The next forwards must have n rows (an
+ * error names both counts). rows NULL: back to the default keying. ls_trainer_step keys each
+ * micro-batch by its optimizer step and the sample indices it trains on. */
+ls_status ls_module_key_dropout(ls_module *m, uint64_t step, const int64_t *rows, int64_t n);
+/* The Dropouts inside m, in forward order: how many, and the i-th's seed (to read or set; NULL
+ * where i is out of range). ls_trainer_create sets every rank's to rank 0's, as the parameters. */
+int ls_module_num_dropouts(const ls_module *m);
+uint64_t *ls_module_dropout_seed(ls_module *m, int i);
 /* Activation checkpointing: wrap inner (ownership taken) so forward keeps only the input and the
  * output, and backward recomputes inner's activations before its backward. */
 ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m);

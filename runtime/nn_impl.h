@@ -42,8 +42,11 @@ struct ls_module {
     uint64_t seed;            /* dropout stream */
     uint64_t backward_passes; /* dropout's mask is a function of (seed, backward passes done) */
     ls_tensor *mask;          /* dropout multipliers: 0 or 1/(1-p) */
-    ls_tensor *lowp[2];       /* Linear, Conv2d: f16/bf16 copies of weight and bias for low-precision inputs */
-    uint64_t lowp_epoch;      /* the ctx's cast_epoch the copies were cast in (0: none) */
+    int keyed;                /* dropout keyed to samples (ls_module_key_dropout): key_n sample ids */
+    uint64_t key_step;
+    int64_t *key_rows, key_n, key_cap;
+    ls_tensor *lowp[2];  /* Linear, Conv2d: f16/bf16 copies of weight and bias for low-precision inputs */
+    uint64_t lowp_epoch; /* the ctx's cast_epoch the copies were cast in (0: none) */
 };
 
 /* A zeroed module of size bytes (0: sizeof(struct ls_module); a kind's struct embeds ls_module

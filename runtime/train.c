@@ -24,6 +24,7 @@ struct ls_trainer {
     ls_xent *loss;
     ls_reducer *reducer;
     int compress_f16; /* the reducer sends fp16: an inf check every step, whatever the precision */
+    int dropouts;     /* the model holds Dropouts: each micro-batch keys their masks to its samples */
     int64_t steps;
     int64_t cap;      /* rows the input buffers hold */
     int64_t features; /* and the features per row */
@@ -427,6 +428,24 @@ static ls_status clip_owned(ls_trainer *t, double max_norm, double *norm) {
     return LS_OK;
 }
 
+/* Every rank's Dropouts take rank 0's seeds, as the parameters take its values: with the masks
+ * keyed to the samples (step_run), the ranks together draw what one process would. */
+static ls_status broadcast_dropout_seeds(ls_comm *comm, ls_module *model) {
+    int32_t n = ls_module_num_dropouts(model), v[2] = {n, -n};
+    LS_CHECK(ls_comm_allreduce_host(comm, v, 2, LS_I32, LS_REDUCE_MIN));
+    if (v[0] != -v[1])
+        return ls_error(LS_ERR_MISMATCH, "the ranks' models hold different numbers of Dropouts (%d to %d)", (int)v[0],
+                        (int)-v[1]);
+    if (n == 0) return LS_OK;
+    uint64_t *seeds = malloc((size_t)n * sizeof *seeds);
+    if (!seeds) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for %d dropout seeds", (int)n);
+    for (int i = 0; i < n; i++) seeds[i] = *ls_module_dropout_seed(model, i);
+    ls_status s = ls_comm_broadcast_host(comm, seeds, (int64_t)n * (int64_t)sizeof *seeds, LS_U8, 0);
+    for (int i = 0; i < n && s == LS_OK; i++) *ls_module_dropout_seed(model, i) = seeds[i];
+    free(seeds);
+    return s;
+}
+
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
                             ls_trainer **out) {
     LS_CHECK_ARG(out && cfg && ctx && model && opt, "ls_trainer_create: %s is NULL",
@@ -473,6 +492,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     t->ctx = ctx;
     t->comm = comm && ls_comm_world(comm) > 1 ? comm : NULL;
     t->model = model;
+    t->dropouts = ls_module_num_dropouts(model) > 0;
     t->opt = opt;
     t->cfg = *cfg;
     t->n_params = ls_module_num_params(model);
@@ -520,6 +540,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
         s = ls_ddp_check_signature(t->comm, t->n_params, params, names);
         if (s == LS_OK) s = ls_ddp_broadcast_params(t->comm, t->n_params, params);
         if (s == LS_OK) s = ls_cnn_broadcast_buffers(t->comm, model); /* DDP's broadcast_buffers */
+        if (s == LS_OK) s = broadcast_dropout_seeds(t->comm, model);
         free(params);
         free(names);
         if (s != LS_OK) goto fail;
@@ -1017,7 +1038,10 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
             LS_TL_T0(t_load);
             LS_CHECK(load_batch(t, data, idx + lo, n, k == 0));
             LS_TL_SPAN(t_load, "load batch", "data");
+            /* dropout's masks: a function of (step, sample), whichever rank and micro-batch */
+            if (t->dropouts) LS_CHECK(ls_module_key_dropout(t->model, (uint64_t)t->steps, idx + lo, n));
             ls_status s = forward_backward(t, scale, scale_num, stats != NULL || t->cfg.totals);
+            if (t->dropouts) ls_module_key_dropout(t->model, 0, NULL, 0);
             /* the batch's last reader is queued, also when a failure cut the work short: later
              * copies into its slot wait for what was queued */
             if (uses_buffers(t)) {

@@ -65,9 +65,9 @@ typedef struct ls_train_totals {
 
 typedef struct ls_trainer ls_trainer;
 
-/* comm may be NULL (single process). Broadcasts rank 0's parameters and buffers (BatchNorm's
- * running statistics) and checks that every rank has the same model (parameter count, shapes,
- * dtypes) before the first step. With LOCKSTEP_TIMELINE set (and cfg->no_timeline 0) the first
+/* comm may be NULL (single process). Broadcasts rank 0's parameters, buffers (BatchNorm's
+ * running statistics) and dropout seeds, and checks that every rank has the same model (parameter
+ * count, shapes, dtypes, number of Dropouts) before the first step. With LOCKSTEP_TIMELINE set (and cfg->no_timeline 0) the first
  * trainer opens this rank's timeline (timeline.h), which stays open, collecting the spans of every
  * later trainer too, until ls_timeline_close or the process exits. With several ranks the
  * model's gradients move into the reducer's buckets (reducer.h: gradients as bucket views, unless
@@ -91,6 +91,9 @@ int ls_trainer_shard_reduce(const ls_trainer *t);
 
 /* One optimizer step over this rank's samples idx[0..count) (count <= accum_steps *
  * batch_per_rank, split into micro-batches), global_count = samples in the step over all ranks.
+ * A model with Dropouts has each micro-batch's masks keyed to the step count and idx
+ * (ls_module_key_dropout): the same masks for a sample at a step on any rank, in any micro-batch,
+ * and after a resume that restores the step count (ls_trainer_set_num_steps).
  * stats may be NULL: the step then neither counts correct predictions nor reads its loss, and on
  * a GPU it returns once its work is queued, without waiting for the device (as a PyTorch loop that
  * calls no loss.item()). fp16 and bf16 decide on the device too: the unscale, the found-inf check

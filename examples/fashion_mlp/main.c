@@ -37,6 +37,7 @@ typedef struct options {
     int progress; /* -1 auto */
     const char *precision;
     int ckpt_segments; /* activation checkpointing: segments, 0 off */
+    double dropout;    /* after each hidden layer, 0 none */
     const char *metrics;
     ex_ckpt_options ck; /* --max-steps, --save-every, --checkpoint-dir, --keep-last, --resume, ... */
 } options;
@@ -73,6 +74,10 @@ static void usage(FILE *f) {
                "  --hidden A,B,...      hidden layer sizes, at most 6 (default 512,256; '' for none: a linear\n"
                "                        model)\n"
                "  --activation relu|gelu (default relu)\n"
+               "  --dropout P           dropout after each hidden layer's activation, P in [0, 1) (default 0),\n"
+               "                        numbered as nn.Sequential(Linear, act, Dropout, ...): 0, 3, 6...;\n"
+               "                        its masks are drawn per sample and step, so a run trains the same on\n"
+               "                        any number of ranks and with any --accum-steps (within rounding)\n"
                "  --init-from FILE      start from the weights in FILE, a safetensors file: a checkpoint's\n"
                "                        model.safetensors or ema.safetensors, or a PyTorch state_dict of the\n"
                "                        same names and shapes (f32, f16, bf16 or f64); a checkpoint resumed\n"
@@ -124,6 +129,7 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"checkpoint-activations", optional_argument, 0, 1002},
                                              {"hidden", required_argument, 0, 'H'},
                                              {"activation", required_argument, 0, 'a'},
+                                             {"dropout", required_argument, 0, 1100},
                                              {"seed", required_argument, 0, 's'},
                                              {"train-limit", required_argument, 0, 'T'},
                                              {"test-limit", required_argument, 0, 't'},
@@ -185,6 +191,9 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case 'H': o->hidden = optarg; break;
         case 'a': o->activation = optarg; break;
+        case 1100:
+            if (ex_parse_fraction(EX_PROG, "--dropout", optarg, &o->dropout)) return -1;
+            break;
         case 's':
             if (parse_i64("--seed", optarg, 0, INT64_MAX, &v)) return -1;
             o->seed = (uint64_t)v;
@@ -288,6 +297,8 @@ int main(int argc, char **argv) {
         p = *end ? end + 1 : end;
     }
     sizes[n_sizes++] = 10;
+    if (o.dropout > 0 && n_sizes == 2)
+        USAGE("--dropout", ls_error(LS_ERR_INVALID_ARGUMENT, "needs a hidden layer to follow (--hidden '' has none)"));
 
     TRY("rank discovery", ls_rank_discover(&ri));
     TRY(o.device ? "--device" : "device", ls_device_select(o.device, ri.local_rank, &dev));
@@ -299,7 +310,7 @@ int main(int argc, char **argv) {
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
     TRY("data", ex_check_fashion_shape(train, test));
-    TRY("model", ls_mlp_create(ctx, LS_F32, n_sizes, sizes, act, o.seed, &model));
+    TRY("model", ls_mlp_create_dropout(ctx, LS_F32, n_sizes, sizes, act, (float)o.dropout, o.seed, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
     if (o.tf.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.tf.init_from, model));
     TRY("--ema", ex_ema_create(&o.tf, ctx, model, &ema));

@@ -10,8 +10,8 @@
 # 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
 # step, naming no file), a label smoothing of 1 or more, an empty --init-from, an unknown
 # --lr-schedule, a negative --min-lr, --betas not two numbers in [0, 1), --betas or --eps without
-# AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema. And an empty --hidden trains a
-# linear model, as --help says.
+# AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema, a --dropout of 1 or with no
+# hidden layer to follow. And an empty --hidden trains a linear model, as --help says.
 set -u
 mlp=$1 resnet=$2 oom=$3 qs=$4 bench=${5:-}
 export LOCKSTEP_DEVICE=cpu OPENBLAS_NUM_THREADS=1
@@ -43,6 +43,9 @@ usage "--epochs '4294967296' must be a whole number from 0 to 1000000" "$mlp" "$
 usage "--label-smoothing '1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --label-smoothing 1
 usage "--label-smoothing 'nan' must be a number from 0 to below 1" "$resnet" "${small[@]}" --label-smoothing nan
 usage "--label-smoothing '-0.1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --label-smoothing -0.1
+usage "--dropout '1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --dropout 1
+usage "--dropout: invalid argument: needs a hidden layer to follow (--hidden '' has none)" "$mlp" "${small[@]}" \
+    --hidden '' --dropout 0.5
 usage "--init-from must not be empty" "$resnet" "${small[@]}" --init-from ''
 usage "--lr-schedule: invalid argument: learning-rate schedule 'step' is not one of cosine, linear, constant" "$mlp" \
     "${small[@]}" --lr-schedule step

@@ -11,7 +11,8 @@
  * ranks' parameters; and a fourth time sharded with each gradient reduced to its owner only (the
  * default): bitwise the same on 2 ranks, within 1e-5 on more (MPI's reduce sums in another order),
  * identical on every rank. Then SGD with the gradient norm clipped (sharded: the norm summed over
- * the owners) and SGD with gradients all-reduced in bf16, within 0.1. Alone, a trainer refuses an
+ * the owners), dropout keyed to the samples (SGD; AdamW with accumulation), and SGD with
+ * gradients all-reduced in bf16, within 0.1. Alone, a trainer refuses an
  * optimizer sharded over several ranks.
  * Args: [steps] (default 20) [cpu|cuda]. Small buckets (LOCKSTEP_BUCKET_MB) force several buckets.
  * With cuda the ranks train on the GPU (several ranks may share one: LOCKSTEP_COMM=mpi stages
@@ -31,7 +32,8 @@ static ls_ctx *C;   /* the ranks' device */
 static ls_ctx *CPU; /* the reference's */
 static ls_comm *W;
 static double tolerance = 1e-5;
-static double clip; /* the cases' clip_grad_norm (0: off) */
+static double clip;   /* the cases' clip_grad_norm (0: off) */
+static float dropout; /* the cases' dropout after each hidden layer (0: none) */
 static ls_dataset *D;
 
 typedef struct run {
@@ -46,8 +48,10 @@ static void setup(run *r, ls_ctx *ctx, ls_comm *comm, int rank, int world, ls_op
                   int shard) {
     int64_t sizes[4] = {784, 64, 32, 10};
     r->ctx = ctx;
-    LS_REQUIRE_OK(ls_mlp_create(ctx, LS_F32, 4, sizes, LS_ACT_RELU, 1000 + (uint64_t)rank * (comm ? 7 : 0), &r->m));
-    /* ranks start from different weights on purpose: the broadcast from rank 0 must fix that */
+    LS_REQUIRE_OK(ls_mlp_create_dropout(ctx, LS_F32, 4, sizes, LS_ACT_RELU, dropout,
+                                        1000 + (uint64_t)rank * (comm ? 7 : 0), &r->m));
+    /* ranks start from different weights (and dropout seeds) on purpose: the broadcast from rank 0
+     * must fix that */
     ls_tensor *p[6], *g[6];
     for (int i = 0; i < 6; i++) {
         p[i] = ls_module_param(r->m, i);
@@ -276,6 +280,13 @@ int main(int argc, char **argv) {
     clip = 0.05; /* below the gradients' norm (about 0.3-1 here): every step is clipped */
     check_case("sgd, clipped", LS_OPTIM_SGD, 12, 1, steps);
     clip = 0;
+    /* dropout 0.3 after each hidden layer: the masks keyed to (step, sample) and every rank's seeds
+     * rank 0's, so the ranks draw what one process draws for the same samples, micro-batches
+     * included: within rounding, as without (the masks of a rank's own stream would differ) */
+    dropout = 0.3f;
+    check_case("sgd, dropout", LS_OPTIM_SGD, 12, 1, steps);
+    check_case("adamw+accumulation, dropout", LS_OPTIM_ADAMW, 12, 4, steps);
+    dropout = 0;
     /* gradients all-reduced in bf16 (8 significant bits): near the reference, not equal. With 4
      * ranks of 3 samples the ranks' gradients partly cancel, so their rounding shows: 6.7% of a
      * tensor's largest value after 20 steps here (0.4% with 2 ranks). A gross error (no averaging,

@@ -1,6 +1,6 @@
 /* test_modules.c: parameter lists and names, torch-like initialization bounds and determinism,
  * gradient accumulation, the gradient hook's order (last parameter first, right after its layer's
- * backward), shape errors, and that buffers are freed (allocator live bytes return to zero). */
+ * backward), shape errors, dropout keyed to samples, and that buffers are freed (allocator live bytes return to zero). */
 #include "../kernels/gradcheck.h"
 #include "nn.h"
 
@@ -9,6 +9,73 @@ static ls_status hook(void *user, int i) {
     (void)user;
     order[n_order++] = i;
     return LS_OK;
+}
+
+/* One Dropout(0.5) forward of ones [rows, 64] in dtype t (f32 or bf16), its output as floats in out. */
+static void drop(ls_module *d, ls_ctx *C, ls_dtype t, int64_t rows, float *out) {
+    ls_tensor *x = gc_tensor(C, t, 2, (int64_t[]){rows, 64});
+    for (int64_t i = 0; i < rows * 64; i++)
+        if (t == LS_BF16)
+            ((uint16_t *)x->data)[i] = 0x3F80; /* 1.0 */
+        else
+            ((float *)x->data)[i] = 1.0f;
+    const ls_tensor *y;
+    LS_REQUIRE_OK(ls_module_forward(d, x, &y));
+    for (int64_t i = 0; i < rows * 64; i++)
+        out[i] = t == LS_BF16 ? (((const uint16_t *)y->data)[i] == 0x4000 ? 2.0f
+                                 : ((const uint16_t *)y->data)[i]         ? -1.0f
+                                                                          : 0.0f)
+                              : ((const float *)y->data)[i];
+    ls_tensor_destroy(x);
+}
+
+/* Dropout keyed to samples (ls_module_key_dropout): a row's mask is a function of (seed, step,
+ * sample) alone, whichever batch and position the sample is in, in f32 and bf16; the forward
+ * must have as many rows as keys; unkeyed it draws from its own stream again. The MLP with
+ * dropout is numbered as PyTorch's Sequential. */
+static void test_dropout(ls_ctx *C) {
+    int64_t sizes[4] = {784, 512, 256, 10};
+    ls_module *m;
+    LS_REQUIRE_OK(ls_mlp_create_dropout(C, LS_F32, 4, sizes, LS_ACT_RELU, 0.5f, 42, &m));
+    LS_EXPECT(ls_module_num_params(m) == 6 && ls_module_num_dropouts(m) == 2);
+    LS_EXPECT(strcmp(ls_module_param_name(m, 2), "3.weight") == 0 && strcmp(ls_module_param_name(m, 5), "6.bias") == 0);
+    LS_EXPECT(ls_module_dropout_seed(m, 1) && !ls_module_dropout_seed(m, 2) && !ls_module_dropout_seed(m, -1));
+    LS_EXPECT(*ls_module_dropout_seed(m, 0) != *ls_module_dropout_seed(m, 1));
+    ls_module_destroy(m);
+    ls_module *bad_m;
+    LS_EXPECT_ERR(ls_mlp_create_dropout(C, LS_F32, 4, sizes, LS_ACT_RELU, 1.0f, 42, &bad_m), LS_ERR_INVALID_ARGUMENT,
+                  "dropout probability 1 is outside [0, 1)");
+
+    ls_module *d;
+    LS_REQUIRE_OK(ls_dropout_create(C, 0.5f, 7, &d));
+    float a[4 * 64], b[2 * 64], c[4 * 64], h[4 * 64];
+    LS_REQUIRE_OK(ls_module_key_dropout(d, 3, (int64_t[]){10, 11, 12, 13}, 4));
+    drop(d, C, LS_F32, 4, a);
+    int zeros = 0;
+    for (int i = 0; i < 4 * 64; i++) {
+        LS_EXPECT(a[i] == 0.0f || a[i] == 2.0f);
+        zeros += a[i] == 0.0f;
+    }
+    LS_EXPECT(zeros > 90 && zeros < 166); /* about half of 256 */
+    LS_EXPECT(memcmp(a, a + 64, 64 * sizeof(float)) != 0);
+    LS_REQUIRE_OK(ls_module_key_dropout(d, 3, (int64_t[]){12, 99}, 2)); /* sample 12 in another batch */
+    drop(d, C, LS_F32, 2, b);
+    LS_EXPECT(memcmp(b, a + 2 * 64, 64 * sizeof(float)) == 0);
+    LS_REQUIRE_OK(ls_module_key_dropout(d, 3, (int64_t[]){10, 11, 12, 13}, 4));
+    drop(d, C, LS_BF16, 4, h); /* the same masks in bf16 (2.0 exactly) */
+    LS_EXPECT(memcmp(h, a, sizeof a) == 0);
+    LS_REQUIRE_OK(ls_module_key_dropout(d, 4, (int64_t[]){10, 11, 12, 13}, 4)); /* the next step */
+    drop(d, C, LS_F32, 4, c);
+    LS_EXPECT(memcmp(c, a, 64 * sizeof(float)) != 0);
+    ls_tensor *x = gc_tensor(C, LS_F32, 2, (int64_t[]){2, 64});
+    const ls_tensor *y;
+    LS_EXPECT_ERR(ls_module_forward(d, x, &y), LS_ERR_INVALID_ARGUMENT,
+                  "dropout: its masks are keyed to 4 samples (ls_module_key_dropout) but the batch has 2");
+    LS_EXPECT_ERR(ls_module_key_dropout(d, 4, NULL, 3), LS_ERR_INVALID_ARGUMENT, "ls_module_key_dropout: 3 sample ids");
+    LS_REQUIRE_OK(ls_module_key_dropout(d, 0, NULL, 0));
+    LS_REQUIRE_OK(ls_module_forward(d, x, &y));
+    ls_tensor_destroy(x);
+    ls_module_destroy(d);
 }
 
 int main(void) {
@@ -68,6 +135,7 @@ int main(void) {
     ls_module *bad_m;
     LS_EXPECT_ERR(ls_mlp_create(C, LS_F32, 1, one, LS_ACT_RELU, 1, &bad_m), LS_ERR_INVALID_ARGUMENT,
                   "at least 2 sizes");
+    test_dropout(C);
     ls_tensor_destroy(bad);
     ls_tensor_destroy(x);
     ls_tensor_destroy(lab);
