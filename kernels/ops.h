@@ -238,7 +238,17 @@ typedef struct ls_ops {
      * gradients (keep 1): one launch where there were four or two. */
     ls_status (*bn_update)(void *st, ls_dtype t, int64_t C, double keep, double w1, const void *x1, void *y1, double w2,
                            const void *x2, void *y2);
+    /* Dropout's multipliers into y, rows x per elements of f32, f64, f16 or bf16: element j of row
+     * r is keep (rounded to t) where draw j of stream keys[r] (Philox4x32-10 of counters 0, 1, ...
+     * under the key, four 32-bit draws a counter, as ls_rng_u32 draws them) has its top 24 bits >=
+     * thr, else 0. keys: rows keys in host memory (the CUDA backend passes them in its launches'
+     * arguments, LS_DROPOUT_KEYS rows a launch: no copy to wait for). */
+    ls_status (*dropout_mask)(void *st, ls_dtype t, int64_t rows, int64_t per, const uint64_t *keys, uint32_t thr,
+                              double keep, void *y);
 } ls_ops;
+
+/* Rows of keys one CUDA launch of dropout_mask takes (2 KiB of its arguments). */
+#define LS_DROPOUT_KEYS 256
 
 /* The op table for a device type, or NULL when this build lacks it (registry.c). */
 const ls_ops *ls_ops_for(ls_device_type type);

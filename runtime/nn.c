@@ -2,7 +2,6 @@
  * its state; Sequential holds the flat parameter list of its children in order and fires the
  * gradient hook for a child's parameters (last first) right after that child's backward. */
 #include "nn.h"
-#include "cpu/cpu.h"
 #include "nn_impl.h"
 #include "timeline.h"
 
@@ -382,35 +381,17 @@ static uint64_t dropout_row_key(const ls_module *m, int64_t row) {
     return r.seed;
 }
 
-/* n multipliers of stream key (ls_rng_u32's draws: Philox4x32 of counters 0, 1, ... under key):
- * keep where the draw's top 24 bits, as a fraction, are >= p (ls_rng_uniform(r) >= p exactly). */
-static void dropout_fill(void *out, ls_dtype t, int64_t n, uint64_t key, float p, double keep) {
-    const uint32_t thr = (uint32_t)ceil((double)p * 16777216.0);
-    const float kf = (float)keep;
-    uint32_t u[4];
-    for (int64_t i = 0; i < n; i += 4) {
-        ls_philox4x32((uint64_t)(i / 4), key, u);
-        int64_t e = n - i < 4 ? n - i : 4;
-        for (int64_t j = 0; j < e; j++) {
-            int on = (u[j] >> 8) >= thr;
-            if (t == LS_F64)
-                ((double *)out)[i + j] = on ? keep : 0.0;
-            else
-                ((float *)out)[i + j] = on ? kf : 0.0f;
-        }
-    }
-}
-
 static ls_status dropout_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
     m->x = x;
     if (!m->training || m->p == 0) {
         *y = x;
         return LS_OK;
     }
-    if (!m->ctx->ops->mul)
-        return ls_error(LS_ERR_UNSUPPORTED, "dropout: the %s backend has no elementwise multiply", m->ctx->ops->name);
-    const int lowp = x->dtype == LS_F16 || x->dtype == LS_BF16;
-    if (x->dtype != LS_F32 && x->dtype != LS_F64 && !lowp)
+    const ls_ops *ops = m->ctx->ops;
+    if (!ops->mul || !ops->dropout_mask)
+        return ls_error(LS_ERR_UNSUPPORTED, "dropout: the %s backend has no elementwise multiply or dropout mask",
+                        ops->name);
+    if (x->dtype != LS_F32 && x->dtype != LS_F64 && x->dtype != LS_F16 && x->dtype != LS_BF16)
         return ls_error(LS_ERR_UNSUPPORTED, "dropout: inputs must be f32, f64, f16 or bf16, not %s",
                         ls_dtype_name(x->dtype));
     int64_t n = ls_tensor_numel(x), rows = x->ndim > 0 ? x->shape[0] : 1, per = rows > 0 ? n / rows : 0;
@@ -420,39 +401,28 @@ static ls_status dropout_forward(ls_module *m, const ls_tensor *x, const ls_tens
                         (long long)m->key_n, (long long)rows);
     LS_CHECK(ls_module_ensure(m->ctx, &m->y, x->dtype, x->ndim, x->shape, "dropout output"));
     LS_CHECK(ls_module_ensure(m->ctx, &m->mask, x->dtype, x->ndim, x->shape, "dropout mask"));
-    /* drawn on the host: into the mask itself where it is host memory in f32/f64; else into a
-     * buffer (f32 for f16/bf16, then converted) copied to it */
-    const ls_dtype ht_t = lowp ? LS_F32 : x->dtype;
-    const int direct = !lowp && m->mask->device.type == LS_DEVICE_CPU;
-    void *h = direct ? m->mask->data : malloc((size_t)n * ls_dtype_size(ht_t) + 1);
-    void *hl = lowp ? malloc((size_t)n * 2 + 1) : NULL;
-    if (!h || (lowp && !hl)) {
-        if (!direct) free(h);
-        free(hl);
-        return ls_error(LS_ERR_OUT_OF_MEMORY, "dropout: no host memory for the mask");
-    }
     /* One stream keyed by the number of backward passes so far, or (keyed) one per row keyed by
      * its sample and the step: a forward recomputed before the next backward (activation
-     * checkpointing) draws exactly the same mask. */
-    double keep = 1.0 / (1.0 - (double)m->p);
-    size_t esz = ls_dtype_size(ht_t);
+     * checkpointing) draws exactly the same mask. A draw is kept where its top 24 bits, as a
+     * fraction, are >= p (ls_rng_uniform(r) >= p). */
+    uint64_t one, *keys = &one;
     if (m->keyed) {
-        for (int64_t i = 0; i < rows; i++)
-            dropout_fill((char *)h + (size_t)(i * per) * esz, ht_t, per, dropout_row_key(m, i), m->p, keep);
+        keys = malloc((size_t)rows * sizeof *keys + 1);
+        if (!keys) return ls_error(LS_ERR_OUT_OF_MEMORY, "dropout: no memory for %lld row keys", (long long)rows);
+        for (int64_t i = 0; i < rows; i++) keys[i] = dropout_row_key(m, i);
     } else {
         ls_rng r;
         ls_rng_init_stream(&r, m->seed, m->backward_passes);
-        dropout_fill(h, ht_t, n, r.seed, m->p, keep);
+        one = r.seed;
+        per = n;
+        rows = 1;
     }
-    ls_status s = lowp ? ls_cpu_convert(n, LS_F32, h, x->dtype, hl) : LS_OK;
-    if (s == LS_OK && !direct) {
-        ls_tensor ht = ls_tensor_view(lowp ? hl : h, x->dtype, ls_device_cpu(), x->ndim, x->shape);
-        s = ls_tensor_copy(m->ctx->alloc, m->mask, &ht);
-    }
-    if (!direct) free(h);
-    free(hl);
+    const uint32_t thr = (uint32_t)ceil((double)m->p * 16777216.0);
+    ls_status s =
+        ops->dropout_mask(m->ctx->state, x->dtype, rows, per, keys, thr, 1.0 / (1.0 - (double)m->p), m->mask->data);
+    if (keys != &one) free(keys);
     LS_CHECK(s);
-    LS_CHECK(m->ctx->ops->mul(m->ctx->state, x->dtype, n, x->data, m->mask->data, m->y->data));
+    LS_CHECK(ops->mul(m->ctx->state, x->dtype, n, x->data, m->mask->data, m->y->data));
     *y = m->y;
     return LS_OK;
 }

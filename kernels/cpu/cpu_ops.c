@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "philox.h"
 #include "cpu_cnn.h"
 #include "ops.h"
 
@@ -325,6 +326,32 @@ static ls_status cpu_bn_update(void *st, ls_dtype t, int64_t C, double keep, dou
     return cpu_axpy(st, t, C, w2, x2, y2);
 }
 
+/* Dropout's multipliers (ops.h): f32/f64 drawn into y, f16/bf16 drawn as f32 into scratch and
+ * converted. */
+static ls_status cpu_dropout_mask(void *st, ls_dtype t, int64_t rows, int64_t per, const uint64_t *keys, uint32_t thr,
+                                  double keep, void *y) {
+    if (t != LS_F32 && t != LS_F64 && !lowp(t)) return ls_cpu_bad_dtype("dropout mask", t, "f32, f64, f16 and bf16");
+    const int64_t n = rows * per;
+    float *f = lowp(t) ? scratch(st, n) : (t == LS_F32 ? y : NULL);
+    if (lowp(t) && !f) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for %lld floats of scratch", (long long)n);
+    const float kf = (float)keep;
+    uint32_t u[4];
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t j = 0; j < per; j += 4) {
+            ls_philox4x32_10((uint64_t)(j / 4), keys[r], u);
+            const int64_t e = per - j < 4 ? per - j : 4;
+            if (f) {
+                float *o = f + r * per + j;
+                for (int64_t k = 0; k < e; k++) o[k] = (u[k] >> 8) >= thr ? kf : 0.0f;
+            } else {
+                double *o = (double *)y + r * per + j;
+                for (int64_t k = 0; k < e; k++) o[k] = (u[k] >> 8) >= thr ? keep : 0.0;
+            }
+        }
+    }
+    return lowp(t) ? ls_cpu_convert(n, LS_F32, f, t, y) : LS_OK;
+}
+
 const ls_ops ls_cpu_ops = {
     .name = "cpu",
     .init = cpu_init,
@@ -363,6 +390,7 @@ const ls_ops ls_cpu_ops = {
     .bn_bwd_dx = ls_cpu_bn_bwd_dx,
     .add = ls_cpu_add,
     .bn_update = cpu_bn_update,
+    .dropout_mask = cpu_dropout_mask,
     .gather_rows = cpu_gather_rows,
     .gather_rows_lut = cpu_gather_rows_lut,
 };

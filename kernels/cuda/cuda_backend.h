@@ -129,6 +129,9 @@ cudaError_t ls_cuda_act_fwd(const ls_cuda_launch *l, ls_dtype t, ls_act act, int
 cudaError_t ls_cuda_act_bwd(const ls_cuda_launch *l, ls_dtype t, ls_act act, int64_t n, const void *x, const void *dy,
                             void *dx);
 cudaError_t ls_cuda_mul(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *a, const void *b, void *y);
+/* ops.h's dropout_mask: keys (host memory) travel in the launches' arguments. */
+cudaError_t ls_cuda_dropout_mask(const ls_cuda_launch *l, ls_dtype t, int64_t rows, int64_t per, const uint64_t *keys,
+                                 uint32_t thr, double keep, void *y);
 cudaError_t ls_cuda_scale(const ls_cuda_launch *l, ls_dtype t, int64_t n, double alpha, void *x);
 cudaError_t ls_cuda_axpy(const ls_cuda_launch *l, ls_dtype t, int64_t n, double alpha, const void *x, void *y);
 /* Writes {sum of squares, nonfinite flag (0 or 1)} as two doubles to dev_out (device memory);

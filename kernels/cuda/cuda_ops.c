@@ -779,6 +779,14 @@ static ls_status cu_bn_update(void *st, ls_dtype t, int64_t C, double keep, doub
     return LS_OK;
 }
 
+static ls_status cu_dropout_mask(void *st, ls_dtype t, int64_t rows, int64_t per, const uint64_t *keys, uint32_t thr,
+                                 double keep, void *y) {
+    ls_cuda_state *s = st;
+    NEED_FLOAT("dropout mask", t);
+    LS_CUDA_CHECK(ls_cuda_dropout_mask(&s->launch, t, rows, per, keys, thr, keep, y));
+    return LS_OK;
+}
+
 static ls_status cu_gather_rows(void *st, size_t elem_bytes, int64_t rows, int64_t cols, const void *src,
                                 const int64_t *idx, void *dst) {
     ls_cuda_state *s = st;
@@ -838,6 +846,7 @@ const ls_ops ls_cuda_ops = {
     .bn_bwd_dx = cu_bn_bwd_dx,
     .add = cu_add,
     .bn_update = cu_bn_update,
+    .dropout_mask = cu_dropout_mask,
     .gather_rows = cu_gather_rows,
     .gather_rows_lut = cu_gather_rows_lut,
 };

@@ -5,6 +5,7 @@
  * partials in the scratch area, then one fixed-order pass) so results are deterministic, which
  * keeps data-parallel replicas bit-identical. */
 #include "cuda_common.cuh"
+#include "philox.h"
 
 namespace lsk {
 
@@ -318,6 +319,44 @@ extern "C" cudaError_t ls_cuda_scale(const ls_cuda_launch *l, ls_dtype t, int64_
 extern "C" cudaError_t ls_cuda_mul(const ls_cuda_launch *l, ls_dtype t, int64_t n, const void *a, const void *b,
                                    void *y) {
     LSK_DISPATCH_FLOAT(t, T, return ew_launch<T, true>(l, n, (const T *)a, (const T *)b, (T *)y, Mul<T>{}));
+    return cudaErrorInvalidValue;
+}
+
+/* Dropout's multipliers for up to LS_DROPOUT_KEYS rows, their keys passed by value: a work item is
+ * one Philox block, four elements of one row. */
+struct DropKeys {
+    uint64_t k[LS_DROPOUT_KEYS];
+};
+
+template <typename T>
+__global__ void dropout_mask_kernel(int64_t rows, int64_t per, DropKeys keys, uint32_t thr, typename Acc<T>::type keep,
+                                    T *y) {
+    const int64_t q = (per + 3) / 4, work = rows * q;
+    for (int64_t w = global_tid(); w < work; w += grid_stride()) {
+        const int64_t r = w / q, b = w % q;
+        uint32_t u[4];
+        ls_philox4x32_10((uint64_t)b, keys.k[r], u);
+        T *row = y + r * per;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (b * 4 + j < per) row[b * 4 + j] = from_acc<T>((u[j] >> 8) >= thr ? keep : (typename Acc<T>::type)0);
+    }
+}
+
+extern "C" cudaError_t ls_cuda_dropout_mask(const ls_cuda_launch *l, ls_dtype t, int64_t rows, int64_t per,
+                                            const uint64_t *keys, uint32_t thr, double keep, void *y) {
+    LSK_DISPATCH_FLOAT(t, T, {
+        for (int64_t r0 = 0; r0 < rows; r0 += LS_DROPOUT_KEYS) {
+            const int64_t nr = rows - r0 < LS_DROPOUT_KEYS ? rows - r0 : LS_DROPOUT_KEYS;
+            DropKeys dk;
+            for (int64_t i = 0; i < nr; i++) dk.k[i] = keys[r0 + i];
+            dropout_mask_kernel<T><<<grid_for(l, nr * ((per + 3) / 4), 256), 256, 0, l->stream>>>(
+                nr, per, dk, thr, (typename Acc<T>::type)keep, (T *)y + r0 * per);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+    });
     return cudaErrorInvalidValue;
 }
 

@@ -12,8 +12,9 @@
 #     the copy stream during the step, and staged without prefetch: bitwise the same; staged with
 #     prefetch and 2 accumulation steps under the emulator's three schedules (EMU_SCHEDULE: late,
 #     lazy, eager), and 2 ranks under late and lazy: bitwise the same;
-#   - GELU, gradient clipping, 2 accumulation steps, activation checkpointing, label smoothing and
-#     weight decay on the weight matrices only (--no-decay-1d): 1e-5;
+#   - GELU, gradient clipping, 2 accumulation steps, activation checkpointing, label smoothing,
+#     weight decay on the weight matrices only (--no-decay-1d) and dropout (masks drawn on the
+#     device, the CPU's bit for bit, replayed by the recomputation): 1e-5;
 #   - bf16 at most 1e-4, fp16 at most 5e-3 (the GPU rounds each 16-bit product's inputs as the
 #     CPU does; the sums differ); fp16 with an inf gradient injected at step 5: the same steps
 #     skipped and the same loss scale at every step (--metrics) on both;
@@ -53,7 +54,7 @@ close accum_lazy accum_late 0
 close accum_eager accum_late 0
 
 feat=(--epochs 1 --activation gelu --clip-grad-norm 0.5 --accum-steps 2 --checkpoint-activations
-      --label-smoothing 0.1 --weight-decay 0.01 --no-decay-1d)
+      --label-smoothing 0.1 --weight-decay 0.01 --no-decay-1d --dropout 0.2)
 train feat_cpu -- --device cpu "${feat[@]}"
 train feat_cuda -- --device cuda "${feat[@]}"
 close feat_cuda feat_cpu 1e-5

@@ -36,7 +36,7 @@ static double worst_f32, worst_tf32, worst_low; /* the largest errors seen, for 
 /* ---- host values: doubles (pack/unpack in gpu_values.h) ---- */
 /* Random values (normal * scale), rounded to what dtype t can hold. */
 static double *rnd(int64_t n, double scale, ls_dtype t) {
-    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    double *v = calloc((size_t)(n > 0 ? n : 1), sizeof(double)); /* calloc: gcc sees n = 0 reads nothing */
     LS_REQUIRE(v);
     for (int64_t i = 0; i < n; i++) v[i] = ls_rng_normal(&R) * scale;
     void *p = pack(v, t, n);
@@ -765,6 +765,38 @@ static void case_blas1(ls_dtype t, int64_t n) {
     free(x), free(y), free(hx), free(hy), free(hy0);
 }
 
+/* ---- dropout's multipliers: bit for bit the CPU's (the same Philox draws, keep rounded the same
+ * way), over several launches of keys (rows past LS_DROPOUT_KEYS) and rows not a multiple of 4;
+ * the output poisoned first ---- */
+static void case_dropout_mask(ls_dtype t, int64_t rows, int64_t per, double p) {
+    uint64_t *keys = malloc((size_t)rows * sizeof *keys);
+    LS_REQUIRE(keys);
+    for (int64_t i = 0; i < rows; i++) keys[i] = ((uint64_t)ls_rng_u32(&R) << 32) | ls_rng_u32(&R);
+    const uint32_t thr = (uint32_t)ceil(p * 16777216.0);
+    const double keep = 1.0 / (1.0 - p);
+    size_t bytes = (size_t)(rows * per) * ls_dtype_size(t);
+    void *h = malloc(bytes + 1), *g = malloc(bytes + 1), *d = dev_poison(bytes);
+    LS_REQUIRE(h && g);
+    LS_REQUIRE_OK(CPU->ops->dropout_mask(CPU->state, t, rows, per, keys, thr, keep, h));
+    char what[96];
+    snprintf(what, sizeof what, "dropout mask %lld x %lld p=%g", (long long)rows, (long long)per, p);
+    if (dev_ok(DEV->ops->dropout_mask(DEV->state, t, rows, per, keys, thr, keep, d), what, t)) {
+        dev_get(g, d, bytes);
+        double *v = unpack(h, t, rows * per);
+        int64_t kept = 0;
+        for (int64_t i = 0; i < rows * per; i++) kept += v[i] != 0;
+        free(v);
+        double frac = (double)kept / (double)(rows * per);
+        int ok = memcmp(g, h, bytes) == 0 && fabs(frac - (1 - p)) < 0.05;
+        n_cases++;
+        printf("%-4s %-52s %-5s %s, %.3f kept\n", ok ? "ok" : "FAIL", what, ls_dtype_name(t),
+               memcmp(g, h, bytes) == 0 ? "bit-identical" : "DIFFERS", frac);
+        if (!ok) ls_test_failures++;
+    }
+    dev_free(d);
+    free(h), free(g), free(keys);
+}
+
 /* ---- optimizers: k tensors of mixed sizes (one past a full launch of chunks), 3 steps; counted:
  * the step count on the device (ops.h's ctl) and the middle step skipped by a device flag, the
  * host's step numbers wrong on purpose (unused). AdamW and counted SGD with a weight decay per
@@ -1114,7 +1146,7 @@ int main(int argc, char **argv) {
                 missing_entry(cuda_ops));
         return 1;
     }
-    LS_REQUIRE(cuda_ops->gather_rows && cuda_ops->gather_rows_lut); /* optional in ops.h, kept on the GPU */
+    LS_REQUIRE(cuda_ops->gather_rows && cuda_ops->gather_rows_lut && cuda_ops->dropout_mask); /* optional in ops.h */
     char why[256] = "";
     if (!parity_emulated && !self_mode && ls_device_cuda_count(why, sizeof why) == 0)
         LS_SKIP("no usable CUDA device: %s", why);
@@ -1163,6 +1195,9 @@ int main(int argc, char **argv) {
         case_argmax_nan(t, 40, 3000);
         case_blas1(t, 1000003);
         case_blas1(t, 17);
+        case_dropout_mask(t, 300, 37, 0.3);   /* two launches of keys, a row's last block partial */
+        case_dropout_mask(t, 1, 100003, 0.1); /* one stream over a whole tensor (unkeyed) */
+        case_dropout_mask(t, 128, 512, 0.5);
         for (int j = 0; j < N_FLOATS; j++) {
             case_convert(t, FLOATS[j], 1001, 0);
             case_convert(t, FLOATS[j], 4096, 1);
