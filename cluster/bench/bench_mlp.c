@@ -3,7 +3,8 @@
  * SGD momentum; under mpirun also the bucketed gradient all-reduce) and prints global samples/s
  * and achieved GFLOP/s per rank; with --sgemm it instead times OpenBLAS sgemm alone on the same
  * eight GEMM shapes a step runs, the ceiling for the achieved rate. --batch-size is per rank;
- * --ema DECAY also updates an EMA of the weights after every step. Not a test: compare_mlp.py,
+ * --ema DECAY also updates an EMA of the weights after every step; --dropout P puts a Dropout
+ * after each hidden activation (masks keyed to step and sample). Not a test: compare_mlp.py,
  * compare_ddp.py and compare_ema.py run it beside PyTorch. */
 #include <cblas.h>
 #include <getopt.h>
@@ -38,6 +39,7 @@ static void usage(FILE *f) {
                "  --sgemm                time OpenBLAS sgemm alone on a step's GEMM shapes (no training)\n"
                "  --ema DECAY            also update an exponential moving average of the weights after\n"
                "                         every step (ls_ema_update)\n"
+               "  --dropout P            a Dropout(P) after each hidden activation (ls_mlp_create_dropout)\n"
                "  -h, --help             this text\n");
 }
 
@@ -109,7 +111,7 @@ static int run_sgemm(const int64_t *s, int n, int64_t B, int steps) {
 int main(int argc, char **argv) {
     int64_t B = 128;
     int steps = 400, sgemm = 0;
-    double ema_decay = -1;
+    double ema_decay = -1, dropout = 0;
     const char *dir = NULL, *device = NULL;
     static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'},
                                          {"steps", required_argument, 0, 'n'},
@@ -117,6 +119,7 @@ int main(int argc, char **argv) {
                                          {"sgemm", no_argument, 0, 'g'},
                                          {"device", required_argument, 0, 'D'},
                                          {"ema", required_argument, 0, 'e'},
+                                         {"dropout", required_argument, 0, 'p'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
@@ -133,6 +136,8 @@ int main(int argc, char **argv) {
             device = bench_str("--device", optarg);
         else if (c == 'e')
             ema_decay = bench_num("--ema", optarg, 0, 0, 0.999999);
+        else if (c == 'p')
+            dropout = bench_num("--dropout", optarg, 0, 0, 0.999999);
         else {
             usage(c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;
@@ -158,7 +163,7 @@ int main(int argc, char **argv) {
     CHECK("data", ls_fashion_mnist_load(dir, 1, 0, &data));
     CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
     bench_batch_fits("--batch-size", B, ls_sampler_num_samples(smp), "the training samples per rank", comm);
-    CHECK("model", ls_mlp_create(ctx, LS_F32, 4, sizes, LS_ACT_RELU, 42, &model));
+    CHECK("model", ls_mlp_create_dropout(ctx, LS_F32, 4, sizes, LS_ACT_RELU, (float)dropout, 42, &model));
     ls_tensor *p[6], *g[6];
     for (int i = 0; i < 6; i++) {
         p[i] = ls_module_param(model, i);

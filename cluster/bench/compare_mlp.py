@@ -3,7 +3,8 @@
 
 Runs bench_mlp (lockstep) and torch_mlp.py (PyTorch, each thread setting in the list, the fastest
 one counted) and OpenBLAS sgemm alone on the step's GEMM shapes (bench_mlp --sgemm) alternately
-for --rounds rounds, and prints the medians and ratios. Usage (from the repository root, after building build/):
+for --rounds rounds, and prints the medians and ratios; --dropout P runs both sides with a Dropout(P)
+after each hidden layer. Usage (from the repository root, after building build/):
     /usr/bin/python3 cluster/bench/compare_mlp.py --build build --rounds 5
 """
 import argparse
@@ -34,19 +35,21 @@ def main():
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--threads", default="2", help="cores both sides use")
     ap.add_argument("--torch-threads", default="1,2", help="PyTorch thread settings to try; the fastest counts")
+    ap.add_argument("--dropout", type=float, default=0, help="both sides with a Dropout(P) after each hidden layer")
     args = ap.parse_args()
     bench = os.path.join(args.build, "cluster", "bench", "bench_mlp")
     env = dict(os.environ, OPENBLAS_NUM_THREADS=args.threads, OMP_NUM_THREADS=args.threads)
     common = ["--steps", str(args.steps), "--batch-size", str(args.batch_size)]
+    train = ["--dropout", str(args.dropout)] if args.dropout > 0 else []
     ls, gf, sg, torch = [], [], [], {t: [] for t in args.torch_threads.split(",")}
     for r in range(args.rounds):
-        line = run([bench] + common, env)
+        line = run([bench] + common + train, env)
         ls.append(num(line, "samples/s"))
         gf.append(num(line, "GFLOP/s"))
         # sgemm alone right after the training run: both see the machine as it is in this round
         sg.append(num(run([bench, "--sgemm"] + common, env), "GFLOP/s"))
         for t in torch:
-            line = run(["/usr/bin/python3", os.path.join(HERE, "torch_mlp.py"), "--threads", t] + common, env)
+            line = run(["/usr/bin/python3", os.path.join(HERE, "torch_mlp.py"), "--threads", t] + common + train, env)
             torch[t].append(num(line, "samples/s"))
         print(f"round {r + 1}: lockstep {ls[-1]:.0f} samples/s ({gf[-1]:.1f} GFLOP/s, sgemm alone {sg[-1]:.1f}); " +
               ", ".join(f"torch({t} threads) {v[-1]:.0f}" for t, v in torch.items()), flush=True)
@@ -54,7 +57,8 @@ def main():
     best_t = max(med, key=med.get)
     ls_med, gf_med, sg_med = statistics.median(ls), statistics.median(gf), statistics.median(sg)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"batch {args.batch_size}, {args.steps} steps, {args.rounds} rounds, OPENBLAS_NUM_THREADS={args.threads}")
+          f"batch {args.batch_size}, {args.steps} steps, {args.rounds} rounds, OPENBLAS_NUM_THREADS={args.threads}"
+          + (f", dropout {args.dropout}" if args.dropout > 0 else ""))
     print(f"lockstep          median {ls_med:10.0f} samples/s")
     for t in med:
         print(f"torch {t} thread(s)  median {med[t]:10.0f} samples/s")

@@ -27,6 +27,7 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     ap.add_argument("--hidden", default="512,256")
+    ap.add_argument("--dropout", type=float, default=0, help="nn.Dropout(P) after each hidden ReLU")
     ap.add_argument("--ema", type=float, default=None,
                     help="also update an EMA of the weights after every step, as timm's ModelEmaV2/V3: "
                          "ema = DECAY * ema + (1 - DECAY) * weights over the state_dict, with foreach ops")
@@ -44,6 +45,8 @@ def main():
         layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
         if i + 2 < len(sizes):
             layers.append(torch.nn.ReLU())
+            if args.dropout > 0:
+                layers.append(torch.nn.Dropout(args.dropout))
     model = torch.nn.Sequential(*layers).to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     lossf = torch.nn.CrossEntropyLoss()
