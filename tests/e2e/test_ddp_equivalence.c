@@ -13,7 +13,8 @@
  * identical on every rank. Then SGD with the gradient norm clipped (sharded: the norm summed over
  * the owners), dropout keyed to the samples (SGD; AdamW with accumulation), and SGD with
  * gradients all-reduced in bf16, within 0.1. Alone, a trainer refuses an
- * optimizer sharded over several ranks.
+ * optimizer sharded over several ranks; on several, models whose numbers of Dropouts differ (the
+ * parameters alike) are refused on every rank.
  * Args: [steps] (default 20) [cpu|cuda]. Small buckets (LOCKSTEP_BUCKET_MB) force several buckets.
  * With cuda the ranks train on the GPU (several ranks may share one: LOCKSTEP_COMM=mpi stages
  * through the host; alone, LOCKSTEP_COMM=nccl runs a one-rank NCCL communicator) and the
@@ -248,6 +249,27 @@ int main(int argc, char **argv) {
     const char *dir = getenv("LOCKSTEP_FASHION_DIR");
     if (ls_fashion_mnist_load(dir, 1, 110, &D) != LS_OK) LS_SKIP("Fashion-MNIST not available: %s", ls_last_error());
     if (12 % ls_comm_world(W) != 0) LS_SKIP("the world size must divide 12");
+    if (ls_comm_world(W) > 1) { /* rank 0's model ends in a Dropout, the others' do not */
+        run r;
+        ls_module *l[4];
+        int k = 0;
+        LS_REQUIRE_OK(ls_linear_create(C, LS_F32, 784, 10, 1, 1, "", &l[k++]));
+        if (ls_comm_rank(W) == 0) LS_REQUIRE_OK(ls_dropout_create(C, 0.5f, 3, &l[k++]));
+        LS_REQUIRE_OK(ls_sequential_create(C, k, l, &r.m));
+        ls_tensor *p[2] = {ls_module_param(r.m, 0), ls_module_param(r.m, 1)};
+        ls_tensor *g[2] = {ls_module_grad(r.m, 0), ls_module_grad(r.m, 1)};
+        ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+        LS_REQUIRE_OK(ls_optimizer_create(C, 2, p, g, &oc, &r.o));
+        ls_train_config tc;
+        memset(&tc, 0, sizeof tc);
+        tc.batch_per_rank = 4;
+        tc.accum_steps = 1;
+        tc.lr = (ls_lr_schedule){0.1f, 0, 0, 0, LS_LR_CONSTANT};
+        LS_EXPECT_ERR(ls_trainer_create(C, W, r.m, r.o, &tc, &r.t), LS_ERR_MISMATCH,
+                      "the ranks' models hold different numbers of Dropouts (0 to 1)");
+        ls_optimizer_destroy(r.o);
+        ls_module_destroy(r.m);
+    }
     if (ls_comm_world(W) == 1) { /* an optimizer sharded over 2 ranks, one rank to train it */
         run r;
         int64_t sizes[3] = {784, 8, 10};
