@@ -3,7 +3,8 @@
 # CUDA (sm_90 only) unless a usable build directory is given, runs the gpu-labelled tests (op
 # parity including the CNN ops and a ResNet step, the allocator), then the end-to-end GPU runs
 # (fashion_mlp and examples/quickstart on cuda, the MLP benchmark beside PyTorch eager,
-# oom_challenge on its GPU defaults, the ResNet benchmark beside PyTorch) and prints one summary
+# oom_challenge on its GPU defaults, the ResNet benchmark beside PyTorch, the MLP with dropout
+# beside PyTorch) and prints one summary
 # table last. Every step runs under a
 # timeout and the whole script under a total budget, so one hang cannot eat the device time; steps
 # run in order of priority (tests, then the MLP comparison, then the CNN runs), so a short budget
@@ -12,8 +13,9 @@
 #
 #   bash tests/gpu/device-check.sh [BUILD_DIR]        (BUILD_DIR: a carried build, optional)
 #
-# Expected times on the H200 machine (16 cores), about 320 s in all, under 450 s if everything
-# takes 1.4x longer than expected; BUDGET_S defaults to 470 (the lease's 8-minute slot):
+# Expected times on the H200 machine (16 cores), about 340 s in all; if everything takes 1.4x
+# longer, the last step (dropout) no longer fits BUDGET_S, 470 by default (the lease's 8-minute
+# slot), and shows as NOT RUN:
 #   gpu info, cuDNN probe                           ~2 s
 #   configure (CUDA detection, sm_90 only)          ~15 s
 #   build, -j$(nproc)                               ~30 s   (2-core dev VM: configure 10 s; the
@@ -31,6 +33,7 @@
 #     against none, 2 rounds A B A B                ~20 s
 #   oom_challenge (5 configurations, 48 GiB cap)    ~30 s
 #   ResNet vs PyTorch: 2 rounds A B A B             ~50 s   (lockstep ~8 s, torch ~18 s a process)
+#   MLP batch 4096 with dropout 0.2 vs PyTorch      ~20 s   (one round each, last)
 #
 # Environment: BUDGET_S (total seconds, default 470), JOBS (default: the CPU count), FASHION_DIR
 # (data), FASHION_CMD (override the fashion_mlp command line), MLP_ROUNDS (default 2),
@@ -472,6 +475,19 @@ if [ -x "$RBENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
         "median step ${ls_ms:-?} ms [${ls_all:-}] vs $peer, lockstep ${peak:-peak_mib ?}"
 else
     add_row "ResNet lockstep vs torch (cuda)" "NOT RUN" "no bench_resnet (the build failed) or no data in $DATA"
+fi
+
+# ---- dropout 0.2 on the MLP at batch 4096: lockstep (masks drawn on the device by its Philox
+# kernel, keyed to step and sample) against nn.Dropout, one round each, last: a tight budget cuts
+# it first; beside the same model's figures without dropout above ----
+if [ "$HAVE_TORCH" -eq 1 ] && [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+    step lockstep-drop-r1 30 "$BENCH" --device cuda --batch-size 4096 --steps 100 --dropout 0.2 --data-dir "$DATA"
+    res=$(result_of "$STEP_RC")
+    case $res in pass | "NOT RUN") ;; *) FAILED=1 ;; esac
+    step torch-drop-r1 45 env LD_LIBRARY_PATH="$TORCH_LD" python3 "$ROOT/cluster/bench/torch_mlp.py" --device cuda \
+        --batch-size 4096 --steps 100 --dropout 0.2 --data-dir "$DATA"
+    add_row "MLP b4096 dropout 0.2 vs torch" "$res" \
+        "step $(round_ms lockstep-drop) ms vs $(round_ms torch-drop) ms (without dropout: lockstep $(round_ms lockstep-b4096), torch $(round_ms torch-b4096))"
 fi
 
 # ---- summary ----
