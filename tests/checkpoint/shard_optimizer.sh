@@ -9,8 +9,8 @@
 # Sharded runs reduce each gradient to its owner (LOCKSTEP_SHARD_REDUCE=owner, the default): on 2
 # ranks the same sums as the all-reduce's. On more, MPI's reduce adds the ranks' gradients in another
 # order, so there the bitwise comparisons take LOCKSTEP_SHARD_REDUCE=all, and a default run is checked
-# against the unsharded one within rounding (losses, parameters, the same files) and resumed from its
-# own checkpoint bit for bit.
+# against the unsharded one within rounding (losses, parameters, the same files), resumed from its
+# own checkpoint bit for bit, and resumed on 2 ranks (another partition) within rounding.
 PROG=$1 MPIRUN=$2 NP=$3 SHARES=$4
 shift 4
 . "$(dirname "$0")/lib.sh"
@@ -75,5 +75,23 @@ PY
     expect_rc 0
     cmp O.bin O2.bin || fail "reduced to owners: the resumed run departs from the straight one"
     cmp O.log O2.log || { diff O.log O2.log | head; fail "reduced to owners: losses differ after the resume"; }
+    # the same checkpoint on 2 ranks (the global batch kept): their shares are another partition,
+    # each rank's sent from the file; the run continues as the NP-rank one, within rounding
+    head -n 15 O.log >W.log
+    train 2 --train-limit 960 --test-limit 200 --batch-size 24 --epochs 2 --no-progress "$@" --shard-optimizer \
+        --resume "$tmp/O/step-00000015" --max-steps 30 --log-steps W.log --dump-params W.bin
+    expect_rc 0
+    expect_out "$NAME: optimizer state sharded over 2 ranks"
+    /usr/bin/python3 - O.log W.log O.bin W.bin "$NP" <<'PY' || fail "resumed on 2 ranks: not the $NP-rank run within rounding"
+import array, sys
+o, w = [[float(l.split()[1]) for l in open(f)] for f in sys.argv[1:3]]
+assert len(o) == len(w) == 30, (len(o), len(w))
+worst = max(abs(a - b) / abs(a) for a, b in zip(o, w))
+po, pw = array.array("f"), array.array("f")
+po.frombytes(open(sys.argv[3], "rb").read()); pw.frombytes(open(sys.argv[4], "rb").read())
+d = max(abs(a - b) for a, b in zip(po, pw)) / max(abs(a) for a in po)
+assert worst <= 1e-4 and d <= 1e-4, "losses within %g, parameters within %g" % (worst, d)
+print("resumed on 2 ranks: losses within %.3g, parameters within %.3g of the %s-rank run" % (worst, d, sys.argv[5]))
+PY
 fi
 echo "PASS: --shard-optimizer on $NP ranks: the same parameters, losses and checkpoint files; resumed alike"
