@@ -1138,7 +1138,7 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
          add(r, "world_size", exact_number(st->world_size)) &&
          add(r, "batch_per_rank", exact_number((double)st->batch_per_rank)) &&
          add(r, "accum_steps", exact_number(st->accum_steps)) && add(r, "seed", u64_string(st->seed)) &&
-         add(r, "label_smoothing", exact_number(st->label_smoothing));
+         add(r, "label_smoothing", exact_number(st->label_smoothing)) && add(r, "dropout", exact_number(st->dropout));
     add(r, "lr_schedule", lr);
     add(r, "optimizer", op);
     add(r, "loss_scaler", ls);
@@ -1317,6 +1317,12 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
         if (!(st->label_smoothing >= 0 && st->label_smoothing < 1))
             return ls_error(LS_ERR_FORMAT, "'%s': \"label_smoothing\" %g is not in [0, 1)", file, st->label_smoothing);
     }
+    st->dropout = 0; /* the same */
+    if (cJSON_GetObjectItemCaseSensitive(r, "dropout")) {
+        LS_CHECK(get_num(r, "dropout", file, &st->dropout));
+        if (!(st->dropout >= 0 && st->dropout < 1))
+            return ls_error(LS_ERR_FORMAT, "'%s': \"dropout\" %g is not in [0, 1)", file, st->dropout);
+    }
     const cJSON *lr = cJSON_GetObjectItemCaseSensitive(r, "lr_schedule");
     if (!cJSON_IsObject(lr)) return ls_error(LS_ERR_FORMAT, "'%s': \"lr_schedule\" is missing", file);
     LS_CHECK(get_float(lr, "base_lr", file, &st->lr.base_lr));
@@ -1444,6 +1450,10 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
     if (a->label_smoothing != b->label_smoothing) {
         LS_LOG_W("label smoothing changed since the checkpoint: saved %g, now %g; this run's applies",
                  a->label_smoothing, b->label_smoothing);
+        n++;
+    }
+    if (a->dropout != b->dropout) {
+        LS_LOG_W("dropout changed since the checkpoint: saved %g, now %g; this run's applies", a->dropout, b->dropout);
         n++;
     }
     const ls_optim_config *x = &a->optim, *y = &b->optim;
@@ -1799,6 +1809,8 @@ static ls_status check_state(const ls_ckpt_state *st) {
     if (!(st->label_smoothing >= 0 && st->label_smoothing < 1))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.label_smoothing %g is not in [0, 1)",
                         st->label_smoothing);
+    if (!(st->dropout >= 0 && st->dropout < 1))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.dropout %g is not in [0, 1)", st->dropout);
     return LS_OK;
 }
 

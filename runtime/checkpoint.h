@@ -142,6 +142,8 @@ typedef struct ls_ckpt_state {
     int accum_steps;
     uint64_t seed;
     double label_smoothing; /* the training loss's (ls_train_config); 0 in checkpoints from before it */
+    double dropout;         /* the model's dropout probability (the examples' --dropout); 0 in checkpoints
+                             * from before it; a resume with another warns (ls_ckpt_warn_changes) */
     ls_lr_schedule lr;
     ls_optim_config optim; /* kind and hyperparameters */
     int64_t optim_steps;   /* the optimizer's step count (filled by save from the optimizer) */

@@ -108,6 +108,7 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
     c->run.accum_steps = tc->accum_steps;
     c->run.seed = seed;
     c->run.label_smoothing = tc->label_smoothing;
+    c->run.dropout = c->dropout;
     c->run.lr = tc->lr;
     c->run.optim = *oc;
     if (c->ema) { /* compared with a resumed checkpoint's (a save takes them from the EMA) */

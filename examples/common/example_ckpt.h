@@ -115,6 +115,7 @@ typedef struct ex_ckpt {
     ls_trainer *trainer;
     ls_ema *ema;                    /* an EMA of the weights (--ema), saved and resumed with them: set
                                      * before ex_ckpt_begin; NULL: none */
+    double dropout;                 /* the model's dropout (--dropout), recorded: set before ex_ckpt_begin */
     ls_ckpt_state run;              /* this run's settings, saved with each checkpoint and compared on resume */
     int64_t global_batch;           /* samples per optimizer step over all ranks */
     int64_t step;                   /* optimizer steps done */

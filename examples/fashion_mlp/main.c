@@ -363,6 +363,7 @@ int main(int argc, char **argv) {
 
     int64_t start_epoch, start_j;
     ck.ema = ema;
+    ck.dropout = o.dropout;
     TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
     TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, ck.last_saved));
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));

@@ -757,6 +757,10 @@ static void test_state_json(void) {
     optional_key(&ls, "label_smoothing", "0.1", "1.1", "'x.json': \"label_smoothing\" 1.1 is not in [0, 1)", &round,
                  &absent);
     LS_EXPECT(round.label_smoothing == 0.1 && absent.label_smoothing == 0);
+    ls_ckpt_state dr = s;
+    dr.dropout = 0.25;
+    optional_key(&dr, "dropout", "0.25", "1.25", "'x.json': \"dropout\" 1.25 is not in [0, 1)", &round, &absent);
+    LS_EXPECT(round.dropout == 0.25 && absent.dropout == 0);
     ls_ckpt_state lk = s;
     lk.lr.kind = LS_LR_LINEAR;
     optional_key(&lk, "decay", "linear", "linxar", "'x.json': lr_schedule \"decay\" is not cosine, linear or constant",

@@ -4,7 +4,8 @@
 # parameters agree within 1e-5 of their largest value, since each sample's mask is a function of
 # the sample and the step alone; the same run without dropout is far from them (the masks took
 # effect); --checkpoint-activations is bit for bit the first run (the recomputed forward draws the
-# same masks); --precision bf16 trains with dropout too.
+# same masks); --precision bf16 trains with dropout too. A checkpoint records the dropout
+# (state.json), and a resume with another warns.
 PROG=$1 MPIRUN=$2
 . "$(dirname "$0")/../checkpoint/lib.sh"
 B=(--train-limit 1000 --test-limit 200 --epochs 1 --max-steps 30 --no-progress)
@@ -41,4 +42,12 @@ if [ "$MPIRUN" != none ]; then
     echo "1 rank x 32 against 2 ranks x 16: $d"
     within "$d" 1e-5 || fail "2 ranks trained $d of the largest parameter away from 1 rank"
 fi
+C=(--train-limit 1000 --test-limit 200 --epochs 1 --no-progress --batch-size 32 --checkpoint-dir C)
+train 1 "${C[@]}" --dropout 0.3 --max-steps 10 --save-every 10
+expect_rc 0
+python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["dropout"] != 0.3)' C/step-00000010/state.json ||
+    fail "C/step-00000010/state.json does not record dropout 0.3"
+train 1 "${C[@]}" --dropout 0.1 --max-steps 12 --resume auto
+expect_rc 0
+expect_out "dropout changed since the checkpoint: saved 0.3, now 0.1; this run's applies"
 echo "PASS"
