@@ -469,7 +469,7 @@ const char *ls_safetensors_metadata(const ls_safetensors *f, const char *key) {
     return NULL;
 }
 
-/* The file's tensor name, found and of dst's dtype and shape (dst's data is not read). */
+/* The file's tensor name, found and of dst's dtype and shape (dst's data is not read); out may be NULL. */
 static ls_status st_check(const ls_safetensors *f, const char *name, const ls_tensor *dst,
                           const ls_safetensors_info **out) {
     char a[160], b[160];
@@ -483,7 +483,7 @@ static ls_status st_check(const ls_safetensors *f, const char *name, const ls_te
     if (!same)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' has shape %s but %s is expected", f->name, name,
                         shape_str(t->ndim, t->shape, a, sizeof a), shape_str(dst->ndim, dst->shape, b, sizeof b));
-    *out = t;
+    if (out) *out = t;
     return LS_OK;
 }
 
@@ -2002,13 +2002,12 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
     opt_list ol;
     s = opt_list_make(model, opt, st->optim.kind, shard, &ol);
     for (int i = 0; i < ol.n && s == LS_OK; i++) {
-        const ls_safetensors_info *info;
         if (!ls_safetensors_find(f, ol.names[i]))
             s = ls_error(LS_ERR_INVALID_ARGUMENT,
                          "'%s': no tensor '%s' for this run's optimizer (the saved %s kept no such state: momentum 0?)",
                          p, ol.names[i], kind_name(st->optim.kind));
         else if (ol.owner[i] > 0)
-            s = st_check(f, ol.names[i], ol.t[i], &info);
+            s = st_check(f, ol.names[i], ol.t[i], NULL);
         else
             s = ls_safetensors_read(f, ol.names[i], ctx->alloc, ol.t[i]);
     }

@@ -371,15 +371,6 @@ ls_status ls_mlp_create_dropout(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const 
 }
 
 /* ---- Dropout ---- */
-static const ls_module_vt dropout_vt;
-
-/* The key of one keyed row's draws: (seed, step, sample) alone. */
-static uint64_t dropout_row_key(const ls_module *m, int64_t row) {
-    ls_rng k, r;
-    ls_rng_init_stream(&k, m->seed, m->key_step);
-    ls_rng_init_stream(&r, k.seed, (uint64_t)m->key_rows[row]);
-    return r.seed;
-}
 
 static ls_status dropout_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y) {
     m->x = x;
@@ -409,7 +400,12 @@ static ls_status dropout_forward(ls_module *m, const ls_tensor *x, const ls_tens
     if (m->keyed) {
         keys = malloc((size_t)rows * sizeof *keys + 1);
         if (!keys) return ls_error(LS_ERR_OUT_OF_MEMORY, "dropout: no memory for %lld row keys", (long long)rows);
-        for (int64_t i = 0; i < rows; i++) keys[i] = dropout_row_key(m, i);
+        ls_rng k, r; /* a row's draws: a function of (seed, step, sample) alone */
+        ls_rng_init_stream(&k, m->seed, m->key_step);
+        for (int64_t i = 0; i < rows; i++) {
+            ls_rng_init_stream(&r, k.seed, (uint64_t)m->key_rows[i]);
+            keys[i] = r.seed;
+        }
     } else {
         ls_rng r;
         ls_rng_init_stream(&r, m->seed, m->backward_passes);
@@ -470,30 +466,26 @@ ls_status ls_module_key_dropout(ls_module *m, uint64_t step, const int64_t *rows
     return LS_OK;
 }
 
-static void dropouts(ls_module *m, ls_module **out, int *n) {
-    if (m->vt == &dropout_vt) {
-        if (out) out[*n] = m;
-        (*n)++;
+/* The Dropouts inside m in forward order: counts them in *n; returns the one numbered want (or NULL). */
+static ls_module *dropouts(ls_module *m, int want, int *n) {
+    if (m->vt == &dropout_vt && (*n)++ == want) return m;
+    for (int i = 0; i < m->n_children; i++) {
+        ls_module *d = dropouts(m->children[i], want, n);
+        if (d) return d;
     }
-    for (int i = 0; i < m->n_children; i++) dropouts(m->children[i], out, n);
+    return NULL;
 }
 
 int ls_module_num_dropouts(const ls_module *m) {
     int n = 0;
-    if (m) dropouts((ls_module *)m, NULL, &n);
+    if (m) dropouts((ls_module *)m, -1, &n);
     return n;
 }
 
 uint64_t *ls_module_dropout_seed(ls_module *m, int i) {
-    int n = ls_module_num_dropouts(m);
-    if (i < 0 || i >= n) return NULL;
-    ls_module **v = malloc((size_t)n * sizeof *v);
-    if (!v) return NULL;
-    n = 0;
-    dropouts(m, v, &n);
-    uint64_t *seed = &v[i]->seed;
-    free(v);
-    return seed;
+    int n = 0;
+    ls_module *d = m && i >= 0 ? dropouts(m, i, &n) : NULL;
+    return d ? &d->seed : NULL;
 }
 
 ls_status ls_dropout_create(ls_ctx *ctx, float p, uint64_t seed, ls_module **out_m) {
