@@ -1,7 +1,8 @@
 /* checkpoint.c: the safetensors reader and writer, crash-safe file writes (NAME.tmp, fsync,
  * rename, fsync of the directory), checkpoint save/load with a CRC32 manifest (rank 0 does the
  * I/O, the other ranks receive status, state and tensors by broadcast), the resume position at a
- * new world size, and the SIGTERM/SIGINT preemption flag. Files are read whole into host memory. */
+ * new world size, and the SIGTERM/SIGINT preemption flag. Files are written as they are produced
+ * and read through read-only mappings: rank 0 never holds a whole file in its own memory. */
 #include "checkpoint.h"
 
 #include <cjson/cJSON.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -137,6 +139,22 @@ static const char *st_dtype_name(ls_dtype t) {
     return "?";
 }
 
+/* A file's bytes: mapped read-only (mapped 1: the page cache's pages, which the kernel reads in as
+ * they are touched and may drop again, not this process's memory), or read into malloc'd memory. */
+typedef struct file_bytes {
+    unsigned char *p;
+    size_t len;
+    int mapped;
+} file_bytes;
+
+static void fb_free(file_bytes *b) {
+    if (b->mapped)
+        munmap(b->p, b->len);
+    else
+        free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
 typedef struct st_entry {
     ls_safetensors_info info;
     uint64_t begin, end;
@@ -148,7 +166,7 @@ typedef struct st_meta {
 
 struct ls_safetensors {
     char *name;
-    unsigned char *owned; /* the file's contents when we read it */
+    file_bytes own; /* the file's contents when we opened it: mapped, or read */
     const unsigned char *buf;
     size_t len;
     int n;
@@ -166,7 +184,7 @@ void ls_safetensors_close(ls_safetensors *f) {
     }
     free(f->t);
     free(f->meta);
-    free(f->owned);
+    fb_free(&f->own);
     free(f->name);
     free(f);
 }
@@ -373,18 +391,22 @@ done:
     return s;
 }
 
-static ls_status st_open(unsigned char *owned, const void *buf, size_t len, const char *name, ls_safetensors **out) {
+/* own (may be NULL): the bytes the handle takes over, buf's when given. */
+static ls_status st_open(file_bytes *own, const void *buf, size_t len, const char *name, ls_safetensors **out) {
     *out = NULL;
     ls_safetensors *f = calloc(1, sizeof *f);
     char *nm = strdup(name ? name : "(memory)");
     if (!f || !nm) {
         free(f);
         free(nm);
-        free(owned);
+        if (own) fb_free(own);
         return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory to open '%s'", name ? name : "(memory)");
     }
     f->name = nm;
-    f->owned = owned;
+    if (own) {
+        f->own = *own;
+        memset(own, 0, sizeof *own);
+    }
     f->buf = buf;
     f->len = len;
     ls_status s = st_parse(f);
@@ -440,13 +462,39 @@ static ls_status read_file(const char *path, unsigned char **out, size_t *len) {
     return LS_OK;
 }
 
+/* path's bytes, mapped (as safetensors' safe_open and torch.load(mmap=True) do): opening a file of
+ * any size takes no memory of its own, and a tensor read from it pages in only its bytes. Read whole
+ * where the file system cannot map it (and when it is empty, which mmap refuses). */
+static ls_status map_file(const char *path, file_bytes *out) {
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ls_error(LS_ERR_IO, "'%s': not a regular file", path);
+    }
+    if (st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p != MAP_FAILED) {
+            close(fd);
+            out->p = p;
+            out->len = (size_t)st.st_size;
+            out->mapped = 1;
+            return LS_OK;
+        }
+    }
+    close(fd);
+    return read_file(path, &out->p, &out->len);
+}
+
 ls_status ls_safetensors_open(const char *path, ls_safetensors **out) {
     if (!out || !path) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_open: NULL path or out");
     *out = NULL;
-    unsigned char *buf;
-    size_t len;
-    LS_CHECK(read_file(path, &buf, &len));
-    return st_open(buf, buf, len, path, out);
+    file_bytes b;
+    LS_CHECK(map_file(path, &b));
+    static const unsigned char empty[1] = {0};
+    return st_open(&b, b.p ? b.p : empty, b.len, path, out);
 }
 
 int ls_safetensors_count(const ls_safetensors *f) { return f ? f->n : 0; }
@@ -495,12 +543,14 @@ ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allo
     return ls_tensor_copy(alloc, dst, &src);
 }
 
-/* A safetensors file's bytes with its header written and room for the tensors' data after it, from
- * byte *data_at on: their dtypes and shapes are read, not their data (which may be NULL). */
-static ls_status st_begin(int n, const char *const *names, const ls_tensor *const *tensors, const char *const *metadata,
-                          unsigned char **out, size_t *out_len, size_t *data_at) {
+/* A safetensors file's first bytes (malloc'd): the header length and the header, padded to a
+ * multiple of 8; the tensors' data, data_len bytes in the order given, follows it in the file.
+ * Their dtypes and shapes are read, not their data (which may be NULL). */
+static ls_status st_header(int n, const char *const *names, const ls_tensor *const *tensors,
+                           const char *const *metadata, unsigned char **out, size_t *out_len, uint64_t *data_len) {
     *out = NULL;
     *out_len = 0;
+    *data_len = 0;
     if (!host_little_endian()) return ls_error(LS_ERR_UNSUPPORTED, "writing safetensors needs a little-endian host");
     if (n < 0 || (n > 0 && (!names || !tensors)))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_serialize: bad tensor list (n = %d)", n);
@@ -559,30 +609,38 @@ static ls_status st_begin(int n, const char *const *names, const ls_tensor *cons
     cJSON_Delete(root);
     if (!hdr) return ls_error(LS_ERR_OUT_OF_MEMORY, "safetensors: no memory for the header");
     size_t hl = strlen(hdr), padded = (hl + 7) & ~(size_t)7;
-    size_t total = 8 + padded + (size_t)off;
-    unsigned char *buf = malloc(total);
+    unsigned char *buf = malloc(8 + padded);
     if (!buf) {
         free(hdr);
-        return ls_error(LS_ERR_OUT_OF_MEMORY, "safetensors: no memory for a %zu-byte file", total);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "safetensors: no memory for the header");
     }
     put_le64(buf, padded);
     memcpy(buf + 8, hdr, hl);
     memset(buf + 8 + hl, ' ', padded - hl);
     free(hdr);
     *out = buf;
-    *out_len = total;
-    *data_at = 8 + padded;
+    *out_len = 8 + padded;
+    *data_len = off;
     return LS_OK;
 }
 
 ls_status ls_safetensors_serialize(int n, const char *const *names, const ls_tensor *const *tensors,
                                    const char *const *metadata, ls_allocator *alloc, void **out, size_t *out_len) {
     if (!out || !out_len) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_serialize: NULL output");
-    unsigned char *buf;
-    size_t total, pos;
+    unsigned char *hdr, *buf;
+    size_t pos;
+    uint64_t data_len;
     *out = NULL;
     *out_len = 0;
-    LS_CHECK(st_begin(n, names, tensors, metadata, &buf, &total, &pos));
+    LS_CHECK(st_header(n, names, tensors, metadata, &hdr, &pos, &data_len));
+    if (data_len > SIZE_MAX - pos || !(buf = malloc(pos + (size_t)data_len))) {
+        free(hdr);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "safetensors: no memory for a %llu-byte file",
+                        (unsigned long long)(pos + data_len));
+    }
+    memcpy(buf, hdr, pos);
+    free(hdr);
+    const size_t total = pos + (size_t)data_len;
     for (int i = 0; i < n; i++) {
         const ls_tensor *t = tensors[i];
         ls_tensor dst = ls_tensor_view(buf + pos, t->dtype, ls_device_cpu(), t->ndim, t->shape);
@@ -645,62 +703,193 @@ static ls_status fsync_dir(const char *dir) {
     return LS_OK;
 }
 
-static ls_status write_all(int fd, const unsigned char *p, size_t n, const char *path) {
+/* A file of a checkpoint, as its manifest records it. */
+typedef struct ckpt_file {
+    char name[64];
+    uint64_t size;
+    uint32_t crc;
+} ckpt_file;
+
+/* A file written crash-safely as it is produced: path.tmp, its bytes as they come (CRC32 computed
+ * on the way), fsync, rename to path, fsync of the directory. Host memory: the bytes given, and
+ * for tensors on a device one staging buffer of at most LS_CKPT_STAGE_BYTES. inject: honour the
+ * file-level crash stages ("mid-write" when half of the expected size is written, "tmpfile"). */
+typedef struct file_writer {
+    int fd;
+    char path[LS_CKPT_PATH_MAX + 80], tmp[LS_CKPT_PATH_MAX + 88];
+    uint64_t written, total; /* total: the size the file will have */
+    uLong crc;
+    int inject;
+    ls_allocator *stage_alloc; /* the staging buffer's, for device tensors */
+    void *stage;
+    size_t stage_cap, stage_want; /* want: the size to allocate (fw_stage_for), 0: the first tensor's */
+    int stage_pinned;
+} file_writer;
+
+static ls_status fw_open(file_writer *w, const char *path, uint64_t total, int inject) {
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    if ((size_t)snprintf(w->path, sizeof w->path, "%s", path) >= sizeof w->path ||
+        (size_t)snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path) >= sizeof w->tmp)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "path '%s' is too long", path);
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot create: %s", w->tmp, strerror(errno));
+    w->total = total;
+    w->inject = inject;
+    w->crc = crc32(0L, Z_NULL, 0);
+    return LS_OK;
+}
+
+static void fw_free_stage(file_writer *w) {
+    if (w->stage) ls_allocator_host_free(w->stage_alloc, w->stage, w->stage_cap, w->stage_pinned);
+    w->stage = NULL;
+    w->stage_cap = 0;
+}
+
+/* Give up: the partial path.tmp is removed, path is untouched. */
+static void fw_abort(file_writer *w) {
+    fw_free_stage(w);
+    if (w->fd >= 0) {
+        close(w->fd);
+        unlink(w->tmp);
+    }
+    w->fd = -1;
+}
+
+static ls_status fw_raw(file_writer *w, const unsigned char *p, size_t n) {
+    w->written += n;
+    for (size_t left = n; left > 0;) {
+        uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
+        w->crc = crc32(w->crc, p + (n - left), chunk);
+        left -= chunk;
+    }
     while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return ls_error(LS_ERR_IO, "'%s': write failed: %s", path, w < 0 ? strerror(errno) : "no progress");
-        p += w;
-        n -= (size_t)w;
+        ssize_t r = write(w->fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return ls_error(LS_ERR_IO, "'%s': write failed: %s", w->tmp, r < 0 ? strerror(errno) : "no progress");
+        p += r;
+        n -= (size_t)r;
     }
     return LS_OK;
 }
 
-/* path.tmp, fsync, rename to path, fsync of the directory. inject: honour the file-level crash
- * stages ("mid-write", "tmpfile"). */
-static ls_status write_file_atomic(const char *path, const void *buf, size_t len, int inject) {
-    char tmp[LS_CKPT_PATH_MAX + 8], dir[LS_CKPT_PATH_MAX];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "path '%s' is too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot create: %s", tmp, strerror(errno));
+static ls_status fw_write(file_writer *w, const void *buf, size_t n) {
     const unsigned char *p = buf;
+    const uint64_t half = w->total / 2;
+    if (w->inject && w->total > 1 && w->written < half && w->written + n >= half) {
+        size_t first = (size_t)(half - w->written);
+        LS_CHECK(fw_raw(w, p, first));
+        fsync(w->fd);
+        crash_point("mid-write");
+        p += first;
+        n -= first;
+    }
+    return fw_raw(w, p, n);
+}
+
+/* A tensor's bytes: from host memory as they are, from a device through the staging buffer,
+ * LS_CKPT_STAGE_BYTES at a time (alloc: the device's allocator; NULL: the tensor's). */
+static ls_status fw_tensor(file_writer *w, ls_allocator *alloc, const ls_tensor *t) {
+    char desc[64];
+    size_t nb = ls_tensor_nbytes(t);
+    if (t->device.type == LS_DEVICE_CPU || nb == 0) return fw_write(w, t->data, nb);
+    if (!alloc) alloc = t->alloc;
+    if (!alloc || ls_allocator_device(alloc).type == LS_DEVICE_CPU)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "writing %s needs its device's allocator, and none was given",
+                        ls_tensor_describe(t, desc, (int)sizeof desc));
+    size_t want = nb > w->stage_want ? nb : w->stage_want;
+    if (want > LS_CKPT_STAGE_BYTES) want = LS_CKPT_STAGE_BYTES;
+    if (w->stage && (w->stage_cap < want || w->stage_alloc != alloc)) fw_free_stage(w);
+    if (!w->stage) {
+        LS_CHECK(ls_allocator_host_alloc(alloc, want, "a checkpoint's staging buffer", &w->stage_pinned, &w->stage));
+        w->stage_alloc = alloc;
+        w->stage_cap = want;
+    }
+    for (size_t off = 0; off < nb;) {
+        size_t c = nb - off < w->stage_cap ? nb - off : w->stage_cap;
+        LS_CHECK(ls_allocator_copy(alloc, w->stage, 0, (const unsigned char *)t->data + off, 1, c));
+        LS_CHECK(fw_write(w, w->stage, c));
+        off += c;
+    }
+    return LS_OK;
+}
+
+/* The file's tensors, so that one staging buffer, allocated when the first device tensor comes,
+ * serves them all (a pinned allocation can cost as much as the copy). */
+static void fw_stage_for(file_writer *w, int n, const ls_tensor *const *tensors) {
+    for (int i = 0; i < n; i++)
+        if (ls_tensor_nbytes(tensors[i]) > w->stage_want) w->stage_want = ls_tensor_nbytes(tensors[i]);
+}
+
+/* Complete the file (all of total written): fsync, rename, fsync of the directory. rec (may be
+ * NULL): the file's name (path's last component), size and CRC32, for the manifest. */
+static ls_status fw_commit(file_writer *w, ckpt_file *rec) {
+    char dir[LS_CKPT_PATH_MAX + 80];
     ls_status s = LS_OK;
-    if (inject && len > 1) {
-        s = write_all(fd, p, len / 2, tmp);
-        if (s == LS_OK) {
-            fsync(fd);
-            crash_point("mid-write");
-            s = write_all(fd, p + len / 2, len - len / 2, tmp);
-        }
-    } else {
-        s = write_all(fd, p, len, tmp);
-    }
-    if (s == LS_OK && fsync(fd) != 0) s = ls_error(LS_ERR_IO, "'%s': fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && s == LS_OK) s = ls_error(LS_ERR_IO, "'%s': close failed: %s", tmp, strerror(errno));
+    fw_free_stage(w);
+    if (w->written != w->total)
+        s = ls_error(LS_ERR_INTERNAL, "'%s': %llu bytes written, %llu expected", w->tmp, (unsigned long long)w->written,
+                     (unsigned long long)w->total);
+    if (s == LS_OK && fsync(w->fd) != 0) s = ls_error(LS_ERR_IO, "'%s': fsync failed: %s", w->tmp, strerror(errno));
+    if (close(w->fd) != 0 && s == LS_OK) s = ls_error(LS_ERR_IO, "'%s': close failed: %s", w->tmp, strerror(errno));
+    w->fd = -1;
     if (s != LS_OK) {
-        unlink(tmp);
+        unlink(w->tmp);
         return s;
     }
-    if (inject) crash_point("tmpfile");
-    if (rename(tmp, path) != 0) {
-        s = ls_error(LS_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        unlink(tmp);
+    if (w->inject) crash_point("tmpfile");
+    if (rename(w->tmp, w->path) != 0) {
+        s = ls_error(LS_ERR_IO, "cannot rename '%s' to '%s': %s", w->tmp, w->path, strerror(errno));
+        unlink(w->tmp);
         return s;
     }
-    dir_of(path, dir, sizeof dir);
-    return fsync_dir(dir);
+    dir_of(w->path, dir, sizeof dir);
+    LS_CHECK(fsync_dir(dir));
+    if (rec) {
+        const char *base = strrchr(w->path, '/');
+        snprintf(rec->name, sizeof rec->name, "%.63s", base ? base + 1 : w->path);
+        rec->size = w->written;
+        rec->crc = (uint32_t)w->crc;
+    }
+    return LS_OK;
+}
+
+static ls_status write_file_atomic(const char *path, const void *buf, size_t len, int inject, ckpt_file *rec) {
+    file_writer w;
+    ls_status s = fw_open(&w, path, len, inject);
+    if (s == LS_OK) s = fw_write(&w, buf, len);
+    if (s == LS_OK) return fw_commit(&w, rec);
+    fw_abort(&w);
+    return s;
+}
+
+/* A safetensors file written as it is produced (st_header, then each tensor): the host holds the
+ * header and, for device tensors, the writer's staging buffer, never the file. */
+static ls_status st_write(const char *path, int n, const char *const *names, const ls_tensor *const *tensors,
+                          const char *const *metadata, ls_allocator *alloc, int inject, ckpt_file *rec) {
+    unsigned char *hdr;
+    size_t hl;
+    uint64_t data_len;
+    LS_CHECK(st_header(n, names, tensors, metadata, &hdr, &hl, &data_len));
+    file_writer w;
+    ls_status s = fw_open(&w, path, hl + data_len, inject);
+    if (s == LS_OK) {
+        fw_stage_for(&w, n, tensors);
+        s = fw_write(&w, hdr, hl);
+    }
+    free(hdr);
+    for (int i = 0; i < n && s == LS_OK; i++)
+        if ((s = fw_tensor(&w, alloc, tensors[i])) != LS_OK) ls_error_context(s, "safetensors: tensor '%s'", names[i]);
+    if (s == LS_OK) return fw_commit(&w, rec);
+    fw_abort(&w);
+    return s;
 }
 
 ls_status ls_safetensors_write(const char *path, int n, const char *const *names, const ls_tensor *const *tensors,
                                const char *const *metadata, ls_allocator *alloc) {
     if (!path) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_write: path is NULL");
-    void *buf;
-    size_t len;
-    LS_CHECK(ls_safetensors_serialize(n, names, tensors, metadata, alloc, &buf, &len));
-    ls_status s = write_file_atomic(path, buf, len, 0);
-    free(buf);
-    return s;
+    return st_write(path, n, names, tensors, metadata, alloc, 0, NULL);
 }
 
 static ls_status make_dirs(const char *dir) {
@@ -841,12 +1030,6 @@ enum { F_MODEL = 0, F_OPTIM = 1, F_STATE = 2, N_REQUIRED = 3, F_EMA = 3, N_KNOWN
 static const char *const ckpt_required[N_KNOWN] = {"model.safetensors", "optimizer.safetensors", "state.json",
                                                    "ema.safetensors"};
 
-typedef struct ckpt_file {
-    char name[64];
-    uint64_t size;
-    uint32_t crc;
-} ckpt_file;
-
 typedef struct ckpt_manifest {
     int64_t step;
     int n;
@@ -958,14 +1141,12 @@ done:
 typedef struct ckpt_bundle {
     char path[LS_CKPT_PATH_MAX];
     int64_t step;
-    unsigned char *data[N_KNOWN];
-    size_t len[N_KNOWN];
+    file_bytes f[N_KNOWN]; /* the safetensors files mapped, state.json read */
 } ckpt_bundle;
 
 static void bundle_free(ckpt_bundle *b) {
     for (int i = 0; i < N_KNOWN; i++) {
-        free(b->data[i]);
-        b->data[i] = NULL;
+        fb_free(&b->f[i]);
     }
 }
 
@@ -999,29 +1180,35 @@ static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
             s = ls_error(LS_ERR_IO, "'%s' is missing (listed in the manifest): the checkpoint is incomplete", p);
             break;
         }
-        unsigned char *buf;
-        LS_CHECK_GOTO(read_file(p, &buf, &len), s, fail);
-        if (len != m.files[i].size) {
-            free(buf);
-            s = ls_error(LS_ERR_FORMAT, "'%s': %zu bytes but the manifest records %llu (%s)", p, len,
-                         (unsigned long long)m.files[i].size, len < m.files[i].size ? "truncated" : "damaged");
+        /* the tensors' files mapped (the CRC pages them through the page cache, none is copied), the
+         * small JSON read */
+        file_bytes fb;
+        if (strcmp(m.files[i].name, ckpt_required[F_STATE]) == 0) {
+            memset(&fb, 0, sizeof fb);
+            LS_CHECK_GOTO(read_file(p, &fb.p, &fb.len), s, fail);
+        } else {
+            LS_CHECK_GOTO(map_file(p, &fb), s, fail);
+        }
+        if (fb.len != m.files[i].size) {
+            s = ls_error(LS_ERR_FORMAT, "'%s': %zu bytes but the manifest records %llu (%s)", p, fb.len,
+                         (unsigned long long)m.files[i].size, fb.len < m.files[i].size ? "truncated" : "damaged");
+            fb_free(&fb);
             break;
         }
-        uint32_t crc = crc32_of(buf, len);
+        uint32_t crc = crc32_of(fb.p, fb.len);
         if (crc != m.files[i].crc) {
-            free(buf);
+            fb_free(&fb);
             s = ls_error(LS_ERR_FORMAT, "'%s': CRC32 %08x does not match the manifest's %08x (the file is damaged)", p,
                          (unsigned)crc, (unsigned)m.files[i].crc);
             break;
         }
         int kept = 0;
-        for (int r = 0; r < N_KNOWN; r++)
+        for (int r = 0; r < N_KNOWN && !kept; r++)
             if (strcmp(m.files[i].name, ckpt_required[r]) == 0) {
-                b->data[r] = buf;
-                b->len[r] = len;
+                b->f[r] = fb;
                 kept = 1;
             }
-        if (!kept) free(buf);
+        if (!kept) fb_free(&fb);
     }
 fail:
     if (s != LS_OK) bundle_free(b);
@@ -1563,43 +1750,10 @@ static ls_status opt_list_make(ls_module *model, ls_optimizer *opt, ls_optim_kin
     return LS_OK;
 }
 
-static ls_status write_bytes(const char *dir, const char *file, const void *buf, size_t len, ckpt_file *rec,
-                             int inject) {
-    char p[LS_CKPT_PATH_MAX + 80];
-    snprintf(p, sizeof p, "%s/%s", dir, file);
-    LS_CHECK(write_file_atomic(p, buf, len, inject));
-    snprintf(rec->name, sizeof rec->name, "%s", file);
-    rec->size = len;
-    rec->crc = crc32_of(buf, len);
-    return LS_OK;
-}
-
-static ls_status serialize_and_write(const char *dir, const char *file, int n, const char *const *names,
-                                     const ls_tensor *const *tensors, const char *const *meta, ls_allocator *alloc,
-                                     ckpt_file *rec, int inject) {
-    void *buf;
-    size_t len;
-    LS_CHECK(ls_safetensors_serialize(n, names, tensors, meta, alloc, &buf, &len));
-    ls_status s = write_bytes(dir, file, buf, len, rec, inject);
-    free(buf);
-    return s;
-}
-
-/* optimizer.safetensors' bytes (malloc'd) on rank 0; below. */
-static ls_status optim_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, const ls_ckpt_state *st,
-                            int shard, unsigned char **out, size_t *out_len);
-
 static ls_status write_text(const char *dir, const char *file, const char *text, ckpt_file *rec) {
     char p[LS_CKPT_PATH_MAX + 80];
     snprintf(p, sizeof p, "%s/%s", dir, file);
-    size_t len = strlen(text);
-    LS_CHECK(write_file_atomic(p, text, len, 0));
-    if (rec) {
-        snprintf(rec->name, sizeof rec->name, "%s", file);
-        rec->size = len;
-        rec->crc = crc32_of(text, len);
-    }
-    return LS_OK;
+    return write_file_atomic(p, text, strlen(text), 0, rec);
 }
 
 static void prune(const char *dir, int keep_last, int64_t just_written) {
@@ -1648,113 +1802,123 @@ static ls_status ema_of_model(ls_module *model, ls_ema *ema) {
     return LS_OK;
 }
 
-/* obytes: optimizer.safetensors' bytes gathered already (a sharded optimizer); NULL: made here. */
-static ls_status save_rank0(ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
-                            ls_ema *ema, const ls_ckpt_state *state, const unsigned char *obytes, size_t olen,
-                            char *final, size_t final_len) {
-    char tmpdir[LS_CKPT_PATH_MAX + 16], old[LS_CKPT_PATH_MAX + 16], stepbuf[32], latest[LS_CKPT_PATH_MAX + 16];
+/* A save in progress on rank 0: its step-S.tmp directory, the model's tensors with their names, and
+ * what the manifest will list. */
+typedef struct save_job {
+    char final[LS_CKPT_PATH_MAX], tmpdir[LS_CKPT_PATH_MAX + 16], stepbuf[32];
+    const char *dir;
+    int np, nb;
+    const char **names;
+    const ls_tensor **ts;
+    char (*bnames)[LS_CKPT_BUFFER_NAME];
+    ckpt_manifest m;
+} save_job;
+
+/* failed: the partial step-S.tmp is removed. */
+static void save_job_free(save_job *j, int failed) {
+    if (failed && j->tmpdir[0] && path_exists(j->tmpdir)) remove_tree(j->tmpdir);
+    free(j->names);
+    free(j->ts);
+    free(j->bnames);
+    j->names = NULL;
+    j->ts = NULL;
+    j->bnames = NULL;
+}
+
+/* The save's first part: DIR/step-S.tmp created, model.safetensors written into it. */
+static ls_status save_open(save_job *j, ls_ctx *ctx, const char *dir, ls_module *model, const ls_ckpt_state *state) {
+    char tmpdir[sizeof j->tmpdir];
+    memset(j, 0, sizeof *j);
     if (!dir || !dir[0]) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory is empty");
     if (state->step < 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint step %lld is negative", (long long)state->step);
-    if ((size_t)snprintf(final, final_len, "%s/step-%08lld", dir, (long long)state->step) >= final_len ||
-        strlen(final) + 10 >= LS_CKPT_PATH_MAX)
+    if ((size_t)snprintf(j->final, sizeof j->final, "%s/step-%08lld", dir, (long long)state->step) >= sizeof j->final ||
+        strlen(j->final) + 10 >= LS_CKPT_PATH_MAX)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory '%s' is too long", dir);
-    snprintf(tmpdir, sizeof tmpdir, "%s.tmp", final);
-    snprintf(old, sizeof old, "%s.old.tmp", final);
-    snprintf(latest, sizeof latest, "%s/latest", dir);
-    snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)state->step);
+    j->dir = dir;
+    snprintf(tmpdir, sizeof tmpdir, "%s.tmp", j->final);
+    snprintf(j->stepbuf, sizeof j->stepbuf, "%lld", (long long)state->step);
     LS_CHECK(make_dirs(dir));
     remove_stale_tmp(dir);
     if (mkdir(tmpdir, 0755) != 0) return ls_error(LS_ERR_IO, "'%s': cannot create: %s", tmpdir, strerror(errno));
-
-    ckpt_manifest m;
-    memset(&m, 0, sizeof m);
-    m.step = state->step;
-    m.n = N_REQUIRED;
-    ls_status s = LS_OK;
-    int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
-    const char **names = calloc((size_t)(np + nb) + 1, sizeof *names);
-    const ls_tensor **ts = calloc((size_t)(np + nb) + 1, sizeof *ts);
-    char(*bnames)[LS_CKPT_BUFFER_NAME] = calloc((size_t)nb + 1, sizeof *bnames);
-    unsigned char *own_obytes = NULL;
-    char *text = NULL, *mtext = NULL;
-    if (!names || !ts || !bnames) {
-        s = ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
-        goto done;
-    }
+    snprintf(j->tmpdir, sizeof j->tmpdir, "%s", tmpdir);
+    j->m.step = state->step;
+    j->m.n = N_REQUIRED;
+    int np = j->np = ls_module_num_params(model), nb = j->nb = ls_cnn_num_buffers(model);
+    j->names = calloc((size_t)(np + nb) + 1, sizeof *j->names);
+    j->ts = calloc((size_t)(np + nb) + 1, sizeof *j->ts);
+    j->bnames = calloc((size_t)nb + 1, sizeof *j->bnames);
+    if (!j->names || !j->ts || !j->bnames) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
     for (int i = 0; i < np; i++) {
-        names[i] = ls_module_param_name(model, i);
-        ts[i] = ls_module_param(model, i);
+        j->names[i] = ls_module_param_name(model, i);
+        j->ts[i] = ls_module_param(model, i);
     }
     for (int i = 0; i < nb; i++) { /* buffers (BatchNorm's running statistics) after the parameters */
-        ts[np + i] = ls_cnn_buffer(model, i, bnames[i], LS_CKPT_BUFFER_NAME);
-        names[np + i] = bnames[i];
+        j->ts[np + i] = ls_cnn_buffer(model, i, j->bnames[i], LS_CKPT_BUFFER_NAME);
+        j->names[np + i] = j->bnames[i];
     }
-    const char *mmeta[] = {"format", "pt", "lockstep", "model", "step", stepbuf, NULL};
-    LS_CHECK_GOTO(serialize_and_write(tmpdir, ckpt_required[F_MODEL], np + nb, names, ts, mmeta, ctx->alloc,
-                                      &m.files[F_MODEL], 1),
-                  s, done);
-    if (!obytes) LS_CHECK_GOTO(optim_file(NULL, ctx, model, opt, state, 0, &own_obytes, &olen), s, done);
-    LS_CHECK_GOTO(write_bytes(tmpdir, ckpt_required[F_OPTIM], obytes ? obytes : own_obytes, olen, &m.files[F_OPTIM], 0),
-                  s, done);
+    char p[LS_CKPT_PATH_MAX + 80];
+    snprintf(p, sizeof p, "%s/%s", j->tmpdir, ckpt_required[F_MODEL]);
+    const char *mmeta[] = {"format", "pt", "lockstep", "model", "step", j->stepbuf, NULL};
+    return st_write(p, np + nb, j->names, j->ts, mmeta, ctx->alloc, 1, &j->m.files[F_MODEL]);
+}
+
+/* The rest, after optimizer.safetensors: ema.safetensors, state.json, the manifest, the rename of
+ * step-S.tmp to step-S, latest, and --keep-last's pruning. */
+static ls_status save_close(save_job *j, ls_ctx *ctx, int keep_last, ls_module *model, ls_optimizer *opt, ls_ema *ema,
+                            const ls_ckpt_state *state) {
+    char old[LS_CKPT_PATH_MAX + 16], latest[LS_CKPT_PATH_MAX + 16], p[LS_CKPT_PATH_MAX + 80];
+    snprintf(old, sizeof old, "%s.old.tmp", j->final);
+    snprintf(latest, sizeof latest, "%s/latest", j->dir);
+    ckpt_manifest *m = &j->m;
+    const int np = j->np, nb = j->nb;
     ls_ckpt_state st = *state;
     st.has_ema = ema != NULL;
     if (ema) { /* the averages, named as the model's tensors */
-        LS_CHECK_GOTO(ema_of_model(model, ema), s, done);
-        for (int i = 0; i < np + nb; i++) ts[i] = ls_ema_tensor(ema, i);
-        const char *emeta[] = {"format", "pt", "lockstep", "ema", "step", stepbuf, NULL};
-        LS_CHECK_GOTO(
-            serialize_and_write(tmpdir, ckpt_required[F_EMA], np + nb, names, ts, emeta, ctx->alloc, &m.files[m.n], 0),
-            s, done);
-        m.n++;
+        LS_CHECK(ema_of_model(model, ema));
+        for (int i = 0; i < np + nb; i++) j->ts[i] = ls_ema_tensor(ema, i);
+        const char *emeta[] = {"format", "pt", "lockstep", "ema", "step", j->stepbuf, NULL};
+        snprintf(p, sizeof p, "%s/%s", j->tmpdir, ckpt_required[F_EMA]);
+        LS_CHECK(st_write(p, np + nb, j->names, j->ts, emeta, ctx->alloc, 0, &m->files[m->n]));
+        m->n++;
         st.ema_decay = ls_ema_decay(ema);
         st.ema_warmup = ls_ema_warmup(ema);
         st.ema_updates = ls_ema_num_updates(ema);
     }
-    if (opt) LS_CHECK_GOTO(ls_optimizer_get_num_steps(opt, &st.optim_steps), s, done);
-    LS_CHECK_GOTO(ls_ckpt_state_to_json(&st, model, &text), s, done);
-    LS_CHECK_GOTO(write_text(tmpdir, ckpt_required[F_STATE], text, &m.files[F_STATE]), s, done);
+    if (opt) LS_CHECK(ls_optimizer_get_num_steps(opt, &st.optim_steps));
+    char *text = NULL;
+    LS_CHECK(ls_ckpt_state_to_json(&st, model, &text));
+    ls_status s = write_text(j->tmpdir, ckpt_required[F_STATE], text, &m->files[F_STATE]);
+    free(text);
+    LS_CHECK(s);
     crash_point("before-manifest");
-    mtext = manifest_json(&m);
-    if (!mtext) {
-        s = ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the manifest");
-        goto done;
-    }
-    LS_CHECK_GOTO(write_text(tmpdir, "manifest.json", mtext, NULL), s, done);
+    char *mtext = manifest_json(m);
+    if (!mtext) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the manifest");
+    s = write_text(j->tmpdir, "manifest.json", mtext, NULL);
+    free(mtext);
+    LS_CHECK(s);
     crash_point("before-rename");
     int replaced = 0;
-    if (path_exists(final)) {
-        LS_LOG_W("replacing the existing checkpoint '%s'", final);
-        if (rename(final, old) != 0) {
-            s = ls_error(LS_ERR_IO, "cannot move the existing '%s' aside: %s", final, strerror(errno));
-            goto done;
-        }
+    if (path_exists(j->final)) {
+        LS_LOG_W("replacing the existing checkpoint '%s'", j->final);
+        if (rename(j->final, old) != 0)
+            return ls_error(LS_ERR_IO, "cannot move the existing '%s' aside: %s", j->final, strerror(errno));
         replaced = 1;
     }
-    if (rename(tmpdir, final) != 0) {
-        s = ls_error(LS_ERR_IO, "cannot rename '%s' to '%s': %s", tmpdir, final, strerror(errno));
-        if (replaced && rename(old, final) != 0) LS_LOG_W("could not move '%s' back to '%s'", old, final);
-        goto done;
+    if (rename(j->tmpdir, j->final) != 0) {
+        s = ls_error(LS_ERR_IO, "cannot rename '%s' to '%s': %s", j->tmpdir, j->final, strerror(errno));
+        if (replaced && rename(old, j->final) != 0) LS_LOG_W("could not move '%s' back to '%s'", old, j->final);
+        return s;
     }
-    LS_CHECK_GOTO(fsync_dir(dir), s, done);
+    LS_CHECK(fsync_dir(j->dir));
     if (replaced) remove_tree(old);
     crash_point("before-latest");
-    {
-        char line[80];
-        const char *base = strrchr(final, '/');
-        snprintf(line, sizeof line, "%s\n", base ? base + 1 : final);
-        LS_CHECK_GOTO(write_file_atomic(latest, line, strlen(line), 0), s, done);
-    }
-    prune(dir, keep_last, state->step);
-done:
-    if (s != LS_OK && path_exists(tmpdir)) remove_tree(tmpdir);
-    free(text);
-    free(mtext);
-    free(own_obytes);
-    free(names);
-    free(ts);
-    free(bnames);
-    return s;
+    char line[80];
+    const char *base = strrchr(j->final, '/');
+    snprintf(line, sizeof line, "%s\n", base ? base + 1 : j->final);
+    LS_CHECK(write_file_atomic(latest, line, strlen(line), 0, NULL));
+    prune(j->dir, keep_last, state->step);
+    return LS_OK;
 }
 
 /* What rank 0 tells the others after a save or a load (exchanged as bytes). */
@@ -1832,27 +1996,38 @@ static size_t transit_bytes(const opt_list *ol, int rank) {
     return most;
 }
 
-/* optimizer.safetensors' bytes on rank 0 (malloc'd; NULL on the other ranks): the optimizer's state
- * in opt_list's order. shard (collective): a state another rank keeps comes from its owner through
- * the transit buffer, so rank 0's device holds no more of the others' state than its largest
- * tensor (ZeroRedundancyOptimizer's consolidate_state_dict gathers all of it on one rank). */
+/* optimizer.safetensors written by rank 0 into its save's directory (j: rank 0's save, unused on
+ * the other ranks): the optimizer's state in opt_list's order, each tensor written as it comes.
+ * shard (collective): a state another rank keeps comes from its owner through the transit buffer,
+ * so rank 0's device holds no more of the others' state than its largest tensor
+ * (ZeroRedundancyOptimizer's consolidate_state_dict gathers all of it on one rank), and its host
+ * no more than the writer's staging buffer. */
 static ls_status optim_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, const ls_ckpt_state *st,
-                            int shard, unsigned char **out, size_t *out_len) {
+                            int shard, save_job *j) {
     int rank = comm_rank(comm);
-    char stepbuf[32];
-    snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)st->step);
-    const char *meta[] = {"format", "pt",    "lockstep", "optimizer", "optimizer", kind_name(st->optim.kind),
-                          "step",   stepbuf, NULL};
-    unsigned char *buf = NULL;
-    size_t total = 0, pos = 0;
+    const char *meta[] = {"format", "pt",       "lockstep", "optimizer", "optimizer", kind_name(st->optim.kind),
+                          "step",   j->stepbuf, NULL};
     void *scratch = NULL;
+    file_writer w;
+    int open = 0;
     opt_list ol;
-    *out = NULL;
-    *out_len = 0;
     ls_status s = opt_list_make(model, opt, st->optim.kind, shard, &ol), err = LS_OK;
     size_t most = s == LS_OK ? transit_bytes(&ol, rank) : 0;
-    if (s == LS_OK && rank == 0)
-        s = st_begin(ol.n, (const char *const *)ol.names, (const ls_tensor *const *)ol.t, meta, &buf, &total, &pos);
+    if (s == LS_OK && rank == 0) {
+        char p[LS_CKPT_PATH_MAX + 80];
+        unsigned char *hdr;
+        size_t hl;
+        uint64_t data_len;
+        snprintf(p, sizeof p, "%s/%s", j->tmpdir, ckpt_required[F_OPTIM]);
+        s = st_header(ol.n, (const char *const *)ol.names, (const ls_tensor *const *)ol.t, meta, &hdr, &hl, &data_len);
+        if (s == LS_OK) {
+            s = fw_open(&w, p, hl + data_len, 0);
+            open = s == LS_OK;
+            if (open) fw_stage_for(&w, ol.n, (const ls_tensor *const *)ol.t);
+            if (open) s = fw_write(&w, hdr, hl);
+            free(hdr);
+        }
+    }
     if (s == LS_OK && most) s = ls_alloc(ctx->alloc, most, "optimizer state in transit (checkpoint)", &scratch);
     if (shard) s = agree(comm, s);
     for (int k = 0; s == LS_OK && k < ol.n; k++) {
@@ -1868,21 +2043,17 @@ static ls_status optim_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_opt
             from = ls_tensor_view(scratch, t->dtype, ls_allocator_device(ctx->alloc), t->ndim, t->shape);
         }
         if (rank == 0 && err == LS_OK) { /* an error here: the others still send theirs */
-            ls_tensor to = ls_tensor_view(buf + pos, t->dtype, ls_device_cpu(), t->ndim, t->shape);
-            err = ls_tensor_copy(ctx->alloc, &to, &from);
+            err = fw_tensor(&w, ctx->alloc, &from);
             if (err != LS_OK) ls_error_context(err, "optimizer state '%s'", ol.names[k]);
         }
-        pos += ls_tensor_nbytes(t);
     }
     if (scratch) ls_free(ctx->alloc, scratch);
     if (s == LS_OK) s = err;
+    if (open && s == LS_OK)
+        s = fw_commit(&w, &j->m.files[F_OPTIM]);
+    else if (open)
+        fw_abort(&w);
     if (shard) s = agree(comm, s);
-    if (s == LS_OK && rank == 0) {
-        *out = buf;
-        *out_len = total;
-    } else {
-        free(buf);
-    }
     opt_list_free(&ol);
     return s;
 }
@@ -1937,19 +2108,30 @@ ls_status ls_ckpt_save_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep
     LS_CHECK(check_state(state));
     ckpt_result r;
     memset(&r, 0, sizeof r);
+    const int rank = comm_rank(comm), shard = sharded(comm, opt);
+    save_job j;
+    memset(&j, 0, sizeof j);
     ls_status s = LS_OK;
+    int agreed = 0; /* a failure every rank knows already */
     LS_TL_T0(t0);
     /* rank 0 writes, so its LOCKSTEP_CKPT_CRASH_AT is the one that counts; its error reaches every rank */
-    unsigned char *obytes = NULL;
-    size_t olen = 0;
-    if (sharded(comm, opt)) LS_CHECK(optim_file(comm, ctx, model, opt, state, 1, &obytes, &olen));
-    if (comm_rank(comm) == 0) {
+    if (rank == 0) {
         s = check_crash_stage();
-        if (s == LS_OK)
-            s = save_rank0(ctx, dir, keep_last, model, opt, ema, state, obytes, olen, r.path, sizeof r.path);
+        if (s == LS_OK) s = save_open(&j, ctx, dir, model, state);
     }
-    free(obytes);
-    if (comm_world(comm) > 1) s = share_result(comm, &r, s);
+    if (shard) { /* every rank sends rank 0 the states it keeps */
+        s = agree(comm, s);
+        if (s == LS_OK) s = optim_file(comm, ctx, model, opt, state, 1, &j);
+        agreed = s != LS_OK;
+    } else if (rank == 0 && s == LS_OK) {
+        s = optim_file(NULL, ctx, model, opt, state, 0, &j);
+    }
+    if (rank == 0) {
+        if (s == LS_OK) s = save_close(&j, ctx, keep_last, model, opt, ema, state);
+        if (s == LS_OK) snprintf(r.path, sizeof r.path, "%s", j.final);
+        save_job_free(&j, s != LS_OK);
+    }
+    if (comm_world(comm) > 1 && !agreed) s = share_result(comm, &r, s);
     LS_TL_SPAN(t0, "checkpoint save", "io");
     if (s == LS_OK && path_out && path_len) snprintf(path_out, path_len, "%s", r.path);
     return s;
@@ -1961,7 +2143,7 @@ static ls_status load_weights(ls_ctx *ctx, const ckpt_bundle *b, int file, ls_mo
     char p[LS_CKPT_PATH_MAX + 80];
     ls_safetensors *f = NULL;
     snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[file]);
-    LS_CHECK(ls_safetensors_open_memory(b->data[file], b->len[file], p, &f));
+    LS_CHECK(ls_safetensors_open_memory(b->f[file].p, b->f[file].len, p, &f));
     ls_status s = LS_OK;
     int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
     if (ema) s = ema_of_model(model, ema);
@@ -1991,7 +2173,7 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
     if (s != LS_OK || !opt) return s;
 
     snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[F_OPTIM]);
-    LS_CHECK(ls_safetensors_open_memory(b->data[F_OPTIM], b->len[F_OPTIM], p, &f));
+    LS_CHECK(ls_safetensors_open_memory(b->f[F_OPTIM].p, b->f[F_OPTIM].len, p, &f));
     int this_adamw = ls_optimizer_num_state_slots(opt) == 2;
     if (this_adamw != (st->optim.kind == LS_OPTIM_ADAMW)) {
         s = ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': the checkpoint's optimizer is %s but this run's is %s", p,
@@ -2023,8 +2205,7 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
 /* obytes non-NULL (a sharded optimizer): optimizer.safetensors' bytes are left there, for
  * states_from_file. */
 static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_module *model, ls_optimizer *opt,
-                            ls_ema *ema, ls_ckpt_state *st, ckpt_result *r, char **text, unsigned char **obytes,
-                            size_t *olen) {
+                            ls_ema *ema, ls_ckpt_state *st, ckpt_result *r, char **text, file_bytes *obytes) {
     ckpt_bundle b;
     int found = 1;
     int is_auto = !which || !which[0] || strcmp(which, "auto") == 0;
@@ -2048,23 +2229,22 @@ static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_
     if (!found) return LS_OK;
     char sp[LS_CKPT_PATH_MAX + 80];
     snprintf(sp, sizeof sp, "%s/%s", b.path, ckpt_required[F_STATE]);
-    ls_status s = ls_ckpt_state_parse((const char *)b.data[F_STATE], b.len[F_STATE], sp, model, st);
+    ls_status s = ls_ckpt_state_parse((const char *)b.f[F_STATE].p, b.f[F_STATE].len, sp, model, st);
     if (s == LS_OK && st->step != b.step)
         s = ls_error(LS_ERR_FORMAT, "'%s': step %lld differs from the manifest's %lld", sp, (long long)st->step,
                      (long long)b.step);
-    if (s == LS_OK && st->has_ema && !b.data[F_EMA])
+    if (s == LS_OK && st->has_ema && !b.f[F_EMA].p)
         s = ls_error(LS_ERR_FORMAT, "'%s' records an EMA of the weights but the manifest lists no %s", sp,
                      ckpt_required[F_EMA]);
     if (s == LS_OK) s = load_tensors(ctx, &b, model, opt, ema, st, obytes != NULL);
     if (s == LS_OK) {
         snprintf(r->path, sizeof r->path, "%s", b.path);
-        r->text_len = (int64_t)b.len[F_STATE];
-        *text = (char *)b.data[F_STATE];
-        b.data[F_STATE] = NULL;
+        r->text_len = (int64_t)b.f[F_STATE].len;
+        *text = (char *)b.f[F_STATE].p; /* read (malloc'd), not mapped */
+        memset(&b.f[F_STATE], 0, sizeof b.f[F_STATE]);
         if (obytes) {
-            *obytes = b.data[F_OPTIM];
-            *olen = b.len[F_OPTIM];
-            b.data[F_OPTIM] = NULL;
+            *obytes = b.f[F_OPTIM];
+            memset(&b.f[F_OPTIM], 0, sizeof b.f[F_OPTIM]);
         }
     }
     bundle_free(&b);
@@ -2092,8 +2272,7 @@ static ls_status agree(ls_comm *comm, ls_status s) {
 
 /* Ranks other than 0 receive what rank 0 loaded: the state text, parameters, optimizer state. */
 static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, ls_ema *ema,
-                            ls_ckpt_state *state, const ckpt_result *r, char **text, const unsigned char *obytes,
-                            size_t olen) {
+                            ls_ckpt_state *state, const ckpt_result *r, char **text, const file_bytes *obytes) {
     int rank = comm_rank(comm);
     ls_status s = LS_OK;
     if (r->text_len < 0 || r->text_len > (int64_t)1 << 30)
@@ -2124,7 +2303,8 @@ static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_opt
         s = ls_error(LS_ERR_MISMATCH, "some ranks load an EMA of the weights from the checkpoint, others do not");
     if (s == LS_OK) s = ls_ddp_broadcast_params(comm, np, params);
     if (s == LS_OK) s = ls_cnn_broadcast_buffers(comm, model);
-    if (s == LS_OK && shard) s = states_from_file(comm, ctx, model, opt, state->optim.kind, obytes, olen, r->path);
+    if (s == LS_OK && shard)
+        s = states_from_file(comm, ctx, model, opt, state->optim.kind, obytes->p, obytes->len, r->path);
     if (s == LS_OK && ol.n > 0) s = ls_ddp_broadcast_params(comm, ol.n, ol.t);
     if (s == LS_OK && ema && state->has_ema) { /* the averages: the same tensors as the model's */
         int ne = ls_ema_num_tensors(ema);
@@ -2157,15 +2337,15 @@ ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const ch
     ls_status s = LS_OK;
     /* a sharded optimizer's state: rank 0 reads its own, then sends each other from the file */
     const int shard = sharded(comm, opt);
-    unsigned char *obytes = NULL;
-    size_t olen = 0;
+    file_bytes obytes;
+    memset(&obytes, 0, sizeof obytes);
     if (comm_rank(comm) == 0)
-        s = load_rank0(ctx, dir, which, model, opt, ema, state, &r, &text, shard ? &obytes : NULL, &olen);
+        s = load_rank0(ctx, dir, which, model, opt, ema, state, &r, &text, shard ? &obytes : NULL);
     if (comm_world(comm) > 1) {
         s = share_result(comm, &r, s);
-        if (s == LS_OK && r.found) s = load_share(comm, ctx, model, opt, ema, state, &r, &text, obytes, olen);
+        if (s == LS_OK && r.found) s = load_share(comm, ctx, model, opt, ema, state, &r, &text, &obytes);
     }
-    free(obytes);
+    fb_free(&obytes);
     free(text);
     if (s != LS_OK || !r.found) return s;
     if (ema && state->has_ema)

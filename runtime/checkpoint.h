@@ -46,11 +46,14 @@ typedef struct ls_safetensors_info {
     int ndim;
     int64_t shape[LS_SAFETENSORS_MAX_DIMS];
     int64_t numel;
-    const void *data; /* inside the file's buffer, little-endian, not necessarily aligned */
+    const void *data; /* inside the file's bytes (mapped or in memory), little-endian, not necessarily aligned */
     size_t nbytes;
 } ls_safetensors_info;
 
-/* Read and validate a whole file. */
+/* Map a file read-only and validate it (read whole where it cannot be mapped): no tensor's bytes
+ * are read until used. Like safetensors' safe_open, a file truncated by another program while it
+ * is open makes reading the lost bytes fault (SIGBUS); lockstep's own writes replace files by
+ * rename, never in place. */
 ls_status ls_safetensors_open(const char *path, ls_safetensors **out);
 /* Validate a buffer already in memory (borrowed: keep it alive until close). name labels errors. */
 ls_status ls_safetensors_open_memory(const void *buf, size_t len, const char *name, ls_safetensors **out);
@@ -72,7 +75,9 @@ ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allo
  * "key", "value", ..., NULL. Duplicate or empty names are LS_ERR_INVALID_ARGUMENT. */
 ls_status ls_safetensors_serialize(int n, const char *const *names, const ls_tensor *const *tensors,
                                    const char *const *metadata, ls_allocator *alloc, void **out, size_t *out_len);
-/* Serialize and write path crash-safely (path.tmp, fsync, rename, fsync of the directory). */
+/* Write path crash-safely (path.tmp, fsync, rename, fsync of the directory), each tensor as it
+ * comes: the file is never built in memory (device tensors pass through a staging buffer of at
+ * most LS_CKPT_STAGE_BYTES). The bytes are ls_safetensors_serialize's. */
 ls_status ls_safetensors_write(const char *path, int n, const char *const *names, const ls_tensor *const *tensors,
                                const char *const *metadata, ls_allocator *alloc);
 
@@ -104,17 +109,23 @@ ls_status ls_safetensors_write(const char *path, int n, const char *const *names
  * over this run's: the save warns when it sees one.
  * Ranks: rank 0 writes (the state is replicated) and reads; a load is broadcast from rank 0, so
  * the checkpoint directory only needs to be reachable from rank 0. Every rank returns the same
- * status and message for a save or load: no rank is left waiting. Rank 0 holds one file's bytes
- * in host memory while saving it, and the whole checkpoint while loading. A sharded optimizer
+ * status and message for a save or load: no rank is left waiting. Host memory: rank 0 never holds
+ * a file. A save writes each tensor as it comes (from the host as it is, from a device through
+ * one staging buffer of at most LS_CKPT_STAGE_BYTES); a load maps the files read-only (the page
+ * cache's pages, as safetensors' safe_open) and copies each tensor from there. A sharded optimizer
  * (ls_optimizer_shard): the files are an unsharded save's; each state another rank keeps travels
- * from its owner into rank 0's file bytes (a load: from them to its owner) one tensor at a time, so
- * the allocator of a rank holds at most one more tensor than its own share meanwhile (the largest
+ * from its owner to rank 0's file (a load: from it to its owner) one tensor at a time, so the
+ * allocator of a rank holds at most one more tensor than its own share meanwhile (the largest
  * that another rank than 0 and this one keeps), never the whole state.
  * Fault injection for tests: LOCKSTEP_CKPT_CRASH_AT=<stage> kills the writing process with
  * SIGKILL at that instant of a save: "mid-write" (half of model.safetensors.tmp written),
  * "tmpfile" (model.safetensors.tmp complete, not renamed), "before-manifest" (data files done),
  * "before-rename" (manifest done, directory still step-S.tmp), "before-latest" (directory renamed,
  * latest not updated, nothing pruned). */
+
+/* Saving tensors that live on a device, rank 0 copies them to the host through one staging
+ * buffer of at most this many bytes (pinned where the device's allocator offers it). */
+#define LS_CKPT_STAGE_BYTES ((size_t)16 << 20)
 
 #define LS_CKPT_MAX_KV 8
 #define LS_CKPT_MAX_RNG 4

@@ -621,7 +621,7 @@ static void test_sharded(ls_optim_kind kind) {
     for (int i = 0; i < ls_module_num_params(a); i++)
         LS_EXPECT((ls_optimizer_state(ob, i, 0) != NULL) == (ls_optimizer_owner(ob, i) == rank));
 
-    /* rank 0 cannot write there: every rank fails, after the states travelled */
+    /* rank 0 cannot write there: every rank fails with its message, before any state travels */
     snprintf(p, sizeof p, "%s/shard-file-%s", root, kn);
     if (rank == 0) {
         FILE *f = fopen(p, "w");
