@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# check_cli_errors.sh MLP RESNET OOM QUICKSTART [BENCH_MLP]: bad input to the example programs (and
-# a benchmark, where built) is refused with an error that
+# check_cli_errors.sh MLP RESNET OOM QUICKSTART [BENCH_MLP [BENCH_CKPT]]: bad input to the example
+# programs (and the benchmarks, where built) is refused with an error that
 # names the flag or variable and the problem (exit status not 0), where it used to be cut to an
 # int, saturated, ignored or trained into NaN: counts past their range (2^32 epochs trained
 # nothing; a batch of 2^62 x 2 accumulation steps overflowed to 0 steps an epoch), non-finite
@@ -13,7 +13,7 @@
 # AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema, a --dropout of 1 or with no
 # hidden layer to follow. And an empty --hidden trains a linear model, as --help says.
 set -u
-mlp=$1 resnet=$2 oom=$3 qs=$4 bench=${5:-}
+mlp=$1 resnet=$2 oom=$3 qs=$4 bench=${5:-} bench_ckpt=${6:-}
 export LOCKSTEP_DEVICE=cpu OPENBLAS_NUM_THREADS=1
 small=(--train-limit 256 --test-limit 100 --max-steps 2 --no-progress)
 fail() {
@@ -91,6 +91,12 @@ usage "fashion_resnet: --device must not be empty" "$resnet" --device ''
 if [ -n "$bench" ]; then
     usage "bench_mlp: --data-dir '': empty (leave the flag out for its default)" "$bench" --data-dir ''
     usage "bench_mlp: --steps '3x': not a whole number" "$bench" --steps 3x
+fi
+if [ -n "$bench_ckpt" ]; then
+    usage "usage: bench_ckpt save|load DIR" "$bench_ckpt" restore /tmp
+    usage "bench_ckpt: DIR is empty" "$bench_ckpt" save ''
+    usage "bench_ckpt: --hidden 'x': not a whole number" "$bench_ckpt" save /tmp --hidden 8,x
+    refused "bench_ckpt: no checkpoint in '/nonexistent' (run save first)" "$bench_ckpt" load /nonexistent --hidden 8
 fi
 usage "oom_challenge: --comm must not be empty" "$oom" --comm ''
 # an MPI setting that meant "on" for any value but 0 (MPI as a singleton: one rank, no launcher)

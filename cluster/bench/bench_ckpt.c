@@ -1,0 +1,149 @@
+/* bench_ckpt.c: lockstep's side of the checkpoint benchmark: saves or loads one checkpoint of an
+ * MLP (784, the --hidden sizes, 10; f32) and its AdamW state through ls_ckpt_save / ls_ckpt_load,
+ * as a training run does (fsync'd files, CRC32 manifest; a load verifies the CRCs first). Prints
+ * "ready" once the model and optimizer exist (compare_ckpt.py measures the process's memory from
+ * there), then one JSON line: {"op", "seconds", "bytes"}. Not a test: compare_ckpt.py runs it beside
+ * torch_ckpt.py. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "checkpoint.h"
+#include "nn.h"
+#include "optim.h"
+
+#define BENCH_PROG "bench_ckpt"
+#include "bench_args.h"
+
+#define MAX_LAYERS 16
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: bench_ckpt save|load DIR [options]\n"
+               "  save: make the model and its AdamW state, then save them as DIR/step-00000001\n"
+               "  load: make the model and its AdamW state, then load DIR's newest checkpoint into them\n"
+               "  --hidden N,N,...        hidden layer sizes (default 4096,4096,4096: 36.8 M parameters, a\n"
+               "                          441 MB checkpoint with AdamW's two moments)\n"
+               "  --device cpu|cuda[:N]   default $LOCKSTEP_DEVICE, else a GPU if there is one\n"
+               "  -h, --help              this text\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define CHECK(what, expr)                                                                                              \
+    do {                                                                                                               \
+        ls_status s_ = (expr);                                                                                         \
+        if (s_ != LS_OK) {                                                                                             \
+            fprintf(stderr, "bench_ckpt: %s: %s\n", what, ls_last_error());                                            \
+            return 1;                                                                                                  \
+        }                                                                                                              \
+    } while (0)
+
+/* The bytes of the files in path (a checkpoint directory). */
+static long long dir_bytes(const char *path) {
+    DIR *d = opendir(path);
+    long long n = 0;
+    if (!d) return -1;
+    struct dirent *e;
+    char p[LS_CKPT_PATH_MAX + 300];
+    struct stat st;
+    while ((e = readdir(d)) != NULL) {
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) n += (long long)st.st_size;
+    }
+    closedir(d);
+    return n;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc < 3 || (strcmp(argv[1], "save") && strcmp(argv[1], "load"))) {
+        usage(stderr);
+        return 2;
+    }
+    const int save = !strcmp(argv[1], "save");
+    const char *dir = argv[2], *device = getenv("LOCKSTEP_DEVICE");
+    if (!*dir) {
+        fprintf(stderr, "bench_ckpt: DIR is empty: name the checkpoint directory\n");
+        return 2;
+    }
+    int64_t sizes[MAX_LAYERS + 2] = {784, 4096, 4096, 4096, 10};
+    int nsizes = 5;
+    for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            device = bench_str("--device", argv[++i]);
+        } else if (!strcmp(argv[i], "--hidden") && i + 1 < argc) {
+            const char *arg = bench_str("--hidden", argv[++i]);
+            char buf[256], *tok, *save_ptr = NULL;
+            if (strlen(arg) >= sizeof buf) bench_bad("--hidden", arg, "too long", "up to 16 sizes");
+            snprintf(buf, sizeof buf, "%s", arg);
+            nsizes = 1;
+            for (tok = strtok_r(buf, ",", &save_ptr); tok; tok = strtok_r(NULL, ",", &save_ptr)) {
+                if (nsizes > MAX_LAYERS) bench_bad("--hidden", arg, "too many layers", "up to 16 sizes");
+                sizes[nsizes++] = bench_int("--hidden", tok, 1, 1 << 20);
+            }
+            if (nsizes == 1) bench_bad("--hidden", arg, "no sizes", "N,N,...");
+            sizes[nsizes++] = 10;
+        } else {
+            fprintf(stderr, "bench_ckpt: unknown or incomplete option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    ls_device dev;
+    CHECK("--device", ls_device_select(device, 0, &dev));
+    ls_ctx *ctx;
+    CHECK("context", ls_ctx_create(dev, NULL, &ctx));
+    ls_module *m;
+    CHECK("model", ls_mlp_create(ctx, LS_F32, nsizes, sizes, LS_ACT_RELU, 1, &m));
+    int np = ls_module_num_params(m);
+    ls_tensor *p[2 * MAX_LAYERS + 2], *g[2 * MAX_LAYERS + 2];
+    for (int i = 0; i < np; i++) {
+        p[i] = ls_module_param(m, i);
+        g[i] = ls_module_grad(m, i);
+    }
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_ADAMW);
+    ls_optimizer *o;
+    CHECK("optimizer", ls_optimizer_create(ctx, np, p, g, &oc, &o));
+    for (int i = 0; i < np; i++) /* moments that are not all zeros, as after training */
+        for (int k = 0; k < 2; k++) CHECK("the state", ls_tensor_copy(ctx->alloc, ls_optimizer_state(o, i, k), p[i]));
+    ls_ckpt_state st;
+    memset(&st, 0, sizeof st);
+    st.step = 1;
+    st.steps_per_epoch = 1;
+    st.world_size = 1;
+    st.batch_per_rank = 1;
+    st.accum_steps = 1;
+    st.lr = (ls_lr_schedule){0.001f, 0, 0, 0, LS_LR_CONSTANT};
+    st.optim = oc;
+    printf("ready\n");
+    fflush(stdout);
+    char path[LS_CKPT_PATH_MAX];
+    double t0 = now_s();
+    if (save) {
+        CHECK("save", ls_ckpt_save(NULL, ctx, dir, 0, m, o, &st, path, sizeof path));
+    } else {
+        int found = 0;
+        ls_ckpt_state got;
+        CHECK("load", ls_ckpt_load(NULL, ctx, dir, "auto", m, o, &got, &found, path, sizeof path));
+        if (!found) {
+            fprintf(stderr, "bench_ckpt: no checkpoint in '%s' (run save first)\n", dir);
+            return 1;
+        }
+    }
+    double t = now_s() - t0;
+    printf("{\"op\": \"%s\", \"seconds\": %.6f, \"bytes\": %lld}\n", argv[1], t, dir_bytes(path));
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+    ls_ctx_destroy(ctx);
+    return 0;
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""compare_ckpt.py: saving and loading a training checkpoint, lockstep beside PyTorch: the time and
+the memory it takes beyond the model and optimizer already in memory.
+
+Each round runs, one process each, bench_ckpt save, torch_ckpt.py save, bench_ckpt load and
+torch_ckpt.py load (the two sides alternating) on the same model: an MLP (784, --hidden, 10; f32)
+with AdamW's two moments. Every process prints "ready" once its model and optimizer exist; from
+then until it exits this script samples its anonymous memory (/proc/PID/statm: resident minus
+file-backed pages) every millisecond, and reports the peak above the value at "ready": the memory
+the save or load itself took. File pages (the page cache, mapped or not) are not counted: the
+kernel drops them when memory is short. Prints the medians and lockstep's ratios to PyTorch.
+Loads read files the save just wrote, from the page cache on both sides.
+
+Usage (repository root, after building build/):
+    /usr/bin/python3 cluster/bench/compare_ckpt.py --build build --rounds 5
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def anon_bytes(pid):
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            v = f.read().split()
+        return (int(v[1]) - int(v[2])) * PAGE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def run(cmd, env, timeout):
+    """Runs cmd; returns (its JSON result, anonymous bytes at "ready", peak after it)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    lines, ready = [], threading.Event()
+
+    def reader():
+        for line in p.stdout:
+            lines.append(line)
+            if line.strip() == "ready":
+                ready.set()
+
+    th = threading.Thread(target=reader, daemon=True)
+    th.start()
+    base, peak, t0 = None, 0, time.monotonic()
+    while p.poll() is None:
+        a = anon_bytes(p.pid)
+        if a is not None:
+            if ready.is_set():
+                if base is None:
+                    base = a
+                peak = max(peak, a)
+        if time.monotonic() - t0 > timeout:
+            p.kill()
+            sys.exit(f"compare_ckpt: {' '.join(cmd)} ran past {timeout} s")
+        time.sleep(0.001)
+    th.join()
+    err = p.stderr.read()
+    if p.returncode != 0:
+        sys.exit(f"compare_ckpt: {' '.join(cmd)} failed ({p.returncode}):\n{err}")
+    result = json.loads(lines[-1])
+    if base is None:
+        sys.exit(f"compare_ckpt: {' '.join(cmd)} finished before it could be measured")
+    return result, base, peak
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="build directory (default build)")
+    ap.add_argument("--bench", default=None,
+                    help="the bench_ckpt to run (default BUILD/cluster/bench/bench_ckpt): another build's, to "
+                         "compare two versions of lockstep")
+    ap.add_argument("--baseline", default=None,
+                    help="another build's bench_ckpt, run as a third side (\"before\"): to compare two versions "
+                         "of lockstep in the same rounds")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
+    ap.add_argument("--hidden", default="4096,4096,4096", help="hidden sizes (default 4096,4096,4096: 441 MB)")
+    ap.add_argument("--dir", default=None, help="where to write the checkpoints (default a new directory in /tmp)")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take (default 600)")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be positive")
+    bench = os.path.abspath(args.bench or os.path.join(args.build, "cluster", "bench", "bench_ckpt"))
+    top = args.dir or tempfile.mkdtemp(prefix="ls_compare_ckpt_")
+    env = dict(os.environ, LOCKSTEP_DEVICE="cpu", OPENBLAS_NUM_THREADS="1", LOCKSTEP_LOG_LEVEL="error")
+    sides = {
+        "lockstep": lambda op: [bench, op, os.path.join(top, "lockstep"), "--device", "cpu",
+                                "--hidden", args.hidden],
+        "torch": lambda op: ["/usr/bin/python3", os.path.join(HERE, "torch_ckpt.py"), op,
+                             os.path.join(top, "torch"), "--hidden", args.hidden],
+    }
+    if args.baseline:
+        base_bench = os.path.abspath(args.baseline)
+        sides["before"] = lambda op: [base_bench, op, os.path.join(top, "before"), "--device", "cpu",
+                                      "--hidden", args.hidden]
+    if args.dry_run:
+        for op in ("save", "load"):
+            for name, cmd in sides.items():
+                print(" ".join(cmd(op)))
+        return 0
+    got = {(n, op): [] for n in sides for op in ("save", "load")}
+    size = {}
+    for r in range(args.rounds):
+        for op in ("save", "load"):
+            for name, cmd in sides.items():
+                if op == "save":
+                    shutil.rmtree(os.path.join(top, name), ignore_errors=True)
+                res, base, peak = run(cmd(op), env, args.timeout)
+                got[(name, op)].append((res["seconds"], max(0, peak - base)))
+                size[name] = res["bytes"]
+                print(f"round {r + 1} {name:8s} {op}: {res['seconds']:.3f} s, {(peak - base) / 2**20:.1f} MiB "
+                      f"above {base / 2**20:.1f} MiB", flush=True)
+    if not args.dir:
+        shutil.rmtree(top, ignore_errors=True)
+    print(f"\n{platform.node()}, {os.cpu_count()} CPUs; --hidden {args.hidden}; checkpoint bytes: "
+          + ", ".join(f"{n} {size[n]}" for n in sides))
+    print(f"{'':10s} {'save s':>8s} {'save MiB':>9s} {'load s':>8s} {'load MiB':>9s}   (medians of {args.rounds})")
+    med = {}
+    for name in sides:
+        row = []
+        for op in ("save", "load"):
+            t = statistics.median(x[0] for x in got[(name, op)])
+            m = statistics.median(x[1] for x in got[(name, op)]) / 2**20
+            med[(name, op)] = (t, m)
+            row += [f"{t:8.3f}", f"{m:9.1f}"]
+        print(f"{name:10s} " + " ".join(row))
+    for op in ("save", "load"):
+        print(f"{op}: lockstep takes {med[('lockstep', op)][0] / med[('torch', op)][0]:.2f}x PyTorch's time"
+              + (f", {med[('lockstep', op)][0] / med[('before', op)][0]:.2f}x the baseline's" if args.baseline
+                 else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
