@@ -93,7 +93,7 @@ def main():
     if args.rounds < 1:
         ap.error("--rounds must be positive")
     bench = os.path.abspath(args.bench or os.path.join(args.build, "cluster", "bench", "bench_ckpt"))
-    top = args.dir or tempfile.mkdtemp(prefix="ls_compare_ckpt_")
+    top = args.dir or ("/tmp/ls_compare_ckpt_XXXX" if args.dry_run else tempfile.mkdtemp(prefix="ls_compare_ckpt_"))
     env = dict(os.environ, LOCKSTEP_DEVICE="cpu", OPENBLAS_NUM_THREADS="1", LOCKSTEP_LOG_LEVEL="error")
     sides = {
         "lockstep": lambda op: [bench, op, os.path.join(top, "lockstep"), "--device", "cpu",
