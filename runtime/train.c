@@ -431,16 +431,24 @@ static ls_status clip_owned(ls_trainer *t, double max_norm, double *norm) {
 /* Every rank's Dropouts take rank 0's seeds, as the parameters take its values: with the masks
  * keyed to the samples (step_run), the ranks together draw what one process would. */
 static ls_status broadcast_dropout_seeds(ls_comm *comm, ls_module *model) {
-    int32_t n = ls_module_num_dropouts(model), v[2] = {n, -n};
-    LS_CHECK(ls_comm_allreduce_host(comm, v, 2, LS_I32, LS_REDUCE_MIN));
-    if (v[0] != -v[1])
-        return ls_error(LS_ERR_MISMATCH, "the ranks' models hold different numbers of Dropouts (%d to %d)", (int)v[0],
-                        (int)-v[1]);
-    if (n == 0) return LS_OK;
-    uint64_t *seeds = malloc((size_t)n * sizeof *seeds);
-    if (!seeds) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for %d dropout seeds", (int)n);
+    int32_t n = ls_module_num_dropouts(model);
+    /* allocated before the ranks compare notes, so that a rank without the memory fails them all
+     * rather than leaving the others in the broadcast */
+    uint64_t *seeds = n > 0 ? malloc((size_t)n * sizeof *seeds) : NULL;
+    int32_t v[3] = {n, -n, n == 0 || seeds != NULL};
+    ls_status s = ls_comm_allreduce_host(comm, v, 3, LS_I32, LS_REDUCE_MIN);
+    if (s == LS_OK && v[0] != -v[1])
+        s = ls_error(LS_ERR_MISMATCH, "the ranks' models hold different numbers of Dropouts (%d to %d)", (int)v[0],
+                     (int)-v[1]);
+    if (s == LS_OK && !v[2])
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "%s no memory for its %d dropout seeds",
+                     seeds ? "a rank had" : "this rank has", (int)n);
+    if (s != LS_OK || n == 0) {
+        free(seeds);
+        return s;
+    }
     for (int i = 0; i < n; i++) seeds[i] = *ls_module_dropout_seed(model, i);
-    ls_status s = ls_comm_broadcast_host(comm, seeds, (int64_t)n * (int64_t)sizeof *seeds, LS_U8, 0);
+    s = ls_comm_broadcast_host(comm, seeds, (int64_t)n * (int64_t)sizeof *seeds, LS_U8, 0);
     for (int i = 0; i < n && s == LS_OK; i++) *ls_module_dropout_seed(model, i) = seeds[i];
     free(seeds);
     return s;
