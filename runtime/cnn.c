@@ -699,8 +699,8 @@ ls_status ls_basic_block_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t
 /* ---- ResNet ---- */
 int ls_resnet_num_layers(const ls_resnet_config *cfg) {
     if (!cfg) return 0;
-    int lowp = cfg->act_dtype != cfg->param_dtype;
-    return 1 + lowp + 2 + cfg->n_stages * cfg->blocks + 2;
+    int lowp = cfg->act_dtype != cfg->param_dtype, drop = cfg->dropout > 0;
+    return 1 + lowp + 2 + cfg->n_stages * cfg->blocks + 2 + drop;
 }
 
 ls_status ls_resnet_create(ls_ctx *ctx, const ls_resnet_config *cfg, ls_module **out_m) {
@@ -715,6 +715,9 @@ ls_status ls_resnet_create(ls_ctx *ctx, const ls_resnet_config *cfg, ls_module *
     for (int i = 0; i < cfg->n_stages; i++)
         if (cfg->widths[i] < 1)
             return ls_error(LS_ERR_INVALID_ARGUMENT, "resnet: stage %d has width %lld", i, (long long)cfg->widths[i]);
+    if (!(cfg->dropout >= 0 && cfg->dropout < 1))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "resnet: dropout probability %g is outside [0, 1)",
+                        (double)cfg->dropout);
     if (cfg->act_dtype != cfg->param_dtype && !(is_lowp(cfg->act_dtype) && cfg->param_dtype == LS_F32))
         return ls_error(LS_ERR_UNSUPPORTED, "resnet: %s activations with %s parameters (low precision needs f32)",
                         ls_dtype_name(cfg->act_dtype), ls_dtype_name(cfg->param_dtype));
@@ -745,6 +748,7 @@ ls_status ls_resnet_create(ls_ctx *ctx, const ls_resnet_config *cfg, ls_module *
         }
     }
     if (s == LS_OK) s = ls_global_avgpool_create(ctx, &mods[k++]);
+    if (s == LS_OK && cfg->dropout > 0) s = ls_dropout_create(ctx, cfg->dropout, ~seed, &mods[k++]);
     if (s == LS_OK) {
         s = ls_linear_create(ctx, pt, cin, cfg->num_classes, 1, seed + 16u * (uint64_t)(++li), "", &mods[k]);
         k++;

@@ -78,10 +78,12 @@ typedef struct ls_resnet_config {
     int64_t num_classes;
     uint64_t seed;
     ls_comm *sync_bn; /* synchronized batch norm (NULL: per-rank statistics) */
+    float dropout;    /* timm's drop_rate: a Dropout(dropout) before the classifier; 0: none */
 } ls_resnet_config;
 
 /* A Sequential: reshape, [cast], stem conv3x3(in_channels->widths[0])-BN-ReLU, the blocks of every
- * stage, global average pooling, Linear(widths[last], num_classes). Logits [B, num_classes] in
+ * stage, global average pooling, [Dropout(dropout)], Linear(widths[last], num_classes). The
+ * Dropout takes no initialization stream: with it, the weights are those of the model without. Logits [B, num_classes] in
  * act_dtype. Its top-level layers are what ls_checkpoint_sequential splits into segments. */
 ls_status ls_resnet_create(ls_ctx *ctx, const ls_resnet_config *cfg, ls_module **out_m);
 /* Number of top-level layers of such a ResNet (for choosing checkpoint segments). */

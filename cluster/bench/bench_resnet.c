@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     int64_t B = 128;
     int steps = 50, warmup = 5, segments;
     const char *segments_arg = "0", *dir = NULL, *widths = "16,32,64", *precision = "fp32", *device = NULL;
-    ls_resnet_config cfg = {LS_F32, LS_F32, 1, 28, 28, 0, {0}, 1, 10, 42, NULL};
+    ls_resnet_config cfg = {LS_F32, LS_F32, 1, 28, 28, 0, {0}, 1, 10, 42, NULL, 0};
     static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'},
                                          {"steps", required_argument, 0, 'n'},
                                          {"warmup", required_argument, 0, 'w'},

@@ -37,7 +37,7 @@ typedef struct options {
     int64_t train_limit, test_limit;
     int accum;
     const char *optimizer, *widths, *precision, *memory_cap;
-    double lr, weight_decay, momentum, clip;
+    double lr, weight_decay, momentum, clip, dropout;
     int64_t warmup;
     ex_train_flags tf; /* the flags both examples share (example_cli.h) */
     int blocks, ckpt_segments, sync_bn, augment;
@@ -81,6 +81,9 @@ static void usage(FILE *f) {
         "  --widths A,B,...      channels of each stage; stages after the first halve the resolution\n"
         "                        (default 32,64,128)\n"
         "  --blocks N            BasicBlocks per stage (default 1)\n"
+        "  --dropout P           dropout before the classifier, P in [0, 1) (default 0), as timm's\n"
+        "                        drop_rate; its masks are drawn per sample and step (the same after a\n"
+        "                        resume and in a recomputed forward)\n"
         "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations with f32 master\n"
         "                        weights; fp16 adds dynamic loss scaling\n"
         "  --checkpoint-activations[=N]  recompute activations in backward: the top-level layers split\n"
@@ -139,6 +142,7 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"clip-grad-norm", required_argument, 0, 'c'},
                                              {"widths", required_argument, 0, 'H'},
                                              {"blocks", required_argument, 0, 'B'},
+                                             {"dropout", required_argument, 0, 1100},
                                              {"precision", required_argument, 0, 'P'},
                                              {"checkpoint-activations", optional_argument, 0, 'K'},
                                              {"sync-bn", no_argument, 0, 'Y'},
@@ -205,6 +209,9 @@ static int parse_options(int argc, char **argv, options *o) {
             o->blocks = (int)v;
             break;
         case 'P': o->precision = optarg; break;
+        case 1100:
+            if (ex_parse_fraction(EX_PROG, "--dropout", optarg, &o->dropout)) return -1;
+            break;
         case 'K':
             o->ckpt_segments = 3;
             if (optarg && parse_i64("--checkpoint-activations", optarg, 1, EX_MAX_SEGMENTS, &v)) return -1;
@@ -359,6 +366,7 @@ int main(int argc, char **argv) {
     rcfg.num_classes = 10;
     rcfg.seed = o.seed;
     rcfg.sync_bn = o.sync_bn && world > 1 ? comm : NULL;
+    rcfg.dropout = (float)o.dropout;
     TRY("model", ls_resnet_create(ctx, &rcfg, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
     if (o.tf.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.tf.init_from, model));
@@ -439,6 +447,7 @@ int main(int argc, char **argv) {
 
     int64_t start_epoch, start_j;
     ck.ema = ema;
+    ck.dropout = o.dropout;
     TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
     ck.progress = progress;

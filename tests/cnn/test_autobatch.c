@@ -96,7 +96,7 @@ static void check_resnet(void) {
     LS_REQUIRE_OK(ls_host_allocator_create(0, &host));
     ls_ctx *ctx;
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), host, &ctx));
-    ls_resnet_config rc = {LS_F32, LS_F32, 1, 12, 12, 2, {4, 8}, 1, 3, 5, NULL};
+    ls_resnet_config rc = {LS_F32, LS_F32, 1, 12, 12, 2, {4, 8}, 1, 3, 5, NULL, 0};
     ls_module *m;
     LS_REQUIRE_OK(ls_resnet_create(ctx, &rc, &m));
     int64_t n = 400;

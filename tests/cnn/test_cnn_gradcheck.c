@@ -292,7 +292,7 @@ static double net_eval(void *u) {
 }
 
 static void check_resnet(void) {
-    ls_resnet_config cfg = {LS_F64, LS_F64, 1, 8, 8, 2, {3, 4}, 1, 5, 3, NULL};
+    ls_resnet_config cfg = {LS_F64, LS_F64, 1, 8, 8, 2, {3, 4}, 1, 5, 3, NULL, 0};
     net_t n;
     LS_REQUIRE_OK(ls_resnet_create(C, &cfg, &n.m));
     LS_REQUIRE_OK(ls_xent_create(C, &n.loss));

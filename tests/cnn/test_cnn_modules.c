@@ -18,7 +18,7 @@ typedef struct net {
 } net;
 
 static ls_resnet_config small_cfg(ls_dtype act) {
-    ls_resnet_config rc = {LS_F32, act, 1, 12, 12, 3, {4, 8, 8}, 2, 5, 11, NULL};
+    ls_resnet_config rc = {LS_F32, act, 1, 12, 12, 3, {4, 8, 8}, 2, 5, 11, NULL, 0};
     return rc;
 }
 
@@ -141,6 +141,77 @@ static void check_eval(const ls_tensor *x) {
     drop(&n);
 }
 
+/* --dropout (timm's drop_rate): a Dropout before the classifier, one more layer, the same weights
+ * (it takes no init stream) and the same output in eval mode; in training its masks follow the
+ * keys (a sample and step draw the same mask again, another step another), and a recomputing
+ * model (activation checkpointing) replays them: its gradients are the plain model's, bitwise. */
+static void check_dropout(const ls_tensor *x, const ls_tensor *labels) {
+    ls_resnet_config rc = small_cfg(LS_F32), rd = rc;
+    rd.dropout = 0.5f;
+    LS_EXPECT(ls_resnet_num_layers(&rd) == ls_resnet_num_layers(&rc) + 1);
+    net a, d, k;
+    LS_REQUIRE_OK(ls_resnet_create(C, &rc, &a.m));
+    LS_REQUIRE_OK(ls_resnet_create(C, &rd, &d.m));
+    LS_REQUIRE_OK(ls_resnet_create(C, &rd, &k.m));
+    LS_REQUIRE_OK(ls_checkpoint_sequential(k.m, 4, &k.m));
+    LS_REQUIRE_OK(ls_xent_create(C, &a.loss));
+    LS_REQUIRE_OK(ls_xent_create(C, &d.loss));
+    LS_REQUIRE_OK(ls_xent_create(C, &k.loss));
+    LS_EXPECT(ls_module_num_dropouts(d.m) == 1 && ls_module_num_dropouts(k.m) == 1 && ls_module_num_dropouts(a.m) == 0);
+    int np = ls_module_num_params(a.m), nl = ls_resnet_num_layers(&rc);
+    LS_REQUIRE(np == ls_module_num_params(d.m));
+    for (int i = 0; i < np; i++) {
+        ls_tensor *u = ls_module_param(a.m, i), *v = ls_module_param(d.m, i);
+        LS_EXPECT(memcmp(u->data, v->data, ls_tensor_nbytes(u)) == 0);
+        if (i < np - 2) LS_EXPECT(strcmp(ls_module_param_name(a.m, i), ls_module_param_name(d.m, i)) == 0);
+    }
+    char want[32];
+    snprintf(want, sizeof want, "%d.weight", nl); /* the classifier moves up one: nn.Sequential's numbering */
+    LS_EXPECT(strcmp(ls_module_param_name(d.m, np - 2), want) == 0);
+    snprintf(want, sizeof want, "%d.weight", nl - 1);
+    LS_EXPECT(strcmp(ls_module_param_name(a.m, np - 2), want) == 0);
+
+    const int64_t B = x->shape[0];
+    int64_t *rows = malloc((size_t)B * sizeof *rows);
+    LS_REQUIRE(rows);
+    for (int64_t i = 0; i < B; i++) rows[i] = 1000 + 7 * i;
+    const ls_tensor *y;
+    float plain[5];
+    /* eval: the Dropout passes its input through */
+    ls_module_set_training(a.m, 0);
+    ls_module_set_training(d.m, 0);
+    LS_REQUIRE_OK(ls_module_forward(a.m, x, &y));
+    memcpy(plain, y->data, sizeof plain);
+    LS_REQUIRE_OK(ls_module_forward(d.m, x, &y));
+    LS_EXPECT(memcmp(plain, y->data, sizeof plain) == 0);
+    ls_module_set_training(a.m, 1);
+    ls_module_set_training(d.m, 1);
+    /* training: keyed masks */
+    double la = step(&a, x, labels, NULL);
+    LS_REQUIRE_OK(ls_module_key_dropout(d.m, 3, rows, B));
+    double l3 = step(&d, x, labels, NULL);
+    double l3b = step(&d, x, labels, NULL);
+    LS_REQUIRE_OK(ls_module_key_dropout(d.m, 4, rows, B));
+    double l4 = step(&d, x, labels, NULL);
+    printf("dropout: loss without %.6f, with (step 3) %.6f, again %.6f, step 4 %.6f\n", la, l3, l3b, l4);
+    LS_EXPECT(l3 != la && l3 == l3b && l4 != l3);
+    /* recomputed in backward: the same masks, the same gradients */
+    LS_REQUIRE_OK(ls_module_key_dropout(d.m, 5, rows, B));
+    LS_REQUIRE_OK(ls_module_key_dropout(k.m, 5, rows, B));
+    double ld = step(&d, x, labels, NULL), lk = step(&k, x, labels, NULL);
+    LS_EXPECT(ld == lk);
+    for (int i = 0; i < np; i++)
+        LS_EXPECT(memcmp(ls_module_grad(d.m, i)->data, ls_module_grad(k.m, i)->data,
+                         ls_tensor_nbytes(ls_module_grad(d.m, i))) == 0);
+    free(rows);
+    drop(&a);
+    drop(&d);
+    drop(&k);
+    rd.dropout = 1.0f;
+    ls_module *bad = NULL;
+    LS_EXPECT_ERR(ls_resnet_create(C, &rd, &bad), LS_ERR_INVALID_ARGUMENT, "dropout probability 1 is outside [0, 1)");
+}
+
 /* SyncBatchNorm: each rank holds half of the batch; rank 0 also runs plain BN over all of it. */
 static void check_sync_bn(ls_comm *comm) {
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
@@ -207,6 +278,7 @@ int main(void) {
         check_checkpointing(x, labels);
         check_precision(x, labels);
         check_eval(x);
+        check_dropout(x, labels);
         ls_tensor_destroy(x);
         ls_tensor_destroy(labels);
     }

@@ -10,8 +10,8 @@
 # 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
 # step, naming no file), a label smoothing of 1 or more, an empty --init-from, an unknown
 # --lr-schedule, a negative --min-lr, --betas not two numbers in [0, 1), --betas or --eps without
-# AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema, a --dropout of 1 or with no
-# hidden layer to follow. And an empty --hidden trains a linear model, as --help says.
+# AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema, a --dropout of 1 (fashion_mlp
+# and fashion_resnet) or with no hidden layer to follow. And an empty --hidden trains a linear model, as --help says.
 set -u
 mlp=$1 resnet=$2 oom=$3 qs=$4 bench=${5:-} bench_ckpt=${6:-}
 export LOCKSTEP_DEVICE=cpu OPENBLAS_NUM_THREADS=1
@@ -105,6 +105,7 @@ if ! grep -q "has no MPI" <<<"$out"; then
     refused "LOCKSTEP_MPI_CUDA_AWARE=maybe: expected 1 or on" env LOCKSTEP_MPI_CUDA_AWARE=maybe "$mlp" "${small[@]}" --comm mpi
 fi
 usage "--widths '4,' is not a comma-separated list" "$resnet" --widths 4,
+usage "fashion_resnet: --dropout '1' must be a number from 0 to below 1" "$resnet" --dropout 1
 usage "--precision: invalid argument:" "$mlp" --precision fp8
 usage "--optimizer: invalid argument:" "$resnet" --optimizer adam
 usage "--precision: invalid argument: the remedy is bf16 or fp16, not fp32" "$oom" --precision fp32

@@ -535,7 +535,7 @@ static void compare_nets(const char *stage, net *a, net *b, double grad_tol, dou
 
 static void case_resnet(ls_dtype act) {
     const int64_t B = 8, Cin = 3, HW = 16, classes = 10;
-    ls_resnet_config cfg = {LS_F32, act, Cin, HW, HW, 3, {8, 16, 16}, 1, classes, 5, NULL};
+    ls_resnet_config cfg = {LS_F32, act, Cin, HW, HW, 3, {8, 16, 16}, 1, classes, 5, NULL, 0};
     const int f32 = act == LS_F32;
     const double loss_tol = f32 ? 1e-5 : 1e-2, grad_tol = f32 ? 1e-3 : 0, min_cos = f32 ? 0.99999 : 0.95;
     const double buf_tol = f32 ? 1e-3 : 5e-2;

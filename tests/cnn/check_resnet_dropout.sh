@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# check_resnet_dropout.sh PROG MPIRUN: fashion_resnet --dropout 0.3 (a Dropout before the
+# classifier, timm's drop_rate) on a narrow ResNet, 8 steps of a global batch of 32 with
+# synchronized batch norm: on 1 rank and (MPIRUN not none) on 2 ranks of 16 the parameters and
+# running statistics agree within 1e-5 of their largest value, each sample's mask being a function
+# of the sample and the step alone (the run without dropout agrees to 2e-6 here; masks drawn per
+# rank would not agree at all); the run without dropout is far from them (the masks took effect);
+# --checkpoint-activations is bit for bit the first run (the recomputed forward draws the same
+# masks); --precision fp16 trains with dropout too; a checkpoint records the dropout.
+PROG=$1 MPIRUN=$2
+. "$(dirname "$0")/../checkpoint/lib.sh"
+B=(--widths 8,16 --train-limit 1000 --test-limit 200 --epochs 1 --max-steps 8 --sync-bn --no-progress)
+# the largest |a - b| over the largest |a| of two --dump-params files (f32)
+reldiff() {
+    paste <(od -An -v -f -w4 "$1") <(od -An -v -f -w4 "$2") |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1; if (d > m) m = d; if (a > x) x = a; n++ }
+             END { if (n == 0 || x == 0) print "inf"; else printf "%.3g\n", m / x }'
+}
+within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d != "inf" && d + 0 <= t + 0) }'; }
+
+train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --dump-params one.bin
+expect_rc 0
+train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --checkpoint-activations --dump-params ckpt.bin
+expect_rc 0
+cmp -s one.bin ckpt.bin || fail "--checkpoint-activations changed the parameters: the recomputed masks differ"
+train 1 "${B[@]}" --batch-size 32 --dump-params plain.bin
+expect_rc 0
+d=$(reldiff one.bin plain.bin)
+echo "with dropout against without: $d"
+within "$d" 1e-3 && fail "dropout 0.3 moved the parameters by only $d of the largest"
+train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --precision fp16
+expect_rc 0
+grep -qE "test acc [0-9.]+%" "$tmp/out" || fail "no test accuracy from the fp16 run"
+if [ "$MPIRUN" != none ]; then
+    train 2 "${B[@]}" --dropout 0.3 --batch-size 16 --dump-params two.bin
+    expect_rc 0
+    d=$(reldiff one.bin two.bin)
+    echo "1 rank x 32 against 2 ranks x 16: $d"
+    within "$d" 1e-5 || fail "2 ranks trained $d of the largest parameter away from 1 rank"
+fi
+train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --save-every 8 --checkpoint-dir C
+expect_rc 0
+python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["dropout"] != 0.3)' C/step-00000008/state.json ||
+    fail "C/step-00000008/state.json does not record dropout 0.3"
+echo "PASS"
