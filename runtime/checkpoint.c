@@ -425,18 +425,22 @@ ls_status ls_safetensors_open_memory(const void *buf, size_t len, const char *na
     return st_open(NULL, buf ? buf : empty, len, name, out);
 }
 
-/* Read a whole file into a malloc'd buffer (NUL-terminated, the terminator not counted). */
-static ls_status read_file(const char *path, unsigned char **out, size_t *len) {
-    *out = NULL;
-    *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot open: %s", path, strerror(errno));
+/* path opened for reading, a regular file of *size bytes. */
+static ls_status open_regular(const char *path, int *fd, size_t *size) {
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
+    if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size >= SIZE_MAX) {
+        close(*fd);
         return ls_error(LS_ERR_IO, "'%s': not a regular file", path);
     }
-    size_t n = (size_t)st.st_size;
+    *size = (size_t)st.st_size;
+    return LS_OK;
+}
+
+/* The n bytes of fd (path's) into a malloc'd buffer (NUL-terminated, the terminator not counted);
+ * fd is closed. */
+static ls_status read_fd(int fd, const char *path, size_t n, unsigned char **out, size_t *len) {
     unsigned char *buf = malloc(n + 1);
     if (!buf) {
         close(fd);
@@ -462,30 +466,31 @@ static ls_status read_file(const char *path, unsigned char **out, size_t *len) {
     return LS_OK;
 }
 
+/* Read a whole file into a malloc'd buffer (NUL-terminated, the terminator not counted). */
+static ls_status read_file(const char *path, unsigned char **out, size_t *len) {
+    int fd;
+    size_t n;
+    *out = NULL;
+    *len = 0;
+    LS_CHECK(open_regular(path, &fd, &n));
+    return read_fd(fd, path, n, out, len);
+}
+
 /* path's bytes, mapped (as safetensors' safe_open and torch.load(mmap=True) do): opening a file of
  * any size takes no memory of its own, and a tensor read from it pages in only its bytes. Read whole
  * where the file system cannot map it (and when it is empty, which mmap refuses). */
 static ls_status map_file(const char *path, file_bytes *out) {
+    int fd;
+    size_t n;
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ls_error(LS_ERR_IO, "'%s': not a regular file", path);
-    }
-    if (st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p != MAP_FAILED) {
-            close(fd);
-            out->p = p;
-            out->len = (size_t)st.st_size;
-            out->mapped = 1;
-            return LS_OK;
-        }
-    }
+    LS_CHECK(open_regular(path, &fd, &n));
+    void *p = n > 0 ? mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+    if (p == MAP_FAILED) return read_fd(fd, path, n, &out->p, &out->len);
     close(fd);
-    return read_file(path, &out->p, &out->len);
+    out->p = p;
+    out->len = n;
+    out->mapped = 1;
+    return LS_OK;
 }
 
 ls_status ls_safetensors_open(const char *path, ls_safetensors **out) {

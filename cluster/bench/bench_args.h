@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "comm.h"
 
@@ -80,5 +81,22 @@ static inline void bench_no_operands(int argc, char **argv, int first) {
         exit(2);
     }
 }
+
+/* Seconds on the monotonic clock. */
+static inline double bench_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* expr (an ls_status) or "PROG: WHAT: the error" on stderr and return 1 (from main). */
+#define BENCH_CHECK(what, expr)                                                                                        \
+    do {                                                                                                               \
+        ls_status s_ = (expr);                                                                                         \
+        if (s_ != LS_OK) {                                                                                             \
+            fprintf(stderr, "%s: %s: %s\n", BENCH_PROG, what, ls_last_error());                                        \
+            return 1;                                                                                                  \
+        }                                                                                                              \
+    } while (0)
 
 #endif

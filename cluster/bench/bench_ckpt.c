@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "checkpoint.h"
 #include "nn.h"
@@ -29,21 +28,6 @@ static void usage(FILE *f) {
                "  --device cpu|cuda[:N]   default $LOCKSTEP_DEVICE, else a GPU if there is one\n"
                "  -h, --help              this text\n");
 }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-#define CHECK(what, expr)                                                                                              \
-    do {                                                                                                               \
-        ls_status s_ = (expr);                                                                                         \
-        if (s_ != LS_OK) {                                                                                             \
-            fprintf(stderr, "bench_ckpt: %s: %s\n", what, ls_last_error());                                            \
-            return 1;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
 
 /* The bytes of the files in path (a checkpoint directory). */
 static long long dir_bytes(const char *path) {
@@ -100,11 +84,11 @@ int main(int argc, char **argv) {
         }
     }
     ls_device dev;
-    CHECK("--device", ls_device_select(device, 0, &dev));
+    BENCH_CHECK("--device", ls_device_select(device, 0, &dev));
     ls_ctx *ctx;
-    CHECK("context", ls_ctx_create(dev, NULL, &ctx));
+    BENCH_CHECK("context", ls_ctx_create(dev, NULL, &ctx));
     ls_module *m;
-    CHECK("model", ls_mlp_create(ctx, LS_F32, nsizes, sizes, LS_ACT_RELU, 1, &m));
+    BENCH_CHECK("model", ls_mlp_create(ctx, LS_F32, nsizes, sizes, LS_ACT_RELU, 1, &m));
     int np = ls_module_num_params(m);
     ls_tensor *p[2 * MAX_LAYERS + 2], *g[2 * MAX_LAYERS + 2];
     for (int i = 0; i < np; i++) {
@@ -113,9 +97,10 @@ int main(int argc, char **argv) {
     }
     ls_optim_config oc = ls_optim_defaults(LS_OPTIM_ADAMW);
     ls_optimizer *o;
-    CHECK("optimizer", ls_optimizer_create(ctx, np, p, g, &oc, &o));
+    BENCH_CHECK("optimizer", ls_optimizer_create(ctx, np, p, g, &oc, &o));
     for (int i = 0; i < np; i++) /* moments that are not all zeros, as after training */
-        for (int k = 0; k < 2; k++) CHECK("the state", ls_tensor_copy(ctx->alloc, ls_optimizer_state(o, i, k), p[i]));
+        for (int k = 0; k < 2; k++)
+            BENCH_CHECK("the state", ls_tensor_copy(ctx->alloc, ls_optimizer_state(o, i, k), p[i]));
     ls_ckpt_state st;
     memset(&st, 0, sizeof st);
     st.step = 1;
@@ -128,19 +113,19 @@ int main(int argc, char **argv) {
     printf("ready\n");
     fflush(stdout);
     char path[LS_CKPT_PATH_MAX];
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (save) {
-        CHECK("save", ls_ckpt_save(NULL, ctx, dir, 0, m, o, &st, path, sizeof path));
+        BENCH_CHECK("save", ls_ckpt_save(NULL, ctx, dir, 0, m, o, &st, path, sizeof path));
     } else {
         int found = 0;
         ls_ckpt_state got;
-        CHECK("load", ls_ckpt_load(NULL, ctx, dir, "auto", m, o, &got, &found, path, sizeof path));
+        BENCH_CHECK("load", ls_ckpt_load(NULL, ctx, dir, "auto", m, o, &got, &found, path, sizeof path));
         if (!found) {
             fprintf(stderr, "bench_ckpt: no checkpoint in '%s' (run save first)\n", dir);
             return 1;
         }
     }
-    double t = now_s() - t0;
+    double t = bench_now_s() - t0;
     printf("{\"op\": \"%s\", \"seconds\": %.6f, \"bytes\": %lld}\n", argv[1], t, dir_bytes(path));
     ls_optimizer_destroy(o);
     ls_module_destroy(m);

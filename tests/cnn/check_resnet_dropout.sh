@@ -10,13 +10,6 @@
 PROG=$1 MPIRUN=$2
 . "$(dirname "$0")/../checkpoint/lib.sh"
 B=(--widths 8,16 --train-limit 1000 --test-limit 200 --epochs 1 --max-steps 8 --sync-bn --no-progress)
-# the largest |a - b| over the largest |a| of two --dump-params files (f32)
-reldiff() {
-    paste <(od -An -v -f -w4 "$1") <(od -An -v -f -w4 "$2") |
-        awk '{ d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1; if (d > m) m = d; if (a > x) x = a; n++ }
-             END { if (n == 0 || x == 0) print "inf"; else printf "%.3g\n", m / x }'
-}
-within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d != "inf" && d + 0 <= t + 0) }'; }
 
 train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --dump-params one.bin
 expect_rc 0
