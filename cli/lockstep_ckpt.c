@@ -1,0 +1,255 @@
+/* lockstep-ckpt: look at training checkpoints without a training program. verify checks every
+ * file of each checkpoint against its manifest (size and CRC32), as a resume would, so a copied or
+ * archived checkpoint can be trusted before a job depends on it; info summarizes one (the state a
+ * resume continues from, its files); tensors lists a safetensors file's tensors (any file: one
+ * saved by PyTorch too, before --init-from). Built on the library's own reader, so what it
+ * accepts is what a resume accepts. Exit status: 0 all good, 1 a damaged checkpoint or an error,
+ * 2 bad usage. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: lockstep-ckpt verify PATH...\n"
+            "       lockstep-ckpt info PATH\n"
+            "       lockstep-ckpt tensors FILE\n"
+            "Looks at checkpoints written by lockstep (--save-every, ls_ckpt_save).\n\n"
+            "  verify PATH...  check each checkpoint's files against its manifest (present, size, CRC32),\n"
+            "                  as a resume does; PATH is a checkpoint (DIR/step-N) or a checkpoint\n"
+            "                  directory (each step-N in it); exit status 1 when any is damaged\n"
+            "  info PATH       the checkpoint's step, epoch, ranks and batch, optimizer, schedule and\n"
+            "                  files (PATH a checkpoint directory: its newest valid checkpoint)\n"
+            "  tensors FILE    a safetensors file's tensors: name, dtype, shape, bytes (any file, one\n"
+            "                  saved by PyTorch too)\n"
+            "  -h, --help      this text\n\n"
+            "Exit status: 0 good, 1 a damaged checkpoint or an error, 2 bad usage.\n");
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int has_manifest(const char *p) {
+    char m[LS_CKPT_PATH_MAX + 32];
+    struct stat st;
+    snprintf(m, sizeof m, "%s/manifest.json", p);
+    return stat(m, &st) == 0;
+}
+
+/* a step-N directory's name (N digits only) */
+static int is_step_name(const char *n) {
+    if (strncmp(n, "step-", 5) != 0 || !n[5]) return 0;
+    for (const char *c = n + 5; *c; c++)
+        if (*c < '0' || *c > '9') return 0;
+    return 1;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* One checkpoint: "ok" or "DAMAGED" and why; returns 1 when damaged. */
+static int verify_one(const char *p) {
+    int64_t step = -1;
+    if (ls_ckpt_verify(p, &step) != LS_OK) {
+        printf("DAMAGED  %s: %s\n", p, ls_last_error());
+        return 1;
+    }
+    printf("ok       %s (step %lld)\n", p, (long long)step);
+    return 0;
+}
+
+static int verify(int n, char **paths) {
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const char *p = paths[i];
+        if (!is_dir(p)) {
+            printf("DAMAGED  %s: no such directory\n", p);
+            bad++;
+            continue;
+        }
+        if (has_manifest(p)) {
+            bad += verify_one(p);
+            continue;
+        }
+        DIR *d = opendir(p);
+        if (!d) {
+            printf("DAMAGED  %s: cannot list it\n", p);
+            bad++;
+            continue;
+        }
+        char **names = NULL;
+        int k = 0, cap = 0;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (!is_step_name(e->d_name)) continue;
+            if (k == cap) {
+                cap = cap ? 2 * cap : 16;
+                char **nn = realloc(names, (size_t)cap * sizeof *nn);
+                if (!nn) break;
+                names = nn;
+            }
+            names[k] = strdup(e->d_name);
+            if (names[k]) k++;
+        }
+        closedir(d);
+        if (k == 0) {
+            printf("DAMAGED  %s: neither a checkpoint (no manifest.json) nor a directory of step-N checkpoints\n", p);
+            bad++;
+        }
+        qsort(names, (size_t)k, sizeof *names, cmp_str);
+        for (int j = 0; j < k; j++) {
+            char c[LS_CKPT_PATH_MAX + 300];
+            snprintf(c, sizeof c, "%s/%s", p, names[j]);
+            bad += verify_one(c);
+            free(names[j]);
+        }
+        free(names);
+    }
+    return bad ? 1 : 0;
+}
+
+static long long file_size(const char *dir, const char *name) {
+    char p[LS_CKPT_PATH_MAX + 64];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+static char *slurp(const char *p, size_t *len) {
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL &&
+        fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) *len = (size_t)n;
+    return buf;
+}
+
+static int info(const char *arg) {
+    char path[LS_CKPT_PATH_MAX];
+    if (!is_dir(arg)) {
+        fprintf(stderr, "lockstep-ckpt: '%s': no such directory\n", arg);
+        return 1;
+    }
+    if (has_manifest(arg)) {
+        snprintf(path, sizeof path, "%s", arg);
+    } else {
+        int found = 0;
+        if (ls_ckpt_find_latest(arg, path, sizeof path, &found) != LS_OK) {
+            fprintf(stderr, "lockstep-ckpt: %s\n", ls_last_error());
+            return 1;
+        }
+        if (!found) {
+            fprintf(stderr, "lockstep-ckpt: '%s' holds no checkpoint (no manifest.json, no step-N directory)\n", arg);
+            return 1;
+        }
+    }
+    int64_t step;
+    if (ls_ckpt_verify(path, &step) != LS_OK) {
+        fprintf(stderr, "lockstep-ckpt: %s\n", ls_last_error());
+        return 1;
+    }
+    char sp[LS_CKPT_PATH_MAX + 32];
+    snprintf(sp, sizeof sp, "%s/state.json", path);
+    size_t len = 0;
+    char *text = slurp(sp, &len);
+    ls_ckpt_state st;
+    if (!text || ls_ckpt_state_parse(text, len, sp, NULL, &st) != LS_OK) {
+        fprintf(stderr, "lockstep-ckpt: %s\n", text ? ls_last_error() : "cannot read state.json");
+        free(text);
+        return 1;
+    }
+    free(text);
+    printf("checkpoint  %s (verified: every file's size and CRC32)\n", path);
+    printf("step        %lld (optimizer steps %lld); epoch %lld, %lld samples of it done, %lld steps an epoch\n",
+           (long long)st.step, (long long)st.optim_steps, (long long)st.epoch, (long long)st.epoch_samples,
+           (long long)st.steps_per_epoch);
+    printf("ranks       %d x batch %lld x %d accumulation = %lld samples a step; seed %llu\n", st.world_size,
+           (long long)st.batch_per_rank, st.accum_steps,
+           (long long)st.world_size * (long long)st.batch_per_rank * st.accum_steps, (unsigned long long)st.seed);
+    const ls_optim_config *o = &st.optim;
+    if (o->kind == LS_OPTIM_ADAMW)
+        printf("optimizer   adamw: lr %g, betas %g,%g, eps %g, weight decay %g\n", (double)o->lr, (double)o->beta1,
+               (double)o->beta2, (double)o->eps, (double)o->weight_decay);
+    else
+        printf("optimizer   sgd: lr %g, momentum %g%s, weight decay %g\n", (double)o->lr, (double)o->momentum,
+               o->nesterov ? " (nesterov)" : "", (double)o->weight_decay);
+    const char *kind = ls_lr_kind_name(st.lr.kind);
+    printf("schedule    %s: base lr %g, min lr %g, %lld warmup steps of %lld\n", kind ? kind : "?",
+           (double)st.lr.base_lr, (double)st.lr.min_lr, (long long)st.lr.warmup_steps, (long long)st.lr.total_steps);
+    printf("model       dropout %g, label smoothing %g", st.dropout, st.label_smoothing);
+    if (st.has_ema)
+        printf(", EMA of the weights (decay %g%s, %lld updates)", st.ema_decay, st.ema_warmup ? ", warmup" : "",
+               (long long)st.ema_updates);
+    printf("\n");
+    if (st.n_loss_scaler) {
+        printf("loss scaler");
+        for (int i = 0; i < st.n_loss_scaler; i++)
+            printf("%s %s %g", i ? "," : "", st.loss_scaler[i].key, st.loss_scaler[i].value);
+        printf("\n");
+    }
+    static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "ema.safetensors", "state.json",
+                                        "manifest.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        long long n = file_size(path, files[i]);
+        if (n < 0) continue;
+        char fp[LS_CKPT_PATH_MAX + 64];
+        snprintf(fp, sizeof fp, "%s/%s", path, files[i]);
+        ls_safetensors *f = NULL;
+        if (strstr(files[i], ".safetensors") && ls_safetensors_open(fp, &f) == LS_OK) {
+            long long elems = 0;
+            for (int t = 0; t < ls_safetensors_count(f); t++) elems += ls_safetensors_tensor(f, t)->numel;
+            printf("file        %-22s %12lld bytes, %d tensors, %lld values\n", files[i], n, ls_safetensors_count(f),
+                   elems);
+            ls_safetensors_close(f);
+        } else {
+            printf("file        %-22s %12lld bytes\n", files[i], n);
+        }
+    }
+    return 0;
+}
+
+static int tensors(const char *path) {
+    ls_safetensors *f = NULL;
+    if (ls_safetensors_open(path, &f) != LS_OK) {
+        fprintf(stderr, "lockstep-ckpt: %s\n", ls_last_error());
+        return 1;
+    }
+    long long total = 0, bytes = 0;
+    for (int i = 0; i < ls_safetensors_count(f); i++) {
+        const ls_safetensors_info *t = ls_safetensors_tensor(f, i);
+        char shape[160];
+        int n = snprintf(shape, sizeof shape, "[");
+        for (int k = 0; k < t->ndim && n < (int)sizeof shape; k++)
+            n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
+        if (n < (int)sizeof shape) snprintf(shape + n, sizeof shape - (size_t)n, "]");
+        printf("%-40s %-5s %-22s %12zu bytes\n", t->name, t->dtype_name, shape, t->nbytes);
+        total += t->numel;
+        bytes += (long long)t->nbytes;
+    }
+    printf("%d tensors, %lld values, %lld bytes of data\n", ls_safetensors_count(f), total, bytes);
+    ls_safetensors_close(f);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc >= 3 && !strcmp(argv[1], "verify")) return verify(argc - 2, argv + 2);
+    if (argc == 3 && !strcmp(argv[1], "info")) return info(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "tensors")) return tensors(argv[2]);
+    usage(stderr);
+    return 2;
+}

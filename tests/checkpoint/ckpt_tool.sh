@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# ckpt_tool.sh PROG TOOL: lockstep-ckpt on checkpoints fashion_mlp wrote (steps 8 and 16, AdamW,
+# an EMA, dropout): verify passes both; info summarizes the newest (step, ranks and batch,
+# optimizer, model, files and their tensors); tensors lists model.safetensors' tensors with dtype,
+# shape and bytes. A flipped byte in step 16's optimizer.safetensors: verify fails (exit 1) naming
+# the file and the CRC, step 8 still verifies, info falls back to step 8; a truncated file is named
+# as truncated; bad usage exits 2; a missing path exits 1.
+PROG=$1 TOOL=$2 MPIRUN=none
+. "$(dirname "$0")/lib.sh"
+export LOCKSTEP_DEVICE=cpu
+run() { # WANT_RC ARGS...: run the tool, its output into $tmp/out
+    local want=$1
+    shift
+    "$TOOL" "$@" >"$tmp/out" 2>&1
+    rc=$?
+    [ "$rc" -eq "$want" ] || fail "lockstep-ckpt $*: exit $rc, expected $want"
+}
+train 1 --train-limit 1024 --test-limit 200 --epochs 1 --batch-size 64 --max-steps 16 --save-every 8 \
+    --checkpoint-dir C --optimizer adamw --ema 0.99 --dropout 0.1 --no-progress
+expect_rc 0
+
+run 0 verify C
+expect_out "ok       C/step-00000008 (step 8)"
+expect_out "ok       C/step-00000016 (step 16)"
+run 0 info C
+expect_out "checkpoint  C/step-00000016 (verified: every file's size and CRC32)"
+expect_out "step        16 (optimizer steps 16); epoch 1, 0 samples of it done, 16 steps an epoch"
+expect_out "ranks       1 x batch 64 x 1 accumulation = 64 samples a step; seed 42"
+expect_out "optimizer   adamw: lr 0.001"
+expect_out "model       dropout 0.1, label smoothing 0, EMA of the weights (decay 0.99, 16 updates)"
+grep -qE "^file +model.safetensors +[0-9]+ bytes, 6 tensors, 535818 values$" "$tmp/out" || fail "info: no model line"
+grep -qE "^file +optimizer.safetensors +[0-9]+ bytes, 12 tensors, 1071636 values$" "$tmp/out" ||
+    fail "info: no optimizer line"
+run 0 tensors C/step-00000016/model.safetensors
+grep -qE "^0.weight +F32 +\[512, 784\] +1605632 bytes$" "$tmp/out" || fail "tensors: no 0.weight line"
+expect_out "6 tensors, 535818 values, 2143272 bytes of data"
+
+# damage: a flipped byte, then a truncated file
+printf 'X' | dd of=C/step-00000016/optimizer.safetensors bs=1 seek=5000 conv=notrunc 2>/dev/null
+run 1 verify C
+expect_out "ok       C/step-00000008 (step 8)"
+grep -qE "^DAMAGED  C/step-00000016: 'C/step-00000016/optimizer.safetensors': CRC32 [0-9a-f]{8} does not match the manifest's [0-9a-f]{8} \(the file is damaged\)$" "$tmp/out" ||
+    fail "verify: the damaged file is not named"
+run 0 verify C/step-00000008
+run 0 info C
+expect_out "skipping damaged checkpoint 'C/step-00000016'"
+expect_out "checkpoint  C/step-00000008"
+truncate -s 1000 C/step-00000008/model.safetensors
+run 1 verify C/step-00000008
+expect_out "'C/step-00000008/model.safetensors': 1000 bytes but the manifest records"
+expect_out "(truncated)"
+run 1 info C
+expect_out "no valid checkpoint in 'C' (2 damaged"
+
+run 2
+run 2 verify
+run 2 frob C
+run 1 verify /nonexistent
+expect_out "DAMAGED  /nonexistent: no such directory"
+mkdir empty
+run 1 info empty
+expect_out "'empty' holds no checkpoint"
+run 1 tensors C/step-00000008/state.json
+expect_out "'C/step-00000008/state.json': header length"
+run 0 --help
+expect_out "usage: lockstep-ckpt verify PATH..."
+echo "PASS"
