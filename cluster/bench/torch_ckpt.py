@@ -22,6 +22,7 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--hidden", default="4096,4096,4096")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave default)")
+    ap.add_argument("--device", default="cpu", help="where the model and optimizer live (cpu, cuda)")
     args = ap.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -31,7 +32,7 @@ def main():
         layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
         if i < len(sizes) - 2:
             layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
+    model = torch.nn.Sequential(*layers).to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for p in model.parameters():  # one step makes the moments; then not all zeros, as after training
         p.grad = torch.zeros_like(p)
@@ -41,6 +42,8 @@ def main():
             for k in ("exp_avg", "exp_avg_sq"):
                 opt.state[p][k].copy_(p)
     path = os.path.join(args.dir, "checkpoint.pt")
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
     print("ready", flush=True)
     t0 = time.perf_counter()
     if args.op == "save":
@@ -55,10 +58,12 @@ def main():
         os.fsync(fd)
         os.close(fd)
     else:
-        sd = torch.load(path)
+        sd = torch.load(path, map_location=args.device)
         model.load_state_dict(sd["model"])
         opt.load_state_dict(sd["optimizer"])
         del sd
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
     t = time.perf_counter() - t0
     print(json.dumps({"op": args.op, "seconds": round(t, 6), "bytes": os.path.getsize(path)}), flush=True)
     return 0

@@ -4,7 +4,7 @@
 # parity including the CNN ops and a ResNet step, the allocator), then the end-to-end GPU runs
 # (fashion_mlp and examples/quickstart on cuda, the MLP benchmark beside PyTorch eager,
 # oom_challenge on its GPU defaults, the ResNet benchmark beside PyTorch, the MLP with dropout
-# beside PyTorch) and prints one summary
+# beside PyTorch, a checkpoint's save and load beside torch.save/torch.load) and prints one summary
 # table last. Every step runs under a
 # timeout and the whole script under a total budget, so one hang cannot eat the device time; steps
 # run in order of priority (tests, then the MLP comparison, then the CNN runs), so a short budget
@@ -13,9 +13,9 @@
 #
 #   bash tests/gpu/device-check.sh [BUILD_DIR]        (BUILD_DIR: a carried build, optional)
 #
-# Expected times on the H200 machine (16 cores), about 340 s in all; if everything takes 1.4x
-# longer, the last step (dropout) no longer fits BUDGET_S, 470 by default (the lease's 8-minute
-# slot), and shows as NOT RUN:
+# Expected times on the H200 machine (16 cores), about 355 s in all; if everything takes 1.3x
+# longer, the last steps (dropout, the checkpoint) no longer fit BUDGET_S, 470 by default (the
+# lease's 8-minute slot), and show as NOT RUN:
 #   gpu info, cuDNN probe                           ~2 s
 #   configure (CUDA detection, sm_90 only)          ~15 s
 #   build, -j$(nproc)                               ~30 s   (2-core dev VM: configure 10 s; the
@@ -33,7 +33,8 @@
 #     against none, 2 rounds A B A B                ~20 s
 #   oom_challenge (5 configurations, 48 GiB cap)    ~30 s
 #   ResNet vs PyTorch: 2 rounds A B A B             ~50 s   (lockstep ~8 s, torch ~18 s a process)
-#   MLP batch 4096 with dropout 0.2 vs PyTorch      ~20 s   (one round each, last)
+#   MLP batch 4096 with dropout 0.2 vs PyTorch      ~20 s   (one round each)
+#   checkpoint save + load, 441.8 MB, vs PyTorch    ~15 s   (one round each, last)
 #
 # Environment: BUDGET_S (total seconds, default 470), JOBS (default: the CPU count), FASHION_DIR
 # (data), FASHION_CMD (override the fashion_mlp command line), MLP_ROUNDS (default 2),
@@ -488,6 +489,29 @@ if [ "$HAVE_TORCH" -eq 1 ] && [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-u
         --batch-size 4096 --steps 100 --dropout 0.2 --data-dir "$DATA"
     add_row "MLP b4096 dropout 0.2 vs torch" "$res" \
         "step $(round_ms lockstep-drop) ms vs $(round_ms torch-drop) ms (without dropout: lockstep $(round_ms lockstep-b4096), torch $(round_ms torch-b4096))"
+fi
+
+# ---- a checkpoint of the MLP 784-4096-4096-4096-10 and its AdamW state (441.8 MB) saved and
+# loaded on cuda: lockstep (a save stages through 16 MiB of pinned memory, a load copies from the
+# mapped file) against torch.save/torch.load (fsync'd and renamed alike), one round each, last ----
+CKB="$BUILD/cluster/bench/bench_ckpt"
+if [ -x "$CKB" ]; then
+    step ckpt-lockstep-save 30 "$CKB" save "$WORK/ck-ls" --device cuda
+    res=$(result_of "$STEP_RC")
+    step ckpt-lockstep-load 30 "$CKB" load "$WORK/ck-ls" --device cuda
+    [ "$res" = pass ] && res=$(result_of "$STEP_RC")
+    case $res in pass | "NOT RUN") ;; *) FAILED=1 ;; esac
+    secs() { grep -ohE '"seconds": [0-9.]+' "$WORK/$1.out" 2>/dev/null | tail -n 1 | sed 's/.*: //'; }
+    peer="no python3 torch with CUDA"
+    if [ "$HAVE_TORCH" -eq 1 ]; then
+        step ckpt-torch-save 45 env LD_LIBRARY_PATH="$TORCH_LD" python3 "$ROOT/cluster/bench/torch_ckpt.py" save \
+            "$WORK/ck-pt" --device cuda
+        step ckpt-torch-load 45 env LD_LIBRARY_PATH="$TORCH_LD" python3 "$ROOT/cluster/bench/torch_ckpt.py" load \
+            "$WORK/ck-pt" --device cuda
+        peer="torch save $(secs ckpt-torch-save) s, load $(secs ckpt-torch-load) s"
+    fi
+    add_row "checkpoint 441.8 MB (cuda)" "$res" "save $(secs ckpt-lockstep-save) s, load $(secs ckpt-lockstep-load) s vs $peer"
+    rm -rf "$WORK/ck-ls" "$WORK/ck-pt"
 fi
 
 # ---- summary ----
