@@ -14,20 +14,19 @@
 #include "checkpoint.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lockstep-ckpt verify PATH...\n"
-            "       lockstep-ckpt info PATH\n"
-            "       lockstep-ckpt tensors FILE\n"
-            "Looks at checkpoints written by lockstep (--save-every, ls_ckpt_save).\n\n"
-            "  verify PATH...  check each checkpoint's files against its manifest (present, size, CRC32),\n"
-            "                  as a resume does; PATH is a checkpoint (DIR/step-N) or a checkpoint\n"
-            "                  directory (each step-N in it); exit status 1 when any is damaged\n"
-            "  info PATH       the checkpoint's step, epoch, ranks and batch, optimizer, schedule and\n"
-            "                  files (PATH a checkpoint directory: its newest valid checkpoint)\n"
-            "  tensors FILE    a safetensors file's tensors: name, dtype, shape, bytes (any file, one\n"
-            "                  saved by PyTorch too)\n"
-            "  -h, --help      this text\n\n"
-            "Exit status: 0 good, 1 a damaged checkpoint or an error, 2 bad usage.\n");
+    fprintf(f, "usage: lockstep-ckpt verify PATH...\n"
+               "       lockstep-ckpt info PATH\n"
+               "       lockstep-ckpt tensors FILE\n"
+               "Looks at checkpoints written by lockstep (--save-every, ls_ckpt_save).\n\n"
+               "  verify PATH...  check each checkpoint's files against its manifest (present, size, CRC32),\n"
+               "                  as a resume does; PATH is a checkpoint (DIR/step-N) or a checkpoint\n"
+               "                  directory (each step-N in it); exit status 1 when any is damaged\n"
+               "  info PATH       the checkpoint's step, epoch, ranks and batch, optimizer, schedule and\n"
+               "                  files (PATH a checkpoint directory: its newest valid checkpoint)\n"
+               "  tensors FILE    a safetensors file's tensors: name, dtype, shape, bytes (any file, one\n"
+               "                  saved by PyTorch too)\n"
+               "  -h, --help      this text\n\n"
+               "Exit status: 0 good, 1 a damaged checkpoint or an error, 2 bad usage.\n");
 }
 
 static int is_dir(const char *p) {

@@ -9,12 +9,17 @@
  *    straight from the tensors to the disk, and come back through a read-only mapping. Holding one
  *    file in memory (the 17 MB model.safetensors) would exceed the cap. Not under AddressSanitizer,
  *    whose shadow memory would count.
+ *  - a save that cannot write its file (RLIMIT_FSIZE: the disk full at 1 MiB) fails with the
+ *    write's error naming the file, leaves neither step-N nor step-N.tmp, and the checkpoint
+ *    before it stays the newest and loads.
  * Args: [cpu|cuda]. With cuda (the emulated GPU in test_ckpt_memory_emu) the tensors live on the
  * device, so the save stages them through host memory, 16 MiB at a time. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../e2e/mlp_run.h"
@@ -194,6 +199,30 @@ int main(int argc, char **argv) {
     check_files(dir, 5, a, oa);
     LS_REQUIRE_OK(ls_ckpt_load(NULL, ctx, dir, "auto", b, ob, &got, &found, NULL, 0));
     LS_EXPECT(found == 1 && got.step == 5 && same(a, oa, b, ob));
+
+    { /* the file system refuses the write midway: the save fails cleanly, step 5 stays */
+        struct rlimit old, cap;
+        LS_REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
+        cap = old;
+        cap.rlim_cur = 1 << 20;
+        signal(SIGXFSZ, SIG_IGN); /* write() returns EFBIG instead of the signal killing us */
+        LS_REQUIRE(setrlimit(RLIMIT_FSIZE, &cap) == 0);
+        st = state_at(7);
+        ls_status s = ls_ckpt_save(NULL, ctx, dir, 0, a, oa, &st, NULL, 0);
+        LS_REQUIRE(setrlimit(RLIMIT_FSIZE, &old) == 0);
+        signal(SIGXFSZ, SIG_DFL);
+        LS_EXPECT(s == LS_ERR_IO && strstr(ls_last_error(), "step-00000007.tmp/model.safetensors.tmp': write failed") &&
+                  strstr(ls_last_error(), "File too large"));
+        char p[192];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/step-00000007", dir);
+        LS_EXPECT(stat(p, &sb) != 0);
+        snprintf(p, sizeof p, "%s/step-00000007.tmp", dir);
+        LS_EXPECT(stat(p, &sb) != 0);
+        char latest[LS_CKPT_PATH_MAX];
+        LS_REQUIRE_OK(ls_ckpt_load(NULL, ctx, dir, "auto", b, ob, &got, &found, latest, sizeof latest));
+        LS_EXPECT(found == 1 && got.step == 5 && strstr(latest, "step-00000005"));
+    }
 
     if (dev.type == LS_DEVICE_CPU && !UNDER_ASAN) {
         ls_optimizer_destroy(ob); /* fresh contents to load into */
