@@ -3,8 +3,9 @@
 # an EMA, dropout): verify passes both; info summarizes the newest (step, ranks and batch,
 # optimizer, model, files and their tensors); tensors lists model.safetensors' tensors with dtype,
 # shape and bytes. A flipped byte in step 16's optimizer.safetensors: verify fails (exit 1) naming
-# the file and the CRC, step 8 still verifies, info falls back to step 8; a truncated file is named
-# as truncated; bad usage exits 2; a missing path exits 1.
+# the file and the CRC, step 8 still verifies, info falls back to step 8; a step-N.tmp left by an
+# interrupted save is noted; a truncated file is named as truncated; bad usage exits 2; a missing
+# path exits 1.
 PROG=$1 TOOL=$2 MPIRUN=none
 . "$(dirname "$0")/lib.sh"
 export LOCKSTEP_DEVICE=cpu
@@ -42,6 +43,9 @@ expect_out "ok       C/step-00000008 (step 8)"
 grep -qE "^DAMAGED  C/step-00000016: 'C/step-00000016/optimizer.safetensors': CRC32 [0-9a-f]{8} does not match the manifest's [0-9a-f]{8} \(the file is damaged\)$" "$tmp/out" ||
     fail "verify: the damaged file is not named"
 run 0 verify C/step-00000008
+mkdir C/step-00000024.tmp
+run 1 verify C
+expect_out "note     C/step-00000024.tmp: left by an interrupted save, not a checkpoint (the next save removes it)"
 run 0 info C
 expect_out "skipping damaged checkpoint 'C/step-00000016'"
 expect_out "checkpoint  C/step-00000008"
