@@ -2,11 +2,14 @@
  * (example_ckpt.h), on top of runtime/checkpoint.h. */
 #include "example_ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "cnn.h"
 #include "device.h"
@@ -159,11 +162,26 @@ static ls_status save(ex_ckpt *c) {
     st.epoch = c->pos_epoch;
     st.epoch_samples = c->pos_samples;
     c->what = "checkpoint";
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     LS_CHECK(ls_ckpt_save_ema(c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model, c->opt, c->ema,
                               &st, c->path, sizeof c->path));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     c->last_saved = c->step;
     if (ls_comm_rank(c->comm) == 0) {
-        printf("%s: saved checkpoint %s (step %lld)\n", c->prog, c->path, (long long)c->step);
+        /* its size and the time the save took: a save of a large model is a pause worth seeing */
+        double bytes = 0;
+        DIR *d = opendir(c->path);
+        struct dirent *e;
+        struct stat sb;
+        char p[sizeof c->path + 300];
+        while (d && (e = readdir(d)) != NULL) {
+            snprintf(p, sizeof p, "%s/%s", c->path, e->d_name);
+            if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) bytes += (double)sb.st_size;
+        }
+        if (d) closedir(d);
+        printf("%s: saved checkpoint %s (step %lld): %.1f MB in %.2f s\n", c->prog, c->path, (long long)c->step,
+               bytes / 1e6, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
         fflush(stdout);
     }
     return LS_OK;
