@@ -2,21 +2,26 @@
  * file of each checkpoint against its manifest (size and CRC32), as a resume would, so a copied or
  * archived checkpoint can be trusted before a job depends on it; info summarizes one (the state a
  * resume continues from, its files); tensors lists a safetensors file's tensors (any file: one
- * saved by PyTorch too, before --init-from). Built on the library's own reader, so what it
- * accepts is what a resume accepts. Exit status: 0 all good, 1 a damaged checkpoint or an error,
- * 2 bad usage. */
+ * saved by PyTorch too, before --init-from); diff compares two files or checkpoints tensor by
+ * tensor (bitwise, or the largest difference relative to the tensor's largest value), so a claim
+ * such as "2 ranks train as 1 within 1e-5" can be checked on one's own runs. Built on the
+ * library's own reader, so what it accepts is what a resume accepts. Exit status: 0 all good, 1 a
+ * damaged checkpoint, a difference (diff) or an error, 2 bad usage (diff: also unreadable input). */
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "half_impl.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: lockstep-ckpt verify PATH...\n"
                "       lockstep-ckpt info PATH\n"
                "       lockstep-ckpt tensors FILE\n"
+               "       lockstep-ckpt diff A B [--tolerance X]\n"
                "Looks at checkpoints written by lockstep (--save-every, ls_ckpt_save).\n\n"
                "  verify PATH...  check each checkpoint's files against its manifest (present, size, CRC32),\n"
                "                  as a resume does; PATH is a checkpoint (DIR/step-N) or a checkpoint\n"
@@ -25,8 +30,13 @@ static void usage(FILE *f) {
                "                  files (PATH a checkpoint directory: its newest valid checkpoint)\n"
                "  tensors FILE    a safetensors file's tensors: name, dtype, shape, bytes (any file, one\n"
                "                  saved by PyTorch too)\n"
+               "  diff A B        compare two safetensors files, or two checkpoints' model, optimizer and\n"
+               "                  EMA files, tensor by tensor: identical bits, or the largest |a - b| over\n"
+               "                  the tensor's largest |a|; names, dtypes and shapes must match\n"
+               "  --tolerance X   diff: the two agree when every tensor is within X (default 0: bitwise)\n"
                "  -h, --help      this text\n\n"
-               "Exit status: 0 good, 1 a damaged checkpoint or an error, 2 bad usage.\n");
+               "Exit status: 0 good (diff: the same, or within --tolerance), 1 a damaged checkpoint, a\n"
+               "difference or an error, 2 bad usage (diff: also input it cannot compare).\n");
 }
 
 static int is_dir(const char *p) {
@@ -245,6 +255,129 @@ static int tensors(const char *path) {
     return 0;
 }
 
+/* element i of a float tensor's bytes (little-endian, maybe unaligned) as a double */
+static double value_at(const ls_safetensors_info *t, int64_t i) {
+    const unsigned char *p = (const unsigned char *)t->data + (size_t)i * t->elem_size;
+    switch (t->dtype) {
+    case LS_F64: {
+        double v;
+        memcpy(&v, p, 8);
+        return v;
+    }
+    case LS_F32: {
+        float v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case LS_F16: return ls_hi_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+    case LS_BF16: return ls_hi_bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
+    default: return 0;
+    }
+}
+
+/* The two files' tensors; *worst (the largest relative difference) and the counts grow. Returns 2
+ * when they cannot be compared (a file unreadable; names, dtypes or shapes differ), else 0. */
+static int diff_files(const char *a, const char *b, double *worst, int *same, int *differ) {
+    ls_safetensors *fa = NULL, *fb = NULL;
+    if (ls_safetensors_open(a, &fa) != LS_OK || ls_safetensors_open(b, &fb) != LS_OK) {
+        fprintf(stderr, "lockstep-ckpt: %s\n", ls_last_error());
+        ls_safetensors_close(fa);
+        return 2;
+    }
+    int rc = 0, na = ls_safetensors_count(fa), nb = ls_safetensors_count(fb);
+    for (int i = 0; i < nb; i++)
+        if (!ls_safetensors_find(fa, ls_safetensors_tensor(fb, i)->name)) {
+            printf("only in %s: %s\n", b, ls_safetensors_tensor(fb, i)->name);
+            rc = 2;
+        }
+    for (int i = 0; i < na; i++) {
+        const ls_safetensors_info *x = ls_safetensors_tensor(fa, i), *y = ls_safetensors_find(fb, x->name);
+        if (!y) {
+            printf("only in %s: %s\n", a, x->name);
+            rc = 2;
+            continue;
+        }
+        int comparable = x->ndim == y->ndim && strcmp(x->dtype_name, y->dtype_name) == 0;
+        for (int k = 0; comparable && k < x->ndim; k++) comparable = x->shape[k] == y->shape[k];
+        if (!comparable) {
+            printf("%s: not comparable (dtype or shape differ between %s and %s)\n", x->name, a, b);
+            rc = 2;
+            continue;
+        }
+        if (memcmp(x->data, y->data, x->nbytes) == 0) {
+            (*same)++;
+            continue;
+        }
+        (*differ)++;
+        int fl =
+            x->has_dtype && (x->dtype == LS_F64 || x->dtype == LS_F32 || x->dtype == LS_F16 || x->dtype == LS_BF16);
+        if (!fl) {
+            printf("%-40s differs (%s: its bytes compared)\n", x->name, x->dtype_name);
+            *worst = INFINITY;
+            continue;
+        }
+        double most = 0, big = 0;
+        int64_t at = 0;
+        for (int64_t k = 0; k < x->numel; k++) {
+            double u = value_at(x, k), v = value_at(y, k);
+            double d = isnan(u) || isnan(v) ? (isnan(u) && isnan(v) ? 0 : INFINITY) : fabs(u - v);
+            if (d > most) {
+                most = d;
+                at = k;
+            }
+            if (isfinite(u) && fabs(u) > big) big = fabs(u);
+        }
+        double rel = big > 0 ? most / big : (most > 0 ? INFINITY : 0);
+        printf("%-40s max |a - b| %.3g at element %lld: %.3g of the largest |a| (%.3g)\n", x->name, most, (long long)at,
+               rel, big);
+        if (!(rel <= *worst)) *worst = rel;
+    }
+    ls_safetensors_close(fa);
+    ls_safetensors_close(fb);
+    return rc;
+}
+
+static int diff(const char *a, const char *b, double tol) {
+    double worst = 0;
+    int same = 0, differ = 0, rc = 0, compared = 0;
+    if (is_dir(a) != is_dir(b)) {
+        fprintf(stderr, "lockstep-ckpt: diff: '%s' and '%s' are not both checkpoints or both files\n", a, b);
+        return 2;
+    }
+    if (is_dir(a)) {
+        static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "ema.safetensors"};
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+            long long sa = file_size(a, files[i]), sb = file_size(b, files[i]);
+            if (sa < 0 && sb < 0) continue;
+            if ((sa < 0) != (sb < 0)) {
+                printf("%s: only in %s\n", files[i], sa < 0 ? b : a);
+                rc = 2;
+                continue;
+            }
+            char pa[LS_CKPT_PATH_MAX + 64], pb[LS_CKPT_PATH_MAX + 64];
+            snprintf(pa, sizeof pa, "%s/%s", a, files[i]);
+            snprintf(pb, sizeof pb, "%s/%s", b, files[i]);
+            int r = diff_files(pa, pb, &worst, &same, &differ);
+            if (r > rc) rc = r;
+            compared++;
+        }
+        if (compared == 0) {
+            fprintf(stderr, "lockstep-ckpt: diff: '%s' and '%s' hold no safetensors files\n", a, b);
+            return 2;
+        }
+    } else {
+        rc = diff_files(a, b, &worst, &same, &differ);
+    }
+    if (rc) return rc;
+    if (differ == 0) {
+        printf("identical: %d tensors, bit for bit\n", same);
+        return 0;
+    }
+    printf("%d of %d tensors differ; the largest difference is %.3g of its tensor's largest value (tolerance %g)\n",
+           differ, same + differ, worst, tol);
+    return worst <= tol ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
         usage(stdout);
@@ -253,6 +386,19 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "verify")) return verify(argc - 2, argv + 2);
     if (argc == 3 && !strcmp(argv[1], "info")) return info(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "tensors")) return tensors(argv[2]);
+    if ((argc == 4 || argc == 6) && !strcmp(argv[1], "diff")) {
+        double tol = 0;
+        if (argc == 6) {
+            char *end = NULL;
+            tol = strtod(argv[5], &end);
+            if (strcmp(argv[4], "--tolerance") != 0 || end == argv[5] || *end || !(tol >= 0) || !isfinite(tol)) {
+                fprintf(stderr, "lockstep-ckpt: diff: '%s %s': expected --tolerance and a number >= 0\n", argv[4],
+                        argv[5]);
+                return 2;
+            }
+        }
+        return diff(argv[2], argv[3], tol);
+    }
     usage(stderr);
     return 2;
 }

@@ -2,10 +2,11 @@
 # ckpt_tool.sh PROG TOOL: lockstep-ckpt on checkpoints fashion_mlp wrote (steps 8 and 16, AdamW,
 # an EMA, dropout): verify passes both; info summarizes the newest (step, ranks and batch,
 # optimizer, model, files and their tensors); tensors lists model.safetensors' tensors with dtype,
-# shape and bytes. A flipped byte in step 16's optimizer.safetensors: verify fails (exit 1) naming
-# the file and the CRC, step 8 still verifies, info falls back to step 8; a step-N.tmp left by an
-# interrupted save is noted; a truncated file is named as truncated; bad usage exits 2; a missing
-# path exits 1.
+# shape and bytes; diff tells a rerun (identical), the run with accumulation steps (within 1e-5)
+# and another seed (far) apart. A flipped byte in step 16's optimizer.safetensors: verify fails
+# (exit 1) naming the file and the CRC, step 8 still verifies, info falls back to step 8; a
+# step-N.tmp left by an interrupted save is noted; a truncated file is named as truncated; bad
+# usage exits 2; a missing path exits 1.
 PROG=$1 TOOL=$2 MPIRUN=none
 . "$(dirname "$0")/lib.sh"
 export LOCKSTEP_DEVICE=cpu
@@ -35,6 +36,32 @@ grep -qE "^file +optimizer.safetensors +[0-9]+ bytes, 12 tensors, 1071636 values
 run 0 tensors C/step-00000016/model.safetensors
 grep -qE "^0.weight +F32 +\[512, 784\] +1605632 bytes$" "$tmp/out" || fail "tensors: no 0.weight line"
 expect_out "6 tensors, 535818 values, 2143272 bytes of data"
+
+# diff: the same run again is identical; 32 x 2 accumulation steps instead of 64 agrees within
+# rounding (the masks are keyed to the samples); another seed is far; files of different tensors
+# cannot be compared
+T=(--train-limit 1024 --test-limit 200 --epochs 1 --max-steps 16 --save-every 16 --optimizer adamw --ema 0.99
+   --dropout 0.1 --no-progress)
+train 1 "${T[@]}" --batch-size 64 --checkpoint-dir R
+expect_rc 0
+train 1 "${T[@]}" --batch-size 32 --accum-steps 2 --checkpoint-dir A
+expect_rc 0
+train 1 "${T[@]}" --batch-size 64 --seed 7 --checkpoint-dir S
+expect_rc 0
+run 0 diff C/step-00000016 R/step-00000016
+expect_out "identical: 24 tensors, bit for bit"
+run 1 diff R/step-00000016 A/step-00000016
+grep -qE "^[0-9]+ of 24 tensors differ; the largest difference is [0-9.e-]+ of its tensor's largest value \(tolerance 0\)$" \
+    "$tmp/out" || fail "diff: no summary of the accumulation run's differences"
+grep -qE "^0.weight +max \|a - b\| [0-9.e-]+ at element [0-9]+: [0-9.e-]+ of the largest \|a\|" "$tmp/out" ||
+    fail "diff: no line for 0.weight"
+run 0 diff R/step-00000016 A/step-00000016 --tolerance 1e-5
+run 1 diff R/step-00000016/model.safetensors S/step-00000016/model.safetensors --tolerance 1e-5
+run 2 diff R/step-00000016/model.safetensors R/step-00000016/optimizer.safetensors
+expect_out "only in R/step-00000016/optimizer.safetensors: 0.weight.exp_avg"
+run 2 diff R/step-00000016 R/step-00000016/model.safetensors
+expect_out "are not both checkpoints or both files"
+run 2 diff R S --tolerance -1
 
 # damage: a flipped byte, then a truncated file
 printf 'X' | dd of=C/step-00000016/optimizer.safetensors bs=1 seek=5000 conv=notrunc 2>/dev/null
