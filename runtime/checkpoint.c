@@ -1920,7 +1920,7 @@ static ls_status save_close(save_job *j, ls_ctx *ctx, int keep_last, ls_module *
     crash_point("before-latest");
     char line[80];
     const char *base = strrchr(j->final, '/');
-    snprintf(line, sizeof line, "%s\n", base ? base + 1 : j->final);
+    snprintf(line, sizeof line, "%.70s\n", base ? base + 1 : j->final);
     LS_CHECK(write_file_atomic(latest, line, strlen(line), 0, NULL));
     prune(j->dir, keep_last, state->step);
     return LS_OK;
