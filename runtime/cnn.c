@@ -165,6 +165,10 @@ typedef struct bn_mod {
     int used_batch_stats;                  /* the last forward was in training mode */
     int folded;                            /* running statistics updated since the last backward */
     double count;                          /* samples per channel behind the batch statistics */
+    double *host;                          /* SyncBatchNorm: 3C + 1 doubles, then C floats, for the
+                                            * all-reduces' host round trip (allocated with the module:
+                                            * none per step, and no rank fails to allocate it midway
+                                            * while the others wait in the all-reduce) */
 } bn_mod;
 
 static void bn_destroy(ls_module *m) {
@@ -175,45 +179,38 @@ static void bn_destroy(ls_module *m) {
     ls_tensor_destroy(b->var);
     ls_tensor_destroy(b->sum_dy);
     ls_tensor_destroy(b->sum_dy_xhat);
+    free(b->host);
     free_params(m);
 }
 
 static int synced(const bn_mod *b) { return b->cfg.sync && ls_comm_world(b->cfg.sync) > 1; }
 
-/* Host round trip of k per-channel tensors of C elements as doubles. */
-static ls_status to_host(ls_ctx *ctx, int k, ls_tensor *const *t, double *h) {
+/* Host round trip of k per-channel tensors of C elements as doubles (f: C floats of scratch). */
+static ls_status to_host(ls_ctx *ctx, int k, ls_tensor *const *t, double *h, float *f) {
     int64_t C = t[0]->shape[0];
     for (int i = 0; i < k; i++) {
         if (t[i]->dtype == LS_F64) {
             ls_tensor v = ls_tensor_view(h + i * C, LS_F64, ls_device_cpu(), 1, &C);
             LS_CHECK(ls_tensor_copy(ctx->alloc, &v, t[i]));
         } else {
-            float *f = malloc((size_t)C * sizeof *f + 1);
-            if (!f) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for %lld statistics", (long long)C);
             ls_tensor v = ls_tensor_view(f, LS_F32, ls_device_cpu(), 1, &C);
-            ls_status s = ls_tensor_copy(ctx->alloc, &v, t[i]);
+            LS_CHECK(ls_tensor_copy(ctx->alloc, &v, t[i]));
             for (int64_t j = 0; j < C; j++) h[i * C + j] = f[j];
-            free(f);
-            LS_CHECK(s);
         }
     }
     return LS_OK;
 }
 
-static ls_status from_host(ls_ctx *ctx, int k, ls_tensor *const *t, const double *h) {
+static ls_status from_host(ls_ctx *ctx, int k, ls_tensor *const *t, const double *h, float *f) {
     int64_t C = t[0]->shape[0];
     for (int i = 0; i < k; i++) {
         if (t[i]->dtype == LS_F64) {
             ls_tensor v = ls_tensor_view((void *)(h + i * C), LS_F64, ls_device_cpu(), 1, &C);
             LS_CHECK(ls_tensor_copy(ctx->alloc, t[i], &v));
         } else {
-            float *f = malloc((size_t)C * sizeof *f + 1);
-            if (!f) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for %lld statistics", (long long)C);
             for (int64_t j = 0; j < C; j++) f[j] = (float)h[i * C + j];
             ls_tensor v = ls_tensor_view(f, LS_F32, ls_device_cpu(), 1, &C);
-            ls_status s = ls_tensor_copy(ctx->alloc, t[i], &v);
-            free(f);
-            LS_CHECK(s);
+            LS_CHECK(ls_tensor_copy(ctx->alloc, t[i], &v));
         }
     }
     return LS_OK;
@@ -223,10 +220,10 @@ static ls_status from_host(ls_ctx *ctx, int k, ls_tensor *const *t, const double
 static ls_status bn_sync_stats(bn_mod *b) {
     ls_module *m = &b->base;
     int64_t C = b->mean->shape[0];
-    double *h = malloc((size_t)(3 * C + 1) * sizeof *h);
-    if (!h) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for synchronized batch statistics");
+    double *h = b->host;
+    float *f = (float *)(h + 3 * C + 1);
     ls_tensor *mv[2] = {b->mean, b->var};
-    ls_status s = to_host(m->ctx, 2, mv, h);
+    ls_status s = to_host(m->ctx, 2, mv, h, f);
     double n = b->count;
     if (s == LS_OK) {
         for (int64_t c = 0; c < C; c++) {
@@ -245,21 +242,19 @@ static ls_status bn_sync_stats(bn_mod *b) {
             h[C + c] = var > 0 ? var : 0;
         }
         b->count = total;
-        s = from_host(m->ctx, 2, mv, h);
+        s = from_host(m->ctx, 2, mv, h, f);
     }
-    free(h);
     return s;
 }
 
 static ls_status bn_sync_sums(bn_mod *b) {
     int64_t C = b->sum_dy->shape[0];
-    double *h = malloc((size_t)(2 * C + 1) * sizeof *h);
-    if (!h) return ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for synchronized batch-norm gradients");
+    double *h = b->host;
+    float *f = (float *)(h + 3 * C + 1);
     ls_tensor *t[2] = {b->sum_dy, b->sum_dy_xhat};
-    ls_status s = to_host(b->base.ctx, 2, t, h);
+    ls_status s = to_host(b->base.ctx, 2, t, h, f);
     if (s == LS_OK) s = ls_comm_allreduce_host(b->cfg.sync, h, 2 * C, LS_F64, LS_REDUCE_SUM);
-    if (s == LS_OK) s = from_host(b->base.ctx, 2, t, h);
-    free(h);
+    if (s == LS_OK) s = from_host(b->base.ctx, 2, t, h, f);
     return s;
 }
 
@@ -362,6 +357,10 @@ ls_status ls_batchnorm2d_create(ls_ctx *ctx, ls_dtype dtype, int64_t channels, c
     if (s == LS_OK) s = ls_tensor_create(ctx->alloc, dtype, 1, shape, "batch-norm running variance", &b->running_var);
     if (s == LS_OK) s = fill_host(ctx, b->running_mean, 0.0, 0, NULL);
     if (s == LS_OK) s = fill_host(ctx, b->running_var, 1.0, 0, NULL);
+    if (s == LS_OK && c.sync &&
+        !(b->host = malloc((size_t)(3 * channels + 1) * sizeof(double) + (size_t)channels * sizeof(float))))
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "batch norm %s: no host memory for synchronized statistics",
+                     name ? name : "");
     if (s != LS_OK) {
         ls_module_destroy(m);
         return s;
