@@ -43,21 +43,6 @@ static void usage(FILE *f) {
                "  -h, --help             this text\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-#define CHECK(what, expr)                                                                                              \
-    do {                                                                                                               \
-        ls_status s_ = (expr);                                                                                         \
-        if (s_ != LS_OK) {                                                                                             \
-            fprintf(stderr, "bench_mlp: %s: %s\n", what, ls_last_error());                                             \
-            return 1;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
-
 /* GEMM FLOPs of one training step: forward of every layer, weight gradients of every layer, and
  * input gradients of every layer but the first. */
 static double step_flops(const int64_t *s, int n, int64_t B) {
@@ -92,7 +77,7 @@ static int run_sgemm(const int64_t *s, int n, int64_t B, int steps) {
     for (int64_t i = 0; i < maxout * maxin; i++) w[i] = (float)(i % 5) * 0.1f;
     double t0 = 0;
     for (int it = -20; it < steps; it++) {
-        if (it == 0) t0 = now_s();
+        if (it == 0) t0 = bench_now_s();
         for (int i = 0; i + 1 < n; i++) {
             int in = (int)s[i], out = (int)s[i + 1], b = (int)B;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, out, in, 1, a, in, w, in, 1, c, out);
@@ -100,7 +85,7 @@ static int run_sgemm(const int64_t *s, int n, int64_t B, int steps) {
             if (i > 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, in, out, 1, c, out, w, in, 0, a, in);
         }
     }
-    double dt = now_s() - t0;
+    double dt = bench_now_s() - t0;
     printf("sgemm GFLOP/s %.2f step_ms %.3f\n", step_flops(s, n, B) * steps / dt / 1e9, 1000 * dt / steps);
     free(a);
     free(w);
@@ -155,15 +140,15 @@ int main(int argc, char **argv) {
     ls_sampler *smp;
     ls_rank_info ri;
     ls_device dev;
-    CHECK("rank discovery", ls_rank_discover(&ri));
-    CHECK("device", ls_device_select(device, ri.local_rank, &dev));
-    CHECK("context", ls_ctx_create(dev, NULL, &ctx));
-    CHECK("communicator", ls_comm_create(ctx, NULL, &comm));
+    BENCH_CHECK("rank discovery", ls_rank_discover(&ri));
+    BENCH_CHECK("device", ls_device_select(device, ri.local_rank, &dev));
+    BENCH_CHECK("context", ls_ctx_create(dev, NULL, &ctx));
+    BENCH_CHECK("communicator", ls_comm_create(ctx, NULL, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
-    CHECK("data", ls_fashion_mnist_load(dir, 1, 0, &data));
-    CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
+    BENCH_CHECK("data", ls_fashion_mnist_load(dir, 1, 0, &data));
+    BENCH_CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
     bench_batch_fits("--batch-size", B, ls_sampler_num_samples(smp), "the training samples per rank", comm);
-    CHECK("model", ls_mlp_create_dropout(ctx, LS_F32, 4, sizes, LS_ACT_RELU, (float)dropout, 42, &model));
+    BENCH_CHECK("model", ls_mlp_create_dropout(ctx, LS_F32, 4, sizes, LS_ACT_RELU, (float)dropout, 42, &model));
     ls_tensor *p[6], *g[6];
     for (int i = 0; i < 6; i++) {
         p[i] = ls_module_param(model, i);
@@ -171,41 +156,41 @@ int main(int argc, char **argv) {
     }
     ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
     oc.lr = 0.05f;
-    CHECK("optimizer", ls_optimizer_create(ctx, 6, p, g, &oc, &opt));
+    BENCH_CHECK("optimizer", ls_optimizer_create(ctx, 6, p, g, &oc, &opt));
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
     tc.batch_per_rank = B;
     tc.accum_steps = 1;
     tc.lr.base_lr = oc.lr;
-    CHECK("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &tr));
+    BENCH_CHECK("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &tr));
     ls_ema *ema = NULL;
-    if (ema_decay >= 0) CHECK("--ema", ls_ema_create(ctx, model, ema_decay, 0, &ema));
+    if (ema_decay >= 0) BENCH_CHECK("--ema", ls_ema_create(ctx, model, ema_decay, 0, &ema));
     int64_t per_epoch = ls_sampler_steps(smp, B), *idx = malloc(sizeof(int64_t) * (size_t)B);
     int64_t *nidx = malloc(sizeof(int64_t) * (size_t)B), count, global, ncount, nglobal;
     double t0 = 0;
     ls_step_stats st;
-    CHECK("batch", ls_sampler_batch(smp, 0, B, idx, &count, &global));
+    BENCH_CHECK("batch", ls_sampler_batch(smp, 0, B, idx, &count, &global));
     for (int it = -20, j = 0; it < steps; it++, j++) {
         if (it == 0) {
-            CHECK("sync", ls_ctx_synchronize(ctx));
-            CHECK("barrier", ls_comm_barrier(comm));
-            t0 = now_s();
+            BENCH_CHECK("sync", ls_ctx_synchronize(ctx));
+            BENCH_CHECK("barrier", ls_comm_barrier(comm));
+            t0 = bench_now_s();
         }
         if (j >= per_epoch) {
             j = 0;
-            CHECK("epoch", ls_sampler_set_epoch(smp, ls_sampler_epoch(smp) + 1));
-            CHECK("batch", ls_sampler_batch(smp, 0, B, idx, &count, &global));
+            BENCH_CHECK("epoch", ls_sampler_set_epoch(smp, ls_sampler_epoch(smp) + 1));
+            BENCH_CHECK("batch", ls_sampler_batch(smp, 0, B, idx, &count, &global));
         }
         /* the next step's samples (within the epoch), gathered and copied while this one runs */
         int more = j + 1 < per_epoch;
         if (more) {
-            CHECK("batch", ls_sampler_batch(smp, j + 1, B, nidx, &ncount, &nglobal));
-            CHECK("prefetch", ls_trainer_prefetch(tr, data, nidx, ncount));
+            BENCH_CHECK("batch", ls_sampler_batch(smp, j + 1, B, nidx, &ncount, &nglobal));
+            BENCH_CHECK("prefetch", ls_trainer_prefetch(tr, data, nidx, ncount));
         }
         /* the loss read only at the last step, as torch_mlp.py's loss.item() after its loop: a step
          * given no stats does not wait for the device (train.h) */
-        CHECK("step", ls_trainer_step(tr, data, idx, count, global, it == steps - 1 ? &st : NULL));
-        if (ema) CHECK("--ema", ls_ema_update(ema));
+        BENCH_CHECK("step", ls_trainer_step(tr, data, idx, count, global, it == steps - 1 ? &st : NULL));
+        if (ema) BENCH_CHECK("--ema", ls_ema_update(ema));
         if (more) {
             int64_t *tmp = idx;
             idx = nidx;
@@ -214,9 +199,9 @@ int main(int argc, char **argv) {
             global = nglobal;
         }
     }
-    CHECK("sync", ls_ctx_synchronize(ctx));
-    CHECK("barrier", ls_comm_barrier(comm));
-    double dt = now_s() - t0;
+    BENCH_CHECK("sync", ls_ctx_synchronize(ctx));
+    BENCH_CHECK("barrier", ls_comm_barrier(comm));
+    double dt = bench_now_s() - t0;
     int64_t pf_hits = 0, pf_misses = 0;
     ls_trainer_prefetch_stats(tr, &pf_hits, &pf_misses);
     if (rank == 0)

@@ -44,18 +44,8 @@ static double clock_s(clockid_t id) {
     clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 /* CPU time of every thread of this process: on a shared machine, less sensitive to other load */
 static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
-
-#define CHECK(what, expr)                                                                                              \
-    do {                                                                                                               \
-        ls_status s_ = (expr);                                                                                         \
-        if (s_ != LS_OK) {                                                                                             \
-            fprintf(stderr, "bench_resnet: %s: %s\n", what, ls_last_error());                                          \
-            return 1;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
 
 int main(int argc, char **argv) {
     int64_t B = 128;
@@ -120,18 +110,18 @@ int main(int argc, char **argv) {
     char devname[32];
     const char *env_device = getenv("LOCKSTEP_DEVICE");
     if (!device && !(env_device && *env_device)) device = "cpu"; /* a CPU benchmark unless asked */
-    CHECK("rank discovery", ls_rank_discover(&ri));
-    CHECK("device", ls_device_select(device, ri.local_rank, &dev));
-    CHECK("context", ls_ctx_create(dev, NULL, &ctx));
-    CHECK("communicator", ls_comm_create(ctx, NULL, &comm));
+    BENCH_CHECK("rank discovery", ls_rank_discover(&ri));
+    BENCH_CHECK("device", ls_device_select(device, ri.local_rank, &dev));
+    BENCH_CHECK("context", ls_ctx_create(dev, NULL, &ctx));
+    BENCH_CHECK("communicator", ls_comm_create(ctx, NULL, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
     int64_t b = (B + world - 1) / world;
-    CHECK("data", ls_fashion_mnist_load(dir, 1, 0, &data));
-    CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
+    BENCH_CHECK("data", ls_fashion_mnist_load(dir, 1, 0, &data));
+    BENCH_CHECK("sampler", ls_sampler_create(data->n, rank, world, 42, 1, LS_SAMPLER_PAD, &smp));
     /* b, B's share per rank, at most the rank's share of the set: B at most the whole (padded) set */
     bench_batch_fits("--batch-size", B, ls_sampler_num_samples(smp) * world, "the training samples", comm);
-    CHECK("model", ls_resnet_create(ctx, &cfg, &model));
-    if (segments > 0) CHECK("checkpointing", ls_checkpoint_sequential(model, segments, &model));
+    BENCH_CHECK("model", ls_resnet_create(ctx, &cfg, &model));
+    if (segments > 0) BENCH_CHECK("checkpointing", ls_checkpoint_sequential(model, segments, &model));
     int np = ls_module_num_params(model);
     ls_tensor **p = malloc(sizeof *p * (size_t)np), **g = malloc(sizeof *g * (size_t)np);
     for (int i = 0; i < np; i++) {
@@ -141,36 +131,36 @@ int main(int argc, char **argv) {
     ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
     oc.lr = 0.05f;
     oc.weight_decay = 5e-4f;
-    CHECK("optimizer", ls_optimizer_create(ctx, np, p, g, &oc, &opt));
+    BENCH_CHECK("optimizer", ls_optimizer_create(ctx, np, p, g, &oc, &opt));
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
     tc.batch_per_rank = b;
     tc.accum_steps = 1;
     tc.lr.base_lr = oc.lr;
     tc.precision = prec;
-    CHECK("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &tr));
+    BENCH_CHECK("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &tr));
     int64_t per_epoch = ls_sampler_steps(smp, b), *idx = malloc(sizeof(int64_t) * (size_t)b);
     double t0 = 0, c0 = 0;
     ls_step_stats st;
     for (int it = -warmup, j = 0; it < steps; it++, j++) {
         if (it == 0) {
-            CHECK("sync", ls_ctx_synchronize(ctx));
-            CHECK("barrier", ls_comm_barrier(comm));
-            t0 = now_s();
+            BENCH_CHECK("sync", ls_ctx_synchronize(ctx));
+            BENCH_CHECK("barrier", ls_comm_barrier(comm));
+            t0 = bench_now_s();
             c0 = cpu_s();
         }
         if (j == per_epoch) {
             j = 0;
-            CHECK("epoch", ls_sampler_set_epoch(smp, ls_sampler_epoch(smp) + 1));
+            BENCH_CHECK("epoch", ls_sampler_set_epoch(smp, ls_sampler_epoch(smp) + 1));
         }
         int64_t count, global;
-        CHECK("batch", ls_sampler_batch(smp, j, b, idx, &count, &global));
+        BENCH_CHECK("batch", ls_sampler_batch(smp, j, b, idx, &count, &global));
         /* the loss read only at the last step, as torch_resnet.py's loss.item() after its loop */
-        CHECK("step", ls_trainer_step(tr, data, idx, count, global, it == steps - 1 ? &st : NULL));
+        BENCH_CHECK("step", ls_trainer_step(tr, data, idx, count, global, it == steps - 1 ? &st : NULL));
     }
-    CHECK("sync", ls_ctx_synchronize(ctx));
-    CHECK("barrier", ls_comm_barrier(comm));
-    double dt = now_s() - t0, dc = cpu_s() - c0;
+    BENCH_CHECK("sync", ls_ctx_synchronize(ctx));
+    BENCH_CHECK("barrier", ls_comm_barrier(comm));
+    double dt = bench_now_s() - t0, dc = cpu_s() - c0;
     ls_memory_stats ms;
     ls_allocator_stats(ctx->alloc, &ms);
     if (rank == 0)
