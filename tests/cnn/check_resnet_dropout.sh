@@ -11,26 +11,8 @@ PROG=$1 MPIRUN=$2
 . "$(dirname "$0")/../checkpoint/lib.sh"
 B=(--widths 8,16 --train-limit 1000 --test-limit 200 --epochs 1 --max-steps 8 --sync-bn --no-progress)
 
-train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --dump-params one.bin
-expect_rc 0
-train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --checkpoint-activations --dump-params ckpt.bin
-expect_rc 0
-cmp -s one.bin ckpt.bin || fail "--checkpoint-activations changed the parameters: the recomputed masks differ"
-train 1 "${B[@]}" --batch-size 32 --dump-params plain.bin
-expect_rc 0
-d=$(reldiff one.bin plain.bin)
-echo "with dropout against without: $d"
-within "$d" 1e-3 && fail "dropout 0.3 moved the parameters by only $d of the largest"
-train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --precision fp16
-expect_rc 0
-grep -qE "test acc [0-9.]+%" "$tmp/out" || fail "no test accuracy from the fp16 run"
-if [ "$MPIRUN" != none ]; then
-    train 2 "${B[@]}" --dropout 0.3 --batch-size 16 --dump-params two.bin
-    expect_rc 0
-    d=$(reldiff one.bin two.bin)
-    echo "1 rank x 32 against 2 ranks x 16: $d"
-    within "$d" 1e-5 || fail "2 ranks trained $d of the largest parameter away from 1 rank"
-fi
+dropout_runs fp16 "${B[@]}"
+
 train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --save-every 8 --checkpoint-dir C
 expect_rc 0
 python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["dropout"] != 0.3)' C/step-00000008/state.json ||

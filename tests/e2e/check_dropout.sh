@@ -10,31 +10,13 @@ PROG=$1 MPIRUN=$2
 . "$(dirname "$0")/../checkpoint/lib.sh"
 B=(--train-limit 1000 --test-limit 200 --epochs 1 --max-steps 30 --no-progress)
 
-train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --dump-params one.bin
-expect_rc 0
+dropout_runs bf16 "${B[@]}"
+
 train 1 "${B[@]}" --dropout 0.3 --batch-size 16 --accum-steps 2 --dump-params accum.bin
 expect_rc 0
 d=$(reldiff one.bin accum.bin)
 echo "1 rank x 32 against 1 rank x 16 x 2 accumulation: $d"
 within "$d" 1e-5 || fail "accumulation changed the run by $d of the largest parameter"
-train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --checkpoint-activations --dump-params ckpt.bin
-expect_rc 0
-cmp -s one.bin ckpt.bin || fail "--checkpoint-activations changed the parameters: the recomputed masks differ"
-train 1 "${B[@]}" --batch-size 32 --dump-params plain.bin
-expect_rc 0
-d=$(reldiff one.bin plain.bin)
-echo "with dropout against without: $d"
-within "$d" 1e-3 && fail "dropout 0.3 moved the parameters by only $d of the largest"
-train 1 "${B[@]}" --dropout 0.3 --batch-size 32 --precision bf16
-expect_rc 0
-grep -qE "test acc [0-9.]+%" "$tmp/out" || fail "no test accuracy from the bf16 run"
-if [ "$MPIRUN" != none ]; then
-    train 2 "${B[@]}" --dropout 0.3 --batch-size 16 --dump-params two.bin
-    expect_rc 0
-    d=$(reldiff one.bin two.bin)
-    echo "1 rank x 32 against 2 ranks x 16: $d"
-    within "$d" 1e-5 || fail "2 ranks trained $d of the largest parameter away from 1 rank"
-fi
 C=(--train-limit 1000 --test-limit 200 --epochs 1 --no-progress --batch-size 32 --checkpoint-dir C)
 train 1 "${C[@]}" --dropout 0.3 --max-steps 10 --save-every 10
 expect_rc 0
