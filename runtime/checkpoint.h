@@ -183,6 +183,42 @@ ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_las
 ls_status ls_ckpt_save_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model,
                            ls_optimizer *opt, ls_ema *ema, const ls_ckpt_state *state, char *path_out, size_t path_len);
 
+/* ---------------------------------------------------------------- asynchronous saves
+ * PyTorch DCP's async_save: training stops only while rank 0 copies the model, optimizer and EMA
+ * to host memory (a snapshot: for a sharded optimizer, each state another rank keeps arrives from
+ * its owner into it); a thread on rank 0 then writes the checkpoint from the snapshot, exactly the
+ * files ls_ckpt_save_ema writes (the same crash-safe steps, manifest, latest and --keep-last),
+ * while the training goes on. One save is in flight at a time: the next ls_ckpt_save_async, and
+ * ls_ckpt_async_wait, wait for it. The snapshot's host memory (pinned where the device's allocator
+ * offers it) is the checkpoint's size; it is kept for the next save and freed by
+ * ls_ckpt_async_destroy. A process killed during the write leaves step-S.tmp and the previous
+ * checkpoints whole, as a killed synchronous save does. */
+typedef struct ls_ckpt_async ls_ckpt_async;
+
+/* What ls_ckpt_async_wait reports of the save it waited for. */
+typedef struct ls_ckpt_saved {
+    int64_t step;                /* the step saved; -1: no save was in flight */
+    char path[LS_CKPT_PATH_MAX]; /* its directory */
+    double snapshot_s;           /* the time ls_ckpt_save_async took (this rank's; training stood still) */
+    double write_s;              /* the time rank 0's thread took to write it */
+    double wait_s;               /* the time ls_ckpt_async_wait waited for the thread (this rank's) */
+} ls_ckpt_saved;
+
+ls_status ls_ckpt_async_create(ls_ckpt_async **out);
+/* Collective (comm NULL: one process), with the arguments of ls_ckpt_save_ema. Waits for the save
+ * in flight first (ls_ckpt_async_wait: its failure is returned, and this save not started), takes
+ * the snapshot and returns once rank 0's writer thread has started; the files' errors come from the
+ * ls_ckpt_async_wait that follows. model, opt and ema may change as soon as it returns. Every rank
+ * returns the same status (a snapshot that fails on rank 0 fails every rank). */
+ls_status ls_ckpt_save_async(ls_ckpt_async *a, ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last,
+                             ls_module *model, ls_optimizer *opt, ls_ema *ema, const ls_ckpt_state *state);
+/* Collective. Waits until the save in flight is written (done may be NULL) and returns its status
+ * on every rank (rank 0's message, as ls_ckpt_save's). With none in flight: LS_OK, done->step = -1. */
+ls_status ls_ckpt_async_wait(ls_ckpt_async *a, ls_comm *comm, ls_ckpt_saved *done);
+/* Not collective: waits for rank 0's writer thread (a save in flight is completed; a failure not
+ * yet reported is logged) and frees the snapshot. Before the context whose allocator took it. */
+void ls_ckpt_async_destroy(ls_ckpt_async *a);
+
 /* Collective. which: "auto" (or NULL) = the newest valid checkpoint in dir, *found = 0 and LS_OK
  * when dir has none (a missing dir included), an error when it has some but none verifies;
  * otherwise the path of one checkpoint directory (or of a DIR holding step-S directories, then

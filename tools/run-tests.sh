@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # run-tests.sh: builds lockstep and runs the whole test suite: the default configuration (CUDA
 # when the toolkit is found: GPU tests skip without a GPU), then a CPU-only ASan+UBSan build that
-# runs the unit tests again, then the collectives' and DDP's mpi tests with leak detection off
-# (Open MPI's own allocations would read as leaks; out-of-bounds accesses and use after free are
-# still caught). Build trees: build/ and build-asan/. Exits non-zero on failure.
+# runs the unit tests again, then the collectives', DDP's and checkpoints' mpi tests with leak
+# detection off (Open MPI's own allocations would read as leaks; out-of-bounds accesses and use
+# after free are still caught). Build trees: build/ and build-asan/. Exits non-zero on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -20,4 +20,4 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -L 'unit' --timeout 600
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -L 'mpi' -LE 'unit' \
-  -R 'test_comm_|test_reducer|test_ddp|ddp_equivalence' --timeout 600
+  -R 'test_comm_|test_reducer|test_ddp|ddp_equivalence|test_ckpt_np|test_ckpt_async_np' --timeout 600
