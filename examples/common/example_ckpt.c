@@ -30,6 +30,7 @@ int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg)
     case EX_OPT_RESUME: o->resume = arg; return ex_nonempty(prog, "--resume", arg) ? -1 : 1;
     case EX_OPT_LOG_STEPS: o->log_steps = arg; return ex_nonempty(prog, "--log-steps", arg) ? -1 : 1;
     case EX_OPT_DUMP_PARAMS: o->dump_params = arg; return ex_nonempty(prog, "--dump-params", arg) ? -1 : 1;
+    case EX_OPT_SAVE_ASYNC: o->save_async = 1; return 1;
     default: return 0;
     }
 }
@@ -146,8 +147,44 @@ int ex_ckpt_done(ex_ckpt *c) {
     return c->max_reached;
 }
 
-/* Saves step c->step, positioned where the next step starts, with the loss scaler's state. */
-static ls_status save(ex_ckpt *c) {
+/* Rank 0: "saved checkpoint DIR (step N): X MB in Y s" (the files' size: a save of a large model
+ * is a pause worth seeing), and what follows. */
+static void print_saved(ex_ckpt *c, int64_t step, double seconds, const char *more) {
+    double bytes = 0;
+    DIR *d = opendir(c->path);
+    struct dirent *e;
+    struct stat sb;
+    char p[sizeof c->path + 300];
+    while (d && (e = readdir(d)) != NULL) {
+        snprintf(p, sizeof p, "%s/%s", c->path, e->d_name);
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) bytes += (double)sb.st_size;
+    }
+    if (d) closedir(d);
+    printf("%s: saved checkpoint %s (step %lld): %.1f MB in %.2f s%s\n", c->prog, c->path, (long long)step, bytes / 1e6,
+           seconds, more);
+    fflush(stdout);
+}
+
+/* --save-async: waits for the save in flight, if any, and prints its line. */
+static ls_status finish_async(ex_ckpt *c) {
+    ls_ckpt_saved d;
+    if (!c->saver) return LS_OK;
+    c->what = "checkpoint";
+    LS_CHECK(ls_ckpt_async_wait(c->saver, c->comm, &d));
+    if (d.step < 0) return LS_OK;
+    snprintf(c->path, sizeof c->path, "%s", d.path);
+    if (ls_comm_rank(c->comm) == 0) {
+        char more[96];
+        snprintf(more, sizeof more, " in the background (training stopped %.2f s)", d.snapshot_s + d.wait_s);
+        print_saved(c, d.step, d.write_s, more);
+    }
+    return LS_OK;
+}
+
+/* Saves step c->step, positioned where the next step starts, with the loss scaler's state. With
+ * --save-async the write goes on in the background, unless now (a signal's save, the last one):
+ * then it is waited for. */
+static ls_status save(ex_ckpt *c, int now) {
     ls_ckpt_state st = c->run;
     ls_loss_scaler sc;
     LS_CHECK(ls_trainer_get_loss_scaler(c->trainer, &sc));
@@ -161,6 +198,15 @@ static ls_status save(ex_ckpt *c) {
     st.step = c->step;
     st.epoch = c->pos_epoch;
     st.epoch_samples = c->pos_samples;
+    if (c->o->save_async) {
+        LS_CHECK(finish_async(c)); /* the save before: its line first */
+        if (!c->saver) LS_CHECK(ls_ckpt_async_create(&c->saver));
+        c->what = "checkpoint";
+        LS_CHECK(ls_ckpt_save_async(c->saver, c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model,
+                                    c->opt, c->ema, &st));
+        c->last_saved = c->step;
+        return now ? finish_async(c) : LS_OK;
+    }
     c->what = "checkpoint";
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -168,22 +214,8 @@ static ls_status save(ex_ckpt *c) {
                               &st, c->path, sizeof c->path));
     clock_gettime(CLOCK_MONOTONIC, &t1);
     c->last_saved = c->step;
-    if (ls_comm_rank(c->comm) == 0) {
-        /* its size and the time the save took: a save of a large model is a pause worth seeing */
-        double bytes = 0;
-        DIR *d = opendir(c->path);
-        struct dirent *e;
-        struct stat sb;
-        char p[sizeof c->path + 300];
-        while (d && (e = readdir(d)) != NULL) {
-            snprintf(p, sizeof p, "%s/%s", c->path, e->d_name);
-            if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) bytes += (double)sb.st_size;
-        }
-        if (d) closedir(d);
-        printf("%s: saved checkpoint %s (step %lld): %.1f MB in %.2f s\n", c->prog, c->path, (long long)c->step,
-               bytes / 1e6, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
-        fflush(stdout);
-    }
+    if (ls_comm_rank(c->comm) == 0)
+        print_saved(c, c->step, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), "");
     return LS_OK;
 }
 
@@ -206,7 +238,7 @@ ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global
         c->pos_epoch++;
         c->pos_samples = 0;
     }
-    if (*sig || (c->o->save_every > 0 && c->step % c->o->save_every == 0)) LS_CHECK(save(c));
+    if (*sig || (c->o->save_every > 0 && c->step % c->o->save_every == 0)) LS_CHECK(save(c, *sig != 0));
     if (*sig) {
         if (c->progress) fprintf(stderr, "\r%*s\r", 70, "");
         if (ls_comm_rank(c->comm) == 0)
@@ -227,7 +259,8 @@ ls_status ex_ckpt_end(ex_ckpt *c) {
         printf("%s: stopped at step %lld (--max-steps)\n", c->prog, (long long)c->step);
         fflush(stdout);
     }
-    if (c->o->save_every > 0 && c->step > 0 && c->step != c->last_saved) LS_CHECK(save(c));
+    if (c->o->save_every > 0 && c->step > 0 && c->step != c->last_saved) LS_CHECK(save(c, 1));
+    LS_CHECK(finish_async(c)); /* the last save, when it was the last step's */
     if (c->o->dump_params && rank == 0) {
         c->what = "--dump-params";
         LS_CHECK(ex_dump_params(c->ctx, c->model, c->o->dump_params));
@@ -236,6 +269,8 @@ ls_status ex_ckpt_end(ex_ckpt *c) {
 }
 
 void ex_ckpt_close(ex_ckpt *c) {
+    ls_ckpt_async_destroy(c->saver); /* after an error: a save in flight is still completed */
+    c->saver = NULL;
     if (c->step_log) fclose(c->step_log);
     c->step_log = NULL;
     if (c->preempt_installed) ls_preempt_uninstall();

@@ -1,5 +1,5 @@
 /* example_ckpt.h: what the training examples share to checkpoint a run: the flags (--max-steps,
- * --save-every, --checkpoint-dir, --keep-last, --resume, --log-steps, --dump-params) with their
+ * --save-every, --checkpoint-dir, --keep-last, --save-async, --resume, --log-steps, --dump-params) with their
  * --help lines, resuming (weights and buffers, optimizer, step and schedule, loss scaler, where in
  * which epoch), the per-step loss log, saves every N steps and at the end, and preemption: after
  * every step the ranks agree whether any got SIGTERM/SIGINT, and if so all save and stop after
@@ -24,7 +24,8 @@ enum {
     EX_OPT_KEEP_LAST,
     EX_OPT_RESUME,
     EX_OPT_LOG_STEPS,
-    EX_OPT_DUMP_PARAMS
+    EX_OPT_DUMP_PARAMS,
+    EX_OPT_SAVE_ASYNC
 };
 
 /* Entries of a program's struct option array. */
@@ -32,8 +33,9 @@ enum {
     {"max-steps", required_argument, 0, EX_OPT_MAX_STEPS}, {"save-every", required_argument, 0, EX_OPT_SAVE_EVERY},    \
         {"checkpoint-dir", required_argument, 0, EX_OPT_CHECKPOINT_DIR},                                               \
         {"keep-last", required_argument, 0, EX_OPT_KEEP_LAST}, {"resume", required_argument, 0, EX_OPT_RESUME},        \
-        {"log-steps", required_argument, 0, EX_OPT_LOG_STEPS}, {                                                       \
-        "dump-params", required_argument, 0, EX_OPT_DUMP_PARAMS                                                        \
+        {"log-steps", required_argument, 0, EX_OPT_LOG_STEPS},                                                         \
+        {"dump-params", required_argument, 0, EX_OPT_DUMP_PARAMS}, {                                                   \
+        "save-async", no_argument, 0, EX_OPT_SAVE_ASYNC                                                                \
     }
 
 /* --help lines of the shared flags but --dump-params (whose line says what the program writes),
@@ -45,6 +47,9 @@ enum {
     "                        on SIGTERM/SIGINT)\n"                                                                     \
     "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints)\n"                           \
     "  --keep-last K         keep the K newest checkpoints, remove older ones (default 3; 0 keeps all)\n"              \
+    "  --save-async          write checkpoints in the background: training stops only while rank 0\n"                  \
+    "                        copies the state to host memory (held from then on: the checkpoint's size);\n"            \
+    "                        a save's line is printed once it is written, at the next save or the end\n"               \
     "  --resume auto|PATH    auto: continue from the newest valid checkpoint in --checkpoint-dir (start\n"             \
     "                        afresh when there is none); PATH: from that checkpoint directory\n"                       \
     "  --log-steps FILE      rank 0 writes \"step loss\" per optimizer step (mean over the global batch,\n"            \
@@ -93,6 +98,7 @@ typedef struct ex_ckpt_options {
     int64_t max_steps;  /* 0: no limit */
     int64_t save_every; /* 0: only on a signal */
     int64_t keep_last;
+    int save_async; /* --save-async */
     const char *checkpoint_dir, *resume, *log_steps, *dump_params;
 } ex_ckpt_options;
 
@@ -113,6 +119,7 @@ typedef struct ex_ckpt {
     ls_module *model; /* parameters and buffers (BatchNorm's running statistics) are saved */
     ls_optimizer *opt;
     ls_trainer *trainer;
+    ls_ckpt_async *saver;           /* --save-async: the save in flight */
     ls_ema *ema;                    /* an EMA of the weights (--ema), saved and resumed with them: set
                                      * before ex_ckpt_begin; NULL: none */
     double dropout;                 /* the model's dropout (--dropout), recorded: set before ex_ckpt_begin */

@@ -22,8 +22,11 @@ expect_rc 0
 train "$NP" "${A[@]}" --max-steps 20 --save-every 20 --log-steps B.log --metrics B.json
 expect_rc 0
 expect_out "$NAME: saved checkpoint $tmp/D/step-00000020 (step 20)"
-grep -qE "^$NAME: saved checkpoint $tmp/D/step-00000020 \(step 20\): [0-9]+\.[0-9] MB in [0-9]+\.[0-9]{2} s$" "$tmp/out" ||
-    fail "the save's line does not give the checkpoint's size and time"
+# --save-async: the line says that it was written in the background, and for how long training stopped
+bg=
+for a in "$@"; do [ "$a" = --save-async ] && bg=" in the background \(training stopped [0-9]+\.[0-9]{2} s\)"; done
+grep -qE "^$NAME: saved checkpoint $tmp/D/step-00000020 \(step 20\): [0-9]+\.[0-9] MB in [0-9]+\.[0-9]{2} s$bg$" \
+    "$tmp/out" || fail "the save's line does not give the checkpoint's size and time"
 [ "$(cat D/latest)" = step-00000020 ] || fail "latest is '$(cat D/latest)'"
 
 # Killed while saving step 25, after its manifest, before the directory rename: step 20 stays.
