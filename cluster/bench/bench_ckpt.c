@@ -2,8 +2,10 @@
  * MLP (784, the --hidden sizes, 10; f32) and its AdamW state through ls_ckpt_save / ls_ckpt_load,
  * as a training run does (fsync'd files, CRC32 manifest; a load verifies the CRCs first). Prints
  * "ready" once the model and optimizer exist (compare_ckpt.py measures the process's memory from
- * there), then one JSON line: {"op", "seconds", "bytes"}. Not a test: compare_ckpt.py runs it beside
- * torch_ckpt.py. */
+ * there), then one JSON line: {"op", "seconds", "bytes"}. Or trains that model on Fashion-MNIST
+ * (train), saving a checkpoint every --save-every steps, synchronously (ls_ckpt_save) or in the
+ * background (--async: ls_ckpt_save_async), and prints the run's time and the time the saves
+ * stopped the training. Not a test: compare_ckpt.py runs it beside torch_ckpt.py. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +13,10 @@
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "data.h"
 #include "nn.h"
 #include "optim.h"
+#include "train.h"
 
 #define BENCH_PROG "bench_ckpt"
 #include "bench_args.h"
@@ -20,12 +24,19 @@
 #define MAX_LAYERS 16
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: bench_ckpt save|load DIR [options]\n"
+    fprintf(f, "usage: bench_ckpt save|load|train DIR [options]\n"
                "  save: make the model and its AdamW state, then save them as DIR/step-00000001\n"
                "  load: make the model and its AdamW state, then load DIR's newest checkpoint into them\n"
+               "  train: train them on Fashion-MNIST for --steps steps, saving into DIR every --save-every\n"
                "  --hidden N,N,...        hidden layer sizes (default 4096,4096,4096: 36.8 M parameters, a\n"
                "                          441 MB checkpoint with AdamW's two moments)\n"
                "  --device cpu|cuda[:N]   default $LOCKSTEP_DEVICE, else a GPU if there is one\n"
+               "  --steps N               train: timed steps (default 60, after 3 untimed)\n"
+               "  --save-every N          train: a checkpoint every N steps (default 20; 0: none)\n"
+               "  --async                 train: the saves written in the background (ls_ckpt_save_async)\n"
+               "  --batch-size N          train: samples per step (default 64)\n"
+               "  --data-dir DIR          train: Fashion-MNIST (default $LOCKSTEP_FASHION_DIR, else\n"
+               "                          /usr/share/datasets/fashion-mnist)\n"
                "  -h, --help              this text\n");
 }
 
@@ -45,17 +56,81 @@ static long long dir_bytes(const char *path) {
     return n;
 }
 
+/* train: steps timed steps of batch samples (after 3 untimed), a save every save_every (the last
+ * asynchronous one waited for inside the timed span); prints the time, the saves, and how long
+ * the training stood still in them (a synchronous save's whole time; an asynchronous one's
+ * snapshot, and its wait for the save before). */
+static int train_run(ls_ctx *ctx, ls_module *m, ls_optimizer *o, ls_ckpt_state *st, const char *dir,
+                     const char *data_dir, int64_t steps, int64_t save_every, int64_t batch, int async) {
+    ls_dataset *data;
+    ls_trainer *tr;
+    ls_train_config tc;
+    ls_ckpt_async *saver = NULL;
+    BENCH_CHECK("data", ls_fashion_mnist_load(data_dir, 1, 0, &data));
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = batch;
+    tc.accum_steps = 1;
+    tc.lr.base_lr = 0.001f;
+    BENCH_CHECK("trainer", ls_trainer_create(ctx, NULL, m, o, &tc, &tr));
+    if (async) BENCH_CHECK("saver", ls_ckpt_async_create(&saver));
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)batch);
+    if (!idx) BENCH_CHECK("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory"));
+    double t0 = 0, stopped = 0;
+    int saves = 0;
+    ls_step_stats ss;
+    for (int64_t it = -3; it < steps; it++) {
+        if (it == 0) {
+            BENCH_CHECK("sync", ls_ctx_synchronize(ctx));
+            t0 = bench_now_s();
+        }
+        int64_t first = ((it + 3) * batch) % (data->n - batch);
+        for (int64_t k = 0; k < batch; k++) idx[k] = first + k;
+        BENCH_CHECK("step", ls_trainer_step(tr, data, idx, batch, batch, &ss));
+        if (it < 0 || save_every == 0 || (it + 1) % save_every != 0) continue;
+        st->step = it + 1;
+        double s0 = bench_now_s();
+        if (async)
+            BENCH_CHECK("save", ls_ckpt_save_async(saver, NULL, ctx, dir, 2, m, o, NULL, st));
+        else
+            BENCH_CHECK("save", ls_ckpt_save(NULL, ctx, dir, 2, m, o, st, NULL, 0));
+        stopped += bench_now_s() - s0;
+        fprintf(stderr, "bench_ckpt: step %lld: the save stopped the training %.3f s\n", (long long)(it + 1),
+                bench_now_s() - s0);
+        saves++;
+    }
+    if (async) {
+        double s0 = bench_now_s();
+        BENCH_CHECK("save", ls_ckpt_async_wait(saver, NULL, NULL));
+        stopped += bench_now_s() - s0;
+    }
+    BENCH_CHECK("sync", ls_ctx_synchronize(ctx));
+    double t = bench_now_s() - t0;
+    printf("{\"op\": \"train\", \"seconds\": %.6f, \"steps\": %lld, \"saves\": %d, \"stopped\": %.6f, "
+           "\"loss\": %.6f}\n",
+           t, (long long)steps, saves, stopped, ss.loss_sum / (double)ss.samples);
+    ls_ckpt_async_destroy(saver);
+    free(idx);
+    ls_trainer_destroy(tr);
+    ls_dataset_destroy(data);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+    ls_ctx_destroy(ctx);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
         usage(stdout);
         return 0;
     }
-    if (argc < 3 || (strcmp(argv[1], "save") && strcmp(argv[1], "load"))) {
+    if (argc < 3 || (strcmp(argv[1], "save") && strcmp(argv[1], "load") && strcmp(argv[1], "train"))) {
         usage(stderr);
         return 2;
     }
-    const int save = !strcmp(argv[1], "save");
-    const char *dir = argv[2], *device = getenv("LOCKSTEP_DEVICE");
+    const int save = !strcmp(argv[1], "save"), train = !strcmp(argv[1], "train");
+    const char *dir = argv[2], *device = getenv("LOCKSTEP_DEVICE"), *data_dir = NULL;
+    int64_t steps = 60, save_every = 20, batch = 64;
+    int async = 0;
     if (!*dir) {
         fprintf(stderr, "bench_ckpt: DIR is empty: name the checkpoint directory\n");
         return 2;
@@ -65,6 +140,16 @@ int main(int argc, char **argv) {
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             device = bench_str("--device", argv[++i]);
+        } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+            steps = bench_int("--steps", argv[++i], 1, 1 << 20);
+        } else if (!strcmp(argv[i], "--save-every") && i + 1 < argc) {
+            save_every = bench_int("--save-every", argv[++i], 0, 1 << 20);
+        } else if (!strcmp(argv[i], "--batch-size") && i + 1 < argc) {
+            batch = bench_int("--batch-size", argv[++i], 1, 1 << 16);
+        } else if (!strcmp(argv[i], "--data-dir") && i + 1 < argc) {
+            data_dir = bench_str("--data-dir", argv[++i]);
+        } else if (!strcmp(argv[i], "--async")) {
+            async = 1;
         } else if (!strcmp(argv[i], "--hidden") && i + 1 < argc) {
             const char *arg = bench_str("--hidden", argv[++i]);
             char buf[256], *tok, *save_ptr = NULL;
@@ -98,7 +183,7 @@ int main(int argc, char **argv) {
     ls_optim_config oc = ls_optim_defaults(LS_OPTIM_ADAMW);
     ls_optimizer *o;
     BENCH_CHECK("optimizer", ls_optimizer_create(ctx, np, p, g, &oc, &o));
-    for (int i = 0; i < np; i++) /* moments that are not all zeros, as after training */
+    for (int i = 0; i < np && !train; i++) /* moments that are not all zeros, as after training */
         for (int k = 0; k < 2; k++)
             BENCH_CHECK("the state", ls_tensor_copy(ctx->alloc, ls_optimizer_state(o, i, k), p[i]));
     ls_ckpt_state st;
@@ -110,6 +195,7 @@ int main(int argc, char **argv) {
     st.accum_steps = 1;
     st.lr = (ls_lr_schedule){0.001f, 0, 0, 0, LS_LR_CONSTANT};
     st.optim = oc;
+    if (train) return train_run(ctx, m, o, &st, dir, data_dir, steps, save_every, batch, async);
     printf("ready\n");
     fflush(stdout);
     char path[LS_CKPT_PATH_MAX];

@@ -11,13 +11,23 @@ the save or load itself took. File pages (the page cache, mapped or not) are not
 kernel drops them when memory is short. Prints the medians and lockstep's ratios to PyTorch.
 Loads read files the save just wrote, from the page cache on both sides.
 
+With --train, training with checkpoints instead: the same model trained on Fashion-MNIST (batch
+--batch-size, --steps steps), lockstep without saves, with a save every --save-every steps
+(ls_ckpt_save) and with the same saves in the background (ls_ckpt_save_async), and PyTorch with
+torch.save every --save-every steps (1.13 has no asynchronous save), alternating; each prints the
+time its saves stopped the training, in all and per save (the first apart: an asynchronous save's
+first snapshot pays for fresh memory). Prints the medians: the run's time, the stops, and what
+the saves added to lockstep's run.
+
 Usage (repository root, after building build/):
     /usr/bin/python3 cluster/bench/compare_ckpt.py --build build --rounds 5
+    /usr/bin/python3 cluster/bench/compare_ckpt.py --build build --train --rounds 3
 """
 import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -74,6 +84,60 @@ def run(cmd, env, timeout):
     return result, base, peak
 
 
+def train_main(args):
+    bench = os.path.abspath(args.bench or os.path.join(args.build, "cluster", "bench", "bench_ckpt"))
+    top = args.dir or ("/tmp/ls_compare_ckpt_XXXX" if args.dry_run else tempfile.mkdtemp(prefix="ls_compare_ckpt_"))
+    env = dict(os.environ, LOCKSTEP_DEVICE="cpu", OPENBLAS_NUM_THREADS="1", LOCKSTEP_LOG_LEVEL="error")
+    common = ["--hidden", args.hidden, "--steps", str(args.steps), "--batch-size", str(args.batch_size)]
+    every = ["--save-every", str(args.save_every)]
+    sides = {
+        "no saves": [bench, "train", os.path.join(top, "none"), "--device", "cpu", "--save-every", "0"] + common,
+        "sync": [bench, "train", os.path.join(top, "sync"), "--device", "cpu"] + every + common,
+        "async": [bench, "train", os.path.join(top, "async"), "--device", "cpu", "--async"] + every + common,
+        "torch": ["/usr/bin/python3", os.path.join(HERE, "torch_ckpt.py"), "train", os.path.join(top, "torch"),
+                  "--threads", "1"] + every + common,
+    }
+    if args.dry_run:
+        for cmd in sides.values():
+            print(" ".join(cmd))
+        return 0
+    got = {n: [] for n in sides}
+    for r in range(args.rounds):
+        for name, cmd in sides.items():
+            shutil.rmtree(cmd[3], ignore_errors=True)
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+            if p.returncode != 0:
+                sys.exit(f"compare_ckpt: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}")
+            res = json.loads(p.stdout.strip().splitlines()[-1])
+            res["each"] = [float(m) for m in re.findall(r"the save stopped the training ([0-9.]+) s", p.stderr)]
+            got[name].append(res)
+            print(f"round {r + 1} {name:8s}: {res['seconds']:.3f} s, {res['saves']} saves stopped it "
+                  f"{res['stopped']:.3f} s, loss {res['loss']:.4f}", flush=True)
+    if not args.dir:
+        shutil.rmtree(top, ignore_errors=True)
+    med = {n: (statistics.median(x["seconds"] for x in v), statistics.median(x["stopped"] for x in v),
+               v[0]["saves"]) for n, v in got.items()}
+    first = {n: statistics.median(x["each"][0] for x in v) if v[0]["each"] else 0 for n, v in got.items()}
+    later = {n: statistics.median(y for x in v for y in x["each"][1:]) if len(v[0]["each"]) > 1 else 0
+             for n, v in got.items()}
+    end = {n: statistics.median(x["stopped"] - sum(x["each"]) for x in v) for n, v in got.items()}
+    print(f"\n{platform.node()}, {os.cpu_count()} CPUs; --hidden {args.hidden}, batch {args.batch_size}, "
+          f"{args.steps} steps, a save every {args.save_every} (medians of {args.rounds})")
+    print(f"{'':10s} {'run s':>8s} {'saves':>6s} {'stopped s':>10s} {'per save s':>11s} {'first s':>8s} "
+          f"{'later s':>8s} {'end wait s':>11s}")
+    for n, (t, st, k) in med.items():
+        print(f"{n:10s} {t:8.3f} {k:6d} {st:10.3f} {st / k if k else 0:11.3f} {first[n]:8.3f} {later[n]:8.3f} "
+              f"{end[n]:11.3f}")
+    base = med["no saves"][0]
+    for n in ("sync", "async"):
+        t, st, k = med[n]
+        print(f"{n}: the saves added {t - base:.3f} s to the run ({(t - base) / k:.3f} s per save), "
+              f"stopping it {st / k:.3f} s per save")
+    print(f"async stops the training {med['async'][1] / med['sync'][1]:.3f}x as long as sync, "
+          f"{med['async'][1] / med['async'][2] / (med['torch'][1] / med['torch'][2]):.3f}x torch.save's per save")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,9 +153,16 @@ def main():
     ap.add_argument("--dir", default=None, help="where to write the checkpoints (default a new directory in /tmp)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take (default 600)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    ap.add_argument("--train", action="store_true",
+                    help="compare training with saves: none, synchronous, asynchronous, PyTorch's torch.save")
+    ap.add_argument("--steps", type=int, default=35, help="--train: timed steps (default 35)")
+    ap.add_argument("--save-every", type=int, default=10, help="--train: a save every N steps (default 10)")
+    ap.add_argument("--batch-size", type=int, default=64, help="--train: samples per step (default 64)")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be positive")
+    if args.train:
+        return train_main(args)
     bench = os.path.abspath(args.bench or os.path.join(args.build, "cluster", "bench", "bench_ckpt"))
     top = args.dir or ("/tmp/ls_compare_ckpt_XXXX" if args.dry_run else tempfile.mkdtemp(prefix="ls_compare_ckpt_"))
     env = dict(os.environ, LOCKSTEP_DEVICE="cpu", OPENBLAS_NUM_THREADS="1", LOCKSTEP_LOG_LEVEL="error")

@@ -93,7 +93,9 @@ if [ -n "$bench" ]; then
     usage "bench_mlp: --steps '3x': not a whole number" "$bench" --steps 3x
 fi
 if [ -n "$bench_ckpt" ]; then
-    usage "usage: bench_ckpt save|load DIR" "$bench_ckpt" restore /tmp
+    usage "usage: bench_ckpt save|load|train DIR" "$bench_ckpt" restore /tmp
+    usage "bench_ckpt: --save-every '-1': " "$bench_ckpt" train /tmp --save-every -1
+    refused "bench_ckpt: data: " "$bench_ckpt" train /tmp --hidden 8 --data-dir /nonexistent
     usage "bench_ckpt: DIR is empty" "$bench_ckpt" save ''
     usage "bench_ckpt: --hidden 'x': not a whole number" "$bench_ckpt" save /tmp --hidden 8,x
     refused "bench_ckpt: no checkpoint in '/nonexistent' (run save first)" "$bench_ckpt" load /nonexistent --hidden 8

@@ -512,6 +512,18 @@ if [ -x "$CKB" ]; then
     fi
     add_row "checkpoint 441.8 MB (cuda)" "$res" "save $(secs ckpt-lockstep-save) s, load $(secs ckpt-lockstep-load) s vs $peer"
     rm -rf "$WORK/ck-ls" "$WORK/ck-pt"
+    # the same model trained 35 steps with a save every 10: synchronous saves against saves in the
+    # background (the snapshot copied to pinned host memory, a thread writing)
+    step ckpt-train-sync 40 "$CKB" train "$WORK/ck-ts" --device cuda --steps 35 --save-every 10 --data-dir "$DATA"
+    res=$(result_of "$STEP_RC")
+    step ckpt-train-async 40 "$CKB" train "$WORK/ck-ta" --device cuda --steps 35 --save-every 10 --async \
+        --data-dir "$DATA"
+    [ "$res" = pass ] && res=$(result_of "$STEP_RC")
+    case $res in pass | "NOT RUN") ;; *) FAILED=1 ;; esac
+    stopped() { grep -ohE '"stopped": [0-9.]+' "$WORK/$1.out" 2>/dev/null | tail -n 1 | sed 's/.*: //'; }
+    add_row "checkpoint saves in training (cuda)" "$res" \
+        "3 saves stopped it $(stopped ckpt-train-sync) s, --async $(stopped ckpt-train-async) s (runs $(secs ckpt-train-sync) s, $(secs ckpt-train-async) s)"
+    rm -rf "$WORK/ck-ts" "$WORK/ck-ta"
 fi
 
 # ---- summary ----
