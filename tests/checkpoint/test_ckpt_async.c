@@ -28,6 +28,7 @@
 
 #include "../e2e/mlp_run.h"
 #include "checkpoint.h"
+#include "ckpt_test.h"
 #include "ema.h"
 #include "timeline.h"
 
@@ -36,17 +37,6 @@ static ls_comm *comm;
 static int rank, world;
 static ls_device dev;
 static char root[64];
-
-/* Deterministic f32 contents, different for each salt. */
-static void fill(ls_tensor *t, int salt) {
-    int64_t n = ls_tensor_numel(t);
-    float *h = malloc((size_t)n * sizeof *h);
-    LS_REQUIRE(h && t->dtype == LS_F32);
-    for (int64_t i = 0; i < n; i++) h[i] = (float)((i * 7 + salt * 13) % 1021) / 512.0f - 1.0f;
-    ls_tensor v = ls_tensor_view(h, LS_F32, ls_device_cpu(), t->ndim, t->shape);
-    LS_REQUIRE_OK(ls_tensor_copy(ctx->alloc, t, &v));
-    free(h);
-}
 
 typedef struct run {
     ls_module *m;
@@ -58,11 +48,13 @@ typedef struct run {
 static void refill(run *r, int salt) {
     int np = ls_module_num_params(r->m);
     for (int i = 0; i < np; i++) {
-        fill(ls_module_param(r->m, i), salt + i);
+        ckpt_test_fill(ctx, ls_module_param(r->m, i), salt + i);
         for (int k = 0; k < 2; k++)
-            if (ls_optimizer_state(r->o, i, k)) fill(ls_optimizer_state(r->o, i, k), salt + 50 * (k + 1) + i);
+            if (ls_optimizer_state(r->o, i, k))
+                ckpt_test_fill(ctx, ls_optimizer_state(r->o, i, k), salt + 50 * (k + 1) + i);
     }
-    for (int i = 0; r->e && i < ls_ema_num_tensors(r->e); i++) fill(ls_ema_tensor(r->e, i), salt + 90 + i);
+    for (int i = 0; r->e && i < ls_ema_num_tensors(r->e); i++)
+        ckpt_test_fill(ctx, ls_ema_tensor(r->e, i), salt + 90 + i);
     ls_optimizer_set_num_steps(r->o, 100 + salt);
 }
 
@@ -91,44 +83,17 @@ static void drop(run *r) {
     ls_module_destroy(r->m);
 }
 
-static ls_ckpt_state state_at(int64_t step) {
-    ls_ckpt_state s;
-    memset(&s, 0, sizeof s);
-    s.step = step;
-    s.steps_per_epoch = 10;
-    s.world_size = world;
-    s.batch_per_rank = 32;
-    s.accum_steps = 1;
-    s.lr = (ls_lr_schedule){0.001f, 0, 0, 0, LS_LR_CONSTANT};
-    s.optim = ls_optim_defaults(LS_OPTIM_ADAMW);
-    return s;
-}
-
-static unsigned char *slurp(const char *p, size_t *len) {
-    FILE *f = fopen(p, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)n + 1);
-    LS_REQUIRE(b && fread(b, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    b[n] = 0;
-    *len = (size_t)n;
-    return b;
-}
-
 /* Rank 0: every file of dir_a/step-S equals dir_b/step-S's, byte for byte. */
 static void expect_same_files(const char *dir_a, const char *dir_b, int64_t step, const char *what) {
-    static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "ema.safetensors",
-                                        "state.json", "manifest.json"};
+    static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "ema.safetensors", "state.json",
+                                        "manifest.json"};
     if (rank != 0) return;
     for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
         char p[256], q[256];
         size_t n = 0, m = 0;
         snprintf(p, sizeof p, "%s/step-%08lld/%s", dir_a, (long long)step, files[k]);
         snprintf(q, sizeof q, "%s/step-%08lld/%s", dir_b, (long long)step, files[k]);
-        unsigned char *a = slurp(p, &n), *b = slurp(q, &m);
+        unsigned char *a = ckpt_test_slurp(p, &n), *b = ckpt_test_slurp(q, &m);
         if (!a || !b || n != m || memcmp(a, b, n) != 0) {
             fprintf(stderr, "%s: %s differs from %s\n", what, p, q);
             ls_test_failures++;
@@ -151,7 +116,7 @@ static void test_same_files(int shard) {
     snprintf(sync_dir, sizeof sync_dir, "%s/sync%d", root, shard);
     snprintf(async_dir, sizeof async_dir, "%s/async%d", root, shard);
     run full = make(300, 1, 0), r = make(300, 1, shard);
-    ls_ckpt_state st = state_at(7);
+    ls_ckpt_state st = ckpt_test_state(7, world);
     LS_REQUIRE_OK(ls_ckpt_save_ema(comm, ctx, sync_dir, 0, full.m, full.o, full.e, &st, NULL, 0));
 
     ls_ckpt_async *sv;
@@ -193,7 +158,7 @@ static void test_back_to_back(void) {
     ls_ckpt_async *sv;
     LS_REQUIRE_OK(ls_ckpt_async_create(&sv));
     for (int64_t step = 1; step <= 3; step++) {
-        ls_ckpt_state st = state_at(step);
+        ls_ckpt_state st = ckpt_test_state(step, world);
         LS_REQUIRE_OK(ls_ckpt_save_async(sv, comm, ctx, dir, 2, r.m, r.o, r.e, &st));
         refill(&r, 3 + (int)step);
     }
@@ -211,7 +176,7 @@ static void test_back_to_back(void) {
         }
         size_t n = 0;
         snprintf(p, sizeof p, "%s/latest", dir);
-        unsigned char *t = slurp(p, &n);
+        unsigned char *t = ckpt_test_slurp(p, &n);
         LS_EXPECT(t && strcmp((char *)t, "step-00000003\n") == 0);
         free(t);
     }
@@ -232,7 +197,7 @@ static void test_errors(void) {
     run r = make(100, 2, 0), other = make(120, 2, 0);
     ls_ckpt_async *sv;
     LS_REQUIRE_OK(ls_ckpt_async_create(&sv));
-    ls_ckpt_state st = state_at(4);
+    ls_ckpt_state st = ckpt_test_state(4, world);
     LS_REQUIRE_OK(ls_ckpt_save_async(sv, comm, ctx, dir, 0, r.m, r.o, r.e, &st));
     ls_ckpt_saved d;
     ls_status s = ls_ckpt_async_wait(sv, comm, &d);
@@ -274,7 +239,7 @@ static void test_write_refused(void) {
     run r = make(2000, 4, 0); /* model.safetensors: 0.6 MB */
     ls_ckpt_async *sv;
     LS_REQUIRE_OK(ls_ckpt_async_create(&sv));
-    ls_ckpt_state st = state_at(5);
+    ls_ckpt_state st = ckpt_test_state(5, world);
     LS_REQUIRE_OK(ls_ckpt_save_async(sv, comm, ctx, dir, 0, r.m, r.o, r.e, &st));
     LS_REQUIRE_OK(ls_ckpt_async_wait(sv, comm, NULL));
     struct rlimit old, cap;
@@ -283,7 +248,7 @@ static void test_write_refused(void) {
     cap.rlim_cur = 200 << 10;
     signal(SIGXFSZ, SIG_IGN); /* write() returns EFBIG instead of the signal killing us */
     LS_REQUIRE(setrlimit(RLIMIT_FSIZE, &cap) == 0);
-    st = state_at(7);
+    st = ckpt_test_state(7, world);
     LS_REQUIRE_OK(ls_ckpt_save_async(sv, comm, ctx, dir, 0, r.m, r.o, r.e, &st));
     ls_status s = ls_ckpt_async_wait(sv, comm, NULL);
     LS_REQUIRE(setrlimit(RLIMIT_FSIZE, &old) == 0);
@@ -307,7 +272,7 @@ static void test_killed_mid_write(void) {
     char dir[128], p[256];
     snprintf(dir, sizeof dir, "%s/killed", root);
     run r = make(2000, 6, 0);
-    ls_ckpt_state first = state_at(1);
+    ls_ckpt_state first = ckpt_test_state(1, world);
     LS_REQUIRE_OK(ls_ckpt_save_ema(NULL, ctx, dir, 0, r.m, r.o, r.e, &first, NULL, 0));
     fflush(NULL);
     pid_t pid = fork();
@@ -315,7 +280,7 @@ static void test_killed_mid_write(void) {
     if (pid == 0) {
         setenv("LOCKSTEP_CKPT_CRASH_AT", "mid-write", 1);
         ls_ckpt_async *sv;
-        ls_ckpt_state st = state_at(2);
+        ls_ckpt_state st = ckpt_test_state(2, world);
         if (ls_ckpt_async_create(&sv) != LS_OK || ls_ckpt_save_async(sv, NULL, ctx, dir, 0, r.m, r.o, r.e, &st))
             _exit(4);
         for (int k = 0; k < 3000; k++) { /* training on, until the writer's crash point kills the process */
@@ -347,7 +312,7 @@ static void test_destroy_completes(void) {
     run r = make(1000, 8, 0);
     ls_ckpt_async *sv;
     LS_REQUIRE_OK(ls_ckpt_async_create(&sv));
-    ls_ckpt_state st = state_at(11);
+    ls_ckpt_state st = ckpt_test_state(11, world);
     LS_REQUIRE_OK(ls_ckpt_save_async(sv, comm, ctx, dir, 0, r.m, r.o, r.e, &st));
     ls_ckpt_async_destroy(sv);
     LS_REQUIRE_OK(ls_comm_barrier(comm));
@@ -380,12 +345,12 @@ static void test_timeline(void) {
     ls_ckpt_async *sv;
     LS_REQUIRE_OK(ls_ckpt_async_create(&sv));
     LS_REQUIRE_OK(ls_timeline_open(path, 0));
-    ls_ckpt_state st = state_at(3);
+    ls_ckpt_state st = ckpt_test_state(3, world);
     LS_REQUIRE_OK(ls_ckpt_save_async(sv, comm, ctx, dir, 0, r.m, r.o, r.e, &st));
     LS_REQUIRE_OK(ls_ckpt_async_wait(sv, comm, NULL));
     LS_REQUIRE_OK(ls_timeline_close());
     size_t n;
-    char *text = (char *)slurp(path, &n);
+    char *text = (char *)ckpt_test_slurp(path, &n);
     LS_REQUIRE(text);
     double ts_snap = 0, dur_snap = 0, ts_write = 0, dur_write = 0;
     int t_snap = event_tid(text, "checkpoint snapshot", &ts_snap, &dur_snap);

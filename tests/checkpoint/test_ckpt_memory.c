@@ -24,6 +24,7 @@
 
 #include "../e2e/mlp_run.h"
 #include "checkpoint.h"
+#include "ckpt_test.h"
 #include "testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -50,17 +51,6 @@ static unsigned char *host_bytes(const ls_tensor *t) {
     return h;
 }
 
-/* Deterministic f32 contents, different for each salt. */
-static void fill(ls_tensor *t, int salt) {
-    int64_t n = ls_tensor_numel(t);
-    float *h = malloc((size_t)n * sizeof *h);
-    LS_REQUIRE(h && t->dtype == LS_F32);
-    for (int64_t i = 0; i < n; i++) h[i] = (float)((i * 7 + salt * 13) % 1021) / 512.0f - 1.0f;
-    ls_tensor v = ls_tensor_view(h, LS_F32, ls_device_cpu(), t->ndim, t->shape);
-    LS_REQUIRE_OK(ls_tensor_copy(ctx->alloc, t, &v));
-    free(h);
-}
-
 static void make(uint64_t seed, int salt, ls_module **m, ls_optimizer **o) {
     int64_t sizes[4] = {1024, 4200, 256, 10};
     LS_REQUIRE_OK(ls_mlp_create(ctx, LS_F32, 4, sizes, LS_ACT_RELU, seed, m));
@@ -73,8 +63,8 @@ static void make(uint64_t seed, int salt, ls_module **m, ls_optimizer **o) {
     ls_optim_config c = ls_optim_defaults(LS_OPTIM_ADAMW);
     LS_REQUIRE_OK(ls_optimizer_create(ctx, np, p, g, &c, o));
     for (int i = 0; i < np; i++) {
-        fill(p[i], salt + i);
-        for (int k = 0; k < 2; k++) fill(ls_optimizer_state(*o, i, k), salt + 50 * (k + 1) + i);
+        ckpt_test_fill(ctx, p[i], salt + i);
+        for (int k = 0; k < 2; k++) ckpt_test_fill(ctx, ls_optimizer_state(*o, i, k), salt + 50 * (k + 1) + i);
     }
     ls_optimizer_set_num_steps(*o, 100 + salt);
 }
@@ -95,32 +85,6 @@ static int same(ls_module *a, ls_optimizer *oa, ls_module *b, ls_optimizer *ob) 
     return ok;
 }
 
-static ls_ckpt_state state_at(int64_t step) {
-    ls_ckpt_state s;
-    memset(&s, 0, sizeof s);
-    s.step = step;
-    s.steps_per_epoch = 10;
-    s.world_size = 1;
-    s.batch_per_rank = 32;
-    s.accum_steps = 1;
-    s.lr = (ls_lr_schedule){0.001f, 0, 0, 0, LS_LR_CONSTANT};
-    s.optim = ls_optim_defaults(LS_OPTIM_ADAMW);
-    return s;
-}
-
-static unsigned char *slurp(const char *p, size_t *len) {
-    FILE *f = fopen(p, "rb");
-    LS_REQUIRE(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)n + 1);
-    LS_REQUIRE(b && fread(b, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 /* The streamed files against the in-memory serializer and the tensors themselves. */
 static void check_files(const char *dir, int64_t step, ls_module *m, ls_optimizer *o) {
     char p[256], stepbuf[32];
@@ -137,13 +101,15 @@ static void check_files(const char *dir, int64_t step, ls_module *m, ls_optimize
     size_t want_len, got_len;
     LS_REQUIRE_OK(ls_safetensors_serialize(np, names, ts, meta, ctx->alloc, &want, &want_len));
     snprintf(p, sizeof p, "%s/step-%08lld/model.safetensors", dir, (long long)step);
-    unsigned char *got = slurp(p, &got_len);
+    unsigned char *got = ckpt_test_slurp(p, &got_len);
+    LS_REQUIRE(got);
     LS_EXPECT(got_len == want_len && memcmp(got, want, want_len) == 0);
     free(got);
     /* the public writer streams the same bytes */
     snprintf(p, sizeof p, "%s/direct.safetensors", root);
     LS_REQUIRE_OK(ls_safetensors_write(p, np, names, ts, meta, ctx->alloc));
-    got = slurp(p, &got_len);
+    got = ckpt_test_slurp(p, &got_len);
+    LS_REQUIRE(got);
     LS_EXPECT(got_len == want_len && memcmp(got, want, want_len) == 0);
     free(got);
     free(want);
@@ -193,7 +159,7 @@ int main(int argc, char **argv) {
     LS_REQUIRE(ls_tensor_nbytes(ls_module_param(a, 0)) > LS_CKPT_STAGE_BYTES);
     LS_REQUIRE(ls_module_param(a, 0)->device.type == dev.type);
 
-    ls_ckpt_state st = state_at(5), got;
+    ls_ckpt_state st = ckpt_test_state(5, 1), got;
     int found = 0;
     LS_REQUIRE_OK(ls_ckpt_save(NULL, ctx, dir, 0, a, oa, &st, NULL, 0));
     check_files(dir, 5, a, oa);
@@ -207,7 +173,7 @@ int main(int argc, char **argv) {
         cap.rlim_cur = 1 << 20;
         signal(SIGXFSZ, SIG_IGN); /* write() returns EFBIG instead of the signal killing us */
         LS_REQUIRE(setrlimit(RLIMIT_FSIZE, &cap) == 0);
-        st = state_at(7);
+        st = ckpt_test_state(7, 1);
         ls_status s = ls_ckpt_save(NULL, ctx, dir, 0, a, oa, &st, NULL, 0);
         LS_REQUIRE(setrlimit(RLIMIT_FSIZE, &old) == 0);
         signal(SIGXFSZ, SIG_DFL);
@@ -237,7 +203,7 @@ int main(int argc, char **argv) {
         cap.rlim_cur = (rlim_t)(data_bytes() + margin);
         LS_REQUIRE(old.rlim_cur == RLIM_INFINITY || cap.rlim_cur < old.rlim_cur);
         LS_REQUIRE(setrlimit(RLIMIT_DATA, &cap) == 0);
-        st = state_at(6);
+        st = ckpt_test_state(6, 1);
         ls_status s1 = ls_ckpt_save(NULL, ctx, dir, 0, a, oa, &st, NULL, 0);
         char e1[512];
         snprintf(e1, sizeof e1, "%s", ls_last_error());
