@@ -97,8 +97,9 @@ static int verify(int n, char **paths) {
         while ((e = readdir(d)) != NULL) {
             size_t len = strlen(e->d_name);
             if (strncmp(e->d_name, "step-", 5) == 0 && len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0)
-                printf("note     %s/%s: left by an interrupted save, not a checkpoint (the next save removes it)\n", p,
-                       e->d_name);
+                printf("note     %s/%s: a save in progress, or left by an interrupted one: not a "
+                       "checkpoint (the next save removes it)\n",
+                       p, e->d_name);
             if (!is_step_name(e->d_name)) continue;
             if (k == cap) {
                 cap = cap ? 2 * cap : 16;

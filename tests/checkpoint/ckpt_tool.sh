@@ -72,7 +72,7 @@ grep -qE "^DAMAGED  C/step-00000016: 'C/step-00000016/optimizer.safetensors': CR
 run 0 verify C/step-00000008
 mkdir C/step-00000024.tmp
 run 1 verify C
-expect_out "note     C/step-00000024.tmp: left by an interrupted save, not a checkpoint (the next save removes it)"
+expect_out "note     C/step-00000024.tmp: a save in progress, or left by an interrupted one: not a checkpoint (the next save removes it)"
 run 0 info C
 expect_out "skipping damaged checkpoint 'C/step-00000016'"
 expect_out "checkpoint  C/step-00000008"
