@@ -1821,7 +1821,8 @@ typedef struct save_job {
     ls_optim_kind kind;
     ls_allocator *alloc; /* the device's: the staging of device tensors */
     int np, nb;
-    const char **names;
+    const char **names; /* copies (pnames, bnames): the model may go before the writer is done */
+    char **pnames;
     const ls_tensor **ts;     /* the model's parameters, then its buffers */
     const ls_tensor **ema_ts; /* the EMA's averages, named as the model's tensors; NULL: no EMA */
     char (*bnames)[LS_CKPT_BUFFER_NAME];
@@ -1836,6 +1837,9 @@ typedef struct save_job {
 static void save_job_free(save_job *j, int failed) {
     if (failed && j->made && path_exists(j->tmpdir)) remove_tree(j->tmpdir);
     j->made = 0;
+    for (int i = 0; j->pnames && i < j->np; i++) free(j->pnames[i]);
+    free(j->pnames);
+    j->pnames = NULL;
     free(j->names);
     free(j->ts);
     free(j->ema_ts);
@@ -1876,9 +1880,13 @@ static ls_status save_prepare(save_job *j, ls_ctx *ctx, const char *dir, int kee
     j->names = calloc((size_t)(np + nb) + 1, sizeof *j->names);
     j->ts = calloc((size_t)(np + nb) + 1, sizeof *j->ts);
     j->bnames = calloc((size_t)nb + 1, sizeof *j->bnames);
-    if (!j->names || !j->ts || !j->bnames) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
+    j->pnames = calloc((size_t)np + 1, sizeof *j->pnames);
+    if (!j->names || !j->ts || !j->bnames || !j->pnames)
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
     for (int i = 0; i < np; i++) {
-        j->names[i] = ls_module_param_name(model, i);
+        if (!(j->pnames[i] = strdup(ls_module_param_name(model, i))))
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
+        j->names[i] = j->pnames[i];
         j->ts[i] = ls_module_param(model, i);
     }
     for (int i = 0; i < nb; i++) { /* buffers (BatchNorm's running statistics) after the parameters */

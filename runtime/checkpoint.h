@@ -208,8 +208,10 @@ ls_status ls_ckpt_async_create(ls_ckpt_async **out);
 /* Collective (comm NULL: one process), with the arguments of ls_ckpt_save_ema. Waits for the save
  * in flight first (ls_ckpt_async_wait: its failure is returned, and this save not started), takes
  * the snapshot and returns once rank 0's writer thread has started; the files' errors come from the
- * ls_ckpt_async_wait that follows. model, opt and ema may change as soon as it returns. Every rank
- * returns the same status (a snapshot that fails on rank 0 fails every rank). */
+ * ls_ckpt_async_wait that follows. model, opt and ema may change, or be destroyed, as soon as it
+ * returns. Every rank returns the same status (a snapshot that fails on rank 0 fails every rank).
+ * Another save into the same DIR while this one is in flight (ls_ckpt_save, another saver) would
+ * remove its step-S.tmp: wait first. */
 ls_status ls_ckpt_save_async(ls_ckpt_async *a, ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last,
                              ls_module *model, ls_optimizer *opt, ls_ema *ema, const ls_ckpt_state *state);
 /* Collective. Waits until the save in flight is written (done may be NULL) and returns its status

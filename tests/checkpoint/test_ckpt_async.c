@@ -305,7 +305,8 @@ static void test_killed_mid_write(void) {
     drop(&r);
 }
 
-/* destroy waits for the save in flight: its checkpoint is complete after. */
+/* destroy waits for the save in flight: its checkpoint is complete after, though the model,
+ * optimizer and EMA were destroyed first (the writer holds copies of all it needs). */
 static void test_destroy_completes(void) {
     char dir[128], p[256];
     snprintf(dir, sizeof dir, "%s/destroy", root);
@@ -314,6 +315,7 @@ static void test_destroy_completes(void) {
     LS_REQUIRE_OK(ls_ckpt_async_create(&sv));
     ls_ckpt_state st = ckpt_test_state(11, world);
     LS_REQUIRE_OK(ls_ckpt_save_async(sv, comm, ctx, dir, 0, r.m, r.o, r.e, &st));
+    drop(&r);
     ls_ckpt_async_destroy(sv);
     LS_REQUIRE_OK(ls_comm_barrier(comm));
     if (rank == 0) {
@@ -321,8 +323,13 @@ static void test_destroy_completes(void) {
         snprintf(p, sizeof p, "%s/step-00000011", dir);
         LS_EXPECT(ls_ckpt_verify(p, &got) == LS_OK);
         LS_EXPECT(got == 11);
+        ls_safetensors *f;
+        snprintf(p, sizeof p, "%s/step-00000011/model.safetensors", dir);
+        LS_REQUIRE_OK(ls_safetensors_open(p, &f));
+        LS_EXPECT(ls_safetensors_count(f) == 6 && ls_safetensors_find(f, "0.weight") &&
+                  ls_safetensors_find(f, "4.bias"));
+        ls_safetensors_close(f);
     }
-    drop(&r);
 }
 
 /* The "tid" of the first complete event named name in a timeline's text; -1 if none. */
