@@ -93,9 +93,9 @@ static int train_run(ls_ctx *ctx, ls_module *m, ls_optimizer *o, ls_ckpt_state *
             BENCH_CHECK("save", ls_ckpt_save_async(saver, NULL, ctx, dir, 2, m, o, NULL, st));
         else
             BENCH_CHECK("save", ls_ckpt_save(NULL, ctx, dir, 2, m, o, st, NULL, 0));
-        stopped += bench_now_s() - s0;
-        fprintf(stderr, "bench_ckpt: step %lld: the save stopped the training %.3f s\n", (long long)(it + 1),
-                bench_now_s() - s0);
+        double one = bench_now_s() - s0;
+        stopped += one;
+        fprintf(stderr, "bench_ckpt: step %lld: the save stopped the training %.3f s\n", (long long)(it + 1), one);
         saves++;
     }
     if (async) {

@@ -1,11 +1,13 @@
 /* ckpt_test.h: what the checkpoint unit tests share: deterministic f32 contents for a tensor on
- * any device, the state of a save, a file's bytes. */
+ * any device, the state of a save, a file's bytes, a disk that fills up. */
 #ifndef LOCKSTEP_TEST_CKPT_TEST_H
 #define LOCKSTEP_TEST_CKPT_TEST_H
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "checkpoint.h"
 #include "testutil.h"
@@ -48,6 +50,21 @@ static inline unsigned char *ckpt_test_slurp(const char *p, size_t *len) {
     b[n] = 0;
     *len = (size_t)n;
     return b;
+}
+
+/* The disk full at bytes: files may grow no larger (RLIMIT_FSIZE), and write() returns EFBIG
+ * rather than SIGXFSZ killing the process. *old receives the limit ckpt_test_uncap_files restores. */
+static inline void ckpt_test_cap_files(rlim_t bytes, struct rlimit *old) {
+    LS_REQUIRE(getrlimit(RLIMIT_FSIZE, old) == 0);
+    struct rlimit cap = *old;
+    cap.rlim_cur = bytes;
+    signal(SIGXFSZ, SIG_IGN);
+    LS_REQUIRE(setrlimit(RLIMIT_FSIZE, &cap) == 0);
+}
+
+static inline void ckpt_test_uncap_files(const struct rlimit *old) {
+    LS_REQUIRE(setrlimit(RLIMIT_FSIZE, old) == 0);
+    signal(SIGXFSZ, SIG_DFL);
 }
 
 #endif

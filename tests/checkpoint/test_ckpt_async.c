@@ -242,17 +242,12 @@ static void test_write_refused(void) {
     ls_ckpt_state st = ckpt_test_state(5, world);
     LS_REQUIRE_OK(ls_ckpt_save_async(sv, comm, ctx, dir, 0, r.m, r.o, r.e, &st));
     LS_REQUIRE_OK(ls_ckpt_async_wait(sv, comm, NULL));
-    struct rlimit old, cap;
-    LS_REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
-    cap = old;
-    cap.rlim_cur = 200 << 10;
-    signal(SIGXFSZ, SIG_IGN); /* write() returns EFBIG instead of the signal killing us */
-    LS_REQUIRE(setrlimit(RLIMIT_FSIZE, &cap) == 0);
+    struct rlimit old;
+    ckpt_test_cap_files(200 << 10, &old);
     st = ckpt_test_state(7, world);
     LS_REQUIRE_OK(ls_ckpt_save_async(sv, comm, ctx, dir, 0, r.m, r.o, r.e, &st));
     ls_status s = ls_ckpt_async_wait(sv, comm, NULL);
-    LS_REQUIRE(setrlimit(RLIMIT_FSIZE, &old) == 0);
-    signal(SIGXFSZ, SIG_DFL);
+    ckpt_test_uncap_files(&old);
     LS_EXPECT(s == LS_ERR_IO && strstr(ls_last_error(), "step-00000007.tmp/model.safetensors.tmp': write failed") &&
               strstr(ls_last_error(), "File too large"));
     snprintf(p, sizeof p, "%s/step-00000007", dir);

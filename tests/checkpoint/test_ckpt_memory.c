@@ -167,16 +167,11 @@ int main(int argc, char **argv) {
     LS_EXPECT(found == 1 && got.step == 5 && same(a, oa, b, ob));
 
     { /* the file system refuses the write midway: the save fails cleanly, step 5 stays */
-        struct rlimit old, cap;
-        LS_REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
-        cap = old;
-        cap.rlim_cur = 1 << 20;
-        signal(SIGXFSZ, SIG_IGN); /* write() returns EFBIG instead of the signal killing us */
-        LS_REQUIRE(setrlimit(RLIMIT_FSIZE, &cap) == 0);
+        struct rlimit old;
+        ckpt_test_cap_files(1 << 20, &old);
         st = ckpt_test_state(7, 1);
         ls_status s = ls_ckpt_save(NULL, ctx, dir, 0, a, oa, &st, NULL, 0);
-        LS_REQUIRE(setrlimit(RLIMIT_FSIZE, &old) == 0);
-        signal(SIGXFSZ, SIG_DFL);
+        ckpt_test_uncap_files(&old);
         LS_EXPECT(s == LS_ERR_IO && strstr(ls_last_error(), "step-00000007.tmp/model.safetensors.tmp': write failed") &&
                   strstr(ls_last_error(), "File too large"));
         char p[192];
