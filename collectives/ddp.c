@@ -3,6 +3,8 @@
  * a min-allreduce locating the first difference) so every rank reaches the same verdict. */
 #include "ddp.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,21 +93,44 @@ ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, co
     return s;
 }
 
+/* Collective: *who = the lowest rank whose n differs from rank 0's (*their_n its n, *n0 rank 0's),
+ * or -1. */
+static ls_status other_count(ls_comm *c, int n, int *who, int *their_n, int *n0) {
+    const int rank = ls_comm_rank(c), world = ls_comm_world(c);
+    int32_t v0 = n;
+    LS_CHECK(ls_comm_broadcast_host(c, &v0, 1, LS_I32, 0));
+    int32_t bad = n != v0 ? rank : world;
+    LS_CHECK(ls_comm_allreduce_host(c, &bad, 1, LS_I32, LS_REDUCE_MIN));
+    int32_t nb = n;
+    if (bad < world) LS_CHECK(ls_comm_broadcast_host(c, &nb, 1, LS_I32, bad));
+    *who = bad < world ? bad : -1;
+    *their_n = nb;
+    *n0 = v0;
+    return LS_OK;
+}
+
+/* Collective: given this rank's first index of n that differs from rank 0's (n: none), *at and
+ * *who = the first difference over all ranks, lowest index, then lowest rank; *who -1: none. */
+static ls_status first_difference(ls_comm *c, int first, int n, int *at, int *who) {
+    const int rank = ls_comm_rank(c), world = ls_comm_world(c);
+    double key = (double)first * world + rank, none = (double)n * world;
+    if (first == n) key = none;
+    LS_CHECK(ls_comm_allreduce_host(c, &key, 1, LS_F64, LS_REDUCE_MIN));
+    *at = key >= none ? -1 : (int)(key / world);
+    *who = key >= none ? -1 : (int)(key - (double)*at * world);
+    return LS_OK;
+}
+
 ls_status ls_ddp_check_signature(ls_comm *c, int n, ls_tensor *const *params, const char *const *names) {
     LS_CHECK(ls_check_list("ls_ddp_check_signature", n, params));
-    const int rank = ls_comm_rank(c), world = ls_comm_world(c);
+    const int rank = ls_comm_rank(c);
 
     /* 1. the parameter count */
-    int32_t n0 = n;
-    LS_CHECK(ls_comm_broadcast_host(c, &n0, 1, LS_I32, 0));
-    int32_t bad = n != n0 ? rank : world;
-    LS_CHECK(ls_comm_allreduce_host(c, &bad, 1, LS_I32, LS_REDUCE_MIN));
-    if (bad < world) {
-        int32_t nb = n;
-        LS_CHECK(ls_comm_broadcast_host(c, &nb, 1, LS_I32, bad));
-        return ls_error(LS_ERR_MISMATCH, "model differs between ranks: rank %d has %d parameters, rank 0 has %d",
-                        (int)bad, (int)nb, (int)n0);
-    }
+    int who, nb, n0;
+    LS_CHECK(other_count(c, n, &who, &nb, &n0));
+    if (who >= 0)
+        return ls_error(LS_ERR_MISMATCH, "model differs between ranks: rank %d has %d parameters, rank 0 has %d", who,
+                        nb, n0);
 
     /* 2. rank 0's descriptors, compared locally */
     ls_sig_desc *ref = calloc((size_t)(n > 0 ? n : 1), sizeof *ref);
@@ -123,15 +148,13 @@ ls_status ls_ddp_check_signature(ls_comm *c, int n, ls_tensor *const *params, co
         if (memcmp(&mine, &ref[i], sizeof mine)) first = i;
     }
 
-    /* 3. the first difference over all ranks: lowest index, then lowest rank */
-    double key = (double)first * world + rank, none = (double)n * world;
-    if (first == n) key = none;
-    s = ls_comm_allreduce_host(c, &key, 1, LS_F64, LS_REDUCE_MIN);
-    if (s != LS_OK || key >= none) {
+    /* 3. the first difference over all ranks */
+    int at;
+    s = first_difference(c, first, n, &at, &who);
+    if (s != LS_OK || who < 0) {
         free(ref);
         return s;
     }
-    int at = (int)(key / world), who = (int)(key - (double)at * world);
     struct {
         ls_sig_desc d;
         char name[LS_SIG_NAME];
@@ -166,4 +189,130 @@ ls_status ls_ddp_average_metrics(ls_comm *c, double *vals, int n) {
     const int world = ls_comm_world(c);
     for (int i = 0; i < n; i++) vals[i] /= world;
     return LS_OK;
+}
+
+/* ---- settings every rank must share ---- */
+
+#define LS_SET_TEXT 112
+
+static uint64_t ls_fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A setting's value as a number to compare: 0 and -0 alike, every NaN alike. */
+static double ls_set_num(double v) { return v != v ? NAN : v == 0 ? 0.0 : v; }
+
+/* Two 64-bit keys per setting: its name, its value (kind-tagged). */
+static void ls_set_keys(const ls_setting *s, uint64_t key[2]) {
+    const uint64_t basis = 14695981039346656037ull;
+    key[0] = ls_fnv(basis, s->name ? s->name : "", s->name ? strlen(s->name) : 0);
+    if (s->kind == 1) {
+        key[1] = s->str ? ls_fnv(ls_fnv(basis, "s", 1), s->str, strlen(s->str)) : ls_fnv(basis, "0", 1);
+    } else if (s->kind == 2) {
+        key[1] = ls_fnv(basis, s->num != 0 ? "f1" : "f0", 2);
+    } else {
+        double v = ls_set_num(s->num);
+        key[1] = ls_fnv(ls_fnv(basis, "n", 1), &v, sizeof v);
+    }
+}
+
+/* A setting as one rank has it, exchanged as bytes. */
+typedef struct ls_set_view {
+    double num;
+    int32_t kind, has_str;
+    char name[LS_SIG_NAME];
+    char str[LS_SET_TEXT];
+} ls_set_view;
+
+static void ls_set_view_of(const ls_setting *s, ls_set_view *v) {
+    memset(v, 0, sizeof *v);
+    v->num = ls_set_num(s->num);
+    v->kind = s->kind == 1 || s->kind == 2 ? s->kind : 0;
+    v->has_str = s->str != NULL;
+    snprintf(v->name, sizeof v->name, "%s", s->name ? s->name : "");
+    if (s->kind == 1 && s->str) {
+        size_t len = strlen(s->str);
+        if (len < sizeof v->str)
+            memcpy(v->str, s->str, len);
+        else
+            snprintf(v->str, sizeof v->str, "%.*s...", (int)sizeof v->str - 4, s->str);
+    }
+}
+
+/* The value for an error line; a number with as many digits as it takes to tell it from other's. */
+static const char *ls_set_value_str(const ls_set_view *v, const ls_set_view *other, char *buf, size_t len) {
+    if (v->kind == 2) return v->num != 0 ? "given" : "not given";
+    if (v->kind == 1) {
+        if (!v->has_str) return "not given";
+        snprintf(buf, len, "'%s'", v->str);
+        return buf;
+    }
+    if (v->num != v->num) return "nan";
+    for (int digits = 6; digits <= 17; digits++) {
+        char theirs[64];
+        snprintf(buf, len, "%.*g", digits, v->num);
+        if (other->kind != 0 || other->num != other->num) break;
+        snprintf(theirs, sizeof theirs, "%.*g", digits, other->num);
+        if (strcmp(buf, theirs) != 0) break;
+    }
+    return buf;
+}
+
+ls_status ls_ddp_check_settings(ls_comm *c, int n, const ls_setting *settings) {
+    LS_CHECK_ARG(n >= 0 && (n == 0 || settings), "ls_ddp_check_settings: %d settings at %p", n, (const void *)settings);
+
+    /* 1. the count */
+    int who, nb, n0;
+    LS_CHECK(other_count(c, n, &who, &nb, &n0));
+    if (who >= 0)
+        return ls_error(LS_ERR_MISMATCH,
+                        "settings differ between ranks: rank %d checks %d settings, rank 0 %d (not the same "
+                        "program?)",
+                        who, nb, n0);
+    if (n == 0) return LS_OK;
+
+    /* 2. rank 0's keys, compared locally */
+    uint64_t *ref = malloc((size_t)n * 2 * sizeof *ref);
+    /* allocated before the ranks compare notes: a rank without the memory fails them all */
+    int32_t ok = ref != NULL;
+    ls_status s = ls_comm_allreduce_host(c, &ok, 1, LS_I32, LS_REDUCE_MIN);
+    if (s == LS_OK && !ok)
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "ls_ddp_check_settings: %s no memory for %d settings",
+                     ref ? "a rank had" : "this rank has", n);
+    if (s != LS_OK) {
+        free(ref);
+        return s;
+    }
+    for (int i = 0; i < n; i++) ls_set_keys(&settings[i], ref + 2 * i);
+    s = ls_comm_broadcast_host(c, ref, (int64_t)n * 2 * (int64_t)sizeof *ref, LS_U8, 0);
+    int first = n;
+    for (int i = 0; i < n && first == n && s == LS_OK; i++) {
+        uint64_t mine[2];
+        ls_set_keys(&settings[i], mine);
+        if (mine[0] != ref[2 * i] || mine[1] != ref[2 * i + 1]) first = i;
+    }
+    free(ref);
+    if (s != LS_OK) return s;
+
+    /* 3. the first difference over all ranks */
+    int at;
+    LS_CHECK(first_difference(c, first, n, &at, &who));
+    if (who < 0) return LS_OK;
+    ls_set_view theirs, zero;
+    ls_set_view_of(&settings[at], &theirs);
+    ls_set_view_of(&settings[at], &zero);
+    LS_CHECK(ls_comm_broadcast_host(c, &theirs, (int64_t)sizeof theirs, LS_U8, who));
+    LS_CHECK(ls_comm_broadcast_host(c, &zero, (int64_t)sizeof zero, LS_U8, 0));
+    theirs.name[sizeof theirs.name - 1] = zero.name[sizeof zero.name - 1] = '\0';
+    theirs.str[sizeof theirs.str - 1] = zero.str[sizeof zero.str - 1] = '\0';
+    if (strcmp(theirs.name, zero.name) != 0)
+        return ls_error(LS_ERR_MISMATCH,
+                        "settings differ between ranks: setting %d is '%s' on rank %d but '%s' on rank 0 (not the "
+                        "same program?)",
+                        at, theirs.name, who, zero.name);
+    char a[LS_SET_TEXT + 8], b[LS_SET_TEXT + 8];
+    return ls_error(LS_ERR_MISMATCH, "%s is %s on rank %d but %s on rank 0", theirs.name,
+                    ls_set_value_str(&theirs, &zero, a, sizeof a), who, ls_set_value_str(&zero, &theirs, b, sizeof b));
 }

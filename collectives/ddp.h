@@ -28,6 +28,37 @@ ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, co
  * differing rank's. Fixed-size exchanges only, so it cannot hang on a mismatch. */
 ls_status ls_ddp_check_signature(ls_comm *c, int n, ls_tensor *const *params, const char *const *names);
 
+/* One setting every rank must share (ls_ddp_check_settings): kind 0 a number (num), 1 a string
+ * (str; NULL: not given), 2 a command-line flag (num != 0: given). name is how an error names it
+ * ("--epochs", "the optimizer's lr"). */
+typedef struct ls_setting {
+    const char *name;
+    double num;
+    const char *str;
+    int kind;
+} ls_setting;
+static inline ls_setting ls_setting_num(const char *name, double value) {
+    ls_setting s = {name, value, NULL, 0};
+    return s;
+}
+static inline ls_setting ls_setting_str(const char *name, const char *value) {
+    ls_setting s = {name, 0, value, 1};
+    return s;
+}
+static inline ls_setting ls_setting_flag(const char *name, int given) {
+    ls_setting s = {name, given != 0, NULL, 2};
+    return s;
+}
+
+/* Compare settings[0..n) with rank 0's (the count, each name and value; numbers as doubles, 0 and
+ * -0 alike, any NaN alike; strings whole). On any difference every rank returns LS_ERR_MISMATCH
+ * naming the first one (lowest index, then lowest rank), e.g.
+ *   "--epochs is 2 on rank 1 but 1 on rank 0"
+ * so that ranks given different options fail at start instead of hanging in a collective one of
+ * them never reaches, or training apart. Fixed-size exchanges only, so it cannot hang on a
+ * mismatch. Every rank calls it. */
+ls_status ls_ddp_check_settings(ls_comm *c, int n, const ls_setting *settings);
+
 /* vals[0..n) (host) = their sum over ranks. */
 ls_status ls_ddp_sum_metrics(ls_comm *c, double *vals, int n);
 /* vals[0..n) (host) = their mean over ranks (sum / world). For a weighted mean, sum value*weight

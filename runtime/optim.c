@@ -381,6 +381,12 @@ ls_status ls_optimizer_shard(ls_optimizer *o, int rank, int world) {
     return LS_OK;
 }
 
+ls_optim_config ls_optimizer_config(const ls_optimizer *o) {
+    ls_optim_config c;
+    memset(&c, 0, sizeof c);
+    return o ? o->cfg : c;
+}
+
 int ls_optimizer_owner(const ls_optimizer *o, int i) {
     if (!o || !o->owner || i < 0 || i >= o->n) return -1;
     return o->owner[i];

@@ -46,6 +46,9 @@ void ls_optimizer_destroy(ls_optimizer *o);
  * of its own): LS_ERR_INVALID_ARGUMENT for an index out of range or a decay not finite and >= 0.
  * Not saved in checkpoints (the config is): set it again after a resume. */
 ls_status ls_optimizer_set_weight_decay(ls_optimizer *o, int i, float weight_decay);
+/* The config the optimizer was created with (its kind, lr, decay, momentum, betas...); a zeroed
+ * one for NULL. */
+ls_optim_config ls_optimizer_config(const ls_optimizer *o);
 /* Parameter i's weight decay; NAN for an index out of range. */
 float ls_optimizer_weight_decay(const ls_optimizer *o, int i);
 /* One step at learning rate lr (from the schedule). */

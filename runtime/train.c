@@ -454,6 +454,63 @@ static ls_status broadcast_dropout_seeds(ls_comm *comm, ls_module *model) {
     return s;
 }
 
+/* Every rank must train with the same settings: a rank with another batch, schedule, precision or
+ * optimizer would take other steps (or wait in a collective the others never reach), silently.
+ * The trainer's config, the optimizer's and each parameter's weight decay, compared with rank 0's
+ * (ls_ddp_check_settings). */
+static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
+                                int shard_mode) {
+    enum { N_FIXED = 22 };
+    const int np = ls_module_num_params(model);
+    ls_setting *set = malloc((size_t)(N_FIXED + np) * sizeof *set);
+    char(*names)[128] = malloc((size_t)(np > 0 ? np : 1) * sizeof *names);
+    int32_t ok = set && names;
+    ls_status s = ls_comm_allreduce_host(comm, &ok, 1, LS_I32, LS_REDUCE_MIN);
+    if (s == LS_OK && !ok)
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "%s no memory to compare the training settings",
+                     set && names ? "a rank had" : "this rank has");
+    if (s != LS_OK) {
+        free(set);
+        free(names);
+        return s;
+    }
+    const ls_optim_config oc = ls_optimizer_config(opt);
+    int n = 0;
+    set[n++] = ls_setting_num("the trainer's batch_per_rank", (double)cfg->batch_per_rank);
+    set[n++] = ls_setting_num("the trainer's accum_steps", cfg->accum_steps);
+    set[n++] = ls_setting_num("the trainer's lr.base_lr", cfg->lr.base_lr);
+    set[n++] = ls_setting_num("the trainer's lr.min_lr", cfg->lr.min_lr);
+    set[n++] = ls_setting_num("the trainer's lr.warmup_steps", (double)cfg->lr.warmup_steps);
+    set[n++] = ls_setting_num("the trainer's lr.total_steps", (double)cfg->lr.total_steps);
+    set[n++] = ls_setting_str("the trainer's lr.kind", ls_lr_kind_name(cfg->lr.kind));
+    set[n++] = ls_setting_num("the trainer's clip_grad_norm", cfg->clip_grad_norm);
+    set[n++] = ls_setting_str("the trainer's precision", ls_precision_name(cfg->precision));
+    set[n++] = ls_setting_num("the trainer's label_smoothing", cfg->label_smoothing);
+    set[n++] = ls_setting_num("the optimizer's sharding (shard_world, ls_optimizer_shard: 1 sharded, 0 not)",
+                              ls_optimizer_owner(opt, 0) >= 0);
+    set[n++] = ls_setting_num("the sharded optimizer's gradient reduction (shard_reduce, LOCKSTEP_SHARD_REDUCE)",
+                              ls_optimizer_owner(opt, 0) >= 0 ? shard_mode : 0);
+    set[n++] = ls_setting_str("the optimizer's kind", oc.kind == LS_OPTIM_SGD ? "sgd" : "adamw");
+    set[n++] = ls_setting_num("the optimizer's lr", oc.lr);
+    set[n++] = ls_setting_num("the optimizer's weight_decay", oc.weight_decay);
+    set[n++] = ls_setting_num("the optimizer's momentum", oc.momentum);
+    set[n++] = ls_setting_num("the optimizer's dampening", oc.dampening);
+    set[n++] = ls_setting_num("the optimizer's nesterov", oc.nesterov);
+    set[n++] = ls_setting_num("the optimizer's beta1", oc.beta1);
+    set[n++] = ls_setting_num("the optimizer's beta2", oc.beta2);
+    set[n++] = ls_setting_num("the optimizer's eps", oc.eps);
+    set[n++] = ls_setting_num("the optimizer's no_decay_1d", oc.no_decay_1d);
+    for (int i = 0; i < np; i++) {
+        const char *pn = ls_module_param_name(model, i);
+        snprintf(names[i], sizeof names[i], "the weight decay of parameter %d (%s)", i, pn ? pn : "unnamed");
+        set[n++] = ls_setting_num(names[i], ls_optimizer_weight_decay(opt, i));
+    }
+    s = ls_ddp_check_settings(comm, n, set);
+    free(set);
+    free(names);
+    return s;
+}
+
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
                             ls_trainer **out) {
     LS_CHECK_ARG(out && cfg && ctx && model && opt, "ls_trainer_create: %s is NULL",
@@ -546,6 +603,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
             names[i] = ls_module_param_name(model, i);
         }
         s = ls_ddp_check_signature(t->comm, t->n_params, params, names);
+        if (s == LS_OK) s = check_settings(t->comm, model, opt, cfg, shard_mode);
         if (s == LS_OK) s = ls_ddp_broadcast_params(t->comm, t->n_params, params);
         if (s == LS_OK) s = ls_cnn_broadcast_buffers(t->comm, model); /* DDP's broadcast_buffers */
         if (s == LS_OK) s = broadcast_dropout_seeds(t->comm, model);

@@ -1,9 +1,11 @@
 /* test_ddp.c: the DDP helpers across ranks: rank 0's parameters reach every rank; identical models
  * pass the signature check; a rank with a different shape, dtype or parameter count makes EVERY
  * rank return LS_ERR_MISMATCH with the message naming the first difference, and the ranks go on
- * communicating afterwards (no hang: the ctest timeout would catch one); metrics sum/average.
+ * communicating afterwards (no hang: the ctest timeout would catch one); the same for settings
+ * (ls_ddp_check_settings: numbers, strings, flags, not given); metrics sum/average.
  * Run with any number of ranks (alone: self, where every check passes trivially). */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,9 +61,9 @@ static void drop(model *m) {
     for (int i = 0; i < m->n; i++) ls_tensor_destroy(m->p[i]);
 }
 
-/* Every rank must get the same status and message; and the ranks must still talk afterwards. */
-static void expect_mismatch_everywhere(model *m, const char *const *nm, const char *want) {
-    ls_status s = ls_ddp_check_signature(C, m->n, m->p, nm);
+/* Every rank must get the same status and message (s: this rank's); and the ranks must still talk
+ * afterwards. */
+static void expect_mismatch(ls_status s, const char *want) {
     if (W == 1) {
         LS_EXPECT(s == LS_OK);
         return;
@@ -72,6 +74,60 @@ static void expect_mismatch_everywhere(model *m, const char *const *nm, const ch
         ls_test_failures++;
     }
     LS_REQUIRE_OK(ls_comm_barrier(C));
+}
+
+static void expect_mismatch_everywhere(model *m, const char *const *nm, const char *want) {
+    expect_mismatch(ls_ddp_check_signature(C, m->n, m->p, nm), want);
+}
+
+static void expect_settings_mismatch(int n, const ls_setting *set, const char *want) {
+    expect_mismatch(ls_ddp_check_settings(C, n, set), want);
+}
+
+/* Settings: equal ones pass (0 and -0, NaNs, a string given as another pointer); a difference on
+ * some rank fails every rank naming the first (lowest index, then lowest rank) with both values. */
+static void check_settings(void) {
+    char seed[8];
+    snprintf(seed, sizeof seed, "%d", 42);
+    ls_setting same[6] = {ls_setting_num("--epochs", 5),    ls_setting_num("--min-lr", R % 2 ? -0.0 : 0.0),
+                          ls_setting_num("--x", NAN),       ls_setting_str("--seed", seed),
+                          ls_setting_str("--resume", NULL), ls_setting_flag("--augment", 1)};
+    LS_REQUIRE_OK(ls_ddp_check_settings(C, 6, same));
+    LS_REQUIRE_OK(ls_ddp_check_settings(C, 0, NULL));
+    LS_EXPECT_ERR(ls_ddp_check_settings(C, -1, NULL), LS_ERR_INVALID_ARGUMENT, "-1 settings");
+
+    char want[256];
+    /* ranks 1 and 2 differ at index 2, the last rank at index 1 too: index 1, the last rank */
+    ls_setting set[4] = {ls_setting_num("--epochs", 5), ls_setting_num("--lr", R == W - 1 ? 0.1f : 0.05f),
+                         ls_setting_num("--batch-size", R == 1 || R == 2 ? 64 : 128), ls_setting_num("--y", 1)};
+    /* float values shown with the digits that tell them apart, no more */
+    snprintf(want, sizeof want, "--lr is 0.1 on rank %d but 0.05 on rank 0", W - 1);
+    expect_settings_mismatch(4, set, want);
+    set[1] = ls_setting_num("--lr", R == W - 1 ? 0.05000001 : 0.05);
+    snprintf(want, sizeof want, "--lr is 0.05000001 on rank %d but 0.05 on rank 0", W - 1);
+    expect_settings_mismatch(4, set, want);
+    set[1] = ls_setting_num("--lr", 0.05);
+    expect_settings_mismatch(4, set, "--batch-size is 64 on rank 1 but 128 on rank 0");
+
+    /* strings, not given, flags */
+    ls_setting str[3] = {ls_setting_str("--optimizer", R == 1 ? "adamw" : "sgd"),
+                         ls_setting_str("--resume", R == 1 ? "auto" : NULL), ls_setting_flag("--sync-bn", R == 1)};
+    expect_settings_mismatch(3, str, "--optimizer is 'adamw' on rank 1 but 'sgd' on rank 0");
+    expect_settings_mismatch(2, str + 1, "--resume is 'auto' on rank 1 but not given on rank 0");
+    expect_settings_mismatch(1, str + 2, "--sync-bn is given on rank 1 but not given on rank 0");
+    ls_setting kind[1] = {R == 1 ? ls_setting_str("--batch-size", "auto") : ls_setting_num("--batch-size", 64)};
+    expect_settings_mismatch(1, kind, "--batch-size is 'auto' on rank 1 but 64 on rank 0");
+
+    /* another program: the count, or a name */
+    ls_setting other[2] = {ls_setting_num("--epochs", 5), ls_setting_num(R == 1 ? "--steps" : "--epochs", 5)};
+    expect_settings_mismatch(R == 1 ? 1 : 2, other,
+                             "settings differ between ranks: rank 1 checks 1 settings, rank 0 2 (not the same "
+                             "program?)");
+    expect_settings_mismatch(2, other,
+                             "settings differ between ranks: setting 1 is '--steps' on rank 1 but '--epochs' on rank 0 "
+                             "(not the same program?)");
+    /* and they still agree afterwards */
+    LS_REQUIRE_OK(ls_ddp_check_settings(C, 6, same));
 }
 
 int main(void) {
@@ -127,6 +183,8 @@ int main(void) {
     LS_REQUIRE_OK(ls_ddp_check_signature(C, m.n, m.p, names));
     drop(&m);
     LS_EXPECT_ERR(ls_ddp_check_signature(C, -1, NULL, NULL), LS_ERR_INVALID_ARGUMENT, "negative parameter count");
+
+    check_settings();
 
     /* metrics */
     double v[3] = {R, 2.0 * R + 1, 1};

@@ -1,0 +1,157 @@
+/* test_rank_settings.c: ls_trainer_create compares the training settings across ranks. A rank
+ * whose trainer or optimizer is configured otherwise (batch, accumulation, schedule, clipping,
+ * precision, label smoothing, the optimizer's kind and hyperparameters, a parameter's own weight
+ * decay, sharding and its reduction) makes EVERY rank's create fail with LS_ERR_MISMATCH naming the
+ * setting and both values, instead of training apart or waiting in a collective the others never
+ * reach; the ranks then agree again, and a trainer of equal settings trains. Run alone (every
+ * check passes trivially) and under mpirun with 2 and 3 ranks (the last rank differs). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "data.h"
+#include "mlp_run.h"
+#include "nn.h"
+#include "optim.h"
+#include "testutil.h"
+#include "train.h"
+
+static ls_ctx *X;
+static ls_comm *C;
+static int R, W;
+
+typedef struct run {
+    ls_module *m;
+    ls_optimizer *o;
+    ls_trainer *t;
+} run;
+
+/* The model and optimizer every rank builds alike: all changes the configs on every rank, last on
+ * the last rank only (either may be NULL). */
+typedef void (*tweak_fn)(ls_train_config *tc, ls_optim_config *oc, int *decay_param);
+
+static ls_status make(tweak_fn all, tweak_fn last, run *r) {
+    memset(r, 0, sizeof *r);
+    int64_t sizes[3] = {12, 40, 10};
+    LS_REQUIRE_OK(ls_mlp_create(X, LS_F32, 3, sizes, LS_ACT_RELU, 77, &r->m));
+    ls_tensor *pa[4], *ga[4];
+    for (int i = 0; i < 4; i++) {
+        pa[i] = ls_module_param(r->m, i);
+        ga[i] = ls_module_grad(r->m, i);
+    }
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_ADAMW);
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = 16;
+    tc.accum_steps = 1;
+    tc.lr.base_lr = oc.lr;
+    tc.lr.warmup_steps = 2;
+    tc.lr.total_steps = 10;
+    int decay_param = -1;
+    if (all) all(&tc, &oc, &decay_param);
+    if (last && R == W - 1) last(&tc, &oc, &decay_param);
+    if (oc.shard_world > 1) { /* sharded: over these ranks */
+        oc.shard_rank = R;
+        oc.shard_world = W;
+    }
+    LS_REQUIRE_OK(ls_optimizer_create(X, 4, pa, ga, &oc, &r->o));
+    if (decay_param >= 0) LS_REQUIRE_OK(ls_optimizer_set_weight_decay(r->o, decay_param, 0));
+    return ls_trainer_create(X, C, r->m, r->o, &tc, &r->t);
+}
+
+static void drop(run *r) {
+    ls_trainer_destroy(r->t);
+    ls_optimizer_destroy(r->o);
+    ls_module_destroy(r->m);
+}
+
+/* The trainer's create fails on every rank with want (%d: the differing rank). */
+static void expect(tweak_fn all, tweak_fn last, const char *fmt) {
+    char want[512];
+    snprintf(want, sizeof want, fmt, W - 1);
+    run r;
+    ls_status s = make(all, last, &r);
+    if (W == 1) {
+        LS_EXPECT(s == LS_OK);
+    } else {
+        LS_EXPECT(s == LS_ERR_MISMATCH);
+        LS_EXPECT(r.t == NULL);
+        if (strcmp(ls_last_error(), want)) {
+            fprintf(stderr, "rank %d: got      '%s'\n        expected '%s'\n", R, ls_last_error(), want);
+            ls_test_failures++;
+        }
+    }
+    drop(&r);
+    LS_REQUIRE_OK(ls_comm_barrier(C));
+}
+
+static void batch(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)oc, (void)d, tc->batch_per_rank = 8; }
+static void accum(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)oc, (void)d, tc->accum_steps = 2; }
+static void total(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)oc, (void)d, tc->lr.total_steps = 20; }
+static void sched(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)oc, (void)d, tc->lr.kind = LS_LR_LINEAR; }
+static void clip(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)oc, (void)d, tc->clip_grad_norm = 1; }
+static void bf16(ls_train_config *tc, ls_optim_config *oc, int *d) {
+    (void)oc, (void)d, tc->precision = LS_PRECISION_BF16;
+}
+static void smooth(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)oc, (void)d, tc->label_smoothing = 0.1; }
+static void olr(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)tc, (void)d, oc->lr = 2e-3f; }
+static void beta2(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)tc, (void)d, oc->beta2 = 0.99f; }
+static void sgd(ls_train_config *tc, ls_optim_config *oc, int *d) {
+    (void)tc, (void)d;
+    *oc = ls_optim_defaults(LS_OPTIM_SGD);
+    oc->lr = 1e-3f;
+}
+static void decay(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)tc, (void)oc, *d = 1; }
+static void shard(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)tc, (void)d, oc->shard_world = 2; }
+static void reduce_all(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)oc, (void)d, tc->shard_reduce = -1; }
+
+int main(void) {
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &X));
+    LS_REQUIRE_OK(ls_comm_create(X, NULL, &C));
+    R = ls_comm_rank(C);
+    W = ls_comm_world(C);
+
+    expect(NULL, batch, "the trainer's batch_per_rank is 8 on rank %d but 16 on rank 0");
+    expect(NULL, accum, "the trainer's accum_steps is 2 on rank %d but 1 on rank 0");
+    expect(NULL, total, "the trainer's lr.total_steps is 20 on rank %d but 10 on rank 0");
+    expect(NULL, sched, "the trainer's lr.kind is 'linear' on rank %d but 'cosine' on rank 0");
+    expect(NULL, clip, "the trainer's clip_grad_norm is 1 on rank %d but 0 on rank 0");
+    expect(NULL, bf16, "the trainer's precision is 'bf16' on rank %d but 'fp32' on rank 0");
+    expect(NULL, smooth, "the trainer's label_smoothing is 0.1 on rank %d but 0 on rank 0");
+    expect(NULL, olr, "the optimizer's lr is 0.002 on rank %d but 0.001 on rank 0");
+    expect(NULL, beta2, "the optimizer's beta2 is 0.99 on rank %d but 0.999 on rank 0");
+    expect(NULL, sgd, "the optimizer's kind is 'sgd' on rank %d but 'adamw' on rank 0");
+    expect(NULL, decay, "the weight decay of parameter 1 (0.bias) is 0 on rank %d but 0.01 on rank 0");
+    expect(NULL, shard,
+           "the optimizer's sharding (shard_world, ls_optimizer_shard: 1 sharded, 0 not) is 1 on rank %d but 0 on "
+           "rank 0");
+    /* sharded on every rank, the last all-reducing the gradients where the others reduce to owners */
+    expect(shard, reduce_all,
+           "the sharded optimizer's gradient reduction (shard_reduce, LOCKSTEP_SHARD_REDUCE) is -1 on rank %d but 1 "
+           "on rank 0");
+
+    /* equal settings: the trainer is made and trains, the same loss on every rank */
+    run r;
+    LS_REQUIRE_OK(make(NULL, NULL, &r));
+    int32_t y[64];
+    float *x = mlp_points(64, 12, 5, y);
+    ls_dataset *d = NULL;
+    LS_REQUIRE_OK(ls_dataset_from_arrays(64, 12, 10, x, y, &d));
+    int64_t idx[16];
+    for (int i = 0; i < 16; i++) idx[i] = (R * 16 + i) % 64;
+    ls_step_stats st;
+    LS_REQUIRE_OK(ls_trainer_step(r.t, d, idx, 16, 16 * W, &st));
+    LS_EXPECT(st.samples == 16);
+    LS_EXPECT(st.loss_sum > 0 && st.loss_sum < 16 * 10.0);
+    ls_dataset_destroy(d);
+    free(x);
+    drop(&r);
+
+    int32_t fails = ls_test_failures;
+    LS_REQUIRE_OK(ls_comm_allreduce_host(C, &fails, 1, LS_I32, LS_REDUCE_MAX));
+    if (fails && !ls_test_failures) ls_test_failures = 1;
+    ls_comm_destroy(C);
+    ls_ctx_destroy(X);
+    LS_TEST_END();
+}
