@@ -43,6 +43,18 @@ int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o) {
     return 0;
 }
 
+ls_status ex_check_same_options(ls_comm *comm, ls_setting *set, int n, const ex_train_flags *tf,
+                                const ex_ckpt_options *ck, const ls_dataset *train, const ls_dataset *test) {
+    n += ex_train_flags_settings(tf, set + n);
+    set[n++] = ls_setting_num("--max-steps", (double)ck->max_steps);
+    set[n++] = ls_setting_num("--save-every", (double)ck->save_every);
+    set[n++] = ls_setting_flag("--save-async", ck->save_async);
+    set[n++] = ls_setting_str("--resume", ck->resume);
+    set[n++] = ls_setting_num("the training set's size (--train-limit, --data-dir)", (double)train->n);
+    set[n++] = ls_setting_num("the test set's size (--test-limit, --data-dir)", (double)test->n);
+    return ls_ddp_check_settings(comm, n, set);
+}
+
 /* Restores the loss scaler's "scale" and "growth_tracker" (see save), when this run scales the
  * loss (fp16): a checkpoint of an fp16 run resumed in bf16 or fp32 has no scale to apply. */
 static ls_status restore_loss_scaler(ls_trainer *t, const ls_ckpt_state *saved) {

@@ -12,6 +12,7 @@
 
 #include "checkpoint.h"
 #include "comm.h"
+#include "example_cli.h"
 #include "nn.h"
 #include "optim.h"
 #include "train.h"
@@ -79,6 +80,14 @@ enum {
     "as long to bring the others down), or signal the ranks themselves, as Slurm does.\n"                              \
     "Exit status: 0 done, 1 error, 2 bad usage, 130/143 stopped by a signal after a checkpoint.\n"
 
+/* --help's paragraph on several ranks' options (extra: more that may differ, ", --x" each). */
+#define EX_HELP_SAME_OPTIONS(extra)                                                                                    \
+    "Several ranks: each must be given the same options, but for those only rank 0 uses\n"                             \
+    "(--checkpoint-dir, --keep-last, --log-steps, --metrics, --dump-params, --progress) and --device,\n"               \
+    "--data-dir" extra ". The ranks compare those that shape the training, and the data sets' sizes, at\n"             \
+    "start: a difference stops every rank with an error that names it (\"--epochs is 2 on rank 1 but 1\n"              \
+    "on rank 0\") rather than a hang or ranks that train apart.\n"
+
 /* --help's environment paragraph of a training example that checkpoints. */
 #define EX_CKPT_HELP_ENV                                                                                               \
     "Environment: LOCKSTEP_LOG=error|warn|info|debug, LOCKSTEP_DEVICE, LOCKSTEP_COMM,\n"                               \
@@ -109,6 +118,36 @@ void ex_ckpt_options_init(ex_ckpt_options *o);
 int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg);
 /* After parsing: 0, or -1 with a message (an empty --checkpoint-dir). */
 int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o);
+
+/* Every rank must be given the same options and read the same data: a rank with other epochs, a
+ * smaller data set or another seed would wait in a collective the others never reach, or train on
+ * other samples, silently. set[0..n) holds the program's own flags, with room for EX_SAME_EXTRA
+ * more: the shared flags (tf; of these, --max-steps, --save-every, --save-async and --resume: the
+ * others only rank 0 uses) and the data sets' sizes are added, and all compared with rank 0's
+ * (ls_ddp_check_settings: LS_ERR_MISMATCH on every rank, "--epochs is 2 on rank 1 but 1 on rank 0"). */
+#define EX_SAME_EXTRA (EX_TRAIN_SETTINGS + 6)
+/* The flags both programs have, appended to set[n++] from an options struct o that names them
+ * alike (batch 0: auto); seed: 24 bytes (ex_setting_seed). EX_SAME_COMMON_N of them. */
+#define EX_SAME_COMMON_N 13
+#define EX_SAME_COMMON(set, n, o, seed)                                                                                \
+    do {                                                                                                               \
+        (set)[(n)++] = ls_setting_num("--epochs", (o)->epochs);                                                        \
+        (set)[(n)++] =                                                                                                 \
+            (o)->batch ? ls_setting_num("--batch-size", (double)(o)->batch) : ls_setting_str("--batch-size", "auto");  \
+        (set)[(n)++] = ls_setting_num("--accum-steps", (o)->accum);                                                    \
+        (set)[(n)++] = ls_setting_str("--optimizer", (o)->optimizer);                                                  \
+        (set)[(n)++] = ex_setting_given("--lr", (o)->lr);                                                              \
+        (set)[(n)++] = ex_setting_given("--weight-decay", (o)->weight_decay);                                          \
+        (set)[(n)++] = ls_setting_num("--momentum", (o)->momentum);                                                    \
+        (set)[(n)++] = ls_setting_num("--clip-grad-norm", (o)->clip);                                                  \
+        (set)[(n)++] = ls_setting_num("--warmup-steps", (double)(o)->warmup);                                          \
+        (set)[(n)++] = ex_setting_seed("--seed", (o)->seed, (seed));                                                   \
+        (set)[(n)++] = ls_setting_str("--precision", (o)->precision);                                                  \
+        (set)[(n)++] = ls_setting_num("--checkpoint-activations", (o)->ckpt_segments);                                 \
+        (set)[(n)++] = ls_setting_num("--dropout", (o)->dropout);                                                      \
+    } while (0)
+ls_status ex_check_same_options(ls_comm *comm, ls_setting *set, int n, const ex_train_flags *tf,
+                                const ex_ckpt_options *ck, const ls_dataset *train, const ls_dataset *test);
 
 /* One run's checkpointing. Every rank calls every function (they hold collectives). */
 typedef struct ex_ckpt {

@@ -424,6 +424,32 @@ ls_status ex_train_flags_check(const ex_train_flags *f, ls_optim_kind kind, ls_l
     return LS_OK;
 }
 
+ls_setting ex_setting_given(const char *name, double v) {
+    return v < 0 ? ls_setting_str(name, NULL) : ls_setting_num(name, v);
+}
+
+ls_setting ex_setting_seed(const char *name, uint64_t seed, char *buf) {
+    if (seed <= (1ull << 53)) return ls_setting_num(name, (double)seed);
+    snprintf(buf, 24, "%llu", (unsigned long long)seed);
+    return ls_setting_str(name, buf);
+}
+
+int ex_train_flags_settings(const ex_train_flags *f, ls_setting *out) {
+    int n = 0;
+    out[n++] = ls_setting_flag("--no-decay-1d", f->no_decay_1d);
+    out[n++] = ls_setting_num("--label-smoothing", f->label_smoothing);
+    out[n++] = ls_setting_str("--init-from", f->init_from);
+    out[n++] = ls_setting_flag("--shard-optimizer", f->shard_optimizer);
+    out[n++] = ls_setting_str("--lr-schedule", f->lr_schedule);
+    out[n++] = ls_setting_num("--min-lr", f->min_lr);
+    out[n++] = ex_setting_given("--betas' first", f->betas[0]);
+    out[n++] = ex_setting_given("--betas' second", f->betas[1]);
+    out[n++] = ex_setting_given("--eps", f->eps);
+    out[n++] = ex_setting_given("--ema", f->ema);
+    out[n++] = ls_setting_flag("--ema-warmup", f->ema_warmup);
+    return n;
+}
+
 void ex_train_flags_optim(const ex_train_flags *f, int rank, int world, ls_optim_config *oc) {
     oc->no_decay_1d = f->no_decay_1d;
     if (f->betas[0] >= 0) {

@@ -94,7 +94,7 @@ static void usage(FILE *f) {
                "  --progress / --no-progress  progress line: the epoch's mean loss so far and samples/s\n"
                "                        (default: when stderr is a tty)\n"
                "  -h, --help            this text\n\n" EX_CKPT_HELP_CONTENTS "\n" EX_CKPT_HELP_PREEMPTION
-               "\n" EX_CKPT_HELP_ENV);
+               "\n" EX_HELP_SAME_OPTIONS("") "\n" EX_CKPT_HELP_ENV);
 }
 
 static int parse_options(int argc, char **argv, options *o) {
@@ -222,6 +222,20 @@ static int parse_options(int argc, char **argv, options *o) {
     return ex_ckpt_options_check(EX_PROG, &o->ck);
 }
 
+/* The flags every rank must be given alike (ex_check_same_options; --checkpoint-dir, --keep-last,
+ * --log-steps, --metrics, --dump-params and --progress are rank 0's concern, --device and
+ * --data-dir may differ per host). */
+static ls_status check_same_options(ls_comm *comm, const options *o, const ls_dataset *train, const ls_dataset *test) {
+    ls_setting set[EX_SAME_COMMON_N + 3 + EX_SAME_EXTRA];
+    char seed[24];
+    int n = 0;
+    EX_SAME_COMMON(set, n, o, seed);
+    set[n++] = ls_setting_str("--hidden", o->hidden);
+    set[n++] = ls_setting_str("--activation", o->activation);
+    set[n++] = ls_setting_str("--sampler", o->sampler);
+    return ex_check_same_options(comm, set, n, &o->tf, &o->ck, train, test);
+}
+
 /* ev = test loss sum, correct, count over every rank's shard of the test set. */
 static ls_status evaluate(ls_trainer *trainer, ls_comm *comm, const ls_dataset *test, const int64_t *idx, int64_t n,
                           double ev[3]) {
@@ -310,6 +324,7 @@ int main(int argc, char **argv) {
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
     TRY("data", ex_check_fashion_shape(train, test));
+    TRY("options", check_same_options(comm, &o, train, test));
     TRY("model", ls_mlp_create_dropout(ctx, LS_F32, n_sizes, sizes, act, (float)o.dropout, o.seed, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
     if (o.tf.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.tf.init_from, model));

@@ -110,7 +110,8 @@ static void usage(FILE *f) {
         "  -h, --help            this text\n\n" EX_CKPT_HELP_CONTENTS
         "model.safetensors also holds BatchNorm's running statistics (rank 0's, which evaluation\n"
         "uses); --augment's shifts and flips are drawn per seed, epoch and sample, so a resumed run\n"
-        "continues them.\n\n" EX_CKPT_HELP_PREEMPTION "\n" EX_CKPT_HELP_ENV);
+        "continues them.\n\n" EX_CKPT_HELP_PREEMPTION "\n" EX_HELP_SAME_OPTIONS(
+            ", --memory-cap (--batch-size auto takes the smallest batch that fits\nevery rank)") "\n" EX_CKPT_HELP_ENV);
 }
 
 static int parse_options(int argc, char **argv, options *o) {
@@ -301,6 +302,21 @@ static ls_status evaluate_ema(ls_ema *ema, ls_trainer *trainer, ls_comm *comm, l
     return s != LS_OK ? s : back;
 }
 
+/* The flags every rank must be given alike (ex_check_same_options; --checkpoint-dir, --keep-last,
+ * --log-steps, --metrics, --dump-params and --progress are rank 0's concern, --device, --data-dir
+ * and --memory-cap may differ per rank: --batch-size auto takes the smallest batch that fits). */
+static ls_status check_same_options(ls_comm *comm, const options *o, const ls_dataset *train, const ls_dataset *test) {
+    ls_setting set[EX_SAME_COMMON_N + 4 + EX_SAME_EXTRA];
+    char seed[24];
+    int n = 0;
+    EX_SAME_COMMON(set, n, o, seed);
+    set[n++] = ls_setting_str("--widths", o->widths);
+    set[n++] = ls_setting_num("--blocks", o->blocks);
+    set[n++] = ls_setting_flag("--sync-bn", o->sync_bn);
+    set[n++] = ls_setting_flag("--augment", o->augment);
+    return ex_check_same_options(comm, set, n, &o->tf, &o->ck, train, test);
+}
+
 int main(int argc, char **argv) {
     options o;
     if (parse_options(argc, argv, &o) != 0) return 2;
@@ -351,6 +367,7 @@ int main(int argc, char **argv) {
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
     TRY("data", ex_check_fashion_shape(train, test));
+    TRY("options", check_same_options(comm, &o, train, test));
     if (o.augment) {
         TRY("augmentation", ls_dataset_from_bytes(train->n, train->features, train->num_classes, train->bytes,
                                                   train->lut, train->labels, &aug));

@@ -107,6 +107,11 @@ int main(int argc, char **argv) {
     TRY("training set", ls_dataset_from_arrays(n_train, FEATURES, CLASSES, x, y, &train));
     make_points(n_test, 2, x, y);
     TRY("test set", ls_dataset_from_arrays(n_test, FEATURES, CLASSES, x, y, &test));
+    /*    Every rank must run the same epochs on the same data: one given another --epochs would
+     *    wait in a collective the others never reach. (The trainer checks its own settings.) */
+    ls_setting same[2] = {ls_setting_num("--epochs", (double)epochs),
+                          ls_setting_num("the training set's size", n_train)};
+    TRY("options", ls_ddp_check_settings(comm, 2, same));
     TRY("sampler", ls_sampler_create(n_train, rank, world, 42, 1, LS_SAMPLER_PAD, &sampler));
     int64_t steps = ls_sampler_steps(sampler, batch);
 

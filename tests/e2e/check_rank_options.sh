@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# check_rank_options.sh MLP RESNET MPIRUN: 2 ranks started with different options (mpirun's
+# MPMD form, "-np 1 PROG A : -np 1 PROG B") fail at start, exit status 1, both ranks printing the
+# same line that names the option and both values, within the 60 s this script allows each run:
+# before, other --epochs or --save-every waited in a collective until LOCKSTEP_COMM_TIMEOUT (30
+# minutes), a smaller training set crashed rank 0 in MPI_Allreduce, and another --seed or --lr
+# trained silently apart. Options only rank 0 uses (--checkpoint-dir, --log-steps) may differ.
+MLP=$1 RESNET=$2 MPIRUN=$3
+set -u
+tmp=$(mktemp -d /tmp/ls_rank_opts.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail() { echo "FAIL: $*"; echo "--- last output:"; tail -n 30 "$tmp/out" 2>/dev/null; exit 1; }
+
+# two PROG ARGS0 -- ARGS1: rank 0 with ARGS0, rank 1 with ARGS1
+two() {
+    local prog=$1; shift
+    local a=() b=()
+    while [ "$1" != -- ]; do a+=("$1"); shift; done
+    shift
+    b=("$@")
+    timeout 60 "$MPIRUN" --oversubscribe --bind-to none -np 1 "$prog" "${a[@]}" : -np 1 "$prog" "${b[@]}" \
+        >"$tmp/out" 2>&1
+    rc=$?
+}
+# mismatch PROG 'LINE' ARGS0 -- ARGS1: exit 1, LINE printed by both ranks
+mismatch() {
+    local prog=$1 line=$2; shift 2
+    two "$prog" "$@"
+    [ "$rc" -ne 124 ] || fail "$(basename "$prog") $*: still running after 60 s"
+    [ "$rc" -eq 1 ] || fail "$(basename "$prog") $*: exit status $rc, expected 1"
+    local n
+    n=$(grep -cxF -- "$line" "$tmp/out")
+    [ "$n" -eq 2 ] || fail "$(basename "$prog") $*: '$line' printed $n times, expected 2 (one per rank)"
+    echo "ok: $line"
+}
+
+M=(--epochs 1 --train-limit 1000 --test-limit 200 --no-progress)
+P="fashion_mlp: options: mismatch between ranks:"
+mismatch "$MLP" "$P --epochs is 2 on rank 1 but 1 on rank 0" "${M[@]}" -- "${M[@]}" --epochs 2
+mismatch "$MLP" "$P the training set's size (--train-limit, --data-dir) is 1500 on rank 1 but 1000 on rank 0" \
+    "${M[@]}" -- "${M[@]}" --train-limit 1500
+mismatch "$MLP" "$P the test set's size (--test-limit, --data-dir) is 100 on rank 1 but 200 on rank 0" \
+    "${M[@]}" -- "${M[@]}" --test-limit 100
+mismatch "$MLP" "$P --seed is 7 on rank 1 but 42 on rank 0" "${M[@]}" -- "${M[@]}" --seed 7
+mismatch "$MLP" "$P --lr is 0.1 on rank 1 but not given on rank 0" "${M[@]}" -- "${M[@]}" --lr 0.1
+mismatch "$MLP" "$P --save-every is 3 on rank 1 but 0 on rank 0" "${M[@]}" -- "${M[@]}" --save-every 3
+mismatch "$MLP" "$P --resume is 'auto' on rank 1 but not given on rank 0" "${M[@]}" -- "${M[@]}" --resume auto
+mismatch "$MLP" "$P --shard-optimizer is not given on rank 1 but given on rank 0" \
+    "${M[@]}" --shard-optimizer -- "${M[@]}"
+mismatch "$MLP" "$P --hidden is '64' on rank 1 but '512,256' on rank 0" "${M[@]}" -- "${M[@]}" --hidden 64
+
+R=(--epochs 1 --train-limit 256 --test-limit 128 --widths 4,8,8 --no-progress)
+P="fashion_resnet: options: mismatch between ranks:"
+mismatch "$RESNET" "$P --sync-bn is given on rank 1 but not given on rank 0" "${R[@]}" -- "${R[@]}" --sync-bn
+mismatch "$RESNET" "$P --batch-size is 'auto' on rank 1 but 64 on rank 0" "${R[@]}" -- "${R[@]}" --batch-size auto
+
+# the trainer's own check, reached through the environment: the sharded optimizer's gradients
+# reduced to owners on rank 0, all-reduced on rank 1
+timeout 60 "$MPIRUN" --oversubscribe --bind-to none -np 1 "$MLP" "${M[@]}" --shard-optimizer : \
+    -np 1 -x LOCKSTEP_SHARD_REDUCE=all "$MLP" "${M[@]}" --shard-optimizer >"$tmp/out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "LOCKSTEP_SHARD_REDUCE=all on rank 1 only: exit status $rc, expected 1"
+line="fashion_mlp: trainer: mismatch between ranks: the sharded optimizer's gradient reduction (shard_reduce, LOCKSTEP_SHARD_REDUCE) is -1 on rank 1 but 1 on rank 0"
+[ "$(grep -cxF -- "$line" "$tmp/out")" -eq 2 ] || fail "LOCKSTEP_SHARD_REDUCE=all on rank 1 only: '$line' not printed by both ranks"
+echo "ok: $line"
+
+# what only rank 0 uses may differ: the run trains
+two "$MLP" "${M[@]}" --checkpoint-dir A --log-steps a.txt -- "${M[@]}" --checkpoint-dir B --log-steps b.txt
+[ "$rc" -eq 0 ] || fail "--checkpoint-dir and --log-steps differing on rank 1: exit status $rc, expected 0"
+grep -q '^epoch 1 ' "$tmp/out" || fail "--checkpoint-dir and --log-steps differing on rank 1: no epoch line"
+[ "$(wc -l <a.txt)" -eq 4 ] || fail "rank 0's --log-steps a.txt has $(wc -l <a.txt) lines, expected 4 steps"
+[ ! -e b.txt ] || fail "rank 1 wrote its --log-steps file"
+echo "PASS"
