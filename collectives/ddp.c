@@ -250,6 +250,10 @@ static const char *ls_set_value_str(const ls_set_view *v, const ls_set_view *oth
         return buf;
     }
     if (v->num != v->num) return "nan";
+    if (v->num == floor(v->num) && fabs(v->num) < 9007199254740992.0) { /* a whole number: all its digits */
+        snprintf(buf, len, "%.0f", v->num);
+        return buf;
+    }
     for (int digits = 6; digits <= 17; digits++) {
         char theirs[64];
         snprintf(buf, len, "%.*g", digits, v->num);

@@ -75,6 +75,21 @@ static void src_close(idx_src *s) {
     s->gz = NULL;
 }
 
+uint32_t ls_dataset_crc32(const ls_dataset *d) {
+    if (!d) return 0;
+    int64_t head[4] = {d->n, d->rows, d->cols, d->num_classes};
+    uLong crc = crc32_z(0L, (const Bytef *)head, sizeof head);
+    const size_t n = (size_t)(d->n > 0 ? d->n : 0), f = (size_t)(d->features > 0 ? d->features : 0);
+    if (d->bytes) {
+        crc = crc32_z(crc, d->bytes, n * f);
+        crc = crc32_z(crc, (const Bytef *)d->lut, sizeof d->lut);
+    } else if (d->images) {
+        crc = crc32_z(crc, (const Bytef *)d->images, n * f * sizeof *d->images);
+    }
+    if (d->labels) crc = crc32_z(crc, (const Bytef *)d->labels, n * sizeof *d->labels);
+    return (uint32_t)crc;
+}
+
 /* zlib's message without the "<path>: " it puts in front (we name the file ourselves). */
 static const char *gz_message(idx_src *s, int *errnum) {
     const char *msg = gzerror(s->gz, errnum);

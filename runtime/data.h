@@ -33,6 +33,12 @@ typedef struct ls_dataset {
     float lut[256];      /* with bytes: the normalized value of each byte (unused with images) */
 } ls_dataset;
 
+/* CRC32 (zlib's) of a data set's sizes, samples (its bytes and their 256 values, or its f32
+ * images) and labels: ranks that must train on the same data compare it (ls_ddp_check_settings),
+ * so a host whose files differ is found at start. 0 for NULL. About 10 ms for Fashion-MNIST's
+ * training set. */
+uint32_t ls_dataset_crc32(const ls_dataset *d);
+
 /* The contents of an IDX file: dims[0..ndim) big-endian in the file, row-major data. */
 typedef struct ls_idx {
     int ndim;        /* 1..4 */

@@ -52,6 +52,9 @@ ls_status ex_check_same_options(ls_comm *comm, ls_setting *set, int n, const ex_
     set[n++] = ls_setting_str("--resume", ck->resume);
     set[n++] = ls_setting_num("the training set's size (--train-limit, --data-dir)", (double)train->n);
     set[n++] = ls_setting_num("the test set's size (--test-limit, --data-dir)", (double)test->n);
+    /* the same sizes from other files (another host's --data-dir) */
+    set[n++] = ls_setting_num("the training set's CRC32 (its files in --data-dir)", ls_dataset_crc32(train));
+    set[n++] = ls_setting_num("the test set's CRC32 (its files in --data-dir)", ls_dataset_crc32(test));
     return ls_ddp_check_settings(comm, n, set);
 }
 

@@ -84,7 +84,7 @@ enum {
 #define EX_HELP_SAME_OPTIONS(extra)                                                                                    \
     "Several ranks: each must be given the same options, but for those only rank 0 uses\n"                             \
     "(--checkpoint-dir, --keep-last, --log-steps, --metrics, --dump-params, --progress) and --device,\n"               \
-    "--data-dir" extra ". The ranks compare those that shape the training, and the data sets' sizes, at\n"             \
+    "--data-dir" extra ". The ranks compare those that shape the training, and the data they read, at\n"               \
     "start: a difference stops every rank with an error that names it (\"--epochs is 2 on rank 1 but 1\n"              \
     "on rank 0\") rather than a hang or ranks that train apart.\n"
 
@@ -123,9 +123,9 @@ int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o);
  * smaller data set or another seed would wait in a collective the others never reach, or train on
  * other samples, silently. set[0..n) holds the program's own flags, with room for EX_SAME_EXTRA
  * more: the shared flags (tf; of these, --max-steps, --save-every, --save-async and --resume: the
- * others only rank 0 uses) and the data sets' sizes are added, and all compared with rank 0's
+ * others only rank 0 uses) and the data sets' sizes and CRC32s are added, and all compared with rank 0's
  * (ls_ddp_check_settings: LS_ERR_MISMATCH on every rank, "--epochs is 2 on rank 1 but 1 on rank 0"). */
-#define EX_SAME_EXTRA (EX_TRAIN_SETTINGS + 6)
+#define EX_SAME_EXTRA (EX_TRAIN_SETTINGS + 8)
 /* The flags both programs have, appended to set[n++] from an options struct o that names them
  * alike (batch 0: auto); seed: 24 bytes (ex_setting_seed). EX_SAME_COMMON_N of them. */
 #define EX_SAME_COMMON_N 13

@@ -108,6 +108,9 @@ static void check_settings(void) {
     expect_settings_mismatch(4, set, want);
     set[1] = ls_setting_num("--lr", 0.05);
     expect_settings_mismatch(4, set, "--batch-size is 64 on rank 1 but 128 on rank 0");
+    /* whole numbers in all their digits */
+    ls_setting crc[1] = {ls_setting_num("a CRC32", R == 1 ? 3603540000.0 : 528641000.0)};
+    expect_settings_mismatch(1, crc, "a CRC32 is 3603540000 on rank 1 but 528641000 on rank 0");
 
     /* strings, not given, flags */
     ls_setting str[3] = {ls_setting_str("--optimizer", R == 1 ? "adamw" : "sgd"),

@@ -92,6 +92,30 @@ int main(void) {
     }
 
     /* a set of bytes: gathers lut[byte], as the threaded gather and the set made f32 do */
+    { /* ls_dataset_crc32: equal for equal sets, another for a byte, a byte's value, a label, a size */
+        uint8_t by[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+        int32_t lb[4] = {0, 1, 2, 1};
+        float lut[256];
+        for (int v = 0; v < 256; v++) lut[v] = (float)v / 255.0f;
+        ls_dataset *x[6] = {NULL};
+        LS_REQUIRE_OK(ls_dataset_from_bytes(4, 3, 3, by, lut, lb, &x[0]));
+        LS_REQUIRE_OK(ls_dataset_from_bytes(4, 3, 3, by, lut, lb, &x[1]));
+        by[7] = 200;
+        LS_REQUIRE_OK(ls_dataset_from_bytes(4, 3, 3, by, lut, lb, &x[2]));
+        by[7] = 7, lut[7] = 0.5f;
+        LS_REQUIRE_OK(ls_dataset_from_bytes(4, 3, 3, by, lut, lb, &x[3]));
+        lut[7] = 7 / 255.0f, lb[3] = 2;
+        LS_REQUIRE_OK(ls_dataset_from_bytes(4, 3, 3, by, lut, lb, &x[4]));
+        lb[3] = 1;
+        LS_REQUIRE_OK(ls_dataset_from_bytes(3, 3, 3, by, lut, lb, &x[5]));
+        const uint32_t c0 = ls_dataset_crc32(x[0]);
+        LS_EXPECT(c0 == ls_dataset_crc32(x[1]) && c0 != 0);
+        for (int i = 2; i < 6; i++) LS_EXPECT(ls_dataset_crc32(x[i]) != c0);
+        LS_REQUIRE_OK(ls_dataset_to_f32(x[1])); /* the same values stored as f32: the stored form counts */
+        LS_EXPECT(ls_dataset_crc32(x[1]) != c0 && ls_dataset_crc32(x[1]) == ls_dataset_crc32(x[1]));
+        LS_EXPECT(ls_dataset_crc32(NULL) == 0);
+        for (int i = 0; i < 6; i++) ls_dataset_destroy(x[i]);
+    }
     {
         int64_t n = 3000, f = 784;
         uint8_t *by = malloc((size_t)(n * f));

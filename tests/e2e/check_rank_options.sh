@@ -4,7 +4,8 @@
 # same line that names the option and both values, within the 60 s this script allows each run:
 # before, other --epochs or --save-every waited in a collective until LOCKSTEP_COMM_TIMEOUT (30
 # minutes), a smaller training set crashed rank 0 in MPI_Allreduce, and another --seed or --lr
-# trained silently apart. Options only rank 0 uses (--checkpoint-dir, --log-steps) may differ.
+# trained silently apart; a --data-dir whose files differ (one test label) is found by the data sets'
+# CRC32. Options only rank 0 uses (--checkpoint-dir, --log-steps) may differ.
 MLP=$1 RESNET=$2 MPIRUN=$3
 set -u
 tmp=$(mktemp -d /tmp/ls_rank_opts.XXXXXX)
@@ -50,6 +51,22 @@ mismatch "$MLP" "$P --resume is 'auto' on rank 1 but not given on rank 0" "${M[@
 mismatch "$MLP" "$P --shard-optimizer is not given on rank 1 but given on rank 0" \
     "${M[@]}" --shard-optimizer -- "${M[@]}"
 mismatch "$MLP" "$P --hidden is '64' on rank 1 but '512,256' on rank 0" "${M[@]}" -- "${M[@]}" --hidden 64
+
+# the same sizes read from other files (another host's --data-dir): one test label changed
+src=${LOCKSTEP_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+mkdir other && cp "$src"/*-ubyte.gz other/ || fail "cannot copy the data set from $src"
+python3 - other/t10k-labels-idx1-ubyte.gz <<'PY' || fail "cannot rewrite other/t10k-labels-idx1-ubyte.gz"
+import gzip, sys
+b = bytearray(gzip.open(sys.argv[1]).read())
+b[8] = (b[8] + 1) % 10  # the first label
+with gzip.open(sys.argv[1], "wb") as f:
+    f.write(b)
+PY
+two "$MLP" "${M[@]}" -- "${M[@]}" --data-dir other
+[ "$rc" -eq 1 ] || fail "--data-dir with one other label on rank 1: exit status $rc, expected 1"
+line="fashion_mlp: options: mismatch between ranks: the test set's CRC32 \\(its files in --data-dir\\) is [0-9]+ on rank 1 but [0-9]+ on rank 0"
+[ "$(grep -cxE -- "$line" "$tmp/out")" -eq 2 ] || fail "--data-dir with one other label on rank 1: no '$line' from both ranks"
+echo "ok: $(grep -m1 -xE -- "$line" "$tmp/out")"
 
 R=(--epochs 1 --train-limit 256 --test-limit 128 --widths 4,8,8 --no-progress)
 P="fashion_resnet: options: mismatch between ranks:"
