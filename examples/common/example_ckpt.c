@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cnn.h"
 #include "device.h"
@@ -150,6 +151,15 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
         if (c->last_saved >= 0) LS_CHECK(ex_truncate_step_file(o->log_steps, c->last_saved, "--log-steps"));
         c->step_log = fopen(o->log_steps, c->last_saved >= 0 ? "a" : "w");
         if (!c->step_log) return ls_error(LS_ERR_IO, "cannot open '%s' for writing", o->log_steps);
+    }
+    if (o->dump_params && ls_comm_rank(comm) == 0) { /* written after training: found out now, not then */
+        c->what = "--dump-params";
+        struct stat sb;
+        const int existed = stat(o->dump_params, &sb) == 0;
+        FILE *f = fopen(o->dump_params, "ab");
+        if (!f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", o->dump_params, strerror(errno));
+        fclose(f);
+        if (!existed) unlink(o->dump_params);
     }
     c->what = "signal handlers";
     LS_CHECK(ls_preempt_install());

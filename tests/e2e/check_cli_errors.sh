@@ -76,6 +76,13 @@ refused "this rank's 100 training samples are fewer than a step's 128 (--batch-s
     "$mlp" --train-limit 100 --test-limit 100 --sampler drop-last --no-progress
 refused "--log-steps: I/O error: cannot write '/dev/full': No space left on device" "$mlp" "${small[@]}" --log-steps /dev/full
 refused "--metrics: I/O error: cannot write '/dev/full': No space left on device" "$mlp" "${small[@]}" --metrics /dev/full
+# --dump-params is written after training: a path that cannot be written is found before it
+out=$("$mlp" "${small[@]}" --dump-params /nonexistent-dir/p.bin 2>&1)
+[ $? -eq 1 ] || fail "--dump-params /nonexistent-dir/p.bin: not exit 1"
+grep -qF -- "--dump-params: I/O error: cannot open '/nonexistent-dir/p.bin' for writing: No such file or directory" \
+    <<<"$out" || fail "--dump-params /nonexistent-dir/p.bin: $(tail -n 2 <<<"$out")"
+! grep -q '^epoch ' <<<"$out" || fail "--dump-params /nonexistent-dir/p.bin: refused only after training"
+echo "refused (1) before training: --dump-params /nonexistent-dir/p.bin"
 refused "LOCKSTEP_GRAD_COMPRESS=garbage: expected none, fp16 or bf16" env LOCKSTEP_GRAD_COMPRESS=garbage "$mlp" "${small[@]}"
 refused "trainer: invalid argument: LOCKSTEP_SHARD_REDUCE='sideways': expected owner" env LOCKSTEP_SHARD_REDUCE=sideways \
     "$mlp" "${small[@]}"
