@@ -1209,10 +1209,14 @@ static int ls_mpi_query_cuda_aware(void) {
  * where it is not set: then 16 MiB where every rank is on this node (shared memory: parts keep Open
  * MPI's temporary buffers under glibc's mmap threshold) and 1 MiB where the ranks span nodes (over
  * TCP, parts of 1 MiB reach 87% of a 1 Gbit/s link against 53% for 16 MiB: docs/performance.md).
- * Parts of different sizes would pair different MPI calls, so the ranks agree on the smallest. The
- * same exchange carries `failed` (this rank refused its settings): then every rank fails, the
- * others with LS_ERR_COMM, instead of waiting for it. Collective: every rank calls this. */
-static ls_status ls_mpi_agree_chunk(ls_mpi_state *st, size_t given, const char *text, int failed) {
+ * Parts of different sizes would pair different MPI calls, so the ranks agree on the smallest. So
+ * with the progress: *threaded (this rank's wish, LOCKSTEP_MPI_PROGRESS and MPI's thread level)
+ * becomes 0 on every rank where any rank is not threaded, since MPI never pairs the blocking
+ * collectives of the communication thread with the nonblocking ones of the other mode (the ranks
+ * waited for each other forever). The same exchange carries `failed` (this rank refused its
+ * settings): then every rank fails, the others with LS_ERR_COMM, instead of waiting for it.
+ * Collective: every rank calls this. */
+static ls_status ls_mpi_agree_chunk(ls_mpi_state *st, size_t given, const char *text, int failed, int *threaded) {
     size_t chunk = given;
     if (st->world == 1) {
         st->chunk = given == (size_t)-1 ? LS_MPI_CHUNK_NODE : given;
@@ -1226,10 +1230,12 @@ static ls_status ls_mpi_agree_chunk(ls_mpi_state *st, size_t given, const char *
     MPI_Comm_free(&node);
     st->spans_nodes = node_size < st->world;
     if (given == (size_t)-1) chunk = st->spans_nodes ? LS_MPI_CHUNK_NET : LS_MPI_CHUNK_NODE;
-    /* the smallest size (0, no limit, is the largest) and whether any rank failed (0) */
-    unsigned long long mine[2] = {chunk ? (unsigned long long)chunk : ULLONG_MAX, failed ? 0ULL : 1ULL};
-    unsigned long long agreed[2] = {0, 0};
-    rc = MPI_Allreduce(mine, agreed, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, st->comm);
+    /* the smallest size (0, no limit, is the largest), whether any rank failed (0), and whether any
+     * rank has nonblocking progress (0) */
+    unsigned long long mine[3] = {chunk ? (unsigned long long)chunk : ULLONG_MAX, failed ? 0ULL : 1ULL,
+                                  *threaded ? 1ULL : 0ULL};
+    unsigned long long agreed[3] = {0, 0, 0};
+    rc = MPI_Allreduce(mine, agreed, 3, MPI_UNSIGNED_LONG_LONG, MPI_MIN, st->comm);
     if (rc != MPI_SUCCESS) return ls_mpi_error(rc, "MPI_Allreduce (agreeing on the all-reduce part size)");
     if (failed) return LS_OK; /* the caller reports its own error */
     if (!agreed[1])
@@ -1239,6 +1245,10 @@ static ls_status ls_mpi_agree_chunk(ls_mpi_state *st, size_t given, const char *
     if (agreed[0] != mine[0])
         LS_LOG_W("LOCKSTEP_MPI_CHUNK differs between ranks (here %s, %zu bytes): all use the smallest, %zu bytes",
                  text ? text : "unset", chunk, st->chunk);
+    if (agreed[2] != mine[2])
+        LS_LOG_W("the MPI progress differs between ranks (here thread, elsewhere nonblocking: "
+                 "LOCKSTEP_MPI_PROGRESS, or an MPI without MPI_THREAD_MULTIPLE): all use nonblocking");
+    *threaded = agreed[2] != 0;
     return LS_OK;
 }
 
@@ -1317,13 +1327,14 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
     MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(st->comm, &st->rank);
     MPI_Comm_size(st->comm, &st->world);
-    s = ls_mpi_agree_chunk(st, chunk_given && refused == LS_OK ? chunk : (size_t)-1, ch, refused != LS_OK);
+    int threaded = want_thread && level >= MPI_THREAD_MULTIPLE;
+    s = ls_mpi_agree_chunk(st, chunk_given && refused == LS_OK ? chunk : (size_t)-1, ch, refused != LS_OK, &threaded);
     if (s == LS_OK && refused != LS_OK) s = ls_error(refused, "%s", refused_msg);
     if (s != LS_OK) goto fail;
     st->window = window >= 0 ? (int)window : st->spans_nodes ? LS_MPI_WINDOW_NET : LS_MPI_WINDOW_NODE;
     st->cuda_aware = env->device.type != LS_DEVICE_CPU && ls_mpi_query_cuda_aware();
-    st->threaded = want_thread && level >= MPI_THREAD_MULTIPLE;
-    if (want_thread && !st->threaded && prog && *prog)
+    st->threaded = threaded;
+    if (want_thread && level < MPI_THREAD_MULTIPLE && prog && *prog)
         LS_LOG_W("LOCKSTEP_MPI_PROGRESS=thread needs MPI_THREAD_MULTIPLE; this MPI gives level %d: "
                  "using nonblocking progress",
                  level);
