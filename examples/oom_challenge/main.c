@@ -47,6 +47,9 @@ static void usage(FILE *f) {
                "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
                "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
                "  -h, --help            this text\n\n"
+               "Several ranks (lockstep-run) run the same configurations and must be given the same options\n"
+               "but --device: they compare them at start, and a difference stops every rank with an error\n"
+               "that names it.\n"
                "Exit status: 0 when the first configuration runs out of memory and every remedy fits the cap,\n"
                "2 for a bad flag, 1 otherwise.\n");
 }
@@ -261,6 +264,19 @@ int main(int argc, char **argv) {
                                           "activation memory), or --checkpoint-activations (recompute activations "
                                           "in backward)");
     int64_t small = o.small_batch ? o.small_batch : (o.batch / 4 > 0 ? o.batch / 4 : 1);
+    /* every rank must run the same configurations: other ones would meet in other collectives */
+    ls_setting same[] = {ls_setting_num("--memory-cap (bytes)", (double)cap),
+                         ls_setting_num("--batch-size", (double)o.batch),
+                         ls_setting_num("--small-batch", (double)small),
+                         ls_setting_str("--precision", o.precision),
+                         ls_setting_num("--checkpoint-activations", o.segments),
+                         ls_setting_str("--widths", o.widths),
+                         ls_setting_num("--blocks", o.blocks),
+                         ls_setting_num("--image-size", (double)o.image),
+                         ls_setting_num("--steps", o.steps),
+                         ls_setting_flag("--measure-baseline", o.measure)};
+    what = "options";
+    if ((s = ls_ddp_check_settings(comm, (int)(sizeof same / sizeof same[0]), same)) != LS_OK) goto fail;
     /* synthetic images and labels, one batch's worth */
     int64_t feat = su.model.in_channels * su.model.in_h * su.model.in_w, n = o.batch;
     img = malloc(sizeof *img * (size_t)(n * feat));

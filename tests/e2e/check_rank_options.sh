@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# check_rank_options.sh MLP RESNET MPIRUN: 2 ranks started with different options (mpirun's
+# check_rank_options.sh MLP RESNET OOM MPIRUN: 2 ranks started with different options (mpirun's
 # MPMD form, "-np 1 PROG A : -np 1 PROG B") fail at start, exit status 1, both ranks printing the
 # same line that names the option and both values, within the 60 s this script allows each run:
 # before, other --epochs or --save-every waited in a collective until LOCKSTEP_COMM_TIMEOUT (30
-# minutes), a smaller training set crashed rank 0 in MPI_Allreduce, and another --seed or --lr
+# minutes), a smaller training set (or another oom_challenge --memory-cap) failed in MPI_Allreduce
+# with MPI_ERR_TRUNCATE (rank 0 then crashed), and another --seed or --lr
 # trained silently apart; a --data-dir whose files differ (one test label) is found by the data sets'
 # CRC32. Options only rank 0 uses (--checkpoint-dir, --log-steps) may differ.
-MLP=$1 RESNET=$2 MPIRUN=$3
+MLP=$1 RESNET=$2 OOM=$3 MPIRUN=$4
 set -u
 tmp=$(mktemp -d /tmp/ls_rank_opts.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -72,6 +73,12 @@ R=(--epochs 1 --train-limit 256 --test-limit 128 --widths 4,8,8 --no-progress)
 P="fashion_resnet: options: mismatch between ranks:"
 mismatch "$RESNET" "$P --sync-bn is given on rank 1 but not given on rank 0" "${R[@]}" -- "${R[@]}" --sync-bn
 mismatch "$RESNET" "$P --batch-size is 'auto' on rank 1 but 64 on rank 0" "${R[@]}" -- "${R[@]}" --batch-size auto
+
+O=(--widths 4,8 --blocks 1 --batch-size 32 --memory-cap 4MiB)
+P="oom_challenge: options: mismatch between ranks:"
+mismatch "$OOM" "$P --memory-cap (bytes) is 67108864 on rank 1 but 4194304 on rank 0" \
+    "${O[@]}" -- "${O[@]}" --memory-cap 64MiB
+mismatch "$OOM" "$P --steps is 3 on rank 1 but 2 on rank 0" "${O[@]}" -- "${O[@]}" --steps 3
 
 # the trainer's own check, reached through the environment: the sharded optimizer's gradients
 # reduced to owners on rank 0, all-reduced on rank 1
