@@ -194,6 +194,7 @@ ls_status ls_ddp_average_metrics(ls_comm *c, double *vals, int n) {
 /* ---- settings every rank must share ---- */
 
 #define LS_SET_TEXT 112
+#define LS_SET_NAME 160
 
 static uint64_t ls_fnv(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -222,7 +223,7 @@ static void ls_set_keys(const ls_setting *s, uint64_t key[2]) {
 typedef struct ls_set_view {
     double num;
     int32_t kind, has_str;
-    char name[LS_SIG_NAME];
+    char name[LS_SET_NAME];
     char str[LS_SET_TEXT];
 } ls_set_view;
 
