@@ -131,7 +131,7 @@ int main(void) {
            "the sharded optimizer's gradient reduction (shard_reduce, LOCKSTEP_SHARD_REDUCE) is -1 on rank %d but 1 "
            "on rank 0");
 
-    /* equal settings: the trainer is made and trains, the same loss on every rank */
+    /* equal settings: the trainer is made and takes a step */
     run r;
     LS_REQUIRE_OK(make(NULL, NULL, &r));
     int32_t y[64];
