@@ -454,13 +454,67 @@ static ls_status broadcast_dropout_seeds(ls_comm *comm, ls_module *model) {
     return s;
 }
 
+/* The model's layers in order, Sequential and Checkpoint looked through (nesting Sequentials and
+ * activation checkpointing do not change the math): each leaf "Kind" ("Dropout(p=P)" for a
+ * Dropout), another container as "Kind[", its branches apart by "|", and "]". out NULL: counts
+ * only. Returns the count so far. */
+typedef char layer_desc[48];
+static int model_layers(const ls_module *m, layer_desc *out, int at) {
+    if (!m) return at;
+    const char *kind = m->vt->kind;
+    const int flat = !strcmp(kind, "Sequential") || !strcmp(kind, "Checkpoint");
+    if (!flat) {
+        if (out && !strcmp(kind, "Dropout"))
+            snprintf(out[at], sizeof out[at], "Dropout(p=%.9g)", (double)m->p);
+        else if (out)
+            snprintf(out[at], sizeof out[at], "%s%s", kind, m->n_children > 0 ? "[" : "");
+        at++;
+    }
+    for (int i = 0; i < m->n_children; i++) {
+        if (!flat && i > 0) {
+            if (out) snprintf(out[at], sizeof out[at], "|");
+            at++;
+        }
+        at = model_layers(m->children[i], out, at);
+    }
+    if (!flat && m->n_children > 0) {
+        if (out) snprintf(out[at], sizeof out[at], "]");
+        at++;
+    }
+    return at;
+}
+
+/* The second half of check_settings: each layer of the model (the counts agree by then). */
+static ls_status check_layers(ls_comm *comm, const ls_module *model, int nl) {
+    layer_desc *desc = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *desc);
+    char(*names)[48] = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *names);
+    ls_setting *set = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *set);
+    int32_t ok = desc && names && set;
+    ls_status s = ls_comm_allreduce_host(comm, &ok, 1, LS_I32, LS_REDUCE_MIN);
+    if (s == LS_OK && !ok)
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "%s no memory to compare the model's layers",
+                     desc && names && set ? "a rank had" : "this rank has");
+    if (s == LS_OK) {
+        model_layers(model, desc, 0);
+        for (int i = 0; i < nl; i++) {
+            snprintf(names[i], sizeof names[i], "entry %d of the model's layers", i);
+            set[i] = ls_setting_str(names[i], desc[i]);
+        }
+        s = ls_ddp_check_settings(comm, nl, set);
+    }
+    free(desc);
+    free(names);
+    free(set);
+    return s;
+}
+
 /* Every rank must train with the same settings: a rank with another batch, schedule, precision or
  * optimizer would take other steps (or wait in a collective the others never reach), silently.
- * The trainer's config, the optimizer's and each parameter's weight decay, compared with rank 0's
- * (ls_ddp_check_settings). */
+ * The trainer's config, the optimizer's, each parameter's weight decay and the model's layers,
+ * compared with rank 0's (ls_ddp_check_settings). */
 static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
                                 int shard_mode) {
-    enum { N_FIXED = 22 };
+    enum { N_FIXED = 23 };
     const int np = ls_module_num_params(model);
     ls_setting *set = malloc((size_t)(N_FIXED + np) * sizeof *set);
     char(*names)[128] = malloc((size_t)(np > 0 ? np : 1) * sizeof *names);
@@ -500,6 +554,10 @@ static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *o
     set[n++] = ls_setting_num("the optimizer's beta2", oc.beta2);
     set[n++] = ls_setting_num("the optimizer's eps", oc.eps);
     set[n++] = ls_setting_num("the optimizer's no_decay_1d", oc.no_decay_1d);
+    /* the layers: their count here, each after (the same parameters may hide another activation or
+     * dropout; before the decays, whose names number the layers) */
+    const int nl = model_layers(model, NULL, 0);
+    set[n++] = ls_setting_num("the model's number of layers (activations, Dropouts, branches included)", nl);
     for (int i = 0; i < np; i++) {
         const char *pn = ls_module_param_name(model, i);
         snprintf(names[i], sizeof names[i], "the weight decay of parameter %d (%s)", i, pn ? pn : "unnamed");
@@ -508,7 +566,7 @@ static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *o
     s = ls_ddp_check_settings(comm, n, set);
     free(set);
     free(names);
-    return s;
+    return s == LS_OK ? check_layers(comm, model, nl) : s;
 }
 
 ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,

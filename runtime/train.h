@@ -67,10 +67,11 @@ typedef struct ls_trainer ls_trainer;
 
 /* comm may be NULL (single process). Broadcasts rank 0's parameters, buffers (BatchNorm's
  * running statistics) and dropout seeds, and checks that every rank has the same model (parameter
- * count, shapes, dtypes, number of Dropouts) and the same settings (cfg's batch, accumulation,
- * schedule, clipping, precision, label smoothing and shard reduction; the optimizer's kind,
- * hyperparameters, sharding and each parameter's weight decay: LS_ERR_MISMATCH on every rank,
- * naming the first difference, ls_ddp_check_settings) before the first step. With LOCKSTEP_TIMELINE set (and cfg->no_timeline 0) the first
+ * count, shapes, dtypes; its layers in order, activations and each Dropout's p included, nested
+ * Sequentials and activation checkpointing looked through) and the same settings (cfg's batch,
+ * accumulation, schedule, clipping, precision, label smoothing and shard reduction; the
+ * optimizer's kind, hyperparameters, sharding and each parameter's weight decay): LS_ERR_MISMATCH
+ * on every rank, naming the first difference (ls_ddp_check_settings), before the first step. With LOCKSTEP_TIMELINE set (and cfg->no_timeline 0) the first
  * trainer opens this rank's timeline (timeline.h), which stays open, collecting the spans of every
  * later trainer too, until ls_timeline_close or the process exits. With several ranks the
  * model's gradients move into the reducer's buckets (reducer.h: gradients as bucket views, unless

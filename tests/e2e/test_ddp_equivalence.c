@@ -265,8 +265,10 @@ int main(int argc, char **argv) {
         tc.batch_per_rank = 4;
         tc.accum_steps = 1;
         tc.lr = (ls_lr_schedule){0.1f, 0, 0, 0, LS_LR_CONSTANT};
+        /* the layers' comparison finds it (before the dropout seeds' count did) */
         LS_EXPECT_ERR(ls_trainer_create(C, W, r.m, r.o, &tc, &r.t), LS_ERR_MISMATCH,
-                      "the ranks' models hold different numbers of Dropouts (0 to 1)");
+                      "the model's number of layers (activations, Dropouts, branches included) is 1 on rank 1 but 2 "
+                      "on rank 0");
         ls_optimizer_destroy(r.o);
         ls_module_destroy(r.m);
     }

@@ -1,7 +1,8 @@
 /* test_rank_settings.c: ls_trainer_create compares the training settings across ranks. A rank
  * whose trainer or optimizer is configured otherwise (batch, accumulation, schedule, clipping,
  * precision, label smoothing, the optimizer's kind and hyperparameters, a parameter's own weight
- * decay, sharding and its reduction) makes EVERY rank's create fail with LS_ERR_MISMATCH naming the
+ * decay, sharding and its reduction, its model's layers where the parameters agree: an activation,
+ * a dropout) makes EVERY rank's create fail with LS_ERR_MISMATCH naming the
  * setting and both values, instead of training apart or waiting in a collective the others never
  * reach; the ranks then agree again, and a trainer of equal settings trains. Run alone (every
  * check passes trivially) and under mpirun with 2 and 3 ranks (the last rank differs). */
@@ -31,10 +32,21 @@ typedef struct run {
  * the last rank only (either may be NULL). */
 typedef void (*tweak_fn)(ls_train_config *tc, ls_optim_config *oc, int *decay_param);
 
+/* The model's build on every rank, and on the last (ReLU, no dropout, no activation checkpointing
+ * unless set). */
+typedef struct arch {
+    ls_act act;
+    float dropout;
+    int segments;
+} arch;
+static arch all_arch, last_arch;
+
 static ls_status make(tweak_fn all, tweak_fn last, run *r) {
     memset(r, 0, sizeof *r);
     int64_t sizes[3] = {12, 40, 10};
-    LS_REQUIRE_OK(ls_mlp_create(X, LS_F32, 3, sizes, LS_ACT_RELU, 77, &r->m));
+    const arch a = R == W - 1 ? last_arch : all_arch;
+    LS_REQUIRE_OK(ls_mlp_create_dropout(X, LS_F32, 3, sizes, a.act, a.dropout, 77, &r->m));
+    if (a.segments) LS_REQUIRE_OK(ls_checkpoint_sequential(r->m, a.segments, &r->m));
     ls_tensor *pa[4], *ga[4];
     for (int i = 0; i < 4; i++) {
         pa[i] = ls_module_param(r->m, i);
@@ -130,6 +142,24 @@ int main(void) {
     expect(shard, reduce_all,
            "the sharded optimizer's gradient reduction (shard_reduce, LOCKSTEP_SHARD_REDUCE) is -1 on rank %d but 1 "
            "on rank 0");
+
+    /* the same parameters, other layers: an activation, a dropout, one more dropout */
+    last_arch.act = LS_ACT_GELU;
+    expect(NULL, NULL, "entry 1 of the model's layers is 'GELU' on rank %d but 'ReLU' on rank 0");
+    all_arch.dropout = 0.25f, last_arch = all_arch, last_arch.dropout = 0.5f;
+    expect(NULL, NULL, "entry 2 of the model's layers is 'Dropout(p=0.5)' on rank %d but 'Dropout(p=0.25)' on rank 0");
+    all_arch.dropout = 0, last_arch.dropout = 0.25f;
+    expect(NULL, NULL,
+           "the model's number of layers (activations, Dropouts, branches included) is 4 on rank %d but 3 on "
+           "rank 0");
+    /* activation checkpointing on one rank only is the same math: the trainer is made */
+    last_arch = all_arch, last_arch.segments = 2;
+    {
+        run rc;
+        LS_REQUIRE_OK(make(NULL, NULL, &rc));
+        drop(&rc);
+    }
+    last_arch = all_arch;
 
     /* equal settings: the trainer is made and takes a step */
     run r;
