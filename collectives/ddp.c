@@ -209,9 +209,9 @@ static double ls_set_num(double v) { return v != v ? NAN : v == 0 ? 0.0 : v; }
 static void ls_set_keys(const ls_setting *s, uint64_t key[2]) {
     const uint64_t basis = 14695981039346656037ull;
     key[0] = ls_fnv(basis, s->name ? s->name : "", s->name ? strlen(s->name) : 0);
-    if (s->kind == 1) {
+    if (s->kind == LS_SETTING_STR) {
         key[1] = s->str ? ls_fnv(ls_fnv(basis, "s", 1), s->str, strlen(s->str)) : ls_fnv(basis, "0", 1);
-    } else if (s->kind == 2) {
+    } else if (s->kind == LS_SETTING_FLAG) {
         key[1] = ls_fnv(basis, s->num != 0 ? "f1" : "f0", 2);
     } else {
         double v = ls_set_num(s->num);
@@ -230,10 +230,10 @@ typedef struct ls_set_view {
 static void ls_set_view_of(const ls_setting *s, ls_set_view *v) {
     memset(v, 0, sizeof *v);
     v->num = ls_set_num(s->num);
-    v->kind = s->kind == 1 || s->kind == 2 ? s->kind : 0;
+    v->kind = s->kind == LS_SETTING_STR || s->kind == LS_SETTING_FLAG ? (int32_t)s->kind : LS_SETTING_NUM;
     v->has_str = s->str != NULL;
     snprintf(v->name, sizeof v->name, "%s", s->name ? s->name : "");
-    if (s->kind == 1 && s->str) {
+    if (s->kind == LS_SETTING_STR && s->str) {
         size_t len = strlen(s->str);
         if (len < sizeof v->str)
             memcpy(v->str, s->str, len);
@@ -244,8 +244,8 @@ static void ls_set_view_of(const ls_setting *s, ls_set_view *v) {
 
 /* The value for an error line; a number with as many digits as it takes to tell it from other's. */
 static const char *ls_set_value_str(const ls_set_view *v, const ls_set_view *other, char *buf, size_t len) {
-    if (v->kind == 2) return v->num != 0 ? "given" : "not given";
-    if (v->kind == 1) {
+    if (v->kind == LS_SETTING_FLAG) return v->num != 0 ? "given" : "not given";
+    if (v->kind == LS_SETTING_STR) {
         if (!v->has_str) return "not given";
         snprintf(buf, len, "'%s'", v->str);
         return buf;
@@ -258,7 +258,7 @@ static const char *ls_set_value_str(const ls_set_view *v, const ls_set_view *oth
     for (int digits = 6; digits <= 17; digits++) {
         char theirs[64];
         snprintf(buf, len, "%.*g", digits, v->num);
-        if (other->kind != 0 || other->num != other->num) break;
+        if (other->kind != LS_SETTING_NUM || other->num != other->num) break;
         snprintf(theirs, sizeof theirs, "%.*g", digits, other->num);
         if (strcmp(buf, theirs) != 0) break;
     }

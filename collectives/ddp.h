@@ -28,25 +28,26 @@ ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, co
  * differing rank's. Fixed-size exchanges only, so it cannot hang on a mismatch. */
 ls_status ls_ddp_check_signature(ls_comm *c, int n, ls_tensor *const *params, const char *const *names);
 
-/* One setting every rank must share (ls_ddp_check_settings): kind 0 a number (num), 1 a string
- * (str; NULL: not given), 2 a command-line flag (num != 0: given). name is how an error names it
- * ("--epochs", "the optimizer's lr"). */
+/* One setting every rank must share (ls_ddp_check_settings): a number (num), a string (str; NULL:
+ * not given) or a command-line flag (num != 0: given). name is how an error names it ("--epochs",
+ * "the optimizer's lr"). */
+typedef enum ls_setting_kind { LS_SETTING_NUM = 0, LS_SETTING_STR = 1, LS_SETTING_FLAG = 2 } ls_setting_kind;
 typedef struct ls_setting {
     const char *name;
     double num;
     const char *str;
-    int kind;
+    ls_setting_kind kind;
 } ls_setting;
 static inline ls_setting ls_setting_num(const char *name, double value) {
-    ls_setting s = {name, value, NULL, 0};
+    ls_setting s = {name, value, NULL, LS_SETTING_NUM};
     return s;
 }
 static inline ls_setting ls_setting_str(const char *name, const char *value) {
-    ls_setting s = {name, 0, value, 1};
+    ls_setting s = {name, 0, value, LS_SETTING_STR};
     return s;
 }
 static inline ls_setting ls_setting_flag(const char *name, int given) {
-    ls_setting s = {name, given != 0, NULL, 2};
+    ls_setting s = {name, given != 0, NULL, LS_SETTING_FLAG};
     return s;
 }
 

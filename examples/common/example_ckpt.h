@@ -122,9 +122,10 @@ int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o);
 /* Every rank must be given the same options and read the same data: a rank with other epochs, a
  * smaller data set or another seed would wait in a collective the others never reach, or train on
  * other samples, silently. set[0..n) holds the program's own flags, with room for EX_SAME_EXTRA
- * more: the shared flags (tf; of these, --max-steps, --save-every, --save-async and --resume: the
- * others only rank 0 uses) and the data sets' sizes and CRC32s are added, and all compared with rank 0's
- * (ls_ddp_check_settings: LS_ERR_MISMATCH on every rank, "--epochs is 2 on rank 1 but 1 on rank 0"). */
+ * more, which this adds: the shared training flags (tf), the checkpoint flags that change the run
+ * (--max-steps, --save-every, --save-async, --resume; the others only rank 0 uses), and each data
+ * set's size and CRC32. All are compared with rank 0's (ls_ddp_check_settings: LS_ERR_MISMATCH on
+ * every rank, "--epochs is 2 on rank 1 but 1 on rank 0"). */
 #define EX_SAME_EXTRA (EX_TRAIN_SETTINGS + 8)
 /* The flags both programs have, appended to set[n++] from an options struct o that names them
  * alike (batch 0: auto); seed: 24 bytes (ex_setting_seed). EX_SAME_COMMON_N of them. */

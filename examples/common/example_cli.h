@@ -160,8 +160,6 @@ int ex_train_flags_parse(const char *prog, ex_train_flags *f, int c, const char 
  * --ema-warmup only with --ema. Else LS_ERR_INVALID_ARGUMENT with *flag the flag at fault (a usage
  * error). */
 ls_status ex_train_flags_check(const ex_train_flags *f, ls_optim_kind kind, ls_lr_kind *lr_kind, const char **flag);
-/* Into the optimizer's config (--no-decay-1d, --betas, --eps; --shard-optimizer as rank of world)
- * and the trainer's (--label-smoothing, --min-lr and the schedule's kind). */
 /* The flags above as settings every rank must be given alike (ls_ddp_check_settings): writes at
  * most EX_TRAIN_SETTINGS to out, returns how many. */
 #define EX_TRAIN_SETTINGS 11
@@ -170,6 +168,8 @@ ls_setting ex_setting_given(const char *name, double v);
 /* A seed: a number (exact up to 2^53) or, above, its digits in buf (24 bytes). */
 ls_setting ex_setting_seed(const char *name, uint64_t seed, char *buf);
 int ex_train_flags_settings(const ex_train_flags *f, ls_setting *out);
+/* Into the optimizer's config (--no-decay-1d, --betas, --eps; --shard-optimizer as rank of world)
+ * and the trainer's (--label-smoothing, --min-lr and the schedule's kind). */
 void ex_train_flags_optim(const ex_train_flags *f, int rank, int world, ls_optim_config *oc);
 void ex_train_flags_train(const ex_train_flags *f, ls_lr_kind lr_kind, ls_train_config *tc);
 /* --ema: an EMA of model's weights in *out (NULL without --ema). Made before a --batch-size auto
