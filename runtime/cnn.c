@@ -122,7 +122,12 @@ static ls_status conv_backward(ls_module *m, const ls_tensor *dy, int want_dx, c
     return LS_OK;
 }
 
-static const ls_module_vt conv_vt = {"Conv2d", conv_forward, conv_backward, free_params};
+static void conv_describe(const ls_module *m, char *buf, size_t n) {
+    const conv_mod *c = (const conv_mod *)m;
+    snprintf(buf, n, "Conv2d(stride=%d, padding=%d, groups=%d)", c->stride, c->pad, c->groups);
+}
+
+static const ls_module_vt conv_vt = {"Conv2d", conv_forward, conv_backward, free_params, conv_describe};
 
 ls_status ls_conv2d_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int kernel, int stride, int pad,
                            int groups, int bias, uint64_t seed, const char *name, ls_module **out_m) {
@@ -328,7 +333,24 @@ static ls_status bn_backward(ls_module *m, const ls_tensor *dy, int want_dx, con
     return LS_OK;
 }
 
-static const ls_module_vt bn_vt = {"BatchNorm2d", bn_forward, bn_backward, bn_destroy};
+/* v with the fewest significant digits that read back to it */
+static void shortest_number(char *buf, size_t n, double v) {
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, n, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
+static void bn_describe(const ls_module *m, char *buf, size_t n) {
+    const bn_mod *b = (const bn_mod *)m;
+    char eps[32], momentum[32];
+    shortest_number(eps, sizeof eps, b->cfg.eps);
+    shortest_number(momentum, sizeof momentum, b->cfg.momentum);
+    snprintf(buf, n, "BatchNorm2d(eps=%s, momentum=%s%s%s)", eps, momentum, b->cfg.relu ? ", relu" : "",
+             b->cfg.sync ? ", sync" : "");
+}
+
+static const ls_module_vt bn_vt = {"BatchNorm2d", bn_forward, bn_backward, bn_destroy, bn_describe};
 
 ls_batchnorm_config ls_batchnorm_defaults(void) {
     ls_batchnorm_config c = {1e-5, 0.1, 0, NULL};
@@ -406,8 +428,13 @@ static ls_status pool_backward(ls_module *m, const ls_tensor *dy, int want_dx, c
     return LS_OK;
 }
 
-static const ls_module_vt maxpool_vt = {"MaxPool2d", pool_forward, pool_backward, NULL};
-static const ls_module_vt avgpool_vt = {"AvgPool2d", pool_forward, pool_backward, NULL};
+static void pool_describe(const ls_module *m, char *buf, size_t n) {
+    const pool_mod *p = (const pool_mod *)m;
+    snprintf(buf, n, "%s(kernel_size=%d, stride=%d, padding=%d)", m->vt->kind, p->kernel, p->stride, p->pad);
+}
+
+static const ls_module_vt maxpool_vt = {"MaxPool2d", pool_forward, pool_backward, NULL, pool_describe};
+static const ls_module_vt avgpool_vt = {"AvgPool2d", pool_forward, pool_backward, NULL, pool_describe};
 
 ls_status ls_pool2d_create(ls_ctx *ctx, ls_pool mode, int kernel, int stride, int pad, ls_module **out_m) {
     if ((mode != LS_POOL_MAX && mode != LS_POOL_AVG) || kernel < 1 || stride < 1 || pad < 0 || 2 * pad > kernel)
@@ -450,7 +477,7 @@ static ls_status gap_backward(ls_module *m, const ls_tensor *dy, int want_dx, co
     return LS_OK;
 }
 
-static const ls_module_vt gap_vt = {"GlobalAvgPool2d", gap_forward, gap_backward, NULL};
+static const ls_module_vt gap_vt = {"GlobalAvgPool2d", gap_forward, gap_backward, NULL, NULL};
 
 ls_status ls_global_avgpool_create(ls_ctx *ctx, ls_module **out_m) {
     return cnn_alloc(ctx, &gap_vt, 0, sizeof(ls_module), out_m);
@@ -494,8 +521,16 @@ static ls_status reshape_backward(ls_module *m, const ls_tensor *dy, int want_dx
     return LS_OK;
 }
 
-static const ls_module_vt reshape_vt = {"Reshape", reshape_forward, reshape_backward, NULL};
-static const ls_module_vt flatten_vt = {"Flatten", reshape_forward, reshape_backward, NULL};
+static void reshape_describe(const ls_module *m, char *buf, size_t n) {
+    const reshape_mod *r = (const reshape_mod *)m;
+    int at = snprintf(buf, n, "Reshape(");
+    for (int i = 0; i < r->ndim && at > 0 && (size_t)at < n; i++)
+        at += snprintf(buf + at, n - (size_t)at, "%s%lld", i ? "x" : "", (long long)r->shape[i]);
+    if (at > 0 && (size_t)at < n) snprintf(buf + at, n - (size_t)at, ")");
+}
+
+static const ls_module_vt reshape_vt = {"Reshape", reshape_forward, reshape_backward, NULL, reshape_describe};
+static const ls_module_vt flatten_vt = {"Flatten", reshape_forward, reshape_backward, NULL, NULL};
 
 ls_status ls_reshape_create(ls_ctx *ctx, int ndim, const int64_t *sample_shape, ls_module **out_m) {
     if (ndim < 1 || ndim > LS_MAX_DIMS - 1)
@@ -548,7 +583,11 @@ static ls_status cast_backward(ls_module *m, const ls_tensor *dy, int want_dx, c
     return LS_OK;
 }
 
-static const ls_module_vt cast_vt = {"Cast", cast_forward, cast_backward, NULL};
+static void cast_describe(const ls_module *m, char *buf, size_t n) {
+    snprintf(buf, n, "Cast(%s)", ls_dtype_name(((const cast_mod *)m)->to));
+}
+
+static const ls_module_vt cast_vt = {"Cast", cast_forward, cast_backward, NULL, cast_describe};
 
 ls_status ls_cast_create(ls_ctx *ctx, ls_dtype dtype, ls_module **out_m) {
     if (dtype != LS_F32 && dtype != LS_F64 && !is_lowp(dtype))
@@ -611,7 +650,11 @@ static void res_destroy(ls_module *m) {
     m->mask = NULL;
 }
 
-static const ls_module_vt res_vt = {"Residual", res_forward, res_backward, res_destroy};
+static void res_describe(const ls_module *m, char *buf, size_t n) {
+    snprintf(buf, n, "%s", ((const res_mod *)m)->relu ? "Residual(relu)" : "Residual");
+}
+
+static const ls_module_vt res_vt = {"Residual", res_forward, res_backward, res_destroy, res_describe};
 
 ls_status ls_residual_create(ls_ctx *ctx, ls_module *body, ls_module *shortcut, int relu, ls_module **out_m) {
     if (!body) {

@@ -171,7 +171,7 @@ static ls_status linear_backward(ls_module *m, const ls_tensor *dy, int want_dx,
     return LS_OK;
 }
 
-static const ls_module_vt linear_vt = {"Linear", linear_forward, linear_backward, linear_destroy};
+static const ls_module_vt linear_vt = {"Linear", linear_forward, linear_backward, linear_destroy, NULL};
 
 ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int bias, uint64_t seed,
                            const char *name, ls_module **out_m) {
@@ -250,8 +250,8 @@ static ls_status act_backward(ls_module *m, const ls_tensor *dy, int want_dx, co
     return LS_OK;
 }
 
-static const ls_module_vt relu_vt = {"ReLU", act_forward, act_backward, NULL};
-static const ls_module_vt gelu_vt = {"GELU", act_forward, act_backward, NULL};
+static const ls_module_vt relu_vt = {"ReLU", act_forward, act_backward, NULL, NULL};
+static const ls_module_vt gelu_vt = {"GELU", act_forward, act_backward, NULL, NULL};
 
 ls_status ls_activation_create(ls_ctx *ctx, ls_act act, ls_module **out_m) {
     if (act != LS_ACT_RELU && act != LS_ACT_GELU)
@@ -291,7 +291,7 @@ static void seq_destroy(ls_module *m) {
     free(m->child_first);
 }
 
-static const ls_module_vt seq_vt = {"Sequential", seq_forward, seq_backward, seq_destroy};
+static const ls_module_vt seq_vt = {"Sequential", seq_forward, seq_backward, seq_destroy, NULL};
 
 ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, ls_module **out_m) {
     LS_CHECK_ARG(out_m && n >= 0 && (children || n == 0), "ls_sequential_create: %s",
@@ -440,7 +440,11 @@ static ls_status dropout_backward(ls_module *m, const ls_tensor *dy, int want_dx
     return LS_OK;
 }
 
-static const ls_module_vt dropout_vt = {"Dropout", dropout_forward, dropout_backward, NULL};
+static void dropout_describe(const ls_module *m, char *buf, size_t n) {
+    snprintf(buf, n, "Dropout(p=%.9g)", (double)m->p);
+}
+
+static const ls_module_vt dropout_vt = {"Dropout", dropout_forward, dropout_backward, NULL, dropout_describe};
 
 ls_status ls_module_key_dropout(ls_module *m, uint64_t step, const int64_t *rows, int64_t n) {
     LS_CHECK_ARG(m, "ls_module_key_dropout: the module is NULL");
@@ -530,7 +534,7 @@ static void ckpt_destroy(ls_module *m) {
     free(m->children);
 }
 
-static const ls_module_vt ckpt_vt = {"Checkpoint", ckpt_forward, ckpt_backward, ckpt_destroy};
+static const ls_module_vt ckpt_vt = {"Checkpoint", ckpt_forward, ckpt_backward, ckpt_destroy, NULL};
 
 ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m) {
     LS_CHECK_ARG(inner && out_m, "ls_checkpoint_create: %s is NULL", !inner ? "the module" : "out");

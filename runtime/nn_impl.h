@@ -17,6 +17,10 @@ typedef struct ls_module_vt {
     ls_status (*forward)(ls_module *m, const ls_tensor *x, const ls_tensor **y);
     ls_status (*backward)(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx);
     void (*destroy)(ls_module *m);
+    /* optional: the kind and the settings that shape its math beyond the parameters' shapes, as
+     * "Conv2d(stride=2, padding=1, groups=1)", written into buf (NULL: the kind alone). Ranks
+     * compare these at ls_trainer_create. */
+    void (*describe)(const ls_module *m, char *buf, size_t n);
 } ls_module_vt;
 
 #define LS_NAME_MAX 64

@@ -455,19 +455,20 @@ static ls_status broadcast_dropout_seeds(ls_comm *comm, ls_module *model) {
 }
 
 /* The model's layers in order, Sequential and Checkpoint looked through (nesting Sequentials and
- * activation checkpointing do not change the math): each leaf "Kind" ("Dropout(p=P)" for a
- * Dropout), another container as "Kind[", its branches apart by "|", and "]". out NULL: counts
- * only. Returns the count so far. */
-typedef char layer_desc[48];
+ * activation checkpointing do not change the math): each leaf as its kind describes itself
+ * ("Dropout(p=P)", "Conv2d(stride=S, padding=P, groups=G)"), another container so and "[", its
+ * branches apart by "|", and "]". out NULL: counts only. Returns the count so far. */
+typedef char layer_desc[96];
 static int model_layers(const ls_module *m, layer_desc *out, int at) {
     if (!m) return at;
     const char *kind = m->vt->kind;
     const int flat = !strcmp(kind, "Sequential") || !strcmp(kind, "Checkpoint");
     if (!flat) {
-        if (out && !strcmp(kind, "Dropout"))
-            snprintf(out[at], sizeof out[at], "Dropout(p=%.9g)", (double)m->p);
-        else if (out)
-            snprintf(out[at], sizeof out[at], "%s%s", kind, m->n_children > 0 ? "[" : "");
+        if (out) {
+            char d[sizeof out[at] - 1] = "";
+            if (m->vt->describe) m->vt->describe(m, d, sizeof d);
+            snprintf(out[at], sizeof out[at], "%s%s", d[0] ? d : kind, m->n_children > 0 ? "[" : "");
+        }
         at++;
     }
     for (int i = 0; i < m->n_children; i++) {

@@ -67,8 +67,10 @@ typedef struct ls_trainer ls_trainer;
 
 /* comm may be NULL (single process). Broadcasts rank 0's parameters, buffers (BatchNorm's
  * running statistics) and dropout seeds, and checks that every rank has the same model (parameter
- * count, shapes, dtypes; its layers in order, activations and each Dropout's p included, nested
- * Sequentials and activation checkpointing looked through) and the same settings (cfg's batch,
+ * count, shapes, dtypes; its layers in order, activations and each Dropout's p included, and what
+ * shapes do not show, a convolution's stride, padding and groups, a batch norm's eps, momentum,
+ * fused ReLU and synchronization, a pooling window; nested Sequentials and activation
+ * checkpointing looked through) and the same settings (cfg's batch,
  * accumulation, schedule, clipping, precision, label smoothing and shard reduction; the
  * optimizer's kind, hyperparameters, sharding and each parameter's weight decay): LS_ERR_MISMATCH
  * on every rank, naming the first difference (ls_ddp_check_settings), before the first step. With LOCKSTEP_TIMELINE set (and cfg->no_timeline 0) the first

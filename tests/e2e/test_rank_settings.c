@@ -2,7 +2,8 @@
  * whose trainer or optimizer is configured otherwise (batch, accumulation, schedule, clipping,
  * precision, label smoothing, the optimizer's kind and hyperparameters, a parameter's own weight
  * decay, sharding and its reduction, its model's layers where the parameters agree: an activation,
- * a dropout) makes EVERY rank's create fail with LS_ERR_MISMATCH naming the
+ * a dropout, a convolution's stride, a batch norm's eps or synchronization, a pooling window)
+ * makes EVERY rank's create fail with LS_ERR_MISMATCH naming the
  * setting and both values, instead of training apart or waiting in a collective the others never
  * reach; the ranks then agree again, and a trainer of equal settings trains. Run alone (every
  * check passes trivially) and under mpirun with 2 and 3 ranks (the last rank differs). */
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cnn.h"
 #include "comm.h"
 #include "data.h"
 #include "mlp_run.h"
@@ -72,6 +74,45 @@ static ls_status make(tweak_fn all, tweak_fn last, run *r) {
     return ls_trainer_create(X, C, r->m, r->o, &tc, &r->t);
 }
 
+/* A small CNN on 8 x 8 images whose parameters do not depend on what varies here: Reshape,
+ * Conv2d(1 -> 4, 3 x 3), BatchNorm2d with a ReLU, a pooling window, GlobalAvgPool2d, Linear(4 -> 10). */
+typedef struct cnn_arch {
+    int stride, pool_kernel, sync;
+    double eps;
+} cnn_arch;
+static const cnn_arch cnn_default = {1, 2, 0, 1e-5};
+
+static ls_status make_cnn(cnn_arch a, run *r) {
+    memset(r, 0, sizeof *r);
+    ls_module *mods[6];
+    ls_batchnorm_config bc = ls_batchnorm_defaults();
+    bc.eps = a.eps;
+    bc.relu = 1;
+    bc.sync = a.sync ? C : NULL;
+    LS_REQUIRE_OK(ls_reshape_create(X, 3, (int64_t[]){1, 8, 8}, &mods[0]));
+    LS_REQUIRE_OK(ls_conv2d_create(X, LS_F32, 1, 4, 3, a.stride, 1, 1, 0, 5, "c", &mods[1]));
+    LS_REQUIRE_OK(ls_batchnorm2d_create(X, LS_F32, 4, &bc, "bn", &mods[2]));
+    LS_REQUIRE_OK(ls_pool2d_create(X, LS_POOL_MAX, a.pool_kernel, 2, a.pool_kernel / 2, &mods[3]));
+    LS_REQUIRE_OK(ls_global_avgpool_create(X, &mods[4]));
+    LS_REQUIRE_OK(ls_linear_create(X, LS_F32, 4, 10, 1, 6, "fc", &mods[5]));
+    LS_REQUIRE_OK(ls_sequential_create(X, 6, mods, &r->m));
+    const int np = ls_module_num_params(r->m);
+    ls_tensor *pa[8], *ga[8];
+    for (int i = 0; i < np; i++) {
+        pa[i] = ls_module_param(r->m, i);
+        ga[i] = ls_module_grad(r->m, i);
+    }
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+    LS_REQUIRE_OK(ls_optimizer_create(X, np, pa, ga, &oc, &r->o));
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = 16;
+    tc.accum_steps = 1;
+    tc.lr.base_lr = oc.lr;
+    tc.lr.total_steps = 10;
+    return ls_trainer_create(X, C, r->m, r->o, &tc, &r->t);
+}
+
 static void drop(run *r) {
     ls_trainer_destroy(r->t);
     ls_optimizer_destroy(r->o);
@@ -84,6 +125,26 @@ static void expect(tweak_fn all, tweak_fn last, const char *fmt) {
     snprintf(want, sizeof want, fmt, W - 1);
     run r;
     ls_status s = make(all, last, &r);
+    if (W == 1) {
+        LS_EXPECT(s == LS_OK);
+    } else {
+        LS_EXPECT(s == LS_ERR_MISMATCH);
+        LS_EXPECT(r.t == NULL);
+        if (strcmp(ls_last_error(), want)) {
+            fprintf(stderr, "rank %d: got      '%s'\n        expected '%s'\n", R, ls_last_error(), want);
+            ls_test_failures++;
+        }
+    }
+    drop(&r);
+    LS_REQUIRE_OK(ls_comm_barrier(C));
+}
+
+/* The CNN's create fails on every rank with want when the last rank builds last. */
+static void expect_cnn(cnn_arch last, const char *fmt) {
+    char want[512];
+    snprintf(want, sizeof want, fmt, W - 1);
+    run r;
+    ls_status s = make_cnn(R == W - 1 ? last : cnn_default, &r);
     if (W == 1) {
         LS_EXPECT(s == LS_OK);
     } else {
@@ -160,6 +221,27 @@ int main(void) {
         drop(&rc);
     }
     last_arch = all_arch;
+
+    /* a CNN's layers: what the shapes do not show (a stride, a batch norm's eps or synchronization
+     * across the ranks, which would wait in an all-reduce the others never reach, a pooling window) */
+    cnn_arch a = cnn_default;
+    a.stride = 2;
+    expect_cnn(a, "entry 1 of the model's layers is 'Conv2d(stride=2, padding=1, groups=1)' on rank %d but "
+                  "'Conv2d(stride=1, padding=1, groups=1)' on rank 0");
+    a = cnn_default, a.eps = 1e-3;
+    expect_cnn(a, "entry 2 of the model's layers is 'BatchNorm2d(eps=0.001, momentum=0.1, relu)' on rank %d but "
+                  "'BatchNorm2d(eps=1e-05, momentum=0.1, relu)' on rank 0");
+    a = cnn_default, a.sync = 1;
+    expect_cnn(a, "entry 2 of the model's layers is 'BatchNorm2d(eps=1e-05, momentum=0.1, relu, sync)' on rank %d "
+                  "but 'BatchNorm2d(eps=1e-05, momentum=0.1, relu)' on rank 0");
+    a = cnn_default, a.pool_kernel = 3;
+    expect_cnn(a, "entry 3 of the model's layers is 'MaxPool2d(kernel_size=3, stride=2, padding=1)' on rank %d but "
+                  "'MaxPool2d(kernel_size=2, stride=2, padding=1)' on rank 0");
+    {
+        run rc;
+        LS_REQUIRE_OK(make_cnn(cnn_default, &rc));
+        drop(&rc);
+    }
 
     /* equal settings: the trainer is made and takes a step */
     run r;
