@@ -582,9 +582,12 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     if (cfg->batch_per_rank < 1 || cfg->accum_steps < 1)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "batch size (%lld) and accumulation steps (%d) must be >= 1",
                         (long long)cfg->batch_per_rank, cfg->accum_steps);
-    /* their product bounds a step's samples: it must not overflow */
-    if (cfg->batch_per_rank > INT64_MAX / cfg->accum_steps)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "batch size %lld x %d accumulation steps overflows",
+    /* their product bounds a step's samples, and sizes the host memory of a step's losses (8 bytes a
+     * sample): at most 2^40 (no memory holds such a batch), so that no size computed from them wraps
+     * (INT64_MAX accepted here became a 64-byte buffer that evaluation wrote past) */
+    if (cfg->batch_per_rank > LS_MAX_STEP_SAMPLES / cfg->accum_steps)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "batch size %lld x %d accumulation steps is more than 2^40 samples a step",
                         (long long)cfg->batch_per_rank, cfg->accum_steps);
     /* the schedule sets the optimizer's lr at every step: a zeroed or garbage one would train on it */
     const ls_lr_schedule *lr = &cfg->lr;

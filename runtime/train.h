@@ -20,6 +20,9 @@
 extern "C" {
 #endif
 
+/* The most samples a step may take on a rank (batch_per_rank x accum_steps): 2^40. */
+#define LS_MAX_STEP_SAMPLES ((int64_t)1 << 40)
+
 typedef struct ls_train_config {
     int64_t batch_per_rank; /* micro-batch per rank */
     int accum_steps;        /* micro-batches per optimizer step (>= 1) */

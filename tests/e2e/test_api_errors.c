@@ -139,7 +139,17 @@ int main(void) {
     tc.batch_per_rank = INT64_MAX / 2;
     tc.accum_steps = 4;
     LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
-                  "x 4 accumulation steps overflows");
+                  "x 4 accumulation steps is more than 2^40 samples a step");
+    /* a batch whose product fits int64 but whose losses' buffer size wrapped: INT64_MAX x 1 was
+     * accepted and evaluation wrote past a 64-byte buffer (ASan: heap-buffer-overflow) */
+    tc.batch_per_rank = INT64_MAX;
+    tc.accum_steps = 1;
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "batch size 9223372036854775807 x 1 accumulation steps is more than 2^40 samples a step");
+    tc.batch_per_rank = ((int64_t)1 << 39) + 1;
+    tc.accum_steps = 2;
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "batch size 549755813889 x 2 accumulation steps is more than 2^40 samples a step");
 
     /* a variable read at creation, wherever it applies (here: never, on the CPU) */
     tc = config();
