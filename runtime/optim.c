@@ -2,6 +2,7 @@
  * schedule and gradient clipping. */
 #include "optim.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,11 +150,24 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
     if (cfg->kind != LS_OPTIM_SGD && cfg->kind != LS_OPTIM_ADAMW)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: kind %d is neither LS_OPTIM_SGD nor LS_OPTIM_ADAMW",
                         (int)cfg->kind);
-    if (!(cfg->lr >= 0) || !(cfg->weight_decay >= 0) || !(cfg->momentum >= 0) || !(cfg->beta1 >= 0 && cfg->beta1 < 1) ||
-        !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->eps >= 0))
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "optimizer: invalid hyperparameters (lr %g, weight decay %g, momentum %g, betas %g %g, eps %g)",
-                        cfg->lr, cfg->weight_decay, cfg->momentum, cfg->beta1, cfg->beta2, cfg->eps);
+    /* each hyperparameter by name, finite (a float overflowed to inf trained into NaN, or an inf eps
+     * into updates of 0, without a word) and in its range: from 0 to max (below max where below) */
+    const struct {
+        const char *name;
+        float v, max;
+        int below;
+        const char *range;
+    } hp[] = {{"lr", cfg->lr, FLT_MAX, 0, "finite and >= 0"},
+              {"weight_decay", cfg->weight_decay, FLT_MAX, 0, "finite and >= 0"},
+              {"momentum", cfg->momentum, FLT_MAX, 0, "finite and >= 0"},
+              {"dampening", cfg->dampening, 1, 0, "from 0 to 1"},
+              {"beta1", cfg->beta1, 1, 1, "from 0 to below 1"},
+              {"beta2", cfg->beta2, 1, 1, "from 0 to below 1"},
+              {"eps", cfg->eps, FLT_MAX, 0, "finite and >= 0"}};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
+        if (!(hp[i].v >= 0 && (hp[i].below ? hp[i].v < hp[i].max : hp[i].v <= hp[i].max)))
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: %s %g must be %s", hp[i].name, (double)hp[i].v,
+                            hp[i].range);
     if (cfg->shard_world < 0 || (cfg->shard_world > 1 && (cfg->shard_rank < 0 || cfg->shard_rank >= cfg->shard_world)))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: shard_rank %d is not a rank of shard_world %d",
                         cfg->shard_rank, cfg->shard_world);

@@ -2,6 +2,7 @@
 #include "example_cli.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +30,11 @@ int ex_parse_f64(const char *prog, const char *flag, const char *s, double *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    /* inf, and what overflows to it (1e400), would train on non-finite numbers: NaN from step one */
-    if (*s == '\0' || *end != '\0' || errno == ERANGE || !(v >= 0) || !isfinite(v)) {
-        fprintf(stderr, "%s: %s '%s' must be a finite number >= 0\n", prog, flag, s);
+    /* inf, and what overflows to it (1e400, or past a float's range, 1e39, in the configs' floats),
+     * would train on non-finite numbers: NaN from step one, or an eps of inf updates of 0 */
+    if (*s == '\0' || *end != '\0' || errno == ERANGE || !(v >= 0) || !(v <= FLT_MAX)) {
+        fprintf(stderr, "%s: %s '%s' must be a finite number >= 0%s\n", prog, flag, s,
+                v > FLT_MAX && isfinite(v) ? " that a float holds (at most 3.4e38)" : "");
         return -1;
     }
     *out = v;

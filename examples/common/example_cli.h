@@ -27,7 +27,7 @@
 /* *out = s as a whole number from min to max; else prints "PROG: FLAG 'S' must be a whole number
  * from MIN to MAX" (">= MIN" when max is INT64_MAX) and -1. */
 int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min, int64_t max, int64_t *out);
-/* *out = s as a finite number >= 0; else prints "PROG: FLAG 'S' must be a finite number >= 0" and -1. */
+/* *out = s as a finite number >= 0 that a float holds; else prints "PROG: FLAG 'S' must be a finite number >= 0" and -1. */
 int ex_parse_f64(const char *prog, const char *flag, const char *s, double *out);
 /* *out = s as a number in [0, 1); else prints "PROG: FLAG 'S' must be a number from 0 to below 1"
  * and -1. */

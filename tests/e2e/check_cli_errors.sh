@@ -4,7 +4,7 @@
 # names the flag or variable and the problem (exit status not 0), where it used to be cut to an
 # int, saturated, ignored or trained into NaN: counts past their range (2^32 epochs trained
 # nothing; a batch of 2^62 x 2 accumulation steps overflowed to 0 steps an epoch), non-finite
-# numbers (--lr inf), 7 or more hidden layers (the extra ones were dropped), a trailing comma,
+# numbers (--lr inf; --weight-decay 1e39, inf as a float), 7 or more hidden layers (the extra ones were dropped), a trailing comma,
 # drop-last with no whole batch (an epoch of no steps, a NaN loss), files that cannot be written
 # (/dev/full), a gradient-compression setting on one rank (checked only with two), a memory cap of
 # 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
@@ -70,6 +70,13 @@ usage "--seed '99999999999999999999' must be a whole number >= 0" "$mlp" --seed 
 usage "--max-steps '99999999999999999999' must be a whole number >= 1" "$mlp" --max-steps 99999999999999999999
 usage "--lr 'inf' must be a finite number >= 0" "$mlp" --lr inf
 usage "--momentum '1e400' must be a finite number >= 0" "$mlp" --momentum 1e400
+# past a float's range, the configs' type: inf in training (a weight decay trained into NaN and an
+# eps of inf into updates of 0, both ending in exit 0; an lr was refused by the trainer, exit 1)
+usage "--weight-decay '1e39' must be a finite number >= 0 that a float holds (at most 3.4e38)" "$mlp" \
+    "${small[@]}" --weight-decay 1e39
+usage "--eps '1e39' must be a finite number >= 0 that a float holds" "$resnet" "${small[@]}" --optimizer adamw \
+    --eps 1e39
+usage "--lr '1e39' must be a finite number >= 0 that a float holds" "$resnet" "${small[@]}" --lr 1e39
 usage "--hidden: invalid argument: '1,2,3,4,5,6,7' is not a comma-separated list of 1 to 6 positive sizes" "$mlp" "${small[@]}" --hidden 1,2,3,4,5,6,7
 usage "'512,' is not a comma-separated list" "$mlp" "${small[@]}" --hidden 512,
 refused "this rank's 100 training samples are fewer than a step's 128 (--batch-size x --accum-steps) under --sampler drop-last" \

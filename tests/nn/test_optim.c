@@ -280,7 +280,40 @@ int main(void) {
     }
     cfg = ls_optim_defaults(LS_OPTIM_ADAMW);
     cfg.beta1 = 1.5f;
-    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT, "invalid hyperparameters");
+    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
+                  "optimizer: beta1 1.5 must be from 0 to below 1");
+    /* each hyperparameter named, infinities refused: an inf weight decay or momentum trained into NaN,
+     * an inf eps into updates of 0, a NaN or negative dampening was never looked at */
+    cfg = ls_optim_defaults(LS_OPTIM_SGD);
+    cfg.weight_decay = INFINITY;
+    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
+                  "optimizer: weight_decay inf must be finite and >= 0");
+    cfg = ls_optim_defaults(LS_OPTIM_SGD);
+    cfg.momentum = INFINITY;
+    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
+                  "optimizer: momentum inf must be finite and >= 0");
+    cfg = ls_optim_defaults(LS_OPTIM_SGD);
+    cfg.lr = INFINITY;
+    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
+                  "optimizer: lr inf must be finite and >= 0");
+    cfg = ls_optim_defaults(LS_OPTIM_SGD);
+    cfg.dampening = NAN;
+    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
+                  "optimizer: dampening nan must be from 0 to 1");
+    cfg.dampening = -1;
+    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
+                  "optimizer: dampening -1 must be from 0 to 1");
+    cfg = ls_optim_defaults(LS_OPTIM_ADAMW);
+    cfg.eps = INFINITY;
+    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
+                  "optimizer: eps inf must be finite and >= 0");
+    cfg.eps = 1e-8f, cfg.beta2 = 1;
+    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
+                  "optimizer: beta2 1 must be from 0 to below 1");
+    cfg = ls_optim_defaults(LS_OPTIM_SGD);
+    cfg.dampening = 1;
+    LS_REQUIRE_OK(ls_optimizer_create(C, 1, &p, &g, &cfg, &o));
+    ls_optimizer_destroy(o);
     ls_tensor *g2 = gc_tensor(C, LS_F32, 1, (int64_t[]){4});
     cfg = ls_optim_defaults(LS_OPTIM_SGD);
     LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g2, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
