@@ -660,12 +660,21 @@ static void plan_threads(const lsr_opts *o, lsr_plan *p) {
     long np = p->np;
     p->per_host = np;
     if (p->launcher == LSR_MPIRUN && p->hosts.n) {
-        /* Open MPI fills each host's slots in order. */
-        long max_slots = 1, n = (long)p->hosts.n;
+        /* Open MPI fills each host's slots in order; a host named twice ("a,a", or two lines) has
+         * the slots of both (its ranks share its CPUs: counted apart, "a,a" set no thread count) */
+        long max_slots = 1, n = 0;
         for (size_t i = 0; i < p->hosts.n; i++) {
-            long s = p->hosts.v[i].slots;
-            if (!s) s = p->hosts_from_file ? lsr_count_cores() : 1;
+            size_t first = 0;
+            while (strcmp(p->hosts.v[first].name, p->hosts.v[i].name)) first++;
+            if (first < i) continue; /* counted with its first entry */
+            long s = 0;
+            for (size_t j = i; j < p->hosts.n; j++) {
+                if (strcmp(p->hosts.v[j].name, p->hosts.v[i].name)) continue;
+                long sj = p->hosts.v[j].slots;
+                s += sj ? sj : p->hosts_from_file ? lsr_count_cores() : 1;
+            }
             if (s > max_slots) max_slots = s;
+            n++;
         }
         long even = (np + n - 1) / n;
         p->per_host = np < max_slots ? np : max_slots;

@@ -1,7 +1,7 @@
 #!/bin/bash
 # test_dryrun_hosts.sh: exact --dry-run commands for multi-host runs from --hostfile (comments,
 # blank lines, slots, max_slots, hosts without slots) and --hosts, the default -n (the sum of
-# slots), the thread rule on the busiest host, -n beyond the slots, and the keepalive settings
+# slots), the thread rule on the busiest host (a host named twice counted once), -n beyond the slots, and the keepalive settings
 # (the user's own, by --mca, OMPI_MCA_* or an Open MPI parameter file, win).
 . "$(dirname "$0")/lib.sh"
 fake mpirun
@@ -58,6 +58,19 @@ expect_out "$M -np 2 --host node1:1,node2:1$ROOTFLAG --bind-to none --map-by slo
 case_ "--hosts without slots count one each"
 run "$LSR" --dry-run --hosts 10.0.0.1,10.0.0.2,n-3.example.org true
 expect_out "$M -np 3 --host 10.0.0.1,10.0.0.2,n-3.example.org$ROOTFLAG --bind-to none --map-by slot$KA true"
+
+case_ "a host named twice has the slots of both: its ranks share its CPUs"
+# "a,a" used to be counted as two hosts of one slot: no thread rule, both ranks on a's cores with
+# every BLAS thread each
+T=$(threads 2)
+run "$LSR" --dry-run --hosts node1,node1 true
+expect_out "$M -np 2 --host node1,node1$ROOTFLAG --bind-to none --map-by slot$KA -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THREADS=$T true"
+printf 'a slots=1\nb slots=1\na slots=1\n' >"$tmp/twice.txt"
+run "$LSR" --dry-run -n 2 --hostfile "$tmp/twice.txt" true
+expect_out "$M -np 2 --hostfile $tmp/twice.txt$ROOTFLAG --bind-to none --map-by slot$KA -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THREADS=$T true"
+T3=$(threads 3)
+run "$LSR" --dry-run -n 3 --hosts a:1,b:1,a:2 true
+expect_out "$M -np 3 --host a:1,b:1,a:2$ROOTFLAG --bind-to none --map-by slot$KA -x OMP_NUM_THREADS=$T3 -x OPENBLAS_NUM_THREADS=$T3 true"
 
 case_ "--hosts with -n 1 still uses mpirun (the rank runs on node1)"
 run "$LSR" --dry-run -n 1 --hosts node1:1 true
