@@ -2691,6 +2691,41 @@ ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const ch
 
 /* One tensor of the file into dst: the same dtype as it is; another float dtype converted on the
  * host (from an aligned copy: the file's data need not be aligned). */
+/* The first element of n f32 or f64 values (not necessarily aligned) that is NaN or infinite, or -1. */
+static int64_t first_nonfinite(ls_dtype dtype, const void *data, int64_t n, double *value) {
+    const unsigned char *p = data;
+    for (int64_t i = 0; i < n; i++) {
+        double v;
+        if (dtype == LS_F32) {
+            float x;
+            memcpy(&x, p + (size_t)i * sizeof x, sizeof x);
+            v = x;
+        } else {
+            memcpy(&v, p + (size_t)i * sizeof v, sizeof v);
+        }
+        if (!isfinite(v)) {
+            *value = v;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Weights to start from must be finite: one NaN spreads to the whole model in a step or two, and
+ * the run trained on to its end with a NaN loss (exit 0). values: the tensor in dst's dtype. */
+static ls_status check_finite(const char *path, const char *name, ls_dtype dtype, const void *values, int64_t n,
+                              const ls_safetensors_info *t) {
+    double v = 0;
+    int64_t at = first_nonfinite(dtype, values, n, &v);
+    if (at < 0) return LS_OK;
+    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                    "'%s': tensor '%s' holds %s at element %lld of %lld%s: not weights to train from", path, name,
+                    isnan(v) ? "NaN"
+                    : v > 0  ? "inf"
+                             : "-inf",
+                    (long long)at, (long long)n, t->dtype != dtype ? " (as the model's dtype)" : "");
+}
+
 static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *path, const char *name,
                               const char *what, ls_tensor *dst) {
     char a[160], b[160];
@@ -2706,7 +2741,13 @@ static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *
     if (!same)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' has shape %s but the model's %s is %s", path, name,
                         shape_str(t->ndim, t->shape, a, sizeof a), what, shape_str(dst->ndim, dst->shape, b, sizeof b));
-    if (t->dtype == dst->dtype) return ls_safetensors_read(f, name, ctx->alloc, dst);
+    if (dst->dtype != LS_F32 && dst->dtype != LS_F64)
+        return ls_error(LS_ERR_UNSUPPORTED, "'%s': the model's %s is %s, not f32 or f64", path, what,
+                        ls_dtype_name(dst->dtype));
+    if (t->dtype == dst->dtype) {
+        LS_CHECK(check_finite(path, name, dst->dtype, t->data, t->numel, t));
+        return ls_safetensors_read(f, name, ctx->alloc, dst);
+    }
     /* the CPU backend's conversion, from an aligned copy of the file's bytes */
     const int64_t n = t->numel;
     void *raw = malloc(t->nbytes ? t->nbytes : 1), *conv = malloc((size_t)n * ls_dtype_size(dst->dtype) + 1);
@@ -2715,6 +2756,7 @@ static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *
         memcpy(raw, t->data, t->nbytes);
         s = ls_cpu_convert(n, t->dtype, raw, dst->dtype, conv);
     }
+    if (s == LS_OK) s = check_finite(path, name, dst->dtype, conv, n, t);
     if (s == LS_OK) {
         ls_tensor src = ls_tensor_view(conv, dst->dtype, ls_device_cpu(), dst->ndim, dst->shape);
         s = ls_tensor_copy(ctx->alloc, dst, &src);

@@ -10,7 +10,8 @@
 #     (rank 0 reads, the others receive) as on 1; with RESNET, fashion_resnet's too (batch norm's
 #     running statistics, which evaluation uses, are in the file);
 #   - refused, naming the file and the tensor: one missing, a wrong shape, one the model lacks,
-#     an integer tensor, a file that is not safetensors, and one that does not exist.
+#     an integer tensor, a NaN, an f64 past f32's range, a file that is not safetensors, and one
+#     that does not exist.
 MLP=$1 MPIRUN=$2 RESNET=${3:-}
 PROG=$MLP
 . "$(dirname "$0")/lib.sh"
@@ -113,6 +114,16 @@ write int.st "$L0" "$B0" "$L2" "$B2" "$L4" "4.bias:I64:10:zeros"
 train 1 "${A[@]}" --init-from int.st
 expect_rc 1
 expect_out "'int.st': tensor '4.bias' is I64, not a floating-point type"
+# non-finite weights (a diverged run's, or an f64 past f32's range): they trained on to the end with
+# a NaN loss and exit 0
+write nan.st "$L0" "$B0" "$L2" "2.bias:F32:256:onehot=7=nan" "$L4" "$B4"
+train 1 "${A[@]}" --init-from nan.st
+expect_rc 1
+expect_out "fashion_mlp: --init-from: invalid argument: 'nan.st': tensor '2.bias' holds NaN at element 7 of 256: not weights to train from"
+write big.st "0.weight:F64:512x784:onehot=5=1e300" "$B0" "$L2" "$B2" "$L4" "$B4"
+train 1 "${A[@]}" --init-from big.st
+expect_rc 1
+expect_out "'big.st': tensor '0.weight' holds inf at element 5 of 401408 (as the model's dtype): not weights to train from"
 echo "not a safetensors file" >text.st
 train 1 "${A[@]}" --init-from text.st
 expect_rc 1
@@ -123,4 +134,4 @@ expect_out "nowhere.st"
 train 1 "${A[@]}" --init-from ''
 expect_rc 2
 echo "PASS: --init-from: zeros (f16) and a bias (bf16, f64, num_batches_tracked) give the computed test figures;" \
-     "a checkpoint's weights its run's ($end) on 1 and 2 ranks${RESNET:+, the ResNet as well}; 6 bad files refused"
+     "a checkpoint's weights its run's ($end) on 1 and 2 ranks${RESNET:+, the ResNet as well}; 8 bad files refused"
