@@ -369,7 +369,7 @@ static ls_status shard_reduce_mode(const ls_train_config *cfg, int *mode) {
         return LS_OK;
     }
     const char *e = getenv("LOCKSTEP_SHARD_REDUCE");
-    if (!e || !strcmp(e, "owner")) return LS_OK;
+    if (!e || !*e || !strcmp(e, "owner")) return LS_OK; /* empty: unset, as every variable */
     if (!strcmp(e, "all")) {
         *mode = -1;
         return LS_OK;

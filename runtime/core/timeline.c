@@ -224,9 +224,18 @@ void ls_timeline_lane_span(const char *lane, const char *name, const char *cat, 
 int ls_timeline_path(const char *pattern, int rank, int world, char *out, int len) {
     const char *r = strstr(pattern, "%r");
     int n;
-    if (r)
-        n = snprintf(out, (size_t)len, "%.*s%d%s", (int)(r - pattern), pattern, rank, r + 2);
-    else if (world <= 1)
+    if (r) { /* every "%r" ("run%r/tl%r.json" replaced only the first) */
+        n = 0;
+        for (const char *p = pattern; n >= 0 && n < len;) {
+            const char *q = strstr(p, "%r");
+            if (!q) {
+                n += snprintf(out + n, (size_t)(len - n), "%s", p);
+                break;
+            }
+            n += snprintf(out + n, (size_t)(len - n), "%.*s%d", (int)(q - p), p, rank);
+            p = q + 2;
+        }
+    } else if (world <= 1)
         n = snprintf(out, (size_t)len, "%s", pattern);
     else {
         const char *slash = strrchr(pattern, '/');

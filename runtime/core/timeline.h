@@ -39,7 +39,7 @@ void ls_timeline_span(const char *name, const char *cat, double t0, double t1);
 void ls_timeline_lane_span(const char *lane, const char *name, const char *cat, double t0, double t1);
 /* Name the calling thread's row (e.g. "mpi communication"); the first thread to record is "main". */
 void ls_timeline_thread_name(const char *name);
-/* Expand LOCKSTEP_TIMELINE's value for rank of world ranks: "%r" becomes the rank; without it,
+/* Expand LOCKSTEP_TIMELINE's value for rank of world ranks: each "%r" becomes the rank; without one,
  * several ranks get "<stem>.rank<r><ext>" (tl.json -> tl.rank1.json). Returns 0, or -1 when out
  * is too small. */
 int ls_timeline_path(const char *pattern, int rank, int world, char *out, int len);

@@ -103,8 +103,14 @@ int main(void) {
     check_path("dir/.hidden", 1, 2, "dir/.hidden.rank1");
     check_path("t%r/x.json", 12, 16, "t12/x.json");
     check_path("x-%r.json", 0, 1, "x-0.json");
+    /* every %r (only the first was replaced: "tl0%r.json") */
+    check_path("run%r/tl%r.json", 3, 4, "run3/tl3.json");
+    check_path("%r%r", 10, 16, "1010");
     char tiny[8];
     LS_EXPECT(ls_timeline_path("long-name.json", 1, 2, tiny, (int)sizeof tiny) == -1);
+    LS_EXPECT(ls_timeline_path("tl%r-%r.json", 1, 2, tiny, (int)sizeof tiny) == -1);
+    LS_EXPECT(ls_timeline_path("abcd%r%r%r", 1, 2, tiny, (int)sizeof tiny) == 0 && !strcmp(tiny, "abcd111"));
+    LS_EXPECT(ls_timeline_path("abcde%r%r%r", 1, 2, tiny, (int)sizeof tiny) == -1);
 
     char dir[] = "/tmp/ls_timeline_XXXXXX";
     LS_REQUIRE(mkdtemp(dir));

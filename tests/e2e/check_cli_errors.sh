@@ -93,6 +93,8 @@ echo "refused (1) before training: --dump-params /nonexistent-dir/p.bin"
 refused "LOCKSTEP_GRAD_COMPRESS=garbage: expected none, fp16 or bf16" env LOCKSTEP_GRAD_COMPRESS=garbage "$mlp" "${small[@]}"
 refused "trainer: invalid argument: LOCKSTEP_SHARD_REDUCE='sideways': expected owner" env LOCKSTEP_SHARD_REDUCE=sideways \
     "$mlp" "${small[@]}"
+# an empty value is unset, as for every variable (it was refused as not owner or all)
+out=$(LOCKSTEP_SHARD_REDUCE= "$mlp" "${small[@]}" 2>&1) || fail "LOCKSTEP_SHARD_REDUCE='': $(tail -n 2 <<<"$out")"
 refused "LOCKSTEP_MEMORY_LIMIT: memory cap '0.5' is less than a byte" env LOCKSTEP_MEMORY_LIMIT=0.5 "$mlp" "${small[@]}"
 refused "--device: invalid argument: device 'cuda:x' is not one of cpu, cuda, cuda:N" "$mlp" "${small[@]}" --device cuda:x
 refused "--comm: invalid argument: backend argument 'foo' is not a communicator backend" "$mlp" "${small[@]}" --comm foo
