@@ -77,10 +77,13 @@ void lsr_signals_restore(const lsr_signals *s);
  * Slurm job), SIGTERM and SIGINT go to the job's steps (the ranks) with scancel instead of letting
  * srun kill them. Without, the child runs in its own process group (stdin from /dev/null when it
  * is a terminal) and gets SIGTERM if lockstep-run dies (PR_SET_PDEATHSIG); every signal of the set
- * reaches it once, passed on by lockstep-run (a terminal's Ctrl-C included). *stopped gets the
- * last SIGTERM, SIGINT, SIGHUP or SIGQUIT passed on, 0 if none. Returns the child's exit status
- * (128 + signal when it was killed), or -1 when it could not be started or waited for (errno). */
-int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int *stopped);
+ * reaches it once, passed on by lockstep-run (a terminal's Ctrl-C included). A stop signal
+ * (SIGTERM, SIGINT, SIGHUP, SIGQUIT) within a second of the one passed on is the same stop sent
+ * twice and is dropped; with stop_once (mpirun) every later one is. *stopped gets the stop signal
+ * passed on last, 0 if none. Returns the child's exit status (128 + signal when it was killed), or
+ * -1 when it could not be started or waited for (errno). */
+int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int stop_once,
+                  int *stopped);
 
 /* Waits `seconds` (0: only looks); returns early with a stop signal (SIGTERM, SIGINT, SIGHUP,
  * SIGQUIT) that arrives or is pending, 0 after the wait. */

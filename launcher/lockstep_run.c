@@ -133,11 +133,16 @@ static void usage(FILE *f) {
                "lockstep-run (#SBATCH --signal=B:TERM@120, scancel --batch --signal=TERM, Ctrl-C) is\n"
                "passed to the ranks with 'scancel --signal=SIG $SLURM_JOB_ID', so they can checkpoint;\n"
                "srun itself would kill them at once on SIGTERM.\n"
-               "With --max-restarts, mpirun (or the program) runs as a child of lockstep-run in its own\n"
-               "process group (stdin from /dev/null when it is a terminal). lockstep-run passes SIGTERM,\n"
-               "SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 on to it once (a terminal's Ctrl-C too) and\n"
-               "restarts nothing after one of the first four; one during --restart-delay ends\n"
-               "lockstep-run with 128 + the signal. --dry-run prints the command of one run.\n"
+               "mpirun, and with --max-restarts the program run directly, runs as a child of lockstep-run\n"
+               "in its own process group (stdin from /dev/null when it is a terminal). lockstep-run\n"
+               "passes SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 on to it once (a\n"
+               "terminal's Ctrl-C too). Of the first four, the stop signals, one is passed on: a repeat\n"
+               "within a second is the same stop sent twice (timeout(1) sends it to lockstep-run and to\n"
+               "its process group) and is dropped, and mpirun is never given a second (it would exit\n"
+               "and leave the ranks running; it stops them itself: SIGTERM 1 s after the first, SIGKILL\n"
+               "1 s later, odls_base_sigkill_timeout). With --max-restarts nothing is restarted after a\n"
+               "stop signal; one during --restart-delay ends lockstep-run with 128 + the signal.\n"
+               "--dry-run prints the command of one run.\n"
                "\n"
                "Environment:\n"
                "  LOCKSTEP_MPIRUN      mpirun to use, as --mpirun (the flag wins)\n"
@@ -873,7 +878,7 @@ static int restartable(int rc) {
 
 /* Runs the launcher's command as a child, again after a failure while --max-restarts allows
  * (LOCKSTEP_RESTART_COUNT tells the ranks which run they are). Returns the exit status. */
-static int supervise(const lsr_opts *o, const char *exe, char *const argv[], const char *job) {
+static int supervise(const lsr_opts *o, lsr_launcher launcher, const char *exe, char *const argv[], const char *job) {
     lsr_signals sigs;
     lsr_signals_block(&sigs, job != NULL);
     char what[96];
@@ -883,7 +888,7 @@ static int supervise(const lsr_opts *o, const char *exe, char *const argv[], con
         snprintf(count, sizeof count, "%ld", attempt);
         if (o->max_restarts > 0) setenv("LOCKSTEP_RESTART_COUNT", count, 1);
         int stopped = 0;
-        rc = lsr_run_child(&sigs, exe, argv, job, &stopped);
+        rc = lsr_run_child(&sigs, exe, argv, job, launcher == LSR_MPIRUN, &stopped);
         if (rc < 0) {
             note("cannot run or wait for %s: %s", exe, strerror(errno));
             rc = 1;
@@ -983,7 +988,8 @@ int main(int argc, char **argv) {
     /* srun inside a Slurm job, and every launcher with --max-restarts, run as lockstep-run's child */
     const char *job = getenv("SLURM_JOB_ID");
     if (!(job && *job) || p.launcher != LSR_SRUN) job = NULL;
-    const int supervised = o.max_restarts > 0 || job;
+    /* mpirun always (supervise.c: a second stop signal would make it leave the ranks running) */
+    const int supervised = o.max_restarts > 0 || job || p.launcher == LSR_MPIRUN;
     if (o.verbose) {
         fputs(supervised ? "lockstep-run: run " : "lockstep-run: exec ", stderr);
         print_command(stderr, &env, cmd.v);
@@ -1002,7 +1008,7 @@ int main(int argc, char **argv) {
     fflush(NULL);
     const char *exe = p.launcher == LSR_DIRECT ? p.prog_path : cmd.v[0];
     if (supervised) {
-        rc = supervise(&o, exe, cmd.v, job);
+        rc = supervise(&o, p.launcher, exe, cmd.v, job);
         goto done;
     }
     execv(exe, cmd.v);

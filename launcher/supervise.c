@@ -9,7 +9,11 @@
  * batch shell), where the ranks checkpoint and exit 143 or 130.
  *
  * With --max-restarts: mpirun, srun or the program itself runs as a child so that lockstep-run can
- * start it again when it fails; SIGTERM and SIGINT sent to lockstep-run are passed on to it. */
+ * start it again when it fails; SIGTERM and SIGINT sent to lockstep-run are passed on to it.
+ *
+ * mpirun always runs as a child: Open MPI's mpirun takes a second SIGTERM or SIGINT as "abort now"
+ * and exits without stopping its ranks, which then train on unseen (timeout(1) sends its signal
+ * twice: to its child and to its process group). lockstep-run passes it one. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -67,8 +71,16 @@ void lsr_signals_restore(const lsr_signals *s) { sigprocmask(SIG_SETMASK, &s->ol
 
 static int stop_signal(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT; }
 
-int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int *stopped) {
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int stop_once,
+                  int *stopped) {
     *stopped = 0;
+    double stop_at = -1; /* when the first stop signal was passed on */
     fflush(NULL);
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -102,7 +114,26 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
     for (;;) {
         int sig = sigwaitinfo(&sigs->set, NULL);
         if (sig > 0 && sig != SIGCHLD) {
-            if (stop_signal(sig)) *stopped = sig;
+            if (stop_signal(sig)) {
+                /* One stop, one signal passed on: the same stop often arrives twice (timeout(1) signals
+                 * its child and then its process group; a kill of the process and of its group), and
+                 * a second one stops a lockstep program without its checkpoint, and makes mpirun exit
+                 * at once, leaving its ranks running unseen (they trained on, saving checkpoints). A
+                 * repeat within a second is that duplicate; with stop_once (mpirun) any repeat is
+                 * dropped: mpirun is already ending the ranks (it kills them odls_base_sigkill_timeout
+                 * after the first). */
+                const double now = mono_now();
+                if (stop_at >= 0 && (stop_once || now - stop_at < 1.0)) {
+                    if (now - stop_at >= 1.0)
+                        fprintf(stderr,
+                                "lockstep-run: SIG%s: not passed to mpirun, which is stopping the ranks since the "
+                                "first signal (a second would make it exit and leave them running)\n",
+                                sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
+                    continue;
+                }
+                if (stop_at < 0) stop_at = now;
+                *stopped = sig;
+            }
             if (job_id)
                 forward(sig, job_id, pid);
             else
