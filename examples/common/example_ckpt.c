@@ -26,7 +26,8 @@ int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg)
     switch (c) {
     case EX_OPT_MAX_STEPS: return ex_parse_i64(prog, "--max-steps", arg, 1, INT64_MAX, &o->max_steps) ? -1 : 1;
     case EX_OPT_SAVE_EVERY: return ex_parse_i64(prog, "--save-every", arg, 0, INT64_MAX, &o->save_every) ? -1 : 1;
-    case EX_OPT_KEEP_LAST: return ex_parse_i64(prog, "--keep-last", arg, 0, INT64_MAX, &o->keep_last) ? -1 : 1;
+    /* at most a million (the save takes an int: 4294967298 became 2, and pruned) */
+    case EX_OPT_KEEP_LAST: return ex_parse_i64(prog, "--keep-last", arg, 0, 1000000, &o->keep_last) ? -1 : 1;
     case EX_OPT_CHECKPOINT_DIR: o->checkpoint_dir = arg; return 1;
     case EX_OPT_RESUME: o->resume = arg; return ex_nonempty(prog, "--resume", arg) ? -1 : 1;
     case EX_OPT_LOG_STEPS: o->log_steps = arg; return ex_nonempty(prog, "--log-steps", arg) ? -1 : 1;

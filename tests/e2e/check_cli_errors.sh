@@ -65,6 +65,9 @@ usage "--eps 'nan' must be a finite number >= 0" "$mlp" "${small[@]}" --optimize
 usage "--epochs '99999999999999999999' must be a whole number from 0 to 1000000" "$mlp" --epochs 99999999999999999999
 usage "--batch-size '4611686018427387904' must be a whole number from 1 to 16777216" "$mlp" --batch-size 4611686018427387904 --accum-steps 2
 usage "--accum-steps '4294967296' must be a whole number from 1 to 65536" "$mlp" --accum-steps 4294967296
+# --keep-last went to the save as an int: 4294967298 kept 2 checkpoints, and removed the others
+usage "--keep-last '4294967298' must be a whole number from 0 to 1000000" "$mlp" --keep-last 4294967298
+usage "--keep-last '2147483648' must be a whole number from 0 to 1000000" "$resnet" --keep-last 2147483648
 usage "--checkpoint-activations '4294967296' must be a whole number from 1 to 1000000" "$mlp" --checkpoint-activations=4294967296
 usage "--seed '99999999999999999999' must be a whole number >= 0" "$mlp" --seed 99999999999999999999
 usage "--max-steps '99999999999999999999' must be a whole number >= 1" "$mlp" --max-steps 99999999999999999999
