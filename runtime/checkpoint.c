@@ -1773,10 +1773,14 @@ static void prune(const char *dir, int keep_last, int64_t just_written) {
     char p[LS_CKPT_PATH_MAX + 80];
     int kept = 0;
     for (int i = 0; i < n; i++) {
-        if (v[i].step > just_written)
+        /* newer than this run's, left by an earlier one: kept, and not counted among the K (it took
+         * the place of one of this run's, which were removed for it) */
+        if (v[i].step > just_written) {
             LS_LOG_W("'%s/%s' is newer than the checkpoint just written (step %lld), left by an earlier run: "
                      "--resume auto would pick it; remove it if this run replaces it",
                      dir, v[i].name, (long long)just_written);
+            continue;
+        }
         if (v[i].step == just_written || (keep_last <= 0) || kept < keep_last) {
             kept++;
             continue;

@@ -102,8 +102,9 @@ ls_status ls_safetensors_write(const char *path, int n, const char *const *names
  * the final one: both survive a crash (a reader needs the manifest either way), but with the
  * rename a half-written step-S never exists, so listing, pruning and cleanup go by name alone and
  * an interrupted save is never mistaken for a damaged checkpoint.
- * --keep-last K: after a checkpoint is complete, only the K newest complete ones (by step) are
- * kept; the one just written is never removed.
+ * --keep-last K: after a checkpoint is complete, only the K newest complete ones (by step) up to
+ * it are kept; the one just written is never removed, and newer ones, left by an earlier run, are
+ * kept but not counted (they once took the places of this run's own).
  * Resume "auto": the newest step-S directory whose manifest and files verify; damaged newer ones
  * are skipped with a warning. A checkpoint left by an abandoned run with a higher step would win
  * over this run's: the save warns when it sees one.
