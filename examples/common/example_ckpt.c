@@ -91,11 +91,16 @@ static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
     ls_ckpt_resume_position(&saved, gb, steps, start_epoch, start_j, &exact);
     if (rank != 0) return LS_OK;
     ls_ckpt_warn_changes(&saved, &c->run);
-    if (!exact)
+    if (!exact) {
+        /* the next step boundary, or the epoch's end where that is past its last step (the position
+         * then moved to step 0 of the next epoch: counted from there, the skip was negative) */
+        int64_t boundary = (saved.epoch_samples + gb - 1) / gb;
+        if (boundary > steps) boundary = steps;
         printf("%s: the checkpoint had consumed %lld samples of epoch %lld, not a multiple of this run's "
                "global batch of %lld: continuing at the next step boundary (%lld samples skipped)\n",
                c->prog, (long long)saved.epoch_samples, (long long)saved.epoch + 1, (long long)gb,
-               (long long)(*start_j * gb - saved.epoch_samples));
+               (long long)(boundary * gb - saved.epoch_samples));
+    }
     if (*start_j == 0 && *start_epoch > 0) /* saved at an epoch's end */
         printf("%s: resumed from %s at step %lld, the end of epoch %lld\n", c->prog, c->path, (long long)saved.step,
                (long long)*start_epoch);
