@@ -918,6 +918,22 @@ static ls_status make_dirs(const char *dir) {
     return LS_OK;
 }
 
+ls_status ls_ckpt_prepare_dir(const char *dir) {
+    if (!dir || !dir[0]) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory is empty");
+    /* as save_prepare: room for /step-NNNNNNNN.tmp and the files' names */
+    if (strlen(dir) + sizeof "/step-00000000" + 10 >= LS_CKPT_PATH_MAX)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory '%.64s...' is too long (%zu characters)", dir,
+                        strlen(dir));
+    LS_CHECK(make_dirs(dir));
+    char p[LS_CKPT_PATH_MAX + 80];
+    snprintf(p, sizeof p, "%s/.write-check.%ld", dir, (long)getpid());
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot write in the directory: %s", dir, strerror(errno));
+    close(fd);
+    unlink(p);
+    return LS_OK;
+}
+
 /* Remove a checkpoint directory: its files, then itself. Returns 0 on success. */
 static int remove_tree(const char *path) {
     DIR *d = opendir(path);

@@ -167,6 +167,10 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
         fclose(f);
         if (!existed) unlink(o->dump_params);
     }
+    if (o->save_every > 0 && ls_comm_rank(comm) == 0) { /* the same: not after the epochs to be saved */
+        c->what = "--checkpoint-dir";
+        LS_CHECK(ls_ckpt_prepare_dir(o->checkpoint_dir));
+    }
     c->what = "signal handlers";
     LS_CHECK(ls_preempt_install());
     c->preempt_installed = 1;

@@ -6,7 +6,8 @@
 # nothing; a batch of 2^62 x 2 accumulation steps overflowed to 0 steps an epoch), non-finite
 # numbers (--lr inf; --weight-decay 1e39, inf as a float), 7 or more hidden layers (the extra ones were dropped), a trailing comma,
 # drop-last with no whole batch (an epoch of no steps, a NaN loss), files that cannot be written
-# (/dev/full), a gradient-compression setting on one rank (checked only with two), a memory cap of
+# (/dev/full) or a checkpoint directory that cannot be (found at the first save, after the
+# training), a gradient-compression setting on one rank (checked only with two), a memory cap of
 # 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
 # step, naming no file), a label smoothing of 1 or more, an empty --init-from, an unknown
 # --lr-schedule, a negative --min-lr, --betas not two numbers in [0, 1), --betas or --eps without
@@ -142,6 +143,20 @@ usage "--image-size '4294967296' must be a whole number from 1 to 4096" "$oom" -
 # first step
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
+# a checkpoint directory that cannot be written: found at the start, not at the first save after
+# the epochs it was to keep (a file, a directory under a file, a path too long)
+: >"$d/afile"
+for ck in "$d/afile" "$d/afile/sub" "$d/$(printf 'x%.0s' $(seq 1100))"; do
+    out=$("$mlp" --train-limit 256 --test-limit 100 --epochs 2 --no-progress --save-every 4 --checkpoint-dir "$ck" 2>&1)
+    [ $? -eq 1 ] || fail "--checkpoint-dir ${ck:0:60}: not exit 1: $(tail -n 1 <<<"$out")"
+    grep -qF -- "fashion_mlp: --checkpoint-dir: " <<<"$out" || fail "--checkpoint-dir ${ck:0:60}: $(tail -n 1 <<<"$out")"
+    ! grep -q '^epoch ' <<<"$out" || fail "--checkpoint-dir ${ck:0:60}: refused only after training"
+done
+grep -qF "fashion_mlp: --checkpoint-dir: invalid argument: checkpoint directory '$d/xxx" <<<"$out" ||
+    fail "a long --checkpoint-dir: $out"
+refused "fashion_resnet: --checkpoint-dir: I/O error: '$d/afile' is not a directory" "$resnet" "${small[@]}" \
+    --save-every 1 --checkpoint-dir "$d/afile"
+echo "refused (1) before training: --checkpoint-dir a file, under a file, too long"
 python3 - "$d" <<'PY'
 import gzip, struct, sys
 for name, n in (("train", 64), ("t10k", 32)):
