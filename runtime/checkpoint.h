@@ -253,9 +253,9 @@ ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const ch
 ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module *model);
 
 /* Rank 0, before a run that saves: creates dir (and its parents) as a save would, and checks that
- * a file can be written in it, so that a path that is a file, a read-only or full-permission
- * problem or a path too long is found at the start and not at the first save, after the training
- * it was to keep. */
+ * a file can be written in it, so that a path that is a file, a read-only file system, a missing
+ * permission or a path too long is found at the start and not at the first save, after the
+ * training it was to keep. */
 ls_status ls_ckpt_prepare_dir(const char *dir);
 
 /* Check one checkpoint directory: manifest present and well-formed, every listed file present
