@@ -652,6 +652,36 @@ ls_tensor *ls_module_grad(ls_module *m, int i) { return i >= 0 && i < m->n_param
 const char *ls_module_param_name(const ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->names[i] : NULL; }
 const char *ls_module_kind(const ls_module *m) { return m->vt->kind; }
 
+static int layers_walk(const ls_module *m, char (*out)[LS_LAYER_DESC_MAX], int max, int at) {
+    if (!m) return at;
+    const char *kind = m->vt->kind;
+    const int flat = m->vt == &seq_vt || m->vt == &ckpt_vt;
+    if (!flat) {
+        if (at < max) {
+            char d[LS_LAYER_DESC_MAX - 1] = "";
+            if (m->vt->describe) m->vt->describe(m, d, sizeof d);
+            snprintf(out[at], sizeof out[at], "%s%s", d[0] ? d : kind, m->n_children > 0 ? "[" : "");
+        }
+        at++;
+    }
+    for (int i = 0; i < m->n_children; i++) {
+        if (!flat && i > 0) {
+            if (at < max) snprintf(out[at], sizeof out[at], "|");
+            at++;
+        }
+        at = layers_walk(m->children[i], out, max, at);
+    }
+    if (!flat && m->n_children > 0) {
+        if (at < max) snprintf(out[at], sizeof out[at], "]");
+        at++;
+    }
+    return at;
+}
+
+int ls_module_layers(const ls_module *m, char (*out)[LS_LAYER_DESC_MAX], int max) {
+    return layers_walk(m, out, out ? max : 0, 0);
+}
+
 int64_t ls_module_num_elements(const ls_module *m) {
     int64_t n = 0;
     for (int i = 0; i < m->n_params; i++) n += ls_tensor_numel(m->params[i]);

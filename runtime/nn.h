@@ -79,6 +79,14 @@ int64_t ls_module_num_elements(const ls_module *m); /* total parameter elements 
 ls_status ls_module_zero_grad(ls_module *m);
 void ls_module_set_grad_hook(ls_module *m, ls_grad_hook hook, void *user);
 const char *ls_module_kind(const ls_module *m);
+/* m's layers in order, as ranks (ls_trainer_create) and checkpoints (state.json's "layers")
+ * compare them: Sequential and activation checkpointing looked through (they do not change the
+ * math), each leaf by its kind and what its parameters' shapes do not show ("ReLU",
+ * "Dropout(p=0.5)", "Conv2d(stride=2, padding=1, groups=1)", "BatchNorm2d(eps=1e-05, momentum=0.1,
+ * relu)"), another container (a Residual) as its description and "[", its branches apart by "|",
+ * then "]". Fills out[0..max-1] (out may be NULL with max 0) and returns the count of all. */
+#define LS_LAYER_DESC_MAX 96
+int ls_module_layers(const ls_module *m, char (*out)[LS_LAYER_DESC_MAX], int max);
 
 /* Softmax cross-entropy over int32 labels, mean over the batch. */
 typedef struct ls_xent ls_xent;

@@ -454,40 +454,9 @@ static ls_status broadcast_dropout_seeds(ls_comm *comm, ls_module *model) {
     return s;
 }
 
-/* The model's layers in order, Sequential and Checkpoint looked through (nesting Sequentials and
- * activation checkpointing do not change the math): each leaf as its kind describes itself
- * ("Dropout(p=P)", "Conv2d(stride=S, padding=P, groups=G)"), another container so and "[", its
- * branches apart by "|", and "]". out NULL: counts only. Returns the count so far. */
-typedef char layer_desc[96];
-static int model_layers(const ls_module *m, layer_desc *out, int at) {
-    if (!m) return at;
-    const char *kind = m->vt->kind;
-    const int flat = !strcmp(kind, "Sequential") || !strcmp(kind, "Checkpoint");
-    if (!flat) {
-        if (out) {
-            char d[sizeof out[at] - 1] = "";
-            if (m->vt->describe) m->vt->describe(m, d, sizeof d);
-            snprintf(out[at], sizeof out[at], "%s%s", d[0] ? d : kind, m->n_children > 0 ? "[" : "");
-        }
-        at++;
-    }
-    for (int i = 0; i < m->n_children; i++) {
-        if (!flat && i > 0) {
-            if (out) snprintf(out[at], sizeof out[at], "|");
-            at++;
-        }
-        at = model_layers(m->children[i], out, at);
-    }
-    if (!flat && m->n_children > 0) {
-        if (out) snprintf(out[at], sizeof out[at], "]");
-        at++;
-    }
-    return at;
-}
-
 /* The second half of check_settings: each layer of the model (the counts agree by then). */
 static ls_status check_layers(ls_comm *comm, const ls_module *model, int nl) {
-    layer_desc *desc = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *desc);
+    char(*desc)[LS_LAYER_DESC_MAX] = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *desc);
     char(*names)[48] = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *names);
     ls_setting *set = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *set);
     int32_t ok = desc && names && set;
@@ -496,7 +465,7 @@ static ls_status check_layers(ls_comm *comm, const ls_module *model, int nl) {
         s = ls_error(LS_ERR_OUT_OF_MEMORY, "%s no memory to compare the model's layers",
                      desc && names && set ? "a rank had" : "this rank has");
     if (s == LS_OK) {
-        model_layers(model, desc, 0);
+        ls_module_layers(model, desc, nl);
         for (int i = 0; i < nl; i++) {
             snprintf(names[i], sizeof names[i], "entry %d of the model's layers", i);
             set[i] = ls_setting_str(names[i], desc[i]);
@@ -557,7 +526,7 @@ static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *o
     set[n++] = ls_setting_num("the optimizer's no_decay_1d", oc.no_decay_1d);
     /* the layers: their count here, each after (the same parameters may hide another activation or
      * dropout; before the decays, whose names number the layers) */
-    const int nl = model_layers(model, NULL, 0);
+    const int nl = ls_module_layers(model, NULL, 0);
     set[n++] = ls_setting_num("the model's number of layers (activations, Dropouts, branches included)", nl);
     for (int i = 0; i < np; i++) {
         const char *pn = ls_module_param_name(model, i);
