@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
 #include "checkpoint.h"
 #include "half_impl.h"
 
@@ -183,11 +185,17 @@ static int info(const char *arg) {
         free(text);
         return 1;
     }
+    cJSON *state = cJSON_ParseWithLength(text, len); /* the layers, which the parse leaves to a model */
     free(text);
     printf("checkpoint  %s (verified: every file's size and CRC32)\n", path);
-    printf("step        %lld (optimizer steps %lld); epoch %lld, %lld samples of it done, %lld steps an epoch\n",
-           (long long)st.step, (long long)st.optim_steps, (long long)st.epoch, (long long)st.epoch_samples,
-           (long long)st.steps_per_epoch);
+    /* epochs counted from 1, as the programs print them */
+    if (st.epoch > 0 && st.epoch_samples == 0)
+        printf("step        %lld (optimizer steps %lld); the end of epoch %lld, %lld steps an epoch\n",
+               (long long)st.step, (long long)st.optim_steps, (long long)st.epoch, (long long)st.steps_per_epoch);
+    else
+        printf("step        %lld (optimizer steps %lld); epoch %lld, %lld samples of it done, %lld steps an epoch\n",
+               (long long)st.step, (long long)st.optim_steps, (long long)st.epoch + 1, (long long)st.epoch_samples,
+               (long long)st.steps_per_epoch);
     printf("ranks       %d x batch %lld x %d accumulation = %lld samples a step; seed %llu\n", st.world_size,
            (long long)st.batch_per_rank, st.accum_steps,
            (long long)st.world_size * (long long)st.batch_per_rank * st.accum_steps, (unsigned long long)st.seed);
@@ -206,6 +214,14 @@ static int info(const char *arg) {
         printf(", EMA of the weights (decay %g%s, %lld updates)", st.ema_decay, st.ema_warmup ? ", warmup" : "",
                (long long)st.ema_updates);
     printf("\n");
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(state, "layers"), *e;
+    if (cJSON_IsArray(layers)) {
+        printf("layers     ");
+        int i = 0;
+        cJSON_ArrayForEach(e, layers) printf("%s %s", i++ ? "," : "", cJSON_IsString(e) ? e->valuestring : "?");
+        printf("\n");
+    }
+    cJSON_Delete(state);
     if (st.n_loss_scaler) {
         printf("loss scaler");
         for (int i = 0; i < st.n_loss_scaler; i++)

@@ -1322,6 +1322,57 @@ static cJSON *signature_json(ls_module *model) {
     return arr;
 }
 
+/* The model's layers (ls_module_layers): what the parameters' shapes do not show, an activation
+ * or a dropout, compared by a resume. */
+static cJSON *layers_json(ls_module *model) {
+    const int n = ls_module_layers(model, NULL, 0);
+    char(*d)[LS_LAYER_DESC_MAX] = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    cJSON *arr = d ? cJSON_CreateArray() : NULL;
+    if (arr) ls_module_layers(model, d, n);
+    for (int i = 0; arr && i < n; i++) {
+        cJSON *e = cJSON_CreateString(d[i]);
+        if (!e) {
+            cJSON_Delete(arr);
+            arr = NULL;
+        } else {
+            cJSON_AddItemToArray(arr, e);
+        }
+    }
+    free(d);
+    return arr;
+}
+
+/* The first difference between a checkpoint's "layers" and the model's, written into buf ("its
+ * layers differ: entry 2 is 'Linear' in the checkpoint but 'Dropout(p=0.3)' in this model", or
+ * their counts when one is a prefix of the other): 1; 0 when they agree; -1 when arr is not an
+ * array of strings. */
+static int layers_difference(const cJSON *arr, ls_module *model, char *buf, size_t len) {
+    if (!cJSON_IsArray(arr)) return -1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) if (!cJSON_IsString(e)) return -1;
+    const int n = ls_module_layers(model, NULL, 0), nc = cJSON_GetArraySize(arr);
+    char(*d)[LS_LAYER_DESC_MAX] = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    if (!d) return 0; /* nothing to say without the memory: the signature still decides */
+    ls_module_layers(model, d, n);
+    int i = 0, differ = 0;
+    cJSON_ArrayForEach(e, arr) {
+        if (i >= n) break;
+        if (strcmp(e->valuestring, d[i])) {
+            snprintf(buf, len, "its layers differ: entry %d is '%s' in the checkpoint but '%s' in this model", i,
+                     e->valuestring, d[i]);
+            differ = 1;
+            break;
+        }
+        i++;
+    }
+    if (!differ && nc != n) {
+        snprintf(buf, len, "its layers differ: the checkpoint's model has %d, this model %d", nc, n);
+        differ = 1;
+    }
+    free(d);
+    return differ;
+}
+
 ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char **out) {
     if (!st || !out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_state_to_json: NULL argument");
     *out = NULL;
@@ -1389,7 +1440,7 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
              add(em, "warmup", cJSON_CreateBool(st->ema_warmup)) &&
              add(em, "updates", exact_number((double)st->ema_updates));
     }
-    if (ok && model) ok = add(r, "model", signature_json(model));
+    if (ok && model) ok = add(r, "model", signature_json(model)) && add(r, "layers", layers_json(model));
     char *s = ok ? cJSON_Print(r) : NULL;
     cJSON_Delete(r);
     if (!s) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the checkpoint state");
@@ -1452,8 +1503,10 @@ static const char *param_desc(const char *name, const char *dtype, int ndim, con
     return buf;
 }
 
-static ls_status check_signature(const cJSON *arr, const char *file, ls_module *model) {
-    char a[320], b[320];
+/* hint: how the layers differ (layers_difference), or NULL */
+static ls_status check_signature(const cJSON *arr, const char *file, ls_module *model, const char *hint) {
+    char a[320], b[320], why[480];
+    snprintf(why, sizeof why, "%s%s", hint ? ": " : "?", hint ? hint : "");
     if (!cJSON_IsArray(arr)) return ls_error(LS_ERR_FORMAT, "'%s': \"model\" (the model signature) is missing", file);
     int nc = cJSON_GetArraySize(arr), nm = ls_module_num_params(model);
     int i = 0;
@@ -1476,8 +1529,8 @@ static ls_status check_signature(const cJSON *arr, const char *file, ls_module *
         if (i >= nm)
             return ls_error(LS_ERR_INVALID_ARGUMENT,
                             "'%s': the checkpoint's model has %d parameters but this model has %d (first extra: %s); "
-                            "a different model?",
-                            file, nc, nm, param_desc(name->valuestring, dtype->valuestring, nd, sh, a, sizeof a));
+                            "a different model%s",
+                            file, nc, nm, param_desc(name->valuestring, dtype->valuestring, nd, sh, a, sizeof a), why);
         ls_tensor *t = ls_module_param(model, i);
         const char *mname = ls_module_param_name(model, i);
         int same = strcmp(name->valuestring, mname) == 0 && strcmp(dtype->valuestring, st_dtype_name(t->dtype)) == 0 &&
@@ -1485,9 +1538,9 @@ static ls_status check_signature(const cJSON *arr, const char *file, ls_module *
         for (k = 0; same && k < nd; k++) same = sh[k] == t->shape[k];
         if (!same)
             return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "'%s': parameter %d is %s in the checkpoint but %s in this model (a different model?)",
+                            "'%s': parameter %d is %s in the checkpoint but %s in this model (a different model%s)",
                             file, i, param_desc(name->valuestring, dtype->valuestring, nd, sh, a, sizeof a),
-                            param_desc(mname, st_dtype_name(t->dtype), t->ndim, t->shape, b, sizeof b));
+                            param_desc(mname, st_dtype_name(t->dtype), t->ndim, t->shape, b, sizeof b), why);
         i++;
     }
     if (nc < nm) {
@@ -1495,9 +1548,9 @@ static ls_status check_signature(const cJSON *arr, const char *file, ls_module *
         return ls_error(
             LS_ERR_INVALID_ARGUMENT,
             "'%s': the checkpoint's model has %d parameters but this model has %d (first missing: %s); a "
-            "different model?",
+            "different model%s",
             file, nc, nm,
-            param_desc(ls_module_param_name(model, nc), st_dtype_name(t->dtype), t->ndim, t->shape, a, sizeof a));
+            param_desc(ls_module_param_name(model, nc), st_dtype_name(t->dtype), t->ndim, t->shape, a, sizeof a), why);
     }
     return LS_OK;
 }
@@ -1618,7 +1671,17 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
         st->ema_warmup = cJSON_IsTrue(wu);
         st->has_ema = 1;
     }
-    if (model) LS_CHECK(check_signature(cJSON_GetObjectItemCaseSensitive(r, "model"), file, model));
+    if (model) {
+        /* the layers, in checkpoints since 6 December 2026: a difference explains a signature that
+         * differs (a dropout renumbers the layers after it), or is said where the parameters agree
+         * (another activation) */
+        const cJSON *layers = cJSON_GetObjectItemCaseSensitive(r, "layers");
+        char diff[sizeof st->layers_changed] = "";
+        const int differ = layers ? layers_difference(layers, model, diff, sizeof diff) : 0;
+        if (differ < 0) return ls_error(LS_ERR_FORMAT, "'%s': \"layers\" is not an array of strings", file);
+        LS_CHECK(check_signature(cJSON_GetObjectItemCaseSensitive(r, "model"), file, model, differ ? diff : NULL));
+        snprintf(st->layers_changed, sizeof st->layers_changed, "%s", diff);
+    }
     return LS_OK;
 }
 
@@ -1664,6 +1727,11 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
     }
     if (a->dropout != b->dropout) {
         LS_LOG_W("dropout changed since the checkpoint: saved %g, now %g; this run's applies", a->dropout, b->dropout);
+        n++;
+    }
+    if (a->layers_changed[0]) {
+        LS_LOG_W("the model is not the checkpoint's, though its parameters are: %s; this model's apply",
+                 a->layers_changed);
         n++;
     }
     const ls_optim_config *x = &a->optim, *y = &b->optim;

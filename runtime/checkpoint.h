@@ -170,6 +170,12 @@ typedef struct ls_ckpt_state {
     int ema_warmup;
     double ema_decay;
     int64_t ema_updates;
+    /* Filled by a load (ls_ckpt_state_parse with a model) from state.json's "layers": how the
+     * model's layers (ls_module_layers) differ from the checkpoint's where its parameters do not
+     * (another activation): "its layers differ: entry 1 is 'GELU' in the checkpoint but 'ReLU' in
+     * this model"; empty when they agree, or the checkpoint (from before 6 December 2026) has none.
+     * ls_ckpt_warn_changes says it. */
+    char layers_changed[320];
 } ls_ckpt_state;
 
 /* Collective (comm NULL: one process). Writes DIR/step-<state->step> as above (DIR created if

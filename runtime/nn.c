@@ -440,8 +440,14 @@ static ls_status dropout_backward(ls_module *m, const ls_tensor *dy, int want_dx
     return LS_OK;
 }
 
+/* p with the fewest digits that read back to the same float: 0.3, not 0.300000012 */
 static void dropout_describe(const ls_module *m, char *buf, size_t n) {
-    snprintf(buf, n, "Dropout(p=%.9g)", (double)m->p);
+    char v[32];
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(v, sizeof v, "%.*g", digits, (double)m->p);
+        if (strtof(v, NULL) == m->p) break;
+    }
+    snprintf(buf, n, "Dropout(p=%s)", v);
 }
 
 static const ls_module_vt dropout_vt = {"Dropout", dropout_forward, dropout_backward, NULL, dropout_describe};

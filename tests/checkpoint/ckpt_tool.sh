@@ -26,13 +26,17 @@ expect_out "ok       C/step-00000008 (step 8)"
 expect_out "ok       C/step-00000016 (step 16)"
 run 0 info C
 expect_out "checkpoint  C/step-00000016 (verified: every file's size and CRC32)"
-expect_out "step        16 (optimizer steps 16); epoch 1, 0 samples of it done, 16 steps an epoch"
+expect_out "step        16 (optimizer steps 16); the end of epoch 1, 16 steps an epoch"
+expect_out "layers      Linear, ReLU, Dropout(p=0.1), Linear, ReLU, Dropout(p=0.1), Linear"
 expect_out "ranks       1 x batch 64 x 1 accumulation = 64 samples a step; seed 42"
 expect_out "optimizer   adamw: lr 0.001"
 expect_out "model       dropout 0.1, label smoothing 0, EMA of the weights (decay 0.99, 16 updates)"
 grep -qE "^file +model.safetensors +[0-9]+ bytes, 6 tensors, 535818 values$" "$tmp/out" || fail "info: no model line"
 grep -qE "^file +optimizer.safetensors +[0-9]+ bytes, 12 tensors, 1071636 values$" "$tmp/out" ||
     fail "info: no optimizer line"
+# epochs counted from 1, as the programs print them (it said "epoch 0, 512 samples of it done")
+run 0 info C/step-00000008
+expect_out "step        8 (optimizer steps 8); epoch 1, 512 samples of it done, 16 steps an epoch"
 run 0 tensors C/step-00000016/model.safetensors
 grep -qE "^0.weight +F32 +\[512, 784\] +1605632 bytes$" "$tmp/out" || fail "tensors: no 0.weight line"
 expect_out "6 tensors, 535818 values, 2143272 bytes of data"

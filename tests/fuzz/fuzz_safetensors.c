@@ -78,6 +78,12 @@ const char *ls_module_param_name(const ls_module *m, int i) {
     (void)i;
     abort();
 }
+int ls_module_layers(const ls_module *m, char (*out)[LS_LAYER_DESC_MAX], int max) {
+    (void)m;
+    (void)out;
+    (void)max;
+    abort();
+}
 int ls_comm_rank(const ls_comm *c) {
     (void)c;
     abort();
