@@ -53,7 +53,8 @@ enum {
     "                        copies the state to host memory (held from then on: the checkpoint's size);\n"            \
     "                        a save's line is printed once it is written, at the next save or the end\n"               \
     "  --resume auto|PATH    auto: continue from the newest valid checkpoint in --checkpoint-dir (start\n"             \
-    "                        afresh when there is none); PATH: from that checkpoint directory\n"                       \
+    "                        afresh when it holds none; an error when all it holds are damaged);\n"                    \
+    "                        PATH: from that checkpoint directory\n"                                                   \
     "  --log-steps FILE      rank 0 writes \"step loss\" per optimizer step (mean over the global batch,\n"            \
     "                        17 digits); on resume, lines past the resumed step are dropped, "                         \
     "new ones appended\n"                                                                                              \
