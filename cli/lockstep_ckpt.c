@@ -334,10 +334,14 @@ static int diff_files(const char *a, const char *b, double *worst, int *same, in
             continue;
         }
         double most = 0, big = 0;
-        int64_t at = 0;
+        int64_t at = 0, nan_at = -1;
         for (int64_t k = 0; k < x->numel; k++) {
             double u = value_at(x, k), v = value_at(y, k);
-            double d = isnan(u) || isnan(v) ? (isnan(u) && isnan(v) ? 0 : INFINITY) : fabs(u - v);
+            if (isnan(u) != isnan(v)) { /* a NaN against a number: no difference to measure */
+                if (nan_at < 0) nan_at = k;
+                continue;
+            }
+            double d = isnan(u) ? 0 : u == v ? 0 : fabs(u - v); /* inf == inf: 0, not inf - inf */
             if (d > most) {
                 most = d;
                 at = k;
@@ -345,8 +349,15 @@ static int diff_files(const char *a, const char *b, double *worst, int *same, in
             if (isfinite(u) && fabs(u) > big) big = fabs(u);
         }
         double rel = big > 0 ? most / big : (most > 0 ? INFINITY : 0);
-        printf("%-40s max |a - b| %.3g at element %lld: %.3g of the largest |a| (%.3g)\n", x->name, most, (long long)at,
-               rel, big);
+        if (nan_at >= 0) {
+            printf("%-40s NaN in one and not the other, first at element %lld\n", x->name, (long long)nan_at);
+            rel = INFINITY;
+        } else if (most == 0) { /* the bytes differ, the values do not */
+            printf("%-40s equal values in other bits (-0 against 0, or NaNs' payloads)\n", x->name);
+        } else {
+            printf("%-40s max |a - b| %.3g at element %lld: %.3g of the largest |a| (%.3g)\n", x->name, most,
+                   (long long)at, rel, big);
+        }
         if (!(rel <= *worst)) *worst = rel;
     }
     ls_safetensors_close(fa);
@@ -390,9 +401,10 @@ static int diff(const char *a, const char *b, double tol) {
         printf("identical: %d tensors, bit for bit\n", same);
         return 0;
     }
-    printf("%d of %d tensors differ; the largest difference is %.3g of its tensor's largest value (tolerance %g)\n",
-           differ, same + differ, worst, tol);
-    return worst <= tol ? 0 : 1;
+    printf("%d of %d tensors differ; the largest difference is %.3g of its tensor's largest value (tolerance %g%s)\n",
+           differ, same + differ, worst, tol, tol == 0 ? ": bit for bit" : "");
+    /* the default, 0, compares bits: values equal in other bits (-0 and 0) differ too */
+    return tol > 0 && worst <= tol ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
@@ -404,17 +416,30 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "info")) return info(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "tensors")) return tensors(argv[2]);
     if ((argc == 4 || argc == 6) && !strcmp(argv[1], "diff")) {
+        /* A B, with --tolerance X before, between or after them */
         double tol = 0;
-        if (argc == 6) {
-            char *end = NULL;
-            tol = strtod(argv[5], &end);
-            if (strcmp(argv[4], "--tolerance") != 0 || end == argv[5] || *end || !(tol >= 0) || !isfinite(tol)) {
-                fprintf(stderr, "lockstep-ckpt: diff: '%s %s': expected --tolerance and a number >= 0\n", argv[4],
-                        argv[5]);
-                return 2;
+        const char *ab[2] = {NULL, NULL};
+        int n = 0;
+        for (int i = 2; i < argc; i++) {
+            if (!strcmp(argv[i], "--tolerance") && i + 1 < argc && argc == 6) {
+                char *end = NULL;
+                tol = strtod(argv[i + 1], &end);
+                if (end == argv[i + 1] || *end || !(tol >= 0) || !isfinite(tol)) {
+                    fprintf(stderr, "lockstep-ckpt: diff: --tolerance '%s': expected a number >= 0\n", argv[i + 1]);
+                    return 2;
+                }
+                i++;
+            } else if (n < 2) {
+                ab[n++] = argv[i];
+            } else {
+                n = 3;
             }
         }
-        return diff(argv[2], argv[3], tol);
+        if (n != 2) {
+            fprintf(stderr, "lockstep-ckpt: diff: expected A B [--tolerance X]\n");
+            return 2;
+        }
+        return diff(ab[0], ab[1], tol);
     }
     usage(stderr);
     return 2;

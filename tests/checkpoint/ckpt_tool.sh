@@ -55,7 +55,7 @@ expect_rc 0
 run 0 diff C/step-00000016 R/step-00000016
 expect_out "identical: 24 tensors, bit for bit"
 run 1 diff R/step-00000016 A/step-00000016
-grep -qE "^[0-9]+ of 24 tensors differ; the largest difference is [0-9.e-]+ of its tensor's largest value \(tolerance 0\)$" \
+grep -qE "^[0-9]+ of 24 tensors differ; the largest difference is [0-9.e-]+ of its tensor's largest value \(tolerance 0: bit for bit\)$" \
     "$tmp/out" || fail "diff: no summary of the accumulation run's differences"
 grep -qE "^0.weight +max \|a - b\| [0-9.e-]+ at element [0-9]+: [0-9.e-]+ of the largest \|a\|" "$tmp/out" ||
     fail "diff: no line for 0.weight"
@@ -66,6 +66,27 @@ expect_out "only in R/step-00000016/optimizer.safetensors: 0.weight.exp_avg"
 run 2 diff R/step-00000016 R/step-00000016/model.safetensors
 expect_out "are not both checkpoints or both files"
 run 2 diff R S --tolerance -1
+# --tolerance before the paths too (it took them for the tolerance)
+run 0 diff --tolerance 1e-5 R/step-00000016 A/step-00000016
+# bitwise by default: -0 against 0 differs (it printed "1 of 1 tensors differ" and exited 0); a NaN
+# against a number is said so (it was "max |a - b| inf")
+python3 - <<'PY'
+import json, struct
+def write(path, vals):
+    b = struct.pack("<%df" % len(vals), *vals)
+    h = json.dumps({"x": {"dtype": "F32", "shape": [len(vals)], "data_offsets": [0, len(b)]}}).encode()
+    h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b)
+write("z.st", [0.0, 1.0, 2.0])
+write("nz.st", [-0.0, 1.0, 2.0])
+write("nan.st", [0.0, float("nan"), 2.0])
+PY
+run 1 diff z.st nz.st
+expect_out "equal values in other bits (-0 against 0, or NaNs' payloads)"
+expect_out "1 of 1 tensors differ; the largest difference is 0 of its tensor's largest value (tolerance 0: bit for bit)"
+run 0 diff z.st nz.st --tolerance 1e-9
+run 1 diff z.st nan.st --tolerance 1
+expect_out "NaN in one and not the other, first at element 1"
 
 # damage: a flipped byte, then a truncated file
 printf 'X' | dd of=C/step-00000016/optimizer.safetensors bs=1 seek=5000 conv=notrunc 2>/dev/null
