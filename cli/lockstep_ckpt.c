@@ -78,8 +78,10 @@ static int verify(int n, char **paths) {
     int bad = 0;
     for (int i = 0; i < n; i++) {
         const char *p = paths[i];
+        struct stat sb;
         if (!is_dir(p)) {
-            printf("DAMAGED  %s: no such directory\n", p);
+            printf("DAMAGED  %s: %s\n", p,
+                   stat(p, &sb) == 0 ? "not a directory (a checkpoint is a step-N directory)" : "no such directory");
             bad++;
             continue;
         }
@@ -103,6 +105,12 @@ static int verify(int n, char **paths) {
                        "checkpoint (the next save removes it)\n",
                        p, e->d_name);
             if (!is_step_name(e->d_name)) continue;
+            char full[LS_CKPT_PATH_MAX + 300];
+            snprintf(full, sizeof full, "%s/%s", p, e->d_name);
+            if (!is_dir(full)) { /* as a resume, which looks at directories only */
+                printf("note     %s: not a directory: not a checkpoint (a resume ignores it)\n", full);
+                continue;
+            }
             if (k == cap) {
                 cap = cap ? 2 * cap : 16;
                 char **nn = realloc(names, (size_t)cap * sizeof *nn);
@@ -153,8 +161,12 @@ static char *slurp(const char *p, size_t *len) {
 
 static int info(const char *arg) {
     char path[LS_CKPT_PATH_MAX];
+    struct stat sb;
     if (!is_dir(arg)) {
-        fprintf(stderr, "lockstep-ckpt: '%s': no such directory\n", arg);
+        fprintf(stderr, "lockstep-ckpt: '%s': %s\n", arg,
+                stat(arg, &sb) == 0 ? "not a directory (a checkpoint, or a directory of them; for a safetensors "
+                                      "file, lockstep-ckpt tensors)"
+                                    : "no such directory");
         return 1;
     }
     if (has_manifest(arg)) {

@@ -113,6 +113,17 @@ run 2 verify
 run 2 frob C
 run 1 verify /nonexistent
 expect_out "DAMAGED  /nonexistent: no such directory"
+# a file is not "no such directory"; a file named as a checkpoint is not one (a resume ignores it)
+run 1 verify z.st
+expect_out "DAMAGED  z.st: not a directory (a checkpoint is a step-N directory)"
+run 1 info z.st
+expect_out "lockstep-ckpt: 'z.st': not a directory (a checkpoint, or a directory of them; for a safetensors file, lockstep-ckpt tensors)"
+mkdir F
+cp -r R/step-00000016 F/
+: >F/step-00000099
+run 0 verify F
+expect_out "note     F/step-00000099: not a directory: not a checkpoint (a resume ignores it)"
+expect_out "ok       F/step-00000016 (step 16)"
 mkdir empty
 run 1 info empty
 expect_out "'empty' holds no checkpoint"
