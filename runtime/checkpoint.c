@@ -287,10 +287,13 @@ static ls_status st_check_layout(ls_safetensors *f, const unsigned char *data, u
     uint64_t pos = 0;
     for (int i = 0; i < f->n; i++) {
         st_entry *e = &f->t[i];
-        if (e->begin < pos)
+        if (e->begin < pos) { /* both named: either may be the wrong one */
+            const st_entry *b = &f->t[i - 1];
             return ls_error(LS_ERR_FORMAT,
-                            "'%s': tensor '%s' (data_offsets [%llu, %llu]) overlaps the tensor before it", nm,
-                            e->info.name, (unsigned long long)e->begin, (unsigned long long)e->end);
+                            "'%s': tensors '%s' (data_offsets [%llu, %llu]) and '%s' ([%llu, %llu]) overlap", nm,
+                            b->info.name, (unsigned long long)b->begin, (unsigned long long)b->end, e->info.name,
+                            (unsigned long long)e->begin, (unsigned long long)e->end);
+        }
         if (e->begin > pos)
             return ls_error(LS_ERR_FORMAT,
                             "'%s': %llu unused bytes before tensor '%s' (data_offsets must tile the data exactly)", nm,

@@ -185,7 +185,12 @@ static void test_bad_files(void) {
                "overflows");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
-               12, -1, "tensor 'b' (data_offsets [4, 12]) overlaps the tensor before it");
+               12, -1, "tensors 'a' (data_offsets [0, 8]) and 'b' ([4, 12]) overlap");
+    /* one that starts where another does: both named (it blamed only the one sorted second, here
+     * the one whose offsets are right) */
+    expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+               "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+               16, -1, "tensors 'b' (data_offsets [0, 4]) and 'w' ([0, 16]) overlap");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, -1,
                "4 unused bytes before tensor 'a'");
     expect_bad(ok, 12, -1, "4 bytes after the last tensor's data");
