@@ -224,8 +224,8 @@ static ls_status st_parse_entry(const char *nm, const cJSON *c, st_entry *e) {
     cJSON_ArrayForEach(d, shape) {
         uint64_t v;
         if (!json_uint(d, &v))
-            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has a shape entry that is not a non-negative integer", nm,
-                            key);
+            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has a shape entry that is not an integer from 0 to 2^53",
+                            nm, key);
         if (__builtin_mul_overflow(numel, v, &numel) || numel > (uint64_t)INT64_MAX)
             return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has a shape whose element count overflows", nm, key);
         e->info.shape[k++] = (int64_t)v;
@@ -1120,7 +1120,7 @@ static ls_status manifest_parse(const char *text, size_t len, const char *name, 
         goto done;
     }
     if (!json_uint(cJSON_GetObjectItemCaseSensitive(root, "step"), &step)) {
-        s = ls_error(LS_ERR_FORMAT, "'%s': \"step\" is missing or not a non-negative integer", name);
+        s = ls_error(LS_ERR_FORMAT, "'%s': \"step\" is missing or not an integer from 0 to 2^53", name);
         goto done;
     }
     m->step = (int64_t)step;
@@ -1454,7 +1454,7 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
 static ls_status get_uint(const cJSON *o, const char *key, const char *file, int64_t *out) {
     uint64_t v;
     if (!json_uint(cJSON_GetObjectItemCaseSensitive(o, key), &v))
-        return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" is missing or not a non-negative integer", file, key);
+        return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" is missing or not an integer from 0 to 2^53", file, key);
     *out = (int64_t)v;
     return LS_OK;
 }

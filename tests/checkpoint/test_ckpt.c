@@ -788,7 +788,7 @@ static void test_state_json(void) {
     LS_REQUIRE(at);
     memcpy(at, "\"epoch_sample_\"", 15);
     LS_EXPECT_ERR(ls_ckpt_state_parse(bad, strlen(bad), "x.json", NULL, &got), LS_ERR_FORMAT,
-                  "'x.json': \"epoch_samples\" is missing or not a non-negative integer");
+                  "'x.json': \"epoch_samples\" is missing or not an integer from 0 to 2^53");
     LS_EXPECT_ERR(ls_ckpt_state_parse(text, strlen(text) / 2, "x.json", NULL, &got), LS_ERR_FORMAT,
                   "'x.json': not valid JSON");
     LS_EXPECT_ERR(ls_ckpt_state_parse("{\"format\":\"lockstep-state\",\"version\":2}", 39, "x.json", NULL, &got),

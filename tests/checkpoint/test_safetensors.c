@@ -174,9 +174,9 @@ static void test_bad_files(void) {
                "tensor 'a' has unknown dtype 'F17'");
     expect_bad("{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, -1, "tensor 'a' has no \"dtype\" string");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, -1,
-               "tensor 'a' has a shape entry that is not a non-negative integer");
+               "tensor 'a' has a shape entry that is not an integer from 0 to 2^53");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,8]}}", 8, -1,
-               "not a non-negative integer");
+               "not an integer from 0 to 2^53");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, -1,
                "tensor 'a': shape [3] of F32 needs 12 bytes but data_offsets [0, 8] span 8");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, -1, "invalid \"data_offsets\"");
