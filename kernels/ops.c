@@ -11,6 +11,11 @@ ls_status ls_ctx_create(ls_device dev, ls_allocator *host, ls_ctx **out) {
     char dn[32];
     LS_CHECK_ARG(out, "ls_ctx_create: out is NULL");
     *out = NULL;
+    /* the GPU's settings, on any device: a job script's typo is found on the CPU it is tried on */
+    int tf32;
+    ls_gpu_memory_policy pol;
+    LS_CHECK(ls_env_tf32(&tf32));
+    LS_CHECK(ls_gpu_memory_policy_parse(getenv("LOCKSTEP_GPU_MEMORY"), &pol));
     const ls_ops *ops = ls_ops_for(dev.type);
     if (!ops)
         return ls_error(LS_ERR_DEVICE, "this build of lockstep has no backend for device '%s'",

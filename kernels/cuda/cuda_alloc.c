@@ -576,53 +576,11 @@ static const ls_allocator_vtable ls_cuda_vtable = {
     cu_release_fn,  cu_alloc_error_fn, cu_download_fn,  cu_download_wait_fn, cu_download_done_fn};
 
 /* ---- policy ---- */
-typedef struct cu_policy {
-    double reserve_fraction; /* 0: none */
-    size_t reserve_bytes;    /* 0: none (or use the fraction) */
-    size_t limit;            /* 0: none */
-} cu_policy;
-
-static ls_status parse_policy(const char *env, cu_policy *pol) {
-    memset(pol, 0, sizeof *pol);
-    if (!env || !*env) return LS_OK;
-    char buf[256];
-    if (strlen(env) >= sizeof buf) return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY is too long");
-    strcpy(buf, env);
-    char *save = NULL;
-    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        while (*item == ' ') item++;
-        if (strcmp(item, "grow") == 0) continue;
-        if (strncmp(item, "reserve:", 8) == 0) {
-            const char *v = item + 8;
-            char *end = NULL;
-            double f = strtod(v, &end);
-            if (end != v && *end == '\0' && f > 0 && f <= 1) {
-                pol->reserve_fraction = f;
-                continue;
-            }
-            if (ls_memory_parse_size(v, &pol->reserve_bytes) == LS_OK && pol->reserve_bytes > 0) continue;
-            return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "LOCKSTEP_GPU_MEMORY: '%s' wants a fraction of the free memory in (0, 1] or a "
-                            "size (reserve:0.9, reserve:20GiB)",
-                            item);
-        }
-        if (strncmp(item, "limit:", 6) == 0) {
-            if (ls_memory_parse_size(item + 6, &pol->limit) == LS_OK && pol->limit > 0) continue;
-            return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY: '%s' wants a size (limit:48GiB)", item);
-        }
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "LOCKSTEP_GPU_MEMORY: '%s' is not one of grow, reserve:FRACTION, reserve:SIZE, "
-                        "limit:SIZE (comma-separated, e.g. reserve:0.9 or limit:48GiB)",
-                        item);
-    }
-    return LS_OK;
-}
-
 ls_status ls_cuda_allocator_create(ls_cuda_state *cs, ls_device dev, ls_allocator **out) {
     char b1[32], b2[32], b3[32], hint[480];
     *out = NULL;
-    cu_policy pol;
-    LS_CHECK(parse_policy(getenv("LOCKSTEP_GPU_MEMORY"), &pol));
+    ls_gpu_memory_policy pol;
+    LS_CHECK(ls_gpu_memory_policy_parse(getenv("LOCKSTEP_GPU_MEMORY"), &pol));
     cu_alloc *a = calloc(1, sizeof *a);
     if (!a) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the CUDA allocator's state");
     a->cs = cs;

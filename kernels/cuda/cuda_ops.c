@@ -298,15 +298,8 @@ static ls_status cu_init(ls_device dev, void **state) {
         snprintf(s->dnn_error, sizeof s->dnn_error, "%s", ls_last_error());
         LS_LOG_W("cuda:%d: cuDNN did not start, so convolutions will fail: %s", s->device, s->dnn_error);
     }
-    const char *tf32 = getenv("LOCKSTEP_TF32");
-    s->tf32 = tf32 && (strcmp(tf32, "1") == 0 || strcmp(tf32, "on") == 0 || strcmp(tf32, "true") == 0);
-    if (tf32 && *tf32 && !s->tf32 && strcmp(tf32, "0") && strcmp(tf32, "off") && strcmp(tf32, "false")) {
-        st = ls_error(LS_ERR_INVALID_ARGUMENT,
-                      "LOCKSTEP_TF32=%s: expected 1, on or true (TF32 tensor cores for f32 "
-                      "GEMMs), or 0, off or false",
-                      tf32);
-        goto fail;
-    }
+    st = ls_env_tf32(&s->tf32);
+    if (st != LS_OK) goto fail;
     s->launch.stream = s->stream;
     s->launch.sm_count = prop.multiProcessorCount;
     s->launch.scratch = s->workspace;

@@ -96,3 +96,14 @@ ls_status ls_device_select(const char *request, int local_rank, ls_device *out) 
     *out = d;
     return LS_OK;
 }
+
+ls_status ls_env_tf32(int *on) {
+    const char *v = getenv("LOCKSTEP_TF32");
+    *on = v && (!strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "true"));
+    if (v && *v && !*on && strcmp(v, "0") && strcmp(v, "off") && strcmp(v, "false"))
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "LOCKSTEP_TF32=%s: expected 1, on or true (TF32 tensor cores for f32 GEMMs), or 0, off or "
+                        "false",
+                        v);
+    return LS_OK;
+}

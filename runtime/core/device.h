@@ -36,6 +36,11 @@ int ls_device_cuda_count(char *why, int why_len);
  * then automatic. Asking for cuda where there is none is LS_ERR_DEVICE with the reason. */
 ls_status ls_device_select(const char *request, int local_rank, ls_device *out);
 
+/* LOCKSTEP_TF32: *on = 1 for 1, on or true (TF32 tensor cores for f32 GEMMs on a GPU), 0 for 0, off,
+ * false or unset; any other value is an error naming it. Read by the CUDA backend, and checked by
+ * every context on any device (a typo is found where the job script is tried). */
+ls_status ls_env_tf32(int *on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -405,3 +405,39 @@ const char *ls_memory_format(size_t bytes, char *buf, int len) {
         snprintf(buf, (size_t)len, "%.2f %s", v, u[i]);
     return buf;
 }
+
+ls_status ls_gpu_memory_policy_parse(const char *env, ls_gpu_memory_policy *pol) {
+    memset(pol, 0, sizeof *pol);
+    if (!env || !*env) return LS_OK;
+    char buf[256];
+    if (strlen(env) >= sizeof buf) return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY is too long");
+    strcpy(buf, env);
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        while (*item == ' ') item++;
+        if (strcmp(item, "grow") == 0) continue;
+        if (strncmp(item, "reserve:", 8) == 0) {
+            const char *v = item + 8;
+            char *end = NULL;
+            double f = strtod(v, &end);
+            if (end != v && *end == '\0' && f > 0 && f <= 1) {
+                pol->reserve_fraction = f;
+                continue;
+            }
+            if (ls_memory_parse_size(v, &pol->reserve_bytes) == LS_OK && pol->reserve_bytes > 0) continue;
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "LOCKSTEP_GPU_MEMORY: '%s' wants a fraction of the free memory in (0, 1] or a "
+                            "size (reserve:0.9, reserve:20GiB)",
+                            item);
+        }
+        if (strncmp(item, "limit:", 6) == 0) {
+            if (ls_memory_parse_size(item + 6, &pol->limit) == LS_OK && pol->limit > 0) continue;
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY: '%s' wants a size (limit:48GiB)", item);
+        }
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "LOCKSTEP_GPU_MEMORY: '%s' is not one of grow, reserve:FRACTION, reserve:SIZE, "
+                        "limit:SIZE (comma-separated, e.g. reserve:0.9 or limit:48GiB)",
+                        item);
+    }
+    return LS_OK;
+}

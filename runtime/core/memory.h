@@ -129,6 +129,17 @@ ls_status ls_memory_parse_cap(const char *s, size_t *out);
 /* "1.50 GiB" into buf. */
 const char *ls_memory_format(size_t bytes, char *buf, int len);
 
+/* LOCKSTEP_GPU_MEMORY's value (NULL or empty: grow on demand, no cap): comma-separated grow,
+ * reserve:FRACTION (of the free memory, in (0, 1]), reserve:SIZE, limit:SIZE. Parsed by the CUDA
+ * allocator, and checked by every context on any device, so that a typo is found where the job
+ * script is tried, not on the GPU machine. */
+typedef struct ls_gpu_memory_policy {
+    double reserve_fraction; /* 0: none */
+    size_t reserve_bytes;    /* 0: none (or use the fraction) */
+    size_t limit;            /* 0: none */
+} ls_gpu_memory_policy;
+ls_status ls_gpu_memory_policy_parse(const char *env, ls_gpu_memory_policy *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,6 +16,9 @@
  *   context and memory calls, the loss and the gradient norm;
  * - an optimizer given one parameter (or gradient) twice: stepped twice a step;
  * - a hand-filled data set without labels (a crash in the gather);
+ * - a LOCKSTEP_TF32 or LOCKSTEP_GPU_MEMORY that means nothing, at any context's creation (they
+ *   were read, and checked, only on a GPU);
+ * - a batch of INT64_MAX samples a step (the step losses' buffer size wrapped to 64 bytes);
  * - a LOCKSTEP_GATHER_THREADS that is no thread count (it was checked only where an f32 batch was
  *   staged for a GPU; now at trainer creation, on any device), a LOCKSTEP_CKPT_CRASH_AT that names
  *   no stage (the crash a test asked for never came).
@@ -157,6 +160,22 @@ int main(void) {
     LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
                   "LOCKSTEP_GATHER_THREADS='0': use a thread count from 1 to 64");
     unsetenv("LOCKSTEP_GATHER_THREADS");
+    /* the GPU's variables, checked by every context: on the CPU, where they do nothing, a typo was
+     * ignored, to fail only on the GPU machine */
+    ls_ctx *c2 = NULL;
+    setenv("LOCKSTEP_TF32", "yes", 1);
+    LS_EXPECT_ERR(ls_ctx_create(ls_device_cpu(), NULL, &c2), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_TF32=yes: expected 1, on or true (TF32 tensor cores for f32 GEMMs), or 0, off or false");
+    LS_EXPECT(c2 == NULL);
+    setenv("LOCKSTEP_TF32", "on", 1);
+    setenv("LOCKSTEP_GPU_MEMORY", "limit:48GiB,reserve", 1);
+    LS_EXPECT_ERR(ls_ctx_create(ls_device_cpu(), NULL, &c2), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_GPU_MEMORY: 'reserve' is not one of grow, reserve:FRACTION, reserve:SIZE, limit:SIZE");
+    setenv("LOCKSTEP_GPU_MEMORY", "limit:48GiB,reserve:0.9", 1);
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c2));
+    ls_ctx_destroy(c2);
+    unsetenv("LOCKSTEP_TF32");
+    unsetenv("LOCKSTEP_GPU_MEMORY");
 
     /* steps */
     LS_REQUIRE_OK(ls_trainer_create(c, NULL, a, oa, &tc, &t));
