@@ -20,15 +20,15 @@ trap 'echo "\$r INT" >>"$LOG"; got=1' INT
 echo "\$r started" >>"$LOG"
 for i in \$(seq 1200); do sleep 0.05; [ \$got = 1 ] && break; done
 [ \$got = 1 ] || exit 1
-for i in \$(seq \$((HOLD * 20))); do sleep 0.05; done
+sleep "\$HOLD"
 echo "\$r done" >>"$LOG"
 exit 143
 EOF
 chmod 755 "$tmp/rank.sh"
 trap 'pkill -KILL -f "$tmp/rank.sh" 2>/dev/null; rm -rf "$tmp"' EXIT
 # On a SIGTERM mpirun sends its ranks SIGCONT, SIGTERM odls_base_sigkill_timeout later (1 s by
-# default), and SIGKILL as long after that: 4 s each here, for a loaded machine
-A=(-n 2 --mca odls_base_sigkill_timeout 4 "$tmp/rank.sh")
+# default), and SIGKILL as long after that: 8 s each here, for a loaded machine (the ranks hold 1 s)
+A=(-n 2 --mca odls_base_sigkill_timeout 8 "$tmp/rank.sh")
 # start [timeout(1) args]: lockstep-run in the background (its own session), waits for both ranks
 start() {
     rm -f "$LOG"
@@ -59,7 +59,7 @@ reap() {
 }
 
 case_ "two SIGTERMs back to back: the ranks get one, finish, and none outlives lockstep-run"
-HOLD=2
+HOLD=1
 start
 kill -TERM "$pid"
 kill -TERM "$pid"
@@ -67,7 +67,7 @@ reap
 [ "$rc" != 0 ] || fail "exit status 0 after a SIGTERM"
 
 case_ "SIGTERM, then SIGINT 1.5 s later: not passed to mpirun, said so"
-HOLD=2
+HOLD=1
 start
 kill -TERM "$pid"
 sleep 1.5
@@ -76,10 +76,10 @@ reap
 expect_err "lockstep-run: SIGINT: not passed to mpirun, which is stopping the ranks since the first signal"
 
 case_ "timeout(1) signals lockstep-run and its process group: one SIGTERM reaches the ranks"
-HOLD=2
+HOLD=1
 rm -f "$LOG"
-env -i "PATH=/usr/local/bin:/usr/bin:/bin" HOLD="$HOLD" timeout 8 "$LSR" "${A[@]}" >"$tmp/stdout" 2>"$tmp/stderr" &
+env -i "PATH=/usr/local/bin:/usr/bin:/bin" HOLD="$HOLD" timeout 10 "$LSR" "${A[@]}" >"$tmp/stdout" 2>"$tmp/stderr" &
 pid=$!
 reap
-[ "$(grep -c started "$LOG")" = 2 ] || fail "the ranks had not both started within timeout's 8 s: $(tr '\n' ' ' <"$LOG")"
+[ "$(grep -c started "$LOG")" = 2 ] || fail "the ranks had not both started within timeout's 10 s: $(tr '\n' ' ' <"$LOG")"
 finish
