@@ -47,7 +47,7 @@ static inline ls_setting ls_setting_str(const char *name, const char *value) {
     return s;
 }
 static inline ls_setting ls_setting_flag(const char *name, int given) {
-    ls_setting s = {name, given != 0, NULL, LS_SETTING_FLAG};
+    ls_setting s = {name, given != 0 ? 1.0 : 0.0, NULL, LS_SETTING_FLAG}; /* a double: C++ refuses to narrow a bool */
     return s;
 }
 

@@ -9,6 +9,17 @@ need() { "$@" || { echo "test_install: missing after install: ${*: -1}" >&2; exi
 need test -f "$tmp/prefix/include/lockstep/nn.h"
 test -f "$tmp/prefix/lib/cmake/lockstep/lockstepConfig.cmake" || need test -f "$tmp/prefix/lib64/cmake/lockstep/lockstepConfig.cmake"
 need test -x "$tmp/prefix/bin/lockstep-run"
+# every installed header compiles alone, as C11 and (where a C++ compiler is) as C++ (a narrowing
+# in ddp.h's inline functions was an error in C++)
+for h in "$tmp/prefix"/include/lockstep/*.h; do
+    inc="#include <lockstep/$(basename "$h")>"
+    echo "$inc" | cc -std=c11 -Wall -Wextra -pedantic -Werror -fsyntax-only -I"$tmp/prefix/include" -x c - ||
+        { echo "test_install: $h does not compile alone as C11" >&2; exit 1; }
+    if command -v c++ >/dev/null; then
+        echo "$inc" | c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I"$tmp/prefix/include" -x c++ - ||
+            { echo "test_install: $h does not compile as C++" >&2; exit 1; }
+    fi
+done
 cmake -S "$src/tests/e2e/consumer" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/build" >/dev/null
 rc=0
