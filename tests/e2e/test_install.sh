@@ -9,6 +9,23 @@ need() { "$@" || { echo "test_install: missing after install: ${*: -1}" >&2; exi
 need test -f "$tmp/prefix/include/lockstep/nn.h"
 test -f "$tmp/prefix/lib/cmake/lockstep/lockstepConfig.cmake" || need test -f "$tmp/prefix/lib64/cmake/lockstep/lockstepConfig.cmake"
 need test -x "$tmp/prefix/bin/lockstep-run"
+# the installed programs run from the prefix without LD_LIBRARY_PATH (their RUNPATH was empty)
+for p in fashion_mlp lockstep-ckpt; do
+    [ -x "$tmp/prefix/bin/$p" ] || continue
+    env -u LD_LIBRARY_PATH "$tmp/prefix/bin/$p" --help >/dev/null ||
+        { echo "test_install: the installed $p does not run (its libraries?)" >&2; exit 1; }
+done
+# no RUNPATH with an empty entry (the loader's current directory) in the build tree or the install
+if command -v readelf >/dev/null; then
+    for f in "$build"/liblockstep.so "$build"/examples/*/fashion_* "$build"/cli/lockstep-ckpt "$tmp/prefix"/lib*/liblockstep.so \
+        "$tmp/prefix"/bin/*; do
+        [ -f "$f" ] || continue
+        rp=$(readelf -d "$f" 2>/dev/null | sed -n 's/.*R\(UN\)\{0,1\}PATH.*\[\(.*\)\]/\2/p')
+        case ":$rp:" in
+        *::*) [ -n "$rp" ] && { echo "test_install: $f: RUNPATH '$rp' has an empty entry (the current directory)" >&2; exit 1; } ;;
+        esac
+    done
+fi
 # every installed header compiles alone, as C11 and (where a C++ compiler is) as C++ (a narrowing
 # in ddp.h's inline functions was an error in C++)
 for h in "$tmp/prefix"/include/lockstep/*.h; do
