@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,21 +72,46 @@ static void tl_clean(char *dst, const char *s) {
     dst[o] = 0;
 }
 
-/* Under tl_mu. */
-static void tl_sep(void) {
-    if (!tl_first) fputs(",\n", tl_f);
+/* The events go to the file whole: gathered in tl_buf, written (one write(2), the file being
+ * unbuffered) only at an event's end, when the buffer is full and at each flush. A run killed at
+ * any moment leaves whole events, which the viewers and timeline_summary.py read without the
+ * closing bracket; stdio's own buffer had gone out when full, in the middle of an event (a
+ * killed run's trace then ended in `"dur":2942.250` and no reader took it). Under tl_mu. */
+static char tl_buf[1 << 16];
+static size_t tl_len;
+
+static void tl_drain(void) {
+    if (tl_len) fwrite(tl_buf, 1, tl_len, tl_f);
+    tl_len = 0;
+}
+
+static void tl_put(const char *s, size_t n) {
+    if (tl_len + n > sizeof tl_buf) tl_drain();
+    memcpy(tl_buf + tl_len, s, n);
+    tl_len += n;
+}
+
+/* One event: the separator and the formatted object (names are cut to TL_NAME: it fits). */
+static void tl_emitf(const char *fmt, ...) {
+    char line[1024];
+    int n = tl_first ? 0 : snprintf(line, sizeof line, ",\n");
     tl_first = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    if ((size_t)(n + k) >= sizeof line) k = (int)(sizeof line - 1) - n;
+    tl_put(line, (size_t)(n + k));
 }
 
 static void tl_meta_thread(int tid, const char *name) {
     char n[TL_NAME];
     tl_clean(n, name);
-    tl_sep();
-    fprintf(tl_f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", tl_pid,
-            tid, n);
-    tl_sep();
-    fprintf(tl_f, "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
-            tl_pid, tid, tid);
+    tl_emitf("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", tl_pid, tid,
+             n);
+    tl_emitf("{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}", tl_pid,
+             tid, tid);
 }
 
 /* The calling thread's row in this session, named on first use. Under tl_mu. */
@@ -104,9 +130,8 @@ static void tl_event(int tid, const char *name, const char *cat, double t0, doub
     char n[TL_NAME], c[TL_NAME];
     tl_clean(n, name);
     tl_clean(c, cat ? cat : "lockstep");
-    tl_sep();
-    fprintf(tl_f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", n, c,
-            tl_pid, tid, t0, t1 > t0 ? t1 - t0 : 0.0);
+    tl_emitf("{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", n, c,
+             tl_pid, tid, t0, t1 > t0 ? t1 - t0 : 0.0);
 }
 
 double ls_timeline_now(void) {
@@ -137,15 +162,15 @@ ls_status ls_timeline_open(const char *path, int rank) {
     tl_next_tid = 1;
     tl_first = 1;
     tl_nlanes = 0;
-    fputs("[\n", tl_f);
-    tl_sep();
-    fprintf(tl_f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank,
-            rank);
-    tl_sep();
-    fprintf(tl_f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
-            rank, rank);
+    setvbuf(tl_f, NULL, _IONBF, 0); /* tl_buf is the buffer: whole events at a time */
+    tl_len = 0;
+    tl_put("[\n", 2);
+    tl_emitf("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank,
+             rank);
+    tl_emitf("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}", rank,
+             rank);
     (void)tl_tid(); /* the opener's thread is row 1, "main" unless named */
-    fflush(tl_f);
+    tl_drain();
     atomic_store(&tl_on, 1);
     pthread_mutex_unlock(&tl_mu);
     return LS_OK;
@@ -158,7 +183,8 @@ ls_status ls_timeline_close(void) {
         pthread_mutex_unlock(&tl_mu);
         return LS_OK;
     }
-    fputs("\n]\n", tl_f);
+    tl_put("\n]\n", 3);
+    tl_drain();
     int bad = ferror(tl_f);
     int e = errno;
     if (fclose(tl_f) != 0 && !bad) {
@@ -174,7 +200,7 @@ ls_status ls_timeline_close(void) {
 void ls_timeline_flush(void) {
     if (!ls_timeline_active()) return;
     pthread_mutex_lock(&tl_mu);
-    if (tl_f) fflush(tl_f);
+    if (tl_f) tl_drain();
     pthread_mutex_unlock(&tl_mu);
 }
 

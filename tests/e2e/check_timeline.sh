@@ -5,7 +5,8 @@
 # gradient buckets have a row and bucket 0 is launched while backward runs; a file that cannot be
 # created is an error naming it; without the variable no file is written. With python3 and
 # SUMMARY (cluster/bench/timeline_summary.py), its table of the one-rank run sums to the steps'
-# time, and --merge makes one trace of both ranks. With RESNET (fashion_resnet), two ranks with --batch-size auto: the trial trainers (which
+# time, and --merge makes one trace of both ranks. A run killed at random moments leaves whole
+# events; the summary takes a trace cut within one. With RESNET (fashion_resnet), two ranks with --batch-size auto: the trial trainers (which
 # run without the communicator) leave no file of their own, and each rank's file holds its steps.
 set -u
 mlp=$1 run=$2 check=$3 summary=${4:-} resnet=${5:-}
@@ -57,6 +58,37 @@ sys.exit(0 if names == {"rank 0", "rank 1"} and n == [1, 1] else 1)' "$dir/merge
     fi
 else
     echo "(no MPI launcher here: the two-rank cases are left out)"
+fi
+
+# a run killed (SIGKILL) at any moment leaves whole events only: the trace reads once its array is
+# closed (stdio's buffer went out when full, mid-event: 4 kills in 10 left a trace no reader took)
+if command -v python3 >/dev/null; then
+    # the ResNet's steps write more than stdio's 4 KiB between flushes (a span per module)
+    killed=("$mlp" --epochs 100 --train-limit 1000 --test-limit 100 --batch-size 10 --no-progress)
+    [ -z "$resnet" ] || killed=("$resnet" --epochs 100 --train-limit 1000 --test-limit 100 --batch-size 8 --widths 8,16 \
+        --no-progress)
+    for k in 1 2 3 4 5; do
+        rm -f "$dir/killed.json"
+        LOCKSTEP_TIMELINE="$dir/killed.json" "${killed[@]}" >/dev/null 2>&1 &
+        pid=$!
+        for _ in $(seq 200); do [ -s "$dir/killed.json" ] && [ "$(wc -c <"$dir/killed.json")" -gt 20000 ] && break; sleep 0.05; done
+        sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+        kill -KILL $pid
+        wait $pid 2>/dev/null
+        python3 -c 'import json, sys
+t = open(sys.argv[1]).read().rstrip()
+ev = json.loads(t.rstrip(",") + "]")
+sys.exit(0 if any(e.get("name", "").startswith("step ") for e in ev) else 1)' "$dir/killed.json" ||
+            fail "kill $k: the killed run's trace is not whole events: ...$(tail -c 120 "$dir/killed.json")"
+    done
+    if [ -n "$summary" ]; then
+        # and the summary takes one cut within an event (a trace of an older build), saying so
+        head -c "$(($(wc -c <"$dir/killed.json") - 7))" "$dir/killed.json" >"$dir/cut.json"
+        python3 "$summary" "$dir/cut.json" >"$dir/sumcut" 2>&1 || fail "timeline_summary on a cut trace: $(cat "$dir/sumcut")"
+        grep -q "the last event is cut short (the run was killed): left out" "$dir/sumcut" ||
+            fail "timeline_summary did not say the cut: $(cat "$dir/sumcut")"
+        grep -q " steps after 5 skipped, mean step" "$dir/sumcut" || fail "no summary of a cut trace: $(cat "$dir/sumcut")"
+    fi
 fi
 
 out=$(LOCKSTEP_TIMELINE=/nonexistent-dir/t.json "$mlp" "${args[@]}" 2>&1) && fail "an unwritable timeline was accepted"
