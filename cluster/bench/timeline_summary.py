@@ -17,6 +17,7 @@ that open one file at a time (ui.perfetto.dev, chrome://tracing).
 """
 import argparse
 import json
+import signal
 import sys
 from collections import defaultdict
 
@@ -25,13 +26,32 @@ def load(path):
     with open(path) as f:
         text = f.read()
     text = text.rstrip()
-    if not text.endswith("]"):  # a run that died: the array was never closed
-        text = text.rstrip(",") + "]"
-    return json.loads(text)
+    if text.endswith("]"):
+        return json.loads(text)
+    # a run that died: the array was never closed, and (a trace of an older lockstep, or one killed
+    # within a write) its last event may be cut short: left out, said so
+    try:
+        return json.loads(text.rstrip(",") + "]")
+    except ValueError:
+        cut = text.rfind(",\n")
+        if cut < 0:
+            raise
+        print(f"timeline_summary: {path}: the last event is cut short (the run was killed): left out",
+              file=sys.stderr)
+        return json.loads(text[:cut] + "]")
 
 
 def summarize(path, skip, modules, out):
     events = load(path)
+    pids = sorted({e.get("pid") for e in events if "pid" in e}, key=str)
+    # a merged file (--merge) holds every rank: each summarized on its own
+    for pid in pids:
+        summarize_rank(path, [e for e in events if e.get("pid") == pid], skip, modules, out)
+    if not pids:
+        print(f"{path}: no steps", file=out)
+
+
+def summarize_rank(path, events, skip, modules, out):
     rows = {}
     rank = None
     for e in events:
@@ -42,7 +62,7 @@ def summarize(path, skip, modules, out):
     spans = [e for e in events if e.get("ph") == "X"]
     steps = sorted((e for e in spans if e["name"].startswith("step ") and rows.get(e["tid"]) == "main"),
                    key=lambda e: e["ts"])
-    kept = steps[skip:] if len(steps) > skip else steps
+    kept = steps[skip:] if len(steps) > skip else steps  # too few to leave the warm-up out: all kept
     if not kept:
         print(f"{path}: no steps", file=out)
         return
@@ -66,8 +86,9 @@ def summarize(path, skip, modules, out):
             key = f"[{row}] {e['name'].split(' ')[0]}"
         groups[key].append(e["dur"])
     n = len(kept)
-    print(f"{path} ({rank or 'rank ?'}): {n} steps after {min(skip, len(steps))} skipped, "
-          f"mean step {t_steps / n / 1000:.3f} ms", file=out)
+    skipped = len(steps) - n
+    left_out = f"after {skipped} skipped" if skipped or not skip else f"(fewer than --skip {skip} + 1: none skipped)"
+    print(f"{path} ({rank or 'rank ?'}): {n} steps {left_out}, mean step {t_steps / n / 1000:.3f} ms", file=out)
     print(f"  {'span':<52} {'count':>6} {'mean us':>10} {'ms/step':>9} {'share':>7}", file=out)
     order = sorted(groups.items(), key=lambda kv: (kv[0].startswith("["), -sum(kv[1])))
     for name, durs in order:
@@ -76,10 +97,19 @@ def summarize(path, skip, modules, out):
               f"{100 * total / t_steps:>6.1f}%", file=out)
 
 
+def nonnegative(text):
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a count >= 0")
+    return n
+
+
 def main():
+    # a reader that goes away (| head) ends the output, not an error about the trace
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="+")
-    ap.add_argument("--skip", type=int, default=5, help="leave out the first N steps (warm-up)")
+    ap.add_argument("--skip", type=nonnegative, default=5, help="leave out the first N steps (warm-up)")
     ap.add_argument("--modules", action="store_true", help="also list each module's forward and backward")
     ap.add_argument("--merge", metavar="OUT", help="write the files as one trace to OUT instead")
     a = ap.parse_args()
