@@ -120,12 +120,19 @@ ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg) {
 
 ls_status ex_check_fashion_shape(const ls_dataset *train, const ls_dataset *test) {
     const ls_dataset *sets[2] = {train, test};
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         if (sets[i]->features != 784)
             return ls_error(LS_ERR_FORMAT,
                             "the %s images have %lld pixels, not Fashion-MNIST's 28 x 28 = 784: check the files in "
                             "--data-dir (or LOCKSTEP_FASHION_DIR)",
                             i ? "test" : "training", (long long)sets[i]->features);
+        /* 14 x 56 has the pixels too, and the ResNet trained on it as 28 x 28 */
+        if (sets[i]->rows != 28 || sets[i]->cols != 28)
+            return ls_error(LS_ERR_FORMAT,
+                            "the %s images are %lld x %lld, not Fashion-MNIST's 28 x 28: check the files in "
+                            "--data-dir (or LOCKSTEP_FASHION_DIR)",
+                            i ? "test" : "training", (long long)sets[i]->rows, (long long)sets[i]->cols);
+    }
     return LS_OK;
 }
 

@@ -168,6 +168,13 @@ PY
 refused "data: bad format: the training images have 196 pixels, not Fashion-MNIST's 28 x 28 = 784" \
     "$mlp" "${small[@]}" --data-dir "$d"
 refused "the training images have 196 pixels" "$resnet" --data-dir "$d"
+# 14 x 56 images have 784 pixels: refused too (the ResNet trained on them as 28 x 28)
+python3 - "$d" <<'PY'
+import gzip, struct, sys
+with gzip.open("%s/train-images-idx3-ubyte.gz" % sys.argv[1], "wb") as f:
+    f.write(struct.pack(">IIII", 0x803, 64, 14, 56) + bytes(64 * 784))
+PY
+refused "data: bad format: the training images are 14 x 56, not Fashion-MNIST's 28 x 28" "$resnet" --data-dir "$d"
 
 # a trace that cannot be written is said at exit (the run itself is fine)
 out=$(LOCKSTEP_TIMELINE=/dev/full "$mlp" "${small[@]}" 2>&1) || fail "LOCKSTEP_TIMELINE=/dev/full: $out"
