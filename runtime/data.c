@@ -174,8 +174,10 @@ static const char *idx_type_name(unsigned t) {
 }
 
 /* Read an IDX file keeping at most max_first (<= 0: all) entries along dims[0]; *full_first
- * receives the file's dims[0]. */
-static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out, int64_t *full_first) {
+ * receives the file's dims[0]. want_ndim > 0: the file must have that many dimensions, checked
+ * with the header (what: "labels [n]"), before the sizes it would give the data. */
+static ls_status idx_read_first(const char *path, int64_t max_first, int want_ndim, const char *what, ls_idx *out,
+                                int64_t *full_first) {
     memset(out, 0, sizeof *out);
     if (!path) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_idx_read: path is NULL");
     idx_src s;
@@ -214,6 +216,10 @@ static ls_status idx_read_first(const char *path, int64_t max_first, ls_idx *out
         goto fail;
     }
     int ndim = hdr[3];
+    if (want_ndim > 0 && ndim != want_ndim) { /* (a labels file of 3 dimensions was "truncated") */
+        st = ls_error(LS_ERR_FORMAT, "'%s' should hold %s but has %d dimensions", path, what, ndim);
+        goto fail;
+    }
     if (ndim == 0) {
         st = ls_error(LS_ERR_FORMAT, "'%s': IDX file has 0 dimensions", path);
         goto fail;
@@ -301,7 +307,7 @@ fail:
 ls_status ls_idx_read(const char *path, ls_idx *out) {
     if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_idx_read: out is NULL");
     int64_t full_first = 0;
-    return idx_read_first(path, 0, out, &full_first);
+    return idx_read_first(path, 0, 0, NULL, out, &full_first);
 }
 
 void ls_idx_free(ls_idx *idx) {
@@ -600,16 +606,8 @@ ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_da
     ls_dataset *d = NULL;
     int64_t n_img = 0, n_lab = 0;
 
-    LS_CHECK_GOTO(idx_read_first(lpath, limit, &lab, &n_lab), st, fail);
-    if (lab.ndim != 1) {
-        st = ls_error(LS_ERR_FORMAT, "'%s' should hold labels [n] but has %d dimensions", lpath, lab.ndim);
-        goto fail;
-    }
-    LS_CHECK_GOTO(idx_read_first(ipath, limit, &img, &n_img), st, fail);
-    if (img.ndim != 3) {
-        st = ls_error(LS_ERR_FORMAT, "'%s' should hold images [n, rows, cols] but has %d dimensions", ipath, img.ndim);
-        goto fail;
-    }
+    LS_CHECK_GOTO(idx_read_first(lpath, limit, 1, "labels [n]", &lab, &n_lab), st, fail);
+    LS_CHECK_GOTO(idx_read_first(ipath, limit, 3, "images [n, rows, cols]", &img, &n_img), st, fail);
     if (n_img != n_lab) {
         st = ls_error(LS_ERR_FORMAT, "'%s' has %lld images but '%s' has %lld labels", ipath, (long long)n_img, lpath,
                       (long long)n_lab);

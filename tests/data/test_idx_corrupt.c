@@ -299,6 +299,24 @@ static void check_fashion_small(void) {
                   EXPECTED("'%s/train-labels-idx1-ubyte.gz': label 10 at index 2 is out of range", badlab));
     LS_EXPECT(d == NULL);
     remove_fashion_dir(badlab);
+
+    /* a labels file with 3 dimensions (an images file in its place): said so, before the data it
+     * describes (it was "truncated: expected 1203725677686120000 bytes") */
+    const char *swapped = make_fashion_dir("swapped", 6, labels, 6);
+    static uint8_t img3[64];
+    size_t n3 = make_idx(img3, 3, (const uint32_t[]){1000, 28, 28}, 8);
+    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", swapped);
+    write_gz(path, img3, n3);
+    LS_EXPECT_ERR(ls_fashion_mnist_load(swapped, 1, 0, &d), LS_ERR_FORMAT,
+                  EXPECTED("'%s' should hold labels [n] but has 3 dimensions", path));
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", swapped);
+    write_gz(path, img3, make_idx(img3, 1, (const uint32_t[]){6}, 6));
+    snprintf(expect_buf, sizeof expect_buf, "%s/train-labels-idx1-ubyte.gz", swapped);
+    write_gz(expect_buf, img3, make_idx(img3, 1, (const uint32_t[]){6}, 6));
+    LS_EXPECT_ERR(ls_fashion_mnist_load(swapped, 1, 0, &d), LS_ERR_FORMAT,
+                  EXPECTED("'%s' should hold images [n, rows, cols] but has 1 dimensions", path));
+    LS_EXPECT(d == NULL);
+    remove_fashion_dir(swapped);
 }
 
 int main(void) {
