@@ -152,8 +152,14 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
     c->step = ls_trainer_num_steps(trainer);
     c->pos_epoch = *start_epoch;
     c->pos_samples = *start_j * c->global_batch;
+    /* --log-steps is rank 0's option (the others may lack it), but the loss it writes is summed over
+     * every rank: rank 0's choice decides where all take part (a rank 0 alone with the flag made its
+     * all-reduce meet the others' next collective: MPI_ERR_TRUNCATE, or a hang) */
+    int32_t on = o->log_steps != NULL;
+    c->what = "--log-steps";
+    LS_CHECK(ls_comm_broadcast_host(comm, &on, 1, LS_I32, 0));
+    c->log_steps_on = on;
     if (o->log_steps && ls_comm_rank(comm) == 0) {
-        c->what = "--log-steps";
         if (c->last_saved >= 0) LS_CHECK(ex_truncate_step_file(o->log_steps, c->last_saved, "--log-steps"));
         c->step_log = fopen(o->log_steps, c->last_saved >= 0 ? "a" : "w");
         if (!c->step_log) return ls_error(LS_ERR_IO, "cannot open '%s' for writing", o->log_steps);
@@ -257,7 +263,7 @@ static ls_status save(ex_ckpt *c, int now) {
 ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global, int last_in_epoch, int *sig) {
     *sig = 0;
     c->step = ls_trainer_num_steps(c->trainer);
-    if (c->o->log_steps) {
+    if (c->log_steps_on) {
         double l[2] = {st->loss_sum, (double)st->samples};
         c->what = "--log-steps";
         LS_CHECK(ls_comm_allreduce_host(c->comm, l, 2, LS_F64, LS_REDUCE_SUM));

@@ -174,6 +174,7 @@ typedef struct ex_ckpt {
     int progress;                   /* a progress line is on stderr: cleared before the preemption message */
     int preempt_installed;
     FILE *step_log;              /* --log-steps, rank 0 */
+    int log_steps_on;            /* rank 0 was given --log-steps: every rank takes part in the loss's all-reduce */
     const char *what;            /* after a failed call: what failed, for the error line ("checkpoint"...) */
     char path[LS_CKPT_PATH_MAX]; /* the last checkpoint saved or resumed from */
 } ex_ckpt;

@@ -319,12 +319,14 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
     return LS_OK;
 }
 
-ls_status ex_metrics_open(ex_metrics *m, const char *path, int rank, int64_t resume_last) {
+ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_t resume_last) {
     memset(m, 0, sizeof *m);
-    if (!path) return LS_OK;
-    m->on = 1;
+    /* rank 0's option, whose figures every rank adds to: rank 0's choice decides (as --log-steps) */
+    int32_t on = path != NULL;
+    LS_CHECK(ls_comm_broadcast_host(comm, &on, 1, LS_I32, 0));
+    m->on = on;
     m->path = path;
-    if (rank != 0) return LS_OK;
+    if (!path || ls_comm_rank(comm) != 0) return LS_OK;
     if (resume_last >= 0) LS_CHECK(ex_truncate_step_file(path, resume_last, "--metrics"));
     m->f = fopen(path, resume_last >= 0 ? "a" : "w");
     if (!m->f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", path, strerror(errno));

@@ -381,7 +381,7 @@ int main(int argc, char **argv) {
     ck.ema = ema;
     ck.dropout = o.dropout;
     TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
-    TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, ck.last_saved));
+    TRY("--metrics", ex_metrics_open(&metrics, comm, o.metrics, ck.last_saved));
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
     ck.progress = progress;
     TRY("indices", ex_batcher_init(&bt, per_step));

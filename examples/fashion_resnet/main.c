@@ -469,7 +469,7 @@ int main(int argc, char **argv) {
     TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
     int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
     ck.progress = progress;
-    TRY("--metrics", ex_metrics_open(&metrics, o.metrics, rank, ck.last_saved));
+    TRY("--metrics", ex_metrics_open(&metrics, comm, o.metrics, ck.last_saved));
     TRY("indices", ex_batcher_init(&bt, per_step));
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
     if (!test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));

@@ -6,7 +6,8 @@
 # minutes), a smaller training set (or another oom_challenge --memory-cap) failed in MPI_Allreduce
 # with MPI_ERR_TRUNCATE (rank 0 then crashed), and another --seed or --lr
 # trained silently apart; a --data-dir whose files differ (one test label) is found by the data sets'
-# CRC32. Options only rank 0 uses (--checkpoint-dir, --log-steps) may differ.
+# CRC32. Options only rank 0 uses (--checkpoint-dir, --log-steps, --metrics) may differ, or be
+# given to one rank only.
 MLP=$1 RESNET=$2 OOM=$3 MPIRUN=$4
 set -u
 tmp=$(mktemp -d /tmp/ls_rank_opts.XXXXXX)
@@ -96,4 +97,14 @@ two "$MLP" "${M[@]}" --checkpoint-dir A --log-steps a.txt -- "${M[@]}" --checkpo
 grep -q '^epoch 1 ' "$tmp/out" || fail "--checkpoint-dir and --log-steps differing on rank 1: no epoch line"
 [ "$(wc -l <a.txt)" -eq 4 ] || fail "rank 0's --log-steps a.txt has $(wc -l <a.txt) lines, expected 4 steps"
 [ ! -e b.txt ] || fail "rank 1 wrote its --log-steps file"
+# or be given to rank 0 alone (or to rank 1 alone, where it does nothing): the loss and the metrics
+# are summed over every rank, so every rank takes part where rank 0 writes (a rank 0 alone with
+# --log-steps or --metrics met the others' next collective: MPI_ERR_TRUNCATE)
+rm -f a.txt m.json
+two "$MLP" "${M[@]}" --log-steps a.txt --metrics m.json -- "${M[@]}"
+[ "$rc" -eq 0 ] || fail "--log-steps and --metrics on rank 0 only: exit status $rc, expected 0"
+[ "$(wc -l <a.txt)" -eq 4 ] && [ "$(wc -l <m.json)" -eq 4 ] || fail "rank 0 alone: not 4 lines of each"
+two "$RESNET" "${R[@]}" -- "${R[@]}" --metrics b.json --log-steps b.txt
+[ "$rc" -eq 0 ] || fail "fashion_resnet: --metrics and --log-steps on rank 1 only: exit status $rc, expected 0"
+[ ! -e b.json ] && [ ! -e b.txt ] || fail "rank 1 wrote its --metrics or --log-steps file"
 echo "PASS"
