@@ -182,6 +182,7 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
      * others waiting in a collective; the gradient buckets the reducer would hold are reserved
      * instead, and ls_batch_size_search agrees on the outcome afterwards. */
     if (world > 1) LS_CHECK_GOTO(reserve_buckets(t, np, g, &reserved), s, done);
+    ls_cnn_sync_local(t->model, 1); /* nor its SyncBatchNorms (undone at done) */
     /* one rank steps it, without the communicator. A sharded optimizer's trial keeps the state of
      * this rank's share only, as the run will: the partition is read off a sharded optimizer (its
      * state is this share's too, freed before the trial's own), and the trial's optimizer, unsharded,
@@ -206,6 +207,7 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
      * while the next one allocates its workspaces */
     for (int k = 0; k < 2 && s == LS_OK; k++) s = ls_trainer_step(tr, t->data, idx, b, b, NULL);
 done:
+    ls_cnn_sync_local(t->model, 0);
     ls_free(t->ctx->alloc, reserved);
     ls_trainer_destroy(tr);
     ls_optimizer_destroy(opt);

@@ -168,6 +168,7 @@ typedef struct bn_mod {
     ls_tensor *mean, *var;                 /* the statistics the last forward normalized with (batch) */
     ls_tensor *sum_dy, *sum_dy_xhat;       /* backward reductions [C] */
     int used_batch_stats;                  /* the last forward was in training mode */
+    int local;                             /* SyncBatchNorm held to this rank's statistics (a trial) */
     int folded;                            /* running statistics updated since the last backward */
     double count;                          /* samples per channel behind the batch statistics */
     double *host;                          /* SyncBatchNorm: 3C + 1 doubles, then C floats, for the
@@ -188,7 +189,7 @@ static void bn_destroy(ls_module *m) {
     free_params(m);
 }
 
-static int synced(const bn_mod *b) { return b->cfg.sync && ls_comm_world(b->cfg.sync) > 1; }
+static int synced(const bn_mod *b) { return b->cfg.sync && !b->local && ls_comm_world(b->cfg.sync) > 1; }
 
 /* Host round trip of k per-channel tensors of C elements as doubles (f: C floats of scratch). */
 static ls_status to_host(ls_ctx *ctx, int k, ls_tensor *const *t, double *h, float *f) {
@@ -861,6 +862,12 @@ ls_status ls_cnn_broadcast_buffers(ls_comm *comm, ls_module *m) {
     ls_status s = ls_ddp_broadcast_params(comm, n, b);
     free(b);
     return s;
+}
+
+void ls_cnn_sync_local(ls_module *m, int local) {
+    if (m->vt == &bn_vt) ((bn_mod *)m)->local = local;
+    for (int i = 0; i < m->n_children; i++)
+        if (m->children[i]) ls_cnn_sync_local(m->children[i], local);
 }
 
 void ls_cnn_release_activations(ls_module *m) {

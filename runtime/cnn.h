@@ -100,6 +100,11 @@ ls_status ls_cnn_broadcast_buffers(ls_comm *comm, ls_module *m);
 /* Free the activation and gradient buffers that m and every module inside it hold (reallocated by
  * the next forward); parameters, gradients and buffers stay. */
 void ls_cnn_release_activations(ls_module *m);
+/* local 1: m's SyncBatchNorms normalize with this rank's statistics alone, without a collective,
+ * until called with 0 (a batch-size trial runs one rank's step without the communicator: a
+ * SyncBatchNorm's all-reduce in it met another rank's next collective, or a rank that had run out
+ * of memory). The same memory: its host buffers are the module's. */
+void ls_cnn_sync_local(ls_module *m, int local);
 
 #ifdef __cplusplus
 }

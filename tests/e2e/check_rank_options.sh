@@ -107,4 +107,11 @@ two "$MLP" "${M[@]}" --log-steps a.txt --metrics m.json -- "${M[@]}"
 two "$RESNET" "${R[@]}" -- "${R[@]}" --metrics b.json --log-steps b.txt
 [ "$rc" -eq 0 ] || fail "fashion_resnet: --metrics and --log-steps on rank 1 only: exit status $rc, expected 0"
 [ ! -e b.json ] && [ ! -e b.txt ] || fail "rank 1 wrote its --metrics or --log-steps file"
+# --memory-cap is per host: --batch-size auto takes the batch that fits every rank, also with
+# --sync-bn, whose all-reduces the trial steps (one rank's, without the communicator) no longer
+# make: the rank out of memory left the other in one (MPI_ERR_TRUNCATE)
+two "$RESNET" "${R[@]}" --sync-bn --batch-size auto --memory-cap 64MiB --max-steps 2 -- \
+    "${R[@]}" --sync-bn --batch-size auto --memory-cap 8MiB --max-steps 2
+[ "$rc" -eq 0 ] || fail "--sync-bn --batch-size auto, caps of 64 and 8 MiB: exit status $rc, expected 0"
+grep -q '^batch-size auto: [0-9]* per rank' "$tmp/out" || fail "--sync-bn --batch-size auto: no batch chosen"
 echo "PASS"
