@@ -742,8 +742,8 @@ ls_status ls_basic_block_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t
 /* ---- ResNet ---- */
 int ls_resnet_num_layers(const ls_resnet_config *cfg) {
     if (!cfg) return 0;
-    int lowp = cfg->act_dtype != cfg->param_dtype, drop = cfg->dropout > 0;
-    return 1 + lowp + 2 + cfg->n_stages * cfg->blocks + 2 + drop;
+    int drop = cfg->dropout > 0;
+    return 1 + 2 + cfg->n_stages * cfg->blocks + 2 + drop;
 }
 
 ls_status ls_resnet_create(ls_ctx *ctx, const ls_resnet_config *cfg, ls_module **out_m) {
@@ -764,8 +764,8 @@ ls_status ls_resnet_create(ls_ctx *ctx, const ls_resnet_config *cfg, ls_module *
     if (cfg->act_dtype != cfg->param_dtype && !(is_lowp(cfg->act_dtype) && cfg->param_dtype == LS_F32))
         return ls_error(LS_ERR_UNSUPPORTED, "resnet: %s activations with %s parameters (low precision needs f32)",
                         ls_dtype_name(cfg->act_dtype), ls_dtype_name(cfg->param_dtype));
-    /* k: layer index; li: init stream of each block, counted apart from k so that a model with the
-     * cast layer (mixed precision) initializes exactly as one without */
+    /* k: layer index; li: init stream of each block, counted apart from k (the layers of a model
+     * with a Dropout initialize as those of one without) */
     int n = ls_resnet_num_layers(cfg), k = 0, li = 0;
     ls_module **mods = calloc((size_t)n, sizeof *mods);
     if (!mods) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the ResNet's layer list");
@@ -775,8 +775,21 @@ ls_status ls_resnet_create(ls_ctx *ctx, const ls_resnet_config *cfg, ls_module *
     bn_relu.relu = 1;
     ls_dtype pt = cfg->param_dtype;
     uint64_t seed = cfg->seed * 1000003u;
-    ls_status s = ls_reshape_create(ctx, 3, (int64_t[]){cfg->in_channels, cfg->in_h, cfg->in_w}, &mods[k++]);
-    if (s == LS_OK && cfg->act_dtype != pt) s = ls_cast_create(ctx, cfg->act_dtype, &mods[k++]);
+    ls_status s = ls_reshape_create(ctx, 3, (int64_t[]){cfg->in_channels, cfg->in_h, cfg->in_w}, &mods[k]);
+    if (s == LS_OK && cfg->act_dtype != pt) {
+        /* the cast to 16 bits in the first layer, with the reshape: the layers keep the f32 model's
+         * numbers, so the parameters its names ("2.weight"): a layer of its own renamed them all, and
+         * no f32 checkpoint or PyTorch state_dict loaded into a bf16 or fp16 model */
+        ls_module *pre[2] = {mods[k], NULL};
+        s = ls_cast_create(ctx, cfg->act_dtype, &pre[1]);
+        if (s == LS_OK) s = ls_sequential_create(ctx, 2, pre, &mods[k]);
+        if (s != LS_OK) {
+            ls_module_destroy(pre[0]);
+            ls_module_destroy(pre[1]);
+            mods[k] = NULL;
+        }
+    }
+    k++;
     if (s == LS_OK)
         s = ls_conv2d_create(ctx, pt, cfg->in_channels, cfg->widths[0], 3, 1, 1, 1, 0, seed, "", &mods[k++]);
     if (s == LS_OK) s = ls_batchnorm2d_create(ctx, pt, cfg->widths[0], &bn_relu, "", &mods[k++]);

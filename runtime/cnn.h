@@ -81,7 +81,8 @@ typedef struct ls_resnet_config {
     float dropout;    /* timm's drop_rate: a Dropout(dropout) before the classifier; 0: none */
 } ls_resnet_config;
 
-/* A Sequential: reshape, [cast], stem conv3x3(in_channels->widths[0])-BN-ReLU, the blocks of every
+/* A Sequential: reshape (with act_dtype's cast, where that is not param_dtype, in the same layer: the
+ * parameters are named as in the f32 model), stem conv3x3(in_channels->widths[0])-BN-ReLU, the blocks of every
  * stage, global average pooling, [Dropout(dropout)], Linear(widths[last], num_classes). The
  * Dropout takes no initialization stream: with it, the weights are those of the model without. Logits [B, num_classes] in
  * act_dtype. Its top-level layers are what ls_checkpoint_sequential splits into segments. */

@@ -661,7 +661,8 @@ const char *ls_module_kind(const ls_module *m) { return m->vt->kind; }
 static int layers_walk(const ls_module *m, char (*out)[LS_LAYER_DESC_MAX], int max, int at) {
     if (!m) return at;
     const char *kind = m->vt->kind;
-    const int flat = m->vt == &seq_vt || m->vt == &ckpt_vt;
+    /* and a Cast (mixed precision, compared as the precision) */
+    const int flat = m->vt == &seq_vt || m->vt == &ckpt_vt || !strcmp(kind, "Cast");
     if (!flat) {
         if (at < max) {
             char d[LS_LAYER_DESC_MAX - 1] = "";

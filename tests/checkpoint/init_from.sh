@@ -95,6 +95,11 @@ if [ -n "$RESNET" ]; then
     train 1 "${R[@]}" --epochs 0 --init-from "$(ls -d R/step-* | tail -n 1)/model.safetensors"
     expect_rc 0
     expect_out "the model as it is: $rend"
+    # and into a bf16 model: its parameters are named as the f32 model's (a cast layer renamed them
+    # all: "tensor '2.weight' has shape [8] but the model's parameter 0 is [8, 1, 3, 3]")
+    train 1 "${R[@]}" --epochs 0 --precision bf16 --init-from "$(ls -d R/step-* | tail -n 1)/model.safetensors"
+    expect_rc 0
+    expect_out "the model as it is: test loss"
     PROG=$MLP NAME=fashion_mlp
 fi
 

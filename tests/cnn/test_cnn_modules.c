@@ -6,6 +6,7 @@
  * synchronized batch norm over two half batches equals one batch norm over the whole batch:
  * outputs, input gradients and running statistics. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cnn.h"
 #include "kernels/gradcheck.h"
@@ -121,6 +122,13 @@ static void check_precision(const ls_tensor *x, const ls_tensor *labels) {
     printf("precision: gradient cosine similarity to f32: bf16 %.5f, f16 %.5f\n", ch, cg);
     LS_EXPECT(ch > 0.95);
     LS_EXPECT(cg > 0.995);
+    /* the 16-bit models' parameters are named as the f32 model's (and PyTorch's): a cast layer of
+     * its own renumbered them ("1.weight" became "2.weight"), so no f32 checkpoint loaded */
+    LS_REQUIRE(ls_module_num_params(h.m) == ls_module_num_params(f.m));
+    for (int i = 0; i < ls_module_num_params(f.m); i++)
+        LS_EXPECT(!strcmp(ls_module_param_name(h.m, i), ls_module_param_name(f.m, i)) &&
+                  !strcmp(ls_module_param_name(g.m, i), ls_module_param_name(f.m, i)));
+    LS_EXPECT(!strcmp(ls_module_param_name(h.m, 0), "1.weight"));
     drop(&f);
     drop(&h);
     drop(&g);
