@@ -278,38 +278,28 @@ int main(void) {
         for (int a = 0; a < 2; a++)
             for (int i = 0; i < 5; i++) ls_tensor_destroy(tp[a][i]), ls_tensor_destroy(tg[a][i]);
     }
-    cfg = ls_optim_defaults(LS_OPTIM_ADAMW);
-    cfg.beta1 = 1.5f;
-    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
-                  "optimizer: beta1 1.5 must be from 0 to below 1");
     /* each hyperparameter named, infinities refused: an inf weight decay or momentum trained into NaN,
      * an inf eps into updates of 0, a NaN or negative dampening was never looked at */
-    cfg = ls_optim_defaults(LS_OPTIM_SGD);
-    cfg.weight_decay = INFINITY;
-    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
-                  "optimizer: weight_decay inf must be finite and >= 0");
-    cfg = ls_optim_defaults(LS_OPTIM_SGD);
-    cfg.momentum = INFINITY;
-    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
-                  "optimizer: momentum inf must be finite and >= 0");
-    cfg = ls_optim_defaults(LS_OPTIM_SGD);
-    cfg.lr = INFINITY;
-    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
-                  "optimizer: lr inf must be finite and >= 0");
-    cfg = ls_optim_defaults(LS_OPTIM_SGD);
-    cfg.dampening = NAN;
-    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
-                  "optimizer: dampening nan must be from 0 to 1");
-    cfg.dampening = -1;
-    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
-                  "optimizer: dampening -1 must be from 0 to 1");
-    cfg = ls_optim_defaults(LS_OPTIM_ADAMW);
-    cfg.eps = INFINITY;
-    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
-                  "optimizer: eps inf must be finite and >= 0");
-    cfg.eps = 1e-8f, cfg.beta2 = 1;
-    LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT,
-                  "optimizer: beta2 1 must be from 0 to below 1");
+    const struct {
+        ls_optim_kind kind;
+        float *field; /* cfg's, set to v */
+        float v;
+        const char *want;
+    } bad_hp[] = {
+        {LS_OPTIM_ADAMW, &cfg.beta1, 1.5f, "optimizer: beta1 1.5 must be from 0 to below 1"},
+        {LS_OPTIM_SGD, &cfg.weight_decay, INFINITY, "optimizer: weight_decay inf must be finite and >= 0"},
+        {LS_OPTIM_SGD, &cfg.momentum, INFINITY, "optimizer: momentum inf must be finite and >= 0"},
+        {LS_OPTIM_SGD, &cfg.lr, INFINITY, "optimizer: lr inf must be finite and >= 0"},
+        {LS_OPTIM_SGD, &cfg.dampening, NAN, "optimizer: dampening nan must be from 0 to 1"},
+        {LS_OPTIM_SGD, &cfg.dampening, -1, "optimizer: dampening -1 must be from 0 to 1"},
+        {LS_OPTIM_ADAMW, &cfg.eps, INFINITY, "optimizer: eps inf must be finite and >= 0"},
+        {LS_OPTIM_ADAMW, &cfg.beta2, 1, "optimizer: beta2 1 must be from 0 to below 1"},
+    };
+    for (size_t i = 0; i < sizeof bad_hp / sizeof bad_hp[0]; i++) {
+        cfg = ls_optim_defaults(bad_hp[i].kind);
+        *bad_hp[i].field = bad_hp[i].v;
+        LS_EXPECT_ERR(ls_optimizer_create(C, 1, &p, &g, &cfg, &o), LS_ERR_INVALID_ARGUMENT, bad_hp[i].want);
+    }
     cfg = ls_optim_defaults(LS_OPTIM_SGD);
     cfg.dampening = 1;
     LS_REQUIRE_OK(ls_optimizer_create(C, 1, &p, &g, &cfg, &o));
