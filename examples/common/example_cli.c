@@ -53,6 +53,15 @@ int ex_parse_fraction(const char *prog, const char *flag, const char *s, double 
     return 0;
 }
 
+int ex_parse_fraction_f32(const char *prog, const char *flag, const char *s, double *out) {
+    if (ex_parse_fraction(prog, flag, s, out)) return -1;
+    /* below 1 as a float too (0.99999999999 became a dropout of 1, refused only when the model was
+     * built) */
+    if ((float)*out < 1.0f) return 0;
+    fprintf(stderr, "%s: %s '%s' must be a number from 0 to below 1 (it rounds to 1 as a float)\n", prog, flag, s);
+    return -1;
+}
+
 int ex_parse_betas(const char *prog, const char *flag, const char *s, double out[2]) {
     char *end;
     double v[2];

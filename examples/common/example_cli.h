@@ -32,6 +32,8 @@ int ex_parse_f64(const char *prog, const char *flag, const char *s, double *out)
 /* *out = s as a number in [0, 1); else prints "PROG: FLAG 'S' must be a number from 0 to below 1"
  * and -1. */
 int ex_parse_fraction(const char *prog, const char *flag, const char *s, double *out);
+/* The same for a value kept as a float (--dropout): one that rounds to 1 there is refused too. */
+int ex_parse_fraction_f32(const char *prog, const char *flag, const char *s, double *out);
 /* out[0], out[1] = s as "B1,B2", each in [0, 1) (AdamW's betas); else prints "PROG: FLAG 'S' must be
  * two numbers from 0 to below 1, as 0.9,0.999" and -1. */
 int ex_parse_betas(const char *prog, const char *flag, const char *s, double out[2]);

@@ -193,7 +193,7 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'H': o->hidden = optarg; break;
         case 'a': o->activation = optarg; break;
         case 1100:
-            if (ex_parse_fraction(EX_PROG, "--dropout", optarg, &o->dropout)) return -1;
+            if (ex_parse_fraction_f32(EX_PROG, "--dropout", optarg, &o->dropout)) return -1;
             break;
         case 's':
             if (parse_i64("--seed", optarg, 0, INT64_MAX, &v)) return -1;

@@ -212,7 +212,7 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case 'P': o->precision = optarg; break;
         case 1100:
-            if (ex_parse_fraction(EX_PROG, "--dropout", optarg, &o->dropout)) return -1;
+            if (ex_parse_fraction_f32(EX_PROG, "--dropout", optarg, &o->dropout)) return -1;
             break;
         case 'K':
             o->ckpt_segments = 3;

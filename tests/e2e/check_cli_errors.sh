@@ -45,6 +45,8 @@ usage "--label-smoothing '1' must be a number from 0 to below 1" "$mlp" "${small
 usage "--label-smoothing 'nan' must be a number from 0 to below 1" "$resnet" "${small[@]}" --label-smoothing nan
 usage "--label-smoothing '-0.1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --label-smoothing -0.1
 usage "--dropout '1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --dropout 1
+usage "--dropout '0.99999999999' must be a number from 0 to below 1 (it rounds to 1 as a float)" "$mlp" "${small[@]}" \
+    --dropout 0.99999999999
 usage "--dropout: invalid argument: needs a hidden layer to follow (--hidden '' has none)" "$mlp" "${small[@]}" \
     --hidden '' --dropout 0.5
 usage "--init-from must not be empty" "$resnet" "${small[@]}" --init-from ''
