@@ -8,6 +8,7 @@
  * library's own reader, so what it accepts is what a resume accepts. Exit status: 0 all good, 1 a
  * damaged checkpoint, a difference (diff) or an error, 2 bad usage (diff: also unreadable input). */
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,7 +219,8 @@ static int info(const char *arg) {
     else
         printf("optimizer   sgd: lr %g, momentum %g%s, weight decay %g\n", (double)o->lr, (double)o->momentum,
                o->nesterov ? " (nesterov)" : "", (double)o->weight_decay);
-    const char *kind = ls_lr_kind_name(st.lr.kind);
+    /* with no steps past the warmup, any kind is constant after it (ls_lr_at): say what applies */
+    const char *kind = st.lr.total_steps <= st.lr.warmup_steps ? "constant" : ls_lr_kind_name(st.lr.kind);
     printf("schedule    %s: base lr %g, min lr %g, %lld warmup steps of %lld\n", kind ? kind : "?",
            (double)st.lr.base_lr, (double)st.lr.min_lr, (long long)st.lr.warmup_steps, (long long)st.lr.total_steps);
     printf("model       dropout %g, label smoothing %g", st.dropout, st.label_smoothing);
@@ -380,6 +382,12 @@ static int diff_files(const char *a, const char *b, double *worst, int *same, in
 static int diff(const char *a, const char *b, double tol) {
     double worst = 0;
     int same = 0, differ = 0, rc = 0, compared = 0;
+    struct stat there;
+    for (int i = 0; i < 2; i++) /* a path that is not there is named (it was "not both checkpoints") */
+        if (stat(i ? b : a, &there) != 0) {
+            fprintf(stderr, "lockstep-ckpt: diff: '%s': %s\n", i ? b : a, strerror(errno));
+            return 2;
+        }
     if (is_dir(a) != is_dir(b)) {
         fprintf(stderr, "lockstep-ckpt: diff: '%s' and '%s' are not both checkpoints or both files\n", a, b);
         return 2;

@@ -30,6 +30,8 @@ expect_out "step        16 (optimizer steps 16); the end of epoch 1, 16 steps an
 expect_out "layers      Linear, ReLU, Dropout(p=0.1), Linear, ReLU, Dropout(p=0.1), Linear"
 expect_out "ranks       1 x batch 64 x 1 accumulation = 64 samples a step; seed 42"
 expect_out "optimizer   adamw: lr 0.001"
+# 16 steps in all, within the 100 of warmup: constant after it, whatever the kind (it said cosine)
+expect_out "schedule    constant: base lr 0.001, min lr 0, 100 warmup steps of 16"
 expect_out "model       dropout 0.1, label smoothing 0, EMA of the weights (decay 0.99, 16 updates)"
 grep -qE "^file +model.safetensors +[0-9]+ bytes, 6 tensors, 535818 values$" "$tmp/out" || fail "info: no model line"
 grep -qE "^file +optimizer.safetensors +[0-9]+ bytes, 12 tensors, 1071636 values$" "$tmp/out" ||
@@ -66,6 +68,8 @@ expect_out "only in R/step-00000016/optimizer.safetensors: 0.weight.exp_avg"
 run 2 diff R/step-00000016 R/step-00000016/model.safetensors
 expect_out "are not both checkpoints or both files"
 run 2 diff R S --tolerance -1
+run 2 diff R/step-00000016 R/step-00000099
+expect_out "lockstep-ckpt: diff: 'R/step-00000099': No such file or directory"
 # --tolerance before the paths too (it took them for the tolerance)
 run 0 diff --tolerance 1e-5 R/step-00000016 A/step-00000016
 # bitwise by default: -0 against 0 differs (it printed "1 of 1 tensors differ" and exited 0); a NaN
