@@ -172,7 +172,8 @@ struct ls_safetensors {
     const unsigned char *buf;
     size_t len;
     int n;
-    st_entry *t; /* sorted by data offset */
+    st_entry *t;        /* sorted by data offset */
+    st_entry **by_name; /* the entries sorted by name (ls_safetensors_find bisects) */
     int n_meta;
     st_meta *meta;
 };
@@ -180,6 +181,7 @@ struct ls_safetensors {
 void ls_safetensors_close(ls_safetensors *f) {
     if (!f) return;
     for (int i = 0; i < f->n; i++) free((char *)f->t[i].info.name);
+    free(f->by_name);
     for (int i = 0; i < f->n_meta; i++) {
         free(f->meta[i].key);
         free(f->meta[i].value);
@@ -200,6 +202,10 @@ static int cmp_entry_offset(const void *a, const void *b) {
 
 static int cmp_str_ptr(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int cmp_entry_name(const void *a, const void *b) {
+    return strcmp((*(st_entry *const *)a)->info.name, (*(st_entry *const *)b)->info.name);
 }
 
 /* Parse one tensor entry of the header into e (name already set). */
@@ -391,6 +397,14 @@ static ls_status st_parse(ls_safetensors *f) {
         if (s != LS_OK) goto done;
     }
     s = st_check_layout(f, f->buf + 8 + hl, (uint64_t)(f->len - 8 - hl));
+    if (s != LS_OK) goto done;
+    f->by_name = malloc(((size_t)f->n + 1) * sizeof *f->by_name); /* t is in its final order now */
+    if (!f->by_name) {
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory to index tensor names", nm);
+        goto done;
+    }
+    for (int i = 0; i < f->n; i++) f->by_name[i] = &f->t[i];
+    qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_entry_name);
 done:
     cJSON_Delete(root);
     return s;
@@ -514,9 +528,15 @@ const ls_safetensors_info *ls_safetensors_tensor(const ls_safetensors *f, int i)
 }
 
 const ls_safetensors_info *ls_safetensors_find(const ls_safetensors *f, const char *name) {
-    if (!f || !name) return NULL;
-    for (int i = 0; i < f->n; i++)
-        if (strcmp(f->t[i].info.name, name) == 0) return &f->t[i].info;
+    if (!f || !name || !f->by_name) return NULL;
+    for (int lo = 0, hi = f->n; lo < hi;) { /* the names are distinct and sorted */
+        int mid = lo + (hi - lo) / 2, c = strcmp(f->by_name[mid]->info.name, name);
+        if (c == 0) return &f->by_name[mid]->info;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return NULL;
 }
 
@@ -570,9 +590,17 @@ static ls_status st_header(int n, const char *const *names, const ls_tensor *con
         if (tensors[i]->ndim < 0 || tensors[i]->ndim > LS_MAX_DIMS)
             return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: tensor '%s' has %d dimensions", names[i],
                             tensors[i]->ndim);
-        for (int j = 0; j < i; j++)
-            if (strcmp(names[i], names[j]) == 0)
-                return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: tensor name '%s' appears twice", names[i]);
+    }
+    if (n > 1) { /* sorted, a repeated name is its neighbour */
+        const char **sorted = malloc((size_t)n * sizeof *sorted);
+        if (!sorted) return ls_error(LS_ERR_OUT_OF_MEMORY, "safetensors: no memory to check %d tensor names", n);
+        memcpy(sorted, names, (size_t)n * sizeof *sorted);
+        qsort(sorted, (size_t)n, sizeof *sorted, cmp_str_ptr);
+        const char *twice = NULL;
+        for (int i = 1; i < n && !twice; i++)
+            if (strcmp(sorted[i - 1], sorted[i]) == 0) twice = sorted[i];
+        free(sorted);
+        if (twice) return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: tensor name '%s' appears twice", twice);
     }
     cJSON *root = cJSON_CreateObject();
     int ok = root != NULL;
@@ -2867,31 +2895,34 @@ static ls_status model_load_rank0(ls_ctx *ctx, const char *path, ls_module *mode
     LS_CHECK(ls_safetensors_open(path, &f));
     ls_status s = LS_OK;
     int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
-    char what[64], bname[LS_CKPT_BUFFER_NAME];
+    char what[64];
+    const char **ours = calloc((size_t)(np + nb) + 1, sizeof *ours); /* the model's names, sorted below */
+    char(*bnames)[LS_CKPT_BUFFER_NAME] = calloc((size_t)nb + 1, sizeof *bnames);
+    if (!ours || !bnames) s = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory for %d tensor names", path, np + nb);
     for (int i = 0; i < np && s == LS_OK; i++) {
         snprintf(what, sizeof what, "parameter %d", i);
-        s = model_tensor(ctx, f, path, ls_module_param_name(model, i), what, ls_module_param(model, i));
+        ours[i] = ls_module_param_name(model, i);
+        s = model_tensor(ctx, f, path, ours[i], what, ls_module_param(model, i));
     }
     for (int i = 0; i < nb && s == LS_OK; i++) {
-        ls_tensor *t = ls_cnn_buffer(model, i, bname, sizeof bname);
+        ls_tensor *t = ls_cnn_buffer(model, i, bnames[i], sizeof bnames[i]);
         snprintf(what, sizeof what, "buffer %d", i);
-        s = model_tensor(ctx, f, path, bname, what, t);
+        ours[np + i] = bnames[i];
+        s = model_tensor(ctx, f, path, bnames[i], what, t);
     }
     /* strict: a tensor of the file that the model lacks is a mismatch (a wrong architecture, or
      * names of another scheme), not something to drop silently */
+    if (s == LS_OK) qsort(ours, (size_t)(np + nb), sizeof *ours, cmp_str_ptr);
     for (int j = 0; j < ls_safetensors_count(f) && s == LS_OK; j++) {
         const char *name = ls_safetensors_tensor(f, j)->name;
-        int ours = 0;
-        for (int i = 0; i < np && !ours; i++) ours = strcmp(name, ls_module_param_name(model, i)) == 0;
-        for (int i = 0; i < nb && !ours; i++) {
-            ls_cnn_buffer(model, i, bname, sizeof bname);
-            ours = strcmp(name, bname) == 0;
-        }
-        if (!ours && !ends_with(name, ".num_batches_tracked"))
+        if (!bsearch(&name, ours, (size_t)(np + nb), sizeof *ours, cmp_str_ptr) &&
+            !ends_with(name, ".num_batches_tracked"))
             s = ls_error(LS_ERR_INVALID_ARGUMENT,
                          "'%s': tensor '%s' is not in the model (%d parameters, %d buffers: a different architecture?)",
                          path, name, np, nb);
     }
+    free(ours);
+    free(bnames);
     ls_safetensors_close(f);
     return s;
 }

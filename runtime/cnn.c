@@ -818,51 +818,119 @@ ls_status ls_resnet_create(ls_ctx *ctx, const ls_resnet_config *cfg, ls_module *
 }
 
 /* ---- buffers ---- */
-typedef struct buf_walk {
-    int want, seen;   /* index wanted, buffers seen so far */
-    ls_tensor *found; /* the wanted buffer */
-    bn_mod *owner;    /* its BatchNorm */
-    int which;        /* 0 running mean, 1 running variance */
-} buf_walk;
+struct ls_buffer_ref {
+    ls_tensor *t;
+    int which;               /* 0 running mean, 1 running variance */
+    const ls_tensor *weight; /* its BatchNorm's weight (NULL: none) */
+    const char *own_name;    /* the BatchNorm's own name for it */
+    int param;               /* its index among the listing module's parameters (-1: not there) */
+};
 
-static void walk_buffers(ls_module *m, buf_walk *w) {
-    if (w->found) return;
-    if (m->vt == &bn_vt) {
-        bn_mod *b = (bn_mod *)m;
-        for (int i = 0; i < 2 && !w->found; i++, w->seen++) {
-            if (w->seen == w->want) {
-                w->found = i == 0 ? b->running_mean : b->running_var;
-                w->owner = b;
-                w->which = i;
-            }
-        }
-    }
-    for (int i = 0; i < m->n_children && !w->found; i++)
-        if (m->children[i]) walk_buffers(m->children[i], w);
+static int count_buffers(const ls_module *m) {
+    int n = m->vt == &bn_vt ? 2 : 0;
+    for (int i = 0; i < m->n_children; i++)
+        if (m->children[i]) n += count_buffers(m->children[i]);
+    return n;
 }
 
-int ls_cnn_num_buffers(ls_module *m) {
-    buf_walk w = {-1, 0, NULL, NULL, 0};
-    walk_buffers(m, &w);
-    return w.seen;
+/* depth-first, a module's own before its children's: the same order on every rank */
+static void list_buffers(ls_module *m, struct ls_buffer_ref *out, int *at) {
+    if (m->vt == &bn_vt) {
+        bn_mod *b = (bn_mod *)m;
+        for (int i = 0; i < 2; i++)
+            out[(*at)++] = (struct ls_buffer_ref){i == 0 ? b->running_mean : b->running_var, i,
+                                                  b->base.n_params > 0 ? b->base.params[0] : NULL,
+                                                  b->base.n_params > 0 ? b->base.names[0] : "", -1};
+    }
+    for (int i = 0; i < m->n_children; i++)
+        if (m->children[i]) list_buffers(m->children[i], out, at);
+}
+
+typedef struct {
+    const ls_tensor *p;
+    int i;
+} param_at;
+
+static int cmp_param_at(const void *a, const void *b) {
+    const param_at *x = a, *y = b;
+    if (x->p != y->p) return (uintptr_t)x->p < (uintptr_t)y->p ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* m's buffer list (m->buf_refs), made at the first call; its length, or -1 without memory for it. */
+static int buffer_refs(ls_module *m) {
+    if (m->buf_refs) return m->n_buf_refs;
+    int n = count_buffers(m), at = 0;
+    if (n == 0) return 0;
+    struct ls_buffer_ref *r = calloc((size_t)n, sizeof *r);
+    param_at *pa = calloc((size_t)m->n_params + 1, sizeof *pa);
+    if (!r || !pa) {
+        free(r);
+        free(pa);
+        return -1;
+    }
+    list_buffers(m, r, &at);
+    /* each BatchNorm's weight among m's parameters, by bisection (the first index where the same
+     * tensor is listed twice): its name there ("3.body.1.weight") names the buffers */
+    for (int p = 0; p < m->n_params; p++) pa[p] = (param_at){m->params[p], p};
+    qsort(pa, (size_t)m->n_params, sizeof *pa, cmp_param_at);
+    for (int k = 0; k < n; k++) {
+        int lo = 0, hi = m->n_params; /* the first entry not below (weight, -1) */
+        while (lo < hi) {
+            int mid = lo + (hi - lo) / 2;
+            if ((uintptr_t)pa[mid].p < (uintptr_t)r[k].weight)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (r[k].weight && lo < m->n_params && pa[lo].p == r[k].weight) r[k].param = pa[lo].i;
+    }
+    free(pa);
+    m->buf_refs = r;
+    m->n_buf_refs = n;
+    return n;
+}
+
+int ls_cnn_num_buffers(ls_module *m) { return count_buffers(m); }
+
+/* Without memory for the list: buffer i found by a walk, its BatchNorm's weight by a search. */
+static int nth_buffer(ls_module *m, int *i, struct ls_buffer_ref *out) {
+    if (m->vt == &bn_vt && *i < 2) {
+        struct ls_buffer_ref one[2];
+        int at = 0;
+        list_buffers(m, one, &at);
+        *out = one[*i];
+        return 1;
+    }
+    if (m->vt == &bn_vt) *i -= 2;
+    for (int c = 0; c < m->n_children; c++)
+        if (m->children[c] && nth_buffer(m->children[c], i, out)) return 1;
+    return 0;
 }
 
 ls_tensor *ls_cnn_buffer(ls_module *m, int i, char *name, int len) {
-    buf_walk w = {i, 0, NULL, NULL, 0};
-    if (i < 0) return NULL;
-    walk_buffers(m, &w);
-    if (!w.found) return NULL;
+    struct ls_buffer_ref one;
+    const struct ls_buffer_ref *r = NULL;
+    int n = i < 0 ? 0 : buffer_refs(m);
+    if (n > i) {
+        r = &m->buf_refs[i];
+    } else if (n < 0 && nth_buffer(m, &i, &one)) {
+        for (int p = 0; p < m->n_params && one.param < 0; p++)
+            if (one.weight && m->params[p] == one.weight) one.param = p;
+        r = &one;
+    }
+    if (!r) {
+        if (name && len > 0) name[0] = '\0';
+        return NULL;
+    }
     if (name && len > 0) {
-        const char *suffix = w.which == 0 ? "running_mean" : "running_var";
-        const char *pname = NULL;
-        for (int p = 0; p < m->n_params && !pname; p++)
-            if (m->params[p] == w.owner->base.params[0]) pname = m->names[p];
-        if (!pname) pname = w.owner->base.names[0];
+        const char *suffix = r->which == 0 ? "running_mean" : "running_var";
+        const char *pname = r->param >= 0 ? m->names[r->param] : r->own_name;
         size_t l = strlen(pname);
         if (l >= 6 && strcmp(pname + l - 6, "weight") == 0) l -= 6;
         snprintf(name, (size_t)len, "%.*s%s", (int)l, pname, suffix);
     }
-    return w.found;
+    return r->t;
 }
 
 ls_status ls_cnn_broadcast_buffers(ls_comm *comm, ls_module *m) {

@@ -63,6 +63,7 @@ void ls_module_destroy(ls_module *m) {
     ls_tensor_destroy(m->dx);
     ls_tensor_destroy(m->mask);
     free(m->key_rows);
+    free(m->buf_refs);
     free(m->params);
     free(m->grads);
     free(m->names);

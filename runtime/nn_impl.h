@@ -51,6 +51,10 @@ struct ls_module {
     int64_t *key_rows, key_n, key_cap;
     ls_tensor *lowp[2];  /* Linear, Conv2d: f16/bf16 copies of weight and bias for low-precision inputs */
     uint64_t lowp_epoch; /* the ctx's cast_epoch the copies were cast in (0: none) */
+    /* ls_cnn_buffer's list of the buffers in and below this module, made at its first call (the
+     * tree below a module does not change once made): each call is then O(1), not a walk */
+    struct ls_buffer_ref *buf_refs;
+    int n_buf_refs;
 };
 
 /* A zeroed module of size bytes (0: sizeof(struct ls_module); a kind's struct embeds ls_module

@@ -316,11 +316,13 @@ static ls_status open_timeline(const ls_train_config *cfg, ls_comm *comm) {
  * the model's gradient for it (some of them: a frozen parameter may be left out). An optimizer made
  * for another model would step tensors the trainer never computes. */
 static ls_status check_optimizer(ls_module *model, const ls_optimizer *opt) {
-    int n = ls_module_num_params(model), k = ls_optimizer_num_params(opt);
+    int n = ls_module_num_params(model), k = ls_optimizer_num_params(opt), last = -1;
     for (int i = 0; i < k; i++) {
         ls_tensor *g = NULL, *p = ls_optimizer_param(opt, i, &g);
-        int j = 0;
+        /* usually the model's next one (the optimizer made in the model's order): a search otherwise */
+        int j = last + 1 < n && ls_module_param(model, last + 1) == p ? last + 1 : 0;
         while (j < n && ls_module_param(model, j) != p) j++;
+        last = j;
         char d[64];
         if (j == n)
             return ls_error(LS_ERR_INVALID_ARGUMENT,

@@ -220,9 +220,57 @@ static void test_bad_files(void) {
                   "'/nonexistent/x.safetensors': cannot open");
 }
 
+/* Many tensors, written in an order that is not the names' order: every one is found by name (the
+ * reader bisects a sorted index), names between, before and after them are not, and a repeated
+ * name among them is refused by the writer, named. */
+static void test_many_names(void) {
+    enum { N = 5000 };
+    static char names[N][24];
+    static const char *np[N];
+    static float v[N];
+    static ls_tensor ts[N];
+    static const ls_tensor *tp[N];
+    for (int i = 0; i < N; i++) {
+        int k = (int)(((long long)i * 2654435761LL) % N); /* a permutation of 0..N-1 (N and the factor coprime) */
+        snprintf(names[i], sizeof names[i], "layer.%05d.w", 2 * k + 1); /* odd numbers: evens are absent */
+        np[i] = names[i];
+        v[i] = (float)k;
+        ts[i] = ls_tensor_view(&v[i], LS_F32, ls_device_cpu(), 1, (int64_t[]){1});
+        tp[i] = &ts[i];
+    }
+    void *buf;
+    size_t len;
+    LS_REQUIRE_OK(ls_safetensors_serialize(N, np, tp, NULL, NULL, &buf, &len));
+    ls_safetensors *f;
+    LS_REQUIRE_OK(ls_safetensors_open_memory(buf, len, NAME, &f));
+    LS_EXPECT(ls_safetensors_count(f) == N);
+    char q[24];
+    int found = 0, wrong = 0, stray = 0;
+    for (int k = 0; k < N; k++) {
+        snprintf(q, sizeof q, "layer.%05d.w", 2 * k + 1);
+        const ls_safetensors_info *t = ls_safetensors_find(f, q);
+        found += t != NULL;
+        wrong += t && (strcmp(t->name, q) != 0 || *(const float *)t->data != (float)k);
+        snprintf(q, sizeof q, "layer.%05d.w", 2 * k);
+        stray += ls_safetensors_find(f, q) != NULL;
+    }
+    LS_EXPECT(found == N && wrong == 0 && stray == 0);
+    LS_EXPECT(ls_safetensors_find(f, "") == NULL && ls_safetensors_find(f, "a") == NULL &&
+              ls_safetensors_find(f, "zzz") == NULL && ls_safetensors_find(f, "layer.00001.w.") == NULL);
+    ls_safetensors_close(f);
+    free(buf);
+    np[N - 1] = np[N / 3];
+    LS_EXPECT_ERR(ls_safetensors_serialize(N, np, tp, NULL, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
+                  "safetensors: tensor name '");
+    char want[64];
+    snprintf(want, sizeof want, "'%s' appears twice", names[N / 3]);
+    LS_EXPECT(strstr(ls_last_error(), want) != NULL);
+}
+
 int main(void) {
     test_exact_bytes();
     test_round_trip();
     test_bad_files();
+    test_many_names();
     LS_TEST_END();
 }
