@@ -21,7 +21,7 @@
 #define BENCH_PROG "bench_ckpt"
 #include "bench_args.h"
 
-#define MAX_LAYERS 16
+#define MAX_LAYERS 4096
 
 static void usage(FILE *f) {
     fprintf(f, "usage: bench_ckpt save|load|train DIR [options]\n"
@@ -29,7 +29,8 @@ static void usage(FILE *f) {
                "  load: make the model and its AdamW state, then load DIR's newest checkpoint into them\n"
                "  train: train them on Fashion-MNIST for --steps steps, saving into DIR every --save-every\n"
                "  --hidden N,N,...        hidden layer sizes (default 4096,4096,4096: 36.8 M parameters, a\n"
-               "                          441 MB checkpoint with AdamW's two moments)\n"
+               "                          441 MB checkpoint with AdamW's two moments); NxK: K layers of N\n"
+               "                          (16x2000: many small tensors), up to 4096 layers\n"
                "  --device cpu|cuda[:N]   default $LOCKSTEP_DEVICE, else a GPU if there is one\n"
                "  --steps N               train: timed steps (default 60, after 3 untimed)\n"
                "  --save-every N          train: a checkpoint every N steps (default 20; 0: none)\n"
@@ -135,7 +136,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_ckpt: DIR is empty: name the checkpoint directory\n");
         return 2;
     }
-    int64_t sizes[MAX_LAYERS + 2] = {784, 4096, 4096, 4096, 10};
+    static int64_t sizes[MAX_LAYERS + 2] = {784, 4096, 4096, 4096, 10};
     int nsizes = 5;
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) {
@@ -153,12 +154,19 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--hidden") && i + 1 < argc) {
             const char *arg = bench_str("--hidden", argv[++i]);
             char buf[256], *tok, *save_ptr = NULL;
-            if (strlen(arg) >= sizeof buf) bench_bad("--hidden", arg, "too long", "up to 16 sizes");
+            if (strlen(arg) >= sizeof buf) bench_bad("--hidden", arg, "too long", "N,N,... or NxK");
             snprintf(buf, sizeof buf, "%s", arg);
             nsizes = 1;
             for (tok = strtok_r(buf, ",", &save_ptr); tok; tok = strtok_r(NULL, ",", &save_ptr)) {
-                if (nsizes > MAX_LAYERS) bench_bad("--hidden", arg, "too many layers", "up to 16 sizes");
-                sizes[nsizes++] = bench_int("--hidden", tok, 1, 1 << 20);
+                char *x = strchr(tok, 'x');
+                int64_t reps = 1;
+                if (x) {
+                    *x = '\0';
+                    reps = bench_int("--hidden", x + 1, 1, MAX_LAYERS);
+                }
+                int64_t size = bench_int("--hidden", tok, 1, 1 << 20);
+                if (nsizes - 1 + reps > MAX_LAYERS) bench_bad("--hidden", arg, "too many layers", "up to 4096");
+                for (int64_t r = 0; r < reps; r++) sizes[nsizes++] = size;
             }
             if (nsizes == 1) bench_bad("--hidden", arg, "no sizes", "N,N,...");
             sizes[nsizes++] = 10;
@@ -175,7 +183,7 @@ int main(int argc, char **argv) {
     ls_module *m;
     BENCH_CHECK("model", ls_mlp_create(ctx, LS_F32, nsizes, sizes, LS_ACT_RELU, 1, &m));
     int np = ls_module_num_params(m);
-    ls_tensor *p[2 * MAX_LAYERS + 2], *g[2 * MAX_LAYERS + 2];
+    static ls_tensor *p[2 * MAX_LAYERS + 2], *g[2 * MAX_LAYERS + 2];
     for (int i = 0; i < np; i++) {
         p[i] = ls_module_param(m, i);
         g[i] = ls_module_grad(m, i);

@@ -87,7 +87,7 @@ def run(cmd, env, timeout):
 def train_main(args):
     bench = os.path.abspath(args.bench or os.path.join(args.build, "cluster", "bench", "bench_ckpt"))
     top = args.dir or ("/tmp/ls_compare_ckpt_XXXX" if args.dry_run else tempfile.mkdtemp(prefix="ls_compare_ckpt_"))
-    env = dict(os.environ, LOCKSTEP_DEVICE="cpu", OPENBLAS_NUM_THREADS="1", LOCKSTEP_LOG_LEVEL="error")
+    env = dict(os.environ, LOCKSTEP_DEVICE="cpu", OPENBLAS_NUM_THREADS="1", LOCKSTEP_LOG="error")
     common = ["--hidden", args.hidden, "--steps", str(args.steps), "--batch-size", str(args.batch_size)]
     every = ["--save-every", str(args.save_every)]
     sides = {
@@ -149,7 +149,8 @@ def main():
                     help="another build's bench_ckpt, run as a third side (\"before\"): to compare two versions "
                          "of lockstep in the same rounds")
     ap.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
-    ap.add_argument("--hidden", default="4096,4096,4096", help="hidden sizes (default 4096,4096,4096: 441 MB)")
+    ap.add_argument("--hidden", default="4096,4096,4096",
+                    help="hidden sizes (default 4096,4096,4096: 441 MB); NxK: K layers of N (16x2000: many tensors)")
     ap.add_argument("--dir", default=None, help="where to write the checkpoints (default a new directory in /tmp)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take (default 600)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands and exit")
@@ -165,7 +166,7 @@ def main():
         return train_main(args)
     bench = os.path.abspath(args.bench or os.path.join(args.build, "cluster", "bench", "bench_ckpt"))
     top = args.dir or ("/tmp/ls_compare_ckpt_XXXX" if args.dry_run else tempfile.mkdtemp(prefix="ls_compare_ckpt_"))
-    env = dict(os.environ, LOCKSTEP_DEVICE="cpu", OPENBLAS_NUM_THREADS="1", LOCKSTEP_LOG_LEVEL="error")
+    env = dict(os.environ, LOCKSTEP_DEVICE="cpu", OPENBLAS_NUM_THREADS="1", LOCKSTEP_LOG="error")
     sides = {
         "lockstep": lambda op: [bench, op, os.path.join(top, "lockstep"), "--device", "cpu",
                                 "--hidden", args.hidden],

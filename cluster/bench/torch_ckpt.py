@@ -82,7 +82,11 @@ def main():
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(1)
-    sizes = [784] + [int(h) for h in args.hidden.split(",")] + [10]
+    sizes = [784]
+    for tok in args.hidden.split(","):  # N, or NxK: K layers of N (as bench_ckpt's --hidden)
+        n, _, k = tok.partition("x")
+        sizes += [int(n)] * (int(k) if k else 1)
+    sizes.append(10)
     layers = []
     for i in range(len(sizes) - 1):
         layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
