@@ -7,6 +7,7 @@
  * background (--async: ls_ckpt_save_async), and prints the run's time and the time the saves
  * stopped the training. Not a test: compare_ckpt.py runs it beside torch_ckpt.py. */
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,13 +159,19 @@ int main(int argc, char **argv) {
             snprintf(buf, sizeof buf, "%s", arg);
             nsizes = 1;
             for (tok = strtok_r(buf, ",", &save_ptr); tok; tok = strtok_r(NULL, ",", &save_ptr)) {
-                char *x = strchr(tok, 'x');
-                int64_t reps = 1;
-                if (x) {
-                    *x = '\0';
-                    reps = bench_int("--hidden", x + 1, 1, MAX_LAYERS);
+                int64_t size, reps = 1;
+                char *x = strchr(tok, 'x'), *end = NULL;
+                if (x) { /* NxK: both parts whole numbers in range, else the token is named */
+                    errno = 0;
+                    size = strtoll(tok, &end, 10);
+                    int ok = end == x && x > tok && errno == 0 && size >= 1 && size <= (1 << 20);
+                    reps = ok ? strtoll(x + 1, &end, 10) : 0;
+                    if (!ok || end == x + 1 || *end != '\0' || errno != 0 || reps < 1 || reps > MAX_LAYERS)
+                        bench_bad("--hidden", tok, "not a whole number or NxK",
+                                  "N from 1 to 1048576, K from 1 to 4096");
+                } else {
+                    size = bench_int("--hidden", tok, 1, 1 << 20);
                 }
-                int64_t size = bench_int("--hidden", tok, 1, 1 << 20);
                 if (nsizes - 1 + reps > MAX_LAYERS) bench_bad("--hidden", arg, "too many layers", "up to 4096");
                 for (int64_t r = 0; r < reps; r++) sizes[nsizes++] = size;
             }

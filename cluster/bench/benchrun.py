@@ -1,11 +1,21 @@
-"""benchrun.py: runs one benchmark command and reads its figure, for the drivers that launch
-benchmarks through lockstep-run (scaling.py, compare_compress.py). Standard library only."""
+"""benchrun.py: runs one benchmark command and reads its figure, for the benchmark drivers
+(compare_*.py, scaling.py); finds the programs they run. Standard library only."""
 import os
 import re
 import shlex
 import signal
 import subprocess
 import sys
+
+
+def program(prog, path, hint="give the build directory that holds it with --build", dry_run=False):
+    """path, absolute, when it is an executable file (or for a dry run, which only prints it); else
+    exits naming it and what to do (the usual cause: a build directory not built, or another given)."""
+    path = os.path.abspath(path)
+    if dry_run or (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return path
+    why = "is not executable" if os.path.exists(path) else "does not exist"
+    sys.exit(f"{prog}: '{path}' {why}: build it first (cmake -S . -B build && cmake --build build -j) or {hint}")
 
 
 def run_output(prog, name, cmd, env, timeout=None):

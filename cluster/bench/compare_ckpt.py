@@ -36,6 +36,8 @@ import tempfile
 import threading
 import time
 
+from benchrun import program
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -84,9 +86,7 @@ def run(cmd, env, timeout):
     return result, base, peak
 
 
-def train_main(args):
-    bench = os.path.abspath(args.bench or os.path.join(args.build, "cluster", "bench", "bench_ckpt"))
-    top = args.dir or ("/tmp/ls_compare_ckpt_XXXX" if args.dry_run else tempfile.mkdtemp(prefix="ls_compare_ckpt_"))
+def train_main(args, bench, base_bench, top):
     env = dict(os.environ, LOCKSTEP_DEVICE="cpu", OPENBLAS_NUM_THREADS="1", LOCKSTEP_LOG="error")
     common = ["--hidden", args.hidden, "--steps", str(args.steps), "--batch-size", str(args.batch_size)]
     every = ["--save-every", str(args.save_every)]
@@ -113,8 +113,6 @@ def train_main(args):
             got[name].append(res)
             print(f"round {r + 1} {name:8s}: {res['seconds']:.3f} s, {res['saves']} saves stopped it "
                   f"{res['stopped']:.3f} s, loss {res['loss']:.4f}", flush=True)
-    if not args.dir:
-        shutil.rmtree(top, ignore_errors=True)
     med = {n: (statistics.median(x["seconds"] for x in v), statistics.median(x["stopped"] for x in v),
                v[0]["saves"]) for n, v in got.items()}
     first = {n: statistics.median(x["each"][0] for x in v) if v[0]["each"] else 0 for n, v in got.items()}
@@ -162,10 +160,21 @@ def main():
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be positive")
-    if args.train:
-        return train_main(args)
-    bench = os.path.abspath(args.bench or os.path.join(args.build, "cluster", "bench", "bench_ckpt"))
+    bench = program("compare_ckpt", args.bench or os.path.join(args.build, "cluster", "bench", "bench_ckpt"),
+                    "give the build directory with --build, or the program with --bench", args.dry_run)
+    base_bench = None
+    if args.baseline:
+        base_bench = program("compare_ckpt", args.baseline, "give another build's bench_ckpt with --baseline",
+                             args.dry_run)
     top = args.dir or ("/tmp/ls_compare_ckpt_XXXX" if args.dry_run else tempfile.mkdtemp(prefix="ls_compare_ckpt_"))
+    try:
+        return (train_main if args.train else save_load_main)(args, bench, base_bench, top)
+    finally:  # also after a failed run (sys.exit)
+        if not args.dir and not args.dry_run:
+            shutil.rmtree(top, ignore_errors=True)
+
+
+def save_load_main(args, bench, base_bench, top):
     env = dict(os.environ, LOCKSTEP_DEVICE="cpu", OPENBLAS_NUM_THREADS="1", LOCKSTEP_LOG="error")
     sides = {
         "lockstep": lambda op: [bench, op, os.path.join(top, "lockstep"), "--device", "cpu",
@@ -173,8 +182,7 @@ def main():
         "torch": lambda op: ["/usr/bin/python3", os.path.join(HERE, "torch_ckpt.py"), op,
                              os.path.join(top, "torch"), "--hidden", args.hidden],
     }
-    if args.baseline:
-        base_bench = os.path.abspath(args.baseline)
+    if base_bench:
         sides["before"] = lambda op: [base_bench, op, os.path.join(top, "before"), "--device", "cpu",
                                       "--hidden", args.hidden]
     if args.dry_run:
@@ -194,8 +202,6 @@ def main():
                 size[name] = res["bytes"]
                 print(f"round {r + 1} {name:8s} {op}: {res['seconds']:.3f} s, {(peak - base) / 2**20:.1f} MiB "
                       f"above {base / 2**20:.1f} MiB", flush=True)
-    if not args.dir:
-        shutil.rmtree(top, ignore_errors=True)
     print(f"\n{platform.node()}, {os.cpu_count()} CPUs; --hidden {args.hidden}; checkpoint bytes: "
           + ", ".join(f"{n} {size[n]}" for n in sides))
     print(f"{'':10s} {'save s':>8s} {'save MiB':>9s} {'load s':>8s} {'load MiB':>9s}   (medians of {args.rounds})")

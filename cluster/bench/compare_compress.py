@@ -22,7 +22,7 @@ import shlex
 import statistics
 import sys
 
-from benchrun import samples_per_s
+from benchrun import program, samples_per_s
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -46,7 +46,8 @@ def main():
     args = ap.parse_args()
     if args.ranks < 2 or args.rounds < 1 or args.batch_size < 1 or args.steps < 1:
         ap.error("--ranks must be at least 2; --rounds, --batch-size and --steps positive")
-    lsr = args.lockstep_run or os.path.join(args.build, "launcher", "lockstep-run")
+    lsr = program("compare_compress", args.lockstep_run or os.path.join(args.build, "launcher", "lockstep-run"),
+                  "give the build directory with --build, or the launcher with --lockstep-run", args.dry_run)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     env.pop("LOCKSTEP_GRAD_COMPRESS", None)
@@ -55,7 +56,8 @@ def main():
         if var in env:
             launch += ["-x", var]
     common = ["--batch-size", str(args.batch_size), "--steps", str(args.steps)]
-    bench = [os.path.abspath(os.path.join(args.build, "cluster", "bench", "bench_mlp")), "--device", "cpu"]
+    bench = [program("compare_compress", os.path.join(args.build, "cluster", "bench", "bench_mlp"),
+                     dry_run=args.dry_run), "--device", "cpu"]
     torch = ["/usr/bin/python3", os.path.join(HERE, "torch_ddp_mlp.py"), "--launched", "--threads", "1"]
     configs = {}
     for c in ("none", "bf16", "fp16"):

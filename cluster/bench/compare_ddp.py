@@ -13,6 +13,8 @@ import statistics
 import subprocess
 import sys
 
+from benchrun import program
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -31,7 +33,7 @@ def main():
     args = ap.parse_args()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    bench = os.path.join(args.build, "cluster", "bench", "bench_mlp")
+    bench = program("compare_ddp", os.path.join(args.build, "cluster", "bench", "bench_mlp"))
     common = ["--steps", str(args.steps), "--batch-size", str(args.batch_size)]
     cmds = {
         "lockstep 1 rank": [bench] + common,

@@ -18,7 +18,7 @@ import platform
 import statistics
 import sys
 
-from benchrun import samples_per_s
+from benchrun import program, samples_per_s
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -43,7 +43,8 @@ def main():
     t = str(args.threads)
     env = dict(os.environ, OPENBLAS_NUM_THREADS=t, OMP_NUM_THREADS=t, LOCKSTEP_DEVICE="cpu")
     common = ["--batch-size", str(args.batch_size), "--steps", str(args.steps)]
-    bench = [os.path.abspath(os.path.join(args.build, "cluster", "bench", "bench_mlp")), "--device", "cpu"] + common
+    bench = [program("compare_ema", os.path.join(args.build, "cluster", "bench", "bench_mlp"),
+                     dry_run=args.dry_run), "--device", "cpu"] + common
     torch = ["/usr/bin/python3", os.path.join(HERE, "torch_mlp.py"), "--threads", str(args.torch_threads)] + common
     ema = ["--ema", repr(args.ema)]
     configs = {"lockstep": bench, "lockstep --ema": bench + ema, "torch": torch, "torch --ema": torch + ema}

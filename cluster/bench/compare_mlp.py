@@ -15,6 +15,8 @@ import statistics
 import subprocess
 import sys
 
+from benchrun import program
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -37,7 +39,7 @@ def main():
     ap.add_argument("--torch-threads", default="1,2", help="PyTorch thread settings to try; the fastest counts")
     ap.add_argument("--dropout", type=float, default=0, help="both sides with a Dropout(P) after each hidden layer")
     args = ap.parse_args()
-    bench = os.path.join(args.build, "cluster", "bench", "bench_mlp")
+    bench = program("compare_mlp", os.path.join(args.build, "cluster", "bench", "bench_mlp"))
     env = dict(os.environ, OPENBLAS_NUM_THREADS=args.threads, OMP_NUM_THREADS=args.threads)
     common = ["--steps", str(args.steps), "--batch-size", str(args.batch_size)]
     train = ["--dropout", str(args.dropout)] if args.dropout > 0 else []

@@ -20,6 +20,8 @@ import statistics
 import subprocess
 import sys
 
+from benchrun import program
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -43,8 +45,8 @@ def main():
     ap.add_argument("--blocks", type=int, default=1)
     ap.add_argument("--cores", type=int, default=2, help="ranks (lockstep) and threads (both) to use")
     args = ap.parse_args()
-    bench = os.path.join(args.build, "cluster", "bench", "bench_resnet")
-    launcher = os.path.join(args.build, "launcher", "lockstep-run")
+    bench = program("compare_resnet", os.path.join(args.build, "cluster", "bench", "bench_resnet"))
+    launcher = program("compare_resnet", os.path.join(args.build, "launcher", "lockstep-run"))
     common = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
               "--widths", args.widths, "--blocks", str(args.blocks)]
     one = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",

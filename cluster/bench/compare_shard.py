@@ -21,11 +21,12 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import statistics
 import sys
 import tempfile
 
-from benchrun import run_output, samples_per_s
+from benchrun import program, run_output, samples_per_s
 
 
 def main():
@@ -48,10 +49,21 @@ def main():
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OPENBLAS_NUM_THREADS="1", LOCKSTEP_GPU_MONITOR="off")
     env.pop("LOCKSTEP_SHARD_REDUCE", None)
-    tmp = tempfile.mkdtemp(prefix="compare_shard.")
+    lsr = program("compare_shard", args.lockstep_run or os.path.join(args.build, "launcher", "lockstep-run"),
+                  "give the build directory with --build, or the launcher with --lockstep-run", args.dry_run)
+    mlp = program("compare_shard", os.path.join(args.build, "examples", "fashion_mlp", "fashion_mlp"),
+                  dry_run=args.dry_run)
+    tmp = "/tmp/compare_shard.XXXX" if args.dry_run else tempfile.mkdtemp(prefix="compare_shard.")
+    try:
+        return measure(args, env, lsr, mlp, tmp)
+    finally:
+        if not args.dry_run:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure(args, env, lsr, mlp, tmp):
     metrics = os.path.join(tmp, "m.json")
-    lsr = args.lockstep_run or os.path.join(args.build, "launcher", "lockstep-run")
-    base = [lsr, "-n", str(args.ranks), os.path.abspath(os.path.join(args.build, "examples", "fashion_mlp", "fashion_mlp")), "--device", "cpu", "--epochs", "1",
+    base = [lsr, "-n", str(args.ranks), mlp, "--device", "cpu", "--epochs", "1",
             "--optimizer", "adamw", "--hidden", args.hidden, "--batch-size", str(args.batch_size),
             "--train-limit", str(args.train_limit), "--test-limit", "1000", "--no-progress", "--metrics", metrics]
     configs = {"unsharded": base, "--shard-optimizer": base + ["--shard-optimizer"],

@@ -21,7 +21,7 @@ import shlex
 import statistics
 import sys
 
-from benchrun import samples_per_s
+from benchrun import program, samples_per_s
 
 
 def default_ranks():
@@ -50,12 +50,13 @@ def parse_ranks(text):
 
 
 def command(args, n):
-    lsr = os.path.join(args.build, "launcher", "lockstep-run")
+    lsr = program("scaling", os.path.join(args.build, "launcher", "lockstep-run"), dry_run=args.dry_run)
     if args.model == "mlp":
-        bench = [os.path.join(args.build, "cluster", "bench", "bench_mlp"),
+        bench = [program("scaling", os.path.join(args.build, "cluster", "bench", "bench_mlp"), dry_run=args.dry_run),
                  "--batch-size", str(args.batch_size), "--steps", str(args.steps)]
     else:  # bench_resnet takes the global batch
-        bench = [os.path.join(args.build, "cluster", "bench", "bench_resnet"),
+        bench = [program("scaling", os.path.join(args.build, "cluster", "bench", "bench_resnet"),
+                         dry_run=args.dry_run),
                  "--batch-size", str(args.batch_size * n), "--steps", str(args.steps),
                  "--precision", args.precision]
     if args.device:

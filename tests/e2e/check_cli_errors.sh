@@ -12,7 +12,8 @@
 # step, naming no file), a label smoothing of 1 or more, an empty --init-from, an unknown
 # --lr-schedule, a negative --min-lr, --betas not two numbers in [0, 1), --betas or --eps without
 # AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema, a --dropout of 1 (fashion_mlp
-# and fashion_resnet) or with no hidden layer to follow. And an empty --hidden trains a linear model, as --help says.
+# and fashion_resnet) or with no hidden layer to follow, a benchmark driver given a build without its
+# programs. And an empty --hidden trains a linear model, as --help says.
 set -u
 mlp=$1 resnet=$2 oom=$3 qs=$4 bench=${5:-} bench_ckpt=${6:-}
 export LOCKSTEP_DEVICE=cpu OPENBLAS_NUM_THREADS=1
@@ -121,7 +122,17 @@ if [ -n "$bench_ckpt" ]; then
     usage "bench_ckpt: DIR is empty" "$bench_ckpt" save ''
     usage "bench_ckpt: --hidden 'x': not a whole number" "$bench_ckpt" save /tmp --hidden 8,x
     refused "bench_ckpt: no checkpoint in '/nonexistent' (run save first)" "$bench_ckpt" load /nonexistent --hidden 8
+    usage "bench_ckpt: --hidden '8x0': not a whole number or NxK (N from 1 to 1048576, K from 1 to 4096)" \
+        "$bench_ckpt" save /tmp --hidden 8x0
+    usage "bench_ckpt: --hidden '8,16x4096': too many layers (up to 4096)" "$bench_ckpt" save /tmp --hidden 8,16x4096
 fi
+# the benchmark drivers name a program that is not built (they raised a traceback)
+benchdir=$(cd "$(dirname "$0")/../../cluster/bench" && pwd)
+for d in compare_mlp compare_ddp compare_resnet compare_ema compare_compress compare_shard scaling compare_ckpt; do
+    refused "$d: '/nonexistent/" python3 "$benchdir/$d.py" --build /nonexistent
+done
+refused "compare_ckpt: '/nonexistent/bench_ckpt' does not exist: build it first" python3 "$benchdir/compare_ckpt.py" \
+    --baseline /nonexistent/bench_ckpt --bench /bin/true
 usage "oom_challenge: --comm must not be empty" "$oom" --comm ''
 # an MPI setting that meant "on" for any value but 0 (MPI as a singleton: one rank, no launcher)
 out=$("$mlp" "${small[@]}" --comm mpi 2>&1)
