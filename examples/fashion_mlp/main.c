@@ -326,6 +326,8 @@ int main(int argc, char **argv) {
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
     TRY("data", ex_check_fashion_shape(train, test));
     TRY("options", check_same_options(comm, &o, train, test));
+    ls_allocator_set_oom_hint(ctx->alloc, "The model (its weights, gradients and optimizer state) does not fit "
+                                          "whatever the batch: a larger cap, or a smaller model (--hidden)");
     TRY("model", ls_mlp_create_dropout(ctx, LS_F32, n_sizes, sizes, act, (float)o.dropout, o.seed, &model));
     if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
     if (o.tf.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.tf.init_from, model));
@@ -365,6 +367,8 @@ int main(int argc, char **argv) {
     tc.buckets.bucket_bytes = 0;
     tc.totals = 1; /* the epoch's loss and accuracy: read once, at its end */
     TRY("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
+    ls_allocator_set_oom_hint(ctx->alloc, "To fit, try a smaller --batch-size, --precision bf16, or "
+                                          "--checkpoint-activations");
     if (ema) TRY("--ema", ls_ema_reset(ema)); /* from rank 0's weights, as the model */
 
     char devname[32];

@@ -359,11 +359,14 @@ int main(int argc, char **argv) {
     TRY("LOCKSTEP_GPU_MONITOR", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
     if (o.memory_cap) {
         size_t cap;
+        char from[160];
         USAGE("--memory-cap", ls_memory_parse_cap(o.memory_cap, &cap));
-        ls_allocator_set_cap(ctx->alloc, cap);
+        snprintf(from, sizeof from, "--memory-cap %.140s", o.memory_cap);
+        ls_allocator_set_cap_from(ctx->alloc, cap, from);
     }
-    ls_allocator_set_oom_hint(ctx->alloc, "to fit, try a smaller --batch-size (or --batch-size auto), "
-                                          "--precision bf16, or --checkpoint-activations");
+    /* until the training's buffers: what is allocated does not depend on the batch */
+    ls_allocator_set_oom_hint(ctx->alloc, "The model (its weights, gradients and optimizer state) does not fit "
+                                          "whatever the batch: a larger cap, or a smaller model (--widths, --blocks)");
 
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
@@ -446,6 +449,8 @@ int main(int argc, char **argv) {
     TRY("optimizer", ls_optimizer_create(ctx, np, params, grads, &oc, &opt));
     tc.totals = 1; /* the epoch's loss and accuracy: read once, at its end */
     TRY("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
+    ls_allocator_set_oom_hint(ctx->alloc, "To fit, try a smaller --batch-size (or --batch-size auto), "
+                                          "--precision bf16, or --checkpoint-activations");
     if (ema) TRY("--ema", ls_ema_reset(ema)); /* from rank 0's weights, as the model */
 
     char devname[32];

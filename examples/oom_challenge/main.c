@@ -33,7 +33,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: oom_challenge [options]\n"
                "Trains a ResNet at a batch that does not fit a memory cap, shows the out-of-memory error, then\n"
                "each remedy alone and all together, and prints peak memory and step time for each.\n\n"
-               "  --memory-cap SIZE     the cap (default 48GiB on a GPU, 384MiB on the CPU)\n"
+               "  --memory-cap SIZE     the cap (default 48GiB on a GPU; on the CPU $LOCKSTEP_MEMORY_LIMIT,\n"
+               "                        else 384MiB)\n"
                "  --batch-size N        the batch that does not fit (default 256)\n"
                "  --small-batch N       remedy 1: the smaller batch (default a quarter of --batch-size)\n"
                "  --precision bf16|fp16 remedy 2: mixed precision (default bf16)\n"
@@ -257,9 +258,21 @@ int main(int argc, char **argv) {
     what = "--widths";
     if ((s = ex_parse_widths(o.widths ? o.widths : gpu ? "64,128,256,512" : "16,32,64", &su.model)) != LS_OK) goto fail;
     size_t cap;
+    ls_memory_stats host_st;
+    ls_allocator_stats(ctx->alloc, &host_st); /* on the CPU: LOCKSTEP_MEMORY_LIMIT's cap, if set */
+    const char *env_cap = getenv("LOCKSTEP_MEMORY_LIMIT");
+    const int use_env = !o.memory_cap && !gpu && host_st.cap_bytes > 0;
+    char from[160];
     what = "--memory-cap";
-    if ((s = ls_memory_parse_cap(o.memory_cap ? o.memory_cap : gpu ? "48GiB" : "384MiB", &cap)) != LS_OK) goto fail;
-    ls_allocator_set_cap(ctx->alloc, cap);
+    if (use_env) {
+        cap = host_st.cap_bytes;
+        snprintf(from, sizeof from, "LOCKSTEP_MEMORY_LIMIT=%.120s", env_cap ? env_cap : "");
+    } else {
+        const char *text = o.memory_cap ? o.memory_cap : gpu ? "48GiB" : "384MiB";
+        if ((s = ls_memory_parse_cap(text, &cap)) != LS_OK) goto fail;
+        snprintf(from, sizeof from, "%s %.120s", o.memory_cap ? "--memory-cap" : "the default", text);
+    }
+    ls_allocator_set_cap_from(ctx->alloc, cap, from);
     ls_allocator_set_oom_hint(ctx->alloc, "To fit: a smaller --batch-size, --precision bf16|fp16 (half the "
                                           "activation memory), or --checkpoint-activations (recompute activations "
                                           "in backward)");
@@ -365,7 +378,7 @@ int main(int argc, char **argv) {
         }
         if (o.measure) {
             char pk[32];
-            printf("%-26s %6lld  %-9s  %-13s  %13s  %11.3f s  (without the cap)\n", "baseline, uncapped",
+            printf("%-26s %6lld  %-9s  %-13s  %13s  %9.3f s  (without the cap)\n", "baseline, uncapped",
                    (long long)need.batch, "fp32", "off", ls_memory_format(need.peak, pk, 32), need.step_s);
         }
         printf("%s\n", met ? "challenge met: the baseline exceeds the cap and every remedy fits"

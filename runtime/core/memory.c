@@ -21,6 +21,8 @@ struct ls_allocator {
     pthread_mutex_t mu;
     ls_memory_stats st;
     char hint[512];
+    char cap_from[128]; /* where the cap of cap_from_bytes came from ("" unsaid) */
+    size_t cap_from_bytes;
     /* pointer -> size table; keys NULL = empty, (void*)1 = deleted */
     void **keys;
     size_t *sizes;
@@ -144,7 +146,13 @@ ls_status ls_host_allocator_create_from_env(ls_allocator **out) {
     const char *env = getenv("LOCKSTEP_MEMORY_LIMIT");
     if (env && *env && ls_memory_parse_cap(env, &cap) != LS_OK)
         return ls_error_context(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_MEMORY_LIMIT");
-    return ls_host_allocator_create(cap, out);
+    LS_CHECK(ls_host_allocator_create(cap, out));
+    if (cap) {
+        char from[128];
+        snprintf(from, sizeof from, "LOCKSTEP_MEMORY_LIMIT=%.100s", env);
+        ls_allocator_set_cap_from(*out, cap, from);
+    }
+    return LS_OK;
 }
 
 void ls_allocator_destroy(ls_allocator *a) {
@@ -165,12 +173,14 @@ ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out) 
     pthread_mutex_lock(&a->mu);
     if (a->st.cap_bytes && (bytes > a->st.cap_bytes || a->st.live_bytes > a->st.cap_bytes - bytes)) {
         ls_memory_stats s = a->st;
+        char from[sizeof a->cap_from + 4] = "";
+        if (a->cap_from[0] && a->cap_from_bytes == s.cap_bytes) snprintf(from, sizeof from, " (%s)", a->cap_from);
         pthread_mutex_unlock(&a->mu);
         return ls_error(LS_ERR_OUT_OF_MEMORY,
-                        "out of memory on %s: cannot allocate %s for %s; the cap is %s, %s is "
+                        "out of memory on %s: cannot allocate %s for %s; the cap is %s%s, %s is "
                         "already in use, the peak so far is %s%s%s",
                         ls_device_str(a->device, dev, sizeof dev), ls_memory_format(bytes, b1, 32),
-                        what ? what : "an unnamed buffer", ls_memory_format(s.cap_bytes, b2, 32),
+                        what ? what : "an unnamed buffer", ls_memory_format(s.cap_bytes, b2, 32), from,
                         ls_memory_format(s.live_bytes, b3, 32), ls_memory_format(s.peak_bytes, b4, 32),
                         a->hint[0] ? ". " : "", a->hint);
     }
@@ -245,6 +255,14 @@ void ls_allocator_reset_peak(ls_allocator *a) {
 void ls_allocator_set_cap(ls_allocator *a, size_t cap_bytes) {
     pthread_mutex_lock(&a->mu);
     a->st.cap_bytes = cap_bytes;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void ls_allocator_set_cap_from(ls_allocator *a, size_t cap_bytes, const char *from) {
+    pthread_mutex_lock(&a->mu);
+    a->st.cap_bytes = cap_bytes;
+    snprintf(a->cap_from, sizeof a->cap_from, "%s", from ? from : "");
+    a->cap_from_bytes = cap_bytes;
     pthread_mutex_unlock(&a->mu);
 }
 

@@ -82,6 +82,9 @@ ls_device ls_allocator_device(const ls_allocator *a);
 void ls_allocator_stats(ls_allocator *a, ls_memory_stats *out);
 void ls_allocator_reset_peak(ls_allocator *a);
 void ls_allocator_set_cap(ls_allocator *a, size_t cap_bytes);
+/* The same, naming where the cap comes from ("--memory-cap 2GiB"): out-of-memory errors say it
+ * while the cap is that one (a later ls_allocator_set_cap to another size leaves it unsaid). */
+void ls_allocator_set_cap_from(ls_allocator *a, size_t cap_bytes, const char *from);
 /* Text appended to out-of-memory errors (e.g. the remedies and their flags); copied. */
 void ls_allocator_set_oom_hint(ls_allocator *a, const char *hint);
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check_oom_challenge.sh CMD...: runs oom_challenge (with --measure-baseline) and checks its claims:
-# the baseline fails with the allocator's out-of-memory error naming the request, the cap and the
-# remedies; every remedy fits under the cap; all three together need the least; mixed precision
+# the baseline fails with the allocator's out-of-memory error naming the request, the cap (and where
+# it comes from: the default, or LOCKSTEP_MEMORY_LIMIT) and the remedies; every remedy fits under the cap; all three together need the least; mixed precision
 # needs about half of the uncapped baseline, a quarter of the batch about a quarter, checkpointing
 # well under it.
 set -u
@@ -11,6 +11,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 [ $rc -eq 0 ] || fail "exit status $rc"
 grep -q 'challenge met' <<<"$out" || fail "no 'challenge met' line"
 grep -q 'out of memory on cpu: cannot allocate .* the cap is .* is already in use' <<<"$out" || fail "no allocator error"
+grep -qF 'the cap is 384.00 MiB (the default 384MiB), ' <<<"$out" || fail "the error does not say where the cap comes from"
 for flag in '--batch-size' '--precision bf16|fp16' '--checkpoint-activations'; do
   grep -qF -- "$flag" <<<"$out" || fail "the error does not name $flag"
 done
@@ -33,4 +34,9 @@ awk -v c="$cap" -v n="$need" -v s="$small" -v m="$mixed" -v k="$ckpt" -v a="$all
   ok = ok && k / n < 0.60;                             # checkpointing: well under the baseline
   exit !ok }' || fail "peak memories out of the expected order or ratios"
 grep -E '^(smaller batch|mixed precision|activation checkpointing|all three) ' <<<"$out" | grep -qv ' yes$' && fail "a remedy row is not 'yes'"
+# on the CPU, LOCKSTEP_MEMORY_LIMIT is the default cap (it was ignored for 384 MiB), and said so
+small_out=$(LOCKSTEP_MEMORY_LIMIT=6MiB "$1" --widths 4,8 --blocks 1 --image-size 16 --batch-size 64 --steps 1 2>&1) ||
+    fail "LOCKSTEP_MEMORY_LIMIT=6MiB: $small_out"
+grep -q 'cap 6.00 MiB per rank' <<<"$small_out" || fail "LOCKSTEP_MEMORY_LIMIT=6MiB is not the cap: $small_out"
+grep -qF 'the cap is 6.00 MiB (LOCKSTEP_MEMORY_LIMIT=6MiB), ' <<<"$small_out" || fail "the cap's source unsaid: $small_out"
 echo "PASS"

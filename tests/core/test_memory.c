@@ -1,5 +1,5 @@
 /* test_memory.c: size parsing, live/peak statistics, and the cap's out-of-memory error, which
- * must name the request, the cap and the peak; a free of what is not a live allocation warns. */
+ * must name the request, the cap (and where it came from) and the peak; a free of what is not a live allocation warns. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
@@ -80,7 +80,15 @@ int main(void) {
 
     setenv("LOCKSTEP_MEMORY_LIMIT", "1MiB", 1);
     LS_REQUIRE_OK(ls_host_allocator_create_from_env(&a));
-    LS_EXPECT_ERR(ls_alloc(a, 2 << 20, "big", &p1), LS_ERR_OUT_OF_MEMORY, "the cap is 1.00 MiB");
+    LS_EXPECT_ERR(ls_alloc(a, 2 << 20, "big", &p1), LS_ERR_OUT_OF_MEMORY,
+                  "the cap is 1.00 MiB (LOCKSTEP_MEMORY_LIMIT=1MiB), 0 B is already in use");
+    /* a cap set with its source says it; changed to another size, the source is no longer said */
+    ls_allocator_set_cap_from(a, 3 << 20, "--memory-cap 3MiB");
+    LS_EXPECT_ERR(ls_alloc(a, 4 << 20, "big", &p1), LS_ERR_OUT_OF_MEMORY, "the cap is 3.00 MiB (--memory-cap 3MiB),");
+    ls_allocator_set_cap(a, 2 << 20);
+    LS_EXPECT_ERR(ls_alloc(a, 4 << 20, "big", &p1), LS_ERR_OUT_OF_MEMORY, "the cap is 2.00 MiB, 0 B");
+    ls_allocator_set_cap(a, 3 << 20);
+    LS_EXPECT_ERR(ls_alloc(a, 4 << 20, "big", &p1), LS_ERR_OUT_OF_MEMORY, "the cap is 3.00 MiB (--memory-cap 3MiB),");
     ls_allocator_destroy(a);
     setenv("LOCKSTEP_MEMORY_LIMIT", "plenty", 1);
     LS_EXPECT_ERR(ls_host_allocator_create_from_env(&a), LS_ERR_INVALID_ARGUMENT,

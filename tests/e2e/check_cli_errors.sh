@@ -126,6 +126,14 @@ if [ -n "$bench_ckpt" ]; then
         "$bench_ckpt" save /tmp --hidden 8x0
     usage "bench_ckpt: --hidden '8,16x4096': too many layers (up to 4096)" "$bench_ckpt" save /tmp --hidden 8,16x4096
 fi
+# out of memory: the error names where the cap comes from, and remedies that can help: while the
+# model is made none depends on the batch (it suggested a smaller batch)
+refused "the cap is 20.00 MiB (--memory-cap 20MiB), 18.06 MiB is already in use, the peak so far is 18.06 MiB. The model (its weights, gradients and optimizer state) does not fit whatever the batch: a larger cap, or a smaller model (--widths, --blocks)" \
+    "$resnet" "${small[@]}" --widths 512,512,512 --blocks 4 --memory-cap 20MiB
+refused "the cap is 20.00 MiB (LOCKSTEP_MEMORY_LIMIT=20MiB), 12.25 MiB is already in use, the peak so far is 12.25 MiB. The model (its weights, gradients and optimizer state) does not fit whatever the batch: a larger cap, or a smaller model (--hidden)" \
+    env LOCKSTEP_MEMORY_LIMIT=20MiB "$mlp" "${small[@]}" --hidden 4096,4096
+refused "the cap is 20.00 MiB (LOCKSTEP_MEMORY_LIMIT=20MiB), 4.66 MiB is already in use, the peak so far is 4.66 MiB. To fit, try a smaller --batch-size, --precision bf16, or --checkpoint-activations" \
+    env LOCKSTEP_MEMORY_LIMIT=20MiB "$mlp" "${small[@]}" --train-limit 8192 --batch-size 8192 --hidden 512
 # the benchmark drivers name a program that is not built (they raised a traceback)
 benchdir=$(cd "$(dirname "$0")/../../cluster/bench" && pwd)
 for d in compare_mlp compare_ddp compare_resnet compare_ema compare_compress compare_shard scaling compare_ckpt; do
