@@ -425,6 +425,12 @@ int main(int argc, char **argv) {
         ls_batch_search_result br;
         ls_trainer_trial trial = {ctx, comm, model, &oc, &tc, train};
         if (bs.max > 1) bs.start = bs.max < 16 ? 1 : 16;
+        ls_memory_stats cap_st;
+        ls_allocator_stats(ctx->alloc, &cap_st);
+        if (cap_st.cap_bytes == 0) /* bad usage (exit 2), as a missing flag */
+            USAGE("--batch-size auto",
+                  ls_error(LS_ERR_INVALID_ARGUMENT, "it needs a memory cap to fit in: set "
+                                                    "--memory-cap or LOCKSTEP_MEMORY_LIMIT (e.g. 8GiB)"));
         TRY("--batch-size auto", ls_batch_size_search(ctx->alloc, comm, &bs, ls_trainer_trial_step, &trial, &br));
         o.batch = br.batch;
         if (rank == 0) {

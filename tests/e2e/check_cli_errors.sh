@@ -134,6 +134,9 @@ refused "the cap is 20.00 MiB (LOCKSTEP_MEMORY_LIMIT=20MiB), 12.25 MiB is alread
     env LOCKSTEP_MEMORY_LIMIT=20MiB "$mlp" "${small[@]}" --hidden 4096,4096
 refused "the cap is 20.00 MiB (LOCKSTEP_MEMORY_LIMIT=20MiB), 4.66 MiB is already in use, the peak so far is 4.66 MiB. To fit, try a smaller --batch-size, --precision bf16, or --checkpoint-activations" \
     env LOCKSTEP_MEMORY_LIMIT=20MiB "$mlp" "${small[@]}" --train-limit 8192 --batch-size 8192 --hidden 512
+# --batch-size auto with no cap to fit in is bad usage (it exited 1, as a failed run)
+usage "fashion_resnet: --batch-size auto: invalid argument: it needs a memory cap to fit in: set --memory-cap or LOCKSTEP_MEMORY_LIMIT" \
+    env -u LOCKSTEP_MEMORY_LIMIT "$resnet" "${small[@]}" --batch-size auto
 # the benchmark drivers name a program that is not built (they raised a traceback)
 benchdir=$(cd "$(dirname "$0")/../../cluster/bench" && pwd)
 for d in compare_mlp compare_ddp compare_resnet compare_ema compare_compress compare_shard scaling compare_ckpt; do
