@@ -587,6 +587,17 @@ ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, in
 
 /* ---------------------------------------------------------------- Fashion-MNIST */
 
+/* dir/name.gz, or dir/name when only that (un-gzipped, as gunzip leaves it) is there; 0 if too long. */
+static int fashion_path(char *out, size_t size, const char *dir, const char *prefix, const char *name) {
+    int n = snprintf(out, size, "%s/%s-%s.gz", dir, prefix, name);
+    if (n < 0 || (size_t)n >= size) return 0;
+    if (access(out, F_OK) != 0 && errno == ENOENT) {
+        out[n - 3] = '\0';
+        if (access(out, F_OK) != 0) out[n - 3] = '.'; /* neither: the error names the .gz */
+    }
+    return 1;
+}
+
 ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_dataset **out) {
     if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_fashion_mnist_load: out is NULL");
     *out = NULL;
@@ -594,9 +605,8 @@ ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_da
     if (!dir || !dir[0]) dir = LS_FASHION_DEFAULT_DIR;
     const char *prefix = train ? "train" : "t10k";
     char ipath[4096], lpath[4096];
-    int ni = snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
-    int nl = snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
-    if (ni < 0 || nl < 0 || (size_t)ni >= sizeof ipath || (size_t)nl >= sizeof lpath)
+    if (!fashion_path(ipath, sizeof ipath, dir, prefix, "images-idx3-ubyte") ||
+        !fashion_path(lpath, sizeof lpath, dir, prefix, "labels-idx1-ubyte"))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_fashion_mnist_load: directory name too long");
 
     ls_status st = LS_OK;

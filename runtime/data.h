@@ -55,7 +55,7 @@ ls_status ls_idx_read(const char *path, ls_idx *out);
 void ls_idx_free(ls_idx *idx);
 
 /* Load Fashion-MNIST: train=1 reads train-images-idx3-ubyte.gz + train-labels-idx1-ubyte.gz,
- * train=0 the t10k-* pair. dir NULL or "" means $LOCKSTEP_FASHION_DIR, else
+ * train=0 the t10k-* pair; where a .gz is not there, the same name without .gz (un-gzipped). dir NULL or "" means $LOCKSTEP_FASHION_DIR, else
  * /usr/share/datasets/fashion-mnist. limit > 0 keeps only the first limit samples (all if the
  * set is smaller). The set keeps the pixels as bytes, with lut[x] = (x/255 - 0.2860)/0.3530
  * (in f32); labels are checked to be < 10. */

@@ -87,7 +87,7 @@ static void usage(FILE *f) {
                "  --train-limit N       use only the first N training samples (default all 60000)\n"
                "  --test-limit N        use only the first N test samples (default all 10000)\n"
                "  --sampler pad|drop-last|exact  how uneven shards are handled (default pad, as DDP)\n"
-               "  --data-dir DIR        Fashion-MNIST .gz files (default $LOCKSTEP_FASHION_DIR or\n"
+               "  --data-dir DIR        Fashion-MNIST files, .gz or not (default $LOCKSTEP_FASHION_DIR or\n"
                "                        /usr/share/datasets/fashion-mnist)\n"
                "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
                "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"

@@ -100,7 +100,7 @@ static void usage(FILE *f) {
         "  --seed N              seed for initialization, shuffling and augmentation (default 42)\n"
         "  --train-limit N       use only the first N training samples (default all 60000)\n"
         "  --test-limit N        use only the first N test samples (default all 10000)\n"
-        "  --data-dir DIR        Fashion-MNIST .gz files (default $LOCKSTEP_FASHION_DIR or\n"
+        "  --data-dir DIR        Fashion-MNIST files, .gz or not (default $LOCKSTEP_FASHION_DIR or\n"
         "                        /usr/share/datasets/fashion-mnist)\n"
         "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
         "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"

@@ -283,6 +283,39 @@ static void check_fashion_small(void) {
     LS_EXPECT_ERR(ls_fashion_mnist_load(good, 0, 0, &d), LS_ERR_IO,
                   EXPECTED("cannot open '%s': No such file or directory", path));
     LS_EXPECT(d == NULL);
+    /* un-gzipped files (gunzip's result) are read where no .gz is there: the same set; the images
+     * un-gzipped beside the labels' .gz, then both */
+    {
+        static uint8_t raw[4096];
+        uint32_t dims[3] = {6, 3, 4};
+        size_t n = make_idx(raw, 3, dims, 72);
+        snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", good);
+        unlink(path);
+        path[strlen(path) - 3] = '\0';
+        write_plain(path, raw, n);
+        for (int round = 0; round < 2; round++) {
+            if (round == 1) {
+                uint32_t ld[1] = {6};
+                size_t m = make_idx(raw, 1, ld, 0);
+                memcpy(raw + m, labels, 6);
+                snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", good);
+                unlink(path);
+                path[strlen(path) - 3] = '\0';
+                write_plain(path, raw, m + 6);
+            }
+            LS_REQUIRE_OK(ls_fashion_mnist_load(good, 1, 0, &d));
+            int same = d->n == 6 && d->rows == 3 && d->cols == 4;
+            for (int i = 0; same && i < 72; i++) same = d->bytes[i] == (uint8_t)(i * 7 + 1);
+            for (int i = 0; same && i < 6; i++) same = d->labels[i] == labels[i];
+            LS_EXPECT(same);
+            ls_dataset_destroy(d);
+            d = NULL;
+        }
+        snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", good);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte", good);
+        unlink(path);
+    }
     remove_fashion_dir(good);
 
     const char *mismatch = make_fashion_dir("mismatch", 6, labels, 5);
