@@ -19,8 +19,9 @@ struct ls_ema {
 };
 
 double ls_ema_decay_at(double decay, int warmup, int64_t t) {
+    if (t <= 1) return 0; /* the first update copies, as timm's (get_decay(1)) and AveragedModel's */
     if (!warmup) return decay;
-    double d = 1.0 - pow(1.0 + (double)t, -2.0 / 3.0);
+    double d = 1.0 - pow((double)t, -2.0 / 3.0);
     return d < decay ? (d > 0 ? d : 0) : decay;
 }
 

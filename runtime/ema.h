@@ -3,8 +3,9 @@
  * each average moves toward the model's value:
  *     ema = d_t * ema + (1 - d_t) * value        (t = 1, 2, ... the updates so far)
  * over the parameters and the buffers (BatchNorm's running statistics), as timm averages both.
- * d_t is the decay, or with warmup timm's min(decay, 1 - (1 + t)^(-2/3)): without it the starting
- * weights keep a share decay^t of the average (a third after 1000 steps at 0.999), with it the
+ * d_1 = 0: the first update copies the model, as timm's training loop (model_ema.update(model,
+ * step=num_updates), num_updates counted from 1) and torch.optim.swa_utils.AveragedModel do; then
+ * d_t is the decay, or with warmup timm's min(decay, 1 - t^(-2/3)) (its get_decay(t)), so that the
  * average follows the model closely at first. The averages live where the model does (one more
  * copy of its weights); to evaluate with them, swap them into the model and back.
  * Data parallel: every rank holds the same parameters after a step, so every rank's average of
@@ -26,7 +27,8 @@ extern "C" {
 
 typedef struct ls_ema ls_ema;
 
-/* The decay of update t (1, 2, ...): decay, or with warmup min(decay, 1 - (1 + t)^(-2/3)). */
+/* The decay of update t (1, 2, ...): 0 for the first (a copy), then decay, or with warmup
+ * min(decay, 1 - t^(-2/3)), as timm's ModelEmaV3.get_decay(t). */
 double ls_ema_decay_at(double decay, int warmup, int64_t t);
 
 /* An average of model's parameters and buffers, starting from their values now (copies; the

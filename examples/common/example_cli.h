@@ -155,7 +155,8 @@ typedef struct ex_train_flags {
     "                        ModelEmaV3 (e.g. 0.999): updated after every step, evaluated beside the\n"                \
     "                        model after every epoch, saved in checkpoints (ema.safetensors, which\n"                  \
     "                        --init-from takes)\n"                                                                     \
-    "  --ema-warmup          the average's decay ramps up as timm's: min(DECAY, 1 - (1 + step)^(-2/3))\n"
+    "  --ema-warmup          the average's decay ramps up as timm's: update t takes min(DECAY,\n"                      \
+    "                        1 - t^(-2/3)) (the first, t = 1, copies the weights, with or without)\n"
 void ex_train_flags_init(ex_train_flags *f);
 /* Option c of getopt_long (its argument arg): 1 when it is one of these, taken (*bad = 1 when its
  * value was refused, the message printed), 0 when it is not. */

@@ -2,7 +2,7 @@
 # ema.sh PROG MPIRUN NP [ARGS...]: --ema, an exponential moving average of the weights, end to end.
 # 1. After 3 steps the saved average (ema.safetensors) equals, within f32 rounding, the average
 #    that Python computes from the weights after steps 0, 1, 2, 3 (--dump-params of four runs) with
-#    timm's warmup decay min(0.9, 1 - (1 + t)^(-2/3)): parameters and, in a ResNet, rank 0's batch
+#    timm's warmup decay (update t: 0 for the first, then min(0.9, 1 - t^(-2/3))): parameters and, in a ResNet, rank 0's batch
 #    norm statistics.
 # 2. 20 steps + resume + 20 steps give the same ema.safetensors, bit for bit, as 40 straight, and
 #    the same EMA test figures; state.json records the decay, warmup and 40 updates.
@@ -42,7 +42,8 @@ def chain(ds, a, xs):
     for dt, x in zip(ds, xs):
         a = dt * a + (1 - dt) * x
     return a
-timm = [min(0.9, 1 - (1 + t) ** (-2 / 3)) for t in (1, 2, 3)]
+# timm's get_decay(t) for t = num_updates (1, 2, 3) as its train.py passes it: the first a copy
+timm = [0.0] + [min(0.9, 1 - t ** (-2 / 3)) for t in (2, 3)]
 worst, other = (0.0, 0, 0.0), 0.0
 for i, (e, a, b, c, d) in enumerate(zip(ema, *w)):
     ref = chain(timm, a, (b, c, d))
@@ -50,7 +51,7 @@ for i, (e, a, b, c, d) in enumerate(zip(ema, *w)):
     if err > worst[0]:
         worst = (err, i, ref)
     # without the warmup (decay 0.9 throughout) the average would be this far off
-    other = max(other, abs(e - chain([0.9] * 3, a, (b, c, d))) / (1e-3 + abs(ref)))
+    other = max(other, abs(e - chain([0.0, 0.9, 0.9], a, (b, c, d))) / (1e-3 + abs(ref)))
 print("EMA of %d tensors (%d values): largest relative difference from Python's %.2e (value %.8g vs %.8g); "
       "from an EMA without warmup %.2e" % (len(head), len(ema), worst[0], ema[worst[1]], worst[2], other))
 sys.exit(0 if worst[0] < 1e-5 and other > 1e-3 else 1)

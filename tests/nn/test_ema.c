@@ -1,4 +1,5 @@
-/* test_ema.c: the exponential moving average of a model's weights (ema.h): timm's warmup decay,
+/* test_ema.c: the exponential moving average of a model's weights (ema.h): timm's decay (the first
+ * update a copy, then the decay or its warmup),
  * the averages start as copies of the parameters and buffers, each update is d * ema + (1 - d) *
  * value against a double reference (parameters and a ResNet's batch norm statistics), swap
  * exchanges the values bit for bit and twice restores them, reset, the update count, errors. */
@@ -53,12 +54,14 @@ int main(void) {
     ls_ctx *C;
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &C));
 
-    /* the decay: constant, or timm's 1 - (1 + t)^(-2/3) up to it */
-    LS_EXPECT(ls_ema_decay_at(0.999, 0, 1) == 0.999 && ls_ema_decay_at(0.999, 0, 5000) == 0.999);
-    LS_EXPECT_NEAR(ls_ema_decay_at(0.999, 1, 1), 1 - pow(2, -2.0 / 3), 1e-15);
-    LS_EXPECT_NEAR(ls_ema_decay_at(0.999, 1, 100), 1 - pow(101, -2.0 / 3), 1e-15);
+    /* the decay of update t, as timm's ModelEmaV3.get_decay(t) with its training loop's t (1, 2, ...):
+     * the first update copies (0), then the decay, or with warmup 1 - t^(-2/3) up to it */
+    LS_EXPECT(ls_ema_decay_at(0.999, 0, 1) == 0 && ls_ema_decay_at(0.999, 1, 1) == 0);
+    LS_EXPECT(ls_ema_decay_at(0.999, 0, 2) == 0.999 && ls_ema_decay_at(0.999, 0, 5000) == 0.999);
+    LS_EXPECT_NEAR(ls_ema_decay_at(0.999, 1, 2), 1 - pow(2, -2.0 / 3), 1e-15);
+    LS_EXPECT_NEAR(ls_ema_decay_at(0.999, 1, 100), 1 - pow(100, -2.0 / 3), 1e-15);
     LS_EXPECT(ls_ema_decay_at(0.999, 1, 100000000) == 0.999);
-    LS_EXPECT(ls_ema_decay_at(0.3, 1, 1) == 0.3 && ls_ema_decay_at(0, 1, 7) == 0);
+    LS_EXPECT(ls_ema_decay_at(0.3, 1, 2) == 0.3 && ls_ema_decay_at(0, 1, 7) == 0);
 
     /* an MLP: copies at create, then updates toward new values */
     ls_module *m;
@@ -75,16 +78,19 @@ int main(void) {
               ls_ema_tensor(e, -1) == NULL);
     for (int i = 0; i < np; i++) fill(ls_module_param(m, i), i + 1);
     float *value = snapshot(e, m, 0);
-    LS_REQUIRE_OK(ls_ema_update(e));
-    double err = update_error(e, avg, value, 0.9);
-    LS_EXPECT(err < 1e-6);
+    LS_REQUIRE_OK(ls_ema_update(e)); /* the first: a copy of the values */
+    LS_EXPECT(update_error(e, avg, value, 0.0) == 0);
+    LS_EXPECT(update_error(e, avg, value, 0.9) > 1e-3); /* the reference can tell them apart */
     LS_EXPECT(ls_ema_num_updates(e) == 1);
     free(avg);
     avg = snapshot(e, m, 1);
-    LS_EXPECT(update_error(e, avg, value, 1.0) == 0); /* the reference can tell them apart */
-    LS_EXPECT(update_error(e, params, value, 0.5) > 1e-3);
-    LS_REQUIRE_OK(ls_ema_update(e)); /* the second update moves toward the same values again */
+    LS_EXPECT(update_error(e, avg, value, 1.0) == 0);
+    for (int i = 0; i < np; i++) fill(ls_module_param(m, i), i + 5);
+    free(value);
+    value = snapshot(e, m, 0);
+    LS_REQUIRE_OK(ls_ema_update(e)); /* the second moves a tenth of the way toward new values */
     LS_EXPECT(update_error(e, avg, value, 0.9) < 1e-6);
+    LS_EXPECT(update_error(e, params, value, 0.5) > 1e-3);
 
     /* swap: the averages into the model and back, bit for bit */
     free(avg);
@@ -113,8 +119,11 @@ int main(void) {
     free(avg_now);
     ls_ema_destroy(e);
 
-    /* warmup: the first update's decay is 1 - 2^(-2/3), the average mostly the new values */
+    /* warmup: the first update copies, the second's decay is 1 - 2^(-2/3): mostly the new values */
     LS_REQUIRE_OK(ls_ema_create(C, m, 0.999, 1, &e));
+    LS_REQUIRE_OK(ls_ema_update(e));
+    free(value);
+    value = snapshot(e, m, 1);
     for (int i = 0; i < np; i++) fill(ls_module_param(m, i), i + 9);
     free(params);
     params = snapshot(e, m, 0);
@@ -141,6 +150,7 @@ int main(void) {
     LS_REQUIRE_OK(ls_resnet_create(C, &cfg, &r));
     int rp = ls_module_num_params(r), rb = ls_cnn_num_buffers(r);
     LS_REQUIRE_OK(ls_ema_create(C, r, 0.8, 0, &e));
+    ls_ema_set_num_updates(e, 1); /* past the first update (a copy): this one is 0.8 */
     LS_EXPECT(rb >= 2 && ls_ema_num_tensors(e) == rp + rb);
     for (int i = 0; i < rb; i++)
         LS_EXPECT(ls_tensor_same_shape(ls_ema_tensor(e, rp + i), ls_cnn_buffer(r, i, NULL, 0)));
