@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1727,6 +1728,20 @@ ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls
     return s;
 }
 
+/* Appends "what" (printf) to d, after ", " when d holds some already. */
+static void diff_str(char *d, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void diff_str(char *d, size_t size, const char *fmt, ...) {
+    size_t n = strlen(d);
+    if (n && n + 2 < size) {
+        memcpy(d + n, ", ", 3);
+        n += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    if (n < size) vsnprintf(d + n, size - n, fmt, ap);
+    va_end(ap);
+}
+
 int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
     int n = 0;
     if (a->world_size != b->world_size || a->batch_per_rank != b->batch_per_rank || a->accum_steps != b->accum_steps) {
@@ -1742,13 +1757,24 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
                  (unsigned long long)a->seed, (unsigned long long)b->seed);
         n++;
     }
-    if (a->lr.base_lr != b->lr.base_lr || a->lr.min_lr != b->lr.min_lr || a->lr.warmup_steps != b->lr.warmup_steps ||
-        a->lr.total_steps != b->lr.total_steps || a->lr.kind != b->lr.kind) {
-        LS_LOG_W(
-            "learning-rate schedule changed: saved %s base %g min %g warmup %lld total %lld, now %s %g %g %lld %lld",
-            ls_lr_kind_name(a->lr.kind), a->lr.base_lr, a->lr.min_lr, (long long)a->lr.warmup_steps,
-            (long long)a->lr.total_steps, ls_lr_kind_name(b->lr.kind), b->lr.base_lr, b->lr.min_lr,
-            (long long)b->lr.warmup_steps, (long long)b->lr.total_steps);
+    /* (a run with nothing to train, --epochs 0, has no schedule to compare) */
+    if (b->lr.total_steps > 0 &&
+        (a->lr.base_lr != b->lr.base_lr || a->lr.min_lr != b->lr.min_lr || a->lr.warmup_steps != b->lr.warmup_steps ||
+         a->lr.total_steps != b->lr.total_steps || a->lr.kind != b->lr.kind)) {
+        char d[512] = "";
+        if (a->lr.kind != b->lr.kind)
+            diff_str(d, sizeof d, "kind %s -> %s", ls_lr_kind_name(a->lr.kind), ls_lr_kind_name(b->lr.kind));
+        if (a->lr.base_lr != b->lr.base_lr) diff_str(d, sizeof d, "base %g -> %g", a->lr.base_lr, b->lr.base_lr);
+        if (a->lr.min_lr != b->lr.min_lr) diff_str(d, sizeof d, "min %g -> %g", a->lr.min_lr, b->lr.min_lr);
+        if (a->lr.warmup_steps != b->lr.warmup_steps)
+            diff_str(d, sizeof d, "warmup %lld -> %lld", (long long)a->lr.warmup_steps, (long long)b->lr.warmup_steps);
+        if (a->lr.total_steps != b->lr.total_steps)
+            diff_str(d, sizeof d, "total steps %lld -> %lld", (long long)a->lr.total_steps,
+                     (long long)b->lr.total_steps);
+        LS_LOG_W("learning-rate schedule changed since the checkpoint (saved %s base %g min %g warmup %lld total %lld; "
+                 "changed: %s); this run's applies from the saved step %lld",
+                 ls_lr_kind_name(a->lr.kind), a->lr.base_lr, a->lr.min_lr, (long long)a->lr.warmup_steps,
+                 (long long)a->lr.total_steps, d, (long long)a->step);
         n++;
     }
     if (a->label_smoothing != b->label_smoothing) {
@@ -1766,13 +1792,22 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
         n++;
     }
     const ls_optim_config *x = &a->optim, *y = &b->optim;
-    if (x->kind != y->kind || x->lr != y->lr || x->weight_decay != y->weight_decay || x->momentum != y->momentum ||
-        x->dampening != y->dampening || x->nesterov != y->nesterov || x->beta1 != y->beta1 || x->beta2 != y->beta2 ||
-        x->eps != y->eps || !x->no_decay_1d != !y->no_decay_1d) {
-        LS_LOG_W("optimizer settings changed since the checkpoint (saved %s lr %g wd %g%s momentum %g, now %s lr %g wd "
-                 "%g%s momentum %g); this run's apply",
-                 kind_name(x->kind), x->lr, x->weight_decay, x->no_decay_1d ? " (none on 1-D)" : "", x->momentum,
-                 kind_name(y->kind), y->lr, y->weight_decay, y->no_decay_1d ? " (none on 1-D)" : "", y->momentum);
+    char d[512] = "";
+    if (x->kind != y->kind) diff_str(d, sizeof d, "optimizer %s -> %s", kind_name(x->kind), kind_name(y->kind));
+    if (x->lr != y->lr) diff_str(d, sizeof d, "lr %g -> %g", x->lr, y->lr);
+    if (x->weight_decay != y->weight_decay)
+        diff_str(d, sizeof d, "weight decay %g -> %g", x->weight_decay, y->weight_decay);
+    if (!x->no_decay_1d != !y->no_decay_1d)
+        diff_str(d, sizeof d, "no decay on 1-D %s -> %s", x->no_decay_1d ? "on" : "off", y->no_decay_1d ? "on" : "off");
+    if (x->momentum != y->momentum) diff_str(d, sizeof d, "momentum %g -> %g", x->momentum, y->momentum);
+    if (x->dampening != y->dampening) diff_str(d, sizeof d, "dampening %g -> %g", x->dampening, y->dampening);
+    if (!x->nesterov != !y->nesterov)
+        diff_str(d, sizeof d, "nesterov %s -> %s", x->nesterov ? "on" : "off", y->nesterov ? "on" : "off");
+    if (x->beta1 != y->beta1) diff_str(d, sizeof d, "beta1 %g -> %g", x->beta1, y->beta1);
+    if (x->beta2 != y->beta2) diff_str(d, sizeof d, "beta2 %g -> %g", x->beta2, y->beta2);
+    if (x->eps != y->eps) diff_str(d, sizeof d, "eps %g -> %g", x->eps, y->eps);
+    if (d[0]) {
+        LS_LOG_W("optimizer settings changed since the checkpoint (%s); this run's apply", d);
         n++;
     }
     if (a->has_ema && !b->has_ema) {

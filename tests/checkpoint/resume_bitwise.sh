@@ -67,6 +67,8 @@ expect_out "$NAME: nothing to train (step 40 has reached --max-steps); the model
 train "$NP" "${A[@]}" --epochs 0 --resume "$tmp/D/step-00000040"
 expect_rc 0
 expect_out "$NAME: nothing to train (--epochs 0); the model as it is: $at40"
+# (with nothing to train there is no schedule to have changed: it was said to)
+! grep -q "learning-rate schedule changed" out || fail "--epochs 0 warned of a changed schedule: $(grep schedule out)"
 [ "$(cat D/latest)" = step-00000040 ] && [ "$(ls -d D/step-* | wc -l)" -eq 3 ] ||
     fail "a run with nothing to train changed the checkpoints: $(ls D)"
 # a checkpoint at the end of the run's only epoch: resumed, it is done
@@ -76,15 +78,16 @@ train "$NP" "${A[@]}" --epochs 1 --checkpoint-dir E --resume auto
 expect_rc 0
 expect_out "$NAME: resumed from E/step-00000032 at step 32, the end of epoch 1"
 expect_out "$NAME: nothing to train (all 1 epoch done at step 32); the model as it is: test loss"
-# the checkpoint records the optimizer's grouping (--no-decay-1d), the label smoothing
-# (--label-smoothing) and the schedule (--lr-schedule, --min-lr); a resume without them says that
-# they changed
+# the checkpoint records the optimizer's grouping (--no-decay-1d) and AdamW's --betas and --eps,
+# the label smoothing (--label-smoothing) and the schedule (--lr-schedule, --min-lr); a resume
+# without them says that they changed, naming each
 nd=false sm=0 ls=cosine ml=0 betas= eps= B=() prev=
 for a in "${A[@]}"; do
     [ "$prev" = --betas ] && betas=$a
     [ "$prev" = --eps ] && eps=$a
     if [ "$a" = --no-decay-1d ]; then nd=true
     elif [ "$a" = --label-smoothing ] || [ "$a" = --lr-schedule ] || [ "$a" = --min-lr ]; then :
+    elif [ "$a" = --betas ] || [ "$a" = --eps ] || [ "$prev" = --betas ] || [ "$prev" = --eps ]; then :
     elif [ "$prev" = --label-smoothing ]; then sm=$a
     elif [ "$prev" = --lr-schedule ]; then ls=$a
     elif [ "$prev" = --min-lr ]; then ml=$a
@@ -110,12 +113,16 @@ python3 -c 'import json, sys; v = json.load(open(sys.argv[1]))["label_smoothing"
 if [ "$nd" = true ] || [ "$sm" != 0 ] || [ "$ls" != cosine ]; then
     train "$NP" "${B[@]}" --resume "$tmp/D/step-00000040" --max-steps 41 --checkpoint-dir F
     expect_rc 0
-    if [ "$nd" = true ]; then
-        expect_out "optimizer settings changed since the checkpoint"
-        expect_out "(none on 1-D) momentum"
+    if [ "$nd" = true ]; then # (and the changed AdamW figures, named: they were printed as equal)
+        ch="no decay on 1-D on -> off"
+        [ -z "$betas" ] || ch="$ch, beta2 ${betas#*,} -> 0.999"
+        [ -z "$eps" ] || ch="$ch, eps $(printf '%g' "$eps") -> 1e-08"
+        expect_out "optimizer settings changed since the checkpoint ($ch); this run's apply"
     fi
     [ "$sm" = 0 ] || expect_out "label smoothing changed since the checkpoint: saved $sm, now 0"
-    [ "$ls" = cosine ] || expect_out "learning-rate schedule changed: saved $ls base"
+    [ "$ls" = cosine ] || expect_out "learning-rate schedule changed since the checkpoint (saved $ls base"
+    [ "$ls" = cosine ] || expect_out "changed: kind $ls -> cosine"
+    [ "$ls" = cosine ] || expect_out "); this run's applies from the saved step 40"
 fi
 echo "PASS: $NP rank(s): 20 + crash + 17 + 3 steps equal 40 straight, bit for bit ($(wc -c <A.bin) parameter" \
      "bytes, 40 losses and metrics); the step-40 checkpoint evaluates to $at40"
