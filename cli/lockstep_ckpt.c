@@ -160,6 +160,48 @@ static char *slurp(const char *p, size_t *len) {
     return buf;
 }
 
+/* One top-level layer of state.json's "layers" from e on ("Residual(relu)[", its layers split by
+ * "|", "]"), as text into b (at most size): "Residual(relu)[Conv2d(...), BatchNorm2d(...)]".
+ * Returns the element after it. */
+static const cJSON *layer_text(const cJSON *e, char *b, size_t size) {
+    size_t n = 0;
+    int depth = 0, first = 1;
+    b[0] = '\0';
+    for (; e; e = e->next) {
+        const char *t = cJSON_IsString(e) ? e->valuestring : "?";
+        size_t l = strlen(t);
+        int open = l > 0 && t[l - 1] == '[', close = strcmp(t, "]") == 0, bar = strcmp(t, "|") == 0;
+        char last = n > 0 && n <= size ? b[n - 1] : '\0';
+        const char *sep = first || close || last == '[' ? "" : bar || last == '|' ? " " : ", ";
+        if (n < size) n += (size_t)snprintf(b + n, size - n, "%s%s", sep, t);
+        first = 0;
+        depth += open - close;
+        if (depth <= 0) return e->next;
+    }
+    return NULL;
+}
+
+/* state.json's layers, one line: a run of equal top-level layers once, with its count. */
+static void print_layers(const cJSON *layers) {
+    static char prev[16384], cur[16384];
+    const cJSON *e = layers->child;
+    int count = 0, printed = 0;
+    printf("layers     ");
+    while (e || count) {
+        const cJSON *next = e ? layer_text(e, cur, sizeof cur) : NULL;
+        if (count && (!e || strcmp(cur, prev) != 0)) { /* the run of prev ends */
+            printf("%s %s", printed++ ? "," : "", prev);
+            if (count > 1) printf(" x %d", count);
+            count = 0;
+        }
+        if (!e) break;
+        memcpy(prev, cur, sizeof prev);
+        count++;
+        e = next;
+    }
+    printf("\n");
+}
+
 static int info(const char *arg) {
     char path[LS_CKPT_PATH_MAX];
     struct stat sb;
@@ -228,13 +270,8 @@ static int info(const char *arg) {
         printf(", EMA of the weights (decay %g%s, %lld updates)", st.ema_decay, st.ema_warmup ? ", warmup" : "",
                (long long)st.ema_updates);
     printf("\n");
-    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(state, "layers"), *e;
-    if (cJSON_IsArray(layers)) {
-        printf("layers     ");
-        int i = 0;
-        cJSON_ArrayForEach(e, layers) printf("%s %s", i++ ? "," : "", cJSON_IsString(e) ? e->valuestring : "?");
-        printf("\n");
-    }
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(state, "layers");
+    if (cJSON_IsArray(layers)) print_layers(layers);
     cJSON_Delete(state);
     if (st.n_loss_scaler) {
         printf("loss scaler");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ckpt_tool.sh PROG TOOL: lockstep-ckpt on checkpoints fashion_mlp wrote (steps 8 and 16, AdamW,
+# ckpt_tool.sh PROG TOOL [RESNET]: lockstep-ckpt on checkpoints fashion_mlp (and fashion_resnet) wrote (steps 8 and 16, AdamW,
 # an EMA, dropout): verify passes both; info summarizes the newest (step, ranks and batch,
 # optimizer, model, files and their tensors); tensors lists model.safetensors' tensors with dtype,
 # shape and bytes; diff tells a rerun (identical), the run with accumulation steps (within 1e-5)
@@ -7,7 +7,7 @@
 # (exit 1) naming the file and the CRC, step 8 still verifies, info falls back to step 8; a
 # step-N.tmp left by an interrupted save is noted; a truncated file is named as truncated; bad
 # usage exits 2; a missing path exits 1.
-PROG=$1 TOOL=$2 MPIRUN=none
+PROG=$1 TOOL=$2 RESNET=${3:-} MPIRUN=none
 . "$(dirname "$0")/lib.sh"
 export LOCKSTEP_DEVICE=cpu
 run() { # WANT_RC ARGS...: run the tool, its output into $tmp/out
@@ -135,4 +135,11 @@ run 1 tensors C/step-00000008/state.json
 expect_out "'C/step-00000008/state.json': header length"
 run 0 --help
 expect_out "usage: lockstep-ckpt verify PATH..."
+if [ -n "$RESNET" ]; then # a ResNet's blocks: their layers in brackets, the shortcut after '|', repeats counted
+    "$RESNET" --widths 4,8 --blocks 2 --max-steps 1 --save-every 1 --checkpoint-dir "$tmp/RN" --train-limit 64 \
+        --test-limit 16 --batch-size 16 --no-progress >"$tmp/out" 2>&1 || fail "the ResNet run: $(tail -n 2 "$tmp/out")"
+    run 0 info "$tmp/RN"
+    b="BatchNorm2d(eps=1e-05, momentum=0.1"
+    expect_out "layers      Reshape(1x28x28), Conv2d(stride=1, padding=1, groups=1), $b, relu), Residual(relu)[Conv2d(stride=1, padding=1, groups=1), $b, relu), Conv2d(stride=1, padding=1, groups=1), $b)] x 2, Residual(relu)[Conv2d(stride=2, padding=1, groups=1), $b, relu), Conv2d(stride=1, padding=1, groups=1), $b) | Conv2d(stride=2, padding=0, groups=1), $b)], Residual(relu)["
+fi
 echo "PASS"
