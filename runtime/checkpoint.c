@@ -330,9 +330,26 @@ static ls_status st_parse(ls_safetensors *f) {
                         "'%s': %zu bytes is too short for a safetensors file (no 8-byte header length; truncated?)", nm,
                         f->len);
     uint64_t hl = get_le64(f->buf);
+    /* a header length past the file: what a file that is not one usually is, said so (rather than a
+     * header length of 10^18) */
+    const unsigned char *b = f->buf;
+    const int bad_len = hl > LS_SAFETENSORS_MAX_HEADER || hl > f->len - 8;
+    if (bad_len && b[0] == 'P' && b[1] == 'K' && b[2] == 3 && b[3] == 4)
+        return ls_error(LS_ERR_FORMAT,
+                        "'%s' is not a safetensors file but a zip archive (what torch.save writes: save the "
+                        "state_dict with safetensors.torch.save_file instead)",
+                        nm);
+    if (bad_len && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)
+        return ls_error(LS_ERR_FORMAT,
+                        "'%s' is not a safetensors file but a Python pickle (an old torch.save or pickle.dump: save "
+                        "the state_dict with safetensors.torch.save_file instead)",
+                        nm);
+    if (bad_len && (b[0] == '{' || b[0] == '['))
+        return ls_error(LS_ERR_FORMAT, "'%s' is not a safetensors file but text (JSON?): no 8-byte header length", nm);
     if (hl > LS_SAFETENSORS_MAX_HEADER)
-        return ls_error(LS_ERR_FORMAT, "'%s': header length %llu exceeds the format's limit of %llu bytes", nm,
-                        (unsigned long long)hl, LS_SAFETENSORS_MAX_HEADER);
+        return ls_error(LS_ERR_FORMAT,
+                        "'%s': header length %llu exceeds the format's limit of %llu bytes (not a safetensors file?)",
+                        nm, (unsigned long long)hl, LS_SAFETENSORS_MAX_HEADER);
     if (hl > f->len - 8)
         return ls_error(LS_ERR_FORMAT, "'%s': header length %llu exceeds the %zu bytes after it (truncated?)", nm,
                         (unsigned long long)hl, f->len - 8);

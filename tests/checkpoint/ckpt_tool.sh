@@ -132,7 +132,7 @@ mkdir empty
 run 1 info empty
 expect_out "'empty' holds no checkpoint"
 run 1 tensors C/step-00000008/state.json
-expect_out "'C/step-00000008/state.json': header length"
+expect_out "'C/step-00000008/state.json' is not a safetensors file but text (JSON?)"
 run 0 --help
 expect_out "usage: lockstep-ckpt verify PATH..."
 if [ -n "$RESNET" ]; then # a ResNet's blocks: their layers in brackets, the shortcut after '|', repeats counted

@@ -133,6 +133,11 @@ echo "not a safetensors file" >text.st
 train 1 "${A[@]}" --init-from text.st
 expect_rc 1
 expect_out "fashion_mlp: --init-from: bad format: 'text.st': header length"
+# what torch.save writes (a zip archive) is named as such, with what to do
+python3 -c 'import zipfile; z = zipfile.ZipFile("sd.pt", "w"); z.writestr("archive/data.pkl", b"x" * 100); z.close()'
+train 1 "${A[@]}" --init-from sd.pt
+expect_rc 1
+expect_out "'sd.pt' is not a safetensors file but a zip archive (what torch.save writes: save the state_dict with safetensors.torch.save_file instead)"
 train 1 "${A[@]}" --init-from nowhere.st
 expect_rc 1
 expect_out "nowhere.st"

@@ -41,6 +41,17 @@ static void expect_bad(const char *hdr, size_t dlen, long long hl, const char *n
     free(b);
 }
 
+/* Expect opening the n bytes b to fail with LS_ERR_FORMAT and a message holding needle. */
+static void expect_bad_bytes(const unsigned char *b, size_t n, const char *needle) {
+    ls_safetensors *f = NULL;
+    ls_status s = ls_safetensors_open_memory(b, n, NAME, &f);
+    if (s != LS_ERR_FORMAT || !strstr(ls_last_error(), needle) || f) {
+        fprintf(stderr, "got %s '%s', expected a format error with '%s'\n", ls_status_name(s), ls_last_error(), needle);
+        ls_test_failures++;
+    }
+    ls_safetensors_close(f);
+}
+
 static void test_exact_bytes(void) {
     float w[2] = {1.0f, -2.0f};
     ls_tensor t = ls_tensor_view(w, LS_F32, ls_device_cpu(), 1, (int64_t[]){2});
@@ -267,10 +278,39 @@ static void test_many_names(void) {
     LS_EXPECT(strstr(ls_last_error(), want) != NULL);
 }
 
+/* A header 123 bytes long starts the file with '{' (0x7b), 256 + 0x80 with 0x80 and 0x02 (as a
+ * pickle): valid files, read as such (not taken for text or a pickle). */
+static void test_lookalike_lengths(void) {
+    static const char *tensor = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    const size_t lens[2] = {123, 640};
+    for (int k = 0; k < 2; k++) {
+        char hdr[700];
+        size_t n = strlen(tensor);
+        memcpy(hdr, tensor, n);
+        memset(hdr + n, ' ', lens[k] - n);
+        hdr[lens[k]] = '\0';
+        static const float one = 1.0f;
+        size_t len;
+        unsigned char *b = make(hdr, &one, 4, -1, &len);
+        LS_EXPECT(b[0] == (k == 0 ? '{' : 0x80) && (k == 0 || b[1] == 0x02));
+        ls_safetensors *f = NULL;
+        LS_EXPECT(ls_safetensors_open_memory(b, len, NAME, &f) == LS_OK);
+        LS_EXPECT(f && ls_safetensors_count(f) == 1 && ls_safetensors_find(f, "a") != NULL);
+        ls_safetensors_close(f);
+        free(b);
+    }
+    /* and the same first bytes with a length past the file: named for what they are */
+    expect_bad_bytes((const unsigned char *)"PK\3\4\24\0\0\0\0\0", 10, "is not a safetensors file but a zip archive");
+    expect_bad_bytes((const unsigned char *)"\x80\x02}q\0(X\1\0\0\0", 12,
+                     "is not a safetensors file but a Python pickle");
+    expect_bad_bytes((const unsigned char *)"{\"format\": 1}", 13, "is not a safetensors file but text (JSON?)");
+}
+
 int main(void) {
     test_exact_bytes();
     test_round_trip();
     test_bad_files();
     test_many_names();
+    test_lookalike_lengths();
     LS_TEST_END();
 }
