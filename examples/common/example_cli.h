@@ -215,6 +215,18 @@ void ex_print_nothing_to_train(const char *prog, int epochs, int64_t start_epoch
         }                                                                                                              \
     } while (0)
 #define TRY(what, expr) TRY_RC(1, what, expr)
+/* TRY_FLAG(value, flag, what, expr): a step that takes a flag's value (NULL: the flag not given,
+ * the step named what): a value it refuses as invalid is bad usage (2), other failures (no GPU
+ * usable for --device cuda) exit 1. */
+#define TRY_FLAG(value, flag, what, expr)                                                                              \
+    do {                                                                                                               \
+        ls_status s_ = (expr);                                                                                         \
+        if (s_ != LS_OK) {                                                                                             \
+            (void)ex_fail(EX_PROG, (value) ? (flag) : (what), s_);                                                     \
+            rc = (value) && s_ == LS_ERR_INVALID_ARGUMENT ? 2 : 1;                                                     \
+            goto done;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
 #define USAGE(flag, expr) TRY_RC(2, flag, expr)
 #endif
 

@@ -316,9 +316,9 @@ int main(int argc, char **argv) {
         USAGE("--dropout", ls_error(LS_ERR_INVALID_ARGUMENT, "needs a hidden layer to follow (--hidden '' has none)"));
 
     TRY("rank discovery", ls_rank_discover(&ri));
-    TRY(o.device ? "--device" : "device", ls_device_select(o.device, ri.local_rank, &dev));
+    TRY_FLAG(o.device, "--device", "device", ls_device_select(o.device, ri.local_rank, &dev));
     TRY("context", ls_ctx_create(dev, NULL, &ctx));
-    TRY(o.comm ? "--comm" : "communicator", ls_comm_create(ctx, o.comm, &comm));
+    TRY_FLAG(o.comm, "--comm", "communicator", ls_comm_create(ctx, o.comm, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
     TRY("LOCKSTEP_GPU_MONITOR", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
 

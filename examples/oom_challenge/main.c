@@ -237,10 +237,14 @@ int main(int argc, char **argv) {
         s = ls_error(LS_ERR_INVALID_ARGUMENT, "the remedy is bf16 or fp16, not fp32");
         goto fail;
     }
-    what = "device";
-    if ((s = ls_rank_discover(&ri)) != LS_OK || (s = ls_device_select(o.device, ri.local_rank, &dev)) != LS_OK ||
-        (s = ls_ctx_create(dev, NULL, &ctx)) != LS_OK || (s = ls_comm_create(ctx, o.comm, &comm)) != LS_OK)
-        goto fail;
+    what = "rank discovery";
+    if ((s = ls_rank_discover(&ri)) != LS_OK) goto fail;
+    what = o.device ? "--device" : "device";
+    if ((s = ls_device_select(o.device, ri.local_rank, &dev)) != LS_OK) goto fail;
+    what = "context";
+    if ((s = ls_ctx_create(dev, NULL, &ctx)) != LS_OK) goto fail;
+    what = o.comm ? "--comm" : "communicator";
+    if ((s = ls_comm_create(ctx, o.comm, &comm)) != LS_OK) goto fail;
     int gpu = dev.type != LS_DEVICE_CPU, rank = ls_comm_rank(comm), world = ls_comm_world(comm);
     /* the GPU challenge and its CPU scale model: same architecture family, smaller everything */
     setup su;
@@ -391,7 +395,7 @@ int main(int argc, char **argv) {
     goto done;
 fail:
     fprintf(stderr, "oom_challenge: %s: %s: %s\n", what, ls_status_name(s), ls_last_error());
-    rc = what[0] == '-' ? 2 : 1;
+    rc = what[0] == '-' && s == LS_ERR_INVALID_ARGUMENT ? 2 : 1; /* a flag's bad value: bad usage */
 done:
     ls_dataset_destroy(data);
     free(img);

@@ -103,8 +103,14 @@ refused "trainer: invalid argument: LOCKSTEP_SHARD_REDUCE='sideways': expected o
 # an empty value is unset, as for every variable (it was refused as not owner or all)
 out=$(LOCKSTEP_SHARD_REDUCE= "$mlp" "${small[@]}" 2>&1) || fail "LOCKSTEP_SHARD_REDUCE='': $(tail -n 2 <<<"$out")"
 refused "LOCKSTEP_MEMORY_LIMIT: memory cap '0.5' is less than a byte" env LOCKSTEP_MEMORY_LIMIT=0.5 "$mlp" "${small[@]}"
-refused "--device: invalid argument: device 'cuda:x' is not one of cpu, cuda, cuda:N" "$mlp" "${small[@]}" --device cuda:x
-refused "--comm: invalid argument: backend argument 'foo' is not a communicator backend" "$mlp" "${small[@]}" --comm foo
+# a --device or --comm value that means nothing is bad usage (2: it exited 1); oom_challenge named
+# a bad --comm "device"
+usage "--device: invalid argument: device 'cuda:x' is not one of cpu, cuda, cuda:N" "$mlp" "${small[@]}" --device cuda:x
+usage "--comm: invalid argument: backend argument 'foo' is not a communicator backend" "$mlp" "${small[@]}" --comm foo
+usage "fashion_resnet: --device: invalid argument: device 'gpu' is not one of" "$resnet" "${small[@]}" --device gpu
+usage "fashion_resnet: --comm: invalid argument: backend argument 'foo'" "$resnet" "${small[@]}" --comm foo
+usage "oom_challenge: --device: invalid argument: device 'gpu' is not one of" "$oom" --device gpu
+usage "oom_challenge: --comm: invalid argument: backend argument 'foo'" "$oom" --comm foo
 # an empty value (an unset shell variable) is not the default: --resume '' resumed from the
 # latest checkpoint, --device '' chose a device, --dump-params '' failed after the whole run
 for f in --device --comm --data-dir --resume --log-steps --metrics --dump-params; do
