@@ -2863,7 +2863,8 @@ ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const ch
 /* One tensor of the file into dst: the same dtype as it is; another float dtype converted on the
  * host (from an aligned copy: the file's data need not be aligned). */
 /* The first element of n f32 or f64 values (not necessarily aligned) that is NaN or infinite, or -1. */
-static int64_t first_nonfinite(ls_dtype dtype, const void *data, int64_t n, double *value) {
+/* The first element that is not finite (or, nonneg, is negative), or -1. */
+static int64_t first_nonfinite(ls_dtype dtype, const void *data, int64_t n, int nonneg, double *value) {
     const unsigned char *p = data;
     for (int64_t i = 0; i < n; i++) {
         double v;
@@ -2874,7 +2875,7 @@ static int64_t first_nonfinite(ls_dtype dtype, const void *data, int64_t n, doub
         } else {
             memcpy(&v, p + (size_t)i * sizeof v, sizeof v);
         }
-        if (!isfinite(v)) {
+        if (!isfinite(v) || (nonneg && v < 0)) {
             *value = v;
             return i;
         }
@@ -2885,10 +2886,14 @@ static int64_t first_nonfinite(ls_dtype dtype, const void *data, int64_t n, doub
 /* Weights to start from must be finite: one NaN spreads to the whole model in a step or two, and
  * the run trained on to its end with a NaN loss (exit 0). values: the tensor in dst's dtype. */
 static ls_status check_finite(const char *path, const char *name, ls_dtype dtype, const void *values, int64_t n,
-                              const ls_safetensors_info *t) {
+                              int nonneg, const ls_safetensors_info *t) {
     double v = 0;
-    int64_t at = first_nonfinite(dtype, values, n, &v);
+    int64_t at = first_nonfinite(dtype, values, n, nonneg, &v);
     if (at < 0) return LS_OK;
+    if (isfinite(v)) /* negative, where it must not be: a variance (NaN test losses, exit 0) */
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "'%s': tensor '%s' holds %g at element %lld of %lld: a variance cannot be negative", path, name,
+                        v, (long long)at, (long long)n);
     return ls_error(LS_ERR_INVALID_ARGUMENT,
                     "'%s': tensor '%s' holds %s at element %lld of %lld%s: not weights to train from", path, name,
                     isnan(v) ? "NaN"
@@ -2898,7 +2903,7 @@ static ls_status check_finite(const char *path, const char *name, ls_dtype dtype
 }
 
 static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *path, const char *name,
-                              const char *what, ls_tensor *dst) {
+                              const char *what, int nonneg, ls_tensor *dst) {
     char a[160], b[160];
     const ls_safetensors_info *t = ls_safetensors_find(f, name);
     if (!t) return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': no tensor '%s' (the model's %s)", path, name, what);
@@ -2916,7 +2921,7 @@ static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *
         return ls_error(LS_ERR_UNSUPPORTED, "'%s': the model's %s is %s, not f32 or f64", path, what,
                         ls_dtype_name(dst->dtype));
     if (t->dtype == dst->dtype) {
-        LS_CHECK(check_finite(path, name, dst->dtype, t->data, t->numel, t));
+        LS_CHECK(check_finite(path, name, dst->dtype, t->data, t->numel, nonneg, t));
         return ls_safetensors_read(f, name, ctx->alloc, dst);
     }
     /* the CPU backend's conversion, from an aligned copy of the file's bytes */
@@ -2927,7 +2932,7 @@ static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *
         memcpy(raw, t->data, t->nbytes);
         s = ls_cpu_convert(n, t->dtype, raw, dst->dtype, conv);
     }
-    if (s == LS_OK) s = check_finite(path, name, dst->dtype, conv, n, t);
+    if (s == LS_OK) s = check_finite(path, name, dst->dtype, conv, n, nonneg, t);
     if (s == LS_OK) {
         ls_tensor src = ls_tensor_view(conv, dst->dtype, ls_device_cpu(), dst->ndim, dst->shape);
         s = ls_tensor_copy(ctx->alloc, dst, &src);
@@ -2954,13 +2959,13 @@ static ls_status model_load_rank0(ls_ctx *ctx, const char *path, ls_module *mode
     for (int i = 0; i < np && s == LS_OK; i++) {
         snprintf(what, sizeof what, "parameter %d", i);
         ours[i] = ls_module_param_name(model, i);
-        s = model_tensor(ctx, f, path, ours[i], what, ls_module_param(model, i));
+        s = model_tensor(ctx, f, path, ours[i], what, 0, ls_module_param(model, i));
     }
     for (int i = 0; i < nb && s == LS_OK; i++) {
         ls_tensor *t = ls_cnn_buffer(model, i, bnames[i], sizeof bnames[i]);
         snprintf(what, sizeof what, "buffer %d", i);
         ours[np + i] = bnames[i];
-        s = model_tensor(ctx, f, path, bnames[i], what, t);
+        s = model_tensor(ctx, f, path, bnames[i], what, ends_with(bnames[i], "running_var"), t);
     }
     /* strict: a tensor of the file that the model lacks is a mismatch (a wrong architecture, or
      * names of another scheme), not something to drop silently */

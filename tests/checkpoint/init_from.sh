@@ -100,6 +100,22 @@ if [ -n "$RESNET" ]; then
     train 1 "${R[@]}" --epochs 0 --precision bf16 --init-from "$(ls -d R/step-* | tail -n 1)/model.safetensors"
     expect_rc 0
     expect_out "the model as it is: test loss"
+    # a negative running variance (a hand-edited file) is refused, named: it evaluated to NaN, exit 0
+    python3 - "$(ls -d R/step-* | tail -n 1)/model.safetensors" negvar.st <<'EOF'
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+name = sorted(k for k in head if k.endswith("running_var"))[0]
+at = 8 + n + head[name]["data_offsets"][0] + 4 * 3
+raw[at:at + 4] = struct.pack("<f", -0.5)
+open(sys.argv[2], "wb").write(raw)
+EOF
+    train 1 "${R[@]}" --epochs 0 --init-from negvar.st
+    expect_rc 1
+    expect_out "'negvar.st': tensor '"
+    expect_out "running_var' holds -0.5 at element 3 of "
+    expect_out ": a variance cannot be negative"
     PROG=$MLP NAME=fashion_mlp
 fi
 
