@@ -442,6 +442,11 @@ ls_status ls_gpu_memory_policy_parse(const char *env, ls_gpu_memory_policy *pol)
                 pol->reserve_fraction = f;
                 continue;
             }
+            if (end != v && *end == '\0') /* reserve:1.5 or reserve:2 meant a fraction, not 2 bytes */
+                return ls_error(LS_ERR_INVALID_ARGUMENT,
+                                "LOCKSTEP_GPU_MEMORY: '%s': a number alone is a fraction of the free memory, in "
+                                "(0, 1]; a size takes a unit (reserve:0.9, reserve:20GiB)",
+                                item);
             if (ls_memory_parse_size(v, &pol->reserve_bytes) == LS_OK && pol->reserve_bytes > 0) continue;
             return ls_error(LS_ERR_INVALID_ARGUMENT,
                             "LOCKSTEP_GPU_MEMORY: '%s' wants a fraction of the free memory in (0, 1] or a "

@@ -302,6 +302,11 @@ static void bad_policies(void) {
     LS_EXPECT_ERR(make("shrink", &a), LS_ERR_INVALID_ARGUMENT,
                   "LOCKSTEP_GPU_MEMORY: 'shrink' is not one of grow, reserve:FRACTION, reserve:SIZE, limit:SIZE");
     LS_EXPECT_ERR(make("limit:0", &a), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY: 'limit:0' wants a size");
+    /* a number alone above 1 was read as bytes: reserve:1.5 reserved 1 byte */
+    LS_EXPECT_ERR(make("reserve:1.5", &a), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_GPU_MEMORY: 'reserve:1.5': a number alone is a fraction of the free memory, in (0, 1]; "
+                  "a size takes a unit (reserve:0.9, reserve:20GiB)");
+    LS_EXPECT_ERR(make("reserve:2", &a), LS_ERR_INVALID_ARGUMENT, "'reserve:2': a number alone is a fraction");
     LS_EXPECT(a == NULL);
 }
 
