@@ -26,8 +26,9 @@ struct ls_trainer {
     int compress_f16; /* the reducer sends fp16: an inf check every step, whatever the precision */
     int dropouts;     /* the model holds Dropouts: each micro-batch keys their masks to its samples */
     int64_t steps;
-    int64_t cap;      /* rows the input buffers hold */
-    int64_t features; /* and the features per row */
+    int counts_checked; /* the first step's counts agreed over the ranks (check_counts) */
+    int64_t cap;        /* rows the input buffers hold */
+    int64_t features;   /* and the features per row */
     /* The input buffers. On the host path (a CPU context, data gathered on the host) x and y are
      * views of slot 0's staging memory. Otherwise each of the two slots has device tensors, and
      * its host staging memory (pinned where the backend can) is made on first use; x and y point
@@ -1088,6 +1089,27 @@ static ls_status forward_backward(ls_trainer *t, double scale, const double *sca
     return s;
 }
 
+/* Several ranks, the trainer's first step: every rank's global_count must be the sum of the
+ * ranks' counts (it divides the gradient: a wrong one scales every step's update). Checked once,
+ * where every rank takes its first step together (a collective: every rank reaches the same
+ * verdict); later steps' counts are the caller's to keep right. */
+static ls_status check_counts(ls_trainer *t, int64_t count, int64_t global_count) {
+    t->counts_checked = 1;
+    double sum = (double)count, ext[2] = {(double)global_count, -(double)global_count};
+    LS_CHECK(ls_comm_allreduce_host(t->comm, &sum, 1, LS_F64, LS_REDUCE_SUM));
+    LS_CHECK(ls_comm_allreduce_host(t->comm, ext, 2, LS_F64, LS_REDUCE_MAX));
+    if (ext[0] == sum && -ext[1] == sum) return LS_OK;
+    char g[64];
+    if (ext[0] == -ext[1])
+        snprintf(g, sizeof g, "%.0f", ext[0]);
+    else
+        snprintf(g, sizeof g, "from %.0f to %.0f", -ext[1], ext[0]);
+    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                    "global_count must be the samples of the step on all ranks: the ranks' counts sum to %.0f, but "
+                    "their global_count is %s (this rank: count %lld, global_count %lld)",
+                    sum, g, (long long)count, (long long)global_count);
+}
+
 static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats) {
     LS_CHECK_ARG(t && data && (idx || count <= 0), "ls_trainer_step: %s is NULL",
@@ -1109,6 +1131,15 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
                         "global_count %lld must be the samples of the step on all ranks: %s %lld, this rank's "
                         "count",
                         (long long)global_count, t->comm ? "at least" : "on one rank,", (long long)count);
+    if (t->comm && !t->counts_checked) {
+        if (ls_comm_world(t->comm) > 1)
+            LS_CHECK(check_counts(t, count, global_count));
+        else if (global_count != count)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "global_count %lld must be the samples of the step on all ranks: on one rank, %lld, this "
+                            "rank's count",
+                            (long long)global_count, (long long)count);
+    }
     LS_TL_T0(t_step);
     ls_step_stats st;
     memset(&st, 0, sizeof st);

@@ -99,7 +99,9 @@ void ls_trainer_destroy(ls_trainer *t);
 int ls_trainer_shard_reduce(const ls_trainer *t);
 
 /* One optimizer step over this rank's samples idx[0..count) (count <= accum_steps *
- * batch_per_rank, split into micro-batches), global_count = samples in the step over all ranks.
+ * batch_per_rank, split into micro-batches), global_count = samples in the step over all ranks
+ * (the gradient's divisor: on one rank it must be count; on several, the trainer's first step
+ * checks, on every rank together, that it is the ranks' counts summed, and later steps trust it).
  * A model with Dropouts has each micro-batch's masks keyed to the step count and idx
  * (ls_module_key_dropout): the same masks for a sample at a step on any rank, in any micro-batch,
  * and after a resume that restores the step count (ls_trainer_set_num_steps).

@@ -5,7 +5,8 @@
  * a dropout, a convolution's stride, a batch norm's eps or synchronization, a pooling window)
  * makes EVERY rank's create fail with LS_ERR_MISMATCH naming the
  * setting and both values, instead of training apart or waiting in a collective the others never
- * reach; the ranks then agree again, and a trainer of equal settings trains. Run alone (every
+ * reach; the ranks then agree again, and a trainer of equal settings trains; a first step whose
+ * global_count is not the ranks' counts summed fails on every rank. Run alone (every
  * check passes trivially) and under mpirun with 2 and 3 ranks (the last rank differs). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,9 +249,35 @@ int main(void) {
     LS_REQUIRE_OK(ls_trainer_step(r.t, d, idx, 16, 16 * W, &st));
     LS_EXPECT(st.samples == 16);
     LS_EXPECT(st.loss_sum > 0 && st.loss_sum < 16 * 10.0);
+    drop(&r);
+
+    /* a global_count that is not the sum of the ranks' counts (it divides the gradient: a wrong
+     * one scaled every update, silently) fails every rank's first step, naming both; on one rank
+     * it must be the count */
+    const int64_t wrong[2] = {16, 16 * W + 1}; /* every rank's count 16: the sum is 16 W */
+    for (int k = 0; k < 2; k++) {
+        LS_REQUIRE_OK(make(NULL, NULL, &r));
+        int64_t g = W > 1 ? wrong[k] : 17;
+        char want[256];
+        if (W > 1)
+            snprintf(want, sizeof want,
+                     "global_count must be the samples of the step on all ranks: the ranks' counts sum to %d, but "
+                     "their global_count is %lld (this rank: count 16, global_count %lld)",
+                     16 * W, (long long)g, (long long)g);
+        else
+            snprintf(want, sizeof want, "global_count 17 must be the samples of the step on all ranks: on one rank");
+        LS_EXPECT_ERR(ls_trainer_step(r.t, d, idx, 16, g, &st), LS_ERR_INVALID_ARGUMENT, want);
+        drop(&r);
+    }
+    if (W > 1) { /* global_count unequal over the ranks: the range is named */
+        LS_REQUIRE_OK(make(NULL, NULL, &r));
+        char want[96];
+        snprintf(want, sizeof want, "their global_count is from %d to %d", 16 * W, 16 * W + 1);
+        LS_EXPECT_ERR(ls_trainer_step(r.t, d, idx, 16, 16 * W + (R == W - 1), &st), LS_ERR_INVALID_ARGUMENT, want);
+        drop(&r);
+    }
     ls_dataset_destroy(d);
     free(x);
-    drop(&r);
 
     int32_t fails = ls_test_failures;
     LS_REQUIRE_OK(ls_comm_allreduce_host(C, &fails, 1, LS_I32, LS_REDUCE_MAX));
