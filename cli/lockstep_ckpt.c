@@ -272,6 +272,9 @@ static int info(const char *arg) {
     printf("\n");
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(state, "layers");
     if (cJSON_IsArray(layers)) print_layers(layers);
+    for (int i = 0; i < st.n_settings; i++)
+        printf("%s%s %s%s", i ? ", " : "settings    ", st.settings[i].name, st.settings[i].value,
+               i + 1 == st.n_settings ? "\n" : "");
     cJSON_Delete(state);
     if (st.n_loss_scaler) {
         printf("loss scaler");

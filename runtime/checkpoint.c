@@ -1449,6 +1449,13 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
          add(r, "batch_per_rank", exact_number((double)st->batch_per_rank)) &&
          add(r, "accum_steps", exact_number(st->accum_steps)) && add(r, "seed", u64_string(st->seed)) &&
          add(r, "label_smoothing", exact_number(st->label_smoothing)) && add(r, "dropout", exact_number(st->dropout));
+    if (ok && st->n_settings > 0) {
+        cJSON *set = cJSON_CreateObject();
+        ok = set != NULL;
+        for (int i = 0; ok && i < st->n_settings && i < LS_CKPT_MAX_SETTINGS; i++)
+            ok = add(set, st->settings[i].name, cJSON_CreateString(st->settings[i].value));
+        if (set) add(r, "settings", set);
+    }
     add(r, "lr_schedule", lr);
     add(r, "optimizer", op);
     add(r, "loss_scaler", ls);
@@ -1635,6 +1642,18 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
         if (!(st->dropout >= 0 && st->dropout < 1))
             return ls_error(LS_ERR_FORMAT, "'%s': \"dropout\" %g is not in [0, 1)", file, st->dropout);
     }
+    st->n_settings = 0; /* absent from checkpoints written before them */
+    const cJSON *set = cJSON_GetObjectItemCaseSensitive(r, "settings"), *se;
+    if (set && !cJSON_IsObject(set)) return ls_error(LS_ERR_FORMAT, "'%s': \"settings\" is not an object", file);
+    if (set) cJSON_ArrayForEach(se, set) {
+            if (!cJSON_IsString(se) || !se->string)
+                return ls_error(LS_ERR_FORMAT, "'%s': setting '%.64s' is not a string", file,
+                                se->string ? se->string : "");
+            if (st->n_settings == LS_CKPT_MAX_SETTINGS) break; /* more than this build records: not compared */
+            ls_ckpt_setting *x = &st->settings[st->n_settings++];
+            snprintf(x->name, sizeof x->name, "%s", se->string);
+            snprintf(x->value, sizeof x->value, "%s", se->valuestring);
+        }
     const cJSON *lr = cJSON_GetObjectItemCaseSensitive(r, "lr_schedule");
     if (!cJSON_IsObject(lr)) return ls_error(LS_ERR_FORMAT, "'%s': \"lr_schedule\" is missing", file);
     LS_CHECK(get_float(lr, "base_lr", file, &st->lr.base_lr));
@@ -1803,6 +1822,14 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
         LS_LOG_W("dropout changed since the checkpoint: saved %g, now %g; this run's applies", a->dropout, b->dropout);
         n++;
     }
+    for (int i = 0; i < a->n_settings; i++)
+        for (int k = 0; k < b->n_settings; k++)
+            if (strcmp(a->settings[i].name, b->settings[k].name) == 0 &&
+                strcmp(a->settings[i].value, b->settings[k].value) != 0) {
+                LS_LOG_W("%s changed since the checkpoint: saved %s, now %s; this run's applies", a->settings[i].name,
+                         a->settings[i].value, b->settings[k].value);
+                n++;
+            }
     if (a->layers_changed[0]) {
         LS_LOG_W("the model is not the checkpoint's, though its parameters are: %s; this model's apply",
                  a->layers_changed);

@@ -144,6 +144,13 @@ typedef struct ls_ckpt_rng {
 
 /* Everything but tensors. The caller fills it for a save; a load fills it (and sets the
  * optimizer's step count itself). */
+/* A setting a program records in its checkpoints, as text ("--precision", "fp16"). */
+#define LS_CKPT_MAX_SETTINGS 16
+typedef struct ls_ckpt_setting {
+    char name[64];
+    char value[48];
+} ls_ckpt_setting;
+
 typedef struct ls_ckpt_state {
     int64_t step;            /* optimizer steps completed */
     int64_t epoch;           /* epoch the next step belongs to (0-based) */
@@ -176,6 +183,12 @@ typedef struct ls_ckpt_state {
      * this model"; empty when they agree, or the checkpoint (from before 6 December 2026) has none.
      * ls_ckpt_warn_changes says it. */
     char layers_changed[320];
+    /* Other settings that shape the training, as the program names them (the examples: --precision,
+     * --clip-grad-norm, --augment, --sampler, --sync-bn, the training set's size and CRC32): saved in
+     * state.json's "settings"; a resume where one that both runs record differs warns, naming it
+     * (ls_ckpt_warn_changes). None in checkpoints from before 6 December 2026. */
+    int n_settings;
+    ls_ckpt_setting settings[LS_CKPT_MAX_SETTINGS];
 } ls_ckpt_state;
 
 /* Collective (comm NULL: one process). Writes DIR/step-<state->step> as above (DIR created if

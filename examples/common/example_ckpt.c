@@ -45,8 +45,33 @@ int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o) {
     return 0;
 }
 
+/* The settings a checkpoint records beyond its own fields (ls_ckpt_state.settings). */
+static void record_settings(ex_ckpt *c, const ls_setting *set, int n) {
+    static const char *const kept[] = {"--precision",
+                                       "--clip-grad-norm",
+                                       "--augment",
+                                       "--sampler",
+                                       "--sync-bn",
+                                       "the training set's size (--train-limit, --data-dir)",
+                                       "the training set's CRC32 (its files in --data-dir)"};
+    c->n_settings = 0;
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < sizeof kept / sizeof kept[0] && c->n_settings < LS_CKPT_MAX_SETTINGS; k++) {
+            if (strcmp(set[i].name, kept[k]) != 0) continue;
+            ls_ckpt_setting *x = &c->settings[c->n_settings++];
+            snprintf(x->name, sizeof x->name, "%s", set[i].name);
+            if (set[i].kind == LS_SETTING_STR)
+                snprintf(x->value, sizeof x->value, "%s", set[i].str ? set[i].str : "(none)");
+            else if (set[i].kind == LS_SETTING_FLAG)
+                snprintf(x->value, sizeof x->value, "%s", set[i].num != 0 ? "on" : "off");
+            else
+                snprintf(x->value, sizeof x->value, "%.17g", set[i].num);
+        }
+}
+
 ls_status ex_check_same_options(ls_comm *comm, ls_setting *set, int n, const ex_train_flags *tf,
-                                const ex_ckpt_options *ck, const ls_dataset *train, const ls_dataset *test) {
+                                const ex_ckpt_options *ck, const ls_dataset *train, const ls_dataset *test,
+                                ex_ckpt *record) {
     n += ex_train_flags_settings(tf, set + n);
     set[n++] = ls_setting_num("--max-steps", (double)ck->max_steps);
     set[n++] = ls_setting_num("--save-every", (double)ck->save_every);
@@ -57,6 +82,7 @@ ls_status ex_check_same_options(ls_comm *comm, ls_setting *set, int n, const ex_
     /* the same sizes from other files (another host's --data-dir) */
     set[n++] = ls_setting_num("the training set's CRC32 (its files in --data-dir)", ls_dataset_crc32(train));
     set[n++] = ls_setting_num("the test set's CRC32 (its files in --data-dir)", ls_dataset_crc32(test));
+    if (record) record_settings(record, set, n);
     return ls_ddp_check_settings(comm, n, set);
 }
 
@@ -135,6 +161,8 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
     c->run.seed = seed;
     c->run.label_smoothing = tc->label_smoothing;
     c->run.dropout = c->dropout;
+    c->run.n_settings = c->n_settings;
+    memcpy(c->run.settings, c->settings, sizeof c->settings);
     c->run.lr = tc->lr;
     c->run.optim = *oc;
     if (c->ema) { /* compared with a resumed checkpoint's (a save takes them from the EMA) */

@@ -121,13 +121,17 @@ int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg)
 /* After parsing: 0, or -1 with a message (an empty --checkpoint-dir). */
 int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o);
 
+struct ex_ckpt;
 /* Every rank must be given the same options and read the same data: a rank with other epochs, a
  * smaller data set or another seed would wait in a collective the others never reach, or train on
  * other samples, silently. set[0..n) holds the program's own flags, with room for EX_SAME_EXTRA
  * more, which this adds: the shared training flags (tf), the checkpoint flags that change the run
  * (--max-steps, --save-every, --save-async, --resume; the others only rank 0 uses), and each data
  * set's size and CRC32. All are compared with rank 0's (ls_ddp_check_settings: LS_ERR_MISMATCH on
- * every rank, "--epochs is 2 on rank 1 but 1 on rank 0"). */
+ * every rank, "--epochs is 2 on rank 1 but 1 on rank 0"). Those that shape the training and no
+ * other field of a checkpoint records (--precision, --clip-grad-norm, --augment, --sampler,
+ * --sync-bn, the training set's size and CRC32) go to record's settings (may be NULL), saved with
+ * each checkpoint: a resume where one changed warns. */
 #define EX_SAME_EXTRA (EX_TRAIN_SETTINGS + 8)
 /* The flags both programs have, appended to set[n++] from an options struct o that names them
  * alike (batch 0: auto); seed: 24 bytes (ex_setting_seed). EX_SAME_COMMON_N of them. */
@@ -150,7 +154,8 @@ int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o);
         (set)[(n)++] = ls_setting_num("--dropout", (o)->dropout);                                                      \
     } while (0)
 ls_status ex_check_same_options(ls_comm *comm, ls_setting *set, int n, const ex_train_flags *tf,
-                                const ex_ckpt_options *ck, const ls_dataset *train, const ls_dataset *test);
+                                const ex_ckpt_options *ck, const ls_dataset *train, const ls_dataset *test,
+                                struct ex_ckpt *record);
 
 /* One run's checkpointing. Every rank calls every function (they hold collectives). */
 typedef struct ex_ckpt {
@@ -161,10 +166,12 @@ typedef struct ex_ckpt {
     ls_module *model; /* parameters and buffers (BatchNorm's running statistics) are saved */
     ls_optimizer *opt;
     ls_trainer *trainer;
-    ls_ckpt_async *saver;           /* --save-async: the save in flight */
-    ls_ema *ema;                    /* an EMA of the weights (--ema), saved and resumed with them: set
+    ls_ckpt_async *saver; /* --save-async: the save in flight */
+    ls_ema *ema;          /* an EMA of the weights (--ema), saved and resumed with them: set
                                      * before ex_ckpt_begin; NULL: none */
-    double dropout;                 /* the model's dropout (--dropout), recorded: set before ex_ckpt_begin */
+    double dropout;       /* the model's dropout (--dropout), recorded: set before ex_ckpt_begin */
+    int n_settings;       /* more settings recorded (ex_check_same_options picks them) */
+    ls_ckpt_setting settings[LS_CKPT_MAX_SETTINGS];
     ls_ckpt_state run;              /* this run's settings, saved with each checkpoint and compared on resume */
     int64_t global_batch;           /* samples per optimizer step over all ranks */
     int64_t step;                   /* optimizer steps done */

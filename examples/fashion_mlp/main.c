@@ -226,7 +226,8 @@ static int parse_options(int argc, char **argv, options *o) {
 /* The flags every rank must be given alike (ex_check_same_options; --checkpoint-dir, --keep-last,
  * --log-steps, --metrics, --dump-params and --progress are rank 0's concern, --device and
  * --data-dir may differ per host). */
-static ls_status check_same_options(ls_comm *comm, const options *o, const ls_dataset *train, const ls_dataset *test) {
+static ls_status check_same_options(ls_comm *comm, const options *o, const ls_dataset *train, const ls_dataset *test,
+                                    ex_ckpt *record) {
     ls_setting set[EX_SAME_COMMON_N + 3 + EX_SAME_EXTRA];
     char seed[24];
     int n = 0;
@@ -234,7 +235,7 @@ static ls_status check_same_options(ls_comm *comm, const options *o, const ls_da
     set[n++] = ls_setting_str("--hidden", o->hidden);
     set[n++] = ls_setting_str("--activation", o->activation);
     set[n++] = ls_setting_str("--sampler", o->sampler);
-    return ex_check_same_options(comm, set, n, &o->tf, &o->ck, train, test);
+    return ex_check_same_options(comm, set, n, &o->tf, &o->ck, train, test, record);
 }
 
 /* ev = test loss sum, correct, count over every rank's shard of the test set. */
@@ -325,7 +326,7 @@ int main(int argc, char **argv) {
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
     TRY("data", ex_check_fashion_shape(train, test));
-    TRY("options", check_same_options(comm, &o, train, test));
+    TRY("options", check_same_options(comm, &o, train, test, &ck));
     ls_allocator_set_oom_hint(ctx->alloc, "The model (its weights, gradients and optimizer state) does not fit "
                                           "whatever the batch: a larger cap, or a smaller model (--hidden)");
     TRY("model", ls_mlp_create_dropout(ctx, LS_F32, n_sizes, sizes, act, (float)o.dropout, o.seed, &model));

@@ -306,7 +306,8 @@ static ls_status evaluate_ema(ls_ema *ema, ls_trainer *trainer, ls_comm *comm, l
 /* The flags every rank must be given alike (ex_check_same_options; --checkpoint-dir, --keep-last,
  * --log-steps, --metrics, --dump-params and --progress are rank 0's concern, --device, --data-dir
  * and --memory-cap may differ per rank: --batch-size auto takes the smallest batch that fits). */
-static ls_status check_same_options(ls_comm *comm, const options *o, const ls_dataset *train, const ls_dataset *test) {
+static ls_status check_same_options(ls_comm *comm, const options *o, const ls_dataset *train, const ls_dataset *test,
+                                    ex_ckpt *record) {
     ls_setting set[EX_SAME_COMMON_N + 4 + EX_SAME_EXTRA];
     char seed[24];
     int n = 0;
@@ -315,7 +316,7 @@ static ls_status check_same_options(ls_comm *comm, const options *o, const ls_da
     set[n++] = ls_setting_num("--blocks", o->blocks);
     set[n++] = ls_setting_flag("--sync-bn", o->sync_bn);
     set[n++] = ls_setting_flag("--augment", o->augment);
-    return ex_check_same_options(comm, set, n, &o->tf, &o->ck, train, test);
+    return ex_check_same_options(comm, set, n, &o->tf, &o->ck, train, test, record);
 }
 
 int main(int argc, char **argv) {
@@ -371,7 +372,7 @@ int main(int argc, char **argv) {
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));
     TRY("data", ex_check_fashion_shape(train, test));
-    TRY("options", check_same_options(comm, &o, train, test));
+    TRY("options", check_same_options(comm, &o, train, test, &ck));
     if (o.augment) {
         TRY("augmentation", ls_dataset_from_bytes(train->n, train->features, train->num_classes, train->bytes,
                                                   train->lut, train->labels, &aug));

@@ -36,6 +36,16 @@ expect_out "model       dropout 0.1, label smoothing 0, EMA of the weights (deca
 grep -qE "^file +model.safetensors +[0-9]+ bytes, 6 tensors, 535818 values$" "$tmp/out" || fail "info: no model line"
 grep -qE "^file +optimizer.safetensors +[0-9]+ bytes, 12 tensors, 1071636 values$" "$tmp/out" ||
     fail "info: no optimizer line"
+# the settings a checkpoint records beyond its fields: info lists them, a resume that changes one
+# says so (--precision, --clip-grad-norm, the data: they were taken silently)
+expect_out "settings    --clip-grad-norm 0, --precision fp32, --sampler pad, the training set's size (--train-limit, --data-dir) 1024, the training set's CRC32 (its files in --data-dir) "
+train 1 --train-limit 1000 --test-limit 200 --epochs 1 --batch-size 64 --max-steps 16 --checkpoint-dir C \
+    --optimizer adamw --ema 0.99 --dropout 0.1 --no-progress --precision bf16 --clip-grad-norm 2 --resume auto
+expect_rc 0
+expect_out "--precision changed since the checkpoint: saved fp32, now bf16; this run's applies"
+expect_out "--clip-grad-norm changed since the checkpoint: saved 0, now 2; this run's applies"
+expect_out "the training set's size (--train-limit, --data-dir) changed since the checkpoint: saved 1024, now 1000"
+expect_out "the training set's CRC32 (its files in --data-dir) changed since the checkpoint: saved "
 # epochs counted from 1, as the programs print them (it said "epoch 0, 512 samples of it done")
 run 0 info C/step-00000008
 expect_out "step        8 (optimizer steps 8); epoch 1, 512 samples of it done, 16 steps an epoch"
