@@ -410,7 +410,11 @@ int main(int argc, char **argv) {
         double t0 = ex_now_s();
         int64_t seen = 0;
         ls_train_totals tot;
-        for (int64_t j = epoch == start_epoch ? start_j : 0; j < steps && !ex_ckpt_done(&ck); j++) {
+        /* resumed within this epoch: its train figures are of the steps from there on */
+        const int64_t j0 = epoch == start_epoch ? start_j : 0;
+        int64_t j_end = j0;
+        for (int64_t j = j0; j < steps && !ex_ckpt_done(&ck); j++) {
+            j_end = j + 1;
             int64_t count, global;
             ls_step_stats st;
             int sig;
@@ -446,10 +450,14 @@ int main(int argc, char **argv) {
         TRY("metrics", ls_comm_allreduce_host(comm, &peak, 1, LS_F64, LS_REDUCE_MAX));
         if (rank == 0) {
             char pk[32];
+            char part[96] = "";
+            if (j0 > 0)
+                snprintf(part, sizeof part, "  (train figures of steps %lld-%lld: resumed within the epoch)",
+                         (long long)j0 + 1, (long long)j_end);
             printf("epoch %d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
-                   "%.0f samples/s  %.2f s  peak memory %s%s",
+                   "%.0f samples/s  %.2f s  peak memory %s%s%s",
                    (int)epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
-                   (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk),
+                   (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk), part,
                    tot.skipped ? "" : "\n");
             /* the same on every rank: a step is skipped on all of them */
             if (tot.skipped)

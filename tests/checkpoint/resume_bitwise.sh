@@ -40,6 +40,8 @@ expect_out "LOCKSTEP_CKPT_CRASH_AT=before-rename"
 train "$NP" "${A[@]}" --resume auto --max-steps 37 --save-every 20 --log-steps B.log --metrics B.json
 expect_rc 0
 expect_out "$NAME: resumed from $tmp/D/step-00000020 at step 20, epoch 1 (step 20 of 32 in the epoch)"
+# the epoch's train figures are of the steps since the resume, and say so
+expect_out "  (train figures of steps 21-32: resumed within the epoch)"
 expect_out "$NAME: saved checkpoint $tmp/D/step-00000037 (step 37)"
 [ ! -e D/step-00000025.tmp ] || fail "the next save did not remove D/step-00000025.tmp"
 
