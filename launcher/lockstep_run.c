@@ -253,7 +253,7 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
         case 'n':
             if (!strcmp(optarg, "p")) die_usage("mpirun's -np is -n N or --np N here");
             if (lsr_parse_int(optarg, 1, MAX_RANKS, &o->np))
-                die_usage("-n/--np must be a positive integer, got '%s'", optarg);
+                die_usage("-n/--np must be a whole number from 1 to %d, got '%s'", MAX_RANKS, optarg);
             break;
         case OPT_HOSTFILE: o->hostfile = optarg; break;
         case OPT_HOSTS: o->hosts = optarg; break;

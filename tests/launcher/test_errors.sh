@@ -29,13 +29,13 @@ err 126 "program '$tmp/noexec' is not an executable file" -n 2 "$tmp/noexec"
 err 126 "program '$tmp' is not an executable file" "$tmp"
 
 # -n
-err 2 "-n/--np must be a positive integer, got '0'" -n 0 true
-err 2 "-n/--np must be a positive integer, got '0'" --np=0 true
-err 2 "-n/--np must be a positive integer, got '-1'" -n -1 true
-err 2 "-n/--np must be a positive integer, got 'abc'" -n abc true
-err 2 "-n/--np must be a positive integer, got '2x'" -n 2x true
-err 2 "-n/--np must be a positive integer, got ' 2'" -n ' 2' true
-err 2 "-n/--np must be a positive integer, got '99999999999'" -n 99999999999 true
+err 2 "-n/--np must be a whole number from 1 to 1000000, got '0'" -n 0 true
+err 2 "-n/--np must be a whole number from 1 to 1000000, got '0'" --np=0 true
+err 2 "-n/--np must be a whole number from 1 to 1000000, got '-1'" -n -1 true
+err 2 "-n/--np must be a whole number from 1 to 1000000, got 'abc'" -n abc true
+err 2 "-n/--np must be a whole number from 1 to 1000000, got '2x'" -n 2x true
+err 2 "-n/--np must be a whole number from 1 to 1000000, got ' 2'" -n ' 2' true
+err 2 "-n/--np must be a whole number from 1 to 1000000, got '99999999999'" -n 99999999999 true
 err 2 "option '-n' needs a value" -n
 
 # Hostfiles.
