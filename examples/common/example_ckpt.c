@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "cnn.h"
 #include "device.h"
 #include "example_cli.h"
+#include "log.h"
 
 void ex_ckpt_options_init(ex_ckpt_options *o) {
     memset(o, 0, sizeof *o);
@@ -88,15 +90,34 @@ ls_status ex_check_same_options(ls_comm *comm, ls_setting *set, int n, const ex_
 
 /* Restores the loss scaler's "scale" and "growth_tracker" (see save), when this run scales the
  * loss (fp16): a checkpoint of an fp16 run resumed in bf16 or fp32 has no scale to apply. */
-static ls_status restore_loss_scaler(ls_trainer *t, const ls_ckpt_state *saved) {
+/* fp16: the checkpoint's loss scale and growth tracker (path: the checkpoint, for errors). A value
+ * that is not one is refused, named (a growth tracker of 2.5 was truncated); a checkpoint without
+ * them (written without fp16) starts the scaler afresh, said so. */
+static ls_status restore_loss_scaler(ls_trainer *t, const ls_ckpt_state *saved, const char *path, int rank) {
     ls_loss_scaler sc;
     LS_CHECK(ls_trainer_get_loss_scaler(t, &sc));
     if (!sc.enabled) return LS_OK;
+    int have = 0;
     for (int k = 0; k < saved->n_loss_scaler; k++) {
-        if (strcmp(saved->loss_scaler[k].key, "scale") == 0) sc.scale = saved->loss_scaler[k].value;
-        if (strcmp(saved->loss_scaler[k].key, "growth_tracker") == 0)
-            sc.growth_tracker = (int64_t)saved->loss_scaler[k].value;
+        const char *key = saved->loss_scaler[k].key;
+        double v = saved->loss_scaler[k].value;
+        if (strcmp(key, "scale") == 0) {
+            if (!(isfinite(v) && v > 0))
+                return ls_error(LS_ERR_FORMAT, "'%s/state.json': the loss scale %g is not a number > 0", path, v);
+            sc.scale = v;
+            have = 1;
+        }
+        if (strcmp(key, "growth_tracker") == 0) {
+            if (!(v >= 0 && v == floor(v) && v <= (double)(1ll << 53)))
+                return ls_error(LS_ERR_FORMAT,
+                                "'%s/state.json': the loss scaler's growth_tracker %g is not a whole "
+                                "number >= 0",
+                                path, v);
+            sc.growth_tracker = (int64_t)v;
+        }
     }
+    if (!have && rank == 0)
+        LS_LOG_W("'%s' holds no loss scale (written without fp16): the scaler starts at %g", path, sc.scale);
     ls_status s = ls_trainer_set_loss_scaler(t, &sc);
     return s == LS_OK ? s : ls_error_context(s, "the checkpoint's loss scaler");
 }
@@ -111,7 +132,7 @@ static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
         return LS_OK;
     }
     ls_trainer_set_num_steps(c->trainer, saved.step);
-    LS_CHECK(restore_loss_scaler(c->trainer, &saved));
+    LS_CHECK(restore_loss_scaler(c->trainer, &saved, c->path, rank));
     c->last_saved = saved.step;
     int64_t steps = c->run.steps_per_epoch, gb = c->global_batch;
     ls_ckpt_resume_position(&saved, gb, steps, start_epoch, start_j, &exact);

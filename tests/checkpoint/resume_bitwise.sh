@@ -126,5 +126,35 @@ if [ "$nd" = true ] || [ "$sm" != 0 ] || [ "$ls" != cosine ]; then
     [ "$ls" = cosine ] || expect_out "changed: kind $ls -> cosine"
     [ "$ls" = cosine ] || expect_out "); this run's applies from the saved step 40"
 fi
+# fp16: a loss scaler's state that is not one is refused, naming state.json (a growth tracker of 2.5
+# was truncated), and one that is missing starts the scaler afresh, said so (it was silent)
+if [[ " ${A[*]} " == *" --precision fp16 "* ]]; then
+    edit_state() { # DIR PYTHON: s (state.json's object) edited, the manifest's size and CRC32 with it
+        python3 - "$1" "$2" <<'EOF'
+import json, sys, zlib
+d, code = sys.argv[1], sys.argv[2]
+s = json.load(open(d + "/state.json"))
+exec(code)
+raw = json.dumps(s).encode()
+open(d + "/state.json", "wb").write(raw)
+m = json.load(open(d + "/manifest.json"))
+for f in m["files"]:
+    if f["name"] == "state.json":
+        f["size"], f["crc32"] = len(raw), zlib.crc32(raw)
+open(d + "/manifest.json", "w").write(json.dumps(m))
+EOF
+    }
+    for edit in 's["loss_scaler"]["growth_tracker"] = 2.5' 's["loss_scaler"] = {}'; do
+        rm -rf E && mkdir E && cp -r D/step-00000040 E/ && edit_state E/step-00000040 "$edit"
+        train "$NP" "${A[@]}" --resume "$tmp/E/step-00000040" --max-steps 41 --checkpoint-dir E
+        if [ "$edit" = 's["loss_scaler"] = {}' ]; then
+            expect_rc 0
+            expect_out "'$tmp/E/step-00000040' holds no loss scale (written without fp16): the scaler starts at 65536"
+        else
+            expect_rc 1
+            expect_out "'$tmp/E/step-00000040/state.json': the loss scaler's growth_tracker 2.5 is not a whole number >= 0"
+        fi
+    done
+fi
 echo "PASS: $NP rank(s): 20 + crash + 17 + 3 steps equal 40 straight, bit for bit ($(wc -c <A.bin) parameter" \
      "bytes, 40 losses and metrics); the step-40 checkpoint evaluates to $at40"
