@@ -1808,9 +1808,9 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
             diff_str(d, sizeof d, "total steps %lld -> %lld", (long long)a->lr.total_steps,
                      (long long)b->lr.total_steps);
         LS_LOG_W("learning-rate schedule changed since the checkpoint (saved %s base %g min %g warmup %lld total %lld; "
-                 "changed: %s); this run's applies from the saved step %lld",
+                 "changed: %s); this run's applies",
                  ls_lr_kind_name(a->lr.kind), a->lr.base_lr, a->lr.min_lr, (long long)a->lr.warmup_steps,
-                 (long long)a->lr.total_steps, d, (long long)a->step);
+                 (long long)a->lr.total_steps, d);
         n++;
     }
     if (a->label_smoothing != b->label_smoothing) {

@@ -27,6 +27,7 @@ struct ls_trainer {
     int dropouts;     /* the model holds Dropouts: each micro-batch keys their masks to its samples */
     int64_t steps;
     int counts_checked; /* the first step's counts agreed over the ranks (check_counts) */
+    int64_t lr_offset;  /* the schedule's position less the step count (ls_trainer_set_schedule_step) */
     int64_t cap;        /* rows the input buffers hold */
     int64_t features;   /* and the features per row */
     /* The input buffers. On the host path (a CPU context, data gathered on the host) x and y are
@@ -676,6 +677,10 @@ void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps) {
     if (t) t->steps = steps < 0 ? 0 : steps; /* a negative step would make the warmup's lr negative */
 }
 
+void ls_trainer_set_schedule_step(ls_trainer *t, int64_t schedule_step) {
+    if (t) t->lr_offset = (schedule_step < 0 ? 0 : schedule_step) - t->steps;
+}
+
 /* The device copy of data, made now if the policy keeps it on the device; NULL to gather on the
  * host. A failed allocation under auto falls back to the host (logged once per set). */
 static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_data **out) {
@@ -1219,7 +1224,8 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
             defer->flagged = 1;
         }
     }
-    st.lr = ls_lr_at(&t->cfg.lr, t->steps);
+    const int64_t at = t->steps + t->lr_offset;
+    st.lr = ls_lr_at(&t->cfg.lr, at < 0 ? 0 : at);
     LS_TL_T0(t_opt);
     if (t->cfg.clip_grad_norm > 0 && t->reduce_owned)
         LS_CHECK(clip_owned(t, t->cfg.clip_grad_norm, stats ? &st.grad_norm : NULL));

@@ -153,8 +153,15 @@ ls_status ls_trainer_prefetch(ls_trainer *t, const ls_dataset *data, const int64
 /* Batches that were found prefetched (hits) and prefetched batches not used (misses). */
 void ls_trainer_prefetch_stats(const ls_trainer *t, int64_t *hits, int64_t *misses);
 int64_t ls_trainer_num_steps(const ls_trainer *t);
-/* Set the step count (the learning-rate schedule's position), e.g. after loading a checkpoint. */
+/* Set the step count (and with it the learning-rate schedule's position), e.g. after loading a
+ * checkpoint. */
 void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps);
+/* The learning-rate schedule's position of the next step, where it is not the step count: after a
+ * resume with another global batch, the steps of this run's size that the samples consumed make
+ * (the schedule's total is counted in them), so the schedule goes on from where the data is, not
+ * from the old step count (which, at twice the batch, was its end). Later steps advance both;
+ * ls_trainer_set_num_steps keeps the difference. */
+void ls_trainer_set_schedule_step(ls_trainer *t, int64_t schedule_step);
 
 /* The loss scaler (fp16: GradScaler semantics; otherwise disabled), for checkpoints and reports:
  * get reads its state back from the device (scale, growth_tracker, skipped: a wait on a GPU); set

@@ -136,6 +136,10 @@ static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
     c->last_saved = saved.step;
     int64_t steps = c->run.steps_per_epoch, gb = c->global_batch;
     ls_ckpt_resume_position(&saved, gb, steps, start_epoch, start_j, &exact);
+    /* the schedule's total counts this run's steps: its position is where the data is in them (with
+     * another global batch, not the saved step count) */
+    const int64_t at = *start_epoch * steps + *start_j;
+    if (at != saved.step) ls_trainer_set_schedule_step(c->trainer, at);
     if (rank != 0) return LS_OK;
     ls_ckpt_warn_changes(&saved, &c->run);
     if (!exact) {
@@ -148,6 +152,10 @@ static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
                c->prog, (long long)saved.epoch_samples, (long long)saved.epoch + 1, (long long)gb,
                (long long)(boundary * gb - saved.epoch_samples));
     }
+    if (at != saved.step)
+        printf("%s: the learning-rate schedule continues from its step %lld of %lld (the samples consumed in "
+               "steps of this run's global batch), not from the saved step count %lld\n",
+               c->prog, (long long)at, (long long)c->run.lr.total_steps, (long long)saved.step);
     if (*start_j == 0 && *start_epoch > 0) /* saved at an epoch's end */
         printf("%s: resumed from %s at step %lld, the end of epoch %lld\n", c->prog, c->path, (long long)saved.step,
                (long long)*start_epoch);

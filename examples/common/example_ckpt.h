@@ -71,7 +71,8 @@ enum {
     "with --ema the average of the weights (ema.safetensors), the step, schedule, sampler position\n"                  \
     "and settings (state.json), checksummed by manifest.json; rank 0 writes them. Resuming with the\n"                 \
     "same ranks and batch continues bitwise as if never stopped; with another world size or batch,\n"                  \
-    "from the next step boundary of the saved epoch.\n"
+    "from the next step boundary of the saved epoch, the learning-rate schedule from the same point\n"                 \
+    "of the data in this run's steps.\n"
 #define EX_CKPT_HELP_PREEMPTION                                                                                        \
     "Preemption: on SIGTERM or SIGINT every rank finishes the current step, a checkpoint is written,\n"                \
     "\"received SIGTERM: finished step N, saved checkpoint DIR/step-0000000N; exiting\" is printed and\n"              \

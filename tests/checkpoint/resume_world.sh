@@ -2,7 +2,8 @@
 # resume_world.sh PROG MPIRUN: a checkpoint saved by 2 ranks x 16 resumes on 1 rank x 32 (same
 # global batch: the losses follow the 2-rank run's to 1e-4) and on 3 ranks x 16 (global batch 48:
 # the position is rounded up to the next step boundary, said so, and training continues; rounded
-# past the epoch's last step, to the next epoch, with the samples skipped counted).
+# past the epoch's last step, to the next epoch, with the samples skipped counted); the learning-rate
+# schedule goes on from the data's position in this run's steps.
 PROG=$1 MPIRUN=$2
 . "$(dirname "$0")/lib.sh"
 A=(--train-limit 1000 --test-limit 200 --epochs 3 --no-progress)
@@ -20,10 +21,21 @@ expect_out "the checkpoint was written by 2 rank(s) x batch 16 x 1 accumulation,
 tail -n 10 W.log | paste -d' ' - R1.log | awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-4 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } } END { exit bad }' ||
     fail "1-rank continuation departs from the 2-rank run"
 
-train 3 "${A[@]}" --batch-size 16 --max-steps 30 --save-every 10 --resume "$tmp/D/step-00000020" --checkpoint-dir D3 --log-steps R3.log
+train 3 "${A[@]}" --batch-size 16 --max-steps 30 --save-every 10 --resume "$tmp/D/step-00000020" --checkpoint-dir D3 --log-steps R3.log \
+    --metrics R3.json
 expect_rc 0
 expect_out "the checkpoint had consumed 640 samples of epoch 1, not a multiple of this run's global batch of 48: continuing at the next step boundary (32 samples skipped)"
 expect_out "$NAME: resumed from $tmp/D/step-00000020 at step 20, epoch 1 (step 14 of 21 in the epoch)"
+# the schedule goes on from where the data is, in this run's steps (14 of 63), not from the saved
+# step count (20): its lr is a fresh 3-rank run's at step 15 (at twice the batch the old count
+# put the schedule at its end)
+expect_out "$NAME: the learning-rate schedule continues from its step 14 of 63 (the samples consumed in steps of this run's global batch), not from the saved step count 20"
+train 3 "${A[@]}" --batch-size 16 --max-steps 15 --metrics F3.json
+expect_rc 0
+python3 -c 'import json, sys
+a = json.loads(open(sys.argv[1]).readline())["lr"]
+b = json.loads(open(sys.argv[2]).read().splitlines()[14])["lr"]
+sys.exit(a != b)' R3.json F3.json || fail "the resumed lr $(head -c 120 R3.json) is not the fresh run's at step 15"
 [ "$(wc -l <R3.log)" -eq 10 ] || fail "R3.log should hold steps 21-30"
 awk '{ if (!($2 > 0 && $2 < 2.0)) { print "step " $1 " loss " $2; bad = 1 } } END { exit bad }' R3.log || fail "implausible losses after the 3-rank resume"
 grep -q '"world_size":[[:space:]]*3' D3/step-00000030/state.json || fail "the 3-rank checkpoint does not record world size 3"
