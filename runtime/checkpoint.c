@@ -2889,8 +2889,8 @@ ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const ch
 
 /* One tensor of the file into dst: the same dtype as it is; another float dtype converted on the
  * host (from an aligned copy: the file's data need not be aligned). */
-/* The first element of n f32 or f64 values (not necessarily aligned) that is NaN or infinite, or -1. */
-/* The first element that is not finite (or, nonneg, is negative), or -1. */
+/* The first element of n f32 or f64 values (not necessarily aligned) that is NaN or infinite (or,
+ * with nonneg, negative), or -1. */
 static int64_t first_nonfinite(ls_dtype dtype, const void *data, int64_t n, int nonneg, double *value) {
     const unsigned char *p = data;
     for (int64_t i = 0; i < n; i++) {

@@ -142,8 +142,6 @@ typedef struct ls_ckpt_rng {
     ls_rng rng;
 } ls_ckpt_rng;
 
-/* Everything but tensors. The caller fills it for a save; a load fills it (and sets the
- * optimizer's step count itself). */
 /* A setting a program records in its checkpoints, as text ("--precision", "fp16"). */
 #define LS_CKPT_MAX_SETTINGS 16
 typedef struct ls_ckpt_setting {
@@ -151,6 +149,8 @@ typedef struct ls_ckpt_setting {
     char value[48];
 } ls_ckpt_setting;
 
+/* Everything but tensors. The caller fills it for a save; a load fills it (and sets the
+ * optimizer's step count itself). */
 typedef struct ls_ckpt_state {
     int64_t step;            /* optimizer steps completed */
     int64_t epoch;           /* epoch the next step belongs to (0-based) */
