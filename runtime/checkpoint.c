@@ -3017,17 +3017,33 @@ ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module 
                         !ctx     ? "the context"
                         : !model ? "the model"
                                  : "the path");
-    ls_status s = comm_rank(comm) == 0 ? model_load_rank0(ctx, path, model) : LS_OK;
-    if (comm_world(comm) <= 1) return s;
-    LS_CHECK(agree(comm, s));
-    int np = ls_module_num_params(model);
-    ls_tensor **params = malloc(((size_t)np + 1) * sizeof *params);
-    s = params ? LS_OK : ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list");
-    for (int i = 0; params && i < np; i++) params[i] = ls_module_param(model, i);
+    if (comm_world(comm) <= 1) return model_load_rank0(ctx, path, model);
+    /* every rank's model must be rank 0's, tensor for tensor, before rank 0's weights are sent: a
+     * different one would be filled in part, fail on one rank only, or wait for a broadcast that
+     * never comes */
+    int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
+    ls_tensor **all = malloc(((size_t)(np + nb) + 1) * sizeof *all);
+    const char **names = malloc(((size_t)(np + nb) + 1) * sizeof *names);
+    char(*bnames)[LS_CKPT_BUFFER_NAME] = calloc((size_t)nb + 1, sizeof *bnames);
+    ls_status s = all && names && bnames ? LS_OK : ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the tensor list");
+    for (int i = 0; s == LS_OK && i < np; i++) {
+        all[i] = ls_module_param(model, i);
+        names[i] = ls_module_param_name(model, i);
+    }
+    for (int i = 0; s == LS_OK && i < nb; i++) {
+        all[np + i] = ls_cnn_buffer(model, i, bnames[i], sizeof bnames[i]);
+        names[np + i] = bnames[i];
+    }
     s = agree(comm, s);
-    if (s == LS_OK) s = ls_ddp_broadcast_params(comm, np, params);
-    if (s == LS_OK) s = ls_cnn_broadcast_buffers(comm, model);
-    free(params);
+    if (s == LS_OK) s = ls_ddp_check_signature(comm, np + nb, all, names);
+    if (s == LS_OK) {
+        s = comm_rank(comm) == 0 ? model_load_rank0(ctx, path, model) : LS_OK;
+        s = agree(comm, s);
+    }
+    if (s == LS_OK) s = ls_ddp_broadcast_params(comm, np + nb, all);
+    free(all);
+    free(names);
+    free(bnames);
     return s;
 }
 

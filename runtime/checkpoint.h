@@ -266,9 +266,12 @@ ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const ch
  * "0.weight", "2.bias", ..., batch norm's "running_mean" and "running_var"), every parameter and
  * buffer must be there with its shape (f32, f64, f16 or bf16: converted to the model's dtype)
  * and every value finite in the model's dtype (a NaN, or an f64 past f32's range, is refused
- * naming the element: it would train into NaN), and every tensor of the file must be the model's, but PyTorch's "*.num_batches_tracked", which
- * are skipped; then every rank gets rank 0's values. Errors name the file and the tensor; every
- * rank returns rank 0's. On an error the model may be partly loaded. */
+ * naming the element: it would train into NaN), and every tensor of the file must be the model's
+ * but PyTorch's "*.num_batches_tracked", which are skipped; then every rank gets rank 0's values.
+ * Every rank's model must have rank 0's parameters and buffers (count, shapes, dtypes), checked
+ * first: a difference is LS_ERR_MISMATCH on every rank, naming the first ("model differs between
+ * ranks: ..."). Errors name the file and the tensor; every rank returns rank 0's. On an error the
+ * model may be partly loaded. */
 ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module *model);
 
 /* Rank 0, before a run that saves: creates dir (and its parents) as a save would, and checks that

@@ -292,6 +292,43 @@ static void test_buffers(void) {
     ls_module_destroy(b);
 }
 
+/* ls_model_load: rank 0's weights reach every rank whose model is rank 0's; a rank with another
+ * model (wider, narrower, deeper) makes every rank return LS_ERR_MISMATCH naming it, before any
+ * weight is sent (it used to fill a wider model in part, fail on one rank only, or hang). */
+static void test_model_load_ranks(void) {
+    char dir[128], p[LS_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/model_load", root);
+    ls_module *a = make_model(8, LS_F32, 3);
+    ls_optimizer *oa = make_opt(a, LS_OPTIM_SGD);
+    fill_all(a, oa, 1);
+    save(dir, 0, a, oa, 1, LS_OPTIM_SGD);
+    path_of(p, sizeof p, dir, 1, "model.safetensors");
+
+    ls_module *b = make_model(8, LS_F32, 100 + (uint64_t)rank);
+    LS_REQUIRE_OK(ls_model_load(comm, ctx, p, b));
+    LS_EXPECT(same_all(a, NULL, b, NULL));
+    ls_module_destroy(b);
+    if (world > 1) {
+        const int64_t hidden[2] = {16, 2};
+        for (int k = 0; k < 2; k++) {
+            ls_module *c = make_model(rank == 1 ? hidden[k] : 8, LS_F32, 5);
+            char want[96];
+            snprintf(want, sizeof want, "has shape [%lld, 4] f32 on rank 1 but [8, 4] f32 on rank 0",
+                     (long long)hidden[k]);
+            LS_EXPECT_ERR(ls_model_load(comm, ctx, p, c), LS_ERR_MISMATCH, want);
+            LS_EXPECT(strstr(ls_last_error(), "model differs between ranks: parameter 0 (0.weight)") != NULL);
+            ls_module_destroy(c);
+        }
+        ls_module *d;
+        int64_t deeper[4] = {4, 8, 3, 3};
+        LS_REQUIRE_OK(ls_mlp_create(ctx, LS_F32, rank == 1 ? 4 : 3, deeper, LS_ACT_RELU, 5, &d));
+        LS_EXPECT_ERR(ls_model_load(comm, ctx, p, d), LS_ERR_MISMATCH, "rank 1 has 6 parameters, rank 0 has 4");
+        ls_module_destroy(d);
+    }
+    ls_optimizer_destroy(oa);
+    ls_module_destroy(a);
+}
+
 /* 1 when every average of e equals the bytes in want (rank 0's, concatenated). */
 static int ema_equals(ls_ema *e, const float *want) {
     int64_t off = 0;
@@ -892,6 +929,7 @@ int main(void) {
     test_round_trip(LS_OPTIM_ADAMW);
     test_keep_last_and_fallback();
     test_buffers();
+    test_model_load_ranks();
     test_ema();
     test_bad_inputs();
     test_sharded(LS_OPTIM_SGD);
