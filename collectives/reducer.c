@@ -82,6 +82,7 @@ static ls_status ls_env_mib(const char *name, size_t *out) {
 }
 
 ls_status ls_reducer_config_resolve(const ls_reducer_config *cfg, ls_reducer_config *out) {
+    LS_CHECK_ARG(out, "ls_reducer_config_resolve: out is NULL");
     ls_reducer_config r = {LS_MIB, 25 * LS_MIB, 1, -1};
     LS_CHECK(ls_env_mib("LOCKSTEP_FIRST_BUCKET_MB", &r.first_bucket_bytes));
     LS_CHECK(ls_env_mib("LOCKSTEP_BUCKET_MB", &r.bucket_bytes));

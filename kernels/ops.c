@@ -53,7 +53,10 @@ void ls_ctx_destroy(ls_ctx *c) {
     free(c);
 }
 
-ls_status ls_ctx_synchronize(ls_ctx *c) { return c->ops->synchronize(c->state); }
+ls_status ls_ctx_synchronize(ls_ctx *c) {
+    LS_CHECK_ARG(c, "ls_ctx_synchronize: the context is NULL");
+    return c->ops->synchronize(c->state);
+}
 
 void *ls_ctx_compute_stream(const ls_ctx *c) {
     return c && c->ops->compute_stream ? c->ops->compute_stream(c->state) : NULL;

@@ -52,6 +52,10 @@ ls_status ls_amp_state_create(ls_ctx *ctx, const ls_loss_scaler *s, double **ctl
 }
 
 ls_status ls_amp_state_write(ls_ctx *ctx, double *ctl, const ls_loss_scaler *s) {
+    LS_CHECK_ARG(ctx && ctl && s, "ls_amp_state_write: %s is NULL",
+                 !ctx   ? "the context"
+                 : !ctl ? "the control block"
+                        : "the loss scaler");
     double v[LS_AMP_CTL] = {0};
     v[LS_AMP_SCALE] = s->enabled ? s->scale : 1.0;
     v[LS_AMP_TRACKER] = (double)s->growth_tracker;
@@ -61,6 +65,10 @@ ls_status ls_amp_state_write(ls_ctx *ctx, double *ctl, const ls_loss_scaler *s) 
 }
 
 ls_status ls_amp_state_read(ls_ctx *ctx, const double *ctl, ls_loss_scaler *s) {
+    LS_CHECK_ARG(ctx && ctl && s, "ls_amp_state_read: %s is NULL",
+                 !ctx   ? "the context"
+                 : !ctl ? "the control block"
+                        : "the loss scaler");
     double v[LS_AMP_CTL];
     LS_CHECK(ls_allocator_copy(ctx->alloc, v, 0, ctl, 1, sizeof v));
     s->scale = v[LS_AMP_SCALE];
@@ -71,6 +79,10 @@ ls_status ls_amp_state_read(ls_ctx *ctx, const double *ctl, ls_loss_scaler *s) {
 
 ls_status ls_amp_step(const ls_loss_scaler *s, ls_ctx *ctx, ls_comm *comm, int n, ls_tensor *const *grads,
                       double *ctl) {
+    LS_CHECK_ARG(s && ctx && ctl, "ls_amp_step: %s is NULL",
+                 !s     ? "the loss scaler"
+                 : !ctx ? "the context"
+                        : "the control block");
     LS_CHECK(ls_grads_amp_check(ctx, n, grads, s->enabled, ctl));
     if (comm && ls_comm_world(comm) > 1) { /* every rank skips if one saw inf/NaN */
         ls_comm_request *req = NULL;

@@ -44,6 +44,11 @@ static ls_status record(ls_batch_search_result *r, int64_t b, int fit, size_t pe
 
 ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batch_search_config *cfg,
                                ls_batch_trial_fn trial, void *user, ls_batch_search_result *out) {
+    LS_CHECK_ARG(alloc && cfg && trial && out, "ls_batch_size_search: %s is NULL",
+                 !alloc   ? "the allocator"
+                 : !cfg   ? "the configuration"
+                 : !trial ? "the trial function"
+                          : "out");
     memset(out, 0, sizeof *out);
     if (cfg->start < 1 || cfg->max < cfg->start || !(cfg->headroom >= 0 && cfg->headroom < 1))
         return ls_error(LS_ERR_INVALID_ARGUMENT,
@@ -151,6 +156,7 @@ static ls_status reserve_buckets(const ls_trainer_trial *t, int np, ls_tensor *c
 }
 
 ls_status ls_trainer_trial_step(void *user, int64_t b) {
+    LS_CHECK_ARG(user, "ls_trainer_trial_step: the trial (user) is NULL");
     ls_trainer_trial *t = user;
     int np = ls_module_num_params(t->model), nb = ls_cnn_num_buffers(t->model), n_saved = 0;
     int rank = t->comm ? ls_comm_rank(t->comm) : 0, world = t->comm ? ls_comm_world(t->comm) : 1;

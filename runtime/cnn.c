@@ -137,7 +137,8 @@ ls_status ls_conv2d_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out,
                         "padding >= 0, and both channel counts divisible by groups",
                         name ? name : "", (long long)in, (long long)out, kernel, stride, pad, groups);
     if (dtype != LS_F32 && dtype != LS_F64)
-        return ls_error(LS_ERR_UNSUPPORTED, "conv2d %s: parameters must be f32 or f64", name ? name : "");
+        return ls_error(LS_ERR_UNSUPPORTED, "conv2d%s%s: parameters must be f32 or f64, not %s",
+                        name && *name ? " " : "", name ? name : "", ls_dtype_name(dtype));
     ls_module *m = NULL;
     LS_CHECK(cnn_alloc(ctx, &conv_vt, bias ? 2 : 1, sizeof(conv_mod), &m));
     conv_mod *c = (conv_mod *)m;
@@ -366,7 +367,8 @@ ls_status ls_batchnorm2d_create(ls_ctx *ctx, ls_dtype dtype, int64_t channels, c
                         "batch norm %s: channels %lld must be >= 1, eps %g > 0 and momentum %g in [0, 1]",
                         name ? name : "", (long long)channels, c.eps, c.momentum);
     if (dtype != LS_F32 && dtype != LS_F64)
-        return ls_error(LS_ERR_UNSUPPORTED, "batch norm %s: parameters must be f32 or f64", name ? name : "");
+        return ls_error(LS_ERR_UNSUPPORTED, "batch norm%s%s: parameters must be f32 or f64, not %s",
+                        name && *name ? " " : "", name ? name : "", ls_dtype_name(dtype));
     ls_module *m = NULL;
     LS_CHECK(cnn_alloc(ctx, &bn_vt, 2, sizeof(bn_mod), &m));
     bn_mod *b = (bn_mod *)m;

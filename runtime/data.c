@@ -528,6 +528,7 @@ static void *gather_run(void *arg) {
  * under mpirun --bind-to core a rank has one), else 1: on 2 CPUs a second thread was no faster
  * (0.68x-1.23x in bench_gather). */
 ls_status ls_dataset_gather_threads(int *out) {
+    LS_CHECK_ARG(out, "ls_dataset_gather_threads: out is NULL");
     const char *e = getenv("LOCKSTEP_GATHER_THREADS");
     if (e && *e) {
         char *end = NULL;

@@ -35,6 +35,8 @@ ls_status ls_module_ensure(ls_ctx *ctx, ls_tensor **t, ls_dtype dtype, int ndim,
 }
 
 ls_status ls_module_alloc(ls_ctx *ctx, const ls_module_vt *vt, int n_params, size_t size, ls_module **out) {
+    /* every ls_*_create comes here: a NULL context would be a crash at the first forward */
+    LS_CHECK_ARG(ctx && out, "cannot create a %s module: %s is NULL", vt->kind, !ctx ? "the context" : "out");
     ls_module *m = calloc(1, size < sizeof *m ? sizeof *m : size);
     if (!m) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a %s module", vt->kind);
     m->vt = vt;
@@ -176,6 +178,10 @@ static const ls_module_vt linear_vt = {"Linear", linear_forward, linear_backward
 
 ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int bias, uint64_t seed,
                            const char *name, ls_module **out_m) {
+    LS_CHECK_ARG(ctx && out_m, "ls_linear_create: %s is NULL", !ctx ? "the context" : "out");
+    if (dtype != LS_F64 && dtype != LS_F32)
+        return ls_error(LS_ERR_UNSUPPORTED, "linear layer%s%s: parameters must be f32 or f64, not %s",
+                        name && *name ? " " : "", name ? name : "", ls_dtype_name(dtype));
     if (in <= 0 || out <= 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "linear layer %s: sizes must be positive, got in=%lld out=%lld",
                         name ? name : "", (long long)in, (long long)out);
@@ -214,12 +220,8 @@ ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out,
             else
                 ((float *)h)[j] = (float)v;
         }
-        if (dtype != LS_F64 && dtype != LS_F32)
-            s = ls_error(LS_ERR_UNSUPPORTED, "linear layer %s: parameters must be f32 or f64", m->names[i]);
-        if (s == LS_OK) {
-            ls_tensor ht = ls_tensor_view(h, dtype, ls_device_cpu(), m->params[i]->ndim, m->params[i]->shape);
-            s = ls_tensor_copy(ctx->alloc, m->params[i], &ht);
-        }
+        ls_tensor ht = ls_tensor_view(h, dtype, ls_device_cpu(), m->params[i]->ndim, m->params[i]->shape);
+        s = ls_tensor_copy(ctx->alloc, m->params[i], &ht);
         free(h);
     }
     if (s != LS_OK) {
@@ -646,6 +648,7 @@ static ls_status module_backward(ls_module *m, const ls_tensor *dy, int want_dx,
 }
 
 ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+    LS_CHECK_ARG(m && dy, "ls_module_backward: %s is NULL", !m ? "the module" : "the output gradient");
     if (!ls_timeline_active()) return module_backward(m, dy, want_dx, dx);
     double t0 = ls_timeline_now();
     ls_status s = module_backward(m, dy, want_dx, dx);
@@ -697,6 +700,7 @@ int64_t ls_module_num_elements(const ls_module *m) {
 }
 
 ls_status ls_module_zero_grad(ls_module *m) {
+    LS_CHECK_ARG(m, "ls_module_zero_grad: the module is NULL");
     return ls_op_zero_many(m->ctx, m->n_params, m->grads); /* on a GPU, multi-tensor launches */
 }
 

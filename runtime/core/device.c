@@ -54,6 +54,7 @@ int ls_device_cuda_count(char *why, int why_len) {
 }
 
 ls_status ls_device_select(const char *request, int local_rank, ls_device *out) {
+    LS_CHECK_ARG(out, "ls_device_select: out is NULL");
     /* the caller's request is named by the caller (a program's --device); the variable is named here */
     const char *source = "asked for";
     int from_env = 0;
@@ -98,6 +99,7 @@ ls_status ls_device_select(const char *request, int local_rank, ls_device *out) 
 }
 
 ls_status ls_env_tf32(int *on) {
+    LS_CHECK_ARG(on, "ls_env_tf32: on is NULL");
     const char *v = getenv("LOCKSTEP_TF32");
     *on = v && (!strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "true"));
     if (v && *v && !*on && strcmp(v, "0") && strcmp(v, "off") && strcmp(v, "false"))

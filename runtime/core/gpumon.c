@@ -250,6 +250,7 @@ static ls_status monitor_open(const char *bus, unsigned index, const char *who, 
 }
 
 ls_status ls_gpu_monitor_start_index(unsigned nvml_index, int interval_ms, ls_gpu_monitor **out) {
+    LS_CHECK_ARG(out, "ls_gpu_monitor_start_index: out is NULL");
     char who[32];
     *out = NULL;
     LS_CHECK(check_interval(interval_ms));
@@ -258,6 +259,7 @@ ls_status ls_gpu_monitor_start_index(unsigned nvml_index, int interval_ms, ls_gp
 }
 
 ls_status ls_gpu_monitor_start(ls_device dev, int interval_ms, ls_gpu_monitor **out) {
+    LS_CHECK_ARG(out, "ls_gpu_monitor_start: out is NULL");
     *out = NULL;
     char bus[256], dstr[32], who[320];
     if (dev.type != LS_DEVICE_CUDA)
@@ -271,6 +273,7 @@ ls_status ls_gpu_monitor_start(ls_device dev, int interval_ms, ls_gpu_monitor **
 }
 
 ls_status ls_gpu_monitor_read(ls_gpu_monitor *m, ls_gpu_stats *out) {
+    LS_CHECK_ARG(m && out, "ls_gpu_monitor_read: %s is NULL", !m ? "the monitor" : "out");
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&m->mu);
     if (m->a.n == 0) (void)sample_locked(m);
@@ -332,6 +335,7 @@ const char *ls_gpu_stats_format(const ls_gpu_stats *s, char *buf, int len) {
 }
 
 ls_status ls_gpu_monitor_interval_from_env(int *interval_ms) {
+    LS_CHECK_ARG(interval_ms, "ls_gpu_monitor_interval_from_env: interval_ms is NULL");
     *interval_ms = 500;
     const char *e = getenv("LOCKSTEP_GPU_MONITOR");
     if (!e || !*e) return LS_OK;

@@ -126,6 +126,7 @@ static const ls_allocator_vtable ls_host_vtable = {
 
 ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device, size_t cap_bytes,
                               ls_allocator **out) {
+    LS_CHECK_ARG(vt && out, "ls_allocator_create: %s is NULL", !vt ? "the vtable" : "out");
     ls_allocator *a = calloc(1, sizeof *a);
     if (!a) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate an allocator object");
     a->vt = vt;
@@ -138,10 +139,12 @@ ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_dev
 }
 
 ls_status ls_host_allocator_create(size_t cap_bytes, ls_allocator **out) {
+    LS_CHECK_ARG(out, "ls_host_allocator_create: out is NULL");
     return ls_allocator_create(&ls_host_vtable, NULL, ls_device_cpu(), cap_bytes, out);
 }
 
 ls_status ls_host_allocator_create_from_env(ls_allocator **out) {
+    LS_CHECK_ARG(out, "ls_host_allocator_create_from_env: out is NULL");
     size_t cap = 0;
     const char *env = getenv("LOCKSTEP_MEMORY_LIMIT");
     if (env && *env && ls_memory_parse_cap(env, &cap) != LS_OK)
@@ -274,12 +277,23 @@ void ls_allocator_set_oom_hint(ls_allocator *a, const char *hint) {
 
 ls_status ls_allocator_copy(ls_allocator *a, void *dst, int dst_on_device, const void *src, int src_on_device,
                             size_t n) {
+    LS_CHECK_ARG(a && ((dst && src) || n == 0), "ls_allocator_copy: %s is NULL",
+                 !a     ? "the allocator"
+                 : !dst ? "dst"
+                        : "src");
     return a->vt->copy(a->state, dst, dst_on_device, src, src_on_device, n);
 }
 
-ls_status ls_allocator_set_zero(ls_allocator *a, void *ptr, size_t n) { return a->vt->set_zero(a->state, ptr, n); }
+ls_status ls_allocator_set_zero(ls_allocator *a, void *ptr, size_t n) {
+    LS_CHECK_ARG(a && (ptr || n == 0), "ls_allocator_set_zero: %s is NULL", !a ? "the allocator" : "ptr");
+    return a->vt->set_zero(a->state, ptr, n);
+}
 
 ls_status ls_allocator_host_alloc(ls_allocator *a, size_t bytes, const char *what, int *pinned, void **out) {
+    LS_CHECK_ARG(a && pinned && out, "ls_allocator_host_alloc: %s is NULL",
+                 !a        ? "the allocator"
+                 : !pinned ? "pinned"
+                           : "out");
     char b1[32];
     *pinned = 0;
     *out = a->vt->host_alloc ? a->vt->host_alloc(a->state, bytes ? bytes : 1) : NULL;
@@ -316,22 +330,29 @@ static ls_status ls_check_slot(int slot) {
 }
 
 ls_status ls_allocator_upload(ls_allocator *a, int slot, void *dst, const void *src, size_t n) {
+    LS_CHECK_ARG(a && ((dst && src) || n == 0), "ls_allocator_upload: %s is NULL",
+                 !a     ? "the allocator"
+                 : !dst ? "dst"
+                        : "src");
     LS_CHECK(ls_check_slot(slot));
     if (a->vt->upload) return a->vt->upload(a->state, slot, dst, src, n);
     return a->vt->copy(a->state, dst, 1, src, 0, n);
 }
 
 ls_status ls_allocator_upload_join(ls_allocator *a, int slot) {
+    LS_CHECK_ARG(a, "ls_allocator_upload_join: the allocator is NULL");
     LS_CHECK(ls_check_slot(slot));
     return a->vt->join ? a->vt->join(a->state, slot) : LS_OK;
 }
 
 ls_status ls_allocator_upload_wait(ls_allocator *a, int slot) {
+    LS_CHECK_ARG(a, "ls_allocator_upload_wait: the allocator is NULL");
     LS_CHECK(ls_check_slot(slot));
     return a->vt->upload_wait ? a->vt->upload_wait(a->state, slot) : LS_OK;
 }
 
 ls_status ls_allocator_release(ls_allocator *a, int slot) {
+    LS_CHECK_ARG(a, "ls_allocator_release: the allocator is NULL");
     LS_CHECK(ls_check_slot(slot));
     return a->vt->release ? a->vt->release(a->state, slot) : LS_OK;
 }
@@ -343,17 +364,23 @@ static ls_status ls_check_download_slot(int slot) {
 }
 
 ls_status ls_allocator_download(ls_allocator *a, int slot, void *dst, const void *src, size_t n) {
+    LS_CHECK_ARG(a && ((dst && src) || n == 0), "ls_allocator_download: %s is NULL",
+                 !a     ? "the allocator"
+                 : !dst ? "dst"
+                        : "src");
     LS_CHECK(ls_check_download_slot(slot));
     if (a->vt->download) return a->vt->download(a->state, slot, dst, src, n);
     return a->vt->copy(a->state, dst, 0, src, 1, n);
 }
 
 ls_status ls_allocator_download_wait(ls_allocator *a, int slot) {
+    LS_CHECK_ARG(a, "ls_allocator_download_wait: the allocator is NULL");
     LS_CHECK(ls_check_download_slot(slot));
     return a->vt->download_wait ? a->vt->download_wait(a->state, slot) : LS_OK;
 }
 
 ls_status ls_allocator_download_done(ls_allocator *a, int slot, int *done) {
+    LS_CHECK_ARG(a && done, "ls_allocator_download_done: %s is NULL", !a ? "the allocator" : "done");
     *done = 1;
     LS_CHECK(ls_check_download_slot(slot));
     return a->vt->download_done ? a->vt->download_done(a->state, slot, done) : LS_OK;
@@ -425,6 +452,7 @@ const char *ls_memory_format(size_t bytes, char *buf, int len) {
 }
 
 ls_status ls_gpu_memory_policy_parse(const char *env, ls_gpu_memory_policy *pol) {
+    LS_CHECK_ARG(pol, "ls_gpu_memory_policy_parse: pol is NULL");
     memset(pol, 0, sizeof *pol);
     if (!env || !*env) return LS_OK;
     char buf[256];

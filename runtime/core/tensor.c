@@ -79,6 +79,7 @@ ls_status ls_tensor_create(ls_allocator *a, ls_dtype dtype, int ndim, const int6
                         : "shape");
     int64_t numel = 0;
     *out = NULL;
+    LS_CHECK_ARG(ls_dtype_size(dtype) > 0, "%s: unknown dtype %d", what ? what : "tensor", (int)dtype);
     LS_CHECK(ls_shape_check(ndim, shape, &numel));
     ls_tensor *t = malloc(sizeof *t);
     if (!t) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a tensor descriptor");
@@ -144,6 +145,7 @@ ls_status ls_tensor_copy(ls_allocator *alloc, ls_tensor *dst, const ls_tensor *s
 }
 
 ls_status ls_tensor_zero(ls_tensor *t) {
+    LS_CHECK_ARG(t, "ls_tensor_zero: the tensor is NULL");
     size_t n = ls_tensor_nbytes(t);
     if (t->device.type == LS_DEVICE_CPU) {
         if (n) memset(t->data, 0, n);

@@ -12,6 +12,9 @@
  * - ls_trainer_evaluate with a negative count, NULL data sets and indices, and a bad index in a
  *   later chunk (the error; then the same sums as before it);
  * - a sequential container given the same child twice (it was destroyed twice), or a NULL one;
+ * - a NULL context given to a layer's builder (LS_OK, then a crash at the first forward), a linear
+ *   layer of f16, bf16 or u8 parameters (a heap overflow before the refusal), a tensor of a dtype
+ *   that is none;
  * - NULL objects given to the builders, forward, the optimizer's step (and a NaN lr), tensor,
  *   context and memory calls, the loss and the gradient norm;
  * - an optimizer given one parameter (or gradient) twice: stepped twice a step;
@@ -302,6 +305,36 @@ int main(void) {
                   "ls_dataset_gather: the data set has no labels");
     LS_REQUIRE_OK(ls_dataset_gather(&hand, idx + 1, 1, row, NULL));
     LS_EXPECT(memcmp(row, x + 3 * F, sizeof row) == 0);
+
+    /* builders given a NULL context returned LS_OK and crashed at the first forward; a linear
+     * layer of a 1- or 2-byte dtype wrote 4-byte floats past its buffer before refusing it */
+    ls_module *mod = NULL;
+    LS_EXPECT_ERR(ls_activation_create(NULL, LS_ACT_RELU, &mod), LS_ERR_INVALID_ARGUMENT,
+                  "cannot create a ReLU module: the context is NULL");
+    LS_EXPECT_ERR(ls_dropout_create(NULL, 0.1f, 1, &mod), LS_ERR_INVALID_ARGUMENT, "the context is NULL");
+    LS_EXPECT_ERR(ls_flatten_create(NULL, &mod), LS_ERR_INVALID_ARGUMENT, "the context is NULL");
+    LS_EXPECT_ERR(ls_global_avgpool_create(NULL, &mod), LS_ERR_INVALID_ARGUMENT, "the context is NULL");
+    LS_EXPECT_ERR(ls_cast_create(NULL, LS_BF16, &mod), LS_ERR_INVALID_ARGUMENT, "the context is NULL");
+    LS_EXPECT_ERR(ls_linear_create(NULL, LS_F32, 4, 4, 1, 1, "fc", &mod), LS_ERR_INVALID_ARGUMENT,
+                  "ls_linear_create: the context is NULL");
+    LS_EXPECT_ERR(ls_conv2d_create(NULL, LS_F32, 1, 4, 3, 1, 1, 1, 0, 1, "conv", &mod), LS_ERR_INVALID_ARGUMENT,
+                  "the context is NULL");
+    LS_EXPECT(mod == NULL);
+    const ls_dtype narrow[3] = {LS_F16, LS_BF16, LS_U8};
+    const char *narrow_names[3] = {"f16", "bf16", "u8"};
+    for (int i = 0; i < 3; i++) {
+        char want[96];
+        snprintf(want, sizeof want, "linear layer fc: parameters must be f32 or f64, not %s", narrow_names[i]);
+        LS_EXPECT_ERR(ls_linear_create(c, narrow[i], 64, 64, 1, 1, "fc", &mod), LS_ERR_UNSUPPORTED, want);
+        LS_EXPECT_ERR(ls_mlp_create(c, narrow[i], 3, (int64_t[]){64, 64, 10}, LS_ACT_RELU, 1, &mod), LS_ERR_UNSUPPORTED,
+                      "parameters must be f32 or f64");
+    }
+    LS_EXPECT_ERR(ls_basic_block_create(c, LS_F16, 4, 4, 1, 1, NULL, &mod), LS_ERR_UNSUPPORTED,
+                  "conv2d: parameters must be f32 or f64, not f16");
+    ls_tensor *odd = NULL;
+    LS_EXPECT_ERR(ls_tensor_create(c->alloc, (ls_dtype)42, 1, (int64_t[]){8}, "odd", &odd), LS_ERR_INVALID_ARGUMENT,
+                  "odd: unknown dtype 42");
+    LS_EXPECT(odd == NULL);
 
     /* memory */
     void *p = NULL;
