@@ -3,11 +3,13 @@
 
 #include <errno.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min, int64_t max, int64_t *out) {
@@ -303,9 +305,17 @@ ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank) {
 }
 
 ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag) {
+    /* Only a regular file is rewritten: a device (/dev/null), a pipe or a terminal is appended to
+     * as it is (reading a FIFO would wait for a writer, and a rename would put a plain file in the
+     * device's place); a symbolic link's target is rewritten, the link kept. */
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return LS_OK;
+    char real[PATH_MAX];
+    if (!realpath(path, real)) return ls_error(LS_ERR_IO, "%s: cannot resolve '%s': %s", flag, path, strerror(errno));
+    path = real;
     FILE *f = fopen(path, "r");
     if (!f) return LS_OK;
-    char tmp[4096];
+    char tmp[PATH_MAX + 8];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
         fclose(f);
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s path '%s' is too long", flag, path);

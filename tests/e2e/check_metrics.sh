@@ -12,7 +12,8 @@
 set -u
 mlp=$1 run=$2 check=$3 cuda_built=${4:-0}
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+reader=
+trap '[ -z "$reader" ] || kill $reader 2>/dev/null; rm -rf "$dir"' EXIT
 args=(--epochs 2 --train-limit 1000 --test-limit 200 --batch-size 100 --no-progress)
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -40,6 +41,24 @@ rm -rf "$dir/ck/step-00000007" # as if it had died after step 7, before its fina
 "$mlp" "${args[@]}" "${c[@]}" --resume auto >"$dir/out3" 2>&1 || fail "resume: $(cat "$dir/out3")"
 grep -q "resumed from .* at step 5" "$dir/out3" || fail "did not resume from step 5: $(cat "$dir/out3")"
 "$check" "$dir/m2" "$dir/s2" 20 100 10 clip || fail "clipping and resume"
+
+# on resume only a regular file is cut back to the resumed step: a symbolic link stays one (its
+# target is rewritten), a FIFO is appended to (reading it waited for ever), as a device would be
+c=(--checkpoint-dir "$dir/ck4" --save-every 5)
+"$mlp" "${args[@]}" "${c[@]}" --max-steps 7 --log-steps "$dir/s4target" >"$dir/out7" 2>&1 || fail "run 7: $(cat "$dir/out7")"
+rm -rf "$dir/ck4/step-00000007"
+ln -s s4target "$dir/s4link"
+mkfifo "$dir/fifo"
+cat "$dir/fifo" >"$dir/fifo.out" &
+reader=$!
+timeout -k 5 60 "$mlp" "${args[@]}" "${c[@]}" --max-steps 9 --resume auto --log-steps "$dir/s4link" --metrics "$dir/fifo" \
+    >"$dir/out8" 2>&1 || fail "resume into a link and a FIFO (status $?): $(cat "$dir/out8")"
+wait $reader
+reader=
+[ -L "$dir/s4link" ] && [ -p "$dir/fifo" ] || fail "the resume replaced the link or the FIFO: $(ls -l "$dir")"
+[ "$(cut -d' ' -f1 "$dir/s4target" | tr '\n' ' ')" = "1 2 3 4 5 6 7 8 9 " ] ||
+    fail "the link's target holds steps $(cut -d' ' -f1 "$dir/s4target" | tr '\n' ' '), want 1 to 9 once"
+[ "$(grep -c '"step"' "$dir/fifo.out")" = 4 ] || fail "the FIFO got $(grep -c '"step"' "$dir/fifo.out") steps, want 4"
 
 if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
     "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --metrics "$dir/m3" --log-steps "$dir/s3" >"$dir/out4" 2>&1 ||
