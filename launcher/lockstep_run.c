@@ -118,6 +118,8 @@ static void usage(FILE *f) {
                "\n"
                "Forwarded to every rank when set: LOCKSTEP_*, NCCL_*, OMP_*, OPENBLAS_*, MKL_*,\n"
                "GOTO_NUM_THREADS, CUDA_VISIBLE_DEVICES (mpirun: -x NAME; srun: --export=ALL).\n"
+               "When lockstep-run's stderr is a terminal, the ranks get LOCKSTEP_STDERR_TTY=1 (theirs is\n"
+               "a pipe): the examples then show their progress line, as without a launcher.\n"
                "Threads: when several ranks share a host and none of OMP_NUM_THREADS,\n"
                "OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, GOTO_NUM_THREADS is set, each rank gets\n"
                "OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=max(1, CPUs / ranks on the host): one BLAS thread\n"
@@ -966,6 +968,13 @@ int main(int argc, char **argv) {
     /* Set before the command is built, so that mpirun forwards it (-x) like every LOCKSTEP_ variable. */
     if (o.max_restarts > 0 && setenv("LOCKSTEP_RESTART_COUNT", "0", 1)) {
         note("cannot set LOCKSTEP_RESTART_COUNT: %s", strerror(errno));
+        rc = 1;
+        goto done;
+    }
+    /* a rank's stderr is mpirun's or srun's pipe: tell rank 0 that its lines reach a terminal (the
+     * examples' progress line is on by default there); a value set by hand stays */
+    if (isatty(STDERR_FILENO) && !getenv("LOCKSTEP_STDERR_TTY") && setenv("LOCKSTEP_STDERR_TTY", "1", 1)) {
+        note("cannot set LOCKSTEP_STDERR_TTY: %s", strerror(errno));
         rc = 1;
         goto done;
     }

@@ -258,6 +258,7 @@ static void print_saved(ex_ckpt *c, int64_t step, double seconds, const char *mo
         if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) bytes += (double)sb.st_size;
     }
     if (d) closedir(d);
+    if (c->progress) fprintf(stderr, "\r%*s\r", 70, ""); /* a line of its own on a terminal */
     printf("%s: saved checkpoint %s (step %lld): %.1f MB in %.2f s%s\n", c->prog, c->path, (long long)step, bytes / 1e6,
            seconds, more);
     fflush(stdout);

@@ -96,14 +96,37 @@ double ex_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-ls_status ex_progress(ls_trainer *t, int64_t epoch, int64_t j, int64_t steps, int64_t seen, double elapsed_s) {
+ls_status ex_progress_decide(ls_comm *comm, int flag, int *on) {
+    /* rank 0's stderr decides, or lockstep-run's when rank 0's is mpirun's pipe (LOCKSTEP_STDERR_TTY) */
+    const char *tty = getenv("LOCKSTEP_STDERR_TTY");
+    int32_t v = flag >= 0 ? flag : isatty(STDERR_FILENO) || (tty && strcmp(tty, "1") == 0);
+    LS_CHECK(ls_comm_broadcast_host(comm, &v, 1, LS_I32, 0));
+    *on = v != 0;
+    return LS_OK;
+}
+
+ls_status ex_progress(ls_trainer *t, ls_comm *comm, int64_t epoch, int64_t j, int64_t steps, int64_t seen,
+                      double elapsed_s) {
     ls_train_totals tot;
     LS_CHECK(ls_trainer_totals_peek(t, &tot));
+    double v[2] = {tot.loss_sum, (double)tot.samples}; /* over the ranks, as the epoch line's */
+    LS_CHECK(ls_comm_allreduce_host(comm, v, 2, LS_F64, LS_REDUCE_SUM));
+    if (ls_comm_rank(comm) != 0) return LS_OK;
     char loss[32] = "-"; /* nothing has arrived yet */
-    if (tot.samples) snprintf(loss, sizeof loss, "%.4f", tot.loss_sum / (double)tot.samples);
+    if (v[1] > 0) snprintf(loss, sizeof loss, "%.4f", v[0] / v[1]);
     fprintf(stderr, "\repoch %d  step %lld/%lld  loss %s  %.0f samples/s   ", (int)epoch + 1, (long long)(j + 1),
             (long long)steps, loss, elapsed_s > 0 ? (double)seen / elapsed_s : 0.0);
     return LS_OK;
+}
+
+void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t steps) {
+    buf[0] = '\0';
+    if (j0 == 0 && j_end == steps) return;
+    const char *why = j0 > 0 && j_end < steps ? "resumed within the epoch, stopped at --max-steps"
+                      : j0 > 0                ? "resumed within the epoch"
+                                              : "stopped at --max-steps";
+    snprintf(buf, len, "  (train figures of steps %lld-%lld of %lld: %s)", (long long)j0 + 1, (long long)j_end,
+             (long long)steps, why);
 }
 
 int ex_fail(const char *prog, const char *what, ls_status s) {

@@ -45,10 +45,19 @@ int ex_nonempty(const char *prog, const char *flag, const char *s);
 double ex_now_s(void);
 /* Prints "PROG: WHAT: STATUS: the library's last error" to stderr; returns 1 (an exit status). */
 int ex_fail(const char *prog, const char *what, ls_status s);
-/* The progress line on stderr, rewritten in place: epoch (0-based), step j of steps, the epoch's
- * mean loss over the steps whose losses have reached the host (ls_trainer_totals_peek: no wait
- * for the device; "-" before any has) and samples/s (seen samples over elapsed_s). */
-ls_status ex_progress(ls_trainer *t, int64_t epoch, int64_t j, int64_t steps, int64_t seen, double elapsed_s);
+/* Whether the progress line is on, the same on every rank (collective): flag 1 or 0 (--progress,
+ * --no-progress), or -1: when rank 0's stderr is a terminal, or lockstep-run's was
+ * (LOCKSTEP_STDERR_TTY=1, which it sets: under mpirun a rank's stderr is a pipe). */
+ls_status ex_progress_decide(ls_comm *comm, int flag, int *on);
+/* The progress line, rewritten in place on rank 0's stderr (collective: call on every rank):
+ * epoch (0-based), step j of steps, the epoch's mean loss over the ranks' steps whose losses have
+ * reached the host (ls_trainer_totals_peek: no wait for the device; "-" before any has) and
+ * samples/s (seen samples over elapsed_s). */
+ls_status ex_progress(ls_trainer *t, ls_comm *comm, int64_t epoch, int64_t j, int64_t steps, int64_t seen,
+                      double elapsed_s);
+/* The epoch line's note when its train figures are of steps j0+1..j_end of steps only (resumed
+ * within the epoch, or stopped by --max-steps): "  (train figures of steps A-B of N: why)"; else "". */
+void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t steps);
 /* cfg->widths and n_stages from "32,64,128": 1 to LS_RESNET_MAX_STAGES positive channel counts;
  * else LS_ERR_INVALID_ARGUMENT naming --widths. */
 ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg);

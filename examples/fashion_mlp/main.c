@@ -93,8 +93,9 @@ static void usage(FILE *f) {
                "  --device D            cpu, cuda or cuda:N (default $LOCKSTEP_DEVICE, else GPU when usable)\n"
                "  --comm B              self, mpi or nccl (default $LOCKSTEP_COMM, else automatic)\n"
                "  --dump-params FILE    after training, rank 0 writes all parameters as raw f32\n" EX_CKPT_HELP_FLAGS
-               "  --progress / --no-progress  progress line: the epoch's mean loss so far and samples/s\n"
-               "                        (default: when stderr is a tty)\n"
+               "  --progress / --no-progress  progress line on rank 0: the epoch's mean loss so far over\n"
+               "                        the ranks and samples/s (default: when stderr is a terminal, or\n"
+               "                        lockstep-run's: LOCKSTEP_STDERR_TTY=1)\n"
                "  -h, --help            this text\n\n" EX_CKPT_HELP_CONTENTS "\n" EX_CKPT_HELP_PREEMPTION
                "\n" EX_HELP_SAME_OPTIONS("") "\n" EX_CKPT_HELP_ENV);
 }
@@ -388,8 +389,9 @@ int main(int argc, char **argv) {
     ck.dropout = o.dropout;
     TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
     TRY("--metrics", ex_metrics_open(&metrics, comm, o.metrics, ck.last_saved));
-    int progress = o.progress >= 0 ? o.progress : (rank == 0 && isatty(STDERR_FILENO));
-    ck.progress = progress;
+    int progress = 0;
+    TRY("--progress", ex_progress_decide(comm, o.progress, &progress));
+    ck.progress = progress && rank == 0;
     TRY("indices", ex_batcher_init(&bt, per_step));
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
     if (!test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));
@@ -411,7 +413,8 @@ int main(int argc, char **argv) {
         double t0 = ex_now_s();
         int64_t seen = 0;
         ls_train_totals tot;
-        /* resumed within this epoch: its train figures are of the steps from there on */
+        /* resumed within this epoch: its train figures are of the steps from there on (and to
+         * --max-steps: ex_epoch_part says so) */
         const int64_t j0 = epoch == start_epoch ? start_j : 0;
         int64_t j_end = j0;
         for (int64_t j = j0; j < steps && !ex_ckpt_done(&ck); j++) {
@@ -435,13 +438,13 @@ int main(int argc, char **argv) {
                 goto done;
             }
             if (progress && (j % 20 == 0 || j + 1 == steps))
-                TRY("progress", ex_progress(trainer, epoch, j, steps, seen, ex_now_s() - t0));
+                TRY("progress", ex_progress(trainer, comm, epoch, j, steps, seen, ex_now_s() - t0));
         }
         TRY("metrics", ls_trainer_totals(trainer, &tot, 1));
         double m[3] = {tot.loss_sum, (double)tot.correct, (double)tot.samples};
         if (ck.max_reached && seen == 0) break;
         double train_time = ex_now_s() - t0;
-        if (progress) fprintf(stderr, "\r%*s\r", 70, "");
+        if (ck.progress) fprintf(stderr, "\r%*s\r", 70, "");
         double ev[3];
         TRY("evaluation", evaluate(trainer, comm, test, test_idx, test_count, ev));
         TRY("metrics", ls_comm_allreduce_host(comm, m, 3, LS_F64, LS_REDUCE_SUM));
@@ -451,10 +454,8 @@ int main(int argc, char **argv) {
         TRY("metrics", ls_comm_allreduce_host(comm, &peak, 1, LS_F64, LS_REDUCE_MAX));
         if (rank == 0) {
             char pk[32];
-            char part[96] = "";
-            if (j0 > 0)
-                snprintf(part, sizeof part, "  (train figures of steps %lld-%lld: resumed within the epoch)",
-                         (long long)j0 + 1, (long long)j_end);
+            char part[128];
+            ex_epoch_part(part, sizeof part, j0, j_end, steps);
             printf("epoch %d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
                    "%.0f samples/s  %.2f s  peak memory %s%s%s",
                    (int)epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],

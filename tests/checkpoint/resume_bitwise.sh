@@ -40,14 +40,16 @@ expect_out "LOCKSTEP_CKPT_CRASH_AT=before-rename"
 train "$NP" "${A[@]}" --resume auto --max-steps 37 --save-every 20 --log-steps B.log --metrics B.json
 expect_rc 0
 expect_out "$NAME: resumed from $tmp/D/step-00000020 at step 20, epoch 1 (step 20 of 32 in the epoch)"
-# the epoch's train figures are of the steps since the resume, and say so
-expect_out "  (train figures of steps 21-32: resumed within the epoch)"
+# the epoch's train figures are of the steps since the resume, or to --max-steps, and say so
+expect_out "  (train figures of steps 21-32 of 32: resumed within the epoch)"
+expect_out "  (train figures of steps 1-5 of 32: stopped at --max-steps)"
 expect_out "$NAME: saved checkpoint $tmp/D/step-00000037 (step 37)"
 [ ! -e D/step-00000025.tmp ] || fail "the next save did not remove D/step-00000025.tmp"
 
 train "$NP" "${A[@]}" --resume auto --max-steps 40 --save-every 20 --log-steps B.log --metrics B.json \
     --dump-params B.bin
 expect_rc 0
+expect_out "  (train figures of steps 6-8 of 32: resumed within the epoch, stopped at --max-steps)"
 expect_out "$NAME: resumed from $tmp/D/step-00000037 at step 37, epoch 2 (step 5 of 32 in the epoch)"
 expect_out "$NAME: stopped at step 40 (--max-steps)"
 

@@ -64,6 +64,18 @@ if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
     "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --metrics "$dir/m3" --log-steps "$dir/s3" >"$dir/out4" 2>&1 ||
         fail "two ranks: $(cat "$dir/out4")"
     "$check" "$dir/m3" "$dir/s3" 20 100 10 noclip "$dir/out4" || fail "two ranks"
+    # the progress line: rank 0's alone, of the mean over the ranks (each rank printed its own
+    # loss), on by default where lockstep-run's stderr is a terminal (LOCKSTEP_STDERR_TTY=1)
+    for how in --progress tty; do
+        flag=(--progress)
+        [ $how = tty ] && flag=()
+        LOCKSTEP_STDERR_TTY=$([ $how = tty ] && echo 1 || echo 0) "$run" -n 2 "$mlp" "${args[@]:0:6}" \
+            --batch-size 50 "${flag[@]}" >"$dir/outp2" 2>"$dir/errp2" || fail "two ranks, $how: $(cat "$dir/errp2")"
+        lastp=$(tr '\r' '\n' <"$dir/errp2" | grep -E '^epoch 1  step 10/10  loss [0-9.]+ ' | sed 's/.*loss \([0-9.]*\) .*/\1/')
+        train1=$(grep '^epoch 1 ' "$dir/outp2" | sed 's/.*train loss \([0-9.]*\) .*/\1/')
+        [ -n "$lastp" ] && [ "$lastp" = "$train1" ] ||
+            fail "two ranks, $how: the progress lines' last losses '$lastp' (once), epoch 1's train loss '$train1'"
+    done
     # a CUDA build without a usable GPU says it runs on the CPU once a node, not once a rank
     want=0
     [ "$cuda_built" = 1 ] && grep -q "device cpu" "$dir/out4" && want=1

@@ -52,6 +52,22 @@ run "$LSR" --dry-run -v --launcher mpirun -n 1 true
 expect_out "$M -np 1$ROOTFLAG --bind-to none --map-by slot true"
 expect_err "launcher mpirun (--launcher), 1 rank"
 
+case_ "stderr a terminal: the ranks get LOCKSTEP_STDERR_TTY=1 (theirs is mpirun's pipe); a value set stays"
+if command -v script >/dev/null; then
+    # script(1) gives lockstep-run a terminal; the command line comes back through it with CRLF
+    run script -qec "'$LSR' --dry-run -n 2 -x OMP_NUM_THREADS=1 true" /dev/null
+    out=${out//$'\r'/}
+    expect_out "$M -np 2$ROOTFLAG$(oversub 2) --bind-to none --map-by slot -x LOCKSTEP_STDERR_TTY -x OMP_NUM_THREADS=1 true"
+    run script -qec "LOCKSTEP_STDERR_TTY=0 '$LSR' --launcher direct -n 1 sh -c 'echo tty=\$LOCKSTEP_STDERR_TTY'" /dev/null
+    out=${out//$'\r'/}
+    expect_out "tty=0"
+    run script -qec "'$LSR' --launcher direct -n 1 sh -c 'echo tty=\$LOCKSTEP_STDERR_TTY'" /dev/null
+    out=${out//$'\r'/}
+    expect_out "tty=1"
+fi
+run "$LSR" --launcher direct -n 1 sh -c 'echo tty=$LOCKSTEP_STDERR_TTY'
+expect_out "tty="
+
 case_ "quoting: a shell turns the printed line back into the same argv"
 printf '#!/bin/sh\nprintf "%%s\\0" "$@" >"%s/recorded"\n' "$tmp" >"$tmp/bin/recorder"
 chmod 755 "$tmp/bin/recorder"
