@@ -73,16 +73,18 @@ typedef struct lsr_signals {
 void lsr_signals_block(lsr_signals *s, int job);
 void lsr_signals_restore(const lsr_signals *s);
 
-/* Runs exe (argv its argument vector) as a child and waits for it. With job_id (srun inside that
- * Slurm job), SIGTERM and SIGINT go to the job's steps (the ranks) with scancel instead of letting
- * srun kill them. Without, the child runs in its own process group (stdin from /dev/null when it
- * is a terminal) and gets SIGTERM if lockstep-run dies (PR_SET_PDEATHSIG); every signal of the set
- * reaches it once, passed on by lockstep-run (a terminal's Ctrl-C included). A stop signal
- * (SIGTERM, SIGINT, SIGHUP, SIGQUIT) within a second of the one passed on is the same stop sent
- * twice and is dropped; with stop_once (mpirun) every later one is. *stopped gets the stop signal
- * passed on last, 0 if none. Returns the child's exit status (128 + signal when it was killed), or
- * -1 when it could not be started or waited for (errno). */
-int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int stop_once,
+/* Runs exe (argv its argument vector) as a child and waits for it. The child runs in its own
+ * process group (stdin from /dev/null when it is a terminal, SIGTTOU ignored) and gets SIGTERM if
+ * lockstep-run dies (PR_SET_PDEATHSIG); every signal of the set reaches the job once, passed on by
+ * lockstep-run (a terminal's Ctrl-C included). A stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT):
+ * with job_id (srun inside that Slurm job) it goes to the job's steps (the ranks) with scancel
+ * instead of letting srun kill them; with mpirun to mpirun's ranks on this host (SIGINT as
+ * SIGINT, the others as SIGTERM), or to mpirun when it has none here (then once only, and an exit
+ * status 1, mpirun's when signalled, becomes 128 + that signal); else to the child. A stop
+ * within a second of the one passed on is the same stop sent twice and is dropped. *stopped gets
+ * the stop signal passed on last, 0 if none. Returns the child's exit status (128 + signal when
+ * it was killed), or -1 when it could not be started or waited for (errno). */
+int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int mpirun,
                   int *stopped);
 
 /* Waits `seconds` (0: only looks); returns early with a stop signal (SIGTERM, SIGINT, SIGHUP,

@@ -11,9 +11,17 @@
  * With --max-restarts: mpirun, srun or the program itself runs as a child so that lockstep-run can
  * start it again when it fails; SIGTERM and SIGINT sent to lockstep-run are passed on to it.
  *
- * mpirun always runs as a child: Open MPI's mpirun takes a second SIGTERM or SIGINT as "abort now"
- * and exits without stopping its ranks, which then train on unseen (timeout(1) sends its signal
- * twice: to its child and to its process group). lockstep-run passes it one. */
+ * mpirun always runs as a child. A stop signal goes to its ranks on this host (its children with
+ * OMPI_COMM_WORLD_RANK in their environment), not to mpirun: signalled, Open MPI's mpirun kills
+ * its ranks 1 s later (odls_base_sigkill_timeout), too soon for a checkpoint of any size, and
+ * exits 1 whatever they exit with; a lockstep program's ranks agree each step on a stop that any
+ * rank got (ls_preempt_agree), so ranks on other hosts stop at the same step, and mpirun passes
+ * on their exit status (143, 130). Where it has no rank here yet, mpirun itself gets the signal,
+ * once: it takes a second SIGTERM or SIGINT as "abort now" and exits without stopping its ranks,
+ * which then train on unseen (timeout(1) sends its signal twice: to its child and to its
+ * process group). */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -50,6 +58,64 @@ static void forward(int sig, const char *job_id, pid_t srun) {
     kill(srun, sig);
 }
 
+/* 1 when /proc/PID/environ (this user's process) names an Open MPI rank. */
+static int is_mpi_rank(long pid) {
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    static const char key[] = "OMPI_COMM_WORLD_RANK=";
+    const size_t kl = sizeof key - 1;
+    size_t have = 0; /* bytes of an entry cut by the buffer's end, moved to its start */
+    int found = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + have, sizeof buf - have);
+        if (n <= 0) break;
+        size_t len = have + (size_t)n, i = 0;
+        while (i < len && !found) {
+            const char *e = memchr(buf + i, '\0', len - i);
+            if (!e) break;
+            found = (size_t)(e - (buf + i)) >= kl && memcmp(buf + i, key, kl) == 0;
+            i = (size_t)(e - buf) + 1;
+        }
+        if (found) break;
+        have = len - i < kl ? len - i : kl; /* only an entry's start can match */
+        memmove(buf, buf + len - have, have);
+    }
+    close(fd);
+    return found;
+}
+
+/* Sends sig to mpirun's children on this host that are ranks; returns how many got it. */
+static int signal_local_ranks(pid_t mpirun, int sig) {
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        char path[300], stat[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        ssize_t k = read(fd, stat, sizeof stat - 1);
+        close(fd);
+        if (k <= 0) continue;
+        stat[k] = '\0';
+        const char *rp = strrchr(stat, ')'); /* "pid (comm) state ppid ...": comm may hold anything */
+        long ppid = -1;
+        char state;
+        if (!rp || sscanf(rp + 1, " %c %ld", &state, &ppid) != 2 || ppid != (long)mpirun) continue;
+        long pid = strtol(e->d_name, NULL, 10);
+        if (is_mpi_rank(pid) && kill((pid_t)pid, sig) == 0) {
+            kill((pid_t)pid, SIGCONT); /* a stopped rank acts on it */
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
 void lsr_signals_block(lsr_signals *s, int job) {
     sigemptyset(&s->set);
     sigaddset(&s->set, SIGTERM);
@@ -77,67 +143,81 @@ static double mono_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int stop_once,
+int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int mpirun,
                   int *stopped) {
     *stopped = 0;
-    double stop_at = -1; /* when the first stop signal was passed on */
+    double stop_at = -1;    /* when the first stop signal was passed on */
+    int mpirun_stopped = 0; /* the stop signal that went to mpirun itself (it had no rank here) */
     fflush(NULL);
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
-        if (!job_id) {
-            /* Its own process group: a terminal's Ctrl-C, or a kill of lockstep-run's group, reaches
-             * lockstep-run alone, which passes it on once (a second SIGINT or SIGTERM stops a
-             * lockstep program at once, without its checkpoint; mpirun takes a second as "abort
-             * now"). A background group must not read the terminal: stdin from /dev/null then. */
-            setpgid(0, 0);
-            if (isatty(STDIN_FILENO)) {
-                int fd = open("/dev/null", O_RDONLY);
-                if (fd >= 0 && fd != STDIN_FILENO) {
-                    dup2(fd, STDIN_FILENO);
-                    close(fd);
-                }
+        /* Its own process group: a terminal's Ctrl-C, or a kill of lockstep-run's group, reaches
+         * lockstep-run alone, which passes it on once (a second SIGINT or SIGTERM stops a lockstep
+         * program at once, without its checkpoint; mpirun takes a second as "abort now"; srun takes
+         * a SIGTERM as "kill the step"). A background group must not read the terminal: stdin from
+         * /dev/null then; and it writes to it even under 'stty tostop' (SIGTTOU ignored, as the
+         * ranks' output reaches it through mpirun or srun): stopped, it would wait for ever, and
+         * so would lockstep-run. */
+        setpgid(0, 0);
+        if (isatty(STDIN_FILENO)) {
+            int fd = open("/dev/null", O_RDONLY);
+            if (fd >= 0 && fd != STDIN_FILENO) {
+                dup2(fd, STDIN_FILENO);
+                close(fd);
             }
-            /* lockstep-run killed outright (SIGKILL, the OOM killer) must not leave the job
-             * running unseen: the child gets SIGTERM then (mpirun passes it to the ranks). */
-            prctl(PR_SET_PDEATHSIG, SIGTERM);
-            if (getppid() != parent) _exit(128 + SIGTERM);
         }
+        signal(SIGTTOU, SIG_IGN);
+        /* lockstep-run killed outright (SIGKILL, the OOM killer) must not leave the job running
+         * unseen: the child gets SIGTERM then (mpirun passes it to the ranks). */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(128 + SIGTERM);
         sigprocmask(SIG_SETMASK, &sigs->old, NULL);
         execv(exe, argv);
         fprintf(stderr, "lockstep-run: cannot run %s: %s\n", exe, strerror(errno));
         _exit(errno == ENOENT ? 127 : 126);
     }
-    if (!job_id) setpgid(pid, pid); /* also here: no signal may find the child in our group */
+    setpgid(pid, pid); /* also here: no signal may find the child in our group */
     int st = 0;
     for (;;) {
         int sig = sigwaitinfo(&sigs->set, NULL);
         if (sig > 0 && sig != SIGCHLD) {
-            if (stop_signal(sig)) {
-                /* One stop, one signal passed on: the same stop often arrives twice (timeout(1) signals
-                 * its child and then its process group; a kill of the process and of its group), and
-                 * a second one stops a lockstep program without its checkpoint, and makes mpirun exit
-                 * at once, leaving its ranks running unseen (they trained on, saving checkpoints). A
-                 * repeat within a second is that duplicate; with stop_once (mpirun) any repeat is
-                 * dropped: mpirun is already ending the ranks (it kills them odls_base_sigkill_timeout
-                 * after the first). */
-                const double now = mono_now();
-                if (stop_at >= 0 && (stop_once || now - stop_at < 1.0)) {
-                    if (now - stop_at >= 1.0)
+            if (!stop_signal(sig)) { /* SIGUSR1, SIGUSR2: mpirun passes them to its ranks */
+                kill(pid, sig);
+                continue;
+            }
+            /* One stop, one signal passed on: the same stop often arrives twice (timeout(1) signals
+             * its child and then its process group; a kill of the process and of its group), and
+             * a second one stops a lockstep program without its checkpoint. A repeat within a
+             * second is that duplicate; a later one is passed on (a second stop: at once), but
+             * never to mpirun, which would exit and leave its ranks running (it is already ending
+             * them: it kills them odls_base_sigkill_timeout after the first). */
+            const double now = mono_now();
+            if (stop_at >= 0 && now - stop_at < 1.0) continue;
+            if (stop_at < 0) stop_at = now;
+            *stopped = sig;
+            if (job_id) {
+                forward(sig, job_id, pid);
+            } else if (mpirun) {
+                /* the ranks' stop: SIGINT stays (exit 130), the others become SIGTERM (143) */
+                const int to_ranks = sig == SIGINT ? SIGINT : SIGTERM;
+                if (mpirun_stopped || signal_local_ranks(pid, to_ranks) == 0) {
+                    if (mpirun_stopped) {
                         fprintf(stderr,
                                 "lockstep-run: SIG%s: not passed to mpirun, which is stopping the ranks since the "
                                 "first signal (a second would make it exit and leave them running)\n",
                                 sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
-                    continue;
+                        continue;
+                    }
+                    mpirun_stopped = to_ranks; /* no rank here: mpirun passes it to them */
+                    kill(pid, to_ranks);
+                    kill(pid, SIGCONT);
                 }
-                if (stop_at < 0) stop_at = now;
-                *stopped = sig;
-            }
-            if (job_id)
-                forward(sig, job_id, pid);
-            else
+            } else {
                 kill(pid, sig);
+                kill(pid, SIGCONT); /* a stopped child acts on it */
+            }
             continue;
         }
         if (sig < 0 && errno != EINTR) { /* no signals to wait for: wait for the child alone */
@@ -148,6 +228,14 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
         pid_t w = waitpid(pid, &st, WNOHANG);
         if (w == pid) break;
         if (w < 0 && errno != EINTR) return -1;
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 1 && mpirun_stopped) {
+        /* Open MPI's mpirun exits 1 when it is signalled, whatever its ranks exited with */
+        fprintf(stderr,
+                "lockstep-run: mpirun exited 1 after SIG%s, as it does when signalled: exit status %d (the "
+                "ranks' lines say whether they saved a checkpoint)\n",
+                sigabbrev_np(mpirun_stopped), 128 + mpirun_stopped);
+        return 128 + mpirun_stopped;
     }
     if (WIFEXITED(st)) return WEXITSTATUS(st);
     if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);

@@ -77,10 +77,10 @@ enum {
     "Preemption: on SIGTERM or SIGINT every rank finishes the current step, a checkpoint is written,\n"                \
     "\"received SIGTERM: finished step N, saved checkpoint DIR/step-0000000N; exiting\" is printed and\n"              \
     "the program exits with 128 + the signal number (143 for SIGTERM, 130 for SIGINT): run it again\n"                 \
-    "with --resume auto. A second signal stops at once. Under mpirun, a SIGTERM or SIGINT to mpirun\n"                 \
-    "reaches the ranks as SIGTERM and mpirun kills them 1 s later (Open MPI's odls_base_sigkill_timeout):\n"           \
-    "for longer saves run lockstep-run --mca odls_base_sigkill_timeout 60 (a crashed rank then takes\n"                \
-    "as long to bring the others down), or signal the ranks themselves, as Slurm does.\n"                              \
+    "with --resume auto. A second signal stops at once. A stop that reaches any rank stops them all.\n"                \
+    "Under lockstep-run, signal lockstep-run: it passes the signal to the ranks (mpirun's ranks on its\n"              \
+    "host, or the job's through scancel in Slurm). A SIGTERM to mpirun itself reaches the ranks, but\n"                \
+    "mpirun kills them 1 s later (Open MPI's odls_base_sigkill_timeout) and exits 1.\n"                                \
     "Exit status: 0 done, 1 error, 2 bad usage, 130/143 stopped by a signal after a checkpoint.\n"
 
 /* --help's paragraph on several ranks' options (extra: more that may differ, ", --x" each). */
