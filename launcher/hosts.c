@@ -13,7 +13,7 @@
 #define LSR_MAX_SLOTS 1000000
 
 int lsr_parse_int(const char *s, long lo, long hi, long *out) {
-    if (!s || !*s || isspace((unsigned char)*s)) return -1;
+    if (!s || (!isdigit((unsigned char)*s) && *s != '-')) return -1; /* no space, no '+' */
     errno = 0;
     char *end = NULL;
     long v = strtol(s, &end, 10);
@@ -73,6 +73,15 @@ static int parse_attr(char **pp, const char *path, int lineno, int *slots, int *
     while (*p && !isspace((unsigned char)*p)) p++;
     char saved = *p;
     *p = '\0';
+    if (klen == 8 && !strncmp(key, "username", 8)) { /* Open MPI's, for ssh: any non-empty name */
+        *p = saved;
+        if (!*val || isspace((unsigned char)*val)) {
+            snprintf(err, errlen, "%s:%d: username= has no value", path, lineno);
+            return -1;
+        }
+        *pp = p;
+        return 0;
+    }
     long v = 0;
     int bad = lsr_parse_int(val, 1, LSR_MAX_SLOTS, &v);
     int *dst = NULL;
@@ -82,8 +91,8 @@ static int parse_attr(char **pp, const char *path, int lineno, int *slots, int *
     else if ((klen == 9 && (!strncmp(key, "max_slots", 9) || !strncmp(key, "max-slots", 9))))
         dst = max_slots;
     if (!dst) {
-        snprintf(err, errlen, "%s:%d: unknown attribute '%.*s' (expected slots=N or max_slots=N)", path, lineno,
-                 (int)klen, key);
+        snprintf(err, errlen, "%s:%d: unknown attribute '%.*s' (expected slots=N, max_slots=N or username=U)", path,
+                 lineno, (int)klen, key);
         *p = saved;
         return -1;
     }
@@ -112,6 +121,7 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
     char *line = NULL;
     size_t cap = 0;
     int lineno = 0, rc = 0;
+    int *first_line = NULL; /* per entry of out: the line its host was first listed on */
     while (getline(&line, &cap, f) >= 0) {
         lineno++;
         char *hash = strchr(line, '#');
@@ -124,6 +134,17 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
         size_t nlen = (size_t)(p - name);
         if (!host_name_ok(name, nlen, 1)) {
             snprintf(err, errlen, "%s:%d: '%.*s' is not a host name", path, lineno, (int)nlen, name);
+            rc = -1;
+            break;
+        }
+        /* a colon belongs to IPv6 addresses (two or more); "host:N" is --hosts' form, which
+         * mpirun reads as a host named "host:N" */
+        const char *colon = memchr(name, ':', nlen);
+        if (colon && !memchr(colon + 1, ':', nlen - (size_t)(colon + 1 - name))) {
+            snprintf(err, errlen,
+                     "%s:%d: '%.*s': a hostfile gives slots as '%.*s slots=%.*s' (host:N is --hosts' form)", path,
+                     lineno, (int)nlen, name, (int)(colon - name), name, (int)(nlen - (size_t)(colon + 1 - name)),
+                     colon + 1);
             rc = -1;
             break;
         }
@@ -142,8 +163,29 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
             rc = -1;
             break;
         }
+        /* Open MPI refuses a line with slots= for a host listed before ("multiple definitions of the
+         * slot count"); bare repeats add one slot each */
+        size_t k = 0;
+        while (k < out->n && (strlen(out->v[k].name) != nlen || memcmp(out->v[k].name, name, nlen))) k++;
+        if (k < out->n && slots) {
+            snprintf(err, errlen,
+                     "%s:%d: '%.*s' is listed again with slots=%d (first on line %d): Open MPI refuses a second "
+                     "slot count for a host; give its total on one line",
+                     path, lineno, (int)nlen, name, slots, first_line[k]);
+            rc = -1;
+            break;
+        }
         hostlist_add(out, name, nlen, slots);
+        int *fl = realloc(first_line, out->n * sizeof *fl);
+        if (!fl) {
+            snprintf(err, errlen, "out of memory reading hostfile '%s'", path);
+            rc = -1;
+            break;
+        }
+        first_line = fl;
+        first_line[out->n - 1] = k < out->n - 1 ? first_line[k] : lineno;
     }
+    free(first_line);
     if (!rc && ferror(f)) {
         snprintf(err, errlen, "cannot read hostfile '%s': %s", path, strerror(errno));
         rc = -1;

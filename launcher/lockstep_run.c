@@ -78,8 +78,9 @@ static void usage(FILE *f) {
                "  -n, --np N           ranks to start (default: one per GPU this host may use; 1 on a\n"
                "                       host without GPUs; the sum of slots with --hostfile/--hosts; the\n"
                "                       job's SLURM_NTASKS under Slurm)\n"
-               "      --hostfile FILE  Open MPI hostfile: 'host [slots=N] [max_slots=N]' per line, '#'\n"
-               "                       comments; checked before mpirun starts\n"
+               "      --hostfile FILE  Open MPI hostfile: 'host [slots=N] [max_slots=N] [username=U]' per\n"
+               "                       line, '#' comments; checked before mpirun starts (a host's slots=\n"
+               "                       on one line only; a bare repeat adds a slot)\n"
                "      --hosts LIST     hosts as host[:slots],... e.g. node1:4,node2:4 (slots default 1;\n"
                "                       --host, as in mpirun, is the same option)\n"
                "      --launcher L     auto (default), mpirun, srun or direct (run program itself;\n"
@@ -796,12 +797,17 @@ static void build_mpirun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) 
     if (geteuid() == 0) lsr_strvec_push(cmd, "--allow-run-as-root");
     /* Without hosts Open MPI offers one slot per core of this host. */
     int cores = p->hosts.n ? 0 : lsr_count_cores();
-    if (o->oversubscribe || (!p->hosts.n && p->np > cores)) {
+    const int oversub = o->oversubscribe || (!p->hosts.n && p->np > cores);
+    if (oversub) {
         lsr_strvec_push(cmd, "--oversubscribe");
         if (o->verbose && !o->oversubscribe) note("%ld ranks on %d core(s): adding --oversubscribe", p->np, cores);
     }
     lsr_strvec_push(cmd, "--bind-to");
-    lsr_strvec_push(cmd, o->bind ? o->bind : "none");
+    /* more ranks than cores bound to cores (or sockets): mpirun refuses unless overload is allowed */
+    if (oversub && o->bind && strcmp(o->bind, "none"))
+        lsr_strvec_pushf(cmd, "%s:overload-allowed", o->bind);
+    else
+        lsr_strvec_push(cmd, o->bind ? o->bind : "none");
     lsr_strvec_push(cmd, "--map-by");
     lsr_strvec_push(cmd, "slot");
     for (size_t k = 0; p->hosts.n && k < sizeof lsr_keepalive / sizeof lsr_keepalive[0]; k++) {
@@ -934,17 +940,18 @@ static int supervise(const lsr_opts *o, lsr_launcher launcher, const char *exe, 
 int main(int argc, char **argv) {
     lsr_opts o = {0};
     o.restart_delay = RESTART_DELAY_DEFAULT;
-    const char *env_launcher = getenv("LOCKSTEP_LAUNCHER");
-    if (env_launcher && *env_launcher) {
-        o.launcher = parse_launcher(env_launcher, "LOCKSTEP_LAUNCHER");
-        o.launcher_src = "LOCKSTEP_LAUNCHER";
-    }
+
     const char *env_mpirun = getenv("LOCKSTEP_MPIRUN");
     if (env_mpirun && *env_mpirun) {
         o.mpirun = env_mpirun;
         o.mpirun_src = "LOCKSTEP_MPIRUN";
     }
     parse_args(argc, argv, &o);
+    const char *env_launcher = getenv("LOCKSTEP_LAUNCHER");
+    if (!o.launcher_src && env_launcher && *env_launcher) { /* the flag wins, even over a bad value */
+        o.launcher = parse_launcher(env_launcher, "LOCKSTEP_LAUNCHER");
+        o.launcher_src = "LOCKSTEP_LAUNCHER";
+    }
 
     lsr_plan p = {0};
     lsr_strvec cmd = {0}, env = {0};
@@ -1027,7 +1034,10 @@ int main(int argc, char **argv) {
     }
     execv(exe, cmd.v);
     int e = errno;
-    note("cannot run %s: %s", exe, strerror(e));
+    if (e == ENOENT && access(exe, F_OK) == 0) /* the file is there: its #! interpreter or loader is not */
+        note("cannot run %s: its interpreter (the #! line) or dynamic loader was not found", exe);
+    else
+        note("cannot run %s: %s", exe, strerror(e));
     rc = e == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
 done:
     lsr_strvec_free(&cmd);

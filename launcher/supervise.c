@@ -175,7 +175,12 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
         if (getppid() != parent) _exit(128 + SIGTERM);
         sigprocmask(SIG_SETMASK, &sigs->old, NULL);
         execv(exe, argv);
-        fprintf(stderr, "lockstep-run: cannot run %s: %s\n", exe, strerror(errno));
+        if (errno == ENOENT && access(exe, F_OK) == 0) /* there: its #! interpreter or loader is not */
+            fprintf(stderr,
+                    "lockstep-run: cannot run %s: its interpreter (the #! line) or dynamic loader was not found\n",
+                    exe);
+        else
+            fprintf(stderr, "lockstep-run: cannot run %s: %s\n", exe, strerror(errno));
         _exit(errno == ENOENT ? 127 : 126);
     }
     setpgid(pid, pid); /* also here: no signal may find the child in our group */

@@ -35,7 +35,16 @@ case_ "-x, --mca (both forms), --bind, --oversubscribe"
 T=$(threads 2)
 run LOCKSTEP_LOG=info "$LSR" --dry-run -n 2 -x LOCKSTEP_LOG -x HOME -x LS_TEST_EXTRA=a,b \
     --mca btl self,tcp --mca btl_tcp_if_include=10.0.0.0/24 --bind core --oversubscribe true
-expect_out "$M -np 2$ROOTFLAG --oversubscribe --bind-to core --map-by slot --mca btl self,tcp --mca btl_tcp_if_include 10.0.0.0/24 -x LOCKSTEP_LOG -x HOME -x LS_TEST_EXTRA=a,b -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THREADS=$T true"
+expect_out "$M -np 2$ROOTFLAG --oversubscribe --bind-to core:overload-allowed --map-by slot --mca btl self,tcp --mca btl_tcp_if_include 10.0.0.0/24 -x LOCKSTEP_LOG -x HOME -x LS_TEST_EXTRA=a,b -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THREADS=$T true"
+
+case_ "--bind core or socket with more ranks than cores: overload allowed (mpirun refused to start)"
+run "$LSR" --dry-run -n $((CORES + 1)) -x OMP_NUM_THREADS=1 --bind socket true
+expect_out "$M -np $((CORES + 1))$ROOTFLAG --oversubscribe --bind-to socket:overload-allowed --map-by slot -x OMP_NUM_THREADS=1 true"
+run "$LSR" --dry-run -n 1 -x OMP_NUM_THREADS=1 --launcher mpirun --bind core true
+expect_out "$M -np 1$ROOTFLAG --bind-to core --map-by slot -x OMP_NUM_THREADS=1 true"
+run LOCKSTEP_LAUNCHER=bogus "$LSR" --dry-run -n 1 -x OMP_NUM_THREADS=1 --launcher mpirun true
+expect_rc 0
+expect_out "$M -np 1$ROOTFLAG --bind-to none --map-by slot -x LOCKSTEP_LAUNCHER -x OMP_NUM_THREADS=1 true"
 
 case_ "mpirun from --mpirun NAME, LOCKSTEP_MPIRUN, the flag winning"
 fake mpirun2

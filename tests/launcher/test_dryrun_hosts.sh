@@ -65,7 +65,7 @@ case_ "a host named twice has the slots of both: its ranks share its CPUs"
 T=$(threads 2)
 run "$LSR" --dry-run --hosts node1,node1 true
 expect_out "$M -np 2 --host node1,node1$ROOTFLAG --bind-to none --map-by slot$KA -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THREADS=$T true"
-printf 'a slots=1\nb slots=1\na slots=1\n' >"$tmp/twice.txt"
+printf 'a slots=1\nb slots=1\na\n' >"$tmp/twice.txt"
 run "$LSR" --dry-run -n 2 --hostfile "$tmp/twice.txt" true
 expect_out "$M -np 2 --hostfile $tmp/twice.txt$ROOTFLAG --bind-to none --map-by slot$KA -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THREADS=$T true"
 T3=$(threads 3)

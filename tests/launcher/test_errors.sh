@@ -49,7 +49,7 @@ err 2 "$HF:1: slots must be a positive integer, got '0'" --hostfile "$HF" true
 printf 'node1 slots=\n' >"$HF"
 err 2 "$HF:1: slots must be a positive integer, got ''" --hostfile "$HF" true
 printf '\nnode1 cores=3\n' >"$HF"
-err 2 "$HF:2: unknown attribute 'cores' (expected slots=N or max_slots=N)" --hostfile "$HF" true
+err 2 "$HF:2: unknown attribute 'cores' (expected slots=N, max_slots=N or username=U)" --hostfile "$HF" true
 printf 'node1 2\n' >"$HF"
 err 2 "$HF:1: expected 'slots=N' after the host name, got '2'" --hostfile "$HF" true
 printf 'no$de slots=1\n' >"$HF"
@@ -60,6 +60,16 @@ printf 'node1 slots=2 slots=3\n' >"$HF"
 err 2 "$HF:1: the slot count given twice" --hostfile "$HF" true
 printf 'node1 max_slots=2 max-slots=3\n' >"$HF"
 err 2 "$HF:1: max_slots given twice" --hostfile "$HF" true
+# what mpirun refuses after starting ("multiple definitions of the slot count", "illegal
+# character in node name"), refused before
+printf 'a slots=2\nb\na slots=1\n' >"$HF"
+err 2 "$HF:3: 'a' is listed again with slots=1 (first on line 1): Open MPI refuses a second slot count for a host; give its total on one line" --hostfile "$HF" true
+printf 'a\na slots=1\n' >"$HF"
+err 2 "$HF:2: 'a' is listed again with slots=1 (first on line 1)" --hostfile "$HF" true
+printf 'node1:4\n' >"$HF"
+err 2 "$HF:1: 'node1:4': a hostfile gives slots as 'node1 slots=4' (host:N is --hosts' form)" --hostfile "$HF" true
+printf 'node1 username=\n' >"$HF"
+err 2 "$HF:1: username= has no value" --hostfile "$HF" true
 printf '# nothing\n\n' >"$HF"
 err 2 "hostfile '$HF' names no hosts" --hostfile "$HF" true
 err 2 "option '--hostfile' needs a value" --hostfile
@@ -68,6 +78,8 @@ err 2 "option '--hostfile' needs a value" --hostfile
 err 2 "--hosts: slots in 'a:0' must be a positive integer (in 'a:0')" --hosts a:0 true
 err 2 "--hosts: slots in 'b:x' must be a positive integer (in 'a:1,b:x')" --hosts a:1,b:x true
 err 2 "--hosts: slots in 'a:2:3' must be a positive integer" --hosts a:2:3 true
+err 2 "--hosts: slots in 'a:+2' must be a positive integer" --hosts a:+2 true
+err 2 "-n/--np must be a whole number from 1 to 1000000, got '+2'" -n +2 true
 err 2 "--hosts: '' is not host[:slots] (in 'a,,b')" --hosts a,,b true
 err 2 "--hosts: 'a b' is not host[:slots]" --hosts 'a b' true
 err 2 "--hosts: ':2' is not host[:slots]" --hosts :2 true
@@ -89,6 +101,11 @@ err 2 "-n 2 needs mpirun, which was not found in PATH; install Open MPI (openmpi
 err 2 "--hosts needs mpirun, which was not found in PATH" PATH="$tmp/empty" --hosts a,b /bin/true
 err 2 "--launcher direct runs one process on this host; -n 2 needs mpirun or srun" --launcher direct -n 2 true
 err 2 "LOCKSTEP_LAUNCHER direct runs one process on this host" LOCKSTEP_LAUNCHER=direct -n 2 true
+
+# a program that is there but whose #! interpreter is not: not "No such file or directory"
+printf '#!/nonexistent/interpreter\n' >"$tmp/badinterp"
+chmod 755 "$tmp/badinterp"
+err 127 "cannot run $tmp/badinterp: its interpreter (the #! line) or dynamic loader was not found" -n 1 "$tmp/badinterp"
 
 # Other options.
 err 2 "unknown or ambiguous option '--bogus' (see lockstep-run --help)" --bogus true
