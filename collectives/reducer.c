@@ -556,9 +556,11 @@ ls_status ls_reducer_create_to_owners(ls_comm *c, ls_ctx *ctx, int n, ls_tensor 
     free(nbytes);
     int runs = 0;
     for (int k = 0; k < r->nb; k++) runs += r->b[k].nruns;
-    LS_LOG_D("gradient reducer: %d gradients in %d buckets (first cap %zu B, cap %zu B), %d of them views%s%d%s", n,
-             r->nb, rc.first_bucket_bytes, rc.bucket_bytes, views, owners ? ", reduced to their owners in " : "",
-             owners ? runs : 0, owners ? " runs" : "");
+    char own[64] = "";
+    if (owners) snprintf(own, sizeof own, ", reduced to their owners in %d runs", runs);
+    LS_LOG_D("gradient reducer: %d gradients in %d buckets (first cap %zu B, cap %zu B), %d of the gradients views "
+             "into their bucket%s",
+             n, r->nb, rc.first_bucket_bytes, rc.bucket_bytes, views, own);
     *out = r;
     return LS_OK;
 fail:

@@ -24,6 +24,10 @@ static FILE *tl_f;
 static char tl_path[4096];
 static int tl_pid, tl_gen, tl_next_tid, tl_first, tl_nlanes;
 static char tl_lanes[TL_LANES][TL_NAME];
+/* Named threads' rows: a thread of a name seen before (each --save-async save's writer) takes that
+ * row, not one more of the same name. */
+static char tl_rows[TL_LANES][TL_NAME];
+static int tl_row_tid[TL_LANES], tl_nrows;
 
 static _Thread_local int tl_my_gen, tl_my_tid;
 static _Thread_local char tl_my_name[TL_NAME];
@@ -118,7 +122,13 @@ static void tl_meta_thread(int tid, const char *name) {
 static int tl_tid(void) {
     if (tl_my_gen != tl_gen) {
         tl_my_gen = tl_gen;
+        for (int i = 0; tl_my_name[0] && i < tl_nrows; i++)
+            if (strcmp(tl_rows[i], tl_my_name) == 0) return tl_my_tid = tl_row_tid[i];
         tl_my_tid = tl_next_tid++;
+        if (tl_my_name[0] && tl_nrows < TL_LANES) {
+            snprintf(tl_rows[tl_nrows], TL_NAME, "%s", tl_my_name);
+            tl_row_tid[tl_nrows++] = tl_my_tid;
+        }
         char dflt[32] = "main";
         if (tl_my_tid > 1) snprintf(dflt, sizeof dflt, "thread %d", tl_my_tid);
         tl_meta_thread(tl_my_tid, tl_my_name[0] ? tl_my_name : dflt);
@@ -162,6 +172,7 @@ ls_status ls_timeline_open(const char *path, int rank) {
     tl_next_tid = 1;
     tl_first = 1;
     tl_nlanes = 0;
+    tl_nrows = 0;
     setvbuf(tl_f, NULL, _IONBF, 0); /* tl_buf is the buffer: whole events at a time */
     tl_len = 0;
     tl_put("[\n", 2);

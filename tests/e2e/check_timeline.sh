@@ -20,6 +20,15 @@ fail() { echo "FAIL: $*"; exit 1; }
 LOCKSTEP_TIMELINE="$dir/one.json" "$mlp" "${args[@]}" >"$dir/out1" 2>&1 || fail "one rank: $(cat "$dir/out1")"
 "$check" "$dir/one.json" 0 10 0 || fail "one rank"
 
+# --save-async: each save's writer thread is a new thread, on the one row "checkpoint writer" (a
+# row each, all of that name, before)
+LOCKSTEP_TIMELINE="$dir/async.json" "$mlp" "${args[@]}" --save-every 2 --save-async --checkpoint-dir "$dir/ck" \
+    >"$dir/outa" 2>&1 || fail "--save-async: $(cat "$dir/outa")"
+rows=$(grep -o '"thread_name","ph":"M","pid":0,"tid":[0-9]*,"args":{"name":"checkpoint writer"}' "$dir/async.json" |
+    sort -u | wc -l)
+saves=$(grep -c '"name":"checkpoint write"' "$dir/async.json")
+[ "$rows" = 1 ] || fail "--save-async: $rows rows named checkpoint writer ($saves saves): $(grep -o '"tid":[0-9]*,"args":{"name":"[^"]*"' "$dir/async.json" | tr '\n' ' ')"
+
 if [ -n "$summary" ] && command -v python3 >/dev/null; then
     python3 "$summary" --skip 2 "$dir/one.json" >"$dir/sum1" 2>&1 || fail "timeline_summary: $(cat "$dir/sum1")"
     cat "$dir/sum1"
