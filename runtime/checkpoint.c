@@ -2379,6 +2379,11 @@ ls_status ls_ckpt_save_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep
                  !ctx     ? "the context"
                  : !model ? "the model"
                           : "the state");
+    /* it wrote an empty optimizer.safetensors beside a state.json naming the optimizer: a
+     * checkpoint its own resume refused, with a message about missing momentum */
+    LS_CHECK_ARG(opt, "ls_ckpt_save: the optimizer is NULL: a checkpoint holds its state, to resume from (the "
+                      "weights alone: ls_safetensors_write)");
+    LS_CHECK_ARG(keep_last >= 0, "ls_ckpt_save: keep_last %d is negative (0 keeps every checkpoint)", keep_last);
     LS_CHECK(check_state(state));
     ckpt_result r;
     memset(&r, 0, sizeof r);
@@ -2603,6 +2608,9 @@ ls_status ls_ckpt_save_async(ls_ckpt_async *a, ls_comm *comm, ls_ctx *ctx, const
                  : !ctx   ? "the context"
                  : !model ? "the model"
                           : "the state");
+    LS_CHECK_ARG(opt, "ls_ckpt_save_async: the optimizer is NULL: a checkpoint holds its state, to resume from (the "
+                      "weights alone: ls_safetensors_write)");
+    LS_CHECK_ARG(keep_last >= 0, "ls_ckpt_save_async: keep_last %d is negative (0 keeps every checkpoint)", keep_last);
     LS_CHECK(check_state(state));
     LS_CHECK(ls_ckpt_async_wait(a, comm, NULL));
     double t0 = now_s();

@@ -192,8 +192,9 @@ typedef struct ls_ckpt_state {
 } ls_ckpt_state;
 
 /* Collective (comm NULL: one process). Writes DIR/step-<state->step> as above (DIR created if
- * missing), then prunes to keep_last (0: keep all). Rank 0's model and optimizer are saved.
- * path_out (may be NULL) receives the checkpoint's directory. */
+ * missing), then prunes to keep_last (0: keep all; negative: an error). Rank 0's model and
+ * optimizer (not NULL: its state is what a resume needs) are saved. path_out (may be NULL)
+ * receives the checkpoint's directory. */
 ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
                        const ls_ckpt_state *state, char *path_out, size_t path_len);
 /* The same with an EMA of the weights (ema may be NULL: as ls_ckpt_save): its averages also go to

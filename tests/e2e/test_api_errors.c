@@ -12,6 +12,7 @@
  * - ls_trainer_evaluate with a negative count, NULL data sets and indices, and a bad index in a
  *   later chunk (the error; then the same sums as before it);
  * - a sequential container given the same child twice (it was destroyed twice), or a NULL one;
+ * - a checkpoint saved without an optimizer (ls_ckpt_save wrote one its resume refused);
  * - a NULL context given to a layer's builder (LS_OK, then a crash at the first forward), a linear
  *   layer of f16, bf16 or u8 parameters (a heap overflow before the refusal), a tensor of a dtype
  *   that is none;
@@ -335,6 +336,15 @@ int main(void) {
     LS_EXPECT_ERR(ls_tensor_create(c->alloc, (ls_dtype)42, 1, (int64_t[]){8}, "odd", &odd), LS_ERR_INVALID_ARGUMENT,
                   "odd: unknown dtype 42");
     LS_EXPECT(odd == NULL);
+
+    /* a checkpoint without its optimizer: it was written (an empty optimizer.safetensors), and its
+     * resume failed on a missing "momentum" */
+    ls_ckpt_state cst;
+    memset(&cst, 0, sizeof cst);
+    cst.world_size = cst.batch_per_rank = cst.accum_steps = cst.steps_per_epoch = 1;
+    cst.optim = ls_optim_defaults(LS_OPTIM_ADAMW);
+    LS_EXPECT_ERR(ls_ckpt_save(NULL, c, "/tmp/ls_api_no_opt", 1, a, NULL, &cst, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                  "ls_ckpt_save: the optimizer is NULL");
 
     /* memory */
     void *p = NULL;
