@@ -17,7 +17,8 @@
 
 struct ls_trainer {
     ls_ctx *ctx;
-    ls_comm *comm; /* NULL or world 1: no exchange */
+    int32_t classes; /* the loaded batch's data set's classes (its labels are below) */
+    ls_comm *comm;   /* NULL or world 1: no exchange */
     ls_module *model;
     ls_optimizer *opt;
     ls_train_config cfg;
@@ -921,6 +922,7 @@ static ls_status grow_indices(int64_t **idx, int64_t *cap, int64_t n) {
  * leave a prefetched batch where it is. */
 static ls_status load_batch(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t n, int first) {
     struct dev_data *dd = NULL;
+    t->classes = data->num_classes;
     LS_CHECK(device_data(t, data, &dd));
     LS_CHECK(ensure_buffers(t, n, data->features));
     if (!uses_buffers(t)) {
@@ -1075,6 +1077,18 @@ static ls_status read_loss(ls_trainer *t, int64_t n, ls_step_stats *st) {
     return LS_OK;
 }
 
+/* The model gives a score per class of the data set: a narrower output failed in the loss on the
+ * first label past it ("label 4 of sample 0 is outside [0, 3)"), naming neither. */
+static ls_status check_classes(const ls_trainer *t, const ls_tensor *logits) {
+    const int64_t width = logits->shape[1];
+    if (logits->ndim == 2 && width < t->classes) /* other shapes: the loss says what it takes */
+        return ls_error(LS_ERR_MISMATCH,
+                        "the model's output has %lld value%s a sample but the data set has %d classes (labels 0 to "
+                        "%d): its last layer needs %d outputs",
+                        (long long)width, width == 1 ? "" : "s", (int)t->classes, (int)t->classes - 1, (int)t->classes);
+    return LS_OK;
+}
+
 /* Forward and backward of the loaded micro-batch, its loss scaled by scale; the correct count
  * too when count (the caller reads the step's stats). */
 static ls_status forward_backward(ls_trainer *t, double scale, const double *scale_num, int count) {
@@ -1082,6 +1096,7 @@ static ls_status forward_backward(ls_trainer *t, double scale, const double *sca
     const ls_tensor *in, *logits, *dlogits;
     LS_CHECK(model_input(t, &in));
     LS_CHECK(ls_module_forward(t->model, in, &logits));
+    LS_CHECK(check_classes(t, logits));
     /* loss and count stay on the device until the work after them is queued: a GPU runs
      * forward, backward (and, on the last micro-batch, the optimizer) without a wait */
     LS_CHECK(ls_xent_forward(t->loss, logits, t->y, NULL));
@@ -1347,6 +1362,7 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
         if (s != LS_OK) break;
         s = model_input(t, &in);
         if (s == LS_OK) s = ls_module_forward(t->model, in, &logits);
+        if (s == LS_OK) s = check_classes(t, logits);
         if (s == LS_OK) s = ls_xent_forward(t->loss, logits, t->y, NULL);
         if (s == LS_OK) s = ls_xent_correct(t->loss, logits, t->y, NULL);
         if (s == LS_OK) s = ls_xent_download(t->loss, slot, d->mem, dslot_counts(t, d), &q[slot].dtype, &q[slot].count);

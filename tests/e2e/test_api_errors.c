@@ -12,6 +12,7 @@
  * - ls_trainer_evaluate with a negative count, NULL data sets and indices, and a bad index in a
  *   later chunk (the error; then the same sums as before it);
  * - a sequential container given the same child twice (it was destroyed twice), or a NULL one;
+ * - a model with fewer outputs than the data set's classes (an error on some label, naming neither);
  * - a checkpoint saved without an optimizer (ls_ckpt_save wrote one its resume refused);
  * - a NULL context given to a layer's builder (LS_OK, then a crash at the first forward), a linear
  *   layer of f16, bf16 or u8 parameters (a heap overflow before the refusal), a tensor of a dtype
@@ -336,6 +337,34 @@ int main(void) {
     LS_EXPECT_ERR(ls_tensor_create(c->alloc, (ls_dtype)42, 1, (int64_t[]){8}, "odd", &odd), LS_ERR_INVALID_ARGUMENT,
                   "odd: unknown dtype 42");
     LS_EXPECT(odd == NULL);
+
+    /* a model narrower than the data set's classes: named, at the step and in evaluation (the loss
+     * said "label 4 of sample 0 is outside [0, 3)") */
+    {
+        ls_module *narrow_m = NULL;
+        ls_optimizer *narrow_o = NULL;
+        ls_trainer *narrow_t = NULL;
+        LS_REQUIRE_OK(ls_mlp_create(c, LS_F32, 3, (int64_t[]){F, 8, 3}, LS_ACT_RELU, 1, &narrow_m));
+        ls_tensor *np_[4], *ng_[4];
+        for (int i = 0; i < 4; i++) {
+            np_[i] = ls_module_param(narrow_m, i);
+            ng_[i] = ls_module_grad(narrow_m, i);
+        }
+        ls_optim_config noc = ls_optim_defaults(LS_OPTIM_SGD);
+        LS_REQUIRE_OK(ls_optimizer_create(c, 4, np_, ng_, &noc, &narrow_o));
+        ls_train_config ntc = config();
+        LS_REQUIRE_OK(ls_trainer_create(c, NULL, narrow_m, narrow_o, &ntc, &narrow_t));
+        const char *want = "the model's output has 3 values a sample but the data set has 10 classes (labels 0 to "
+                           "9): its last layer needs 10 outputs";
+        ls_step_stats nst;
+        LS_EXPECT_ERR(ls_trainer_step(narrow_t, d, idx, 8, 8, &nst), LS_ERR_MISMATCH, want);
+        double nl = 0;
+        int64_t nc = 0;
+        LS_EXPECT_ERR(ls_trainer_evaluate(narrow_t, d, idx, 8, &nl, &nc), LS_ERR_MISMATCH, want);
+        ls_trainer_destroy(narrow_t);
+        ls_optimizer_destroy(narrow_o);
+        ls_module_destroy(narrow_m);
+    }
 
     /* a checkpoint without its optimizer: it was written (an empty optimizer.safetensors), and its
      * resume failed on a missing "momentum" */
