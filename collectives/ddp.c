@@ -179,13 +179,16 @@ ls_status ls_ddp_check_signature(ls_comm *c, int n, ls_tensor *const *params, co
     return s;
 }
 
-ls_status ls_ddp_sum_metrics(ls_comm *c, double *vals, int n) {
-    if (n < 0 || (n > 0 && !vals)) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ddp_sum_metrics: bad values (%d)", n);
+static ls_status sum_metrics(const char *fn, ls_comm *c, double *vals, int n) {
+    if (n < 0 || (n > 0 && !vals))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: %s", fn, n < 0 ? "a negative count" : "the values are NULL");
     return ls_comm_allreduce_host(c, vals, n, LS_F64, LS_REDUCE_SUM);
 }
 
+ls_status ls_ddp_sum_metrics(ls_comm *c, double *vals, int n) { return sum_metrics("ls_ddp_sum_metrics", c, vals, n); }
+
 ls_status ls_ddp_average_metrics(ls_comm *c, double *vals, int n) {
-    LS_CHECK(ls_ddp_sum_metrics(c, vals, n));
+    LS_CHECK(sum_metrics("ls_ddp_average_metrics", c, vals, n));
     const int world = ls_comm_world(c);
     for (int i = 0; i < n; i++) vals[i] /= world;
     return LS_OK;

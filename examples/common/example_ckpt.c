@@ -206,7 +206,7 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
         LS_CHECK(resume(c, start_epoch, start_j));
         fflush(stdout);
     }
-    c->step = ls_trainer_num_steps(trainer);
+    c->step = c->first_step = ls_trainer_num_steps(trainer);
     c->pos_epoch = *start_epoch;
     c->pos_samples = *start_j * c->global_batch;
     /* --log-steps is rank 0's option (the others may lack it), but the loss it writes is summed over
@@ -219,7 +219,7 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
     if (o->log_steps && ls_comm_rank(comm) == 0) {
         if (c->last_saved >= 0) LS_CHECK(ex_truncate_step_file(o->log_steps, c->last_saved, "--log-steps"));
         c->step_log = fopen(o->log_steps, c->last_saved >= 0 ? "a" : "w");
-        if (!c->step_log) return ls_error(LS_ERR_IO, "cannot open '%s' for writing", o->log_steps);
+        if (!c->step_log) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", o->log_steps, strerror(errno));
     }
     if (o->dump_params && ls_comm_rank(comm) == 0) { /* written after training: found out now, not then */
         c->what = "--dump-params";
@@ -354,7 +354,7 @@ ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global
 
 ls_status ex_ckpt_end(ex_ckpt *c) {
     int rank = ls_comm_rank(c->comm);
-    if (c->max_reached && rank == 0) {
+    if (c->max_reached && c->step > c->first_step && rank == 0) { /* else "nothing to train" said it */
         printf("%s: stopped at step %lld (--max-steps)\n", c->prog, (long long)c->step);
         fflush(stdout);
     }

@@ -176,6 +176,7 @@ typedef struct ex_ckpt {
     ls_ckpt_state run;              /* this run's settings, saved with each checkpoint and compared on resume */
     int64_t global_batch;           /* samples per optimizer step over all ranks */
     int64_t step;                   /* optimizer steps done */
+    int64_t first_step;             /* the step this run started from (a resumed one, or 0) */
     int64_t last_saved;             /* step of the newest checkpoint saved or resumed from; -1: none */
     int64_t pos_epoch, pos_samples; /* where the next step starts: epoch, its samples consumed */
     int max_reached;                /* --max-steps reached */

@@ -120,4 +120,6 @@ done
 
 out=$("$mlp" "${args[@]}" --metrics /nonexistent-dir/m 2>&1) && fail "an unwritable --metrics path was accepted"
 grep -q -- "--metrics: I/O error: cannot open '/nonexistent-dir/m' for writing: No such file or directory" <<<"$out" || fail "unclear error: $out"
+out=$("$mlp" "${args[@]}" --log-steps "$dir" 2>&1) && fail "a directory as --log-steps was accepted"
+grep -q -- "--log-steps: I/O error: cannot open '$dir' for writing: Is a directory" <<<"$out" || fail "unclear error: $out"
 echo "PASS: --metrics agrees with --log-steps (one rank, clipping and resume, two ranks); bad path refused"
