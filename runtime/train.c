@@ -517,8 +517,10 @@ static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *o
     set[n++] = ls_setting_num("the trainer's label_smoothing", cfg->label_smoothing);
     set[n++] = ls_setting_num("the optimizer's sharding (shard_world, ls_optimizer_shard: 1 sharded, 0 not)",
                               ls_optimizer_owner(opt, 0) >= 0);
-    set[n++] = ls_setting_num("the sharded optimizer's gradient reduction (shard_reduce, LOCKSTEP_SHARD_REDUCE)",
-                              ls_optimizer_owner(opt, 0) >= 0 ? shard_mode : 0);
+    set[n++] = ls_setting_str("the sharded optimizer's gradient reduction (shard_reduce, LOCKSTEP_SHARD_REDUCE)",
+                              ls_optimizer_owner(opt, 0) < 0 ? "none (not sharded)"
+                              : shard_mode > 0               ? "owner"
+                                                             : "all");
     set[n++] = ls_setting_str("the optimizer's kind", oc.kind == LS_OPTIM_SGD ? "sgd" : "adamw");
     set[n++] = ls_setting_num("the optimizer's lr", oc.lr);
     set[n++] = ls_setting_num("the optimizer's weight_decay", oc.weight_decay);

@@ -87,7 +87,7 @@ timeout 60 "$MPIRUN" --oversubscribe --bind-to none -np 1 "$MLP" "${M[@]}" --sha
     -np 1 -x LOCKSTEP_SHARD_REDUCE=all "$MLP" "${M[@]}" --shard-optimizer >"$tmp/out" 2>&1
 rc=$?
 [ "$rc" -eq 1 ] || fail "LOCKSTEP_SHARD_REDUCE=all on rank 1 only: exit status $rc, expected 1"
-line="fashion_mlp: trainer: mismatch between ranks: the sharded optimizer's gradient reduction (shard_reduce, LOCKSTEP_SHARD_REDUCE) is -1 on rank 1 but 1 on rank 0"
+line="fashion_mlp: trainer: mismatch between ranks: the sharded optimizer's gradient reduction (shard_reduce, LOCKSTEP_SHARD_REDUCE) is 'all' on rank 1 but 'owner' on rank 0"
 [ "$(grep -cxF -- "$line" "$tmp/out")" -eq 2 ] || fail "LOCKSTEP_SHARD_REDUCE=all on rank 1 only: '$line' not printed by both ranks"
 echo "ok: $line"
 

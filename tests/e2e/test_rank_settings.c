@@ -194,8 +194,8 @@ int main(void) {
            "rank 0");
     /* sharded on every rank, the last all-reducing the gradients where the others reduce to owners */
     expect(shard, reduce_all,
-           "the sharded optimizer's gradient reduction (shard_reduce, LOCKSTEP_SHARD_REDUCE) is -1 on rank %d but 1 "
-           "on rank 0");
+           "the sharded optimizer's gradient reduction (shard_reduce, LOCKSTEP_SHARD_REDUCE) is 'all' on rank %d but "
+           "'owner' on rank 0");
 
     /* the same parameters, other layers: an activation, a dropout, one more dropout */
     last_arch.act = LS_ACT_GELU;
