@@ -215,7 +215,9 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'N': o->progress = 0; break;
         case 'J': STR_OPT("--metrics", o->metrics); break;
         case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
+        default: /* getopt said what was wrong; 120 lines of help per rank buried it */
+            fprintf(stderr, "Try 'fashion_mlp --help' for the options.\n");
+            return -1;
         }
     }
     if (optind < argc) {

@@ -107,7 +107,9 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'C': STR_OPT("--comm", o->comm); break;
         case 'm': o->measure = 1; break;
         case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
+        default: /* getopt said what was wrong; 120 lines of help per rank buried it */
+            fprintf(stderr, "Try 'oom_challenge --help' for the options.\n");
+            return -1;
         }
     }
     /* the remedy must be smaller than the batch that does not fit */

@@ -42,6 +42,13 @@ usage() {
 }
 
 usage "--epochs '4294967296' must be a whole number from 0 to 1000000" "$mlp" "${small[@]}" --epochs 4294967296
+# an unknown option: getopt's line and where the options are, not 120 lines of help per rank
+for p in "$mlp" "$resnet" "$oom"; do
+    usage "unrecognized option '--bogus'" "$p" --bogus
+    out=$("$p" --bogus 2>&1)
+    [ "$(wc -l <<<"$out")" -eq 2 ] && grep -q "^Try '$(basename "$p") --help' for the options.$" <<<"$out" ||
+        fail "$p --bogus: $(head -n 5 <<<"$out")"
+done
 usage "--label-smoothing '1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --label-smoothing 1
 usage "--label-smoothing 'nan' must be a number from 0 to below 1" "$resnet" "${small[@]}" --label-smoothing nan
 usage "--label-smoothing '-0.1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --label-smoothing -0.1
