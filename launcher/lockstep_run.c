@@ -282,6 +282,7 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
             for (size_t i = 0; i < klen && ok; i++) ok = isalnum((unsigned char)optarg[i]) || optarg[i] == '_';
             if (!ok) die_usage("--mca: '%.*s' is not an MCA parameter name", (int)klen, optarg);
             if (!eq && optind >= argc) die_usage("--mca needs a parameter name and a value: --mca KEY VALUE");
+            if (!(eq ? eq[1] : argv[optind][0])) die_usage("--mca %.*s: the value is empty", (int)klen, optarg);
             lsr_strvec_pushf(&o->mca, "%.*s", (int)klen, optarg);
             lsr_strvec_push(&o->mca, eq ? eq + 1 : argv[optind++]);
             break;
@@ -347,9 +348,15 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
             die_usage("unknown or ambiguous option '%s' (see lockstep-run --help)", argv[optind - 1]);
         }
     }
-    if (optind >= argc)
+    if (optind >= argc) {
+        /* "--mca btl ./prog": the value forgotten, the program taken for it */
+        const char *last = o->mca.n ? o->mca.v[o->mca.n - 1] : NULL;
+        if (last && strchr(last, '/') && access(last, X_OK) == 0)
+            die_usage("no program given: --mca %s took '%s' as its value (--mca KEY VALUE, or --mca KEY=VALUE)",
+                      o->mca.v[o->mca.n - 2], last);
         die_usage("no program given (usage: lockstep-run [options] [--] program [args...]; "
                   "see --help)");
+    }
     o->prog = argv + optind;
     if (o->max_restarts > 0)
         for (size_t i = 0; i < o->xvars.n; i++)

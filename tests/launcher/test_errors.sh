@@ -114,6 +114,9 @@ err 2 "mpirun's -np is -n N or --np N here" -np 2 true
 err 2 "unknown option '-q' (see lockstep-run --help)" -q true
 err 2 "--mca needs a parameter name and a value: --mca KEY VALUE" --mca btl
 err 2 "--mca: '' is not an MCA parameter name" --mca =x true
+err 2 "--mca btl: the value is empty" --mca btl '' true
+err 2 "--mca btl: the value is empty" --mca btl= true
+err 2 "no program given: --mca btl took '/bin/true' as its value (--mca KEY VALUE, or --mca KEY=VALUE)" --mca btl /bin/true
 err 2 "--mca: 'a b' is not an MCA parameter name" --mca 'a b' c true
 err 2 "--mca: 'x;y' is not an MCA parameter name" --mca 'x;y=1' true
 err 2 "--launcher: unknown launcher 'ssh' (expected auto, mpirun, srun or direct)" --launcher ssh true
