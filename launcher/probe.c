@@ -191,6 +191,9 @@ int lsr_capture(char *const argv[], char *buf, size_t cap, int timeout_ms) {
         return -1;
     }
     if (pid == 0) {
+        /* out of lockstep-run's process group: a signal to that group (timeout(1) sends one after
+         * the one to lockstep-run) must not kill the scancel that passes it on */
+        setpgid(0, 0);
         int in = open("/dev/null", O_RDONLY);
         if (in < 0 || dup2(in, 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[1], 2) < 0) _exit(127);
         execv(argv[0], argv);

@@ -146,7 +146,7 @@ static double mono_now(void) {
 int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int mpirun,
                   int *stopped) {
     *stopped = 0;
-    double stop_at = -1;    /* when the first stop signal was passed on */
+    double stop_at = -1;    /* when the last stop signal was passed on */
     int mpirun_stopped = 0; /* the stop signal that went to mpirun itself (it had no rank here) */
     fflush(NULL);
     pid_t parent = getpid();
@@ -198,9 +198,7 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
              * second is that duplicate; a later one is passed on (a second stop: at once), but
              * never to mpirun, which would exit and leave its ranks running (it is already ending
              * them: it kills them odls_base_sigkill_timeout after the first). */
-            const double now = mono_now();
-            if (stop_at >= 0 && now - stop_at < 1.0) continue;
-            if (stop_at < 0) stop_at = now;
+            if (stop_at >= 0 && mono_now() - stop_at < 1.0) continue;
             *stopped = sig;
             if (job_id) {
                 forward(sig, job_id, pid);
@@ -223,6 +221,8 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
                 kill(pid, sig);
                 kill(pid, SIGCONT); /* a stopped child acts on it */
             }
+            /* counted from when it was passed on: a repeat sent while scancel ran is the same stop */
+            stop_at = mono_now();
             continue;
         }
         if (sig < 0 && errno != EINTR) { /* no signals to wait for: wait for the child alone */

@@ -119,27 +119,37 @@ run PATH="$tmp/bin" "$LSR" --dry-run --launcher srun -n 2 "$TRUE"
 expect_rc 2
 expect_err "srun was not found in PATH"
 
-case_ "inside a job, a signal to lockstep-run's process group (timeout(1)) reaches srun only through scancel"
+case_ "inside a job, a signal to lockstep-run's process group (as timeout(1) sends) reaches srun only through scancel"
 # srun takes a SIGTERM as "kill the step" (SIGKILL to the ranks: no checkpoint); it ran in
-# lockstep-run's process group, so timeout(1)'s second signal, to that group, reached it at once
+# lockstep-run's process group, as did the scancel passing the signal on, so the group's signal,
+# which timeout(1) sends just after the one to lockstep-run, reached srun at once (or killed scancel)
 cat >"$tmp/bin/srun" <<EOF
 #!/bin/bash
 [ "\$1" = --mpi=list ] && { echo "MPI plugin types are..."; printf '\tpmix\n'; exit 0; }
 trap 'echo "srun got TERM" >>"$tmp/srun.log"; exit 143' TERM
 echo "srun started" >>"$tmp/srun.log"
-for i in \$(seq 200); do sleep 0.05; [ -e "$tmp/cancelled" ] && exit 143; done
+for i in \$(seq 400); do sleep 0.05; [ -e "$tmp/cancelled" ] && exit 143; done
 exit 1
 EOF
 cat >"$tmp/bin/scancel" <<EOF
-#!/bin/sh
+#!/bin/bash
+trap 'echo "scancel got TERM" >>"$tmp/srun.log"; exit 143' TERM
 echo "scancel \$*" >>"$tmp/srun.log"
+sleep 1 & wait # the group's signal comes now
 touch "$tmp/cancelled"
 EOF
 chmod 755 "$tmp/bin/srun" "$tmp/bin/scancel"
 rm -f "$tmp/srun.log" "$tmp/cancelled"
-run SLURM_JOB_ID=77 timeout --preserve-status -k 5 2 "$LSR" -n 2 --srun-mpi pmix true
-[ "$(cat "$tmp/srun.log" 2>/dev/null | tr '\n' ';')" = "srun started;scancel --signal=TERM 77;" ] ||
-    fail "srun's log: $(cat "$tmp/srun.log" 2>/dev/null | tr '\n' ';') (stderr: $err)"
+env -i "PATH=$BASEPATH" "HOME=$tmp" SLURM_JOB_ID=77 setsid "$LSR" -n 2 --srun-mpi pmix true >"$tmp/stdout" 2>"$tmp/stderr" &
+pid=$!
+for i in $(seq 200); do grep -q "srun started" "$tmp/srun.log" 2>/dev/null && break; sleep 0.05; done
+kill -TERM "$pid"
+for i in $(seq 200); do grep -q "^scancel" "$tmp/srun.log" 2>/dev/null && break; sleep 0.05; done
+kill -TERM -- "-$pid" # the group: lockstep-run (a repeat, dropped) and whatever shares its group
+wait "$pid"
+rc=$? err=$(cat "$tmp/stderr")
+[ "$(tr '\n' ';' <"$tmp/srun.log")" = "srun started;scancel --signal=TERM 77;" ] ||
+    fail "srun's log: $(tr '\n' ';' <"$tmp/srun.log") (stderr: $err)"
 expect_err "lockstep-run: SIGTERM: passed to the ranks (scancel --signal=TERM 77)"
 expect_rc 143
 
