@@ -60,29 +60,33 @@ static void forward(int sig, const char *job_id, pid_t srun) {
 
 /* 1 when /proc/PID/environ (this user's process) names an Open MPI rank. */
 static int is_mpi_rank(long pid) {
-    char path[64], buf[8192];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%ld/environ", pid);
     int fd = open(path, O_RDONLY);
     if (fd < 0) return 0;
-    static const char key[] = "OMPI_COMM_WORLD_RANK=";
-    const size_t kl = sizeof key - 1;
-    size_t have = 0; /* bytes of an entry cut by the buffer's end, moved to its start */
-    int found = 0;
-    for (;;) {
-        ssize_t n = read(fd, buf + have, sizeof buf - have);
-        if (n <= 0) break;
-        size_t len = have + (size_t)n, i = 0;
-        while (i < len && !found) {
-            const char *e = memchr(buf + i, '\0', len - i);
-            if (!e) break;
-            found = (size_t)(e - (buf + i)) >= kl && memcmp(buf + i, key, kl) == 0;
-            i = (size_t)(e - buf) + 1;
+    size_t len = 0, cap = 1 << 16;
+    char *buf = malloc(cap + 1);
+    for (ssize_t n = 1; buf && n > 0;) {
+        if (len == cap && cap < (32u << 20)) { /* an environment is at most a few MiB */
+            char *b = realloc(buf, 2 * cap + 1);
+            if (!b) break;
+            buf = b;
+            cap *= 2;
         }
-        if (found) break;
-        have = len - i < kl ? len - i : kl; /* only an entry's start can match */
-        memmove(buf, buf + len - have, have);
+        if (len == cap) break;
+        n = read(fd, buf + len, cap - len);
+        if (n > 0) len += (size_t)n;
     }
     close(fd);
+    int found = 0;
+    static const char key[] = "OMPI_COMM_WORLD_RANK=";
+    for (size_t i = 0; buf && i < len && !found;) { /* NUL-separated NAME=VALUE entries */
+        const char *e = memchr(buf + i, '\0', len - i);
+        size_t n = e ? (size_t)(e - (buf + i)) : len - i;
+        found = n >= sizeof key - 1 && memcmp(buf + i, key, sizeof key - 1) == 0;
+        i += n + 1;
+    }
+    free(buf);
     return found;
 }
 
