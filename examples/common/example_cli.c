@@ -129,6 +129,15 @@ void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t ste
              (long long)steps, why);
 }
 
+void ex_diverged_hint(const char *prog, double train_loss) {
+    static int said;
+    if (isfinite(train_loss) || said) return;
+    said = 1;
+    printf("%s: the train loss is %s: the training diverged (a lower --lr, a longer --warmup-steps or "
+           "--clip-grad-norm may help)\n",
+           prog, isnan(train_loss) ? "nan" : "inf");
+}
+
 int ex_fail(const char *prog, const char *what, ls_status s) {
     fprintf(stderr, "%s: %s: %s: %s\n", prog, what, ls_status_name(s), ls_last_error());
     return 1;

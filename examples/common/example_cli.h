@@ -58,6 +58,9 @@ ls_status ex_progress(ls_trainer *t, ls_comm *comm, int64_t epoch, int64_t j, in
 /* The epoch line's note when its train figures are of steps j0+1..j_end of steps only (resumed
  * within the epoch, or stopped by --max-steps): "  (train figures of steps A-B of N: why)"; else "". */
 void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t steps);
+/* Once a run, after an epoch line whose train loss is not finite: "PROG: the train loss is nan:
+ * the training diverged (...what may help)" (the run goes on, as PyTorch's would). */
+void ex_diverged_hint(const char *prog, double train_loss);
 /* cfg->widths and n_stages from "32,64,128": 1 to LS_RESNET_MAX_STAGES positive channel counts;
  * else LS_ERR_INVALID_ARGUMENT naming --widths. */
 ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg);

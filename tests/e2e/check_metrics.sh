@@ -103,6 +103,9 @@ fi
 "$mlp" "${args[@]}" --lr 1e30 --max-steps 6 --metrics "$dir/m5" --log-steps "$dir/s5" >"$dir/out5" 2>&1 ||
     fail "diverging run: $(cat "$dir/out5")"
 "$check" "$dir/m5" "$dir/s5" 6 100 10 diverged || fail "diverging run"
+# and it says so, once (it printed "train loss nan" and exited 0 without a word)
+[ "$(grep -c '^fashion_mlp: the train loss is nan: the training diverged (a lower --lr' "$dir/out5")" = 1 ] ||
+    fail "diverging run: no hint, or more than one: $(cat "$dir/out5")"
 
 # the learning rate of each step follows --lr-schedule: 20 steps, 5 of warmup to 0.1, then linear
 # to --min-lr 0.01 at the last step (0.01 + 0.09 (1 - t), t = (step - 5) / 15), or constant
