@@ -272,6 +272,8 @@ typedef struct ls_ctx {
 /* Create a context on dev. host: host allocator to use, or NULL to create one from
  * LOCKSTEP_MEMORY_LIMIT. On the CPU the device allocator is the host allocator. */
 ls_status ls_ctx_create(ls_device dev, ls_allocator *host, ls_ctx **out);
+/* Destroy what was made with the context first (trainers, EMAs, optimizers, modules, losses,
+ * tensors, data sets kept on the device): they use its allocator and backend to the end. */
 void ls_ctx_destroy(ls_ctx *ctx);
 ls_status ls_ctx_synchronize(ls_ctx *ctx);
 /* The context's compute stream (cudaStream_t on CUDA); NULL on the CPU. */

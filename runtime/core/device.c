@@ -38,8 +38,10 @@ ls_status ls_device_parse(const char *s, ls_device *out) {
 const char *ls_device_str(ls_device d, char *buf, int len) {
     if (d.type == LS_DEVICE_CPU)
         snprintf(buf, (size_t)len, "cpu");
-    else
+    else if (d.type == LS_DEVICE_CUDA)
         snprintf(buf, (size_t)len, "cuda:%d", d.index);
+    else /* no such type: named as what it is, not as a GPU */
+        snprintf(buf, (size_t)len, "unknown device type %d", (int)d.type);
     return buf;
 }
 

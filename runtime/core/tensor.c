@@ -119,7 +119,7 @@ const char *ls_tensor_describe(const ls_tensor *t, char *buf, int len) {
     int n = snprintf(buf, (size_t)len, "[");
     for (int i = 0; i < t->ndim && n < len; i++)
         n += snprintf(buf + n, (size_t)(len - n), i ? ", %lld" : "%lld", (long long)t->shape[i]);
-    char dev[16];
+    char dev[32];
     if (n < len)
         snprintf(buf + n, (size_t)(len - n), "] %s %s", ls_dtype_name(t->dtype),
                  ls_device_str(t->device, dev, sizeof dev));

@@ -375,6 +375,11 @@ int main(void) {
     LS_EXPECT_ERR(ls_ckpt_save(NULL, c, "/tmp/ls_api_no_opt", 1, a, NULL, &cst, NULL, 0), LS_ERR_INVALID_ARGUMENT,
                   "ls_ckpt_save: the optimizer is NULL");
 
+    /* a device of no known type was named "cuda:0" */
+    ls_ctx *odd_ctx = NULL;
+    LS_EXPECT_ERR(ls_ctx_create((ls_device){(ls_device_type)7, 0}, NULL, &odd_ctx), LS_ERR_DEVICE,
+                  "this build of lockstep has no backend for device 'unknown device type 7'");
+
     /* memory */
     void *p = NULL;
     LS_EXPECT_ERR(ls_alloc(c->alloc, SIZE_MAX, "a size that wraps", &p), LS_ERR_OUT_OF_MEMORY, "a size that wraps");
