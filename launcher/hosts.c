@@ -43,6 +43,7 @@ static void hostlist_add(lsr_hostlist *hl, const char *name, size_t len, int slo
     hl->v = v;
     hl->v[hl->n].name = copy;
     hl->v[hl->n].slots = slots;
+    hl->v[hl->n].line = 0;
     hl->n++;
 }
 
@@ -121,7 +122,6 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
     char *line = NULL;
     size_t cap = 0;
     int lineno = 0, rc = 0;
-    int *first_line = NULL; /* per entry of out: the line its host was first listed on */
     while (getline(&line, &cap, f) >= 0) {
         lineno++;
         char *hash = strchr(line, '#');
@@ -171,21 +171,13 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
             snprintf(err, errlen,
                      "%s:%d: '%.*s' is listed again with slots=%d (first on line %d): Open MPI refuses a second "
                      "slot count for a host; give its total on one line",
-                     path, lineno, (int)nlen, name, slots, first_line[k]);
+                     path, lineno, (int)nlen, name, slots, out->v[k].line);
             rc = -1;
             break;
         }
         hostlist_add(out, name, nlen, slots);
-        int *fl = realloc(first_line, out->n * sizeof *fl);
-        if (!fl) {
-            snprintf(err, errlen, "out of memory reading hostfile '%s'", path);
-            rc = -1;
-            break;
-        }
-        first_line = fl;
-        first_line[out->n - 1] = k < out->n - 1 ? first_line[k] : lineno;
+        out->v[out->n - 1].line = k < out->n - 1 ? out->v[k].line : lineno;
     }
-    free(first_line);
     if (!rc && ferror(f)) {
         snprintf(err, errlen, "cannot read hostfile '%s': %s", path, strerror(errno));
         rc = -1;

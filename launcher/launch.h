@@ -28,6 +28,7 @@ void lsr_strvec_free(lsr_strvec *sv);
 typedef struct lsr_host {
     char *name;
     int slots;
+    int line; /* hostfile: the line the host was first listed on (0: --hosts) */
 } lsr_host;
 
 typedef struct lsr_hostlist {
