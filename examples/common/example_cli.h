@@ -240,6 +240,20 @@ void ex_print_nothing_to_train(const char *prog, int epochs, int64_t start_epoch
         }                                                                                                              \
     } while (0)
 #define USAGE(flag, expr) TRY_RC(2, flag, expr)
+/* TRY_ALL(what, expr): TRY for a collective check that fails alike on every rank
+ * (ls_ddp_check_settings' LS_ERR_MISMATCH): then every rank prints its line and exits 1 without
+ * ls_comm_abort (which could stop another rank before it printed), so done: must not abort when
+ * all_failed is set. Other failures of the check are TRY's. */
+#define TRY_ALL(what, expr)                                                                                            \
+    do {                                                                                                               \
+        ls_status s_ = (expr);                                                                                         \
+        if (s_ != LS_OK) {                                                                                             \
+            (void)ex_fail(EX_PROG, what, s_);                                                                          \
+            all_failed = s_ == LS_ERR_MISMATCH;                                                                        \
+            rc = 1;                                                                                                    \
+            goto done;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
 #endif
 
 #endif

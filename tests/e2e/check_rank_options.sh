@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check_rank_options.sh MLP RESNET OOM MPIRUN: 2 ranks started with different options (mpirun's
+# check_rank_options.sh MLP RESNET OOM MPIRUN SLOW: 2 ranks started with different options (mpirun's
 # MPMD form, "-np 1 PROG A : -np 1 PROG B") fail at start, exit status 1, both ranks printing the
 # same line that names the option and both values, within the 60 s this script allows each run:
 # before, other --epochs or --save-every waited in a collective until LOCKSTEP_COMM_TIMEOUT (30
@@ -8,7 +8,7 @@
 # trained silently apart; a --data-dir whose files differ (one test label) is found by the data sets'
 # CRC32. Options only rank 0 uses (--checkpoint-dir, --log-steps, --metrics) may differ, or be
 # given to one rank only.
-MLP=$1 RESNET=$2 OOM=$3 MPIRUN=$4
+MLP=$1 RESNET=$2 OOM=$3 MPIRUN=$4 SLOW=$5
 set -u
 tmp=$(mktemp -d /tmp/ls_rank_opts.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -53,6 +53,35 @@ mismatch "$MLP" "$P --resume is 'auto' on rank 1 but not given on rank 0" "${M[@
 mismatch "$MLP" "$P --shard-optimizer is not given on rank 1 but given on rank 0" \
     "${M[@]}" --shard-optimizer -- "${M[@]}"
 mismatch "$MLP" "$P --hidden is '64' on rank 1 but '512,256' on rank 0" "${M[@]}" -- "${M[@]}" --hidden 64
+
+# a rank slow to print (SLOW, given to rank 1 only: its error line 2 s late) still prints: the ranks, which all know
+# of the mismatch, exit 1 together rather than rank 0 stopping the job (MPI_Abort) first (before,
+# under load, rank 1's line was sometimes lost)
+for prog in "$MLP" "$OOM"; do
+    if [ "$prog" = "$MLP" ]; then
+        args=("${M[@]}") line="fashion_mlp: options: mismatch between ranks: --epochs is 2 on rank 1 but 1 on rank 0"
+    else
+        args=(--widths 4,8 --blocks 1 --batch-size 32 --memory-cap 4MiB)
+        line="oom_challenge: options: mismatch between ranks: --steps is 3 on rank 1 but 2 on rank 0"
+    fi
+    extra=(--epochs 2)
+    [ "$prog" = "$MLP" ] || extra=(--steps 3)
+    timeout 60 "$MPIRUN" --oversubscribe --bind-to none -np 1 "$prog" "${args[@]}" : \
+        -np 1 -x LD_PRELOAD="$SLOW" "$prog" "${args[@]}" "${extra[@]}" >"$tmp/out" 2>&1
+    rc=$?
+    [ "$rc" -eq 1 ] || fail "$(basename "$prog"), rank 1 slow to print: exit status $rc, expected 1"
+    n=$(grep -cxF -- "$line" "$tmp/out")
+    [ "$n" -eq 2 ] || fail "$(basename "$prog"), rank 1 slow to print: '$line' printed $n times, expected 2"
+    echo "ok (rank 1 slow to print): $line"
+done
+# the trainer's own check of the ranks' settings, also known to every rank
+timeout 60 "$MPIRUN" --oversubscribe --bind-to none -np 1 "$MLP" "${M[@]}" --shard-optimizer : \
+    -np 1 -x LOCKSTEP_SHARD_REDUCE=all -x LD_PRELOAD="$SLOW" "$MLP" "${M[@]}" --shard-optimizer >"$tmp/out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "LOCKSTEP_SHARD_REDUCE=all on rank 1 only, slow to print: exit status $rc, expected 1"
+[ "$(grep -c "^fashion_mlp: trainer: mismatch between ranks: the sharded optimizer's" "$tmp/out")" -eq 2 ] ||
+    fail "LOCKSTEP_SHARD_REDUCE=all on rank 1 only, slow to print: the trainer's mismatch not printed by both ranks"
+echo "ok (rank 1 slow to print): the trainer's mismatch"
 
 # the same sizes read from other files (another host's --data-dir): one test label changed
 src=${LOCKSTEP_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
