@@ -6,13 +6,15 @@
  * tensor (bitwise, or the largest difference relative to the tensor's largest value), so a claim
  * such as "2 ranks train as 1 within 1e-5" can be checked on one's own runs. Built on the
  * library's own reader, so what it accepts is what a resume accepts. Exit status: 0 all good, 1 a
- * damaged checkpoint, a difference (diff) or an error, 2 bad usage (diff: also unreadable input). */
+ * damaged checkpoint, a difference (diff), an error or output that could not be written, 2 bad
+ * usage (diff: also unreadable input). */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/stat.h>
 
 #include <cjson/cJSON.h>
@@ -26,9 +28,10 @@ static void usage(FILE *f) {
                "       lockstep-ckpt tensors FILE\n"
                "       lockstep-ckpt diff A B [--tolerance X]\n"
                "Looks at checkpoints written by lockstep (--save-every, ls_ckpt_save).\n\n"
-               "  verify PATH...  check each checkpoint's files against its manifest (present, size, CRC32),\n"
-               "                  as a resume does; PATH is a checkpoint (DIR/step-N) or a checkpoint\n"
-               "                  directory (each step-N in it); exit status 1 when any is damaged\n"
+               "  verify PATH...  check each checkpoint as a resume does: its files against its manifest\n"
+               "                  (present, size, CRC32), state.json and the safetensors headers read;\n"
+               "                  PATH is a checkpoint (DIR/step-N) or a checkpoint directory (each\n"
+               "                  step-N in it); exit status 1 when any is damaged\n"
                "  info PATH       the checkpoint's step, epoch, ranks and batch, optimizer, schedule and\n"
                "                  files (PATH a checkpoint directory: its newest valid checkpoint)\n"
                "  tensors FILE    a safetensors file's tensors: name, dtype, shape, bytes (any file, one\n"
@@ -39,7 +42,8 @@ static void usage(FILE *f) {
                "  --tolerance X   diff: the two agree when every tensor is within X (default 0: bitwise)\n"
                "  -h, --help      this text\n\n"
                "Exit status: 0 good (diff: the same, or within --tolerance), 1 a damaged checkpoint, a\n"
-               "difference or an error, 2 bad usage (diff: also input it cannot compare).\n");
+               "difference, an error or output that could not be written, 2 bad usage (diff: also\n"
+               "input it cannot compare).\n");
 }
 
 static int is_dir(const char *p) {
@@ -48,7 +52,7 @@ static int is_dir(const char *p) {
 }
 
 static int has_manifest(const char *p) {
-    char m[LS_CKPT_PATH_MAX + 32];
+    char m[PATH_MAX + 32]; /* past the library's LS_CKPT_PATH_MAX too: it then says the path is too long */
     struct stat st;
     snprintf(m, sizeof m, "%s/manifest.json", p);
     return stat(m, &st) == 0;
@@ -60,6 +64,21 @@ static int is_step_name(const char *n) {
     for (const char *c = n + 5; *c; c++)
         if (*c < '0' || *c > '9') return 0;
     return 1;
+}
+
+/* s as text for a terminal: control bytes (a newline, an escape sequence in a tensor's name) as
+ * \xNN; into buf (at most size), returned. */
+static const char *printable(const char *s, char *buf, size_t size) {
+    size_t n = 0;
+    for (; *s && n + 5 < size; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c < 0x20 || c == 0x7f)
+            n += (size_t)snprintf(buf + n, size - n, "\\x%02x", c);
+        else
+            buf[n++] = (char)c;
+    }
+    buf[n] = '\0';
+    return buf;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -242,7 +261,8 @@ static int info(const char *arg) {
     }
     cJSON *state = cJSON_ParseWithLength(text, len); /* the layers, which the parse leaves to a model */
     free(text);
-    printf("checkpoint  %s (verified: every file's size and CRC32)\n", path);
+    printf("checkpoint  %s (verified: every file's size and CRC32, state.json and the safetensors headers read)\n",
+           path);
     /* epochs counted from 1, as the programs print them */
     if (st.epoch > 0 && st.epoch_samples == 0)
         printf("step        %lld (optimizer steps %lld); the end of epoch %lld, %lld steps an epoch\n",
@@ -261,10 +281,11 @@ static int info(const char *arg) {
     else
         printf("optimizer   sgd: lr %g, momentum %g%s, weight decay %g\n", (double)o->lr, (double)o->momentum,
                o->nesterov ? " (nesterov)" : "", (double)o->weight_decay);
-    /* with no steps past the warmup, any kind is constant after it (ls_lr_at): say what applies */
-    const char *kind = st.lr.total_steps <= st.lr.warmup_steps ? "constant" : ls_lr_kind_name(st.lr.kind);
-    printf("schedule    %s: base lr %g, min lr %g, %lld warmup steps of %lld\n", kind ? kind : "?",
-           (double)st.lr.base_lr, (double)st.lr.min_lr, (long long)st.lr.warmup_steps, (long long)st.lr.total_steps);
+    /* the kind the run was given; with no steps past the warmup it never decays (ls_lr_at) */
+    const char *kind = ls_lr_kind_name(st.lr.kind);
+    printf("schedule    %s: base lr %g, min lr %g, %lld warmup steps of %lld%s\n", kind ? kind : "?",
+           (double)st.lr.base_lr, (double)st.lr.min_lr, (long long)st.lr.warmup_steps, (long long)st.lr.total_steps,
+           st.lr.total_steps <= st.lr.warmup_steps ? " (no steps past the warmup: no decay)" : "");
     printf("model       dropout %g, label smoothing %g", st.dropout, st.label_smoothing);
     if (st.has_ema)
         printf(", EMA of the weights (decay %g%s, %lld updates)", st.ema_decay, st.ema_warmup ? ", warmup" : "",
@@ -317,7 +338,8 @@ static int tensors(const char *path) {
         for (int k = 0; k < t->ndim && n < (int)sizeof shape; k++)
             n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
         if (n < (int)sizeof shape) snprintf(shape + n, sizeof shape - (size_t)n, "]");
-        printf("%-40s %-5s %-22s %12zu bytes\n", t->name, t->dtype_name, shape, t->nbytes);
+        char nm[1024];
+        printf("%-40s %-5s %-22s %12zu bytes\n", printable(t->name, nm, sizeof nm), t->dtype_name, shape, t->nbytes);
         total += t->numel;
         bytes += (long long)t->nbytes;
     }
@@ -356,22 +378,24 @@ static int diff_files(const char *a, const char *b, double *worst, int *same, in
         return 2;
     }
     int rc = 0, na = ls_safetensors_count(fa), nb = ls_safetensors_count(fb);
+    char nm[1024];
     for (int i = 0; i < nb; i++)
         if (!ls_safetensors_find(fa, ls_safetensors_tensor(fb, i)->name)) {
-            printf("only in %s: %s\n", b, ls_safetensors_tensor(fb, i)->name);
+            printf("only in %s: %s\n", b, printable(ls_safetensors_tensor(fb, i)->name, nm, sizeof nm));
             rc = 2;
         }
     for (int i = 0; i < na; i++) {
         const ls_safetensors_info *x = ls_safetensors_tensor(fa, i), *y = ls_safetensors_find(fb, x->name);
+        const char *name = printable(x->name, nm, sizeof nm);
         if (!y) {
-            printf("only in %s: %s\n", a, x->name);
+            printf("only in %s: %s\n", a, name);
             rc = 2;
             continue;
         }
         int comparable = x->ndim == y->ndim && strcmp(x->dtype_name, y->dtype_name) == 0;
         for (int k = 0; comparable && k < x->ndim; k++) comparable = x->shape[k] == y->shape[k];
         if (!comparable) {
-            printf("%s: not comparable (dtype or shape differ between %s and %s)\n", x->name, a, b);
+            printf("%s: not comparable (dtype or shape differ between %s and %s)\n", name, a, b);
             rc = 2;
             continue;
         }
@@ -383,7 +407,7 @@ static int diff_files(const char *a, const char *b, double *worst, int *same, in
         int fl =
             x->has_dtype && (x->dtype == LS_F64 || x->dtype == LS_F32 || x->dtype == LS_F16 || x->dtype == LS_BF16);
         if (!fl) {
-            printf("%-40s differs (%s: its bytes compared)\n", x->name, x->dtype_name);
+            printf("%-40s differs (%s: its bytes compared)\n", name, x->dtype_name);
             *worst = INFINITY;
             continue;
         }
@@ -404,12 +428,12 @@ static int diff_files(const char *a, const char *b, double *worst, int *same, in
         }
         double rel = big > 0 ? most / big : (most > 0 ? INFINITY : 0);
         if (nan_at >= 0) {
-            printf("%-40s NaN in one and not the other, first at element %lld\n", x->name, (long long)nan_at);
+            printf("%-40s NaN in one and not the other, first at element %lld\n", name, (long long)nan_at);
             rel = INFINITY;
         } else if (most == 0) { /* the bytes differ, the values do not */
-            printf("%-40s equal values in other bits (-0 against 0, or NaNs' payloads)\n", x->name);
+            printf("%-40s equal values in other bits (-0 against 0, or NaNs' payloads)\n", name);
         } else {
-            printf("%-40s max |a - b| %.3g at element %lld: %.3g of the largest |a| (%.3g)\n", x->name, most,
+            printf("%-40s max |a - b| %.3g at element %lld: %.3g of the largest |a| (%.3g)\n", name, most,
                    (long long)at, rel, big);
         }
         if (!(rel <= *worst)) *worst = rel;
@@ -431,6 +455,16 @@ static int diff(const char *a, const char *b, double tol) {
     if (is_dir(a) != is_dir(b)) {
         fprintf(stderr, "lockstep-ckpt: diff: '%s' and '%s' are not both checkpoints or both files\n", a, b);
         return 2;
+    }
+    for (int i = 0; i < 2 && is_dir(a);
+         i++) { /* a run's directory: which of its checkpoints is not for diff to guess */
+        const char *p = i ? b : a;
+        int found = 0;
+        if (!has_manifest(p) && ls_ckpt_find_latest(p, NULL, 0, &found) == LS_OK && found) {
+            fprintf(stderr, "lockstep-ckpt: diff: '%s' is a directory of checkpoints: give one of them (%s/step-N)\n",
+                    p, p);
+            return 2;
+        }
     }
     if (is_dir(a)) {
         static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "ema.safetensors"};
@@ -467,8 +501,11 @@ static int diff(const char *a, const char *b, double tol) {
     return tol > 0 && worst <= tol ? 0 : 1;
 }
 
-int main(int argc, char **argv) {
-    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+static int is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
+
+static int run(int argc, char **argv) {
+    /* lockstep-ckpt --help, and SUBCOMMAND --help (not a path named --help) */
+    if ((argc > 1 && is_help(argv[1])) || (argc > 2 && is_help(argv[2]))) {
         usage(stdout);
         return 0;
     }
@@ -503,4 +540,14 @@ int main(int argc, char **argv) {
     }
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv) {
+    int rc = run(argc, argv);
+    /* a report sent to a full disk or a closed descriptor is lost: not "0, all good" */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "lockstep-ckpt: cannot write the output: %s\n", strerror(errno ? errno : EIO));
+        return rc > 1 ? rc : 1;
+    }
+    return rc;
 }

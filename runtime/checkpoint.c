@@ -464,13 +464,16 @@ ls_status ls_safetensors_open_memory(const void *buf, size_t len, const char *na
 
 /* path opened for reading, a regular file of *size bytes. */
 static ls_status open_regular(const char *path, int *fd, size_t *size) {
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO's open would wait for a writer (forever) before fstat could refuse it */
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (*fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size >= SIZE_MAX) {
         close(*fd);
         return ls_error(LS_ERR_IO, "'%s': not a regular file", path);
     }
+    int fl = fcntl(*fd, F_GETFL);
+    if (fl != -1) (void)fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK);
     *size = (size_t)st.st_size;
     return LS_OK;
 }
@@ -975,6 +978,15 @@ ls_status ls_ckpt_prepare_dir(const char *dir) {
                         strlen(dir));
     LS_CHECK(make_dirs(dir));
     char p[LS_CKPT_PATH_MAX + 80];
+    /* each save ends by replacing DIR/latest (a file): anything else there failed the first save,
+     * after its checkpoint was written */
+    struct stat st;
+    snprintf(p, sizeof p, "%s/latest", dir);
+    if (lstat(p, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+        return ls_error(LS_ERR_IO,
+                        "'%s' is a %s, not a file: each save writes the newest checkpoint's name there (remove or "
+                        "rename it)",
+                        p, S_ISDIR(st.st_mode) ? "directory" : "special file");
     snprintf(p, sizeof p, "%s/.write-check.%ld", dir, (long)getpid());
     int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot write in the directory: %s", dir, strerror(errno));
@@ -1222,6 +1234,30 @@ static void bundle_free(ckpt_bundle *b) {
     }
 }
 
+/* What a resume reads beyond the bytes the manifest vouches for, without a model: state.json
+ * parsed (its format, version, fields, step), every safetensors header. A file of the right CRC
+ * that a resume then refused passed verify (and stopped --resume auto rather than being skipped). */
+static ls_status check_contents(const ckpt_bundle *b) {
+    char p[LS_CKPT_PATH_MAX + 80];
+    snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[F_STATE]);
+    ls_ckpt_state st;
+    LS_CHECK(ls_ckpt_state_parse((const char *)b->f[F_STATE].p, b->f[F_STATE].len, p, NULL, &st));
+    if (st.step != b->step)
+        return ls_error(LS_ERR_FORMAT, "'%s': step %lld differs from the manifest's %lld", p, (long long)st.step,
+                        (long long)b->step);
+    if (st.has_ema && !b->f[F_EMA].p)
+        return ls_error(LS_ERR_FORMAT, "'%s' records an EMA of the weights but the manifest lists no %s", p,
+                        ckpt_required[F_EMA]);
+    for (int i = 0; i < N_KNOWN; i++) {
+        if (i == F_STATE || (i == F_EMA && !b->f[i].p)) continue;
+        snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[i]);
+        ls_safetensors *f;
+        LS_CHECK(ls_safetensors_open_memory(b->f[i].p, b->f[i].len, p, &f));
+        ls_safetensors_close(f);
+    }
+    return LS_OK;
+}
+
 static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
     memset(b, 0, sizeof *b);
     char p[LS_CKPT_PATH_MAX + 80];
@@ -1282,6 +1318,7 @@ static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
             }
         if (!kept) fb_free(&fb);
     }
+    if (s == LS_OK) s = check_contents(b);
 fail:
     if (s != LS_OK) bundle_free(b);
     return s;
@@ -1316,6 +1353,12 @@ static ls_status find_and_read(const char *dir, ckpt_bundle *b, int *found) {
             *found = 1;
             free(v);
             return LS_OK;
+        }
+        if (s == LS_ERR_UNSUPPORTED) { /* a newer format: not damaged, and older ones are behind it */
+            free(v);
+            char why[1024];
+            snprintf(why, sizeof why, "%s", ls_last_error());
+            return ls_error(s, "%s (not resuming from an older checkpoint: give one with --resume PATH to do so)", why);
         }
         if (first == LS_OK) {
             first = s;
@@ -2767,13 +2810,9 @@ static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_
     if (!found) return LS_OK;
     char sp[LS_CKPT_PATH_MAX + 80];
     snprintf(sp, sizeof sp, "%s/%s", b.path, ckpt_required[F_STATE]);
+    /* read with the model now (its signature, its layers): the step and the files were checked
+     * (check_contents) */
     ls_status s = ls_ckpt_state_parse((const char *)b.f[F_STATE].p, b.f[F_STATE].len, sp, model, st);
-    if (s == LS_OK && st->step != b.step)
-        s = ls_error(LS_ERR_FORMAT, "'%s': step %lld differs from the manifest's %lld", sp, (long long)st->step,
-                     (long long)b.step);
-    if (s == LS_OK && st->has_ema && !b.f[F_EMA].p)
-        s = ls_error(LS_ERR_FORMAT, "'%s' records an EMA of the weights but the manifest lists no %s", sp,
-                     ckpt_required[F_EMA]);
     if (s == LS_OK) s = load_tensors(ctx, &b, model, opt, ema, st, obytes != NULL);
     if (s == LS_OK) {
         snprintf(r->path, sizeof r->path, "%s", b.path);

@@ -277,15 +277,18 @@ ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module 
 
 /* Rank 0, before a run that saves: creates dir (and its parents) as a save would, and checks that
  * a file can be written in it, so that a path that is a file, a read-only file system, a missing
- * permission or a path too long is found at the start and not at the first save, after the
- * training it was to keep. */
+ * permission, a path too long or a DIR/latest that is not a file (a directory) is found at the
+ * start and not at the first save, after the training it was to keep. */
 ls_status ls_ckpt_prepare_dir(const char *dir);
 
-/* Check one checkpoint directory: manifest present and well-formed, every listed file present
- * with the recorded size and CRC32. *step (may be NULL) gets its step. Errors name the file. */
+/* Check one checkpoint directory as a resume reads it, short of a model: manifest present and
+ * well-formed, every listed file present with the recorded size and CRC32, state.json parsed (its
+ * format, version 1, fields, the manifest's step), every safetensors header valid. *step (may be
+ * NULL) gets its step. Errors name the file; LS_ERR_UNSUPPORTED: a state of a newer version. */
 ls_status ls_ckpt_verify(const char *ckpt_dir, int64_t *step);
 /* The newest checkpoint in dir that verifies (damaged newer ones are skipped with a warning) into
- * path_out; *found = 0 when dir holds no checkpoint directories; an error when none verifies. */
+ * path_out; *found = 0 when dir holds no checkpoint directories; an error when none verifies, and
+ * LS_ERR_UNSUPPORTED at a newer one of a newer state version (older ones are not taken past it). */
 ls_status ls_ckpt_find_latest(const char *dir, char *path_out, size_t path_len, int *found);
 
 /* state.json: text of a state plus the model's signature (model may be NULL: no signature). The

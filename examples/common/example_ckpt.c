@@ -146,11 +146,19 @@ static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
         /* the next step boundary, or the epoch's end where that is past its last step (the position
          * then moved to step 0 of the next epoch: counted from there, the skip was negative) */
         int64_t boundary = (saved.epoch_samples + gb - 1) / gb;
-        if (boundary > steps) boundary = steps;
-        printf("%s: the checkpoint had consumed %lld samples of epoch %lld, not a multiple of this run's "
-               "global batch of %lld: continuing at the next step boundary (%lld samples skipped)\n",
-               c->prog, (long long)saved.epoch_samples, (long long)saved.epoch + 1, (long long)gb,
-               (long long)(boundary * gb - saved.epoch_samples));
+        /* before the epoch's last step every step is full, so the count skipped is known; the last
+         * one may be short (128 skipped of the 80 left was printed) */
+        if (boundary < steps)
+            printf("%s: the checkpoint had consumed %lld samples of epoch %lld, not a multiple of this run's "
+                   "global batch of %lld: continuing at the next step boundary (%lld samples skipped)\n",
+                   c->prog, (long long)saved.epoch_samples, (long long)saved.epoch + 1, (long long)gb,
+                   (long long)(boundary * gb - saved.epoch_samples));
+        else
+            printf("%s: the checkpoint had consumed %lld samples of epoch %lld, not a multiple of this run's "
+                   "global batch of %lld: continuing at the start of epoch %lld (the rest of epoch %lld, less than "
+                   "a global batch, skipped)\n",
+                   c->prog, (long long)saved.epoch_samples, (long long)saved.epoch + 1, (long long)gb,
+                   (long long)saved.epoch + 2, (long long)saved.epoch + 1);
     }
     if (at != saved.step)
         printf("%s: the learning-rate schedule continues from its step %lld of %lld (the samples consumed in "

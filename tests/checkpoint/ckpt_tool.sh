@@ -25,13 +25,14 @@ run 0 verify C
 expect_out "ok       C/step-00000008 (step 8)"
 expect_out "ok       C/step-00000016 (step 16)"
 run 0 info C
-expect_out "checkpoint  C/step-00000016 (verified: every file's size and CRC32)"
+expect_out "checkpoint  C/step-00000016 (verified: every file's size and CRC32, state.json and the safetensors headers read)"
 expect_out "step        16 (optimizer steps 16); the end of epoch 1, 16 steps an epoch"
 expect_out "layers      Linear, ReLU, Dropout(p=0.1), Linear, ReLU, Dropout(p=0.1), Linear"
 expect_out "ranks       1 x batch 64 x 1 accumulation = 64 samples a step; seed 42"
 expect_out "optimizer   adamw: lr 0.001"
-# 16 steps in all, within the 100 of warmup: constant after it, whatever the kind (it said cosine)
-expect_out "schedule    constant: base lr 0.001, min lr 0, 100 warmup steps of 16"
+# 16 steps in all, within the 100 of warmup: the kind given, and that it never decays (it said
+# cosine alone, then "constant", which the run was not given)
+expect_out "schedule    cosine: base lr 0.001, min lr 0, 100 warmup steps of 16 (no steps past the warmup: no decay)"
 expect_out "model       dropout 0.1, label smoothing 0, EMA of the weights (decay 0.99, 16 updates)"
 grep -qE "^file +model.safetensors +[0-9]+ bytes, 6 tensors, 535818 values$" "$tmp/out" || fail "info: no model line"
 grep -qE "^file +optimizer.safetensors +[0-9]+ bytes, 12 tensors, 1071636 values$" "$tmp/out" ||
@@ -145,6 +146,86 @@ run 1 tensors C/step-00000008/state.json
 expect_out "'C/step-00000008/state.json' is not a safetensors file but text (JSON?)"
 run 0 --help
 expect_out "usage: lockstep-ckpt verify PATH..."
+# a subcommand's --help is the help, not a path named --help (exit 1)
+run 0 info --help
+expect_out "usage: lockstep-ckpt verify PATH..."
+run 0 verify -h
+# a report that cannot be written is an error, not exit 0
+"$TOOL" info R >/dev/full 2>"$tmp/out"
+rc=$?
+expect_rc 1
+expect_out "lockstep-ckpt: cannot write the output: No space left on device"
+"$TOOL" verify R >&- 2>"$tmp/out"
+rc=$?
+expect_rc 1
+# a FIFO is refused, not opened and waited on forever
+mkfifo fifo
+timeout 20 "$TOOL" tensors fifo >"$tmp/out" 2>&1
+rc=$?
+expect_rc 1
+expect_out "'fifo': not a regular file"
+# a run's directory for diff: which checkpoint is not for diff to guess (it said "hold no
+# safetensors files")
+run 2 diff R S
+expect_out "lockstep-ckpt: diff: 'R' is a directory of checkpoints: give one of them (R/step-N)"
+# a tensor's name is printed with its control bytes escaped (a newline faked a line)
+python3 - <<'PY'
+import json, struct
+b = struct.pack("<f", 1.0)
+h = json.dumps({"a\nb\u001b[31m": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+h += b" " * (-len(h) % 8)
+open("ctrl.st", "wb").write(struct.pack("<Q", len(h)) + h + b)
+PY
+run 0 tensors ctrl.st
+grep -qF 'a\x0ab\x1b[31m' "$tmp/out" || fail "tensors: the name's control bytes not escaped"
+
+# what a resume reads besides the bytes the manifest vouches for (verify said "ok" to both): a
+# state.json of another format version, a safetensors header that is not JSON, their manifests
+# rewritten to match
+fixman() { # DIR: the manifest's sizes and CRCs recomputed
+    python3 - "$1" <<'PY'
+import json, os, sys, zlib
+d = sys.argv[1]
+m = json.load(open(d + "/manifest.json"))
+for f in m["files"]:
+    b = open(os.path.join(d, f["name"]), "rb").read()
+    f["size"], f["crc32"] = len(b), zlib.crc32(b)
+json.dump(m, open(d + "/manifest.json", "w"))
+PY
+}
+V=(--train-limit 1024 --test-limit 200 --epochs 1 --batch-size 64 --max-steps 16 --save-every 8 --no-progress)
+train 1 "${V[@]}" --checkpoint-dir V
+expect_rc 0
+sed -i 's/"version":[[:space:]]*1/"version": 2/' V/step-00000016/state.json
+fixman V/step-00000016
+run 1 verify V
+expect_out "DAMAGED  V/step-00000016: 'V/step-00000016/state.json': state version 2 is not 1, the only one this build reads"
+expect_out "ok       V/step-00000008 (step 8)"
+# a newer format is not skipped for an older checkpoint: that would silently lose its steps
+train 1 "${V[@]}" --checkpoint-dir V --resume auto
+expect_rc 1
+expect_out "state version 2 is not 1, the only one this build reads (not resuming from an older checkpoint: give one with --resume PATH to do so)"
+cp V/step-00000008/state.json V/step-00000016/state.json
+sed -i 's/"step":[[:space:]]*8,/"step": 16,/' V/step-00000016/state.json
+python3 -c "
+p = 'V/step-00000016/model.safetensors'
+b = bytearray(open(p, 'rb').read()); b[8] = ord('['); open(p, 'wb').write(b)"
+fixman V/step-00000016
+run 1 verify V/step-00000016
+expect_out "V/step-00000016/model.safetensors"
+# damaged: skipped with a warning, the older one resumed (it stopped the run)
+train 1 "${V[@]}" --checkpoint-dir V --resume auto --max-steps 9
+expect_rc 0
+expect_out "skipping damaged checkpoint 'V/step-00000016'"
+expect_out "resumed from V/step-00000008 at step 8"
+
+# a directory named latest (each save replaces DIR/latest, a file) is refused before training: it
+# stopped the run after its first checkpoint was written
+mkdir -p L/latest
+train 1 "${V[@]}" --checkpoint-dir L
+expect_rc 1
+expect_out "'L/latest' is a directory, not a file: each save writes the newest checkpoint's name there (remove or rename it)"
+[ ! -e L/step-00000008 ] || fail "a checkpoint was written into L before the refusal"
 if [ -n "$RESNET" ]; then # a ResNet's blocks: their layers in brackets, the shortcut after '|', repeats counted
     "$RESNET" --widths 4,8 --blocks 2 --max-steps 1 --save-every 1 --checkpoint-dir "$tmp/RN" --train-limit 64 \
         --test-limit 16 --batch-size 16 --no-progress >"$tmp/out" 2>&1 || fail "the ResNet run: $(tail -n 2 "$tmp/out")"

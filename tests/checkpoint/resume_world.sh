@@ -2,7 +2,7 @@
 # resume_world.sh PROG MPIRUN: a checkpoint saved by 2 ranks x 16 resumes on 1 rank x 32 (same
 # global batch: the losses follow the 2-rank run's to 1e-4) and on 3 ranks x 16 (global batch 48:
 # the position is rounded up to the next step boundary, said so, and training continues; rounded
-# past the epoch's last step, to the next epoch, with the samples skipped counted); the learning-rate
+# past the epoch's last step, to the next epoch, saying so); the learning-rate
 # schedule goes on from the data's position in this run's steps.
 PROG=$1 MPIRUN=$2
 . "$(dirname "$0")/lib.sh"
@@ -40,12 +40,13 @@ sys.exit(a != b)' R3.json F3.json || fail "the resumed lr $(head -c 120 R3.json)
 awk '{ if (!($2 > 0 && $2 < 2.0)) { print "step " $1 " loss " $2; bad = 1 } } END { exit bad }' R3.log || fail "implausible losses after the 3-rank resume"
 grep -q '"world_size":[[:space:]]*3' D3/step-00000030/state.json || fail "the 3-rank checkpoint does not record world size 3"
 # saved at step 31 of 32 (992 samples): on 3 ranks the next boundary, ceil(992 / 48) = 21, is the
-# epoch's end (21 steps), so 16 samples are skipped and epoch 2 begins (it said -992 skipped)
+# epoch's end (21 steps), so the rest of epoch 1 is skipped and epoch 2 begins (it said -992
+# skipped, then "16 samples skipped" of the 10 left: 3 ranks pad 1000 to 1002)
 train 2 "${A[@]}" --batch-size 16 --max-steps 31 --save-every 31 --checkpoint-dir D31
 expect_rc 0
 train 3 "${A[@]}" --batch-size 16 --max-steps 32 --resume "$tmp/D31/step-00000031" --checkpoint-dir D32
 expect_rc 0
-expect_out "the checkpoint had consumed 992 samples of epoch 1, not a multiple of this run's global batch of 48: continuing at the next step boundary (16 samples skipped)"
+expect_out "the checkpoint had consumed 992 samples of epoch 1, not a multiple of this run's global batch of 48: continuing at the start of epoch 2 (the rest of epoch 1, less than a global batch, skipped)"
 expect_out "$NAME: resumed from $tmp/D31/step-00000031 at step 31, the end of epoch 1"
 echo "PASS: a 2-rank checkpoint resumes on 1 rank (losses within 1e-4) and on 3 ranks (rounded to step 14;" \
     "at the epoch's last step, to the next epoch)"

@@ -18,7 +18,6 @@ const char *ls_status_name(ls_status s) {
     /* the whole 2 s: a signal (the examples catch SIGTERM) does not cut it short */
     struct timespec left = {2, 0};
     if (rank && strcmp(rank, "1") == 0)
-        while (nanosleep(&left, &left) != 0 && errno == EINTR) {
-        }
+        while (nanosleep(&left, &left) != 0 && errno == EINTR) {}
     return real ? real(s) : "(ls_status_name not found)";
 }
