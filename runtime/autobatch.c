@@ -2,6 +2,8 @@
  * across ranks, doubling then bisection) and a trial that runs one ls_trainer step. */
 #include "autobatch.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,9 +11,10 @@
 #include "log.h"
 #include "reducer.h"
 
-/* Run one trial at batch b; *fit and *peak agreed over ranks. */
+/* Run one trial at batch b; *fit and *peak agreed over ranks; this rank's out-of-memory message
+ * into oom (at most oom_len; untouched when it fit). */
 static ls_status trial_at(ls_allocator *alloc, ls_comm *comm, ls_batch_trial_fn trial, void *user, int64_t b, int *fit,
-                          size_t *peak) {
+                          size_t *peak, char *oom, size_t oom_len) {
     ls_memory_stats st;
     ls_allocator_reset_peak(alloc);
     ls_status s = trial(user, b);
@@ -19,7 +22,10 @@ static ls_status trial_at(ls_allocator *alloc, ls_comm *comm, ls_batch_trial_fn 
     ls_allocator_stats(alloc, &st);
     LS_LOG_I("batch-size search: %lld per rank %s, peak %zu bytes", (long long)b,
              s == LS_OK ? "fits" : "is out of memory", st.peak_bytes);
-    if (s == LS_ERR_OUT_OF_MEMORY) ls_error_clear();
+    if (s == LS_ERR_OUT_OF_MEMORY) {
+        snprintf(oom, oom_len, "%s", ls_last_error());
+        ls_error_clear();
+    }
     double v[2] = {s == LS_OK ? 1.0 : 0.0, (double)st.peak_bytes};
     if (comm && ls_comm_world(comm) > 1) {
         double mn = v[0];
@@ -57,12 +63,32 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
                         (long long)cfg->start, (long long)cfg->max, cfg->headroom);
     ls_memory_stats st;
     ls_allocator_stats(alloc, &st);
-    if (st.cap_bytes == 0)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "--batch-size auto needs a memory cap to fit in: set "
-                                                 "--memory-cap or LOCKSTEP_MEMORY_LIMIT (e.g. 8GiB)");
-    out->cap_bytes = st.cap_bytes;
-    out->limit_bytes = (size_t)((double)st.cap_bytes * (1.0 - cfg->headroom));
-    ls_allocator_set_cap(alloc, out->limit_bytes);
+    /* each rank trials under its own cap (they may differ: --memory-cap is per host); the one that
+     * binds, the smallest, is reported (it was this rank's, beside peaks over every rank) */
+    const size_t own_cap = st.cap_bytes;
+    out->cap_bytes = own_cap;
+    out->cap_rank = -1;
+    if (comm && ls_comm_world(comm) > 1) {
+        double c[2] = {(double)own_cap, -(double)own_cap}; /* min, -max */
+        LS_CHECK(ls_comm_allreduce_host(comm, c, 2, LS_F64, LS_REDUCE_MIN));
+        out->cap_bytes = (size_t)c[0];
+        int32_t who = (double)own_cap == c[0] ? ls_comm_rank(comm) : INT32_MAX;
+        LS_CHECK(ls_comm_allreduce_host(comm, &who, 1, LS_I32, LS_REDUCE_MIN));
+        if (c[0] != -c[1]) out->cap_rank = (int)who;
+    }
+    /* agreed: a rank without a cap fails every rank here (it left the others in the first trial's
+     * all-reduce) */
+    if (out->cap_bytes == 0) {
+        char r[64] = "";
+        if (own_cap > 0) snprintf(r, sizeof r, " (rank %d has none)", out->cap_rank);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "the batch-size search needs a memory cap to fit in: set --memory-cap or "
+                        "LOCKSTEP_MEMORY_LIMIT (e.g. 8GiB)%s",
+                        r);
+    }
+    out->limit_bytes = (size_t)((double)out->cap_bytes * (1.0 - cfg->headroom));
+    ls_allocator_set_cap(alloc, (size_t)((double)own_cap * (1.0 - cfg->headroom)));
+    char oom[512] = "";
     ls_status s = LS_OK;
     int64_t lo = 0, hi = 0, b = cfg->start; /* lo: largest fit so far; hi: smallest failure (0: none) */
     size_t lo_peak = 0;
@@ -70,7 +96,7 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
     while (s == LS_OK) {
         int fit;
         size_t peak;
-        s = trial_at(alloc, comm, trial, user, b, &fit, &peak);
+        s = trial_at(alloc, comm, trial, user, b, &fit, &peak, oom, sizeof oom);
         if (s == LS_OK) s = record(out, b, fit, peak);
         if (s != LS_OK) break;
         if (!fit) {
@@ -87,7 +113,7 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
         int64_t mid = lo + (hi - lo) / 2;
         int fit;
         size_t peak;
-        s = trial_at(alloc, comm, trial, user, mid, &fit, &peak);
+        s = trial_at(alloc, comm, trial, user, mid, &fit, &peak, oom, sizeof oom);
         if (s == LS_OK) s = record(out, mid, fit, peak);
         if (s != LS_OK) break;
         if (fit) {
@@ -97,16 +123,17 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
             hi = mid;
         }
     }
-    ls_allocator_set_cap(alloc, out->cap_bytes);
+    ls_allocator_set_cap(alloc, own_cap);
     ls_allocator_reset_peak(alloc);
     if (s != LS_OK) return s;
-    if (lo == 0) {
-        char a[32], c[32];
+    if (lo == 0) { /* what ran out at batch 1 on this rank (the model itself, often): it said nothing more */
+        char a[32], c[32], r[48] = "";
+        if (out->cap_rank >= 0) snprintf(r, sizeof r, " (rank %d's, the smallest)", out->cap_rank);
         return ls_error(LS_ERR_OUT_OF_MEMORY,
-                        "--batch-size auto: not even a batch of 1 per rank trains within %s (the cap %s less "
-                        "%.0f%% headroom)",
-                        ls_memory_format(out->limit_bytes, a, 32), ls_memory_format(out->cap_bytes, c, 32),
-                        100 * cfg->headroom);
+                        "not even a batch of 1 per rank trains within %s (the cap %s%s less "
+                        "%.0f%% headroom): %s",
+                        ls_memory_format(out->limit_bytes, a, 32), ls_memory_format(out->cap_bytes, c, 32), r,
+                        100 * cfg->headroom, oom[0] ? oom : "it ran out of memory on another rank");
     }
     out->batch = lo;
     out->peak_bytes = lo_peak;

@@ -36,8 +36,9 @@ typedef struct ls_batch_search_config {
 typedef struct ls_batch_search_result {
     int64_t batch;      /* the largest batch that fit on every rank */
     size_t peak_bytes;  /* its trial's peak (the largest over ranks) */
-    size_t cap_bytes;   /* the allocator's cap */
-    size_t limit_bytes; /* cap * (1 - headroom): what the trials had to fit in */
+    size_t cap_bytes;   /* the allocator's cap: the smallest over ranks (the one that binds) */
+    int cap_rank;       /* the rank of that cap; -1 when every rank has the same */
+    size_t limit_bytes; /* cap * (1 - headroom): what the trials had to fit in (each rank under its own) */
     int trials;         /* trials run, in order: */
     int64_t tried[LS_BATCH_SEARCH_MAX_TRIALS];
     int fit[LS_BATCH_SEARCH_MAX_TRIALS];

@@ -394,7 +394,10 @@ int main(int argc, char **argv) {
     rcfg.sync_bn = o.sync_bn && world > 1 ? comm : NULL;
     rcfg.dropout = (float)o.dropout;
     TRY("model", ls_resnet_create(ctx, &rcfg, &model));
-    if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
+    /* more segments than layers: the flag's bad value (2) */
+    if (o.ckpt_segments > 0)
+        TRY_FLAG("", "--checkpoint-activations", "--checkpoint-activations",
+                 ls_checkpoint_sequential(model, o.ckpt_segments, &model));
     if (o.tf.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.tf.init_from, model));
     TRY("--ema", ex_ema_create(&o.tf, ctx, model, &ema)); /* before --batch-size auto: its trials count it */
 
@@ -430,18 +433,16 @@ int main(int argc, char **argv) {
         ls_batch_search_result br;
         ls_trainer_trial trial = {ctx, comm, model, &oc, &tc, train};
         if (bs.max > 1) bs.start = bs.max < 16 ? 1 : 16;
-        ls_memory_stats cap_st;
-        ls_allocator_stats(ctx->alloc, &cap_st);
-        if (cap_st.cap_bytes == 0) /* bad usage (exit 2), as a missing flag */
-            USAGE("--batch-size auto",
-                  ls_error(LS_ERR_INVALID_ARGUMENT, "it needs a memory cap to fit in: set "
-                                                    "--memory-cap or LOCKSTEP_MEMORY_LIMIT (e.g. 8GiB)"));
-        TRY("--batch-size auto", ls_batch_size_search(ctx->alloc, comm, &bs, ls_trainer_trial_step, &trial, &br));
+        /* no cap (on any rank: the search agrees on it): bad usage (exit 2), as a missing flag */
+        TRY_FLAG("auto", "--batch-size auto", "--batch-size auto",
+                 ls_batch_size_search(ctx->alloc, comm, &bs, ls_trainer_trial_step, &trial, &br));
         o.batch = br.batch;
         if (rank == 0) {
-            char a[32], b[32], l[32];
-            printf("batch-size auto: %lld per rank (peak %s of the %s cap, limit %s with 10%% headroom); trials:",
-                   (long long)br.batch, ls_memory_format(br.peak_bytes, a, 32), ls_memory_format(br.cap_bytes, b, 32),
+            char a[32], b[32], l[32], who[48] = "";
+            if (br.cap_rank >= 0) snprintf(who, sizeof who, " (rank %d's, the smallest)", br.cap_rank);
+            printf("batch-size auto: %lld per rank%s (peak %s of the %s cap%s, limit %s with 10%% headroom); trials:",
+                   (long long)br.batch, br.batch == bs.max ? ", all of a rank's training samples" : "",
+                   ls_memory_format(br.peak_bytes, a, 32), ls_memory_format(br.cap_bytes, b, 32), who,
                    ls_memory_format(br.limit_bytes, l, 32));
             for (int i = 0; i < br.trials; i++) {
                 char pk[32];
@@ -474,7 +475,8 @@ int main(int argc, char **argv) {
                ls_precision_name(precision), o.ckpt_segments ? "activation checkpointing, " : "",
                rcfg.sync_bn ? "synchronized batch norm, " : "", (long long)train->n, (long long)test->n,
                (long long)o.batch, o.accum, world, (long long)steps);
-        if (o.ckpt_segments) printf("activation checkpointing: %d segments\n", o.ckpt_segments);
+        if (o.ckpt_segments)
+            printf("activation checkpointing: %d segment%s\n", o.ckpt_segments, o.ckpt_segments == 1 ? "" : "s");
     }
     if (rank == 0) ex_print_shard("fashion_resnet", opt, trainer, world);
     fflush(stdout);

@@ -44,7 +44,7 @@ static void check_fake(ls_comm *comm) {
         /* limit 900000: b <= (900000 - 100000) / 7000 = 114 */
         LS_REQUIRE_OK(ls_batch_size_search(a, NULL, &cfg, fake_trial, &f, &r));
         LS_EXPECT(r.batch == 114);
-        LS_EXPECT(r.cap_bytes == 1000000 && r.limit_bytes == 900000);
+        LS_EXPECT(r.cap_bytes == 1000000 && r.limit_bytes == 900000 && r.cap_rank == -1);
         LS_EXPECT(r.peak_bytes == 100000 + 7000 * 114 && r.peak_bytes <= r.limit_bytes);
         int64_t seq[] = {1, 2, 4, 8, 16, 32, 64, 128, 96, 112, 120, 116, 114, 115};
         expect_trials(&r, seq, 14);
@@ -69,6 +69,8 @@ static void check_fake(ls_comm *comm) {
         fake huge = {a, 950000, 1};
         LS_EXPECT_ERR(ls_batch_size_search(a, NULL, &cfg, fake_trial, &huge, &r), LS_ERR_OUT_OF_MEMORY,
                       "not even a batch of 1 per rank trains within");
+        /* what ran out at batch 1 is said (it said nothing more, also when the model did not fit) */
+        LS_EXPECT(strstr(ls_last_error(), "fake activations") != NULL);
         ls_allocator *nocap;
         LS_REQUIRE_OK(ls_host_allocator_create(0, &nocap));
         LS_EXPECT_ERR(ls_batch_size_search(nocap, NULL, &cfg, fake_trial, &f, &r), LS_ERR_INVALID_ARGUMENT,
@@ -86,6 +88,18 @@ static void check_fake(ls_comm *comm) {
         LS_REQUIRE_OK(ls_batch_size_search(a, comm, &cfg, fake_trial, &f, &r));
         LS_EXPECT(r.batch == alone);
         LS_EXPECT(alone == (int64_t)((last * 9 / 10 - 100000) / 7000));
+        /* the cap reported is the one that bound, the last rank's, on every rank (it was each rank's
+         * own, beside peaks over every rank), and this rank's own is back */
+        LS_EXPECT(r.cap_bytes == last && r.cap_rank == world - 1 && r.limit_bytes == last * 9 / 10);
+        LS_EXPECT(r.peak_bytes <= r.limit_bytes);
+        ls_memory_stats st;
+        ls_allocator_stats(a, &st);
+        LS_EXPECT(st.cap_bytes == cap);
+        /* a rank without a cap fails every rank, naming it (it left the others in an all-reduce) */
+        ls_allocator_set_cap(a, rank == world - 1 ? 0 : cap);
+        char want[64];
+        snprintf(want, sizeof want, rank == world - 1 ? "needs a memory cap" : "(rank %d has none)", world - 1);
+        LS_EXPECT_ERR(ls_batch_size_search(a, comm, &cfg, fake_trial, &f, &r), LS_ERR_INVALID_ARGUMENT, want);
     }
     ls_allocator_destroy(a);
 }

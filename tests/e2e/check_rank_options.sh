@@ -143,4 +143,15 @@ two "$RESNET" "${R[@]}" --sync-bn --batch-size auto --memory-cap 64MiB --max-ste
     "${R[@]}" --sync-bn --batch-size auto --memory-cap 8MiB --max-steps 2
 [ "$rc" -eq 0 ] || fail "--sync-bn --batch-size auto, caps of 64 and 8 MiB: exit status $rc, expected 0"
 grep -q '^batch-size auto: [0-9]* per rank' "$tmp/out" || fail "--sync-bn --batch-size auto: no batch chosen"
+# the cap that bound the batch is the one reported (it was rank 0's 64 MiB and its limit, beside
+# peaks and failures of rank 1's 8 MiB)
+grep -q '^batch-size auto: [0-9]* per rank (peak [0-9.]* MiB of the 8.00 MiB cap (rank 1.s, the smallest), limit 7.20 MiB with 10% headroom)' \
+    "$tmp/out" || fail "--batch-size auto, caps of 64 and 8 MiB: not rank 1's cap and limit reported"
+# a rank without a cap fails both ranks as bad usage (the other waited in the first trial's
+# all-reduce until the communicator's timeout)
+two "$RESNET" "${R[@]}" --batch-size auto --memory-cap 64MiB -- "${R[@]}" --batch-size auto
+[ "$rc" -ne 124 ] || fail "--batch-size auto with no cap on rank 1: still running after 60 s"
+[ "$rc" -eq 2 ] || fail "--batch-size auto with no cap on rank 1: exit status $rc, expected 2"
+grep -q "^fashion_resnet: --batch-size auto: invalid argument: the batch-size search needs a memory cap to fit in: .* (rank 1 has none)$" \
+    "$tmp/out" || fail "--batch-size auto with no cap on rank 1: rank 0 does not say rank 1 has none"
 echo "PASS"
