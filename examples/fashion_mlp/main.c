@@ -334,7 +334,10 @@ int main(int argc, char **argv) {
     ls_allocator_set_oom_hint(ctx->alloc, "The model (its weights, gradients and optimizer state) does not fit "
                                           "whatever the batch: a larger cap, or a smaller model (--hidden)");
     TRY("model", ls_mlp_create_dropout(ctx, LS_F32, n_sizes, sizes, act, (float)o.dropout, o.seed, &model));
-    if (o.ckpt_segments > 0) TRY("--checkpoint-activations", ls_checkpoint_sequential(model, o.ckpt_segments, &model));
+    /* more segments than layers: the flag's bad value (2) */
+    if (o.ckpt_segments > 0)
+        TRY_FLAG("", "--checkpoint-activations", "--checkpoint-activations",
+                 ls_checkpoint_sequential(model, o.ckpt_segments, &model));
     if (o.tf.init_from) TRY("--init-from", ls_model_load(comm, ctx, o.tf.init_from, model));
     TRY("--ema", ex_ema_create(&o.tf, ctx, model, &ema));
     ls_optim_config oc = ls_optim_defaults(kind);

@@ -39,4 +39,15 @@ small_out=$(LOCKSTEP_MEMORY_LIMIT=6MiB "$1" --widths 4,8 --blocks 1 --image-size
     fail "LOCKSTEP_MEMORY_LIMIT=6MiB: $small_out"
 grep -q 'cap 6.00 MiB per rank' <<<"$small_out" || fail "LOCKSTEP_MEMORY_LIMIT=6MiB is not the cap: $small_out"
 grep -qF 'the cap is 6.00 MiB (LOCKSTEP_MEMORY_LIMIT=6MiB), ' <<<"$small_out" || fail "the cap's source unsaid: $small_out"
+# a model that does not fit, whatever the batch: said so, with what can help (it was "failed as
+# expected", with batch advice that cannot help)
+tiny_out=$("$1" --steps 1 --memory-cap 1e3 2>&1)
+[ $? -eq 1 ] || fail "--memory-cap 1e3: exit status not 1: $tiny_out"
+grep -qF 'baseline (batch 256, fp32, no checkpointing) failed while its model was made, before any step:' <<<"$tiny_out" ||
+    fail "--memory-cap 1e3: the baseline's failure not said to be the model's: $tiny_out"
+grep -qF 'does not fit whatever the batch: a larger --memory-cap, or a smaller model (--widths, --blocks)' <<<"$tiny_out" ||
+    fail "--memory-cap 1e3: no model remedy: $tiny_out"
+grep -qxF 'challenge NOT met: the model itself does not fit the cap, whatever the batch (a larger --memory-cap, or smaller --widths or --blocks)' <<<"$tiny_out" ||
+    fail "--memory-cap 1e3: no verdict on the model: $tiny_out"
+grep -q 'failed as expected' <<<"$tiny_out" && fail "--memory-cap 1e3: 'failed as expected': $tiny_out"
 echo "PASS"

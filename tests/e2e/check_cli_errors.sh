@@ -147,8 +147,16 @@ refused "the cap is 20.00 MiB (LOCKSTEP_MEMORY_LIMIT=20MiB), 12.25 MiB is alread
     env LOCKSTEP_MEMORY_LIMIT=20MiB "$mlp" "${small[@]}" --hidden 4096,4096
 refused "the cap is 20.00 MiB (LOCKSTEP_MEMORY_LIMIT=20MiB), 4.66 MiB is already in use, the peak so far is 4.66 MiB. To fit, try a smaller --batch-size, --precision bf16, or --checkpoint-activations" \
     env LOCKSTEP_MEMORY_LIMIT=20MiB "$mlp" "${small[@]}" --train-limit 8192 --batch-size 8192 --hidden 512
+# more checkpoint segments than layers is the flag's bad value (fashion_resnet and fashion_mlp
+# exited 1, oom_challenge took one segment per layer silently)
+usage "fashion_resnet: --checkpoint-activations: invalid argument: cannot split 7 layers into 100 checkpoint segments (at most 7)" \
+    "$resnet" "${small[@]}" --widths 4,8 --checkpoint-activations=100
+usage "fashion_mlp: --checkpoint-activations: invalid argument: cannot split 5 layers into 9 checkpoint segments (at most 5)" \
+    "$mlp" "${small[@]}" --checkpoint-activations=9
+usage "oom_challenge: --checkpoint-activations: invalid argument: cannot split 11 layers into 99 checkpoint segments (at most 11)" \
+    "$oom" --checkpoint-activations=99 --steps 1
 # --batch-size auto with no cap to fit in is bad usage (it exited 1, as a failed run)
-usage "fashion_resnet: --batch-size auto: invalid argument: it needs a memory cap to fit in: set --memory-cap or LOCKSTEP_MEMORY_LIMIT" \
+usage "fashion_resnet: --batch-size auto: invalid argument: the batch-size search needs a memory cap to fit in: set --memory-cap or LOCKSTEP_MEMORY_LIMIT" \
     env -u LOCKSTEP_MEMORY_LIMIT "$resnet" "${small[@]}" --batch-size auto
 # the benchmark drivers name a program that is not built (they raised a traceback)
 benchdir=$(cd "$(dirname "$0")/../../cluster/bench" && pwd)
