@@ -1,7 +1,8 @@
 /* bench_mlp.c: lockstep's side of the MLP benchmarks: trains the 784-512-256-10 MLP on
  * Fashion-MNIST with the real training step (ls_trainer_step: gather, forward, loss, backward,
  * SGD momentum; under mpirun also the bucketed gradient all-reduce) and prints global samples/s
- * and achieved GFLOP/s per rank; with --sgemm it instead times OpenBLAS sgemm alone on the same
+ * and achieved GFLOP/s per rank, both of the samples stepped (an epoch's last step may be short),
+ * and the time per step; with --sgemm it instead times OpenBLAS sgemm alone on the same
  * eight GEMM shapes a step runs, the ceiling for the achieved rate. --batch-size is per rank;
  * --ema DECAY also updates an EMA of the weights after every step; --dropout P puts a Dropout
  * after each hidden activation (masks keyed to step and sample). Not a test: compare_mlp.py,
@@ -167,6 +168,9 @@ int main(int argc, char **argv) {
     if (ema_decay >= 0) BENCH_CHECK("--ema", ls_ema_create(ctx, model, ema_decay, 0, &ema));
     int64_t per_epoch = ls_sampler_steps(smp, B), *idx = malloc(sizeof(int64_t) * (size_t)B);
     int64_t *nidx = malloc(sizeof(int64_t) * (size_t)B), count, global, ncount, nglobal;
+    /* samples stepped in the timed steps, over all ranks and on this rank: an epoch's last step is
+     * smaller when world * B does not divide the set (PAD mode), so steps * B * world overstates */
+    int64_t stepped_global = 0, stepped_local = 0;
     double t0 = 0;
     ls_step_stats st;
     BENCH_CHECK("batch", ls_sampler_batch(smp, 0, B, idx, &count, &global));
@@ -191,6 +195,10 @@ int main(int argc, char **argv) {
          * given no stats does not wait for the device (train.h) */
         BENCH_CHECK("step", ls_trainer_step(tr, data, idx, count, global, it == steps - 1 ? &st : NULL));
         if (ema) BENCH_CHECK("--ema", ls_ema_update(ema));
+        if (it >= 0) {
+            stepped_global += global;
+            stepped_local += count;
+        }
         if (more) {
             int64_t *tmp = idx;
             idx = nidx;
@@ -204,10 +212,12 @@ int main(int argc, char **argv) {
     double dt = bench_now_s() - t0;
     int64_t pf_hits = 0, pf_misses = 0;
     ls_trainer_prefetch_stats(tr, &pf_hits, &pf_misses);
+    /* GFLOP/s of rank 0: the FLOPs per sample times the samples it stepped */
     if (rank == 0)
         printf("lockstep ranks %d samples/s %.1f step_ms %.3f GFLOP/s %.2f loss %.4f prefetched %lld\n", world,
-               (double)steps * (double)B * world / dt, 1000 * dt / steps, step_flops(sizes, 4, B) * steps / dt / 1e9,
-               st.loss_sum / (double)st.samples, (long long)pf_hits);
+               (double)stepped_global / dt, 1000 * dt / steps,
+               step_flops(sizes, 4, 1) * (double)stepped_local / dt / 1e9, st.loss_sum / (double)st.samples,
+               (long long)pf_hits);
     free(idx);
     free(nidx);
     ls_sampler_destroy(smp);

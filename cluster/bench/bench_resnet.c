@@ -140,6 +140,9 @@ int main(int argc, char **argv) {
     tc.precision = prec;
     BENCH_CHECK("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &tr));
     int64_t per_epoch = ls_sampler_steps(smp, b), *idx = malloc(sizeof(int64_t) * (size_t)b);
+    /* samples stepped in the timed steps over all ranks: an epoch's last step is smaller when the
+     * global batch does not divide the set (PAD mode), so steps * B would overstate the rate */
+    int64_t stepped = 0;
     double t0 = 0, c0 = 0;
     ls_step_stats st;
     for (int it = -warmup, j = 0; it < steps; it++, j++) {
@@ -157,6 +160,7 @@ int main(int argc, char **argv) {
         BENCH_CHECK("batch", ls_sampler_batch(smp, j, b, idx, &count, &global));
         /* the loss read only at the last step, as torch_resnet.py's loss.item() after its loop */
         BENCH_CHECK("step", ls_trainer_step(tr, data, idx, count, global, it == steps - 1 ? &st : NULL));
+        if (it >= 0) stepped += global;
     }
     BENCH_CHECK("sync", ls_ctx_synchronize(ctx));
     BENCH_CHECK("barrier", ls_comm_barrier(comm));
@@ -166,10 +170,9 @@ int main(int argc, char **argv) {
     if (rank == 0)
         printf("lockstep samples/s %.1f step_ms %.3f cpu_ms_per_step %.3f ranks %d batch %lld peak_mib %.1f loss %.4f "
                "device %s precision %s\n",
-               (double)steps * (double)(b * world) / dt, 1000 * dt / steps, 1000 * dc / steps, world,
-               (long long)(b * world), (double)ms.peak_bytes / 1048576.0,
-               st.loss_sum / (double)(st.samples ? st.samples : 1), ls_device_str(dev, devname, sizeof devname),
-               ls_precision_name(prec));
+               (double)stepped / dt, 1000 * dt / steps, 1000 * dc / steps, world, (long long)(b * world),
+               (double)ms.peak_bytes / 1048576.0, st.loss_sum / (double)(st.samples ? st.samples : 1),
+               ls_device_str(dev, devname, sizeof devname), ls_precision_name(prec));
     free(idx);
     free(p);
     free(g);
