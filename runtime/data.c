@@ -526,7 +526,7 @@ static void *gather_run(void *arg) {
 
 /* LOCKSTEP_GATHER_THREADS, else 4 where this process may run on at least 8 CPUs (its affinity:
  * under mpirun --bind-to core a rank has one), else 1: on 2 CPUs a second thread was no faster
- * (0.68x-1.23x in bench_gather). */
+ * (bench_gather --threads 2: 0.96x-0.97x at 4096 rows of f32, docs/performance.md). */
 ls_status ls_dataset_gather_threads(int *out) {
     LS_CHECK_ARG(out, "ls_dataset_gather_threads: out is NULL");
     const char *e = getenv("LOCKSTEP_GATHER_THREADS");

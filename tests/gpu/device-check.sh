@@ -409,13 +409,13 @@ if [ -x "$BENCH" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
     add_row "MLP batch 4096, data on the host" "" \
         "prefetch ${on_all:-?} ms vs none ${off_all:-?} ms per step (${pf:-prefetched ?}; on the device: ${dev_ms:-?} ms)"
 fi
-# the host gather behind that path: one thread against the threaded one this machine's cores get,
-# and the raw-bytes gather that a staged batch of Fashion-MNIST actually does
+# the host gather behind that path: the raw-bytes gather that a staged batch of Fashion-MNIST
+# does, and for a set of f32 one thread against the threads this machine's cores get (the trainer's)
 if [ -x "$BUILD/cluster/bench/bench_gather" ] && [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
     step bench-gather 20 "$BUILD/cluster/bench/bench_gather" --batch-size 4096 --rounds 101 --data-dir "$DATA"
-    fig=$(grep -E '^gather ' "$WORK/bench-gather.out" 2>/dev/null | sed -E 's/.*CPUs: //')
-    raw=$(grep -E '^the same rows as stored bytes' "$WORK/bench-gather.out" 2>/dev/null | sed -E 's/.*median //')
-    add_row "host gather, 4096 rows" "$(result_of "$STEP_RC")" "${fig:-?}; as staged bytes ${raw:-?}"
+    fig=$(grep -E '^f32 set ' "$WORK/bench-gather.out" 2>/dev/null | sed -E 's/.*MiB\): //')
+    raw=$(grep -E '^bytes \(the trainer' "$WORK/bench-gather.out" 2>/dev/null | sed -E 's/.*: //')
+    add_row "host gather, 4096 rows" "$(result_of "$STEP_RC")" "staged bytes ${raw:-?}; an f32 set ${fig:-?}"
 fi
 
 # ---- end to end: oom_challenge on its GPU defaults (ResNet 64,128,256,512 x 3 blocks on 128x128x3
