@@ -8,20 +8,12 @@ Usage (repository root, after building build/):
 import argparse
 import os
 import platform
-import re
 import statistics
-import subprocess
 import sys
 
-from benchrun import program
+from benchrun import program, samples_per_s
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run(cmd, env):
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    line = [l for l in out.splitlines() if "samples/s" in l][-1]
-    return float(re.search(r"samples/s ([0-9.]+)", line).group(1))
 
 
 def main():
@@ -35,16 +27,18 @@ def main():
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     bench = program("compare_ddp", os.path.join(args.build, "cluster", "bench", "bench_mlp"))
     common = ["--steps", str(args.steps), "--batch-size", str(args.batch_size)]
+    lockstep = [bench, "--device", "cpu"] + common  # on the CPU, as the PyTorch side
     cmds = {
-        "lockstep 1 rank": [bench] + common,
-        "lockstep 2 ranks": ["mpirun", "-np", "2", "--bind-to", "none", "-x", "OPENBLAS_NUM_THREADS", bench] + common,
+        "lockstep 1 rank": lockstep,
+        "lockstep 2 ranks": ["mpirun", "-np", "2", "--bind-to", "none", "-x", "OPENBLAS_NUM_THREADS"] + lockstep,
         "torch DDP 1 rank": ["/usr/bin/python3", os.path.join(HERE, "torch_ddp_mlp.py"), "--ranks", "1"] + common,
         "torch DDP 2 ranks": ["/usr/bin/python3", os.path.join(HERE, "torch_ddp_mlp.py"), "--ranks", "2"] + common,
     }
     res = {k: [] for k in cmds}
     for r in range(args.rounds):
         for k, c in cmds.items():
-            res[k].append(run(c, env))
+            # both sides print 'ranks N': a 2-rank run whose ranks did not find each other is refused
+            res[k].append(samples_per_s("compare_ddp.py", k, c, env, ranks=2 if "2 ranks" in k else 1))
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in res.items()), flush=True)
     med = {k: statistics.median(v) for k, v in res.items()}
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; per-rank batch "

@@ -12,17 +12,19 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
 
-from benchrun import program
+from benchrun import program, run_output
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(cmd, env):
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return out.strip().splitlines()[-1]
+def run(name, cmd, env):
+    """The last line cmd prints; exits showing cmd's output and errors when it fails."""
+    out = run_output("compare_mlp.py", name, cmd, env).strip()
+    if not out:
+        sys.exit(f"compare_mlp.py: {name}: {' '.join(cmd)} printed nothing")
+    return out.splitlines()[-1]
 
 
 def num(line, key):
@@ -45,13 +47,14 @@ def main():
     train = ["--dropout", str(args.dropout)] if args.dropout > 0 else []
     ls, gf, sg, torch = [], [], [], {t: [] for t in args.torch_threads.split(",")}
     for r in range(args.rounds):
-        line = run([bench] + common + train, env)
+        # on the CPU, as the PyTorch side (bench_mlp's default is a GPU where there is one)
+        line = run("lockstep", [bench, "--device", "cpu"] + common + train, env)
         ls.append(num(line, "samples/s"))
         gf.append(num(line, "GFLOP/s"))
         # sgemm alone right after the training run: both see the machine as it is in this round
-        sg.append(num(run([bench, "--sgemm"] + common, env), "GFLOP/s"))
+        sg.append(num(run("sgemm", [bench, "--sgemm"] + common, env), "GFLOP/s"))
         for t in torch:
-            line = run(["/usr/bin/python3", os.path.join(HERE, "torch_mlp.py"), "--threads", t] + common + train, env)
+            line = run(f"torch {t} threads", ["/usr/bin/python3", os.path.join(HERE, "torch_mlp.py"), "--threads", t] + common + train, env)
             torch[t].append(num(line, "samples/s"))
         print(f"round {r + 1}: lockstep {ls[-1]:.0f} samples/s ({gf[-1]:.1f} GFLOP/s, sgemm alone {sg[-1]:.1f}); " +
               ", ".join(f"torch({t} threads) {v[-1]:.0f}" for t, v in torch.items()), flush=True)

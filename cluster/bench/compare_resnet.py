@@ -17,17 +17,24 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
 
-from benchrun import program
+from benchrun import program, run_output
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(cmd, env):
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return [l for l in out.strip().splitlines() if "samples/s" in l][-1]
+def run(name, cmd, env, ranks=None):
+    """cmd's last line with a samples/s figure; exits showing cmd's output and errors when it fails,
+    prints no figure, or (ranks given) ran as another number of ranks."""
+    out = run_output("compare_resnet.py", name, cmd, env)
+    lines = [l for l in out.strip().splitlines() if "samples/s" in l]
+    if not lines:
+        sys.exit(f"compare_resnet.py: {name}: no 'samples/s' figure in the output of {' '.join(cmd)}:\n{out}")
+    got = re.search(r"ranks ([0-9]+)", lines[-1])
+    if ranks is not None and (not got or int(got.group(1)) != ranks):
+        sys.exit(f"compare_resnet.py: {name}: ran as {got.group(1) if got else '?'} rank(s), expected {ranks}:\n{out}")
+    return lines[-1]
 
 
 def num(line, key):
@@ -53,16 +60,17 @@ def main():
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     many = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.cores), OMP_NUM_THREADS=str(args.cores))
     torch_py = ["/usr/bin/python3", os.path.join(HERE, "torch_resnet.py"), "--threads", str(args.cores)] + common
-    configs = [
-        (f"lockstep {args.cores} ranks x 1 thread", "lockstep", [launcher, "-n", str(args.cores), bench] + common, one),
-        (f"lockstep 1 rank x {args.cores} threads", "lockstep", [bench] + common, many),
-        (f"torch NCHW, {args.cores} threads", "torch", torch_py, many),
-        (f"torch channels_last, {args.cores} threads", "torch", torch_py + ["--channels-last"], many),
+    configs = [  # name, side, command, environment, ranks it must report (None: not printed)
+        (f"lockstep {args.cores} ranks x 1 thread", "lockstep", [launcher, "-n", str(args.cores), bench] + common, one,
+         args.cores),
+        (f"lockstep 1 rank x {args.cores} threads", "lockstep", [bench] + common, many, 1),
+        (f"torch NCHW, {args.cores} threads", "torch", torch_py, many, None),
+        (f"torch channels_last, {args.cores} threads", "torch", torch_py + ["--channels-last"], many, None),
     ]
-    results = {name: [] for name, _, _, _ in configs}
+    results = {name: [] for name, _, _, _, _ in configs}
     for r in range(args.rounds):
-        for name, _, cmd, env in configs:
-            results[name].append(num(run(cmd, env), "samples/s"))
+        for name, _, cmd, env, ranks in configs:
+            results[name].append(num(run(name, cmd, env, ranks), "samples/s"))
         print(f"round {r + 1}: " + "; ".join(f"{n} {v[-1]:.0f}" for n, v in results.items()), flush=True)
     med = {n: statistics.median(v) for n, v in results.items()}
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
@@ -70,10 +78,10 @@ def main():
           f"{args.batch_size}, {args.steps} steps, {args.rounds} rounds")
     for n, v in med.items():
         print(f"{n:40s} median {v:8.0f} samples/s  (min {min(results[n]):.0f}, max {max(results[n]):.0f})")
-    best = {side: max((n for n, s, _, _ in configs if s == side), key=lambda n: med[n]) for side in ("lockstep", "torch")}
+    best = {side: max((n for n, s, _, _, _ in configs if s == side), key=lambda n: med[n]) for side in ("lockstep", "torch")}
     print(f"ratio lockstep best ({best['lockstep']}) / torch best ({best['torch']}) = "
           f"{med[best['lockstep']] / med[best['torch']]:.2f}x  (target >= 1.0x)")
-    for n, s, _, _ in configs:
+    for n, s, _, _, _ in configs:
         if s == "torch":
             print(f"ratio lockstep best / {n} = {med[best['lockstep']] / med[n]:.2f}x")
 
