@@ -1,8 +1,11 @@
 /* bench_bucketing.c: the gradient exchange of realistic parameter lists (the MLP 784-512-256-10,
  * 6 tensors; ResNet-18, 62 tensors of mixed sizes) done four ways: the bucketed reducer (grad_ready
  * in backward order, finish), one blocking allreduce per tensor, one async allreduce per tensor
- * (all started, then waited), and a single bucket holding everything. Median over runs of the
- * step time (max over ranks); the ratio column is time / bucketed time. With --compute-us, a
+ * (all started, then waited), and a single bucket holding everything (over a second copy of the
+ * gradients, so that it takes bucket views exactly when the bucketed reducer does: the views
+ * column says which did). The methods alternate run by run (A B C D A B C D). Median over runs of
+ * the step time (max over ranks); the ratio column is time / bucketed time; MB are 10^6 bytes
+ * (the bucket caps are in MiB, as LOCKSTEP_BUCKET_MB). With --compute-us, a
  * simulated backward (busy work proportional to each tensor's size) runs before each gradient is
  * marked ready, showing how much communication the reducer hides. Results are checked. Not a test. */
 #ifndef _GNU_SOURCE
@@ -120,11 +123,26 @@ static const char *method_names[] = {"bucketed (reducer)", "per-tensor allreduce
 
 typedef struct setup {
     plist p;
-    ls_tensor *g[80];
+    ls_tensor *g[80], *g1[80]; /* g1: the single bucket's own gradients, the same sizes */
     ls_reducer *red, *single;
     double compute_s[80]; /* simulated backward time of each tensor */
     int64_t total;
 } setup;
+
+/* The gradients method m reduces. */
+static ls_tensor **grads(setup *s, method m) { return m == M_SINGLE_BUCKET ? s->g1 : s->g; }
+
+/* "v/f": of a reducer's fused buckets, how many hold their gradients as views. */
+static void views_of(const ls_reducer *r, char *out, size_t size) {
+    int fused = 0, views = 0;
+    for (int b = 0; b < ls_reducer_num_buckets(r); b++) {
+        ls_reducer_bucket_info info;
+        if (ls_reducer_bucket(r, b, &info) != LS_OK) continue;
+        fused += info.fused;
+        views += info.fused && info.view;
+    }
+    snprintf(out, size, "%d/%d", views, fused);
+}
 
 static void scale_all(setup *s, int i) {
     float *x = s->g[i]->data, f = 1.0f / (float)W;
@@ -174,15 +192,16 @@ static void run_method(setup *s, method m) {
 static float gval(int r, int i, int64_t k) { return (float)((r * 3 + i * 5 + (int)(k % 11)) % 13) * 0.5f; }
 
 static int64_t check_method(setup *s, method m) {
+    ls_tensor **g = grads(s, m);
     for (int i = 0; i < s->p.n; i++)
-        for (int64_t k = 0; k < s->p.numel[i]; k++) ((float *)s->g[i]->data)[k] = gval(R, i, k);
+        for (int64_t k = 0; k < s->p.numel[i]; k++) ((float *)g[i]->data)[k] = gval(R, i, k);
     run_method(s, m);
     int64_t wrong = 0;
     for (int i = 0; i < s->p.n; i++)
         for (int64_t k = 0; k < s->p.numel[i]; k++) {
             float sum = 0;
             for (int r = 0; r < W; r++) sum += gval(r, i, k);
-            float want = sum * (1.0f / (float)W), got = ((float *)s->g[i]->data)[k];
+            float want = sum * (1.0f / (float)W), got = ((float *)g[i]->data)[k];
             wrong += !(fabsf(got - want) <= 1e-6f * (1 + fabsf(want)));
         }
     double w = (double)wrong;
@@ -230,8 +249,9 @@ int main(int argc, char **argv) {
                     "  -m, --model NAME        mlp, resnet or all (default all)\n"
                     "  -u, --compute-us US     simulated backward time per step, spread over the tensors\n"
                     "                          by size (default 0: communication only)\n"
-                    "      --bucket-mb MB      bucket cap (default 0: LOCKSTEP_BUCKET_MB, then 25)\n"
-                    "      --first-bucket-mb MB first bucket cap (default 0: LOCKSTEP_FIRST_BUCKET_MB, then 1)\n"
+                    "      --bucket-mb MIB     bucket cap in MiB (default 0: LOCKSTEP_BUCKET_MB, then 25)\n"
+                    "      --first-bucket-mb MIB first bucket cap in MiB (default 0: LOCKSTEP_FIRST_BUCKET_MB,\n"
+                    "                          then 1)\n"
                     "      --backend NAME      self, mpi, nccl or auto (default: LOCKSTEP_COMM, then auto)\n"
                     "  -h, --help              this text\n");
             return ch == 'h' ? 0 : 2;
@@ -247,11 +267,11 @@ int main(int argc, char **argv) {
         printf("# bench_bucketing:");
         for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
         const char *prog = getenv("LOCKSTEP_MPI_PROGRESS");
-        printf("\n# ranks %d, backend %s, MPI progress %s, runs %d (median of max over ranks), compute %.0f "
-               "us/step\n",
+        printf("\n# ranks %d, backend %s, MPI progress %s, runs %d (methods alternating; median of max over "
+               "ranks), compute %.0f us/step; MB = 10^6 bytes; views: fused buckets holding their gradients as views\n",
                W, ls_comm_backend_name(C), prog && *prog ? prog : "default", runs, compute_us);
-        printf("# %-20s %7s %9s %7s  %-22s %10s %8s %7s\n", "model", "tensors", "MB", "buckets", "method", "time (ms)",
-               "vs bucketed", "#wrong");
+        printf("# %-20s %7s %9s %7s %5s  %-22s %10s %8s %7s\n", "model", "tensors", "MB", "buckets", "views", "method",
+               "time (ms)", "vs bucketed", "#wrong");
     }
     for (int model = 1; model <= 2; model++) {
         if (!(which & model)) continue;
@@ -261,50 +281,61 @@ int main(int argc, char **argv) {
         for (int i = 0; i < s.p.n; i++) {
             int64_t shape[1] = {s.p.numel[i]};
             CHECK("gradient", ls_tensor_create(a, LS_F32, 1, shape, "grad", &s.g[i]));
+            CHECK("gradient", ls_tensor_create(a, LS_F32, 1, shape, "grad", &s.g1[i]));
             s.total += s.p.numel[i];
         }
         for (int i = 0; i < s.p.n; i++) s.compute_s[i] = compute_us * 1e-6 * (double)s.p.numel[i] / (double)s.total;
-        /* the first reducer as configured (bucket views by default); the second, over the same
-         * gradients, copies */
+        /* the bucketed reducer as configured (bucket views by default, LOCKSTEP_GRAD_AS_BUCKET_VIEW);
+         * the single bucket with the same setting, over its own gradients (a gradient that is
+         * already another reducer's view would be copied) */
         ls_reducer_config cfg = {cap_bytes(first_mb), cap_bytes(bucket_mb), 0, 0};
         CHECK("reducer", ls_reducer_create(C, NULL, s.p.n, s.g, &cfg, &s.red));
-        ls_reducer_config one = {(size_t)s.total * 4 + 1, (size_t)s.total * 4 + 1, -1, 0};
-        CHECK("reducer", ls_reducer_create(C, NULL, s.p.n, s.g, &one, &s.single));
+        ls_reducer_config one = {(size_t)s.total * 4 + 1, (size_t)s.total * 4 + 1, cfg.bucket_view, cfg.compress};
+        CHECK("reducer", ls_reducer_create(C, NULL, s.p.n, s.g1, &one, &s.single));
         double med[M_COUNT];
         int64_t wrong[M_COUNT];
-        double *t = calloc((size_t)runs, sizeof *t);
-        if (!t) DIE("cannot allocate the timings of %d runs", runs);
-        for (int m = 0; m < M_COUNT; m++) {
-            if (m == M_COMPUTE_ONLY && compute_us <= 0) continue;
-            wrong[m] = m == M_COMPUTE_ONLY ? 0 : check_method(&s, (method)m);
-            for (int k = 0; k < warmup; k++) run_method(&s, (method)m);
-            for (int k = 0; k < runs; k++) {
+        double *t[M_COUNT];
+        for (int m = 0; m < M_COUNT; m++)
+            if (!(t[m] = calloc((size_t)runs, sizeof(double)))) DIE("cannot allocate the timings of %d runs", runs);
+        int nm = compute_us > 0 ? M_COUNT : M_COMPUTE_ONLY; /* the methods run */
+        for (int m = 0; m < nm; m++) wrong[m] = m == M_COMPUTE_ONLY ? 0 : check_method(&s, (method)m);
+        for (int k = 0; k < warmup; k++)
+            for (int m = 0; m < nm; m++) run_method(&s, (method)m);
+        for (int k = 0; k < runs; k++)
+            for (int m = 0; m < nm; m++) { /* alternating, so load from elsewhere hits every method alike */
                 CHECK("barrier", ls_comm_barrier(C));
                 double t0 = now_s();
                 run_method(&s, (method)m);
-                t[k] = now_s() - t0;
-                CHECK("time", ls_comm_allreduce_host(C, &t[k], 1, LS_F64, LS_REDUCE_MAX));
+                t[m][k] = now_s() - t0;
+                CHECK("time", ls_comm_allreduce_host(C, &t[m][k], 1, LS_F64, LS_REDUCE_MAX));
             }
-            qsort(t, (size_t)runs, sizeof *t, cmp_double);
-            med[m] = runs % 2 ? t[runs / 2] : 0.5 * (t[runs / 2 - 1] + t[runs / 2]);
+        for (int m = 0; m < nm; m++) {
+            qsort(t[m], (size_t)runs, sizeof(double), cmp_double);
+            med[m] = runs % 2 ? t[m][runs / 2] : 0.5 * (t[m][runs / 2 - 1] + t[m][runs / 2]);
+            free(t[m]);
         }
-        free(t);
+        for (int m = nm; m < M_COUNT; m++) free(t[m]);
         if (R == 0) {
-            for (int m = 0; m < M_COUNT; m++) {
-                if (m == M_COMPUTE_ONLY && compute_us <= 0) continue;
+            for (int m = 0; m < nm; m++) {
                 int nb = m == M_BUCKETED        ? ls_reducer_num_buckets(s.red)
                          : m == M_SINGLE_BUCKET ? 1
                          : m == M_COMPUTE_ONLY  ? 0
                                                 : s.p.n;
-                printf("  %-20s %7d %9.3f %7d  %-22s %10.3f %8.3f %7lld\n", s.p.name, s.p.n,
-                       (double)s.total * 4 / 1048576.0, nb, method_names[m], med[m] * 1e3, med[m] / med[M_BUCKETED],
+                char views[24] = "-";
+                if (m == M_BUCKETED || m == M_SINGLE_BUCKET)
+                    views_of(m == M_BUCKETED ? s.red : s.single, views, sizeof views);
+                printf("  %-20s %7d %9.3f %7d %5s  %-22s %10.3f %8.3f %7lld\n", s.p.name, s.p.n,
+                       (double)s.total * 4 / 1e6, nb, views, method_names[m], med[m] * 1e3, med[m] / med[M_BUCKETED],
                        (long long)wrong[m]);
             }
             fflush(stdout);
         }
         ls_reducer_destroy(s.red);
         ls_reducer_destroy(s.single);
-        for (int i = 0; i < s.p.n; i++) ls_tensor_destroy(s.g[i]);
+        for (int i = 0; i < s.p.n; i++) {
+            ls_tensor_destroy(s.g[i]);
+            ls_tensor_destroy(s.g1[i]);
+        }
     }
     ls_allocator_destroy(a);
     ls_comm_destroy(C);
