@@ -33,6 +33,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: bench_resnet [--batch-size N (global)] [--steps N] [--warmup N] [--widths A,B,C] [--blocks N]\n"
+               "                    (--widths default 32,64,128 and --blocks 1: fashion_resnet's defaults)\n"
                "                    [--precision fp32|bf16|fp16] [--checkpoint-activations SEGMENTS]\n"
                "                    [--device cpu|cuda[:N] (default $LOCKSTEP_DEVICE, else cpu)] [--data-dir DIR]\n"
                "SEGMENTS: recompute activations in backward, the model's top-level layers split in SEGMENTS\n"
@@ -50,7 +51,7 @@ static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 int main(int argc, char **argv) {
     int64_t B = 128;
     int steps = 50, warmup = 5, segments;
-    const char *segments_arg = "0", *dir = NULL, *widths = "16,32,64", *precision = "fp32", *device = NULL;
+    const char *segments_arg = "0", *dir = NULL, *widths = "32,64,128", *precision = "fp32", *device = NULL;
     ls_resnet_config cfg = {LS_F32, LS_F32, 1, 28, 28, 0, {0}, 1, 10, 42, NULL, 0};
     static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'},
                                          {"steps", required_argument, 0, 'n'},

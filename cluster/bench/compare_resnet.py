@@ -48,7 +48,7 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=128, help="global batch")
-    ap.add_argument("--widths", default="16,32,64")
+    ap.add_argument("--widths", default="32,64,128", help="stage widths (default 32,64,128, fashion_resnet's)")
     ap.add_argument("--blocks", type=int, default=1)
     ap.add_argument("--cores", type=int, default=2, help="ranks (lockstep) and threads (both) to use")
     args = ap.parse_args()

@@ -65,7 +65,7 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave default)")
-    ap.add_argument("--widths", default="16,32,64")
+    ap.add_argument("--widths", default="32,64,128", help="stage widths (default 32,64,128, fashion_resnet's)")
     ap.add_argument("--blocks", type=int, default=1)
     ap.add_argument("--channels-last", action="store_true", help="NHWC memory format (default NCHW)")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")

@@ -443,7 +443,7 @@ else
     add_row "oom_challenge (cuda)" "NOT RUN" "no binary ($OOM): the build failed"
 fi
 
-# ---- lockstep vs PyTorch eager on a ResNet: examples/fashion_resnet's model (widths 16,32,64, one
+# ---- lockstep vs PyTorch eager on a ResNet: examples/fashion_resnet's model (widths 32,64,128, one
 # block per stage), same batch and steps, bf16 (lockstep --precision bf16: bf16 activations, f32
 # masters; PyTorch: torch.autocast(bfloat16), channels_last), A B A B, median step times ----
 RBENCH="$BUILD/cluster/bench/bench_resnet"
