@@ -125,8 +125,15 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    /* the command, then DIR: what is missing or not known is named, then the usage's first line */
+    if (argc < 2)
+        fprintf(stderr, "bench_ckpt: no command given (save, load or train)\n");
+    else if (strcmp(argv[1], "save") && strcmp(argv[1], "load") && strcmp(argv[1], "train"))
+        fprintf(stderr, "bench_ckpt: unknown command '%s' (save, load or train)\n", argv[1]);
+    else if (argc < 3)
+        fprintf(stderr, "bench_ckpt: %s: no DIR given\n", argv[1]);
     if (argc < 3 || (strcmp(argv[1], "save") && strcmp(argv[1], "load") && strcmp(argv[1], "train"))) {
-        usage(stderr);
+        fprintf(stderr, "usage: bench_ckpt save|load|train DIR [options] (see --help)\n");
         return 2;
     }
     const int save = !strcmp(argv[1], "save"), train = !strcmp(argv[1], "train");

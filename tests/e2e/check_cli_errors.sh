@@ -130,6 +130,8 @@ if [ -n "$bench" ]; then
 fi
 if [ -n "$bench_ckpt" ]; then
     usage "usage: bench_ckpt save|load|train DIR" "$bench_ckpt" restore /tmp
+    usage "bench_ckpt: unknown command 'foo' (save, load or train)" "$bench_ckpt" foo /tmp/x
+    usage "bench_ckpt: save: no DIR given" "$bench_ckpt" save
     usage "bench_ckpt: --save-every '-1': " "$bench_ckpt" train /tmp --save-every -1
     refused "bench_ckpt: data: " "$bench_ckpt" train /tmp --hidden 8 --data-dir /nonexistent
     usage "bench_ckpt: DIR is empty" "$bench_ckpt" save ''
