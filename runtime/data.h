@@ -106,7 +106,8 @@ ls_status ls_dataset_gather_threads(int *out);
 typedef enum ls_sampler_mode {
     LS_SAMPLER_PAD = 0,       /* default, DistributedSampler: pad by repeating the start of the
                                  (shuffled) list to a multiple of world */
-    LS_SAMPLER_DROP_LAST = 1, /* truncate to a multiple of world */
+    LS_SAMPLER_DROP_LAST = 1, /* truncate to a multiple of world (DistributedSampler's drop_last),
+                                 and ls_sampler_steps drops a short last step (DataLoader's) */
     LS_SAMPLER_EXACT = 2      /* no padding: shards differ by at most 1 sample */
 } ls_sampler_mode;
 

@@ -181,6 +181,10 @@ ls_status ex_check_fashion_shape(const ls_dataset *train, const ls_dataset *test
 
 ls_status ex_check_steps(const ls_sampler *s, int64_t steps, int64_t per_step) {
     if (steps > 0) return LS_OK;
+    if (ls_sampler_num_samples(s) == 0) /* no batch helps: fewer samples than ranks */
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "no whole step in an epoch: this rank gets no training samples under --sampler drop-last "
+                        "(fewer samples than ranks); use more samples (--train-limit), fewer ranks, or --sampler pad");
     return ls_error(LS_ERR_INVALID_ARGUMENT,
                     "no whole step in an epoch: this rank's %lld training samples are fewer than a step's %lld "
                     "(--batch-size x --accum-steps) under --sampler drop-last; use a smaller batch, or "

@@ -356,6 +356,12 @@ int main(int argc, char **argv) {
     USAGE("--precision", ls_precision_parse(o.precision, &precision));
     USAGE("--widths", ex_parse_widths(o.widths, &rcfg));
 
+    size_t flag_cap = 0;
+    if (o.memory_cap) {
+        USAGE("--memory-cap", ls_memory_parse_cap(o.memory_cap, &flag_cap));
+        unsetenv("LOCKSTEP_MEMORY_LIMIT"); /* the flag wins: a bad value there stopped the flag's run */
+    }
+
     TRY("rank discovery", ls_rank_discover(&ri));
     TRY_FLAG(o.device, "--device", "device", ls_device_select(o.device, ri.local_rank, &dev));
     TRY("context", ls_ctx_create(dev, NULL, &ctx));
@@ -363,11 +369,9 @@ int main(int argc, char **argv) {
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
     TRY("LOCKSTEP_GPU_MONITOR", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
     if (o.memory_cap) {
-        size_t cap;
         char from[160];
-        USAGE("--memory-cap", ls_memory_parse_cap(o.memory_cap, &cap));
         snprintf(from, sizeof from, "--memory-cap %.140s", o.memory_cap);
-        ls_allocator_set_cap_from(ctx->alloc, cap, from);
+        ls_allocator_set_cap_from(ctx->alloc, flag_cap, from);
     }
     /* until the training's buffers: what is allocated does not depend on the batch */
     ls_allocator_set_oom_hint(ctx->alloc, "The model (its weights, gradients and optimizer state) does not fit "

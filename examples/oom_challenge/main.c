@@ -252,6 +252,7 @@ int main(int argc, char **argv) {
         s = ls_error(LS_ERR_INVALID_ARGUMENT, "the remedy is bf16 or fp16, not fp32");
         goto fail;
     }
+    if (o.memory_cap) unsetenv("LOCKSTEP_MEMORY_LIMIT"); /* the flag wins: a bad value there stopped its run */
     what = "rank discovery";
     if ((s = ls_rank_discover(&ri)) != LS_OK) goto fail;
     what = o.device ? "--device" : "device";

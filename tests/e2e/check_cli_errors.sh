@@ -149,6 +149,13 @@ refused "the cap is 20.00 MiB (LOCKSTEP_MEMORY_LIMIT=20MiB), 12.25 MiB is alread
     env LOCKSTEP_MEMORY_LIMIT=20MiB "$mlp" "${small[@]}" --hidden 4096,4096
 refused "the cap is 20.00 MiB (LOCKSTEP_MEMORY_LIMIT=20MiB), 4.66 MiB is already in use, the peak so far is 4.66 MiB. To fit, try a smaller --batch-size, --precision bf16, or --checkpoint-activations" \
     env LOCKSTEP_MEMORY_LIMIT=20MiB "$mlp" "${small[@]}" --train-limit 8192 --batch-size 8192 --hidden 512
+# --memory-cap wins over LOCKSTEP_MEMORY_LIMIT, also over a bad value there (which stopped the run)
+out=$(LOCKSTEP_MEMORY_LIMIT=bogus "$resnet" "${small[@]}" --widths 4,8 --memory-cap 300MiB 2>&1) ||
+    fail "fashion_resnet --memory-cap 300MiB with LOCKSTEP_MEMORY_LIMIT=bogus: $out"
+# (the challenge itself is not met at this size: exit 1, but the cap is the flag's)
+out=$(LOCKSTEP_MEMORY_LIMIT=bogus "$oom" --widths 4,8 --blocks 1 --batch-size 32 --steps 1 --memory-cap 300MiB 2>&1)
+grep -q "^oom_challenge: device cpu, 1 rank, cap 300.00 MiB per rank" <<<"$out" ||
+    fail "oom_challenge --memory-cap 300MiB with LOCKSTEP_MEMORY_LIMIT=bogus: $out"
 # more checkpoint segments than layers is the flag's bad value (fashion_resnet and fashion_mlp
 # exited 1, oom_challenge took one segment per layer silently)
 usage "fashion_resnet: --checkpoint-activations: invalid argument: cannot split 7 layers into 100 checkpoint segments (at most 7)" \
