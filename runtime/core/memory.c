@@ -7,12 +7,16 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 struct ls_allocator {
     const ls_allocator_vtable *vt;
@@ -138,8 +142,30 @@ ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_dev
     return LS_OK;
 }
 
+/* glibc's malloc, tuned once for a training loop's buffers: it hands a freed block of 128 KiB and
+ * up back to the kernel (munmap, or trimming the heap's top), so a buffer freed and asked for
+ * again every step was faulted in again every step. With activation checkpointing, which frees a
+ * segment's activations after each forward and backward, ResNet steps on the CPU ran up to 7x
+ * slower (docs/performance.md). A fixed mmap threshold of 32 MiB (glibc's largest) and no
+ * trimming keep such blocks in the heap for the next step, as the threshold glibc raises by
+ * itself does for the first sizes it sees. The heap then keeps its high-water mark, as a caching
+ * allocator would. Left alone where the user tuned malloc (MALLOC_MMAP_THRESHOLD_,
+ * MALLOC_TRIM_THRESHOLD_, GLIBC_TUNABLES) or set LOCKSTEP_MALLOC_TUNING=0. */
+static void ls_malloc_tune(void) {
+#if defined(__GLIBC__)
+    const char *off = getenv("LOCKSTEP_MALLOC_TUNING");
+    if ((off && strcmp(off, "0") == 0) || getenv("MALLOC_MMAP_THRESHOLD_") || getenv("MALLOC_TRIM_THRESHOLD_") ||
+        getenv("GLIBC_TUNABLES"))
+        return;
+    if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, INT_MAX) != 1)
+        LS_LOG_I("could not tune malloc (mallopt): freed buffers may be faulted in again each step");
+#endif
+}
+
 ls_status ls_host_allocator_create(size_t cap_bytes, ls_allocator **out) {
     LS_CHECK_ARG(out, "ls_host_allocator_create: out is NULL");
+    static pthread_once_t tuned = PTHREAD_ONCE_INIT;
+    pthread_once(&tuned, ls_malloc_tune);
     return ls_allocator_create(&ls_host_vtable, NULL, ls_device_cpu(), cap_bytes, out);
 }
 
