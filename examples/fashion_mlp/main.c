@@ -386,10 +386,10 @@ int main(int argc, char **argv) {
     char devname[32];
     if (rank == 0)
         printf("fashion_mlp: %d rank%s, device %s, communicator %s, %lld parameters, %lld train / %lld test "
-               "samples, batch %lld per rank x %d accumulation x %d ranks, %lld steps per epoch\n",
+               "samples, batch %lld per rank x %d accumulation x %d ranks, %lld step%s per epoch\n",
                world, world == 1 ? "" : "s", ls_device_str(dev, devname, sizeof devname), ls_comm_backend_name(comm),
                (long long)ls_module_num_elements(model), (long long)train->n, (long long)test->n, (long long)o.batch,
-               o.accum, world, (long long)steps);
+               o.accum, world, (long long)steps, steps == 1 ? "" : "s");
     if (rank == 0) ex_print_shard("fashion_mlp", opt, trainer, world);
     fflush(stdout);
 

@@ -469,16 +469,18 @@ int main(int argc, char **argv) {
                                           "--precision bf16, or --checkpoint-activations");
     if (ema) TRY("--ema", ls_ema_reset(ema)); /* from rank 0's weights, as the model */
 
-    char devname[32];
+    char devname[32], widths[160] = "";
+    for (int i = 0, n = 0; i < rcfg.n_stages && n < (int)sizeof widths; i++) /* as parsed: ' 4, 8' is 4,8 */
+        n += snprintf(widths + n, sizeof widths - (size_t)n, "%s%lld", i ? "," : "", (long long)rcfg.widths[i]);
     if (rank == 0) {
         printf("fashion_resnet: %d rank%s, device %s, communicator %s, widths %s x %d block%s, %lld parameters, "
-               "%s, %s%s%lld train / %lld test samples, batch %lld per rank x %d accumulation x %d ranks, %lld steps "
+               "%s, %s%s%lld train / %lld test samples, batch %lld per rank x %d accumulation x %d ranks, %lld step%s "
                "per epoch\n",
                world, world == 1 ? "" : "s", ls_device_str(dev, devname, sizeof devname), ls_comm_backend_name(comm),
-               o.widths, o.blocks, o.blocks == 1 ? "" : "s", (long long)ls_module_num_elements(model),
+               widths, o.blocks, o.blocks == 1 ? "" : "s", (long long)ls_module_num_elements(model),
                ls_precision_name(precision), o.ckpt_segments ? "activation checkpointing, " : "",
                rcfg.sync_bn ? "synchronized batch norm, " : "", (long long)train->n, (long long)test->n,
-               (long long)o.batch, o.accum, world, (long long)steps);
+               (long long)o.batch, o.accum, world, (long long)steps, steps == 1 ? "" : "s");
         if (o.ckpt_segments)
             printf("activation checkpointing: %d segment%s\n", o.ckpt_segments, o.ckpt_segments == 1 ? "" : "s");
     }
@@ -499,7 +501,8 @@ int main(int argc, char **argv) {
     int64_t test_count = 0, tc_global = 0;
     TRY("test shard",
         ls_sampler_batch(test_sampler, 0, ls_sampler_num_samples(test_sampler) + 1, test_idx, &test_count, &tc_global));
-    if (start_epoch >= o.epochs || ex_ckpt_done(&ck)) { /* a finished checkpoint, --epochs 0: evaluate */
+    const int nothing_to_train = start_epoch >= o.epochs || ex_ckpt_done(&ck);
+    if (nothing_to_train) { /* a finished checkpoint, --epochs 0: evaluate */
         double ev[3];
         TRY("evaluation", evaluate(trainer, comm, model, test, test_idx, test_count, per_step, ev));
         if (rank == 0) ex_print_nothing_to_train("fashion_resnet", o.epochs, start_epoch, ck.step, ev);
@@ -581,7 +584,7 @@ int main(int argc, char **argv) {
         TRY("GPU figures", ex_gpu_monitor_report(gpumon, comm, rank));
         fflush(stdout);
     }
-    if (rank == 0 && o.epochs > 0) printf("training time %.1f s\n", total_time);
+    if (rank == 0 && !nothing_to_train) printf("training time %.1f s\n", total_time);
     TRY(ck.what, ex_ckpt_end(&ck));
 
 done:

@@ -69,6 +69,7 @@ train "$NP" "${A[@]}" --resume auto --max-steps 40 --save-every 20
 expect_rc 0
 expect_out "$NAME: nothing to train (step 40 has reached --max-steps); the model as it is: $at40"
 ! grep -q "stopped at step" "$tmp/out" || fail "nothing trained, yet 'stopped at step' (said twice): $(cat "$tmp/out")"
+! grep -q "^training time" "$tmp/out" || fail "nothing trained, yet a 'training time' (fashion_resnet said 0.0 s)"
 train "$NP" "${A[@]}" --epochs 0 --resume "$tmp/D/step-00000040"
 expect_rc 0
 expect_out "$NAME: nothing to train (--epochs 0); the model as it is: $at40"

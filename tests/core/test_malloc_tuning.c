@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
     printf("%s: 20 MiB buffer: %zu bytes mmapped; after its free the heap holds %zu bytes, %zu free\n",
            on ? "tuned" : "glibc's defaults", mapped, after.arena, after.fordblks);
     if (on) {
-        LS_EXPECT(mapped == 0);                  /* from the heap, not a fresh mmap */
+        LS_EXPECT(mapped == 0);                 /* from the heap, not a fresh mmap */
         LS_EXPECT(after.fordblks >= 20u << 20); /* kept for the next step, not trimmed */
     } else {
         LS_EXPECT(mapped >= 20u << 20); /* the threshold glibc starts with (128 KiB) */
