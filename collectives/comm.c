@@ -355,6 +355,26 @@ ls_status ls_comm_set_compute_stream(ls_comm *c, void *stream) {
     return c->iface->set_compute_stream(c->state, stream);
 }
 
+ls_status ls_comm_agree(ls_comm *c, ls_status s) {
+    if (!c || c->world <= 1) return s;
+    struct {
+        int32_t status;
+        char msg[1020];
+    } er;
+    memset(&er, 0, sizeof er);
+    if (s != LS_OK) {
+        er.status = (int32_t)s;
+        snprintf(er.msg, sizeof er.msg, "%s", ls_last_error());
+    }
+    int32_t bad = s == LS_OK ? INT32_MAX : c->rank;
+    LS_CHECK(ls_comm_allreduce_host(c, &bad, 1, LS_I32, LS_REDUCE_MIN));
+    if (bad == INT32_MAX) return LS_OK;
+    LS_CHECK(ls_comm_broadcast_host(c, &er, (int64_t)sizeof er, LS_U8, bad));
+    er.msg[sizeof er.msg - 1] = '\0';
+    if (c->rank == bad) return ls_error(s, "%s", er.msg);
+    return ls_error(er.status ? (ls_status)er.status : LS_ERR_INTERNAL, "%s (on rank %d)", er.msg, (int)bad);
+}
+
 void ls_comm_abort(ls_comm *c, const char *why) {
     if (!c) return;
     if (!why) why = "no reason given";

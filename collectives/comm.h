@@ -147,6 +147,12 @@ ls_status ls_comm_allgather_host(ls_comm *c, const void *send, void *recv, int64
  * for the work queued on it so far. NULL: the legacy default stream. Other backends: no-op. */
 ls_status ls_comm_set_compute_stream(ls_comm *c, void *stream);
 
+/* Collective: whether any rank failed s, a step of its own (checking its arguments, reading a
+ * file) before the ranks meet in a collective, so that a rank that failed does not leave the others
+ * waiting there. Every rank returns LS_OK when none failed, else the lowest failing rank's status
+ * with its message (" (on rank N)" added on the others). c NULL or of one rank: s. */
+ls_status ls_comm_agree(ls_comm *c, ls_status s);
+
 /* Give up: log why, and make every rank stop instead of hanging. mpi: MPI_Abort on the job (does
  * not return); nccl: ncclCommAbort, then MPI_Abort over its bootstrap; self: later calls fail with
  * LS_ERR_COMM. */

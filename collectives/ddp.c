@@ -269,7 +269,13 @@ static const char *ls_set_value_str(const ls_set_view *v, const ls_set_view *oth
 }
 
 ls_status ls_ddp_check_settings(ls_comm *c, int n, const ls_setting *settings) {
-    LS_CHECK_ARG(n >= 0 && (n == 0 || settings), "ls_ddp_check_settings: %d settings at %p", n, (const void *)settings);
+    /* a rank's bad arguments fail every rank (it returned, the others waited in the count's
+     * exchange for good) */
+    ls_status bad =
+        n >= 0 && (n == 0 || settings)
+            ? LS_OK
+            : ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ddp_check_settings: %d settings at %p", n, (const void *)settings);
+    LS_CHECK(ls_comm_agree(c, bad));
 
     /* 1. the count */
     int who, nb, n0;

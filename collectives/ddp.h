@@ -57,7 +57,8 @@ static inline ls_setting ls_setting_flag(const char *name, int given) {
  *   "--epochs is 2 on rank 1 but 1 on rank 0"
  * so that ranks given different options fail at start instead of hanging in a collective one of
  * them never reaches, or training apart. Fixed-size exchanges only, so it cannot hang on a
- * mismatch. Every rank calls it. */
+ * mismatch. Every rank calls it; a rank's bad arguments (n < 0, settings NULL) fail every rank
+ * (LS_ERR_INVALID_ARGUMENT, " (on rank N)" on the others). */
 ls_status ls_ddp_check_settings(ls_comm *c, int n, const ls_setting *settings);
 
 /* vals[0..n) (host) = their sum over ranks. */

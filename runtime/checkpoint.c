@@ -2828,24 +2828,8 @@ static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_
     return s;
 }
 
-/* Collective: whether any rank failed. Every rank returns the lowest failing rank's status, with
- * its message (" (on rank N)" added on the other ranks); LS_OK when none failed. */
-static ls_status agree(ls_comm *comm, ls_status s) {
-    int rank = comm_rank(comm);
-    ckpt_result er;
-    memset(&er, 0, sizeof er);
-    if (s != LS_OK) {
-        er.status = (int32_t)s;
-        snprintf(er.msg, sizeof er.msg, "%s", ls_last_error());
-    }
-    int32_t bad = s == LS_OK ? INT32_MAX : rank;
-    LS_CHECK(ls_comm_allreduce_host(comm, &bad, 1, LS_I32, LS_REDUCE_MIN));
-    if (bad == INT32_MAX) return LS_OK;
-    LS_CHECK(ls_comm_broadcast_host(comm, &er, (int64_t)sizeof er, LS_U8, bad));
-    er.msg[sizeof er.msg - 1] = '\0';
-    if (rank == bad) return ls_error(s, "%s", er.msg);
-    return ls_error(er.status ? (ls_status)er.status : LS_ERR_INTERNAL, "%s (on rank %d)", er.msg, (int)bad);
-}
+/* Collective: whether any rank failed (ls_comm_agree; comm may be NULL). */
+static ls_status agree(ls_comm *comm, ls_status s) { return ls_comm_agree(comm, s); }
 
 /* Ranks other than 0 receive what rank 0 loaded: the state text, parameters, optimizer state. */
 static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, ls_ema *ema,

@@ -546,15 +546,15 @@ static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *o
     return s == LS_OK ? check_layers(comm, model, nl) : s;
 }
 
-ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
-                            ls_trainer **out) {
+/* ls_trainer_create's checks of its own arguments, before any other rank is asked. */
+static ls_status check_config(ls_ctx *ctx, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
+                              ls_trainer **out) {
     LS_CHECK_ARG(out && cfg && ctx && model && opt, "ls_trainer_create: %s is NULL",
                  !out     ? "out"
                  : !cfg   ? "the config"
                  : !ctx   ? "the context"
                  : !model ? "the model"
                           : "the optimizer");
-    *out = NULL;
     if (cfg->batch_per_rank < 1 || cfg->accum_steps < 1)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "batch size (%lld) and accumulation steps (%d) must be >= 1",
                         (long long)cfg->batch_per_rank, cfg->accum_steps);
@@ -589,9 +589,12 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
         cfg->precision != LS_PRECISION_BF16)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "precision %d is not LS_PRECISION_FP32, _FP16 or _BF16",
                         (int)cfg->precision);
-    LS_CHECK(check_optimizer(model, opt));
-    ls_trainer *t = calloc(1, sizeof *t);
-    if (!t) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
+    return check_optimizer(model, opt);
+}
+
+/* The trainer's own state, made before any other rank is asked (the environment read too). */
+static ls_status init_local(ls_trainer *t, ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt,
+                            const ls_train_config *cfg, int *shard_mode) {
     t->ctx = ctx;
     t->comm = comm && ls_comm_world(comm) > 1 ? comm : NULL;
     t->model = model;
@@ -599,34 +602,42 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     t->opt = opt;
     t->cfg = *cfg;
     t->n_params = ls_module_num_params(model);
-    ls_status s = LS_OK;
-    t->grads = calloc((size_t)t->n_params, sizeof *t->grads);
-    if (!t->grads) {
-        s = ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
-        goto fail;
-    }
-    for (int i = 0; i < t->n_params; i++) t->grads[i] = ls_module_grad(model, i);
-    LS_CHECK_GOTO(ls_xent_create(ctx, &t->loss), s, fail);
-    LS_CHECK_GOTO(ls_xent_set_label_smoothing(t->loss, cfg->label_smoothing), s, fail);
-    ls_loss_scaler_init(&t->scaler, cfg->precision == LS_PRECISION_FP16);
     t->inject_step = -1;
-    LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_DATA_ON_DEVICE", &t->data_mode), s, fail);
-    LS_CHECK_GOTO(env_auto_on_off("LOCKSTEP_PREFETCH", &t->prefetch_mode), s, fail);
-    int shard_mode; /* a bad LOCKSTEP_SHARD_REDUCE is an error without sharding too */
-    LS_CHECK_GOTO(shard_reduce_mode(cfg, &shard_mode), s, fail);
-    LS_CHECK_GOTO(ls_dataset_gather_threads(&t->gather_threads), s, fail);
-    LS_CHECK_GOTO(open_timeline(cfg, comm), s, fail);
+    t->grads = calloc((size_t)t->n_params, sizeof *t->grads);
+    if (!t->grads) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
+    for (int i = 0; i < t->n_params; i++) t->grads[i] = ls_module_grad(model, i);
+    LS_CHECK(ls_xent_create(ctx, &t->loss));
+    LS_CHECK(ls_xent_set_label_smoothing(t->loss, cfg->label_smoothing));
+    ls_loss_scaler_init(&t->scaler, cfg->precision == LS_PRECISION_FP16);
+    LS_CHECK(env_auto_on_off("LOCKSTEP_DATA_ON_DEVICE", &t->data_mode));
+    LS_CHECK(env_auto_on_off("LOCKSTEP_PREFETCH", &t->prefetch_mode));
+    LS_CHECK(shard_reduce_mode(cfg, shard_mode)); /* a bad LOCKSTEP_SHARD_REDUCE is an error without sharding too */
+    LS_CHECK(ls_dataset_gather_threads(&t->gather_threads));
+    LS_CHECK(open_timeline(cfg, comm));
     const char *inj = getenv("LOCKSTEP_AMP_INJECT_INF");
     if (inj && *inj) {
         long long st = -1;
         int rk = -1;
-        if (sscanf(inj, "%lld:%d", &st, &rk) < 1 || st < 0) {
-            s = ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_AMP_INJECT_INF='%s' is not STEP[:RANK]", inj);
-            goto fail;
-        }
+        if (sscanf(inj, "%lld:%d", &st, &rk) < 1 || st < 0)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_AMP_INJECT_INF='%s' is not STEP[:RANK]", inj);
         t->inject_step = st;
         t->inject_rank = rk >= 0 ? rk : (comm ? ls_comm_world(comm) - 1 : 0);
     }
+    return LS_OK;
+}
+
+ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
+                            ls_trainer **out) {
+    if (out) *out = NULL;
+    ls_trainer *t = NULL;
+    int shard_mode = 0;
+    ls_status s = check_config(ctx, model, opt, cfg, out);
+    if (s == LS_OK && !(t = calloc(1, sizeof *t))) s = ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
+    if (s == LS_OK) s = init_local(t, ctx, comm, model, opt, cfg, &shard_mode);
+    /* agreed before the first collective: a rank that failed its own checks (an argument, the
+     * environment) fails every rank, instead of leaving them in the model's check for good */
+    s = ls_comm_agree(comm, s);
+    if (s != LS_OK) goto fail;
     if (t->comm) {
         ls_tensor **params = malloc((size_t)t->n_params * sizeof *params);
         const char **names = malloc((size_t)t->n_params * sizeof *names);

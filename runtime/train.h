@@ -76,7 +76,10 @@ typedef struct ls_trainer ls_trainer;
  * checkpointing looked through) and the same settings (cfg's batch,
  * accumulation, schedule, clipping, precision, label smoothing and shard reduction; the
  * optimizer's kind, hyperparameters, sharding and each parameter's weight decay): LS_ERR_MISMATCH
- * on every rank, naming the first difference (ls_ddp_check_settings), before the first step. With LOCKSTEP_TIMELINE set (and cfg->no_timeline 0) the first
+ * on every rank, naming the first difference (ls_ddp_check_settings), before the first step. A
+ * rank whose own checks fail (a NULL or bad argument, a bad environment variable) fails every
+ * rank's create, the others with its status and message and " (on rank N)" (ls_comm_agree): it
+ * left them waiting in the model's check. With LOCKSTEP_TIMELINE set (and cfg->no_timeline 0) the first
  * trainer opens this rank's timeline (timeline.h), which stays open, collecting the spans of every
  * later trainer too, until ls_timeline_close or the process exits. With several ranks the
  * model's gradients move into the reducer's buckets (reducer.h: gradients as bucket views, unless

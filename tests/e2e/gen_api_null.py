@@ -15,6 +15,7 @@ MAY_SUCCEED = {
     'ls_cnn_broadcast_buffers': 'NULL communicator: one process, nothing to send',
     'ls_ddp_broadcast_params': 'NULL communicator, 0 tensors: nothing to send',
     'ls_ddp_broadcast_owned': 'NULL communicator, 0 tensors: nothing to send',
+    'ls_comm_agree': 'NULL communicator, status LS_OK: one process that did not fail',
     'ls_comm_wait': 'a NULL request is a completed one (as MPI_REQUEST_NULL)',
     'ls_comm_wait_stream': 'a NULL request is a completed one',
     'ls_timeline_close': 'no timeline open: nothing to close',

@@ -15,6 +15,7 @@
 #include "cnn.h"
 #include "comm.h"
 #include "data.h"
+#include "ddp.h"
 #include "mlp_run.h"
 #include "nn.h"
 #include "optim.h"
@@ -171,6 +172,7 @@ static void sgd(ls_train_config *tc, ls_optim_config *oc, int *d) {
 static void decay(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)tc, (void)oc, *d = 1; }
 static void shard(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)tc, (void)d, oc->shard_world = 2; }
 static void reduce_all(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)oc, (void)d, tc->shard_reduce = -1; }
+static void zero_batch(ls_train_config *tc, ls_optim_config *oc, int *d) { (void)oc, (void)d, tc->batch_per_rank = 0; }
 
 int main(void) {
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &X));
@@ -278,6 +280,26 @@ int main(void) {
     }
     ls_dataset_destroy(d);
     free(x);
+
+    /* a rank that fails its own checks (an argument, the environment) fails every rank's create, the
+     * others with its message and rank: they waited for good in the model's check */
+    {
+        ls_status s = make(NULL, zero_batch, &r);
+        char want[160];
+        snprintf(want, sizeof want, "batch size (0) and accumulation steps (1) must be >= 1%s",
+                 R == W - 1 ? ""
+                 : W > 1    ? " (on rank "
+                            : "");
+        LS_EXPECT(s == LS_ERR_INVALID_ARGUMENT && r.t == NULL);
+        LS_EXPECT(strncmp(ls_last_error(), want, strlen(want)) == 0);
+        if (strncmp(ls_last_error(), want, strlen(want)) != 0) fprintf(stderr, "rank %d: '%s'\n", R, ls_last_error());
+        drop(&r);
+        /* ls_ddp_check_settings with no settings on the last rank: the same */
+        ls_setting one = ls_setting_num("n", 1);
+        LS_EXPECT_ERR(ls_ddp_check_settings(C, 1, R == W - 1 ? NULL : &one), LS_ERR_INVALID_ARGUMENT,
+                      "ls_ddp_check_settings: 1 settings at");
+        LS_REQUIRE_OK(ls_ddp_check_settings(C, 1, &one)); /* and the ranks meet again */
+    }
 
     int32_t fails = ls_test_failures;
     LS_REQUIRE_OK(ls_comm_allreduce_host(C, &fails, 1, LS_I32, LS_REDUCE_MAX));
