@@ -495,8 +495,12 @@ static int diff(const char *a, const char *b, double tol) {
         printf("identical: %d tensors, bit for bit\n", same);
         return 0;
     }
+    /* which way it went, in words too (the exit status alone told them apart) */
     printf("%d of %d tensors differ; the largest difference is %.3g of its tensor's largest value (tolerance %g%s)\n",
-           differ, same + differ, worst, tol, tol == 0 ? ": bit for bit" : "");
+           differ, same + differ, worst, tol,
+           tol == 0       ? ": bit for bit"
+           : worst <= tol ? ": all within it"
+                          : ": over it");
     /* the default, 0, compares bits: values equal in other bits (-0 and 0) differ too */
     return tol > 0 && worst <= tol ? 0 : 1;
 }

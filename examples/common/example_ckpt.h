@@ -103,8 +103,10 @@ enum {
     "LOCKSTEP_GRAD_COMPRESS=none|bf16|fp16 (all-reduce gradients in 16 bits: half the bytes sent),\n"                  \
     "LOCKSTEP_SHARD_REDUCE=owner|all (--shard-optimizer's gradients: reduced to owners or all-reduced),\n"             \
     "LOCKSTEP_TIMELINE=FILE (a Chrome trace of each rank's steps, modules and all-reduces; with\n"                     \
-    "several ranks FILE.rankN, or %%r in FILE replaced by the rank; open in ui.perfetto.dev),\n"                       \
-    "LOCKSTEP_CKPT_CRASH_AT=<stage> (tests: kill the process at that stage of a checkpoint save).\n"
+    "several ranks .rankN before FILE's extension, tl.json: tl.rank0.json, or %%r in FILE replaced by\n"               \
+    "the rank; open in ui.perfetto.dev), LOCKSTEP_MALLOC_TUNING=0 (leave glibc's malloc as it is),\n"                  \
+    "LOCKSTEP_CKPT_CRASH_AT=<stage> (tests: kill the process at that stage of a checkpoint save).\n"                   \
+    "The README's table lists the rest (LOCKSTEP_COMM_TIMEOUT, LOCKSTEP_GPU_MEMORY, LOCKSTEP_TF32, ...).\n"
 
 typedef struct ex_ckpt_options {
     int64_t max_steps;  /* 0: no limit */

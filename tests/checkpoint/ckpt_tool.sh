@@ -73,7 +73,10 @@ grep -qE "^[0-9]+ of 24 tensors differ; the largest difference is [0-9.e-]+ of i
 grep -qE "^0.weight +max \|a - b\| [0-9.e-]+ at element [0-9]+: [0-9.e-]+ of the largest \|a\|" "$tmp/out" ||
     fail "diff: no line for 0.weight"
 run 0 diff R/step-00000016 A/step-00000016 --tolerance 1e-5
+grep -qE "^[0-9]+ of 24 tensors differ; .* \(tolerance 1e-05: all within it\)$" "$tmp/out" ||
+    fail "diff --tolerance 1e-5: the summary does not say all are within it"
 run 1 diff R/step-00000016/model.safetensors S/step-00000016/model.safetensors --tolerance 1e-5
+grep -qE "\(tolerance 1e-05: over it\)$" "$tmp/out" || fail "diff --tolerance 1e-5: the summary does not say over it"
 run 2 diff R/step-00000016/model.safetensors R/step-00000016/optimizer.safetensors
 expect_out "only in R/step-00000016/optimizer.safetensors: 0.weight.exp_avg"
 run 2 diff R/step-00000016 R/step-00000016/model.safetensors
