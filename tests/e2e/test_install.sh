@@ -26,6 +26,22 @@ if command -v readelf >/dev/null; then
         esac
     done
 fi
+# no installed RUNPATH entry outside the prefix: $ORIGIN/../.., the build tree's, named the prefix's
+# parent (a libc.so.6 there was loaded); the library has a versioned SONAME
+if command -v readelf >/dev/null; then
+    for f in "$tmp/prefix"/bin/* "$tmp/prefix"/lib*/liblockstep.so; do
+        [ -f "$f" ] || continue
+        rp=$(readelf -d "$f" 2>/dev/null | sed -n 's/.*R\(UN\)\{0,1\}PATH.*\[\(.*\)\]/\2/p')
+        case ":$rp:" in
+        *':$ORIGIN/../..'*) echo "test_install: $f: RUNPATH '$rp' reaches outside the prefix" >&2; exit 1 ;;
+        esac
+    done
+    so=$(readelf -d "$tmp"/prefix/lib*/liblockstep.so | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
+    case "$so" in
+    liblockstep.so.[0-9]*) ;;
+    *) echo "test_install: liblockstep.so's SONAME is '$so', not versioned" >&2; exit 1 ;;
+    esac
+fi
 # every installed header compiles alone, as C11 and (where a C++ compiler is) as C++ (a narrowing
 # in ddp.h's inline functions was an error in C++)
 for h in "$tmp/prefix"/include/lockstep/*.h; do
@@ -44,6 +60,15 @@ out=$(LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/build/consume
 echo "$out"
 [ "$rc" = 0 ] || { echo "test_install: the consumer exited with status $rc" >&2; exit 1; }
 [ "$out" = "consumer: 6 outputs, 15 parameters" ] || { echo "test_install: unexpected consumer output" >&2; exit 1; }
+# a C++-only project finds the package too (it asked for MPI's C component: "language C is not
+# enabled"); 4-3-2 with biases: 23 parameters
+if command -v c++ >/dev/null; then
+    cmake -S "$src/tests/e2e/consumer_cxx" -B "$tmp/cxx" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/cxx.log" 2>&1 ||
+        { cat "$tmp/cxx.log"; echo "test_install: a C++-only project cannot find_package(lockstep)" >&2; exit 1; }
+    cmake --build "$tmp/cxx" >/dev/null
+    out=$(LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/cxx/consumer_cxx")
+    [ "$out" = "consumer_cxx: 23 parameters" ] || { echo "test_install: consumer_cxx printed '$out'" >&2; exit 1; }
+fi
 
 # examples/quickstart (docs/guide.md) built on its own against the install, as a user's project.
 # On the CPU (the device check runs it on a GPU): ranks sharing one GPU could not use NCCL.
