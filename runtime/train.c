@@ -491,8 +491,8 @@ static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *o
                                 int shard_mode) {
     enum { N_FIXED = 23 };
     const int np = ls_module_num_params(model);
-    ls_setting *set = malloc((size_t)(N_FIXED + np) * sizeof *set);
-    char(*names)[128] = malloc((size_t)(np > 0 ? np : 1) * sizeof *names);
+    ls_setting *set = malloc((size_t)(N_FIXED + 2 * np) * sizeof *set);
+    char(*names)[128] = malloc((size_t)(np > 0 ? 2 * np : 1) * sizeof *names);
     int32_t ok = set && names;
     ls_status s = ls_comm_allreduce_host(comm, &ok, 1, LS_I32, LS_REDUCE_MIN);
     if (s == LS_OK && !ok)
@@ -535,10 +535,20 @@ static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *o
      * dropout; before the decays, whose names number the layers) */
     const int nl = ls_module_layers(model, NULL, 0);
     set[n++] = ls_setting_num("the model's number of layers (activations, Dropouts, branches included)", nl);
+    /* each parameter: whether the optimizer updates it (one left out is frozen), and its decay
+     * (the optimizer's own index: with a parameter frozen on one rank the decays were compared
+     * one parameter apart, "nan on rank 1") */
+    const int no = ls_optimizer_num_params(opt);
     for (int i = 0; i < np; i++) {
         const char *pn = ls_module_param_name(model, i);
-        snprintf(names[i], sizeof names[i], "the weight decay of parameter %d (%s)", i, pn ? pn : "unnamed");
-        set[n++] = ls_setting_num(names[i], ls_optimizer_weight_decay(opt, i));
+        const ls_tensor *p = ls_module_param(model, i);
+        int j = 0;
+        while (j < no && ls_optimizer_param(opt, j, NULL) != p) j++;
+        snprintf(names[2 * i], sizeof names[2 * i], "parameter %d (%s)", i, pn ? pn : "unnamed");
+        set[n++] = ls_setting_str(names[2 * i], j < no ? "updated by the optimizer" : "frozen (not in the optimizer)");
+        snprintf(names[2 * i + 1], sizeof names[2 * i + 1], "the weight decay of parameter %d (%s)", i,
+                 pn ? pn : "unnamed");
+        set[n++] = ls_setting_num(names[2 * i + 1], j < no ? ls_optimizer_weight_decay(opt, j) : 0);
     }
     s = ls_ddp_check_settings(comm, n, set);
     free(set);
@@ -1095,7 +1105,7 @@ static ls_status read_loss(ls_trainer *t, int64_t n, ls_step_stats *st) {
 static ls_status check_classes(const ls_trainer *t, const ls_tensor *logits) {
     const int64_t width = logits->shape[1];
     if (logits->ndim == 2 && width < t->classes) /* other shapes: the loss says what it takes */
-        return ls_error(LS_ERR_MISMATCH,
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "the model's output has %lld value%s a sample but the data set has %d classes (labels 0 to "
                         "%d): its last layer needs %d outputs",
                         (long long)width, width == 1 ? "" : "s", (int)t->classes, (int)t->classes - 1, (int)t->classes);

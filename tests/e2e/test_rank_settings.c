@@ -44,6 +44,7 @@ typedef struct arch {
     int segments;
 } arch;
 static arch all_arch, last_arch;
+static int freeze_last; /* the last rank leaves the last parameter out of its optimizer (frozen) */
 
 static ls_status make(tweak_fn all, tweak_fn last, run *r) {
     memset(r, 0, sizeof *r);
@@ -71,7 +72,7 @@ static ls_status make(tweak_fn all, tweak_fn last, run *r) {
         oc.shard_rank = R;
         oc.shard_world = W;
     }
-    LS_REQUIRE_OK(ls_optimizer_create(X, 4, pa, ga, &oc, &r->o));
+    LS_REQUIRE_OK(ls_optimizer_create(X, freeze_last && R == W - 1 ? 3 : 4, pa, ga, &oc, &r->o));
     if (decay_param >= 0) LS_REQUIRE_OK(ls_optimizer_set_weight_decay(r->o, decay_param, 0));
     return ls_trainer_create(X, C, r->m, r->o, &tc, &r->t);
 }
@@ -191,6 +192,12 @@ int main(void) {
     expect(NULL, beta2, "the optimizer's beta2 is 0.99 on rank %d but 0.999 on rank 0");
     expect(NULL, sgd, "the optimizer's kind is 'sgd' on rank %d but 'adamw' on rank 0");
     expect(NULL, decay, "the weight decay of parameter 1 (0.bias) is 0 on rank %d but 0.01 on rank 0");
+    /* a parameter frozen on one rank only (it said "the weight decay of parameter 3 is nan") */
+    freeze_last = 1;
+    expect(
+        NULL, NULL,
+        "parameter 3 (2.bias) is 'frozen (not in the optimizer)' on rank %d but 'updated by the optimizer' on rank 0");
+    freeze_last = 0;
     expect(NULL, shard,
            "the optimizer's sharding (shard_world, ls_optimizer_shard: 1 sharded, 0 not) is 1 on rank %d but 0 on "
            "rank 0");
