@@ -2272,8 +2272,6 @@ static ls_status check_state(const ls_ckpt_state *st) {
     return LS_OK;
 }
 
-static ls_status agree(ls_comm *comm, ls_status s);
-
 /* A sharded optimizer (ls_optimizer_shard) over several ranks: its state is split between them. */
 static int sharded(ls_comm *comm, const ls_optimizer *opt) {
     return opt && comm_world(comm) > 1 && ls_optimizer_owner(opt, 0) >= 0;
@@ -2304,7 +2302,7 @@ static ls_status states_to_rank0(ls_comm *comm, ls_ctx *ctx, const opt_list *ol,
     void *scratch = NULL;
     ls_status err = LS_OK;
     if (s == LS_OK && most) s = ls_alloc(ctx->alloc, most, "optimizer state in transit (checkpoint)", &scratch);
-    if (shard) s = agree(comm, s);
+    if (shard) s = ls_comm_agree(comm, s);
     for (int k = 0; s == LS_OK && k < ol->n; k++) {
         ls_tensor *t = ol->t[k], from = *t;
         if (ol->owner[k] > 0) {
@@ -2370,7 +2368,7 @@ static ls_status optim_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_opt
         s = fw_commit(&w, &j->m.files[F_OPTIM]);
     else if (open)
         fw_abort(&w);
-    if (shard) s = agree(comm, s);
+    if (shard) s = ls_comm_agree(comm, s);
     opt_list_free(&ol);
     return s;
 }
@@ -2390,7 +2388,7 @@ static ls_status states_from_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, 
     size_t most = s == LS_OK ? transit_bytes(&ol, rank) : 0;
     if (s == LS_OK && rank == 0) s = ls_safetensors_open_memory(bytes, len, p, &f);
     if (s == LS_OK && most) s = ls_alloc(ctx->alloc, most, "optimizer state in transit (checkpoint)", &scratch);
-    s = agree(comm, s);
+    s = ls_comm_agree(comm, s);
     for (int k = 0; s == LS_OK && k < ol.n; k++) {
         ls_tensor *t = ol.t[k];
         if (ol.owner[k] <= 0) continue;
@@ -2405,7 +2403,7 @@ static ls_status states_from_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, 
     ls_safetensors_close(f);
     if (scratch) ls_free(ctx->alloc, scratch);
     if (s == LS_OK) s = err;
-    s = agree(comm, s);
+    s = ls_comm_agree(comm, s);
     opt_list_free(&ol);
     return s;
 }
@@ -2443,7 +2441,7 @@ ls_status ls_ckpt_save_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep
         if (s == LS_OK) s = save_open(&j);
     }
     if (shard) { /* every rank sends rank 0 the states it keeps */
-        s = agree(comm, s);
+        s = ls_comm_agree(comm, s);
         if (s == LS_OK) s = optim_file(comm, ctx, model, opt, state->optim.kind, 1, &j);
         agreed = s != LS_OK;
     } else if (rank == 0 && s == LS_OK) {
@@ -2673,7 +2671,7 @@ ls_status ls_ckpt_save_async(ls_ckpt_async *a, ls_comm *comm, ls_ctx *ctx, const
     if (rank == 0 && s == LS_OK) s = snapshot_weights(a, ctx, &ol);
     if (shard) { /* every rank sends rank 0 the states it keeps */
         s = states_to_rank0(comm, ctx, &ol, 1, s, put_in_snapshot, a);
-        s = agree(comm, s);
+        s = ls_comm_agree(comm, s);
         agreed = 1;
     } else if (rank == 0 && s == LS_OK) {
         s = states_to_rank0(NULL, ctx, &ol, 0, s, put_in_snapshot, a);
@@ -2828,9 +2826,6 @@ static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_
     return s;
 }
 
-/* Collective: whether any rank failed (ls_comm_agree; comm may be NULL). */
-static ls_status agree(ls_comm *comm, ls_status s) { return ls_comm_agree(comm, s); }
-
 /* Ranks other than 0 receive what rank 0 loaded: the state text, parameters, optimizer state. */
 static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, ls_ema *ema,
                             ls_ckpt_state *state, const ckpt_result *r, char **text, const file_bytes *obytes) {
@@ -2842,7 +2837,7 @@ static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_opt
         *text = malloc((size_t)r->text_len + 1);
         if (!*text) s = ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the checkpoint state");
     }
-    LS_CHECK(agree(comm, s));
+    LS_CHECK(ls_comm_agree(comm, s));
     LS_CHECK(ls_comm_broadcast_host(comm, *text, r->text_len, LS_U8, 0));
     if (rank != 0) s = ls_ckpt_state_parse(*text, (size_t)r->text_len, "state.json (from rank 0)", model, state);
     opt_list ol;
@@ -2853,7 +2848,7 @@ static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_opt
     for (int i = 0; params && i < np; i++) params[i] = ls_module_param(model, i);
     const int shard = sharded(comm, opt);
     if (s == LS_OK && !shard) s = opt_list_make(model, opt, state->optim.kind, 0, &ol);
-    s = agree(comm, s);
+    s = ls_comm_agree(comm, s);
     /* a sharded optimizer's state is split between the ranks, a whole one is on every rank */
     int32_t v[4] = {shard ? -1 : ol.n, shard ? 1 : -ol.n, ema != NULL, -(ema != NULL)};
     if (s == LS_OK) s = ls_comm_allreduce_host(comm, v, 4, LS_I32, LS_REDUCE_MIN);
@@ -3065,11 +3060,11 @@ ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module 
         all[np + i] = ls_cnn_buffer(model, i, bnames[i], sizeof bnames[i]);
         names[np + i] = bnames[i];
     }
-    s = agree(comm, s);
+    s = ls_comm_agree(comm, s);
     if (s == LS_OK) s = ls_ddp_check_signature(comm, np + nb, all, names);
     if (s == LS_OK) {
         s = comm_rank(comm) == 0 ? model_load_rank0(ctx, path, model) : LS_OK;
-        s = agree(comm, s);
+        s = ls_comm_agree(comm, s);
     }
     if (s == LS_OK) s = ls_ddp_broadcast_params(comm, np + nb, all);
     free(all);
