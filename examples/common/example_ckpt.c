@@ -160,7 +160,7 @@ static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
                    c->prog, (long long)saved.epoch_samples, (long long)saved.epoch + 1, (long long)gb,
                    (long long)saved.epoch + 2, (long long)saved.epoch + 1);
     }
-    if (at != saved.step)
+    if (at != saved.step && c->run.lr.total_steps > 0) /* --epochs 0: no schedule to continue */
         printf("%s: the learning-rate schedule continues from its step %lld of %lld (the samples consumed in "
                "steps of this run's global batch), not from the saved step count %lld\n",
                c->prog, (long long)at, (long long)c->run.lr.total_steps, (long long)saved.step);

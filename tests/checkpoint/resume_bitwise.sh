@@ -75,6 +75,11 @@ expect_rc 0
 expect_out "$NAME: nothing to train (--epochs 0); the model as it is: $at40"
 # (with nothing to train there is no schedule to have changed: it was said to)
 ! grep -q "learning-rate schedule changed" out || fail "--epochs 0 warned of a changed schedule: $(grep schedule out)"
+# nor one to continue where another global batch moved its position ("its step 74 of 0")
+train "$NP" "${A[@]}" --epochs 0 --resume "$tmp/D/step-00000037" --batch-size $((16 / NP))
+expect_rc 0
+expect_out "$NAME: resumed from $tmp/D/step-00000037 at step 37"
+! grep -q "schedule continues" out || fail "--epochs 0 continued a schedule: $(grep schedule out)"
 [ "$(cat D/latest)" = step-00000040 ] && [ "$(ls -d D/step-* | wc -l)" -eq 3 ] ||
     fail "a run with nothing to train changed the checkpoints: $(ls D)"
 # a checkpoint at the end of the run's only epoch: resumed, it is done
