@@ -1234,6 +1234,32 @@ static void bundle_free(ckpt_bundle *b) {
     }
 }
 
+static const char *kind_name(ls_optim_kind k) { return k == LS_OPTIM_ADAMW ? "adamw" : "sgd"; }
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* optimizer.safetensors (f, at path p) holds the states of the kind state.json names: its
+ * "optimizer" metadata that kind, its tensors "<param>.momentum" (SGD) or "<param>.exp_avg" and
+ * ".exp_avg_sq" (AdamW). A resume refuses another ("the checkpoint's optimizer is sgd but this
+ * run's is adamw", of a run that was AdamW), which verify passed. */
+static ls_status check_optim_kind(const ls_safetensors *f, const char *p, ls_optim_kind kind) {
+    const char *meta = ls_safetensors_metadata(f, "optimizer");
+    if (meta && strcmp(meta, kind_name(kind)) != 0)
+        return ls_error(LS_ERR_FORMAT, "'%s' holds the state of %s but state.json names the optimizer %s", p, meta,
+                        kind_name(kind));
+    for (int k = 0; k < ls_safetensors_count(f); k++) {
+        const char *name = ls_safetensors_tensor(f, k)->name;
+        if (kind == LS_OPTIM_ADAMW ? !ends_with(name, ".exp_avg") && !ends_with(name, ".exp_avg_sq")
+                                   : !ends_with(name, ".momentum"))
+            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' is not a state of %s, the optimizer state.json names", p,
+                            name, kind_name(kind));
+    }
+    return LS_OK;
+}
+
 /* What a resume reads beyond the bytes the manifest vouches for, without a model: state.json
  * parsed (its format, version, fields, step), every safetensors header. A file of the right CRC
  * that a resume then refused passed verify (and stopped --resume auto rather than being skipped). */
@@ -1253,7 +1279,9 @@ static ls_status check_contents(const ckpt_bundle *b) {
         snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[i]);
         ls_safetensors *f;
         LS_CHECK(ls_safetensors_open_memory(b->f[i].p, b->f[i].len, p, &f));
+        ls_status s = i == F_OPTIM ? check_optim_kind(f, p, st.optim.kind) : LS_OK;
         ls_safetensors_close(f);
+        LS_CHECK(s);
     }
     return LS_OK;
 }
@@ -1380,8 +1408,6 @@ ls_status ls_ckpt_find_latest(const char *dir, char *path_out, size_t path_len, 
 }
 
 /* ---------------------------------------------------------------- state.json */
-
-static const char *kind_name(ls_optim_kind k) { return k == LS_OPTIM_ADAMW ? "adamw" : "sgd"; }
 
 static cJSON *u64_string(uint64_t v) {
     char b[32];
@@ -2240,8 +2266,12 @@ static ls_status share_result(ls_comm *comm, ckpt_result *r, ls_status s) {
 }
 
 /* What parse_state_obj will demand of the state when it is loaded: a checkpoint that its own load
- * refuses is lost work, found out only at the resume. */
-static ls_status check_state(const ls_ckpt_state *st) {
+ * refuses is lost work, found out only at the resume (and --resume auto skips it as damaged, back
+ * to an older one). The fields' ranges are named here; the rest (a NaN loss scale, a key twice, an
+ * RNG stream's avail past 4) by the parse of the state's own text. opt: the optimizer saved, whose
+ * kind state.optim must name (a zeroed state said sgd beside AdamW's moments: a checkpoint whose
+ * resume refused it, and lockstep-ckpt verify passed). */
+static ls_status check_state(const ls_ckpt_state *st, const ls_optimizer *opt) {
     const struct {
         const char *name;
         int64_t v, lo;
@@ -2269,7 +2299,28 @@ static ls_status check_state(const ls_ckpt_state *st) {
                         st->label_smoothing);
     if (!(st->dropout >= 0 && st->dropout < 1))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.dropout %g is not in [0, 1)", st->dropout);
-    return LS_OK;
+    if (st->n_settings < 0 || st->n_settings > LS_CKPT_MAX_SETTINGS)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.n_settings %d is outside [0, %d]", st->n_settings,
+                        LS_CKPT_MAX_SETTINGS);
+    const ls_optim_kind kind = ls_optimizer_config(opt).kind;
+    if (st->optim.kind != kind)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_ckpt_save: state.optim.kind is %d (%s) but the optimizer is %s: fill state.optim from "
+                        "ls_optimizer_config",
+                        (int)st->optim.kind,
+                        st->optim.kind == LS_OPTIM_SGD     ? "sgd"
+                        : st->optim.kind == LS_OPTIM_ADAMW ? "adamw"
+                                                           : "no optimizer",
+                        kind_name(kind));
+    char *text = NULL;
+    LS_CHECK(ls_ckpt_state_to_json(st, NULL, &text));
+    ls_ckpt_state back;
+    ls_status s = ls_ckpt_state_parse(text, strlen(text), "state.json", NULL, &back);
+    free(text);
+    if (s == LS_OK) return LS_OK;
+    char why[512]; /* ls_error writes where ls_last_error points */
+    snprintf(why, sizeof why, "%s", ls_last_error());
+    return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: the state would not load back: %s", why);
 }
 
 /* A sharded optimizer (ls_optimizer_shard) over several ranks: its state is split between them. */
@@ -2425,7 +2476,7 @@ ls_status ls_ckpt_save_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep
     LS_CHECK_ARG(opt, "ls_ckpt_save: the optimizer is NULL: a checkpoint holds its state, to resume from (the "
                       "weights alone: ls_safetensors_write)");
     LS_CHECK_ARG(keep_last >= 0, "ls_ckpt_save: keep_last %d is negative (0 keeps every checkpoint)", keep_last);
-    LS_CHECK(check_state(state));
+    LS_CHECK(ls_comm_agree(comm, check_state(state, opt))); /* every rank's, one failure stops all */
     ckpt_result r;
     memset(&r, 0, sizeof r);
     const int rank = comm_rank(comm), shard = sharded(comm, opt);
@@ -2652,7 +2703,7 @@ ls_status ls_ckpt_save_async(ls_ckpt_async *a, ls_comm *comm, ls_ctx *ctx, const
     LS_CHECK_ARG(opt, "ls_ckpt_save_async: the optimizer is NULL: a checkpoint holds its state, to resume from (the "
                       "weights alone: ls_safetensors_write)");
     LS_CHECK_ARG(keep_last >= 0, "ls_ckpt_save_async: keep_last %d is negative (0 keeps every checkpoint)", keep_last);
-    LS_CHECK(check_state(state));
+    LS_CHECK(ls_comm_agree(comm, check_state(state, opt)));
     LS_CHECK(ls_ckpt_async_wait(a, comm, NULL));
     double t0 = now_s();
     LS_TL_T0(tl);
@@ -2993,11 +3044,6 @@ static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *
     free(raw);
     free(conv);
     return s;
-}
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
 static ls_status model_load_rank0(ls_ctx *ctx, const char *path, ls_module *model) {

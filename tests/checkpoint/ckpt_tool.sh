@@ -222,6 +222,16 @@ expect_rc 0
 expect_out "skipping damaged checkpoint 'V/step-00000016'"
 expect_out "resumed from V/step-00000008 at step 8"
 
+# state.json naming another optimizer than the one whose states optimizer.safetensors holds: the
+# resume refused it ("this run's is ..."), verify said ok
+mkdir -p K && cp -r V/step-00000008 K/
+kind=$(grep -o '"kind":[[:space:]]*"[a-z]*"' K/step-00000008/state.json | grep -o '"[a-z]*"$' | tr -d '"')
+other=$([ "$kind" = sgd ] && echo adamw || echo sgd)
+sed -i "s/\"kind\":[[:space:]]*\"$kind\"/\"kind\": \"$other\"/" K/step-00000008/state.json
+fixman K/step-00000008
+run 1 verify K
+expect_out "DAMAGED  K/step-00000008: 'K/step-00000008/optimizer.safetensors' holds the state of $kind but state.json names the optimizer $other"
+
 # a directory named latest (each save replaces DIR/latest, a file) is refused before training: it
 # stopped the run after its first checkpoint was written
 mkdir -p L/latest

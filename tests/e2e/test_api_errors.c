@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint.h"
 #include "cnn.h"
@@ -250,6 +251,41 @@ int main(void) {
     cs.step = INT64_MAX;
     LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT, "state.step = ");
     cs.step = 3;
+    /* a state that names another optimizer, or holds what its parse refuses: each checkpoint was
+     * written (ok), and a resume skipped it as damaged, back to an older one */
+    cs.optim.kind = LS_OPTIM_ADAMW;
+    LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                  "ls_ckpt_save: state.optim.kind is 1 (adamw) but the optimizer is sgd: fill state.optim from "
+                  "ls_optimizer_config");
+    cs.optim.kind = (ls_optim_kind)4;
+    LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                  "state.optim.kind is 4 (no optimizer) but the optimizer is sgd");
+    cs.optim.kind = LS_OPTIM_SGD;
+    cs.n_loss_scaler = 1;
+    snprintf(cs.loss_scaler[0].key, sizeof cs.loss_scaler[0].key, "scale");
+    cs.loss_scaler[0].value = NAN;
+    LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                  "ls_ckpt_save: the state would not load back: 'state.json': \"scale\"");
+    cs.loss_scaler[0].value = 1024;
+    cs.n_loss_scaler = 2;
+    cs.loss_scaler[1] = cs.loss_scaler[0];
+    LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                  "loss-scaler key 'scale' appears twice");
+    cs.n_loss_scaler = 0;
+    cs.n_rng = 1;
+    snprintf(cs.rng[0].name, sizeof cs.rng[0].name, "data");
+    cs.rng[0].rng.avail = 99;
+    LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                  "ls_ckpt_save: the state would not load back: 'state.json': ");
+    cs.n_rng = 0;
+    cs.n_settings = -1;
+    LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT,
+                  "ls_ckpt_save: state.n_settings -1 is outside [0, 16]");
+    cs.n_settings = 0;
+    char latest[600];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    struct stat lsb;
+    LS_EXPECT(stat(latest, &lsb) != 0);                    /* nothing written */
     setenv("LOCKSTEP_CKPT_CRASH_AT", "before-rename2", 1); /* would never fire: not a stage */
     LS_EXPECT_ERR(ls_ckpt_save(NULL, c, dir, 1, a, oa, &cs, NULL, 0), LS_ERR_INVALID_ARGUMENT,
                   "LOCKSTEP_CKPT_CRASH_AT='before-rename2' is not a stage of a save");
