@@ -42,8 +42,9 @@ enum {
 /* --help lines of the shared flags but --dump-params (whose line says what the program writes),
  * and of --metrics, which is resumed the same way. */
 #define EX_CKPT_HELP_FLAGS                                                                                             \
-    "  --max-steps N         stop after N optimizer steps in all, resumed ones included "                              \
-    "(default: no limit)\n"                                                                                            \
+    "  --max-steps N         stop after N optimizer steps in all, resumed ones included (default: no\n"                \
+    "                        limit); the learning-rate schedule still spans --epochs (a stop, as\n"                    \
+    "                        between the chunks of a long job, not a shorter run)\n"                                   \
     "  --save-every N        write a checkpoint every N optimizer steps and at the end (default 0: only\n"             \
     "                        on SIGTERM/SIGINT)\n"                                                                     \
     "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints); with\n"                     \
