@@ -59,7 +59,11 @@ static ls_status fill_host(ls_ctx *ctx, ls_tensor *t, double value, double bound
 /* Parameter i of m: tensor, zeroed gradient, name "<name>.<suffix>". */
 static ls_status new_param(ls_module *m, int i, ls_dtype dtype, int ndim, const int64_t *shape, const char *name,
                            const char *suffix, const char *what) {
-    snprintf(m->names[i], LS_NAME_MAX, "%s%s%s", name ? name : "", name && *name ? "." : "", suffix);
+    if ((size_t)snprintf(m->names[i], LS_NAME_MAX, "%s%s%s", name ? name : "", name && *name ? "." : "", suffix) >=
+        LS_NAME_MAX)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "%s '%s.%s': the name is longer than the %d bytes a parameter's can be", what, name, suffix,
+                        LS_NAME_MAX - 1);
     LS_CHECK(ls_tensor_create(m->ctx->alloc, dtype, ndim, shape, what, &m->params[i]));
     LS_CHECK(ls_tensor_create(m->ctx->alloc, dtype, ndim, shape, "parameter gradient", &m->grads[i]));
     return ls_tensor_zero(m->grads[i]);
@@ -666,7 +670,17 @@ ls_status ls_residual_create(ls_ctx *ctx, ls_module *body, ls_module *shortcut, 
     }
     int n = body->n_params + (shortcut ? shortcut->n_params : 0);
     ls_module *m = NULL;
-    ls_status s = cnn_alloc(ctx, &res_vt, n, sizeof(res_mod), &m);
+    ls_status s = LS_OK;
+    const ls_module *kids[2] = {body, shortcut};
+    for (int c = 0; c < 2 && s == LS_OK; c++) /* "body." or "shortcut." before each child's name */
+        for (int p = 0; kids[c] && p < kids[c]->n_params && s == LS_OK; p++) {
+            const char *nm = kids[c]->names[p], *pre = c ? "shortcut." : "body.";
+            if (strlen(pre) + strlen(nm) >= LS_NAME_MAX)
+                s = ls_error(LS_ERR_INVALID_ARGUMENT,
+                             "residual: the parameter name '%s%s' is longer than the %d bytes a parameter's can be",
+                             pre, nm, LS_NAME_MAX - 1);
+        }
+    if (s == LS_OK) s = cnn_alloc(ctx, &res_vt, n, sizeof(res_mod), &m);
     if (s == LS_OK) {
         m->children = calloc(2, sizeof *m->children);
         if (!m->children) {
@@ -689,7 +703,7 @@ ls_status ls_residual_create(ls_ctx *ctx, ls_module *body, ls_module *shortcut, 
         for (int p = 0; p < ch->n_params; p++, k++) {
             m->params[k] = ch->params[p];
             m->grads[k] = ch->grads[p];
-            snprintf(m->names[k], LS_NAME_MAX, "%s.%.*s", c == 0 ? "body" : "shortcut", LS_NAME_MAX - 12, ch->names[p]);
+            snprintf(m->names[k], LS_NAME_MAX, "%s.%s", c == 0 ? "body" : "shortcut", ch->names[p]);
         }
     }
     *out_m = m;

@@ -185,6 +185,11 @@ ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out,
     if (in <= 0 || out <= 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "linear layer %s: sizes must be positive, got in=%lld out=%lld",
                         name ? name : "", (long long)in, (long long)out);
+    if (name && strlen(name) + sizeof ".weight" > LS_NAME_MAX)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "linear layer '%s': the name is longer than the %d bytes a parameter's can be with its "
+                        "'.weight'",
+                        name, LS_NAME_MAX - 1);
     ls_module *m;
     LS_CHECK(ls_module_alloc(ctx, &linear_vt, bias ? 2 : 1, 0, &m));
     ls_status s = LS_OK;
@@ -312,6 +317,14 @@ ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, l
                          "place: create another for the second)",
                          j, i);
         total += children[i]->n_params;
+        for (int p = 0; p < children[i]->n_params; p++) {
+            char nm[LS_NAME_MAX];
+            if ((size_t)snprintf(nm, sizeof nm, "%d.%s", i, children[i]->names[p]) >= sizeof nm)
+                return ls_error(LS_ERR_INVALID_ARGUMENT,
+                                "ls_sequential_create: the parameter name '%d.%s' is longer than the %d bytes a "
+                                "parameter's can be",
+                                i, children[i]->names[p], LS_NAME_MAX - 1);
+        }
     }
     ls_module *m;
     LS_CHECK(ls_module_alloc(ctx, &seq_vt, total, 0, &m));
@@ -330,7 +343,7 @@ ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, l
         for (int p = 0; p < c->n_params; p++, k++) {
             m->params[k] = c->params[p];
             m->grads[k] = c->grads[p];
-            snprintf(m->names[k], LS_NAME_MAX, "%d.%.*s", i, LS_NAME_MAX - 12, c->names[p]);
+            snprintf(m->names[k], LS_NAME_MAX, "%d.%s", i, c->names[p]);
         }
     }
     *out_m = m;

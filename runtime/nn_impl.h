@@ -23,7 +23,10 @@ typedef struct ls_module_vt {
     void (*describe)(const ls_module *m, char *buf, size_t n);
 } ls_module_vt;
 
-#define LS_NAME_MAX 64
+/* A parameter's full name ("layer1.0.body.conv1.weight") with its terminator; a longer one is an
+ * error where it is made (it was cut short: weight and bias under one name, found at the first
+ * checkpoint). PyTorch's state_dict keys of common models are well under it. */
+#define LS_NAME_MAX 128
 
 struct ls_module {
     const ls_module_vt *vt;

@@ -1163,7 +1163,10 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
     int accum = t->cfg.accum_steps;
     int hinted = t->hint.set; /* the hint is this step's alone, even if the step fails */
     t->hint.set = 0;
-    if (count < 0 || count > b * accum)
+    if (count < 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_step: count %lld is negative (0 or more samples)",
+                        (long long)count);
+    if (count > b * accum)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "step of %lld samples exceeds %d micro-batches of %lld",
                         (long long)count, accum, (long long)b);
     if (global_count < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "a step needs at least one sample");

@@ -189,6 +189,8 @@ int main(void) {
     LS_EXPECT_ERR(ls_trainer_step(t, d, idx, 8, 4, &st), LS_ERR_INVALID_ARGUMENT,
                   "global_count 4 must be the samples of the step on all ranks: on one rank, 8, this rank's count");
     LS_EXPECT_ERR(ls_trainer_step(t, d, idx, 8, 800, &st), LS_ERR_INVALID_ARGUMENT, "global_count 800");
+    LS_EXPECT_ERR(ls_trainer_step(t, d, idx, -1, 8, &st), LS_ERR_INVALID_ARGUMENT,
+                  "ls_trainer_step: count -1 is negative (0 or more samples)");
     LS_EXPECT_ERR(ls_trainer_step(t, NULL, idx, 8, 8, &st), LS_ERR_INVALID_ARGUMENT,
                   "ls_trainer_step: the data set is NULL");
     LS_EXPECT_ERR(ls_trainer_step(t, d, NULL, 8, 8, &st), LS_ERR_INVALID_ARGUMENT, "ls_trainer_step: idx is NULL");
@@ -295,6 +297,35 @@ int main(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     LS_EXPECT(system(cmd) == 0);
+
+    /* long names: kept whole (60 bytes were cut to 52 in a Sequential: weight and bias under one
+     * name, refused only by the first checkpoint), refused where one does not fit */
+    {
+        char nm[130];
+        memset(nm, 'n', sizeof nm);
+        nm[60] = '\0';
+        ls_module *l60 = NULL, *s60 = NULL;
+        LS_REQUIRE_OK(ls_linear_create(c, LS_F32, 4, 4, 1, 5, nm, &l60));
+        LS_REQUIRE_OK(ls_sequential_create(c, 1, (ls_module *[]){l60}, &s60));
+        char want[160];
+        snprintf(want, sizeof want, "0.%s.bias", nm);
+        LS_EXPECT(strcmp(ls_module_param_name(s60, 1), want) == 0);
+        ls_module_destroy(s60);
+        nm[60] = 'n';
+        nm[120] = '\0'; /* "<120>.weight": 127 bytes, the most */
+        LS_REQUIRE_OK(ls_linear_create(c, LS_F32, 4, 4, 1, 5, nm, &l60));
+        LS_EXPECT_ERR(ls_sequential_create(c, 1, (ls_module *[]){l60}, &s60), LS_ERR_INVALID_ARGUMENT,
+                      "ls_sequential_create: the parameter name '0.nnnn");
+        LS_EXPECT_ERR(ls_sequential_create(c, 1, (ls_module *[]){l60}, &s60), LS_ERR_INVALID_ARGUMENT,
+                      "n.weight' is longer than the 127 bytes a parameter's can be");
+        ls_module_destroy(l60);
+        nm[120] = 'n';
+        nm[121] = '\0'; /* "<121>.weight": 128 */
+        LS_EXPECT_ERR(ls_linear_create(c, LS_F32, 4, 4, 1, 5, nm, &l60), LS_ERR_INVALID_ARGUMENT,
+                      "n': the name is longer than the 127 bytes a parameter's can be with its '.weight'");
+        LS_EXPECT_ERR(ls_conv2d_create(c, LS_F32, 1, 4, 3, 1, 1, 1, 1, 5, nm, &l60), LS_ERR_INVALID_ARGUMENT,
+                      "n.weight': the name is longer than the 127 bytes a parameter's can be");
+    }
 
     /* a container owns its children */
     ls_module *lin = NULL, *seq = NULL;
