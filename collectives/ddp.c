@@ -196,8 +196,11 @@ ls_status ls_ddp_average_metrics(ls_comm *c, double *vals, int n) {
 
 /* ---- settings every rank must share ---- */
 
-#define LS_SET_TEXT 112
-#define LS_SET_NAME 160
+/* What a mismatch's message can show of a name or a string value: the bytes exchanged (longer ones
+ * are told apart by their hashes, and past this said to differ "after character N"), and at most
+ * LS_SET_SHOW of them in the line, around where the two differ. */
+#define LS_SET_TEXT 4096
+#define LS_SET_SHOW 100
 
 static uint64_t ls_fnv(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -222,11 +225,12 @@ static void ls_set_keys(const ls_setting *s, uint64_t key[2]) {
     }
 }
 
-/* A setting as one rank has it, exchanged as bytes. */
+/* A setting as one rank has it, exchanged as bytes (a name or string longer than LS_SET_TEXT - 1:
+ * its start, and long set). */
 typedef struct ls_set_view {
     double num;
-    int32_t kind, has_str;
-    char name[LS_SET_NAME];
+    int32_t kind, has_str, long_name, long_str;
+    char name[LS_SET_TEXT];
     char str[LS_SET_TEXT];
 } ls_set_view;
 
@@ -235,23 +239,45 @@ static void ls_set_view_of(const ls_setting *s, ls_set_view *v) {
     v->num = ls_set_num(s->num);
     v->kind = s->kind == LS_SETTING_STR || s->kind == LS_SETTING_FLAG ? (int32_t)s->kind : LS_SETTING_NUM;
     v->has_str = s->str != NULL;
-    snprintf(v->name, sizeof v->name, "%s", s->name ? s->name : "");
+    const char *name = s->name ? s->name : "";
+    v->long_name = strlen(name) >= sizeof v->name;
+    snprintf(v->name, sizeof v->name, "%s", name);
     if (s->kind == LS_SETTING_STR && s->str) {
-        size_t len = strlen(s->str);
-        if (len < sizeof v->str)
-            memcpy(v->str, s->str, len);
-        else
-            snprintf(v->str, sizeof v->str, "%.*s...", (int)sizeof v->str - 4, s->str);
+        v->long_str = strlen(s->str) >= sizeof v->str;
+        snprintf(v->str, sizeof v->str, "%s", s->str);
     }
 }
 
-/* The value for an error line; a number with as many digits as it takes to tell it from other's. */
-static const char *ls_set_value_str(const ls_set_view *v, const ls_set_view *other, char *buf, size_t len) {
+/* Where a and b (as exchanged) first differ. */
+static size_t ls_set_first_diff(const char *a, const char *b) {
+    size_t i = 0;
+    while (a[i] && a[i] == b[i]) i++;
+    return i;
+}
+
+/* text (long: cut at LS_SET_TEXT - 1) as a message shows it, quoted: whole when short, else the
+ * LS_SET_SHOW bytes around at (where it differs from the other rank's: two 250-byte values that
+ * differ at byte 200 were shown as their same first 108) with "..." where cut. */
+static const char *ls_set_excerpt(const char *text, int is_long, size_t at, char *buf, size_t len) {
+    size_t n = strlen(text);
+    if (n <= LS_SET_SHOW && !is_long) {
+        snprintf(buf, len, "'%s'", text);
+        return buf;
+    }
+    size_t from = at > LS_SET_SHOW / 2 ? at - LS_SET_SHOW / 2 : 0;
+    if (from + LS_SET_SHOW > n) from = n > LS_SET_SHOW ? n - LS_SET_SHOW : 0;
+    const int more = from + LS_SET_SHOW < n || is_long;
+    snprintf(buf, len, "'%s%.*s%s'", from ? "..." : "", LS_SET_SHOW, text + from, more ? "..." : "");
+    return buf;
+}
+
+/* The value for an error line; a string around at (see ls_set_excerpt); a number with as many
+ * digits as it takes to tell it from other's. */
+static const char *ls_set_value_str(const ls_set_view *v, const ls_set_view *other, size_t at, char *buf, size_t len) {
     if (v->kind == LS_SETTING_FLAG) return v->num != 0 ? "given" : "not given";
     if (v->kind == LS_SETTING_STR) {
         if (!v->has_str) return "not given";
-        snprintf(buf, len, "'%s'", v->str);
-        return buf;
+        return ls_set_excerpt(v->str, v->long_str, at, buf, len);
     }
     if (v->num != v->num) return "nan";
     if (v->num == floor(v->num) && fabs(v->num) < 9007199254740992.0) { /* a whole number: all its digits */
@@ -314,19 +340,49 @@ ls_status ls_ddp_check_settings(ls_comm *c, int n, const ls_setting *settings) {
     int at;
     LS_CHECK(first_difference(c, first, n, &at, &who));
     if (who < 0) return LS_OK;
-    ls_set_view theirs, zero;
-    ls_set_view_of(&settings[at], &theirs);
-    ls_set_view_of(&settings[at], &zero);
-    LS_CHECK(ls_comm_broadcast_host(c, &theirs, (int64_t)sizeof theirs, LS_U8, who));
-    LS_CHECK(ls_comm_broadcast_host(c, &zero, (int64_t)sizeof zero, LS_U8, 0));
-    theirs.name[sizeof theirs.name - 1] = zero.name[sizeof zero.name - 1] = '\0';
-    theirs.str[sizeof theirs.str - 1] = zero.str[sizeof zero.str - 1] = '\0';
-    if (strcmp(theirs.name, zero.name) != 0)
-        return ls_error(LS_ERR_MISMATCH,
-                        "settings differ between ranks: setting %d is '%s' on rank %d but '%s' on rank 0 (not the "
-                        "same program?)",
-                        at, theirs.name, who, zero.name);
-    char a[LS_SET_TEXT + 8], b[LS_SET_TEXT + 8];
-    return ls_error(LS_ERR_MISMATCH, "%s is %s on rank %d but %s on rank 0", theirs.name,
-                    ls_set_value_str(&theirs, &zero, a, sizeof a), who, ls_set_value_str(&zero, &theirs, b, sizeof b));
+    ls_set_view *theirs = malloc(sizeof *theirs), *zero = malloc(sizeof *zero);
+    int32_t have = theirs && zero; /* every rank takes part in the broadcasts: all or none */
+    s = ls_comm_allreduce_host(c, &have, 1, LS_I32, LS_REDUCE_MIN);
+    if (s == LS_OK && !have)
+        s = ls_error(LS_ERR_MISMATCH, "settings differ between ranks: setting %d on rank %d (no memory to say how)", at,
+                     who);
+    if (s == LS_OK) {
+        ls_set_view_of(&settings[at], theirs);
+        ls_set_view_of(&settings[at], zero);
+        s = ls_comm_broadcast_host(c, theirs, (int64_t)sizeof *theirs, LS_U8, who);
+    }
+    if (s == LS_OK) s = ls_comm_broadcast_host(c, zero, (int64_t)sizeof *zero, LS_U8, 0);
+    if (s == LS_OK) {
+        theirs->name[LS_SET_TEXT - 1] = zero->name[LS_SET_TEXT - 1] = '\0';
+        theirs->str[LS_SET_TEXT - 1] = zero->str[LS_SET_TEXT - 1] = '\0';
+        char a[LS_SET_SHOW + 16], b[LS_SET_SHOW + 16], tail[64] = "";
+        const size_t dn = ls_set_first_diff(theirs->name, zero->name);
+        if (strcmp(theirs->name, zero->name) != 0 || theirs->long_name != zero->long_name) {
+            s = ls_error(LS_ERR_MISMATCH,
+                         "settings differ between ranks: setting %d is %s on rank %d but %s on rank 0 (not the same "
+                         "program?)",
+                         at, ls_set_excerpt(theirs->name, theirs->long_name, dn, a, sizeof a), who,
+                         ls_set_excerpt(zero->name, zero->long_name, dn, b, sizeof b));
+        } else {
+            size_t dv = 0;
+            if (theirs->kind == LS_SETTING_STR && zero->kind == LS_SETTING_STR && theirs->has_str && zero->has_str) {
+                dv = ls_set_first_diff(theirs->str, zero->str);
+                const int cut = strlen(theirs->str) > LS_SET_SHOW || strlen(zero->str) > LS_SET_SHOW ||
+                                theirs->long_str || zero->long_str;
+                if (cut && (theirs->str[dv] || zero->str[dv] || theirs->long_str != zero->long_str))
+                    snprintf(tail, sizeof tail, " (they differ at character %zu)", dv + 1);
+                else if (cut) /* the same in the bytes exchanged */
+                    snprintf(tail, sizeof tail, " (they differ after character %d)", LS_SET_TEXT - 1);
+            }
+            char name[LS_SET_SHOW + 16];
+            ls_set_excerpt(zero->name, zero->long_name, 0, name, sizeof name);
+            name[strlen(name) - 1] = '\0'; /* unquoted */
+            s = ls_error(LS_ERR_MISMATCH, "%s is %s on rank %d but %s on rank 0%s", name + 1,
+                         ls_set_value_str(theirs, zero, dv, a, sizeof a), who,
+                         ls_set_value_str(zero, theirs, dv, b, sizeof b), tail);
+        }
+    }
+    free(theirs);
+    free(zero);
+    return s;
 }

@@ -121,6 +121,28 @@ static void check_settings(void) {
     ls_setting kind[1] = {R == 1 ? ls_setting_str("--batch-size", "auto") : ls_setting_num("--batch-size", 64)};
     expect_settings_mismatch(1, kind, "--batch-size is 'auto' on rank 1 but 64 on rank 0");
 
+    /* long values and names: shown around where they differ (250 bytes that differ at byte 200 were
+     * shown as their same first 108), a name in full to where it differs */
+    char v250[251], n250[251];
+    memset(v250, 'x', 250);
+    v250[250] = '\0';
+    memcpy(n250, v250, sizeof n250);
+    if (R == 1) v250[199] = n250[199] = 'Y';
+    ls_setting longs[2] = {ls_setting_str("--data-dir", v250), ls_setting_num(n250, 1)};
+    char x49[50], lw[512]; /* '...', 50 bytes before the difference, it, 49 after, '...' */
+    memset(x49, 'x', 49);
+    x49[49] = '\0';
+    snprintf(lw, sizeof lw,
+             "--data-dir is '...x%sY%s...' on rank 1 but '...x%sx%s...' on rank 0 (they differ at "
+             "character 200)",
+             x49, x49, x49, x49);
+    expect_settings_mismatch(1, longs, lw);
+    snprintf(lw, sizeof lw,
+             "settings differ between ranks: setting 0 is '...x%sY%s...' on rank 1 but '...x%sx%s...' "
+             "on rank 0 (not the same program?)",
+             x49, x49, x49, x49);
+    expect_settings_mismatch(1, longs + 1, lw);
+
     /* another program: the count, or a name */
     ls_setting other[2] = {ls_setting_num("--epochs", 5), ls_setting_num(R == 1 ? "--steps" : "--epochs", 5)};
     expect_settings_mismatch(R == 1 ? 1 : 2, other,
