@@ -66,6 +66,12 @@ ls_tensor ls_tensor_view(void *data, ls_dtype dtype, ls_device device, int ndim,
     t.data = data;
     t.dtype = dtype;
     t.device = device;
+    if (ndim < 0 || ndim > LS_MAX_DIMS || (ndim > 0 && !shape)) { /* an invalid view: refused where used */
+        t.data = NULL;
+        t.ndim = -1;
+        for (int i = 0; i < LS_MAX_DIMS; i++) t.shape[i] = 0;
+        return t;
+    }
     t.ndim = ndim;
     for (int i = 0; i < LS_MAX_DIMS; i++) t.shape[i] = i < ndim ? shape[i] : 1;
     return t;
@@ -101,6 +107,7 @@ void ls_tensor_destroy(ls_tensor *t) {
 }
 
 int64_t ls_tensor_numel(const ls_tensor *t) {
+    if (t->ndim < 0 || t->ndim > LS_MAX_DIMS) return 0; /* an invalid view */
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
@@ -109,13 +116,18 @@ int64_t ls_tensor_numel(const ls_tensor *t) {
 size_t ls_tensor_nbytes(const ls_tensor *t) { return (size_t)ls_tensor_numel(t) * ls_dtype_size(t->dtype); }
 
 int ls_tensor_same_shape(const ls_tensor *a, const ls_tensor *b) {
-    if (a->ndim != b->ndim) return 0;
+    if (a->ndim != b->ndim || a->ndim < 0 || a->ndim > LS_MAX_DIMS) return 0;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return 0;
     return 1;
 }
 
 const char *ls_tensor_describe(const ls_tensor *t, char *buf, int len) {
+    if (!buf || len <= 0) return "";
+    if (t->ndim < 0 || t->ndim > LS_MAX_DIMS) {
+        snprintf(buf, (size_t)len, "(an invalid view: made with a rank outside 0..%d)", LS_MAX_DIMS);
+        return buf;
+    }
     int n = snprintf(buf, (size_t)len, "[");
     for (int i = 0; i < t->ndim && n < len; i++)
         n += snprintf(buf + n, (size_t)(len - n), i ? ", %lld" : "%lld", (long long)t->shape[i]);
@@ -129,6 +141,9 @@ const char *ls_tensor_describe(const ls_tensor *t, char *buf, int len) {
 ls_status ls_tensor_copy(ls_allocator *alloc, ls_tensor *dst, const ls_tensor *src) {
     char a[64], b[64];
     LS_CHECK_ARG(dst && src, "ls_tensor_copy: %s is NULL", !dst ? "dst" : "src"); /* alloc may be */
+    if (dst->ndim < 0 || src->ndim < 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_tensor_copy: %s is %s", dst->ndim < 0 ? "dst" : "src",
+                        ls_tensor_describe(dst->ndim < 0 ? dst : src, a, 64));
     if (dst->dtype != src->dtype || ls_tensor_numel(dst) != ls_tensor_numel(src))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "cannot copy %s into %s: dtype or size differ",
                         ls_tensor_describe(src, a, 64), ls_tensor_describe(dst, b, 64));

@@ -45,7 +45,8 @@ ls_status ls_tensor_create(ls_allocator *a, ls_dtype dtype, int ndim, const int6
                            ls_tensor **out);
 /* Free data (if owned) and the struct. NULL is fine. */
 void ls_tensor_destroy(ls_tensor *t);
-/* A borrowed view of existing memory. */
+/* A borrowed view of existing memory. A rank outside 0..LS_MAX_DIMS (or shape NULL with a rank
+ * above 0) gives an invalid view: data NULL, ndim -1, numel 0, of no shape a call expects. */
 ls_tensor ls_tensor_view(void *data, ls_dtype dtype, ls_device device, int ndim, const int64_t *shape);
 
 int64_t ls_tensor_numel(const ls_tensor *t);

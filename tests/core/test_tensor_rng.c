@@ -26,6 +26,15 @@ int main(void) {
                   "rank 5");
     LS_EXPECT(bad == NULL);
     LS_EXPECT_ERR(ls_tensor_create(a, LS_F32, 1, (int64_t[]){-2}, "x", &bad), LS_ERR_INVALID_ARGUMENT, "negative");
+    /* a view of a rank past LS_MAX_DIMS: invalid (describe read past shape[3]), no shape a copy takes */
+    float five[2];
+    ls_tensor v5 = ls_tensor_view(five, LS_F32, ls_device_cpu(), 5, (int64_t[]){1, 1, 1, 1, 2});
+    LS_EXPECT(v5.ndim == -1 && v5.data == NULL && ls_tensor_numel(&v5) == 0 && !ls_tensor_same_shape(&v5, &v5));
+    LS_EXPECT(strcmp(ls_tensor_describe(&v5, buf, sizeof buf), "(an invalid view: made with a rank outside 0..4)") ==
+              0);
+    LS_EXPECT_ERR(ls_tensor_copy(NULL, &v5, &v5), LS_ERR_INVALID_ARGUMENT, "(an invalid view: made with a rank");
+    ls_tensor vneg = ls_tensor_view(five, LS_F32, ls_device_cpu(), -1, NULL);
+    LS_EXPECT(vneg.ndim == -1 && ls_tensor_numel(&vneg) == 0);
     ls_dtype dt;
     LS_REQUIRE_OK(ls_dtype_parse("bf16", &dt));
     LS_EXPECT(dt == LS_BF16 && ls_dtype_size(dt) == 2);
