@@ -16,8 +16,11 @@ static ls_status ls_env_int(const char *name, int *present, int *out) {
     char *end = NULL;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < INT_MIN || v > INT_MAX)
+    if (end == s || *end)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "launcher environment: %s=%s is not an integer", name, s);
+    if (errno || v < INT_MIN || v > INT_MAX)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "launcher environment: %s=%s is out of range (at most %d)", name, s,
+                        INT_MAX);
     *present = 1;
     *out = (int)v;
     return LS_OK;

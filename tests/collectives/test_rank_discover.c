@@ -79,6 +79,8 @@ int main(void) {
     expect_error("OMPI_COMM_WORLD_RANK=-1 is not a rank of");
     setenv("OMPI_COMM_WORLD_RANK", "two", 1);
     expect_error("OMPI_COMM_WORLD_RANK=two is not an integer");
+    setenv("OMPI_COMM_WORLD_RANK", "99999999999", 1);
+    expect_error("OMPI_COMM_WORLD_RANK=99999999999 is out of range (at most 2147483647)");
     setenv("OMPI_COMM_WORLD_RANK", "1", 1);
     setenv("OMPI_COMM_WORLD_LOCAL_RANK", "4", 1);
     expect_error("OMPI_COMM_WORLD_LOCAL_RANK=4 is not a local rank of 4");
