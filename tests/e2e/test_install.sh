@@ -74,6 +74,14 @@ fi
 # On the CPU (the device check runs it on a GPU): ranks sharing one GPU could not use NCCL.
 cmake -S "$src/examples/quickstart" -B "$tmp/qs" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/qs" >/dev/null
+# and without CMake, with the README's command (without -lm: log@@GLIBC undefined)
+P=$tmp/prefix
+cc "$src/examples/quickstart/quickstart.c" -I"$P/include" -L"$P/lib" -llockstep -lm -Wl,-rpath,"$P/lib" \
+    -o "$tmp/qs_cc" || { echo "test_install: the README's cc command does not build the quickstart" >&2; exit 1; }
+grep -qF '`cc prog.c -IP/include -LP/lib -llockstep -lm -Wl,-rpath,P/lib`' "$src/README.md" ||
+    { echo "test_install: the README's cc command is not the one tested here" >&2; exit 1; }
+(unset LD_LIBRARY_PATH; "$tmp/qs_cc" --help >/dev/null) ||
+    { echo "test_install: the quickstart built with cc does not run" >&2; exit 1; }
 export LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 LOCKSTEP_DEVICE=cpu
 qs() { # DIR ARGS...: runs the quickstart in DIR (its exit status checked), its lines without the
