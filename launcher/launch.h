@@ -65,7 +65,7 @@ int lsr_find_program(const char *name, char **out);
 int lsr_capture(char *const argv[], char *buf, size_t cap, int timeout_ms);
 
 /* The signals lockstep-run handles while it runs the launcher as its child: SIGTERM, SIGINT,
- * SIGCHLD and (job 0) SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, blocked from lsr_signals_block (before the
+ * SIGCHLD, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, blocked from lsr_signals_block (before the
  * first run) to lsr_signals_restore (after the last), so none is lost between runs. */
 typedef struct lsr_signals {
     sigset_t set, old;
@@ -77,9 +77,10 @@ void lsr_signals_restore(const lsr_signals *s);
 /* Runs exe (argv its argument vector) as a child and waits for it. The child runs in its own
  * process group (stdin from /dev/null when it is a terminal, SIGTTOU ignored) and gets SIGTERM if
  * lockstep-run dies (PR_SET_PDEATHSIG); every signal of the set reaches the job once, passed on by
- * lockstep-run (a terminal's Ctrl-C included). A stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT):
- * with job_id (srun inside that Slurm job) it goes to the job's steps (the ranks) with scancel
- * instead of letting srun kill them; with mpirun to mpirun's ranks on this host (SIGINT as
+ * lockstep-run (a terminal's Ctrl-C included). With job_id (srun inside that Slurm job) SIGUSR1
+ * and SIGUSR2 go to the job's steps (the ranks) with scancel, else to the child. A stop signal
+ * (SIGTERM, SIGINT, SIGHUP, SIGQUIT): with job_id it goes to the job's steps with scancel (SIGINT as
+ * SIGINT, the others as SIGTERM) instead of letting srun kill them; with mpirun to mpirun's ranks on this host (SIGINT as
  * SIGINT, the others as SIGTERM), or to mpirun when it has none here (then once only, and an exit
  * status 1, mpirun's when signalled, becomes 128 + that signal); else to the child. A stop
  * within a second of the one passed on is the same stop sent twice and is dropped. *stopped gets

@@ -6,7 +6,8 @@
  * --signal=B:TERM@120, scancel --batch), which is lockstep-run when the script execs it. So
  * lockstep-run does not exec srun there: it starts it, waits for it, and passes SIGTERM and SIGINT
  * to the ranks through Slurm (scancel --signal=SIG JOBID, which signals the job's steps and not the
- * batch shell), where the ranks checkpoint and exit 143 or 130.
+ * batch shell), where the ranks checkpoint and exit 143 or 130; SIGHUP and SIGQUIT go the same way
+ * as SIGTERM, SIGUSR1 and SIGUSR2 as themselves.
  *
  * With --max-restarts: mpirun, srun or the program itself runs as a child so that lockstep-run can
  * start it again when it fails; SIGTERM and SIGINT sent to lockstep-run are passed on to it.
@@ -35,9 +36,13 @@
 
 #include "launch.h"
 
-/* Passes sig to the job's steps with scancel; falls back to signalling srun itself. */
-static void forward(int sig, const char *job_id, pid_t srun) {
+/* Passes sig (for got, the signal lockstep-run received) to the job's steps with scancel; falls
+ * back to signalling srun itself. */
+static void forward(int got, int sig, const char *job_id, pid_t srun) {
     const char *name = sigabbrev_np(sig) ? sigabbrev_np(sig) : "TERM";
+    const char *got_name = sigabbrev_np(got) ? sigabbrev_np(got) : "?";
+    char as[32] = "";
+    if (got != sig) snprintf(as, sizeof as, " as SIG%s", name);
     char *scancel = NULL;
     char out[1024] = "";
     int rc = -1;
@@ -49,12 +54,13 @@ static void forward(int sig, const char *job_id, pid_t srun) {
         free(scancel);
     }
     if (rc == 0) {
-        fprintf(stderr, "lockstep-run: SIG%s: passed to the ranks (scancel --signal=%s %s)\n", name, name, job_id);
+        fprintf(stderr, "lockstep-run: SIG%s: passed to the ranks%s (scancel --signal=%s %s)\n", got_name, as, name,
+                job_id);
         return;
     }
     out[strcspn(out, "\n")] = '\0';
-    fprintf(stderr, "lockstep-run: SIG%s: scancel --signal=%s %s %s%s%s; signalling srun instead\n", name, name, job_id,
-            rc < 0 ? "could not run" : "failed", *out ? ": " : "", out);
+    fprintf(stderr, "lockstep-run: SIG%s: scancel --signal=%s %s %s%s%s; signalling srun instead\n", got_name, name,
+            job_id, rc < 0 ? "could not run" : "failed", *out ? ": " : "", out);
     kill(srun, sig);
 }
 
@@ -125,12 +131,12 @@ void lsr_signals_block(lsr_signals *s, int job) {
     sigaddset(&s->set, SIGTERM);
     sigaddset(&s->set, SIGINT);
     sigaddset(&s->set, SIGCHLD);
-    if (!job) { /* srun inside a job keeps what it had before --max-restarts: these kill lockstep-run */
-        sigaddset(&s->set, SIGHUP);
-        sigaddset(&s->set, SIGQUIT);
-        sigaddset(&s->set, SIGUSR1);
-        sigaddset(&s->set, SIGUSR2);
-    }
+    /* also inside a Slurm job: left to their default action they killed lockstep-run, and srun
+     * then got SIGTERM (PR_SET_PDEATHSIG) and killed the ranks without their checkpoint */
+    sigaddset(&s->set, SIGHUP);
+    sigaddset(&s->set, SIGQUIT);
+    sigaddset(&s->set, SIGUSR1);
+    sigaddset(&s->set, SIGUSR2);
     s->job = job;
     /* A SIGCHLD ignored by whoever started us would reap the child before we see its status. */
     signal(SIGCHLD, SIG_DFL);
@@ -193,7 +199,11 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
         int sig = sigwaitinfo(&sigs->set, NULL);
         if (sig > 0 && sig != SIGCHLD) {
             if (!stop_signal(sig)) { /* SIGUSR1, SIGUSR2: mpirun passes them to its ranks */
-                kill(pid, sig);
+                if (job_id)
+                    forward(sig, sig, job_id, pid); /* to the ranks (srun would pass them too, but scancel
+                                                  reaches every step, as a stop does) */
+                else
+                    kill(pid, sig);
                 continue;
             }
             /* One stop, one signal passed on: the same stop often arrives twice (timeout(1) signals
@@ -205,7 +215,9 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
             if (stop_at >= 0 && mono_now() - stop_at < 1.0) continue;
             *stopped = sig;
             if (job_id) {
-                forward(sig, job_id, pid);
+                /* as with mpirun: SIGHUP and SIGQUIT reach the ranks as SIGTERM, the signal a
+                 * lockstep program checkpoints on (either would kill it outright) */
+                forward(sig, sig == SIGINT ? SIGINT : SIGTERM, job_id, pid);
             } else if (mpirun) {
                 /* the ranks' stop: SIGINT stays (exit 130), the others become SIGTERM (143) */
                 const int to_ranks = sig == SIGINT ? SIGINT : SIGTERM;

@@ -22,9 +22,10 @@ fake() {
 }
 
 # fake_slurm: srun and scontrol stand-ins that answer Slurm's queries and fail if anything else
-# runs. srun --mpi=list lists $FAKE_SRUN_MPI (default "none pmi2 pmix"; FAKE_SRUN_OLD=1: in the
-# "srun: NAME" format of older Slurm; FAKE_SRUN_LIST_FAIL=1: fails); scontrol show config says
-# MpiDefault = $FAKE_MPI_DEFAULT (default none; FAKE_SCONTROL_FAIL=1: cannot reach the controller).
+# runs (but FAKE_SRUN_STEP: srun runs a step, see fake_scancel). srun --mpi=list lists
+# $FAKE_SRUN_MPI (default "none pmi2 pmix"; FAKE_SRUN_OLD=1: in the "srun: NAME" format of older
+# Slurm; FAKE_SRUN_LIST_FAIL=1: fails); scontrol show config says MpiDefault = $FAKE_MPI_DEFAULT
+# (default none; FAKE_SCONTROL_FAIL=1: cannot reach the controller).
 fake_slurm() {
     cat >"$tmp/bin/srun" <<'EOF'
 #!/bin/sh
@@ -37,6 +38,16 @@ if [ "$*" = --mpi=list ]; then
         echo "MPI plugin types are..."
         for t in ${FAKE_SRUN_MPI-none pmi2 pmix}; do printf '\t%s\n' "$t"; done
     fi
+    exit 0
+fi
+if [ -n "${FAKE_SRUN_STEP:-}" ]; then
+    # a job step that runs until scancel (fake_scancel) passes it a stop: 143 (TERM) or 130 (INT)
+    echo started >"$FAKE_SRUN_STEP"
+    for i in $(seq 600); do
+        grep -q -- '--signal=TERM' "$FAKE_SRUN_STEP.scancel" 2>/dev/null && exit 143
+        grep -q -- '--signal=INT' "$FAKE_SRUN_STEP.scancel" 2>/dev/null && exit 130
+        sleep 0.05
+    done
     exit 0
 fi
 echo "fake srun ran" >&2
@@ -55,6 +66,13 @@ echo "MpiDefault              = ${FAKE_MPI_DEFAULT:-none}"
 echo "MpiParams               = (null)"
 EOF
     chmod 755 "$tmp/bin/srun" "$tmp/bin/scontrol"
+}
+
+# fake_scancel STEP: a scancel that appends its arguments to STEP.scancel, where the srun of
+# fake_slurm with FAKE_SRUN_STEP=STEP reads them (it writes "started" to STEP once it runs).
+fake_scancel() {
+    printf '#!/bin/sh\necho "$*" >>"%s.scancel"\n' "$1" >"$tmp/bin/scancel"
+    chmod 755 "$tmp/bin/scancel"
 }
 
 case_() { label=$*; }
