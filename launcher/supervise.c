@@ -126,6 +126,135 @@ static int signal_local_ranks(pid_t mpirun, int sig) {
     return n;
 }
 
+/* ---- the job's processes, from /proc ------------------------------------------------------- */
+
+typedef struct proc {
+    pid_t pid, ppid, pgrp;
+    char state; /* 'Z': a zombie, already dead */
+} proc;
+
+typedef struct ptab {
+    proc *v; /* sorted by pid */
+    size_t n;
+} ptab;
+
+static int cmp_proc(const void *a, const void *b) {
+    pid_t x = ((const proc *)a)->pid, y = ((const proc *)b)->pid;
+    return (x > y) - (x < y);
+}
+
+/* Every process of this machine (that /proc shows) with its parent and process group. */
+static void ptab_read(ptab *t) {
+    t->v = NULL;
+    t->n = 0;
+    DIR *d = opendir("/proc");
+    if (!d) return;
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        char path[300], stat[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        ssize_t k = read(fd, stat, sizeof stat - 1);
+        close(fd);
+        if (k <= 0) continue;
+        stat[k] = '\0';
+        const char *rp = strrchr(stat, ')'); /* "pid (comm) state ppid pgrp ...": comm may hold anything */
+        long ppid = -1, pgrp = -1;
+        char state;
+        if (!rp || sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3) continue;
+        if (t->n == cap) {
+            size_t c = cap ? 2 * cap : 256;
+            proc *v = realloc(t->v, c * sizeof *v);
+            if (!v) break;
+            t->v = v;
+            cap = c;
+        }
+        t->v[t->n++] = (proc){(pid_t)strtol(e->d_name, NULL, 10), (pid_t)ppid, (pid_t)pgrp, state};
+    }
+    closedir(d);
+    if (t->n) qsort(t->v, t->n, sizeof *t->v, cmp_proc);
+}
+
+static void ptab_free(ptab *t) {
+    free(t->v);
+    t->v = NULL;
+    t->n = 0;
+}
+
+static long ptab_find(const ptab *t, pid_t pid) {
+    proc key = {.pid = pid};
+    const proc *p = t->n ? bsearch(&key, t->v, t->n, sizeof *t->v, cmp_proc) : NULL;
+    return p ? (long)(p - t->v) : -1;
+}
+
+/* in[i] = 1 for root and every descendant of it (calloc'd; NULL when out of memory). */
+static unsigned char *ptab_tree(const ptab *t, pid_t root) {
+    unsigned char *in = calloc(t->n + 1, 1);
+    if (!in) return NULL;
+    long r = ptab_find(t, root);
+    if (r < 0) return in;
+    in[r] = 1;
+    for (int changed = 1; changed;) { /* one level deeper each pass */
+        changed = 0;
+        for (size_t i = 0; i < t->n; i++) {
+            if (in[i]) continue;
+            long pi = ptab_find(t, t->v[i].ppid);
+            if (pi >= 0 && in[pi]) in[i] = changed = 1;
+        }
+    }
+    return in;
+}
+
+/* Sends sig to the processes marked in `in` (skip: one not to signal), each once, as a terminal
+ * signals its foreground job: to the process group of each that leads one (with the members a
+ * process of the tree forked), to the others one by one. Returns how many processes were marked. */
+static int signal_marked(const ptab *t, const unsigned char *in, pid_t skip, int sig) {
+    int n = 0;
+    for (size_t i = 0; i < t->n; i++) /* the groups first */
+        if (in[i] && t->v[i].pid != skip && t->v[i].pgrp == t->v[i].pid && kill(-t->v[i].pid, sig) == 0 &&
+            sig != SIGKILL)
+            kill(-t->v[i].pid, SIGCONT); /* a stopped process acts on it */
+    for (size_t i = 0; i < t->n; i++) {
+        if (!in[i] || t->v[i].pid == skip) continue;
+        long g = ptab_find(t, t->v[i].pgrp);
+        int group_done = g >= 0 && in[g] && t->v[g].pid != skip;
+        if (!group_done && t->v[i].state != 'Z' && kill(t->v[i].pid, sig) == 0 && sig != SIGKILL)
+            kill(t->v[i].pid, SIGCONT);
+        n++;
+    }
+    return n;
+}
+
+/* SIGKILL to the job: root (the launcher lockstep-run started), its descendants and their
+ * process groups, again until none is left (a process may fork while it is signalled). */
+static void kill_job(pid_t root, const char *job_id) {
+    if (job_id) { /* the ranks of the Slurm job's steps, on every node */
+        char *scancel = NULL;
+        if (!lsr_find_program("scancel", &scancel)) {
+            char out[256];
+            char *argv[] = {scancel, "--signal=KILL", (char *)job_id, NULL};
+            lsr_capture(argv, out, sizeof out, 10000);
+            free(scancel);
+        }
+    }
+    for (int pass = 0; pass < 20; pass++) {
+        ptab t;
+        ptab_read(&t);
+        unsigned char *in = ptab_tree(&t, root);
+        int live = 0;
+        for (size_t i = 0; in && i < t.n; i++) live += in[i] && t.v[i].state != 'Z';
+        if (in && live) signal_marked(&t, in, 0, SIGKILL);
+        free(in);
+        ptab_free(&t);
+        if (!live) break;
+        struct timespec ms = {0, 10000000L};
+        nanosleep(&ms, NULL);
+    }
+}
+
 void lsr_signals_block(lsr_signals *s, int job) {
     sigemptyset(&s->set);
     sigaddset(&s->set, SIGTERM);
@@ -145,6 +274,9 @@ void lsr_signals_block(lsr_signals *s, int job) {
 
 void lsr_signals_restore(const lsr_signals *s) { sigprocmask(SIG_SETMASK, &s->old, NULL); }
 
+/* Seconds the job has to end after a second stop signal before it is killed. */
+#define LSR_KILL_GRACE 3.0
+
 static int stop_signal(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT; }
 
 static double mono_now(void) {
@@ -157,6 +289,9 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
                   int *stopped) {
     *stopped = 0;
     double stop_at = -1;    /* when the last stop signal was passed on */
+    int stops = 0;          /* stop signals passed on (a duplicate within a second not counted) */
+    double kill_at = -1;    /* when the job gets SIGKILL unless it has ended (after a second stop) */
+    int killed = 0;         /* the job got SIGKILL */
     int mpirun_stopped = 0; /* the stop signal that went to mpirun itself (it had no rank here) */
     fflush(NULL);
     pid_t parent = getpid();
@@ -196,7 +331,24 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
     setpgid(pid, pid); /* also here: no signal may find the child in our group */
     int st = 0;
     for (;;) {
-        int sig = sigwaitinfo(&sigs->set, NULL);
+        int sig;
+        if (kill_at >= 0 && !killed) {
+            double left = kill_at - mono_now();
+            if (left <= 0) {
+                fprintf(stderr,
+                        "lockstep-run: the job did not end within %g s of the second stop signal: killing it "
+                        "(SIGKILL)\n",
+                        LSR_KILL_GRACE);
+                kill_job(pid, job_id);
+                killed = 1;
+                continue;
+            }
+            struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+            sig = sigtimedwait(&sigs->set, NULL, &ts);
+            if (sig < 0 && errno == EAGAIN) continue;
+        } else {
+            sig = sigwaitinfo(&sigs->set, NULL);
+        }
         if (sig > 0 && sig != SIGCHLD) {
             if (!stop_signal(sig)) { /* SIGUSR1, SIGUSR2: mpirun passes them to its ranks */
                 if (job_id)
@@ -214,6 +366,23 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
              * them: it kills them odls_base_sigkill_timeout after the first). */
             if (stop_at >= 0 && mono_now() - stop_at < 1.0) continue;
             *stopped = sig;
+            const char *name = sigabbrev_np(sig) ? sigabbrev_np(sig) : "?";
+            if (++stops >= 3 || killed) {
+                /* a job that ignores its stops must still end: the third kills it */
+                fprintf(stderr, "lockstep-run: %s SIG%s: killing the job (SIGKILL)\n", killed ? "another" : "third",
+                        name);
+                kill_job(pid, job_id);
+                killed = 1;
+                stop_at = mono_now();
+                continue;
+            }
+            if (stops == 2) {
+                fprintf(stderr,
+                        "lockstep-run: second SIG%s: the job is killed (SIGKILL) if it has not ended %g s from now, "
+                        "at once on a third\n",
+                        name, LSR_KILL_GRACE);
+                kill_at = mono_now() + LSR_KILL_GRACE;
+            }
             if (job_id) {
                 /* as with mpirun: SIGHUP and SIGQUIT reach the ranks as SIGTERM, the signal a
                  * lockstep program checkpoints on (either would kill it outright) */

@@ -30,7 +30,7 @@ echo "\$r done" >>"$LOG"
 exit 143
 EOF
 chmod 755 "$tmp/rank.sh"
-trap 'pkill -KILL -f "$tmp/rank.sh" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'pkill -KILL -f "$tmp/rank.sh" 2>/dev/null; pkill -KILL -f "$tmp/stubborn.sh" 2>/dev/null; rm -rf "$tmp"' EXIT
 # mpirun's own kill timer (odls_base_sigkill_timeout) is left at its 1 s: it never starts, as
 # mpirun is not signalled
 A=(-n 2 "$tmp/rank.sh")
@@ -98,6 +98,52 @@ env -i "PATH=/usr/local/bin:/usr/bin:/bin" HOLD="$HOLD" timeout 10 "$LSR" "${A[@
 pid=$!
 reap
 [ "$(grep -c started "$LOG")" = 2 ] || fail "the ranks had not both started within timeout's 10 s: $(tr '\n' ' ' <"$LOG")"
+
+# Ranks that ignore stop signals (log them, run on for 20 s): a second stop more than a second
+# after the first leaves them 3 s, a third kills them at once (SIGKILL); both were passed on and
+# the job ran to its end before.
+cat >"$tmp/stubborn.sh" <<EOF
+#!/bin/bash
+trap 'echo "\$OMPI_COMM_WORLD_RANK TERM" >>"$LOG"' TERM
+trap 'echo "\$OMPI_COMM_WORLD_RANK INT" >>"$LOG"' INT
+echo "\$OMPI_COMM_WORLD_RANK started" >>"$LOG"
+for i in \$(seq 400); do sleep 0.05; done
+EOF
+chmod 755 "$tmp/stubborn.sh"
+# stubborn SIGNAL...: lockstep-run -n 2 stubborn.sh, each signal 1.5 s after the last; waits for
+# its end (10 s at most) and checks that no rank is left
+stubborn() {
+    rm -f "$LOG"
+    env -i "PATH=/usr/local/bin:/usr/bin:/bin" setsid "$LSR" -n 2 "$tmp/stubborn.sh" >"$tmp/stdout" 2>"$tmp/stderr" &
+    pid=$!
+    local i s
+    for ((i = 0; i < 600; i++)); do [ "$(grep -c started "$LOG" 2>/dev/null)" = 2 ] && break; sleep 0.05; done
+    for s in "$@"; do
+        kill -"$s" "$pid"
+        sleep 1.5
+    done
+    for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    kill -0 "$pid" 2>/dev/null && { fail "lockstep-run still running 10 s after the last signal"; kill -KILL "$pid"; }
+    wait "$pid"
+    rc=$?
+    err=$(cat "$tmp/stderr")
+    local left
+    left=$(pgrep -f "$tmp/stubborn.sh")
+    [ -z "$left" ] || fail "rank processes outlived lockstep-run: $(ps -o pid,ppid,args -p ${left//$'\n'/,})"
+}
+
+case_ "ranks that ignore stops: a third SIGINT kills them"
+stubborn INT INT INT
+expect_rc 137
+expect_err "lockstep-run: second SIGINT: the job is killed (SIGKILL) if it has not ended 3 s from now, at once on a third"
+expect_err "lockstep-run: third SIGINT: killing the job (SIGKILL)"
+[ "$(grep -c INT "$LOG")" = 4 ] || fail "the ranks did not log two SIGINTs each: $(tr '\n' ' ' <"$LOG")"
+
+case_ "ranks that ignore stops: killed 3 s after a second SIGTERM"
+stubborn TERM TERM
+expect_rc 137
+expect_err "lockstep-run: second SIGTERM: the job is killed (SIGKILL) if it has not ended 3 s from now"
+expect_err "lockstep-run: the job did not end within 3 s of the second stop signal: killing it (SIGKILL)"
 
 case_ "'stty tostop' on lockstep-run's terminal: the job's output does not stop it"
 if command -v script >/dev/null; then
