@@ -85,7 +85,10 @@ void lsr_signals_restore(const lsr_signals *s);
  * status 1, mpirun's when signalled, becomes 128 + that signal); else to the child. A stop
  * within a second of the one passed on is the same stop sent twice and is dropped. A second stop
  * gives the job 3 s to end, then it gets SIGKILL (its processes and their process groups; with
- * job_id also scancel --signal=KILL); a third kills it at once. *stopped gets
+ * job_id also scancel --signal=KILL); a third kills it at once. A stop reaches each rank's process
+ * group (the child's, without mpirun), not the process alone. lockstep-run is a child subreaper:
+ * it returns only when every process of the job has ended (what the child leaves running is
+ * waited for after a stop, else sent SIGTERM, then SIGKILL 3 s later). *stopped gets
  * the stop signal passed on last, 0 if none. Returns the child's exit status (128 + signal when
  * it was killed), or -1 when it could not be started or waited for (errno). */
 int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int mpirun,

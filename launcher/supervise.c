@@ -61,7 +61,7 @@ static void forward(int got, int sig, const char *job_id, pid_t srun) {
     out[strcspn(out, "\n")] = '\0';
     fprintf(stderr, "lockstep-run: SIG%s: scancel --signal=%s %s %s%s%s; signalling srun instead\n", got_name, name,
             job_id, rc < 0 ? "could not run" : "failed", *out ? ": " : "", out);
-    kill(srun, sig);
+    if (srun > 0) kill(srun, sig);
 }
 
 /* 1 when /proc/PID/environ (this user's process) names an Open MPI rank. */
@@ -94,36 +94,6 @@ static int is_mpi_rank(long pid) {
     }
     free(buf);
     return found;
-}
-
-/* Sends sig to mpirun's children on this host that are ranks; returns how many got it. */
-static int signal_local_ranks(pid_t mpirun, int sig) {
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!isdigit((unsigned char)e->d_name[0])) continue;
-        char path[300], stat[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        int fd = open(path, O_RDONLY);
-        if (fd < 0) continue;
-        ssize_t k = read(fd, stat, sizeof stat - 1);
-        close(fd);
-        if (k <= 0) continue;
-        stat[k] = '\0';
-        const char *rp = strrchr(stat, ')'); /* "pid (comm) state ppid ...": comm may hold anything */
-        long ppid = -1;
-        char state;
-        if (!rp || sscanf(rp + 1, " %c %ld", &state, &ppid) != 2 || ppid != (long)mpirun) continue;
-        long pid = strtol(e->d_name, NULL, 10);
-        if (is_mpi_rank(pid) && kill((pid_t)pid, sig) == 0) {
-            kill((pid_t)pid, SIGCONT); /* a stopped rank acts on it */
-            n++;
-        }
-    }
-    closedir(d);
-    return n;
 }
 
 /* ---- the job's processes, from /proc ------------------------------------------------------- */
@@ -228,9 +198,134 @@ static int signal_marked(const ptab *t, const unsigned char *in, pid_t skip, int
     return n;
 }
 
-/* SIGKILL to the job: root (the launcher lockstep-run started), its descendants and their
- * process groups, again until none is left (a process may fork while it is signalled). */
-static void kill_job(pid_t root, const char *job_id) {
+/* The job: lockstep-run's descendants (the launcher it started, what that started, and what they
+ * left behind, which the kernel gives to lockstep-run, a child subreaper). job[i] marks them,
+ * lockstep-run itself not; returns how many are alive (not zombies), -1 out of memory. */
+static int job_procs(const ptab *t, unsigned char **job) {
+    pid_t self = getpid();
+    *job = ptab_tree(t, self);
+    if (!*job) return -1;
+    long me = ptab_find(t, self);
+    if (me >= 0) (*job)[me] = 0;
+    int live = 0;
+    for (size_t i = 0; i < t->n; i++) live += (*job)[i] && t->v[i].state != 'Z';
+    return live;
+}
+
+/* Sends sig to the whole job (as a terminal to its foreground job); returns how many processes. */
+static int signal_job(int sig) {
+    ptab t;
+    ptab_read(&t);
+    unsigned char *job = NULL;
+    int n = job_procs(&t, &job) > 0 ? signal_marked(&t, job, getpid(), sig) : 0;
+    free(job);
+    ptab_free(&t);
+    return n;
+}
+
+/* "123 (work.sh), 124 (sleep)": the job's live processes, for messages. */
+static void describe_job(char *buf, size_t len) {
+    ptab t;
+    ptab_read(&t);
+    unsigned char *job = NULL;
+    size_t used = 0;
+    int shown = 0, more = 0;
+    buf[0] = '\0';
+    if (job_procs(&t, &job) > 0) {
+        for (size_t i = 0; i < t.n; i++) {
+            if (!job[i] || t.v[i].state == 'Z') continue;
+            if (shown == 5) {
+                more++;
+                continue;
+            }
+            char path[64], comm[64] = "?";
+            snprintf(path, sizeof path, "/proc/%ld/comm", (long)t.v[i].pid);
+            FILE *f = fopen(path, "r");
+            if (f) {
+                if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = '\0';
+                fclose(f);
+            }
+            if (used < len)
+                used +=
+                    (size_t)snprintf(buf + used, len - used, "%s%ld (%s)", shown ? ", " : "", (long)t.v[i].pid, comm);
+            shown++;
+        }
+        if (more && used < len) snprintf(buf + used, len - used, " and %d more", more);
+    }
+    free(job);
+    ptab_free(&t);
+}
+
+/* 1 when pid runs Open MPI's mpirun (orterun, mpiexec, prterun): a wrapper script's child. */
+static int is_mpirun(pid_t pid) {
+    char path[64], exe[4096];
+    snprintf(path, sizeof path, "/proc/%ld/exe", (long)pid);
+    ssize_t n = readlink(path, exe, sizeof exe - 1);
+    if (n <= 0) return 0;
+    exe[n] = '\0';
+    const char *base = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
+    static const char *const names[] = {"orterun", "mpirun", "mpiexec", "prterun"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strncmp(base, names[i], strlen(names[i]))) return 1;
+    return 0;
+}
+
+/* Passes a stop to the job under mpirun: to each rank on this host (the topmost processes with
+ * OMPI_COMM_WORLD_RANK in their environment, wherever they are in the job: mpirun's children, or
+ * its grandchildren under a wrapper script) with what it started (its process group: Open MPI
+ * gives each rank one; a rank that is a script around the program must not leave the program
+ * running). Returns how many ranks got it; 0: none was found, nothing was sent. */
+static int signal_ranks(int sig) {
+    ptab t;
+    ptab_read(&t);
+    unsigned char *job = NULL, *rank = NULL;
+    int n = 0;
+    if (job_procs(&t, &job) > 0 && (rank = calloc(t.n + 1, 1)) != NULL) {
+        for (size_t i = 0; i < t.n; i++) rank[i] = job[i] && t.v[i].state != 'Z' && is_mpi_rank(t.v[i].pid);
+        for (size_t i = 0; i < t.n; i++) {
+            long pi = ptab_find(&t, t.v[i].ppid);
+            if (!rank[i] || (pi >= 0 && rank[pi])) continue; /* a rank's child goes with it */
+            unsigned char *tree = ptab_tree(&t, t.v[i].pid);
+            if (tree) signal_marked(&t, tree, 0, sig);
+            free(tree);
+            n++;
+        }
+    }
+    free(rank);
+    free(job);
+    ptab_free(&t);
+    return n;
+}
+
+/* Passes a stop to mpirun itself (it has no rank here): to the topmost processes of the job that
+ * run mpirun (under a wrapper script: signalled, the script would end and leave mpirun running),
+ * else to the child. */
+static void signal_mpirun(pid_t child, int sig) {
+    ptab t;
+    ptab_read(&t);
+    unsigned char *job = NULL;
+    int n = 0;
+    if (!is_mpirun(child) && job_procs(&t, &job) > 0) {
+        for (size_t i = 0; i < t.n; i++) {
+            if (!job[i] || t.v[i].state == 'Z' || !is_mpirun(t.v[i].pid)) continue;
+            long pi = ptab_find(&t, t.v[i].ppid);
+            if (pi >= 0 && job[pi] && is_mpirun(t.v[pi].pid)) continue;
+            kill(t.v[i].pid, sig);
+            kill(t.v[i].pid, SIGCONT);
+            n++;
+        }
+    }
+    free(job);
+    ptab_free(&t);
+    if (n == 0) {
+        kill(child, sig);
+        kill(child, SIGCONT);
+    }
+}
+
+/* SIGKILL to the job (its processes and their process groups), again until none is left (a
+ * process may fork while it is signalled). */
+static void kill_job(const char *job_id) {
     if (job_id) { /* the ranks of the Slurm job's steps, on every node */
         char *scancel = NULL;
         if (!lsr_find_program("scancel", &scancel)) {
@@ -243,13 +338,12 @@ static void kill_job(pid_t root, const char *job_id) {
     for (int pass = 0; pass < 20; pass++) {
         ptab t;
         ptab_read(&t);
-        unsigned char *in = ptab_tree(&t, root);
-        int live = 0;
-        for (size_t i = 0; in && i < t.n; i++) live += in[i] && t.v[i].state != 'Z';
-        if (in && live) signal_marked(&t, in, 0, SIGKILL);
-        free(in);
+        unsigned char *job = NULL;
+        int live = job_procs(&t, &job);
+        if (live > 0) signal_marked(&t, job, getpid(), SIGKILL);
+        free(job);
         ptab_free(&t);
-        if (!live) break;
+        if (live <= 0) break;
         struct timespec ms = {0, 10000000L};
         nanosleep(&ms, NULL);
     }
@@ -288,11 +382,17 @@ static double mono_now(void) {
 int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int mpirun,
                   int *stopped) {
     *stopped = 0;
-    double stop_at = -1;    /* when the last stop signal was passed on */
-    int stops = 0;          /* stop signals passed on (a duplicate within a second not counted) */
-    double kill_at = -1;    /* when the job gets SIGKILL unless it has ended (after a second stop) */
-    int killed = 0;         /* the job got SIGKILL */
-    int mpirun_stopped = 0; /* the stop signal that went to mpirun itself (it had no rank here) */
+    double stop_at = -1;       /* when the last stop signal was passed on */
+    int stops = 0;             /* stop signals passed on (a duplicate within a second not counted) */
+    double kill_at = -1;       /* when the job gets SIGKILL unless it has ended (after a second stop) */
+    const char *kill_why = ""; /* why kill_at was set */
+    int killed = 0;            /* the job got SIGKILL */
+    int mpirun_stopped = 0;    /* the stop signal that went to mpirun itself (it had no rank here) */
+    int child_done = 0;        /* the child has exited (st); processes of the job may be left */
+    /* Orphans of the job (a rank's program whose wrapper script ended, mpirun under an ended
+     * wrapper) become lockstep-run's children rather than init's: lockstep-run sees them, stops
+     * and kills them with the job, and returns only when the whole job has ended. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     fflush(NULL);
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -335,11 +435,9 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
         if (kill_at >= 0 && !killed) {
             double left = kill_at - mono_now();
             if (left <= 0) {
-                fprintf(stderr,
-                        "lockstep-run: the job did not end within %g s of the second stop signal: killing it "
-                        "(SIGKILL)\n",
-                        LSR_KILL_GRACE);
-                kill_job(pid, job_id);
+                fprintf(stderr, "lockstep-run: the job did not end within %g s of %s: killing it (SIGKILL)\n",
+                        LSR_KILL_GRACE, kill_why);
+                kill_job(job_id);
                 killed = 1;
                 continue;
             }
@@ -352,9 +450,10 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
         if (sig > 0 && sig != SIGCHLD) {
             if (!stop_signal(sig)) { /* SIGUSR1, SIGUSR2: mpirun passes them to its ranks */
                 if (job_id)
-                    forward(sig, sig, job_id, pid); /* to the ranks (srun would pass them too, but scancel
-                                                  reaches every step, as a stop does) */
-                else
+                    forward(sig, sig, job_id, child_done ? 0 : pid); /* to the ranks (srun would pass them
+                                                                       too, but scancel reaches every step,
+                                                                       as a stop does) */
+                else if (!child_done) /* (once reaped, its pid may be another process's) */
                     kill(pid, sig);
                 continue;
             }
@@ -371,7 +470,7 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
                 /* a job that ignores its stops must still end: the third kills it */
                 fprintf(stderr, "lockstep-run: %s SIG%s: killing the job (SIGKILL)\n", killed ? "another" : "third",
                         name);
-                kill_job(pid, job_id);
+                kill_job(job_id);
                 killed = 1;
                 stop_at = mono_now();
                 continue;
@@ -382,15 +481,16 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
                         "at once on a third\n",
                         name, LSR_KILL_GRACE);
                 kill_at = mono_now() + LSR_KILL_GRACE;
+                kill_why = "the second stop signal";
             }
             if (job_id) {
                 /* as with mpirun: SIGHUP and SIGQUIT reach the ranks as SIGTERM, the signal a
                  * lockstep program checkpoints on (either would kill it outright) */
-                forward(sig, sig == SIGINT ? SIGINT : SIGTERM, job_id, pid);
+                forward(sig, sig == SIGINT ? SIGINT : SIGTERM, job_id, child_done ? 0 : pid);
             } else if (mpirun) {
                 /* the ranks' stop: SIGINT stays (exit 130), the others become SIGTERM (143) */
                 const int to_ranks = sig == SIGINT ? SIGINT : SIGTERM;
-                if (mpirun_stopped || signal_local_ranks(pid, to_ranks) == 0) {
+                if (mpirun_stopped || signal_ranks(to_ranks) == 0) {
                     if (mpirun_stopped) {
                         fprintf(stderr,
                                 "lockstep-run: SIG%s: not passed to mpirun, which is stopping the ranks since the "
@@ -399,25 +499,66 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
                         continue;
                     }
                     mpirun_stopped = to_ranks; /* no rank here: mpirun passes it to them */
-                    kill(pid, to_ranks);
-                    kill(pid, SIGCONT);
+                    if (child_done)
+                        signal_job(to_ranks); /* what is left of the job */
+                    else
+                        signal_mpirun(pid, to_ranks);
                 }
             } else {
-                kill(pid, sig);
-                kill(pid, SIGCONT); /* a stopped child acts on it */
+                /* the program and what it started, as a terminal's Ctrl-C reaches its job */
+                signal_job(sig);
             }
             /* counted from when it was passed on: a repeat sent while scancel ran is the same stop */
             stop_at = mono_now();
             continue;
         }
-        if (sig < 0 && errno != EINTR) { /* no signals to wait for: wait for the child alone */
-            while (waitpid(pid, &st, 0) < 0)
-                if (errno != EINTR) return -1;
-            break;
+        /* SIGCHLD: reap the child and the orphans of the job that lockstep-run adopted */
+        const int block = sig < 0 && errno != EINTR; /* no signals to wait for: wait for children */
+        int none_left = 0;
+        for (;;) {
+            int s2 = 0;
+            pid_t w = waitpid(-1, &s2, block ? 0 : WNOHANG);
+            if (w == pid) {
+                st = s2;
+                child_done = 1;
+            } else if (w < 0 && errno == ECHILD) {
+                none_left = 1;
+                break;
+            } else if (w < 0 && errno != EINTR) {
+                if (!child_done) return -1;
+                none_left = 1;
+                break;
+            } else if (w == 0) {
+                break;
+            }
         }
-        pid_t w = waitpid(pid, &st, WNOHANG);
-        if (w == pid) break;
-        if (w < 0 && errno != EINTR) return -1;
+        if (!child_done) continue;
+        if (none_left) break;
+        if (child_done == 1) { /* the first look after the child's end: what it left running */
+            child_done = 2;
+            char procs[512];
+            describe_job(procs, sizeof procs);
+            if (!*procs) continue;
+            if (stops) {
+                fprintf(stderr,
+                        "lockstep-run: %s has exited, but processes of the job still run after the stop signal: %s; "
+                        "waiting for them\n",
+                        mpirun   ? "mpirun"
+                        : job_id ? "srun"
+                                 : exe,
+                        procs);
+            } else if (!killed) {
+                fprintf(stderr,
+                        "lockstep-run: %s has exited, but processes of the job still run: %s; sending them SIGTERM\n",
+                        mpirun   ? "mpirun"
+                        : job_id ? "srun"
+                                 : exe,
+                        procs);
+                signal_job(SIGTERM);
+                kill_at = mono_now() + LSR_KILL_GRACE;
+                kill_why = "a SIGTERM to what was left of it";
+            }
+        }
     }
     if (WIFEXITED(st) && WEXITSTATUS(st) == 1 && mpirun_stopped) {
         /* Open MPI's mpirun exits 1 when it is signalled, whatever its ranks exited with */

@@ -181,6 +181,39 @@ if [ -z "$PROG" ]; then
     expect_runs "run 0"
     expect_err "after SIGTERM; not restarted"
 
+    # A program that is a script around the real one (no exec): the stop reaches both (the
+    # program's process group), the script ends at once, and lockstep-run waits for the program
+    # it leaves behind (adopted: a child subreaper) to save and exit; before, only the script got
+    # the signal and the program ran on after lockstep-run had exited.
+    cat >"$tmp/work.sh" <<EOF
+#!/bin/bash
+trap 'echo "work TERM" >>"$LOG"; sleep 1; echo "work done" >>"$LOG"; exit 143' TERM
+echo "work started" >>"$LOG"
+for i in \$(seq 400); do sleep 0.05; done
+EOF
+    printf '#!/bin/sh\n"%s"\n' "$tmp/work.sh" >"$tmp/wrap.sh"
+    chmod 755 "$tmp/work.sh" "$tmp/wrap.sh"
+    case_ "SIGTERM to a program that is a script around another: both get it, none is left running"
+    rm -f "$LOG"
+    bg "$LSR" -n 1 --max-restarts 1 --restart-delay 0 "$tmp/wrap.sh"
+    wait_for "work started" "$LOG" 20 || fail "the program did not start"
+    kill -TERM "$pid"
+    reap
+    expect_rc 143
+    expect_runs "work started work TERM work done"
+    expect_err "processes of the job still run after the stop signal: "
+    expect_err "(work.sh)"
+    left=$(pgrep -f "$tmp/work.sh") && fail "left running: $(ps -o pid,ppid,args -p ${left//$'\n'/,})"
+
+    case_ "a program that leaves a process running: it gets SIGTERM when the program ends"
+    script bgexit.sh "sleep 30 >/dev/null 2>&1 & echo \$! >\"$tmp/bg.pid\"; exit 3"
+    rm -f "$LOG"
+    run "$LSR" -n 1 --max-restarts 1 --restart-delay 0 "$tmp/bgexit.sh"
+    expect_rc 3
+    expect_err "lockstep-run: $tmp/bgexit.sh has exited, but processes of the job still run: "
+    expect_err "(sleep); sending them SIGTERM"
+    kill -0 "$(cat "$tmp/bg.pid")" 2>/dev/null && fail "the program's background process is still running"
+
     case_ "bad values"
     for v in -1 abc 1001; do
         run "$LSR" -n 1 --max-restarts "$v" true
