@@ -90,9 +90,10 @@ void lsr_signals_restore(const lsr_signals *s);
  * it returns only when every process of the job has ended (what the child leaves running is
  * waited for after a stop, else sent SIGTERM, then SIGKILL 3 s later). *stopped gets
  * the stop signal passed on last, 0 if none. Returns the child's exit status (128 + signal when
- * it was killed), or -1 when it could not be started or waited for (errno). */
+ * it was killed: *signalled gets the signal, else 0), or -1 when it could not be started or
+ * waited for (errno). */
 int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int mpirun,
-                  int *stopped);
+                  int *stopped, int *signalled);
 
 /* Waits `seconds` (0: only looks); returns early with a stop signal (SIGTERM, SIGINT, SIGHUP,
  * SIGQUIT) that arrives or is pending, 0 after the wait. */

@@ -108,7 +108,9 @@ static void usage(FILE *f) {
                "                       fashion_mlp --save-every 100 --resume auto. Each run's ranks get\n"
                "                       LOCKSTEP_RESTART_COUNT (0, 1, ...). Not restarted: exit status 0,\n"
                "                       2 (usage), 126/127 (cannot run), 130/143 (stopped after a\n"
-               "                       checkpoint), or after a SIGTERM/SIGINT to lockstep-run\n"
+               "                       checkpoint), mpirun's 131/132 (it could not start the program;\n"
+               "                       also a rank killed by SIGQUIT/SIGILL), or after a stop signal\n"
+               "                       to lockstep-run\n"
                "      --restart-delay S seconds between a failure and the restart (default 3)\n"
                "  -x NAME[=VALUE]      also forward variable NAME to every rank (repeatable), with\n"
                "                       VALUE: set it to VALUE first\n"
@@ -167,9 +169,11 @@ static void usage(FILE *f) {
                "  SLURM_JOB_ID         inside a Slurm job, auto uses srun; SLURM_NTASKS gives the\n"
                "                       default -n; SLURM_JOB_NUM_NODES the ranks per node\n"
                "\n"
-               "Exit status: the program's (mpirun and srun pass it on); 2 for a usage error (bad\n"
-               "option, hostfile, -n, missing mpirun); 127 when program is not found, 126 when it is\n"
-               "not executable.\n"
+               "Exit status: the program's (mpirun and srun pass it on; 128 + N for a rank killed by\n"
+               "signal N); 2 for a usage error (bad option, hostfile, -n, missing mpirun); 127 when\n"
+               "program (or its #! interpreter) is not found, 126 when it is not executable, both\n"
+               "checked before anything starts. mpirun itself exits 131 or 132 when it cannot start\n"
+               "the program on a host (131: it could not execute it; 132: not found or not executable).\n"
                "\n"
                "Examples:\n"
                "  lockstep-run ./fashion_mlp --epochs 2             one rank per local GPU\n"
@@ -419,6 +423,29 @@ static void print_command(FILE *f, const lsr_strvec *env, char *const *argv) {
         first = 0;
     }
     fputc('\n', f);
+}
+
+/* A script's #! interpreter must be there too: execve fails with ENOENT without one, and mpirun
+ * then exits 131 ("bad interpreter"), which reads as 128 + SIGQUIT. Returns 0, or ENOENT/EACCES
+ * as lsr_find_program with the interpreter's path in interp. */
+static int check_interpreter(const char *path, char *interp, size_t len) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0; /* executable but not readable: execve alone can tell */
+    char line[512];
+    int rc = 0;
+    if (fgets(line, sizeof line, f) && line[0] == '#' && line[1] == '!') {
+        const char *q = line + 2 + strspn(line + 2, " \t");
+        size_t n = strcspn(q, " \t\r\n");
+        if (n > 0 && n < len) {
+            snprintf(interp, len, "%.*s", (int)n, q);
+            char rel[272], *found = NULL; /* no PATH search: "#!name" is ./name */
+            snprintf(rel, sizeof rel, "%s%s", strchr(interp, '/') ? "" : "./", interp);
+            rc = lsr_find_program(rel, &found);
+            free(found);
+        }
+    }
+    fclose(f);
+    return rc;
 }
 
 /* ---- the plan -------------------------------------------------------------------------------- */
@@ -889,18 +916,37 @@ static void build_srun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) {
     push_prog(cmd, o);
 }
 
-/* "status 137 (128 + SIGKILL)": killed by the signal, or a program that exited with that status */
-static void describe_status(int rc, char *buf, size_t len) {
-    if (rc > 128 && rc < 128 + 65)
-        snprintf(buf, len, "status %d (128 + SIG%s)", rc, sigabbrev_np(rc - 128) ? sigabbrev_np(rc - 128) : "?");
+/* Open MPI's mpirun (4.x) exits 131 when it could not start the program on a host (execve failed:
+ * a bad #! interpreter, a directory) and 132 when it was not found or not executable there; a rank
+ * killed by a signal gives 128 + the signal, so 131 and 132 also read as SIGQUIT and SIGILL. */
+static int mpirun_launch_status(lsr_launcher launcher, int rc) {
+    return launcher == LSR_MPIRUN && (rc == 131 || rc == 132);
+}
+
+/* What an exit status says: "status 139 (killed by SIGSEGV)" for lockstep-run's child killed by a
+ * signal, "status 139 (128 + SIGSEGV: a rank killed by it)" as mpirun and srun report a rank's
+ * death, mpirun's own launch failures named as such; a program's own exit status as it is. */
+static void describe_status(int rc, int signalled, lsr_launcher launcher, char *buf, size_t len) {
+    const char *sig = rc > 128 && rc < 128 + 65 && sigabbrev_np(rc - 128) ? sigabbrev_np(rc - 128) : NULL;
+    if (signalled)
+        snprintf(buf, len, "status %d (killed by SIG%s)", rc, sigabbrev_np(signalled) ? sigabbrev_np(signalled) : "?");
+    else if (mpirun_launch_status(launcher, rc))
+        snprintf(buf, len,
+                 "status %d (mpirun's when it cannot start the program%s, or 128 + SIG%s: a rank killed by it)", rc,
+                 rc == 132 ? ", not found or not executable on a host" : "", sig);
+    else if (sig && launcher != LSR_DIRECT)
+        snprintf(buf, len, "status %d (128 + SIG%s: a rank killed by it)", rc, sig);
     else
         snprintf(buf, len, "status %d", rc);
 }
 
 /* Statuses a restart cannot help, or that mean "stop": a usage error, a program that is missing or
- * not executable, and a lockstep program stopped by SIGINT or SIGTERM after its checkpoint. */
-static int restartable(int rc) {
-    return rc != 0 && rc != EXIT_USAGE && rc != 126 && rc != 127 && rc != 130 && rc != 143;
+ * not executable (also mpirun's 131/132), and a lockstep program stopped by SIGINT or SIGTERM after
+ * its checkpoint. */
+static int restartable(int rc, int signalled, lsr_launcher launcher) {
+    if (signalled) return 1;
+    return rc != 0 && rc != EXIT_USAGE && rc != 126 && rc != 127 && rc != 130 && rc != 143 &&
+           !mpirun_launch_status(launcher, rc);
 }
 
 /* Runs the launcher's command as a child, again after a failure while --max-restarts allows
@@ -908,30 +954,31 @@ static int restartable(int rc) {
 static int supervise(const lsr_opts *o, lsr_launcher launcher, const char *exe, char *const argv[], const char *job) {
     lsr_signals sigs;
     lsr_signals_block(&sigs, job != NULL);
-    char what[96];
+    char what[256];
     int rc = 0;
     for (long attempt = 0;; attempt++) {
         char count[32];
         snprintf(count, sizeof count, "%ld", attempt);
         if (o->max_restarts > 0) setenv("LOCKSTEP_RESTART_COUNT", count, 1);
-        int stopped = 0;
-        rc = lsr_run_child(&sigs, exe, argv, job, launcher == LSR_MPIRUN, &stopped);
+        int stopped = 0, signalled = 0;
+        rc = lsr_run_child(&sigs, exe, argv, job, launcher == LSR_MPIRUN, &stopped, &signalled);
         if (rc < 0) {
             note("cannot run or wait for %s: %s", exe, strerror(errno));
             rc = 1;
             break;
         }
         if (o->max_restarts == 0 || rc == 0) break;
-        describe_status(rc, what, sizeof what);
+        describe_status(rc, signalled, launcher, what, sizeof what);
         if (stopped) {
             note("the job ended with %s after SIG%s; not restarted", what, sigabbrev_np(stopped));
             break;
         }
-        if (!restartable(rc)) {
+        if (!restartable(rc, signalled, launcher)) {
             note("the job ended with %s; not restarted (%s)", what,
-                 rc == EXIT_USAGE         ? "a usage error"
-                 : rc == 126 || rc == 127 ? "the program cannot run"
-                                          : "stopped by a signal after its checkpoint");
+                 rc == EXIT_USAGE                     ? "a usage error"
+                 : rc == 126 || rc == 127             ? "the program cannot run"
+                 : mpirun_launch_status(launcher, rc) ? "mpirun's status for a program it cannot start"
+                                                      : "stopped by a signal after its checkpoint");
             break;
         }
         if (attempt == o->max_restarts) {
@@ -979,6 +1026,14 @@ int main(int argc, char **argv) {
                  strchr(o.prog[0], '/') ? "" : " in PATH (give a path such as ./prog)");
         else
             note("program '%s' is not an executable file", o.prog[0]);
+        rc = prc == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
+        goto done;
+    }
+    char interp[256];
+    prc = check_interpreter(p.prog_path, interp, sizeof interp);
+    if (prc) {
+        note("program '%s' cannot run: its interpreter '%s' (the #! line) %s", o.prog[0], interp,
+             prc == ENOENT ? "was not found" : "is not an executable file");
         rc = prc == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
         goto done;
     }

@@ -380,8 +380,9 @@ static double mono_now(void) {
 }
 
 int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int mpirun,
-                  int *stopped) {
+                  int *stopped, int *signalled) {
     *stopped = 0;
+    *signalled = 0;
     double stop_at = -1;       /* when the last stop signal was passed on */
     int stops = 0;             /* stop signals passed on (a duplicate within a second not counted) */
     double kill_at = -1;       /* when the job gets SIGKILL unless it has ended (after a second stop) */
@@ -569,7 +570,10 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
         return 128 + mpirun_stopped;
     }
     if (WIFEXITED(st)) return WEXITSTATUS(st);
-    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    if (WIFSIGNALED(st)) {
+        *signalled = WTERMSIG(st);
+        return 128 + WTERMSIG(st);
+    }
     return 1;
 }
 

@@ -102,10 +102,21 @@ err 2 "--hosts needs mpirun, which was not found in PATH" PATH="$tmp/empty" --ho
 err 2 "--launcher direct runs one process on this host; -n 2 needs mpirun or srun" --launcher direct -n 2 true
 err 2 "LOCKSTEP_LAUNCHER direct runs one process on this host" LOCKSTEP_LAUNCHER=direct -n 2 true
 
-# a program that is there but whose #! interpreter is not: not "No such file or directory"
+# a program that is there but whose #! interpreter is not: not "No such file or directory", and
+# found before mpirun starts (it exited 131, "128 + SIGQUIT", and --max-restarts restarted it)
 printf '#!/nonexistent/interpreter\n' >"$tmp/badinterp"
-chmod 755 "$tmp/badinterp"
-err 127 "cannot run $tmp/badinterp: its interpreter (the #! line) or dynamic loader was not found" -n 1 "$tmp/badinterp"
+printf '#!/etc/passwd -x\n' >"$tmp/noexecinterp"
+chmod 755 "$tmp/badinterp" "$tmp/noexecinterp"
+for n in 1 2; do
+    err 127 "program '$tmp/badinterp' cannot run: its interpreter '/nonexistent/interpreter' (the #! line) was not found" \
+        -n $n --max-restarts 2 "$tmp/badinterp"
+    err 126 "program '$tmp/noexecinterp' cannot run: its interpreter '/etc/passwd' (the #! line) is not an executable file" \
+        -n $n "$tmp/noexecinterp"
+done
+printf '#!badinterp\n' >"$tmp/relinterp" # (a name without '/': relative to the working directory)
+chmod 755 "$tmp/relinterp"
+err 127 "program '$tmp/relinterp' cannot run: its interpreter 'badinterp' (the #! line) was not found" \
+    -n 1 "$tmp/relinterp"
 
 # Other options.
 err 2 "unknown or ambiguous option '--bogus' (see lockstep-run --help)" --bogus true
