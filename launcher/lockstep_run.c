@@ -72,7 +72,8 @@ static void usage(FILE *f) {
     fprintf(f, "Usage: lockstep-run [options] [--] program [args...]\n"
                "Start one rank of program per GPU: through mpirun (Open MPI), through srun inside a\n"
                "Slurm job, or, for a single rank, by running program directly. The command is built as\n"
-               "an argument vector with no shell in between: arguments reach program verbatim.\n"
+               "an argument vector with no shell in between: arguments reach program verbatim (but\n"
+               "mpirun takes a lone ':' for its separator between programs: refused with mpirun).\n"
                "\n"
                "Options:\n"
                "  -n, --np N           ranks to start (default: one per GPU this host may use; 1 on a\n"
@@ -694,6 +695,15 @@ static void plan_launcher(const lsr_opts *o, lsr_plan *p) {
         die_usage("%s direct runs one process on this host; -n %ld%s needs mpirun or srun", o->launcher_src, p->np,
                   p->hosts.n ? " on other hosts" : "");
     if (p->launcher != LSR_MPIRUN) return;
+    /* mpirun splits its command line at every lone ':' (MPMD: "prog1 args : prog2 args"), the
+     * program's arguments included, and has no way to quote one: the job would start other
+     * programs with cut arguments */
+    for (size_t i = 1; o->prog[i]; i++)
+        if (!strcmp(o->prog[i], ":"))
+            die_usage("argument %zu of %s is a lone ':', which mpirun reads as the separator between programs "
+                      "(MPMD) and cannot pass on (it has no escape for it); write it another way (e.g. --opt=:), "
+                      "or run one rank with --launcher direct",
+                      i, o->prog[0]);
     if (o->mpirun) {
         int rc = lsr_find_program(o->mpirun, &p->mpirun_path);
         if (rc == ENOENT) die_usage("%s %s: no such program", o->mpirun_src, o->mpirun);

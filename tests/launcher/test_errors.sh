@@ -118,6 +118,19 @@ chmod 755 "$tmp/relinterp"
 err 127 "program '$tmp/relinterp' cannot run: its interpreter 'badinterp' (the #! line) was not found" \
     -n 1 "$tmp/relinterp"
 
+# A lone ':' among the program's arguments: mpirun would split the job at it (MPMD), start other
+# programs with cut arguments and exit 0; it has no escape for it. Direct: passed on verbatim.
+err 2 "argument 2 of /bin/echo is a lone ':', which mpirun reads as the separator between programs (MPMD)" \
+    -n 2 /bin/echo a : /bin/echo
+err 2 "argument 1 of /bin/echo is a lone ':'" --dry-run -n 2 /bin/echo :
+case_ "':' as an argument with one rank (direct), and ':x' with mpirun: passed on"
+run "$LSR" -n 1 /bin/echo a : b
+expect_rc 0
+expect_out "a : b"
+run "$LSR" --dry-run -n 2 /bin/echo ':x' 'x:'
+expect_rc 0
+[[ $out == *" /bin/echo :x x:" ]] || fail "stdout: $out"
+
 # Other options.
 err 2 "unknown or ambiguous option '--bogus' (see lockstep-run --help)" --bogus true
 err 2 "unknown or ambiguous option '--ho'" --ho a true
