@@ -160,7 +160,9 @@ static void usage(FILE *f) {
                "SIGTERM, and SIGKILL 3 s later.\n"
                "With --max-restarts nothing is restarted after a stop signal; one during\n"
                "--restart-delay ends lockstep-run with 128 + the signal.\n"
-               "--dry-run prints the command of one run.\n"
+               "--dry-run prints the command of one run (the first), the variables lockstep-run sets\n"
+               "(LOCKSTEP_RESTART_COUNT=0, LOCKSTEP_STDERR_TTY=1) with their values: a shell that runs\n"
+               "the line runs what lockstep-run would.\n"
                "\n"
                "Environment:\n"
                "  LOCKSTEP_MPIRUN      mpirun to use, as --mpirun (the flag wins)\n"
@@ -834,7 +836,11 @@ static int user_set_mca(const lsr_opts *o, const lsr_plan *p, const char *name) 
 /* mpirun -np N [--hostfile F | --host L] [--allow-run-as-root] [--oversubscribe] --bind-to B
  *        --map-by slot [--mca oob_tcp_keepalive_* V]... [--mca K V]... [-x NAME]... [-x NAME=VALUE]...
  *        program args... */
-static void build_mpirun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) {
+/* own: NAME=VALUE of the variables lockstep-run set itself (LOCKSTEP_RESTART_COUNT=0,
+ * LOCKSTEP_STDERR_TTY=1): for --dry-run they are printed with their value (-x NAME=VALUE), as a
+ * shell that runs the line does not have them; the real run forwards them by name (-x NAME: the
+ * restart count changes from run to run). */
+static void build_mpirun(const lsr_opts *o, const lsr_plan *p, const lsr_strvec *own, lsr_strvec *cmd) {
     lsr_strvec_push(cmd, p->mpirun_path);
     lsr_strvec_push(cmd, "-np");
     lsr_strvec_pushf(cmd, "%ld", p->np);
@@ -881,7 +887,10 @@ static void build_mpirun(const lsr_opts *o, const lsr_plan *p, lsr_strvec *cmd) 
             dup = !strncmp(o->xvars.v[j], names.v[i], len) && (o->xvars.v[j][len] == '=' || o->xvars.v[j][len] == '\0');
         if (!dup) {
             lsr_strvec_push(cmd, "-x");
-            lsr_strvec_push(cmd, names.v[i]);
+            const char *set = NULL;
+            for (size_t j = 0; own && j < own->n && !set; j++)
+                if (!strncmp(own->v[j], names.v[i], len) && own->v[j][len] == '=') set = own->v[j];
+            lsr_strvec_push(cmd, set ? set : names.v[i]);
         }
     }
     lsr_strvec_free(&names);
@@ -1025,7 +1034,7 @@ int main(int argc, char **argv) {
     }
 
     lsr_plan p = {0};
-    lsr_strvec cmd = {0}, env = {0};
+    lsr_strvec cmd = {0}, env = {0}, own = {0};
     int rc = 0;
     plan_hosts(&o, &p);
     /* The program must exist before anything is started. */
@@ -1062,16 +1071,22 @@ int main(int argc, char **argv) {
         rc = 1;
         goto done;
     }
+    if (o.max_restarts > 0) lsr_strvec_push(&own, "LOCKSTEP_RESTART_COUNT=0");
     /* a rank's stderr is mpirun's or srun's pipe: tell rank 0 that its lines reach a terminal (the
      * examples' progress line is on by default there); a value set by hand stays */
-    if (isatty(STDERR_FILENO) && !getenv("LOCKSTEP_STDERR_TTY") && setenv("LOCKSTEP_STDERR_TTY", "1", 1)) {
-        note("cannot set LOCKSTEP_STDERR_TTY: %s", strerror(errno));
-        rc = 1;
-        goto done;
+    if (isatty(STDERR_FILENO) && !getenv("LOCKSTEP_STDERR_TTY")) {
+        if (setenv("LOCKSTEP_STDERR_TTY", "1", 1)) {
+            note("cannot set LOCKSTEP_STDERR_TTY: %s", strerror(errno));
+            rc = 1;
+            goto done;
+        }
+        lsr_strvec_push(&own, "LOCKSTEP_STDERR_TTY=1");
     }
     if (p.launcher == LSR_MPIRUN) {
-        build_mpirun(&o, &p, &cmd);
+        build_mpirun(&o, &p, o.dry_run ? &own : NULL, &cmd);
     } else {
+        /* --dry-run: the variables lockstep-run set, in the printed environment */
+        for (size_t i = 0; o.dry_run && i < own.n; i++) lsr_strvec_push(&env, own.v[i]);
         build_env(&o, &p, &env);
         if (p.launcher == LSR_SRUN)
             build_srun(&o, &p, &cmd);
@@ -1121,6 +1136,7 @@ int main(int argc, char **argv) {
 done:
     lsr_strvec_free(&cmd);
     lsr_strvec_free(&env);
+    lsr_strvec_free(&own);
     lsr_strvec_free(&o.mca);
     lsr_strvec_free(&o.xvars);
     plan_free(&p);

@@ -66,7 +66,10 @@ if command -v script >/dev/null; then
     # script(1) gives lockstep-run a terminal; the command line comes back through it with CRLF
     run script -qec "'$LSR' --dry-run -n 2 -x OMP_NUM_THREADS=1 true" /dev/null
     out=${out//$'\r'/}
-    expect_out "$M -np 2$ROOTFLAG$(oversub 2) --bind-to none --map-by slot -x LOCKSTEP_STDERR_TTY -x OMP_NUM_THREADS=1 true"
+    expect_out "$M -np 2$ROOTFLAG$(oversub 2) --bind-to none --map-by slot -x LOCKSTEP_STDERR_TTY=1 -x OMP_NUM_THREADS=1 true"
+    run script -qec "'$LSR' --dry-run -n 1 true" /dev/null
+    out=${out//$'\r'/}
+    expect_out "LOCKSTEP_STDERR_TTY=1 true"
     run script -qec "LOCKSTEP_STDERR_TTY=0 '$LSR' --launcher direct -n 1 sh -c 'echo tty=\$LOCKSTEP_STDERR_TTY'" /dev/null
     out=${out//$'\r'/}
     expect_out "tty=0"
@@ -76,6 +79,18 @@ if command -v script >/dev/null; then
 fi
 run "$LSR" --launcher direct -n 1 sh -c 'echo tty=$LOCKSTEP_STDERR_TTY'
 expect_out "tty="
+
+# The variables lockstep-run sets itself are printed with their values: the line, pasted into a
+# shell, runs as the real run (it printed "-x LOCKSTEP_RESTART_COUNT", which mpirun run from a
+# shell warned about, and nothing for the direct launcher).
+case_ "--dry-run --max-restarts: LOCKSTEP_RESTART_COUNT=0 printed with its value"
+run "$LSR" --dry-run --max-restarts 2 -n 2 -x OMP_NUM_THREADS=1 true
+expect_rc 0
+expect_out "$M -np 2$ROOTFLAG$(oversub 2) --bind-to none --map-by slot -x LOCKSTEP_RESTART_COUNT=0 -x OMP_NUM_THREADS=1 true"
+run "$LSR" --dry-run --max-restarts 2 -n 1 sh -c 'echo "run $LOCKSTEP_RESTART_COUNT"'
+expect_rc 0
+expect_out "LOCKSTEP_RESTART_COUNT=0 sh -c 'echo \"run \$LOCKSTEP_RESTART_COUNT\"'"
+[ "$(env -i sh -c "$out")" = "run 0" ] || fail "the printed line, run by sh: '$(env -i sh -c "$out")'"
 
 case_ "quoting: a shell turns the printed line back into the same argv"
 printf '#!/bin/sh\nprintf "%%s\\0" "$@" >"%s/recorded"\n' "$tmp" >"$tmp/bin/recorder"
