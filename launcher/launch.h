@@ -65,7 +65,8 @@ int lsr_find_program(const char *name, char **out);
 int lsr_capture(char *const argv[], char *buf, size_t cap, int timeout_ms);
 
 /* The signals lockstep-run handles while it runs the launcher as its child: SIGTERM, SIGINT,
- * SIGCHLD, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, blocked from lsr_signals_block (before the
+ * SIGCHLD, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGTSTP, SIGTTIN, SIGTTOU (Ctrl-Z: the job is
+ * stopped, then lockstep-run; continued, it continues the job), blocked from lsr_signals_block (before the
  * first run) to lsr_signals_restore (after the last), so none is lost between runs. */
 typedef struct lsr_signals {
     sigset_t set, old;

@@ -183,16 +183,15 @@ static unsigned char *ptab_tree(const ptab *t, pid_t root) {
  * process of the tree forked), to the others one by one. Returns how many processes were marked. */
 static int signal_marked(const ptab *t, const unsigned char *in, pid_t skip, int sig) {
     int n = 0;
-    for (size_t i = 0; i < t->n; i++) /* the groups first */
-        if (in[i] && t->v[i].pid != skip && t->v[i].pgrp == t->v[i].pid && kill(-t->v[i].pid, sig) == 0 &&
-            sig != SIGKILL)
+    const int cont = sig != SIGKILL && sig != SIGTSTP && sig != SIGSTOP && sig != SIGCONT; /* a stop acts now */
+    for (size_t i = 0; i < t->n; i++)                                                      /* the groups first */
+        if (in[i] && t->v[i].pid != skip && t->v[i].pgrp == t->v[i].pid && kill(-t->v[i].pid, sig) == 0 && cont)
             kill(-t->v[i].pid, SIGCONT); /* a stopped process acts on it */
     for (size_t i = 0; i < t->n; i++) {
         if (!in[i] || t->v[i].pid == skip) continue;
         long g = ptab_find(t, t->v[i].pgrp);
         int group_done = g >= 0 && in[g] && t->v[g].pid != skip;
-        if (!group_done && t->v[i].state != 'Z' && kill(t->v[i].pid, sig) == 0 && sig != SIGKILL)
-            kill(t->v[i].pid, SIGCONT);
+        if (!group_done && t->v[i].state != 'Z' && kill(t->v[i].pid, sig) == 0 && cont) kill(t->v[i].pid, SIGCONT);
         n++;
     }
     return n;
@@ -299,8 +298,9 @@ static int signal_ranks(int sig) {
 
 /* Passes a stop to mpirun itself (it has no rank here): to the topmost processes of the job that
  * run mpirun (under a wrapper script: signalled, the script would end and leave mpirun running),
- * else to the child. */
+ * else to the child. Also SIGTSTP and SIGCONT, which mpirun passes to all its ranks. */
 static void signal_mpirun(pid_t child, int sig) {
+    const int cont = sig != SIGTSTP && sig != SIGCONT;
     ptab t;
     ptab_read(&t);
     unsigned char *job = NULL;
@@ -311,7 +311,7 @@ static void signal_mpirun(pid_t child, int sig) {
             long pi = ptab_find(&t, t.v[i].ppid);
             if (pi >= 0 && job[pi] && is_mpirun(t.v[pi].pid)) continue;
             kill(t.v[i].pid, sig);
-            kill(t.v[i].pid, SIGCONT);
+            if (cont) kill(t.v[i].pid, SIGCONT);
             n++;
         }
     }
@@ -319,7 +319,7 @@ static void signal_mpirun(pid_t child, int sig) {
     ptab_free(&t);
     if (n == 0) {
         kill(child, sig);
-        kill(child, SIGCONT);
+        if (cont) kill(child, SIGCONT);
     }
 }
 
@@ -360,6 +360,12 @@ void lsr_signals_block(lsr_signals *s, int job) {
     sigaddset(&s->set, SIGQUIT);
     sigaddset(&s->set, SIGUSR1);
     sigaddset(&s->set, SIGUSR2);
+    /* job control: left to their default action they stopped lockstep-run alone (the job is in
+     * its own process group) and the job ran on; SIGTTOU blocked also lets lockstep-run write its
+     * lines to the terminal from the background under 'stty tostop', as the job does */
+    sigaddset(&s->set, SIGTSTP);
+    sigaddset(&s->set, SIGTTIN);
+    sigaddset(&s->set, SIGTTOU);
     s->job = job;
     /* A SIGCHLD ignored by whoever started us would reap the child before we see its status. */
     signal(SIGCHLD, SIG_DFL);
@@ -370,6 +376,32 @@ void lsr_signals_restore(const lsr_signals *s) { sigprocmask(SIG_SETMASK, &s->ol
 
 /* Seconds the job has to end after a second stop signal before it is killed. */
 #define LSR_KILL_GRACE 3.0
+
+static int tstp_signal(int sig) { return sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU; }
+
+/* Ctrl-Z (SIGTSTP, or SIGTTIN/SIGTTOU sent by hand): the job is stopped (mpirun passes SIGTSTP to
+ * its ranks as SIGSTOP; inside a Slurm job scancel passes it to the steps; else the program's
+ * processes get it), then lockstep-run stops itself; continued (fg, bg, SIGCONT), it continues
+ * the job. child: 0 once it has exited. */
+static void job_control_stop(int sig, const char *job_id, pid_t child, int mpirun) {
+    const char *name = sigabbrev_np(sig) ? sigabbrev_np(sig) : "?";
+    if (job_id)
+        forward(sig, SIGTSTP, job_id, child);
+    else if (mpirun && child)
+        signal_mpirun(child, SIGTSTP);
+    else
+        signal_job(SIGTSTP);
+    fprintf(stderr, "lockstep-run: SIG%s: the job is stopped, and lockstep-run; fg, bg or SIGCONT continues both\n",
+            name);
+    raise(SIGSTOP);
+    /* continued */
+    if (job_id)
+        forward(SIGCONT, SIGCONT, job_id, child);
+    else if (mpirun && child)
+        signal_mpirun(child, SIGCONT);
+    else
+        signal_job(SIGCONT);
+}
 
 static int stop_signal(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT; }
 
@@ -447,6 +479,10 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
             if (sig < 0 && errno == EAGAIN) continue;
         } else {
             sig = sigwaitinfo(&sigs->set, NULL);
+        }
+        if (sig > 0 && tstp_signal(sig)) {
+            job_control_stop(sig, job_id, child_done ? 0 : pid, mpirun);
+            continue;
         }
         if (sig > 0 && sig != SIGCHLD) {
             if (!stop_signal(sig)) { /* SIGUSR1, SIGUSR2: mpirun passes them to its ranks */
@@ -593,7 +629,8 @@ int lsr_pause(const lsr_signals *sigs, double seconds) {
         struct timespec ts = {(time_t)(left / 1000000000LL), (long)(left % 1000000000LL)};
         int r = sigtimedwait(&sigs->set, NULL, &ts);
         if (r > 0 && stop_signal(r)) return r;
-        if (r < 0 && errno == EAGAIN) return 0; /* the time is up */
+        if (r > 0 && tstp_signal(r)) raise(SIGSTOP); /* Ctrl-Z while no job runs */
+        if (r < 0 && errno == EAGAIN) return 0;      /* the time is up */
         if (r < 0 && errno != EINTR) return 0;
         /* SIGCHLD, SIGUSR1/2 with no job running: nothing to do */
     }

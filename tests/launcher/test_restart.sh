@@ -191,6 +191,29 @@ if [ -z "$PROG" ]; then
     expect_runs "run 0 started, stdin not-tty USR1"
     rm -f "$tmp/go"
 
+    # Ctrl-Z (SIGTSTP to lockstep-run's process group, which the job is not in): it stopped
+    # lockstep-run alone and the program ran on; now the program is stopped too, and SIGCONT to
+    # lockstep-run (fg, bg) continues both.
+    case_ "SIGTSTP: the program is stopped with lockstep-run; SIGCONT continues both"
+    rm -f "$LOG" "$tmp/go"
+    script tick.sh "echo \$\$ >\"$tmp/tick.pid\"; echo started >>\"$LOG\"
+for i in \$(seq 400); do sleep 0.05; [ -e \"$tmp/go\" ] && exit 0; done; exit 1"
+    bg "$LSR" -n 1 --max-restarts 1 --restart-delay 0 "$tmp/tick.sh"
+    wait_for started "$LOG" 20 || fail "the program did not start"
+    kill -TSTP "$pid"
+    sleep 0.5
+    state() { ps -o stat= -p "$1" | cut -c1; }
+    [ "$(state "$pid")" = T ] || fail "lockstep-run not stopped: $(state "$pid")"
+    [ "$(state "$(cat "$tmp/tick.pid")")" = T ] || fail "the program not stopped: $(state "$(cat "$tmp/tick.pid")")"
+    kill -CONT "$pid"
+    sleep 0.5
+    [ "$(state "$(cat "$tmp/tick.pid")")" != T ] || fail "the program still stopped after SIGCONT"
+    touch "$tmp/go"
+    reap
+    expect_rc 0
+    expect_err "lockstep-run: SIGTSTP: the job is stopped, and lockstep-run; fg, bg or SIGCONT continues both"
+    rm -f "$tmp/go"
+
     case_ "SIGTERM while waiting to restart: no restart"
     rm -f "$LOG"
     start=$(date +%s)

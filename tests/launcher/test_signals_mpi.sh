@@ -30,7 +30,7 @@ echo "\$r done" >>"$LOG"
 exit 143
 EOF
 chmod 755 "$tmp/rank.sh"
-trap 'pkill -KILL -f "$tmp/rank.sh" 2>/dev/null; pkill -KILL -f "$tmp/stubborn.sh" 2>/dev/null; pkill -KILL -f "$tmp/mpiwrap" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'pkill -KILL -f "$tmp/rank.sh" 2>/dev/null; pkill -KILL -f "$tmp/stubborn.sh" 2>/dev/null; pkill -KILL -f "$tmp/mpiwrap" 2>/dev/null; pkill -KILL -f "$tmp/pause.sh" 2>/dev/null; rm -rf "$tmp"' EXIT
 # mpirun's own kill timer (odls_base_sigkill_timeout) is left at its 1 s: it never starts, as
 # mpirun is not signalled
 A=(-n 2 "$tmp/rank.sh")
@@ -173,6 +173,36 @@ stubborn TERM TERM
 expect_rc 137
 expect_err "lockstep-run: second SIGTERM: the job is killed (SIGKILL) if it has not ended 3 s from now"
 expect_err "lockstep-run: the job did not end within 3 s of the second stop signal: killing it (SIGKILL)"
+
+# Ctrl-Z: SIGTSTP to lockstep-run stopped it alone, mpirun and the ranks ran on. Now mpirun gets
+# it (it stops its ranks, SIGSTOP) and SIGCONT to lockstep-run continues them.
+case_ "SIGTSTP: the ranks are stopped with lockstep-run; SIGCONT continues them"
+cat >"$tmp/pause.sh" <<EOF
+#!/bin/bash
+echo "\$OMPI_COMM_WORLD_RANK started" >>"$LOG"
+for i in \$(seq 400); do sleep 0.05; [ -e "$tmp/go" ] && exit 0; done
+exit 1
+EOF
+chmod 755 "$tmp/pause.sh"
+rm -f "$LOG" "$tmp/go"
+env -i "PATH=/usr/local/bin:/usr/bin:/bin" setsid "$LSR" -n 2 "$tmp/pause.sh" >"$tmp/stdout" 2>"$tmp/stderr" &
+pid=$!
+for ((i = 0; i < 600; i++)); do [ "$(grep -c started "$LOG" 2>/dev/null)" = 2 ] && break; sleep 0.05; done
+kill -TSTP "$pid"
+sleep 1
+states() { ps -o stat= -p "$(pgrep -d, -f "^/bin/bash $tmp/pause.sh")" | cut -c1 | sort | tr -d '\n'; }
+[ "$(ps -o stat= -p "$pid" | cut -c1)" = T ] || fail "lockstep-run not stopped"
+[ "$(states)" = TT ] || fail "the ranks' states: '$(states)', expected TT"
+kill -CONT "$pid"
+sleep 1
+[ "$(states)" = SS ] || [ "$(states)" = RS ] || [ "$(states)" = RR ] || fail "after SIGCONT the ranks' states: '$(states)'"
+touch "$tmp/go"
+for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+wait "$pid"
+rc=$?
+err=$(cat "$tmp/stderr")
+expect_rc 0
+expect_err "lockstep-run: SIGTSTP: the job is stopped, and lockstep-run; fg, bg or SIGCONT continues both"
 
 case_ "'stty tostop' on lockstep-run's terminal: the job's output does not stop it"
 if command -v script >/dev/null; then
