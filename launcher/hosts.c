@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "launch.h"
 
@@ -31,6 +32,27 @@ static int host_name_ok(const char *s, size_t len, int allow_colon) {
     return s[0] != '-';
 }
 
+/* Whether a host name is this machine to Open MPI: localhost, a loopback address, or this host's
+ * name (full or short). */
+static int is_this_host(const char *name, size_t len) {
+    static const char *const local[] = {"localhost", "127.0.0.1", "::1"};
+    for (size_t i = 0; i < sizeof local / sizeof *local; i++)
+        if (len == strlen(local[i]) && !memcmp(name, local[i], len)) return 1;
+    char me[256] = "";
+    if (gethostname(me, sizeof me - 1) != 0 || !*me) return 0;
+    size_t mlen = strlen(me), mshort = strcspn(me, "."), nshort = strcspn(name, ".");
+    if (nshort > len) nshort = len;
+    if (len == mlen && !memcmp(name, me, len)) return 1;
+    /* "node1" and "node1.cluster": the same host when one of them is the short name */
+    return (nshort == len || mshort == mlen) && nshort == mshort && !memcmp(name, me, mshort);
+}
+
+/* Open MPI's view: the same name, or two names of this machine (it merges them into one node). */
+static int same_host(const char *a, size_t alen, const char *b, size_t blen) {
+    if (alen == blen && !memcmp(a, b, alen)) return 1;
+    return is_this_host(a, alen) && is_this_host(b, blen);
+}
+
 static void hostlist_add(lsr_hostlist *hl, const char *name, size_t len, int slots) {
     lsr_host *v = realloc(hl->v, (hl->n + 1) * sizeof *v);
     char *copy = malloc(len + 1);
@@ -43,6 +65,7 @@ static void hostlist_add(lsr_hostlist *hl, const char *name, size_t len, int slo
     hl->v = v;
     hl->v[hl->n].name = copy;
     hl->v[hl->n].slots = slots;
+    hl->v[hl->n].max_slots = 0;
     hl->v[hl->n].line = 0;
     hl->n++;
 }
@@ -166,16 +189,19 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
         /* Open MPI refuses a line with slots= for a host listed before ("multiple definitions of the
          * slot count"); bare repeats add one slot each */
         size_t k = 0;
-        while (k < out->n && (strlen(out->v[k].name) != nlen || memcmp(out->v[k].name, name, nlen))) k++;
+        while (k < out->n && !same_host(out->v[k].name, strlen(out->v[k].name), name, nlen)) k++;
         if (k < out->n && slots) {
+            const int alias = strlen(out->v[k].name) != nlen || memcmp(out->v[k].name, name, nlen);
             snprintf(err, errlen,
-                     "%s:%d: '%.*s' is listed again with slots=%d (first on line %d): Open MPI refuses a second "
-                     "slot count for a host; give its total on one line",
-                     path, lineno, (int)nlen, name, slots, out->v[k].line);
+                     "%s:%d: '%.*s' is listed again with slots=%d (first on line %d%s%s%s): Open MPI refuses a "
+                     "second slot count for a host; give its total on one line",
+                     path, lineno, (int)nlen, name, slots, out->v[k].line, alias ? " as '" : "",
+                     alias ? out->v[k].name : "", alias ? "', both this machine" : "");
             rc = -1;
             break;
         }
         hostlist_add(out, name, nlen, slots);
+        out->v[out->n - 1].max_slots = max_slots;
         out->v[out->n - 1].line = k < out->n - 1 ? out->v[k].line : lineno;
     }
     if (!rc && ferror(f)) {

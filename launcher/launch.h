@@ -28,7 +28,8 @@ void lsr_strvec_free(lsr_strvec *sv);
 typedef struct lsr_host {
     char *name;
     int slots;
-    int line; /* hostfile: the line the host was first listed on (0: --hosts) */
+    int max_slots; /* hostfile: max_slots=, 0 when not given */
+    int line;      /* hostfile: the line the host was first listed on (0: --hosts) */
 } lsr_host;
 
 typedef struct lsr_hostlist {

@@ -81,7 +81,8 @@ static void usage(FILE *f) {
                "                       job's SLURM_NTASKS under Slurm)\n"
                "      --hostfile FILE  Open MPI hostfile: 'host [slots=N] [max_slots=N] [username=U]' per\n"
                "                       line, '#' comments; checked before mpirun starts (a host's slots=\n"
-               "                       on one line only; a bare repeat adds a slot)\n"
+               "                       on one line only, this machine's names being one host; a bare\n"
+               "                       repeat adds a slot; max_slots= caps a line without slots=)\n"
                "      --hosts LIST     hosts as host[:slots],... e.g. node1:4,node2:4 (slots default 1;\n"
                "                       --host, as in mpirun, is the same option)\n"
                "      --launcher L     auto (default), mpirun, srun or direct (run program itself;\n"
@@ -678,15 +679,23 @@ static void plan_np(const lsr_opts *o, lsr_plan *p) {
 
     /* Open MPI: a hostfile line without slots gets the host's core count (unknown here, so no
      * check), a --hosts entry without ":N" one slot. */
+    /* A line with max_slots= and no slots= has at most max_slots slots. OMPI_MCA_rmaps_base_oversubscribe
+     * allows more ranks, as --oversubscribe does. */
     long total = 0;
-    int known = 1;
+    int known = 1, capped = 0;
     for (size_t i = 0; i < h->n; i++) {
-        total += h->v[i].slots ? h->v[i].slots : 1;
-        known &= h->v[i].slots > 0 || !p->hosts_from_file;
+        const int cap = !h->v[i].slots && h->v[i].max_slots;
+        total += h->v[i].slots ? h->v[i].slots : cap ? h->v[i].max_slots : 1;
+        known &= h->v[i].slots > 0 || cap || !p->hosts_from_file;
+        capped |= cap;
     }
-    if (h->n && known && !o->oversubscribe && p->np > total)
-        die_usage("-n %ld exceeds the %ld slot%s given by %s; add slots or pass --oversubscribe", p->np, total,
-                  total == 1 ? "" : "s", o->hostfile ? o->hostfile : "--hosts");
+    const char *env_oversub = getenv("OMPI_MCA_rmaps_base_oversubscribe");
+    const int oversub =
+        o->oversubscribe || (env_oversub && (!strcmp(env_oversub, "1") || !strcmp(env_oversub, "true")));
+    if (h->n && known && !oversub && p->np > total)
+        die_usage("-n %ld exceeds the %ld slot%s given by %s%s; add slots or pass --oversubscribe", p->np, total,
+                  total == 1 ? "" : "s", o->hostfile ? o->hostfile : "--hosts",
+                  capped ? " (max_slots= caps a line without slots=)" : "");
 }
 
 static void plan_launcher(const lsr_opts *o, lsr_plan *p) {

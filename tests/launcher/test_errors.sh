@@ -66,6 +66,31 @@ printf 'a slots=2\nb\na slots=1\n' >"$HF"
 err 2 "$HF:3: 'a' is listed again with slots=1 (first on line 1): Open MPI refuses a second slot count for a host; give its total on one line" --hostfile "$HF" true
 printf 'a\na slots=1\n' >"$HF"
 err 2 "$HF:2: 'a' is listed again with slots=1 (first on line 1)" --hostfile "$HF" true
+# Names of this machine are one node to Open MPI: a slot count for each is refused by mpirun
+# ("multiple definitions of the slot count"); a bare repeat adds a slot
+ME=$(hostname)
+if [ "$ME" != localhost ]; then
+    printf 'localhost slots=1\n%s slots=1\n' "$ME" >"$HF"
+    err 2 "$HF:2: '$ME' is listed again with slots=1 (first on line 1 as 'localhost', both this machine)" \
+        --hostfile "$HF" -n 2 true
+fi
+printf '127.0.0.1 slots=1\nlocalhost slots=2\n' >"$HF"
+err 2 "$HF:2: 'localhost' is listed again with slots=2 (first on line 1 as '127.0.0.1', both this machine)" \
+    --hostfile "$HF" -n 2 true
+case_ "this machine's names: a bare repeat adds a slot"
+printf 'localhost slots=1\n%s\n' "$ME" >"$HF"
+run "$LSR" --dry-run --hostfile "$HF" -n 2 true
+expect_rc 0
+# A line with max_slots= and no slots= has at most that many slots: mpirun refused -n 3 (without
+# --oversubscribe, or OMPI_MCA_rmaps_base_oversubscribe), which lockstep-run let through
+printf 'localhost max_slots=1\n' >"$HF"
+err 2 "-n 3 exceeds the 1 slot given by $HF (max_slots= caps a line without slots=); add slots or pass --oversubscribe" \
+    --hostfile "$HF" -n 3 true
+case_ "max_slots= with --oversubscribe or OMPI_MCA_rmaps_base_oversubscribe=1: allowed"
+run "$LSR" --dry-run --hostfile "$HF" -n 3 --oversubscribe true
+expect_rc 0
+run OMPI_MCA_rmaps_base_oversubscribe=1 "$LSR" --dry-run --hostfile "$HF" -n 3 true
+expect_rc 0
 printf 'node1:4\n' >"$HF"
 err 2 "$HF:1: 'node1:4': a hostfile gives slots as 'node1 slots=4' (host:N is --hosts' form)" --hostfile "$HF" true
 printf 'node1 username=\n' >"$HF"
