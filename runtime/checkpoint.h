@@ -164,7 +164,7 @@ typedef struct ls_ckpt_state {
     double dropout;         /* the model's dropout probability (the examples' --dropout); 0 in checkpoints
                              * from before it; a resume with another warns (ls_ckpt_warn_changes) */
     ls_lr_schedule lr;
-    ls_optim_config optim; /* kind and hyperparameters */
+    ls_optim_config optim; /* kind and hyperparameters (ls_optimizer_config: a save refuses another kind) */
     int64_t optim_steps;   /* the optimizer's step count (filled by save from the optimizer) */
     int n_loss_scaler;     /* e.g. {"scale", 65536}, {"growth_tracker", 0}; 0 when no scaler */
     ls_ckpt_kv loss_scaler[LS_CKPT_MAX_KV];
@@ -192,7 +192,9 @@ typedef struct ls_ckpt_state {
 } ls_ckpt_state;
 
 /* Collective (comm NULL: one process). Writes DIR/step-<state->step> as above (DIR created if
- * missing), then prunes to keep_last (0: keep all; negative: an error). Rank 0's model and
+ * missing), then prunes to keep_last (0: keep all; negative: an error). A state that its load
+ * would refuse (a field out of range, a NaN loss scale, a key twice) is LS_ERR_INVALID_ARGUMENT
+ * before anything is written, on every rank. Rank 0's model and
  * optimizer (not NULL: its state is what a resume needs) are saved. path_out (may be NULL)
  * receives the checkpoint's directory. */
 ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
