@@ -436,7 +436,7 @@ int main(int argc, char **argv) {
             double ts = ex_now_s();
             /* without a per-step loss to write, a step does not wait for the device (the totals do) */
             memset(&st, 0, sizeof st);
-            int read = metrics.on || o.ck.log_steps;
+            int read = metrics.on || ck.log_steps_on; /* rank 0's choice: every rank's loss counts */
             TRY("batch", ex_batcher_step(&bt, sampler, trainer, train, j, steps, per_step, &idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, train, idx, count, global, read ? &st : NULL));
             if (ema) TRY("--ema", ls_ema_update(ema));

@@ -126,6 +126,7 @@ two "$MLP" "${M[@]}" --checkpoint-dir A --log-steps a.txt -- "${M[@]}" --checkpo
 grep -q '^epoch 1 ' "$tmp/out" || fail "--checkpoint-dir and --log-steps differing on rank 1: no epoch line"
 [ "$(wc -l <a.txt)" -eq 4 ] || fail "rank 0's --log-steps a.txt has $(wc -l <a.txt) lines, expected 4 steps"
 [ ! -e b.txt ] || fail "rank 1 wrote its --log-steps file"
+mv a.txt both.txt
 # or be given to rank 0 alone (or to rank 1 alone, where it does nothing): the loss and the metrics
 # are summed over every rank, so every rank takes part where rank 0 writes (a rank 0 alone with
 # --log-steps or --metrics met the others' next collective: MPI_ERR_TRUNCATE)
@@ -133,6 +134,12 @@ rm -f a.txt m.json
 two "$MLP" "${M[@]}" --log-steps a.txt --metrics m.json -- "${M[@]}"
 [ "$rc" -eq 0 ] || fail "--log-steps and --metrics on rank 0 only: exit status $rc, expected 0"
 [ "$(wc -l <a.txt)" -eq 4 ] && [ "$(wc -l <m.json)" -eq 4 ] || fail "rank 0 alone: not 4 lines of each"
+# --log-steps alone on rank 0: the same losses, of the global batch (rank 1 without the flag added
+# none: the file held rank 0's own)
+rm -f a.txt
+two "$MLP" "${M[@]}" --log-steps a.txt -- "${M[@]}"
+[ "$rc" -eq 0 ] || fail "--log-steps on rank 0 only: exit status $rc, expected 0"
+cmp -s a.txt both.txt || fail "--log-steps on rank 0 alone: not the losses of the run where both ranks had it: $(paste a.txt both.txt)"
 two "$RESNET" "${R[@]}" -- "${R[@]}" --metrics b.json --log-steps b.txt
 [ "$rc" -eq 0 ] || fail "fashion_resnet: --metrics and --log-steps on rank 1 only: exit status $rc, expected 0"
 [ ! -e b.json ] && [ ! -e b.txt ] || fail "rank 1 wrote its --metrics or --log-steps file"
