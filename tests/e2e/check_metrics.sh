@@ -81,6 +81,12 @@ if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
     [ "$cuda_built" = 1 ] && grep -q "device cpu" "$dir/out4" && want=1
     [ "$(grep -c 'no usable CUDA device (.*); running on the CPU' "$dir/out4")" = "$want" ] ||
         fail "two ranks on one node should say $want time(s) that they run on the CPU: $(cat "$dir/out4")"
+    # on a machine without the NVIDIA driver, that there is none (it said "CUDA driver version is
+    # insufficient for CUDA runtime version", as to upgrade a driver it does not have)
+    if [ "$want" = 1 ] && [ ! -e /proc/driver/nvidia/version ] && ! ldconfig -p | grep -q 'libcuda\.so\.1 '; then
+        grep -q 'no usable CUDA device (no NVIDIA driver on this machine: libcuda.so.1 not found, no /proc/driver/nvidia (cudaErrorInsufficientDriver)); running on the CPU' \
+            "$dir/out4" || fail "a machine without the NVIDIA driver is not said to be one: $(grep 'CUDA device' "$dir/out4")"
+    fi
     # fp16 gradient compression in f32 training: a diverging run's inf/NaN gradients skip the step
     # on every rank (as a loss scaler would), where f32 all-reduces let them through
     for c in fp16 none; do
