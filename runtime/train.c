@@ -628,8 +628,9 @@ static ls_status init_local(ls_trainer *t, ls_ctx *ctx, ls_comm *comm, ls_module
     if (inj && *inj) {
         long long st = -1;
         int rk = -1;
-        if (sscanf(inj, "%lld:%d", &st, &rk) < 1 || st < 0)
-            return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_AMP_INJECT_INF='%s' is not STEP[:RANK]", inj);
+        if (sscanf(inj, "%lld:%d", &st, &rk) < 1 || st < 1)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "LOCKSTEP_AMP_INJECT_INF='%s' is not STEP[:RANK] (STEP from 1, as --metrics counts)", inj);
         t->inject_step = st;
         t->inject_rank = rk >= 0 ? rk : (comm ? ls_comm_world(comm) - 1 : 0);
     }
@@ -1079,13 +1080,13 @@ ls_status ls_trainer_set_loss_scaler(ls_trainer *t, const ls_loss_scaler *in) {
 /* Test hook: an inf in one gradient element on one rank, after the exchange. */
 static ls_status inject_inf(ls_trainer *t) {
     int rank = t->comm ? ls_comm_rank(t->comm) : 0;
-    if (t->steps != t->inject_step || rank != t->inject_rank) return LS_OK;
+    if (t->steps + 1 != t->inject_step || rank != t->inject_rank) return LS_OK; /* the step being taken */
     float inf = 1.0f / 0.0f;
     /* reduced to their owners: one of this rank's own, the gradients it checks */
     ls_tensor *g = t->reduce_owned && t->n_own_grads > 0 ? t->own_grads[0] : t->grads[0];
     ls_tensor one = ls_tensor_view(&inf, LS_F32, ls_device_cpu(), 1, (int64_t[]){1});
     ls_tensor dst = ls_tensor_view(g->data, LS_F32, g->device, 1, (int64_t[]){1});
-    LS_LOG_W("LOCKSTEP_AMP_INJECT_INF: an inf gradient on rank %d at step %lld", rank, (long long)t->steps);
+    LS_LOG_W("LOCKSTEP_AMP_INJECT_INF: an inf gradient on rank %d at step %lld", rank, (long long)t->steps + 1);
     return ls_tensor_copy(t->ctx->alloc, &dst, &one);
 }
 

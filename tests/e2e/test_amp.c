@@ -1,7 +1,7 @@
 /* test_amp.c: mixed precision in the trainer, alone or under mpirun.
- * 1. fp16 with an overflow injected on the last rank at step 3 (LOCKSTEP_AMP_INJECT_INF, after
+ * 1. fp16 with an overflow injected on the last rank at step 4 (LOCKSTEP_AMP_INJECT_INF, after
  *    the all-reduce, so only the combined found-inf flag can tell the other ranks): every rank
- *    skips exactly step 3 (parameters unchanged across it), the scale halves from 65536 to 32768,
+ *    skips exactly step 4, the loop's k = 3 (parameters unchanged across it), the scale halves from 65536 to 32768,
  *    and all ranks still hold identical parameters. Clipping's norm is inf/NaN where the
  *    gradients were, finite elsewhere.
  * 2. The scaler's state, kept on the device, set and read back (a resumed run's): a scale of 1024
@@ -66,7 +66,7 @@ static void overflow_case(void) {
     build_clip = 1e30;
     ls_ctx *c;
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c));
-    setenv("LOCKSTEP_AMP_INJECT_INF", "3", 1); /* the last rank */
+    setenv("LOCKSTEP_AMP_INJECT_INF", "4", 1); /* the 4th step (k = 3, counted from 1 as --metrics), the last rank */
     ls_module *m;
     ls_optimizer *o;
     ls_trainer *t;
@@ -101,7 +101,7 @@ static void overflow_case(void) {
     LS_EXPECT(mine == r0);
     LS_EXPECT(before != 0);
     if (rank == 0)
-        printf("fp16: injected overflow on rank %d skipped step 3 on all %d ranks; scale 65536 -> 32768\n", world - 1,
+        printf("fp16: injected overflow on rank %d skipped step 4 on all %d ranks; scale 65536 -> 32768\n", world - 1,
                world);
     build_clip = 0;
     ls_trainer_destroy(t);

@@ -90,7 +90,7 @@ train np2h_cpu "$nol" LOCKSTEP_AMP_INJECT_INF=5:1 -- --device cpu --comm mpi --e
 train np2h_cuda "$nol" LOCKSTEP_AMP_INJECT_INF=5:1 -- --device cuda --comm mpi --epochs 1 --precision fp16 \
     --metrics np2h_cuda.json
 close np2h_cuda np2h_cpu 5e-3
-[ "$(scales np2h_cpu.json | sed -n '6,7p' | tr '\n' ' ')" = "65536 1 32768 0 " ] ||
+[ "$(scales np2h_cpu.json | sed -n '5,6p' | tr '\n' ' ')" = "65536 1 32768 0 " ] ||
     fail "fp16, 2 ranks: rank 1's inf did not skip rank 0's step 5 and halve the scale"
 [ "$(scales np2h_cuda.json)" = "$(scales np2h_cpu.json)" ] ||
     fail "fp16, 2 ranks: the loss scales or skipped steps differ between cuda and cpu"
