@@ -731,14 +731,15 @@ static void crash_point(const char *stage) {
 /* A LOCKSTEP_CKPT_CRASH_AT that names no stage would never fire: the test that set it would pass
  * without the crash it meant to cause. */
 static ls_status check_crash_stage(void) {
-    static const char *const stages[] = {"mid-write", "tmpfile", "before-manifest", "before-rename", "before-latest"};
+    static const char *const stages[] = {"mid-write",     "tmpfile",           "before-manifest",
+                                         "before-rename", "before-remove-old", "before-latest"};
     const char *want = getenv("LOCKSTEP_CKPT_CRASH_AT");
     if (!want || !*want) return LS_OK;
     for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++)
         if (strcmp(want, stages[i]) == 0) return LS_OK;
     return ls_error(LS_ERR_INVALID_ARGUMENT,
                     "LOCKSTEP_CKPT_CRASH_AT='%s' is not a stage of a save (mid-write, tmpfile, before-manifest, "
-                    "before-rename, before-latest)",
+                    "before-rename, before-remove-old, before-latest)",
                     want);
 }
 
@@ -1100,6 +1101,17 @@ static void remove_stale_tmp(const char *dir) {
         if (!is_tmp_name(e->d_name)) continue;
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         if (!is_dir(p)) continue;
+        /* step-S.old.tmp without step-S: a replacing save (on a file system without
+         * RENAME_EXCHANGE) stopped between its renames; the old checkpoint goes back */
+        size_t n = strlen(p);
+        if (n > 8 && strcmp(p + n - 8, ".old.tmp") == 0) {
+            char final[sizeof p];
+            snprintf(final, sizeof final, "%.*s", (int)(n - 8), p);
+            if (!path_exists(final) && rename(p, final) == 0) {
+                LS_LOG_W("moved '%s' back to '%s', where an interrupted save had left no checkpoint", p, final);
+                continue;
+            }
+        }
         LS_LOG_I("removing '%s', left by an interrupted save", p);
         remove_tree(p);
     }
@@ -2216,20 +2228,31 @@ static ls_status save_close(save_job *j) {
     free(mtext);
     LS_CHECK(s);
     crash_point("before-rename");
-    int replaced = 0;
+    int replaced = 0, exchanged = 0;
     if (path_exists(j->final)) {
         LS_LOG_W("replacing the existing checkpoint '%s'", j->final);
-        if (rename(j->final, old) != 0)
-            return ls_error(LS_ERR_IO, "cannot move the existing '%s' aside: %s", j->final, strerror(errno));
-        replaced = 1;
+        /* one step: step-S is the old checkpoint or the new one at every instant, the other in
+         * step-S.tmp (moved aside first, a crash between the renames left neither as step-S) */
+        if (renameat2(AT_FDCWD, j->tmpdir, AT_FDCWD, j->final, RENAME_EXCHANGE) == 0) {
+            exchanged = 1;
+        } else if (errno == EINVAL || errno == ENOSYS) { /* a file system without it: aside, then in */
+            if (rename(j->final, old) != 0)
+                return ls_error(LS_ERR_IO, "cannot move the existing '%s' aside: %s", j->final, strerror(errno));
+            replaced = 1;
+        } else {
+            return ls_error(LS_ERR_IO, "cannot exchange '%s' with the existing '%s': %s", j->tmpdir, j->final,
+                            strerror(errno));
+        }
     }
-    if (rename(j->tmpdir, j->final) != 0) {
+    if (!exchanged && rename(j->tmpdir, j->final) != 0) {
         s = ls_error(LS_ERR_IO, "cannot rename '%s' to '%s': %s", j->tmpdir, j->final, strerror(errno));
         if (replaced && rename(old, j->final) != 0) LS_LOG_W("could not move '%s' back to '%s'", old, j->final);
         return s;
     }
     j->made = 0;
     LS_CHECK(fsync_dir(j->dir));
+    crash_point("before-remove-old");
+    if (exchanged) remove_tree(j->tmpdir); /* the old checkpoint, now there */
     if (replaced) remove_tree(old);
     crash_point("before-latest");
     char line[80];

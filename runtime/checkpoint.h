@@ -121,8 +121,9 @@ ls_status ls_safetensors_write(const char *path, int n, const char *const *names
  * Fault injection for tests: LOCKSTEP_CKPT_CRASH_AT=<stage> kills the writing process with
  * SIGKILL at that instant of a save: "mid-write" (half of model.safetensors.tmp written),
  * "tmpfile" (model.safetensors.tmp complete, not renamed), "before-manifest" (data files done),
- * "before-rename" (manifest done, directory still step-S.tmp), "before-latest" (directory renamed,
- * latest not updated, nothing pruned). */
+ * "before-rename" (manifest done, directory still step-S.tmp), "before-remove-old" (a save that
+ * replaces an existing step-S: the new one exchanged in, the old one in step-S.tmp),
+ * "before-latest" (directory renamed, latest not updated, nothing pruned). */
 
 /* Saving tensors that live on a device, rank 0 copies them to the host through one staging
  * buffer of at most this many bytes (pinned where the device's allocator offers it). */

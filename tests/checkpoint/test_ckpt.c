@@ -763,6 +763,59 @@ static void test_crash_stages(void) {
     }
 }
 
+/* A save that replaces step-S (a resume from an older checkpoint reaching S again), killed at each
+ * instant, leaves a whole step-S, the old or the new (moving the old aside, then the new in, lost
+ * both to a crash in between); a step-S.old.tmp without step-S (that way, where the file system
+ * cannot exchange directories) goes back to step-S. Forks: one process only. */
+static void test_crash_replace(void) {
+    char dir[128], p[LS_CKPT_PATH_MAX + 16], q[LS_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/crash-replace", root);
+    ls_module *a = make_model(8, LS_F32, 1), *b = make_model(8, LS_F32, 2);
+    ls_optimizer *oa = make_opt(a, LS_OPTIM_SGD), *ob = make_opt(b, LS_OPTIM_SGD);
+    fill_all(a, oa, 1);
+    save(dir, 0, a, oa, 2, LS_OPTIM_SGD);
+    static const char *stages[] = {"before-rename", "before-remove-old"};
+    for (int k = 0; k < 2; k++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        LS_REQUIRE(pid >= 0);
+        if (pid == 0) {
+            setenv("LOCKSTEP_CKPT_CRASH_AT", stages[k], 1);
+            fill_all(a, oa, 2 + k);
+            ls_ckpt_state s2 = make_state(2, LS_OPTIM_SGD);
+            ls_ckpt_save(NULL, ctx, dir, 0, a, oa, &s2, NULL, 0);
+            _exit(3);
+        }
+        int ws;
+        LS_REQUIRE(waitpid(pid, &ws, 0) == pid);
+        LS_EXPECT(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+        /* killed before the rename: the old step 2 (salt 1); after the exchange: the new (salt 3) */
+        path_of(q, sizeof q, dir, 2, NULL);
+        ls_ckpt_state st;
+        int found = 0;
+        LS_REQUIRE_OK(ls_ckpt_load(NULL, ctx, dir, q, b, ob, &st, &found, p, sizeof p));
+        fill_all(a, oa, k == 0 ? 1 : 3);
+        LS_EXPECT(found && st.step == 2 && same_all(a, oa, b, ob));
+        LS_EXPECT(count_entries(dir, ".tmp") == 1); /* the new one unrenamed, or the old one exchanged */
+    }
+    /* as the fallback's crash leaves it: the checkpoint moved aside, no step-2 */
+    path_of(q, sizeof q, dir, 2, NULL);
+    snprintf(p, sizeof p, "%s.old.tmp", q);
+    LS_REQUIRE(rename(q, p) == 0);
+    fill_all(a, oa, 5);
+    save(dir, 0, a, oa, 5, LS_OPTIM_SGD);
+    int found = 0;
+    ls_ckpt_state st;
+    LS_REQUIRE_OK(ls_ckpt_load(NULL, ctx, dir, q, b, ob, &st, &found, NULL, 0));
+    fill_all(a, oa, 3);
+    LS_EXPECT(found && st.step == 2 && same_all(a, oa, b, ob));
+    LS_EXPECT(count_entries(dir, ".tmp") == 0);
+    ls_optimizer_destroy(oa);
+    ls_optimizer_destroy(ob);
+    ls_module_destroy(a);
+    ls_module_destroy(b);
+}
+
 /* st to state.json and back into *round; again with key renamed (as a state written before the
  * key existed) into *absent; with the key's value (which must start with value) replaced by bad,
  * of the same length, refused with want. */
@@ -936,6 +989,7 @@ int main(void) {
     test_sharded(LS_OPTIM_ADAMW);
     if (world == 1) {
         test_crash_stages();
+        test_crash_replace();
         test_state_json();
         test_save_refuses_bad_state();
         test_resume_position();
