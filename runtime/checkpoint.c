@@ -792,7 +792,7 @@ static ls_status fw_open(file_writer *w, const char *path, uint64_t total, int i
     if ((size_t)snprintf(w->path, sizeof w->path, "%s", path) >= sizeof w->path ||
         (size_t)snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path) >= sizeof w->tmp)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "path '%s' is too long", path);
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w->fd = ls_fd_off_stdio(open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (w->fd < 0) return ls_error(LS_ERR_IO, "'%s': cannot create: %s", w->tmp, strerror(errno));
     w->total = total;
     w->inject = inject;

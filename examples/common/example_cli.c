@@ -2,6 +2,7 @@
 #include "example_cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -544,4 +545,25 @@ ls_status ex_ema_create(const ex_train_flags *f, ls_ctx *ctx, ls_module *model, 
 void ex_print_ema(const ls_ema *e, const double ev[3]) {
     printf("  EMA of the weights (decay %g%s): test loss %.4f  test acc %.2f%%\n", ls_ema_decay(e),
            ls_ema_warmup(e) ? " with warmup" : "", ev[0] / ev[2], 100.0 * ev[1] / ev[2]);
+}
+
+void ex_stdio_guard(void) {
+    for (;;) {
+        int fd = open("/dev/null", O_RDWR);
+        if (fd < 0) return;
+        if (fd > 2) {
+            close(fd);
+            return;
+        }
+    }
+}
+
+int ex_exit_status(const char *prog, int rc) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* errno: where this flush failed (an earlier one's is gone) */
+        fprintf(stderr, "%s: cannot write the output (stdout)%s%s\n", prog, errno ? ": " : "",
+                errno ? strerror(errno) : "");
+        if (rc == 0) rc = 1;
+    }
+    return rc;
 }

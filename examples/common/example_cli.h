@@ -43,6 +43,13 @@ int ex_parse_betas(const char *prog, const char *flag, const char *s, double out
 int ex_nonempty(const char *prog, const char *flag, const char *s);
 /* Seconds on the monotonic clock. */
 double ex_now_s(void);
+/* First thing in main: a stdin, stdout or stderr the program was started without (`>&-`) is
+ * /dev/null, so that no file it opens becomes one (with stdout closed, --metrics got fd 1 and the
+ * epoch lines went into it). */
+void ex_stdio_guard(void);
+/* The exit status, rc, or 1 where stdout's lines could not all be written (a full disk,
+ * /dev/full: the run exited 0 without them), said on stderr. */
+int ex_exit_status(const char *prog, int rc);
 /* Prints "PROG: WHAT: STATUS: the library's last error" to stderr; returns 1 (an exit status). */
 int ex_fail(const char *prog, const char *what, ls_status s);
 /* Whether the progress line is on, the same on every rank (collective): flag 1 or 0 (--progress,

@@ -326,6 +326,7 @@ static ls_status check_same_options(ls_comm *comm, const options *o, const ls_da
 }
 
 int main(int argc, char **argv) {
+    ex_stdio_guard();
     options o;
     if (parse_options(argc, argv, &o) != 0) return 2;
     int rc = 0, all_failed = 0; /* all_failed: TRY_ALL */
@@ -609,5 +610,5 @@ done:
     if (rc == 1 && !all_failed && comm && ls_comm_world(comm) > 1) ls_comm_abort(comm, "fashion_resnet failed");
     ls_comm_destroy(comm);
     ls_ctx_destroy(ctx);
-    return rc;
+    return ex_exit_status("fashion_resnet", rc);
 }

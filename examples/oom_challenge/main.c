@@ -234,6 +234,7 @@ done:;
 }
 
 int main(int argc, char **argv) {
+    ex_stdio_guard();
     options o;
     if (parse_options(argc, argv, &o) != 0) return 2;
     ls_rank_info ri;
@@ -441,5 +442,5 @@ done:
         ls_comm_abort(comm, "oom_challenge failed");
     ls_comm_destroy(comm);
     ls_ctx_destroy(ctx);
-    return rc;
+    return ex_exit_status("oom_challenge", rc);
 }

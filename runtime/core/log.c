@@ -3,11 +3,14 @@
  * log. */
 #include "log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
+#include <unistd.h>
 
 static atomic_int ls_log_level_cur = -1; /* -1: not yet read from the environment */
 static atomic_int ls_log_rank = -1;
@@ -57,4 +60,13 @@ void ls_log(ls_log_level level, const char *fmt, ...) {
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
     fprintf(stderr, "%s\n", line); /* one write per line so ranks do not interleave mid-line */
+}
+
+int ls_fd_off_stdio(int fd) {
+    if (fd < 0 || fd > 2) return fd;
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return hi;
 }

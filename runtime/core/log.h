@@ -21,6 +21,12 @@ void ls_log_set_rank(int rank);
 int ls_log_enabled(ls_log_level level);
 void ls_log(ls_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* fd itself, or where it is 0, 1 or 2 (a program started with that stream closed) a duplicate
+ * above 2 with fd closed: a file the library writes is never the process's stdin, stdout or
+ * stderr (a run with stdout closed got a checkpoint file as its fd 1, and its printf lines went
+ * into the checkpoint). -1 (errno set) where fd is negative or cannot be duplicated. */
+int ls_fd_off_stdio(int fd);
+
 #define LS_LOG_E(...) ls_log(LS_LOG_ERROR, __VA_ARGS__)
 #define LS_LOG_W(...) ls_log(LS_LOG_WARN, __VA_ARGS__)
 #define LS_LOG_I(...) ls_log(LS_LOG_INFO, __VA_ARGS__)

@@ -7,6 +7,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define TL_NAME 64
 #define TL_LANES 256
@@ -159,7 +161,14 @@ ls_status ls_timeline_open(const char *path, int rank) {
         pthread_mutex_unlock(&tl_mu);
         return ls_error(LS_ERR_INVALID_ARGUMENT, "timeline: '%s' is already being written; close it first", tl_path);
     }
-    FILE *f = fopen(path, "w");
+    /* (not on fd 1 of a program started with stdout closed: its printf lines went into the trace) */
+    int fd = ls_fd_off_stdio(open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f && fd >= 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
     if (!f) {
         int e = errno;
         pthread_mutex_unlock(&tl_mu);

@@ -236,4 +236,22 @@ grep -qF "timeline: writing '/dev/full' failed: No space left on device" <<<"$ou
 # no hidden layer: 784 x 10 + 10 parameters
 out=$("$mlp" "${small[@]}" --hidden '' 2>&1) || fail "--hidden '': $out"
 grep -q ' 7850 parameters' <<<"$out" || fail "--hidden '' is not a linear model: $(head -n 1 <<<"$out")"
+# stdout that cannot be written: exit 1, said (to /dev/full the run exited 0 without its lines)
+out=$("$mlp" "${small[@]}" 2>&1 >/dev/full)
+rc=$?
+[ "$rc" = 1 ] && grep -qF "fashion_mlp: cannot write the output (stdout)" <<<"$out" ||
+    fail "stdout to /dev/full: exit status $rc: $out"
+# stdout closed: no file the run writes is its fd 1 (the epoch lines went into --metrics, with
+# --save-async into the checkpoint's files, and into the timeline)
+d=$(mktemp -d)
+LOCKSTEP_TIMELINE=$d/t.json "$mlp" "${small[@]}" --max-steps 4 --save-every 2 --save-async --checkpoint-dir "$d/ck" \
+    --metrics "$d/m.jsonl" >&- 2>"$d/err" || fail "stdout closed: $(cat "$d/err")"
+python3 -c 'import json, sys
+[json.loads(l) for l in open(sys.argv[1])]
+json.load(open(sys.argv[2]))' "$d/m.jsonl" "$d/t.json" ||
+    fail "stdout closed: --metrics or the timeline holds more than its JSON: $(head -c 300 "$d/m.jsonl")"
+out=$("$mlp" "${small[@]}" --max-steps 4 --checkpoint-dir "$d/ck" --resume auto 2>&1)
+grep -q "nothing to train (step 4 has reached --max-steps)" <<<"$out" && ! grep -q damaged <<<"$out" ||
+    fail "stdout closed: the checkpoints are not whole: $out"
+rm -rf "$d"
 echo "PASS: bad flags, variables and files refused, naming what and why"
