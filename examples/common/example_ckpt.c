@@ -233,10 +233,17 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
         c->what = "--dump-params";
         struct stat sb;
         const int existed = stat(o->dump_params, &sb) == 0;
-        FILE *f = fopen(o->dump_params, "ab");
-        if (!f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", o->dump_params, strerror(errno));
-        fclose(f);
-        if (!existed) unlink(o->dump_params);
+        if (existed && !S_ISREG(sb.st_mode)) { /* a FIFO, a device: written as it is; opened now, a
+                                                  FIFO's reader got its end and the dump hung */
+            if (S_ISDIR(sb.st_mode) || access(o->dump_params, W_OK) != 0)
+                return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", o->dump_params,
+                                S_ISDIR(sb.st_mode) ? strerror(EISDIR) : strerror(errno));
+        } else {
+            FILE *f = fopen(o->dump_params, "ab");
+            if (!f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", o->dump_params, strerror(errno));
+            fclose(f);
+            if (!existed) unlink(o->dump_params);
+        }
     }
     if (o->save_every > 0 && ls_comm_rank(comm) == 0) { /* the same: not after the epochs to be saved */
         c->what = "--checkpoint-dir";
@@ -385,8 +392,16 @@ void ex_ckpt_close(ex_ckpt *c) {
 }
 
 ls_status ex_dump_params(ls_ctx *ctx, ls_module *m, const char *path) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing", path);
+    /* a file: written as PATH.tmp, then renamed over PATH (a full disk cut the dump short, and the
+     * last one was gone already); a FIFO or a device: in place */
+    struct stat sb;
+    const int special = stat(path, &sb) == 0 && !S_ISREG(sb.st_mode);
+    char tmp[4200];
+    if (!special && (size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': the path is too long", path);
+    const char *to = special ? path : tmp;
+    FILE *f = fopen(to, "wb");
+    if (!f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", to, strerror(errno));
     ls_status s = LS_OK;
     int np = ls_module_num_params(m), n = np + ls_cnn_num_buffers(m);
     for (int i = 0; i < n && s == LS_OK; i++) {
@@ -399,9 +414,14 @@ ls_status ex_dump_params(ls_ctx *ctx, ls_module *m, const char *path) {
         ls_tensor ht = ls_tensor_view(h, p->dtype, ls_device_cpu(), p->ndim, p->shape);
         s = ls_tensor_copy(ctx->alloc, &ht, p);
         if (s == LS_OK && fwrite(h, 1, ls_tensor_nbytes(p), f) != ls_tensor_nbytes(p))
-            s = ls_error(LS_ERR_IO, "short write to '%s'", path);
+            s = ls_error(LS_ERR_IO, "cannot write '%s': %s", to, strerror(errno));
         free(h);
     }
-    if (fclose(f) != 0 && s == LS_OK) s = ls_error(LS_ERR_IO, "cannot close '%s'", path);
+    if (s == LS_OK && (fflush(f) != 0 || (!special && fsync(fileno(f)) != 0)))
+        s = ls_error(LS_ERR_IO, "cannot write '%s': %s", to, strerror(errno));
+    if (fclose(f) != 0 && s == LS_OK) s = ls_error(LS_ERR_IO, "cannot close '%s': %s", to, strerror(errno));
+    if (!special && s == LS_OK && rename(tmp, path) != 0)
+        s = ls_error(LS_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    if (!special && s != LS_OK) unlink(tmp);
     return s;
 }

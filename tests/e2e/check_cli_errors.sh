@@ -104,6 +104,24 @@ grep -qF -- "--dump-params: I/O error: cannot open '/nonexistent-dir/p.bin' for 
     <<<"$out" || fail "--dump-params /nonexistent-dir/p.bin: $(tail -n 2 <<<"$out")"
 ! grep -q '^epoch ' <<<"$out" || fail "--dump-params /nonexistent-dir/p.bin: refused only after training"
 echo "refused (1) before training: --dump-params /nonexistent-dir/p.bin"
+# a dump that cannot be completed (a file-size limit, as a full disk) keeps the last one whole
+# (it was truncated first, then cut short: "short write", no reason); one to /dev/full says why;
+# one to a FIFO reaches its reader (the check before training gave the reader its end: a hang)
+d=$(mktemp -d)
+"$mlp" "${small[@]}" --dump-params "$d/p.bin" >/dev/null 2>&1 || fail "--dump-params $d/p.bin failed"
+cp "$d/p.bin" "$d/first.bin"
+out=$(trap '' XFSZ; ulimit -f 64; "$mlp" "${small[@]}" --seed 7 --dump-params "$d/p.bin" 2>&1)
+[ $? -eq 1 ] && grep -qF -- "--dump-params: I/O error: cannot write '$d/p.bin.tmp': File too large" <<<"$out" ||
+    fail "--dump-params past the file-size limit: $(tail -n 2 <<<"$out")"
+cmp -s "$d/p.bin" "$d/first.bin" && [ ! -e "$d/p.bin.tmp" ] || fail "--dump-params cut short: the last dump is not whole"
+refused "--dump-params: I/O error: cannot write '/dev/full': No space left on device" "$mlp" "${small[@]}" \
+    --dump-params /dev/full
+mkfifo "$d/fifo"
+cat "$d/fifo" >"$d/via.bin" &
+timeout 60 "$mlp" "${small[@]}" --dump-params "$d/fifo" >/dev/null 2>&1 || fail "--dump-params to a FIFO failed or hung"
+wait
+cmp -s "$d/via.bin" "$d/first.bin" || fail "--dump-params to a FIFO: not the dump"
+rm -rf "$d"
 refused "LOCKSTEP_GRAD_COMPRESS=garbage: expected none, fp16 or bf16" env LOCKSTEP_GRAD_COMPRESS=garbage "$mlp" "${small[@]}"
 refused "trainer: invalid argument: LOCKSTEP_SHARD_REDUCE='sideways': expected owner" env LOCKSTEP_SHARD_REDUCE=sideways \
     "$mlp" "${small[@]}"
