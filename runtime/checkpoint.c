@@ -1002,16 +1002,16 @@ static int remove_tree(const char *path) {
     if (!d) return -1;
     struct dirent *e;
     char f[LS_CKPT_PATH_MAX + 300];
-    int rc = 0;
+    int err = 0; /* the first failure's (rmdir's "not empty" hid why a file stayed) */
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
         snprintf(f, sizeof f, "%s/%s", path, e->d_name);
-        if (unlink(f) != 0) rc = -1;
+        if (unlink(f) != 0 && !err) err = errno;
     }
     closedir(d);
-    if (rmdir(path) != 0) rc = -1;
-    if (rc != 0) LS_LOG_W("could not remove '%s' completely: %s", path, strerror(errno));
-    return rc;
+    if (rmdir(path) != 0 && !err) err = errno;
+    if (err) LS_LOG_W("could not remove '%s' completely: %s", path, strerror(err));
+    return err ? -1 : 0;
 }
 
 static int path_exists(const char *p) {
@@ -2062,7 +2062,11 @@ static void prune(const char *dir, int keep_last, int64_t just_written) {
         }
         snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
         LS_LOG_I("--keep-last %d: removing '%s'", keep_last, p);
-        remove_tree(p);
+        /* renamed first: a removal cut short leaves debris that the next save clears, not a
+         * step-S that verify calls damaged and a resume skips with a warning */
+        char gone[sizeof p + 16];
+        snprintf(gone, sizeof gone, "%s.prune.tmp", p);
+        remove_tree(rename(p, gone) == 0 ? gone : p);
     }
     free(v);
 }

@@ -232,6 +232,19 @@ fixman K/step-00000008
 run 1 verify K
 expect_out "DAMAGED  K/step-00000008: 'K/step-00000008/optimizer.safetensors' holds the state of $kind but state.json names the optimizer $other"
 
+# --keep-last's removal cut short (here by a directory inside the checkpoint, which unlink cannot
+# remove): the checkpoint is gone from view whole, debris the next save clears, never a step-S
+# that verify calls damaged; the warning says why (it said rmdir's "Directory not empty")
+train 1 "${V[@]}" --checkpoint-dir P --max-steps 8 --save-every 8
+expect_rc 0
+mkdir P/step-00000008/sub
+train 1 "${V[@]}" --checkpoint-dir P --max-steps 16 --save-every 8 --keep-last 1 --resume auto
+expect_rc 0
+expect_out "could not remove 'P/step-00000008.prune.tmp' completely: Is a directory"
+run 0 verify P
+expect_out "ok       P/step-00000016 (step 16)"
+! grep -q DAMAGED "$tmp/out" || fail "a pruned checkpoint left half removed: $(cat "$tmp/out")"
+
 # a directory named latest (each save replaces DIR/latest, a file) is refused before training: it
 # stopped the run after its first checkpoint was written
 mkdir -p L/latest
