@@ -13,7 +13,37 @@
 #include <unistd.h>
 
 static atomic_int ls_log_level_cur = -1; /* -1: not yet read from the environment */
-static atomic_int ls_log_rank = -1;
+static atomic_int ls_log_rank = -2;      /* -2: not yet read from the launcher's environment */
+
+/* The rank a launcher gave this process (Open MPI, PMI, Slurm, torchrun's variables) where it
+ * started several, else -1: lines logged before ls_log_set_rank (a bad LOCKSTEP_LOG, no usable
+ * GPU) carry it too, as the README says of every line. */
+static int ls_log_env_rank(void) {
+    static const char *const vars[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                          {"PMI_RANK", "PMI_SIZE"},
+                                          {"SLURM_PROCID", "SLURM_NTASKS"},
+                                          {"RANK", "WORLD_SIZE"}};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *r = getenv(vars[i][0]), *w = getenv(vars[i][1]);
+        if (!r || !w) continue;
+        char *end1 = NULL, *end2 = NULL;
+        long rank = strtol(r, &end1, 10), world = strtol(w, &end2, 10);
+        if (end1 != r && !*end1 && end2 != w && !*end2 && world > 1 && rank >= 0 && rank < world && rank < 1000000)
+            return (int)rank;
+        return -1;
+    }
+    return -1;
+}
+
+static int ls_log_rank_now(void) {
+    int rank = atomic_load(&ls_log_rank);
+    if (rank == -2) {
+        int expected = -2;
+        atomic_compare_exchange_strong(&ls_log_rank, &expected, ls_log_env_rank());
+        rank = atomic_load(&ls_log_rank);
+    }
+    return rank;
+}
 
 static const char *const ls_level_names[] = {"error", "warn", "info", "debug"};
 
@@ -33,10 +63,13 @@ ls_log_level ls_log_get_level(void) {
         ls_log_level parsed = LS_LOG_WARN;
         const char *env = getenv("LOCKSTEP_LOG");
         if (env && *env && ls_log_level_parse(env, &parsed) != LS_OK) {
+            char who[32] = "";
+            int rank = ls_log_rank_now();
+            if (rank >= 0) snprintf(who, sizeof who, " r%d", rank);
             fprintf(stderr,
-                    "[lockstep warn] LOCKSTEP_LOG='%s' is not one of error, warn, info, "
+                    "[lockstep%s warn] LOCKSTEP_LOG='%s' is not one of error, warn, info, "
                     "debug; using warn\n",
-                    env);
+                    who, env);
             parsed = LS_LOG_WARN;
         }
         atomic_store(&ls_log_level_cur, (int)parsed);
@@ -52,7 +85,7 @@ int ls_log_enabled(ls_log_level level) { return (int)level <= (int)ls_log_get_le
 void ls_log(ls_log_level level, const char *fmt, ...) {
     if (!ls_log_enabled(level)) return;
     char line[2048];
-    int rank = atomic_load(&ls_log_rank);
+    int rank = ls_log_rank_now();
     int n = rank >= 0 ? snprintf(line, sizeof line, "[lockstep r%d %s] ", rank, ls_level_names[level])
                       : snprintf(line, sizeof line, "[lockstep %s] ", ls_level_names[level]);
     va_list ap;

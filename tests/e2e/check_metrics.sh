@@ -81,6 +81,11 @@ if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
     [ "$cuda_built" = 1 ] && grep -q "device cpu" "$dir/out4" && want=1
     [ "$(grep -c 'no usable CUDA device (.*); running on the CPU' "$dir/out4")" = "$want" ] ||
         fail "two ranks on one node should say $want time(s) that they run on the CPU: $(cat "$dir/out4")"
+    # lines logged before the trainer knows its rank carry it too (the launcher's variables): a bad
+    # LOCKSTEP_LOG was said twice without saying by whom
+    out=$(LOCKSTEP_LOG=bogus "$run" -n 2 "$mlp" "${args[@]}" --epochs 0 2>&1) || fail "LOCKSTEP_LOG=bogus: $out"
+    [ "$(grep -c "^\[lockstep r[01] warn\] LOCKSTEP_LOG='bogus' is not one of" <<<"$out")" = 2 ] ||
+        fail "LOCKSTEP_LOG=bogus on 2 ranks: not one line of each rank's: $out"
     # on a machine without the NVIDIA driver, that there is none (it said "CUDA driver version is
     # insufficient for CUDA runtime version", as to upgrade a driver it does not have)
     if [ "$want" = 1 ] && [ ! -e /proc/driver/nvidia/version ] && ! ldconfig -p | grep -q 'libcuda\.so\.1 '; then
