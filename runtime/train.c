@@ -732,10 +732,17 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
     }
     struct dev_data *d = t->dev[0].used <= t->dev[1].used ? &t->dev[0] : &t->dev[1];
     dev_data_free(t, d);
+    /* the program's hint is the training step's (a smaller batch, bf16...): none of it makes the
+     * data set fit */
+    char hint[512];
+    ls_allocator_get_oom_hint(t->ctx->alloc, hint, sizeof hint);
+    ls_allocator_set_oom_hint(t->ctx->alloc, "LOCKSTEP_DATA_ON_DEVICE=on keeps the whole data set on the device: "
+                                             "auto or off keeps it on the host, or use fewer samples");
     ls_status s = ls_alloc(t->ctx->alloc, ib ? ib : 1, "data set on the device (LOCKSTEP_DATA_ON_DEVICE)", &d->images);
     if (s == LS_OK) s = ls_alloc(t->ctx->alloc, lb ? lb : 1, "data set labels on the device", &d->labels);
     if (s == LS_OK && data->bytes)
         s = ls_alloc(t->ctx->alloc, sizeof data->lut, "data set byte values", (void **)&d->lut);
+    ls_allocator_set_oom_hint(t->ctx->alloc, hint);
     const void *samples = data->bytes ? (const void *)data->bytes : (const void *)data->images;
     if (s == LS_OK && ib) s = ls_allocator_copy(t->ctx->alloc, d->images, 1, samples, 0, ib);
     if (s == LS_OK && lb) s = ls_allocator_copy(t->ctx->alloc, d->labels, 1, data->labels, 0, lb);

@@ -301,6 +301,15 @@ void ls_allocator_set_oom_hint(ls_allocator *a, const char *hint) {
     pthread_mutex_unlock(&a->mu);
 }
 
+void ls_allocator_get_oom_hint(ls_allocator *a, char *buf, size_t len) {
+    if (!buf || !len) return;
+    buf[0] = '\0';
+    if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    snprintf(buf, len, "%s", a->hint);
+    pthread_mutex_unlock(&a->mu);
+}
+
 ls_status ls_allocator_copy(ls_allocator *a, void *dst, int dst_on_device, const void *src, int src_on_device,
                             size_t n) {
     LS_CHECK_ARG(a && ((dst && src) || n == 0), "ls_allocator_copy: %s is NULL",

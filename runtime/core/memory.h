@@ -87,6 +87,8 @@ void ls_allocator_set_cap(ls_allocator *a, size_t cap_bytes);
 void ls_allocator_set_cap_from(ls_allocator *a, size_t cap_bytes, const char *from);
 /* Text appended to out-of-memory errors (e.g. the remedies and their flags); copied. */
 void ls_allocator_set_oom_hint(ls_allocator *a, const char *hint);
+/* The hint now set (empty: none), copied into buf. */
+void ls_allocator_get_oom_hint(ls_allocator *a, char *buf, size_t len);
 
 /* Copy/zero through the allocator's backend (host<->device as the flags say). */
 ls_status ls_allocator_copy(ls_allocator *a, void *dst, int dst_on_device, const void *src, int src_on_device,

@@ -254,6 +254,13 @@ grep -qF "timeline: writing '/dev/full' failed: No space left on device" <<<"$ou
 # no hidden layer: 784 x 10 + 10 parameters
 out=$("$mlp" "${small[@]}" --hidden '' 2>&1) || fail "--hidden '': $out"
 grep -q ' 7850 parameters' <<<"$out" || fail "--hidden '' is not a linear model: $(head -n 1 <<<"$out")"
+# the data set kept on the device, out of memory: the remedies for that (they were the training
+# step's: a smaller --batch-size, bf16, checkpointing, none of which helps)
+out=$(LOCKSTEP_DATA_ON_DEVICE=on LOCKSTEP_MEMORY_LIMIT=12MiB "$mlp" --train-limit 10000 --test-limit 100 --max-steps 1 \
+    --no-progress 2>&1)
+grep -qF "for data set on the device (LOCKSTEP_DATA_ON_DEVICE); the cap is 12.00 MiB" <<<"$out" &&
+    grep -qF "LOCKSTEP_DATA_ON_DEVICE=on keeps the whole data set on the device: auto or off keeps it on the host" \
+        <<<"$out" && ! grep -q -- "--batch-size" <<<"$out" || fail "the data set out of memory: $out"
 # stdout that cannot be written: exit 1, said (to /dev/full the run exited 0 without its lines)
 out=$("$mlp" "${small[@]}" 2>&1 >/dev/full)
 rc=$?
