@@ -1305,6 +1305,9 @@ static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
         return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint path '%s' is too long", ckpt_dir);
     snprintf(p, sizeof p, "%s/manifest.json", ckpt_dir);
     if (!is_dir(ckpt_dir)) return ls_error(LS_ERR_IO, "'%s': no such checkpoint directory", ckpt_dir);
+    struct stat msb;
+    if (stat(p, &msb) != 0 && errno != ENOENT) /* a symlink loop, a lost mount: not "missing" */
+        return ls_error(LS_ERR_IO, "'%s': %s", p, strerror(errno));
     if (!path_exists(p))
         return ls_error(LS_ERR_IO, "'%s' is missing: '%s' is an incomplete checkpoint or not a checkpoint", p,
                         ckpt_dir);
@@ -1324,8 +1327,10 @@ static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
     b->step = m.step;
     for (int i = 0; i < m.n; i++) {
         snprintf(p, sizeof p, "%s/%s", ckpt_dir, m.files[i].name);
-        if (!path_exists(p)) {
-            s = ls_error(LS_ERR_IO, "'%s' is missing (listed in the manifest): the checkpoint is incomplete", p);
+        if (stat(p, &msb) != 0) {
+            s = errno == ENOENT
+                    ? ls_error(LS_ERR_IO, "'%s' is missing (listed in the manifest): the checkpoint is incomplete", p)
+                    : ls_error(LS_ERR_IO, "'%s': %s", p, strerror(errno));
             break;
         }
         /* the tensors' files mapped (the CRC pages them through the page cache, none is copied), the

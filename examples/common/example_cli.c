@@ -360,7 +360,7 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
     FILE *g = fopen(tmp, "w");
     if (!g) {
         fclose(f);
-        return ls_error(LS_ERR_IO, "%s: cannot create '%s'", flag, tmp);
+        return ls_error(LS_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
     }
     char line[4096];
     while (fgets(line, sizeof line, f)) {

@@ -232,6 +232,12 @@ fixman K/step-00000008
 run 1 verify K
 expect_out "DAMAGED  K/step-00000008: 'K/step-00000008/optimizer.safetensors' holds the state of $kind but state.json names the optimizer $other"
 
+# a manifest that is a symlink loop is that, not "missing"
+mkdir -p Q && cp -r V/step-00000008 Q/
+rm Q/step-00000008/manifest.json && ln -s manifest.json Q/step-00000008/manifest.json
+run 1 verify Q
+expect_out "DAMAGED  Q/step-00000008: 'Q/step-00000008/manifest.json': Too many levels of symbolic links"
+
 # --keep-last's removal cut short (here by a directory inside the checkpoint, which unlink cannot
 # remove): the checkpoint is gone from view whole, debris the next save clears, never a step-S
 # that verify calls damaged; the warning says why (it said rmdir's "Directory not empty")
