@@ -140,3 +140,14 @@ threads() {
     echo "$t"
 }
 if [ "$(id -u)" = 0 ]; then ROOTFLAG=" --allow-run-as-root"; else ROOTFLAG=; fi
+
+# reap_within S: $pid (lockstep-run started in the background, stderr into $tmp/stderr) ends
+# within S seconds (else a failure, and it is killed); sets rc and err
+reap_within() {
+    local i
+    for ((i = 0; i < $1 * 20; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    kill -0 "$pid" 2>/dev/null && { fail "lockstep-run still running after $1 s"; kill -KILL "$pid"; }
+    wait "$pid"
+    rc=$?
+    err=$(cat "$tmp/stderr")
+}

@@ -42,14 +42,7 @@ bg() {
     pid=$!
 }
 # reap: waits (at most 30 s) for $pid; $rc, $err
-reap() {
-    local i
-    for ((i = 0; i < 600; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    kill -0 "$pid" 2>/dev/null && { fail "lockstep-run still running after 30 s"; kill -KILL "$pid"; }
-    wait "$pid"
-    rc=$?
-    err=$(cat "$tmp/stderr")
-}
+reap() { reap_within 30; }
 trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
 # wait_for PATTERN FILE SECONDS
 wait_for() {

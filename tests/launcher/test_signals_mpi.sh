@@ -49,12 +49,7 @@ start() {
 # signals may follow those)
 reap() {
     local want=${1:-TERM}
-    local i
-    for ((i = 0; i < 1200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    kill -0 "$pid" 2>/dev/null && { fail "lockstep-run still running after 60 s"; kill -KILL "$pid"; }
-    wait "$pid"
-    rc=$?
-    err=$(cat "$tmp/stderr")
+    reap_within 60
     sleep 0.5
     local left
     left=$(pgrep -f "$tmp/rank.sh")

@@ -21,14 +21,7 @@ start() {
     fail "srun did not start: $(cat "$tmp/stderr")"
 }
 # reap: lockstep-run ends within 10 s; sets rc and err
-reap() {
-    local i
-    for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    kill -0 "$pid" 2>/dev/null && { fail "lockstep-run still running after 10 s"; kill -KILL "$pid"; }
-    wait "$pid"
-    rc=$?
-    err=$(cat "$tmp/stderr")
-}
+reap() { reap_within 10; }
 scancels() { tr '\n' ';' <"$STEP.scancel" 2>/dev/null; }
 
 for s in USR1 USR2; do
