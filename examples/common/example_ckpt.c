@@ -273,7 +273,7 @@ static void print_saved(ex_ckpt *c, int64_t step, double seconds, const char *mo
         if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) bytes += (double)sb.st_size;
     }
     if (d) closedir(d);
-    if (c->progress) fprintf(stderr, "\r%*s\r", 70, ""); /* a line of its own on a terminal */
+    if (c->progress) ex_progress_clear(); /* a line of its own on a terminal */
     printf("%s: saved checkpoint %s (step %lld): %.1f MB in %.2f s%s\n", c->prog, c->path, (long long)step, bytes / 1e6,
            seconds, more);
     fflush(stdout);
@@ -354,7 +354,7 @@ ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global
     }
     if (*sig || (c->o->save_every > 0 && c->step % c->o->save_every == 0)) LS_CHECK(save(c, *sig != 0));
     if (*sig) {
-        if (c->progress) fprintf(stderr, "\r%*s\r", 70, "");
+        if (c->progress) ex_progress_clear();
         if (ls_comm_rank(c->comm) == 0)
             printf("%s: received %s: finished step %lld, saved checkpoint %s; exiting\n", c->prog,
                    *sig == SIGINT    ? "SIGINT"

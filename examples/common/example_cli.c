@@ -1,5 +1,6 @@
 /* example_cli.c: the example programs' shared flag parsing, clock and error line (example_cli.h). */
 #include "example_cli.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -114,10 +115,19 @@ ls_status ex_progress(ls_trainer *t, ls_comm *comm, int64_t epoch, int64_t j, in
     LS_CHECK(ls_comm_allreduce_host(comm, v, 2, LS_F64, LS_REDUCE_SUM));
     if (ls_comm_rank(comm) != 0) return LS_OK;
     char loss[32] = "-"; /* nothing has arrived yet */
-    if (v[1] > 0) snprintf(loss, sizeof loss, "%.4f", v[0] / v[1]);
-    fprintf(stderr, "\repoch %d  step %lld/%lld  loss %s  %.0f samples/s   ", (int)epoch + 1, (long long)(j + 1),
+    double mean = v[1] > 0 ? v[0] / v[1] : 0;
+    /* a diverging loss in all its digits overran the buffer: 1.1367e+35 shown cut to 31 digits */
+    if (v[1] > 0) snprintf(loss, sizeof loss, fabs(mean) < 1e6 ? "%.4f" : "%.4e", mean);
+    /* erased to the end of the line: a longer line before left its tail */
+    fprintf(stderr, "\repoch %d  step %lld/%lld  loss %s  %.0f samples/s\033[K", (int)epoch + 1, (long long)(j + 1),
             (long long)steps, loss, elapsed_s > 0 ? (double)seen / elapsed_s : 0.0);
+    ls_log_progress_shown(1);
     return LS_OK;
+}
+
+void ex_progress_clear(void) {
+    fputs("\r\033[K", stderr);
+    ls_log_progress_shown(0);
 }
 
 void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t steps) {
@@ -140,7 +150,9 @@ void ex_diverged_hint(const char *prog, double train_loss) {
 }
 
 int ex_fail(const char *prog, const char *what, ls_status s) {
-    fprintf(stderr, "%s: %s: %s: %s\n", prog, what, ls_status_name(s), ls_last_error());
+    /* not appended to a progress line */
+    fprintf(stderr, "%s%s: %s: %s: %s\n", ls_log_progress_shown(0) ? "\r\033[K" : "", prog, what, ls_status_name(s),
+            ls_last_error());
     return 1;
 }
 

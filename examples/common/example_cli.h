@@ -62,6 +62,8 @@ ls_status ex_progress_decide(ls_comm *comm, int flag, int *on);
  * samples/s (seen samples over elapsed_s). */
 ls_status ex_progress(ls_trainer *t, ls_comm *comm, int64_t epoch, int64_t j, int64_t steps, int64_t seen,
                       double elapsed_s);
+/* Clears the progress line (on stderr: "\r", erase to the end of the line) for a line of its own. */
+void ex_progress_clear(void);
 /* The epoch line's note when its train figures are of steps j0+1..j_end of steps only (resumed
  * within the epoch, or stopped by --max-steps): "  (train figures of steps A-B of N: why)"; else "". */
 void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t steps);

@@ -456,7 +456,7 @@ int main(int argc, char **argv) {
         double m[3] = {tot.loss_sum, (double)tot.correct, (double)tot.samples};
         if (ck.max_reached && seen == 0) break;
         double train_time = ex_now_s() - t0;
-        if (ck.progress) fprintf(stderr, "\r%*s\r", 70, "");
+        if (ck.progress) ex_progress_clear();
         double ev[3];
         TRY("evaluation", evaluate(trainer, comm, test, test_idx, test_count, ev));
         TRY("metrics", ls_comm_allreduce_host(comm, m, 3, LS_F64, LS_REDUCE_SUM));

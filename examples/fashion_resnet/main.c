@@ -559,7 +559,7 @@ int main(int argc, char **argv) {
         if (ck.max_reached && seen == 0) break;
         double train_time = ex_now_s() - t0;
         total_time += train_time;
-        if (ck.progress) fprintf(stderr, "\r%*s\r", 70, "");
+        if (ck.progress) ex_progress_clear();
         ls_memory_stats ms;
         ls_allocator_stats(ctx->alloc, &ms);
         double peak = (double)ms.peak_bytes;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 static atomic_int ls_log_level_cur = -1; /* -1: not yet read from the environment */
+static atomic_int ls_log_progress = 0;   /* a progress line without its newline is on stderr */
 static atomic_int ls_log_rank = -2;      /* -2: not yet read from the launcher's environment */
 
 /* The rank a launcher gave this process (Open MPI, PMI, Slurm, torchrun's variables) where it
@@ -92,7 +93,8 @@ void ls_log(ls_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s\n", line); /* one write per line so ranks do not interleave mid-line */
+    /* one write per line so ranks do not interleave mid-line */
+    fprintf(stderr, "%s%s\n", atomic_exchange(&ls_log_progress, 0) ? "\r\033[K" : "", line);
 }
 
 int ls_fd_off_stdio(int fd) {
@@ -103,3 +105,5 @@ int ls_fd_off_stdio(int fd) {
     errno = e;
     return hi;
 }
+
+int ls_log_progress_shown(int shown) { return atomic_exchange(&ls_log_progress, shown != 0); }

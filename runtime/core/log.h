@@ -27,6 +27,11 @@ void ls_log(ls_log_level level, const char *fmt, ...) __attribute__((format(prin
  * into the checkpoint). -1 (errno set) where fd is negative or cannot be duplicated. */
 int ls_fd_off_stdio(int fd);
 
+/* A program's progress line ("\repoch 1  step 21/32 ...", no newline) is on stderr now (1) or
+ * not (0): while it is, a log line first clears it ("\r" and erase to the end of the line) rather
+ * than being appended to it, and marks it gone (the program draws it again). Returns what it was. */
+int ls_log_progress_shown(int shown);
+
 #define LS_LOG_E(...) ls_log(LS_LOG_ERROR, __VA_ARGS__)
 #define LS_LOG_W(...) ls_log(LS_LOG_WARN, __VA_ARGS__)
 #define LS_LOG_I(...) ls_log(LS_LOG_INFO, __VA_ARGS__)

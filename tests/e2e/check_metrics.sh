@@ -60,6 +60,15 @@ reader=
     fail "the link's target holds steps $(cut -d' ' -f1 "$dir/s4target" | tr '\n' ' '), want 1 to 9 once"
 [ "$(grep -c '"step"' "$dir/fifo.out")" = 4 ] || fail "the FIFO got $(grep -c '"step"' "$dir/fifo.out") steps, want 4"
 
+# the progress line and log lines: a warning in the middle of an epoch (here: a newer checkpoint
+# than the one just written) gets a line of its own, the progress line cleared first (it was
+# appended to it)
+mkdir -p "$dir/pc/step-00099999"
+"$mlp" "${args[@]:0:6}" --max-steps 6 --save-every 3 --checkpoint-dir "$dir/pc" --progress \
+    >"$dir/outpc" 2>"$dir/errpc" || fail "progress with a warning: $(cat "$dir/errpc")"
+grep -q "is newer than the checkpoint just written" "$dir/errpc" || fail "no warning to test: $(cat "$dir/errpc")"
+! tr '\r' '\n' <"$dir/errpc" | grep -q 'samples/s.*\[lockstep' || fail "a warning appended to the progress line"
+
 if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
     "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --metrics "$dir/m3" --log-steps "$dir/s3" >"$dir/out4" 2>&1 ||
         fail "two ranks: $(cat "$dir/out4")"
