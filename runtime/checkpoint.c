@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -969,6 +970,25 @@ static ls_status make_dirs(const char *dir) {
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return ls_error(LS_ERR_IO, "'%s' is not a directory", dir);
     return LS_OK;
+}
+
+uint64_t ls_ckpt_size_estimate(ls_module *model, const ls_optimizer *opt, ls_ema *ema) {
+    uint64_t bytes = 64 << 10; /* headers, state.json, the manifest */
+    const int np = model ? ls_module_num_params(model) : 0, nb = model ? ls_cnn_num_buffers(model) : 0;
+    const uint64_t copies = 1 + (opt ? (uint64_t)ls_optimizer_num_state_slots(opt) : 0) + (ema ? 1 : 0);
+    for (int i = 0; i < np; i++) bytes += copies * ls_tensor_nbytes(ls_module_param(model, i));
+    for (int i = 0; i < nb; i++) bytes += (ema ? 2 : 1) * ls_tensor_nbytes(ls_cnn_buffer(model, i, NULL, 0));
+    return bytes;
+}
+
+ls_status ls_ckpt_check_space(const char *dir, uint64_t bytes) {
+    LS_CHECK_ARG(dir, "ls_ckpt_check_space: dir is NULL");
+    struct statvfs v;
+    if (statvfs(dir, &v) != 0) return LS_OK; /* nothing to go by: the save will say */
+    const uint64_t avail = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+    if (avail >= bytes) return LS_OK;
+    return ls_error(LS_ERR_IO, "'%s': %.1f MB free on its file system, a checkpoint of this run takes about %.1f MB",
+                    dir, (double)avail / 1e6, (double)bytes / 1e6);
 }
 
 ls_status ls_ckpt_prepare_dir(const char *dir) {

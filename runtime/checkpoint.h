@@ -283,6 +283,12 @@ ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module 
  * permission, a path too long or a DIR/latest that is not a file (a directory) is found at the
  * start and not at the first save, after the training it was to keep. */
 ls_status ls_ckpt_prepare_dir(const char *dir);
+/* The bytes a checkpoint of model, opt and ema (either may be NULL) takes: its tensors, as
+ * saved, and a margin for the headers and state.json. */
+uint64_t ls_ckpt_size_estimate(ls_module *model, const ls_optimizer *opt, ls_ema *ema);
+/* LS_ERR_IO where the file system of dir (which exists) has fewer than bytes free for this user
+ * (statvfs): a full disk found at the start, not at the first save after the training. */
+ls_status ls_ckpt_check_space(const char *dir, uint64_t bytes);
 
 /* Check one checkpoint directory as a resume reads it, short of a model: manifest present and
  * well-formed, every listed file present with the recorded size and CRC32, state.json parsed (its

@@ -248,6 +248,8 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
     if (o->save_every > 0 && ls_comm_rank(comm) == 0) { /* the same: not after the epochs to be saved */
         c->what = "--checkpoint-dir";
         LS_CHECK(ls_ckpt_prepare_dir(o->checkpoint_dir));
+        /* (a full disk was found at the first save, after the training it was to keep) */
+        LS_CHECK(ls_ckpt_check_space(o->checkpoint_dir, ls_ckpt_size_estimate(model, opt, c->ema)));
     }
     c->what = "signal handlers";
     LS_CHECK(ls_preempt_install());

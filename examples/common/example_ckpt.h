@@ -48,7 +48,8 @@ enum {
     "  --save-every N        write a checkpoint every N optimizer steps and at the end (default 0: only\n"             \
     "                        on SIGTERM/SIGINT)\n"                                                                     \
     "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints); with\n"                     \
-    "                        --save-every, DIR is created and checked for writing at the start\n"                      \
+    "                        --save-every, DIR is created and checked for writing, and for room\n"                     \
+    "                        for a checkpoint, at the start\n"                                                         \
     "  --keep-last K         keep the K newest checkpoints, remove older ones (default 3; 0 keeps all)\n"              \
     "  --save-async          write checkpoints in the background: training stops only while rank 0\n"                  \
     "                        copies the state to host memory (held from then on: the checkpoint's size);\n"            \

@@ -261,6 +261,22 @@ out=$(LOCKSTEP_DATA_ON_DEVICE=on LOCKSTEP_MEMORY_LIMIT=12MiB "$mlp" --train-limi
 grep -qF "for data set on the device (LOCKSTEP_DATA_ON_DEVICE); the cap is 12.00 MiB" <<<"$out" &&
     grep -qF "LOCKSTEP_DATA_ON_DEVICE=on keeps the whole data set on the device: auto or off keeps it on the host" \
         <<<"$out" && ! grep -q -- "--batch-size" <<<"$out" || fail "the data set out of memory: $out"
+# a checkpoint directory on a file system with less room than a checkpoint: refused before the
+# training (it failed at the first save, "No space left on device"); a 1 MB tmpfs in a mount
+# namespace of its own, where this runs as root
+d=$(mktemp -d)
+mkdir "$d/small"
+if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+    out=$(unshare -m sh -c 'mount -t tmpfs -o size=1M tmpfs "$1" && shift && exec "$@"' sh "$d/small" \
+        "$mlp" "${small[@]}" --save-every 1 --checkpoint-dir "$d/small/ck" 2>&1)
+    rc=$?
+    [ "$rc" = 1 ] && grep -qE -- "--checkpoint-dir: I/O error: '$d/small/ck': 1\.0 MB free on its file system, a checkpoint of this run takes about [0-9.]+ MB" <<<"$out" &&
+        ! grep -q '^epoch ' <<<"$out" || fail "a checkpoint directory without room: exit $rc: $out"
+    echo "refused (1) before training: --checkpoint-dir on a full file system"
+else
+    echo "skipped: a full file system (needs root and mount namespaces)"
+fi
+rm -rf "$d"
 # stdout that cannot be written: exit 1, said (to /dev/full the run exited 0 without its lines)
 out=$("$mlp" "${small[@]}" 2>&1 >/dev/full)
 rc=$?
