@@ -5,6 +5,7 @@
 #include "data.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -29,50 +30,88 @@
 
 /* ---------------------------------------------------------------- IDX source (plain or gzip) */
 
+#define LS_GZ_IN_CHUNK (1u << 17) /* compressed bytes read at a time */
+
 typedef struct idx_src {
     const char *path;
-    FILE *f;            /* plain file, or NULL */
-    gzFile gz;          /* gzip file, or NULL */
+    FILE *f;            /* the file, plain or gzip */
+    int gz;             /* gzip: inflated through z */
+    int gz_end;         /* gzip: no more data (the last member ended, or the file did: see note) */
+    z_stream z;         /* gzip: the inflate stream (window bits 16 + MAX_WBITS: a gzip wrapper) */
+    unsigned char *in;  /* gzip: LS_GZ_IN_CHUNK bytes of compressed input */
+    const char *note;   /* gzip: why the data ended early ("unexpected end of file"), or "" */
     int64_t plain_size; /* plain: file size in bytes */
 } idx_src;
+
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    return "not a regular file";
+}
 
 static ls_status src_open(const char *path, idx_src *s) {
     memset(s, 0, sizeof *s);
     s->path = path;
-    FILE *f = fopen(path, "rb");
-    if (!f) return ls_error(LS_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    unsigned char magic[2];
-    size_t got = fread(magic, 1, 2, f);
-    if (got < 2 && ferror(f)) {
+    s->note = "";
+    /* O_NONBLOCK: a FIFO without a writer is refused below instead of hanging the open (and the
+     * other ranks in their first collective); the data is read from regular files only, whose
+     * size bounds what a plain file's header may claim and which a gzip check may read twice */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return ls_error(LS_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
         int e = errno;
-        fclose(f);
+        close(fd);
         return ls_error(LS_ERR_IO, "cannot read '%s': %s", path, strerror(e));
     }
-    if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
-        fclose(f);
-        errno = 0;
-        s->gz = gzopen(path, "rb");
-        if (!s->gz)
-            return ls_error(LS_ERR_IO, "cannot open '%s' as gzip: %s", path, errno ? strerror(errno) : "out of memory");
-        gzbuffer(s->gz, 1u << 17);
-        return LS_OK;
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return ls_error(LS_ERR_IO, "'%s' is %s: an IDX file (plain or gzip) must be a regular file", path,
+                        file_kind(st.st_mode));
     }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || fseek(f, 0, SEEK_SET) != 0) {
+    int fl = fcntl(fd, F_GETFL);
+    FILE *f = fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return ls_error(LS_ERR_IO, "cannot open '%s': %s", path, strerror(e));
+    }
+    unsigned char magic[2];
+    size_t got = fread(magic, 1, 2, f);
+    if ((got < 2 && ferror(f)) || fseek(f, 0, SEEK_SET) != 0) {
         int e = errno;
         fclose(f);
         return ls_error(LS_ERR_IO, "cannot read '%s': %s", path, strerror(e));
     }
     s->f = f;
     s->plain_size = (int64_t)st.st_size;
+    if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+        s->gz = 1;
+        s->in = malloc(LS_GZ_IN_CHUNK);
+        int r = s->in ? inflateInit2(&s->z, 16 + MAX_WBITS) : Z_MEM_ERROR;
+        if (r != Z_OK) {
+            fclose(f);
+            free(s->in);
+            s->f = NULL;
+            s->in = NULL;
+            s->gz = 0;
+            return ls_error(r == Z_MEM_ERROR ? LS_ERR_OUT_OF_MEMORY : LS_ERR_INTERNAL,
+                            "cannot open '%s' as gzip: zlib's inflateInit2 failed (%d)", path, r);
+        }
+    }
     return LS_OK;
 }
 
 static void src_close(idx_src *s) {
+    if (s->gz) inflateEnd(&s->z);
     if (s->f) fclose(s->f);
-    if (s->gz) gzclose(s->gz);
+    free(s->in);
     s->f = NULL;
-    s->gz = NULL;
+    s->in = NULL;
+    s->gz = 0;
 }
 
 uint32_t ls_dataset_crc32(const ls_dataset *d) {
@@ -90,13 +129,38 @@ uint32_t ls_dataset_crc32(const ls_dataset *d) {
     return (uint32_t)crc;
 }
 
-/* zlib's message without the "<path>: " it puts in front (we name the file ourselves). */
-static const char *gz_message(idx_src *s, int *errnum) {
-    const char *msg = gzerror(s->gz, errnum);
-    if (!msg) return "";
-    size_t n = strlen(s->path);
-    if (strncmp(msg, s->path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ') msg += n + 2;
-    return msg;
+/* gzip: more compressed input, keeping the keep bytes still unread; 0 at the end of the file. */
+static ls_status gz_fill(idx_src *s, size_t *added) {
+    size_t keep = s->z.avail_in;
+    if (keep && s->z.next_in != s->in) memmove(s->in, s->z.next_in, keep);
+    size_t r = fread(s->in + keep, 1, LS_GZ_IN_CHUNK - keep, s->f);
+    if (r == 0 && ferror(s->f)) return ls_error(LS_ERR_IO, "cannot read '%s': %s", s->path, strerror(errno));
+    s->z.next_in = s->in;
+    s->z.avail_in = (uInt)(keep + r);
+    *added = r;
+    return LS_OK;
+}
+
+/* gzip: a member has ended. Another member may follow (gzip -c a b > ab.gz); anything else after
+ * it is refused, as extra bytes after a plain file are (zlib's gzread dropped them silently,
+ * where gzip -t says "trailing garbage"). */
+static ls_status gz_member_end(idx_src *s) {
+    size_t added = 1;
+    while (s->z.avail_in < 2 && added) LS_CHECK(gz_fill(s, &added));
+    if (s->z.avail_in == 0) {
+        s->gz_end = 1; /* the end of the file: a clean end */
+        return LS_OK;
+    }
+    if (s->z.avail_in >= 2 && s->z.next_in[0] == 0x1f && s->z.next_in[1] == 0x8b) {
+        inflateReset(&s->z);
+        return LS_OK;
+    }
+    long pos = ftell(s->f);
+    long long after = pos >= 0 ? (long long)(s->plain_size - pos) + s->z.avail_in : (long long)s->z.avail_in;
+    return ls_error(LS_ERR_FORMAT,
+                    "'%s' has %lld byte%s after the end of its gzip data that %s not gzip (trailing garbage; "
+                    "gzip -t reports it too)",
+                    s->path, after, after == 1 ? "" : "s", after == 1 ? "is" : "are");
 }
 
 /* Read up to n bytes; *got < n only at the end of the data. Errors name the file. */
@@ -106,38 +170,43 @@ static ls_status src_read(idx_src *s, void *buf, int64_t n, int64_t *got) {
     while (*got < n) {
         int64_t want = n - *got;
         if (want > (1 << 30)) want = 1 << 30;
-        if (s->f) {
+        if (!s->gz) {
             size_t r = fread(p + *got, 1, (size_t)want, s->f);
             *got += (int64_t)r;
             if ((int64_t)r < want) {
                 if (ferror(s->f)) return ls_error(LS_ERR_IO, "cannot read '%s': %s", s->path, strerror(errno));
                 return LS_OK; /* end of file */
             }
-        } else {
-            int r = gzread(s->gz, p + *got, (unsigned)want);
-            if (r < 0) {
-                int errnum = 0;
-                const char *msg = gz_message(s, &errnum);
-                if (errnum == Z_ERRNO) return ls_error(LS_ERR_IO, "cannot read '%s': %s", s->path, strerror(errno));
-                if (errnum == Z_MEM_ERROR)
-                    return ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': zlib is out of memory", s->path);
-                return ls_error(LS_ERR_FORMAT, "'%s': corrupt gzip stream: %s", s->path,
-                                msg[0] ? msg : "unknown zlib error");
+            continue;
+        }
+        if (s->gz_end) return LS_OK;
+        if (s->z.avail_in == 0) {
+            size_t added = 0;
+            LS_CHECK(gz_fill(s, &added));
+            if (!added) { /* the file ended inside a member */
+                s->gz_end = 1;
+                s->note = "unexpected end of file";
+                return LS_OK;
             }
-            *got += r;
-            if (r == 0) return LS_OK; /* end of data (possibly a cut-off stream, see src_note) */
+        }
+        s->z.next_out = p + *got;
+        s->z.avail_out = (uInt)want;
+        int r = inflate(&s->z, Z_NO_FLUSH);
+        *got += want - (int64_t)s->z.avail_out;
+        if (r == Z_STREAM_END) {
+            LS_CHECK(gz_member_end(s));
+        } else if (r == Z_MEM_ERROR) {
+            return ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': zlib is out of memory", s->path);
+        } else if (r != Z_OK && r != Z_BUF_ERROR) { /* Z_BUF_ERROR: it needs more input, read above */
+            return ls_error(LS_ERR_FORMAT, "'%s': corrupt gzip stream: %s", s->path,
+                            s->z.msg ? s->z.msg : "invalid data");
         }
     }
     return LS_OK;
 }
 
 /* After a short read: why the gzip stream ended (e.g. "unexpected end of file"), or "". */
-static const char *src_note(idx_src *s) {
-    if (!s->gz) return "";
-    int errnum = 0;
-    const char *msg = gz_message(s, &errnum);
-    return errnum != Z_OK ? msg : "";
-}
+static const char *src_note(idx_src *s) { return s->gz ? s->note : ""; }
 
 static ls_status src_truncated(idx_src *s, const char *what, int64_t expected, int64_t found) {
     const char *note = src_note(s);
@@ -261,13 +330,13 @@ static ls_status idx_read_first(const char *path, int64_t max_first, int want_nd
         goto fail;
     }
     int64_t header = 4 + 4 * (int64_t)ndim;
-    if (s.f && s.plain_size - header < count) {
+    if (!s.gz && s.plain_size - header < count) {
         st = src_truncated(&s, "data", count, s.plain_size - header);
         goto fail;
     }
     /* Plain files are known to hold count bytes; gzip data grows the buffer as it arrives so a
      * lying header cannot make us allocate more than the stream holds (plus a factor 2). */
-    int64_t cap = s.f ? count : (count < LS_IDX_FIRST_CHUNK ? count : LS_IDX_FIRST_CHUNK);
+    int64_t cap = !s.gz ? count : (count < LS_IDX_FIRST_CHUNK ? count : LS_IDX_FIRST_CHUNK);
     int64_t have = 0;
     data = malloc((size_t)cap);
     if (!data) {

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdint.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -195,8 +196,39 @@ static void check_idx_errors(void) {
     write_gz(p, buf, n);
     LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' has extra data", p));
 
+    /* Bytes after the gzip data that are not another gzip member: refused as after a plain file
+     * (zlib's gzread dropped them, and training went on with the file as if whole). */
+    n = make_idx(buf, 2, dims2, 12);
+    p = tmp_path("trail.idx.gz");
+    write_gz(p, buf, n);
+    f = fopen(p, "ab");
+    LS_REQUIRE(f != NULL && fwrite("garbage-bytes-here", 1, 18, f) == 18 && fclose(f) == 0);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                  EXPECTED("'%s' has 18 bytes after the end of its gzip data that are not gzip (trailing garbage", p));
+    /* ... and one trailing zero byte too (a lone byte cannot start a member) */
+    write_gz(p, buf, n);
+    f = fopen(p, "ab");
+    LS_REQUIRE(f != NULL && fputc(0, f) == 0 && fclose(f) == 0);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                  EXPECTED("'%s' has 1 byte after the end of its gzip data that is not gzip", p));
+    /* Two gzip members that together hold the file (gzip -c a b > ab.gz) read as one. */
+    p = tmp_path("members.idx.gz");
+    write_gz(p, buf, 10);
+    gzFile g = gzopen(p, "ab");
+    LS_REQUIRE(g != NULL && gzwrite(g, buf + 10, (unsigned)(n - 10)) == (int)(n - 10) && gzclose(g) == Z_OK);
+    LS_REQUIRE_OK(ls_idx_read(p, &idx));
+    LS_EXPECT(idx.count == 12 && memcmp(idx.data, buf + 12, 12) == 0);
+    ls_idx_free(&idx);
+
+    /* Only regular files: a FIFO without a writer hung the open (and every other rank with it),
+     * and one with a writer lost its first two bytes to the gzip check. */
+    p = tmp_path("fifo.idx.gz");
+    LS_REQUIRE(mkfifo(p, 0600) == 0);
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_IO,
+                  EXPECTED("'%s' is a FIFO: an IDX file (plain or gzip) must be a regular file", p));
+    LS_EXPECT_ERR(ls_idx_read("/dev/null", &idx), LS_ERR_IO, "'/dev/null' is a character device");
     /* A directory is not a file. */
-    LS_EXPECT_ERR(ls_idx_read(tmpdir, &idx), LS_ERR_IO, EXPECTED("'%s'", tmpdir));
+    LS_EXPECT_ERR(ls_idx_read(tmpdir, &idx), LS_ERR_IO, EXPECTED("'%s' is a directory", tmpdir));
     LS_EXPECT_ERR(ls_idx_read(NULL, &idx), LS_ERR_INVALID_ARGUMENT, "NULL");
 }
 
