@@ -426,7 +426,10 @@ ls_status ls_memory_parse_size(const char *s, size_t *out) {
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || errno != 0 || !(v >= 0) || isinf(v))
+    /* decimal digits only: strtod also reads hexadecimal ("0x100000" was a MiB) and "infinity" */
+    int decimal = end > s && (isdigit((unsigned char)s[0]) || s[0] == '.');
+    for (const char *c = s; decimal && c < end; c++) decimal = strchr("0123456789.eE+-", *c) != NULL;
+    if (end == s || errno != 0 || !(v >= 0) || isinf(v) || !decimal)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "memory size '%s' is not a number of bytes with an optional unit (e.g. 2GiB, 512MiB)", s);
     while (isspace((unsigned char)*end)) end++;
@@ -454,6 +457,9 @@ ls_status ls_memory_parse_size(const char *s, size_t *out) {
         if (strcmp(unit, units[i].u) == 0) {
             double bytes = v * units[i].m;
             if (bytes > 1.8e19) goto bad;
+            if (units[i].m == 1 && bytes != floor(bytes)) /* "1.5" was a cap of 1 byte */
+                return ls_error(LS_ERR_INVALID_ARGUMENT,
+                                "memory size '%s' is not a whole number of bytes (a unit: e.g. 1.5GiB, 512MiB)", s);
             *out = (size_t)bytes;
             return LS_OK;
         }

@@ -23,6 +23,17 @@ int main(void) {
     LS_EXPECT_ERR(ls_memory_parse_size("lots", &n), LS_ERR_INVALID_ARGUMENT, "memory size 'lots'");
     LS_EXPECT_ERR(ls_memory_parse_size("3 parsecs", &n), LS_ERR_INVALID_ARGUMENT, "unknown unit");
     LS_EXPECT_ERR(ls_memory_parse_size("-1GiB", &n), LS_ERR_INVALID_ARGUMENT, "memory size");
+    /* strtod's other forms: hexadecimal was taken ("0x100000": 1 MiB), and a fraction of a byte cut */
+    LS_EXPECT_ERR(ls_memory_parse_size("0x100000", &n), LS_ERR_INVALID_ARGUMENT,
+                  "memory size '0x100000' is not a number of bytes with an optional unit");
+    LS_EXPECT_ERR(ls_memory_parse_size(" 8MiB", &n), LS_ERR_INVALID_ARGUMENT, "is not a number of bytes");
+    LS_EXPECT_ERR(ls_memory_parse_size("1.5", &n), LS_ERR_INVALID_ARGUMENT,
+                  "memory size '1.5' is not a whole number of bytes");
+    LS_EXPECT_ERR(ls_memory_parse_size("2.5B", &n), LS_ERR_INVALID_ARGUMENT, "not a whole number of bytes");
+    LS_REQUIRE_OK(ls_memory_parse_size("1e3", &n));
+    LS_EXPECT(n == 1000);
+    LS_REQUIRE_OK(ls_memory_parse_size(".5KiB", &n));
+    LS_EXPECT(n == 512);
 
     ls_allocator *a;
     LS_REQUIRE_OK(ls_host_allocator_create(10 << 20, &a)); /* 10 MiB cap */

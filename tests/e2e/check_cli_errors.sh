@@ -127,7 +127,8 @@ refused "trainer: invalid argument: LOCKSTEP_SHARD_REDUCE='sideways': expected o
     "$mlp" "${small[@]}"
 # an empty value is unset, as for every variable (it was refused as not owner or all)
 out=$(LOCKSTEP_SHARD_REDUCE= "$mlp" "${small[@]}" 2>&1) || fail "LOCKSTEP_SHARD_REDUCE='': $(tail -n 2 <<<"$out")"
-refused "LOCKSTEP_MEMORY_LIMIT: memory cap '0.5' is less than a byte" env LOCKSTEP_MEMORY_LIMIT=0.5 "$mlp" "${small[@]}"
+refused "LOCKSTEP_MEMORY_LIMIT: memory size '0.5' is not a whole number of bytes" env LOCKSTEP_MEMORY_LIMIT=0.5 "$mlp" "${small[@]}"
+refused "LOCKSTEP_MEMORY_LIMIT: memory cap '0.0001KB' is less than a byte" env LOCKSTEP_MEMORY_LIMIT=0.0001KB "$mlp" "${small[@]}"
 # a --device or --comm value that means nothing is bad usage (2: it exited 1); oom_challenge named
 # a bad --comm "device"
 usage "--device: invalid argument: device 'cuda:x' is not one of cpu, cuda, cuda:N" "$mlp" "${small[@]}" --device cuda:x
