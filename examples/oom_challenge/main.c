@@ -35,7 +35,7 @@ static void usage(FILE *f) {
                "each remedy alone and all together, and prints peak memory and step time for each.\n\n"
                "  --memory-cap SIZE     the cap (default 48GiB on a GPU; on the CPU $LOCKSTEP_MEMORY_LIMIT,\n"
                "                        else 384MiB)\n"
-               "  --batch-size N        the batch that does not fit (default 256)\n"
+               "  --batch-size N        the batch that does not fit (default 256; at least 2: remedy 1 is smaller)\n"
                "  --small-batch N       remedy 1: the smaller batch (default a quarter of --batch-size)\n"
                "  --precision bf16|fp16 remedy 2: mixed precision (default bf16)\n"
                "  --checkpoint-activations[=N]  remedy 3: activation checkpointing over N segments of the\n"
@@ -81,7 +81,8 @@ static int parse_options(int argc, char **argv, options *o) {
         switch (c) {
         case 'M': o->memory_cap = optarg; break;
         case 'b':
-            if (parse_i64("--batch-size", optarg, 1, EX_MAX_BATCH, &o->batch)) return -1;
+            /* at least 2: remedy 1 is a smaller batch (a batch of 1 ran 1 as the "smaller" one) */
+            if (parse_i64("--batch-size", optarg, 2, EX_MAX_BATCH, &o->batch)) return -1;
             break;
         case 's':
             if (parse_i64("--small-batch", optarg, 1, EX_MAX_BATCH, &o->small_batch)) return -1;
