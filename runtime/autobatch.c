@@ -87,7 +87,25 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
                         r);
     }
     out->limit_bytes = (size_t)((double)out->cap_bytes * (1.0 - cfg->headroom));
-    ls_allocator_set_cap(alloc, (size_t)((double)own_cap * (1.0 - cfg->headroom)));
+    const size_t own_limit = (size_t)((double)own_cap * (1.0 - cfg->headroom));
+    /* what is held already (the model) past the trials' cap: every trial's message would say "the
+     * cap is 2.20 MiB, 2.36 MiB is already in use"; agreed, as the trials' outcomes are */
+    double over = st.live_bytes >= own_limit ? 1.0 : 0.0;
+    if (comm && ls_comm_world(comm) > 1) LS_CHECK(ls_comm_allreduce_host(comm, &over, 1, LS_F64, LS_REDUCE_MAX));
+    if (over > 0.5) {
+        char a[32], c[32], l[32];
+        if (st.live_bytes < own_limit)
+            return ls_error(LS_ERR_OUT_OF_MEMORY,
+                            "the batch-size search has no room: on another rank the model holds more than the "
+                            "cap less %.0f%% headroom (a larger cap, or a smaller model)",
+                            100 * cfg->headroom);
+        return ls_error(LS_ERR_OUT_OF_MEMORY,
+                        "the batch-size search has no room: the model already holds %s, more than the %s it trains "
+                        "within (the cap %s less %.0f%% headroom): a larger cap, or a smaller model",
+                        ls_memory_format(st.live_bytes, a, 32), ls_memory_format(own_limit, l, 32),
+                        ls_memory_format(own_cap, c, 32), 100 * cfg->headroom);
+    }
+    ls_allocator_set_cap(alloc, own_limit);
     char oom[512] = "";
     ls_status s = LS_OK;
     int64_t lo = 0, hi = 0, b = cfg->start; /* lo: largest fit so far; hi: smallest failure (0: none) */
@@ -239,6 +257,15 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
     /* two steps: the second is the steady state, where the buffers of the previous step are still held
      * while the next one allocates its workspaces */
     for (int k = 0; k < 2 && s == LS_OK; k++) s = ls_trainer_step(tr, t->data, idx, b, b, NULL);
+    /* and an evaluation at that batch, as after each epoch, beside the training's memory (its set's
+     * copy with LOCKSTEP_DATA_ON_DEVICE=on: a batch that fit the steps ran out in the evaluation) */
+    if (s == LS_OK && t->eval && t->eval->n > 0) {
+        double loss;
+        int64_t correct;
+        for (int64_t i = 0; i < b; i++) idx[i] = (rank * b + i) % t->eval->n;
+        ls_cnn_release_activations(t->model); /* as the examples' evaluations do */
+        s = ls_trainer_evaluate(tr, t->eval, idx, b, &loss, &correct);
+    }
 done:
     ls_cnn_sync_local(t->model, 0);
     ls_free(t->ctx->alloc, reserved);

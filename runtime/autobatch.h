@@ -55,7 +55,7 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
 /* A trial that trains model with ls_trainer: user is an ls_trainer_trial. It builds the optimizer
  * and the trainer at the trial's batch (their state counts toward the peak), runs two steps (the
  * second is the steady state) at learning rate 0 on the first samples of data (so parameters do
- * not move), then frees them and the model's activations and restores BatchNorm's running
+ * not move) and, given an eval set, evaluates a batch of it, then frees them and the model's activations and restores BatchNorm's running
  * statistics. The steps run without the communicator: a rank that runs out of memory cannot leave
  * the others waiting in a collective (the reducer's gradient buckets are reserved instead). A
  * sharded optimizer (optim's shard_rank and shard_world) holds this rank's share of the state only,
@@ -67,6 +67,8 @@ typedef struct ls_trainer_trial {
     const ls_optim_config *optim; /* the optimizer the run will use */
     const ls_train_config *train; /* the run's configuration; batch_per_rank is the trial's */
     const ls_dataset *data;
+    const ls_dataset *eval; /* NULL, or the set evaluated after each epoch: the trial then also
+                               evaluates a batch of it after its steps, as the run will */
 } ls_trainer_trial;
 
 ls_status ls_trainer_trial_step(void *user, int64_t batch_per_rank);

@@ -92,11 +92,14 @@ struct ls_trainer {
         void *images, *labels; /* images: f32, or bytes decoded through lut */
         float *lut;            /* [256] on the device for a set of bytes, else NULL */
         uint64_t used;         /* for replacing the least recently used */
+        int eval_only;         /* copied for an evaluation (on): freed by the next training step */
     } dev[2];
     uint64_t dev_clock;
     uint64_t refused[2]; /* ids of sets that did not fit on the device (auto): kept on the host */
     int n_refused;
-    int64_t *iota; /* device 0, 1, ..., cap-1: decoding staged bytes is a gather of every row */
+    uint64_t train_id; /* the data set of the last training step (ls_dataset.id) */
+    int evaluating;    /* inside ls_trainer_evaluate */
+    int64_t *iota;     /* device 0, 1, ..., cap-1: decoding staged bytes is a gather of every row */
     /* cfg.totals: the running sums, and the losses and counts of steps given no stats, copied to
      * the host in the background, one step per download slot, the slots used in turn */
     ls_train_totals totals;
@@ -722,6 +725,11 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
         }
     for (int i = 0; i < 2; i++)
         if (t->refused[i] == data->id) return LS_OK; /* tried once: no allocation (and log) per step */
+    /* A set evaluated, not trained on: under auto it stays on the host (a copy would hold device
+     * memory that the training step's batch, --batch-size auto's too, was sized without: epoch 2's
+     * step ran out of memory beside the test set's copy); under on its copy lives until the next
+     * training step (an evaluation comes in pieces, the EMA's after the model's) */
+    if (t->evaluating && data->id != t->train_id && t->data_mode == DATA_AUTO) return LS_OK;
     size_t ib = ls_dataset_sample_bytes(data), lb = (size_t)data->n * sizeof(int32_t);
     if (t->data_mode == DATA_AUTO) {
         ls_memory_stats ms;
@@ -759,6 +767,7 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
     d->n = data->n;
     d->features = data->features;
     d->used = ++t->dev_clock;
+    d->eval_only = t->evaluating && data->id != t->train_id;
     LS_LOG_D("data set %llu (%lld samples, %.1f MiB) copied to the device", (unsigned long long)data->id,
              (long long)data->n, (double)(ib + lb) / 1048576.0);
     *out = d;
@@ -1171,6 +1180,16 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
     int accum = t->cfg.accum_steps;
     int hinted = t->hint.set; /* the hint is this step's alone, even if the step fails */
     t->hint.set = 0;
+    t->train_id = data->id;
+    /* an evaluation's copy of its set goes (the queued work that read it was waited for): training
+     * is sized without it */
+    for (int i = 0; i < 2; i++)
+        if (t->dev[i].eval_only) {
+            if (t->dev[i].id == data->id)
+                t->dev[i].eval_only = 0; /* now trained on */
+            else
+                dev_data_free(t, &t->dev[i]);
+        }
     if (count < 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_trainer_step: count %lld is negative (0 or more samples)",
                         (long long)count);
@@ -1382,6 +1401,7 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
     memset(q, 0, sizeof q);
     ls_status s = LS_OK;
     int k = 0;
+    t->evaluating = 1;
     ls_module_set_training(t->model, 0);           /* dropout off */
     s = ls_module_cache_weight_casts(t->model, 1); /* f16/bf16 weight copies cast once for every chunk */
     if (s == LS_OK) s = ls_xent_set_label_smoothing(t->loss, 0.0); /* the plain cross-entropy */
@@ -1414,6 +1434,7 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
     ls_module_cache_weight_casts(t->model, 0);
     ls_module_set_training(t->model, 1);
     (void)ls_xent_set_label_smoothing(t->loss, t->cfg.label_smoothing); /* checked at create */
+    t->evaluating = 0;
     LS_TL_SPAN(t_eval, "evaluate", "eval");
     return s;
 }

@@ -149,6 +149,34 @@ void ex_diverged_hint(const char *prog, double train_loss) {
            prog, isnan(train_loss) ? "nan" : "inf");
 }
 
+void ex_step_oom_hint(char *buf, size_t len, int64_t batch, int batch_auto, ls_precision precision, int checkpointing,
+                      const char *model_flags) {
+    char item[5][128];
+    int n = 0;
+    if (batch > 1) {
+        if (batch_auto > 0)
+            snprintf(item[n++], sizeof item[0], "a smaller --batch-size than the %lld --batch-size auto found",
+                     (long long)batch);
+        else
+            snprintf(item[n++], sizeof item[0], "a smaller --batch-size%s",
+                     batch_auto == 0 ? " (or --batch-size auto)" : "");
+    }
+    if (precision == LS_PRECISION_FP32) snprintf(item[n++], sizeof item[0], "--precision bf16");
+    if (!checkpointing) snprintf(item[n++], sizeof item[0], "--checkpoint-activations");
+    if (batch <= 1) {
+        snprintf(item[n++], sizeof item[0], "a larger cap");
+        snprintf(item[n++], sizeof item[0], "a smaller model (%.100s)", model_flags);
+    }
+    size_t o = (size_t)snprintf(buf, len, "To fit, try ");
+    for (int i = 0; i < n && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%s",
+                              i == 0      ? ""
+                              : i + 1 < n ? ", "
+                              : n > 2     ? ", or "
+                                          : " or ",
+                              item[i]);
+}
+
 int ex_fail(const char *prog, const char *what, ls_status s) {
     /* not appended to a progress line */
     fprintf(stderr, "%s%s: %s: %s: %s\n", ls_log_progress_shown(0) ? "\r\033[K" : "", prog, what, ls_status_name(s),

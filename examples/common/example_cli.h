@@ -70,6 +70,13 @@ void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t ste
 /* Once a run, after an epoch line whose train loss is not finite: "PROG: the train loss is nan:
  * the training diverged (...what may help)" (the run goes on, as PyTorch's would). */
 void ex_diverged_hint(const char *prog, double train_loss);
+/* The out-of-memory hint of a training step (ls_allocator_set_oom_hint): "To fit, try ..." with the
+ * remedies this run does not use yet (a run in bf16 was told to use bf16): a smaller batch (batch_auto
+ * 1: than the one --batch-size auto found; 0: or --batch-size auto; -1: the program has no auto),
+ * --precision bf16, --checkpoint-activations; at a batch of 1, a larger cap and a smaller model
+ * (model_flags, e.g. "--hidden"). */
+void ex_step_oom_hint(char *buf, size_t len, int64_t batch, int batch_auto, ls_precision precision, int checkpointing,
+                      const char *model_flags);
 /* cfg->widths and n_stages from "32,64,128": 1 to LS_RESNET_MAX_STAGES positive channel counts;
  * else LS_ERR_INVALID_ARGUMENT naming --widths. */
 ls_status ex_parse_widths(const char *s, ls_resnet_config *cfg);

@@ -382,8 +382,9 @@ int main(int argc, char **argv) {
     tc.buckets.bucket_bytes = 0;
     tc.totals = 1; /* the epoch's loss and accuracy: read once, at its end */
     TRY_ALL("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
-    ls_allocator_set_oom_hint(ctx->alloc, "To fit, try a smaller --batch-size, --precision bf16, or "
-                                          "--checkpoint-activations");
+    char hint[512];
+    ex_step_oom_hint(hint, sizeof hint, o.batch, -1, precision, o.ckpt_segments > 0, "--hidden");
+    ls_allocator_set_oom_hint(ctx->alloc, hint);
     if (ema) TRY("--ema", ls_ema_reset(ema)); /* from rank 0's weights, as the model */
 
     char devname[32];

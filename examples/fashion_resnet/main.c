@@ -55,8 +55,8 @@ static void usage(FILE *f) {
         "  --epochs N            epochs (default 5); with nothing left to train (0, a finished checkpoint,\n"
         "                        --max-steps reached) the model is evaluated on the test set as it is\n"
         "  --batch-size N|auto   samples per rank per micro-step (default 64); auto: the largest batch\n"
-        "                        whose training step fits the memory cap with 10%% headroom, found by\n"
-        "                        trial steps (doubling, then bisection), the minimum over ranks\n"
+        "                        whose training step and evaluation fit the memory cap with 10%% headroom,\n"
+        "                        found by trials (doubling, then bisection), the minimum over ranks\n"
         "  --memory-cap SIZE     cap on the device memory lockstep allocates, e.g. 2GiB (default\n"
         "                        $LOCKSTEP_MEMORY_LIMIT on the CPU, else none)\n"
         "  --accum-steps N       micro-steps per optimizer step, gradients accumulated (default 1); a\n"
@@ -435,11 +435,17 @@ int main(int argc, char **argv) {
     TRY("sampler", ls_sampler_create(train->n, rank, world, o.seed, 1, LS_SAMPLER_PAD, &sampler));
     TRY("test sampler", ls_sampler_create(test->n, rank, world, 0, 0, LS_SAMPLER_EXACT, &test_sampler));
 
-    if (o.batch == 0) { /* --batch-size auto */
+    const int batch_auto = o.batch == 0;
+    if (batch_auto) { /* --batch-size auto */
         ls_batch_search_config bs = {1, (ls_sampler_num_samples(sampler) + o.accum - 1) / o.accum, 0.10};
         ls_batch_search_result br;
-        ls_trainer_trial trial = {ctx, comm, model, &oc, &tc, train};
+        ls_trainer_trial trial = {ctx, comm, model, &oc, &tc, train, test};
         if (bs.max > 1) bs.start = bs.max < 16 ? 1 : 16;
+        /* what a trial's out-of-memory error says: the model fit (a batch of 1 that does not is
+         * reported as such, with the remedies but a smaller batch) */
+        char search_hint[512];
+        ex_step_oom_hint(search_hint, sizeof search_hint, 1, 1, precision, o.ckpt_segments > 0, "--widths, --blocks");
+        ls_allocator_set_oom_hint(ctx->alloc, search_hint);
         /* no cap (on any rank: the search agrees on it): bad usage (exit 2), as a missing flag */
         TRY_FLAG("auto", "--batch-size auto", "--batch-size auto",
                  ls_batch_size_search(ctx->alloc, comm, &bs, ls_trainer_trial_step, &trial, &br));
@@ -468,8 +474,9 @@ int main(int argc, char **argv) {
     TRY("optimizer", ls_optimizer_create(ctx, np, params, grads, &oc, &opt));
     tc.totals = 1; /* the epoch's loss and accuracy: read once, at its end */
     TRY_ALL("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
-    ls_allocator_set_oom_hint(ctx->alloc, "To fit, try a smaller --batch-size (or --batch-size auto), "
-                                          "--precision bf16, or --checkpoint-activations");
+    char hint[512];
+    ex_step_oom_hint(hint, sizeof hint, o.batch, batch_auto, precision, o.ckpt_segments > 0, "--widths, --blocks");
+    ls_allocator_set_oom_hint(ctx->alloc, hint);
     if (ema) TRY("--ema", ls_ema_reset(ema)); /* from rank 0's weights, as the model */
 
     char devname[32], widths[160] = "";
@@ -560,11 +567,11 @@ int main(int argc, char **argv) {
         double train_time = ex_now_s() - t0;
         total_time += train_time;
         if (ck.progress) ex_progress_clear();
-        ls_memory_stats ms;
-        ls_allocator_stats(ctx->alloc, &ms);
-        double peak = (double)ms.peak_bytes;
         double ev[3];
         TRY("evaluation", evaluate(trainer, comm, model, test, test_idx, test_count, per_step, ev));
+        ls_memory_stats ms; /* the epoch's peak, its evaluation too (as fashion_mlp's) */
+        ls_allocator_stats(ctx->alloc, &ms);
+        double peak = (double)ms.peak_bytes;
         TRY("metrics", ls_comm_allreduce_host(comm, m, 3, LS_F64, LS_REDUCE_SUM));
         TRY("metrics", ls_comm_allreduce_host(comm, &peak, 1, LS_F64, LS_REDUCE_MAX));
         if (rank == 0) {

@@ -128,7 +128,7 @@ static void check_resnet(void) {
     tc.batch_per_rank = 1;
     tc.accum_steps = 1;
     tc.lr.base_lr = 0.1f;
-    ls_trainer_trial trial = {ctx, NULL, m, &oc, &tc, d};
+    ls_trainer_trial trial = {ctx, NULL, m, &oc, &tc, d, NULL};
     /* parameters and buffers before */
     int np = ls_module_num_params(m), nb = ls_cnn_num_buffers(m);
     LS_EXPECT(nb == 2 * 6); /* stem BN, 2 in each block, the projection's */

@@ -10,7 +10,9 @@
 # refused by name. With
 # RESNET (fashion_resnet):
 # --augment rewrites the training set's bytes in place every epoch, and the device copy must follow
-# (ls_dataset_changed), so the epochs are again the same with and without it. Both also train the
+# (ls_dataset_changed), so the epochs are again the same with and without it; and the test set's
+# copy, made for an evaluation, is freed by the next training step (it held 7.5 MiB of a 16 MiB cap
+# into epoch 2, which ran out) and counted by --batch-size auto's trials. Both also train the
 # same with batches staged through the allocator and the next one prefetched (LOCKSTEP_PREFETCH=on,
 # the GPU's path for a data set kept on the host).
 set -u
@@ -42,5 +44,16 @@ if [ -n "$resnet" ]; then
         fail "resnet --augment: the epochs differ between off and on (a stale device copy?)"
     [ "$(fields <<<"$r_off")" = "$(fields <<<"$r_pf")" ] ||
         fail "resnet --augment: the epochs differ with LOCKSTEP_PREFETCH=on (a stale prefetched batch?)"
+    # The test set's copy (7.5 MiB of 10000 images) lives from the evaluation to the next training
+    # step only: it stayed, and epoch 2's step ran out of a 16 MiB cap beside it; and --batch-size
+    # auto's trials evaluate too (the batch it found trained, then the evaluation ran out of 12 MiB).
+    cargs=(--epochs 2 --train-limit 600 --widths 4,8 --no-progress)
+    r_cap=$(LOCKSTEP_DATA_ON_DEVICE=on "$resnet" "${cargs[@]}" --batch-size 40 --memory-cap 16MiB 2>&1) ||
+        fail "resnet, the test set on the device, 16 MiB cap: $r_cap"
+    r_auto=$(LOCKSTEP_DATA_ON_DEVICE=on "$resnet" "${cargs[@]}" --batch-size auto --memory-cap 12MiB 2>&1) ||
+        fail "resnet, the test set on the device, --batch-size auto under 12 MiB: $r_auto"
+    printf 'resnet, the test set on the device:\n%s\n%s\n' "$r_cap" "$r_auto"
+    [ "$(fields <<<"$r_cap" | wc -l)" -eq 2 ] && [ "$(fields <<<"$r_auto" | wc -l)" -eq 2 ] ||
+        fail "resnet, the test set on the device: expected 2 epoch lines each"
 fi
 echo "PASS: identical epochs (prefetch too); peak memory $p_off -> $p_on MiB; bad value refused${resnet:+; augmented resnet identical}"
