@@ -1,11 +1,47 @@
 """benchrun.py: runs one benchmark command and reads its figure, for the benchmark drivers
-(compare_*.py, scaling.py); finds the programs they run. Standard library only."""
+(compare_*.py, scaling.py); finds the programs they run, and checks their flags' values.
+Standard library only."""
+import argparse
 import os
 import re
 import shlex
 import signal
 import subprocess
 import sys
+
+
+def whole(lo=1, hi=None):
+    """An argparse type: a whole number from lo (to hi). Anything else is a usage error naming the
+    flag, the value and the range (argparse: exit status 2), not a traceback or a run of nothing."""
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            v = None
+        if v is None or v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(
+                f"'{text}' must be a whole number " + (f"from {lo} to {hi}" if hi is not None else f">= {lo}"))
+        return v
+    return parse
+
+
+def number(lo, hi):
+    """An argparse type: a number from lo to hi (NaN and inf never pass), else a usage error as whole's."""
+    def parse(text):
+        try:
+            v = float(text)
+        except ValueError:
+            v = None
+        if v is None or not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"'{text}' must be a number from {lo:g} to {hi:g}")
+        return v
+    return parse
+
+
+def timeout_flag(ap):
+    """The drivers' --timeout: how long one run may take before it (its whole process group) is
+    ended and the driver exits saying so; a hung rank otherwise blocks the driver forever."""
+    ap.add_argument("--timeout", type=whole(1), default=600, help="seconds a run may take (default 600)")
 
 
 def program(prog, path, hint="give the build directory that holds it with --build", dry_run=False):

@@ -22,7 +22,7 @@ import shlex
 import statistics
 import sys
 
-from benchrun import program, samples_per_s
+from benchrun import program, samples_per_s, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -33,19 +33,17 @@ def main():
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("--lockstep-run", default=os.environ.get("LOCKSTEP_RUN"),
                     help="the launcher (default $LOCKSTEP_RUN, else BUILD/launcher/lockstep-run)")
-    ap.add_argument("--ranks", type=int, default=2, help="ranks (default 2)")
-    ap.add_argument("--batch-size", type=int, default=128, help="samples per rank per step (default 128)")
-    ap.add_argument("--steps", type=int, default=200, help="timed steps per run (default 200)")
-    ap.add_argument("--rounds", type=int, default=3, help="runs of each configuration (default 3)")
+    ap.add_argument("--ranks", type=whole(2), default=2, help="ranks (default 2)")
+    ap.add_argument("--batch-size", type=whole(1), default=128, help="samples per rank per step (default 128)")
+    ap.add_argument("--steps", type=whole(1), default=200, help="timed steps per run (default 200)")
+    ap.add_argument("--rounds", type=whole(1), default=3, help="runs of each configuration (default 3)")
     ap.add_argument("--no-torch", action="store_true", help="lockstep only")
-    ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take (default 600)")
+    timeout_flag(ap)
     ap.add_argument("--launcher-arg", action="append", default=[],
                     help="pass an argument to lockstep-run (repeatable), e.g. --launcher-arg=--hostfile "
                          "--launcher-arg=hosts.txt")
     ap.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     args = ap.parse_args()
-    if args.ranks < 2 or args.rounds < 1 or args.batch_size < 1 or args.steps < 1:
-        ap.error("--ranks must be at least 2; --rounds, --batch-size and --steps positive")
     lsr = program("compare_compress", args.lockstep_run or os.path.join(args.build, "launcher", "lockstep-run"),
                   "give the build directory with --build, or the launcher with --lockstep-run", args.dry_run)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",

@@ -11,17 +11,19 @@ import platform
 import statistics
 import sys
 
-from benchrun import program, samples_per_s
+from benchrun import program, samples_per_s, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--batch-size", type=int, default=128, help="per rank")
+    ap = argparse.ArgumentParser(description=__doc__.split("\nUsage")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="build directory (default build)")
+    ap.add_argument("--rounds", type=whole(1), default=5, help="rounds (default 5)")
+    ap.add_argument("--steps", type=whole(1), default=200, help="timed steps per run (default 200)")
+    ap.add_argument("--batch-size", type=whole(1), default=128, help="samples per rank per step (default 128)")
+    timeout_flag(ap)
     args = ap.parse_args()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -38,7 +40,8 @@ def main():
     for r in range(args.rounds):
         for k, c in cmds.items():
             # both sides print 'ranks N': a 2-rank run whose ranks did not find each other is refused
-            res[k].append(samples_per_s("compare_ddp.py", k, c, env, ranks=2 if "2 ranks" in k else 1))
+            res[k].append(samples_per_s("compare_ddp.py", k, c, env, ranks=2 if "2 ranks" in k else 1,
+                                        timeout=args.timeout))
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in res.items()), flush=True)
     med = {k: statistics.median(v) for k, v in res.items()}
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; per-rank batch "

@@ -18,7 +18,7 @@ import platform
 import statistics
 import sys
 
-from benchrun import program, samples_per_s
+from benchrun import number, program, samples_per_s, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -27,19 +27,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build", help="build directory (default build)")
-    ap.add_argument("--rounds", type=int, default=5, help="runs of each configuration (default 5)")
-    ap.add_argument("--steps", type=int, default=400, help="timed steps per run (default 400)")
-    ap.add_argument("--batch-size", type=int, default=128, help="samples per step (default 128)")
-    ap.add_argument("--threads", type=int, default=2, help="OpenBLAS threads for lockstep (default 2)")
-    ap.add_argument("--torch-threads", type=int, default=1,
+    ap.add_argument("--rounds", type=whole(1), default=5, help="runs of each configuration (default 5)")
+    ap.add_argument("--steps", type=whole(1), default=400, help="timed steps per run (default 400)")
+    ap.add_argument("--batch-size", type=whole(1), default=128, help="samples per step (default 128)")
+    ap.add_argument("--threads", type=whole(1), default=2, help="OpenBLAS threads for lockstep (default 2)")
+    ap.add_argument("--torch-threads", type=whole(1), default=1,
                     help="PyTorch's threads (default 1: its fastest on this MLP, see compare_mlp.py)")
-    ap.add_argument("--ema", type=float, default=0.999, help="the EMA's decay (default 0.999)")
-    ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take (default 600)")
+    ap.add_argument("--ema", type=number(0, 0.999999), default=0.999,
+                    help="the EMA's decay, from 0 to 0.999999 (bench_mlp's range; default 0.999)")
+    timeout_flag(ap)
     ap.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     args = ap.parse_args()
-    if args.rounds < 1 or args.steps < 1 or args.batch_size < 1 or args.threads < 1 or args.torch_threads < 1 \
-            or not 0 <= args.ema < 1:
-        ap.error("--rounds, --steps, --batch-size and --threads must be positive, --ema in [0, 1)")
     t = str(args.threads)
     env = dict(os.environ, OPENBLAS_NUM_THREADS=t, OMP_NUM_THREADS=t, LOCKSTEP_DEVICE="cpu")
     common = ["--batch-size", str(args.batch_size), "--steps", str(args.steps)]

@@ -14,14 +14,15 @@ import re
 import statistics
 import sys
 
-from benchrun import program, run_output
+from benchrun import number, program, run_output, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(name, cmd, env):
-    """The last line cmd prints; exits showing cmd's output and errors when it fails."""
-    out = run_output("compare_mlp.py", name, cmd, env).strip()
+def run(name, cmd, env, timeout):
+    """The last line cmd prints; exits showing cmd's output and errors when it fails or runs past
+    timeout seconds."""
+    out = run_output("compare_mlp.py", name, cmd, env, timeout).strip()
     if not out:
         sys.exit(f"compare_mlp.py: {name}: {' '.join(cmd)} printed nothing")
     return out.splitlines()[-1]
@@ -31,30 +32,45 @@ def num(line, key):
     return float(re.search(re.escape(key) + r" ([0-9.]+)", line).group(1))
 
 
+def torch_threads(text):
+    """--torch-threads: thread counts of 1 or more, comma-separated (torch_mlp.py's 0, PyTorch's
+    default count, would be labelled 0 threads)."""
+    counts = [t.strip() for t in text.split(",")]
+    if not all(t.isdigit() and int(t) >= 1 for t in counts):
+        raise argparse.ArgumentTypeError(f"'{text}' must be thread counts of 1 or more, comma-separated, as 1,2")
+    return [str(int(t)) for t in counts]
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--threads", default="2", help="cores both sides use")
-    ap.add_argument("--torch-threads", default="1,2", help="PyTorch thread settings to try; the fastest counts")
-    ap.add_argument("--dropout", type=float, default=0, help="both sides with a Dropout(P) after each hidden layer")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="build directory (default build)")
+    ap.add_argument("--rounds", type=whole(1), default=5, help="rounds (default 5)")
+    ap.add_argument("--steps", type=whole(1), default=400, help="timed steps per run (default 400)")
+    ap.add_argument("--batch-size", type=whole(1), default=128, help="samples per step (default 128)")
+    ap.add_argument("--threads", type=whole(1), default=2,
+                    help="cores both sides use: OPENBLAS_NUM_THREADS and OMP_NUM_THREADS (default 2)")
+    ap.add_argument("--torch-threads", type=torch_threads, default=["1", "2"],
+                    help="PyTorch thread settings to try, as 1,2 (default); the fastest counts")
+    ap.add_argument("--dropout", type=number(0, 0.999999), default=0,
+                    help="both sides with a Dropout(P) after each hidden layer, P from 0 to 0.999999 "
+                         "(bench_mlp's range; default 0: none)")
+    timeout_flag(ap)
     args = ap.parse_args()
     bench = program("compare_mlp", os.path.join(args.build, "cluster", "bench", "bench_mlp"))
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=args.threads, OMP_NUM_THREADS=args.threads)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
     common = ["--steps", str(args.steps), "--batch-size", str(args.batch_size)]
     train = ["--dropout", str(args.dropout)] if args.dropout > 0 else []
-    ls, gf, sg, torch = [], [], [], {t: [] for t in args.torch_threads.split(",")}
+    ls, gf, sg, torch = [], [], [], {t: [] for t in args.torch_threads}
     for r in range(args.rounds):
         # on the CPU, as the PyTorch side (bench_mlp's default is a GPU where there is one)
-        line = run("lockstep", [bench, "--device", "cpu"] + common + train, env)
+        line = run("lockstep", [bench, "--device", "cpu"] + common + train, env, args.timeout)
         ls.append(num(line, "samples/s"))
         gf.append(num(line, "GFLOP/s"))
         # sgemm alone right after the training run: both see the machine as it is in this round
-        sg.append(num(run("sgemm", [bench, "--sgemm"] + common, env), "GFLOP/s"))
+        sg.append(num(run("sgemm", [bench, "--sgemm"] + common, env, args.timeout), "GFLOP/s"))
         for t in torch:
-            line = run(f"torch {t} threads", ["/usr/bin/python3", os.path.join(HERE, "torch_mlp.py"), "--threads", t] + common + train, env)
+            line = run(f"torch {t} threads", ["/usr/bin/python3", os.path.join(HERE, "torch_mlp.py"), "--threads", t] + common + train, env, args.timeout)
             torch[t].append(num(line, "samples/s"))
         print(f"round {r + 1}: lockstep {ls[-1]:.0f} samples/s ({gf[-1]:.1f} GFLOP/s, sgemm alone {sg[-1]:.1f}); " +
               ", ".join(f"torch({t} threads) {v[-1]:.0f}" for t, v in torch.items()), flush=True)

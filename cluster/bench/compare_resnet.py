@@ -19,15 +19,15 @@ import re
 import statistics
 import sys
 
-from benchrun import program, run_output
+from benchrun import program, run_output, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(name, cmd, env, ranks=None):
+def run(name, cmd, env, ranks, timeout):
     """cmd's last line with a samples/s figure; exits showing cmd's output and errors when it fails,
-    prints no figure, or (ranks given) ran as another number of ranks."""
-    out = run_output("compare_resnet.py", name, cmd, env)
+    runs past timeout seconds, prints no figure, or (ranks given) ran as another number of ranks."""
+    out = run_output("compare_resnet.py", name, cmd, env, timeout)
     lines = [l for l in out.strip().splitlines() if "samples/s" in l]
     if not lines:
         sys.exit(f"compare_resnet.py: {name}: no 'samples/s' figure in the output of {' '.join(cmd)}:\n{out}")
@@ -42,15 +42,19 @@ def num(line, key):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--batch-size", type=int, default=128, help="global batch")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="build directory (default build)")
+    ap.add_argument("--rounds", type=whole(1), default=5, help="rounds (default 5)")
+    ap.add_argument("--steps", type=whole(1), default=30, help="timed steps per run (default 30)")
+    ap.add_argument("--warmup", type=whole(0), default=5, help="untimed steps before them (default 5)")
+    ap.add_argument("--batch-size", type=whole(1), default=128,
+                    help="global batch (default 128; lockstep's ranks each train batch/CORES)")
     ap.add_argument("--widths", default="32,64,128", help="stage widths (default 32,64,128, fashion_resnet's)")
-    ap.add_argument("--blocks", type=int, default=1)
-    ap.add_argument("--cores", type=int, default=2, help="ranks (lockstep) and threads (both) to use")
+    ap.add_argument("--blocks", type=whole(1), default=1, help="blocks per stage (default 1)")
+    ap.add_argument("--cores", type=whole(1), default=2,
+                    help="ranks (lockstep) and threads (both) to use (default 2)")
+    timeout_flag(ap)
     args = ap.parse_args()
     bench = program("compare_resnet", os.path.join(args.build, "cluster", "bench", "bench_resnet"))
     launcher = program("compare_resnet", os.path.join(args.build, "launcher", "lockstep-run"))
@@ -70,7 +74,7 @@ def main():
     results = {name: [] for name, _, _, _, _ in configs}
     for r in range(args.rounds):
         for name, _, cmd, env, ranks in configs:
-            results[name].append(num(run(name, cmd, env, ranks), "samples/s"))
+            results[name].append(num(run(name, cmd, env, ranks, args.timeout), "samples/s"))
         print(f"round {r + 1}: " + "; ".join(f"{n} {v[-1]:.0f}" for n, v in results.items()), flush=True)
     med = {n: statistics.median(v) for n, v in results.items()}
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "

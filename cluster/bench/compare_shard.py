@@ -26,7 +26,7 @@ import statistics
 import sys
 import tempfile
 
-from benchrun import program, run_output, samples_per_s
+from benchrun import program, run_output, samples_per_s, timeout_flag, whole
 
 
 def main():
@@ -35,17 +35,19 @@ def main():
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("--lockstep-run", default=os.environ.get("LOCKSTEP_RUN"),
                     help="the launcher (default $LOCKSTEP_RUN, else BUILD/launcher/lockstep-run)")
-    ap.add_argument("--ranks", type=int, default=2, help="ranks (default 2)")
+    ap.add_argument("--ranks", type=whole(2), default=2, help="ranks (default 2)")
     ap.add_argument("--hidden", default="1024,1024,1024", help="fashion_mlp --hidden (default 1024,1024,1024)")
-    ap.add_argument("--batch-size", type=int, default=64, help="samples per rank per step (default 64)")
-    ap.add_argument("--train-limit", type=int, default=16384, help="training samples (default 16384)")
-    ap.add_argument("--rounds", type=int, default=5, help="runs of each configuration (default 5)")
-    ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take (default 600)")
+    ap.add_argument("--batch-size", type=whole(1), default=64, help="samples per rank per step (default 64)")
+    ap.add_argument("--train-limit", type=whole(1), default=16384,
+                    help="training samples (default 16384; at least --batch-size x --ranks, one step)")
+    ap.add_argument("--rounds", type=whole(1), default=5, help="runs of each configuration (default 5)")
+    timeout_flag(ap)
     ap.add_argument("--torch", action="store_true", help="also PyTorch DDP without and with ZeroRedundancyOptimizer")
     ap.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     args = ap.parse_args()
-    if args.ranks < 2 or args.rounds < 1:
-        ap.error("--ranks must be at least 2 and --rounds positive")
+    if args.train_limit < args.batch_size * args.ranks:
+        ap.error(f"--train-limit {args.train_limit} must be at least --batch-size x --ranks = "
+                 f"{args.batch_size * args.ranks} (one step of every rank)")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OPENBLAS_NUM_THREADS="1", LOCKSTEP_GPU_MONITOR="off")
     env.pop("LOCKSTEP_SHARD_REDUCE", None)

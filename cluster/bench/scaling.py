@@ -21,7 +21,7 @@ import shlex
 import statistics
 import sys
 
-from benchrun import program, samples_per_s
+from benchrun import program, samples_per_s, timeout_flag, whole
 
 
 def default_ranks():
@@ -72,16 +72,17 @@ def main():
     ap.add_argument("--ranks", type=parse_ranks, default=None,
                     help="rank counts, e.g. 1,2,4 (default: 1 and powers of two up to SLURM_NTASKS, "
                          "the GPUs, or the CPUs of this host)")
-    ap.add_argument("--batch-size", type=int, default=None,
+    ap.add_argument("--batch-size", type=whole(1), default=None,
                     help="samples per rank per step (default 128 for mlp, 64 for resnet)")
-    ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default 200 mlp, 20 resnet)")
+    ap.add_argument("--steps", type=whole(1), default=None, help="timed steps per run (default 200 mlp, 20 resnet)")
     ap.add_argument("--precision", default="fp32", help="resnet: fp32, bf16 or fp16 (default fp32)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: the benchmark's own default)")
-    ap.add_argument("--threads", type=int, default=None,
+    ap.add_argument("--threads", type=whole(1), default=None,
                     help="OMP/OPENBLAS threads per rank (default: lockstep-run's rule: the host's CPUs "
                          "shared among its ranks, all of them for one rank); on CPU nodes pass it, so "
                          "every rank count has the same CPUs per rank")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=whole(1), default=3, help="runs of each rank count (default 3)")
+    timeout_flag(ap)
     ap.add_argument("--launcher-arg", action="append", default=[],
                     help="pass an argument to lockstep-run (repeatable), e.g. --launcher-arg=--hostfile "
                          "--launcher-arg=hosts.txt")
@@ -92,12 +93,8 @@ def main():
     if args.steps is None:
         args.steps = 200 if args.model == "mlp" else 20
     ranks = args.ranks or default_ranks()
-    if args.rounds < 1 or args.batch_size < 1 or args.steps < 1:
-        ap.error("--rounds, --batch-size and --steps must be positive")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if args.threads is not None:
-        if args.threads < 1:
-            ap.error("--threads must be positive")
         env.update(OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads))
     cmds = {n: command(args, n) for n in ranks}
     if args.dry_run:
@@ -109,7 +106,7 @@ def main():
     res = {n: [] for n in ranks}
     for r in range(args.rounds):
         for n in ranks:
-            res[n].append(samples_per_s("scaling.py", f"{n} rank(s)", cmds[n], env, ranks=n))
+            res[n].append(samples_per_s("scaling.py", f"{n} rank(s)", cmds[n], env, ranks=n, timeout=args.timeout))
         print(f"round {r + 1}: " + ", ".join(f"{n} rank{'s' * (n > 1)} {res[n][-1]:.0f}" for n in ranks),
               flush=True)
     med = {n: statistics.median(v) for n, v in res.items()}
