@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 
-from benchrun import program
+from benchrun import program, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -90,11 +90,14 @@ def train_main(args, bench, base_bench, top):
     env = dict(os.environ, LOCKSTEP_DEVICE="cpu", OPENBLAS_NUM_THREADS="1", LOCKSTEP_LOG="error")
     common = ["--hidden", args.hidden, "--steps", str(args.steps), "--batch-size", str(args.batch_size)]
     every = ["--save-every", str(args.save_every)]
+    # each side's checkpoint directory, cleared before each of its runs
+    dirs = {n: os.path.join(top, d) for n, d in (("no saves", "none"), ("sync", "sync"), ("async", "async"),
+                                                 ("torch", "torch"))}
     sides = {
-        "no saves": [bench, "train", os.path.join(top, "none"), "--device", "cpu", "--save-every", "0"] + common,
-        "sync": [bench, "train", os.path.join(top, "sync"), "--device", "cpu"] + every + common,
-        "async": [bench, "train", os.path.join(top, "async"), "--device", "cpu", "--async"] + every + common,
-        "torch": ["/usr/bin/python3", os.path.join(HERE, "torch_ckpt.py"), "train", os.path.join(top, "torch"),
+        "no saves": [bench, "train", dirs["no saves"], "--device", "cpu", "--save-every", "0"] + common,
+        "sync": [bench, "train", dirs["sync"], "--device", "cpu"] + every + common,
+        "async": [bench, "train", dirs["async"], "--device", "cpu", "--async"] + every + common,
+        "torch": ["/usr/bin/python3", os.path.join(HERE, "torch_ckpt.py"), "train", dirs["torch"],
                   "--threads", "1"] + every + common,
     }
     if args.dry_run:
@@ -104,8 +107,11 @@ def train_main(args, bench, base_bench, top):
     got = {n: [] for n in sides}
     for r in range(args.rounds):
         for name, cmd in sides.items():
-            shutil.rmtree(cmd[3], ignore_errors=True)
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+            shutil.rmtree(dirs[name], ignore_errors=True)  # every run starts from no checkpoint, alike
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                sys.exit(f"compare_ckpt: {' '.join(cmd)} ran past {args.timeout} s")
             if p.returncode != 0:
                 sys.exit(f"compare_ckpt: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}")
             res = json.loads(p.stdout.strip().splitlines()[-1])
@@ -145,21 +151,25 @@ def main():
                          "compare two versions of lockstep")
     ap.add_argument("--baseline", default=None,
                     help="another build's bench_ckpt, run as a third side (\"before\"): to compare two versions "
-                         "of lockstep in the same rounds")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
+                         "of lockstep's save and load in the same rounds (not with --train)")
+    ap.add_argument("--rounds", type=whole(1), default=5, help="rounds (default 5)")
     ap.add_argument("--hidden", default="4096,4096,4096",
                     help="hidden sizes (default 4096,4096,4096: 441 MB); NxK: K layers of N (16x2000: many tensors)")
     ap.add_argument("--dir", default=None, help="where to write the checkpoints (default a new directory in /tmp)")
-    ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take (default 600)")
+    timeout_flag(ap)
     ap.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     ap.add_argument("--train", action="store_true",
                     help="compare training with saves: none, synchronous, asynchronous, PyTorch's torch.save")
-    ap.add_argument("--steps", type=int, default=35, help="--train: timed steps (default 35)")
-    ap.add_argument("--save-every", type=int, default=10, help="--train: a save every N steps (default 10)")
-    ap.add_argument("--batch-size", type=int, default=64, help="--train: samples per step (default 64)")
+    ap.add_argument("--steps", type=whole(1, 1 << 20), default=35, help="--train: timed steps (default 35)")
+    ap.add_argument("--save-every", type=int, default=10,
+                    help="--train: a save every N steps, N from 1 to --steps (default 10)")
+    ap.add_argument("--batch-size", type=whole(1, 1 << 16), default=64, help="--train: samples per step (default 64)")
     args = ap.parse_args()
-    if args.rounds < 1:
-        ap.error("--rounds must be positive")
+    if args.train and not 1 <= args.save_every <= args.steps:
+        ap.error(f"--save-every {args.save_every} must be from 1 to --steps ({args.steps}): --train compares runs "
+                 "with saves")
+    if args.train and args.baseline:
+        ap.error("--baseline is for save and load; --train does not run it")
     bench = program("compare_ckpt", args.bench or os.path.join(args.build, "cluster", "bench", "bench_ckpt"),
                     "give the build directory with --build, or the program with --bench", args.dry_run)
     base_bench = None
