@@ -1,6 +1,6 @@
 """benchrun.py: runs one benchmark command and reads its figure, for the benchmark drivers
-(compare_*.py, scaling.py); finds the programs they run, and checks their flags' values.
-Standard library only."""
+(compare_*.py, scaling.py); finds the programs they run, checks their flags' values and prints
+the command line they were run with. Standard library only."""
 import argparse
 import os
 import re
@@ -42,6 +42,16 @@ def timeout_flag(ap):
     """The drivers' --timeout: how long one run may take before it (its whole process group) is
     ended and the driver exits saying so; a hung rank otherwise blocks the driver forever."""
     ap.add_argument("--timeout", type=whole(1), default=600, help="seconds a run may take (default 600)")
+
+
+def command_line():
+    """The command line this driver was run with, as a shell would take it back."""
+    return shlex.join([sys.executable] + sys.argv)
+
+
+def print_command(file=None):
+    """Prints 'command: ' and the command line this driver was run with (for the record of a run)."""
+    print(f"command: {command_line()}", file=file or sys.stdout, flush=True)
 
 
 def program(prog, path, hint="give the build directory that holds it with --build", dry_run=False):

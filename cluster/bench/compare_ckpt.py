@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 
-from benchrun import program, timeout_flag, whole
+from benchrun import print_command, program, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -127,6 +127,7 @@ def train_main(args, bench, base_bench, top):
     end = {n: statistics.median(x["stopped"] - sum(x["each"]) for x in v) for n, v in got.items()}
     print(f"\n{platform.node()}, {os.cpu_count()} CPUs; --hidden {args.hidden}, batch {args.batch_size}, "
           f"{args.steps} steps, a save every {args.save_every} (medians of {args.rounds})")
+    print_command()
     print(f"{'':10s} {'run s':>8s} {'saves':>6s} {'stopped s':>10s} {'per save s':>11s} {'first s':>8s} "
           f"{'later s':>8s} {'end wait s':>11s}")
     for n, (t, st, k) in med.items():
@@ -214,6 +215,7 @@ def save_load_main(args, bench, base_bench, top):
                       f"above {base / 2**20:.1f} MiB", flush=True)
     print(f"\n{platform.node()}, {os.cpu_count()} CPUs; --hidden {args.hidden}; checkpoint bytes: "
           + ", ".join(f"{n} {size[n]}" for n in sides))
+    print_command()
     print(f"{'':10s} {'save s':>8s} {'save MiB':>9s} {'load s':>8s} {'load MiB':>9s}   (medians of {args.rounds})")
     med = {}
     for name in sides:

@@ -22,7 +22,7 @@ import shlex
 import statistics
 import sys
 
-from benchrun import program, samples_per_s, timeout_flag, whole
+from benchrun import print_command, program, samples_per_s, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -76,6 +76,7 @@ def main():
     print(f"\nmachine: {platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
           f"MLP 784-512-256-10 (2.1 MB of f32 gradients), {args.ranks} ranks, batch {args.batch_size} per rank, "
           f"{args.steps} steps, {args.rounds} rounds, 1 thread per rank")
+    print_command()
     print("launcher: " + shlex.join(launch))
     print(f"{'configuration':<16} {'samples/s':>10} {'vs none':>8} {'vs torch':>9}   runs")
     for name in configs:

@@ -11,7 +11,7 @@ import platform
 import statistics
 import sys
 
-from benchrun import program, samples_per_s, timeout_flag, whole
+from benchrun import print_command, program, samples_per_s, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -46,6 +46,7 @@ def main():
     med = {k: statistics.median(v) for k, v in res.items()}
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; per-rank batch "
           f"{args.batch_size}, {args.steps} steps, {args.rounds} rounds, 1 thread per rank")
+    print_command()
     for k, v in med.items():
         print(f"{k:18s} median {v:10.0f} samples/s")
     print(f"2 ranks: lockstep / torch DDP = {med['lockstep 2 ranks'] / med['torch DDP 2 ranks']:.2f}x (target >= 1.5x)")

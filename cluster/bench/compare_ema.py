@@ -18,7 +18,7 @@ import platform
 import statistics
 import sys
 
-from benchrun import number, program, samples_per_s, timeout_flag, whole
+from benchrun import number, print_command, program, samples_per_s, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -58,6 +58,7 @@ def main():
     med = {n: statistics.median(v) for n, v in got.items()}
     print(f"\nmachine: {platform.node()}, {os.cpu_count()} CPUs; {args.threads} OpenBLAS threads, PyTorch {args.torch_threads}, batch {args.batch_size}, "
           f"{args.steps} steps, EMA decay {args.ema}, medians of {args.rounds} rounds (samples/s)")
+    print_command()
     for n, v in med.items():
         print(f"  {n:15s} {v:10.0f}")
     print(f"EMA cost: lockstep {med['lockstep --ema'] / med['lockstep']:.3f}x its throughput, "

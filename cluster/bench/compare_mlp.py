@@ -14,7 +14,7 @@ import re
 import statistics
 import sys
 
-from benchrun import number, program, run_output, timeout_flag, whole
+from benchrun import number, print_command, program, run_output, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -80,6 +80,7 @@ def main():
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
           f"batch {args.batch_size}, {args.steps} steps, {args.rounds} rounds, OPENBLAS_NUM_THREADS={args.threads}"
           + (f", dropout {args.dropout}" if args.dropout > 0 else ""))
+    print_command()
     print(f"lockstep          median {ls_med:10.0f} samples/s")
     for t in med:
         print(f"torch {t} thread(s)  median {med[t]:10.0f} samples/s")

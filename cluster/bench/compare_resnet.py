@@ -19,7 +19,7 @@ import re
 import statistics
 import sys
 
-from benchrun import program, run_output, timeout_flag, whole
+from benchrun import print_command, program, run_output, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -80,6 +80,7 @@ def main():
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.1f}; widths {args.widths}, {args.blocks} block(s) per stage, global batch "
           f"{args.batch_size}, {args.steps} steps, {args.rounds} rounds")
+    print_command()
     for n, v in med.items():
         print(f"{n:40s} median {v:8.0f} samples/s  (min {min(results[n]):.0f}, max {max(results[n]):.0f})")
     best = {side: max((n for n, s, _, _, _ in configs if s == side), key=lambda n: med[n]) for side in ("lockstep", "torch")}

@@ -26,7 +26,7 @@ import statistics
 import sys
 import tempfile
 
-from benchrun import program, run_output, samples_per_s, timeout_flag, whole
+from benchrun import print_command, program, run_output, samples_per_s, timeout_flag, whole
 
 
 def main():
@@ -110,6 +110,7 @@ def measure(args, env, lsr, mlp, tmp):
                   flush=True)
     print(f"\n{platform.node()}, {os.cpu_count()} CPUs; {args.ranks} ranks x 1 thread; fashion_mlp --hidden "
           f"{args.hidden}, AdamW, batch {args.batch_size} per rank; medians of {args.rounds} rounds")
+    print_command()
     print(f"shares of the parameters whose state each rank keeps: {shares}")
     print(f"{'configuration':<20} {'samples/s':>10} {'MiB (fullest rank)':>19}")
     for name in configs:

@@ -21,7 +21,7 @@ import shlex
 import statistics
 import sys
 
-from benchrun import program, samples_per_s, timeout_flag, whole
+from benchrun import print_command, program, samples_per_s, timeout_flag, whole
 
 
 def default_ranks():
@@ -116,7 +116,8 @@ def main():
           f"model {args.model}, batch {args.batch_size} per rank, {args.steps} steps, {args.rounds} rounds, "
           f"{args.threads or 'default'} threads per rank"
           + (f", SLURM_JOB_ID {os.environ['SLURM_JOB_ID']}" if os.environ.get("SLURM_JOB_ID") else ""))
-    print("command: " + shlex.join(cmds[ranks[-1]]))
+    print_command()
+    print(f"run at {ranks[-1]} rank(s): " + shlex.join(cmds[ranks[-1]]))
     print(f"{'ranks':>6} {'samples/s':>12} {'per rank':>10} {'efficiency':>10}   runs")
     for n in ranks:
         runs = " ".join(f"{v:.0f}" for v in res[n])
