@@ -22,23 +22,84 @@ import sys
 from collections import defaultdict
 
 
+class BadTrace(Exception):
+    """A file that is not a trace this script reads; the message says why."""
+
+
 def load(path):
-    with open(path) as f:
-        text = f.read()
+    """path's events, checked (check_events). Raises OSError, or BadTrace saying what is wrong."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadTrace(f"not a trace: not UTF-8 text (byte {e.start})")
     text = text.rstrip()
+    if not text:
+        raise BadTrace("the file is empty (a run that wrote no trace, or one killed before its first write)")
     if text.endswith("]"):
-        return json.loads(text)
+        try:
+            events = json.loads(text)
+        except ValueError as e:
+            raise BadTrace(f"not a trace: not JSON ({e})")
+        return check_events(events)
     # a run that died: the array was never closed, and (a trace of an older lockstep, or one killed
     # within a write) its last event may be cut short: left out, said so
+    if not text.startswith("["):
+        raise BadTrace("not a trace: it does not begin with '[' (a JSON array of events)")
     try:
-        return json.loads(text.rstrip(",") + "]")
-    except ValueError:
+        return check_events(json.loads(text.rstrip(",") + "]"))
+    except ValueError as e:
         cut = text.rfind(",\n")
         if cut < 0:
-            raise
+            raise BadTrace("holds no complete event: it is cut short inside its first (the run was killed)")
+        try:
+            events = json.loads(text[:cut] + "]")
+        except ValueError:
+            raise BadTrace(f"not a trace: not JSON ({e})")
         print(f"timeline_summary: {path}: the last event is cut short (the run was killed): left out",
               file=sys.stderr)
-        return json.loads(text[:cut] + "]")
+        return check_events(events)
+
+
+def kind(v):
+    """v's JSON kind, for messages."""
+    return {dict: "an object", list: "an array", str: "a string", bool: "true or false",
+            type(None): "null"}.get(type(v), "a number")
+
+
+def check_events(events):
+    """events when they are a Chrome trace's (a JSON array of objects) with the fields read here:
+    name, tid, ts and dur on spans (ph X), args.name on thread and process names (ph M), and tid
+    on thread names. Raises BadTrace naming the first event that is not so."""
+    if not isinstance(events, list):
+        raise BadTrace(f"not a trace: {kind(events)}, not an array of events")
+    for i, e in enumerate(events):
+        if not isinstance(e, dict):
+            raise BadTrace(f"not a trace: event {i} is {kind(e)}, not an object")
+        ph, name = e.get("ph"), e.get("name")
+        if ph == "X":
+            need = ("name", "tid", "ts", "dur")
+        elif ph == "M" and name in ("thread_name", "process_name"):
+            need = ("tid",) if name == "thread_name" else ()
+        else:
+            continue  # not read here
+        what = f"event {i} (ph {ph}, {json.dumps(name)[:60]})"
+        for key in need:
+            if key not in e:
+                raise BadTrace(f"{what} has no '{key}'")
+        if not isinstance(name, str):
+            raise BadTrace(f"{what}: its name is {kind(name)}, not a string")
+        if "tid" in need and (not isinstance(e["tid"], (int, str)) or isinstance(e["tid"], bool)):
+            raise BadTrace(f"{what}: its tid is {kind(e['tid'])}, not a number or string")
+        for key in ("ts", "dur") if ph == "X" else ():
+            if not isinstance(e[key], (int, float)) or isinstance(e[key], bool):
+                raise BadTrace(f"{what}: its {key} is {kind(e[key])}, not a number")
+        if ph == "M":
+            args = e.get("args")
+            if not isinstance(args, dict) or not isinstance(args.get("name"), str):
+                raise BadTrace(f"{what} has no args.name (a string)")
+    return events
 
 
 def summarize(path, skip, modules, out):
@@ -120,15 +181,21 @@ def main():
                 events.extend(load(p))
             with open(a.merge, "w") as f:
                 json.dump(events, f, separators=(",", ":"))
-        except (OSError, ValueError) as e:
-            print(f"timeline_summary: {e}", file=sys.stderr)
+        except OSError as e:
+            print(f"timeline_summary: {e.filename}: {e.strerror}", file=sys.stderr)
+            return 1
+        except BadTrace as e:
+            print(f"timeline_summary: {p}: {e}", file=sys.stderr)
             return 1
         print(f"{a.merge}: {len(events)} events from {len(a.files)} files")
         return 0
     for p in a.files:
         try:
             summarize(p, a.skip, a.modules, sys.stdout)
-        except (OSError, ValueError, KeyError) as e:
+        except OSError as e:
+            print(f"timeline_summary: {e.filename}: {e.strerror}", file=sys.stderr)
+            return 1
+        except BadTrace as e:
             print(f"timeline_summary: {p}: {e}", file=sys.stderr)
             return 1
     return 0
