@@ -161,11 +161,15 @@ int main(int argc, char **argv) {
             async = 1;
         } else if (!strcmp(argv[i], "--hidden") && i + 1 < argc) {
             const char *arg = bench_str("--hidden", argv[++i]);
-            char buf[256], *tok, *save_ptr = NULL;
+            char buf[256], *next;
             if (strlen(arg) >= sizeof buf) bench_bad("--hidden", arg, "too long", "N,N,... or NxK");
             snprintf(buf, sizeof buf, "%s", arg);
             nsizes = 1;
-            for (tok = strtok_r(buf, ",", &save_ptr); tok; tok = strtok_r(NULL, ",", &save_ptr)) {
+            /* every entry, empty ones too (strtok_r skipped them: "8,,8" ran as 8,8, which
+             * torch_ckpt.py refuses) */
+            for (char *tok = buf; tok; tok = next) {
+                if ((next = strchr(tok, ','))) *next++ = '\0';
+                if (!*tok) bench_bad("--hidden", arg, "empty size", "N,N,... or NxK");
                 int64_t size, reps = 1;
                 char *x = strchr(tok, 'x'), *end = NULL;
                 if (x) { /* NxK: both parts whole numbers in range, else the token is named */
@@ -182,7 +186,6 @@ int main(int argc, char **argv) {
                 if (nsizes - 1 + reps > MAX_LAYERS) bench_bad("--hidden", arg, "too many layers", "up to 4096");
                 for (int64_t r = 0; r < reps; r++) sizes[nsizes++] = size;
             }
-            if (nsizes == 1) bench_bad("--hidden", arg, "no sizes", "N,N,...");
             sizes[nsizes++] = 10;
         } else {
             fprintf(stderr, "bench_ckpt: unknown or incomplete option '%s'\n", argv[i]);

@@ -84,8 +84,12 @@ def main():
     torch.manual_seed(1)
     sizes = [784]
     for tok in args.hidden.split(","):  # N, or NxK: K layers of N (as bench_ckpt's --hidden)
-        n, _, k = tok.partition("x")
-        sizes += [int(n)] * (int(k) if k else 1)
+        if not tok:
+            ap.error(f"--hidden '{args.hidden}': empty size")
+        n, x, k = tok.partition("x")
+        if not n.isdigit() or int(n) < 1 or (x and (not k.isdigit() or int(k) < 1)):
+            ap.error(f"--hidden '{tok}': not a whole number or NxK (N and K from 1)")
+        sizes += [int(n)] * (int(k) if x else 1)
     sizes.append(10)
     layers = []
     for i in range(len(sizes) - 1):
