@@ -82,7 +82,9 @@ static void usage(FILE *f) {
                "      --no-raw          do not time the raw MPI call beside lockstep's\n"
                "  -h, --help            this text\n"
                "Sizes follow nccl-tests: allreduce/broadcast: the buffer; allgather: the gathered\n"
-               "buffer; reduce_scatter: the input buffer. Type float (f32), reduction sum.\n");
+               "buffer; reduce_scatter: the input buffer. Type float (f32), reduction sum. Sizes\n"
+               "below a float (allgather, reduce_scatter: a float per rank) are left out, said under\n"
+               "the header; when every size is, the run is refused.\n");
 }
 
 /* Bytes of a size flag. ls_memory_parse_size reads nccl-tests' K, M and G as binary, as nccl-tests
@@ -111,6 +113,25 @@ static void shape(bench_op op, size_t bytes, int64_t *count, int64_t *nsend, int
         *nsend = *count * W;
         *nrecv = *count;
         break;
+    }
+}
+
+/* The smallest message op takes, in bytes: a float, and for allgather and reduce_scatter (whose
+ * size is the whole buffer) a float per rank; a smaller size has no element to send. */
+static size_t least_bytes(bench_op op) {
+    return op == OP_ALLGATHER || op == OP_REDUCE_SCATTER ? (size_t)4 * (size_t)W : 4;
+}
+
+/* The sizes of the table, from --minbytes times --stepfactor up to --maxbytes: how many are at
+ * least `least` bytes (*run) and how many below it (*below). bench walks the same sizes. */
+static void count_sizes(const opts *o, size_t least, int *run, int *below) {
+    *run = *below = 0;
+    for (double bytes = (double)o->minbytes; bytes <= (double)o->maxbytes * 1.0000001; bytes *= o->factor) {
+        if ((size_t)bytes < least)
+            ++*below;
+        else
+            ++*run;
+        if (o->factor <= 1.0) break;
     }
 }
 
@@ -226,6 +247,11 @@ static void bench(const opts *o, bench_op op, int raw) {
                "(GB/s)", "");
         if (raw) printf(" %10s %8s %8s %7s %7s", "(us)", "(GB/s)", "(GB/s)", "", "ls/mpi");
         printf("\n");
+        int run, below;
+        count_sizes(o, least_bytes(op), &run, &below);
+        if (below)
+            printf("# %d size(s) below %zu B left out: the smallest %s message with %d rank(s) is a float%s\n", below,
+                   least_bytes(op), op_names[op], W, least_bytes(op) > 4 ? " per rank" : "");
         fflush(stdout);
     }
     double *ta = calloc((size_t)o->rounds, sizeof *ta), *tb = calloc((size_t)o->rounds, sizeof *tb);
@@ -235,7 +261,7 @@ static void bench(const opts *o, bench_op op, int raw) {
         int64_t count, nsend, nrecv;
         shape(op, size, &count, &nsend, &nrecv);
         size_t shown = (size_t)(op == OP_ALLGATHER ? nrecv : nsend) * 4; /* nccl-tests' size */
-        if (count == 0) continue;                                        /* below one element per rank */
+        if (count == 0) continue; /* below least_bytes(op): said under the header */
         int64_t wrong = -1, wrong_raw = -1;
         if (o->check) {
             wrong = checked_call(run_lockstep, op, send, recv, count, nsend);
@@ -335,6 +361,22 @@ int main(int argc, char **argv) {
     CHECK("communicator", ls_comm_create(NULL, o.backend, &C));
     R = ls_comm_rank(C);
     W = ls_comm_world(C);
+    /* an operation none of whose sizes holds an element is refused (it printed its header, no
+     * rows, and exited 0); every rank decides alike and closes the communicator, so MPI ends cleanly */
+    for (int k = 0; k < 4; k++) {
+        int run, below;
+        if (!o.ops[k]) continue;
+        count_sizes(&o, least_bytes((bench_op)k), &run, &below);
+        if (run) continue;
+        if (R == 0)
+            fprintf(stderr,
+                    "bench_collectives: no size from -b/--minbytes %zu to -e/--maxbytes %zu reaches the "
+                    "smallest %s message with %d rank(s), %zu bytes (a float%s): raise -e/--maxbytes\n",
+                    o.minbytes, o.maxbytes, op_names[k], W, least_bytes((bench_op)k),
+                    least_bytes((bench_op)k) > 4 ? " per rank" : "");
+        ls_comm_destroy(C);
+        return 2;
+    }
     int raw = 0;
 #if BENCH_HAVE_MPI
     raw = o.raw && !strcmp(ls_comm_backend_name(C), "mpi");
