@@ -7,7 +7,10 @@
  *     trainer's thread count (--threads, else LOCKSTEP_GATHER_THREADS, else 4 from 8 CPUs, else 1),
  *     resolved once before the timing as the trainer does at creation;
  *   decoded: ls_dataset_gather of the bytes into f32 on the host (the CPU trainer's load).
- * All four alternate within each round (A B C D A B C D), fresh random indices each call; medians.
+ * Each round runs all four in an order shuffled anew (a fixed seed), so that each is first, and right
+ * after each other, equally often on average: a fixed order (A B C D A B C D) always ran the
+ * threaded f32 gather right after the 1-thread one, which had just written the same buffer, and
+ * --threads 1 came out 1.06-1.16x against itself. Fresh random indices each call; medians.
  *   bench_gather [--batch-size N] [--rounds N] [--threads N] [--data-dir DIR] (--help: usage) */
 #include <getopt.h>
 #include <stdio.h>
@@ -28,7 +31,8 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: bench_gather [options]\n"
                "  --batch-size N   rows gathered per call, random with repeats (default 4096)\n"
-               "  --rounds N       rounds of the four gathers, alternating; medians reported (default 101)\n"
+               "  --rounds N       rounds of the four gathers, each round in a shuffled order (a fixed\n"
+               "                   seed); medians reported (default 101)\n"
                "  --threads N      the threaded f32 gather's threads, 1 to 64 (default as the trainer:\n"
                "                   $LOCKSTEP_GATHER_THREADS, else 4 from 8 CPUs up, else 1)\n"
                "  --data-dir DIR   Fashion-MNIST (default $LOCKSTEP_FASHION_DIR, else\n"
@@ -104,9 +108,18 @@ int main(int argc, char **argv) {
                 (double)B * (double)(d->features * 5 + 12) / 1048576.0);
         return 1;
     }
-    uint64_t r = 1;
-    for (int k = 0; k < rounds; k++)
-        for (int m = 0; m < METHODS; m++) {
+    uint64_t r = 1, o = 7; /* the indices' generator, and the order's (a stream of its own) */
+    for (int k = 0; k < rounds; k++) {
+        int order[METHODS];
+        for (int j = 0; j < METHODS; j++) order[j] = j;
+        for (int j = METHODS - 1; j > 0; j--) { /* Fisher-Yates */
+            o = o * 6364136223846793005ULL + 1442695040888963407ULL;
+            int pick = (int)((o >> 33) % (uint64_t)(j + 1)), tmp = order[j];
+            order[j] = order[pick];
+            order[pick] = tmp;
+        }
+        for (int j = 0; j < METHODS; j++) {
+            int m = order[j];
             for (int64_t i = 0; i < B; i++) {
                 r = r * 6364136223846793005ULL + 1442695040888963407ULL;
                 idx[i] = (int64_t)((r >> 33) % (uint64_t)d->n);
@@ -122,10 +135,11 @@ int main(int argc, char **argv) {
                 return 1;
             }
         }
+    }
     double med[METHODS];
     for (int m = 0; m < METHODS; m++) med[m] = median(t[m], rounds);
     double mib = (double)B * (double)d->features / 1048576.0;
-    printf("gather %lld random rows x %lld features, %d rounds alternating, %ld CPUs, medians:\n", (long long)B,
+    printf("gather %lld random rows x %lld features, %d rounds in shuffled orders, %ld CPUs, medians:\n", (long long)B,
            (long long)d->features, rounds, sysconf(_SC_NPROCESSORS_ONLN));
     printf("bytes (the trainer's staged batch of this byte set; %.1f MiB): %.3f ms\n", mib, med[BYTES] * 1e3);
     /* the threads ls_dataset_gather_parallel runs: at least 1 MiB of rows each, at most a row each */
