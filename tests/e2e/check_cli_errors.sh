@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check_cli_errors.sh MLP RESNET OOM QUICKSTART [BENCH_MLP [BENCH_CKPT]]: bad input to the example
+# check_cli_errors.sh MLP RESNET OOM QUICKSTART [BENCH_MLP [BENCH_CKPT [BENCH_COLLECTIVES]]]: bad input to the example
 # programs (and the benchmarks, where built) is refused with an error that
 # names the flag or variable and the problem (exit status not 0), where it used to be cut to an
 # int, saturated, ignored or trained into NaN: counts past their range (2^32 epochs trained
@@ -13,9 +13,11 @@
 # --lr-schedule, a negative --min-lr, --betas not two numbers in [0, 1), --betas or --eps without
 # AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema, a --dropout of 1 (fashion_mlp
 # and fashion_resnet) or with no hidden layer to follow, a benchmark driver given a build without its
-# programs. And an empty --hidden trains a linear model, as --help says.
+# programs, a count of 0 or a value out of its range (a traceback, or a run of garbage), a
+# benchmark size that holds no element (a table of no rows), a trace that is no trace (a
+# traceback). And an empty --hidden trains a linear model, as --help says.
 set -u
-mlp=$1 resnet=$2 oom=$3 qs=$4 bench=${5:-} bench_ckpt=${6:-}
+mlp=$1 resnet=$2 oom=$3 qs=$4 bench=${5:-} bench_ckpt=${6:-} bench_coll=${7:-}
 export LOCKSTEP_DEVICE=cpu OPENBLAS_NUM_THREADS=1
 small=(--train-limit 256 --test-limit 100 --max-steps 2 --no-progress)
 fail() {
@@ -159,6 +161,14 @@ if [ -n "$bench_ckpt" ]; then
     usage "bench_ckpt: --hidden '8x0': not a whole number or NxK (N from 1 to 1048576, K from 1 to 4096)" \
         "$bench_ckpt" save /tmp --hidden 8x0
     usage "bench_ckpt: --hidden '8,16x4096': too many layers (up to 4096)" "$bench_ckpt" save /tmp --hidden 8,16x4096
+    # an empty entry was skipped (8,,8 ran as 8,8; torch_ckpt.py refused it)
+    usage "bench_ckpt: --hidden '8,,8': empty size" "$bench_ckpt" save /tmp --hidden 8,,8
+    usage "bench_ckpt: --hidden '8,': empty size" "$bench_ckpt" save /tmp --hidden 8,
+fi
+if [ -n "$bench_coll" ]; then
+    # sizes below a float printed the headers and no row, exit 0
+    usage "bench_collectives: no size from -b/--minbytes 1 to -e/--maxbytes 3 reaches the smallest allreduce message with 1 rank(s), 4 bytes (a float): raise -e/--maxbytes" \
+        "$bench_coll" --backend self -b 1 -e 3
 fi
 # out of memory: the error names where the cap comes from, and remedies that can help: while the
 # model is made none depends on the batch (it suggested a smaller batch)
@@ -196,13 +206,64 @@ usage "oom_challenge: --checkpoint-activations: invalid argument: cannot split 1
 # --batch-size auto with no cap to fit in is bad usage (it exited 1, as a failed run)
 usage "fashion_resnet: --batch-size auto: invalid argument: the batch-size search needs a memory cap to fit in: set --memory-cap or LOCKSTEP_MEMORY_LIMIT" \
     env -u LOCKSTEP_MEMORY_LIMIT "$resnet" "${small[@]}" --batch-size auto
-# the benchmark drivers name a program that is not built (they raised a traceback)
+# the benchmark drivers name a program that is not built (they raised a traceback); they run
+# under /usr/bin/python3, which starts faster than a python3 shim (pyenv's: 0.7 s a start)
 benchdir=$(cd "$(dirname "$0")/../../cluster/bench" && pwd)
+py=python3
+[ -x /usr/bin/python3 ] && py=/usr/bin/python3
 for d in compare_mlp compare_ddp compare_resnet compare_ema compare_compress compare_shard scaling compare_ckpt; do
-    refused "$d: '/nonexistent/" python3 "$benchdir/$d.py" --build /nonexistent
+    refused "$d: '/nonexistent/" "$py" "$benchdir/$d.py" --build /nonexistent
 done
-refused "compare_ckpt: '/nonexistent/bench_ckpt' does not exist: build it first" python3 "$benchdir/compare_ckpt.py" \
+refused "compare_ckpt: '/nonexistent/bench_ckpt' does not exist: build it first" "$py" "$benchdir/compare_ckpt.py" \
     --baseline /nonexistent/bench_ckpt --bench /bin/true
+# flag values the drivers ran with, or failed on after the runs: a count of 0 (StatisticsError), a
+# thread count 'abc' (taken as OPENBLAS_NUM_THREADS), --torch-threads 0 (labelled 0 threads), a
+# --dropout of -1 (ignored), an --ema past bench_mlp's range, zero saves (ZeroDivisionError)
+for d in compare_mlp compare_ddp compare_resnet compare_ema compare_compress compare_shard scaling compare_ckpt; do
+    usage "$d.py: error: argument --rounds: '0' must be a whole number >= 1" "$py" "$benchdir/$d.py" --rounds 0
+done
+# and every driver has a --timeout (a hung rank blocked these forever)
+for d in compare_mlp compare_ddp compare_resnet scaling; do
+    usage "$d.py: error: argument --timeout: 'x' must be a whole number >= 1" "$py" "$benchdir/$d.py" --timeout x
+done
+usage "argument --rounds: '-1' must be a whole number >= 1" "$py" "$benchdir/compare_ddp.py" --rounds -1
+usage "argument --threads: 'abc' must be a whole number >= 1" "$py" "$benchdir/compare_mlp.py" --threads abc
+usage "argument --torch-threads: '1,0' must be thread counts of 1 or more" "$py" "$benchdir/compare_mlp.py" \
+    --torch-threads 1,0
+usage "argument --dropout: '-1' must be a number from 0 to 0.999999" "$py" "$benchdir/compare_mlp.py" --dropout -1
+usage "argument --ema: '0.9999999' must be a number from 0 to 0.999999" "$py" "$benchdir/compare_ema.py" \
+    --ema 0.9999999
+usage "argument --batch-size: '0' must be a whole number >= 1" "$py" "$benchdir/compare_shard.py" --batch-size 0
+usage "--train-limit 100 must be at least --batch-size x --ranks = 128 (one step of every rank)" \
+    "$py" "$benchdir/compare_shard.py" --torch --train-limit 100
+usage "--save-every 7 must be from 1 to --steps (6)" "$py" "$benchdir/compare_ckpt.py" --train --steps 6 --save-every 7
+usage "--save-every 0 must be from 1 to --steps (35)" "$py" "$benchdir/compare_ckpt.py" --train --save-every 0
+usage "--baseline is for save and load; --train does not run it" "$py" "$benchdir/compare_ckpt.py" --train \
+    --baseline /bin/true
+# a training run past --timeout: said, as for save and load (a TimeoutExpired traceback)
+d=$(mktemp -d)
+printf '#!/bin/sh\nexec sleep 30\n' >"$d/slow" && chmod +x "$d/slow"
+out=$("$py" "$benchdir/compare_ckpt.py" --bench "$d/slow" --train --rounds 1 --timeout 1 2>&1)
+rc=$?
+[ "$rc" -ne 0 ] && grep -q "^compare_ckpt: $d/slow train .* ran past 1 s$" <<<"$out" && ! grep -q Traceback <<<"$out" ||
+    fail "compare_ckpt --train past --timeout: exit $rc: $out"
+echo "refused ($rc): compare_ckpt --train, a run past --timeout 1"
+# timeline_summary: files that are not a trace, named with the problem (a TypeError or KeyError
+# traceback, a bare KeyError's 'args', JSON's "Expecting value")
+summary=$benchdir/timeline_summary.py
+: >"$d/empty.json"
+echo '[1,2]' >"$d/ints.json"
+printf '[\n{"name":"thread_name","ph":"M","pid":0,"tid":1}\n]\n' >"$d/noargs.json"
+printf '[\n{"name":"step 1","ph":"X","pid":0,"ti' >"$d/cut.json"
+refused "timeline_summary: $d/empty.json: the file is empty" "$py" "$summary" "$d/empty.json"
+refused "timeline_summary: $d/ints.json: not a trace: event 0 is a number, not an object" "$py" "$summary" \
+    "$d/ints.json"
+refused "timeline_summary: $d/noargs.json: event 0 (ph M, \"thread_name\") has no args.name" "$py" "$summary" \
+    "$d/noargs.json"
+refused "timeline_summary: $d/cut.json: holds no complete event: it is cut short inside its first" "$py" "$summary" \
+    "$d/cut.json"
+refused "timeline_summary: $d/missing.json: No such file or directory" "$py" "$summary" "$d/missing.json"
+rm -rf "$d"
 usage "oom_challenge: --comm must not be empty" "$oom" --comm ''
 # an MPI setting that meant "on" for any value but 0 (MPI as a singleton: one rank, no launcher)
 out=$("$mlp" "${small[@]}" --comm mpi 2>&1)
