@@ -86,8 +86,11 @@ static void tl_clean(char *dst, const char *s) {
 static char tl_buf[1 << 16];
 static size_t tl_len;
 
+static int tl_err;  /* errno of the first failed write of this trace, 0 while none failed */
+static int tl_said; /* that failure was logged at a flush (not again at exit) */
+
 static void tl_drain(void) {
-    if (tl_len) fwrite(tl_buf, 1, tl_len, tl_f);
+    if (tl_len && fwrite(tl_buf, 1, tl_len, tl_f) != tl_len && !tl_err) tl_err = errno ? errno : EIO;
     tl_len = 0;
 }
 
@@ -184,6 +187,7 @@ ls_status ls_timeline_open(const char *path, int rank) {
     tl_nrows = 0;
     setvbuf(tl_f, NULL, _IONBF, 0); /* tl_buf is the buffer: whole events at a time */
     tl_len = 0;
+    tl_err = tl_said = 0;
     tl_put("[\n", 2);
     tl_emitf("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank,
              rank);
@@ -205,8 +209,8 @@ ls_status ls_timeline_close(void) {
     }
     tl_put("\n]\n", 3);
     tl_drain();
-    int bad = ferror(tl_f);
-    int e = errno;
+    int bad = ferror(tl_f) || tl_err;
+    int e = tl_err ? tl_err : errno;
     if (fclose(tl_f) != 0 && !bad) {
         bad = 1;
         e = errno;
@@ -220,14 +224,27 @@ ls_status ls_timeline_close(void) {
 void ls_timeline_flush(void) {
     if (!ls_timeline_active()) return;
     pthread_mutex_lock(&tl_mu);
-    if (tl_f) tl_drain();
+    int failed = 0;
+    if (tl_f) {
+        tl_drain();
+        /* a full disk: said once, now (at exit only, the run's lines came first), and no more
+         * events are made; the run goes on */
+        if (tl_err && !tl_said) {
+            tl_said = failed = 1;
+            atomic_store(&tl_on, 0);
+        }
+    }
     pthread_mutex_unlock(&tl_mu);
+    if (failed)
+        LS_LOG_W("timeline: writing '%s' failed: %s; the trace stops here (the run goes on)", tl_path,
+                 strerror(tl_err));
 }
 
 /* at exit nobody is left to return an error to: a trace that could not be written (a full disk)
  * is said on stderr, not left behind cut short in silence */
 static void tl_close_at_exit(void) {
-    if (ls_timeline_close() != LS_OK) LS_LOG_W("%s", ls_last_error());
+    int said = tl_said;
+    if (ls_timeline_close() != LS_OK && !said) LS_LOG_W("%s", ls_last_error());
 }
 static void tl_register(void) { atexit(tl_close_at_exit); }
 

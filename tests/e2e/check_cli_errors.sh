@@ -320,9 +320,13 @@ with gzip.open("%s/train-images-idx3-ubyte.gz" % sys.argv[1], "wb") as f:
 PY
 refused "data: bad format: the training images are 14 x 56, not Fashion-MNIST's 28 x 28" "$resnet" --data-dir "$d"
 
-# a trace that cannot be written is said at exit (the run itself is fine)
+# a trace that cannot be written is said once, at the first step's flush (it was said at exit
+# only, after the run's lines), and the run itself is fine
 out=$(LOCKSTEP_TIMELINE=/dev/full "$mlp" "${small[@]}" 2>&1) || fail "LOCKSTEP_TIMELINE=/dev/full: $out"
-grep -qF "timeline: writing '/dev/full' failed: No space left on device" <<<"$out" || fail "a lost timeline unsaid: $out"
+[ "$(grep -cF "timeline: writing '/dev/full' failed: No space left on device; the trace stops here (the run goes on)" <<<"$out")" = 1 ] ||
+    fail "a lost timeline not said once: $out"
+[ "$(grep -nE "timeline: writing|^epoch 1 " <<<"$out" | head -n 1 | grep -c timeline)" = 1 ] ||
+    fail "the lost timeline said after the epoch line: $out"
 # no hidden layer: 784 x 10 + 10 parameters
 out=$("$mlp" "${small[@]}" --hidden '' 2>&1) || fail "--hidden '': $out"
 grep -q ' 7850 parameters' <<<"$out" || fail "--hidden '' is not a linear model: $(head -n 1 <<<"$out")"
