@@ -66,7 +66,15 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--checkpoint-dir") && argv[i + 1][0])
             ckpt_dir = argv[++i];
         else {
-            int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+            const char *a = argv[i];
+            int help = !strcmp(a, "--help") || !strcmp(a, "-h");
+            int known = !strcmp(a, "--epochs") || !strcmp(a, "--batch-size") || !strcmp(a, "--checkpoint-dir");
+            if (!help) /* what was wrong, then the usage */
+                fprintf(stderr, "quickstart: %s '%s'\n",
+                        !known         ? "unknown argument"
+                        : i + 1 < argc ? "an empty value for"
+                                       : "no value for",
+                        a);
             fprintf(help ? stdout : stderr, "usage: quickstart [--epochs N] [--batch-size N] [--checkpoint-dir DIR]\n"
                                             "(defaults: 4 epochs, batch 64 per rank, quickstart-checkpoints)\n");
             return help ? 0 : 2;

@@ -275,7 +275,10 @@ usage "fashion_resnet: --dropout '1' must be a number from 0 to below 1" "$resne
 usage "--precision: invalid argument:" "$mlp" --precision fp8
 usage "--optimizer: invalid argument:" "$resnet" --optimizer adam
 usage "--precision: invalid argument: the remedy is bf16 or fp16, not fp32" "$oom" --precision fp32
+usage "quickstart: an empty value for '--checkpoint-dir'" "$qs" --checkpoint-dir ''
 usage "usage: quickstart [--epochs N]" "$qs" --checkpoint-dir ''
+usage "quickstart: unknown argument '--epochs=3'" "$qs" --epochs=3
+usage "quickstart: no value for '--batch-size'" "$qs" --batch-size
 out=$("$qs" --help) && grep -q "^usage: quickstart" <<<"$out" || fail "quickstart --help: $out"
 usage "--blocks '2147483648' must be a whole number from 1 to 1024" "$resnet" --blocks 2147483648
 usage "--memory-cap: invalid argument: memory cap '0' is less than a byte" "$resnet" --train-limit 64 --test-limit 64 --memory-cap 0
