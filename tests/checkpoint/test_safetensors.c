@@ -278,6 +278,38 @@ static void test_many_names(void) {
     LS_EXPECT(strstr(ls_last_error(), want) != NULL);
 }
 
+/* A header of 200000 metadata keys opens at once, and one key given twice among them is named: the
+ * keys were checked each against all before it, 26 s for 80000 (this test hits ctest's timeout
+ * then, minutes for 200000). */
+static void test_many_metadata_keys(void) {
+    enum { N = 200000 };
+    const size_t cap = (size_t)N * 32 + 256;
+    char *hdr = malloc(cap);
+    LS_REQUIRE(hdr);
+    for (int dup = 0; dup < 2; dup++) {
+        size_t n = (size_t)snprintf(hdr, cap, "{\"__metadata__\":{");
+        for (int i = 0; i < N; i++) /* in an order that is not the keys' */
+            n += (size_t)snprintf(hdr + n, cap - n, "%s\"key.%06d\":\"v%d\"", i ? "," : "",
+                                  dup && i == N - 1 ? 4321 : (int)(((long long)i * 2654435761LL) % N), i);
+        n += (size_t)snprintf(hdr + n, cap - n, "},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}");
+        LS_REQUIRE(n < cap);
+        if (dup) {
+            expect_bad(hdr, 4, -1, "\"__metadata__\" key 'key.004321' appears twice");
+            continue;
+        }
+        static const float one = 1.0f;
+        size_t len;
+        unsigned char *b = make(hdr, &one, 4, -1, &len);
+        ls_safetensors *f = NULL;
+        LS_EXPECT(ls_safetensors_open_memory(b, len, NAME, &f) == LS_OK);
+        LS_EXPECT(f && ls_safetensors_count(f) == 1 && ls_safetensors_metadata(f, "key.000007") &&
+                  ls_safetensors_metadata(f, "key.200000") == NULL);
+        ls_safetensors_close(f);
+        free(b);
+    }
+    free(hdr);
+}
+
 /* A header 123 bytes long starts the file with '{' (0x7b), 256 + 0x80 with 0x80 and 0x02 (as a
  * pickle): valid files, read as such (not taken for text or a pickle). */
 static void test_lookalike_lengths(void) {
@@ -312,5 +344,6 @@ int main(void) {
     test_bad_files();
     test_many_names();
     test_lookalike_lengths();
+    test_many_metadata_keys();
     LS_TEST_END();
 }
