@@ -29,7 +29,9 @@ static void usage(FILE *f) {
                "       lockstep-ckpt diff A B [--tolerance X]\n"
                "Looks at checkpoints written by lockstep (--save-every, ls_ckpt_save).\n\n"
                "  verify PATH...  check each checkpoint as a resume does: its files against its manifest\n"
-               "                  (present, size, CRC32), state.json and the safetensors headers read;\n"
+               "                  (present, size, CRC32), state.json read, the safetensors files'\n"
+               "                  tensors (names, dtypes, shapes) against the model and optimizer it\n"
+               "                  records;\n"
                "                  PATH is a checkpoint (DIR/step-N) or a checkpoint directory (each\n"
                "                  step-N in it); exit status 1 when any is damaged\n"
                "  info PATH       the checkpoint's step, epoch, ranks and batch, optimizer, schedule and\n"
@@ -261,8 +263,7 @@ static int info(const char *arg) {
     }
     cJSON *state = cJSON_ParseWithLength(text, len); /* the layers, which the parse leaves to a model */
     free(text);
-    printf("checkpoint  %s (verified: every file's size and CRC32, state.json and the safetensors headers read)\n",
-           path);
+    printf("checkpoint  %s (verified: every file's size and CRC32, state.json read, the tensors against it)\n", path);
     /* epochs counted from 1, as the programs print them */
     if (st.epoch > 0 && st.epoch_samples == 0)
         printf("step        %lld (optimizer steps %lld); the end of epoch %lld, %lld steps an epoch\n",

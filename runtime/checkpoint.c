@@ -1282,6 +1282,150 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+static const char *param_desc(const char *name, const char *dtype, int ndim, const int64_t *shape, char *buf,
+                              size_t len) {
+    char sb[160];
+    snprintf(buf, len, "'%s' %s %s", name, shape_str(ndim, shape, sb, sizeof sb), dtype);
+    return buf;
+}
+
+/* An entry of state.json's model signature ("model": {"name", "dtype", "shape"}): 1 when it is one,
+ * its fields in *name, *dtype (pointing into e), *nd and sh. */
+static int sig_entry(const cJSON *e, const char **name, const char **dtype, int *nd, int64_t *sh) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, "name");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    *nd = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
+    if (!cJSON_IsString(n) || !cJSON_IsString(d) || *nd < 0 || *nd > LS_SAFETENSORS_MAX_DIMS) return 0;
+    int k = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, shape) {
+        uint64_t v;
+        if (!json_uint(x, &v)) return 0;
+        sh[k++] = (int64_t)v;
+    }
+    *name = n->valuestring;
+    *dtype = d->valuestring;
+    return 1;
+}
+
+/* A tensor a checkpoint's file must hold, by what state.json records: a parameter of its model
+ * signature, a BatchNorm's running statistic, an optimizer's state. */
+typedef struct want_tensor {
+    char *name;        /* malloc'd */
+    const char *dtype; /* into the parsed state.json */
+    int ndim;
+    int64_t shape[LS_SAFETENSORS_MAX_DIMS];
+} want_tensor;
+
+typedef struct want_list {
+    int n, cap;
+    want_tensor *t;
+} want_list;
+
+static void want_free(want_list *w) {
+    for (int i = 0; i < w->n; i++) free(w->t[i].name);
+    free(w->t);
+    memset(w, 0, sizeof *w);
+}
+
+/* name (with its suffix replaced by suffix when cut > 0 bytes of it are to go), of dtype and shape. */
+static ls_status want_add(want_list *w, const char *name, size_t cut, const char *suffix, const char *dtype, int nd,
+                          const int64_t *sh) {
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 64;
+        want_tensor *t = realloc(w->t, (size_t)cap * sizeof *t);
+        if (!t) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for a checkpoint's tensor list");
+        w->t = t;
+        w->cap = cap;
+    }
+    const size_t keep = strlen(name) - cut, len = keep + strlen(suffix) + 1;
+    want_tensor *x = &w->t[w->n];
+    if (!(x->name = malloc(len))) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for a checkpoint's tensor list");
+    snprintf(x->name, len, "%.*s%s", (int)keep, name, suffix);
+    x->dtype = dtype;
+    x->ndim = nd;
+    memcpy(x->shape, sh, (size_t)nd * sizeof *sh);
+    w->n++;
+    return LS_OK;
+}
+
+/* The tensors a file of the checkpoint holds by state.json's model signature sig (file: the path
+ * of state.json): for model.safetensors and ema.safetensors (optim NULL) the parameters, then each
+ * BatchNorm's running mean and variance, named from its weight as ls_cnn_buffer names them (a 1-D
+ * "<prefix>weight" is a BatchNorm's, the only layer with one); for optimizer.safetensors the states
+ * of the optimizer of kind *optim, as opt_list_make names them: "<param>.exp_avg" and ".exp_avg_sq"
+ * (AdamW), "<param>.momentum" (SGD, with sgd_momentum 1), none (SGD without momentum). */
+static ls_status want_from_signature(const cJSON *sig, const char *file, const ls_optim_kind *optim, int sgd_momentum,
+                                     want_list *w) {
+    memset(w, 0, sizeof *w);
+    if (!cJSON_IsArray(sig)) return ls_error(LS_ERR_FORMAT, "'%s': \"model\" (the model signature) is missing", file);
+    const int slots = !optim ? 0 : *optim == LS_OPTIM_ADAMW ? 2 : sgd_momentum ? 1 : 0;
+    ls_status s = LS_OK;
+    for (int pass = 0; pass < 2 && s == LS_OK; pass++) { /* the parameters, then the buffers */
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, sig) {
+            const char *name, *dtype;
+            int nd;
+            int64_t sh[LS_SAFETENSORS_MAX_DIMS];
+            if (!sig_entry(e, &name, &dtype, &nd, sh)) {
+                s = ls_error(LS_ERR_FORMAT, "'%s': model signature entry %d is malformed", file, i);
+                break;
+            }
+            i++;
+            if (optim && pass == 0) {
+                for (int slot = 0; slot < slots && s == LS_OK; slot++)
+                    s = want_add(w, name, 0,
+                                 slot == 0 ? (*optim == LS_OPTIM_ADAMW ? ".exp_avg" : ".momentum") : ".exp_avg_sq",
+                                 dtype, nd, sh);
+            } else if (!optim && pass == 0) {
+                s = want_add(w, name, 0, "", dtype, nd, sh);
+            } else if (!optim && nd == 1 && ends_with(name, "weight")) {
+                s = want_add(w, name, 6, "running_mean", dtype, nd, sh);
+                if (s == LS_OK) s = want_add(w, name, 6, "running_var", dtype, nd, sh);
+            }
+            if (s != LS_OK) break;
+        }
+    }
+    if (s != LS_OK) want_free(w);
+    return s;
+}
+
+static int cmp_want_name(const void *a, const void *b) {
+    return strcmp(((const want_tensor *)a)->name, ((const want_tensor *)b)->name);
+}
+
+/* f (the file at p) holds the tensors of w, each of its dtype and shape, and no other: what a resume
+ * reads from it for the model and optimizer state.json records (what: they, in words). The first
+ * difference is the error. w is sorted by name on the way. */
+static ls_status check_file_tensors(const ls_safetensors *f, const char *p, want_list *w, const char *what) {
+    char a[160], b[160];
+    for (int i = 0; i < w->n; i++) {
+        const want_tensor *x = &w->t[i];
+        const ls_safetensors_info *t = ls_safetensors_find(f, x->name);
+        if (!t) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' of %s is missing", p, x->name, what);
+        int same = t->ndim == x->ndim && strcmp(t->dtype_name, x->dtype) == 0;
+        for (int k = 0; same && k < t->ndim; k++) same = t->shape[k] == x->shape[k];
+        if (!same)
+            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' is %s %s but %s has %s %s", p, x->name,
+                            shape_str(t->ndim, t->shape, a, sizeof a), t->dtype_name, what,
+                            shape_str(x->ndim, x->shape, b, sizeof b), x->dtype);
+    }
+    qsort(w->t, (size_t)w->n, sizeof *w->t, cmp_want_name);
+    for (int i = 1; i < w->n; i++)
+        if (strcmp(w->t[i - 1].name, w->t[i].name) == 0)
+            return ls_error(LS_ERR_FORMAT, "'%s': %s has tensor '%s' twice", p, what, w->t[i].name);
+    const int n = ls_safetensors_count(f);
+    for (int k = 0; k < n && n != w->n; k++) {
+        want_tensor key = {(char *)ls_safetensors_tensor(f, k)->name, NULL, 0, {0}};
+        if (!bsearch(&key, w->t, (size_t)w->n, sizeof *w->t, cmp_want_name))
+            return ls_error(LS_ERR_FORMAT, "'%s' holds %d tensors where %s has %d: '%s' is not one of them", p, n, what,
+                            w->n, key.name);
+    }
+    return LS_OK;
+}
+
 /* optimizer.safetensors (f, at path p) holds the states of the kind state.json names: its
  * "optimizer" metadata that kind, its tensors "<param>.momentum" (SGD) or "<param>.exp_avg" and
  * ".exp_avg_sq" (AdamW). A resume refuses another ("the checkpoint's optimizer is sgd but this
@@ -1302,29 +1446,54 @@ static ls_status check_optim_kind(const ls_safetensors *f, const char *p, ls_opt
 }
 
 /* What a resume reads beyond the bytes the manifest vouches for, without a model: state.json
- * parsed (its format, version, fields, step), every safetensors header. A file of the right CRC
- * that a resume then refused passed verify (and stopped --resume auto rather than being skipped). */
+ * parsed (its format, version, fields, step), every safetensors header, and their tensors against
+ * what state.json records (check_file_tensors): model.safetensors and ema.safetensors hold the
+ * tensors of its model signature, of their dtypes and shapes, optimizer.safetensors the states of
+ * the optimizer it names. A file of the right CRC that a resume then refused passed verify (and
+ * stopped --resume auto rather than being skipped): a tensor missing, or transposed. A resume
+ * reads its checkpoint through this too (ckpt_read), so the two cannot disagree. */
 static ls_status check_contents(const ckpt_bundle *b) {
-    char p[LS_CKPT_PATH_MAX + 80];
-    snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[F_STATE]);
+    char p[LS_CKPT_PATH_MAX + 80], sp[LS_CKPT_PATH_MAX + 80], what[96];
+    snprintf(sp, sizeof sp, "%s/%s", b->path, ckpt_required[F_STATE]);
     ls_ckpt_state st;
-    LS_CHECK(ls_ckpt_state_parse((const char *)b->f[F_STATE].p, b->f[F_STATE].len, p, NULL, &st));
+    LS_CHECK(ls_ckpt_state_parse((const char *)b->f[F_STATE].p, b->f[F_STATE].len, sp, NULL, &st));
     if (st.step != b->step)
-        return ls_error(LS_ERR_FORMAT, "'%s': step %lld differs from the manifest's %lld", p, (long long)st.step,
+        return ls_error(LS_ERR_FORMAT, "'%s': step %lld differs from the manifest's %lld", sp, (long long)st.step,
                         (long long)b->step);
     if (st.has_ema && !b->f[F_EMA].p)
-        return ls_error(LS_ERR_FORMAT, "'%s' records an EMA of the weights but the manifest lists no %s", p,
+        return ls_error(LS_ERR_FORMAT, "'%s' records an EMA of the weights but the manifest lists no %s", sp,
                         ckpt_required[F_EMA]);
-    for (int i = 0; i < N_KNOWN; i++) {
+    /* the signature, which ls_ckpt_state_parse leaves to a model */
+    cJSON *root = cJSON_ParseWithLength((const char *)b->f[F_STATE].p, b->f[F_STATE].len);
+    if (!root) return ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory to read it again", sp);
+    const cJSON *sig = cJSON_GetObjectItemCaseSensitive(root, "model");
+    ls_status s = LS_OK;
+    for (int i = 0; i < N_KNOWN && s == LS_OK; i++) {
         if (i == F_STATE || (i == F_EMA && !b->f[i].p)) continue;
         snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[i]);
         ls_safetensors *f;
-        LS_CHECK(ls_safetensors_open_memory(b->f[i].p, b->f[i].len, p, &f));
-        ls_status s = i == F_OPTIM ? check_optim_kind(f, p, st.optim.kind) : LS_OK;
+        s = ls_safetensors_open_memory(b->f[i].p, b->f[i].len, p, &f);
+        if (s != LS_OK) break;
+        if (i == F_OPTIM) s = check_optim_kind(f, p, st.optim.kind);
+        /* SGD's momentum for every parameter, or for none: the state of SGD without momentum, or of
+         * a momentum this run starts afresh (load_tensors) */
+        want_list w;
+        if (s == LS_OK)
+            s = want_from_signature(sig, sp, i == F_OPTIM ? &st.optim.kind : NULL, ls_safetensors_count(f) > 0, &w);
+        if (s == LS_OK) {
+            if (i != F_OPTIM)
+                snprintf(what, sizeof what, "state.json's model");
+            else if (st.optim.kind == LS_OPTIM_ADAMW)
+                snprintf(what, sizeof what, "state.json's optimizer (adamw)");
+            else
+                snprintf(what, sizeof what, "state.json's optimizer (sgd, momentum %g)", (double)st.optim.momentum);
+            s = check_file_tensors(f, p, &w, what);
+            want_free(&w);
+        }
         ls_safetensors_close(f);
-        LS_CHECK(s);
     }
-    return LS_OK;
+    cJSON_Delete(root);
+    return s;
 }
 
 static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
@@ -1667,13 +1836,6 @@ static ls_status get_int_range(const cJSON *o, const char *key, const char *file
     return LS_OK;
 }
 
-static const char *param_desc(const char *name, const char *dtype, int ndim, const int64_t *shape, char *buf,
-                              size_t len) {
-    char sb[160];
-    snprintf(buf, len, "'%s' %s %s", name, shape_str(ndim, shape, sb, sizeof sb), dtype);
-    return buf;
-}
-
 /* hint: how the layers differ (layers_difference), or NULL */
 static ls_status check_signature(const cJSON *arr, const char *file, ls_module *model, const char *hint) {
     char a[320], b[320], why[480];
@@ -1683,34 +1845,24 @@ static ls_status check_signature(const cJSON *arr, const char *file, ls_module *
     int i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, arr) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
-        const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+        const char *sname, *sdtype;
         int64_t sh[LS_SAFETENSORS_MAX_DIMS];
-        int nd = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
-        int ok = cJSON_IsString(name) && cJSON_IsString(dtype) && nd >= 0 && nd <= LS_SAFETENSORS_MAX_DIMS;
-        int k = 0;
-        const cJSON *d;
-        if (ok) cJSON_ArrayForEach(d, shape) {
-                uint64_t v;
-                ok = ok && json_uint(d, &v);
-                if (ok) sh[k++] = (int64_t)v;
-            }
-        if (!ok) return ls_error(LS_ERR_FORMAT, "'%s': model signature entry %d is malformed", file, i);
+        int nd, k;
+        if (!sig_entry(e, &sname, &sdtype, &nd, sh))
+            return ls_error(LS_ERR_FORMAT, "'%s': model signature entry %d is malformed", file, i);
         if (i >= nm)
             return ls_error(LS_ERR_INVALID_ARGUMENT,
                             "'%s': the checkpoint's model has %d parameters but this model has %d (first extra: %s); "
                             "a different model%s",
-                            file, nc, nm, param_desc(name->valuestring, dtype->valuestring, nd, sh, a, sizeof a), why);
+                            file, nc, nm, param_desc(sname, sdtype, nd, sh, a, sizeof a), why);
         ls_tensor *t = ls_module_param(model, i);
         const char *mname = ls_module_param_name(model, i);
-        int same = strcmp(name->valuestring, mname) == 0 && strcmp(dtype->valuestring, st_dtype_name(t->dtype)) == 0 &&
-                   nd == t->ndim;
+        int same = strcmp(sname, mname) == 0 && strcmp(sdtype, st_dtype_name(t->dtype)) == 0 && nd == t->ndim;
         for (k = 0; same && k < nd; k++) same = sh[k] == t->shape[k];
         if (!same)
             return ls_error(LS_ERR_INVALID_ARGUMENT,
                             "'%s': parameter %d is %s in the checkpoint but %s in this model (a different model%s)",
-                            file, i, param_desc(name->valuestring, dtype->valuestring, nd, sh, a, sizeof a),
+                            file, i, param_desc(sname, sdtype, nd, sh, a, sizeof a),
                             param_desc(mname, st_dtype_name(t->dtype), t->ndim, t->shape, b, sizeof b), why);
         i++;
     }

@@ -25,7 +25,7 @@ run 0 verify C
 expect_out "ok       C/step-00000008 (step 8)"
 expect_out "ok       C/step-00000016 (step 16)"
 run 0 info C
-expect_out "checkpoint  C/step-00000016 (verified: every file's size and CRC32, state.json and the safetensors headers read)"
+expect_out "checkpoint  C/step-00000016 (verified: every file's size and CRC32, state.json read, the tensors against it)"
 expect_out "step        16 (optimizer steps 16); the end of epoch 1, 16 steps an epoch"
 expect_out "layers      Linear, ReLU, Dropout(p=0.1), Linear, ReLU, Dropout(p=0.1), Linear"
 expect_out "ranks       1 x batch 64 x 1 accumulation = 64 samples a step; seed 42"
@@ -231,6 +231,48 @@ sed -i "s/\"kind\":[[:space:]]*\"$kind\"/\"kind\": \"$other\"/" K/step-00000008/
 fixman K/step-00000008
 run 1 verify K
 expect_out "DAMAGED  K/step-00000008: 'K/step-00000008/optimizer.safetensors' holds the state of $kind but state.json names the optimizer $other"
+
+# the tensors against what state.json records, their manifests rewritten to match (verify said ok
+# to each, the resume refused it, and --resume auto stopped there rather than skipping to an older
+# checkpoint): a parameter missing from model.safetensors, one transposed, a momentum missing from
+# optimizer.safetensors, a tensor more in ema.safetensors
+st_edit() { # FILE PYTHON: FILE rewritten, PYTHON changing sd (name -> [dtype, shape, bytes])
+    python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+path, code = sys.argv[1:3]
+b = open(path, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+meta, data = h.pop("__metadata__", None), b[8 + n:]
+sd = {k: [v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]] for k, v in h.items()}
+exec(code)
+out, off, blob = ({"__metadata__": meta} if meta else {}), 0, b""
+for k, (dt, sh, by) in sd.items():
+    out[k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + len(by)]}
+    off, blob = off + len(by), blob + by
+hb = json.dumps(out).encode()
+hb += b" " * (-len(hb) % 8)
+open(path, "wb").write(struct.pack("<Q", len(hb)) + hb + blob)
+PY
+}
+mkdir -p T1 T2 T3 T4
+cp -r V/step-00000008 T1/ && st_edit T1/step-00000008/model.safetensors 'del sd["4.bias"]'
+cp -r V/step-00000008 T2/ # and as step 16, transposed: the older one to fall back to
+cp -r V/step-00000008 T2/step-00000016 && st_edit T2/step-00000016/model.safetensors 'sd["4.weight"][1] = [256, 10]'
+sed -i 's/"step":[[:space:]]*8,/"step": 16,/' T2/step-00000016/state.json T2/step-00000016/manifest.json
+cp -r V/step-00000008 T3/ && st_edit T3/step-00000008/optimizer.safetensors 'del sd["2.bias.momentum"]'
+cp -r R/step-00000016 T4/ && st_edit T4/step-00000016/ema.safetensors 'sd["extra"] = ["F32", [1], bytes(4)]'
+for d in T1/step-00000008 T2/step-00000016 T3/step-00000008 T4/step-00000016; do fixman $d; done
+run 1 verify T1 T2 T3 T4
+expect_out "DAMAGED  T1/step-00000008: 'T1/step-00000008/model.safetensors': tensor '4.bias' of state.json's model is missing"
+expect_out "ok       T2/step-00000008 (step 8)"
+expect_out "DAMAGED  T2/step-00000016: 'T2/step-00000016/model.safetensors': tensor '4.weight' is [256, 10] F32 but state.json's model has [10, 256] F32"
+expect_out "DAMAGED  T3/step-00000008: 'T3/step-00000008/optimizer.safetensors': tensor '2.bias.momentum' of state.json's optimizer (sgd, momentum 0.9) is missing"
+expect_out "DAMAGED  T4/step-00000016: 'T4/step-00000016/ema.safetensors' holds 7 tensors where state.json's model has 6: 'extra' is not one of them"
+train 1 "${V[@]}" --checkpoint-dir T2 --resume auto --max-steps 9
+expect_rc 0
+expect_out "skipping damaged checkpoint 'T2/step-00000016': 'T2/step-00000016/model.safetensors': tensor '4.weight' is [256, 10] F32"
+expect_out "resumed from T2/step-00000008 at step 8"
 
 # a manifest that is a symlink loop is that, not "missing"
 mkdir -p Q && cp -r V/step-00000008 Q/
