@@ -2457,6 +2457,7 @@ static ls_status save_close(save_job *j) {
 typedef struct ckpt_result {
     int32_t status;
     int32_t found;
+    int32_t fresh_momentum; /* a load: SGD's momentum, which the checkpoint lacks, starts afresh */
     int64_t text_len;
     double seconds; /* an asynchronous save's: the writer's time */
     char path[LS_CKPT_PATH_MAX];
@@ -2641,7 +2642,7 @@ static ls_status optim_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_opt
  * load_tensors, which read rank 0's own) to their owners. Collective: one tensor at a time through
  * the transit buffer, as optim_file. */
 static ls_status states_from_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt, ls_optim_kind kind,
-                                  const unsigned char *bytes, size_t len, const char *ckpt_path) {
+                                  const unsigned char *bytes, size_t len, const char *ckpt_path, int fresh) {
     int rank = comm_rank(comm);
     char p[LS_CKPT_PATH_MAX + 80];
     snprintf(p, sizeof p, "%s/%s", ckpt_path, ckpt_required[F_OPTIM]);
@@ -2656,7 +2657,9 @@ static ls_status states_from_file(ls_comm *comm, ls_ctx *ctx, ls_module *model, 
     for (int k = 0; s == LS_OK && k < ol.n; k++) {
         ls_tensor *t = ol.t[k];
         if (ol.owner[k] <= 0) continue;
-        if (rank == 0 && err == LS_OK) { /* an error here: the broadcasts go on, every rank fails after */
+        if (rank == 0 && err == LS_OK && fresh) { /* not in the file: zeros (restarted after) */
+            err = ls_allocator_set_zero(ctx->alloc, scratch, ls_tensor_nbytes(t));
+        } else if (rank == 0 && err == LS_OK) { /* an error here: the broadcasts go on, every rank fails after */
             ls_tensor to = ls_tensor_view(scratch, t->dtype, ls_allocator_device(ctx->alloc), t->ndim, t->shape);
             err = ls_safetensors_read(f, ol.names[k], ctx->alloc, &to);
         }
@@ -3006,9 +3009,13 @@ static ls_status load_weights(ls_ctx *ctx, const ckpt_bundle *b, int file, ls_mo
 }
 
 /* Load tensors of a verified checkpoint into rank 0's model, optimizer and EMA; with shard (a
- * sharded optimizer) the states other ranks keep are only checked (states_from_file sends them). */
+ * sharded optimizer) the states other ranks keep are only checked (states_from_file sends them).
+ * *fresh: 1 where this run's SGD keeps a momentum that the checkpoint, saved without, lacks: it
+ * starts as a fresh optimizer's (ls_optimizer_restart_momentum, on every rank after the load), as
+ * torch.optim.SGD's for a parameter without a buffer. It was an error, where momentum 0.9 to 0
+ * only warned. */
 static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *model, ls_optimizer *opt, ls_ema *ema,
-                              const ls_ckpt_state *st, int shard) {
+                              const ls_ckpt_state *st, int shard, int32_t *fresh) {
     char p[LS_CKPT_PATH_MAX + 80];
     ls_safetensors *f = NULL;
     ls_status s = load_weights(ctx, b, F_MODEL, model, NULL);
@@ -3026,11 +3033,15 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
     }
     opt_list ol;
     s = opt_list_make(model, opt, st->optim.kind, shard, &ol);
-    for (int i = 0; i < ol.n && s == LS_OK; i++) {
+    /* check_contents: SGD's file holds a momentum for every parameter or for none */
+    *fresh = s == LS_OK && ol.n > 0 && !this_adamw && ls_safetensors_count(f) == 0;
+    if (*fresh)
+        LS_LOG_W("'%s' holds no momentum (the checkpoint's sgd kept none): this run's momentum, %g, starts afresh "
+                 "as a new optimizer's (each buffer the gradient of its first step)",
+                 p, (double)ls_optimizer_config(opt).momentum);
+    for (int i = 0; i < ol.n && s == LS_OK && !*fresh; i++) {
         if (!ls_safetensors_find(f, ol.names[i]))
-            s = ls_error(LS_ERR_INVALID_ARGUMENT,
-                         "'%s': no tensor '%s' for this run's optimizer (the saved %s kept no such state: momentum 0?)",
-                         p, ol.names[i], kind_name(st->optim.kind));
+            s = ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': no tensor '%s' for this run's optimizer", p, ol.names[i]);
         else if (ol.owner[i] > 0)
             s = st_check(f, ol.names[i], ol.t[i], NULL);
         else
@@ -3075,7 +3086,7 @@ static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_
     /* read with the model now (its signature, its layers): the step and the files were checked
      * (check_contents) */
     ls_status s = ls_ckpt_state_parse((const char *)b.f[F_STATE].p, b.f[F_STATE].len, sp, model, st);
-    if (s == LS_OK) s = load_tensors(ctx, &b, model, opt, ema, st, obytes != NULL);
+    if (s == LS_OK) s = load_tensors(ctx, &b, model, opt, ema, st, obytes != NULL, &r->fresh_momentum);
     if (s == LS_OK) {
         snprintf(r->path, sizeof r->path, "%s", b.path);
         r->text_len = (int64_t)b.f[F_STATE].len;
@@ -3124,7 +3135,8 @@ static ls_status load_share(ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_opt
     if (s == LS_OK) s = ls_ddp_broadcast_params(comm, np, params);
     if (s == LS_OK) s = ls_cnn_broadcast_buffers(comm, model);
     if (s == LS_OK && shard)
-        s = states_from_file(comm, ctx, model, opt, state->optim.kind, obytes->p, obytes->len, r->path);
+        s = states_from_file(comm, ctx, model, opt, state->optim.kind, obytes->p, obytes->len, r->path,
+                             r->fresh_momentum);
     if (s == LS_OK && ol.n > 0) s = ls_ddp_broadcast_params(comm, ol.n, ol.t);
     if (s == LS_OK && ema && state->has_ema) { /* the averages: the same tensors as the model's */
         int ne = ls_ema_num_tensors(ema);
@@ -3168,6 +3180,7 @@ ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const ch
     fb_free(&obytes);
     free(text);
     if (s != LS_OK || !r.found) return s;
+    if (r.fresh_momentum && opt) LS_CHECK(ls_optimizer_restart_momentum(opt));
     if (ema && state->has_ema)
         ls_ema_set_num_updates(ema, state->ema_updates);
     else if (ema) /* none saved: the average starts from the weights loaded */

@@ -30,6 +30,9 @@ struct ls_optimizer {
     double *ctl;     /* LS_OPTIM_CTL doubles of device memory: the count on the device (ops.h) */
     int count;       /* where the step count is current: COUNT_* */
     double host_ctl; /* the count read back or to write */
+    /* SGD: the steps taken before its momentum (re)started (ls_optimizer_restart_momentum; else 0):
+     * the step after them is a first step, and the device counts from them (ctl[0] = steps - it) */
+    int64_t restart;
 };
 
 /* The step count is in steps and ctl[0] alike, in steps only (stepped on the host since), or in
@@ -245,14 +248,14 @@ fail:
 static ls_status count_to_host(ls_optimizer *o) {
     if (o->count != COUNT_DEVICE) return LS_OK;
     LS_CHECK(ls_allocator_copy(o->ctx->alloc, &o->host_ctl, 0, o->ctl, 1, sizeof(double)));
-    o->steps = (int64_t)o->host_ctl;
+    o->steps = (int64_t)o->host_ctl + o->restart;
     o->count = COUNT_BOTH;
     return LS_OK;
 }
 
 static ls_status count_to_device(ls_optimizer *o) {
     if (o->count != COUNT_HOST) return LS_OK;
-    o->host_ctl = (double)o->steps;
+    o->host_ctl = (double)(o->steps - o->restart);
     LS_CHECK(ls_allocator_copy(o->ctx->alloc, o->ctl, 1, &o->host_ctl, 0, sizeof(double)));
     o->count = COUNT_BOTH;
     return LS_OK;
@@ -282,8 +285,15 @@ static ls_status step(ls_optimizer *o, float lr, int counted, const double *skip
     }
     if (wds) wds = o->sw;
     if (o->cfg.kind == LS_OPTIM_SGD) {
-        ls_sgd_params hp = {
-            lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov, o->steps == 0, ctl, skip, wds};
+        ls_sgd_params hp = {lr,
+                            o->cfg.momentum,
+                            o->cfg.dampening,
+                            o->cfg.weight_decay,
+                            o->cfg.nesterov,
+                            o->steps == o->restart,
+                            ctl,
+                            skip,
+                            wds};
         LS_CHECK(ops->sgd_step(o->ctx->state, o->dtype, k, o->sp, o->sg, o->m ? o->sm : NULL, o->sn, &hp));
     } else {
         ls_adamw_params hp = {lr,           o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay,
@@ -338,7 +348,19 @@ ls_status ls_optimizer_get_num_steps(ls_optimizer *o, int64_t *steps) {
 
 void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps) {
     o->steps = steps;
+    o->restart = 0;
     o->count = COUNT_HOST; /* written to the device by the next counted step */
+}
+
+ls_status ls_optimizer_restart_momentum(ls_optimizer *o) {
+    LS_CHECK_ARG(o, "ls_optimizer_restart_momentum: the optimizer is NULL");
+    LS_CHECK_ARG(o->cfg.kind == LS_OPTIM_SGD, "ls_optimizer_restart_momentum: the optimizer is not SGD");
+    LS_CHECK(count_to_host(o));
+    for (int i = 0; o->m && i < o->n; i++)
+        if (o->m[i]) LS_CHECK(ls_tensor_zero(o->m[i]));
+    o->restart = o->steps;
+    o->count = COUNT_HOST; /* the device's count, from the restart, written by the next counted step */
+    return LS_OK;
 }
 
 ls_tensor *ls_optimizer_state(ls_optimizer *o, int i, int slot) {

@@ -87,6 +87,11 @@ int ls_optimizer_owner(const ls_optimizer *o, int i);
  * its own. all 0 frees them again. Unsharded: nothing to do. */
 ls_status ls_optimizer_hold_states(ls_optimizer *o, int all);
 void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps);
+/* SGD's momentum buffers (this rank's) zeroed, and the next step taken as a first one: each buffer
+ * starts as that step's gradient (with weight decay), as torch.optim.SGD's does for a parameter
+ * without one, whatever the dampening; the step count goes on. A resume whose checkpoint holds no
+ * momentum (saved without) for a run with momentum. LS_ERR_INVALID_ARGUMENT for AdamW. */
+ls_status ls_optimizer_restart_momentum(ls_optimizer *o);
 
 /* After the warmup: cosine decay to min_lr at total (the default), linear decay to min_lr at total
  * (Hugging Face's get_linear_schedule_with_warmup; min_lr 0 is theirs), or constant. */

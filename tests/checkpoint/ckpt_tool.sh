@@ -274,6 +274,20 @@ expect_rc 0
 expect_out "skipping damaged checkpoint 'T2/step-00000016': 'T2/step-00000016/model.safetensors': tensor '4.weight' is [256, 10] F32"
 expect_out "resumed from T2/step-00000008 at step 8"
 
+# SGD saved without momentum, resumed with it: warnings, its momentum starting afresh, and the run
+# goes on (it stopped: "no tensor '0.weight.momentum' for this run's optimizer"; the reverse warned)
+train 1 "${V[@]}" --checkpoint-dir M0 --max-steps 8 --momentum 0
+expect_rc 0
+train 1 "${V[@]}" --checkpoint-dir M0 --max-steps 9 --resume auto
+expect_rc 0
+expect_out "[lockstep warn] 'M0/step-00000008/optimizer.safetensors' holds no momentum (the checkpoint's sgd kept none): this run's momentum, 0.9, starts afresh as a new optimizer's (each buffer the gradient of its first step)"
+expect_out "[lockstep warn] optimizer settings changed since the checkpoint (momentum 0 -> 0.9); this run's apply"
+expect_out "resumed from M0/step-00000008 at step 8"
+expect_out "saved checkpoint M0/step-00000009 (step 9)"
+run 0 info M0
+expect_out "step        9 (optimizer steps 9)"
+expect_out "optimizer   sgd: lr 0.05, momentum 0.9"
+
 # a manifest that is a symlink loop is that, not "missing"
 mkdir -p Q && cp -r V/step-00000008 Q/
 rm Q/step-00000008/manifest.json && ln -s manifest.json Q/step-00000008/manifest.json

@@ -11,6 +11,7 @@
  * state, by the allocator's peak). Run alone (self) or under mpirun: loads are broadcast from rank 0, and a failure on rank 0
  * fails every rank with the same message. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "ckpt_test.h"
 #include "cnn.h"
 #include "testutil.h"
 
@@ -45,7 +47,7 @@ static ls_module *make_model(int64_t hidden, ls_dtype dt, uint64_t seed) {
     return m;
 }
 
-static ls_optimizer *make_opt(ls_module *m, ls_optim_kind kind) {
+static ls_optimizer *make_opt_cfg(ls_module *m, const ls_optim_config *c) {
     enum { MAXP = 64 };
     ls_tensor *p[MAXP], *g[MAXP];
     int n = ls_module_num_params(m);
@@ -54,10 +56,14 @@ static ls_optimizer *make_opt(ls_module *m, ls_optim_kind kind) {
         p[i] = ls_module_param(m, i);
         g[i] = ls_module_grad(m, i);
     }
-    ls_optim_config c = ls_optim_defaults(kind);
     ls_optimizer *o;
-    LS_REQUIRE_OK(ls_optimizer_create(ctx, n, p, g, &c, &o));
+    LS_REQUIRE_OK(ls_optimizer_create(ctx, n, p, g, c, &o));
     return o;
+}
+
+static ls_optimizer *make_opt(ls_module *m, ls_optim_kind kind) {
+    ls_optim_config c = ls_optim_defaults(kind);
+    return make_opt_cfg(m, &c);
 }
 
 /* Deterministic contents, different for each salt (and rank, so a load must overwrite them). */
@@ -588,6 +594,95 @@ static void test_bad_inputs(void) {
     ls_module_destroy(m);
 }
 
+/* SGD saved without momentum, resumed with momentum 0.9 and dampening 0.5: a warning and a resume
+ * (it was an error, "no tensor '0.weight.momentum' for this run's optimizer", where momentum 0.9 to
+ * 0 only warned), whose next steps are a fresh optimizer's on the resumed weights, bit for bit,
+ * stepped on the host and counted on the device: the first step's buffer is its gradient, as
+ * torch.optim.SGD's for a parameter without one (zeroed buffers would give it half, 0.9 * 0 + (1 -
+ * 0.5) * grad), the second uses it. The step count goes on from the checkpoint's. */
+static void test_momentum_turned_on(void) {
+    char dir[128], logp[160];
+    snprintf(dir, sizeof dir, "%s/momentum-on", root);
+    snprintf(logp, sizeof logp, "%s/momentum-on-r%d.log", root, rank);
+    ls_optim_config off = ls_optim_defaults(LS_OPTIM_SGD), on = off;
+    off.momentum = 0;
+    on.dampening = 0.5f;
+    ls_module *a = make_model(8, LS_F32, 1);
+    ls_optimizer *oa = make_opt_cfg(a, &off);
+    fill_all(a, oa, 1); /* 101 steps */
+    ls_ckpt_state st = make_state(5, LS_OPTIM_SGD);
+    st.optim = off;
+    LS_REQUIRE_OK(ls_ckpt_save(comm, ctx, dir, 0, a, oa, &st, NULL, 0));
+    static const double no_skip = 0; /* device memory of the CPU context */
+    for (int counted = 0; counted < 2; counted++) {
+        ls_module *b = make_model(8, LS_F32, 2), *c = make_model(8, LS_F32, 3);
+        ls_optimizer *ob = make_opt_cfg(b, &on);
+        fill_all(b, ob, 9); /* buffers not zero, 109 steps: the load replaces both */
+        fflush(stderr);
+        int saved = dup(2), fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        LS_REQUIRE(saved >= 0 && fd >= 0 && dup2(fd, 2) == 2);
+        ls_ckpt_state got;
+        int found = 0;
+        ls_status s = ls_ckpt_load(comm, ctx, dir, "auto", b, ob, &got, &found, NULL, 0);
+        fflush(stderr);
+        LS_REQUIRE(dup2(saved, 2) == 2);
+        close(saved);
+        close(fd);
+        LS_REQUIRE_OK(s);
+        size_t len = 0;
+        char *log = (char *)ckpt_test_slurp(logp, &len);
+        LS_REQUIRE(log);
+        char want[LS_CKPT_PATH_MAX + 300];
+        snprintf(want, sizeof want,
+                 "'%s/step-00000005/optimizer.safetensors' holds no momentum (the checkpoint's sgd kept none): this "
+                 "run's momentum, 0.9, starts afresh as a new optimizer's (each buffer the gradient of its first step)",
+                 dir);
+        if (rank == 0 && !strstr(log, want)) {
+            fprintf(stderr, "the resume with momentum turned on logged '%s', expected '%s'\n", log, want);
+            ls_test_failures++;
+        }
+        free(log);
+        LS_EXPECT(found && got.step == 5 && num_steps(ob) == 101);
+        for (int i = 0; i < ls_module_num_params(b); i++) {
+            ls_tensor *x = ls_module_param(b, i), *y = ls_module_param(c, i);
+            memcpy(y->data, x->data, ls_tensor_nbytes(x));
+        }
+        ls_optimizer *oc = make_opt_cfg(c, &on);
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < ls_module_num_params(b); i++) {
+                fill(ls_module_grad(b, i), 30 + 3 * k + i);
+                fill(ls_module_grad(c, i), 30 + 3 * k + i);
+            }
+            if (counted) {
+                LS_REQUIRE_OK(ls_optimizer_step_unless(ob, 0.1f, &no_skip));
+                LS_REQUIRE_OK(ls_optimizer_step_unless(oc, 0.1f, &no_skip));
+            } else {
+                LS_REQUIRE_OK(ls_optimizer_step(ob, 0.1f));
+                LS_REQUIRE_OK(ls_optimizer_step(oc, 0.1f));
+            }
+            int same = 1;
+            for (int i = 0; i < ls_module_num_params(b); i++) {
+                ls_tensor *x = ls_module_param(b, i), *y = ls_module_param(c, i);
+                ls_tensor *u = ls_optimizer_state(ob, i, 0), *v = ls_optimizer_state(oc, i, 0);
+                same = same && memcmp(x->data, y->data, ls_tensor_nbytes(x)) == 0 &&
+                       memcmp(u->data, v->data, ls_tensor_nbytes(u)) == 0;
+            }
+            if (!same) {
+                fprintf(stderr, "rank %d: step %d after the resume (%s) is not a fresh optimizer's\n", rank, k + 1,
+                        counted ? "counted on the device" : "on the host");
+                ls_test_failures++;
+            }
+        }
+        LS_EXPECT(num_steps(ob) == 103 && num_steps(oc) == 2);
+        ls_optimizer_destroy(oc);
+        ls_optimizer_destroy(ob);
+        ls_module_destroy(c);
+        ls_module_destroy(b);
+    }
+    ls_optimizer_destroy(oa);
+    ls_module_destroy(a);
+}
+
 static unsigned char *file_bytes(const char *p, long *len) {
     FILE *f = fopen(p, "rb");
     LS_REQUIRE(f && fseek(f, 0, SEEK_END) == 0);
@@ -681,8 +776,8 @@ static void test_sharded(ls_optim_kind kind) {
     ls_ckpt_state st = make_state(31, kind);
     ls_status s = ls_ckpt_save(comm, ctx, q, 1, a, os, &st, NULL, 0);
     LS_EXPECT(s != LS_OK && strstr(ls_last_error(), p) && (rank == 0 || strstr(ls_last_error(), "(on rank 0)")));
-    /* a checkpoint of an optimizer without state (SGD without momentum) into one with: every rank
-     * fails with rank 0's message, whichever rank keeps the first missing state */
+    /* a checkpoint of an optimizer without state (SGD without momentum) into one with: its momentum
+     * starts afresh on every rank, whichever keeps it (it was an error: test_momentum_turned_on) */
     if (kind == LS_OPTIM_SGD) {
         int n = ls_module_num_params(a);
         ls_tensor *pp[8], *gg[8];
@@ -696,9 +791,13 @@ static void test_sharded(ls_optim_kind kind) {
         LS_REQUIRE_OK(ls_optimizer_create(ctx, n, pp, gg, &c, &plain));
         snprintf(q, sizeof q, "%s/shard-plain", root);
         save(q, 1, a, plain, 32, kind);
-        LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, q, "auto", b, ob, &got, &found, NULL, 0), LS_ERR_INVALID_ARGUMENT,
-                      "no tensor '0.weight.momentum' for this run's optimizer (the saved sgd kept no such state");
-        LS_EXPECT(rank == 0 || strstr(ls_last_error(), "(on rank 0)"));
+        LS_REQUIRE_OK(ls_ckpt_load(comm, ctx, q, "auto", b, ob, &got, &found, NULL, 0));
+        LS_EXPECT(found && got.step == 32 && num_steps(ob) == 0);
+        for (int i = 0; i < n; i++) {
+            const ls_tensor *m = ls_optimizer_state(ob, i, 0);
+            LS_EXPECT((m != NULL) == (ls_optimizer_owner(ob, i) == rank));
+            for (int64_t k = 0; m && k < ls_tensor_numel(m); k++) LS_EXPECT(((const float *)m->data)[k] == 0);
+        }
         ls_optimizer_destroy(plain);
     }
     ls_optimizer_destroy(oa);
@@ -985,6 +1084,7 @@ int main(void) {
     test_model_load_ranks();
     test_ema();
     test_bad_inputs();
+    test_momentum_turned_on();
     test_sharded(LS_OPTIM_SGD);
     test_sharded(LS_OPTIM_ADAMW);
     if (world == 1) {
