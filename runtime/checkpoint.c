@@ -34,6 +34,12 @@
 
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact integers */
 
+/* The largest manifest.json and state.json a load reads (a manifest lists at most CKPT_MAX_FILES
+ * files, a few hundred bytes; state.json is about 100 bytes a parameter tensor): a file of 1 GB
+ * was read whole before its size was looked at. A save refuses a larger state. */
+#define CKPT_MANIFEST_MAX ((size_t)1 << 20)
+#define CKPT_STATE_MAX ((size_t)64 << 20)
+
 /* ---------------------------------------------------------------- small helpers */
 
 static int host_little_endian(void) {
@@ -1203,9 +1209,16 @@ static char *manifest_json(const ckpt_manifest *m) {
 
 static ls_status manifest_parse(const char *text, size_t len, const char *name, ckpt_manifest *m) {
     memset(m, 0, sizeof *m);
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) return ls_error(LS_ERR_FORMAT, "'%s': not valid JSON (damaged manifest)", name);
     ls_status s = LS_OK;
+    for (const char *c = end; c < text + len; c++) /* what cJSON stops before (it verified ok) */
+        if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') {
+            s = ls_error(LS_ERR_FORMAT, "'%s': bytes after its JSON object, at byte %zu (damaged manifest)", name,
+                         (size_t)(c - text));
+            goto done;
+        }
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
@@ -1511,7 +1524,14 @@ static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
                         ckpt_dir);
     unsigned char *text;
     size_t len;
-    LS_CHECK(read_file(p, &text, &len));
+    int fd;
+    LS_CHECK(open_regular(p, &fd, &len));
+    if (len > CKPT_MANIFEST_MAX) {
+        close(fd);
+        return ls_error(LS_ERR_FORMAT, "'%s': %zu bytes, more than a manifest's limit of %zu (damaged manifest)", p,
+                        len, CKPT_MANIFEST_MAX);
+    }
+    LS_CHECK(read_fd(fd, p, len, &text, &len));
     ckpt_manifest m;
     ls_status s = manifest_parse((const char *)text, len, p, &m);
     free(text);
@@ -1531,10 +1551,23 @@ static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
                     : ls_error(LS_ERR_IO, "'%s': %s", p, strerror(errno));
             break;
         }
+        /* the size first: a state.json grown to 1 GB was read whole before it was compared */
+        const int is_state = strcmp(m.files[i].name, ckpt_required[F_STATE]) == 0;
+        if (S_ISREG(msb.st_mode) && (uint64_t)msb.st_size != m.files[i].size) {
+            s = ls_error(LS_ERR_FORMAT, "'%s': %llu bytes but the manifest records %llu (%s)", p,
+                         (unsigned long long)msb.st_size, (unsigned long long)m.files[i].size,
+                         (uint64_t)msb.st_size < m.files[i].size ? "truncated" : "damaged");
+            break;
+        }
+        if (is_state && m.files[i].size > CKPT_STATE_MAX) {
+            s = ls_error(LS_ERR_FORMAT, "'%s': %llu bytes, more than a state.json's limit of %zu (damaged)", p,
+                         (unsigned long long)m.files[i].size, CKPT_STATE_MAX);
+            break;
+        }
         /* the tensors' files mapped (the CRC pages them through the page cache, none is copied), the
          * small JSON read */
         file_bytes fb;
-        if (strcmp(m.files[i].name, ckpt_required[F_STATE]) == 0) {
+        if (is_state) {
             memset(&fb, 0, sizeof fb);
             LS_CHECK_GOTO(read_file(p, &fb.p, &fb.len), s, fail);
         } else {
@@ -2374,7 +2407,13 @@ static ls_status save_prepare(save_job *j, ls_ctx *ctx, const char *dir, int kee
         st.ema_updates = ls_ema_num_updates(ema);
     }
     if (opt) LS_CHECK(ls_optimizer_get_num_steps(opt, &st.optim_steps));
-    return ls_ckpt_state_to_json(&st, model, &j->state_text);
+    LS_CHECK(ls_ckpt_state_to_json(&st, model, &j->state_text));
+    if (strlen(j->state_text) > CKPT_STATE_MAX)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_ckpt_save: state.json would be %zu bytes, more than a load reads (%zu): the model has %d "
+                        "parameter tensors",
+                        strlen(j->state_text), CKPT_STATE_MAX, np);
+    return LS_OK;
 }
 
 /* The save's first files: DIR/step-S.tmp created, model.safetensors written into it. */

@@ -288,6 +288,43 @@ run 0 info M0
 expect_out "step        9 (optimizer steps 9)"
 expect_out "optimizer   sgd: lr 0.05, momentum 0.9"
 
+# sizes before contents: a state.json grown to 1 GB (sparse) is refused by its size, without
+# reading it (1.2 GB of memory, then the same message), a manifest of 1 GB as too large (read,
+# then "ok"), a state.json of 100 MB that the manifest records too; bytes after the manifest's
+# JSON are damage (they verified ok)
+mkdir -p G1 G2 G3 G4
+for d in G1 G2 G3 G4; do cp -r V/step-00000008 $d/; done
+n=$(stat -c %s V/step-00000008/state.json)
+truncate -s 1G G1/step-00000008/state.json G2/step-00000008/manifest.json
+echo 'GARBAGE {' >>G3/step-00000008/manifest.json
+truncate -s 100M G4/step-00000008/state.json
+python3 - G4/step-00000008/manifest.json <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+for f in m["files"]:
+    if f["name"] == "state.json":
+        f["size"] = 100 << 20
+json.dump(m, open(sys.argv[1], "w"))
+PY
+peak() { # ARGS: the tool's exit status and its peak memory in KiB beyond its --help's, output in $tmp/out
+    python3 - "$TOOL" "$tmp/out" "$@" <<'PY'
+import resource, subprocess, sys
+tool, out, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+subprocess.run([tool, "--help"], stdout=subprocess.DEVNULL)
+base = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+r = subprocess.run([tool] + args, stdout=open(out, "w"), stderr=subprocess.STDOUT)
+print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss - base)
+PY
+}
+read -r rc kib < <(peak verify G1 G2 G3 G4)
+expect_rc 1
+[ "$kib" -lt 262144 ] || fail "verify of a 1 GB state.json and manifest took $kib KiB more than --help"
+expect_out "DAMAGED  G4/step-00000008: 'G4/step-00000008/state.json': 104857600 bytes, more than a state.json's limit of 67108864 (damaged)"
+expect_out "DAMAGED  G1/step-00000008: 'G1/step-00000008/state.json': 1073741824 bytes but the manifest records $n (damaged)"
+expect_out "DAMAGED  G2/step-00000008: 'G2/step-00000008/manifest.json': 1073741824 bytes, more than a manifest's limit of 1048576 (damaged manifest)"
+grep -qE "^DAMAGED  G3/step-00000008: 'G3/step-00000008/manifest.json': bytes after its JSON object, at byte [0-9]+ \(damaged manifest\)$" \
+    "$tmp/out" || fail "verify: bytes after the manifest's JSON not refused"
+
 # a manifest that is a symlink loop is that, not "missing"
 mkdir -p Q && cp -r V/step-00000008 Q/
 rm Q/step-00000008/manifest.json && ln -s manifest.json Q/step-00000008/manifest.json
