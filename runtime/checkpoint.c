@@ -337,6 +337,31 @@ static ls_status st_check_layout(ls_safetensors *f, const unsigned char *data, u
     return LS_OK;
 }
 
+/* The first string of a JSON text h (n bytes, parsed already) that holds \u0000: cJSON ends the
+ * string it decodes there, so {"a\u0000x": ...} was read as a tensor named "a" (and beside an "a",
+ * "a" twice). Its raw text's offset in *at and length in *len (quotes excluded); 0 when none. An
+ * escaped backslash (\\u0000, the six characters) is not one. */
+static int json_nul_string(const char *h, size_t n, size_t *at, size_t *len) {
+    size_t start = 0;
+    int in = 0, nul = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!in) {
+            if (h[i] == '"') in = 1, start = i + 1, nul = 0;
+        } else if (h[i] == '\\') {
+            if (n - i > 5 && h[i + 1] == 'u' && memcmp(h + i + 2, "0000", 4) == 0) nul = 1;
+            i++; /* the escaped character: a quote or backslash there does not end or escape */
+        } else if (h[i] == '"') {
+            in = 0;
+            if (nul) {
+                *at = start;
+                *len = i - start;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 static ls_status st_parse(ls_safetensors *f) {
     const char *nm = f->name;
     if (!host_little_endian())
@@ -389,6 +414,14 @@ static ls_status st_parse(ls_safetensors *f) {
         }
     if (!cJSON_IsObject(root)) {
         s = ls_error(LS_ERR_FORMAT, "'%s': header is not a JSON object", nm);
+        goto done;
+    }
+    size_t at, slen;
+    if (json_nul_string(h, (size_t)hl, &at, &slen)) {
+        s = ls_error(LS_ERR_FORMAT,
+                     "'%s': header string \"%.*s%s\" (at header byte %zu) holds \\u0000, a NUL character, which a "
+                     "tensor name or metadata here cannot hold",
+                     nm, slen > 64 ? 64 : (int)slen, h + at, slen > 64 ? "..." : "", at);
         goto done;
     }
     int total = cJSON_GetArraySize(root);

@@ -208,6 +208,20 @@ static void test_bad_files(void) {
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
                8, -1, "tensor 'a' appears more than once");
+    /* \u0000 in a name or metadata: refused (cJSON ended the string there, "a\u0000x" was read as
+     * "a", and beside an "a" "appears more than once"); an escaped backslash before "u0000" is not one */
+    expect_bad("{\"a\\u0000x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+               "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+               8, -1,
+               "header string \"a\\u0000x\" (at header byte 2) holds \\u0000, a NUL character, which a tensor name or "
+               "metadata here cannot hold");
+    expect_bad("{\"__metadata__\":{\"k\":\"v\\u0000w\"}}", 0, -1, "header string \"v\\u0000w\" (at header byte 22)");
+    expect_bad("{\"__metadata__\":{\"k\\u0000\":\"v\"}}", 0, -1, "header string \"k\\u0000\" (at header byte 18)");
+    b = make("{\"__metadata__\":{\"k\":\"\\\\u0000\"}}", NULL, 0, -1, &len);
+    LS_EXPECT(ls_safetensors_open_memory(b, len, NAME, &f) == LS_OK);
+    LS_EXPECT(f && ls_safetensors_metadata(f, "k") && strcmp(ls_safetensors_metadata(f, "k"), "\\u0000") == 0);
+    ls_safetensors_close(f);
+    free(b);
     expect_bad("{\"__metadata__\":{\"k\":1}}", 0, -1, "\"__metadata__\" value 'k' is not a string");
     expect_bad("{\"__metadata__\":[]}", 0, -1, "\"__metadata__\" is not an object");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, -1,
