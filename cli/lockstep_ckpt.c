@@ -211,7 +211,8 @@ static void print_layers(const cJSON *layers) {
     while (e || count) {
         const cJSON *next = e ? layer_text(e, cur, sizeof cur) : NULL;
         if (count && (!e || strcmp(cur, prev) != 0)) { /* the run of prev ends */
-            printf("%s %s", printed++ ? "," : "", prev);
+            static char shown[4 * sizeof prev + 1];
+            printf("%s %s", printed++ ? "," : "", printable(prev, shown, sizeof shown));
             if (count > 1) printf(" x %d", count);
             count = 0;
         }
@@ -294,14 +295,17 @@ static int info(const char *arg) {
     printf("\n");
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(state, "layers");
     if (cJSON_IsArray(layers)) print_layers(layers);
-    for (int i = 0; i < st.n_settings; i++)
-        printf("%s%s %s%s", i ? ", " : "settings    ", st.settings[i].name, st.settings[i].value,
-               i + 1 == st.n_settings ? "\n" : "");
+    for (int i = 0; i < st.n_settings; i++) { /* state.json's text: its control bytes escaped, as names' */
+        char nm[4 * sizeof st.settings[i].name + 1], val[4 * sizeof st.settings[i].value + 1];
+        printf("%s%s %s%s", i ? ", " : "settings    ", printable(st.settings[i].name, nm, sizeof nm),
+               printable(st.settings[i].value, val, sizeof val), i + 1 == st.n_settings ? "\n" : "");
+    }
     cJSON_Delete(state);
     if (st.n_loss_scaler) {
+        char nm[4 * sizeof st.loss_scaler[0].key + 1];
         printf("loss scaler");
         for (int i = 0; i < st.n_loss_scaler; i++)
-            printf("%s %s %g", i ? "," : "", st.loss_scaler[i].key, st.loss_scaler[i].value);
+            printf("%s %s %g", i ? "," : "", printable(st.loss_scaler[i].key, nm, sizeof nm), st.loss_scaler[i].value);
         printf("\n");
     }
     static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "ema.safetensors", "state.json",

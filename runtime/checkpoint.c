@@ -108,6 +108,30 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t l
     return buf;
 }
 
+/* s (at most n bytes of it) for a message: control bytes (a newline, a terminal's escape sequence
+ * in a tensor's name) as \xNN, cut with "..." past ESC_MAX bytes; into buf, of ESC_MAX. A file's
+ * names reached the terminal raw in errors, where the tensors listing escaped them. */
+#define ESC_MAX 200
+static const char *esc_str(const char *s, size_t n, char *buf) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && s[i]; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (k + 8 >= ESC_MAX) {
+            memcpy(buf + k, "...", 4);
+            return buf;
+        }
+        if (c < 0x20 || c == 0x7f)
+            k += (size_t)snprintf(buf + k, ESC_MAX - k, "\\x%02x", c);
+        else
+            buf[k++] = (char)c;
+    }
+    buf[k] = '\0';
+    return buf;
+}
+/* a name escaped for a message, in a buffer of the enclosing block's (or its first n bytes) */
+#define ESC_NAME(s) esc_str((s), SIZE_MAX, (char[ESC_MAX]){0})
+#define ESC_NAMEN(s, n) esc_str((s), (n), (char[ESC_MAX]){0})
+
 static uint32_t crc32_of(const void *buf, size_t len) {
     uLong c = crc32(0L, Z_NULL, 0);
     const unsigned char *p = buf;
@@ -220,18 +244,22 @@ static int cmp_entry_name(const void *a, const void *b) {
 static ls_status st_parse_entry(const char *nm, const cJSON *c, st_entry *e) {
     const char *key = e->info.name;
     char sb[160];
-    if (!cJSON_IsObject(c)) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' is not a JSON object", nm, key);
+    if (!cJSON_IsObject(c)) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' is not a JSON object", nm, ESC_NAME(key));
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(c, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(c, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(c, "data_offsets");
-    if (!cJSON_IsString(dtype)) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has no \"dtype\" string", nm, key);
+    if (!cJSON_IsString(dtype))
+        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has no \"dtype\" string", nm, ESC_NAME(key));
     const st_dtype *dt = st_dtype_by_name(dtype->valuestring);
-    if (!dt) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has unknown dtype '%.32s'", nm, key, dtype->valuestring);
-    if (!cJSON_IsArray(shape)) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has no \"shape\" array", nm, key);
+    if (!dt)
+        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has unknown dtype '%s'", nm, ESC_NAME(key),
+                        ESC_NAMEN(dtype->valuestring, 32));
+    if (!cJSON_IsArray(shape))
+        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has no \"shape\" array", nm, ESC_NAME(key));
     int ndim = cJSON_GetArraySize(shape);
     if (ndim > LS_SAFETENSORS_MAX_DIMS)
-        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has %d dimensions; at most %d are supported", nm, key, ndim,
-                        LS_SAFETENSORS_MAX_DIMS);
+        return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has %d dimensions; at most %d are supported", nm,
+                        ESC_NAME(key), ndim, LS_SAFETENSORS_MAX_DIMS);
     uint64_t numel = 1;
     int k = 0;
     const cJSON *d;
@@ -239,9 +267,10 @@ static ls_status st_parse_entry(const char *nm, const cJSON *c, st_entry *e) {
         uint64_t v;
         if (!json_uint(d, &v))
             return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has a shape entry that is not an integer from 0 to 2^53",
-                            nm, key);
+                            nm, ESC_NAME(key));
         if (__builtin_mul_overflow(numel, v, &numel) || numel > (uint64_t)INT64_MAX)
-            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has a shape whose element count overflows", nm, key);
+            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' has a shape whose element count overflows", nm,
+                            ESC_NAME(key));
         e->info.shape[k++] = (int64_t)v;
     }
     uint64_t b, en;
@@ -249,13 +278,14 @@ static ls_status st_parse_entry(const char *nm, const cJSON *c, st_entry *e) {
         !json_uint(cJSON_GetArrayItem(offs, 1), &en) || b > en)
         return ls_error(LS_ERR_FORMAT,
                         "'%s': tensor '%s' has invalid \"data_offsets\" (need [begin, end], integers, begin <= end)",
-                        nm, key);
+                        nm, ESC_NAME(key));
     uint64_t bytes;
     if (__builtin_mul_overflow(numel, (uint64_t)dt->size, &bytes) || bytes != en - b)
-        return ls_error(
-            LS_ERR_FORMAT, "'%s': tensor '%s': shape %s of %s needs %llu bytes but data_offsets [%llu, %llu] span %llu",
-            nm, key, shape_str(ndim, e->info.shape, sb, sizeof sb), dt->name, (unsigned long long)(numel * dt->size),
-            (unsigned long long)b, (unsigned long long)en, (unsigned long long)(en - b));
+        return ls_error(LS_ERR_FORMAT,
+                        "'%s': tensor '%s': shape %s of %s needs %llu bytes but data_offsets [%llu, %llu] span %llu",
+                        nm, ESC_NAME(key), shape_str(ndim, e->info.shape, sb, sizeof sb), dt->name,
+                        (unsigned long long)(numel * dt->size), (unsigned long long)b, (unsigned long long)en,
+                        (unsigned long long)(en - b));
     e->info.dtype_name = dt->name;
     e->info.has_dtype = dt->has;
     e->info.dtype = dt->dt;
@@ -278,7 +308,7 @@ static ls_status st_parse_metadata(ls_safetensors *f, const cJSON *c) {
     cJSON_ArrayForEach(m, c) {
         if (!m->string || !cJSON_IsString(m))
             return ls_error(LS_ERR_FORMAT, "'%s': \"__metadata__\" value '%.64s' is not a string", f->name,
-                            m->string ? m->string : "");
+                            m->string ? ESC_NAMEN(m->string, 64) : "");
         st_meta *e = &f->meta[f->n_meta];
         e->key = strdup(m->string);
         e->value = strdup(m->valuestring);
@@ -299,7 +329,8 @@ static ls_status st_parse_metadata(ls_safetensors *f, const cJSON *c) {
     ls_status s = LS_OK;
     for (int i = 1; i < f->n_meta && s == LS_OK; i++)
         if (strcmp(keys[i - 1], keys[i]) == 0)
-            s = ls_error(LS_ERR_FORMAT, "'%s': \"__metadata__\" key '%.64s' appears twice", f->name, keys[i]);
+            s = ls_error(LS_ERR_FORMAT, "'%s': \"__metadata__\" key '%s' appears twice", f->name,
+                         ESC_NAMEN(keys[i], 64));
     free(keys);
     return s;
 }
@@ -314,18 +345,18 @@ static ls_status st_check_layout(ls_safetensors *f, const unsigned char *data, u
             const st_entry *b = &f->t[i - 1];
             return ls_error(LS_ERR_FORMAT,
                             "'%s': tensors '%s' (data_offsets [%llu, %llu]) and '%s' ([%llu, %llu]) overlap", nm,
-                            b->info.name, (unsigned long long)b->begin, (unsigned long long)b->end, e->info.name,
-                            (unsigned long long)e->begin, (unsigned long long)e->end);
+                            ESC_NAME(b->info.name), (unsigned long long)b->begin, (unsigned long long)b->end,
+                            ESC_NAME(e->info.name), (unsigned long long)e->begin, (unsigned long long)e->end);
         }
         if (e->begin > pos)
             return ls_error(LS_ERR_FORMAT,
                             "'%s': %llu unused bytes before tensor '%s' (data_offsets must tile the data exactly)", nm,
-                            (unsigned long long)(e->begin - pos), e->info.name);
+                            (unsigned long long)(e->begin - pos), ESC_NAME(e->info.name));
         if (e->end > data_len)
             return ls_error(LS_ERR_FORMAT,
                             "'%s': tensor '%s' (data_offsets [%llu, %llu]) ends beyond the %llu bytes of data "
                             "(truncated?)",
-                            nm, e->info.name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                            nm, ESC_NAME(e->info.name), (unsigned long long)e->begin, (unsigned long long)e->end,
                             (unsigned long long)data_len);
         pos = e->end;
         e->info.data = data + e->begin;
@@ -419,9 +450,9 @@ static ls_status st_parse(ls_safetensors *f) {
     size_t at, slen;
     if (json_nul_string(h, (size_t)hl, &at, &slen)) {
         s = ls_error(LS_ERR_FORMAT,
-                     "'%s': header string \"%.*s%s\" (at header byte %zu) holds \\u0000, a NUL character, which a "
-                     "tensor name or metadata here cannot hold",
-                     nm, slen > 64 ? 64 : (int)slen, h + at, slen > 64 ? "..." : "", at);
+                     "'%s': header string \"%s%s\" (at header byte %zu) holds \\u0000, a NUL character, which a tensor "
+                     "name or metadata here cannot hold",
+                     nm, ESC_NAMEN(h + at, slen > 64 ? 64 : slen), slen > 64 ? "..." : "", at);
         goto done;
     }
     int total = cJSON_GetArraySize(root);
@@ -459,7 +490,8 @@ static ls_status st_parse(ls_safetensors *f) {
         qsort(names, (size_t)f->n, sizeof *names, cmp_str_ptr);
         for (int i = 1; i < f->n && s == LS_OK; i++)
             if (strcmp(names[i - 1], names[i]) == 0)
-                s = ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' appears more than once in the header", nm, names[i]);
+                s = ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' appears more than once in the header", nm,
+                             ESC_NAME(names[i]));
         free(names);
         if (s != LS_OK) goto done;
     }
@@ -622,15 +654,16 @@ static ls_status st_check(const ls_safetensors *f, const char *name, const ls_te
                           const ls_safetensors_info **out) {
     char a[160], b[160];
     const ls_safetensors_info *t = ls_safetensors_find(f, name);
-    if (!t) return ls_error(LS_ERR_FORMAT, "'%s': no tensor '%s'", f->name, name);
+    if (!t) return ls_error(LS_ERR_FORMAT, "'%s': no tensor '%s'", f->name, ESC_NAME(name));
     if (!t->has_dtype || t->dtype != dst->dtype)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' is %s but %s is expected", f->name, name,
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' is %s but %s is expected", f->name, ESC_NAME(name),
                         t->dtype_name, st_dtype_name(dst->dtype));
     int same = t->ndim == dst->ndim;
     for (int k = 0; same && k < t->ndim; k++) same = t->shape[k] == dst->shape[k];
     if (!same)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' has shape %s but %s is expected", f->name, name,
-                        shape_str(t->ndim, t->shape, a, sizeof a), shape_str(dst->ndim, dst->shape, b, sizeof b));
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': tensor '%s' has shape %s but %s is expected", f->name,
+                        ESC_NAME(name), shape_str(t->ndim, t->shape, a, sizeof a),
+                        shape_str(dst->ndim, dst->shape, b, sizeof b));
     if (out) *out = t;
     return LS_OK;
 }
@@ -1287,7 +1320,7 @@ static ls_status manifest_parse(const char *text, size_t len, const char *name, 
         }
         for (int i = 0; i < m->n; i++)
             if (strcmp(m->files[i].name, fn->valuestring) == 0) {
-                s = ls_error(LS_ERR_FORMAT, "'%s': file '%s' is listed twice", name, fn->valuestring);
+                s = ls_error(LS_ERR_FORMAT, "'%s': file '%s' is listed twice", name, ESC_NAME(fn->valuestring));
                 goto done;
             }
         snprintf(m->files[m->n].name, sizeof m->files[0].name, "%s", fn->valuestring);
@@ -1331,7 +1364,7 @@ static int ends_with(const char *s, const char *suffix) {
 static const char *param_desc(const char *name, const char *dtype, int ndim, const int64_t *shape, char *buf,
                               size_t len) {
     char sb[160];
-    snprintf(buf, len, "'%s' %s %s", name, shape_str(ndim, shape, sb, sizeof sb), dtype);
+    snprintf(buf, len, "'%s' %s %s", ESC_NAME(name), shape_str(ndim, shape, sb, sizeof sb), ESC_NAME(dtype));
     return buf;
 }
 
@@ -1450,24 +1483,24 @@ static ls_status check_file_tensors(const ls_safetensors *f, const char *p, want
     for (int i = 0; i < w->n; i++) {
         const want_tensor *x = &w->t[i];
         const ls_safetensors_info *t = ls_safetensors_find(f, x->name);
-        if (!t) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' of %s is missing", p, x->name, what);
+        if (!t) return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' of %s is missing", p, ESC_NAME(x->name), what);
         int same = t->ndim == x->ndim && strcmp(t->dtype_name, x->dtype) == 0;
         for (int k = 0; same && k < t->ndim; k++) same = t->shape[k] == x->shape[k];
         if (!same)
-            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' is %s %s but %s has %s %s", p, x->name,
+            return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' is %s %s but %s has %s %s", p, ESC_NAME(x->name),
                             shape_str(t->ndim, t->shape, a, sizeof a), t->dtype_name, what,
-                            shape_str(x->ndim, x->shape, b, sizeof b), x->dtype);
+                            shape_str(x->ndim, x->shape, b, sizeof b), ESC_NAME(x->dtype));
     }
     qsort(w->t, (size_t)w->n, sizeof *w->t, cmp_want_name);
     for (int i = 1; i < w->n; i++)
         if (strcmp(w->t[i - 1].name, w->t[i].name) == 0)
-            return ls_error(LS_ERR_FORMAT, "'%s': %s has tensor '%s' twice", p, what, w->t[i].name);
+            return ls_error(LS_ERR_FORMAT, "'%s': %s has tensor '%s' twice", p, what, ESC_NAME(w->t[i].name));
     const int n = ls_safetensors_count(f);
     for (int k = 0; k < n && n != w->n; k++) {
         want_tensor key = {(char *)ls_safetensors_tensor(f, k)->name, NULL, 0, {0}};
         if (!bsearch(&key, w->t, (size_t)w->n, sizeof *w->t, cmp_want_name))
             return ls_error(LS_ERR_FORMAT, "'%s' holds %d tensors where %s has %d: '%s' is not one of them", p, n, what,
-                            w->n, key.name);
+                            w->n, ESC_NAME(key.name));
     }
     return LS_OK;
 }
@@ -1479,14 +1512,14 @@ static ls_status check_file_tensors(const ls_safetensors *f, const char *p, want
 static ls_status check_optim_kind(const ls_safetensors *f, const char *p, ls_optim_kind kind) {
     const char *meta = ls_safetensors_metadata(f, "optimizer");
     if (meta && strcmp(meta, kind_name(kind)) != 0)
-        return ls_error(LS_ERR_FORMAT, "'%s' holds the state of %s but state.json names the optimizer %s", p, meta,
-                        kind_name(kind));
+        return ls_error(LS_ERR_FORMAT, "'%s' holds the state of %s but state.json names the optimizer %s", p,
+                        ESC_NAME(meta), kind_name(kind));
     for (int k = 0; k < ls_safetensors_count(f); k++) {
         const char *name = ls_safetensors_tensor(f, k)->name;
         if (kind == LS_OPTIM_ADAMW ? !ends_with(name, ".exp_avg") && !ends_with(name, ".exp_avg_sq")
                                    : !ends_with(name, ".momentum"))
             return ls_error(LS_ERR_FORMAT, "'%s': tensor '%s' is not a state of %s, the optimizer state.json names", p,
-                            name, kind_name(kind));
+                            ESC_NAME(name), kind_name(kind));
     }
     return LS_OK;
 }
@@ -1758,7 +1791,7 @@ static int layers_difference(const cJSON *arr, ls_module *model, char *buf, size
         if (i >= n) break;
         if (strcmp(e->valuestring, d[i])) {
             snprintf(buf, len, "its layers differ: entry %d is '%s' in the checkpoint but '%s' in this model", i,
-                     e->valuestring, d[i]);
+                     ESC_NAME(e->valuestring), d[i]);
             differ = 1;
             break;
         }
@@ -1980,8 +2013,8 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
     if (set && !cJSON_IsObject(set)) return ls_error(LS_ERR_FORMAT, "'%s': \"settings\" is not an object", file);
     if (set) cJSON_ArrayForEach(se, set) {
             if (!cJSON_IsString(se) || !se->string)
-                return ls_error(LS_ERR_FORMAT, "'%s': setting '%.64s' is not a string", file,
-                                se->string ? se->string : "");
+                return ls_error(LS_ERR_FORMAT, "'%s': setting '%s' is not a string", file,
+                                se->string ? ESC_NAMEN(se->string, 64) : "");
             if (st->n_settings == LS_CKPT_MAX_SETTINGS) break; /* more than this build records: not compared */
             ls_ckpt_setting *x = &st->settings[st->n_settings++];
             snprintf(x->name, sizeof x->name, "%s", se->string);
@@ -2029,7 +2062,7 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
             return ls_error(LS_ERR_FORMAT, "'%s': loss-scaler key is empty or too long", file);
         for (int i = 0; i < st->n_loss_scaler; i++)
             if (strcmp(st->loss_scaler[i].key, e->string) == 0)
-                return ls_error(LS_ERR_FORMAT, "'%s': loss-scaler key '%s' appears twice", file, e->string);
+                return ls_error(LS_ERR_FORMAT, "'%s': loss-scaler key '%s' appears twice", file, ESC_NAME(e->string));
         snprintf(kv->key, sizeof kv->key, "%s", e->string);
         LS_CHECK(get_num(ls, e->string, file, &kv->value));
         st->n_loss_scaler++;
@@ -2054,7 +2087,7 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
             uint64_t w;
             if (!json_uint(cJSON_GetArrayItem(buf, k), &w) || w > 0xffffffffu)
                 return ls_error(LS_ERR_FORMAT, "'%s': RNG stream '%s' has a \"buf\" word that is not 32-bit", file,
-                                g->name);
+                                ESC_NAME(g->name));
             g->rng.buf[k] = (uint32_t)w;
         }
         st->n_rng++;
@@ -2160,7 +2193,7 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
             if (strcmp(a->settings[i].name, b->settings[k].name) == 0 &&
                 strcmp(a->settings[i].value, b->settings[k].value) != 0) {
                 LS_LOG_W("%s changed since the checkpoint: saved %s, now %s; this run's applies", a->settings[i].name,
-                         a->settings[i].value, b->settings[k].value);
+                         ESC_NAME(a->settings[i].value), b->settings[k].value);
                 n++;
             }
     if (a->layers_changed[0]) {
@@ -3373,7 +3406,7 @@ static ls_status model_load_rank0(ls_ctx *ctx, const char *path, ls_module *mode
             !ends_with(name, ".num_batches_tracked"))
             s = ls_error(LS_ERR_INVALID_ARGUMENT,
                          "'%s': tensor '%s' is not in the model (%d parameters, %d buffers: a different architecture?)",
-                         path, name, np, nb);
+                         path, ESC_NAME(name), np, nb);
     }
     free(ours);
     free(bnames);

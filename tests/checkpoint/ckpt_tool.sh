@@ -181,6 +181,16 @@ open("ctrl.st", "wb").write(struct.pack("<Q", len(h)) + h + b)
 PY
 run 0 tensors ctrl.st
 grep -qF 'a\x0ab\x1b[31m' "$tmp/out" || fail "tensors: the name's control bytes not escaped"
+# and in an error (they reached the terminal raw there)
+python3 - <<'PY'
+import json, struct
+h = json.dumps({"\u001b]0;x\u0007\u001b[2J": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}).encode()
+h += b" " * (-len(h) % 8)
+open("ctrl_bad.st", "wb").write(struct.pack("<Q", len(h)) + h + bytes(4))
+PY
+run 1 tensors ctrl_bad.st
+expect_out "lockstep-ckpt: 'ctrl_bad.st': tensor '\x1b]0;x\x07\x1b[2J': shape [2] of F32 needs 8 bytes but data_offsets [0, 4] span 4"
+! grep -q $'\x1b' "$tmp/out" || fail "tensors: a name's escape sequence reached the terminal in an error"
 
 # what a resume reads besides the bytes the manifest vouches for (verify said "ok" to both): a
 # state.json of another format version, a safetensors header that is not JSON, their manifests
@@ -261,14 +271,15 @@ cp -r V/step-00000008 T2/ # and as step 16, transposed: the older one to fall ba
 cp -r V/step-00000008 T2/step-00000016 && st_edit T2/step-00000016/model.safetensors 'sd["4.weight"][1] = [256, 10]'
 sed -i 's/"step":[[:space:]]*8,/"step": 16,/' T2/step-00000016/state.json T2/step-00000016/manifest.json
 cp -r V/step-00000008 T3/ && st_edit T3/step-00000008/optimizer.safetensors 'del sd["2.bias.momentum"]'
-cp -r R/step-00000016 T4/ && st_edit T4/step-00000016/ema.safetensors 'sd["extra"] = ["F32", [1], bytes(4)]'
+cp -r R/step-00000016 T4/ && st_edit T4/step-00000016/ema.safetensors 'sd["extra\x1b[2J"] = ["F32", [1], bytes(4)]'
 for d in T1/step-00000008 T2/step-00000016 T3/step-00000008 T4/step-00000016; do fixman $d; done
 run 1 verify T1 T2 T3 T4
 expect_out "DAMAGED  T1/step-00000008: 'T1/step-00000008/model.safetensors': tensor '4.bias' of state.json's model is missing"
 expect_out "ok       T2/step-00000008 (step 8)"
 expect_out "DAMAGED  T2/step-00000016: 'T2/step-00000016/model.safetensors': tensor '4.weight' is [256, 10] F32 but state.json's model has [10, 256] F32"
 expect_out "DAMAGED  T3/step-00000008: 'T3/step-00000008/optimizer.safetensors': tensor '2.bias.momentum' of state.json's optimizer (sgd, momentum 0.9) is missing"
-expect_out "DAMAGED  T4/step-00000016: 'T4/step-00000016/ema.safetensors' holds 7 tensors where state.json's model has 6: 'extra' is not one of them"
+expect_out "DAMAGED  T4/step-00000016: 'T4/step-00000016/ema.safetensors' holds 7 tensors where state.json's model has 6: 'extra\x1b[2J' is not one of them"
+! grep -q $'\x1b' "$tmp/out" || fail "verify: a tensor name's escape sequence reached the terminal"
 train 1 "${V[@]}" --checkpoint-dir T2 --resume auto --max-steps 9
 expect_rc 0
 expect_out "skipping damaged checkpoint 'T2/step-00000016': 'T2/step-00000016/model.safetensors': tensor '4.weight' is [256, 10] F32"
@@ -287,6 +298,19 @@ expect_out "saved checkpoint M0/step-00000009 (step 9)"
 run 0 info M0
 expect_out "step        9 (optimizer steps 9)"
 expect_out "optimizer   sgd: lr 0.05, momentum 0.9"
+
+# state.json's text in info: its control bytes escaped too
+mkdir -p X && cp -r V/step-00000008 X/
+python3 - X/step-00000008/state.json <<'PY'
+import json, sys
+st = json.load(open(sys.argv[1]))
+st["settings"]["--precision"] = "fp32\u001b[2J"
+json.dump(st, open(sys.argv[1], "w"))
+PY
+fixman X/step-00000008
+run 0 info X
+expect_out "settings    --clip-grad-norm 0, --precision fp32\x1b[2J, "
+! grep -q $'\x1b' "$tmp/out" || fail "info: state.json's escape sequence reached the terminal"
 
 # sizes before contents: a state.json grown to 1 GB (sparse) is refused by its size, without
 # reading it (1.2 GB of memory, then the same message), a manifest of 1 GB as too large (read,

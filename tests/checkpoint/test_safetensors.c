@@ -222,6 +222,13 @@ static void test_bad_files(void) {
     LS_EXPECT(f && ls_safetensors_metadata(f, "k") && strcmp(ls_safetensors_metadata(f, "k"), "\\u0000") == 0);
     ls_safetensors_close(f);
     free(b);
+    /* a name's control bytes escaped in the message, as the tensors listing shows them (an escape
+     * sequence in a name reached the terminal) */
+    expect_bad("{\"a\\u001b[2J\\u0007\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, -1,
+               "tensor 'a\\x1b[2J\\x07': shape [3] of F32 needs 12 bytes");
+    expect_bad("{\"a\":{\"dtype\":\"F\\n2\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, -1,
+               "tensor 'a' has unknown dtype 'F\\x0a2'");
+    expect_bad("{\"__metadata__\":{\"k\\r\":1}}", 0, -1, "\"__metadata__\" value 'k\\x0d' is not a string");
     expect_bad("{\"__metadata__\":{\"k\":1}}", 0, -1, "\"__metadata__\" value 'k' is not a string");
     expect_bad("{\"__metadata__\":[]}", 0, -1, "\"__metadata__\" is not an object");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, -1,
