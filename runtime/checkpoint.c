@@ -2227,8 +2227,12 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
         LS_LOG_W("the checkpoint holds no EMA of the weights: this run's starts from the resumed weights");
         n++;
     } else if (a->has_ema && (a->ema_decay != b->ema_decay || !a->ema_warmup != !b->ema_warmup)) {
+        /* the warmup named on both sides where it changed (it said "with warmup, now 0.9" of a run
+         * that turned it off, as if only the decay had changed) */
+        const char *wa = a->ema_warmup ? " with warmup" : !b->ema_warmup ? "" : " without warmup";
+        const char *wb = b->ema_warmup ? " with warmup" : !a->ema_warmup ? "" : " without warmup";
         LS_LOG_W("EMA settings changed since the checkpoint (saved decay %g%s, now %g%s); this run's apply",
-                 a->ema_decay, a->ema_warmup ? " with warmup" : "", b->ema_decay, b->ema_warmup ? " with warmup" : "");
+                 a->ema_decay, wa, b->ema_decay, wb);
         n++;
     }
     return n;
