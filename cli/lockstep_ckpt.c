@@ -6,8 +6,8 @@
  * tensor (bitwise, or the largest difference relative to the tensor's largest value), so a claim
  * such as "2 ranks train as 1 within 1e-5" can be checked on one's own runs. Built on the
  * library's own reader, so what it accepts is what a resume accepts. Exit status: 0 all good, 1 a
- * damaged checkpoint, a difference (diff), an error or output that could not be written, 2 bad
- * usage (diff: also unreadable input). */
+ * damaged checkpoint (or one of a newer format), a difference (diff), an error or output that
+ * could not be written, 2 bad usage (diff: also unreadable input). */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -33,7 +33,8 @@ static void usage(FILE *f) {
                "                  tensors (names, dtypes, shapes) against the model and optimizer it\n"
                "                  records;\n"
                "                  PATH is a checkpoint (DIR/step-N) or a checkpoint directory (each\n"
-               "                  step-N in it); exit status 1 when any is damaged\n"
+               "                  step-N in it); exit status 1 when any is damaged, or of a newer\n"
+               "                  format than this build reads (NEWER FORMAT)\n"
                "  info PATH       the checkpoint's step, epoch, ranks and batch, optimizer, schedule and\n"
                "                  files (PATH a checkpoint directory: its newest valid checkpoint)\n"
                "  tensors FILE    a safetensors file's tensors: name, dtype, shape, bytes (any file, one\n"
@@ -43,9 +44,9 @@ static void usage(FILE *f) {
                "                  the tensor's largest |a|; names, dtypes and shapes must match\n"
                "  --tolerance X   diff: the two agree when every tensor is within X (default 0: bitwise)\n"
                "  -h, --help      this text\n\n"
-               "Exit status: 0 good (diff: the same, or within --tolerance), 1 a damaged checkpoint, a\n"
-               "difference, an error or output that could not be written, 2 bad usage (diff: also\n"
-               "input it cannot compare).\n");
+               "Exit status: 0 good (diff: the same, or within --tolerance), 1 a damaged checkpoint (or\n"
+               "one of a newer format), a difference, an error or output that could not be written, 2 bad\n"
+               "usage (diff: also input it cannot compare).\n");
 }
 
 static int is_dir(const char *p) {
@@ -85,11 +86,13 @@ static const char *printable(const char *s, char *buf, size_t size) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* One checkpoint: "ok" or "DAMAGED" and why; returns 1 when damaged. */
+/* One checkpoint: "ok", "DAMAGED" or "NEWER FORMAT" (than this build reads: not damaged) and why;
+ * returns 1 when not ok. */
 static int verify_one(const char *p) {
     int64_t step = -1;
-    if (ls_ckpt_verify(p, &step) != LS_OK) {
-        printf("DAMAGED  %s: %s\n", p, ls_last_error());
+    ls_status s = ls_ckpt_verify(p, &step);
+    if (s != LS_OK) {
+        printf("%s  %s: %s\n", s == LS_ERR_UNSUPPORTED ? "NEWER FORMAT" : "DAMAGED", p, ls_last_error());
         return 1;
     }
     printf("ok       %s (step %lld)\n", p, (long long)step);

@@ -1675,8 +1675,10 @@ ls_status ls_ckpt_verify(const char *ckpt_dir, int64_t *step) {
     return LS_OK;
 }
 
-/* The newest checkpoint in dir that verifies, read into b. */
-static ls_status find_and_read(const char *dir, ckpt_bundle *b, int *found) {
+/* The newest checkpoint in dir that verifies, read into b. resume: for a resume (the training
+ * programs' --resume), else for ls_ckpt_find_latest (lockstep-ckpt info): what to do where the
+ * newest is of a newer format. */
+static ls_status find_and_read(const char *dir, ckpt_bundle *b, int *found, int resume) {
     *found = 0;
     memset(b, 0, sizeof *b);
     step_dir *v;
@@ -1700,7 +1702,11 @@ static ls_status find_and_read(const char *dir, ckpt_bundle *b, int *found) {
             free(v);
             char why[1024];
             snprintf(why, sizeof why, "%s", ls_last_error());
-            return ls_error(s, "%s (not resuming from an older checkpoint: give one with --resume PATH to do so)", why);
+            if (resume)
+                return ls_error(s, "%s (not resuming from an older checkpoint: give one with --resume PATH to do so)",
+                                why);
+            return ls_error(s, "%s (not falling back to an older checkpoint: name one, %s/step-N, to use it)", why,
+                            dir);
         }
         if (first == LS_OK) {
             first = s;
@@ -1715,7 +1721,7 @@ static ls_status find_and_read(const char *dir, ckpt_bundle *b, int *found) {
 ls_status ls_ckpt_find_latest(const char *dir, char *path_out, size_t path_len, int *found) {
     if (!dir || !found) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_find_latest: NULL argument");
     ckpt_bundle b;
-    LS_CHECK(find_and_read(dir, &b, found));
+    LS_CHECK(find_and_read(dir, &b, found, 0));
     if (*found && path_out && path_len) snprintf(path_out, path_len, "%s", b.path);
     bundle_free(&b);
     return LS_OK;
@@ -3174,7 +3180,7 @@ static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_
     int is_auto = !which || !which[0] || strcmp(which, "auto") == 0;
     if (is_auto) {
         if (!dir || !dir[0]) return ls_error(LS_ERR_INVALID_ARGUMENT, "resume auto needs a checkpoint directory");
-        LS_CHECK(find_and_read(dir, &b, &found));
+        LS_CHECK(find_and_read(dir, &b, &found, 1));
     } else {
         char mp[LS_CKPT_PATH_MAX + 80];
         snprintf(mp, sizeof mp, "%s/manifest.json", which);
@@ -3182,7 +3188,7 @@ static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_
         int n = 0;
         if (is_dir(which) && !path_exists(mp) && list_steps(which, &v, &n) == LS_OK && n > 0) {
             free(v);
-            LS_CHECK(find_and_read(which, &b, &found));
+            LS_CHECK(find_and_read(which, &b, &found, 1));
         } else {
             free(v);
             LS_CHECK(ckpt_read(which, &b));

@@ -212,8 +212,11 @@ expect_rc 0
 sed -i 's/"version":[[:space:]]*1/"version": 2/' V/step-00000016/state.json
 fixman V/step-00000016
 run 1 verify V
-expect_out "DAMAGED  V/step-00000016: 'V/step-00000016/state.json': state version 2 is not 1, the only one this build reads"
+expect_out "NEWER FORMAT  V/step-00000016: 'V/step-00000016/state.json': state version 2 is not 1, the only one this build reads"
 expect_out "ok       V/step-00000008 (step 8)"
+# info says what to do in its own words (it advised --resume PATH, a training program's flag)
+run 1 info V
+expect_out "lockstep-ckpt: 'V/step-00000016/state.json': state version 2 is not 1, the only one this build reads (not falling back to an older checkpoint: name one, V/step-N, to use it)"
 # a newer format is not skipped for an older checkpoint: that would silently lose its steps
 train 1 "${V[@]}" --checkpoint-dir V --resume auto
 expect_rc 1
