@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,8 @@ static void usage(FILE *f) {
                "                  EMA files, tensor by tensor: identical bits, or the largest |a - b| over\n"
                "                  the tensor's largest |a|; names, dtypes and shapes must match\n"
                "  --tolerance X   diff: the two agree when every tensor is within X (default 0: bitwise)\n"
-               "  -h, --help      this text\n\n"
+               "  -h, --help      this text\n"
+               "  --version       the version\n\n"
                "Exit status: 0 good (diff: the same, or within --tolerance), 1 a damaged checkpoint (or\n"
                "one of a newer format), a difference, an error or output that could not be written, 2 bad\n"
                "usage (diff: also input it cannot compare).\n");
@@ -515,43 +517,64 @@ static int diff(const char *a, const char *b, double tol) {
 
 static int is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
 
+/* Bad usage: what is wrong, in one line, and where the usage is (it printed the whole help and
+ * left the reader to guess); exit status 2. */
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "lockstep-ckpt: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nrun lockstep-ckpt --help for the usage\n");
+    va_end(ap);
+    return 2;
+}
+
 static int run(int argc, char **argv) {
     /* lockstep-ckpt --help, and SUBCOMMAND --help (not a path named --help) */
     if ((argc > 1 && is_help(argv[1])) || (argc > 2 && is_help(argv[2]))) {
         usage(stdout);
         return 0;
     }
-    if (argc >= 3 && !strcmp(argv[1], "verify")) return verify(argc - 2, argv + 2);
-    if (argc == 3 && !strcmp(argv[1], "info")) return info(argv[2]);
-    if (argc == 3 && !strcmp(argv[1], "tensors")) return tensors(argv[2]);
-    if ((argc == 4 || argc == 6) && !strcmp(argv[1], "diff")) {
+    if (argc < 2) return usage_error("no command given (verify, info, tensors or diff)");
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--version")) {
+        if (argc > 2) return usage_error("--version takes no arguments");
+        printf("lockstep-ckpt %s\n", LSC_VERSION);
+        return 0;
+    }
+    if (!strcmp(cmd, "verify")) return argc >= 3 ? verify(argc - 2, argv + 2) : usage_error("verify: no PATH given");
+    if (!strcmp(cmd, "info") || !strcmp(cmd, "tensors")) {
+        if (argc != 3)
+            return usage_error("%s: expected one %s, got %d", cmd, !strcmp(cmd, "info") ? "PATH" : "FILE", argc - 2);
+        return !strcmp(cmd, "info") ? info(argv[2]) : tensors(argv[2]);
+    }
+    if (!strcmp(cmd, "diff")) {
         /* A B, with --tolerance X before, between or after them */
         double tol = 0;
+        int have_tol = 0, n = 0;
         const char *ab[2] = {NULL, NULL};
-        int n = 0;
         for (int i = 2; i < argc; i++) {
-            if (!strcmp(argv[i], "--tolerance") && i + 1 < argc && argc == 6) {
+            if (!strcmp(argv[i], "--tolerance")) {
+                if (have_tol) return usage_error("diff: --tolerance given twice");
+                if (i + 1 >= argc) return usage_error("diff: --tolerance needs a value (a number >= 0)");
                 char *end = NULL;
                 tol = strtod(argv[i + 1], &end);
-                if (end == argv[i + 1] || *end || !(tol >= 0) || !isfinite(tol)) {
-                    fprintf(stderr, "lockstep-ckpt: diff: --tolerance '%s': expected a number >= 0\n", argv[i + 1]);
-                    return 2;
-                }
+                if (end == argv[i + 1] || *end || !(tol >= 0) || !isfinite(tol))
+                    return usage_error("diff: --tolerance '%s': expected a number >= 0", argv[i + 1]);
+                have_tol = 1;
                 i++;
             } else if (n < 2) {
                 ab[n++] = argv[i];
             } else {
-                n = 3;
+                return usage_error("diff: expected two paths, A and B, but '%s' is a third", argv[i]);
             }
         }
-        if (n != 2) {
-            fprintf(stderr, "lockstep-ckpt: diff: expected A B [--tolerance X]\n");
-            return 2;
-        }
+        if (n != 2) return usage_error("diff: expected two paths, A and B, got %d", n);
         return diff(ab[0], ab[1], tol);
     }
-    usage(stderr);
-    return 2;
+    if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
+    return usage_error("unknown command '%s' (verify, info, tensors or diff)", cmd);
 }
 
 int main(int argc, char **argv) {

@@ -17,6 +17,13 @@ run() { # WANT_RC ARGS...: run the tool, its output into $tmp/out
     rc=$?
     [ "$rc" -eq "$want" ] || fail "lockstep-ckpt $*: exit $rc, expected $want"
 }
+usage_err() { # WHAT ARGS...: exit 2, "lockstep-ckpt: WHAT" and the pointer to --help, nothing else
+    local what=$1
+    shift
+    run 2 "$@"
+    printf 'lockstep-ckpt: %s\nrun lockstep-ckpt --help for the usage\n' "$what" | cmp -s - "$tmp/out" ||
+        fail "lockstep-ckpt $*: expected only 'lockstep-ckpt: $what' and the pointer to --help"
+}
 train 1 --train-limit 1024 --test-limit 200 --epochs 1 --batch-size 64 --max-steps 16 --save-every 8 \
     --checkpoint-dir C --optimizer adamw --ema 0.99 --dropout 0.1 --no-progress
 expect_rc 0
@@ -81,7 +88,7 @@ run 2 diff R/step-00000016/model.safetensors R/step-00000016/optimizer.safetenso
 expect_out "only in R/step-00000016/optimizer.safetensors: 0.weight.exp_avg"
 run 2 diff R/step-00000016 R/step-00000016/model.safetensors
 expect_out "are not both checkpoints or both files"
-run 2 diff R S --tolerance -1
+usage_err "diff: --tolerance '-1': expected a number >= 0" diff R S --tolerance -1
 run 2 diff R/step-00000016 R/step-00000099
 expect_out "lockstep-ckpt: diff: 'R/step-00000099': No such file or directory"
 # --tolerance before the paths too (it took them for the tolerance)
@@ -126,9 +133,18 @@ expect_out "(truncated)"
 run 1 info C
 expect_out "no valid checkpoint in 'C' (2 damaged"
 
-run 2
-run 2 verify
-run 2 frob C
+# bad usage: one line saying what is wrong and where the usage is (the whole help was printed,
+# without a word of what was wrong)
+usage_err "no command given (verify, info, tensors or diff)"
+usage_err "verify: no PATH given" verify
+usage_err "unknown command 'frob' (verify, info, tensors or diff)" frob C
+usage_err "unknown option '--frob'" --frob
+usage_err "info: expected one PATH, got 2" info a b
+usage_err "tensors: expected one FILE, got 0" tensors
+usage_err "diff: --tolerance needs a value (a number >= 0)" diff A B --tolerance
+usage_err "diff: expected two paths, A and B, but 'C' is a third" diff A B C
+run 0 --version
+grep -qxE "lockstep-ckpt [0-9]+\.[0-9]+\.[0-9]+" "$tmp/out" || fail "--version: $(cat "$tmp/out")"
 run 1 verify /nonexistent
 expect_out "DAMAGED  /nonexistent: no such directory"
 # a file is not "no such directory"; a file named as a checkpoint is not one (a resume ignores it)
