@@ -1491,14 +1491,14 @@ static ls_status check_file_tensors(const ls_safetensors *f, const char *p, want
                             shape_str(t->ndim, t->shape, a, sizeof a), t->dtype_name, what,
                             shape_str(x->ndim, x->shape, b, sizeof b), ESC_NAME(x->dtype));
     }
-    qsort(w->t, (size_t)w->n, sizeof *w->t, cmp_want_name);
+    if (w->n > 1) qsort(w->t, (size_t)w->n, sizeof *w->t, cmp_want_name); /* (t is NULL when n is 0) */
     for (int i = 1; i < w->n; i++)
         if (strcmp(w->t[i - 1].name, w->t[i].name) == 0)
             return ls_error(LS_ERR_FORMAT, "'%s': %s has tensor '%s' twice", p, what, ESC_NAME(w->t[i].name));
     const int n = ls_safetensors_count(f);
     for (int k = 0; k < n && n != w->n; k++) {
         want_tensor key = {(char *)ls_safetensors_tensor(f, k)->name, NULL, 0, {0}};
-        if (!bsearch(&key, w->t, (size_t)w->n, sizeof *w->t, cmp_want_name))
+        if (!w->n || !bsearch(&key, w->t, (size_t)w->n, sizeof *w->t, cmp_want_name))
             return ls_error(LS_ERR_FORMAT, "'%s' holds %d tensors where %s has %d: '%s' is not one of them", p, n, what,
                             w->n, ESC_NAME(key.name));
     }
