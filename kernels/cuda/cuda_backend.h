@@ -54,6 +54,9 @@ typedef struct ls_cuda_state {
 ls_status ls_cuda_error(cudaError_t e, const char *expr, const char *file, int line);
 ls_status ls_cublas_error(cublasStatus_t e, const char *expr, const char *file, int line);
 ls_status ls_cudnn_error(cudnnStatus_t e, const char *expr, const char *file, int line);
+/* cuBLAS and cuBLASLt loaded (cublas_load.c; once per process, thread-safe): called before the
+ * first cuBLAS call. LS_ERR_DEVICE with the loader's message when they cannot be loaded. */
+ls_status ls_cublas_load(void);
 
 #define LS_CUDA_CHECK(expr)                                                                                            \
     do {                                                                                                               \

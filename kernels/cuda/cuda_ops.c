@@ -282,6 +282,8 @@ static ls_status cu_init(ls_device dev, void **state) {
     }
     LS_CUDA_CHECK_GOTO(e, st, fail);
     LS_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), st, fail);
+    st = ls_cublas_load();
+    if (st != LS_OK) goto fail;
     LS_CUBLAS_CHECK_GOTO(cublasCreate(&s->blas), st, fail);
     LS_CUBLAS_CHECK_GOTO(cublasSetStream(s->blas, s->stream), st, fail);
     LS_CUBLAS_CHECK_GOTO(cublasLtCreate(&s->lt), st, fail);

@@ -21,6 +21,10 @@ typedef struct emu_ctx_saved {
 #define EMU_CTX_MAX 8
 static emu_ctx_saved saved[EMU_CTX_MAX];
 
+/* The translated backend's ls_cublas_load: its cuBLAS calls reach the stand-ins (emu_cublas.c),
+ * so there is no library to load. */
+ls_status emu_ls_cublas_load(void) { return LS_OK; }
+
 /* "Device" memory: host memory of exactly the size asked (the CPU allocator rounds up to 64
  * bytes), 256-byte aligned as cudaMalloc's, so AddressSanitizer sees the first byte past a
  * buffer. (The backend's caching allocator is tested on its own, test_cuda_alloc_stub.) */
