@@ -135,7 +135,10 @@ static int verify(int n, char **paths) {
             char full[LS_CKPT_PATH_MAX + 300];
             snprintf(full, sizeof full, "%s/%s", p, e->d_name);
             if (!is_dir(full)) { /* as a resume, which looks at directories only */
-                printf("note     %s: not a directory: not a checkpoint (a resume ignores it)\n", full);
+                struct stat lst;
+                printf("note     %s: %s: not a checkpoint (a resume skips it)\n", full,
+                       lstat(full, &lst) == 0 && S_ISLNK(lst.st_mode) ? "a symbolic link to nothing that exists"
+                                                                      : "not a directory");
                 continue;
             }
             if (k == cap) {

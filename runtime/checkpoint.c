@@ -1156,7 +1156,7 @@ static int cmp_step_desc(const void *a, const void *b) {
 }
 
 /* Complete checkpoint directories in dir, newest first. A missing dir has none. */
-static ls_status list_steps(const char *dir, step_dir **out, int *n) {
+static ls_status list_steps(const char *dir, step_dir **out, int *n, int warn_skipped) {
     *out = NULL;
     *n = 0;
     DIR *d = opendir(dir);
@@ -1172,7 +1172,16 @@ static ls_status list_steps(const char *dir, step_dir **out, int *n) {
         int64_t step;
         if (!parse_step_name(e->d_name, &step) || strlen(e->d_name) >= sizeof v->name) continue;
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (!is_dir(p)) continue;
+        if (!is_dir(p)) {
+            /* a resume that passed over the newest step without a word: a link to a lost mount,
+             * a file copied in by hand */
+            struct stat st;
+            if (warn_skipped)
+                LS_LOG_W("skipping '%s': %s (not a checkpoint)", p,
+                         lstat(p, &st) == 0 && S_ISLNK(st.st_mode) ? "a symbolic link to nothing that exists"
+                                                                   : "not a directory");
+            continue;
+        }
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
             step_dir *nv = realloc(v, (size_t)cap * sizeof *v);
@@ -1683,7 +1692,7 @@ static ls_status find_and_read(const char *dir, ckpt_bundle *b, int *found, int 
     memset(b, 0, sizeof *b);
     step_dir *v;
     int n;
-    LS_CHECK(list_steps(dir, &v, &n));
+    LS_CHECK(list_steps(dir, &v, &n, 1));
     if (n == 0) {
         free(v);
         return LS_OK;
@@ -2336,7 +2345,7 @@ static ls_status write_text(const char *dir, const char *file, const char *text,
 static void prune(const char *dir, int keep_last, int64_t just_written) {
     step_dir *v;
     int n;
-    if (list_steps(dir, &v, &n) != LS_OK) {
+    if (list_steps(dir, &v, &n, 0) != LS_OK) {
         LS_LOG_W("--keep-last: %s", ls_last_error());
         return;
     }
@@ -3186,7 +3195,7 @@ static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_
         snprintf(mp, sizeof mp, "%s/manifest.json", which);
         step_dir *v = NULL;
         int n = 0;
-        if (is_dir(which) && !path_exists(mp) && list_steps(which, &v, &n) == LS_OK && n > 0) {
+        if (is_dir(which) && !path_exists(mp) && list_steps(which, &v, &n, 0) == LS_OK && n > 0) {
             free(v);
             LS_CHECK(find_and_read(which, &b, &found, 1));
         } else {

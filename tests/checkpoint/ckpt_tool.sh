@@ -155,9 +155,17 @@ expect_out "lockstep-ckpt: 'z.st': not a directory (a checkpoint, or a directory
 mkdir F
 cp -r R/step-00000016 F/
 : >F/step-00000099
+ln -s /nonexistent/step-00000120 F/step-00000120
 run 0 verify F
-expect_out "note     F/step-00000099: not a directory: not a checkpoint (a resume ignores it)"
+expect_out "note     F/step-00000099: not a directory: not a checkpoint (a resume skips it)"
+expect_out "note     F/step-00000120: a symbolic link to nothing that exists: not a checkpoint (a resume skips it)"
 expect_out "ok       F/step-00000016 (step 16)"
+# info and a resume (the same search) say what they passed over: it was silent, so a newest step
+# on a lost mount gave an older checkpoint without a word
+run 0 info F
+expect_out "skipping 'F/step-00000120': a symbolic link to nothing that exists (not a checkpoint)"
+expect_out "skipping 'F/step-00000099': not a directory (not a checkpoint)"
+expect_out "checkpoint  F/step-00000016"
 mkdir empty
 run 1 info empty
 expect_out "'empty' holds no checkpoint"
