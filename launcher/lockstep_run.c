@@ -432,15 +432,22 @@ static void print_command(FILE *f, const lsr_strvec *env, char *const *argv) {
 
 /* A script's #! interpreter must be there too: execve fails with ENOENT without one, and mpirun
  * then exits 131 ("bad interpreter"), which reads as 128 + SIGQUIT. Returns 0, or ENOENT/EACCES
- * as lsr_find_program with the interpreter's path in interp. */
+ * as lsr_find_program with the interpreter's path in interp, or EILSEQ for a #! line that ends
+ * in "\r\n" (a script saved with Windows line endings: the kernel ends the interpreter's name,
+ * or its argument, at a blank or the '\n' only, so '/bin/sh\r' is not found). */
 static int check_interpreter(const char *path, char *interp, size_t len) {
     FILE *f = fopen(path, "r");
     if (!f) return 0; /* executable but not readable: execve alone can tell */
     char line[512];
     int rc = 0;
     if (fgets(line, sizeof line, f) && line[0] == '#' && line[1] == '!') {
+        const size_t end = strcspn(line, "\n");
+        if (end > 2 && line[end - 1] == '\r') {
+            fclose(f);
+            return EILSEQ;
+        }
         const char *q = line + 2 + strspn(line + 2, " \t");
-        size_t n = strcspn(q, " \t\r\n");
+        size_t n = strcspn(q, " \t\n");
         if (n > 0 && n < len) {
             snprintf(interp, len, "%.*s", (int)n, q);
             char rel[272], *found = NULL; /* no PATH search: "#!name" is ./name */
@@ -1060,6 +1067,13 @@ int main(int argc, char **argv) {
     }
     char interp[256];
     prc = check_interpreter(p.prog_path, interp, sizeof interp);
+    if (prc == EILSEQ) {
+        note("program '%s' cannot run: its #! line ends in a carriage return (Windows line endings), which the "
+             "kernel takes for part of the interpreter's name; convert it with dos2unix or sed -i 's/\\r$//'",
+             o.prog[0]);
+        rc = EXIT_NOTFOUND;
+        goto done;
+    }
     if (prc) {
         note("program '%s' cannot run: its interpreter '%s' (the #! line) %s", o.prog[0], interp,
              prc == ENOENT ? "was not found" : "is not an executable file");

@@ -142,6 +142,16 @@ printf '#!badinterp\n' >"$tmp/relinterp" # (a name without '/': relative to the 
 chmod 755 "$tmp/relinterp"
 err 127 "program '$tmp/relinterp' cannot run: its interpreter 'badinterp' (the #! line) was not found" \
     -n 1 "$tmp/relinterp"
+# a script saved with Windows line endings: the kernel takes the '\r' for part of the
+# interpreter's name ('/bin/sh\r': "bad interpreter"); mpirun started and exited 131
+printf '#!/bin/sh\r\necho hi\r\n' >"$tmp/crlf"
+printf '#!/usr/bin/env sh\r\n' >"$tmp/crlfarg" # the '\r' ends the argument there: env looks for 'sh\r'
+chmod 755 "$tmp/crlf" "$tmp/crlfarg"
+for n in 1 2; do
+    err 127 "program '$tmp/crlf' cannot run: its #! line ends in a carriage return (Windows line endings), which the kernel takes for part of the interpreter's name; convert it with dos2unix or sed -i 's/\r\$//'" \
+        -n $n --max-restarts 1 "$tmp/crlf"
+    err 127 "program '$tmp/crlfarg' cannot run: its #! line ends in a carriage return" -n $n "$tmp/crlfarg"
+done
 
 # A lone ':' among the program's arguments: mpirun would split the job at it (MPMD), start other
 # programs with cut arguments and exit 0; it has no escape for it. Direct: passed on verbatim.
