@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "launch.h"
@@ -137,6 +138,16 @@ static int parse_attr(char **pp, const char *path, int lineno, int *slots, int *
 }
 
 int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t errlen) {
+    /* mpirun opens its hostfile more than once: a pipe (a process substitution, <(...)) read here
+     * would be empty for it ("No nodes are available") */
+    struct stat st;
+    if (stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+        snprintf(err, errlen,
+                 "hostfile '%s' is a pipe, not a file: mpirun reads its hostfile more than once and would find it "
+                 "empty; write the hosts to a file",
+                 path);
+        return -1;
+    }
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, errlen, "cannot read hostfile '%s': %s", path, strerror(errno));
@@ -152,6 +163,16 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
         char *p = line;
         while (isspace((unsigned char)*p)) p++;
         if (!*p) continue;
+        /* Open MPI's hostfile lexer takes a '\r' (a file saved with Windows line endings) for a
+         * bad token in a host's line, not for a blank: "parse error in the hostfile" */
+        if (strchr(p, '\r')) {
+            snprintf(err, errlen,
+                     "%s:%d: the line ends in a carriage return (Windows line endings), which Open MPI's mpirun "
+                     "cannot parse; convert the file with dos2unix or sed -i 's/\\r$//'",
+                     path, lineno);
+            rc = -1;
+            break;
+        }
         char *name = p;
         while (*p && !isspace((unsigned char)*p)) p++;
         size_t nlen = (size_t)(p - name);

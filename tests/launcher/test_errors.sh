@@ -95,6 +95,22 @@ printf 'node1:4\n' >"$HF"
 err 2 "$HF:1: 'node1:4': a hostfile gives slots as 'node1 slots=4' (host:N is --hosts' form)" --hostfile "$HF" true
 printf 'node1 username=\n' >"$HF"
 err 2 "$HF:1: username= has no value" --hostfile "$HF" true
+# Windows line endings: mpirun stops at the '\r' ("parse error in the hostfile ... line 1 on
+# token 1", exit 1, and --max-restarts started it again), so it is refused here
+printf 'localhost slots=2\r\n' >"$HF"
+err 2 "$HF:1: the line ends in a carriage return (Windows line endings), which Open MPI's mpirun cannot parse; convert the file with dos2unix or sed -i 's/\r\$//'" \
+    --hostfile "$HF" true
+printf '# hosts\r\n\r\nlocalhost\r\n' >"$HF" # (mpirun reads the comment and the blank line)
+err 2 "$HF:3: the line ends in a carriage return" --hostfile "$HF" true
+# A pipe (a process substitution, /dev/stdin from a pipe): mpirun reads its hostfile more than
+# once and found it empty after lockstep-run had read it ("No nodes are available", exit 1)
+err 2 "hostfile '/dev/fd/3' is a pipe, not a file: mpirun reads its hostfile more than once and would find it empty; write the hosts to a file" \
+    --hostfile /dev/fd/3 true 3< <(echo localhost slots=2)
+case_ "a hostfile redirected to /dev/stdin from a file: read as the file"
+printf 'localhost slots=2\n' >"$HF"
+run "$LSR" --dry-run --hostfile /dev/stdin true <"$HF"
+expect_rc 0
+[[ $out == *" -np 2 --hostfile /dev/stdin "* ]] || fail "stdout: $out"
 printf '# nothing\n\n' >"$HF"
 err 2 "hostfile '$HF' names no hosts" --hostfile "$HF" true
 err 2 "option '--hostfile' needs a value" --hostfile
