@@ -172,7 +172,9 @@ static void usage(FILE *f) {
                "  LOCKSTEP_RESTART_COUNT  set for the ranks with --max-restarts: 0 on the first run, 1 on\n"
                "                       the first restart, ...\n"
                "  SLURM_JOB_ID         inside a Slurm job, auto uses srun; SLURM_NTASKS gives the\n"
-               "                       default -n; SLURM_JOB_NUM_NODES the ranks per node\n"
+               "                       default -n; SLURM_JOB_NUM_NODES the ranks per node. Run\n"
+               "                       lockstep-run once, not under srun: as a task of a step of\n"
+               "                       several (SLURM_STEP_NUM_TASKS > 1) it refuses to start srun\n"
                "\n"
                "Exit status: the program's (mpirun and srun pass it on; 128 + N for a rank killed by\n"
                "signal N); 2 for a usage error (bad option, hostfile, -n, missing mpirun); 127 when\n"
@@ -556,6 +558,16 @@ static void plan_srun(const lsr_opts *o, lsr_plan *p) {
         p->launcher = LSR_SRUN;
         p->launcher_why = "inside a Slurm job";
     }
+    /* Started by srun as one of several tasks (srun -n 4 lockstep-run ...): every task would start
+     * an srun of its own, a step that waits for the CPUs the tasks hold ("Requested nodes are
+     * busy") for ever, or starts as many copies of the job as there are tasks. */
+    const char *step = getenv("SLURM_STEP_ID");
+    long step_tasks = env_long("SLURM_STEP_NUM_TASKS", 0);
+    if (step && *step && step_tasks > 1)
+        die_usage("started by srun as one of %ld tasks of Slurm step %s.%s (srun -n %ld lockstep-run?): each would "
+                  "start its own srun, which waits for ever for the CPUs those tasks hold; run lockstep-run once, in "
+                  "the batch script or the salloc shell (it starts srun itself)",
+                  step_tasks, job, step, step_tasks);
     if (p->hosts.n)
         die_usage("--hostfile/--hosts cannot be used with srun (Slurm places ranks); use "
                   "--launcher mpirun or drop them");

@@ -38,6 +38,25 @@ run SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=3 CUDA_VISIBLE_DEVICES= "$LSR" --dry-run
 expect_out "$S --ntasks=3 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true"
 expect_err "pass -n N"
 
+# srun -n 2 lockstep-run ...: each task started an srun of its own, which waited for ever
+# ("Requested nodes are busy"; a batch script has no SLURM_STEP_ID, a one-task step is allowed)
+case_ "lockstep-run as one of several tasks of an srun step: refused"
+STEP=(SLURM_JOB_ID=42 SLURM_STEP_ID=0 SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2)
+run "${STEP[@]}" "$LSR" --dry-run true
+expect_rc 2
+expect_out ""
+[ "$err" = "lockstep-run: started by srun as one of 2 tasks of Slurm step 42.0 (srun -n 2 lockstep-run?): each would start its own srun, which waits for ever for the CPUs those tasks hold; run lockstep-run once, in the batch script or the salloc shell (it starts srun itself)" ] ||
+    fail "stderr: $err"
+run "${STEP[@]}" "$LSR" --dry-run --launcher srun -n 2 true
+expect_rc 2
+case_ "in a step of one task (srun --pty bash), or with --no-slurm: srun or mpirun as before"
+run SLURM_JOB_ID=42 SLURM_STEP_ID=0 SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_STEP_NUM_TASKS=1 "$LSR" --dry-run true
+expect_rc 0
+expect_out "$S --ntasks=1 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true"
+run "${STEP[@]}" "$LSR" --dry-run --no-slurm true
+expect_rc 0
+expect_out "true"
+
 case_ "--no-slurm, --launcher mpirun and hosts bypass srun"
 T=$(threads 2)
 MPI2="$M -np 2$ROOTFLAG$( [ 2 -gt "$CORES" ] && echo " --oversubscribe") --bind-to none --map-by slot"
