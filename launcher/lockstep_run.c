@@ -181,6 +181,7 @@ static void usage(FILE *f) {
                "program (or its #! interpreter) is not found, 126 when it is not executable, both\n"
                "checked before anything starts. mpirun itself exits 131 or 132 when it cannot start\n"
                "the program on a host (131: it could not execute it; 132: not found or not executable).\n"
+               "1 when --help, --version or --dry-run cannot write their output (a full disk).\n"
                "\n"
                "Examples:\n"
                "  lockstep-run ./fashion_mlp --epochs 2             one rank per local GPU\n"
@@ -211,6 +212,16 @@ static void note(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputs("\n", stderr);
     va_end(ap);
+}
+
+/* After --help, --version or --dry-run: 0 when standard output took it all, else 1 with a line
+ * saying why (a full disk, a closed stdout), as coreutils do. */
+static int stdout_status(void) {
+    const int bad = fflush(stdout) != 0 || ferror(stdout);
+    const int e = errno;
+    if (!bad) return 0;
+    note("cannot write to standard output: %s", e ? strerror(e) : "write error");
+    return 1;
 }
 
 static int valid_env_name(const char *s, size_t len) {
@@ -356,8 +367,8 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
             break;
         }
         case 'v': o->verbose = 1; break;
-        case 'h': usage(stdout); exit(0);
-        case OPT_VERSION: printf("lockstep-run %s\n", LSR_VERSION); exit(0);
+        case 'h': usage(stdout); exit(stdout_status());
+        case OPT_VERSION: printf("lockstep-run %s\n", LSR_VERSION); exit(stdout_status());
         case ':':
             if (optopt && optopt < 256) die_usage("option '-%c' needs a value (see lockstep-run --help)", optopt);
             die_usage("option '%s' needs a value (see lockstep-run --help)", argv[optind - 1]);
@@ -1132,8 +1143,7 @@ int main(int argc, char **argv) {
 
     if (o.dry_run) {
         print_command(stdout, &env, cmd.v);
-        fflush(stdout);
-        rc = ferror(stdout) ? 1 : 0;
+        rc = stdout_status();
         goto done;
     }
     /* srun inside a Slurm job, and every launcher with --max-restarts, run as lockstep-run's child */

@@ -26,4 +26,21 @@ case_ "--version"
 run "$LSR" --version
 expect_rc 0
 [[ $out =~ ^lockstep-run\ [0-9]+\.[0-9]+ ]] || fail "--version printed '$out'"
+
+# Output that cannot be written (a full disk, a closed stdout) is said, exit 1: --help and
+# --version exited 0, --dry-run 1 without a word
+if [ -w /dev/full ]; then
+    for a in --help --version "--dry-run -n 1 true"; do
+        case_ "$a >/dev/full"
+        env -i "PATH=$BASEPATH" "$LSR" $a >/dev/full 2>"$tmp/stderr"
+        rc=$? err=$(cat "$tmp/stderr")
+        expect_rc 1
+        [ "$err" = "lockstep-run: cannot write to standard output: No space left on device" ] || fail "stderr: $err"
+    done
+fi
+case_ "--dry-run with stdout closed"
+env -i "PATH=$BASEPATH" "$LSR" --dry-run -n 1 true >&- 2>"$tmp/stderr"
+rc=$? err=$(cat "$tmp/stderr")
+expect_rc 1
+[ "$err" = "lockstep-run: cannot write to standard output: Bad file descriptor" ] || fail "stderr: $err"
 finish
