@@ -134,17 +134,25 @@ echo "\$OMPI_COMM_WORLD_RANK started" >>"$LOG"
 for i in \$(seq 400); do sleep 0.05; done
 EOF
 chmod 755 "$tmp/stubborn.sh"
-# stubborn SIGNAL...: lockstep-run -n 2 stubborn.sh, each signal 1.5 s after the last; waits for
-# its end (10 s at most) and checks that no rank is left
+# stubborn SIGNAL...: lockstep-run -n 2 stubborn.sh, each signal 1.5 s after the last and, but for
+# the last, once both ranks have logged it (on a busy machine a rank's trap ran after the next
+# signal's SIGKILL: the log lacked its line); waits for the end (10 s at most) and checks that no
+# rank is left
 stubborn() {
     rm -f "$LOG"
     env -i "PATH=/usr/local/bin:/usr/bin:/bin" setsid "$LSR" -n 2 "$tmp/stubborn.sh" >"$tmp/stdout" 2>"$tmp/stderr" &
     pid=$!
-    local i s
+    local i s k=0
     for ((i = 0; i < 600; i++)); do [ "$(grep -c started "$LOG" 2>/dev/null)" = 2 ] && break; sleep 0.05; done
     for s in "$@"; do
         kill -"$s" "$pid"
+        k=$((k + 1))
         sleep 1.5
+        [ "$k" = "$#" ] && break
+        for ((i = 0; i < 200; i++)); do
+            [ "$(grep -cE '(TERM|INT)$' "$LOG")" -ge $((2 * k)) ] && break
+            sleep 0.05
+        done
     done
     for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     kill -0 "$pid" 2>/dev/null && { fail "lockstep-run still running 10 s after the last signal"; kill -KILL "$pid"; }
