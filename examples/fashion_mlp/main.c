@@ -30,6 +30,7 @@ typedef struct options {
     int accum;
     const char *optimizer;
     double lr, weight_decay, momentum, clip;
+    int momentum_given; /* --momentum: SGD's, refused with AdamW */
     int64_t warmup;
     ex_train_flags tf; /* the flags both examples share (example_cli.h) */
     uint64_t seed;
@@ -182,6 +183,7 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case 'm':
             if (parse_f64("--momentum", optarg, &o->momentum)) return -1;
+            o->momentum_given = 1;
             break;
         case 'w':
             if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1;
@@ -297,6 +299,9 @@ int main(int argc, char **argv) {
     ls_lr_kind lr_kind;
     const char *bad_flag = "";
     USAGE(bad_flag, ex_train_flags_check(&o.tf, kind, &lr_kind, &bad_flag));
+    if (o.momentum_given && kind != LS_OPTIM_SGD) /* AdamW took no momentum and said nothing */
+        USAGE("--momentum", ls_error(LS_ERR_INVALID_ARGUMENT, "momentum is SGD's (AdamW's is --betas' first): add "
+                                                              "--optimizer sgd"));
     USAGE("--precision", ls_precision_parse(o.precision, &precision));
     if (strcmp(o.activation, "gelu") == 0)
         act = LS_ACT_GELU;

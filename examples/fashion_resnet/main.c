@@ -38,6 +38,7 @@ typedef struct options {
     int accum;
     const char *optimizer, *widths, *precision, *memory_cap;
     double lr, weight_decay, momentum, clip, dropout;
+    int momentum_given; /* --momentum: SGD's, refused with AdamW */
     int64_t warmup;
     ex_train_flags tf; /* the flags both examples share (example_cli.h) */
     int blocks, ckpt_segments, sync_bn, augment;
@@ -199,6 +200,7 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case 'm':
             if (parse_f64("--momentum", optarg, &o->momentum)) return -1;
+            o->momentum_given = 1;
             break;
         case 'w':
             if (parse_f64("--weight-decay", optarg, &o->weight_decay)) return -1;
@@ -356,6 +358,9 @@ int main(int argc, char **argv) {
     ls_lr_kind lr_kind;
     const char *bad_flag = "";
     USAGE(bad_flag, ex_train_flags_check(&o.tf, kind, &lr_kind, &bad_flag));
+    if (o.momentum_given && kind != LS_OPTIM_SGD) /* AdamW took no momentum and said nothing */
+        USAGE("--momentum", ls_error(LS_ERR_INVALID_ARGUMENT, "momentum is SGD's (AdamW's is --betas' first): add "
+                                                              "--optimizer sgd"));
     USAGE("--precision", ls_precision_parse(o.precision, &precision));
     USAGE("--widths", ex_parse_widths(o.widths, &rcfg));
 

@@ -11,7 +11,7 @@
 # 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
 # step, naming no file), a label smoothing of 1 or more, an empty --init-from, an unknown
 # --lr-schedule, a negative --min-lr, --betas not two numbers in [0, 1), --betas or --eps without
-# AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema, a --dropout of 1 (fashion_mlp
+# AdamW, --momentum with AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema, a --dropout of 1 (fashion_mlp
 # and fashion_resnet) or with no hidden layer to follow, a benchmark driver given a build without its
 # programs, a count of 0 or a value out of its range (a traceback, or a run of garbage), a
 # benchmark size that holds no element (a table of no rows), a trace that is no trace (a
@@ -70,6 +70,11 @@ usage "--betas '0.9,1' must be two numbers from 0 to below 1, as 0.9,0.999" "$re
 usage "--betas: invalid argument: betas and eps are AdamW's: add --optimizer adamw" "$mlp" "${small[@]}" \
     --betas 0.9,0.95
 usage "--eps: invalid argument: betas and eps are AdamW's: add --optimizer adamw" "$resnet" "${small[@]}" --eps 1e-6
+# --momentum with AdamW was dropped without a word (AdamW has no momentum: its first beta)
+usage "--momentum: invalid argument: momentum is SGD's (AdamW's is --betas' first): add --optimizer sgd" "$mlp" \
+    "${small[@]}" --optimizer adamw --momentum 0.5
+usage "--momentum: invalid argument: momentum is SGD's (AdamW's is --betas' first): add --optimizer sgd" "$resnet" \
+    "${small[@]}" --optimizer adamw --momentum 0
 usage "--ema '1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --ema 1
 usage "--ema '-0.5' must be a number from 0 to below 1" "$resnet" "${small[@]}" --ema -0.5
 usage "--ema-warmup: invalid argument: warms up an EMA of the weights: add --ema DECAY" "$resnet" "${small[@]}" \
