@@ -403,7 +403,9 @@ int main(int argc, char **argv) {
     rcfg.blocks = o.blocks;
     rcfg.num_classes = 10;
     rcfg.seed = o.seed;
-    rcfg.sync_bn = o.sync_bn && world > 1 ? comm : NULL;
+    /* on 1 rank too (a no-op there): the model, its layers as a checkpoint records them, is the same
+     * on any number of ranks, so a resume on another world size finds the model it saved */
+    rcfg.sync_bn = o.sync_bn ? comm : NULL;
     rcfg.dropout = (float)o.dropout;
     TRY("model", ls_resnet_create(ctx, &rcfg, &model));
     /* more segments than layers: the flag's bad value (2) */
@@ -494,7 +496,7 @@ int main(int argc, char **argv) {
                world, world == 1 ? "" : "s", ls_device_str(dev, devname, sizeof devname), ls_comm_backend_name(comm),
                widths, o.blocks, o.blocks == 1 ? "" : "s", (long long)ls_module_num_elements(model),
                ls_precision_name(precision), o.ckpt_segments ? "activation checkpointing, " : "",
-               rcfg.sync_bn ? "synchronized batch norm, " : "", (long long)train->n, (long long)test->n,
+               rcfg.sync_bn && world > 1 ? "synchronized batch norm, " : "", (long long)train->n, (long long)test->n,
                (long long)o.batch, o.accum, world, (long long)steps, steps == 1 ? "" : "s");
         if (o.ckpt_segments)
             printf("activation checkpointing: %d segment%s\n", o.ckpt_segments, o.ckpt_segments == 1 ? "" : "s");
