@@ -1584,13 +1584,43 @@ static ls_status check_contents(const ckpt_bundle *b) {
     return s;
 }
 
+/* ckpt_dir exists but is no directory: said so ("no such checkpoint directory" of a file that is
+ * there misled), and for DIR/latest, the file naming the newest, what to give instead. */
+static ls_status not_a_checkpoint_dir(const char *ckpt_dir) {
+    const char *base = strrchr(ckpt_dir, '/');
+    base = base ? base + 1 : ckpt_dir;
+    char name[64] = "";
+    int64_t step;
+    FILE *f = strcmp(base, "latest") == 0 ? fopen(ckpt_dir, "r") : NULL;
+    if (f) {
+        if (!fgets(name, sizeof name, f)) name[0] = '\0';
+        fclose(f);
+        name[strcspn(name, "\r\n")] = '\0';
+    }
+    if (!f || !parse_step_name(name, &step))
+        return ls_error(LS_ERR_IO, "'%s' is a file, not a checkpoint directory (DIR/step-N)", ckpt_dir);
+    char dir[LS_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s",
+             base > ckpt_dir + 1 ? (int)(base - ckpt_dir - 1)
+             : base > ckpt_dir   ? 1
+                                 : 0,
+             ckpt_dir);
+    if (!dir[0]) snprintf(dir, sizeof dir, ".");
+    return ls_error(LS_ERR_IO,
+                    "'%s' is a file, not a checkpoint directory: it names the newest checkpoint, %s; give %s/%s, or "
+                    "%s for its newest valid checkpoint",
+                    ckpt_dir, name, dir, name, dir);
+}
+
 static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
     memset(b, 0, sizeof *b);
     char p[LS_CKPT_PATH_MAX + 80];
     if ((size_t)snprintf(b->path, sizeof b->path, "%s", ckpt_dir) >= sizeof b->path)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint path '%s' is too long", ckpt_dir);
     snprintf(p, sizeof p, "%s/manifest.json", ckpt_dir);
-    if (!is_dir(ckpt_dir)) return ls_error(LS_ERR_IO, "'%s': no such checkpoint directory", ckpt_dir);
+    if (!is_dir(ckpt_dir) && !path_exists(ckpt_dir))
+        return ls_error(LS_ERR_IO, "'%s': no such checkpoint directory", ckpt_dir);
+    if (!is_dir(ckpt_dir)) return not_a_checkpoint_dir(ckpt_dir);
     struct stat msb;
     if (stat(p, &msb) != 0 && errno != ENOENT) /* a symlink loop, a lost mount: not "missing" */
         return ls_error(LS_ERR_IO, "'%s': %s", p, strerror(errno));

@@ -585,6 +585,19 @@ static void test_bad_inputs(void) {
     int found;
     LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, NULL, nodir, m, o, &st, &found, NULL, 0), LS_ERR_IO,
                   "no such checkpoint directory");
+    /* DIR/latest, the file naming the newest checkpoint, given as PATH: it was "no such checkpoint
+     * directory" of a file that is there; now what it is and what to give (the wrong-model case's
+     * directory holds step-00000007 and its latest) */
+    char latest[LS_CKPT_PATH_MAX], want[3 * LS_CKPT_PATH_MAX];
+    snprintf(latest, sizeof latest, "%s/bad-wrong-model/latest", root);
+    snprintf(want, sizeof want,
+             "'%s' is a file, not a checkpoint directory: it names the newest checkpoint, step-00000007; give "
+             "%s/bad-wrong-model/step-00000007, or %s/bad-wrong-model for its newest valid checkpoint",
+             latest, root, root);
+    LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, NULL, latest, m, o, &st, &found, NULL, 0), LS_ERR_IO, want);
+    snprintf(latest, sizeof latest, "%s/bad-wrong-model/step-00000007/state.json", root);
+    LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, NULL, latest, m, o, &st, &found, NULL, 0), LS_ERR_IO,
+                  "state.json' is a file, not a checkpoint directory (DIR/step-N)");
     ls_optimizer_destroy(ao);
     ls_optimizer_destroy(fo);
     ls_module_destroy(f64);
