@@ -523,6 +523,10 @@ int ex_train_flags_parse(const char *prog, ex_train_flags *f, int c, const char 
 ls_status ex_train_flags_check(const ex_train_flags *f, ls_optim_kind kind, ls_lr_kind *lr_kind, const char **flag) {
     *flag = "--lr-schedule";
     LS_CHECK(ls_lr_kind_parse(f->lr_schedule, lr_kind));
+    *flag = "--min-lr"; /* the constant schedule never decays toward it: it was dropped without a word */
+    if (*lr_kind == LS_LR_CONSTANT && f->min_lr > 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "the constant schedule does not decay toward a minimum: add --lr-schedule cosine or linear");
     *flag = f->betas[0] >= 0 ? "--betas" : "--eps";
     if ((f->betas[0] >= 0 || f->eps >= 0) && kind != LS_OPTIM_ADAMW)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "betas and eps are AdamW's: add --optimizer adamw");

@@ -10,7 +10,7 @@
 # training), a gradient-compression setting on one rank (checked only with two), a memory cap of
 # 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
 # step, naming no file), a label smoothing of 1 or more, an empty --init-from, an unknown
-# --lr-schedule, a negative --min-lr, --betas not two numbers in [0, 1), --betas or --eps without
+# --lr-schedule, a negative --min-lr, --min-lr with the constant schedule, --betas not two numbers in [0, 1), --betas or --eps without
 # AdamW, --momentum with AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema, a --dropout of 1 (fashion_mlp
 # and fashion_resnet) or with no hidden layer to follow, a benchmark driver given a build without its
 # programs, a count of 0 or a value out of its range (a traceback, or a run of garbage), a
@@ -64,6 +64,9 @@ usage "--lr-schedule: invalid argument: learning-rate schedule 'step' is not one
     "${small[@]}" --lr-schedule step
 usage "--lr-schedule must not be empty" "$resnet" "${small[@]}" --lr-schedule ''
 usage "--min-lr '-0.1' must be a finite number >= 0" "$resnet" "${small[@]}" --min-lr -0.1
+# --min-lr with the constant schedule was dropped without a word
+usage "--min-lr: invalid argument: the constant schedule does not decay toward a minimum: add --lr-schedule cosine or linear" \
+    "$mlp" "${small[@]}" --lr-schedule constant --min-lr 0.001
 usage "--betas '0.9' must be two numbers from 0 to below 1, as 0.9,0.999" "$mlp" "${small[@]}" --optimizer adamw \
     --betas 0.9
 usage "--betas '0.9,1' must be two numbers from 0 to below 1, as 0.9,0.999" "$resnet" "${small[@]}" --betas 0.9,1
