@@ -584,8 +584,9 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
         return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint_sequential needs a Sequential, got %s", seq->vt->kind);
     int n = seq->n_children;
     if (segments < 1 || segments > n)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "cannot split %d layers into %d checkpoint segments (at most %d)", n,
-                        segments, n);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "cannot split %d layer%s into %d checkpoint segments (at most %d)%s",
+                        n, n == 1 ? "" : "s", segments, n,
+                        n == 1 ? ": a single layer keeps no activations between layers to recompute" : "");
     ls_ctx *ctx = seq->ctx;
     ls_module **segs = calloc((size_t)segments, sizeof *segs);
     if (!segs) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the segment list");

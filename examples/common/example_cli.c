@@ -136,8 +136,11 @@ void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t ste
     const char *why = j0 > 0 && j_end < steps ? "resumed within the epoch, stopped at --max-steps"
                       : j0 > 0                ? "resumed within the epoch"
                                               : "stopped at --max-steps";
-    snprintf(buf, len, "  (train figures of steps %lld-%lld of %lld: %s)", (long long)j0 + 1, (long long)j_end,
-             (long long)steps, why);
+    if (j_end == j0 + 1) /* one step: "steps 4-4" read oddly */
+        snprintf(buf, len, "  (train figures of step %lld of %lld: %s)", (long long)j_end, (long long)steps, why);
+    else
+        snprintf(buf, len, "  (train figures of steps %lld-%lld of %lld: %s)", (long long)j0 + 1, (long long)j_end,
+                 (long long)steps, why);
 }
 
 void ex_diverged_hint(const char *prog, double train_loss) {

@@ -65,7 +65,7 @@ ls_status ex_progress(ls_trainer *t, ls_comm *comm, int64_t epoch, int64_t j, in
 /* Clears the progress line (on stderr: "\r", erase to the end of the line) for a line of its own. */
 void ex_progress_clear(void);
 /* The epoch line's note when its train figures are of steps j0+1..j_end of steps only (resumed
- * within the epoch, or stopped by --max-steps): "  (train figures of steps A-B of N: why)"; else "". */
+ * within the epoch, or stopped by --max-steps): "  (train figures of steps A-B of N: why)" ("of step B" for one); else "". */
 void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t steps);
 /* Once a run, after an epoch line whose train loss is not finite: "PROG: the train loss is nan:
  * the training diverged (...what may help)" (the run goes on, as PyTorch's would). */

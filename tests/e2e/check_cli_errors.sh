@@ -209,6 +209,8 @@ usage "fashion_resnet: --checkpoint-activations: invalid argument: cannot split 
     "$resnet" "${small[@]}" --widths 4,8 --checkpoint-activations=100
 usage "fashion_mlp: --checkpoint-activations: invalid argument: cannot split 5 layers into 9 checkpoint segments (at most 5)" \
     "$mlp" "${small[@]}" --checkpoint-activations=9
+usage "fashion_mlp: --checkpoint-activations: invalid argument: cannot split 1 layer into 2 checkpoint segments (at most 1): a single layer keeps no activations between layers to recompute" \
+    "$mlp" "${small[@]}" --hidden '' --checkpoint-activations
 usage "oom_challenge: --checkpoint-activations: invalid argument: cannot split 11 layers into 99 checkpoint segments (at most 11)" \
     "$oom" --checkpoint-activations=99 --steps 1
 # --batch-size auto with no cap to fit in is bad usage (it exited 1, as a failed run)
