@@ -1462,14 +1462,17 @@ static ls_status want_from_signature(const cJSON *sig, const char *file, const l
                 break;
             }
             i++;
-            if (optim && pass == 0) {
+            const int frozen = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "frozen"));
+            if (optim && pass == 0 && !frozen) {
                 for (int slot = 0; slot < slots && s == LS_OK; slot++)
                     s = want_add(w, name, 0,
                                  slot == 0 ? (*optim == LS_OPTIM_ADAMW ? ".exp_avg" : ".momentum") : ".exp_avg_sq",
                                  dtype, nd, sh);
-            } else if (!optim && pass == 0) {
+            } else if (optim) {
+                continue; /* a frozen parameter: no state */
+            } else if (pass == 0) {
                 s = want_add(w, name, 0, "", dtype, nd, sh);
-            } else if (!optim && nd == 1 && ends_with(name, "weight")) {
+            } else if (nd == 1 && ends_with(name, "weight")) {
                 s = want_add(w, name, 6, "running_mean", dtype, nd, sh);
                 if (s == LS_OK) s = want_add(w, name, 6, "running_var", dtype, nd, sh);
             }
@@ -1774,7 +1777,16 @@ static cJSON *u64_string(uint64_t v) {
     return cJSON_CreateString(b);
 }
 
-static cJSON *signature_json(ls_module *model) {
+/* The optimizer's index of the model's parameter t, -1 when the optimizer leaves it out (frozen). */
+static int opt_index_of(const ls_optimizer *opt, const ls_tensor *t) {
+    for (int k = 0; k < ls_optimizer_num_params(opt); k++)
+        if (ls_optimizer_param(opt, k, NULL) == t) return k;
+    return -1;
+}
+
+/* opt (may be NULL): a parameter it leaves out is marked "frozen": true, and optimizer.safetensors
+ * holds no state of it. */
+static cJSON *signature_json(ls_module *model, const ls_optimizer *opt) {
     cJSON *arr = cJSON_CreateArray();
     for (int i = 0; arr && i < ls_module_num_params(model); i++) {
         ls_tensor *t = ls_module_param(model, i);
@@ -1782,6 +1794,7 @@ static cJSON *signature_json(ls_module *model) {
         cJSON *shape = cJSON_CreateArray();
         int ok = e && shape && cJSON_AddStringToObject(e, "name", ls_module_param_name(model, i)) &&
                  cJSON_AddStringToObject(e, "dtype", st_dtype_name(t->dtype));
+        if (ok && opt && opt_index_of(opt, t) < 0) ok = cJSON_AddBoolToObject(e, "frozen", 1) != NULL;
         for (int k = 0; ok && k < t->ndim; k++) {
             cJSON *d = cJSON_CreateNumber((double)t->shape[k]);
             ok = d != NULL;
@@ -1850,7 +1863,14 @@ static int layers_difference(const cJSON *arr, ls_module *model, char *buf, size
     return differ;
 }
 
+static ls_status state_to_json(const ls_ckpt_state *st, ls_module *model, const ls_optimizer *opt, char **out);
+
 ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char **out) {
+    return state_to_json(st, model, NULL, out);
+}
+
+/* The same, with the parameters opt leaves out marked frozen in the signature. */
+static ls_status state_to_json(const ls_ckpt_state *st, ls_module *model, const ls_optimizer *opt, char **out) {
     if (!st || !out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_state_to_json: NULL argument");
     *out = NULL;
     if (st->n_loss_scaler < 0 || st->n_loss_scaler > LS_CKPT_MAX_KV || st->n_rng < 0 || st->n_rng > LS_CKPT_MAX_RNG)
@@ -1924,7 +1944,7 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *st, ls_module *model, char 
              add(em, "warmup", cJSON_CreateBool(st->ema_warmup)) &&
              add(em, "updates", exact_number((double)st->ema_updates));
     }
-    if (ok && model) ok = add(r, "model", signature_json(model)) && add(r, "layers", layers_json(model));
+    if (ok && model) ok = add(r, "model", signature_json(model, opt)) && add(r, "layers", layers_json(model));
     char *s = ok ? cJSON_Print(r) : NULL;
     cJSON_Delete(r);
     if (!s) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the checkpoint state");
@@ -2341,12 +2361,30 @@ static ls_status opt_list_make(ls_module *model, ls_optimizer *opt, ls_optim_kin
         opt_list_free(l);
         return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the optimizer state list");
     }
-    for (int i = 0; i < np; i++)
+    /* every tensor the optimizer steps is one of the model's: its states are named after it */
+    for (int k = 0; k < ls_optimizer_num_params(opt); k++) {
+        ls_tensor *p = ls_optimizer_param(opt, k, NULL);
+        int j = 0;
+        while (j < np && ls_module_param(model, j) != p) j++;
+        if (j == np) {
+            char d[64];
+            opt_list_free(l);
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "the optimizer's parameter %d (%s) is not one of the model's: its state would have no "
+                            "name in the checkpoint",
+                            k, ls_tensor_describe(p, d, sizeof d));
+        }
+    }
+    /* in the model's order, each under its parameter's name; a parameter the optimizer leaves out
+     * (frozen) has none */
+    for (int i = 0; i < np; i++) {
+        const int k = opt_index_of(opt, ls_module_param(model, i));
+        if (k < 0) continue;
         for (int slot = 0; slot < 2; slot++) {
-            ls_tensor *t = ls_optimizer_state(opt, i, slot);
+            ls_tensor *t = ls_optimizer_state(opt, k, slot);
             if (all ? slot >= slots : !t) continue;
             if (!t) {
-                ls_tensor *p = ls_optimizer_param(opt, i, NULL);
+                ls_tensor *p = ls_optimizer_param(opt, k, NULL);
                 l->desc[l->n] = ls_tensor_view(NULL, p->dtype, p->device, p->ndim, p->shape);
                 t = &l->desc[l->n];
             }
@@ -2359,10 +2397,11 @@ static ls_status opt_list_make(ls_module *model, ls_optimizer *opt, ls_optim_kin
             }
             snprintf(nm, len, "%s.%s", pn, slot_name(kind, slot));
             l->t[l->n] = t;
-            l->owner[l->n] = all ? ls_optimizer_owner(opt, i) : -1;
+            l->owner[l->n] = all ? ls_optimizer_owner(opt, k) : -1;
             l->names[l->n] = nm;
             l->n++;
         }
+    }
     return LS_OK;
 }
 
@@ -2522,7 +2561,7 @@ static ls_status save_prepare(save_job *j, ls_ctx *ctx, const char *dir, int kee
         st.ema_updates = ls_ema_num_updates(ema);
     }
     if (opt) LS_CHECK(ls_optimizer_get_num_steps(opt, &st.optim_steps));
-    LS_CHECK(ls_ckpt_state_to_json(&st, model, &j->state_text));
+    LS_CHECK(state_to_json(&st, model, opt, &j->state_text));
     if (strlen(j->state_text) > CKPT_STATE_MAX)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "ls_ckpt_save: state.json would be %zu bytes, more than a load reads (%zu): the model has %d "
@@ -3195,7 +3234,10 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
                  p, (double)ls_optimizer_config(opt).momentum);
     for (int i = 0; i < ol.n && s == LS_OK && !*fresh; i++) {
         if (!ls_safetensors_find(f, ol.names[i]))
-            s = ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': no tensor '%s' for this run's optimizer", p, ol.names[i]);
+            s = ls_error(LS_ERR_INVALID_ARGUMENT,
+                         "'%s': no tensor '%s' for this run's optimizer (its parameter frozen, left out of the "
+                         "optimizer, in the run that saved it?)",
+                         p, ol.names[i]);
         else if (ol.owner[i] > 0)
             s = st_check(f, ol.names[i], ol.t[i], NULL);
         else

@@ -87,7 +87,10 @@ ls_status ls_safetensors_write(const char *path, int n, const char *const *names
  *                                            then buffers (BatchNorm's running statistics, named as
  *                                            ls_cnn_buffer: "3.body.1.running_mean")
  *   DIR/step-0000000S/optimizer.safetensors  "<param>.momentum" (SGD) or "<param>.exp_avg" and
- *                                            "<param>.exp_avg_sq" (AdamW)
+ *                                            "<param>.exp_avg_sq" (AdamW), named after the model's
+ *                                            parameter whatever the optimizer's order; none for a
+ *                                            parameter the optimizer leaves out (frozen: state.json's
+ *                                            signature marks it "frozen": true)
  *   DIR/step-0000000S/ema.safetensors        only with an EMA of the weights (ls_ckpt_save_ema): its
  *                                            averages, named as in model.safetensors
  *   DIR/step-0000000S/state.json             everything else (ls_ckpt_state) + the model signature

@@ -7,7 +7,7 @@
  * position at a new world size, the preemption flag, and a ResNet's BatchNorm running statistics
  * (buffers) saved beside its parameters and restored on every rank, and an EMA of the weights
  * (ema.safetensors: saved, recorded, loaded on every rank as rank 0's, reset where a checkpoint has
- * none), and a sharded optimizer's state (the unsharded save's files; no rank holds the others'
+ * none), an optimizer over some of the parameters (a frozen one), and a sharded optimizer's state (the unsharded save's files; no rank holds the others'
  * state, by the allocator's peak). Run alone (self) or under mpirun: loads are broadcast from rank 0, and a failure on rank 0
  * fails every rank with the same message. */
 #include <dirent.h>
@@ -820,6 +820,95 @@ static void test_sharded(ls_optim_kind kind) {
     ls_module_destroy(b);
 }
 
+/* An optimizer over some of the model's parameters, in another order (parameter 0 frozen, as the
+ * guide says to freeze one): each state is saved under its own parameter's name, the frozen one has
+ * none (state.json marks it), verify passes, and a load puts every state back into the optimizer's
+ * own parameter, also when sharded. Each state was named by the optimizer's index as if it were
+ * the model's: the save wrote '0.weight.momentum' of 2.weight's shape and every load refused it. */
+static void test_frozen(ls_optim_kind kind) {
+    char dir[128], p[LS_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/frozen-%s", root, kind == LS_OPTIM_SGD ? "sgd" : "adamw");
+    ls_module *a = make_model(8, LS_F32, 1), *b = make_model(8, LS_F32, 2);
+    static const int pick[3] = {2, 3, 1}; /* 2.weight, 2.bias, 0.bias: 0.weight frozen */
+    ls_tensor *pa[3], *ga[3], *pb[3], *gb[3];
+    for (int k = 0; k < 3; k++) {
+        pa[k] = ls_module_param(a, pick[k]);
+        ga[k] = ls_module_grad(a, pick[k]);
+        pb[k] = ls_module_param(b, pick[k]);
+        gb[k] = ls_module_grad(b, pick[k]);
+    }
+    ls_optim_config c = ls_optim_defaults(kind);
+    ls_optimizer *oa, *ob;
+    LS_REQUIRE_OK(ls_optimizer_create(ctx, 3, pa, ga, &c, &oa));
+    LS_REQUIRE_OK(ls_optimizer_create(ctx, 3, pb, gb, &c, &ob));
+    fill_all(a, NULL, 1);
+    fill_all(b, NULL, 2 + rank);
+    const int slots = ls_optimizer_num_state_slots(oa);
+    for (int k = 0; k < 3; k++)
+        for (int sl = 0; sl < slots; sl++) {
+            fill(ls_optimizer_state(oa, k, sl), 60 + 10 * sl + k);
+            fill(ls_optimizer_state(ob, k, sl), 90 + rank);
+        }
+    save(dir, 1, a, oa, 40, kind);
+    if (rank == 0) {
+        int64_t step = -1;
+        path_of(p, sizeof p, dir, 40, NULL);
+        LS_REQUIRE_OK(ls_ckpt_verify(p, &step));
+        LS_EXPECT(step == 40);
+        ls_safetensors *f;
+        path_of(p, sizeof p, dir, 40, "optimizer.safetensors");
+        LS_REQUIRE_OK(ls_safetensors_open(p, &f));
+        const char *suffix = kind == LS_OPTIM_SGD ? "momentum" : "exp_avg";
+        for (int i = 0; i < 4; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s.%s", ls_module_param_name(a, i), suffix);
+            const ls_safetensors_info *t = ls_safetensors_find(f, name);
+            const ls_tensor *want = ls_module_param(a, i);
+            if (i == 0 ? t != NULL : !t || t->numel != ls_tensor_numel(want)) {
+                fprintf(stderr, "%s: '%s' %s\n", p, name, i == 0 ? "saved for a frozen parameter" : "wrong or missing");
+                ls_test_failures++;
+            }
+        }
+        LS_EXPECT(ls_safetensors_count(f) == 3 * slots);
+        ls_safetensors_close(f);
+    }
+    for (int pass = 0; pass < (world > 1 ? 2 : 1); pass++) {
+        if (pass == 1) LS_REQUIRE_OK(ls_optimizer_shard(ob, rank, world)); /* ZeRO: each state to its owner */
+        ls_ckpt_state got;
+        int found = 0;
+        LS_REQUIRE_OK(ls_ckpt_load(comm, ctx, dir, "auto", b, ob, &got, &found, NULL, 0));
+        LS_EXPECT(found == 1 && got.step == 40);
+        for (int i = 0; i < 4; i++) {
+            ls_tensor *x = ls_module_param(a, i), *y = ls_module_param(b, i);
+            LS_EXPECT(memcmp(x->data, y->data, ls_tensor_nbytes(x)) == 0);
+        }
+        for (int k = 0; k < 3; k++)
+            for (int sl = 0; sl < slots; sl++) {
+                ls_tensor *u = ls_optimizer_state(oa, k, sl), *v = ls_optimizer_state(ob, k, sl);
+                if (pass == 1 && ls_optimizer_owner(ob, k) != rank) continue;
+                LS_EXPECT(v && memcmp(u->data, v->data, ls_tensor_nbytes(u)) == 0);
+            }
+    }
+    /* a run that trains the frozen parameter: no state for it, said so */
+    ls_optimizer *full = make_opt(b, kind);
+    ls_ckpt_state got;
+    int found = 0;
+    ls_status s = ls_ckpt_load(comm, ctx, dir, "auto", b, full, &got, &found, NULL, 0);
+    LS_EXPECT(s == LS_ERR_INVALID_ARGUMENT && strstr(ls_last_error(), "no tensor '0.weight.") &&
+              strstr(ls_last_error(), "frozen"));
+    /* an optimizer of another model's tensors: its states would have no name */
+    ls_optimizer *other = make_opt(b, kind);
+    ls_ckpt_state st = make_state(41, kind);
+    s = ls_ckpt_save(comm, ctx, dir, 1, a, other, &st, NULL, 0);
+    LS_EXPECT(s == LS_ERR_INVALID_ARGUMENT && strstr(ls_last_error(), "is not one of the model's"));
+    ls_optimizer_destroy(other);
+    ls_optimizer_destroy(full);
+    ls_optimizer_destroy(oa);
+    ls_optimizer_destroy(ob);
+    ls_module_destroy(a);
+    ls_module_destroy(b);
+}
+
 /* A save killed at each stage leaves step 1 loadable (step 2 once its directory is renamed); the
  * next save clears the debris. Forks, so rank 0 / single process only. */
 static void test_crash_stages(void) {
@@ -1100,6 +1189,8 @@ int main(void) {
     test_momentum_turned_on();
     test_sharded(LS_OPTIM_SGD);
     test_sharded(LS_OPTIM_ADAMW);
+    test_frozen(LS_OPTIM_SGD);
+    test_frozen(LS_OPTIM_ADAMW);
     if (world == 1) {
         test_crash_stages();
         test_crash_replace();
