@@ -359,6 +359,13 @@ ls_status ls_mlp_create_dropout(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const 
                                 float dropout, uint64_t seed, ls_module **out_m) {
     LS_CHECK_ARG(ctx && sizes && out_m, "ls_mlp_create: %s is NULL", !ctx ? "ctx" : !sizes ? "sizes" : "out");
     if (n_sizes < 2) return ls_error(LS_ERR_INVALID_ARGUMENT, "an MLP needs at least 2 sizes, got %d", n_sizes);
+    for (int i = 0; i < n_sizes; i++)
+        if (sizes[i] < 1)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_mlp_create: sizes[%d] is %lld; every layer size must be >= 1",
+                            i, (long long)sizes[i]);
+    if (act != LS_ACT_RELU && act != LS_ACT_GELU) /* also where no hidden layer would use it */
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_mlp_create: unknown activation %d (LS_ACT_RELU or LS_ACT_GELU)",
+                        (int)act);
     if (!(dropout >= 0 && dropout < 1))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "dropout probability %g is outside [0, 1)", dropout);
     const int with = dropout > 0;

@@ -135,6 +135,12 @@ int main(void) {
     ls_module *bad_m;
     LS_EXPECT_ERR(ls_mlp_create(C, LS_F32, 1, one, LS_ACT_RELU, 1, &bad_m), LS_ERR_INVALID_ARGUMENT,
                   "at least 2 sizes");
+    /* a size of 0 named by its index (it was "linear layer : sizes must be positive"), and an unknown
+     * activation refused also where no hidden layer would use it (it was accepted with 2 sizes) */
+    LS_EXPECT_ERR(ls_mlp_create(C, LS_F32, 3, (int64_t[]){4, 0, 3}, LS_ACT_RELU, 1, &bad_m), LS_ERR_INVALID_ARGUMENT,
+                  "ls_mlp_create: sizes[1] is 0; every layer size must be >= 1");
+    LS_EXPECT_ERR(ls_mlp_create(C, LS_F32, 2, (int64_t[]){4, 3}, (ls_act)7, 1, &bad_m), LS_ERR_INVALID_ARGUMENT,
+                  "ls_mlp_create: unknown activation 7");
     test_dropout(C);
     ls_tensor_destroy(bad);
     ls_tensor_destroy(x);
