@@ -646,6 +646,13 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     ls_trainer *t = NULL;
     int shard_mode = 0;
     ls_status s = check_config(ctx, model, opt, cfg, out);
+    /* a config zeroed but for the batch (the optimizer config's lr not copied to lr.base_lr): every
+     * step at lr 0, no error and no change to the weights. Said once, by rank 0 (not by trials). */
+    if (s == LS_OK && cfg->lr.base_lr == 0 && cfg->lr.min_lr == 0 && ls_optimizer_config(opt).lr > 0 &&
+        !cfg->no_timeline && (!comm || ls_comm_rank(comm) == 0))
+        LS_LOG_W("the trainer's lr.base_lr is 0 (the optimizer's lr is %g, which the schedule replaces at every "
+                 "step): every step leaves the weights as they are; set lr.base_lr, usually to the optimizer's lr",
+                 (double)ls_optimizer_config(opt).lr);
     if (s == LS_OK && !(t = calloc(1, sizeof *t))) s = ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
     if (s == LS_OK) s = init_local(t, ctx, comm, model, opt, cfg, &shard_mode);
     /* agreed before the first collective: a rank that failed its own checks (an argument, the

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "checkpoint.h"
@@ -133,6 +134,27 @@ int main(void) {
                   "learning-rate schedule: base_lr nan and min_lr 0 must be finite and >= 0");
     tc.lr.base_lr = -1;
     LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT, "base_lr -1");
+    /* lr.base_lr left 0 (the optimizer's lr not copied): a valid schedule that never trains, so a
+     * warning says it (there was none: every step left the weights as they were) */
+    {
+        tc.lr.base_lr = 0;
+        fflush(stderr);
+        FILE *cap = tmpfile();
+        LS_REQUIRE(cap);
+        int saved = dup(2);
+        LS_REQUIRE(saved >= 0 && dup2(fileno(cap), 2) >= 0);
+        ls_status s0 = ls_trainer_create(c, NULL, a, oa, &tc, &t);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        char log[1024] = "";
+        rewind(cap);
+        log[fread(log, 1, sizeof log - 1, cap)] = '\0';
+        fclose(cap);
+        LS_EXPECT(s0 == LS_OK && strstr(log, "the trainer's lr.base_lr is 0 (the optimizer's lr is 0.05,"));
+        ls_trainer_destroy(t);
+        t = NULL;
+    }
     tc = config();
     tc.lr.warmup_steps = -5;
     LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT, "warmup_steps -5");
