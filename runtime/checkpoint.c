@@ -1777,16 +1777,68 @@ static cJSON *u64_string(uint64_t v) {
     return cJSON_CreateString(b);
 }
 
-/* The optimizer's index of the model's parameter t, -1 when the optimizer leaves it out (frozen). */
-static int opt_index_of(const ls_optimizer *opt, const ls_tensor *t) {
-    for (int k = 0; k < ls_optimizer_num_params(opt); k++)
-        if (ls_optimizer_param(opt, k, NULL) == t) return k;
-    return -1;
+typedef struct tensor_index {
+    const ls_tensor *t;
+    int k;
+} tensor_index;
+
+static int cmp_tensor_index(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const tensor_index *)a)->t, y = (uintptr_t)((const tensor_index *)b)->t;
+    return x < y ? -1 : x > y;
+}
+
+/* *out: for each of the model's parameters, the optimizer's index of it, -1 where the optimizer
+ * leaves it out (frozen); free() it. In O(n) where the optimizer holds the model's parameters in
+ * order (the usual case), else O(n log n) through its tensors sorted by address (a search per
+ * parameter made a save of many tensors quadratic). A tensor of the optimizer's that is not one of
+ * the model's is LS_ERR_INVALID_ARGUMENT: its state would have no name in the checkpoint. */
+static ls_status opt_index_map(ls_module *model, const ls_optimizer *opt, int **out) {
+    *out = NULL;
+    const int np = ls_module_num_params(model), no = ls_optimizer_num_params(opt);
+    int *m = malloc((size_t)(np > 0 ? np : 1) * sizeof *m);
+    if (!m) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the optimizer's parameter map");
+    int same = no == np;
+    for (int i = 0; same && i < np; i++) same = ls_optimizer_param(opt, i, NULL) == ls_module_param(model, i);
+    if (same) {
+        for (int i = 0; i < np; i++) m[i] = i;
+        *out = m;
+        return LS_OK;
+    }
+    tensor_index *v = malloc((size_t)(no > 0 ? no : 1) * sizeof *v);
+    unsigned char *hit = calloc((size_t)(no > 0 ? no : 1), 1);
+    if (!v || !hit) {
+        free(v);
+        free(hit);
+        free(m);
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the optimizer's parameter map");
+    }
+    for (int k = 0; k < no; k++) v[k] = (tensor_index){ls_optimizer_param(opt, k, NULL), k};
+    if (no > 1) qsort(v, (size_t)no, sizeof *v, cmp_tensor_index);
+    for (int i = 0; i < np; i++) {
+        const tensor_index key = {ls_module_param(model, i), 0};
+        const tensor_index *f = no > 0 ? bsearch(&key, v, (size_t)no, sizeof *v, cmp_tensor_index) : NULL;
+        m[i] = f ? f->k : -1;
+        if (f) hit[f->k] = 1;
+    }
+    free(v);
+    for (int k = 0; k < no; k++)
+        if (!hit[k]) {
+            char d[64];
+            free(hit);
+            free(m);
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "the optimizer's parameter %d (%s) is not one of the model's: its state would have no "
+                            "name in the checkpoint",
+                            k, ls_tensor_describe(ls_optimizer_param(opt, k, NULL), d, sizeof d));
+        }
+    free(hit);
+    *out = m;
+    return LS_OK;
 }
 
 /* opt (may be NULL): a parameter it leaves out is marked "frozen": true, and optimizer.safetensors
  * holds no state of it. */
-static cJSON *signature_json(ls_module *model, const ls_optimizer *opt) {
+static cJSON *signature_json(ls_module *model, const int *opt_map) {
     cJSON *arr = cJSON_CreateArray();
     for (int i = 0; arr && i < ls_module_num_params(model); i++) {
         ls_tensor *t = ls_module_param(model, i);
@@ -1794,7 +1846,7 @@ static cJSON *signature_json(ls_module *model, const ls_optimizer *opt) {
         cJSON *shape = cJSON_CreateArray();
         int ok = e && shape && cJSON_AddStringToObject(e, "name", ls_module_param_name(model, i)) &&
                  cJSON_AddStringToObject(e, "dtype", st_dtype_name(t->dtype));
-        if (ok && opt && opt_index_of(opt, t) < 0) ok = cJSON_AddBoolToObject(e, "frozen", 1) != NULL;
+        if (ok && opt_map && opt_map[i] < 0) ok = cJSON_AddBoolToObject(e, "frozen", 1) != NULL;
         for (int k = 0; ok && k < t->ndim; k++) {
             cJSON *d = cJSON_CreateNumber((double)t->shape[k]);
             ok = d != NULL;
@@ -1877,6 +1929,8 @@ static ls_status state_to_json(const ls_ckpt_state *st, ls_module *model, const 
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "checkpoint state: %d loss-scaler values / %d RNG streams (max %d / %d)", st->n_loss_scaler,
                         st->n_rng, LS_CKPT_MAX_KV, LS_CKPT_MAX_RNG);
+    int *map = NULL; /* the parameters opt leaves out (frozen), marked in the signature */
+    if (model && opt) LS_CHECK(opt_index_map(model, opt, &map));
     cJSON *r = cJSON_CreateObject();
     cJSON *lr = cJSON_CreateObject(), *op = cJSON_CreateObject(), *ls = cJSON_CreateObject();
     cJSON *rng = cJSON_CreateArray();
@@ -1887,6 +1941,7 @@ static ls_status state_to_json(const ls_ckpt_state *st, ls_module *model, const 
         cJSON_Delete(op);
         cJSON_Delete(ls);
         cJSON_Delete(rng);
+        free(map);
         return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the checkpoint state");
     }
     ok = add(r, "format", cJSON_CreateString("lockstep-state")) && add(r, "version", cJSON_CreateNumber(1)) &&
@@ -1944,7 +1999,8 @@ static ls_status state_to_json(const ls_ckpt_state *st, ls_module *model, const 
              add(em, "warmup", cJSON_CreateBool(st->ema_warmup)) &&
              add(em, "updates", exact_number((double)st->ema_updates));
     }
-    if (ok && model) ok = add(r, "model", signature_json(model, opt)) && add(r, "layers", layers_json(model));
+    if (ok && model) ok = add(r, "model", signature_json(model, map)) && add(r, "layers", layers_json(model));
+    free(map);
     char *s = ok ? cJSON_Print(r) : NULL;
     cJSON_Delete(r);
     if (!s) return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the checkpoint state");
@@ -2362,23 +2418,16 @@ static ls_status opt_list_make(ls_module *model, ls_optimizer *opt, ls_optim_kin
         return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the optimizer state list");
     }
     /* every tensor the optimizer steps is one of the model's: its states are named after it */
-    for (int k = 0; k < ls_optimizer_num_params(opt); k++) {
-        ls_tensor *p = ls_optimizer_param(opt, k, NULL);
-        int j = 0;
-        while (j < np && ls_module_param(model, j) != p) j++;
-        if (j == np) {
-            char d[64];
-            opt_list_free(l);
-            return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "the optimizer's parameter %d (%s) is not one of the model's: its state would have no "
-                            "name in the checkpoint",
-                            k, ls_tensor_describe(p, d, sizeof d));
-        }
+    int *map;
+    ls_status ms = opt_index_map(model, opt, &map);
+    if (ms != LS_OK) {
+        opt_list_free(l);
+        return ms;
     }
     /* in the model's order, each under its parameter's name; a parameter the optimizer leaves out
      * (frozen) has none */
     for (int i = 0; i < np; i++) {
-        const int k = opt_index_of(opt, ls_module_param(model, i));
+        const int k = map[i];
         if (k < 0) continue;
         for (int slot = 0; slot < 2; slot++) {
             ls_tensor *t = ls_optimizer_state(opt, k, slot);
@@ -2392,6 +2441,7 @@ static ls_status opt_list_make(ls_module *model, ls_optimizer *opt, ls_optim_kin
             size_t len = strlen(pn) + 16;
             char *nm = malloc(len);
             if (!nm) {
+                free(map);
                 opt_list_free(l);
                 return ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the optimizer state list");
             }
@@ -2402,6 +2452,7 @@ static ls_status opt_list_make(ls_module *model, ls_optimizer *opt, ls_optim_kin
             l->n++;
         }
     }
+    free(map);
     return LS_OK;
 }
 
