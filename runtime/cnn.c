@@ -135,11 +135,22 @@ static const ls_module_vt conv_vt = {"Conv2d", conv_forward, conv_backward, free
 
 ls_status ls_conv2d_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int kernel, int stride, int pad,
                            int groups, int bias, uint64_t seed, const char *name, ls_module **out_m) {
-    if (in < 1 || out < 1 || kernel < 1 || stride < 1 || pad < 0 || groups < 1 || in % groups || out % groups)
+    /* the one value that is wrong, named (it listed every rule with every value) */
+    const char *sp = name && *name ? " " : "", *nm = name ? name : "";
+    const struct {
+        const char *what;
+        long long v;
+        long long min;
+    } lim[] = {{"input channels", in, 1}, {"output channels", out, 1}, {"kernel", kernel, 1},
+               {"stride", stride, 1},     {"padding", pad, 0},         {"groups", groups, 1}};
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (lim[i].v < lim[i].min)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "conv2d%s%s: %s is %lld; it must be >= %lld", sp, nm, lim[i].what,
+                            lim[i].v, lim[i].min);
+    if (in % groups || out % groups)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "conv2d %s: in=%lld out=%lld kernel=%d stride=%d pad=%d groups=%d: sizes must be positive, "
-                        "padding >= 0, and both channel counts divisible by groups",
-                        name ? name : "", (long long)in, (long long)out, kernel, stride, pad, groups);
+                        "conv2d%s%s: %s channels (%lld) are not divisible by groups (%d); both channel counts must be",
+                        sp, nm, in % groups ? "input" : "output", (long long)(in % groups ? in : out), groups);
     if (dtype != LS_F32 && dtype != LS_F64)
         return ls_error(LS_ERR_UNSUPPORTED, "conv2d%s%s: parameters must be f32 or f64, not %s",
                         name && *name ? " " : "", name ? name : "", ls_dtype_name(dtype));
@@ -366,10 +377,16 @@ ls_batchnorm_config ls_batchnorm_defaults(void) {
 ls_status ls_batchnorm2d_create(ls_ctx *ctx, ls_dtype dtype, int64_t channels, const ls_batchnorm_config *cfg,
                                 const char *name, ls_module **out_m) {
     ls_batchnorm_config c = cfg ? *cfg : ls_batchnorm_defaults();
-    if (channels < 1 || !(c.eps > 0) || !(c.momentum >= 0 && c.momentum <= 1))
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "batch norm %s: channels %lld must be >= 1, eps %g > 0 and momentum %g in [0, 1]",
-                        name ? name : "", (long long)channels, c.eps, c.momentum);
+    /* the one value that is wrong, named (it listed every rule with every value) */
+    const char *sp = name && *name ? " " : "", *nm = name ? name : "";
+    if (channels < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "batch norm%s%s: channels is %lld; it must be >= 1", sp, nm,
+                        (long long)channels);
+    if (!(c.eps > 0))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "batch norm%s%s: eps is %g; it must be > 0", sp, nm, c.eps);
+    if (!(c.momentum >= 0 && c.momentum <= 1))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "batch norm%s%s: momentum is %g; it must be in [0, 1]", sp, nm,
+                        c.momentum);
     if (dtype != LS_F32 && dtype != LS_F64)
         return ls_error(LS_ERR_UNSUPPORTED, "batch norm%s%s: parameters must be f32 or f64, not %s",
                         name && *name ? " " : "", name ? name : "", ls_dtype_name(dtype));
@@ -444,11 +461,16 @@ static const ls_module_vt maxpool_vt = {"MaxPool2d", pool_forward, pool_backward
 static const ls_module_vt avgpool_vt = {"AvgPool2d", pool_forward, pool_backward, NULL, pool_describe};
 
 ls_status ls_pool2d_create(ls_ctx *ctx, ls_pool mode, int kernel, int stride, int pad, ls_module **out_m) {
-    if ((mode != LS_POOL_MAX && mode != LS_POOL_AVG) || kernel < 1 || stride < 1 || pad < 0 || 2 * pad > kernel)
+    /* the one value that is wrong, named (it listed every rule with every value) */
+    if (mode != LS_POOL_MAX && mode != LS_POOL_AVG)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "pooling: mode %d is neither LS_POOL_MAX nor LS_POOL_AVG", (int)mode);
+    if (kernel < 1 || stride < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "pooling: %s is %d; it must be >= 1", kernel < 1 ? "kernel" : "stride",
+                        kernel < 1 ? kernel : stride);
+    if (pad < 0 || 2 * pad > kernel)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "pooling: mode %d, kernel %d, stride %d, padding %d: need a known "
-                        "mode, kernel >= 1, stride >= 1 and 0 <= padding <= kernel/2",
-                        (int)mode, kernel, stride, pad);
+                        "pooling: padding is %d; it must be in 0 <= padding <= kernel/2 (kernel %d), as PyTorch's", pad,
+                        kernel);
     ls_module *m = NULL;
     LS_CHECK(cnn_alloc(ctx, mode == LS_POOL_MAX ? &maxpool_vt : &avgpool_vt, 0, sizeof(pool_mod), &m));
     pool_mod *p = (pool_mod *)m;

@@ -568,9 +568,10 @@ static ls_status check_config(ls_ctx *ctx, ls_module *model, ls_optimizer *opt, 
                  : !ctx   ? "the context"
                  : !model ? "the model"
                           : "the optimizer");
-    if (cfg->batch_per_rank < 1 || cfg->accum_steps < 1)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "batch size (%lld) and accumulation steps (%d) must be >= 1",
-                        (long long)cfg->batch_per_rank, cfg->accum_steps);
+    if (cfg->batch_per_rank < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "batch size is %lld; it must be >= 1", (long long)cfg->batch_per_rank);
+    if (cfg->accum_steps < 1)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "accumulation steps is %d; it must be >= 1", cfg->accum_steps);
     /* their product bounds a step's samples, and sizes the host memory of a step's losses (8 bytes a
      * sample): at most 2^40 (no memory holds such a batch), so that no size computed from them wraps
      * (INT64_MAX accepted here became a 64-byte buffer that evaluation wrote past) */
@@ -580,13 +581,15 @@ static ls_status check_config(ls_ctx *ctx, ls_module *model, ls_optimizer *opt, 
                         (long long)cfg->batch_per_rank, cfg->accum_steps);
     /* the schedule sets the optimizer's lr at every step: a zeroed or garbage one would train on it */
     const ls_lr_schedule *lr = &cfg->lr;
-    if (!(lr->base_lr >= 0) || !isfinite(lr->base_lr) || !(lr->min_lr >= 0) || !isfinite(lr->min_lr) ||
-        lr->warmup_steps < 0 || lr->total_steps < 0)
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "learning-rate schedule: base_lr %g and min_lr %g must be finite and >= 0, warmup_steps %lld "
-                        "and total_steps %lld >= 0",
-                        (double)lr->base_lr, (double)lr->min_lr, (long long)lr->warmup_steps,
-                        (long long)lr->total_steps);
+    if (!(lr->base_lr >= 0) || !isfinite(lr->base_lr) || !(lr->min_lr >= 0) || !isfinite(lr->min_lr)) {
+        const int base = !(lr->base_lr >= 0) || !isfinite(lr->base_lr);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "learning-rate schedule: %s is %g; it must be finite and >= 0",
+                        base ? "base_lr" : "min_lr", (double)(base ? lr->base_lr : lr->min_lr));
+    }
+    if (lr->warmup_steps < 0 || lr->total_steps < 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "learning-rate schedule: %s is %lld; it must be >= 0",
+                        lr->warmup_steps < 0 ? "warmup_steps" : "total_steps",
+                        (long long)(lr->warmup_steps < 0 ? lr->warmup_steps : lr->total_steps));
     if (!ls_lr_kind_name(lr->kind))
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "learning-rate schedule: kind %d is not LS_LR_COSINE, LS_LR_LINEAR or LS_LR_CONSTANT",
@@ -1089,12 +1092,18 @@ ls_status ls_trainer_set_loss_scaler(ls_trainer *t, const ls_loss_scaler *in) {
     LS_CHECK_ARG(in->enabled == t->scaler.enabled,
                  "ls_trainer_set_loss_scaler: loss scaling is %s in this trainer (%s)",
                  t->scaler.enabled ? "on" : "off", ls_precision_name(t->cfg.precision));
-    LS_CHECK_ARG(isfinite(in->scale) && in->scale > 0 && in->growth_factor > 1 && in->backoff_factor > 0 &&
-                     in->backoff_factor < 1 && in->growth_interval >= 1 && in->growth_tracker >= 0 && in->skipped >= 0,
-                 "ls_trainer_set_loss_scaler: scale %g must be finite and > 0, growth factor %g > 1, backoff factor "
-                 "%g in (0, 1), growth interval %lld >= 1, tracker %lld and skipped %lld >= 0",
-                 in->scale, in->growth_factor, in->backoff_factor, (long long)in->growth_interval,
-                 (long long)in->growth_tracker, (long long)in->skipped);
+    /* the one value that is wrong, named (it listed every rule with every value) */
+    LS_CHECK_ARG(isfinite(in->scale) && in->scale > 0,
+                 "ls_trainer_set_loss_scaler: scale is %g; it must be finite and > 0", in->scale);
+    LS_CHECK_ARG(in->growth_factor > 1, "ls_trainer_set_loss_scaler: growth factor is %g; it must be > 1",
+                 in->growth_factor);
+    LS_CHECK_ARG(in->backoff_factor > 0 && in->backoff_factor < 1,
+                 "ls_trainer_set_loss_scaler: backoff factor is %g; it must be in (0, 1)", in->backoff_factor);
+    LS_CHECK_ARG(in->growth_interval >= 1, "ls_trainer_set_loss_scaler: growth interval is %lld; it must be >= 1",
+                 (long long)in->growth_interval);
+    LS_CHECK_ARG(in->growth_tracker >= 0 && in->skipped >= 0, "ls_trainer_set_loss_scaler: %s is %lld; it must be >= 0",
+                 in->growth_tracker < 0 ? "growth tracker" : "skipped",
+                 (long long)(in->growth_tracker < 0 ? in->growth_tracker : in->skipped));
     if (t->amp) LS_CHECK(ls_amp_state_write(t->ctx, t->amp, in));
     t->scaler = *in;
     return LS_OK;

@@ -436,7 +436,25 @@ static void check_errors(void) {
     /* modules */
     ls_module *conv;
     LS_EXPECT_ERR(ls_conv2d_create(C, LS_F32, 3, 4, 3, 1, 1, 2, 0, 1, "c", &conv), LS_ERR_INVALID_ARGUMENT,
-                  "divisible by groups");
+                  "conv2d c: input channels (3) are not divisible by groups (2)");
+    /* the one bad value named, not every rule with every value */
+    LS_EXPECT_ERR(ls_conv2d_create(C, LS_F32, 4, 4, 3, 0, 1, 1, 0, 1, "c", &conv), LS_ERR_INVALID_ARGUMENT,
+                  "conv2d c: stride is 0; it must be >= 1");
+    {
+        ls_module *bad;
+        ls_batchnorm_config bc = ls_batchnorm_defaults();
+        bc.eps = 0;
+        LS_EXPECT_ERR(ls_batchnorm2d_create(C, LS_F32, 3, &bc, "bn", &bad), LS_ERR_INVALID_ARGUMENT,
+                      "batch norm bn: eps is 0; it must be > 0");
+        bc = ls_batchnorm_defaults();
+        bc.momentum = 2;
+        LS_EXPECT_ERR(ls_batchnorm2d_create(C, LS_F32, 3, &bc, NULL, &bad), LS_ERR_INVALID_ARGUMENT,
+                      "batch norm: momentum is 2; it must be in [0, 1]");
+        LS_EXPECT_ERR(ls_pool2d_create(C, LS_POOL_MAX, 2, 0, 0, &bad), LS_ERR_INVALID_ARGUMENT,
+                      "pooling: stride is 0; it must be >= 1");
+        LS_EXPECT_ERR(ls_pool2d_create(C, LS_POOL_AVG, 3, 1, 2, &bad), LS_ERR_INVALID_ARGUMENT,
+                      "pooling: padding is 2; it must be in 0 <= padding <= kernel/2 (kernel 3)");
+    }
     LS_REQUIRE_OK(ls_conv2d_create(C, LS_F32, 4, 6, 3, 1, 1, 1, 0, 1, "c", &conv));
     const ls_tensor *out;
     ls_tensor *x3 = tf(LS_F32, 2, 3, 5, 5);

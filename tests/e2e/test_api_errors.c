@@ -131,9 +131,9 @@ int main(void) {
     /* the trainer's schedule and settings */
     tc.lr.base_lr = NAN;
     LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
-                  "learning-rate schedule: base_lr nan and min_lr 0 must be finite and >= 0");
+                  "learning-rate schedule: base_lr is nan; it must be finite and >= 0");
     tc.lr.base_lr = -1;
-    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT, "base_lr -1");
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT, "base_lr is -1");
     /* lr.base_lr left 0 (the optimizer's lr not copied): a valid schedule that never trains, so a
      * warning says it (there was none: every step left the weights as they were) */
     {
@@ -157,7 +157,8 @@ int main(void) {
     }
     tc = config();
     tc.lr.warmup_steps = -5;
-    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT, "warmup_steps -5");
+    LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "learning-rate schedule: warmup_steps is -5; it must be >= 0");
     tc = config();
     tc.clip_grad_norm = NAN;
     LS_EXPECT_ERR(ls_trainer_create(c, NULL, a, oa, &tc, &t), LS_ERR_INVALID_ARGUMENT,

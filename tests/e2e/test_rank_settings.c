@@ -293,10 +293,7 @@ int main(void) {
     {
         ls_status s = make(NULL, zero_batch, &r);
         char want[160];
-        snprintf(want, sizeof want, "batch size (0) and accumulation steps (1) must be >= 1%s",
-                 R == W - 1 ? ""
-                 : W > 1    ? " (on rank "
-                            : "");
+        snprintf(want, sizeof want, "batch size is 0; it must be >= 1%s", R == W - 1 ? "" : W > 1 ? " (on rank " : "");
         LS_EXPECT(s == LS_ERR_INVALID_ARGUMENT && r.t == NULL);
         LS_EXPECT(strncmp(ls_last_error(), want, strlen(want)) == 0);
         if (strncmp(ls_last_error(), want, strlen(want)) != 0) fprintf(stderr, "rank %d: '%s'\n", R, ls_last_error());
