@@ -2936,7 +2936,15 @@ ls_status ls_ckpt_save_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep
     LS_CHECK_ARG(opt, "ls_ckpt_save: the optimizer is NULL: a checkpoint holds its state, to resume from (the "
                       "weights alone: ls_safetensors_write)");
     LS_CHECK_ARG(keep_last >= 0, "ls_ckpt_save: keep_last %d is negative (0 keeps every checkpoint)", keep_last);
-    LS_CHECK(ls_comm_agree(comm, check_state(state, opt))); /* every rank's, one failure stops all */
+    /* a path_out too small for the path was filled with its first bytes, the save reported done */
+    const int need = snprintf(NULL, 0, "%s/step-%08lld", dir ? dir : "", (long long)state->step);
+    ls_status pre = !path_out || !path_len || need < 0 || (size_t)need < path_len
+                        ? check_state(state, opt)
+                        : ls_error(LS_ERR_INVALID_ARGUMENT,
+                                   "ls_ckpt_save: path_out holds %zu bytes, and the checkpoint's path "
+                                   "'%s/step-%08lld' needs %d (LS_CKPT_PATH_MAX always suffices)",
+                                   path_len, dir ? dir : "", (long long)state->step, need + 1);
+    LS_CHECK(ls_comm_agree(comm, pre)); /* every rank's, one failure stops all */
     ckpt_result r;
     memset(&r, 0, sizeof r);
     const int rank = comm_rank(comm), shard = sharded(comm, opt);

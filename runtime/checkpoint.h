@@ -200,7 +200,8 @@ typedef struct ls_ckpt_state {
  * would refuse (a field out of range, a NaN loss scale, a key twice) is LS_ERR_INVALID_ARGUMENT
  * before anything is written, on every rank. Rank 0's model and
  * optimizer (not NULL: its state is what a resume needs) are saved. path_out (may be NULL)
- * receives the checkpoint's directory. */
+ * receives the checkpoint's directory; one of path_len bytes too small for it (LS_CKPT_PATH_MAX
+ * always suffices) is LS_ERR_INVALID_ARGUMENT before anything is written. */
 ls_status ls_ckpt_save(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep_last, ls_module *model, ls_optimizer *opt,
                        const ls_ckpt_state *state, char *path_out, size_t path_len);
 /* The same with an EMA of the weights (ema may be NULL: as ls_ckpt_save): its averages also go to
@@ -254,7 +255,8 @@ void ls_ckpt_async_destroy(ls_ckpt_async *a);
  * as auto there), which must verify. Checks the model signature and the optimizer kind
  * (LS_ERR_INVALID_ARGUMENT naming the first differing parameter), loads parameters and optimizer
  * state into every rank's model/optimizer, sets the optimizer's step count and fills *state.
- * path_out (may be NULL) receives the checkpoint's directory. On an error the model may be
+ * path_out (may be NULL) receives the checkpoint's directory, cut to path_len - 1 bytes as
+ * snprintf cuts (LS_CKPT_PATH_MAX bytes always hold it). On an error the model may be
  * partly loaded. */
 ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *which, ls_module *model,
                        ls_optimizer *opt, ls_ckpt_state *state, int *found, char *path_out, size_t path_len);
@@ -299,7 +301,7 @@ ls_status ls_ckpt_check_space(const char *dir, uint64_t bytes);
  * NULL) gets its step. Errors name the file; LS_ERR_UNSUPPORTED: a state of a newer version. */
 ls_status ls_ckpt_verify(const char *ckpt_dir, int64_t *step);
 /* The newest checkpoint in dir that verifies (damaged newer ones are skipped with a warning) into
- * path_out; *found = 0 when dir holds no checkpoint directories; an error when none verifies, and
+ * path_out (cut as ls_ckpt_load's); *found = 0 when dir holds no checkpoint directories; an error when none verifies, and
  * LS_ERR_UNSUPPORTED at a newer one of a newer state version (older ones are not taken past it). */
 ls_status ls_ckpt_find_latest(const char *dir, char *path_out, size_t path_len, int *found);
 

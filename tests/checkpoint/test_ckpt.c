@@ -403,6 +403,16 @@ static void test_ema(void) {
     /* a checkpoint without one: the average starts again from the weights loaded */
     fill_all(a, oa, 5);
     s = make_state(4, LS_OPTIM_SGD);
+    /* a path_out too small for the path is refused before the save (it was filled with its first
+     * bytes, the save reported done) */
+    {
+        char small[8];
+        LS_EXPECT_ERR(ls_ckpt_save(comm, ctx, plain, 1, a, oa, &s, small, sizeof small), LS_ERR_INVALID_ARGUMENT,
+                      "ls_ckpt_save: path_out holds 8 bytes, and the checkpoint's path");
+        char q[LS_CKPT_PATH_MAX];
+        path_of(q, sizeof q, plain, 4, "manifest.json");
+        LS_EXPECT(access(q, F_OK) != 0);
+    }
     LS_REQUIRE_OK(ls_ckpt_save(comm, ctx, plain, 1, a, oa, &s, p, sizeof p));
     LS_REQUIRE_OK(ls_ckpt_load_ema(comm, ctx, plain, "auto", b, ob, eb, &got, &found, p, sizeof p));
     LS_EXPECT(found == 1 && got.has_ema == 0 && ls_ema_num_updates(eb) == 0);
