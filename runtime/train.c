@@ -1397,9 +1397,10 @@ static ls_status eval_fold(ls_trainer *t, int slot, struct eval_chunk *q, double
 ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                               double *loss_sum, int64_t *correct) {
     LS_CHECK_ARG(t && data && loss_sum && correct, "ls_trainer_evaluate: %s is NULL",
-                 !t      ? "the trainer"
-                 : !data ? "the data set"
-                         : "an output");
+                 !t          ? "the trainer"
+                 : !data     ? "the data set"
+                 : !loss_sum ? "loss_sum"
+                             : "correct");
     LS_CHECK_ARG(count >= 0, "ls_trainer_evaluate: count %lld < 0", (long long)count);
     LS_CHECK_ARG(idx || count == 0, "ls_trainer_evaluate: idx is NULL");
     /* chunks of the training micro-batch: the input buffers (two slots where batches are staged)

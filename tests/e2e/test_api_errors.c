@@ -221,6 +221,8 @@ int main(void) {
     int64_t correct = 0;
     LS_EXPECT_ERR(ls_trainer_evaluate(t, d, idx, -5, &loss, &correct), LS_ERR_INVALID_ARGUMENT,
                   "ls_trainer_evaluate: count -5 < 0");
+    LS_EXPECT_ERR(ls_trainer_evaluate(t, d, idx, 1, &loss, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "ls_trainer_evaluate: correct is NULL"); /* named: it said "an output" */
     /* a bad index in the third chunk of 8, with two chunks' copies in flight: the error, then an
      * evaluate as if nothing had happened (the same sums as one evaluated before) */
     int64_t ev[21];
