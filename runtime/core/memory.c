@@ -150,12 +150,28 @@ ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_dev
  * trimming keep such blocks in the heap for the next step, as the threshold glibc raises by
  * itself does for the first sizes it sees. The heap then keeps its high-water mark, as a caching
  * allocator would. Left alone where the user tuned malloc (MALLOC_MMAP_THRESHOLD_,
- * MALLOC_TRIM_THRESHOLD_, GLIBC_TUNABLES) or set LOCKSTEP_MALLOC_TUNING=0. */
+ * MALLOC_TRIM_THRESHOLD_, GLIBC_TUNABLES) or set LOCKSTEP_MALLOC_TUNING=0 (off, false). */
+/* LOCKSTEP_MALLOC_TUNING: *tune = 0 for 0, off or false, 1 for 1, on, true or unset; another
+ * value is an error ("off" and "no" used to leave the tuning on without a word). */
+static ls_status ls_malloc_tuning_env(int *tune) {
+    const char *v = getenv("LOCKSTEP_MALLOC_TUNING");
+    *tune = 1;
+    if (!v || !*v || !strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "true")) return LS_OK;
+    if (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false")) {
+        *tune = 0;
+        return LS_OK;
+    }
+    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                    "LOCKSTEP_MALLOC_TUNING=%s: expected 0, off or false (leave glibc's malloc as it is), or 1, on "
+                    "or true (the default: freed buffers of up to 32 MiB stay in the heap)",
+                    v);
+}
+
 static void ls_malloc_tune(void) {
 #if defined(__GLIBC__)
-    const char *off = getenv("LOCKSTEP_MALLOC_TUNING");
-    if ((off && strcmp(off, "0") == 0) || getenv("MALLOC_MMAP_THRESHOLD_") || getenv("MALLOC_TRIM_THRESHOLD_") ||
-        getenv("GLIBC_TUNABLES"))
+    int tune = 1;
+    if (ls_malloc_tuning_env(&tune) != LS_OK || !tune || getenv("MALLOC_MMAP_THRESHOLD_") ||
+        getenv("MALLOC_TRIM_THRESHOLD_") || getenv("GLIBC_TUNABLES"))
         return;
     if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, INT_MAX) != 1)
         LS_LOG_I("could not tune malloc (mallopt): freed buffers may be faulted in again each step");
@@ -164,6 +180,8 @@ static void ls_malloc_tune(void) {
 
 ls_status ls_host_allocator_create(size_t cap_bytes, ls_allocator **out) {
     LS_CHECK_ARG(out, "ls_host_allocator_create: out is NULL");
+    int tune;
+    LS_CHECK(ls_malloc_tuning_env(&tune)); /* a bad value is refused here, before any tuning */
     static pthread_once_t tuned = PTHREAD_ONCE_INIT;
     pthread_once(&tuned, ls_malloc_tune);
     return ls_allocator_create(&ls_host_vtable, NULL, ls_device_cpu(), cap_bytes, out);

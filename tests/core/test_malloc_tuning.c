@@ -1,9 +1,11 @@
-/* test_malloc_tuning.c [on|off]: the host allocator tunes glibc's malloc once (ls_malloc_tune in
- * memory.c) so that a block of up to 32 MiB freed and asked for again each step stays in the heap
+/* test_malloc_tuning.c [on|off|refused]: the host allocator tunes glibc's malloc once (ls_malloc_tune
+ * in memory.c) so that a block of up to 32 MiB freed and asked for again each step stays in the heap
  * instead of going back to the kernel: a 20 MiB buffer must come from the heap (mallinfo2's
  * hblkhd, the bytes in mmapped blocks, does not grow), and a freed one must not be trimmed away
- * (arena stays). "off" (run with LOCKSTEP_MALLOC_TUNING=0): glibc's defaults, the 20 MiB block
- * mmapped. Skipped (77) without glibc or under AddressSanitizer, whose malloc is its own. */
+ * (arena stays). "off" (run with LOCKSTEP_MALLOC_TUNING=0, and =off): glibc's defaults, the 20 MiB
+ * block mmapped ("off" left the tuning on without a word). "refused" (run with
+ * LOCKSTEP_MALLOC_TUNING=maybe): the allocator is not made, and the error names the variable and
+ * its value. Skipped (77) without glibc or under AddressSanitizer, whose malloc is its own. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +18,13 @@
 int main(int argc, char **argv) {
     const int on = !(argc > 1 && strcmp(argv[1], "off") == 0);
     ls_allocator *a;
+    if (argc > 1 && strcmp(argv[1], "refused") == 0) {
+        a = NULL;
+        LS_EXPECT(ls_host_allocator_create(0, &a) == LS_ERR_INVALID_ARGUMENT && a == NULL);
+        printf("refused: %s\n", ls_last_error());
+        LS_EXPECT(strstr(ls_last_error(), "LOCKSTEP_MALLOC_TUNING=maybe: expected 0, off or false") != NULL);
+        LS_TEST_END();
+    }
     LS_REQUIRE_OK(ls_host_allocator_create(0, &a));
     struct mallinfo2 before = mallinfo2();
     void *p;

@@ -8,7 +8,7 @@
 # drop-last with no whole batch (an epoch of no steps, a NaN loss), files that cannot be written
 # (/dev/full) or a checkpoint directory that cannot be (found at the first save, after the
 # training), a gradient-compression setting on one rank (checked only with two), a memory cap of
-# 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), 14 x 14 images (failed at the first
+# 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), LOCKSTEP_MALLOC_TUNING=maybe (kept the tuning), 14 x 14 images (failed at the first
 # step, naming no file), a label smoothing of 1 or more, an empty --init-from, an unknown
 # --lr-schedule, a negative --min-lr, --min-lr with the constant schedule, --betas not two numbers in [0, 1), --betas or --eps without
 # AdamW, --momentum with AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema, a --dropout of 1 (fashion_mlp
@@ -137,6 +137,8 @@ refused "trainer: invalid argument: LOCKSTEP_SHARD_REDUCE='sideways': expected o
     "$mlp" "${small[@]}"
 # an empty value is unset, as for every variable (it was refused as not owner or all)
 out=$(LOCKSTEP_SHARD_REDUCE= "$mlp" "${small[@]}" 2>&1) || fail "LOCKSTEP_SHARD_REDUCE='': $(tail -n 2 <<<"$out")"
+# LOCKSTEP_MALLOC_TUNING: only 0 turned the tuning off; "off" or a typo left it on without a word
+refused "LOCKSTEP_MALLOC_TUNING=maybe: expected 0, off or false" env LOCKSTEP_MALLOC_TUNING=maybe "$mlp" "${small[@]}"
 refused "LOCKSTEP_MEMORY_LIMIT: memory size '0.5' is not a whole number of bytes" env LOCKSTEP_MEMORY_LIMIT=0.5 "$mlp" "${small[@]}"
 refused "LOCKSTEP_MEMORY_LIMIT: memory cap '0.0001KB' is less than a byte" env LOCKSTEP_MEMORY_LIMIT=0.0001KB "$mlp" "${small[@]}"
 # a --device or --comm value that means nothing is bad usage (2: it exited 1); oom_challenge named
