@@ -518,10 +518,18 @@ ls_status ls_gpu_memory_policy_parse(const char *env, ls_gpu_memory_policy *pol)
     if (strlen(env) >= sizeof buf) return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY is too long");
     strcpy(buf, env);
     char *save = NULL;
+    const char *reserve = NULL, *limit = NULL; /* the item that set each: a second one is refused */
     for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         while (*item == ' ') item++;
         if (strcmp(item, "grow") == 0) continue;
+        /* "reserve:0.9,reserve:0.5" took the last and "reserve:0.9,reserve:20GiB" the size, without a word */
+        const char *seen = !strncmp(item, "reserve:", 8) ? reserve : !strncmp(item, "limit:", 6) ? limit : NULL;
+        if (seen)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "LOCKSTEP_GPU_MEMORY=%s: '%s' after '%s': give reserve and limit at most once each", env,
+                            item, seen);
         if (strncmp(item, "reserve:", 8) == 0) {
+            reserve = item;
             const char *v = item + 8;
             char *end = NULL;
             double f = strtod(v, &end);
@@ -541,6 +549,7 @@ ls_status ls_gpu_memory_policy_parse(const char *env, ls_gpu_memory_policy *pol)
                             item);
         }
         if (strncmp(item, "limit:", 6) == 0) {
+            limit = item;
             if (ls_memory_parse_size(item + 6, &pol->limit) == LS_OK && pol->limit > 0) continue;
             return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY: '%s' wants a size (limit:48GiB)", item);
         }

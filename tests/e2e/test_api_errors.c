@@ -21,7 +21,7 @@
  *   context and memory calls, the loss and the gradient norm;
  * - an optimizer given one parameter (or gradient) twice: stepped twice a step;
  * - a hand-filled data set without labels (a crash in the gather);
- * - a LOCKSTEP_TF32 or LOCKSTEP_GPU_MEMORY that means nothing, at any context's creation (they
+ * - a LOCKSTEP_TF32 or LOCKSTEP_GPU_MEMORY that means nothing (or repeats reserve or limit), at any context's creation (they
  *   were read, and checked, only on a GPU);
  * - a batch of INT64_MAX samples a step (the step losses' buffer size wrapped to 64 bytes);
  * - a LOCKSTEP_GATHER_THREADS that is no thread count (it was checked only where an f32 batch was
@@ -200,6 +200,14 @@ int main(void) {
     setenv("LOCKSTEP_GPU_MEMORY", "limit:48GiB,reserve", 1);
     LS_EXPECT_ERR(ls_ctx_create(ls_device_cpu(), NULL, &c2), LS_ERR_INVALID_ARGUMENT,
                   "LOCKSTEP_GPU_MEMORY: 'reserve' is not one of grow, reserve:FRACTION, reserve:SIZE, limit:SIZE");
+    /* a repeated reserve or limit: the last one, or a size over a fraction, won without a word */
+    setenv("LOCKSTEP_GPU_MEMORY", "reserve:0.9,limit:48GiB,reserve:0.5", 1);
+    LS_EXPECT_ERR(ls_ctx_create(ls_device_cpu(), NULL, &c2), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_GPU_MEMORY=reserve:0.9,limit:48GiB,reserve:0.5: 'reserve:0.5' after 'reserve:0.9': give "
+                  "reserve and limit at most once each");
+    setenv("LOCKSTEP_GPU_MEMORY", "limit:48GiB,limit:2GiB", 1);
+    LS_EXPECT_ERR(ls_ctx_create(ls_device_cpu(), NULL, &c2), LS_ERR_INVALID_ARGUMENT,
+                  "'limit:2GiB' after 'limit:48GiB'");
     setenv("LOCKSTEP_GPU_MEMORY", "limit:48GiB,reserve:0.9", 1);
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c2));
     ls_ctx_destroy(c2);
