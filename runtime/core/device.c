@@ -22,7 +22,8 @@ ls_status ls_device_parse(const char *s, ls_device *out) {
         out->index = -1;
         return LS_OK;
     }
-    if (strncmp(s, "cuda:", 5) == 0 && s[5]) {
+    /* digits only: strtol took "cuda: 1" and "cuda:+1" for cuda:1 */
+    if (strncmp(s, "cuda:", 5) == 0 && s[5] >= '0' && s[5] <= '9') {
         char *end = NULL;
         errno = 0;
         long idx = strtol(s + 5, &end, 10);

@@ -15,6 +15,9 @@ int main(void) {
     LS_EXPECT(d.type == LS_DEVICE_CUDA && d.index == -1);
     LS_EXPECT_ERR(ls_device_parse("tpu", &d), LS_ERR_INVALID_ARGUMENT, "device 'tpu' is not one of cpu, cuda, cuda:N");
     LS_EXPECT_ERR(ls_device_parse("cuda:x", &d), LS_ERR_INVALID_ARGUMENT, "cuda:x");
+    LS_EXPECT_ERR(ls_device_parse("cuda: 1", &d), LS_ERR_INVALID_ARGUMENT, "device 'cuda: 1' is not one of");
+    LS_EXPECT_ERR(ls_device_parse("cuda:+1", &d), LS_ERR_INVALID_ARGUMENT, "device 'cuda:+1' is not one of");
+    LS_EXPECT_ERR(ls_device_parse("cuda:-1", &d), LS_ERR_INVALID_ARGUMENT, "device 'cuda:-1' is not one of");
     /* torch.device("gpu") is an error too: one name for the device, as the help lists it */
     LS_EXPECT_ERR(ls_device_parse("gpu", &d), LS_ERR_INVALID_ARGUMENT, "device 'gpu' is not one of cpu, cuda, cuda:N");
 
