@@ -521,6 +521,11 @@ ls_status ls_gpu_memory_policy_parse(const char *env, ls_gpu_memory_policy *pol)
     const char *reserve = NULL, *limit = NULL; /* the item that set each: a second one is refused */
     for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         while (*item == ' ') item++;
+        if (!*item) /* quoted as '' it read as a value that was not there */
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "LOCKSTEP_GPU_MEMORY='%s' holds an empty item: give grow, reserve:FRACTION, "
+                            "reserve:SIZE or limit:SIZE (comma-separated), or unset it",
+                            env);
         if (strcmp(item, "grow") == 0) continue;
         /* "reserve:0.9,reserve:0.5" took the last and "reserve:0.9,reserve:20GiB" the size, without a word */
         const char *seen = !strncmp(item, "reserve:", 8) ? reserve : !strncmp(item, "limit:", 6) ? limit : NULL;

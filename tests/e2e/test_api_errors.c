@@ -200,6 +200,9 @@ int main(void) {
     setenv("LOCKSTEP_GPU_MEMORY", "limit:48GiB,reserve", 1);
     LS_EXPECT_ERR(ls_ctx_create(ls_device_cpu(), NULL, &c2), LS_ERR_INVALID_ARGUMENT,
                   "LOCKSTEP_GPU_MEMORY: 'reserve' is not one of grow, reserve:FRACTION, reserve:SIZE, limit:SIZE");
+    setenv("LOCKSTEP_GPU_MEMORY", " ", 1); /* it quoted the item as '' */
+    LS_EXPECT_ERR(ls_ctx_create(ls_device_cpu(), NULL, &c2), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_GPU_MEMORY=' ' holds an empty item");
     /* a repeated reserve or limit: the last one, or a size over a fraction, won without a word */
     setenv("LOCKSTEP_GPU_MEMORY", "reserve:0.9,limit:48GiB,reserve:0.5", 1);
     LS_EXPECT_ERR(ls_ctx_create(ls_device_cpu(), NULL, &c2), LS_ERR_INVALID_ARGUMENT,
