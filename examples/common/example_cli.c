@@ -98,10 +98,18 @@ double ex_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* stderr is a pipe or a socket: what mpirun and srun give a rank's stderr */
+static int stderr_is_pipe(void) {
+    struct stat st;
+    return fstat(STDERR_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+}
+
 ls_status ex_progress_decide(ls_comm *comm, int flag, int *on) {
-    /* rank 0's stderr decides, or lockstep-run's when rank 0's is mpirun's pipe (LOCKSTEP_STDERR_TTY) */
+    /* rank 0's stderr decides, or lockstep-run's when rank 0's is mpirun's pipe (LOCKSTEP_STDERR_TTY);
+     * not where rank 0's stderr is a file (`sh -c 'prog 2>rank0.log'` under lockstep-run: the log
+     * got the progress lines, carriage returns and escapes) */
     const char *tty = getenv("LOCKSTEP_STDERR_TTY");
-    int32_t v = flag >= 0 ? flag : isatty(STDERR_FILENO) || (tty && strcmp(tty, "1") == 0);
+    int32_t v = flag >= 0 ? flag : isatty(STDERR_FILENO) || (tty && strcmp(tty, "1") == 0 && stderr_is_pipe());
     LS_CHECK(ls_comm_broadcast_host(comm, &v, 1, LS_I32, 0));
     *on = v != 0;
     return LS_OK;

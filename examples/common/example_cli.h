@@ -54,7 +54,8 @@ int ex_exit_status(const char *prog, int rc);
 int ex_fail(const char *prog, const char *what, ls_status s);
 /* Whether the progress line is on, the same on every rank (collective): flag 1 or 0 (--progress,
  * --no-progress), or -1: when rank 0's stderr is a terminal, or lockstep-run's was
- * (LOCKSTEP_STDERR_TTY=1, which it sets: under mpirun a rank's stderr is a pipe). */
+ * (LOCKSTEP_STDERR_TTY=1, which it sets: under mpirun a rank's stderr is a pipe) and rank 0's is a
+ * pipe or socket (not a file it was redirected to). */
 ls_status ex_progress_decide(ls_comm *comm, int flag, int *on);
 /* The progress line, rewritten in place on rank 0's stderr (collective: call on every rank):
  * epoch (0-based), step j of steps, the epoch's mean loss over the ranks' steps whose losses have

@@ -102,7 +102,7 @@ static void usage(FILE *f) {
                "  --dump-params FILE    after training, rank 0 writes all parameters as raw f32\n" EX_CKPT_HELP_FLAGS
                "  --progress / --no-progress  progress line on rank 0: the epoch's mean loss so far over\n"
                "                        the ranks and samples/s (default: when stderr is a terminal, or\n"
-               "                        lockstep-run's: LOCKSTEP_STDERR_TTY=1)\n"
+               "                        lockstep-run's, rank 0's being its pipe: LOCKSTEP_STDERR_TTY=1)\n"
                "  -h, --help            this text\n\n" EX_CKPT_HELP_CONTENTS "\n" EX_CKPT_HELP_PREEMPTION
                "\n" EX_HELP_SAME_OPTIONS("") "\n" EX_CKPT_HELP_ENV);
 }

@@ -112,7 +112,7 @@ static void usage(FILE *f) {
         "                        statistics, as raw f32\n" EX_CKPT_HELP_FLAGS
         "  --progress / --no-progress  progress line on rank 0: the epoch's mean loss so far over\n"
         "                        the ranks and samples/s (default: when stderr is a terminal, or\n"
-        "                        lockstep-run's: LOCKSTEP_STDERR_TTY=1)\n"
+        "                        lockstep-run's, rank 0's being its pipe: LOCKSTEP_STDERR_TTY=1)\n"
         "  -h, --help            this text\n\n" EX_CKPT_HELP_CONTENTS
         "model.safetensors also holds BatchNorm's running statistics (rank 0's, which evaluation\n"
         "uses); --augment's shifts and flips are drawn per seed, epoch and sample, so a resumed run\n"

@@ -4,7 +4,7 @@
 # with --clip-grad-norm (grad_norm appears) and a resume from step 5 after a run that died after
 # step 7 (its final checkpoint removed: steps 6 and 7 are written once, by the resumed run); a run
 # without --metrics or --log-steps (running totals) prints the same epoch lines; two ranks (the samples are the
-# global batch); --progress's last reading of an epoch equals its train loss; each epoch's printed train accuracy is the mean of its steps'; a diverging run's
+# global batch); --progress's last reading of an epoch equals its train loss (LOCKSTEP_STDERR_TTY=1 shows it on a pipe, not in a file); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
 # NaN loss is written as null; each step's lr follows --lr-schedule linear (to --min-lr) and constant;
 # a file that cannot be opened is an error naming it. CUDA_BUILT (1 in a
 # CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU. Two
@@ -33,6 +33,15 @@ epochs() { grep '^epoch' "$1" | sed 's/  [0-9.]* samples\/s.*//'; }
 lastp=$(tr '\r' '\n' <"$dir/errp" | grep -E '^epoch 1  step 10/10  loss [0-9.]+ ' | sed 's/.*loss \([0-9.]*\) .*/\1/')
 train1=$(grep '^epoch 1 ' "$dir/outp" | sed 's/.*train loss \([0-9.]*\) .*/\1/')
 [ -n "$lastp" ] && [ "$lastp" = "$train1" ] || fail "progress line's last loss '$lastp', epoch 1's train loss '$train1'"
+
+# LOCKSTEP_STDERR_TTY=1 (lockstep-run's stderr is a terminal) stands for a rank's stderr that is
+# the launcher's pipe: a rank whose stderr is a file (`sh -c 'prog 2>rank0.log'` under lockstep-run)
+# wrote its progress lines, carriage returns and escapes, into that log
+LOCKSTEP_STDERR_TTY=1 "$mlp" "${args[@]:0:6}" --max-steps 3 >"$dir/outf" 2>"$dir/errf" ||
+    fail "LOCKSTEP_STDERR_TTY=1, stderr a file: $(cat "$dir/errf")"
+! grep -q 'samples/s' "$dir/errf" || fail "LOCKSTEP_STDERR_TTY=1: a progress line went into a file: $(cat -v "$dir/errf")"
+LOCKSTEP_STDERR_TTY=1 "$mlp" "${args[@]:0:6}" --max-steps 3 2>&1 >"$dir/outf" | cat >"$dir/errf"
+grep -q 'samples/s' "$dir/errf" || fail "LOCKSTEP_STDERR_TTY=1, stderr a pipe: no progress line: $(cat -v "$dir/errf")"
 
 c=(--clip-grad-norm 1.0 --checkpoint-dir "$dir/ck" --save-every 5 --metrics "$dir/m2" --log-steps "$dir/s2")
 "$mlp" "${args[@]}" "${c[@]}" --max-steps 7 >"$dir/out2" 2>&1 || fail "run 2: $(cat "$dir/out2")"
