@@ -121,7 +121,12 @@ ls_status ex_progress(ls_trainer *t, ls_comm *comm, int64_t epoch, int64_t j, in
     LS_CHECK(ls_trainer_totals_peek(t, &tot));
     double v[2] = {tot.loss_sum, (double)tot.samples}; /* over the ranks, as the epoch line's */
     LS_CHECK(ls_comm_allreduce_host(comm, v, 2, LS_F64, LS_REDUCE_SUM));
-    if (ls_comm_rank(comm) != 0) return LS_OK;
+    if (ls_comm_rank(comm) != 0) {
+        /* rank 0's line is on the terminal this rank's stderr reaches too (lockstep-run's): a line
+         * logged here clears it first, as rank 0's own do (it was appended to it) */
+        ls_log_progress_shown(1);
+        return LS_OK;
+    }
     char loss[32] = "-"; /* nothing has arrived yet */
     double mean = v[1] > 0 ? v[0] / v[1] : 0;
     /* a diverging loss in all its digits overran the buffer: 1.1367e+35 shown cut to 31 digits */

@@ -60,7 +60,8 @@ ls_status ex_progress_decide(ls_comm *comm, int flag, int *on);
 /* The progress line, rewritten in place on rank 0's stderr (collective: call on every rank):
  * epoch (0-based), step j of steps, the epoch's mean loss over the ranks' steps whose losses have
  * reached the host (ls_trainer_totals_peek: no wait for the device; "-" before any has) and
- * samples/s (seen samples over elapsed_s). */
+ * samples/s (seen samples over elapsed_s). On the other ranks, whose stderr reaches the same terminal
+ * under lockstep-run, their next log or error line clears that line first. */
 ls_status ex_progress(ls_trainer *t, ls_comm *comm, int64_t epoch, int64_t j, int64_t steps, int64_t seen,
                       double elapsed_s);
 /* Clears the progress line (on stderr: "\r", erase to the end of the line) for a line of its own. */

@@ -4,7 +4,7 @@
 # with --clip-grad-norm (grad_norm appears) and a resume from step 5 after a run that died after
 # step 7 (its final checkpoint removed: steps 6 and 7 are written once, by the resumed run); a run
 # without --metrics or --log-steps (running totals) prints the same epoch lines; two ranks (the samples are the
-# global batch); --progress's last reading of an epoch equals its train loss (LOCKSTEP_STDERR_TTY=1 shows it on a pipe, not in a file); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
+# global batch); --progress's last reading of an epoch equals its train loss (LOCKSTEP_STDERR_TTY=1 shows it on a pipe, not in a file; a warning of rank 1 gets a line of its own); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
 # NaN loss is written as null; each step's lr follows --lr-schedule linear (to --min-lr) and constant;
 # a file that cannot be opened is an error naming it. CUDA_BUILT (1 in a
 # CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU. Two
@@ -94,6 +94,13 @@ if "$run" -n 2 --dry-run true >/dev/null 2>&1; then
         [ -n "$lastp" ] && [ "$lastp" = "$train1" ] ||
             fail "two ranks, $how: the progress lines' last losses '$lastp' (once), epoch 1's train loss '$train1'"
     done
+    # a warning of rank 1 during an epoch goes to the terminal rank 0's progress line is on (through
+    # lockstep-run): it gets a line of its own too (it was appended to rank 0's line)
+    LOCKSTEP_AMP_INJECT_INF=3:1 "$run" -n 2 "$mlp" "${args[@]:0:6}" --batch-size 50 --precision fp16 --max-steps 5 \
+        --progress >"$dir/outp3" 2>"$dir/errp3" || fail "two ranks, a warning of rank 1: $(cat "$dir/errp3")"
+    grep -q '\[lockstep r1 warn\] LOCKSTEP_AMP_INJECT_INF' "$dir/errp3" || fail "no warning of rank 1: $(cat "$dir/errp3")"
+    ! tr '\r' '\n' <"$dir/errp3" | grep -q 'samples/s.*\[lockstep' ||
+        fail "rank 1's warning appended to rank 0's progress line: $(cat -v "$dir/errp3")"
     # a CUDA build without a usable GPU says it runs on the CPU once a node, not once a rank
     want=0
     [ "$cuda_built" = 1 ] && grep -q "device cpu" "$dir/out4" && want=1
