@@ -64,7 +64,8 @@ enum {
     "step time,\n"                                                                                                     \
     "                        samples/s, loss scale, memory, and with --clip-grad-norm the norm before "                \
     "clipping\n"                                                                                                       \
-    "                        (null where inf/NaN) (resumed like --log-steps)\n"
+    "                        (a value that is inf/NaN, a diverged run's loss too, is null) (resumed like\n"            \
+    "                        --log-steps)\n"
 
 /* --help paragraphs on what a checkpoint holds (a program may add lines to it before the blank
  * line), and on preemption and the exit status. */
