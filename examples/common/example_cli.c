@@ -156,6 +156,8 @@ void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t ste
                  (long long)steps, why);
 }
 
+double ex_plain_nan(double v) { return isnan(v) ? NAN : v; }
+
 void ex_diverged_hint(const char *prog, double train_loss) {
     static int said;
     if (isfinite(train_loss) || said) return;
@@ -604,7 +606,7 @@ ls_status ex_ema_create(const ex_train_flags *f, ls_ctx *ctx, ls_module *model, 
 
 void ex_print_ema(const ls_ema *e, const double ev[3]) {
     printf("  EMA of the weights (decay %g%s): test loss %.4f  test acc %.2f%%\n", ls_ema_decay(e),
-           ls_ema_warmup(e) ? " with warmup" : "", ev[0] / ev[2], 100.0 * ev[1] / ev[2]);
+           ls_ema_warmup(e) ? " with warmup" : "", ex_plain_nan(ev[0] / ev[2]), 100.0 * ev[1] / ev[2]);
 }
 
 void ex_stdio_guard(void) {

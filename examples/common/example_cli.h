@@ -50,6 +50,9 @@ void ex_stdio_guard(void);
 /* The exit status, rc, or 1 where stdout's lines could not all be written (a full disk,
  * /dev/full: the run exited 0 without them), said on stderr. */
 int ex_exit_status(const char *prog, int rc);
+/* v, with a NaN's sign dropped: printf writes a NaN of the sign bit as "-nan", so the epoch lines
+ * said "train loss -nan" where the hint says "nan" (a scraper's pattern missed one of them). */
+double ex_plain_nan(double v);
 /* Prints "PROG: WHAT: STATUS: the library's last error" to stderr; returns 1 (an exit status). */
 int ex_fail(const char *prog, const char *what, ls_status s);
 /* Whether the progress line is on, the same on every rank (collective): flag 1 or 0 (--progress,

@@ -476,9 +476,9 @@ int main(int argc, char **argv) {
             ex_epoch_part(part, sizeof part, j0, j_end, steps);
             printf("epoch %d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
                    "%.0f samples/s  %.2f s  peak memory %s%s%s",
-                   (int)epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
-                   (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk), part,
-                   tot.skipped ? "" : "\n");
+                   (int)epoch + 1, ex_plain_nan(m[0] / m[2]), 100.0 * m[1] / m[2], ex_plain_nan(ev[0] / ev[2]),
+                   100.0 * ev[1] / ev[2], (double)seen / train_time, train_time,
+                   ls_memory_format((size_t)peak, pk, sizeof pk), part, tot.skipped ? "" : "\n");
             /* the same on every rank: a step is skipped on all of them */
             if (tot.skipped)
                 printf("  (%lld step%s skipped: inf/NaN gradients)\n", (long long)tot.skipped,

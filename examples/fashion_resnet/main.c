@@ -587,9 +587,9 @@ int main(int argc, char **argv) {
             ex_epoch_part(part, sizeof part, j0, j_end, steps);
             printf("epoch %d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
                    "%.0f samples/s  %.1f s  peak memory %s%s%s",
-                   (int)epoch + 1, m[0] / m[2], 100.0 * m[1] / m[2], ev[0] / ev[2], 100.0 * ev[1] / ev[2],
-                   (double)seen / train_time, train_time, ls_memory_format((size_t)peak, pk, sizeof pk), part,
-                   skipped ? "" : "\n");
+                   (int)epoch + 1, ex_plain_nan(m[0] / m[2]), 100.0 * m[1] / m[2], ex_plain_nan(ev[0] / ev[2]),
+                   100.0 * ev[1] / ev[2], (double)seen / train_time, train_time,
+                   ls_memory_format((size_t)peak, pk, sizeof pk), part, skipped ? "" : "\n");
             if (skipped)
                 printf("  (%lld step%s skipped: inf/NaN gradients)\n", (long long)skipped, skipped == 1 ? "" : "s");
             ex_diverged_hint("fashion_resnet", m[0] / m[2]);

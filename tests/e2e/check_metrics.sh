@@ -142,6 +142,8 @@ fi
 # and it says so, once (it printed "train loss nan" and exited 0 without a word)
 [ "$(grep -c '^fashion_mlp: the train loss is nan: the training diverged (a lower --lr' "$dir/out5")" = 1 ] ||
     fail "diverging run: no hint, or more than one: $(cat "$dir/out5")"
+# the epoch line's NaN is "nan", as the hint's (printf wrote the sign bit's "-nan")
+grep -q '^epoch 1  train loss nan  ' "$dir/out5" || fail "diverging run: the epoch line's loss: $(cat "$dir/out5")"
 
 # the learning rate of each step follows --lr-schedule: 20 steps, 5 of warmup to 0.1, then linear
 # to --min-lr 0.01 at the last step (0.01 + 0.09 (1 - t), t = (step - 5) / 15), or constant
