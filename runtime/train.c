@@ -309,7 +309,13 @@ static ls_status open_timeline(const ls_train_config *cfg, ls_comm *comm) {
     if (!pattern || !*pattern || cfg->no_timeline || ls_timeline_active()) return LS_OK;
     int rank = comm ? ls_comm_rank(comm) : 0, world = comm ? ls_comm_world(comm) : 1;
     char path[4096];
-    if (ls_timeline_path(pattern, rank, world, path, (int)sizeof path) != 0)
+    /* lockstep-run --max-restarts' count (its value checked by the launcher, which sets it): a
+     * restart wrote over the failed attempt's trace, the one to look at */
+    const char *rc = getenv("LOCKSTEP_RESTART_COUNT");
+    char *end = NULL;
+    long restart = rc ? strtol(rc, &end, 10) : 0;
+    if (!rc || !*rc || *end || restart < 0 || restart > 1000000) restart = 0;
+    if (ls_timeline_path_restart(pattern, rank, world, (int)restart, path, (int)sizeof path) != 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_TIMELINE: the file name is too long");
     ls_status s = ls_timeline_open(path, rank);
     if (s != LS_OK) return ls_error_context(s, "LOCKSTEP_TIMELINE");

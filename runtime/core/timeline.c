@@ -284,6 +284,25 @@ void ls_timeline_lane_span(const char *lane, const char *name, const char *cat, 
     pthread_mutex_unlock(&tl_mu);
 }
 
+/* The position of path's extension (".json"), or its end where it has none. */
+static const char *extension_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    const char *dot = strrchr(path, '.');
+    if (!dot || (slash && dot < slash) || dot == path || (slash && dot == slash + 1))
+        dot = path + strlen(path); /* no extension */
+    return dot;
+}
+
+int ls_timeline_path_restart(const char *pattern, int rank, int world, int restart, char *out, int len) {
+    if (ls_timeline_path(pattern, rank, world, out, len) != 0) return -1;
+    if (restart <= 0) return 0;
+    char base[4096];
+    if (snprintf(base, sizeof base, "%s", out) >= (int)sizeof base) return -1;
+    const char *dot = extension_of(base);
+    int n = snprintf(out, (size_t)len, "%.*s.restart%d%s", (int)(dot - base), base, restart, dot);
+    return n < 0 || n >= len ? -1 : 0;
+}
+
 int ls_timeline_path(const char *pattern, int rank, int world, char *out, int len) {
     const char *r = strstr(pattern, "%r");
     int n;
@@ -301,10 +320,7 @@ int ls_timeline_path(const char *pattern, int rank, int world, char *out, int le
     } else if (world <= 1)
         n = snprintf(out, (size_t)len, "%s", pattern);
     else {
-        const char *slash = strrchr(pattern, '/');
-        const char *dot = strrchr(pattern, '.');
-        if (!dot || (slash && dot < slash) || dot == pattern || (slash && dot == slash + 1))
-            dot = pattern + strlen(pattern); /* no extension */
+        const char *dot = extension_of(pattern);
         n = snprintf(out, (size_t)len, "%.*s.rank%d%s", (int)(dot - pattern), pattern, rank, dot);
     }
     return n < 0 || n >= len ? -1 : 0;

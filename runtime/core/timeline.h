@@ -43,6 +43,11 @@ void ls_timeline_thread_name(const char *name);
  * several ranks get "<stem>.rank<r><ext>" (tl.json -> tl.rank1.json). Returns 0, or -1 when out
  * is too small. */
 int ls_timeline_path(const char *pattern, int rank, int world, char *out, int len);
+/* The same for attempt restart + 1 of a job that lockstep-run --max-restarts started again
+ * (LOCKSTEP_RESTART_COUNT=restart): ".restart<k>" before the extension when restart > 0
+ * (tl.rank1.json -> tl.rank1.restart2.json), so a restart keeps the trace of the attempt that
+ * failed instead of truncating it. */
+int ls_timeline_path_restart(const char *pattern, int rank, int world, int restart, char *out, int len);
 
 /* Time a block: LS_TL_T0(t); ... LS_TL_SPAN(t, "forward", "compute"); */
 #define LS_TL_T0(var) double var = ls_timeline_active() ? ls_timeline_now() : 0.0

@@ -107,6 +107,16 @@ int main(void) {
     check_path("run%r/tl%r.json", 3, 4, "run3/tl3.json");
     check_path("%r%r", 10, 16, "1010");
     char tiny[8];
+    /* a restart's trace beside the failed attempt's (it truncated it) */
+    {
+        char out[256];
+        LS_EXPECT(ls_timeline_path_restart("tl.json", 1, 2, 2, out, (int)sizeof out) == 0 &&
+                  !strcmp(out, "tl.rank1.restart2.json"));
+        LS_EXPECT(ls_timeline_path_restart("d.x/tl", 0, 1, 1, out, (int)sizeof out) == 0 &&
+                  !strcmp(out, "d.x/tl.restart1"));
+        LS_EXPECT(ls_timeline_path_restart("tl%r.json", 3, 4, 0, out, (int)sizeof out) == 0 &&
+                  !strcmp(out, "tl3.json"));
+    }
     LS_EXPECT(ls_timeline_path("long-name.json", 1, 2, tiny, (int)sizeof tiny) == -1);
     LS_EXPECT(ls_timeline_path("tl%r-%r.json", 1, 2, tiny, (int)sizeof tiny) == -1);
     LS_EXPECT(ls_timeline_path("abcd%r%r%r", 1, 2, tiny, (int)sizeof tiny) == 0 && !strcmp(tiny, "abcd111"));

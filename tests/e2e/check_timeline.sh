@@ -19,6 +19,12 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 LOCKSTEP_TIMELINE="$dir/one.json" "$mlp" "${args[@]}" >"$dir/out1" 2>&1 || fail "one rank: $(cat "$dir/out1")"
 "$check" "$dir/one.json" 0 10 0 || fail "one rank"
+# a restart of lockstep-run --max-restarts (LOCKSTEP_RESTART_COUNT=1) writes its own trace beside
+# the failed attempt's, which it truncated
+LOCKSTEP_RESTART_COUNT=1 LOCKSTEP_TIMELINE="$dir/one.json" "$mlp" "${args[@]}" --max-steps 2 >"$dir/out1r" 2>&1 ||
+    fail "restart: $(cat "$dir/out1r")"
+"$check" "$dir/one.json" 0 10 0 || fail "restart: the first attempt's trace was overwritten"
+"$check" "$dir/one.restart1.json" 0 2 0 || fail "restart: its trace"
 
 # --save-async: each save's writer thread is a new thread, on the one row "checkpoint writer" (a
 # row each, all of that name, before)
