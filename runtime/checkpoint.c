@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -1095,6 +1096,48 @@ ls_status ls_ckpt_prepare_dir(const char *dir) {
     close(fd);
     unlink(p);
     return LS_OK;
+}
+
+ls_status ls_ckpt_lock_dir(const char *dir, int *fd) {
+    if (!dir || !fd) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_lock_dir: NULL argument");
+    *fd = -1;
+    char p[LS_CKPT_PATH_MAX + 16];
+    if ((size_t)snprintf(p, sizeof p, "%s/.lock", dir) >= sizeof p)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory '%.64s...' is too long", dir);
+    int f = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (f < 0) return ls_error(LS_ERR_IO, "'%s': cannot open the checkpoint directory's lock: %s", p, strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        if (e == EWOULDBLOCK) {
+            char who[160] = "";
+            ssize_t n = pread(f, who, sizeof who - 1, 0);
+            close(f);
+            who[n > 0 ? n : 0] = '\0';
+            who[strcspn(who, "\n")] = '\0';
+            return ls_error(LS_ERR_IO,
+                            "checkpoint directory '%s' is in use by another run (%s holds %s): two runs saving into "
+                            "one directory overwrite and prune each other's checkpoints; give this run a directory "
+                            "of its own, or end the other",
+                            dir, who[0] ? who : "a process", p);
+        }
+        close(f);
+        LS_LOG_W("'%s': the file system cannot lock it (%s): nothing stops a second run from saving into '%s' too", p,
+                 strerror(e), dir);
+        return LS_OK;
+    }
+    /* who holds it, for the message a second run prints */
+    char host[64] = "?", who[160];
+    (void)gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    int n = snprintf(who, sizeof who, "pid %ld on %s\n", (long)getpid(), host);
+    if (ftruncate(f, 0) != 0 || pwrite(f, who, (size_t)n, 0) != n) /* the lock holds all the same */
+        LS_LOG_I("'%s': could not write its holder into it: %s", p, strerror(errno));
+    *fd = f;
+    return LS_OK;
+}
+
+void ls_ckpt_unlock_dir(int fd) {
+    if (fd >= 0) close(fd); /* the lock goes with the descriptor; the file stays for the next run */
 }
 
 /* Remove a checkpoint directory: its files, then itself. Returns 0 on success. */

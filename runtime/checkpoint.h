@@ -288,6 +288,15 @@ ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module 
  * permission, a path too long or a DIR/latest that is not a file (a directory) is found at the
  * start and not at the first save, after the training it was to keep. */
 ls_status ls_ckpt_prepare_dir(const char *dir);
+/* Rank 0, for the whole of a run that saves into dir (after ls_ckpt_prepare_dir): an exclusive
+ * lock on dir/.lock (flock; the file holds the holder's pid and host), so that a second run
+ * saving there, one started twice by mistake or an old job still running beside its requeued
+ * copy, is refused at its start instead of overwriting and pruning the first one's checkpoints.
+ * *fd gets the lock's descriptor: ls_ckpt_unlock_dir(*fd) releases it, as the process's end does.
+ * LS_ERR_IO naming the holder when another process holds it. Where the file system cannot lock
+ * (ENOLCK, EOPNOTSUPP) it warns and returns LS_OK with *fd = -1. */
+ls_status ls_ckpt_lock_dir(const char *dir, int *fd);
+void ls_ckpt_unlock_dir(int fd);
 /* The bytes a checkpoint of model, opt and ema (either may be NULL) takes: its tensors, as
  * saved, and a margin for the headers and state.json. */
 uint64_t ls_ckpt_size_estimate(ls_module *model, const ls_optimizer *opt, ls_ema *ema);

@@ -178,6 +178,7 @@ void ex_ckpt_init(ex_ckpt *c, const char *prog, const ex_ckpt_options *o) {
     c->prog = prog;
     c->o = o;
     c->last_saved = -1;
+    c->lock_fd = -1;
 }
 
 ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model, ls_optimizer *opt,
@@ -209,6 +210,13 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
     }
     c->global_batch = tc->batch_per_rank * tc->accum_steps * c->run.world_size;
     *start_epoch = *start_j = 0;
+    if (o->save_every > 0 && ls_comm_rank(comm) == 0) {
+        /* before the resume reads it: a second run saving into the same directory (started twice,
+         * or an old job beside its requeued copy) is refused, not left to prune the first's */
+        c->what = "--checkpoint-dir";
+        LS_CHECK(ls_ckpt_prepare_dir(o->checkpoint_dir));
+        LS_CHECK(ls_ckpt_lock_dir(o->checkpoint_dir, &c->lock_fd));
+    }
     if (o->resume) {
         c->what = "--resume";
         LS_CHECK(resume(c, start_epoch, start_j));
@@ -246,8 +254,7 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
         }
     }
     if (o->save_every > 0 && ls_comm_rank(comm) == 0) { /* the same: not after the epochs to be saved */
-        c->what = "--checkpoint-dir";
-        LS_CHECK(ls_ckpt_prepare_dir(o->checkpoint_dir));
+        c->what = "--checkpoint-dir";                   /* (ls_ckpt_prepare_dir above) */
         /* (a full disk was found at the first save, after the training it was to keep) */
         LS_CHECK(ls_ckpt_check_space(o->checkpoint_dir, ls_ckpt_size_estimate(model, opt, c->ema)));
     }
@@ -391,6 +398,8 @@ void ex_ckpt_close(ex_ckpt *c) {
     c->step_log = NULL;
     if (c->preempt_installed) ls_preempt_uninstall();
     c->preempt_installed = 0;
+    ls_ckpt_unlock_dir(c->lock_fd);
+    c->lock_fd = -1;
 }
 
 ls_status ex_dump_params(ls_ctx *ctx, ls_module *m, const char *path) {

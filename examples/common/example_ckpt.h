@@ -49,7 +49,8 @@ enum {
     "                        on SIGTERM/SIGINT)\n"                                                                     \
     "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints); with\n"                     \
     "                        --save-every, DIR is created and checked for writing, and for room\n"                     \
-    "                        for a checkpoint, at the start\n"                                                         \
+    "                        for a checkpoint, at the start, and held (DIR/.lock) until the end: a\n"                  \
+    "                        second run saving there is refused\n"                                                     \
     "  --keep-last K         keep the K newest checkpoints, remove older ones (default 3; 0 keeps all)\n"              \
     "  --save-async          write checkpoints in the background: training stops only while rank 0\n"                  \
     "                        copies the state to host memory (held from then on: the checkpoint's size);\n"            \
@@ -187,9 +188,10 @@ typedef struct ex_ckpt {
     int max_reached;                /* --max-steps reached */
     int progress;                   /* a progress line is on stderr: cleared before the preemption message */
     int preempt_installed;
-    FILE *step_log;              /* --log-steps, rank 0 */
-    int log_steps_on;            /* rank 0 was given --log-steps: every rank takes part in the loss's all-reduce */
-    const char *what;            /* after a failed call: what failed, for the error line ("checkpoint"...) */
+    int lock_fd;      /* rank 0 of a run that saves: its hold on --checkpoint-dir (ls_ckpt_lock_dir), or -1 */
+    FILE *step_log;   /* --log-steps, rank 0 */
+    int log_steps_on; /* rank 0 was given --log-steps: every rank takes part in the loss's all-reduce */
+    const char *what; /* after a failed call: what failed, for the error line ("checkpoint"...) */
     char path[LS_CKPT_PATH_MAX]; /* the last checkpoint saved or resumed from */
 } ex_ckpt;
 

@@ -386,4 +386,29 @@ out=$("$mlp" "${small[@]}" --max-steps 4 --checkpoint-dir "$d/ck" --resume auto 
 grep -q "nothing to train (step 4 has reached --max-steps)" <<<"$out" && ! grep -q damaged <<<"$out" ||
     fail "stdout closed: the checkpoints are not whole: $out"
 rm -rf "$d"
+
+# a second run saving into a directory another run holds (its .lock) is refused at its start,
+# naming the holder (two runs pruned and overwrote each other's checkpoints without a word)
+d=$(mktemp -d)
+mkdir "$d/held"
+(
+    exec 9>>"$d/held/.lock"
+    flock 9
+    echo "pid 1 on elsewhere" >&9
+    : >"$d/go"
+    exec sleep 30
+) &
+holder=$!
+for ((i = 0; i < 100; i++)); do [ -e "$d/go" ] && break; sleep 0.05; done
+out=$("$mlp" "${small[@]}" --save-every 1 --checkpoint-dir "$d/held" 2>&1)
+rc=$?
+kill "$holder"
+wait "$holder" 2>/dev/null
+[ "$rc" = 1 ] || fail "a held --checkpoint-dir: exit $rc, expected 1: $out"
+grep -qF "fashion_mlp: --checkpoint-dir: I/O error: checkpoint directory '$d/held' is in use by another run (pid 1 on elsewhere holds $d/held/.lock)" <<<"$out" ||
+    fail "a held --checkpoint-dir: $out"
+[ -z "$(ls "$d/held")" ] || fail "a held --checkpoint-dir: the second run wrote into it: $(ls "$d/held")"
+# once the holder is gone the directory is free
+"$mlp" "${small[@]}" --save-every 1 --checkpoint-dir "$d/held" >/dev/null 2>&1 || fail "a freed --checkpoint-dir: refused"
+rm -rf "$d"
 echo "PASS: bad flags, variables and files refused, naming what and why"
