@@ -96,6 +96,7 @@ int main(int argc, char **argv) {
     float *x = NULL;
     int32_t *y = NULL;
     int64_t *idx = NULL, *test_idx = NULL;
+    int lock = -1;
 
     /* 1. Which rank am I, which device is mine (a GPU per local rank, else the CPU), and the
      *    communicator (NCCL on GPUs, MPI on CPUs, a trivial one for one process run directly). */
@@ -148,7 +149,11 @@ int main(int argc, char **argv) {
     tc.totals = 1;         /* sums of the loss over the steps, read once per epoch */
     TRY("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
 
-    /* 5. Resume: the newest checkpoint in ckpt_dir that verifies, if there is one. */
+    /* 5. Resume: the newest checkpoint in ckpt_dir that verifies, if there is one. First rank 0
+     *    holds ckpt_dir for the run (a second run saving there is refused), every rank told. */
+    ls_status held = rank == 0 ? ls_ckpt_prepare_dir(ckpt_dir) : LS_OK;
+    if (rank == 0 && held == LS_OK) held = ls_ckpt_lock_dir(ckpt_dir, &lock);
+    TRY("checkpoint directory", ls_comm_agree(comm, held));
     ls_ckpt_state state;
     int found = 0;
     char path[LS_CKPT_PATH_MAX];
@@ -222,6 +227,7 @@ done:
     ls_sampler_destroy(sampler);
     ls_dataset_destroy(train);
     ls_dataset_destroy(test);
+    ls_ckpt_unlock_dir(lock);
     ls_comm_destroy(comm);
     ls_ctx_destroy(ctx);
     return rc;
