@@ -149,7 +149,8 @@ stubborn() {
         k=$((k + 1))
         sleep 1.5
         [ "$k" = "$#" ] && break
-        for ((i = 0; i < 200; i++)); do
+        # (2.5 s at most: within the 3 s a second stop leaves the job)
+        for ((i = 0; i < 50; i++)); do
             [ "$(grep -cE '(TERM|INT)$' "$LOG")" -ge $((2 * k)) ] && break
             sleep 0.05
         done
