@@ -135,9 +135,11 @@ static void scaler_case(void) {
     LS_REQUIRE_OK(ls_trainer_get_loss_scaler(t, &after));
     LS_EXPECT(after.scale == 2048 && after.growth_tracker == 0 && after.skipped == 7);
     sc.scale = NAN;
-    LS_EXPECT_ERR(ls_trainer_set_loss_scaler(t, &sc), LS_ERR_INVALID_ARGUMENT, "scale is nan; it must be finite and > 0");
+    LS_EXPECT_ERR(ls_trainer_set_loss_scaler(t, &sc), LS_ERR_INVALID_ARGUMENT,
+                  "scale is nan; it must be finite and > 0");
     sc.scale = 1024, sc.backoff_factor = 1.5;
-    LS_EXPECT_ERR(ls_trainer_set_loss_scaler(t, &sc), LS_ERR_INVALID_ARGUMENT, "backoff factor is 1.5; it must be in (0, 1)");
+    LS_EXPECT_ERR(ls_trainer_set_loss_scaler(t, &sc), LS_ERR_INVALID_ARGUMENT,
+                  "backoff factor is 1.5; it must be in (0, 1)");
     LS_EXPECT_ERR(ls_trainer_get_loss_scaler(t, NULL), LS_ERR_INVALID_ARGUMENT,
                   "ls_trainer_get_loss_scaler: out is NULL");
     LS_REQUIRE_OK(ls_trainer_get_loss_scaler(t, &sc));
