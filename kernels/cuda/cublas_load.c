@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda_backend.h"
 
@@ -48,16 +49,32 @@ static char load_error[768];
 #define LS_LIBCUBLAS "libcublas.so." LS_STR(CUBLAS_VER_MAJOR)
 #define LS_LIBCUBLASLT "libcublasLt.so." LS_STR(CUBLAS_VER_MAJOR)
 
-static void load(void) {
-    /* cuBLASLt first: libcublas needs it, and both come from the toolkit's one directory, which
-     * liblockstep's RUNPATH names beside the CUDA runtime's */
-    void *lt = dlopen(LS_LIBCUBLASLT, RTLD_NOW | RTLD_LOCAL);
-    void *cublas = lt ? dlopen(LS_LIBCUBLAS, RTLD_NOW | RTLD_LOCAL) : NULL;
-    if (!cublas) {
-        const char *e = dlerror();
-        snprintf(load_error, sizeof load_error, "%s", e ? e : "dlopen failed");
-        return;
+/* name opened as the loader finds it (LD_LIBRARY_PATH, liblockstep's RUNPATH, the cache), else
+ * from the directory of the CUDA runtime this process loaded: the toolkit's, where the runtime
+ * was found some other way (CMake leaves nvcc's own library folder out of RUNPATHs). */
+static void *open_lib(const char *name) {
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (h) return h;
+    char first[512];
+    const char *e = dlerror();
+    snprintf(first, sizeof first, "%s", e ? e : "dlopen failed");
+    Dl_info info;
+    if (dladdr((void *)cudaGetDeviceCount, &info) && info.dli_fname) {
+        char path[1024];
+        const char *slash = strrchr(info.dli_fname, '/');
+        if (slash && snprintf(path, sizeof path, "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname, name) <
+                         (int)sizeof path)
+            h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     }
+    if (!h) snprintf(load_error, sizeof load_error, "%s", first);
+    return h;
+}
+
+static void load(void) {
+    /* cuBLASLt first: libcublas needs it */
+    void *lt = open_lib(LS_LIBCUBLASLT);
+    void *cublas = lt ? open_lib(LS_LIBCUBLAS) : NULL;
+    if (!cublas) return; /* open_lib said why */
 #define LS_SYM(lib, f)                                                                                                 \
     p_##f = (__typeof__(f) *)dlsym(lib, LS_STR(f));                                                                    \
     if (!p_##f) {                                                                                                      \
