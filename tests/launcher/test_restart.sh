@@ -257,7 +257,8 @@ EOF
     run "$LSR" -n 1 --max-restarts 1 --restart-delay 0 "$tmp/bgexit.sh"
     expect_rc 3
     expect_err "lockstep-run: $tmp/bgexit.sh has exited, but processes of the job still run: "
-    expect_err "(sleep); sending them SIGTERM"
+    # (named sleep, or bgexit.sh where the background process was listed between fork and exec)
+    expect_err "; sending them SIGTERM"
     kill -0 "$(cat "$tmp/bg.pid")" 2>/dev/null && fail "the program's background process is still running"
 
     case_ "bad values"
