@@ -134,26 +134,32 @@ echo "\$OMPI_COMM_WORLD_RANK started" >>"$LOG"
 for i in \$(seq 400); do sleep 0.05; done
 EOF
 chmod 755 "$tmp/stubborn.sh"
-# stubborn SIGNAL...: lockstep-run -n 2 stubborn.sh, each signal 1.5 s after the last and, but for
-# the last, once both ranks have logged it (on a busy machine a rank's trap ran after the next
-# signal's SIGKILL: the log lacked its line); waits for the end (10 s at most) and checks that no
-# rank is left
+# stubborn SIGNAL...: lockstep-run -n 2 stubborn.sh, each signal at least 1.5 s after the last
+# and, but for the last, once both ranks have logged it (on a busy machine a rank's trap ran after
+# the next signal's SIGKILL: the log lacked its line). After the first stop there is no deadline
+# (10 s at most for the ranks' lines); after the second the job has 3 s, so the wait ends 2.5 s
+# after it (it was 1.5 s of sleep and then up to 2.5 s more: past the 3 s under load, the job was
+# killed before the third signal). Waits for the end (10 s at most) and checks that no rank is left.
+elapsed_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $(((t - $1) / 1000)); }
 stubborn() {
     rm -f "$LOG"
     env -i "PATH=/usr/local/bin:/usr/bin:/bin" setsid "$LSR" -n 2 "$tmp/stubborn.sh" >"$tmp/stdout" 2>"$tmp/stderr" &
     pid=$!
-    local i s k=0
+    local i s t0 limit k=0
     for ((i = 0; i < 600; i++)); do [ "$(grep -c started "$LOG" 2>/dev/null)" = 2 ] && break; sleep 0.05; done
     for s in "$@"; do
         kill -"$s" "$pid"
+        t0=${EPOCHREALTIME/[.,]/}
         k=$((k + 1))
-        sleep 1.5
-        [ "$k" = "$#" ] && break
-        # (2.5 s at most: within the 3 s a second stop leaves the job)
-        for ((i = 0; i < 50; i++)); do
-            [ "$(grep -cE '(TERM|INT)$' "$LOG")" -ge $((2 * k)) ] && break
+        if [ "$k" = "$#" ]; then
+            sleep 1.5
+            break
+        fi
+        limit=$((k == 1 ? 10000 : 2500))
+        while [ "$(grep -cE '(TERM|INT)$' "$LOG")" -lt $((2 * k)) ] && [ "$(elapsed_ms "$t0")" -lt "$limit" ]; do
             sleep 0.05
         done
+        while [ "$(elapsed_ms "$t0")" -lt 1500 ]; do sleep 0.05; done
     done
     for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     kill -0 "$pid" 2>/dev/null && { fail "lockstep-run still running 10 s after the last signal"; kill -KILL "$pid"; }
@@ -193,7 +199,6 @@ env -i "PATH=/usr/local/bin:/usr/bin:/bin" setsid "$LSR" -n 2 "$tmp/pause.sh" >"
 pid=$!
 for ((i = 0; i < 600; i++)); do [ "$(grep -c started "$LOG" 2>/dev/null)" = 2 ] && break; sleep 0.05; done
 kill -TSTP "$pid"
-sleep 1
 # the ranks' states: a rank caught between fork and exec has a child of the same command line (it
 # read 'TTT'), left out as its parent's
 states() {
@@ -204,11 +209,15 @@ states() {
     done
     ps -o stat= -p "${ranks%,}" | cut -c1 | sort | tr -d '\n'
 }
+# (each state is read once, and waited for up to 5 s: under load a read 1 s after the signal
+# could be early, and the message's second read differed from the one that failed)
+st=
+for ((i = 0; i < 100; i++)); do st=$(states); [ "$st" = TT ] && break; sleep 0.05; done
 [ "$(ps -o stat= -p "$pid" | cut -c1)" = T ] || fail "lockstep-run not stopped"
-[ "$(states)" = TT ] || fail "the ranks' states: '$(states)', expected TT"
+[ "$st" = TT ] || fail "the ranks' states: '$st', expected TT"
 kill -CONT "$pid"
-sleep 1
-[ "$(states)" = SS ] || [ "$(states)" = RS ] || [ "$(states)" = RR ] || fail "after SIGCONT the ranks' states: '$(states)'"
+for ((i = 0; i < 100; i++)); do st=$(states); [[ $st =~ ^[RSD]{2}$ ]] && break; sleep 0.05; done
+[[ $st =~ ^[RSD]{2}$ ]] || fail "after SIGCONT the ranks' states: '$st', expected two running or sleeping (R, S or D)"
 touch "$tmp/go"
 for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
 wait "$pid"
