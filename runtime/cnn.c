@@ -989,6 +989,14 @@ void ls_cnn_sync_local(ls_module *m, int local) {
         if (m->children[i]) ls_cnn_sync_local(m->children[i], local);
 }
 
+int ls_cnn_num_synced(const ls_module *m) {
+    if (!m) return 0;
+    int n = m->vt == &bn_vt && synced((const bn_mod *)m);
+    for (int i = 0; i < m->n_children; i++)
+        if (m->children[i]) n += ls_cnn_num_synced(m->children[i]);
+    return n;
+}
+
 void ls_cnn_release_activations(ls_module *m) {
     ls_tensor_destroy(m->y);
     ls_tensor_destroy(m->dx);

@@ -106,6 +106,9 @@ void ls_cnn_release_activations(ls_module *m);
  * SyncBatchNorm's all-reduce in it met another rank's next collective, or a rank that had run out
  * of memory). The same memory: its host buffers are the module's. */
 void ls_cnn_sync_local(ls_module *m, int local);
+/* The SyncBatchNorms in m (m itself and every module inside it) that all-reduce their statistics
+ * now: over a communicator of several ranks, not held local by ls_cnn_sync_local (0 for NULL). */
+int ls_cnn_num_synced(const ls_module *m);
 
 #ifdef __cplusplus
 }

@@ -1192,6 +1192,41 @@ static ls_status check_counts(ls_trainer *t, int64_t count, int64_t global_count
                     sum, g, (long long)count, (long long)global_count);
 }
 
+/* Micro-batches of b that count samples fill (they are filled in order: the first ones full). */
+static int64_t micro_batches(int64_t count, int64_t b) { return count > 0 ? (count + b - 1) / b : 0; }
+
+/* A model with SyncBatchNorms all-reduces their statistics in the forward and backward of every
+ * micro-batch with samples: a rank whose micro-batch is empty where another's is not skips those
+ * all-reduces, and the ranks' collectives no longer pair (MPI_ERR_TRUNCATE, a hang, or one sum
+ * taken for another). Every rank learns every rank's count and all refuse the step together. */
+static ls_status check_sync_bn_counts(ls_trainer *t, int64_t count) {
+    const int world = ls_comm_world(t->comm), rank = ls_comm_rank(t->comm);
+    const int64_t b = t->cfg.batch_per_rank;
+    double *c = calloc((size_t)world, sizeof *c);
+    if (!c) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the ranks' sample counts");
+    c[rank] = (double)count;
+    ls_status s = ls_comm_allreduce_host(t->comm, c, world, LS_F64, LS_REDUCE_SUM);
+    int lo = 0, hi = 0; /* ranks with the fewest and the most micro-batches */
+    for (int r = 1; s == LS_OK && r < world; r++) {
+        if (micro_batches((int64_t)c[r], b) < micro_batches((int64_t)c[lo], b)) lo = r;
+        if (micro_batches((int64_t)c[r], b) > micro_batches((int64_t)c[hi], b)) hi = r;
+    }
+    if (s == LS_OK && micro_batches((int64_t)c[lo], b) != micro_batches((int64_t)c[hi], b)) {
+        const int64_t nl = (int64_t)c[lo], nh = (int64_t)c[hi], ml = micro_batches(nl, b);
+        s = ls_error(
+            LS_ERR_INVALID_ARGUMENT,
+            "synchronized batch norm needs samples on every rank in the same micro-batches, but at step %lld "
+            "rank %d has %lld sample%s (%lld micro-batch%s of %lld) and rank %d has %lld (%lld): rank %d's batch "
+            "norms would skip all-reduces the others wait in. Give every rank samples in as many "
+            "micro-batches: a sampler that pads or drops the rest (LS_SAMPLER_PAD, LS_SAMPLER_DROP_LAST), "
+            "not LS_SAMPLER_EXACT's short shards",
+            (long long)t->steps + 1, lo, (long long)nl, nl == 1 ? "" : "s", (long long)ml, ml == 1 ? "" : "es",
+            (long long)b, hi, (long long)nh, (long long)micro_batches(nh, b), lo);
+    }
+    free(c);
+    return s;
+}
+
 static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats) {
     LS_CHECK_ARG(t && data && (idx || count <= 0), "ls_trainer_step: %s is NULL",
@@ -1235,6 +1270,9 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
                             "rank's count",
                             (long long)global_count, (long long)count);
     }
+    /* a step short of every rank's full micro-batches may leave some rank's last ones empty */
+    if (t->comm && global_count < (int64_t)ls_comm_world(t->comm) * b * accum && ls_cnn_num_synced(t->model) > 0)
+        LS_CHECK(check_sync_bn_counts(t, count));
     LS_TL_T0(t_step);
     ls_step_stats st;
     memset(&st, 0, sizeof st);

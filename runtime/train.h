@@ -108,6 +108,10 @@ int ls_trainer_shard_reduce(const ls_trainer *t);
  * A model with Dropouts has each micro-batch's masks keyed to the step count and idx
  * (ls_module_key_dropout): the same masks for a sample at a step on any rank, in any micro-batch,
  * and after a resume that restores the step count (ls_trainer_set_num_steps).
+ * A model with synchronized batch norm (SyncBatchNorm over several ranks) all-reduces in every
+ * micro-batch with samples: a step whose micro-batches hold samples on one rank but not on another
+ * (an exact sampler's short last step) is LS_ERR_INVALID_ARGUMENT on every rank, naming both (a
+ * step short of every rank's full micro-batches costs it one all-reduce of the ranks' counts).
  * stats may be NULL: the step then neither counts correct predictions nor reads its loss, and on
  * a GPU it returns once its work is queued, without waiting for the device (as a PyTorch loop that
  * calls no loss.item()). fp16 and bf16 decide on the device too: the unscale, the found-inf check

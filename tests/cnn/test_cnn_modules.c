@@ -4,12 +4,16 @@
  * activation memory; parameter and buffer names; eval mode uses the running statistics;
  * synchronized batch norm over one rank equals plain batch norm. Under mpirun (2 ranks), a
  * synchronized batch norm over two half batches equals one batch norm over the whole batch:
- * outputs, input gradients and running statistics. */
+ * outputs, input gradients and running statistics; and a trainer step whose micro-batches hold
+ * samples on one rank but none on another (an exact sampler's short last step) is refused on every
+ * rank, naming the ranks, instead of pairing the batch norms' all-reduces with other collectives
+ * (MPI_ERR_TRUNCATE, or a hang); ranks with different counts in the same micro-batches train. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cnn.h"
 #include "kernels/gradcheck.h"
+#include "train.h"
 
 static ls_ctx *C;
 
@@ -271,11 +275,65 @@ static void check_sync_bn(ls_comm *comm) {
     ls_tensor_destroy(dy);
 }
 
+/* A trainer over a ResNet with synchronized batch norm: every rank must have samples in the same
+ * micro-batches, or its batch norms' all-reduces meet another collective. */
+static void check_sync_bn_uneven(ls_comm *comm) {
+    int rank = ls_comm_rank(comm);
+    enum { N = 8, F = 144 };
+    static float x[N * F];
+    int32_t y[N];
+    for (int i = 0; i < N * F; i++) x[i] = (float)((i * 37) % 17) / 8.0f - 1.0f;
+    for (int i = 0; i < N; i++) y[i] = i % 5;
+    ls_dataset *d;
+    LS_REQUIRE_OK(ls_dataset_from_arrays(N, F, 5, x, y, &d));
+    ls_resnet_config rc = small_cfg(LS_F32);
+    rc.sync_bn = comm;
+    ls_module *m;
+    LS_REQUIRE_OK(ls_resnet_create(C, &rc, &m));
+    int np = ls_module_num_params(m);
+    ls_tensor **p = calloc((size_t)np, sizeof *p), **g = calloc((size_t)np, sizeof *g);
+    LS_REQUIRE(p && g);
+    for (int i = 0; i < np; i++) {
+        p[i] = ls_module_param(m, i);
+        g[i] = ls_module_grad(m, i);
+    }
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+    ls_optimizer *o;
+    LS_REQUIRE_OK(ls_optimizer_create(C, np, p, g, &oc, &o));
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = 2;
+    tc.accum_steps = 2;
+    tc.lr.base_lr = oc.lr;
+    ls_trainer *t;
+    LS_REQUIRE_OK(ls_trainer_create(C, comm, m, o, &tc, &t));
+    int64_t idx[4] = {0, 1, 2, 3};
+    /* counts 3 and 4: two micro-batches with samples on each rank, a short one on rank 0 */
+    LS_REQUIRE_OK(ls_trainer_step(t, d, idx, rank == 0 ? 3 : 4, 7, NULL));
+    /* counts 3 and 2: rank 1's second micro-batch is empty */
+    LS_EXPECT_ERR(ls_trainer_step(t, d, idx, rank == 0 ? 3 : 2, 5, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "synchronized batch norm needs samples on every rank in the same micro-batches, but at step 2 "
+                  "rank 1 has 2 samples (1 micro-batch of 2) and rank 0 has 3 (2)");
+    /* one rank without samples, the other with one: refused too */
+    LS_EXPECT_ERR(ls_trainer_step(t, d, idx, rank == 0 ? 1 : 0, 1, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "rank 1 has 0 samples (0 micro-batches of 2) and rank 0 has 1 (1)");
+    /* the ranks are still paired: a full step trains */
+    LS_REQUIRE_OK(ls_trainer_step(t, d, idx, 4, 8, NULL));
+    LS_EXPECT(ls_trainer_num_steps(t) == 2);
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+    ls_dataset_destroy(d);
+    free(p);
+    free(g);
+}
+
 int main(void) {
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &C));
     ls_comm *comm;
     LS_REQUIRE_OK(ls_comm_create(C, NULL, &comm));
     check_sync_bn(comm);
+    if (ls_comm_world(comm) == 2) check_sync_bn_uneven(comm);
     if (ls_comm_world(comm) == 1) {
         ls_rng r;
         ls_rng_init(&r, 21);
