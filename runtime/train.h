@@ -174,8 +174,8 @@ void ls_trainer_set_schedule_step(ls_trainer *t, int64_t schedule_step);
  * get reads its state back from the device (scale, growth_tracker, skipped: a wait on a GPU); set
  * replaces it (a resumed run's; enabled must match the trainer's precision, the values valid).
  * Test hook: LOCKSTEP_AMP_INJECT_INF=STEP[:RANK] puts an inf into one gradient on RANK (default
- * the last rank) after the all-reduce of step STEP (0-based), so only combining the found-inf
- * flag across ranks makes the other ranks skip that step too. */
+ * the last rank) after the all-reduce of step STEP (counted from 1, as --metrics counts), so only
+ * combining the found-inf flag across ranks makes the other ranks skip that step too. */
 ls_status ls_trainer_get_loss_scaler(ls_trainer *t, ls_loss_scaler *out);
 ls_status ls_trainer_set_loss_scaler(ls_trainer *t, const ls_loss_scaler *in);
 
