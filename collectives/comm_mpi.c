@@ -1048,6 +1048,11 @@ static ls_status ls_mpi_run(void *sp, const ls_coll_op *op) {
         pthread_mutex_lock(&st->mu);
         idle = st->inflight == 0;
         pthread_mutex_unlock(&st->mu);
+        /* A call on this thread has no time limit: with LOCKSTEP_COMM_TIMEOUT (on by default) the
+         * worker makes it and this thread waits with the limit. A rank stopped before a host
+         * collective (the per-step stop agreement, the loss totals) held the others in a blocking
+         * MPI_Allreduce for ever, past the timeout. */
+        if (st->env.timeout_s > 0 && st->env.timeout_s <= LS_COMM_TIMEOUT_MAX_S) idle = 0;
     } else {
         /* Always through the queue: whether it is empty depends on what each rank has tested so
          * far, and MPI does not pair a blocking call on one rank with a nonblocking one on another. */
