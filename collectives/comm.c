@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -375,10 +377,46 @@ ls_status ls_comm_agree(ls_comm *c, ls_status s) {
     return ls_error(er.status ? (ls_status)er.status : LS_ERR_INTERNAL, "%s (on rank %d)", er.msg, (int)bad);
 }
 
+/* The parent of process pid (/proc/PID/stat's fourth field), or -1. */
+static long parent_of(long pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* after the command name, which may hold spaces and ')' */
+    long ppid = -1;
+    if (!p || sscanf(p + 1, " %*c %ld", &ppid) != 1) return -1;
+    return ppid;
+}
+
+/* Under lockstep-run's mpirun (LOCKSTEP_RUN_PID, set for the ranks on its host): tell lockstep-run
+ * that this rank is aborting the job. mpirun's abort waits for ever on a host that hangs (stopped,
+ * still on the network); lockstep-run then kills the job after its --abort-grace. SIGURG
+ * (launcher/launch.h's LSR_ABORT_SIGNAL), sent only to an ancestor of this process: its default
+ * action is to be ignored. */
+static void tell_launcher_abort(void) {
+    const char *v = getenv("LOCKSTEP_RUN_PID");
+    if (!v || !*v) return;
+    char *end = NULL;
+    errno = 0;
+    long want = strtol(v, &end, 10);
+    if (errno || *end || want <= 1) return;
+    long p = (long)getppid();
+    for (int depth = 0; p > 1 && depth < 64; depth++, p = parent_of(p))
+        if (p == want) {
+            kill((pid_t)want, SIGURG);
+            return;
+        }
+}
+
 void ls_comm_abort(ls_comm *c, const char *why) {
     if (!c) return;
     if (!why) why = "no reason given";
     LS_LOG_E("aborting the %s communicator (rank %d of %d): %s", c->iface->name, c->rank, c->world, why);
+    if (c->world > 1) tell_launcher_abort();
     c->aborted = 1;
     snprintf(c->abort_why, sizeof c->abort_why, "%s", why);
     if (c->iface->abort) c->iface->abort(c->state, why);

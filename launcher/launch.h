@@ -11,6 +11,11 @@
 
 #define LSR_ERRLEN 512
 
+/* The signal a rank sends lockstep-run (LOCKSTEP_RUN_PID) as it aborts the job: SIGURG, whose
+ * default action is to be ignored, so a notice that reached another process would do nothing.
+ * collectives/comm.c sends it (ls_comm_abort). */
+#define LSR_ABORT_SIGNAL SIGURG
+
 /* NULL-terminated vector of heap strings. */
 typedef struct lsr_strvec {
     char **v; /* [n + 1], v[n] == NULL */
@@ -90,12 +95,15 @@ void lsr_signals_restore(const lsr_signals *s);
  * job_id also scancel --signal=KILL); a third kills it at once. A stop reaches each rank's process
  * group (the child's, without mpirun), not the process alone. lockstep-run is a child subreaper:
  * it returns only when every process of the job has ended (what the child leaves running is
- * waited for after a stop, else sent SIGTERM, then SIGKILL 3 s later). *stopped gets
+ * waited for after a stop, else sent SIGTERM, then SIGKILL 3 s later). With mpirun, its ranks on
+ * this host get LOCKSTEP_RUN_PID (lockstep-run's pid): a rank that aborts the job (ls_comm_abort)
+ * first sends lockstep-run LSR_ABORT_SIGNAL, and the job is killed abort_grace seconds later
+ * unless it has ended by then (mpirun's abort waits for ever on a host that hangs). *stopped gets
  * the stop signal passed on last, 0 if none. Returns the child's exit status (128 + signal when
  * it was killed: *signalled gets the signal, else 0), or -1 when it could not be started or
  * waited for (errno). */
 int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int mpirun,
-                  int *stopped, int *signalled);
+                  double abort_grace, int *stopped, int *signalled);
 
 /* Waits `seconds` (0: only looks); returns early with a stop signal (SIGTERM, SIGINT, SIGHUP,
  * SIGQUIT) that arrives or is pending, 0 after the wait. */

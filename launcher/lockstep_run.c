@@ -27,6 +27,7 @@
 #define MAX_RANKS 1000000
 #define MAX_RESTARTS 1000
 #define RESTART_DELAY_DEFAULT 3.0
+#define ABORT_GRACE_DEFAULT 60.0
 
 extern char **environ;
 
@@ -58,6 +59,8 @@ typedef struct lsr_opts {
     long max_restarts;    /* --max-restarts: 0, run once */
     double restart_delay; /* --restart-delay, seconds */
     int restart_delay_given;
+    double abort_grace; /* --abort-grace, seconds */
+    int abort_grace_given;
     char **prog; /* program and its arguments, NULL-terminated */
 } lsr_opts;
 
@@ -114,6 +117,12 @@ static void usage(FILE *f) {
                "                       also a rank killed by SIGQUIT/SIGILL), or after a stop signal\n"
                "                       to lockstep-run\n"
                "      --restart-delay S seconds between a failure and the restart (default 3)\n"
+               "      --abort-grace S  mpirun: seconds its abort may take once a rank on this host has\n"
+               "                       aborted the job (a lockstep program's error, such as a\n"
+               "                       collective past LOCKSTEP_COMM_TIMEOUT) before the job is killed\n"
+               "                       (default 60): mpirun waits for ever on a host that hangs\n"
+               "                       (processes stopped or frozen, still on the network); killed,\n"
+               "                       the job counts as failed for --max-restarts\n"
                "  -x NAME[=VALUE]      also forward variable NAME to every rank (repeatable), with\n"
                "                       VALUE: set it to VALUE first\n"
                "      --dry-run        print the command, shell-quoted on one line, and exit 0\n"
@@ -172,6 +181,8 @@ static void usage(FILE *f) {
                "  LOCKSTEP_LAUNCHER    launcher, as --launcher (the flag wins)\n"
                "  LOCKSTEP_RESTART_COUNT  set for the ranks with --max-restarts: 0 on the first run, 1 on\n"
                "                       the first restart, ...\n"
+               "  LOCKSTEP_RUN_PID     set for mpirun's ranks on this host: lockstep-run's process id,\n"
+               "                       which a rank that aborts the job signals (see --abort-grace)\n"
                "  SLURM_JOB_ID         inside a Slurm job, auto uses srun; SLURM_NTASKS gives the\n"
                "                       default -n; SLURM_JOB_NUM_NODES the ranks per node. Run\n"
                "                       lockstep-run once, not under srun: as a task of a step of\n"
@@ -238,6 +249,26 @@ static lsr_launcher parse_launcher(const char *s, const char *src) {
     die_usage("%s: unknown launcher '%s' (expected auto, mpirun, srun or direct)", src, s);
 }
 
+/* A plain decimal number of seconds from 0 to max: digits with at most one '.' (no sign, spaces,
+ * exponent or hex). Returns 0, or -1 for anything else. */
+static int parse_seconds(const char *arg, double max, double *out) {
+    int digits = 0, dots = 0, ok = 1;
+    for (const char *ch = arg; *ch && ok; ch++) {
+        if (isdigit((unsigned char)*ch))
+            digits++;
+        else if (*ch == '.')
+            ok = ++dots == 1;
+        else
+            ok = 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    double d = ok && digits ? strtod(arg, &end) : -1;
+    if (!ok || !digits || errno || *end || !(d >= 0 && d <= max)) return -1;
+    *out = d;
+    return 0;
+}
+
 static void parse_args(int argc, char **argv, lsr_opts *o) {
     enum {
         OPT_HOSTFILE = 256,
@@ -253,6 +284,7 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
         OPT_VERSION,
         OPT_MAX_RESTARTS,
         OPT_RESTART_DELAY,
+        OPT_ABORT_GRACE,
     };
     static const struct option longopts[] = {
         {"np", required_argument, NULL, 'n'},
@@ -269,6 +301,7 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
         {"dry-run", no_argument, NULL, OPT_DRY_RUN},
         {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
         {"restart-delay", required_argument, NULL, OPT_RESTART_DELAY},
+        {"abort-grace", required_argument, NULL, OPT_ABORT_GRACE},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
@@ -347,26 +380,16 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
             if (lsr_parse_int(optarg, 0, MAX_RESTARTS, &o->max_restarts))
                 die_usage("--max-restarts must be an integer from 0 to %d, got '%s'", MAX_RESTARTS, optarg);
             break;
-        case OPT_RESTART_DELAY: {
-            /* plain decimal: digits with at most one '.' (no sign, spaces, exponent or hex) */
-            int digits = 0, dots = 0, ok = 1;
-            for (const char *ch = optarg; *ch && ok; ch++) {
-                if (isdigit((unsigned char)*ch))
-                    digits++;
-                else if (*ch == '.')
-                    ok = ++dots == 1;
-                else
-                    ok = 0;
-            }
-            char *end = NULL;
-            errno = 0;
-            double d = ok && digits ? strtod(optarg, &end) : -1;
-            if (!ok || !digits || errno || *end || !(d >= 0 && d <= 3600))
+        case OPT_RESTART_DELAY:
+            if (parse_seconds(optarg, 3600, &o->restart_delay))
                 die_usage("--restart-delay must be a number of seconds from 0 to 3600, got '%s'", optarg);
-            o->restart_delay = d;
             o->restart_delay_given = 1;
             break;
-        }
+        case OPT_ABORT_GRACE:
+            if (parse_seconds(optarg, 3600, &o->abort_grace))
+                die_usage("--abort-grace must be a number of seconds from 0 to 3600, got '%s'", optarg);
+            o->abort_grace_given = 1;
+            break;
         case 'v': o->verbose = 1; break;
         case 'h': usage(stdout); exit(stdout_status());
         case OPT_VERSION: printf("lockstep-run %s\n", LSR_VERSION); exit(stdout_status());
@@ -1021,7 +1044,7 @@ static int supervise(const lsr_opts *o, lsr_launcher launcher, const char *exe, 
         snprintf(count, sizeof count, "%ld", attempt);
         if (o->max_restarts > 0) setenv("LOCKSTEP_RESTART_COUNT", count, 1);
         int stopped = 0, signalled = 0;
-        rc = lsr_run_child(&sigs, exe, argv, job, launcher == LSR_MPIRUN, &stopped, &signalled);
+        rc = lsr_run_child(&sigs, exe, argv, job, launcher == LSR_MPIRUN, o->abort_grace, &stopped, &signalled);
         if (rc < 0) {
             note("cannot run or wait for %s: %s", exe, strerror(errno));
             rc = 1;
@@ -1061,6 +1084,7 @@ static int supervise(const lsr_opts *o, lsr_launcher launcher, const char *exe, 
 int main(int argc, char **argv) {
     lsr_opts o = {0};
     o.restart_delay = RESTART_DELAY_DEFAULT;
+    o.abort_grace = ABORT_GRACE_DEFAULT;
 
     const char *env_mpirun = getenv("LOCKSTEP_MPIRUN");
     if (env_mpirun && *env_mpirun) {
@@ -1109,10 +1133,15 @@ int main(int argc, char **argv) {
     plan_launcher(&o, &p);
     plan_threads(&o, &p);
     plan_srun_mpi(&o, &p);
+    if (o.abort_grace_given && p.launcher != LSR_MPIRUN)
+        note("--abort-grace has no effect without mpirun (%s starts the ranks)", launcher_names[p.launcher]);
     if (o.verbose)
         note("launcher %s (%s), %ld rank%s (%s)", launcher_names[p.launcher], p.launcher_why, p.np,
              p.np == 1 ? "" : "s", p.np_why);
 
+    /* An outer lockstep-run's (this one runs in its job): never forwarded; set for the ranks of
+     * this job's mpirun as it starts (lsr_run_child). */
+    unsetenv("LOCKSTEP_RUN_PID");
     /* Set before the command is built, so that mpirun forwards it (-x) like every LOCKSTEP_ variable. */
     if (o.max_restarts > 0 && setenv("LOCKSTEP_RESTART_COUNT", "0", 1)) {
         note("cannot set LOCKSTEP_RESTART_COUNT: %s", strerror(errno));

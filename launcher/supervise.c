@@ -366,6 +366,8 @@ void lsr_signals_block(lsr_signals *s, int job) {
     sigaddset(&s->set, SIGTSTP);
     sigaddset(&s->set, SIGTTIN);
     sigaddset(&s->set, SIGTTOU);
+    /* a local rank's notice that it is aborting the job (ls_comm_abort; ignored by default) */
+    sigaddset(&s->set, LSR_ABORT_SIGNAL);
     s->job = job;
     /* A SIGCHLD ignored by whoever started us would reap the child before we see its status. */
     signal(SIGCHLD, SIG_DFL);
@@ -412,16 +414,18 @@ static double mono_now(void) {
 }
 
 int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int mpirun,
-                  int *stopped, int *signalled) {
+                  double abort_grace, int *stopped, int *signalled) {
     *stopped = 0;
     *signalled = 0;
-    double stop_at = -1;       /* when the last stop signal was passed on */
-    int stops = 0;             /* stop signals passed on (a duplicate within a second not counted) */
-    double kill_at = -1;       /* when the job gets SIGKILL unless it has ended (after a second stop) */
-    const char *kill_why = ""; /* why kill_at was set */
-    int killed = 0;            /* the job got SIGKILL */
-    int mpirun_stopped = 0;    /* the stop signal that went to mpirun itself (it had no rank here) */
-    int child_done = 0;        /* the child has exited (st); processes of the job may be left */
+    double stop_at = -1;                /* when the last stop signal was passed on */
+    int stops = 0;                      /* stop signals passed on (a duplicate within a second not counted) */
+    double kill_at = -1;                /* when the job gets SIGKILL unless it has ended (after a second stop) */
+    const char *kill_why = "";          /* why kill_at was set */
+    double kill_grace = LSR_KILL_GRACE; /* the seconds kill_at gave */
+    char abort_why[96] = "";            /* kill_why after a rank's abort notice */
+    int killed = 0;                     /* the job got SIGKILL */
+    int mpirun_stopped = 0;             /* the stop signal that went to mpirun itself (it had no rank here) */
+    int child_done = 0;                 /* the child has exited (st); processes of the job may be left */
     /* Orphans of the job (a rank's program whose wrapper script ended, mpirun under an ended
      * wrapper) become lockstep-run's children rather than init's: lockstep-run sees them, stops
      * and kills them with the job, and returns only when the whole job has ended. */
@@ -447,6 +451,13 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
             }
         }
         signal(SIGTTOU, SIG_IGN);
+        /* mpirun's ranks on this host inherit its environment: a rank that aborts the job tells
+         * lockstep-run (LSR_ABORT_SIGNAL), which then bounds mpirun's abort */
+        if (mpirun) {
+            char pid_s[32];
+            snprintf(pid_s, sizeof pid_s, "%ld", (long)parent);
+            setenv("LOCKSTEP_RUN_PID", pid_s, 1);
+        }
         /* lockstep-run killed outright (SIGKILL, the OOM killer) must not leave the job running
          * unseen: the child gets SIGTERM then (mpirun passes it to the ranks). */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -463,22 +474,41 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
     }
     setpgid(pid, pid); /* also here: no signal may find the child in our group */
     int st = 0;
+    siginfo_t info;
     for (;;) {
         int sig;
         if (kill_at >= 0 && !killed) {
             double left = kill_at - mono_now();
             if (left <= 0) {
-                fprintf(stderr, "lockstep-run: the job did not end within %g s of %s: killing it (SIGKILL)\n",
-                        LSR_KILL_GRACE, kill_why);
+                fprintf(stderr, "lockstep-run: the job did not end within %g s of %s: killing it (SIGKILL)%s\n",
+                        kill_grace, kill_why,
+                        kill_why == abort_why ? "; processes on other hosts that mpirun cannot reach may be left" : "");
                 kill_job(job_id);
                 killed = 1;
                 continue;
             }
             struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
-            sig = sigtimedwait(&sigs->set, NULL, &ts);
+            sig = sigtimedwait(&sigs->set, &info, &ts);
             if (sig < 0 && errno == EAGAIN) continue;
         } else {
-            sig = sigwaitinfo(&sigs->set, NULL);
+            sig = sigwaitinfo(&sigs->set, &info);
+        }
+        if (sig == LSR_ABORT_SIGNAL) {
+            /* A rank here is aborting the job (MPI_Abort): mpirun then kills every rank and exits,
+             * within a second or so, but not while a host it waits on hangs (its processes stopped
+             * or frozen, its kernel still answering TCP): it waited for ever, and so did
+             * lockstep-run, and --max-restarts never restarted. Bounded now: the job is killed
+             * abort_grace seconds later unless it has ended, or a stop has set an earlier end. */
+            if (mpirun && !child_done && !killed && !*abort_why) {
+                snprintf(abort_why, sizeof abort_why, "a rank's abort (MPI_Abort, process %ld)", (long)info.si_pid);
+                double at = mono_now() + abort_grace;
+                if (kill_at < 0 || at < kill_at) {
+                    kill_at = at;
+                    kill_grace = abort_grace;
+                    kill_why = abort_why;
+                }
+            }
+            continue;
         }
         if (sig > 0 && tstp_signal(sig)) {
             job_control_stop(sig, job_id, child_done ? 0 : pid, mpirun);
@@ -517,8 +547,11 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
                         "lockstep-run: second SIG%s: the job is killed (SIGKILL) if it has not ended %g s from now, "
                         "at once on a third\n",
                         name, LSR_KILL_GRACE);
-                kill_at = mono_now() + LSR_KILL_GRACE;
-                kill_why = "the second stop signal";
+                if (kill_at < 0 || mono_now() + LSR_KILL_GRACE < kill_at) {
+                    kill_at = mono_now() + LSR_KILL_GRACE;
+                    kill_grace = LSR_KILL_GRACE;
+                    kill_why = "the second stop signal";
+                }
             }
             if (job_id) {
                 /* as with mpirun: SIGHUP and SIGQUIT reach the ranks as SIGTERM, the signal a
@@ -592,8 +625,11 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
                                  : exe,
                         procs);
                 signal_job(SIGTERM);
-                kill_at = mono_now() + LSR_KILL_GRACE;
-                kill_why = "a SIGTERM to what was left of it";
+                if (kill_at < 0 || mono_now() + LSR_KILL_GRACE < kill_at) {
+                    kill_at = mono_now() + LSR_KILL_GRACE;
+                    kill_grace = LSR_KILL_GRACE;
+                    kill_why = "a SIGTERM to what was left of it";
+                }
             }
         }
     }

@@ -284,6 +284,14 @@ EOF
     run "$LSR" -n 1 --restart-delay 1 true
     expect_rc 0
     expect_err "--restart-delay has no effect without --max-restarts"
+    for v in x -1 3601 1e2 ' 1'; do
+        run "$LSR" -n 1 --abort-grace "$v" true
+        expect_rc 2
+        expect_err "--abort-grace must be a number of seconds from 0 to 3600, got '$v'"
+    done
+    run "$LSR" -n 1 --abort-grace 5 true
+    expect_rc 0
+    expect_err "--abort-grace has no effect without mpirun (direct starts the ranks)"
     finish
 fi
 
@@ -306,6 +314,33 @@ case_ "2 ranks, a run that never fails"
 run "${E[@]}" "$LSR" -n 2 "$PROG" "${A[@]}" --log-steps "$tmp/A.log" --dump-params "$tmp/A.bin"
 expect_rc 0
 [ "$(wc -l <"$tmp/A.log")" = 64 ] || fail "the straight run logged $(wc -l <"$tmp/A.log") steps, expected 64"
+
+# A rank that aborts the job (a collective past LOCKSTEP_COMM_TIMEOUT) while mpirun's abort does not
+# end: mpirun waits for ever on a host that hangs (stopped, still on the network), and so did
+# lockstep-run (no restart either). Here rank 1 and mpirun are stopped: rank 0 times out after
+# 2 s, tells lockstep-run (LOCKSTEP_RUN_PID, SIGURG) and aborts; the job is killed 1 s later.
+case_ "2 ranks, rank 0 aborts while mpirun's abort hangs: the job is killed --abort-grace later"
+env "${E[@]}" LOCKSTEP_COMM_TIMEOUT=2 setsid "$LSR" -n 2 --abort-grace 1 "$PROG" "${A[@]}" --epochs 100000 \
+    >"$tmp/stdout" 2>"$tmp/stderr" &
+pid=$!
+for ((i = 0; i < 600; i++)); do grep -q "^epoch 1 " "$tmp/stdout" && break; sleep 0.05; done
+mp=$(pgrep -P "$pid")
+r1=
+for p in $(pgrep -f "^$PROG"); do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && r1=$p; done
+[ -n "$mp" ] && [ -n "$r1" ] || fail "mpirun ('$mp') or rank 1 ('$r1') not found: $(cat "$tmp/stderr")"
+kill -STOP $r1 $mp
+for ((i = 0; i < 300; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+if kill -0 "$pid" 2>/dev/null; then
+    fail "lockstep-run still running 15 s after rank 1 and mpirun were stopped"
+    kill -KILL "$pid" $mp $r1
+fi
+wait "$pid"
+rc=$?
+err=$(cat "$tmp/stderr")
+expect_rc 137
+expect_err "lockstep-run: the job did not end within 1 s of a rank's abort (MPI_Abort, process "
+for ((i = 0; i < 40; i++)); do left=$(pgrep -f "^$PROG") || break; sleep 0.05; done
+[ -z "$left" ] || fail "processes left: $(ps -o pid,ppid,stat,args -p ${left//$'\n'/,})"
 
 case_ "2 ranks, rank 0 killed while saving step 24, restarted, resumed"
 rm -f "$LOG"
