@@ -64,12 +64,14 @@ static inline const char *bench_str(const char *flag, const char *s) {
 /* The training benchmarks' batch against the training samples it is drawn from: a larger one would
  * train on all of them each step yet count the whole batch, a false rate. When value > most, rank
  * 0 says so as bench_int would, naming what most is, and every rank (each decides alike) closes
- * comm, so that MPI ends cleanly, and exits with 2. */
+ * comm, so that MPI ends cleanly, and exits with 2. comm may be NULL: a program without ranks. */
 static inline void bench_batch_fits(const char *flag, int64_t value, int64_t most, const char *what, ls_comm *comm) {
     if (value <= most) return;
+    char ranks[48] = "";
+    if (comm) snprintf(ranks, sizeof ranks, " with %d rank(s)", ls_comm_world(comm));
     if (ls_comm_rank(comm) == 0)
-        fprintf(stderr, "%s: %s '%lld': out of range (a whole number from 1 to %lld, %s with %d rank(s))\n", BENCH_PROG,
-                flag, (long long)value, (long long)most, what, ls_comm_world(comm));
+        fprintf(stderr, "%s: %s '%lld': out of range (a whole number from 1 to %lld, %s%s)\n", BENCH_PROG, flag,
+                (long long)value, (long long)most, what, ranks);
     ls_comm_destroy(comm);
     exit(2);
 }

@@ -36,7 +36,8 @@ static void usage(FILE *f) {
                "  --steps N               train: timed steps (default 60, after 3 untimed)\n"
                "  --save-every N          train: a checkpoint every N steps (default 20; 0: none)\n"
                "  --async                 train: the saves written in the background (ls_ckpt_save_async)\n"
-               "  --batch-size N          train: samples per step (default 64)\n"
+               "  --batch-size N          train: samples per step (default 64; at most the 60000 training\n"
+               "                          samples)\n"
                "  --data-dir DIR          train: Fashion-MNIST (default $LOCKSTEP_FASHION_DIR, else\n"
                "                          /usr/share/datasets/fashion-mnist)\n"
                "  -h, --help              this text\n");
@@ -69,6 +70,9 @@ static int train_run(ls_ctx *ctx, ls_module *m, ls_optimizer *o, ls_ckpt_state *
     ls_train_config tc;
     ls_ckpt_async *saver = NULL;
     BENCH_CHECK("data", ls_fashion_mnist_load(data_dir, 1, 0, &data));
+    /* the batch is consecutive samples of the set: at most all of them (a larger one stepped on
+     * indices past its end; the whole set divided by n - batch = 0) */
+    bench_batch_fits("--batch-size", batch, data->n, "the training samples", NULL);
     memset(&tc, 0, sizeof tc);
     tc.batch_per_rank = batch;
     tc.accum_steps = 1;
@@ -85,7 +89,7 @@ static int train_run(ls_ctx *ctx, ls_module *m, ls_optimizer *o, ls_ckpt_state *
             BENCH_CHECK("sync", ls_ctx_synchronize(ctx));
             t0 = bench_now_s();
         }
-        int64_t first = ((it + 3) * batch) % (data->n - batch);
+        int64_t first = batch < data->n ? ((it + 3) * batch) % (data->n - batch) : 0;
         for (int64_t k = 0; k < batch; k++) idx[k] = first + k;
         BENCH_CHECK("step", ls_trainer_step(tr, data, idx, batch, batch, &ss));
         if (it < 0 || save_every == 0 || (it + 1) % save_every != 0) continue;

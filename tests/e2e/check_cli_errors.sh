@@ -174,6 +174,12 @@ if [ -n "$bench_ckpt" ]; then
     # an empty entry was skipped (8,,8 ran as 8,8; torch_ckpt.py refused it)
     usage "bench_ckpt: --hidden '8,,8': empty size" "$bench_ckpt" save /tmp --hidden 8,,8
     usage "bench_ckpt: --hidden '8,': empty size" "$bench_ckpt" save /tmp --hidden 8,
+    # train's batch against the 60000 samples: 60000 divided by zero (SIGFPE), 65536 stepped on
+    # indices past the set ("index 60000 ... is outside"); the whole set is a batch that runs
+    usage "bench_ckpt: --batch-size '60001': out of range (a whole number from 1 to 60000, the training samples)" \
+        "$bench_ckpt" train /nonexistent --hidden 8 --steps 1 --save-every 0 --batch-size 60001
+    out=$("$bench_ckpt" train /nonexistent --hidden 8 --steps 1 --save-every 0 --batch-size 60000 2>&1) &&
+        grep -q '"op": "train", .*"saves": 0' <<<"$out" || fail "bench_ckpt train --batch-size 60000: exit $?: $out"
 fi
 if [ -n "$bench_coll" ]; then
     # sizes below a float printed the headers and no row, exit 0
