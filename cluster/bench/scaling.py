@@ -75,7 +75,8 @@ def main():
     ap.add_argument("--batch-size", type=whole(1), default=None,
                     help="samples per rank per step (default 128 for mlp, 64 for resnet)")
     ap.add_argument("--steps", type=whole(1), default=None, help="timed steps per run (default 200 mlp, 20 resnet)")
-    ap.add_argument("--precision", default="fp32", help="resnet: fp32, bf16 or fp16 (default fp32)")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None,
+                    help="resnet: fp32, bf16 or fp16 (default fp32; the MLP trains in fp32 only)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: the benchmark's own default)")
     ap.add_argument("--threads", type=whole(1), default=None,
                     help="OMP/OPENBLAS threads per rank (default: lockstep-run's rule: the host's CPUs "
@@ -88,6 +89,9 @@ def main():
                          "--launcher-arg=hosts.txt")
     ap.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     args = ap.parse_args()
+    if args.precision is not None and args.precision != "fp32" and args.model == "mlp":
+        ap.error(f"--precision {args.precision} is for --model resnet (bench_mlp trains in fp32)")
+    args.precision = args.precision or "fp32"
     if args.batch_size is None:
         args.batch_size = 128 if args.model == "mlp" else 64
     if args.steps is None:
@@ -113,7 +117,7 @@ def main():
     base_n = ranks[0]
     base = med[base_n] / base_n
     print(f"\nmachine: {platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
-          f"model {args.model}, batch {args.batch_size} per rank, {args.steps} steps, {args.rounds} rounds, "
+          f"model {args.model}, {args.precision}, batch {args.batch_size} per rank, {args.steps} steps, {args.rounds} rounds, "
           f"{args.threads or 'default'} threads per rank"
           + (f", SLURM_JOB_ID {os.environ['SLURM_JOB_ID']}" if os.environ.get("SLURM_JOB_ID") else ""))
     print_command()

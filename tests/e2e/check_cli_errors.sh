@@ -252,6 +252,12 @@ usage "argument --dropout: '-1' must be a number from 0 to 0.999999" "$py" "$ben
 usage "argument --ema: '0.9999999' must be a number from 0 to 0.999999" "$py" "$benchdir/compare_ema.py" \
     --ema 0.9999999
 usage "argument --batch-size: '0' must be a whole number >= 1" "$py" "$benchdir/compare_shard.py" --batch-size 0
+# scaling.py's --precision is bench_resnet's: with the MLP it was dropped (fp32 figures for a bf16
+# request), and a value that is none was found only when the first run failed
+usage "scaling.py: error: --precision bf16 is for --model resnet (bench_mlp trains in fp32)" "$py" \
+    "$benchdir/scaling.py" --precision bf16 --dry-run
+usage "scaling.py: error: argument --precision: invalid choice: 'fp8'" "$py" "$benchdir/scaling.py" --model resnet \
+    --precision fp8 --dry-run
 usage "--train-limit 100 must be at least --batch-size x --ranks = 128 (one step of every rank)" \
     "$py" "$benchdir/compare_shard.py" --torch --train-limit 100
 usage "--save-every 7 must be from 1 to --steps (6)" "$py" "$benchdir/compare_ckpt.py" --train --steps 6 --save-every 7
