@@ -1,7 +1,9 @@
 """benchrun.py: runs one benchmark command and reads its figure, for the benchmark drivers
-(compare_*.py, scaling.py); finds the programs they run, checks their flags' values and prints
-the command line they were run with. Standard library only."""
+(compare_*.py, scaling.py); finds the programs they run, checks their flags' values (also the
+PyTorch peers', torch_*.py, which import torch through peer_modules once they are checked) and
+prints the command line they were run with. Standard library only."""
 import argparse
+import importlib
 import os
 import re
 import shlex
@@ -36,6 +38,31 @@ def number(lo, hi):
             raise argparse.ArgumentTypeError(f"'{text}' must be a number from {lo:g} to {hi:g}")
         return v
     return parse
+
+
+def sizes(text):
+    """An argparse type: layer sizes, whole numbers >= 1 separated by commas ('' for none), as a
+    list; an empty entry ('512,', '8,,8') or another word is a usage error, not a traceback."""
+    if text == "":
+        return []
+    parts = text.split(",")
+    if not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise argparse.ArgumentTypeError(f"'{text}' must be sizes of 1 or more, comma-separated, as 512,256")
+    return [int(p) for p in parts]
+
+
+def peer_modules(prog, *names):
+    """The modules names (numpy, torch, ...), imported once the flags are checked; where one is not
+    importable by this Python, exits naming it and the Python (the peers need PyTorch: Debian's
+    python3-torch is /usr/bin/python3's), not a traceback about whichever came first."""
+    mods = []
+    for name in names:
+        try:
+            mods.append(importlib.import_module(name))
+        except ImportError as e:
+            sys.exit(f"{prog}: cannot import {name} with {sys.executable} ({e}): the PyTorch peers need numpy "
+                     "and torch; run them with a Python that has both (Debian's python3-torch: /usr/bin/python3)")
+    return mods
 
 
 def timeout_flag(ap):

@@ -16,10 +16,10 @@ import os
 import sys
 import time
 
-import numpy as np
-import torch
+from benchrun import peer_modules, whole
+from fashion_idx import read_idx, train_samples
 
-from fashion_idx import read_idx
+np = torch = None  # imported by main once the flags are checked
 
 
 def save(model, opt, path, d):
@@ -48,7 +48,7 @@ def train(args, model, opt):
     for it in range(-3, args.steps):
         if it == 0:
             t0 = time.perf_counter()
-        first = ((it + 3) * b) % (n - b)
+        first = ((it + 3) * b) % (n - b) if b < n else 0
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(x[first:first + b]), y[first:first + b])
         loss.backward()
@@ -72,13 +72,25 @@ def main():
     ap.add_argument("op", choices=["save", "load", "train"])
     ap.add_argument("dir")
     ap.add_argument("--hidden", default="4096,4096,4096")
-    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave default)")
+    ap.add_argument("--threads", type=whole(0), default=0, help="torch.set_num_threads (0: leave default)")
     ap.add_argument("--device", default="cpu", help="where the model and optimizer live (cpu, cuda)")
-    ap.add_argument("--steps", type=int, default=60, help="train: timed steps (default 60, after 3 untimed)")
-    ap.add_argument("--save-every", type=int, default=20, help="train: a save every N steps (default 20; 0: none)")
-    ap.add_argument("--batch-size", type=int, default=64, help="train: samples per step (default 64)")
+    # the ranges of bench_ckpt's flags
+    ap.add_argument("--steps", type=whole(1, 1 << 20), default=60,
+                    help="train: timed steps (default 60, after 3 untimed)")
+    ap.add_argument("--save-every", type=whole(0, 1 << 20), default=20,
+                    help="train: a save every N steps (default 20; 0: none)")
+    ap.add_argument("--batch-size", type=whole(1, 1 << 16), default=64,
+                    help="train: samples per step (default 64; at most the training set's)")
     ap.add_argument("--data-dir", default=os.environ.get("LOCKSTEP_FASHION_DIR", "/usr/share/datasets/fashion-mnist"))
     args = ap.parse_args()
+    if args.op == "train":
+        # consecutive samples from ((step + 3) * batch) % (n - batch): at most the whole set (its
+        # size divided by zero)
+        n = train_samples("torch_ckpt.py", args.data_dir)
+        if args.batch_size > n:
+            ap.error(f"--batch-size {args.batch_size} is more than the {n} training samples")
+    global np, torch
+    np, torch = peer_modules("torch_ckpt.py", "numpy", "torch")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(1)

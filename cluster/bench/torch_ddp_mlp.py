@@ -19,15 +19,13 @@ import os
 import sys
 import time
 
-import numpy as np
-import torch
-
-from fashion_idx import read_idx
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from benchrun import peer_modules, sizes, whole
+from fashion_idx import read_idx, train_samples
 
 
 def worker(rank, args):
+    # imported here, in each rank (torch.multiprocessing's spawn starts a fresh interpreter)
+    np, torch, dist = peer_modules("torch_ddp_mlp.py", "numpy", "torch", "torch.distributed")
     torch.set_num_threads(args.threads)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(args.port))
@@ -37,11 +35,11 @@ def worker(rank, args):
     y = read_idx(os.path.join(args.data_dir, "train-labels-idx1-ubyte.gz"))
     x = torch.from_numpy(((x.astype(np.float32) / 255.0) - 0.2860) / 0.3530)
     y = torch.from_numpy(y.astype(np.int64))
-    sizes = [784] + [int(h) for h in args.hidden.split(",") if h] + [10]
+    dims = [784] + args.hidden + [10]
     layers = []
-    for i in range(len(sizes) - 1):
-        layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
-        if i + 2 < len(sizes):
+    for i in range(len(dims) - 1):
+        layers.append(torch.nn.Linear(dims[i], dims[i + 1]))
+        if i + 2 < len(dims):
             layers.append(torch.nn.ReLU())
     model = torch.nn.Sequential(*layers)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -101,31 +99,47 @@ def worker(rank, args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default=os.environ.get("LOCKSTEP_FASHION_DIR", "/usr/share/datasets/fashion-mnist"))
-    ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--port", type=int, default=int(os.environ.get("MASTER_PORT", "29533")))
+    ap.add_argument("--ranks", type=whole(1), default=2)
+    ap.add_argument("--threads", type=whole(1), default=1)
+    ap.add_argument("--batch-size", type=whole(1), default=128,
+                    help="samples per rank per step, at most a rank's share of the training set")
+    ap.add_argument("--steps", type=whole(1), default=200)
+    ap.add_argument("--warmup", type=whole(0), default=20)
+    ap.add_argument("--port", type=whole(1, 65535), default=None, help="rank 0's port (default $MASTER_PORT, else 29533)")
     ap.add_argument("--compress", choices=["none", "fp16"], default="none",
                     help="fp16: DDP's fp16_compress_hook, gradients all-reduced in 16 bits (default none; "
                          "PyTorch 1.13 offers bf16_compress_hook only with CUDA and NCCL)")
-    ap.add_argument("--hidden", default="512,256", help="hidden layer sizes (default 512,256)")
+    ap.add_argument("--hidden", type=sizes, default=[512, 256], help="hidden layer sizes (default 512,256)")
     ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
     ap.add_argument("--zero", action="store_true", help="ZeroRedundancyOptimizer around the optimizer")
     ap.add_argument("--launched", action="store_true",
                     help="one rank of a job started by lockstep-run, mpirun or srun (--ranks is ignored)")
     args = ap.parse_args()
+    if args.port is None:
+        try:
+            args.port = whole(1, 65535)(os.environ.get("MASTER_PORT", "29533"))
+        except argparse.ArgumentTypeError as e:
+            ap.error(f"MASTER_PORT: {e}")
+    rank = 0
+    if args.launched:
+        for r, w in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+                     ("SLURM_PROCID", "SLURM_NTASKS")):
+            if r in os.environ and w in os.environ:
+                rank, args.ranks = int(os.environ[r]), int(os.environ[w])
+                break
+        else:
+            args.ranks = 1  # run directly: one rank
+    # DistributedSampler gives each rank ceil(n / ranks) samples: a batch past them trained on the
+    # rank's share each step, yet counted the whole batch, a false rate
+    n = train_samples("torch_ddp_mlp.py", args.data_dir)
+    share = -(-n // args.ranks)
+    if args.batch_size > share:
+        ap.error(f"--batch-size {args.batch_size} is more than a rank's {share} training samples "
+                 f"({n} over {args.ranks} rank(s))")
     if not args.launched:
+        mp, = peer_modules("torch_ddp_mlp.py", "torch.multiprocessing")
         mp.spawn(worker, args=(args,), nprocs=args.ranks, join=True)
         return 0
-    for r, w in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
-                 ("SLURM_PROCID", "SLURM_NTASKS")):
-        if r in os.environ and w in os.environ:
-            rank, args.ranks = int(os.environ[r]), int(os.environ[w])
-            break
-    else:
-        rank, args.ranks = 0, 1  # run directly: one rank
     worker(rank, args)
     return 0
 

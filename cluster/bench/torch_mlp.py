@@ -11,27 +11,30 @@ import os
 import sys
 import time
 
-import numpy as np
-import torch
-
-from fashion_idx import read_idx
+from benchrun import number, peer_modules, sizes, whole
+from fashion_idx import read_idx, train_samples
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default=os.environ.get("LOCKSTEP_FASHION_DIR", "/usr/share/datasets/fashion-mnist"))
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave default)")
+    ap.add_argument("--batch-size", type=whole(1), default=128, help="samples per step, at most the training set's")
+    ap.add_argument("--steps", type=whole(1), default=400)
+    ap.add_argument("--warmup", type=whole(0), default=20)
+    ap.add_argument("--threads", type=whole(0), default=0, help="torch.set_num_threads (0: leave default)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
-    ap.add_argument("--hidden", default="512,256")
-    ap.add_argument("--dropout", type=float, default=0, help="nn.Dropout(P) after each hidden ReLU")
-    ap.add_argument("--ema", type=float, default=None,
+    ap.add_argument("--hidden", type=sizes, default=[512, 256])
+    ap.add_argument("--dropout", type=number(0, 0.999999), default=0, help="nn.Dropout(P) after each hidden ReLU")
+    ap.add_argument("--ema", type=number(0, 0.999999), default=None,
                     help="also update an EMA of the weights after every step, as timm's ModelEmaV2/V3: "
                          "ema = DECAY * ema + (1 - DECAY) * weights over the state_dict, with foreach ops")
     args = ap.parse_args()
+    # a batch past the set trained on all of it each step, yet counted the whole batch: a false rate
+    n = train_samples("torch_mlp.py", args.data_dir)
+    if args.batch_size > n:
+        ap.error(f"--batch-size {args.batch_size} is more than the {n} training samples")
+    np, torch = peer_modules("torch_mlp.py", "numpy", "torch")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(42)
@@ -39,11 +42,11 @@ def main():
     y = read_idx(os.path.join(args.data_dir, "train-labels-idx1-ubyte.gz"))
     x = torch.from_numpy(((x.astype(np.float32) / 255.0) - 0.2860) / 0.3530).to(args.device)
     y = torch.from_numpy(y.astype(np.int64)).to(args.device)
-    sizes = [784] + [int(h) for h in args.hidden.split(",")] + [10]
+    dims = [784] + args.hidden + [10]
     layers = []
-    for i in range(len(sizes) - 1):
-        layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
-        if i + 2 < len(sizes):
+    for i in range(len(dims) - 1):
+        layers.append(torch.nn.Linear(dims[i], dims[i + 1]))
+        if i + 2 < len(dims):
             layers.append(torch.nn.ReLU())
             if args.dropout > 0:
                 layers.append(torch.nn.Dropout(args.dropout))

@@ -23,31 +23,30 @@ import os
 import sys
 import time
 
-import numpy as np
-import torch
-
-from fashion_idx import read_idx
-import torch.nn as nn
+from benchrun import peer_modules, sizes, whole
+from fashion_idx import read_idx, train_samples
 
 
-class BasicBlock(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.proj = None
-        if stride != 1 or cin != cout:
-            self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False), nn.BatchNorm2d(cout))
+def resnet(torch, widths, blocks):
+    """The model, of torch's modules (torch is imported once the flags are checked)."""
+    nn = torch.nn
 
-    def forward(self, x):
-        y = torch.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return torch.relu(y + (self.proj(x) if self.proj is not None else x))
+    class BasicBlock(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.proj = None
+            if stride != 1 or cin != cout:
+                self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False), nn.BatchNorm2d(cout))
 
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            y = self.bn2(self.conv2(y))
+            return torch.relu(y + (self.proj(x) if self.proj is not None else x))
 
-def resnet(widths, blocks):
     layers = [nn.Conv2d(1, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU()]
     cin = widths[0]
     for s, w in enumerate(widths):
@@ -61,17 +60,26 @@ def resnet(widths, blocks):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default=os.environ.get("LOCKSTEP_FASHION_DIR", "/usr/share/datasets/fashion-mnist"))
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave default)")
-    ap.add_argument("--widths", default="32,64,128", help="stage widths (default 32,64,128, fashion_resnet's)")
-    ap.add_argument("--blocks", type=int, default=1)
+    ap.add_argument("--batch-size", type=whole(1), default=128, help="samples per step, at most the training set's")
+    ap.add_argument("--steps", type=whole(1), default=50)
+    ap.add_argument("--warmup", type=whole(0), default=5)
+    ap.add_argument("--threads", type=whole(0), default=0, help="torch.set_num_threads (0: leave default)")
+    ap.add_argument("--widths", type=sizes, default=[32, 64, 128],
+                    help="stage widths (default 32,64,128, fashion_resnet's)")
+    ap.add_argument("--blocks", type=whole(1), default=1)
     ap.add_argument("--channels-last", action="store_true", help="NHWC memory format (default NCHW)")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                     help="bf16: torch.autocast(bfloat16) over forward and loss (cuda only)")
     args = ap.parse_args()
+    if not args.widths:
+        ap.error("--widths '': no stage (give one width or more, as 32,64,128)")
+    # a batch past the set trained on all of it each step, yet counted the whole batch: a false rate
+    n = train_samples("torch_resnet.py", args.data_dir)
+    if args.batch_size > n:
+        ap.error(f"--batch-size {args.batch_size} is more than the {n} training samples")
+    np, torch = peer_modules("torch_resnet.py", "numpy", "torch")
+    nn = torch.nn
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -85,7 +93,7 @@ def main():
     y = read_idx(os.path.join(args.data_dir, "train-labels-idx1-ubyte.gz"))
     x = torch.from_numpy(((x.astype(np.float32) / 255.0) - 0.2860) / 0.3530)
     y = torch.from_numpy(y.astype(np.int64))
-    model = resnet([int(w) for w in args.widths.split(",")], args.blocks)
+    model = resnet(torch, args.widths, args.blocks)
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = model.to(device=device, memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)

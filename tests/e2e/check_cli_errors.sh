@@ -272,6 +272,43 @@ rc=$?
 [ "$rc" -ne 0 ] && grep -q "^compare_ckpt: $d/slow train .* ran past 1 s$" <<<"$out" && ! grep -q Traceback <<<"$out" ||
     fail "compare_ckpt --train past --timeout: exit $rc: $out"
 echo "refused ($rc): compare_ckpt --train, a run past --timeout 1"
+# the PyTorch peers check their flags before importing torch: a count of 0 or less (a traceback,
+# or with --batch-size 0 "samples/s 0.0" and exit 0), a batch past the training set (it trained on
+# the whole set each step and counted the whole batch: a false rate; torch_ckpt's divided by
+# zero), an empty size in a list (a ValueError, or skipped), a data directory that is not there (a
+# traceback from gzip), a Python without torch (a traceback naming whichever module came first)
+mkdir "$d/idx64" "$d/notorch"
+"$py" -c 'import gzip, struct, sys; gzip.open(sys.argv[1], "wb").write(struct.pack(">IIII", 0x803, 64, 28, 28))' \
+    "$d/idx64/train-images-idx3-ubyte.gz"
+echo 'raise ImportError("No module named torch")' >"$d/notorch/torch.py"
+usage "torch_mlp.py: error: argument --steps: '0' must be a whole number >= 1" "$py" "$benchdir/torch_mlp.py" --steps 0
+usage "torch_mlp.py: error: argument --batch-size: '0' must be a whole number >= 1" "$py" "$benchdir/torch_mlp.py" \
+    --batch-size 0
+usage "torch_mlp.py: error: --batch-size 65 is more than the 64 training samples" "$py" "$benchdir/torch_mlp.py" \
+    --data-dir "$d/idx64" --batch-size 65
+usage "torch_mlp.py: error: argument --hidden: '512,' must be sizes of 1 or more" "$py" "$benchdir/torch_mlp.py" \
+    --hidden 512,
+usage "torch_resnet.py: error: --batch-size 65 is more than the 64 training samples" "$py" \
+    "$benchdir/torch_resnet.py" --data-dir "$d/idx64" --batch-size 65
+usage "torch_resnet.py: error: argument --widths: '8,x' must be sizes of 1 or more" "$py" "$benchdir/torch_resnet.py" \
+    --widths 8,x
+usage "torch_ddp_mlp.py: error: argument --ranks: '0' must be a whole number >= 1" "$py" "$benchdir/torch_ddp_mlp.py" \
+    --ranks 0
+usage "torch_ddp_mlp.py: error: --batch-size 33 is more than a rank's 32 training samples (64 over 2 rank(s))" \
+    "$py" "$benchdir/torch_ddp_mlp.py" --data-dir "$d/idx64" --ranks 2 --batch-size 33
+usage "torch_ddp_mlp.py: error: argument --hidden: '8,,8' must be sizes of 1 or more" "$py" \
+    "$benchdir/torch_ddp_mlp.py" --hidden 8,,8
+usage "torch_ckpt.py: error: --batch-size 65 is more than the 64 training samples" "$py" "$benchdir/torch_ckpt.py" \
+    train "$d/ck" --data-dir "$d/idx64" --batch-size 65
+usage "torch_ckpt.py: error: argument --save-every: '-1' must be a whole number from 0 to 1048576" "$py" \
+    "$benchdir/torch_ckpt.py" train "$d/ck" --save-every -1
+refused "torch_mlp.py: cannot read '/nonexistent/train-images-idx3-ubyte.gz': No such file or directory" "$py" \
+    "$benchdir/torch_mlp.py" --data-dir /nonexistent
+refused "torch_resnet.py: cannot import torch with $py (No module named torch): the PyTorch peers need numpy and torch" \
+    env PYTHONPATH="$d/notorch" "$py" "$benchdir/torch_resnet.py" --steps 1
+out=$(PYTHONPATH="$d/notorch" "$py" "$benchdir/torch_ddp_mlp.py" --steps 1 2>&1)
+[ $? = 1 ] && grep -q "^torch_ddp_mlp.py: cannot import torch" <<<"$out" && ! grep -q Traceback <<<"$out" ||
+    fail "torch_ddp_mlp.py without torch: $out"
 # timeline_summary: files that are not a trace, named with the problem (a TypeError or KeyError
 # traceback, a bare KeyError's 'args', JSON's "Expecting value")
 summary=$benchdir/timeline_summary.py
