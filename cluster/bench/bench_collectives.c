@@ -70,7 +70,8 @@ static void usage(FILE *f) {
                "  -b, --minbytes SIZE   smallest message (default 4; units K, M, G (binary), KiB, MiB, GiB,\n"
                "                        KB, MB, GB accepted; 1 to 4G)\n"
                "  -e, --maxbytes SIZE   largest message (default 256M; at least --minbytes)\n"
-               "  -f, --stepfactor F    multiply the size by F each row (default 2; above 1, up to 1024)\n"
+               "  -f, --stepfactor F    multiply the size by F each row (default 2; above 1, up to 1024;\n"
+               "                        sizes of the same count of floats are one row)\n"
                "  -n, --iters N         timed calls per round (default 20)\n"
                "  -w, --warmup N        untimed calls before timing (default 5)\n"
                "  -r, --rounds N        timed rounds per size; median reported; lockstep and raw MPI\n"
@@ -256,12 +257,17 @@ static void bench(const opts *o, bench_op op, int raw) {
     }
     double *ta = calloc((size_t)o->rounds, sizeof *ta), *tb = calloc((size_t)o->rounds, sizeof *tb);
     if (!ta || !tb) DIE("cannot allocate the timings of %d rounds", o->rounds);
+    int64_t last = 0; /* the count of the row before */
     for (double bytes = (double)o->minbytes; bytes <= (double)maxb * 1.0000001; bytes *= o->factor) {
         size_t size = (size_t)bytes;
         int64_t count, nsend, nrecv;
         shape(op, size, &count, &nsend, &nrecv);
         size_t shown = (size_t)(op == OP_ALLGATHER ? nrecv : nsend) * 4; /* nccl-tests' size */
         if (count == 0) continue; /* below least_bytes(op): said under the header */
+        /* a factor below 2 reaches the same whole count of floats more than once (from 4 B by 1.1:
+         * 4 B eight times): one row each */
+        if (count == last) continue;
+        last = count;
         int64_t wrong = -1, wrong_raw = -1;
         if (o->check) {
             wrong = checked_call(run_lockstep, op, send, recv, count, nsend);
