@@ -117,8 +117,8 @@ def main():
     base_n = ranks[0]
     base = med[base_n] / base_n
     print(f"\nmachine: {platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
-          f"model {args.model}, {args.precision}, batch {args.batch_size} per rank, {args.steps} steps, {args.rounds} rounds, "
-          f"{args.threads or 'default'} threads per rank"
+          f"model {args.model}, {args.precision}, batch {args.batch_size} per rank, {args.steps} steps, "
+          f"{args.rounds} rounds, {args.threads or 'default'} threads per rank"
           + (f", SLURM_JOB_ID {os.environ['SLURM_JOB_ID']}" if os.environ.get("SLURM_JOB_ID") else ""))
     print_command()
     print(f"run at {ranks[-1]} rank(s): " + shlex.join(cmds[ranks[-1]]))

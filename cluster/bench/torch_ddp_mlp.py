@@ -105,7 +105,8 @@ def main():
                     help="samples per rank per step, at most a rank's share of the training set")
     ap.add_argument("--steps", type=whole(1), default=200)
     ap.add_argument("--warmup", type=whole(0), default=20)
-    ap.add_argument("--port", type=whole(1, 65535), default=None, help="rank 0's port (default $MASTER_PORT, else 29533)")
+    ap.add_argument("--port", type=whole(1, 65535), default=None,
+                    help="rank 0's port (default $MASTER_PORT, else 29533)")
     ap.add_argument("--compress", choices=["none", "fp16"], default="none",
                     help="fp16: DDP's fp16_compress_hook, gradients all-reduced in 16 bits (default none; "
                          "PyTorch 1.13 offers bf16_compress_hook only with CUDA and NCCL)")
