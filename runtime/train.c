@@ -88,6 +88,7 @@ struct ls_trainer {
     int data_mode;    /* LOCKSTEP_DATA_ON_DEVICE: DATA_AUTO, DATA_ON, DATA_OFF */
     struct dev_data { /* data sets copied to the device, by ls_dataset.id (0: empty slot) */
         uint64_t id;
+        const ls_dataset *set; /* the set copied: a newer id of it (ls_dataset_changed) replaces this copy */
         int64_t n, features;
         void *images, *labels; /* images: f32, or bytes decoded through lut */
         float *lut;            /* [256] on the device for a set of bytes, else NULL */
@@ -755,6 +756,10 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
         if (ib + lb > most) return LS_OK;
     }
     struct dev_data *d = t->dev[0].used <= t->dev[1].used ? &t->dev[0] : &t->dev[1];
+    /* a copy of this set's old contents (changed in place since: --augment's next epoch) goes first:
+     * kept beside the new one it held the set's memory twice for the rest of the run */
+    for (int i = 0; i < 2; i++)
+        if (t->dev[i].id && t->dev[i].set == data) d = &t->dev[i];
     dev_data_free(t, d);
     /* the program's hint is the training step's (a smaller batch, bf16...): none of it makes the
      * data set fit */
@@ -780,6 +785,7 @@ static ls_status device_data(ls_trainer *t, const ls_dataset *data, struct dev_d
         return LS_OK;
     }
     d->id = data->id;
+    d->set = data;
     d->n = data->n;
     d->features = data->features;
     d->used = ++t->dev_clock;

@@ -6,6 +6,9 @@
  * right, missing, or name the wrong set (the batch prefetched for it is dropped, and may still be
  * in flight in a slot the device gather then uses). Every combination of LOCKSTEP_PREFETCH and
  * LOCKSTEP_DATA_ON_DEVICE must give parameters identical bit for bit to the plain path.
+ * A set changed in place every few steps (ls_dataset_changed, as fashion_resnet's --augment each
+ * epoch) trains on its new contents, and its device copy replaces the old one rather than staying
+ * beside it (two copies of the training set from epoch 2 on, past what --batch-size auto sized).
  * Args: [cpu|cuda]; with cuda the reference keeps the sets on the device and does not prefetch,
  * and the test exits 77 where no GPU is usable. */
 #include <stdlib.h>
@@ -92,6 +95,39 @@ static float *run(const char *prefetch, const char *data_mode, int hints, int ha
     return out;
 }
 
+/* Steps on a copy of Bs that is changed in place every 4 steps; the parameters at the end, into
+ * *live_first what the allocator held after step 3 (the last before a change), into *live_max the
+ * most it held after a step from there on. */
+static float *run_changed(const char *data_mode, int64_t *total_out, size_t *live_first, size_t *live_max) {
+    LS_REQUIRE(setenv("LOCKSTEP_PREFETCH", "off", 1) == 0);
+    LS_REQUIRE(setenv("LOCKSTEP_DATA_ON_DEVICE", data_mode, 1) == 0);
+    ls_dataset *a = NULL;
+    LS_REQUIRE_OK(ls_dataset_from_bytes(N, F, 10, Bs->bytes, Bs->lut, Bs->labels, &a));
+    ls_module *m = NULL;
+    ls_optimizer *o = NULL;
+    ls_trainer *t = mlp_trainer(C, F, B, 1, LS_PRECISION_FP32, &m, &o);
+    int64_t idx[B];
+    *live_max = 0;
+    for (int k = 0; k < 12; k++) {
+        if (k > 0 && k % 4 == 0) { /* a new "augmentation" */
+            for (int i = 0; i < N * F; i++) a->bytes[i] = (uint8_t)(a->bytes[i] * 5 + k);
+            ls_dataset_changed(a);
+        }
+        for (int i = 0; i < B; i++) idx[i] = (k * 37 + i * 11) % N;
+        LS_REQUIRE_OK(ls_trainer_step(t, a, idx, B, B, NULL));
+        ls_memory_stats ms;
+        ls_allocator_stats(C->alloc, &ms);
+        if (k == 3) *live_first = ms.live_bytes; /* steady: both input slots in use */
+        if (k >= 3 && ms.live_bytes > *live_max) *live_max = ms.live_bytes;
+    }
+    float *out = params_to_host(C, m, total_out);
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+    ls_dataset_destroy(a);
+    return out;
+}
+
 int main(int argc, char **argv) {
     const char *dev = argc > 1 ? argv[1] : "cpu";
     /* prefetch and data modes against the reference (first) */
@@ -128,6 +164,23 @@ int main(int argc, char **argv) {
             }
             free(ref);
         }
+    { /* a set changed in place: its new contents, and one device copy of it */
+        int64_t n0, n1;
+        size_t first0, max0, first1, max1;
+        float *ref = run_changed(modes[0][1], &n0, &first0, &max0);
+        float *got = run_changed(strcmp(modes[0][1], "on") ? "on" : "off", &n1, &first1, &max1);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < n0 && n0 == n1; i++) differ += memcmp(&ref[i], &got[i], sizeof(float)) != 0;
+        printf("a set changed in place every 4 steps: %lld of %lld parameters differ between "
+               "LOCKSTEP_DATA_ON_DEVICE=%s and %s; live bytes after step 4 %zu and %zu, at most %zu and %zu\n",
+               (long long)differ, (long long)n0, modes[0][1], strcmp(modes[0][1], "on") ? "on" : "off", first0, first1,
+               max0, max1);
+        LS_EXPECT(n0 == n1 && differ == 0);
+        LS_EXPECT(max0 == first0); /* no second copy of the set beside the first */
+        LS_EXPECT(max1 == first1);
+        free(ref);
+        free(got);
+    }
     free(Hs.bytes);
     ls_dataset_destroy(Bs);
     ls_dataset_destroy(Fs);
