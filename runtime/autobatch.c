@@ -211,6 +211,8 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
     ls_optimizer *opt = NULL;
     ls_trainer *tr = NULL;
     void *reserved = NULL;
+    char hint[512];
+    int hint_saved = 0;
     ls_status s = LS_OK;
     if (!p || !g || !saved || !idx) {
         s = ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch-size trial");
@@ -223,6 +225,12 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
     for (int64_t i = 0; i < b; i++) idx[i] = (rank * b + i) % t->data->n;
     LS_CHECK_GOTO(buffers_save(t->ctx, t->model, nb, saved, &n_saved), s, done);
     ls_cnn_release_activations(t->model);
+    /* until the trial's trainer: what is allocated does not depend on the batch, so the program's
+     * hint for a step (a smaller batch, bf16, checkpointing) would not help (restored at done) */
+    ls_allocator_get_oom_hint(t->ctx->alloc, hint, sizeof hint);
+    hint_saved = 1;
+    ls_allocator_set_oom_hint(t->ctx->alloc, "The optimizer's state and the gradient buckets do not fit beside the "
+                                             "model, whatever the batch: a larger cap, or a smaller model");
     ls_train_config tc = *t->train;
     tc.batch_per_rank = b;
     tc.accum_steps = 1;
@@ -253,6 +261,8 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
     }
     oc.shard_rank = oc.shard_world = 0;
     LS_CHECK_GOTO(ls_optimizer_create(t->ctx, n_opt, p, g, &oc, &opt), s, done);
+    ls_allocator_set_oom_hint(t->ctx->alloc, hint);
+    hint_saved = 0;
     LS_CHECK_GOTO(ls_trainer_create(t->ctx, NULL, t->model, opt, &tc, &tr), s, done);
     /* two steps: the second is the steady state, where the buffers of the previous step are still held
      * while the next one allocates its workspaces */
@@ -267,6 +277,7 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
         s = ls_trainer_evaluate(tr, t->eval, idx, b, &loss, &correct);
     }
 done:
+    if (hint_saved) ls_allocator_set_oom_hint(t->ctx->alloc, hint);
     ls_cnn_sync_local(t->model, 0);
     ls_free(t->ctx->alloc, reserved);
     ls_trainer_destroy(tr);

@@ -219,6 +219,25 @@ static void check_resnet(void) {
         LS_EXPECT(others > 0 && st.peak_bytes == whole - others);
     }
     trial.optim = &oc;
+    /* room for the model but not for its optimizer's state: no batch fits, and the error says so
+     * rather than the program's hint for a step (bf16 or checkpointing would not have helped),
+     * which is the allocator's again afterwards */
+    ls_optim_config mom = ls_optim_defaults(LS_OPTIM_SGD); /* momentum: a state tensor per parameter */
+    trial.optim = &mom;
+    ls_allocator_stats(host, &st);
+    size_t params = 0;
+    for (int k = 0; k < np; k++) params += ls_tensor_nbytes(ls_module_param(m, k));
+    ls_allocator_set_cap(host, st.live_bytes + params / 2);
+    ls_allocator_set_oom_hint(host, "To fit, try --precision bf16");
+    LS_EXPECT_ERR(ls_trainer_trial_step(&trial, 1), LS_ERR_OUT_OF_MEMORY, "optimizer state");
+    LS_EXPECT(strstr(ls_last_error(), "--precision bf16") == NULL);
+    LS_EXPECT(strstr(ls_last_error(), "whatever the batch") != NULL);
+    char hint[128];
+    ls_allocator_get_oom_hint(host, hint, sizeof hint);
+    LS_EXPECT(strcmp(hint, "To fit, try --precision bf16") == 0);
+    ls_allocator_set_oom_hint(host, NULL);
+    ls_allocator_set_cap(host, 0);
+    trial.optim = &oc;
     free(before);
     free(after);
     free(img);
