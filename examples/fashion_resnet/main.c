@@ -458,12 +458,18 @@ int main(int argc, char **argv) {
                  ls_batch_size_search(ctx->alloc, comm, &bs, ls_trainer_trial_step, &trial, &br));
         o.batch = br.batch;
         if (rank == 0) {
-            char a[32], b[32], l[32], who[48] = "";
+            char a[32], b[32], l[32], who[48] = "", all[128] = "";
             if (br.cap_rank >= 0) snprintf(who, sizeof who, " (rank %d's, the smallest)", br.cap_rank);
+            /* the largest batch the data allows: with accumulation a step's micro-batches take them all
+             * (3 x 8 of 20 was "3 per rank, all of a rank's training samples") */
+            if (br.batch == bs.max && o.accum > 1)
+                snprintf(all, sizeof all, ", x %d accumulation: a step takes all of a rank's %lld training samples",
+                         o.accum, (long long)ls_sampler_num_samples(sampler));
+            else if (br.batch == bs.max)
+                snprintf(all, sizeof all, ", all of a rank's training samples");
             printf("batch-size auto: %lld per rank%s (peak %s of the %s cap%s, limit %s with 10%% headroom); trials:",
-                   (long long)br.batch, br.batch == bs.max ? ", all of a rank's training samples" : "",
-                   ls_memory_format(br.peak_bytes, a, 32), ls_memory_format(br.cap_bytes, b, 32), who,
-                   ls_memory_format(br.limit_bytes, l, 32));
+                   (long long)br.batch, all, ls_memory_format(br.peak_bytes, a, 32),
+                   ls_memory_format(br.cap_bytes, b, 32), who, ls_memory_format(br.limit_bytes, l, 32));
             for (int i = 0; i < br.trials; i++) {
                 char pk[32];
                 printf(" %lld %s (%s)%s", (long long)br.tried[i], br.fit[i] ? "fits" : "out of memory",

@@ -35,4 +35,16 @@ awk -v b="$b" -v cap="$cap" '
 peak=$(sed -n 's/.*peak memory \([0-9.]*\) MiB.*/\1/p' <<<"$out" | tail -n 1)
 [ -n "$peak" ] || fail "no epoch peak in MiB"
 awk -v p="$peak" -v c="$cap" 'BEGIN { exit !(p <= 0.9 * c) }' || fail "training peak $peak MiB above 90% of $cap MiB"
+# one rank: the largest batch the data allows is said so, with accumulation as a step's micro-batches
+# (3 x 8 of 20 samples was "3 per rank, all of a rank's training samples")
+if [[ $(basename "$1") == fashion_resnet ]]; then
+    small=$("$1" --widths 4 --train-limit 20 --test-limit 8 --epochs 0 --batch-size auto --memory-cap 48MiB 2>&1) ||
+        fail "--train-limit 20: $small"
+    grep -q "^batch-size auto: 20 per rank, all of a rank's training samples (" <<<"$small" ||
+        fail "--train-limit 20: not all 20 samples: $small"
+    small=$("$1" --widths 4 --train-limit 20 --test-limit 8 --epochs 0 --batch-size auto --memory-cap 48MiB \
+        --accum-steps 8 2>&1) || fail "--accum-steps 8: $small"
+    grep -q "^batch-size auto: 3 per rank, x 8 accumulation: a step takes all of a rank's 20 training samples (" \
+        <<<"$small" || fail "--accum-steps 8: $small"
+fi
 echo "PASS: batch $b per rank, training peak $peak MiB within 90% of $cap MiB"
