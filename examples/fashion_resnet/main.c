@@ -453,9 +453,13 @@ int main(int argc, char **argv) {
         char search_hint[512];
         ex_step_oom_hint(search_hint, sizeof search_hint, 1, 1, precision, o.ckpt_segments > 0, "--widths, --blocks");
         ls_allocator_set_oom_hint(ctx->alloc, search_hint);
-        /* no cap (on any rank: the search agrees on it): bad usage (exit 2), as a missing flag */
-        TRY_FLAG("auto", "--batch-size auto", "--batch-size auto",
-                 ls_batch_size_search(ctx->alloc, comm, &bs, ls_trainer_trial_step, &trial, &br));
+        /* no cap (on any rank: the search agrees on it): bad usage (exit 2), as a missing flag. Out
+         * of memory (no batch fits, or no room beside the model) is agreed too: every rank says so
+         * and exits 1 without ls_comm_abort (TRY_ALL), whose kill could stop the rank whose cap ran
+         * out before it printed what ran out (the others only know it was another rank) */
+        ls_status searched = ls_batch_size_search(ctx->alloc, comm, &bs, ls_trainer_trial_step, &trial, &br);
+        all_failed = searched == LS_ERR_OUT_OF_MEMORY;
+        TRY_FLAG("auto", "--batch-size auto", "--batch-size auto", searched);
         o.batch = br.batch;
         if (rank == 0) {
             char a[32], b[32], l[32], who[48] = "", all[128] = "";

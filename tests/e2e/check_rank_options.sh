@@ -161,4 +161,16 @@ two "$RESNET" "${R[@]}" --batch-size auto --memory-cap 64MiB -- "${R[@]}" --batc
 [ "$rc" -eq 2 ] || fail "--batch-size auto with no cap on rank 1: exit status $rc, expected 2"
 grep -q "^fashion_resnet: --batch-size auto: invalid argument: the batch-size search needs a memory cap to fit in: .* (rank 1 has none)$" \
     "$tmp/out" || fail "--batch-size auto with no cap on rank 1: rank 0 does not say rank 1 has none"
+# no batch fits rank 1's cap: the search's outcome is agreed, so each rank says why and exits 1 on
+# its own (both called MPI_Abort, whose kill could stop rank 1 before it printed the only line
+# that says what ran out)
+two "$RESNET" "${R[@]}" --batch-size auto --memory-cap 64MiB -- "${R[@]}" --batch-size auto --memory-cap 100KiB
+[ "$rc" -ne 124 ] || fail "--batch-size auto, rank 1 too small for a batch of 1: still running after 60 s"
+[ "$rc" -eq 1 ] || fail "--batch-size auto, rank 1 too small for a batch of 1: exit status $rc, expected 1"
+grep -q "^fashion_resnet: --batch-size auto: out of memory: not even a batch of 1 per rank trains within 90.00 KiB (the cap 100.00 KiB (rank 1's, the smallest) less 10% headroom): .*cannot allocate" \
+    "$tmp/out" || fail "--batch-size auto, rank 1 too small: rank 1 does not say what ran out"
+grep -q "^fashion_resnet: --batch-size auto: out of memory: .*: it ran out of memory on another rank$" "$tmp/out" ||
+    fail "--batch-size auto, rank 1 too small: rank 0 does not say it was another rank"
+grep -q "MPI_ABORT was invoked\|aborting the mpi communicator" "$tmp/out" &&
+    fail "--batch-size auto, rank 1 too small: a rank aborted the job"
 echo "PASS"
