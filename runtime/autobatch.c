@@ -81,10 +81,11 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
     if (out->cap_bytes == 0) {
         char r[64] = "";
         if (own_cap > 0) snprintf(r, sizeof r, " (rank %d has none)", out->cap_rank);
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "the batch-size search needs a memory cap to fit in: set --memory-cap or "
-                        "LOCKSTEP_MEMORY_LIMIT (e.g. 8GiB)%s",
-                        r);
+        /* a device's cap: LOCKSTEP_MEMORY_LIMIT caps host memory only */
+        const int host = ls_allocator_device(alloc).type == LS_DEVICE_CPU;
+        return ls_error(
+            LS_ERR_INVALID_ARGUMENT, "the batch-size search needs a memory cap to fit in: set --memory-cap or %s%s",
+            host ? "LOCKSTEP_MEMORY_LIMIT (e.g. 8GiB)" : "LOCKSTEP_GPU_MEMORY=limit:SIZE (e.g. limit:8GiB)", r);
     }
     out->limit_bytes = (size_t)((double)out->cap_bytes * (1.0 - cfg->headroom));
     const size_t own_limit = (size_t)((double)own_cap * (1.0 - cfg->headroom));

@@ -24,6 +24,30 @@ static ls_status fake_trial(void *user, int64_t b) {
     return LS_OK;
 }
 
+/* a "device" allocator over host memory: an allocator whose device is a GPU, without one */
+static void *fake_gpu_alloc(void *state, size_t bytes) {
+    (void)state;
+    return malloc(bytes ? bytes : 1);
+}
+static void fake_gpu_free(void *state, void *ptr, size_t bytes) {
+    (void)state;
+    (void)bytes;
+    free(ptr);
+}
+static ls_status fake_gpu_copy(void *state, void *dst, int dst_on_device, const void *src, int src_on_device,
+                               size_t n) {
+    (void)state;
+    (void)dst_on_device;
+    (void)src_on_device;
+    memmove(dst, src, n);
+    return LS_OK;
+}
+static ls_status fake_gpu_zero(void *state, void *ptr, size_t n) {
+    (void)state;
+    memset(ptr, 0, n);
+    return LS_OK;
+}
+
 static void expect_trials(const ls_batch_search_result *r, const int64_t *want, int n) {
     LS_EXPECT(r->trials == n);
     for (int i = 0; i < n && i < r->trials; i++) {
@@ -75,6 +99,20 @@ static void check_fake(ls_comm *comm) {
         LS_REQUIRE_OK(ls_host_allocator_create(0, &nocap));
         LS_EXPECT_ERR(ls_batch_size_search(nocap, NULL, &cfg, fake_trial, &f, &r), LS_ERR_INVALID_ARGUMENT,
                       "needs a memory cap");
+        ls_allocator_destroy(nocap);
+        /* on a GPU the device's cap is --memory-cap or LOCKSTEP_GPU_MEMORY's limit:
+         * (LOCKSTEP_MEMORY_LIMIT caps host memory there, so it was the wrong advice) */
+        ls_allocator_vtable gpu_like;
+        memset(&gpu_like, 0, sizeof gpu_like);
+        gpu_like.name = "gpu-like";
+        gpu_like.alloc = fake_gpu_alloc;
+        gpu_like.free = fake_gpu_free;
+        gpu_like.copy = fake_gpu_copy;
+        gpu_like.set_zero = fake_gpu_zero;
+        LS_REQUIRE_OK(ls_allocator_create(&gpu_like, NULL, (ls_device){LS_DEVICE_CUDA, 0}, 0, &nocap));
+        LS_EXPECT_ERR(ls_batch_size_search(nocap, NULL, &cfg, fake_trial, &f, &r), LS_ERR_INVALID_ARGUMENT,
+                      "needs a memory cap to fit in: set --memory-cap or LOCKSTEP_GPU_MEMORY=limit:SIZE");
+        LS_EXPECT(strstr(ls_last_error(), "LOCKSTEP_MEMORY_LIMIT") == NULL);
         ls_allocator_destroy(nocap);
         cfg.headroom = 1.0;
         LS_EXPECT_ERR(ls_batch_size_search(a, NULL, &cfg, fake_trial, &f, &r), LS_ERR_INVALID_ARGUMENT, "headroom");
