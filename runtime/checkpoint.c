@@ -1140,8 +1140,16 @@ void ls_ckpt_unlock_dir(int fd) {
     if (fd >= 0) close(fd); /* the lock goes with the descriptor; the file stays for the next run */
 }
 
-/* Remove a checkpoint directory: its files, then itself. Returns 0 on success. */
+/* Remove a checkpoint directory: its files, then itself. A symbolic link (a checkpoint moved to
+ * another disk and linked back) is removed, not followed: what it points to is not ours (the
+ * files there were deleted and the link left). Returns 0 on success. */
 static int remove_tree(const char *path) {
+    struct stat lst;
+    if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+        if (unlink(path) == 0) return 0;
+        LS_LOG_W("could not remove the symbolic link '%s': %s", path, strerror(errno));
+        return -1;
+    }
     DIR *d = opendir(path);
     if (!d) return -1;
     struct dirent *e;

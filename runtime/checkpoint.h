@@ -108,6 +108,8 @@ ls_status ls_safetensors_write(const char *path, int n, const char *const *names
  * --keep-last K: after a checkpoint is complete, only the K newest complete ones (by step) up to
  * it are kept; the one just written is never removed, and newer ones, left by an earlier run, are
  * kept but not counted (they once took the places of this run's own).
+ * A checkpoint that is a symbolic link (moved to another disk and linked back) is pruned by
+ * removing the link; what it points to is left as it is.
  * Resume "auto": the newest step-S directory whose manifest and files verify; damaged newer ones
  * are skipped with a warning. A checkpoint left by an abandoned run with a higher step would win
  * over this run's: the save warns when it sees one.

@@ -493,6 +493,22 @@ static void test_keep_last_and_fallback(void) {
             LS_EXPECT((access(p, F_OK) == 0) == (s == 3 || s == 4 || s == 99));
         }
     }
+    /* A checkpoint moved to another disk and linked back: --keep-last removes the link, not what
+     * it points to (its files were deleted there, and a dangling step-N.prune.tmp left). */
+    char linked[128], away[160];
+    snprintf(linked, sizeof linked, "%s/keep_link", root);
+    snprintf(away, sizeof away, "%s/keep_link_away", root);
+    save(linked, 1, a, oa, 1, LS_OPTIM_SGD);
+    if (rank == 0) {
+        path_of(p, sizeof p, linked, 1, NULL);
+        LS_REQUIRE(rename(p, away) == 0 && symlink(away, p) == 0);
+    }
+    for (int s = 2; s <= 3; s++) save(linked, 1, a, oa, s, LS_OPTIM_SGD);
+    if (rank == 0) {
+        LS_EXPECT(count_entries(linked, "") == 2); /* step-3, latest: the link removed */
+        LS_EXPECT(count_entries(away, ".safetensors") == 2 && count_entries(away, ".json") == 2);
+        LS_EXPECT(ls_ckpt_verify(away, NULL) == LS_OK);
+    }
     fill_all(a, oa, 4);
     ls_ckpt_state st;
     int found = 0;
