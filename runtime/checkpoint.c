@@ -1140,6 +1140,30 @@ void ls_ckpt_unlock_dir(int fd) {
     if (fd >= 0) close(fd); /* the lock goes with the descriptor; the file stays for the next run */
 }
 
+ls_status ls_ckpt_relock_dir(const char *dir, int *fd) {
+    if (!dir || !fd) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_relock_dir: NULL argument");
+    if (*fd < 0) return LS_OK; /* no lock held (a file system that cannot lock): nothing to keep */
+    char p[LS_CKPT_PATH_MAX + 16];
+    if ((size_t)snprintf(p, sizeof p, "%s/.lock", dir) >= sizeof p)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory '%.64s...' is too long", dir);
+    struct stat held, now;
+    if (fstat(*fd, &held) == 0 && stat(p, &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+        return LS_OK;
+    /* the save would make the directory afresh, unlocked: a second run could take it and both
+     * would overwrite and prune each other's checkpoints */
+    LS_LOG_W("'%s' is no longer the lock this run holds (the checkpoint directory was removed or replaced while it "
+             "ran): taking it again",
+             p);
+    int nfd = -1;
+    ls_status s = ls_ckpt_prepare_dir(dir);
+    if (s == LS_OK) s = ls_ckpt_lock_dir(dir, &nfd);
+    if (s != LS_OK)
+        return ls_error_context(s, "checkpoint directory '%s' was removed or replaced while this run held it", dir);
+    ls_ckpt_unlock_dir(*fd);
+    *fd = nfd;
+    return LS_OK;
+}
+
 /* Remove a checkpoint directory: its files, then itself. A symbolic link (a checkpoint moved to
  * another disk and linked back) is removed, not followed: what it points to is not ours (the
  * files there were deleted and the link left). Returns 0 on success. */

@@ -299,6 +299,13 @@ ls_status ls_ckpt_prepare_dir(const char *dir);
  * (ENOLCK, EOPNOTSUPP) it warns and returns LS_OK with *fd = -1. */
 ls_status ls_ckpt_lock_dir(const char *dir, int *fd);
 void ls_ckpt_unlock_dir(int fd);
+/* Rank 0, before each save of a run that holds dir's lock (*fd from ls_ckpt_lock_dir): where dir or
+ * dir/.lock was removed or replaced since (rm -rf of the directory while the run went on), the
+ * save would make it afresh, unlocked, and a second run could take it: the directory is made and
+ * locked again (a warning), *fd then the new lock's. LS_ERR_IO, naming the holder, where another
+ * run holds it by then: stop rather than write beside it. LS_OK at once when the lock is still
+ * the one held, or *fd is -1. */
+ls_status ls_ckpt_relock_dir(const char *dir, int *fd);
 /* The bytes a checkpoint of model, opt and ema (either may be NULL) takes: its tensors, as
  * saved, and a margin for the headers and state.json. */
 uint64_t ls_ckpt_size_estimate(ls_module *model, const ls_optimizer *opt, ls_ema *ema);

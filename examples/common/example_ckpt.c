@@ -304,6 +304,13 @@ static ls_status finish_async(ex_ckpt *c) {
     return LS_OK;
 }
 
+/* Before a save: rank 0's lock on --checkpoint-dir still held, taken again where the directory
+ * was removed while the run went on (ls_ckpt_relock_dir); every rank gets rank 0's outcome. */
+static ls_status keep_lock(ex_ckpt *c) {
+    ls_status s = ls_comm_rank(c->comm) == 0 ? ls_ckpt_relock_dir(c->o->checkpoint_dir, &c->lock_fd) : LS_OK;
+    return ls_comm_agree(c->comm, s);
+}
+
 /* Saves step c->step, positioned where the next step starts, with the loss scaler's state. With
  * --save-async the write goes on in the background, unless now (a signal's save, the last one):
  * then it is waited for. */
@@ -325,6 +332,7 @@ static ls_status save(ex_ckpt *c, int now) {
         LS_CHECK(finish_async(c)); /* the save before: its line first */
         if (!c->saver) LS_CHECK(ls_ckpt_async_create(&c->saver));
         c->what = "checkpoint";
+        LS_CHECK(keep_lock(c));
         LS_CHECK(ls_ckpt_save_async(c->saver, c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model,
                                     c->opt, c->ema, &st));
         c->last_saved = c->step;
@@ -332,6 +340,7 @@ static ls_status save(ex_ckpt *c, int now) {
     }
     c->what = "checkpoint";
     struct timespec t0, t1;
+    LS_CHECK(keep_lock(c));
     clock_gettime(CLOCK_MONOTONIC, &t0);
     LS_CHECK(ls_ckpt_save_ema(c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model, c->opt, c->ema,
                               &st, c->path, sizeof c->path));

@@ -210,6 +210,8 @@ int main(int argc, char **argv) {
         state.seed = 42;
         state.lr = tc.lr;
         state.optim = oc;
+        /* the lock kept: taken again where the directory was removed while the run went on */
+        TRY("checkpoint", ls_comm_agree(comm, rank == 0 ? ls_ckpt_relock_dir(ckpt_dir, &lock) : LS_OK));
         TRY("checkpoint", ls_ckpt_save(comm, ctx, ckpt_dir, 2, model, opt, &state, path, sizeof path));
         if (rank == 0) printf("quickstart: saved %s\n", path);
         fflush(stdout);

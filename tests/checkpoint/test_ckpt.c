@@ -533,6 +533,34 @@ static void test_keep_last_and_fallback(void) {
     ls_module_destroy(b);
 }
 
+/* A run's lock on its checkpoint directory, kept across its saves: the directory removed while the
+ * run goes on is made and locked again before the next save (it was made afresh by the save,
+ * unlocked, and a second run started then took the lock: both saved there, each replacing and
+ * pruning the other's checkpoints); where a second run holds it by then, this one stops. */
+static void test_relock(void) {
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s/relock", root);
+    int fd = -1, other = -1;
+    LS_REQUIRE_OK(ls_ckpt_prepare_dir(dir));
+    LS_REQUIRE_OK(ls_ckpt_lock_dir(dir, &fd));
+    LS_REQUIRE(fd >= 0);
+    const int first = fd;
+    LS_EXPECT(ls_ckpt_relock_dir(dir, &fd) == LS_OK && fd == first); /* still held: nothing done */
+    rm_rf(dir);
+    LS_EXPECT(ls_ckpt_relock_dir(dir, &fd) == LS_OK && fd >= 0);
+    LS_EXPECT_ERR(ls_ckpt_lock_dir(dir, &other), LS_ERR_IO, "is in use by another run");
+    LS_EXPECT(other == -1);
+    rm_rf(dir); /* removed again, and a second run locks it before this one's next save */
+    LS_REQUIRE_OK(ls_ckpt_prepare_dir(dir));
+    LS_REQUIRE_OK(ls_ckpt_lock_dir(dir, &other));
+    LS_EXPECT_ERR(ls_ckpt_relock_dir(dir, &fd), LS_ERR_IO, "was removed or replaced while this run held it");
+    LS_EXPECT(strstr(ls_last_error(), "is in use by another run") != NULL);
+    ls_ckpt_unlock_dir(other);
+    ls_ckpt_unlock_dir(fd);
+    int none = -1; /* no lock held (a file system that cannot lock): nothing to keep */
+    LS_EXPECT(ls_ckpt_relock_dir(dir, &none) == LS_OK && none == -1);
+}
+
 /* Damage one checkpoint in a fresh copy; expect the load of PATH to fail with status and needle. */
 typedef enum { TRUNCATE, BITFLIP, REMOVE, NONE } damage;
 
@@ -1224,6 +1252,7 @@ int main(void) {
         test_save_refuses_bad_state();
         test_resume_position();
         test_preempt();
+        test_relock();
     }
     if (rank == 0) rm_rf(root);
     ls_comm_destroy(comm);

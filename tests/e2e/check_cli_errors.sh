@@ -460,4 +460,56 @@ grep -qF "fashion_mlp: --checkpoint-dir: I/O error: checkpoint directory '$d/hel
 # once the holder is gone the directory is free
 "$mlp" "${small[@]}" --save-every 1 --checkpoint-dir "$d/held" >/dev/null 2>&1 || fail "a freed --checkpoint-dir: refused"
 rm -rf "$d"
+# the directory removed while the run goes on: its next save takes the lock again (it made the
+# directory afresh, unlocked: a second run started then took the lock, and both saved there,
+# replacing and pruning each other's checkpoints); where a second run holds it by then, the run
+# stops at that save, naming the holder, and writes nothing there. The run pauses on its step log,
+# a FIFO of 4 KiB not read: after the save of step 2000 (its line 2001 read), before that of 4000.
+d=$(mktemp -d)
+for holder in none other; do
+    python3 - "$mlp" "$d" "$holder" <<'PY' || fail "the --checkpoint-dir removed during the run ($holder)"
+import fcntl, os, select, shutil, subprocess, sys
+mlp, d, holder = sys.argv[1:]
+ck, log = d + "/ck", d + "/log"
+shutil.rmtree(ck, ignore_errors=True)
+if not os.path.exists(log):
+    os.mkfifo(log)
+fifo = os.open(log, os.O_RDWR)  # the pipe exists now: its size is set before the run writes
+fcntl.fcntl(fifo, 1031, 4096)  # F_SETPIPE_SZ
+run = subprocess.Popen([mlp, "--train-limit", "5000", "--test-limit", "100", "--batch-size", "1", "--hidden", "",
+                        "--max-steps", "4500", "--no-progress", "--save-every", "2000", "--keep-last", "0",
+                        "--checkpoint-dir", ck, "--log-steps", log], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+def drain(until):  # read the log (the run blocks when 4 KiB wait) until until(what was read) or the run ends
+    seen = b""
+    while not until(seen) and run.poll() is None:
+        if select.select([fifo], [], [], 0.05)[0]:
+            seen = seen[-16:] + os.read(fifo, 4096)
+    return until(seen)
+if not drain(lambda seen: b"\n2001 " in seen):
+    sys.exit("the run ended before its step 2001: %s" % run.stdout.read().decode())
+shutil.rmtree(ck)
+held = None
+if holder == "other":
+    os.mkdir(ck)
+    held = open(ck + "/.lock", "w")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    held.write("pid 1 on elsewhere\n")
+    held.flush()
+drain(lambda seen: False)
+out = run.stdout.read().decode()
+left = sorted(os.listdir(ck))
+warned = "'%s/.lock' is no longer the lock this run holds (the checkpoint directory was removed or replaced " \
+         "while it ran): taking it again" % ck
+if holder == "none":
+    ok = run.returncode == 0 and warned in out and left == [".lock", "latest", "step-00004000", "step-00004500"]
+else:
+    ok = run.returncode == 1 and left == [".lock"] and (
+        "fashion_mlp: checkpoint: I/O error: checkpoint directory '%s' was removed or replaced while this run held "
+        "it: checkpoint directory '%s' is in use by another run (pid 1 on elsewhere holds %s/.lock)" % (ck, ck, ck)) in out
+if not ok:
+    print("exit %d, %s left, output:\n%s" % (run.returncode, left, out))
+sys.exit(0 if ok else 1)
+PY
+done
+rm -rf "$d"
 echo "PASS: bad flags, variables and files refused, naming what and why"
