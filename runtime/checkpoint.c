@@ -2767,7 +2767,16 @@ static ls_status save_close(save_job *j) {
     char line[80];
     const char *base = strrchr(j->final, '/');
     snprintf(line, sizeof line, "%.70s\n", base ? base + 1 : j->final);
-    LS_CHECK(write_file_atomic(latest, line, strlen(line), 0, NULL));
+    if (write_file_atomic(latest, line, strlen(line), 0, NULL) != LS_OK) {
+        /* the checkpoint is whole and is what a resume reads; latest is for people and scripts. A
+         * full disk here failed a save whose checkpoint was complete (a SIGTERM's run exited 1, not
+         * 143, saying nothing of it). latest goes rather than name an older one, maybe pruned. */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", ls_last_error());
+        const int gone = unlink(latest) == 0;
+        LS_LOG_W("the checkpoint '%s' is complete, but '%s' could not be updated to name it%s: %s", j->final, latest,
+                 gone ? " (removed rather than left naming an older one)" : "", why);
+    }
     prune(j->dir, j->keep_last, j->step);
     return LS_OK;
 }

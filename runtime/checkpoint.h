@@ -95,7 +95,9 @@ ls_status ls_safetensors_write(const char *path, int n, const char *const *names
  *                                            averages, named as in model.safetensors
  *   DIR/step-0000000S/state.json             everything else (ls_ckpt_state) + the model signature
  *   DIR/step-0000000S/manifest.json          written last: step, each file's size and CRC32 (zlib)
- *   DIR/latest                               "step-0000000S\n", for people and scripts
+ *   DIR/latest                               "step-0000000S\n", for people and scripts (where it
+ *                                            cannot be written, a full disk, the save warns and
+ *                                            removes it: the checkpoint is complete)
  * Atomicity: every file is written as NAME.tmp, fsynced and renamed, then its directory fsynced;
  * the whole checkpoint is built in DIR/step-S.tmp/ and that directory is renamed to step-S only
  * after its manifest is durable. So a step-S directory exists only when complete, and a crash at

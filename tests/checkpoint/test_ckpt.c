@@ -533,6 +533,34 @@ static void test_keep_last_and_fallback(void) {
     ls_module_destroy(b);
 }
 
+/* DIR/latest that cannot be replaced (latest.tmp a directory here; a full disk alike): the save's
+ * checkpoint is complete, so the save succeeds, with a warning, prunes as asked, and latest is
+ * removed rather than left naming an older checkpoint. (It failed the save: a SIGTERM's run exited
+ * 1, not 143, after its checkpoint was written.) */
+static void test_latest_unwritable(void) {
+    char dir[128], p[LS_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/latest_fail", root);
+    ls_module *a = make_model(8, LS_F32, 1);
+    ls_optimizer *oa = make_opt(a, LS_OPTIM_SGD);
+    fill_all(a, oa, 1);
+    save(dir, 1, a, oa, 1, LS_OPTIM_SGD);
+    if (rank == 0) {
+        snprintf(p, sizeof p, "%s/latest.tmp", dir);
+        LS_REQUIRE(mkdir(p, 0755) == 0);
+    }
+    save(dir, 1, a, oa, 2, LS_OPTIM_SGD);
+    if (rank == 0) {
+        path_of(p, sizeof p, dir, 2, NULL);
+        LS_EXPECT(ls_ckpt_verify(p, NULL) == LS_OK);
+        path_of(p, sizeof p, dir, 1, NULL);
+        LS_EXPECT(access(p, F_OK) != 0);
+        snprintf(p, sizeof p, "%s/latest", dir);
+        LS_EXPECT(access(p, F_OK) != 0);
+    }
+    ls_optimizer_destroy(oa);
+    ls_module_destroy(a);
+}
+
 /* A run's lock on its checkpoint directory, kept across its saves: the directory removed while the
  * run goes on is made and locked again before the next save (it was made afresh by the save,
  * unlocked, and a second run started then took the lock: both saved there, each replacing and
@@ -1236,6 +1264,7 @@ int main(void) {
     test_round_trip(LS_OPTIM_SGD);
     test_round_trip(LS_OPTIM_ADAMW);
     test_keep_last_and_fallback();
+    test_latest_unwritable();
     test_buffers();
     test_model_load_ranks();
     test_ema();
