@@ -93,6 +93,19 @@ run 2 diff R/step-00000016 R/step-00000099
 expect_out "lockstep-ckpt: diff: 'R/step-00000099': No such file or directory"
 # --tolerance before the paths too (it took them for the tolerance)
 run 0 diff --tolerance 1e-5 R/step-00000016 A/step-00000016
+# a damaged checkpoint is said so, not compared: one bit flipped in the last value's lowest byte
+# passed --tolerance 1e-5 as a difference of training (exit status 0)
+cp -r R Rd
+python3 - Rd/step-00000016/optimizer.safetensors <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[-4] ^= 1
+open(sys.argv[1], "wb").write(b)
+PY
+run 1 diff R/step-00000016 Rd/step-00000016 --tolerance 1e-5
+expect_out "lockstep-ckpt: diff: 'Rd/step-00000016' is damaged: 'Rd/step-00000016/optimizer.safetensors': CRC32"
+grep -q "tensors differ" "$tmp/out" && fail "diff: a damaged checkpoint compared"
+run 0 diff R/step-00000016/optimizer.safetensors Rd/step-00000016/optimizer.safetensors --tolerance 1e-5
 # bitwise by default: -0 against 0 differs (it printed "1 of 1 tensors differ" and exited 0); a NaN
 # against a number is said so (it was "max |a - b| inf")
 python3 - <<'PY'
