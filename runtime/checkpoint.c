@@ -1277,6 +1277,21 @@ static ls_status list_steps(const char *dir, step_dir **out, int *n, int warn_sk
     return LS_OK;
 }
 
+/* The first step-*.tmp directory in dir (debris of an interrupted save) into name: 1 when there is one. */
+static int stale_tmp_in(const char *dir, char *name, size_t len) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    char p[LS_CKPT_PATH_MAX + 300];
+    int found = 0;
+    while (!found && (e = readdir(d)) != NULL) {
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (is_tmp_name(e->d_name) && is_dir(p)) found = snprintf(name, len, "%s", e->d_name) > 0;
+    }
+    closedir(d);
+    return found;
+}
+
 static void remove_stale_tmp(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -1702,9 +1717,24 @@ static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
     struct stat msb;
     if (stat(p, &msb) != 0 && errno != ENOENT) /* a symlink loop, a lost mount: not "missing" */
         return ls_error(LS_ERR_IO, "'%s': %s", p, strerror(errno));
-    if (!path_exists(p))
+    if (!path_exists(p)) {
+        /* a run's directory holding only what interrupted saves left, or one of those: said so
+         * ("an incomplete checkpoint" sent people looking for a damaged one) */
+        const char *base = strrchr(ckpt_dir, '/');
+        char tmp[256];
+        if (is_tmp_name(base ? base + 1 : ckpt_dir))
+            return ls_error(LS_ERR_IO,
+                            "'%s' is missing: '%s' was left by a save that was interrupted (or is one in progress), "
+                            "not a checkpoint",
+                            p, ckpt_dir);
+        if (stale_tmp_in(ckpt_dir, tmp, sizeof tmp))
+            return ls_error(LS_ERR_IO,
+                            "'%s' holds no checkpoint (no manifest.json, no step-N directory): '%s/%s' was left by a "
+                            "save that was interrupted, not a checkpoint",
+                            ckpt_dir, ckpt_dir, tmp);
         return ls_error(LS_ERR_IO, "'%s' is missing: '%s' is an incomplete checkpoint or not a checkpoint", p,
                         ckpt_dir);
+    }
     unsigned char *text;
     size_t len;
     int fd;
@@ -1803,6 +1833,10 @@ static ls_status find_and_read(const char *dir, ckpt_bundle *b, int *found, int 
     LS_CHECK(list_steps(dir, &v, &n, 1));
     if (n == 0) {
         free(v);
+        char tmp[256];
+        if (stale_tmp_in(dir, tmp, sizeof tmp)) /* why a run killed in its first save starts afresh */
+            LS_LOG_W("'%s' holds no checkpoint: '%s/%s' was left by a save that was interrupted, not a checkpoint", dir,
+                     dir, tmp);
         return LS_OK;
     }
     char p[LS_CKPT_PATH_MAX + 80], first_err[1024] = "";

@@ -1034,6 +1034,28 @@ static void test_crash_stages(void) {
         read_text(p, txt, sizeof txt);
         LS_EXPECT(strcmp(txt, "step-00000001\n") == 0);
         LS_EXPECT(count_entries(dir, ".tmp") == (late ? 0 : 1));
+        if (k == 0) { /* as if this was the first save: the directory holds only its debris */
+            char aside[160], want[3 * LS_CKPT_PATH_MAX];
+            snprintf(aside, sizeof aside, "%s/crash-aside", root);
+            path_of(q, sizeof q, dir, 1, NULL);
+            LS_REQUIRE(rename(q, aside) == 0);
+            LS_REQUIRE_OK(ls_ckpt_load(NULL, ctx, dir, "auto", b, ob, &st, &found, NULL, 0));
+            LS_EXPECT(found == 0);
+            /* named: what it is (it was "'DIR/manifest.json' is missing: 'DIR' is an incomplete
+             * checkpoint or not a checkpoint", a damaged checkpoint to look for) */
+            snprintf(want, sizeof want,
+                     "'%s' holds no checkpoint (no manifest.json, no step-N directory): '%s/step-00000002.tmp' was "
+                     "left by a save that was interrupted, not a checkpoint",
+                     dir, dir);
+            LS_EXPECT_ERR(ls_ckpt_load(NULL, ctx, "unused", dir, b, ob, &st, &found, NULL, 0), LS_ERR_IO, want);
+            snprintf(p, sizeof p, "%s/step-00000002.tmp", dir);
+            snprintf(want, sizeof want,
+                     "'%s/manifest.json' is missing: '%s' was left by a save that was interrupted (or is one in "
+                     "progress), not a checkpoint",
+                     p, p);
+            LS_EXPECT_ERR(ls_ckpt_load(NULL, ctx, "unused", p, b, ob, &st, &found, NULL, 0), LS_ERR_IO, want);
+            LS_REQUIRE(rename(aside, q) == 0);
+        }
         /* The next save removes the debris and prunes as asked. */
         LS_REQUIRE_OK(ls_ckpt_save(NULL, ctx, dir, 1, a, oa,
                                    &(ls_ckpt_state){.step = 3, .world_size = 1, .batch_per_rank = 1, .accum_steps = 1},
