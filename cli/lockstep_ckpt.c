@@ -338,6 +338,15 @@ static int info(const char *arg) {
     return 0;
 }
 
+/* a tensor's shape as text, "[10, 16]", into buf (at most size), returned */
+static const char *shape_text(const ls_safetensors_info *t, char *buf, size_t size) {
+    int n = snprintf(buf, size, "[");
+    for (int k = 0; k < t->ndim && n < (int)size; k++)
+        n += snprintf(buf + n, size - (size_t)n, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
+    if (n < (int)size) snprintf(buf + n, size - (size_t)n, "]");
+    return buf;
+}
+
 static int tensors(const char *path) {
     ls_safetensors *f = NULL;
     if (ls_safetensors_open(path, &f) != LS_OK) {
@@ -347,13 +356,9 @@ static int tensors(const char *path) {
     long long total = 0, bytes = 0;
     for (int i = 0; i < ls_safetensors_count(f); i++) {
         const ls_safetensors_info *t = ls_safetensors_tensor(f, i);
-        char shape[160];
-        int n = snprintf(shape, sizeof shape, "[");
-        for (int k = 0; k < t->ndim && n < (int)sizeof shape; k++)
-            n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
-        if (n < (int)sizeof shape) snprintf(shape + n, sizeof shape - (size_t)n, "]");
-        char nm[1024];
-        printf("%-40s %-5s %-22s %12zu bytes\n", printable(t->name, nm, sizeof nm), t->dtype_name, shape, t->nbytes);
+        char shape[160], nm[1024];
+        printf("%-40s %-5s %-22s %12zu bytes\n", printable(t->name, nm, sizeof nm), t->dtype_name,
+               shape_text(t, shape, sizeof shape), t->nbytes);
         total += t->numel;
         bytes += (long long)t->nbytes;
     }
@@ -409,7 +414,9 @@ static int diff_files(const char *a, const char *b, double *worst, int *same, in
         int comparable = x->ndim == y->ndim && strcmp(x->dtype_name, y->dtype_name) == 0;
         for (int k = 0; comparable && k < x->ndim; k++) comparable = x->shape[k] == y->shape[k];
         if (!comparable) {
-            printf("%s: not comparable (dtype or shape differ between %s and %s)\n", name, a, b);
+            char sa[160], sb[160]; /* which differs, and how (it said "dtype or shape") */
+            printf("%s: not comparable: %s %s in %s, %s %s in %s\n", name, x->dtype_name, shape_text(x, sa, sizeof sa),
+                   a, y->dtype_name, shape_text(y, sb, sizeof sb), b);
             rc = 2;
             continue;
         }
@@ -567,20 +574,29 @@ static int run(int argc, char **argv) {
         return !strcmp(cmd, "info") ? info(argv[2]) : tensors(argv[2]);
     }
     if (!strcmp(cmd, "diff")) {
-        /* A B, with --tolerance X before, between or after them */
+        /* A B, with --tolerance X (or --tolerance=X, as getopt_long takes it) before, between or
+         * after them; after "--" every argument is a path. Another option is named as one: it was
+         * taken for a path, and "--tolerance=1e-5 A B" said "'B' is a third" path. */
         double tol = 0;
-        int have_tol = 0, n = 0;
+        int have_tol = 0, n = 0, paths_only = 0;
         const char *ab[2] = {NULL, NULL};
         for (int i = 2; i < argc; i++) {
-            if (!strcmp(argv[i], "--tolerance")) {
+            const int eq = !paths_only && !strncmp(argv[i], "--tolerance=", 12);
+            if (!paths_only && !strcmp(argv[i], "--")) {
+                paths_only = 1;
+            } else if (eq || (!paths_only && !strcmp(argv[i], "--tolerance"))) {
                 if (have_tol) return usage_error("diff: --tolerance given twice");
-                if (i + 1 >= argc) return usage_error("diff: --tolerance needs a value (a number >= 0)");
+                if (!eq && i + 1 >= argc) return usage_error("diff: --tolerance needs a value (a number >= 0)");
+                const char *v = eq ? argv[i] + 12 : argv[++i];
                 char *end = NULL;
-                tol = strtod(argv[i + 1], &end);
-                if (end == argv[i + 1] || *end || !(tol >= 0) || !isfinite(tol))
-                    return usage_error("diff: --tolerance '%s': expected a number >= 0", argv[i + 1]);
+                tol = strtod(v, &end);
+                if (end == v || *end || !(tol >= 0) || !isfinite(tol))
+                    return usage_error("diff: --tolerance '%s': expected a number >= 0", v);
                 have_tol = 1;
-                i++;
+            } else if (!paths_only && argv[i][0] == '-' && argv[i][1]) {
+                return usage_error("diff: unknown option '%s' (diff takes --tolerance X; a path starting "
+                                   "with '-': after --)",
+                                   argv[i]);
             } else if (n < 2) {
                 ab[n++] = argv[i];
             } else {

@@ -125,6 +125,27 @@ expect_out "1 of 1 tensors differ; the largest difference is 0 of its tensor's l
 run 0 diff z.st nz.st --tolerance 1e-9
 run 1 diff z.st nan.st --tolerance 1
 expect_out "NaN in one and not the other, first at element 1"
+# --tolerance=X, as getopt_long takes it, and "--" before a path starting with '-' (the first was
+# taken for a path: "--tolerance=1e-9 z.st nz.st" said "'nz.st' is a third"); another option is
+# named as one
+run 0 diff --tolerance=1e-9 z.st nz.st
+run 0 diff z.st nz.st --tolerance=1e-9
+cp nz.st ./-nz.st
+run 0 diff --tolerance 1e-9 z.st -- -nz.st
+usage_err "diff: --tolerance '': expected a number >= 0" diff z.st nz.st --tolerance=
+usage_err "diff: --tolerance given twice" diff --tolerance=1 z.st nz.st --tolerance 2
+usage_err "diff: unknown option '-t' (diff takes --tolerance X; a path starting with '-': after --)" \
+    diff -t 1e-5 z.st nz.st
+# a tensor of another dtype or shape: which, in each file (it said "dtype or shape differ")
+python3 - <<'PY'
+import json, struct
+b = struct.pack("<3e", 0.0, 1.0, 2.0)
+h = json.dumps({"x": {"dtype": "F16", "shape": [3, 1], "data_offsets": [0, len(b)]}}).encode()
+h += b" " * (-len(h) % 8)
+open("h.st", "wb").write(struct.pack("<Q", len(h)) + h + b)
+PY
+run 2 diff z.st h.st
+expect_out "x: not comparable: F32 [3] in z.st, F16 [3, 1] in h.st"
 
 # damage: a flipped byte, then a truncated file
 printf 'X' | dd of=C/step-00000016/optimizer.safetensors bs=1 seek=5000 conv=notrunc 2>/dev/null
