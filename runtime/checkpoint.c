@@ -3645,38 +3645,107 @@ static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *
     return s;
 }
 
+/* The model's tensor name (its what) is not in f: said with what the file holds instead, as
+ * load_state_dict lists the unexpected keys beside the missing ones. It said only "no tensor
+ * '0.weight'" where the file held 'module.0.weight' (a DDP or torch.compile wrapper's state_dict),
+ * or a checkpoint's optimizer state. sorted: the model's names, sorted; n of them. */
+static ls_status missing_tensor(const ls_safetensors *f, const char *path, const char *name, const char *what,
+                                const char **sorted, int n) {
+    const char *kind = ls_safetensors_metadata(f, "lockstep");
+    if (kind && strcmp(kind, "model") != 0 && strcmp(kind, "ema") != 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "'%s': no tensor '%s' (the model's %s): the file is a checkpoint's %s state (its metadata "
+                        "\"lockstep\" is \"%s\"), not weights; a checkpoint's weights are its model.safetensors",
+                        path, name, what, ESC_NAMEN(kind, 64), ESC_NAMEN(kind, 64));
+    /* the name under a prefix: the shortest one that ends in '.' */
+    const size_t len = strlen(name);
+    const char *under = NULL;
+    for (int j = 0; j < ls_safetensors_count(f); j++) {
+        const char *fn = ls_safetensors_tensor(f, j)->name;
+        size_t fl = strlen(fn);
+        if (fl > len + 1 && fn[fl - len - 1] == '.' && strcmp(fn + fl - len, name) == 0 &&
+            (!under || fl < strlen(under)))
+            under = fn;
+    }
+    if (under)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "'%s': no tensor '%s' (the model's %s), but '%s': the file's names are under a prefix "
+                        "'%s' (DDP's 'module.', torch.compile's '_orig_mod.'?): save the unwrapped model's "
+                        "state_dict, or strip the prefix",
+                        path, name, what, ESC_NAME(under), ESC_NAMEN(under, strlen(under) - len));
+    for (int j = 0; j < ls_safetensors_count(f); j++) { /* the first the model lacks, in the file's order */
+        const char *fn = ls_safetensors_tensor(f, j)->name;
+        if (!bsearch(&fn, sorted, (size_t)n, sizeof *sorted, cmp_str_ptr) && !ends_with(fn, ".num_batches_tracked"))
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "'%s': no tensor '%s' (the model's %s), and the file's '%s' is not in the model: a "
+                            "different architecture, or names of another scheme?",
+                            path, name, what, ESC_NAME(fn));
+    }
+    return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': no tensor '%s' (the model's %s)", path, name, what);
+}
+
 static ls_status model_load_rank0(ls_ctx *ctx, const char *path, ls_module *model) {
+    /* a directory: a checkpoint's weights are a file in it (it said "not a regular file") */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        char m[LS_CKPT_PATH_MAX + 32];
+        snprintf(m, sizeof m, "%s/manifest.json", path);
+        if (path_exists(m))
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "'%s' is a checkpoint (a directory), not a safetensors file: its weights are "
+                            "'%s/model.safetensors'",
+                            path, path);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "'%s' is a directory, not a safetensors file (a checkpoint's weights are "
+                        "DIR/step-N/model.safetensors)",
+                        path);
+    }
     ls_safetensors *f = NULL;
     LS_CHECK(ls_safetensors_open(path, &f));
     ls_status s = LS_OK;
     int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
     char what[64];
-    const char **ours = calloc((size_t)(np + nb) + 1, sizeof *ours); /* the model's names, sorted below */
+    const char **ours = calloc((size_t)(np + nb) + 1, sizeof *ours); /* the model's names */
+    const char **sorted = calloc((size_t)(np + nb) + 1, sizeof *sorted);
+    ls_tensor **dst = calloc((size_t)(np + nb) + 1, sizeof *dst);
     char(*bnames)[LS_CKPT_BUFFER_NAME] = calloc((size_t)nb + 1, sizeof *bnames);
-    if (!ours || !bnames) s = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory for %d tensor names", path, np + nb);
+    if (!ours || !sorted || !dst || !bnames)
+        s = ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory for %d tensor names", path, np + nb);
     for (int i = 0; i < np && s == LS_OK; i++) {
-        snprintf(what, sizeof what, "parameter %d", i);
         ours[i] = ls_module_param_name(model, i);
-        s = model_tensor(ctx, f, path, ours[i], what, 0, ls_module_param(model, i));
+        dst[i] = ls_module_param(model, i);
     }
     for (int i = 0; i < nb && s == LS_OK; i++) {
-        ls_tensor *t = ls_cnn_buffer(model, i, bnames[i], sizeof bnames[i]);
-        snprintf(what, sizeof what, "buffer %d", i);
+        dst[np + i] = ls_cnn_buffer(model, i, bnames[i], sizeof bnames[i]);
         ours[np + i] = bnames[i];
-        s = model_tensor(ctx, f, path, bnames[i], what, ends_with(bnames[i], "running_var"), t);
+    }
+    if (s == LS_OK) {
+        memcpy(sorted, ours, (size_t)(np + nb) * sizeof *sorted);
+        qsort(sorted, (size_t)(np + nb), sizeof *sorted, cmp_str_ptr);
+    }
+    for (int i = 0; i < np + nb && s == LS_OK; i++) {
+        if (i < np)
+            snprintf(what, sizeof what, "parameter %d", i);
+        else
+            snprintf(what, sizeof what, "buffer %d", i - np);
+        if (!ls_safetensors_find(f, ours[i]))
+            s = missing_tensor(f, path, ours[i], what, sorted, np + nb);
+        else
+            s = model_tensor(ctx, f, path, ours[i], what, i >= np && ends_with(ours[i], "running_var"), dst[i]);
     }
     /* strict: a tensor of the file that the model lacks is a mismatch (a wrong architecture, or
      * names of another scheme), not something to drop silently */
-    if (s == LS_OK) qsort(ours, (size_t)(np + nb), sizeof *ours, cmp_str_ptr);
     for (int j = 0; j < ls_safetensors_count(f) && s == LS_OK; j++) {
         const char *name = ls_safetensors_tensor(f, j)->name;
-        if (!bsearch(&name, ours, (size_t)(np + nb), sizeof *ours, cmp_str_ptr) &&
+        if (!bsearch(&name, sorted, (size_t)(np + nb), sizeof *sorted, cmp_str_ptr) &&
             !ends_with(name, ".num_batches_tracked"))
             s = ls_error(LS_ERR_INVALID_ARGUMENT,
                          "'%s': tensor '%s' is not in the model (%d parameters, %d buffers: a different architecture?)",
                          path, ESC_NAME(name), np, nb);
     }
     free(ours);
+    free(sorted);
+    free(dst);
     free(bnames);
     ls_safetensors_close(f);
     return s;

@@ -11,7 +11,9 @@
 #     running statistics, which evaluation uses, are in the file);
 #   - refused, naming the file and the tensor: one missing, a wrong shape, one the model lacks,
 #     an integer tensor, a NaN, an f64 past f32's range, a file that is not safetensors, and one
-#     that does not exist.
+#     that does not exist; a missing tensor with what the file holds instead (names under DDP's
+#     'module.' or torch.compile's '_orig_mod.' prefix, a tensor the model lacks, a checkpoint's
+#     optimizer state), and a checkpoint or a directory given for the file.
 MLP=$1 MPIRUN=$2 RESNET=${3:-}
 PROG=$MLP
 . "$(dirname "$0")/lib.sh"
@@ -124,6 +126,28 @@ write missing.st "$L0" "$B0" "$L2" "$B2" "$L4"
 train 1 "${A[@]}" --init-from missing.st
 expect_rc 1
 expect_out "fashion_mlp: --init-from: invalid argument: 'missing.st': no tensor '4.bias' (the model's parameter 5)"
+# what the file holds instead is said (it was only "no tensor '0.weight'"): a DDP or torch.compile
+# wrapper's prefix, a tensor the model lacks, a checkpoint's optimizer state or the checkpoint itself
+write ddp.st "module.$L0" "module.$B0" "module.$L2" "module.$B2" "module.$L4" "module.$B4"
+train 1 "${A[@]}" --init-from ddp.st
+expect_rc 1
+expect_out "'ddp.st': no tensor '0.weight' (the model's parameter 0), but 'module.0.weight': the file's names are under a prefix 'module.' (DDP's 'module.', torch.compile's '_orig_mod.'?): save the unwrapped model's state_dict, or strip the prefix"
+write compiled.st "_orig_mod.$L0" "_orig_mod.$B0" "_orig_mod.$L2" "_orig_mod.$B2" "_orig_mod.$L4" "_orig_mod.$B4"
+train 1 "${A[@]}" --init-from compiled.st
+expect_rc 1
+expect_out "but '_orig_mod.0.weight': the file's names are under a prefix '_orig_mod.'"
+train 1 "${A[@]}" --dropout 0.1 --init-from zeros.st
+expect_rc 1
+expect_out "'zeros.st': no tensor '3.weight' (the model's parameter 2), and the file's '2.weight' is not in the model: a different architecture, or names of another scheme?"
+train 1 --hidden 64 --no-progress --epochs 0 --init-from "$ck/optimizer.safetensors"
+expect_rc 1
+expect_out "no tensor '0.weight' (the model's parameter 0): the file is a checkpoint's optimizer state (its metadata \"lockstep\" is \"optimizer\"), not weights; a checkpoint's weights are its model.safetensors"
+train 1 --hidden 64 --no-progress --epochs 0 --init-from "$ck"
+expect_rc 1
+expect_out "'$ck' is a checkpoint (a directory), not a safetensors file: its weights are '$ck/model.safetensors'"
+train 1 --hidden 64 --no-progress --epochs 0 --init-from D
+expect_rc 1
+expect_out "'D' is a directory, not a safetensors file (a checkpoint's weights are DIR/step-N/model.safetensors)"
 train 1 --hidden 512,128 --no-progress --epochs 0 --init-from zeros.st
 expect_rc 1
 expect_out "'zeros.st': tensor '2.weight' has shape [256, 512] but the model's parameter 2 is [128, 512]"
@@ -160,4 +184,5 @@ expect_out "nowhere.st"
 train 1 "${A[@]}" --init-from ''
 expect_rc 2
 echo "PASS: --init-from: zeros (f16) and a bias (bf16, f64, num_batches_tracked) give the computed test figures;" \
-     "a checkpoint's weights its run's ($end) on 1 and 2 ranks${RESNET:+, the ResNet as well}; 8 bad files refused"
+     "a checkpoint's weights its run's ($end) on 1 and 2 ranks${RESNET:+, the ResNet as well}; 14 bad files refused," \
+     "saying what they hold instead"
