@@ -3657,7 +3657,7 @@ static ls_status missing_tensor(const ls_safetensors *f, const char *path, const
                         "'%s': no tensor '%s' (the model's %s): the file is a checkpoint's %s state (its metadata "
                         "\"lockstep\" is \"%s\"), not weights; a checkpoint's weights are its model.safetensors",
                         path, name, what, ESC_NAMEN(kind, 64), ESC_NAMEN(kind, 64));
-    /* the name under a prefix: the shortest one that ends in '.' */
+    /* the name under a prefix that ends in '.': the shortest such */
     const size_t len = strlen(name);
     const char *under = NULL;
     for (int j = 0; j < ls_safetensors_count(f); j++) {
@@ -3667,12 +3667,16 @@ static ls_status missing_tensor(const ls_safetensors *f, const char *path, const
             (!under || fl < strlen(under)))
             under = fn;
     }
+    /* a prefix of every name (DDP's, torch.compile's), not a block's own '3.body.' before '1.weight' */
+    const size_t pl = under ? strlen(under) - len : 0;
+    for (int j = 0; under && j < ls_safetensors_count(f); j++)
+        if (strncmp(ls_safetensors_tensor(f, j)->name, under, pl) != 0) under = NULL;
     if (under)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "'%s': no tensor '%s' (the model's %s), but '%s': the file's names are under a prefix "
                         "'%s' (DDP's 'module.', torch.compile's '_orig_mod.'?): save the unwrapped model's "
                         "state_dict, or strip the prefix",
-                        path, name, what, ESC_NAME(under), ESC_NAMEN(under, strlen(under) - len));
+                        path, name, what, ESC_NAME(under), ESC_NAMEN(under, pl));
     for (int j = 0; j < ls_safetensors_count(f); j++) { /* the first the model lacks, in the file's order */
         const char *fn = ls_safetensors_tensor(f, j)->name;
         if (!bsearch(&fn, sorted, (size_t)n, sizeof *sorted, cmp_str_ptr) && !ends_with(fn, ".num_batches_tracked"))

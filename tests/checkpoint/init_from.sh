@@ -132,6 +132,12 @@ write ddp.st "module.$L0" "module.$B0" "module.$L2" "module.$B2" "module.$L4" "m
 train 1 "${A[@]}" --init-from ddp.st
 expect_rc 1
 expect_out "'ddp.st': no tensor '0.weight' (the model's parameter 0), but 'module.0.weight': the file's names are under a prefix 'module.' (DDP's 'module.', torch.compile's '_orig_mod.'?): save the unwrapped model's state_dict, or strip the prefix"
+# a name under another tensor's path is no prefix of the file's names: the model's '0.weight' in a
+# file of '1.0.weight' (a nested block's) and '0.bias'
+write nested.st "1.$L0" "$B0"
+train 1 "${A[@]}" --init-from nested.st
+expect_rc 1
+expect_out "'nested.st': no tensor '0.weight' (the model's parameter 0), and the file's '1.0.weight' is not in the model"
 write compiled.st "_orig_mod.$L0" "_orig_mod.$B0" "_orig_mod.$L2" "_orig_mod.$B2" "_orig_mod.$L4" "_orig_mod.$B4"
 train 1 "${A[@]}" --init-from compiled.st
 expect_rc 1
