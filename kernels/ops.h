@@ -59,7 +59,11 @@ enum {
     LS_AMP_CTL = 8
 };
 /* GradScaler's update (torch.cuda.amp): on found, scale *= backoff and the tracker restarts; else
- * after growth_interval clean steps scale *= growth. enabled 0: the scale stays (bf16). */
+ * after growth_interval clean steps scale *= growth. enabled 0: the scale stays (bf16). A backoff
+ * stops at LS_AMP_MIN_SCALE (a scale already below it stays): a run whose every step overflowed
+ * (a model gone inf/NaN) halved it to 0 after 1075 steps, which every step then skipped on, and
+ * whose checkpoint its resume refused. */
+#define LS_AMP_MIN_SCALE 1.1754943508222875e-38 /* FLT_MIN, 2^-126: 1/scale is still finite in f32 */
 typedef struct ls_amp_update_params {
     int enabled;
     double growth_factor, backoff_factor;

@@ -289,7 +289,8 @@ static ls_status cpu_amp_update(void *st, double *ctl, const ls_amp_update_param
     ctl[LS_AMP_SKIPPED] += found;
     if (!p->enabled) return LS_OK;
     if (found) {
-        ctl[LS_AMP_SCALE] *= p->backoff_factor;
+        if (ctl[LS_AMP_SCALE] > LS_AMP_MIN_SCALE)
+            ctl[LS_AMP_SCALE] = fmax(ctl[LS_AMP_SCALE] * p->backoff_factor, LS_AMP_MIN_SCALE);
         ctl[LS_AMP_TRACKER] = 0;
     } else if ((ctl[LS_AMP_TRACKER] += 1) >= (double)p->growth_interval) {
         ctl[LS_AMP_SCALE] *= p->growth_factor;

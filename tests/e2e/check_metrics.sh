@@ -9,6 +9,7 @@
 # a file that cannot be opened is an error naming it. CUDA_BUILT (1 in a
 # CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU. Two
 # diverging ranks with fp16 gradient compression skip their steps, and the epoch lines count them.
+# An fp16 run whose every step overflows halves its loss scale to 2^-126, not to 0, and resumes.
 set -u
 mlp=$1 run=$2 check=$3 cuda_built=${4:-0}
 dir=$(mktemp -d)
@@ -144,6 +145,24 @@ fi
     fail "diverging run: no hint, or more than one: $(cat "$dir/out5")"
 # the epoch line's NaN is "nan", as the hint's (printf wrote the sign bit's "-nan")
 grep -q '^epoch 1  train loss nan  ' "$dir/out5" || fail "diverging run: the epoch line's loss: $(cat "$dir/out5")"
+
+# fp16, every step overflowing (a model gone NaN at lr 1e30): the loss scale halves to its floor,
+# 2^-126, and stays there; the run's checkpoint resumes. It reached 0 after 1075 skipped steps, and
+# the resume refused the checkpoint the run had written ("the loss scale 0 is not a number > 0").
+fa=(--epochs 2 --train-limit 8800 --test-limit 100 --batch-size 8 --hidden 8 --no-progress --precision fp16
+    --lr 1e30 --warmup-steps 1 --lr-schedule constant --checkpoint-dir "$dir/c7")
+"$mlp" "${fa[@]}" --max-steps 1100 --save-every 1100 --metrics "$dir/m7" >"$dir/out7" 2>&1 ||
+    fail "diverging fp16 run: $(cat "$dir/out7")"
+scales=$(sed -nE 's/.*"loss_scale": ([^,]*),.*/\1/p' "$dir/m7")
+[ "$(head -n 1 <<<"$scales")" = 65536 ] && [ "$(tail -n 1 <<<"$scales")" = 1.1754943508222875e-38 ] &&
+    [ "$(sort -g <<<"$scales" | head -n 1)" = 1.1754943508222875e-38 ] ||
+    fail "diverging fp16 run: the loss scale went from $(head -n 1 <<<"$scales") to $(sort -g <<<"$scales" | head -n 1), not to its floor 2^-126"
+grep -qE '^epoch 1 .*\(1099 steps skipped: inf/NaN gradients\)$' "$dir/out7" ||
+    fail "diverging fp16 run: the skipped steps are not counted: $(grep '^epoch' "$dir/out7")"
+"$mlp" "${fa[@]}" --resume auto --max-steps 1101 >"$dir/out7r" 2>&1 ||
+    fail "the diverged fp16 run's checkpoint does not resume: $(cat "$dir/out7r")"
+grep -q "^fashion_mlp: resumed from $dir/c7/step-00001100 at step 1100, the end of epoch 1" "$dir/out7r" ||
+    fail "diverged fp16 run's resume: $(cat "$dir/out7r")"
 
 # the learning rate of each step follows --lr-schedule: 20 steps, 5 of warmup to 0.1, then linear
 # to --min-lr 0.01 at the last step (0.01 + 0.09 (1 - t), t = (step - 5) / 15), or constant

@@ -6,7 +6,8 @@
  *    gradients were, finite elsewhere.
  * 2. The scaler's state, kept on the device, set and read back (a resumed run's): a scale of 1024
  *    one clean step before growth is what the next backward uses (the step's loss_scale), then
- *    doubles; bad values and loss scaling in a bf16 trainer are refused with the reason.
+ *    doubles; bad values and loss scaling in a bf16 trainer are refused with the reason. Every
+ *    step overflowing halves the scale to its floor, 2^-126, not to 0 (which a resume refuses).
  * 3. The peak of the allocator over a training step at batch 4096 is lower in bf16 and fp16 than
  *    in fp32 (activations stored in 16 bits); printed and asserted (< 75%).
  * 4. The f16/bf16 weight copies: cast once per epoch of ls_module_cache_weight_casts (a weight
@@ -156,6 +157,44 @@ static void scaler_case(void) {
     ls_ctx_destroy(c);
 }
 
+/* Every step overflows (a weight is NaN, as in a diverged run): the scale halves to its floor,
+ * 2^-126, and stays there; a scale already below it (set by hand) stays too. It used to reach 0
+ * after 1075 steps, a scale ls_trainer_set_loss_scaler (and so a resume) refuses. */
+static void floor_case(void) {
+    ls_ctx *c;
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c));
+    unsetenv("LOCKSTEP_AMP_INJECT_INF");
+    const double floor_scale = 0x1p-126, starts[2] = {0x1p-124, 0x1p-1074};
+    for (int i = 0; i < 2; i++) {
+        ls_module *m;
+        ls_optimizer *o;
+        ls_trainer *t;
+        build(c, NULL, LS_PRECISION_FP16, 16, &m, &o, &t);
+        ((float *)ls_module_param(m, 0)->data)[0] = NAN;
+        ls_loss_scaler sc;
+        LS_REQUIRE_OK(ls_trainer_get_loss_scaler(t, &sc));
+        sc.scale = starts[i];
+        LS_REQUIRE_OK(ls_trainer_set_loss_scaler(t, &sc));
+        int64_t idx[16];
+        for (int k = 0; k < 16; k++) idx[k] = k;
+        const double used[2][5] = {{0x1p-124, 0x1p-125, 0x1p-126, 0x1p-126, 0x1p-126},
+                                   {0x1p-1074, 0x1p-1074, 0x1p-1074, 0x1p-1074, 0x1p-1074}};
+        for (int k = 0; k < 5; k++) {
+            ls_step_stats st;
+            LS_REQUIRE_OK(ls_trainer_step(t, D, idx, 16, 16, &st));
+            LS_EXPECT(st.skipped == 1);
+            LS_EXPECT(st.loss_scale == used[i][k]);
+        }
+        LS_REQUIRE_OK(ls_trainer_get_loss_scaler(t, &sc));
+        LS_EXPECT(sc.scale == (i == 0 ? floor_scale : starts[i]) && sc.skipped == 5 && sc.growth_tracker == 0);
+        LS_EXPECT(ls_trainer_set_loss_scaler(t, &sc) == LS_OK); /* what a resume does with it */
+        ls_trainer_destroy(t);
+        ls_optimizer_destroy(o);
+        ls_module_destroy(m);
+    }
+    ls_ctx_destroy(c);
+}
+
 static size_t step_peak(ls_precision prec) {
     ls_allocator *h;
     LS_REQUIRE_OK(ls_host_allocator_create(0, &h));
@@ -259,6 +298,7 @@ int main(void) {
     overflow_case();
     if (ls_comm_rank(W) == 0) {
         scaler_case();
+        floor_case();
         weight_copies_case();
         size_t p32 = step_peak(LS_PRECISION_FP32), pb = step_peak(LS_PRECISION_BF16), ph = step_peak(LS_PRECISION_FP16);
         printf("peak memory of a training step at batch 4096: fp32 %.1f MiB, bf16 %.1f MiB (%.0f%%), "
