@@ -305,6 +305,21 @@ void ls_trainer_destroy(ls_trainer *t) {
 
 /* LOCKSTEP_TIMELINE=FILE: this rank's timeline, unless one is already being written; it stays open
  * for later trainers and is closed at exit. */
+/* Decimal digits at *p (at least one, no sign or space), at most max: the value in *out and *p moved
+ * past them; 0 where there are none or the value is larger. */
+static int digits(const char **p, long long max, long long *out) {
+    long long v = 0;
+    const char *q = *p;
+    for (; *q >= '0' && *q <= '9'; q++) {
+        if (v > (max - (*q - '0')) / 10) return 0;
+        v = v * 10 + (*q - '0');
+    }
+    if (q == *p) return 0;
+    *p = q;
+    *out = v;
+    return 1;
+}
+
 static ls_status open_timeline(const ls_train_config *cfg, ls_comm *comm) {
     const char *pattern = getenv("LOCKSTEP_TIMELINE");
     if (!pattern || !*pattern || cfg->no_timeline || ls_timeline_active()) return LS_OK;
@@ -639,13 +654,25 @@ static ls_status init_local(ls_trainer *t, ls_ctx *ctx, ls_comm *comm, ls_module
     LS_CHECK(open_timeline(cfg, comm));
     const char *inj = getenv("LOCKSTEP_AMP_INJECT_INF");
     if (inj && *inj) {
-        long long st = -1;
-        int rk = -1;
-        if (sscanf(inj, "%lld:%d", &st, &rk) < 1 || st < 1)
+        /* digits only, STEP >= 1 and RANK one of this run's: "3:2" on 2 ranks, "3:-1", "3x" or a step
+         * past 2^63 were taken, and a test that set them injected nothing (or at another step) */
+        const int world = comm ? ls_comm_world(comm) : 1;
+        const char *p = inj;
+        long long st, rk = -1;
+        int ok = digits(&p, INT64_MAX, &st) && st >= 1;
+        if (ok && *p == ':') {
+            p++;
+            if (!digits(&p, INT64_MAX, &rk)) ok = 0;
+        }
+        if (!ok || *p != '\0')
             return ls_error(LS_ERR_INVALID_ARGUMENT,
                             "LOCKSTEP_AMP_INJECT_INF='%s' is not STEP[:RANK] (STEP from 1, as --metrics counts)", inj);
+        if (rk >= world)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "LOCKSTEP_AMP_INJECT_INF='%s': rank %lld is not one of this run's %d (0 to %d)", inj, rk,
+                            world, world - 1);
         t->inject_step = st;
-        t->inject_rank = rk >= 0 ? rk : (comm ? ls_comm_world(comm) - 1 : 0);
+        t->inject_rank = rk >= 0 ? (int)rk : world - 1;
     }
     return LS_OK;
 }

@@ -4,6 +4,7 @@
  *    skips exactly step 4, the loop's k = 3 (parameters unchanged across it), the scale halves from 65536 to 32768,
  *    and all ranks still hold identical parameters. Clipping's norm is inf/NaN where the
  *    gradients were, finite elsewhere.
+ *    A LOCKSTEP_AMP_INJECT_INF that is not STEP[:RANK], or names a rank past the run's, is refused.
  * 2. The scaler's state, kept on the device, set and read back (a resumed run's): a scale of 1024
  *    one clean step before growth is what the next backward uses (the step's loss_scale), then
  *    doubles; bad values and loss scaling in a bf16 trainer are refused with the reason. Every
@@ -109,6 +110,47 @@ static void overflow_case(void) {
     ls_optimizer_destroy(o);
     ls_module_destroy(m);
     ls_sampler_destroy(s);
+    ls_ctx_destroy(c);
+}
+
+/* LOCKSTEP_AMP_INJECT_INF is read strictly: a rank that is not one of the run's, a sign, trailing
+ * characters or a step past 2^63 are refused (they were taken, and injected nothing, silently). */
+static void inject_parse_case(void) {
+    const int world = ls_comm_world(W);
+    ls_ctx *c;
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c));
+    char past[32], msg[160];
+    snprintf(past, sizeof past, "3:%d", world);
+    const char *bad[] = {"3x", "3:", "3:-1", "-3", " 3", "0", "99999999999999999999", "3:1:2"};
+    for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]) + 1; i++) {
+        const char *v = i < (int)(sizeof bad / sizeof bad[0]) ? bad[i] : past;
+        setenv("LOCKSTEP_AMP_INJECT_INF", v, 1);
+        if (v == past)
+            snprintf(msg, sizeof msg, "LOCKSTEP_AMP_INJECT_INF='%s': rank %d is not one of this run's %d (0 to %d)", v,
+                     world, world, world - 1);
+        else
+            snprintf(msg, sizeof msg, "LOCKSTEP_AMP_INJECT_INF='%s' is not STEP[:RANK] (STEP from 1", v);
+        int64_t sizes[2] = {784, 10};
+        ls_module *m;
+        ls_optimizer *o;
+        ls_trainer *t = NULL;
+        LS_REQUIRE_OK(ls_mlp_create(c, LS_F32, 2, sizes, LS_ACT_RELU, 11, &m));
+        ls_tensor *p[2] = {ls_module_param(m, 0), ls_module_param(m, 1)},
+                  *g[2] = {ls_module_grad(m, 0), ls_module_grad(m, 1)};
+        ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+        LS_REQUIRE_OK(ls_optimizer_create(c, 2, p, g, &oc, &o));
+        ls_train_config tc;
+        memset(&tc, 0, sizeof tc);
+        tc.batch_per_rank = 16;
+        tc.accum_steps = 1;
+        tc.lr.base_lr = oc.lr;
+        tc.precision = LS_PRECISION_FP16;
+        LS_EXPECT_ERR(ls_trainer_create(c, W, m, o, &tc, &t), LS_ERR_INVALID_ARGUMENT, msg);
+        LS_EXPECT(t == NULL);
+        ls_optimizer_destroy(o);
+        ls_module_destroy(m);
+    }
+    unsetenv("LOCKSTEP_AMP_INJECT_INF");
     ls_ctx_destroy(c);
 }
 
@@ -296,6 +338,7 @@ int main(void) {
     if (ls_fashion_mnist_load(getenv("LOCKSTEP_FASHION_DIR"), 1, 4096, &D) != LS_OK)
         LS_SKIP("Fashion-MNIST not available: %s", ls_last_error());
     overflow_case();
+    inject_parse_case();
     if (ls_comm_rank(W) == 0) {
         scaler_case();
         floor_case();
