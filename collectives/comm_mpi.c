@@ -1118,7 +1118,11 @@ static void ls_mpi_destroy(void *sp) {
         pthread_mutex_unlock(&st->mu);
         pthread_join(st->worker, NULL);
     }
-    if (st->comm != MPI_COMM_NULL) MPI_Comm_free(&st->comm);
+    /* an application that initialized MPI itself may have finalized it already: MPI then refuses
+     * every call (Open MPI aborts the process), and the communicator went with it */
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (st->comm != MPI_COMM_NULL && !fin) MPI_Comm_free(&st->comm);
     for (int i = 0; i < st->nkept; i++) ls_stage_free(st->kept[i]);
     pthread_mutex_destroy(&st->stage_mu);
     pthread_cond_destroy(&st->work_cv);
