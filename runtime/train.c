@@ -116,6 +116,7 @@ struct ls_trainer {
         } * mb; /* [accum_steps] */
     } ds[LS_DOWNLOAD_SLOTS];
     int ds_next; /* the slot the next step without stats fills: the oldest */
+    int ds_open; /* slot ds_next holds copies of the step under way (dropped if it fails) */
 };
 
 /* LOCKSTEP_DATA_ON_DEVICE and LOCKSTEP_PREFETCH: auto (unset), on or off */
@@ -1321,7 +1322,10 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
     double scale = scale_num ? (double)global_count : 1.0 / (double)global_count;
     int64_t pending = 0;        /* samples of the last micro-batch whose loss and count are still to read */
     struct dslot *defer = NULL; /* totals without stats: the copies of the losses and counts */
-    if (t->cfg.totals && !stats) LS_CHECK(dslot_take(t, &defer));
+    if (t->cfg.totals && !stats) {
+        LS_CHECK(dslot_take(t, &defer));
+        t->ds_open = 1;
+    }
     for (int k = 0; k < accum; k++) {
         int last = k == accum - 1;
         int64_t lo = k * b, hi = lo + b < count ? lo + b : count;
@@ -1425,9 +1429,10 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
     }
     t->steps++;
     if (t->cfg.totals) {
-        if (defer)
+        if (defer) {
             t->ds_next = (t->ds_next + 1) % LS_DOWNLOAD_SLOTS;
-        else { /* after the steps before it */
+            t->ds_open = 0;
+        } else { /* after the steps before it */
             LS_CHECK(totals_drain(t));
             t->totals.loss_sum += st.loss_sum;
             t->totals.correct += st.correct;
@@ -1450,6 +1455,13 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
                           int64_t global_count, ls_step_stats *stats) {
     ls_status s = step_run(t, data, idx, count, global_count, stats);
     if (t && s != LS_OK) (void)ls_module_cache_weight_casts(t->model, 0); /* a step cut short */
+    if (t && s != LS_OK && t->ds_open) { /* its micro-batches' copies count in no totals */
+        struct dslot *d = &t->ds[t->ds_next];
+        if (d->n_mb || d->flagged) (void)ls_allocator_download_wait(t->ctx->alloc, t->ds_next);
+        d->n_mb = 0;
+        d->flagged = 0;
+        t->ds_open = 0;
+    }
     return s;
 }
 

@@ -138,8 +138,8 @@ ls_status ls_trainer_step(ls_trainer *t, const ls_dataset *data, const int64_t *
  * report an epoch's loss and accuracy, or a progress line every N steps, while the host runs ahead
  * of the device (Keras' metrics, kept on the device and read at the end of an epoch; in PyTorch,
  * summing loss.detach() and calling .item() only when logging). The sums are those of the steps'
- * stats, in step order, bit for bit: loss_sum is the sum of the ls_step_stats.loss_sum. Without
- * cfg.totals it is an error. */
+ * stats, in step order, bit for bit: loss_sum is the sum of the ls_step_stats.loss_sum (a step that
+ * fails adds nothing, not even the micro-batches it ran). Without cfg.totals it is an error. */
 ls_status ls_trainer_totals(ls_trainer *t, ls_train_totals *out, int reset);
 /* The same without waiting (a progress line): steps counts every step, loss_sum, correct,
  * samples and skipped the steps whose copies have arrived (on a GPU up to two steps fewer; on the

@@ -6,7 +6,8 @@
  * gradient accumulation and a short last step (fewer samples than its micro-batches hold); with
  * data kept on the device and staged batches (LOCKSTEP_DATA_ON_DEVICE); in fp16 with an overflow
  * injected at one step (LOCKSTEP_AMP_INJECT_INF: totals.skipped counts it). Bad input: totals read
- * from a trainer that keeps none, a totals flag that is not 0 or 1. Args: [cpu|cuda]; with cuda
+ * from a trainer that keeps none, a totals flag that is not 0 or 1; a step that fails in its last
+ * micro-batch, between two good ones, counts in no totals (on the CPU). Args: [cpu|cuda]; with cuda
  * the copies run on the compute stream into pinned memory, and the test exits 77 where no GPU is
  * usable. */
 #include <stdlib.h>
@@ -23,7 +24,8 @@
 #define F 36
 #define B 24
 #define STEPS 13
-#define READ_EVERY 4 /* totals read with reset after every 4th step */
+#define READ_EVERY 4  /* totals read with reset after every 4th step */
+#define FAIL_BEFORE 6 /* a step that fails comes before step 6 (fail_step) */
 
 static ls_ctx *C;
 static ls_dataset *D;
@@ -58,6 +60,25 @@ static int same(const ls_train_totals *a, const ls_train_totals *b) {
            a->skipped == b->skipped;
 }
 
+/* A step that fails in its last micro-batch: a label outside the classes in a set filled by hand
+ * (the library's sets refuse one when built), the step's other micro-batches fine. It counts in
+ * neither the stats nor the totals: its first micro-batches' losses were added to the next step's
+ * totals (samples and loss_sum more than the steps' stats summed). On the CPU only: labels are
+ * checked where they are on the host (on a GPU they are the data set's promise). */
+static void fail_step(const plan *p, ls_trainer *t, int with_stats) {
+    if (C->device.type != LS_DEVICE_CPU) return;
+    static int32_t labels[N];
+    memcpy(labels, D->labels, sizeof labels);
+    ls_dataset bad = *D;
+    bad.id = 0;
+    bad.labels = labels;
+    int64_t idx[B * 3], n = (int64_t)B * p->accum;
+    for (int64_t i = 0; i < n; i++) idx[i] = i;
+    labels[n - 1] = 99;
+    ls_step_stats st;
+    LS_EXPECT_ERR(ls_trainer_step(t, &bad, idx, n, n, with_stats ? &st : NULL), LS_ERR_INVALID_ARGUMENT, "99");
+}
+
 /* Trains STEPS steps. totals 0: stats at every step, summed here per stretch of READ_EVERY steps
  * into part[]; 1: running totals, stats only at steps 2 and 9, totals read with reset after
  * every stretch into part[]. Returns the parameters. */
@@ -76,6 +97,7 @@ static float *run(const plan *p, int totals, ls_train_totals part[], int64_t *n_
         int64_t n = step_samples(p, k, idx);
         ls_step_stats st;
         int with_stats = !totals || k == 2 || k == 9;
+        if (k == FAIL_BEFORE) fail_step(p, t, with_stats);
         LS_REQUIRE_OK(ls_trainer_step(t, D, idx, n, n, with_stats ? &st : NULL));
         since += n;
         if (totals) { /* a progress line's read: every step counted, the samples that have arrived */
