@@ -1261,6 +1261,16 @@ static ls_status check_sync_bn_counts(ls_trainer *t, int64_t count) {
     return s;
 }
 
+/* Every index of idx[lo..hi) a sample of data, else the error names the first bad one by its place in
+ * the caller's idx (a micro-batch's or a chunk's gather would name its place there). */
+static ls_status check_indices(const char *fn, const ls_dataset *data, const int64_t *idx, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++)
+        if (idx[i] < 0 || idx[i] >= data->n)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: idx[%lld] = %lld is outside the data set of %lld samples", fn,
+                            (long long)i, (long long)idx[i], (long long)data->n);
+    return LS_OK;
+}
+
 static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats) {
     LS_CHECK_ARG(t && data && (idx || count <= 0), "ls_trainer_step: %s is NULL",
@@ -1288,6 +1298,8 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
         return ls_error(LS_ERR_INVALID_ARGUMENT, "step of %lld samples exceeds %d micro-batches of %lld",
                         (long long)count, accum, (long long)b);
     if (global_count < 1) return ls_error(LS_ERR_INVALID_ARGUMENT, "a step needs at least one sample");
+    /* before any work: a bad index in a later micro-batch would fail the step half done */
+    LS_CHECK(check_indices("ls_trainer_step", data, idx, 0, count));
     /* the gradient is divided by global_count: all ranks' samples, this rank's among them (on one
      * rank, exactly them) */
     if (global_count < count || (!t->comm && global_count != count))
@@ -1518,6 +1530,7 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
         s = eval_fold(t, slot, &q[slot], loss_sum, correct); /* the chunk LS_DOWNLOAD_SLOTS back */
         const ls_tensor *in, *logits;
         if (s == LS_OK) s = dslot_mem(t, d);
+        if (s == LS_OK) s = check_indices("ls_trainer_evaluate", data, idx, lo, lo + n);
         if (s == LS_OK) s = load_batch(t, data, idx + lo, n, 0);
         if (s != LS_OK) break;
         s = model_input(t, &in);

@@ -10,7 +10,8 @@
  * - a checkpoint state that its own load would refuse (world_size 0), saved as if it were fine;
  * - a host allocation of SIZE_MAX bytes (rounding wrapped it to a 64-byte block);
  * - ls_trainer_evaluate with a negative count, NULL data sets and indices, and a bad index in a
- *   later chunk (the error; then the same sums as before it);
+ *   later chunk (the error, naming its place in idx, not in its chunk; then the same sums as
+ *   before it), and a bad index in a step's third micro-batch (named by its place in idx);
  * - a sequential container given the same child twice (it was destroyed twice), or a NULL one;
  * - a model with fewer outputs than the data set's classes (an error on some label, naming neither);
  * - a checkpoint saved without an optimizer (ls_ckpt_save wrote one its resume refused);
@@ -228,6 +229,23 @@ int main(void) {
     LS_EXPECT_ERR(ls_trainer_step(t, NULL, idx, 8, 8, &st), LS_ERR_INVALID_ARGUMENT,
                   "ls_trainer_step: the data set is NULL");
     LS_EXPECT_ERR(ls_trainer_step(t, d, NULL, 8, 8, &st), LS_ERR_INVALID_ARGUMENT, "ls_trainer_step: idx is NULL");
+    { /* a bad index in the third micro-batch: named by its place in idx (it said "index 64 at
+         * position 3", the place in its micro-batch, from ls_dataset_gather), before any work */
+        ls_train_config tc3 = tc;
+        tc3.accum_steps = 3;
+        ls_trainer *t3 = NULL;
+        LS_REQUIRE_OK(ls_trainer_create(c, NULL, a, oa, &tc3, &t3));
+        int64_t ix[24];
+        for (int i = 0; i < 24; i++) ix[i] = (i * 5) % N;
+        ix[19] = N;
+        LS_EXPECT_ERR(ls_trainer_step(t3, d, ix, 24, 24, &st), LS_ERR_INVALID_ARGUMENT,
+                      "ls_trainer_step: idx[19] = 64 is outside the data set of 64 samples");
+        ix[19] = -2;
+        LS_EXPECT_ERR(ls_trainer_step(t3, d, ix, 24, 24, NULL), LS_ERR_INVALID_ARGUMENT,
+                      "ls_trainer_step: idx[19] = -2 is outside the data set of 64 samples");
+        LS_EXPECT(ls_trainer_num_steps(t3) == 0);
+        ls_trainer_destroy(t3);
+    }
     double loss = 0;
     int64_t correct = 0;
     LS_EXPECT_ERR(ls_trainer_evaluate(t, d, idx, -5, &loss, &correct), LS_ERR_INVALID_ARGUMENT,
@@ -243,7 +261,7 @@ int main(void) {
     LS_REQUIRE_OK(ls_trainer_evaluate(t, d, ev, 21, &loss0, &correct0));
     ev[19] = N;
     LS_EXPECT_ERR(ls_trainer_evaluate(t, d, ev, 21, &loss, &correct), LS_ERR_INVALID_ARGUMENT,
-                  "ls_dataset_gather: index 64 at position 3 is outside [0, 64)");
+                  "ls_trainer_evaluate: idx[19] = 64 is outside the data set of 64 samples");
     ev[19] = (19 * 7) % N;
     LS_REQUIRE_OK(ls_trainer_evaluate(t, d, ev, 21, &loss, &correct));
     LS_EXPECT(loss == loss0 && correct == correct0 && loss0 > 0);
