@@ -222,7 +222,7 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'p': o->progress = 1; break;
         case 'N': o->progress = 0; break;
         case 'J': STR_OPT("--metrics", o->metrics); break;
-        case 'h': usage(stdout); exit(0);
+        case 'h': usage(stdout); exit(ex_exit_status("fashion_mlp", 0));
         default: /* getopt said what was wrong; 120 lines of help per rank buried it */
             fprintf(stderr, "Try 'fashion_mlp --help' for the options.\n");
             return -1;

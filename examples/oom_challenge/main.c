@@ -107,7 +107,7 @@ static int parse_options(int argc, char **argv, options *o) {
         case 'D': STR_OPT("--device", o->device); break;
         case 'C': STR_OPT("--comm", o->comm); break;
         case 'm': o->measure = 1; break;
-        case 'h': usage(stdout); exit(0);
+        case 'h': usage(stdout); exit(ex_exit_status("oom_challenge", 0));
         default: /* getopt said what was wrong; 120 lines of help per rank buried it */
             fprintf(stderr, "Try 'oom_challenge --help' for the options.\n");
             return -1;

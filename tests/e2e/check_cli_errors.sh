@@ -422,6 +422,13 @@ out=$("$mlp" "${small[@]}" 2>&1 >/dev/full)
 rc=$?
 [ "$rc" = 1 ] && grep -qF "fashion_mlp: cannot write the output (stdout)" <<<"$out" ||
     fail "stdout to /dev/full: exit status $rc: $out"
+# --help to a stdout that cannot be written: exit 1, said (it exited 0), as lockstep-run's
+for p in "$mlp" "$resnet" "$oom"; do
+    out=$("$p" --help 2>&1 >/dev/full)
+    rc=$?
+    [ "$rc" = 1 ] && grep -qF "$(basename "$p"): cannot write the output (stdout)" <<<"$out" ||
+        fail "$(basename "$p") --help to /dev/full: exit status $rc: $out"
+done
 # stdout closed: no file the run writes is its fd 1 (the epoch lines went into --metrics, with
 # --save-async into the checkpoint's files, and into the timeline)
 d=$(mktemp -d)
