@@ -33,8 +33,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: oom_challenge [options]\n"
                "Trains a ResNet at a batch that does not fit a memory cap, shows the out-of-memory error, then\n"
                "each remedy alone and all together, and prints peak memory and step time for each.\n\n"
-               "  --memory-cap SIZE     the cap (default 48GiB on a GPU; on the CPU $LOCKSTEP_MEMORY_LIMIT,\n"
-               "                        else 384MiB)\n"
+               "  --memory-cap SIZE     the cap (default on a GPU LOCKSTEP_GPU_MEMORY's limit:SIZE, else 48GiB;\n"
+               "                        on the CPU $LOCKSTEP_MEMORY_LIMIT, else 384MiB)\n"
                "  --batch-size N        the batch that does not fit (default 256; at least 2: remedy 1 is smaller)\n"
                "  --small-batch N       remedy 1: the smaller batch (default a quarter of --batch-size)\n"
                "  --precision bf16|fp16 remedy 2: mixed precision (default bf16)\n"
@@ -287,14 +287,17 @@ int main(int argc, char **argv) {
     }
     size_t cap;
     ls_memory_stats host_st;
-    ls_allocator_stats(ctx->alloc, &host_st); /* on the CPU: LOCKSTEP_MEMORY_LIMIT's cap, if set */
-    const char *env_cap = getenv("LOCKSTEP_MEMORY_LIMIT");
-    const int use_env = !o.memory_cap && !gpu && host_st.cap_bytes > 0;
+    /* the environment's cap, if set: on the CPU LOCKSTEP_MEMORY_LIMIT's, on a GPU
+     * LOCKSTEP_GPU_MEMORY's limit (it was replaced by the default 48GiB, which the banner printed,
+     * while the limit went on capping what the allocator holds) */
+    ls_allocator_stats(ctx->alloc, &host_st);
+    const char *env_name = gpu ? "LOCKSTEP_GPU_MEMORY" : "LOCKSTEP_MEMORY_LIMIT", *env_cap = getenv(env_name);
+    const int use_env = !o.memory_cap && host_st.cap_bytes > 0;
     char from[160];
     what = "--memory-cap";
     if (use_env) {
         cap = host_st.cap_bytes;
-        snprintf(from, sizeof from, "LOCKSTEP_MEMORY_LIMIT=%.120s", env_cap ? env_cap : "");
+        snprintf(from, sizeof from, "%s=%.120s", env_name, env_cap ? env_cap : "");
     } else {
         const char *text = o.memory_cap ? o.memory_cap : gpu ? "48GiB" : "384MiB";
         if ((s = ls_memory_parse_cap(text, &cap)) != LS_OK) goto fail;

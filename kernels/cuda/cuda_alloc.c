@@ -75,6 +75,8 @@ typedef struct cu_alloc {
     size_t cap;             /* limit on reserved (0: none) */
     int has_arena;          /* reserve mode: the large pool holds one SEG_ARENA segment */
     cudaError_t hard_error; /* this call's cudaMalloc failed for another reason than memory */
+    size_t cap_refused;     /* this call's last segment refused by the cap (its size; 0: none) */
+    char policy[256];       /* LOCKSTEP_GPU_MEMORY, for errors */
     uint64_t n_cuda_malloc, n_cuda_free;
     /* staged uploads (created on first use): a copy stream, and per slot the end of its last
      * copies (done) and the compute work that last reads its device buffers (released); deferred
@@ -237,7 +239,11 @@ static int add_segment(cu_alloc *a, int pool_id, size_t seg_size, int arena) {
         s->kind = SEG_CUDA;
     }
     if (s->kind != SEG_CARVED) {
-        if (a->cap && (seg_size > a->cap || a->reserved > a->cap - seg_size)) goto fail;
+        a->cap_refused = 0;
+        if (a->cap && (seg_size > a->cap || a->reserved > a->cap - seg_size)) {
+            a->cap_refused = seg_size;
+            goto fail;
+        }
         void *p = NULL;
         cudaError_t e = cudaMalloc(&p, seg_size);
         if (e != cudaSuccess) {
@@ -351,6 +357,7 @@ static void *cu_alloc_fn(void *state, size_t bytes) {
     (void)cudaGetDevice(&prev);
     if (prev != a->device) (void)cudaSetDevice(a->device);
     a->hard_error = cudaSuccess;
+    a->cap_refused = 0;
     cu_block *b = pool_alloc(a, pool_id, size);
     if (b && tab_put(a, b) != 0) {
         give_back(&a->pools[pool_id], b);
@@ -373,6 +380,38 @@ static ls_status cu_alloc_error_fn(void *state) {
                     "cuda:%d: cudaMalloc failed with %s (%s): not out of memory; an earlier kernel or "
                     "copy may have failed (run with CUDA_LAUNCH_BLOCKING=1 to find it)",
                     a->device, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+/* After cu_alloc_fn returned NULL for want of memory: the limit that refused a segment (it counts
+ * the memory held from the device, cached blocks and the rest of segments too, so it can refuse
+ * where the blocks in use and the request are under it), or the device's free memory. */
+static void cu_oom_detail_fn(void *state, char *buf, size_t len) {
+    cu_alloc *a = state;
+    char b1[32], b2[32], b3[32];
+    pthread_mutex_lock(&a->mu);
+    size_t held = a->reserved, seg = a->cap_refused;
+    pthread_mutex_unlock(&a->mu);
+    if (seg) {
+        snprintf(buf, len,
+                 "it holds %s from cuda:%d, and a segment of %s more would pass the limit of %s "
+                 "(LOCKSTEP_GPU_MEMORY=%s)",
+                 ls_memory_format(held, b1, 32), a->device, ls_memory_format(seg, b2, 32),
+                 ls_memory_format(a->cap, b3, 32), a->policy);
+        return;
+    }
+    size_t free_b = 0, total_b = 0;
+    int prev = -1;
+    (void)cudaGetDevice(&prev);
+    if (prev != a->device) (void)cudaSetDevice(a->device);
+    cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+    if (prev >= 0 && prev != a->device) (void)cudaSetDevice(prev);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(buf, len, "it holds %s from cuda:%d", ls_memory_format(held, b1, 32), a->device);
+        return;
+    }
+    snprintf(buf, len, "it holds %s from cuda:%d, which has %s free of %s", ls_memory_format(held, b1, 32), a->device,
+             ls_memory_format(free_b, b2, 32), ls_memory_format(total_b, b3, 32));
 }
 
 static void cu_free_fn(void *state, void *ptr, size_t bytes) {
@@ -571,9 +610,9 @@ static void cu_destroy_fn(void *state) {
 }
 
 static const ls_allocator_vtable ls_cuda_vtable = {
-    "cuda caching", cu_alloc_fn,       cu_free_fn,      cu_copy_fn,          cu_zero_fn,         cu_reserved_fn,
-    cu_destroy_fn,  cu_host_alloc_fn,  cu_host_free_fn, cu_upload_fn,        cu_join_fn,         cu_upload_wait_fn,
-    cu_release_fn,  cu_alloc_error_fn, cu_download_fn,  cu_download_wait_fn, cu_download_done_fn};
+    "cuda caching", cu_alloc_fn,       cu_free_fn,      cu_copy_fn,          cu_zero_fn,          cu_reserved_fn,
+    cu_destroy_fn,  cu_host_alloc_fn,  cu_host_free_fn, cu_upload_fn,        cu_join_fn,          cu_upload_wait_fn,
+    cu_release_fn,  cu_alloc_error_fn, cu_download_fn,  cu_download_wait_fn, cu_download_done_fn, cu_oom_detail_fn};
 
 /* ---- policy ---- */
 ls_status ls_cuda_allocator_create(ls_cuda_state *cs, ls_device dev, ls_allocator **out) {
@@ -586,6 +625,7 @@ ls_status ls_cuda_allocator_create(ls_cuda_state *cs, ls_device dev, ls_allocato
     a->cs = cs;
     a->device = cs->device;
     a->cap = pol.limit;
+    snprintf(a->policy, sizeof a->policy, "%s", pol.limit ? getenv("LOCKSTEP_GPU_MEMORY") : "");
     pthread_mutex_init(&a->mu, NULL);
     ls_status s = LS_OK;
     if (pol.reserve_fraction > 0 || pol.reserve_bytes > 0) {
@@ -609,13 +649,15 @@ ls_status ls_cuda_allocator_create(ls_cuda_state *cs, ls_device dev, ls_allocato
     }
     ls_allocator *al = NULL;
     LS_CHECK_GOTO(ls_allocator_create(&ls_cuda_vtable, a, dev, pol.limit, &al), s, fail);
-    if (pol.limit)
+    if (pol.limit) {
+        /* the cap's errors say where it comes from, also when a program sets a hint of its own */
+        char from[sizeof a->policy + 32];
+        snprintf(from, sizeof from, "LOCKSTEP_GPU_MEMORY=%s", a->policy);
+        ls_allocator_set_cap_from(al, pol.limit, from);
         snprintf(hint, sizeof hint,
-                 "The cap comes from LOCKSTEP_GPU_MEMORY=%s. To fit, use a smaller batch (--batch-size), mixed "
-                 "precision (--precision bf16 or --precision fp16) or activation checkpointing "
-                 "(--checkpoint-activations)",
-                 getenv("LOCKSTEP_GPU_MEMORY"));
-    else
+                 "To fit, use a smaller batch (--batch-size), mixed precision (--precision bf16 or --precision "
+                 "fp16) or activation checkpointing (--checkpoint-activations)");
+    } else
         snprintf(hint, sizeof hint,
                  "The GPU (%s) has %s in all, with no cap set (LOCKSTEP_GPU_MEMORY). To fit, use a smaller batch "
                  "(--batch-size), mixed precision (--precision bf16 or --precision fp16) or activation "

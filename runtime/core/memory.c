@@ -126,7 +126,7 @@ static ls_status ls_host_zero(void *state, void *ptr, size_t n) {
 }
 static const ls_allocator_vtable ls_host_vtable = {
     "host", ls_host_alloc, ls_host_free, ls_host_copy, ls_host_zero, NULL, NULL, NULL, NULL,
-    NULL,   NULL,          NULL,         NULL,         NULL,         NULL, NULL, NULL};
+    NULL,   NULL,          NULL,         NULL,         NULL,         NULL, NULL, NULL, NULL};
 
 ls_status ls_allocator_create(const ls_allocator_vtable *vt, void *state, ls_device device, size_t cap_bytes,
                               ls_allocator **out) {
@@ -240,15 +240,20 @@ ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out) 
         }
     }
     if (!p || ls_table_put(a, p, bytes) != 0) {
+        /* the backend's reason (a limit on what it holds, a full device): the cap checked above
+         * was not what refused, and without it the error named no cap at all */
+        char detail[384] = "";
+        if (!p && a->vt->oom_detail) a->vt->oom_detail(a->state, detail, sizeof detail);
         if (p) a->vt->free(a->state, p, bytes);
         ls_memory_stats s = a->st;
         pthread_mutex_unlock(&a->mu);
         return ls_error(LS_ERR_OUT_OF_MEMORY,
-                        "out of memory on %s: the %s allocator could not provide %s for %s; %s is "
+                        "out of memory on %s: the %s allocator could not provide %s for %s%s%s%s; %s is "
                         "already in use, the peak so far is %s%s%s",
                         ls_device_str(a->device, dev, sizeof dev), a->vt->name, ls_memory_format(bytes, b1, 32),
-                        what ? what : "an unnamed buffer", ls_memory_format(s.live_bytes, b3, 32),
-                        ls_memory_format(s.peak_bytes, b4, 32), a->hint[0] ? ". " : "", a->hint);
+                        what ? what : "an unnamed buffer", detail[0] ? " (" : "", detail, detail[0] ? ")" : "",
+                        ls_memory_format(s.live_bytes, b3, 32), ls_memory_format(s.peak_bytes, b4, 32),
+                        a->hint[0] ? ". " : "", a->hint);
     }
     a->st.live_bytes += bytes;
     if (a->st.live_bytes > a->st.peak_bytes) a->st.peak_bytes = a->st.live_bytes;

@@ -60,6 +60,9 @@ typedef struct ls_allocator_vtable {
     ls_status (*download_wait)(void *state, int slot);
     /* Optional: *done = 1 when the slot's copies have finished, without waiting. NULL: 1. */
     ls_status (*download_done)(void *state, int slot, int *done);
+    /* Optional: after alloc returned NULL for want of memory, why, in words for the error (the
+     * limit the backend keeps on what it holds, or the device's free memory), into buf. */
+    void (*oom_detail)(void *state, char *buf, size_t len);
 } ls_allocator_vtable;
 
 /* Host memory (64-byte aligned). cap_bytes 0 means no cap. */

@@ -53,7 +53,7 @@ static void fake_host_free(void *st, void *p) {
     free(p);
 }
 static const ls_allocator_vtable fake_vt = {
-    "fake-cuda", fake_alloc, fake_free, fake_copy, fake_zero, NULL, NULL, fake_host_alloc, fake_host_free, NULL,
+    "fake-cuda", fake_alloc, fake_free, fake_copy, fake_zero, NULL, NULL, fake_host_alloc, fake_host_free, NULL, NULL,
     NULL,        NULL,       NULL,      NULL,      NULL,      NULL, NULL};
 
 static ls_comm *C;

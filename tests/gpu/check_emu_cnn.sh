@@ -64,6 +64,32 @@ grep -q "out of memory on cuda:0: cannot allocate .* the cap is 6.00 MiB" <<<"$o
 grep -q "To fit: a smaller --batch-size, --precision bf16|fp16 .* or --checkpoint-activations" <<<"$out" ||
     fail "oom_challenge: the error does not name the remedies"
 grep -q "^challenge met: the baseline exceeds the cap and every remedy fits" <<<"$out" || fail "oom_challenge: not met"
+# LOCKSTEP_GPU_MEMORY=limit:SIZE: the cap of the caching allocator, which counts the memory it holds
+# from the device (its cache and 2 MiB segments included), not only the blocks in use. Each
+# out-of-memory error states the cap and where it comes from, also where the limit on held memory
+# is what refused (it used to say "could not provide 3.06 MiB; 1016.51 KiB is already in use", no
+# cap, under a limit of 4.5 MiB; under 1 KiB "could not provide 144 B ...; 0 B is already in use")
+out=$(LOCKSTEP_GPU_MEMORY=limit:1KiB "$prog" "${base[@]}" --device cuda --epochs 1 --max-steps 1 2>&1) &&
+    fail "a 1 KiB limit: the model fitted: $out"
+echo "$out"
+grep -qF "could not provide 144 B for conv2d weight (it holds 0 B from cuda:0, and a segment of 2.00 MiB more would pass the limit of 1.00 KiB (LOCKSTEP_GPU_MEMORY=limit:1KiB)); 0 B is already in use, the peak so far is 0 B. The model" <<<"$out" ||
+    fail "a 1 KiB limit: the error does not state the limit"
+out=$(LOCKSTEP_GPU_MEMORY=limit:4.5MiB "$prog" "${base[@]}" --device cuda --epochs 1 --train-limit 256 --batch-size 256 --max-steps 1 2>&1) &&
+    fail "a 4.5 MiB limit: batch 256 fitted: $out"
+echo "$out"
+grep -qF "could not provide 3.06 MiB for conv2d output (it holds 2.00 MiB from cuda:0, and a segment of 4.00 MiB more would pass the limit of 4.50 MiB (LOCKSTEP_GPU_MEMORY=limit:4.5MiB)); 1016.51 KiB is already in use, the peak so far is 1016.51 KiB. To fit, try a smaller --batch-size" <<<"$out" ||
+    fail "a 4.5 MiB limit: the error does not state the limit"
+out=$(LOCKSTEP_GPU_MEMORY=limit:3MiB "$prog" "${base[@]}" --device cuda --epochs 1 --train-limit 256 --batch-size 256 --max-steps 1 2>&1) &&
+    fail "a 3 MiB limit: batch 256 fitted: $out"
+grep -qF "cannot allocate 3.06 MiB for conv2d output; the cap is 3.00 MiB (LOCKSTEP_GPU_MEMORY=limit:3MiB), " <<<"$out" ||
+    fail "a 3 MiB limit: the error does not say where the cap comes from: $out"
+# oom_challenge takes the limit for its cap where --memory-cap is not given (it said "cap 48.00 GiB")
+out=$(LOCKSTEP_GPU_MEMORY=limit:6MiB "$oom" --device cuda --widths 4,8 --blocks 1 --image-size 16 --batch-size 64 --steps 1 2>&1) ||
+    fail "oom_challenge under LOCKSTEP_GPU_MEMORY=limit:6MiB: $out"
+echo "$out"
+grep -q "^oom_challenge: device cuda:0, 1 rank, cap 6.00 MiB per rank" <<<"$out" || fail "oom_challenge: not the limit's cap"
+grep -qF "the cap is 6.00 MiB (LOCKSTEP_GPU_MEMORY=limit:6MiB), " <<<"$out" ||
+    fail "oom_challenge under a limit: the error does not state the cap and where it comes from"
 # bf16 with 2 micro-batches and recomputation: the weights' bf16 copies are cast once per step (a
 # multi-tensor launch), not at each of the 4 forwards, and the gradients zeroed in multi-tensor
 # launches, not a memset each. The launches and memsets of step 2 (EMU_TRACE: the run to step 2

@@ -207,8 +207,9 @@ static void release_and_retry(void) {
     LS_EXPECT(stub_frees == f + 1); /* the cached 60 MiB went back */
     /* more than the device has: out of memory, naming the request, the GPU and the remedies */
     LS_EXPECT_ERR(ls_alloc(a, 200 * MIB, "activations", &p), LS_ERR_OUT_OF_MEMORY,
-                  "out of memory on cuda:0: the cuda caching allocator could not provide 200.00 MiB for activations; "
-                  "80.00 MiB is already in use, the peak so far is 80.00 MiB. The GPU (stub GPU) has 100.00 MiB in "
+                  "out of memory on cuda:0: the cuda caching allocator could not provide 200.00 MiB for activations "
+                  "(it holds 80.00 MiB from cuda:0, which has 20.00 MiB free of 100.00 MiB); 80.00 MiB is already in "
+                  "use, the peak so far is 80.00 MiB. The GPU (stub GPU) has 100.00 MiB in "
                   "all, with no cap set (LOCKSTEP_GPU_MEMORY). To fit, use a smaller batch (--batch-size), mixed "
                   "precision (--precision bf16 or --precision fp16) or activation checkpointing "
                   "(--checkpoint-activations)");
@@ -231,9 +232,23 @@ static void release_and_retry(void) {
     if (s == LS_OK) ls_free(a, p);
     /* past the cap: the cap's error */
     LS_EXPECT_ERR(ls_alloc(a, 65 * MIB, "activations", &p), LS_ERR_OUT_OF_MEMORY,
-                  "cannot allocate 65.00 MiB for activations; the cap is 64.00 MiB, 0 B is already in use, the peak "
-                  "so far is 64.00 MiB. The cap comes from LOCKSTEP_GPU_MEMORY=limit:64MiB,reserve:1. To fit, use a "
-                  "smaller batch (--batch-size)");
+                  "cannot allocate 65.00 MiB for activations; the cap is 64.00 MiB "
+                  "(LOCKSTEP_GPU_MEMORY=limit:64MiB,reserve:1), 0 B is already in use, the peak so far is 64.00 MiB. "
+                  "To fit, use a smaller batch (--batch-size)");
+    ls_allocator_destroy(a);
+
+    /* the limit counts what is held from the device: 4 KiB in use (a 2 MiB small segment) and 3
+     * MiB more (a 4 MiB segment) pass a 5 MiB limit, though 3 MiB + 4 KiB are under it; the error
+     * states the limit (it stated no cap at all) */
+    stub_reset();
+    LS_REQUIRE_OK(make("limit:5MiB", &a));
+    LS_REQUIRE_OK(ls_alloc(a, 4096, "small", &p));
+    LS_EXPECT_ERR(ls_alloc(a, 3 * MIB, "activations", &q), LS_ERR_OUT_OF_MEMORY,
+                  "out of memory on cuda:0: the cuda caching allocator could not provide 3.00 MiB for activations "
+                  "(it holds 2.00 MiB from cuda:0, and a segment of 4.00 MiB more would pass the limit of 5.00 MiB "
+                  "(LOCKSTEP_GPU_MEMORY=limit:5MiB)); 4.00 KiB is already in use, the peak so far is 4.00 KiB. To "
+                  "fit, use a smaller batch (--batch-size)");
+    ls_free(a, p);
     ls_allocator_destroy(a);
     expect_all_returned("release and retry");
 }
