@@ -34,8 +34,8 @@ static void usage(FILE *f) {
                "                  tensors (names, dtypes, shapes) against the model and optimizer it\n"
                "                  records;\n"
                "                  PATH is a checkpoint (DIR/step-N) or a checkpoint directory (each\n"
-               "                  step-N in it); exit status 1 when any is damaged, or of a newer\n"
-               "                  format than this build reads (NEWER FORMAT)\n"
+               "                  step-N in it); exit status 1 when any is damaged, of a newer\n"
+               "                  format than this build reads (NEWER FORMAT), or not there (MISSING)\n"
                "  info PATH       the checkpoint's step, epoch, ranks and batch, optimizer, schedule and\n"
                "                  files (PATH a checkpoint directory: its newest valid checkpoint)\n"
                "  tensors FILE    a safetensors file's tensors: name, dtype, shape, bytes (any file, one\n"
@@ -109,8 +109,11 @@ static int verify(int n, char **paths) {
         const char *p = paths[i];
         struct stat sb;
         if (!is_dir(p)) {
-            printf("DAMAGED  %s: %s\n", p,
-                   stat(p, &sb) == 0 ? "not a directory (a checkpoint is a step-N directory)" : "no such directory");
+            /* a path that is not there is missing, not a damaged checkpoint (a typo) */
+            if (stat(p, &sb) == 0)
+                printf("DAMAGED  %s: not a directory (a checkpoint is a step-N directory)\n", p);
+            else
+                printf("MISSING  %s: %s\n", p, strerror(errno));
             bad++;
             continue;
         }

@@ -180,7 +180,7 @@ usage_err "diff: expected two paths, A and B, but 'C' is a third" diff A B C
 run 0 --version
 grep -qxE "lockstep-ckpt [0-9]+\.[0-9]+\.[0-9]+" "$tmp/out" || fail "--version: $(cat "$tmp/out")"
 run 1 verify /nonexistent
-expect_out "DAMAGED  /nonexistent: no such directory"
+expect_out "MISSING  /nonexistent: No such file or directory"
 # a file is not "no such directory"; a file named as a checkpoint is not one (a resume ignores it)
 run 1 verify z.st
 expect_out "DAMAGED  z.st: not a directory (a checkpoint is a step-N directory)"
