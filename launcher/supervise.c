@@ -413,6 +413,15 @@ static double mono_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The job is killed grace seconds from now (for why), unless an earlier kill is already set. */
+static void kill_deadline(double *kill_at, double *kill_grace, const char **kill_why, double grace, const char *why) {
+    const double at = mono_now() + grace;
+    if (*kill_at >= 0 && *kill_at <= at) return;
+    *kill_at = at;
+    *kill_grace = grace;
+    *kill_why = why;
+}
+
 int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], const char *job_id, int mpirun,
                   double abort_grace, int *stopped, int *signalled) {
     *stopped = 0;
@@ -501,12 +510,7 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
              * abort_grace seconds later unless it has ended, or a stop has set an earlier end. */
             if (mpirun && !child_done && !killed && !*abort_why) {
                 snprintf(abort_why, sizeof abort_why, "a rank's abort (MPI_Abort, process %ld)", (long)info.si_pid);
-                double at = mono_now() + abort_grace;
-                if (kill_at < 0 || at < kill_at) {
-                    kill_at = at;
-                    kill_grace = abort_grace;
-                    kill_why = abort_why;
-                }
+                kill_deadline(&kill_at, &kill_grace, &kill_why, abort_grace, abort_why);
             }
             continue;
         }
@@ -547,11 +551,7 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
                         "lockstep-run: second SIG%s: the job is killed (SIGKILL) if it has not ended %g s from now, "
                         "at once on a third\n",
                         name, LSR_KILL_GRACE);
-                if (kill_at < 0 || mono_now() + LSR_KILL_GRACE < kill_at) {
-                    kill_at = mono_now() + LSR_KILL_GRACE;
-                    kill_grace = LSR_KILL_GRACE;
-                    kill_why = "the second stop signal";
-                }
+                kill_deadline(&kill_at, &kill_grace, &kill_why, LSR_KILL_GRACE, "the second stop signal");
             }
             if (job_id) {
                 /* as with mpirun: SIGHUP and SIGQUIT reach the ranks as SIGTERM, the signal a
@@ -625,11 +625,7 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
                                  : exe,
                         procs);
                 signal_job(SIGTERM);
-                if (kill_at < 0 || mono_now() + LSR_KILL_GRACE < kill_at) {
-                    kill_at = mono_now() + LSR_KILL_GRACE;
-                    kill_grace = LSR_KILL_GRACE;
-                    kill_why = "a SIGTERM to what was left of it";
-                }
+                kill_deadline(&kill_at, &kill_grace, &kill_why, LSR_KILL_GRACE, "a SIGTERM to what was left of it");
             }
         }
     }
