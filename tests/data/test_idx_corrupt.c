@@ -311,6 +311,27 @@ static void check_fashion_small(void) {
     ls_dataset_destroy(d);
     d = NULL;
     char path[600];
+    /* with a limit the labels file is still read to its end (its gzip checksum: a corrupt stream
+     * gave labels of garbage without a word under --train-limit) */
+    {
+        static uint8_t lab[64], gzb[256];
+        size_t m = make_idx(lab, 1, (const uint32_t[]){6}, 0);
+        memcpy(lab + m, labels, 6);
+        m += 6;
+        uLongf glen = sizeof gzb;
+        snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", good);
+        write_gz(path, lab, m);
+        FILE *f = fopen(path, "rb");
+        LS_REQUIRE(f != NULL);
+        glen = (uLongf)fread(gzb, 1, sizeof gzb, f);
+        fclose(f);
+        gzb[glen - 8] ^= 0x55; /* the CRC32 in the trailer */
+        write_plain(path, gzb, glen);
+        LS_EXPECT_ERR(ls_fashion_mnist_load(good, 1, 4, &d), LS_ERR_FORMAT,
+                      EXPECTED("'%s': corrupt gzip stream", path));
+        LS_EXPECT(d == NULL);
+        write_gz(path, lab, m); /* back to the good file */
+    }
     snprintf(path, sizeof path, "%s/t10k-labels-idx1-ubyte.gz", good);
     LS_EXPECT_ERR(ls_fashion_mnist_load(good, 0, 0, &d), LS_ERR_IO,
                   EXPECTED("cannot open '%s': No such file or directory", path));
@@ -343,6 +364,19 @@ static void check_fashion_small(void) {
             ls_dataset_destroy(d);
             d = NULL;
         }
+        /* an un-gzipped images file shorter or longer than its header says is refused with a limit
+         * too (its size is known without reading it): it was read as far as the limit */
+        n = make_idx(raw, 3, dims, 72);
+        snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", good);
+        write_plain(path, raw, n - 1);
+        LS_EXPECT_ERR(ls_fashion_mnist_load(good, 1, 2, &d), LS_ERR_FORMAT,
+                      EXPECTED("'%s' is truncated: expected 72 bytes of data, found 71", path));
+        LS_EXPECT(d == NULL);
+        raw[n] = 0;
+        write_plain(path, raw, n + 1);
+        LS_EXPECT_ERR(ls_fashion_mnist_load(good, 1, 2, &d), LS_ERR_FORMAT,
+                      EXPECTED("'%s' has extra data after the 72 bytes its IDX dimensions describe", path));
+        LS_EXPECT(d == NULL);
         snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", good);
         unlink(path);
         snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte", good);
@@ -361,6 +395,10 @@ static void check_fashion_small(void) {
     static const uint8_t bad_labels[6] = {0, 9, 10, 3, 1, 7}; /* 10: the first bad one */
     const char *badlab = make_fashion_dir("badlabel", 6, bad_labels, 6);
     LS_EXPECT_ERR(ls_fashion_mnist_load(badlab, 1, 0, &d), LS_ERR_FORMAT,
+                  EXPECTED("'%s/train-labels-idx1-ubyte.gz': label 10 at index 2 is out of range", badlab));
+    LS_EXPECT(d == NULL);
+    /* ... also where a limit leaves it out: the file is not Fashion-MNIST's */
+    LS_EXPECT_ERR(ls_fashion_mnist_load(badlab, 1, 2, &d), LS_ERR_FORMAT,
                   EXPECTED("'%s/train-labels-idx1-ubyte.gz': label 10 at index 2 is out of range", badlab));
     LS_EXPECT(d == NULL);
     remove_fashion_dir(badlab);
