@@ -678,8 +678,17 @@ static int fashion_path(char *out, size_t size, const char *dir, const char *pre
 ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_dataset **out) {
     if (!out) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_fashion_mnist_load: out is NULL");
     *out = NULL;
-    if (!dir || !dir[0]) dir = getenv("LOCKSTEP_FASHION_DIR");
-    if (!dir || !dir[0]) dir = LS_FASHION_DEFAULT_DIR;
+    /* where the directory came from, for the hint of an I/O error: LOCKSTEP_FASHION_DIR is no
+     * remedy where the caller gave one (a program's --data-dir overrides it) */
+    const char *from = "";
+    if (!dir || !dir[0]) {
+        dir = getenv("LOCKSTEP_FASHION_DIR");
+        from = ", from LOCKSTEP_FASHION_DIR";
+    }
+    if (!dir || !dir[0]) {
+        dir = LS_FASHION_DEFAULT_DIR;
+        from = NULL;
+    }
     const char *prefix = train ? "train" : "t10k";
     char ipath[4096], lpath[4096];
     if (!fashion_path(ipath, sizeof ipath, dir, prefix, "images-idx3-ubyte") ||
@@ -728,7 +737,11 @@ fail:
     if (st == LS_ERR_IO && strlen(ls_last_error()) < 700) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", ls_last_error());
-        ls_error(st, "%s (Fashion-MNIST directory '%s'; pass another or set LOCKSTEP_FASHION_DIR)", msg, dir);
+        if (from)
+            ls_error(st, "%s (Fashion-MNIST directory '%s'%s)", msg, dir, from);
+        else
+            ls_error(st, "%s (the default Fashion-MNIST directory '%s': set LOCKSTEP_FASHION_DIR or pass another)", msg,
+                     dir);
     }
     ls_dataset_destroy(d);
     ls_idx_free(&img);

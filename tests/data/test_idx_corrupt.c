@@ -334,8 +334,16 @@ static void check_fashion_small(void) {
     }
     snprintf(path, sizeof path, "%s/t10k-labels-idx1-ubyte.gz", good);
     LS_EXPECT_ERR(ls_fashion_mnist_load(good, 0, 0, &d), LS_ERR_IO,
-                  EXPECTED("cannot open '%s': No such file or directory", path));
+                  EXPECTED("cannot open '%s': No such file or directory (Fashion-MNIST directory '%s')", path, good));
     LS_EXPECT(d == NULL);
+    /* the error says where the directory came from: LOCKSTEP_FASHION_DIR is a remedy only where
+     * no directory was given (a program's --data-dir overrides it) */
+    LS_REQUIRE(setenv("LOCKSTEP_FASHION_DIR", good, 1) == 0);
+    LS_EXPECT_ERR(
+        ls_fashion_mnist_load(NULL, 0, 0, &d), LS_ERR_IO,
+        EXPECTED("No such file or directory (Fashion-MNIST directory '%s', from LOCKSTEP_FASHION_DIR)", good));
+    LS_EXPECT(d == NULL);
+    LS_REQUIRE(unsetenv("LOCKSTEP_FASHION_DIR") == 0);
     /* un-gzipped files (gunzip's result) are read where no .gz is there: the same set; the images
      * un-gzipped beside the labels' .gz, then both */
     {
