@@ -18,9 +18,12 @@ int ex_parse_i64(const char *prog, const char *flag, const char *s, int64_t min,
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || errno || v < min || v > max) {
+    /* digits with an optional '-' only: strtoll also took leading spaces and a '+' */
+    int plain = (s[0] >= '0' && s[0] <= '9') || (s[0] == '-' && s[1] >= '0' && s[1] <= '9');
+    if (!plain || *end != '\0' || errno || v < min || v > max) {
         if (max == INT64_MAX)
-            fprintf(stderr, "%s: %s '%s' must be a whole number >= %lld\n", prog, flag, s, (long long)min);
+            fprintf(stderr, "%s: %s '%s' must be a whole number >= %lld%s\n", prog, flag, s, (long long)min,
+                    plain && *end == '\0' && errno == ERANGE && v == LLONG_MAX ? " (at most 9223372036854775807)" : "");
         else
             fprintf(stderr, "%s: %s '%s' must be a whole number from %lld to %lld\n", prog, flag, s, (long long)min,
                     (long long)max);

@@ -90,8 +90,11 @@ usage "--accum-steps '4294967296' must be a whole number from 1 to 65536" "$mlp"
 usage "--keep-last '4294967298' must be a whole number from 0 to 1000000" "$mlp" --keep-last 4294967298
 usage "--keep-last '2147483648' must be a whole number from 0 to 1000000" "$resnet" --keep-last 2147483648
 usage "--checkpoint-activations '4294967296' must be a whole number from 1 to 1000000" "$mlp" --checkpoint-activations=4294967296
-usage "--seed '99999999999999999999' must be a whole number >= 0" "$mlp" --seed 99999999999999999999
-usage "--max-steps '99999999999999999999' must be a whole number >= 1" "$mlp" --max-steps 99999999999999999999
+usage "--seed '99999999999999999999' must be a whole number >= 0 (at most 9223372036854775807)" "$mlp" --seed 99999999999999999999
+usage "--max-steps '99999999999999999999' must be a whole number >= 1 (at most 9223372036854775807)" "$mlp" --max-steps 99999999999999999999
+# digits only, as lockstep-run's -n: a leading space or '+' was taken
+usage "--max-steps ' 5' must be a whole number >= 1" "$mlp" --max-steps ' 5'
+usage "--epochs '+2' must be a whole number from 0 to 1000000" "$resnet" --epochs +2
 usage "--lr 'inf' must be a finite number >= 0" "$mlp" --lr inf
 usage "--momentum '1e400' must be a finite number >= 0" "$mlp" --momentum 1e400
 # past a float's range, the configs' type: inf in training (a weight decay trained into NaN and an
