@@ -402,10 +402,37 @@ ls_status ex_gpu_monitor_report(ls_gpu_monitor *m, ls_comm *comm, int rank) {
     return LS_OK;
 }
 
+/* The lines of f (from its start) that ex_truncate_step_file keeps go to g, or, g NULL, only
+ * counted: *prefix_end is then the offset after the last line kept before the first one dropped,
+ * and *prefix 1 where no line after that is kept (the lines kept are the file's first bytes). */
+static void step_lines(FILE *f, FILE *g, int64_t last, long *prefix_end, int *prefix) {
+    char line[4096];
+    int dropped = 0;
+    *prefix_end = 0;
+    *prefix = 1;
+    while (fgets(line, sizeof line, f)) {
+        if (!strchr(line, '\n')) break; /* a last line cut short (the run died writing it) */
+        const char *p = line;
+        while (*p && (*p < '0' || *p > '9')) p++;
+        if (*p && strtoll(p, NULL, 10) <= last) {
+            if (g) fputs(line, g);
+            if (dropped)
+                *prefix = 0;
+            else
+                *prefix_end = ftell(f);
+        } else {
+            dropped = 1;
+        }
+    }
+}
+
 ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag) {
     /* Only a regular file is rewritten: a device (/dev/null), a pipe or a terminal is appended to
      * as it is (reading a FIFO would wait for a writer, and a rename would put a plain file in the
-     * device's place); a symbolic link's target is rewritten, the link kept. */
+     * device's place); a symbolic link's target is rewritten, the link kept. The lines kept are
+     * the file's first ones (as a run writes them): the file is cut there, in place, keeping its
+     * inode, owner and mode (a file the run may write in a directory it may not, too); else they
+     * are written to PATH.tmp, renamed over it. */
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return LS_OK;
     char real[PATH_MAX];
@@ -413,6 +440,17 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
     path = real;
     FILE *f = fopen(path, "r");
     if (!f) return LS_OK;
+    long end;
+    int prefix;
+    step_lines(f, NULL, last, &end, &prefix);
+    if (prefix) {
+        fclose(f);
+        if (end < st.st_size && truncate(path, (off_t)end) != 0)
+            return ls_error(LS_ERR_IO, "%s: cannot cut '%s' back to step %lld: %s", flag, path, (long long)last,
+                            strerror(errno));
+        return LS_OK;
+    }
+    rewind(f);
     char tmp[PATH_MAX + 8];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
         fclose(f);
@@ -423,13 +461,7 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
         fclose(f);
         return ls_error(LS_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
     }
-    char line[4096];
-    while (fgets(line, sizeof line, f)) {
-        if (!strchr(line, '\n')) break; /* a last line cut short (the run died writing it) */
-        const char *p = line;
-        while (*p && (*p < '0' || *p > '9')) p++;
-        if (*p && strtoll(p, NULL, 10) <= last) fputs(line, g);
-    }
+    step_lines(f, g, last, &end, &prefix);
     fclose(f);
     if (fclose(g) != 0 || rename(tmp, path) != 0)
         return ls_error(LS_ERR_IO, "%s: cannot rewrite '%s': %s", flag, path, strerror(errno));

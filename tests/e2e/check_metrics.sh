@@ -70,6 +70,41 @@ reader=
     fail "the link's target holds steps $(cut -d' ' -f1 "$dir/s4target" | tr '\n' ' '), want 1 to 9 once"
 [ "$(grep -c '"step"' "$dir/fifo.out")" = 4 ] || fail "the FIFO got $(grep -c '"step"' "$dir/fifo.out") steps, want 4"
 
+# a file cut back on resume is cut in place: it keeps its inode and mode (it was rewritten as
+# FILE.tmp and renamed over: a new 0644 file of the runner's, a hard link broken), and a file the
+# run may write in a directory it may not (a shared log directory) resumes (it failed: "cannot
+# create '.../s.tmp': Permission denied", a file the user never named)
+mkdir "$dir/logs"
+c=(--checkpoint-dir "$dir/ck5" --save-every 5 --metrics "$dir/logs/m" --log-steps "$dir/logs/s")
+"$mlp" "${args[@]}" "${c[@]}" --max-steps 7 >"$dir/out9" 2>&1 || fail "run 9: $(cat "$dir/out9")"
+rm -rf "$dir/ck5/step-00000007"
+chmod 600 "$dir/logs/m" "$dir/logs/s"
+ln "$dir/logs/m" "$dir/mlink"
+ino=$(stat -c %i "$dir/logs/m")
+as=()
+if [ "$(id -u)" = 0 ]; then # root writes in any directory: the resumed run is nobody's
+    as=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+    chmod 755 "$dir"
+    chown -R 65534 "$dir/ck5" "$dir/logs"
+    "${as[@]}" "$mlp" --help >/dev/null 2>&1 || as=(none)
+fi
+chmod 555 "$dir/logs"
+if [ "${as[*]}" != none ]; then
+    "${as[@]}" "$mlp" "${args[@]}" "${c[@]}" --max-steps 9 --resume auto >"$dir/out10" 2>&1 ||
+        fail "resume with the files in a directory it cannot write: $(cat "$dir/out10")"
+    [ "$(cut -d' ' -f1 "$dir/logs/s" | tr '\n' ' ')" = "1 2 3 4 5 6 7 8 9 " ] ||
+        fail "--log-steps in a read-only directory holds steps $(cut -d' ' -f1 "$dir/logs/s" | tr '\n' ' '), want 1 to 9"
+else
+    echo "(the program cannot run as nobody here: the read-only directory is left out)"
+    chmod 755 "$dir/logs"
+    "$mlp" "${args[@]}" "${c[@]}" --max-steps 9 --resume auto >"$dir/out10" 2>&1 || fail "resume: $(cat "$dir/out10")"
+fi
+chmod 755 "$dir/logs"
+[ "$(grep -c '"step"' "$dir/logs/m")" = 9 ] || fail "--metrics holds $(grep -c '"step"' "$dir/logs/m") steps after the resume, want 9"
+[ "$(stat -c %i.%a "$dir/logs/m")" = "$ino.600" ] && [ "$(stat -c %h "$dir/mlink")" = 2 ] ||
+    fail "the resume replaced --metrics: inode.mode $(stat -c %i.%a "$dir/logs/m"), was $ino.600; links $(stat -c %h "$dir/mlink")"
+! ls "$dir/logs" | grep -q tmp || fail "a temporary file was left: $(ls "$dir/logs")"
+
 # the progress line and log lines: a warning in the middle of an epoch (here: a newer checkpoint
 # than the one just written) gets a line of its own, the progress line cleared first (it was
 # appended to it)
