@@ -468,7 +468,7 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
     return LS_OK;
 }
 
-ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_t resume_last) {
+ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_t resume_last, FILE *log_steps) {
     memset(m, 0, sizeof *m);
     /* rank 0's option, whose figures every rank adds to: rank 0's choice decides (as --log-steps) */
     int32_t on = path != NULL;
@@ -476,6 +476,14 @@ ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_
     m->on = on;
     m->path = path;
     if (!path || ls_comm_rank(comm) != 0) return LS_OK;
+    /* one regular file opened twice: each FILE writes at its own offset, over the other's lines */
+    struct stat a, b;
+    if (log_steps && fstat(fileno(log_steps), &a) == 0 && S_ISREG(a.st_mode) && stat(path, &b) == 0 &&
+        a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "'%s' is the file of --log-steps too: each would write over the other's lines; give "
+                        "each its own file",
+                        path);
     if (resume_last >= 0) LS_CHECK(ex_truncate_step_file(path, resume_last, "--metrics"));
     m->f = fopen(path, resume_last >= 0 ? "a" : "w");
     if (!m->f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", path, strerror(errno));

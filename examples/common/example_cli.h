@@ -126,8 +126,9 @@ typedef struct ex_metrics {
 /* Collective: opens path on rank 0; on = rank 0 was given a path (the others' path is ignored:
  * each step's figures are summed over every rank, so all take part where rank 0 writes).
  * resume_last >= 0: a resumed run keeps the lines up to that step and appends (the lines of steps
- * after the checkpoint are dropped). */
-ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_t resume_last);
+ * after the checkpoint are dropped). log_steps: --log-steps' file, open (or NULL): path naming
+ * the same regular file is an error. */
+ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_t resume_last, FILE *log_steps);
 ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int64_t step, int64_t epoch,
                           const ls_step_stats *st, double step_s, int clipping);
 void ex_metrics_close(ex_metrics *m);

@@ -6,7 +6,8 @@
 # without --metrics or --log-steps (running totals) prints the same epoch lines; two ranks (the samples are the
 # global batch); --progress's last reading of an epoch equals its train loss (LOCKSTEP_STDERR_TTY=1 shows it on a pipe, not in a file; a warning of rank 1 gets a line of its own); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
 # NaN loss is written as null; each step's lr follows --lr-schedule linear (to --min-lr) and constant;
-# a file that cannot be opened is an error naming it. CUDA_BUILT (1 in a
+# a file that cannot be opened is an error naming it, one file for --metrics and --log-steps too;
+# on resume a file is cut back in place (its inode and mode kept; in a read-only directory). CUDA_BUILT (1 in a
 # CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU. Two
 # diverging ranks with fp16 gradient compression skip their steps, and the epoch lines count them.
 # An fp16 run whose every step overflows halves its loss scale to 2^-126, not to 0, and resumes.
@@ -219,4 +220,13 @@ out=$("$mlp" "${args[@]}" --metrics /nonexistent-dir/m 2>&1) && fail "an unwrita
 grep -q -- "--metrics: I/O error: cannot open '/nonexistent-dir/m' for writing: No such file or directory" <<<"$out" || fail "unclear error: $out"
 out=$("$mlp" "${args[@]}" --log-steps "$dir" 2>&1) && fail "a directory as --log-steps was accepted"
 grep -q -- "--log-steps: I/O error: cannot open '$dir' for writing: Is a directory" <<<"$out" || fail "unclear error: $out"
+# --metrics and --log-steps naming one file (through another name too) is refused: each wrote
+# its lines over the other's, and the run ended 0 with a file of neither (a JSON line cut by a
+# "step loss" one); a device (/dev/null) may take both
+ln -s same "$dir/same.link"
+out=$("$mlp" "${args[@]}" --metrics "$dir/same.link" --log-steps "$dir/same" 2>&1) && fail "one file for --metrics and --log-steps was accepted: $out"
+grep -q -- "--metrics: invalid argument: '$dir/same.link' is the file of --log-steps too: each would write over the other's lines" <<<"$out" ||
+    fail "one file for --metrics and --log-steps: unclear error: $out"
+"$mlp" "${args[@]}" --max-steps 2 --metrics /dev/null --log-steps /dev/null >"$dir/outnull" 2>&1 ||
+    fail "--metrics and --log-steps to /dev/null: $(cat "$dir/outnull")"
 echo "PASS: --metrics agrees with --log-steps (one rank, clipping and resume, two ranks); bad path refused"
