@@ -358,8 +358,8 @@ ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global
         double l[2] = {st->loss_sum, (double)st->samples};
         c->what = "--log-steps";
         LS_CHECK(ls_comm_allreduce_host(c->comm, l, 2, LS_F64, LS_REDUCE_SUM));
-        if (c->step_log &&
-            (fprintf(c->step_log, "%lld %.17g\n", (long long)c->step, l[0] / l[1]) < 0 || fflush(c->step_log) != 0))
+        if (c->step_log && (fprintf(c->step_log, "%lld %.17g\n", (long long)c->step, ex_plain_nan(l[0] / l[1])) < 0 ||
+                            fflush(c->step_log) != 0))
             return ls_error(LS_ERR_IO, "cannot write '%s': %s", c->o->log_steps, strerror(errno));
     }
     /* Every rank stops after the same step when any rank got SIGTERM/SIGINT. */

@@ -130,8 +130,8 @@ ls_status ex_progress(ls_trainer *t, ls_comm *comm, int64_t epoch, int64_t j, in
         ls_log_progress_shown(1);
         return LS_OK;
     }
-    char loss[32] = "-"; /* nothing has arrived yet */
-    double mean = v[1] > 0 ? v[0] / v[1] : 0;
+    char loss[32] = "-";                                    /* nothing has arrived yet */
+    double mean = v[1] > 0 ? ex_plain_nan(v[0] / v[1]) : 0; /* "nan" as the epoch line's, not "-nan" */
     /* a diverging loss in all its digits overran the buffer: 1.1367e+35 shown cut to 31 digits */
     if (v[1] > 0) snprintf(loss, sizeof loss, fabs(mean) < 1e6 ? "%.4f" : "%.4e", mean);
     /* erased to the end of the line: a longer line before left its tail */

@@ -181,6 +181,14 @@ fi
     fail "diverging run: no hint, or more than one: $(cat "$dir/out5")"
 # the epoch line's NaN is "nan", as the hint's (printf wrote the sign bit's "-nan")
 grep -q '^epoch 1  train loss nan  ' "$dir/out5" || fail "diverging run: the epoch line's loss: $(cat "$dir/out5")"
+# and so are --log-steps' and the progress line's (they wrote "-nan": the progress line's last
+# reading of the epoch is its train loss, and here it was not)
+grep -q '^6 nan$' "$dir/s5" && ! grep -q -- '-nan' "$dir/s5" || fail "diverging run: --log-steps' NaN: $(cat "$dir/s5")"
+"$mlp" "${args[@]/--no-progress/--progress}" --epochs 1 --lr 1e30 >"$dir/outp5" 2>"$dir/errp5" ||
+    fail "diverging run, --progress: $(cat "$dir/errp5")"
+lastp=$(tr '\r' '\n' <"$dir/errp5" | grep -E '^epoch 1  step 10/10  loss ' | sed 's/.*loss \([^ ]*\) .*/\1/')
+[ "$lastp" = nan ] && grep -q '^epoch 1  train loss nan  ' "$dir/outp5" ||
+    fail "diverging run: the progress line's last loss '$lastp', the epoch line: $(grep '^epoch' "$dir/outp5")"
 
 # fp16, every step overflowing (a model gone NaN at lr 1e30): the loss scale halves to its floor,
 # 2^-126, and stays there; the run's checkpoint resumes. It reached 0 after 1075 skipped steps, and
