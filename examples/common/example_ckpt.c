@@ -233,9 +233,7 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
     LS_CHECK(ls_comm_broadcast_host(comm, &on, 1, LS_I32, 0));
     c->log_steps_on = on;
     if (o->log_steps && ls_comm_rank(comm) == 0) {
-        if (c->last_saved >= 0) LS_CHECK(ex_truncate_step_file(o->log_steps, c->last_saved, "--log-steps"));
-        c->step_log = fopen(o->log_steps, c->last_saved >= 0 ? "a" : "w");
-        if (!c->step_log) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", o->log_steps, strerror(errno));
+        LS_CHECK(ex_step_file_open(o->log_steps, c->last_saved, "--log-steps", &c->step_log));
     }
     if (o->dump_params && ls_comm_rank(comm) == 0) { /* written after training: found out now, not then */
         c->what = "--dump-params";
@@ -403,7 +401,7 @@ ls_status ex_ckpt_end(ex_ckpt *c) {
 void ex_ckpt_close(ex_ckpt *c) {
     ls_ckpt_async_destroy(c->saver); /* after an error: a save in flight is still completed */
     c->saver = NULL;
-    if (c->step_log) fclose(c->step_log);
+    ex_step_file_close(c->step_log);
     c->step_log = NULL;
     if (c->preempt_installed) ls_preempt_uninstall();
     c->preempt_installed = 0;

@@ -468,6 +468,29 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
     return LS_OK;
 }
 
+/* The regular file fd writes, st its stat: where stdout goes to a file, /dev/stdout names it */
+static int same_regular_file(int fd, const struct stat *st) {
+    struct stat s;
+    return S_ISREG(st->st_mode) && fstat(fd, &s) == 0 && s.st_dev == st->st_dev && s.st_ino == st->st_ino;
+}
+
+ls_status ex_step_file_open(const char *path, int64_t resume_last, const char *flag, FILE **out) {
+    struct stat st;
+    *out = NULL;
+    if (stat(path, &st) == 0 && (same_regular_file(STDOUT_FILENO, &st) || same_regular_file(STDERR_FILENO, &st))) {
+        *out = same_regular_file(STDOUT_FILENO, &st) ? stdout : stderr;
+        return LS_OK;
+    }
+    if (resume_last >= 0) LS_CHECK(ex_truncate_step_file(path, resume_last, flag));
+    *out = fopen(path, resume_last >= 0 ? "a" : "w");
+    if (!*out) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", path, strerror(errno));
+    return LS_OK;
+}
+
+void ex_step_file_close(FILE *f) {
+    if (f && f != stdout && f != stderr) fclose(f);
+}
+
 ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_t resume_last, FILE *log_steps) {
     memset(m, 0, sizeof *m);
     /* rank 0's option, whose figures every rank adds to: rank 0's choice decides (as --log-steps) */
@@ -476,18 +499,16 @@ ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_
     m->on = on;
     m->path = path;
     if (!path || ls_comm_rank(comm) != 0) return LS_OK;
-    /* one regular file opened twice: each FILE writes at its own offset, over the other's lines */
-    struct stat a, b;
-    if (log_steps && fstat(fileno(log_steps), &a) == 0 && S_ISREG(a.st_mode) && stat(path, &b) == 0 &&
-        a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+    /* one regular file opened twice: each FILE writes at its own offset, over the other's lines
+     * (stdout's file, named /dev/stdout, is written through stdout by both) */
+    struct stat st;
+    if (log_steps && log_steps != stdout && log_steps != stderr && stat(path, &st) == 0 &&
+        same_regular_file(fileno(log_steps), &st))
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "'%s' is the file of --log-steps too: each would write over the other's lines; give "
                         "each its own file",
                         path);
-    if (resume_last >= 0) LS_CHECK(ex_truncate_step_file(path, resume_last, "--metrics"));
-    m->f = fopen(path, resume_last >= 0 ? "a" : "w");
-    if (!m->f) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", path, strerror(errno));
-    return LS_OK;
+    return ex_step_file_open(path, resume_last, "--metrics", &m->f);
 }
 
 /* A JSON number, or null where the value is not finite (a diverged run): "nan" is not JSON. */
@@ -530,7 +551,7 @@ ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int
 }
 
 void ex_metrics_close(ex_metrics *m) {
-    if (m->f) fclose(m->f);
+    ex_step_file_close(m->f);
     m->f = NULL;
 }
 

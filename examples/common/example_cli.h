@@ -132,6 +132,13 @@ ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_
 ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int64_t step, int64_t epoch,
                           const ls_step_stats *st, double step_s, int clipping);
 void ex_metrics_close(ex_metrics *m);
+/* Opens a per-step file (--log-steps, --metrics: flag) for writing: afresh (truncated), or with
+ * resume_last >= 0 cut back to that step (ex_truncate_step_file) and appended to. A path naming
+ * the regular file stdout or stderr writes (--metrics /dev/stdout >run.log) gives that stream
+ * itself, neither truncated nor cut back: opened again, the two wrote over each other's lines. */
+ls_status ex_step_file_open(const char *path, int64_t resume_last, const char *flag, FILE **out);
+/* Closes what ex_step_file_open opened (not stdout or stderr); NULL is fine. */
+void ex_step_file_close(FILE *f);
 /* Keep the lines of a per-step file (--log-steps, --metrics) whose step, the first integer on the
  * line, is at most last: a resumed run appends after them. A missing file is fine. */
 ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag);

@@ -7,7 +7,8 @@
 # global batch); --progress's last reading of an epoch equals its train loss (LOCKSTEP_STDERR_TTY=1 shows it on a pipe, not in a file; a warning of rank 1 gets a line of its own); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
 # NaN loss is written as null; each step's lr follows --lr-schedule linear (to --min-lr) and constant;
 # a file that cannot be opened is an error naming it, one file for --metrics and --log-steps too;
-# on resume a file is cut back in place (its inode and mode kept; in a read-only directory). CUDA_BUILT (1 in a
+# on resume a file is cut back in place (its inode and mode kept; in a read-only directory);
+# /dev/stdout, stdout a file, takes the lines in order with stdout's. CUDA_BUILT (1 in a
 # CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU. Two
 # diverging ranks with fp16 gradient compression skip their steps, and the epoch lines count them.
 # An fp16 run whose every step overflows halves its loss scale to 2^-126, not to 0, and resumes.
@@ -237,4 +238,21 @@ grep -q -- "--metrics: invalid argument: '$dir/same.link' is the file of --log-s
     fail "one file for --metrics and --log-steps: unclear error: $out"
 "$mlp" "${args[@]}" --max-steps 2 --metrics /dev/null --log-steps /dev/null >"$dir/outnull" 2>&1 ||
     fail "--metrics and --log-steps to /dev/null: $(cat "$dir/outnull")"
+# /dev/stdout where stdout is a file (--metrics /dev/stdout >run.log): the lines go into stdout's
+# own stream, after the lines before them, in order (the file was opened again: truncated, and
+# the two streams wrote over each other's lines); a resume appends to it (nothing is cut back)
+for how in fresh resume; do
+    r=(--max-steps 3)
+    if [ $how = resume ]; then
+        "$mlp" "${args[@]}" --checkpoint-dir "$dir/ck6" --save-every 2 --max-steps 2 >"$dir/outstd" 2>&1 ||
+            fail "run 6: $(cat "$dir/outstd")"
+        r=(--checkpoint-dir "$dir/ck6" --save-every 2 --resume auto --max-steps 5)
+    fi
+    "$mlp" "${args[@]}" "${r[@]}" --metrics /dev/stdout --log-steps /dev/stdout >"$dir/outstd" 2>"$dir/errstd" ||
+        fail "--metrics /dev/stdout, stdout a file ($how): $(cat "$dir/errstd")"
+    [ "$(head -n 1 "$dir/outstd" | cut -c1-25)" = "fashion_mlp: 1 rank, devi" ] &&
+        [ "$(grep -c '^{"step": [0-9]*, .*}$' "$dir/outstd")" = 3 ] && [ "$(grep -cE '^[0-9]+ [0-9.]+$' "$dir/outstd")" = 3 ] &&
+        [ "$(grep -c '^epoch 1  train loss' "$dir/outstd")" = 1 ] && [ "$(wc -l <"$dir/outstd")" -ge 8 ] ||
+        fail "--metrics and --log-steps /dev/stdout, stdout a file ($how): $(cat "$dir/outstd")"
+done
 echo "PASS: --metrics agrees with --log-steps (one rank, clipping and resume, two ranks); bad path refused"
