@@ -40,7 +40,9 @@ typedef struct ls_rank_info {
  *   mpi:      OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (Open MPI),
  *             PMI_RANK/PMI_SIZE + MPI_LOCALRANKID/MPI_LOCALNRANKS (MPICH, Intel MPI)
  *   slurm:    SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS, SLURM_LOCALID, and the local
- *             count from SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE at SLURM_NODEID
+ *             count from SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE at SLURM_NODEID;
+ *             not in a batch script (SLURM_JOB_ID without SLURM_STEP_ID), which has SLURM_PROCID=0
+ *             and the job's SLURM_NTASKS but is no task of srun's
  *   torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
  *   none:     rank 0 of 1.
  * A missing local rank/size means one node (local = global). Values that are not integers or are

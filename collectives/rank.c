@@ -58,6 +58,12 @@ bad:
     return ls_error(LS_ERR_INVALID_ARGUMENT, "launcher environment: cannot parse %s=%s", name, s);
 }
 
+/* Whether this process is a Slurm job's batch script (or runs in it): the job's id, no step's. */
+static int ls_slurm_batch_shell(void) {
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID"), *step2 = getenv("SLURM_STEPID");
+    return job && *job && !(step && *step) && !(step2 && *step2);
+}
+
 typedef struct ls_launcher_vars {
     const char *launcher;
     const char *rank, *world, *local_rank, *local_world; /* local_world NULL: computed */
@@ -117,10 +123,13 @@ ls_status ls_rank_discover(ls_rank_info *out) {
     LS_CHECK(ls_read_vars(&pmi, out, &found));
     if (found) return LS_OK;
 
-    /* Slurm: the step's task count (srun) beats the job's (the batch script's own env). */
+    /* Slurm: the step's task count (srun) beats the job's (the batch script's own env). A batch
+     * script has SLURM_PROCID=0 and the job's SLURM_NTASKS but no step id: a program run in it
+     * (or by lockstep-run --no-slurm there) is not one of srun's tasks, and read them as rank 0 of
+     * SLURM_NTASKS it failed in MPI_Init. */
     const char *ntasks = getenv("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
     ls_launcher_vars slurm = {"slurm", "SLURM_PROCID", ntasks, "SLURM_LOCALID", NULL};
-    LS_CHECK(ls_read_vars(&slurm, out, &found));
+    if (!ls_slurm_batch_shell()) LS_CHECK(ls_read_vars(&slurm, out, &found));
     if (found) {
         const char *tpn_name =
             getenv("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";

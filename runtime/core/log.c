@@ -19,7 +19,8 @@ static atomic_int ls_log_rank = -2;      /* -2: not yet read from the launcher's
 /* The rank a launcher gave this process (Open MPI, PMI, Slurm, torchrun's variables) where it
  * started several, else -1: lines logged before ls_log_set_rank (a bad LOCKSTEP_LOG, no usable
  * GPU) carry it too, as the README says of every line. The variables and their order are
- * ls_rank_discover's (collectives/rank.c), read here without it: runtime/core sits below the
+ * ls_rank_discover's (collectives/rank.c; Slurm's not in a job's batch script, which has no step
+ * id), read here without it: runtime/core sits below the
  * collectives, and a discovery that fails sets the last error, which a log line must not. */
 static int ls_log_env_rank(void) {
     const char *slurm_n = getenv("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
@@ -27,7 +28,10 @@ static int ls_log_env_rank(void) {
                                    {"PMI_RANK", "PMI_SIZE"},
                                    {"SLURM_PROCID", slurm_n},
                                    {"RANK", "WORLD_SIZE"}};
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID"), *step2 = getenv("SLURM_STEPID");
+    const int batch_shell = job && *job && !(step && *step) && !(step2 && *step2); /* no srun task */
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        if (batch_shell && i == 2) continue;
         const char *r = getenv(vars[i][0]), *w = getenv(vars[i][1]);
         if (!r || !w) continue;
         char *end1 = NULL, *end2 = NULL;

@@ -24,6 +24,9 @@ static const char *all_vars[] = {"OMPI_COMM_WORLD_RANK",
                                  "SLURM_NODEID",
                                  "SLURM_TASKS_PER_NODE",
                                  "SLURM_STEP_TASKS_PER_NODE",
+                                 "SLURM_JOB_ID",
+                                 "SLURM_STEP_ID",
+                                 "SLURM_STEPID",
                                  "RANK",
                                  "WORLD_SIZE",
                                  "LOCAL_RANK",
@@ -138,6 +141,31 @@ int main(void) {
     setenv("SLURM_NTASKS", "2", 1);
     setenv("SLURM_LOCALID", "1", 1);
     expect_info("slurm", 1, 2, 1, 2); /* no tasks-per-node list */
+    clear_env();
+    /* A batch script's own environment (sbatch -N2 --ntasks-per-node=2): SLURM_PROCID=0 and the
+     * job's task counts, but no step: a program run there directly (or by lockstep-run --no-slurm
+     * or --launcher direct) is one process, not rank 0 of 4, which failed in MPI_Init */
+    setenv("SLURM_JOB_ID", "6", 1);
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "4", 1);
+    setenv("SLURM_LOCALID", "0", 1);
+    setenv("SLURM_NODEID", "0", 1);
+    setenv("SLURM_TASKS_PER_NODE", "2(x2)", 1);
+    expect_info("none", 0, 1, 0, 1);
+    setenv("RANK", "1", 1); /* torchrun's, in a batch script: still read */
+    setenv("WORLD_SIZE", "2", 1);
+    expect_info("torchrun", 1, 2, 1, 2);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    /* a task of srun's step in that job has the step's id (both names, older Slurm's too) */
+    setenv("SLURM_STEP_ID", "0", 1);
+    setenv("SLURM_PROCID", "3", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    setenv("SLURM_NODEID", "1", 1);
+    expect_info("slurm", 3, 4, 1, 2);
+    unsetenv("SLURM_STEP_ID");
+    setenv("SLURM_STEPID", "0", 1);
+    expect_info("slurm", 3, 4, 1, 2);
     clear_env();
 
     /* torchrun */

@@ -5,6 +5,7 @@
 #    on the nodes Slurm gave them, and a short fashion_mlp run ends with the parameters of the
 #    same run under mpirun, bit for bit;
 #  - without --mpi (--srun-mpi site) the ranks cannot start: what the default prevents;
+#  - lockstep-run --no-slurm in a batch script of 2 tasks: one rank, not rank 0 of the job's 2;
 #  - a batch job that execs lockstep-run, signalled as Slurm signals near a time limit: through
 #    the batch shell (--signal=B:TERM@T; scancel --batch) and through the steps (--signal=TERM@T;
 #    scancel): every rank finishes its step, checkpoints and exits 143 (the job's exit code), and
@@ -71,6 +72,15 @@ rc=$?
 [ "$rc" != 0 ] || fail "the ranks started without PMI: $(cat "$tmp/nopmi.out")"
 grep -q "sum ok" "$tmp/nopmi.out" && fail "a rank completed without PMI"
 grep -qi "PMI" "$tmp/nopmi.out" || fail "no PMI message from Open MPI: $(cat "$tmp/nopmi.out")"
+
+case_ "sbatch -n2: lockstep-run --no-slurm in the batch script runs one rank there, not rank 0 of the job's 2"
+# The batch script has SLURM_PROCID=0 and SLURM_NTASKS=2 but is no task of srun's: read as rank 0
+# of 2, the program failed ("the slurm launcher started 2 ranks but MPI sees 1").
+on_node0 timeout 120 sbatch --wait -N1 -n2 --chdir="$tmp" -o "$tmp/batch1.out" \
+    --wrap "$(printf '%q ' "$LSR" --no-slurm "$MLP" "${A[@]}")" >/dev/null
+rc=$? err=$(cat "$tmp/batch1.out" 2>&1)
+expect_rc 0
+grep -q "^fashion_mlp: 1 rank, device cpu, communicator self," "$tmp/batch1.out" || fail "not one rank: $err"
 
 # A batch job as cluster/slurm/fashion_mlp.sbatch writes one: the script execs lockstep-run.
 P=(--train-limit 1000 --test-limit 200 --batch-size 16 --epochs 1000 --no-progress --device cpu
