@@ -184,7 +184,9 @@ static void usage(FILE *f) {
                "  LOCKSTEP_RUN_PID     set for mpirun's ranks on this host: lockstep-run's process id,\n"
                "                       which a rank that aborts the job signals (see --abort-grace)\n"
                "  SLURM_JOB_ID         inside a Slurm job, auto uses srun; SLURM_NTASKS gives the\n"
-               "                       default -n; SLURM_JOB_NUM_NODES the ranks per node. Run\n"
+               "                       default -n; SLURM_JOB_NUM_NODES the ranks per node (with\n"
+               "                       the job's SLURM_NTASKS: the fullest node's count in\n"
+               "                       SLURM_TASKS_PER_NODE, e.g. 4 of 4,1). Run\n"
                "                       lockstep-run once, not under srun: as a task of a step of\n"
                "                       several (SLURM_STEP_NUM_TASKS > 1) it refuses to start srun\n"
                "\n"
@@ -543,6 +545,33 @@ static long env_long(const char *name, long dflt) {
 
 static long slurm_nodes(void) { return env_long("SLURM_JOB_NUM_NODES", env_long("SLURM_NNODES", 1)); }
 
+/* The most tasks on one node in Slurm's compressed list (SLURM_TASKS_PER_NODE: "4,1", "2(x3),1");
+ * 0 when it is not set or does not parse. */
+static long slurm_most_tasks_per_node(void) {
+    const char *p = getenv("SLURM_TASKS_PER_NODE");
+    long most = 0;
+    if (!p || !*p) return 0;
+    while (*p) {
+        char *end = NULL;
+        errno = 0;
+        long n = strtol(p, &end, 10);
+        if (end == p || errno || n < 0 || n > MAX_RANKS) return 0;
+        p = end;
+        if (*p == '(') {
+            if (p[1] != 'x') return 0;
+            long rep = strtol(p + 2, &end, 10);
+            if (end == p + 2 || *end != ')' || rep < 1) return 0;
+            p = end + 1;
+        }
+        if (n > most) most = n;
+        if (*p == ',' && p[1])
+            p++;
+        else if (*p)
+            return 0;
+    }
+    return most;
+}
+
 /* What lockstep-run decided; built by plan_*() from the options and this machine. */
 typedef struct lsr_plan {
     lsr_hostlist hosts; /* from --hostfile or --hosts; n == 0: this host only */
@@ -812,6 +841,10 @@ static void plan_threads(const lsr_opts *o, lsr_plan *p) {
     } else if (p->launcher == LSR_SRUN) {
         long nodes = slurm_nodes();
         p->per_host = (np + nodes - 1) / nodes;
+        /* the job's tasks (srun places them as the job's list says): the fullest node's, where the
+         * nodes' shares differ (sbatch -n 5 on nodes of 4 CPUs: 4,1) */
+        long most = slurm_most_tasks_per_node();
+        if (np == env_long("SLURM_NTASKS", 0) && most > p->per_host && most <= np) p->per_host = most;
     }
     if (p->per_host <= 1 || user_set_threads(o)) return;
     int cpus = lsr_count_cpus();

@@ -17,6 +17,22 @@ expect_rc 0
 expect_out "OMP_NUM_THREADS=$T OPENBLAS_NUM_THREADS=$T $S --ntasks=4 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true a 'b c'"
 expect_no_err
 
+# sbatch -n 5 on a node of 4 CPUs and one more: SLURM_TASKS_PER_NODE=4,1, and srun --ntasks=5 puts
+# 4 ranks on the first node; the thread rule took 5 ranks over 2 nodes for 3 per node
+case_ "the job's whole allocation on uneven nodes: ranks per node from SLURM_TASKS_PER_NODE"
+T=$(threads 4)
+run SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=5 'SLURM_TASKS_PER_NODE=4,1' "$LSR" --dry-run --verbose true
+expect_out "OMP_NUM_THREADS=$T OPENBLAS_NUM_THREADS=$T $S --ntasks=5 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true"
+expect_err "lockstep-run: 4 ranks share $CPUS CPU(s) per host: OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=$T"
+run SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=3 SLURM_NTASKS=6 'SLURM_TASKS_PER_NODE=1(x2),4' "$LSR" --dry-run --verbose true
+expect_err "lockstep-run: 4 ranks share $CPUS CPU(s) per host"
+# another -n than the job's: srun spreads it over the nodes itself
+run SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=5 'SLURM_TASKS_PER_NODE=4,1' "$LSR" --dry-run --verbose -n 4 true
+expect_err "lockstep-run: 2 ranks share $CPUS CPU(s) per host"
+# a list that does not parse: the even share, as before
+run SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=5 'SLURM_TASKS_PER_NODE=4(x' "$LSR" --dry-run --verbose true
+expect_err "lockstep-run: 3 ranks share $CPUS CPU(s) per host"
+
 case_ "default -n from SLURM_NTASKS; the user's OMP_NUM_THREADS is kept"
 run SLURM_JOB_ID=42 SLURM_NTASKS=3 OMP_NUM_THREADS=2 "$LSR" --dry-run true
 expect_out "$S --ntasks=3 --mpi=pmix --kill-on-bad-exit=1 --export=ALL true"
