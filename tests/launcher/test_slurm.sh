@@ -171,5 +171,31 @@ job=$(on_node0 scontrol show job "$id")
     fail "job $id should be COMPLETED with ExitCode=0:0 after 1 restart: $job"
 seq 1 1280 | cmp -s - <(cut -d' ' -f1 "$W/L.log") || fail "L.log should list steps 1..1280 (40 epochs of 32) once each"
 
+case_ "cluster/slurm/fashion_mlp.sbatch: a rank that fails at once (srun stops the other: 143) is not requeued"
+# srun ends with 143 when it stops the other ranks with SIGTERM after one failed: the script took
+# that for a preemption's checkpoint and requeued the job, for ever. Rank 1 fails; rank 0 exits
+# 143 on SIGTERM, as lockstep's programs do; no checkpoint is written.
+W2=$tmp/repo2
+mkdir -p "$W2/build/launcher" "$W2/build/examples/fashion_mlp"
+ln -s "$LSR" "$W2/build/launcher/lockstep-run"
+cat >"$W2/build/examples/fashion_mlp/fashion_mlp" <<'EOF2'
+#!/bin/bash
+[ "$SLURM_PROCID" = 1 ] && { echo "rank 1 fails"; exit 3; }
+trap 'exit 143' TERM
+for _ in $(seq 600); do sleep 0.1; done
+EOF2
+chmod 755 "$W2/build/examples/fashion_mlp/fashion_mlp"
+id=$(on_node0 sbatch --parsable -N2 --ntasks-per-node=1 --gpus-per-node=0 --chdir="$W2" -o "$W2/job.out" "$SB")
+for _ in $(seq 600); do
+    st=$(on_node0 squeue -h -j "$id" -o '%T %r' 2>/dev/null)
+    [ -z "$st" ] || [[ $st == PENDING\ BeginTime* ]] && break
+    sleep 0.2
+done
+out=$(cat "$W2/job.out" 2>&1)
+[ -z "$st" ] || { on_node0 scancel "$id"; fail "job $id is '$st' (requeued?): $out"; }
+[[ $out == *"not requeued"* && $out != *"requeueing job"* ]] || fail "the failed job was requeued, or said nothing: $out"
+job=$(on_node0 scontrol show job "$id")
+[[ $job == *"Restarts=0 "* && $job == *"JobState=FAILED"* ]] || fail "job $id should have FAILED with no restart: $job"
+
 [ "$fails" = 0 ] || slurm_logs >&2
 finish
