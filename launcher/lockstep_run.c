@@ -722,6 +722,16 @@ static void plan_srun_mpi(const lsr_opts *o, lsr_plan *p) {
          rc != 0 ? "'srun --mpi=list' failed" : "srun --mpi=list", site_text);
 }
 
+/* Whether hostfile entry i is a bare repeat ("host" alone) of a host whose first line gave slots=:
+ * Open MPI adds one slot for it ("a slots=2" and "a": 3). */
+static int bare_repeat_of_slots(const lsr_plan *p, size_t i) {
+    const lsr_hostlist *h = &p->hosts;
+    if (!p->hosts_from_file || h->v[i].slots || h->v[i].max_slots) return 0;
+    for (size_t j = 0; j < i; j++)
+        if (h->v[j].line == h->v[i].line) return h->v[j].slots > 0;
+    return 0;
+}
+
 static void plan_np(const lsr_opts *o, lsr_plan *p) {
     const lsr_hostlist *h = &p->hosts;
     const char *gpu_why = "";
@@ -732,11 +742,12 @@ static void plan_np(const lsr_opts *o, lsr_plan *p) {
         /* given */
     } else if (h->n) {
         /* Hosts without slots: one rank per GPU of this host (hosts assumed alike) for a hostfile
-         * line, one for a --hosts entry without ":N" (as Open MPI counts it). */
+         * line (one for a bare repeat of a host given slots=), one for a --hosts entry without ":N"
+         * (as Open MPI counts it). */
         for (size_t i = 0; i < h->n; i++) {
             if (h->v[i].slots) {
                 p->np += h->v[i].slots;
-            } else if (p->hosts_from_file) {
+            } else if (p->hosts_from_file && !bare_repeat_of_slots(p, i)) {
                 if (gpus < 0) gpus = lsr_count_gpus(&gpu_why);
                 p->np += gpus > 0 ? gpus : 1;
             } else {
@@ -761,7 +772,8 @@ static void plan_np(const lsr_opts *o, lsr_plan *p) {
     }
 
     /* Open MPI: a hostfile line without slots gets the host's core count (unknown here, so no
-     * check), a --hosts entry without ":N" one slot. */
+     * check) unless it repeats a host given slots= (one more), a --hosts entry without ":N" one
+     * slot. */
     /* A line with max_slots= and no slots= has at most max_slots slots. OMPI_MCA_rmaps_base_oversubscribe
      * allows more ranks, as --oversubscribe does. */
     long total = 0;
@@ -769,7 +781,7 @@ static void plan_np(const lsr_opts *o, lsr_plan *p) {
     for (size_t i = 0; i < h->n; i++) {
         const int cap = !h->v[i].slots && h->v[i].max_slots;
         total += h->v[i].slots ? h->v[i].slots : cap ? h->v[i].max_slots : 1;
-        known &= h->v[i].slots > 0 || cap || !p->hosts_from_file;
+        known &= h->v[i].slots > 0 || cap || !p->hosts_from_file || bare_repeat_of_slots(p, i);
         capped |= cap;
     }
     const char *env_oversub = getenv("OMPI_MCA_rmaps_base_oversubscribe");
@@ -830,7 +842,7 @@ static void plan_threads(const lsr_opts *o, lsr_plan *p) {
             for (size_t j = i; j < p->hosts.n; j++) {
                 if (strcmp(p->hosts.v[j].name, p->hosts.v[i].name)) continue;
                 long sj = p->hosts.v[j].slots;
-                s += sj ? sj : p->hosts_from_file ? lsr_count_cores() : 1;
+                s += sj ? sj : bare_repeat_of_slots(p, j) || !p->hosts_from_file ? 1 : lsr_count_cores();
             }
             if (s > max_slots) max_slots = s;
             n++;

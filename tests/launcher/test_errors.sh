@@ -91,6 +91,17 @@ run "$LSR" --dry-run --hostfile "$HF" -n 3 --oversubscribe true
 expect_rc 0
 run OMPI_MCA_rmaps_base_oversubscribe=1 "$LSR" --dry-run --hostfile "$HF" -n 3 true
 expect_rc 0
+# A host's slots= line and its bare repeats: slots + one each (mpirun refused -n 4 for "localhost
+# slots=2" and a bare "localhost": "not enough slots", after lockstep-run had let it through)
+printf 'localhost slots=2\nb slots=1\nlocalhost\n' >"$HF"
+err 2 "-n 5 exceeds the 4 slots given by $HF; add slots or pass --oversubscribe" --hostfile "$HF" -n 5 true
+case_ "slots= and a bare repeat: -n up to their sum, and their sum by default"
+run "$LSR" --dry-run --hostfile "$HF" -n 4 true
+expect_rc 0
+[[ $out == *" -np 4 --hostfile $HF "* ]] || fail "stdout: $out"
+run CUDA_VISIBLE_DEVICES=0,1,2 "$LSR" --dry-run --hostfile "$HF" true
+expect_rc 0
+[[ $out == *" -np 4 --hostfile $HF "* ]] || fail "stdout: $out"
 printf 'node1:4\n' >"$HF"
 err 2 "$HF:1: 'node1:4': a hostfile gives slots as 'node1 slots=4' (host:N is --hosts' form)" --hostfile "$HF" true
 printf 'node1 username=\n' >"$HF"
