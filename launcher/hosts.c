@@ -158,6 +158,16 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
     int lineno = 0, rc = 0;
     while (getline(&line, &cap, f) >= 0) {
         lineno++;
+        /* an editor's "UTF-8 with BOM": mpirun's lexer stops at it ("parse error ... on token 1"),
+         * before a comment too, and here it read as a host name of invisible characters */
+        if (lineno == 1 && !strncmp(line, "\xEF\xBB\xBF", 3)) {
+            snprintf(err, errlen,
+                     "%s:1: the file starts with a UTF-8 byte-order mark, which Open MPI's mpirun cannot parse; "
+                     "remove it with sed -i '1s/^\\xEF\\xBB\\xBF//'",
+                     path);
+            rc = -1;
+            break;
+        }
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
         char *p = line;

@@ -122,6 +122,11 @@ printf 'localhost slots=2\n' >"$HF"
 run "$LSR" --dry-run --hostfile /dev/stdin true <"$HF"
 expect_rc 0
 [[ $out == *" -np 2 --hostfile /dev/stdin "* ]] || fail "stdout: $out"
+# A UTF-8 byte-order mark (an editor's "UTF-8 with BOM"): mpirun's parse error on line 1 ("token
+# 1"), even before a comment; the message named an invisible host ''
+printf '\xef\xbb\xbf# hosts\nlocalhost slots=2\n' >"$HF"
+err 2 "$HF:1: the file starts with a UTF-8 byte-order mark, which Open MPI's mpirun cannot parse; remove it with sed -i '1s/^\xEF\xBB\xBF//'" \
+    --hostfile "$HF" true
 printf '# nothing\n\n' >"$HF"
 err 2 "hostfile '$HF' names no hosts" --hostfile "$HF" true
 err 2 "option '--hostfile' needs a value" --hostfile
