@@ -942,6 +942,32 @@ static int user_set_mca(const lsr_opts *o, const lsr_plan *p, const char *name) 
     return file_sets_mca("/etc/openmpi/openmpi-mca-params.conf", name);
 }
 
+/* Open MPI 4's mpirun turns the node names into a regular expression for its daemons and stops on
+ * a name with anything but letters, digits, '-' and '.' ("the regex parser has detected the
+ * presence of an illegal character", after lockstep-run had started it): '_', the ':' of an IPv6
+ * address, and in --host a user name ("user@host", which a hostfile takes). Its regx component
+ * naive (--mca regx naive) has no such rule. */
+static void plan_host_names(const lsr_opts *o, const lsr_plan *p) {
+    if (p->launcher != LSR_MPIRUN || !p->hosts.n || user_set_mca(o, p, "regx")) return;
+    for (size_t i = 0; i < p->hosts.n; i++) {
+        const char *name = p->hosts.v[i].name;
+        const char *bad = strpbrk(name, p->hosts_from_file ? "_:" : "_:@");
+        if (!bad) continue;
+        char where[LSR_ERRLEN];
+        if (p->hosts_from_file)
+            snprintf(where, sizeof where, "%s:%d", o->hostfile, p->hosts.v[i].line);
+        else
+            snprintf(where, sizeof where, "--hosts");
+        if (*bad == '@')
+            die_usage("%s: '%s': Open MPI's mpirun refuses '@' in a --host name (\"illegal character\"); a user name "
+                      "goes in a hostfile ('user@host' or 'host username=user'), or pass --mca regx naive",
+                      where, name);
+        die_usage("%s: '%s': Open MPI's mpirun refuses '%c' in a host name (\"illegal character\"%s); give another "
+                  "name of that host (letters, digits, '-' and '.') or its IPv4 address, or pass --mca regx naive",
+                  where, name, *bad, *bad == ':' ? ": an IPv6 address" : "");
+    }
+}
+
 /* mpirun -np N [--hostfile F | --host L] [--allow-run-as-root] [--oversubscribe] --bind-to B
  *        --map-by slot [--mca oob_tcp_keepalive_* V]... [--mca K V]... [-x NAME]... [-x NAME=VALUE]...
  *        program args... */
@@ -1176,6 +1202,7 @@ int main(int argc, char **argv) {
     plan_srun(&o, &p);
     plan_np(&o, &p);
     plan_launcher(&o, &p);
+    plan_host_names(&o, &p);
     plan_threads(&o, &p);
     plan_srun_mpi(&o, &p);
     if (o.abort_grace_given && p.launcher != LSR_MPIRUN)

@@ -127,6 +127,31 @@ expect_rc 0
 printf '\xef\xbb\xbf# hosts\nlocalhost slots=2\n' >"$HF"
 err 2 "$HF:1: the file starts with a UTF-8 byte-order mark, which Open MPI's mpirun cannot parse; remove it with sed -i '1s/^\xEF\xBB\xBF//'" \
     --hostfile "$HF" true
+# '_' and ':' (an IPv6 address) in a host name: Open MPI 4's mpirun stops ("the regex parser has
+# detected the presence of an illegal character in the following node name") after lockstep-run
+# had let them through; its regx component naive takes them
+printf 'node1 slots=1\nnode_2 slots=1\n' >"$HF"
+err 2 "$HF:2: 'node_2': Open MPI's mpirun refuses '_' in a host name (\"illegal character\"); give another name of that host (letters, digits, '-' and '.') or its IPv4 address, or pass --mca regx naive" \
+    --hostfile "$HF" true
+printf 'fd00::2 slots=1\n' >"$HF"
+err 2 "$HF:1: 'fd00::2': Open MPI's mpirun refuses ':' in a host name (\"illegal character\": an IPv6 address); give" \
+    --hostfile "$HF" true
+err 2 "--hosts: 'node_2': Open MPI's mpirun refuses '_' in a host name" --hosts node1:1,node_2:1 true
+err 2 "--hosts: 'me@node1': Open MPI's mpirun refuses '@' in a --host name (\"illegal character\"); a user name goes in a hostfile ('user@host' or 'host username=user'), or pass --mca regx naive" \
+    --hosts me@node1:2 true
+case_ "a user name in a hostfile: passed to mpirun"
+printf 'me@node1 slots=2\n' >"$HF"
+run "$LSR" --dry-run --hostfile "$HF" true
+expect_rc 0
+[[ $out == *" -np 2 --hostfile $HF "* ]] || fail "stdout: $out"
+case_ "'_' and ':' with regx naive (--mca, OMPI_MCA_regx): passed to mpirun"
+printf 'node1 slots=1\nnode_2 slots=1\nfd00::2 slots=1\n' >"$HF"
+run "$LSR" --dry-run --mca regx naive --hostfile "$HF" true
+expect_rc 0
+[[ $out == *" -np 3 --hostfile $HF "* ]] || fail "stdout: $out"
+run OMPI_MCA_regx=naive "$LSR" --dry-run --hosts node_2:2 true
+expect_rc 0
+[[ $out == *" -np 2 --host node_2:2 "* ]] || fail "stdout: $out"
 printf '# nothing\n\n' >"$HF"
 err 2 "hostfile '$HF' names no hosts" --hostfile "$HF" true
 err 2 "option '--hostfile' needs a value" --hostfile
