@@ -182,7 +182,8 @@ static void usage(FILE *f) {
                "  LOCKSTEP_RESTART_COUNT  set for the ranks with --max-restarts: 0 on the first run, 1 on\n"
                "                       the first restart, ...\n"
                "  LOCKSTEP_RUN_PID     set for mpirun's ranks on this host: lockstep-run's process id,\n"
-               "                       which a rank that aborts the job signals (see --abort-grace)\n"
+               "                       which a rank that aborts the job signals (see --abort-grace);\n"
+               "                       -x refuses it\n"
                "  SLURM_JOB_ID         inside a Slurm job, auto uses srun; SLURM_NTASKS gives the\n"
                "                       default -n; SLURM_JOB_NUM_NODES the ranks per node (with\n"
                "                       the job's SLURM_NTASKS: the fullest node's count in\n"
@@ -418,6 +419,13 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
             if (!strncmp(o->xvars.v[i], "LOCKSTEP_RESTART_COUNT", 22) &&
                 (o->xvars.v[i][22] == '\0' || o->xvars.v[i][22] == '='))
                 die_usage("-x %s: --max-restarts sets LOCKSTEP_RESTART_COUNT itself (the run's number)", o->xvars.v[i]);
+    /* a rank that aborts the job signals that process id: forwarded (to other hosts too) or set, it
+     * named another process, and the job was not killed --abort-grace seconds after an abort */
+    for (size_t i = 0; i < o->xvars.n; i++)
+        if (!strncmp(o->xvars.v[i], "LOCKSTEP_RUN_PID", 16) && (o->xvars.v[i][16] == '\0' || o->xvars.v[i][16] == '='))
+            die_usage("-x %s: lockstep-run sets LOCKSTEP_RUN_PID itself (its process id, for mpirun's ranks on this "
+                      "host)",
+                      o->xvars.v[i]);
     if (o->restart_delay_given && o->max_restarts == 0) note("--restart-delay has no effect without --max-restarts");
 }
 

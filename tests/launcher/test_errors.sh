@@ -240,6 +240,16 @@ err 2 "LOCKSTEP_LAUNCHER: unknown launcher 'x'" LOCKSTEP_LAUNCHER=x true
 err 2 "--bind must be none, core or socket, got 'hwthread'" --bind hwthread true
 err 2 "-x: '1BAD' is not NAME or NAME=VALUE" -x 1BAD true
 err 2 "-x: '=v' is not NAME or NAME=VALUE" -x =v true
+# the process id a rank that aborts the job signals: -x LOCKSTEP_RUN_PID=1 gave the ranks 1 (init)
+# instead of lockstep-run's, -x LOCKSTEP_RUN_PID sent it to the ranks on other hosts, where it names
+# another process
+err 2 "-x LOCKSTEP_RUN_PID=1: lockstep-run sets LOCKSTEP_RUN_PID itself (its process id, for mpirun's ranks on this host)" \
+    -n 2 -x LOCKSTEP_RUN_PID=1 true
+err 2 "-x LOCKSTEP_RUN_PID: lockstep-run sets LOCKSTEP_RUN_PID itself" --hosts a,b -x LOCKSTEP_RUN_PID true
+case_ "-x LOCKSTEP_RUN_PIDS (another name) is forwarded"
+run "$LSR" --dry-run -n 2 -x LOCKSTEP_RUN_PIDS=1 true
+expect_rc 0
+[[ $out == *" -x LOCKSTEP_RUN_PIDS=1 "* ]] || fail "stdout: $out"
 err 2 "no program given" -n 2
 err 2 "no program given" -n 2 --
 
