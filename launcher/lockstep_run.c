@@ -43,7 +43,8 @@ static const char *const launcher_names[] = {"auto", "direct", "mpirun", "srun"}
 typedef struct lsr_opts {
     long np;                  /* 0: not given */
     const char *hostfile;     /* --hostfile */
-    const char *hosts;        /* --hosts */
+    const char *hosts;        /* --hosts (several joined with ',', as mpirun's --host) */
+    lsr_strvec hosts_joined;  /* owns the joined lists */
     lsr_launcher launcher;    /* --launcher / LOCKSTEP_LAUNCHER */
     const char *launcher_src; /* where launcher came from, for messages */
     int no_slurm;
@@ -87,7 +88,8 @@ static void usage(FILE *f) {
                "                       on one line only, this machine's names being one host; a bare\n"
                "                       repeat adds a slot; max_slots= caps a line without slots=)\n"
                "      --hosts LIST     hosts as host[:slots],... e.g. node1:4,node2:4 (slots default 1;\n"
-               "                       --host, as in mpirun, is the same option)\n"
+               "                       --host, as in mpirun, is the same option; given twice, both\n"
+               "                       lists)\n"
                "      --launcher L     auto (default), mpirun, srun or direct (run program itself;\n"
                "                       one rank only). auto: mpirun with hosts; srun when\n"
                "                       SLURM_JOB_ID is set and srun is in PATH; direct for one rank;\n"
@@ -329,8 +331,20 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
             if (lsr_parse_int(optarg, 1, MAX_RANKS, &o->np))
                 die_usage("-n/--np must be a whole number from 1 to %d, got '%s'", MAX_RANKS, optarg);
             break;
-        case OPT_HOSTFILE: o->hostfile = optarg; break;
-        case OPT_HOSTS: o->hosts = optarg; break;
+        case OPT_HOSTFILE:
+            if (o->hostfile)
+                die_usage("--hostfile given twice ('%s' and '%s'): give one file with all the hosts", o->hostfile,
+                          optarg);
+            o->hostfile = optarg;
+            break;
+        case OPT_HOSTS: /* "--host a:2 --host b:2" is a:2,b:2 to mpirun */
+            if (o->hosts) {
+                lsr_strvec_pushf(&o->hosts_joined, "%s,%s", o->hosts, optarg);
+                o->hosts = o->hosts_joined.v[o->hosts_joined.n - 1];
+            } else {
+                o->hosts = optarg;
+            }
+            break;
         case OPT_LAUNCHER:
             o->launcher = parse_launcher(optarg, "--launcher");
             o->launcher_src = "--launcher";
@@ -1295,6 +1309,7 @@ done:
     lsr_strvec_free(&own);
     lsr_strvec_free(&o.mca);
     lsr_strvec_free(&o.xvars);
+    lsr_strvec_free(&o.hosts_joined);
     plan_free(&p);
     return rc;
 }

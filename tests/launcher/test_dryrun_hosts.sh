@@ -72,6 +72,13 @@ T3=$(threads 3)
 run "$LSR" --dry-run -n 3 --hosts a:1,b:1,a:2 true
 expect_out "$M -np 3 --host a:1,b:1,a:2$ROOTFLAG --bind-to none --map-by slot$KA -x OMP_NUM_THREADS=$T3 -x OPENBLAS_NUM_THREADS=$T3 true"
 
+case_ "--hosts given twice: both lists, as mpirun's --host"
+# the first list was dropped: 2 ranks on node2 only, not 4 on both
+T=$(threads 2)
+run "$LSR" --dry-run --hosts node1:2 --host node2:2 true
+expect_rc 0
+expect_out "$M -np 4 --host node1:2,node2:2$ROOTFLAG --bind-to none --map-by slot$KA -x OMP_NUM_THREADS=$T -x OPENBLAS_NUM_THREADS=$T true"
+
 case_ "--hosts with -n 1 still uses mpirun (the rank runs on node1)"
 run "$LSR" --dry-run -n 1 --hosts node1:1 true
 expect_out "$M -np 1 --host node1:1$ROOTFLAG --bind-to none --map-by slot$KA true"

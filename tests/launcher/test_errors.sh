@@ -168,6 +168,8 @@ err 2 "--hosts: ':2' is not host[:slots]" --hosts :2 true
 err 2 "--hosts: '-a' is not host[:slots]" --hosts=-a true
 err 2 "--hosts must not be empty" --hosts '' true
 err 2 "--hostfile and --hosts are alternatives; give one" --hostfile "$HF" --hosts a true
+# the first file was dropped without a word
+err 2 "--hostfile given twice ('$HF' and '$tmp/hf2'): give one file with all the hosts" --hostfile "$HF" --hostfile "$tmp/hf2" true
 
 # mpirun
 err 2 "--mpirun /nonexistent/mpirun: no such program" -n 2 --mpirun /nonexistent/mpirun true
