@@ -87,9 +87,9 @@ static void usage(FILE *f) {
                "                       line, '#' comments; checked before mpirun starts (a host's slots=\n"
                "                       on one line only, this machine's names being one host; a bare\n"
                "                       repeat adds a slot; max_slots= caps a line without slots=)\n"
-               "      --hosts LIST     hosts as host[:slots],... e.g. node1:4,node2:4 (slots default 1;\n"
-               "                       --host, as in mpirun, is the same option; given twice, both\n"
-               "                       lists)\n"
+               "  -H, --hosts LIST     hosts as host[:slots],... e.g. node1:4,node2:4 (slots default 1;\n"
+               "                       --host and -H, as in mpirun, are the same option; given twice,\n"
+               "                       both lists)\n"
                "      --launcher L     auto (default), mpirun, srun or direct (run program itself;\n"
                "                       one rank only). auto: mpirun with hosts; srun when\n"
                "                       SLURM_JOB_ID is set and srun is in PATH; direct for one rank;\n"
@@ -316,7 +316,7 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
     int c;
     /* '+': stop at the program name, so its own options are left alone. */
     int li = -1;
-    while ((c = getopt_long(argc, argv, "+:n:x:vh", longopts, &li)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:n:x:H:vh", longopts, &li)) != -1) {
         /* an empty value (an unset shell variable) is never what a flag wants */
         if (optarg && !*optarg && c != ':' && c != '?') {
             if (li >= 0)
@@ -337,6 +337,7 @@ static void parse_args(int argc, char **argv, lsr_opts *o) {
                           optarg);
             o->hostfile = optarg;
             break;
+        case 'H':
         case OPT_HOSTS: /* "--host a:2 --host b:2" is a:2,b:2 to mpirun */
             if (o->hosts) {
                 lsr_strvec_pushf(&o->hosts_joined, "%s,%s", o->hosts, optarg);

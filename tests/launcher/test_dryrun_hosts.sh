@@ -55,6 +55,11 @@ case_ "--host (mpirun's spelling) is --hosts"
 run "$LSR" --dry-run --host node1:1,node2:1 true
 expect_out "$M -np 2 --host node1:1,node2:1$ROOTFLAG --bind-to none --map-by slot$KA true"
 
+case_ "-H (mpirun's short option) is --hosts"
+# it was "unknown option '-H'"
+run "$LSR" --dry-run -H node1:1,node2:1 true
+expect_out "$M -np 2 --host node1:1,node2:1$ROOTFLAG --bind-to none --map-by slot$KA true"
+
 case_ "--hosts without slots count one each"
 run "$LSR" --dry-run --hosts 10.0.0.1,10.0.0.2,n-3.example.org true
 expect_out "$M -np 3 --host 10.0.0.1,10.0.0.2,n-3.example.org$ROOTFLAG --bind-to none --map-by slot$KA true"
