@@ -1,6 +1,7 @@
 /* hosts.c: reads the host list of a multi-host run, from an Open MPI hostfile ("host slots=N" per
  * line) or from --hosts "h1:2,h2:2", and validates it so that mistakes are reported here, naming
  * the file and line, rather than by mpirun after it has started daemons. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -249,6 +250,22 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
     return rc;
 }
 
+/* Whether s[0..len) is an IPv6 address, alone or as "[address]" with anything after. */
+static int is_ipv6(const char *s, size_t len) {
+    char buf[64];
+    struct in6_addr addr;
+    if (len && *s == '[') {
+        const char *close = memchr(s, ']', len);
+        if (!close) return 0;
+        len = (size_t)(close - s - 1);
+        s++;
+    }
+    if (len >= sizeof buf) return 0;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    return inet_pton(AF_INET6, buf, &addr) == 1;
+}
+
 int lsr_hosts_parse(const char *spec, lsr_hostlist *out, char *err, size_t errlen) {
     const char *p = spec;
     if (!*spec) {
@@ -265,6 +282,15 @@ int lsr_hosts_parse(const char *spec, lsr_hostlist *out, char *err, size_t errle
         const char *colon = memchr(p, ':', len);
         size_t nlen = colon ? (size_t)(colon - p) : len;
         int slots = 0;
+        /* "fd00::1", "[::1]:2": an IPv6 address, whose colons read as host:slots */
+        if (is_ipv6(p, len)) {
+            snprintf(err, errlen,
+                     "--hosts: '%.*s' is an IPv6 address, which mpirun's --host cannot take (its colons read as "
+                     "host:slots); give the host's name or IPv4 address (in '%s')",
+                     (int)len, p, spec);
+            lsr_hostlist_free(out);
+            return -1;
+        }
         if (!host_name_ok(p, nlen, 0)) {
             snprintf(err, errlen, "--hosts: '%.*s' is not host[:slots] (in '%s')", (int)len, p, spec);
             lsr_hostlist_free(out);

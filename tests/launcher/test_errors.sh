@@ -165,6 +165,10 @@ err 2 "-n/--np must be a whole number from 1 to 1000000, got '+2'" -n +2 true
 err 2 "--hosts: '' is not host[:slots] (in 'a,,b')" --hosts a,,b true
 err 2 "--hosts: 'a b' is not host[:slots]" --hosts 'a b' true
 err 2 "--hosts: ':2' is not host[:slots]" --hosts :2 true
+# an IPv6 address: its colons read as host:slots ("'fd00::1' is not host[:slots]")
+err 2 "--hosts: 'fd00::1' is an IPv6 address, which mpirun's --host cannot take (its colons read as host:slots); give the host's name or IPv4 address (in 'a,fd00::1')" \
+    --hosts a,fd00::1 true
+err 2 "--hosts: '[::1]:2' is an IPv6 address" --hosts '[::1]:2' true
 err 2 "--hosts: '-a' is not host[:slots]" --hosts=-a true
 err 2 "--hosts must not be empty" --hosts '' true
 err 2 "--hostfile and --hosts are alternatives; give one" --hostfile "$HF" --hosts a true
