@@ -970,12 +970,32 @@ static int user_set_mca(const lsr_opts *o, const lsr_plan *p, const char *name) 
  * presence of an illegal character", after lockstep-run had started it): '_', the ':' of an IPv6
  * address, and in --host a user name ("user@host", which a hostfile takes). Its regx component
  * naive (--mca regx naive) has no such rule. */
+/* Open MPI's major version from mpirun --version ("mpirun (Open MPI) 4.1.4"), or -1 (another MPI,
+ * or it could not be asked). */
+static int open_mpi_major(const lsr_plan *p) {
+    char text[4096];
+    char *argv[] = {p->mpirun_path, "--version", NULL};
+    if (!p->mpirun_path || lsr_capture(argv, text, sizeof text, 10000) != 0) return -1;
+    const char *v = strstr(text, "(Open MPI) ");
+    return v && isdigit((unsigned char)v[11]) ? atoi(v + 11) : -1;
+}
+
 static void plan_host_names(const lsr_opts *o, const lsr_plan *p) {
     if (p->launcher != LSR_MPIRUN || !p->hosts.n || user_set_mca(o, p, "regx")) return;
+    int major = 0; /* 0: not asked yet */
     for (size_t i = 0; i < p->hosts.n; i++) {
         const char *name = p->hosts.v[i].name;
         const char *bad = strpbrk(name, p->hosts_from_file ? "_:" : "_:@");
         if (!bad) continue;
+        /* the rule is that of Open MPI 3 and 4 (their regx framework): another mpirun (Open MPI 5's
+         * PRRTE, MPICH) is left to judge the names itself */
+        if (!major) major = open_mpi_major(p);
+        if (major != 3 && major != 4) {
+            if (o->verbose)
+                note("host '%s' has a '%c', which Open MPI 3 and 4 refuse; %s is not one of them: passed on", name,
+                     *bad, p->mpirun_path);
+            continue;
+        }
         char where[LSR_ERRLEN];
         if (p->hosts_from_file)
             snprintf(where, sizeof where, "%s:%d", o->hostfile, p->hosts.v[i].line);

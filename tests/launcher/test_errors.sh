@@ -130,6 +130,13 @@ err 2 "$HF:1: the file starts with a UTF-8 byte-order mark, which Open MPI's mpi
 # '_' and ':' (an IPv6 address) in a host name: Open MPI 4's mpirun stops ("the regex parser has
 # detected the presence of an illegal character in the following node name") after lockstep-run
 # had let them through; its regx component naive takes them
+# (the rule is Open MPI 3 and 4's: the fake mpirun says it is 4.1.4; as 5.0.3 or another MPI, the
+# names are passed on)
+fake_version() {
+    printf '#!/bin/sh\n[ "$1" = --version ] && { printf "%s\\n\\nReport bugs to x\\n"; exit 0; }\nexit 0\n' "$1" \
+        >"$tmp/bin/mpirun"
+}
+fake_version "mpirun (Open MPI) 4.1.4"
 printf 'node1 slots=1\nnode_2 slots=1\n' >"$HF"
 err 2 "$HF:2: 'node_2': Open MPI's mpirun refuses '_' in a host name (\"illegal character\"); give another name of that host (letters, digits, '-' and '.') or its IPv4 address, or pass --mca regx naive" \
     --hostfile "$HF" true
@@ -152,6 +159,18 @@ expect_rc 0
 run OMPI_MCA_regx=naive "$LSR" --dry-run --hosts node_2:2 true
 expect_rc 0
 [[ $out == *" -np 2 --host node_2:2 "* ]] || fail "stdout: $out"
+for v in "mpirun (Open MPI) 5.0.3" "HYDRA build details:"; do
+    case_ "'_', ':' and '@' where mpirun says '$v': passed to it"
+    fake_version "$v"
+    run "$LSR" --dry-run --verbose --hostfile "$HF" true
+    expect_rc 0
+    [[ $out == *" -np 3 --hostfile $HF "* ]] || fail "stdout: $out"
+    expect_err "lockstep-run: host 'node_2' has a '_', which Open MPI 3 and 4 refuse; $tmp/bin/mpirun is not one of them: passed on"
+    run "$LSR" --dry-run --hosts me@node1:2 true
+    expect_rc 0
+    [[ $out == *" -np 2 --host me@node1:2 "* ]] || fail "stdout: $out"
+done
+fake mpirun 0
 printf '# nothing\n\n' >"$HF"
 err 2 "hostfile '$HF' names no hosts" --hostfile "$HF" true
 err 2 "option '--hostfile' needs a value" --hostfile
