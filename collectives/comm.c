@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "parse.h"
 
 const char *ls_coll_kind_name(ls_coll_kind k) {
     switch (k) {
@@ -55,13 +56,13 @@ ls_status ls_comm_timeout_from_env(double *out) {
     *out = 1800.0;
     const char *s = getenv("LOCKSTEP_COMM_TIMEOUT");
     if (!s || !*s) return LS_OK;
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= 0))
+    double v;
+    if (!ls_parse_decimal(s, &v)) /* strtod took "0x10" for 16 s, " 5", "+5", and 1e-400 for 0 (forever) */
         return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "LOCKSTEP_COMM_TIMEOUT=%s is not a number of seconds (0: wait forever)", s);
-    /* a deadline past a 32-bit year, or inf, does not fit a timespec: say 0 for no limit */
+                        "LOCKSTEP_COMM_TIMEOUT=%s is not a number of seconds in decimal digits (e.g. 30 or 0.5; 0 "
+                        "waits forever)",
+                        s);
+    /* a deadline past a 32-bit year does not fit a timespec: say 0 for no limit */
     if (v > LS_COMM_TIMEOUT_MAX_S)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "LOCKSTEP_COMM_TIMEOUT=%s is more than %.0f seconds (about 31 years); 0 waits forever", s,

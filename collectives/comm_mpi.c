@@ -39,6 +39,7 @@
 #include "comm_impl.h"
 #include "half_impl.h"
 #include "log.h"
+#include "parse.h"
 #include "timeline.h"
 
 /* MPI is initialized once per process: count the communicators using it and finalize after the
@@ -1292,10 +1293,10 @@ ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface
     long window = -1;
     const char *wi = getenv("LOCKSTEP_MPI_WINDOW");
     if (refused == LS_OK && wi && *wi) {
-        char *end = NULL;
-        errno = 0;
-        window = strtol(wi, &end, 10);
-        if (errno || end == wi || *end || window < 0 || window > 1000000)
+        long long w = -1; /* digits only: strtol took a space and a '+' */
+        if (ls_parse_count(wi, 1000000, &w))
+            window = (long)w;
+        else
             refused = ls_error(LS_ERR_INVALID_ARGUMENT,
                                "LOCKSTEP_MPI_WINDOW=%s: expected a count of MPI calls from 0 to 1000000 (0: no "
                                "limit)",

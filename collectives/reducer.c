@@ -15,6 +15,7 @@
 
 #include "half_impl.h"
 #include "log.h"
+#include "parse.h"
 #include "timeline.h"
 
 #define LS_MIB ((size_t)1 << 20)
@@ -71,10 +72,8 @@ struct ls_reducer {
 static ls_status ls_env_mib(const char *name, size_t *out) {
     const char *s = getenv(name);
     if (!s || !*s) return LS_OK;
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v > 0) || v > 1e6)
+    double v; /* decimal digits: strtod took "0x10" for 16 MiB, and a space or '+' */
+    if (!ls_parse_decimal(s, &v) || !(v > 0) || v > 1e6)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "%s=%s: expected a positive size in MiB (e.g. 25 or 0.5)", name, s);
     size_t bytes = (size_t)llround(v * (double)LS_MIB);
     *out = bytes ? bytes : 1;

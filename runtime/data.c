@@ -20,6 +20,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "parse.h"
 #include "rng.h"
 
 #define LS_FASHION_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
@@ -607,9 +608,8 @@ ls_status ls_dataset_gather_threads(int *out) {
     LS_CHECK_ARG(out, "ls_dataset_gather_threads: out is NULL");
     const char *e = getenv("LOCKSTEP_GATHER_THREADS");
     if (e && *e) {
-        char *end = NULL;
-        long v = strtol(e, &end, 10);
-        if (end == e || *end || v < 1 || v > 64)
+        long long v; /* digits only: strtol took a space and a '+' */
+        if (!ls_parse_count(e, 64, &v) || v < 1)
             return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GATHER_THREADS='%s': use a thread count from 1 to 64",
                             e);
         *out = (int)v;

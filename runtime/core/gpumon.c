@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "device_probe.h"
+#include "parse.h"
 
 /* ---- from nvml.h ---- */
 typedef int nvmlReturn_t; /* NVML_SUCCESS = 0 */
@@ -343,10 +344,8 @@ ls_status ls_gpu_monitor_interval_from_env(int *interval_ms) {
         *interval_ms = 0;
         return LS_OK;
     }
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(e, &end, 10);
-    if (end == e || *end || errno || v < 0 || v > 3600000)
+    long long v; /* digits only: strtol took a space and a '+' */
+    if (!ls_parse_count(e, 3600000, &v))
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "LOCKSTEP_GPU_MONITOR='%s': use a sampling interval in milliseconds (e.g. 500), or 0 or off",
                         e);

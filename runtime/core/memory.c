@@ -4,6 +4,7 @@
 #include "memory.h"
 
 #include "log.h"
+#include "parse.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -522,9 +523,11 @@ ls_status ls_gpu_memory_policy_parse(const char *env, ls_gpu_memory_policy *pol)
     char buf[256];
     if (strlen(env) >= sizeof buf) return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY is too long");
     strcpy(buf, env);
-    char *save = NULL;
     const char *reserve = NULL, *limit = NULL; /* the item that set each: a second one is refused */
-    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    /* every item between commas, an empty one too (strtok skipped those of "grow," and ",grow") */
+    for (char *item = buf, *next; item; item = next) {
+        next = strchr(item, ',');
+        if (next) *next++ = '\0';
         while (*item == ' ') item++;
         if (!*item) /* quoted as '' it read as a value that was not there */
             return ls_error(LS_ERR_INVALID_ARGUMENT,
@@ -541,13 +544,13 @@ ls_status ls_gpu_memory_policy_parse(const char *env, ls_gpu_memory_policy *pol)
         if (strncmp(item, "reserve:", 8) == 0) {
             reserve = item;
             const char *v = item + 8;
-            char *end = NULL;
-            double f = strtod(v, &end);
-            if (end != v && *end == '\0' && f > 0 && f <= 1) {
+            double f; /* decimal digits: strtod took "0x.8" for a half, and a space or '+' */
+            const int number = ls_parse_decimal(v, &f);
+            if (number && f > 0 && f <= 1) {
                 pol->reserve_fraction = f;
                 continue;
             }
-            if (end != v && *end == '\0') /* reserve:1.5 or reserve:2 meant a fraction, not 2 bytes */
+            if (number) /* reserve:1.5 or reserve:2 meant a fraction, not 2 bytes */
                 return ls_error(LS_ERR_INVALID_ARGUMENT,
                                 "LOCKSTEP_GPU_MEMORY: '%s': a number alone is a fraction of the free memory, in "
                                 "(0, 1]; a size takes a unit (reserve:0.9, reserve:20GiB)",

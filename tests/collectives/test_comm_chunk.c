@@ -337,10 +337,15 @@ int main(void) {
         if (W == 1)
             LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad_w), LS_ERR_INVALID_ARGUMENT,
                           "LOCKSTEP_MPI_WINDOW=-3: expected a count of MPI calls from 0 to 1000000 (0: no limit)");
-        if (W > 1) {
-            if (R != 0) setenv("LOCKSTEP_MPI_WINDOW", "1", 1);
+        /* digits only: strtol took a space and a '+' (rank 0's " 2" against the others' 1) */
+        static const char *const bad_windows[] = {"-3", " 2", "+2"};
+        for (size_t i = 0; W > 1 && i < sizeof bad_windows / sizeof bad_windows[0]; i++) {
+            setenv("LOCKSTEP_MPI_WINDOW", R == 0 ? bad_windows[i] : "1", 1);
+            char want[96];
+            snprintf(want, sizeof want, "LOCKSTEP_MPI_WINDOW=%s: expected a count of MPI calls from 0 to 1000000",
+                     bad_windows[i]);
             if (R == 0)
-                LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad_w), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_MPI_WINDOW=-3");
+                LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad_w), LS_ERR_INVALID_ARGUMENT, want);
             else
                 LS_EXPECT_ERR(ls_comm_create(NULL, "mpi", &bad_w), LS_ERR_COMM, "another rank refused its settings");
         }

@@ -124,9 +124,28 @@ static void test_overrides_alone(void) {
     /* beyond a deadline a timespec can hold (the thread-progress wait spun on its error) */
     setenv("LOCKSTEP_COMM_TIMEOUT", "inf", 1);
     LS_EXPECT_ERR(ls_comm_create(NULL, NULL, &c), LS_ERR_INVALID_ARGUMENT,
-                  "LOCKSTEP_COMM_TIMEOUT=inf is more than 1000000000 seconds (about 31 years); 0 waits forever");
+                  "LOCKSTEP_COMM_TIMEOUT=inf is not a number of seconds in decimal digits (e.g. 30 or 0.5; 0 waits "
+                  "forever)");
     setenv("LOCKSTEP_COMM_TIMEOUT", "1e19", 1);
-    LS_EXPECT_ERR(ls_comm_create(NULL, NULL, &c), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_COMM_TIMEOUT=1e19 is more than");
+    LS_EXPECT_ERR(ls_comm_create(NULL, NULL, &c), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_COMM_TIMEOUT=1e19 is more than 1000000000 seconds (about 31 years); 0 waits forever");
+    setenv("LOCKSTEP_COMM_TIMEOUT", "1e400", 1);
+    LS_EXPECT_ERR(ls_comm_create(NULL, NULL, &c), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_COMM_TIMEOUT=1e400 is more than");
+    /* strtod read hex ("0x10" was 16 s), a space or '+', and 1e-400 as 0, which waits forever */
+    static const char *const not_seconds[] = {"0x10", " 5", "+5", "1e-400", "5s", "1e3x", "nan"};
+    for (size_t i = 0; i < sizeof not_seconds / sizeof not_seconds[0]; i++) {
+        char want[96];
+        snprintf(want, sizeof want, "LOCKSTEP_COMM_TIMEOUT=%s is not a number of seconds in decimal digits",
+                 not_seconds[i]);
+        setenv("LOCKSTEP_COMM_TIMEOUT", not_seconds[i], 1);
+        LS_EXPECT_ERR(ls_comm_create(NULL, NULL, &c), LS_ERR_INVALID_ARGUMENT, want);
+    }
+    static const char *const seconds[] = {"0", "30", "0.5", ".5", "1e3", "1e9"};
+    for (size_t i = 0; i < sizeof seconds / sizeof seconds[0]; i++) {
+        setenv("LOCKSTEP_COMM_TIMEOUT", seconds[i], 1);
+        LS_REQUIRE_OK(ls_comm_create(NULL, "self", &c));
+        ls_comm_destroy(c);
+    }
     unsetenv("LOCKSTEP_COMM_TIMEOUT");
 
     /* last (MPI initializes once per process): mpi as a singleton */

@@ -98,6 +98,23 @@ static void test_config(void) {
     LS_EXPECT_ERR(ls_reducer_config_resolve(NULL, &c), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_BUCKET_MB=lots");
     setenv("LOCKSTEP_BUCKET_MB", "0", 1);
     LS_EXPECT_ERR(ls_reducer_config_resolve(NULL, &c), LS_ERR_INVALID_ARGUMENT, "positive size in MiB");
+    /* decimal digits only: strtod took "0x10" for 16 MiB, and a space or '+' */
+    static const char *const not_mib[] = {"0x10", " 25", "+25", "25 ", "inf", "1e-400"};
+    for (size_t i = 0; i < sizeof not_mib / sizeof not_mib[0]; i++) {
+        char want[128];
+        snprintf(want, sizeof want, "LOCKSTEP_FIRST_BUCKET_MB=%s: expected a positive size in MiB", not_mib[i]);
+        setenv("LOCKSTEP_BUCKET_MB", "25", 1);
+        setenv("LOCKSTEP_FIRST_BUCKET_MB", not_mib[i], 1);
+        LS_EXPECT_ERR(ls_reducer_config_resolve(NULL, &c), LS_ERR_INVALID_ARGUMENT, want);
+        snprintf(want, sizeof want, "LOCKSTEP_BUCKET_MB=%s: expected a positive size in MiB", not_mib[i]);
+        unsetenv("LOCKSTEP_FIRST_BUCKET_MB");
+        setenv("LOCKSTEP_BUCKET_MB", not_mib[i], 1);
+        LS_EXPECT_ERR(ls_reducer_config_resolve(NULL, &c), LS_ERR_INVALID_ARGUMENT, want);
+    }
+    setenv("LOCKSTEP_BUCKET_MB", "2e1", 1);
+    setenv("LOCKSTEP_FIRST_BUCKET_MB", ".5", 1);
+    LS_REQUIRE_OK(ls_reducer_config_resolve(NULL, &c));
+    LS_EXPECT(c.bucket_bytes == 20 * (size_t)1048576 && c.first_bucket_bytes == 524288);
     unsetenv("LOCKSTEP_BUCKET_MB");
     unsetenv("LOCKSTEP_FIRST_BUCKET_MB");
 }

@@ -138,5 +138,15 @@ int main(int argc, char **argv) {
     setenv("LOCKSTEP_GPU_MONITOR", "fast", 1);
     LS_EXPECT_ERR(ls_gpu_monitor_interval_from_env(&iv), LS_ERR_INVALID_ARGUMENT,
                   "LOCKSTEP_GPU_MONITOR='fast': use a sampling interval in milliseconds");
+    /* digits only: strtol took a space and a '+' */
+    setenv("LOCKSTEP_GPU_MONITOR", " 250", 1);
+    LS_EXPECT_ERR(ls_gpu_monitor_interval_from_env(&iv), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_GPU_MONITOR=' 250': use a sampling interval in milliseconds");
+    setenv("LOCKSTEP_GPU_MONITOR", "+250", 1);
+    LS_EXPECT_ERR(ls_gpu_monitor_interval_from_env(&iv), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_GPU_MONITOR='+250': use a sampling interval in milliseconds");
+    setenv("LOCKSTEP_GPU_MONITOR", "0", 1);
+    LS_REQUIRE_OK(ls_gpu_monitor_interval_from_env(&iv));
+    LS_EXPECT(iv == 0);
     LS_TEST_END();
 }

@@ -35,6 +35,31 @@ int main(void) {
     LS_REQUIRE_OK(ls_memory_parse_size(".5KiB", &n));
     LS_EXPECT(n == 512);
 
+    /* LOCKSTEP_GPU_MEMORY's fraction in decimal digits: strtod took "reserve:0x.8" for a half, and
+     * a space or '+'; an empty item at either end was skipped (one between spaces was refused) */
+    ls_gpu_memory_policy pol;
+    LS_REQUIRE_OK(ls_gpu_memory_policy_parse("reserve:.5", &pol));
+    LS_EXPECT(pol.reserve_fraction == 0.5 && pol.reserve_bytes == 0 && pol.limit == 0);
+    LS_REQUIRE_OK(ls_gpu_memory_policy_parse("limit:2GiB,reserve:5e-1", &pol));
+    LS_EXPECT(pol.reserve_fraction == 0.5 && pol.limit == (size_t)2 << 30);
+    LS_REQUIRE_OK(ls_gpu_memory_policy_parse("reserve:0.5GiB", &pol));
+    LS_EXPECT(pol.reserve_fraction == 0 && pol.reserve_bytes == (size_t)1 << 29);
+    static const char *const not_fraction[] = {"reserve:0x.8", "reserve: 0.5", "reserve:+0.5", "reserve:1e-400"};
+    for (size_t i = 0; i < sizeof not_fraction / sizeof not_fraction[0]; i++) {
+        char want[128];
+        snprintf(want, sizeof want, "LOCKSTEP_GPU_MEMORY: '%s' wants a fraction of the free memory in (0, 1] or a size",
+                 not_fraction[i]);
+        LS_EXPECT_ERR(ls_gpu_memory_policy_parse(not_fraction[i], &pol), LS_ERR_INVALID_ARGUMENT, want);
+    }
+    LS_EXPECT_ERR(ls_gpu_memory_policy_parse("reserve:2", &pol), LS_ERR_INVALID_ARGUMENT,
+                  "'reserve:2': a number alone is a fraction of the free memory, in (0, 1]");
+    static const char *const empty_item[] = {"grow,", ",grow", "limit:2GiB,,grow", "grow, "};
+    for (size_t i = 0; i < sizeof empty_item / sizeof empty_item[0]; i++) {
+        char want[128];
+        snprintf(want, sizeof want, "LOCKSTEP_GPU_MEMORY='%s' holds an empty item", empty_item[i]);
+        LS_EXPECT_ERR(ls_gpu_memory_policy_parse(empty_item[i], &pol), LS_ERR_INVALID_ARGUMENT, want);
+    }
+
     ls_allocator *a;
     LS_REQUIRE_OK(ls_host_allocator_create(10 << 20, &a)); /* 10 MiB cap */
     void *p1, *p2, *p3;

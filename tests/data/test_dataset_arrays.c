@@ -74,6 +74,13 @@ int main(void) {
         setenv("LOCKSTEP_GATHER_THREADS", "lots", 1);
         LS_EXPECT_ERR(ls_dataset_gather_parallel(big, ix, 4096, b, lb2, 0), LS_ERR_INVALID_ARGUMENT,
                       "LOCKSTEP_GATHER_THREADS='lots': use a thread count from 1 to 64");
+        /* digits only: strtol took a space and a '+' */
+        setenv("LOCKSTEP_GATHER_THREADS", " 3", 1);
+        LS_EXPECT_ERR(ls_dataset_gather_parallel(big, ix, 4096, b, lb2, 0), LS_ERR_INVALID_ARGUMENT,
+                      "LOCKSTEP_GATHER_THREADS=' 3': use a thread count from 1 to 64");
+        setenv("LOCKSTEP_GATHER_THREADS", "+3", 1);
+        LS_EXPECT_ERR(ls_dataset_gather_parallel(big, ix, 4096, b, lb2, 0), LS_ERR_INVALID_ARGUMENT,
+                      "LOCKSTEP_GATHER_THREADS='+3': use a thread count from 1 to 64");
         setenv("LOCKSTEP_GATHER_THREADS", "3", 1);
         LS_REQUIRE_OK(ls_dataset_gather_parallel(big, ix, 4096, b, lb2, 0));
         LS_EXPECT(!memcmp(b, a, sizeof(float) * 4096 * (size_t)f));
