@@ -514,8 +514,8 @@ static ls_status check_layers(ls_comm *comm, const ls_module *model, int nl) {
  * The trainer's config, the optimizer's, each parameter's weight decay and the model's layers,
  * compared with rank 0's (ls_ddp_check_settings). */
 static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *opt, const ls_train_config *cfg,
-                                int shard_mode) {
-    enum { N_FIXED = 23 };
+                                int shard_mode, const char *inject) {
+    enum { N_FIXED = 24 };
     const int np = ls_module_num_params(model);
     ls_setting *set = malloc((size_t)(N_FIXED + 2 * np) * sizeof *set);
     char(*names)[128] = malloc((size_t)(np > 0 ? 2 * np : 1) * sizeof *names);
@@ -557,6 +557,9 @@ static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *o
     set[n++] = ls_setting_num("the optimizer's beta2", oc.beta2);
     set[n++] = ls_setting_num("the optimizer's eps", oc.eps);
     set[n++] = ls_setting_num("the optimizer's no_decay_1d", oc.no_decay_1d);
+    /* a rank with the hook all-reduces a found-inf flag after every step: one without it did not
+     * (fp32: the next collective failed, "MPI_ERR_TRUNCATE", or waited) */
+    set[n++] = ls_setting_str("the injected inf gradient (LOCKSTEP_AMP_INJECT_INF)", inject);
     /* the layers: their count here, each after (the same parameters may hide another activation or
      * dropout; before the decays, whose names number the layers) */
     const int nl = ls_module_layers(model, NULL, 0);
@@ -711,7 +714,10 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
             names[i] = ls_module_param_name(model, i);
         }
         s = ls_ddp_check_signature(t->comm, t->n_params, params, names);
-        if (s == LS_OK) s = check_settings(t->comm, model, opt, cfg, shard_mode);
+        char inject[64] = "unset";
+        if (t->inject_step >= 0)
+            snprintf(inject, sizeof inject, "step %lld, rank %d", (long long)t->inject_step, t->inject_rank);
+        if (s == LS_OK) s = check_settings(t->comm, model, opt, cfg, shard_mode, inject);
         if (s == LS_OK) s = ls_ddp_broadcast_params(t->comm, t->n_params, params);
         if (s == LS_OK) s = ls_cnn_broadcast_buffers(t->comm, model); /* DDP's broadcast_buffers */
         if (s == LS_OK) s = broadcast_dropout_seeds(t->comm, model);

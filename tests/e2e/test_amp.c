@@ -4,7 +4,8 @@
  *    skips exactly step 4, the loop's k = 3 (parameters unchanged across it), the scale halves from 65536 to 32768,
  *    and all ranks still hold identical parameters. Clipping's norm is inf/NaN where the
  *    gradients were, finite elsewhere.
- *    A LOCKSTEP_AMP_INJECT_INF that is not STEP[:RANK], or names a rank past the run's, is refused.
+ *    A LOCKSTEP_AMP_INJECT_INF that is not STEP[:RANK], or names a rank past the run's, is refused;
+ *    one that differs between ranks fails the trainer's start on every rank, naming it.
  * 2. The scaler's state, kept on the device, set and read back (a resumed run's): a scale of 1024
  *    one clean step before growth is what the next backward uses (the step's loss_scale), then
  *    doubles; bad values and loss scaling in a bf16 trainer are refused with the reason. Every
@@ -147,6 +148,50 @@ static void inject_parse_case(void) {
         tc.precision = LS_PRECISION_FP16;
         LS_EXPECT_ERR(ls_trainer_create(c, W, m, o, &tc, &t), LS_ERR_INVALID_ARGUMENT, msg);
         LS_EXPECT(t == NULL);
+        ls_optimizer_destroy(o);
+        ls_module_destroy(m);
+    }
+    unsetenv("LOCKSTEP_AMP_INJECT_INF");
+    ls_ctx_destroy(c);
+}
+
+/* LOCKSTEP_AMP_INJECT_INF set on some ranks only, or to different steps: the trainer's start fails
+ * on every rank naming it. A rank with the hook checks its gradients for inf after every step, an
+ * all-reduce the others never made (fp32: "MPI_Allreduce failed: MPI_ERR_TRUNCATE" in the next
+ * collective, or a hang). */
+static void inject_differs_case(void) {
+    const int rank = ls_comm_rank(W), world = ls_comm_world(W);
+    if (world < 2) return;
+    ls_ctx *c;
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &c));
+    static const char *const here[] = {"3", "3", "3:0"}, *const there[] = {"", "4", "3:1"};
+    static const char *const said_here[] = {"step 3, rank 1", "step 3, rank 1", "step 3, rank 0"},
+                             *const said_there[] = {"unset", "step 4, rank 1", "step 3, rank 1"};
+    for (int i = 0; i < 3; i++) {
+        if (world != 2 && i) break; /* the default rank (the last) is 1 on 2 ranks */
+        setenv("LOCKSTEP_AMP_INJECT_INF", rank == 0 ? here[i] : there[i], 1);
+        char msg[200];
+        snprintf(msg, sizeof msg, "LOCKSTEP_AMP_INJECT_INF) is '%s' on rank 1 but '%s' on rank 0", said_there[i],
+                 said_here[i]);
+        if (world != 2) snprintf(msg, sizeof msg, "LOCKSTEP_AMP_INJECT_INF) is 'unset' on rank 1");
+        int64_t sizes[2] = {784, 10};
+        ls_module *m;
+        ls_optimizer *o;
+        ls_trainer *t = NULL;
+        LS_REQUIRE_OK(ls_mlp_create(c, LS_F32, 2, sizes, LS_ACT_RELU, 11, &m));
+        ls_tensor *p[2] = {ls_module_param(m, 0), ls_module_param(m, 1)},
+                  *g[2] = {ls_module_grad(m, 0), ls_module_grad(m, 1)};
+        ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+        LS_REQUIRE_OK(ls_optimizer_create(c, 2, p, g, &oc, &o));
+        ls_train_config tc;
+        memset(&tc, 0, sizeof tc);
+        tc.batch_per_rank = 16;
+        tc.accum_steps = 1;
+        tc.lr.base_lr = oc.lr;
+        tc.precision = LS_PRECISION_FP32;
+        LS_EXPECT_ERR(ls_trainer_create(c, W, m, o, &tc, &t), LS_ERR_MISMATCH, msg);
+        LS_EXPECT(t == NULL);
+        ls_trainer_destroy(t);
         ls_optimizer_destroy(o);
         ls_module_destroy(m);
     }
@@ -339,6 +384,7 @@ int main(void) {
         LS_SKIP("Fashion-MNIST not available: %s", ls_last_error());
     overflow_case();
     inject_parse_case();
+    inject_differs_case();
     if (ls_comm_rank(W) == 0) {
         scaler_case();
         floor_case();
