@@ -11,7 +11,7 @@
  *   ops.h's mixed-precision rule, with f16/bf16 the parameter gradients of linear_bwd and
  *   bias_grad and the probabilities and losses of xent_fwd/xent_bwd are f32)
  *   convert, convert_many: any pair of f32, f64, f16, bf16 (convert_many: f32 to f16/bf16 multi-tensor)
- *   zero_many: any buffers (multi-tensor where whole 32-bit words)
+ *   zero_many: any buffers (multi-tensor where whole, 4-byte aligned 32-bit words)
  *   sgd_step, adamw_step: f32, f64 (master weights)
  *   conv2d_workspace, conv2d_fwd, conv2d_bwd (cuDNN, cudnn_conv.c), pool2d_fwd/bwd,
  *   global_avgpool_fwd/bwd, bn_stats, bn_fwd, bn_bwd_reduce, bn_bwd_dx, add (cnn.cu): f32, f64,
@@ -524,8 +524,9 @@ static ls_status cu_convert_many(void *st, int k, ls_dtype src_t, const void *co
     return LS_OK;
 }
 
-/* Gradients zeroed at a step's start: buffers of whole 32-bit words in multi-tensor launches
- * (optim.cu), any other by a memset. */
+/* Gradients zeroed at a step's start: buffers of whole 32-bit words at 4-byte aligned addresses
+ * in multi-tensor launches (optim.cu: 32-bit stores, which fault on a GPU at an address that is
+ * not a multiple of 4, e.g. an f16 view at an odd element), any other by a memset. */
 static ls_status cu_zero_many(void *st, int k, void *const *x, const size_t *bytes) {
     ls_cuda_state *s = st;
     enum { RUN = 64 };
@@ -534,7 +535,7 @@ static ls_status cu_zero_many(void *st, int k, void *const *x, const size_t *byt
     int m = 0;
     for (int i = 0; i < k; i++) {
         if (!bytes[i]) continue;
-        if (bytes[i] % 4 || m == RUN) {
+        if (bytes[i] % 4 || (uintptr_t)x[i] % 4 || m == RUN) {
             LS_CUDA_CHECK(cudaMemsetAsync(x[i], 0, bytes[i], s->stream));
             continue;
         }
