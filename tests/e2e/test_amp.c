@@ -114,6 +114,31 @@ static void overflow_case(void) {
     ls_ctx_destroy(c);
 }
 
+/* A 784-10 MLP's trainer (SGD, batch 16) at this precision must fail to start with status and a
+ * message holding msg; what was made for it is freed. */
+static void expect_trainer_refused(ls_ctx *c, ls_precision precision, ls_status status, const char *msg) {
+    int64_t sizes[2] = {784, 10};
+    ls_module *m;
+    ls_optimizer *o;
+    ls_trainer *t = NULL;
+    LS_REQUIRE_OK(ls_mlp_create(c, LS_F32, 2, sizes, LS_ACT_RELU, 11, &m));
+    ls_tensor *p[2] = {ls_module_param(m, 0), ls_module_param(m, 1)},
+              *g[2] = {ls_module_grad(m, 0), ls_module_grad(m, 1)};
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+    LS_REQUIRE_OK(ls_optimizer_create(c, 2, p, g, &oc, &o));
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = 16;
+    tc.accum_steps = 1;
+    tc.lr.base_lr = oc.lr;
+    tc.precision = precision;
+    LS_EXPECT_ERR(ls_trainer_create(c, W, m, o, &tc, &t), status, msg);
+    LS_EXPECT(t == NULL);
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+}
+
 /* LOCKSTEP_AMP_INJECT_INF is read strictly: a rank that is not one of the run's, a sign, trailing
  * characters or a step past 2^63 are refused (they were taken, and injected nothing, silently). */
 static void inject_parse_case(void) {
@@ -131,25 +156,7 @@ static void inject_parse_case(void) {
                      world, world, world - 1);
         else
             snprintf(msg, sizeof msg, "LOCKSTEP_AMP_INJECT_INF='%s' is not STEP[:RANK] (STEP from 1", v);
-        int64_t sizes[2] = {784, 10};
-        ls_module *m;
-        ls_optimizer *o;
-        ls_trainer *t = NULL;
-        LS_REQUIRE_OK(ls_mlp_create(c, LS_F32, 2, sizes, LS_ACT_RELU, 11, &m));
-        ls_tensor *p[2] = {ls_module_param(m, 0), ls_module_param(m, 1)},
-                  *g[2] = {ls_module_grad(m, 0), ls_module_grad(m, 1)};
-        ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
-        LS_REQUIRE_OK(ls_optimizer_create(c, 2, p, g, &oc, &o));
-        ls_train_config tc;
-        memset(&tc, 0, sizeof tc);
-        tc.batch_per_rank = 16;
-        tc.accum_steps = 1;
-        tc.lr.base_lr = oc.lr;
-        tc.precision = LS_PRECISION_FP16;
-        LS_EXPECT_ERR(ls_trainer_create(c, W, m, o, &tc, &t), LS_ERR_INVALID_ARGUMENT, msg);
-        LS_EXPECT(t == NULL);
-        ls_optimizer_destroy(o);
-        ls_module_destroy(m);
+        expect_trainer_refused(c, LS_PRECISION_FP16, LS_ERR_INVALID_ARGUMENT, msg);
     }
     unsetenv("LOCKSTEP_AMP_INJECT_INF");
     ls_ctx_destroy(c);
@@ -174,26 +181,7 @@ static void inject_differs_case(void) {
         snprintf(msg, sizeof msg, "LOCKSTEP_AMP_INJECT_INF) is '%s' on rank 1 but '%s' on rank 0", said_there[i],
                  said_here[i]);
         if (world != 2) snprintf(msg, sizeof msg, "LOCKSTEP_AMP_INJECT_INF) is 'unset' on rank 1");
-        int64_t sizes[2] = {784, 10};
-        ls_module *m;
-        ls_optimizer *o;
-        ls_trainer *t = NULL;
-        LS_REQUIRE_OK(ls_mlp_create(c, LS_F32, 2, sizes, LS_ACT_RELU, 11, &m));
-        ls_tensor *p[2] = {ls_module_param(m, 0), ls_module_param(m, 1)},
-                  *g[2] = {ls_module_grad(m, 0), ls_module_grad(m, 1)};
-        ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
-        LS_REQUIRE_OK(ls_optimizer_create(c, 2, p, g, &oc, &o));
-        ls_train_config tc;
-        memset(&tc, 0, sizeof tc);
-        tc.batch_per_rank = 16;
-        tc.accum_steps = 1;
-        tc.lr.base_lr = oc.lr;
-        tc.precision = LS_PRECISION_FP32;
-        LS_EXPECT_ERR(ls_trainer_create(c, W, m, o, &tc, &t), LS_ERR_MISMATCH, msg);
-        LS_EXPECT(t == NULL);
-        ls_trainer_destroy(t);
-        ls_optimizer_destroy(o);
-        ls_module_destroy(m);
+        expect_trainer_refused(c, LS_PRECISION_FP32, LS_ERR_MISMATCH, msg);
     }
     unsetenv("LOCKSTEP_AMP_INJECT_INF");
     ls_ctx_destroy(c);
