@@ -266,6 +266,9 @@ int main(void) {
         check_union(103, LS_SAMPLER_EXACT, 5, 7, epoch);
         check_union(96, LS_SAMPLER_PAD, 4, 42, epoch);
         check_union(96, LS_SAMPLER_DROP_LAST, 4, 42, epoch);
+        /* an uneven set (the README: N ranks of B/N train as 1 of B with drop-last too) */
+        check_union(103, LS_SAMPLER_DROP_LAST, 4, 42, epoch);
+        check_union(103, LS_SAMPLER_DROP_LAST, 5, 7, epoch);
     }
     check_seeds();
     check_errors();

@@ -198,6 +198,8 @@ static void scaler_case(void) {
     ls_loss_scaler sc;
     LS_REQUIRE_OK(ls_trainer_get_loss_scaler(t, &sc));
     LS_EXPECT(sc.enabled && sc.scale == 65536 && sc.growth_tracker == 0 && sc.skipped == 0);
+    /* GradScaler's defaults (README, --help): x2 after 2000 clean steps, x0.5 on an overflow */
+    LS_EXPECT(sc.growth_factor == 2 && sc.backoff_factor == 0.5 && sc.growth_interval == 2000);
     sc.scale = 1024;
     sc.growth_tracker = sc.growth_interval - 1;
     sc.skipped = 7;
