@@ -273,8 +273,9 @@ static int is_mpirun(pid_t pid) {
  * OMPI_COMM_WORLD_RANK in their environment, wherever they are in the job: mpirun's children, or
  * its grandchildren under a wrapper script) with what it started (its process group: Open MPI
  * gives each rank one; a rank that is a script around the program must not leave the program
- * running). Returns how many ranks got it; 0: none was found, nothing was sent. */
-static int signal_ranks(int sig) {
+ * running). Returns how many ranks got it; 0: none was found, nothing was sent. sig 0: only
+ * counts the ranks still running here. */
+static int signal_ranks(int sig) { /* sig 0: counts them, sends nothing */
     ptab t;
     ptab_read(&t);
     unsigned char *job = NULL, *rank = NULL;
@@ -285,7 +286,7 @@ static int signal_ranks(int sig) {
             long pi = ptab_find(&t, t.v[i].ppid);
             if (!rank[i] || (pi >= 0 && rank[pi])) continue; /* a rank's child goes with it */
             unsigned char *tree = ptab_tree(&t, t.v[i].pid);
-            if (tree) signal_marked(&t, tree, 0, sig);
+            if (tree && sig) signal_marked(&t, tree, 0, sig);
             free(tree);
             n++;
         }
@@ -435,6 +436,8 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
     int killed = 0;                     /* the job got SIGKILL */
     int mpirun_stopped = 0;             /* the stop signal that went to mpirun itself (it had no rank here) */
     int child_done = 0;                 /* the child has exited (st); processes of the job may be left */
+    int mpirun_more = 0;                /* mpirun was given abort_grace after its ranks here had ended */
+    static const char second_stop[] = "the second stop signal";
     /* Orphans of the job (a rank's program whose wrapper script ended, mpirun under an ended
      * wrapper) become lockstep-run's children rather than init's: lockstep-run sees them, stops
      * and kills them with the job, and returns only when the whole job has ended. */
@@ -488,6 +491,21 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
         int sig;
         if (kill_at >= 0 && !killed) {
             double left = kill_at - mono_now();
+            if (left <= 0 && mpirun && !child_done && kill_why == second_stop && !mpirun_stopped && !mpirun_more &&
+                signal_ranks(0) == 0) {
+                /* The ranks here have ended (they stopped): mpirun alone is ending the job, which
+                 * takes it a second or two (its own kill timers), more on a loaded machine (over
+                 * 3 s seen: killed, the job's status became 137, not the ranks' 143), and waits
+                 * for ranks on other hosts. Bounded as an abort is. */
+                fprintf(stderr,
+                        "lockstep-run: the ranks on this host have ended: mpirun has up to %g s more to end the job "
+                        "(--abort-grace)\n",
+                        abort_grace);
+                mpirun_more = 1;
+                kill_at = mono_now() + abort_grace;
+                kill_grace = LSR_KILL_GRACE + abort_grace;
+                continue;
+            }
             if (left <= 0) {
                 fprintf(stderr, "lockstep-run: the job did not end within %g s of %s: killing it (SIGKILL)%s\n",
                         kill_grace, kill_why,
@@ -551,7 +569,7 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
                         "lockstep-run: second SIG%s: the job is killed (SIGKILL) if it has not ended %g s from now, "
                         "at once on a third\n",
                         name, LSR_KILL_GRACE);
-                kill_deadline(&kill_at, &kill_grace, &kill_why, LSR_KILL_GRACE, "the second stop signal");
+                kill_deadline(&kill_at, &kill_grace, &kill_why, LSR_KILL_GRACE, second_stop);
             }
             if (job_id) {
                 /* as with mpirun: SIGHUP and SIGQUIT reach the ranks as SIGTERM, the signal a

@@ -30,7 +30,7 @@ echo "\$r done" >>"$LOG"
 exit 143
 EOF
 chmod 755 "$tmp/rank.sh"
-trap 'pkill -KILL -f "$tmp/rank.sh" 2>/dev/null; pkill -KILL -f "$tmp/stubborn.sh" 2>/dev/null; pkill -KILL -f "$tmp/mpiwrap" 2>/dev/null; pkill -KILL -f "$tmp/pause.sh" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'pkill -KILL -f "$tmp/rank.sh" 2>/dev/null; pkill -KILL -f "$tmp/stubborn.sh" 2>/dev/null; pkill -KILL -f "$tmp/mpiwrap" 2>/dev/null; pkill -KILL -f "$tmp/pause.sh" 2>/dev/null; pkill -KILL -f "$tmp/slowmpi" 2>/dev/null; rm -rf "$tmp"' EXIT
 # mpirun's own kill timer (odls_base_sigkill_timeout) is left at its 1 s: it never starts, as
 # mpirun is not signalled
 A=(-n 2 "$tmp/rank.sh")
@@ -79,6 +79,24 @@ sleep 1.5
 kill -INT "$pid"
 reap "TERM INT"
 expect_rc 143
+
+# mpirun's own end after its ranks have: about 1 s here (its kill timers), over 3 s on a loaded
+# machine (CI), and the job was killed then (137, the ranks' 143 lost). Now, the ranks here
+# having ended, mpirun gets --abort-grace more. An mpirun that takes 4 s (a script that waits
+# after it) stands in for the slow one.
+printf '#!/bin/sh\nmpirun "$@"\nrc=$?\nsleep 4\nexit $rc\n' >"$tmp/slowmpi"
+chmod 755 "$tmp/slowmpi"
+case_ "SIGTERM, then SIGINT; mpirun ends 4 s after the ranks: not killed, exit 143"
+HOLD=2
+A=(--mpirun "$tmp/slowmpi" -n 2 "$tmp/rank.sh")
+start
+kill -TERM "$pid"
+sleep 1.5
+kill -INT "$pid"
+reap "TERM INT"
+expect_rc 143
+expect_err "lockstep-run: the ranks on this host have ended: mpirun has up to 60 s more to end the job (--abort-grace)"
+A=(-n 2 "$tmp/rank.sh")
 
 for s in QUIT HUP; do
     case_ "SIG$s: the ranks get SIGTERM, finish, exit 143"
