@@ -194,13 +194,22 @@ for i in \$(seq 400); do sleep 0.05; [ -e \"$tmp/go\" ] && exit 0; done; exit 1"
     bg "$LSR" -n 1 --max-restarts 1 --restart-delay 0 "$tmp/tick.sh"
     wait_for started "$LOG" 20 || fail "the program did not start"
     kill -TSTP "$pid"
-    sleep 0.5
     state() { ps -o stat= -p "$1" | cut -c1; }
-    [ "$(state "$pid")" = T ] || fail "lockstep-run not stopped: $(state "$pid")"
-    [ "$(state "$(cat "$tmp/tick.pid")")" = T ] || fail "the program not stopped: $(state "$(cat "$tmp/tick.pid")")"
+    # (each state waited for up to 10 s, read once: a fixed 0.5 s could be early on a loaded machine)
+    for ((i = 0; i < 200; i++)); do
+        s1=$(state "$pid") s2=$(state "$(cat "$tmp/tick.pid")")
+        [ "$s1$s2" = TT ] && break
+        sleep 0.05
+    done
+    [ "$s1" = T ] || fail "lockstep-run not stopped: $s1"
+    [ "$s2" = T ] || fail "the program not stopped: $s2"
     kill -CONT "$pid"
-    sleep 0.5
-    [ "$(state "$(cat "$tmp/tick.pid")")" != T ] || fail "the program still stopped after SIGCONT"
+    for ((i = 0; i < 200; i++)); do
+        s2=$(state "$(cat "$tmp/tick.pid")")
+        [ "$s2" != T ] && break
+        sleep 0.05
+    done
+    [ "$s2" != T ] || fail "the program still stopped 10 s after SIGCONT"
     touch "$tmp/go"
     reap
     expect_rc 0
