@@ -670,6 +670,20 @@ void ls_module_set_training(ls_module *m, int training) {
     for (int i = 0; i < m->n_children; i++) ls_module_set_training(m->children[i], training);
 }
 
+int ls_module_training_get(const ls_module *m, unsigned char *flags) {
+    int n = 1;
+    if (flags) flags[0] = (unsigned char)(m->training != 0);
+    for (int i = 0; i < m->n_children; i++) n += ls_module_training_get(m->children[i], flags ? flags + n : NULL);
+    return n;
+}
+
+int ls_module_training_put(ls_module *m, const unsigned char *flags) {
+    int n = 1;
+    m->training = flags[0];
+    for (int i = 0; i < m->n_children; i++) n += ls_module_training_put(m->children[i], flags + n);
+    return n;
+}
+
 /* ---- generic ---- */
 /* A span of the timeline per module and pass (host time: on a GPU, the time to queue its work). */
 static void module_span(const ls_module *m, const char *pass, double t0) {

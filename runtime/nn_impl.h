@@ -60,6 +60,13 @@ struct ls_module {
     int n_buf_refs;
 };
 
+/* The training modes of m and of every module inside it (m first, then each child's, depth
+ * first): ls_module_training_get copies them to flags (NULL: only counts them) and returns how
+ * many; ls_module_training_put sets them back from such a copy. ls_trainer_evaluate puts back the
+ * modes the program set (a Dropout or a batch norm it keeps in eval mode). */
+int ls_module_training_get(const ls_module *m, unsigned char *flags);
+int ls_module_training_put(ls_module *m, const unsigned char *flags);
+
 /* A zeroed module of size bytes (0: sizeof(struct ls_module); a kind's struct embeds ls_module
  * first) with vt, ctx and n_params empty parameter slots. */
 ls_status ls_module_alloc(ls_ctx *ctx, const ls_module_vt *vt, int n_params, size_t size, ls_module **out);

@@ -1525,6 +1525,10 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
     memset(q, 0, sizeof q);
     ls_status s = LS_OK;
     int k = 0;
+    /* the program's modes, put back after (a module it keeps in eval mode stays so) */
+    unsigned char *modes = malloc((size_t)ls_module_training_get(t->model, NULL));
+    if (!modes) return ls_error(LS_ERR_OUT_OF_MEMORY, "ls_trainer_evaluate: out of host memory");
+    ls_module_training_get(t->model, modes);
     t->evaluating = 1;
     ls_module_set_training(t->model, 0);           /* dropout off */
     s = ls_module_cache_weight_casts(t->model, 1); /* f16/bf16 weight copies cast once for every chunk */
@@ -1557,7 +1561,8 @@ ls_status ls_trainer_evaluate(ls_trainer *t, const ls_dataset *data, const int64
         if (s == LS_OK) s = w;
     }
     ls_module_cache_weight_casts(t->model, 0);
-    ls_module_set_training(t->model, 1);
+    ls_module_training_put(t->model, modes);
+    free(modes);
     (void)ls_xent_set_label_smoothing(t->loss, t->cfg.label_smoothing); /* checked at create */
     t->evaluating = 0;
     LS_TL_SPAN(t_eval, "evaluate", "eval");

@@ -1,0 +1,99 @@
+/* test_train_modes.c: ls_trainer_evaluate turns dropout and batch norm's batch statistics off for
+ * its forwards, and then puts back the modes the program had set, module by module. It set every
+ * module to training mode afterwards, so a Dropout (or a frozen batch norm) the program had put in
+ * eval mode trained in training mode after the first evaluation. Here a ReLU MLP with a Dropout(0.5)
+ * that the program holds: with the Dropout in eval mode, a step's loss is the evaluation's loss of
+ * the same batch at the same parameters, before and after an evaluation; in training mode (the
+ * check that tells the two apart) it is not; the whole model in eval mode stays so too.
+ * Args: [cpu|cuda] (cuda: exits 77 where no GPU is usable). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "mlp_run.h"
+#include "nn.h"
+#include "optim.h"
+#include "testutil.h"
+#include "train.h"
+
+#define N 64
+#define F 12
+#define B 32
+
+static ls_ctx *C;
+static ls_trainer *T;
+static ls_dataset *D;
+static int64_t Idx[B];
+
+/* The evaluation's loss of the batch, then a step's (at the same parameters) */
+static void eval_then_step(double *ev, double *step) {
+    int64_t correct;
+    LS_REQUIRE_OK(ls_trainer_evaluate(T, D, Idx, B, ev, &correct));
+    ls_step_stats st;
+    LS_REQUIRE_OK(ls_trainer_step(T, D, Idx, B, B, &st));
+    *step = st.loss_sum;
+}
+
+int main(int argc, char **argv) {
+    LS_REQUIRE_OK(ls_ctx_create(mlp_device_arg(argc, argv), NULL, &C));
+    int32_t y[N];
+    float *x = mlp_points(N, F, 5, y);
+    LS_REQUIRE_OK(ls_dataset_from_arrays(N, F, 10, x, y, &D));
+    ls_module *layer[5], *m, *drop;
+    LS_REQUIRE_OK(ls_linear_create(C, LS_F32, F, 64, 1, 11, "fc1", &layer[0]));
+    LS_REQUIRE_OK(ls_activation_create(C, LS_ACT_RELU, &layer[1]));
+    LS_REQUIRE_OK(ls_dropout_create(C, 0.5f, 3, &drop));
+    layer[2] = drop;
+    LS_REQUIRE_OK(ls_linear_create(C, LS_F32, 64, 10, 1, 12, "fc2", &layer[3]));
+    LS_REQUIRE_OK(ls_sequential_create(C, 4, layer, &m));
+    int np = ls_module_num_params(m);
+    ls_tensor *pa[4], *ga[4];
+    for (int i = 0; i < np; i++) {
+        pa[i] = ls_module_param(m, i);
+        ga[i] = ls_module_grad(m, i);
+    }
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+    oc.lr = 0.01f;
+    ls_optimizer *o;
+    LS_REQUIRE_OK(ls_optimizer_create(C, np, pa, ga, &oc, &o));
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = B;
+    tc.accum_steps = 1;
+    tc.lr.base_lr = 0.01f;
+    LS_REQUIRE_OK(ls_trainer_create(C, NULL, m, o, &tc, &T));
+    for (int i = 0; i < B; i++) Idx[i] = (i * 5) % N;
+
+    double ev, st;
+    /* training mode: the step's dropout changes the loss (the check below can tell) */
+    eval_then_step(&ev, &st);
+    printf("dropout in training mode: evaluate %.6f, step %.6f\n", ev, st);
+    LS_EXPECT(fabs(st - ev) > 1e-3 * ev);
+    /* the program's Dropout in eval mode: the step is the evaluation, twice (the second after an
+     * evaluation had run) */
+    ls_module_set_training(drop, 0);
+    for (int k = 0; k < 2; k++) {
+        eval_then_step(&ev, &st);
+        printf("dropout in eval mode, round %d: evaluate %.6f, step %.6f\n", k, ev, st);
+        LS_EXPECT_NEAR(st, ev, 1e-5 * ev);
+    }
+    /* back in training mode */
+    ls_module_set_training(drop, 1);
+    eval_then_step(&ev, &st);
+    LS_EXPECT(fabs(st - ev) > 1e-3 * ev);
+    /* the whole model in eval mode */
+    ls_module_set_training(m, 0);
+    for (int k = 0; k < 2; k++) {
+        eval_then_step(&ev, &st);
+        printf("model in eval mode, round %d: evaluate %.6f, step %.6f\n", k, ev, st);
+        LS_EXPECT_NEAR(st, ev, 1e-5 * ev);
+    }
+    ls_trainer_destroy(T);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+    ls_dataset_destroy(D);
+    free(x);
+    ls_ctx_destroy(C);
+    LS_TEST_END();
+}
