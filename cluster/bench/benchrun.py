@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 
@@ -63,6 +64,28 @@ def peer_modules(prog, *names):
             sys.exit(f"{prog}: cannot import {name} with {sys.executable} ({e}): the PyTorch peers need numpy "
                      "and torch; run them with a Python that has both (Debian's python3-torch: /usr/bin/python3)")
     return mods
+
+
+def free_port():
+    """A TCP port free on this host now, the kernel's pick: the rendezvous port of a PyTorch run
+    (MASTER_PORT), so that two runs on one node at once do not meet at one fixed port (the second
+    failed, 'Address already in use', or its ranks joined the first's)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def master_port(prog, default=None):
+    """The PyTorch ranks' rendezvous port: $MASTER_PORT where set, else default, else a free port
+    of this host (free_port). A MASTER_PORT that is no port is a usage error (exit status 2)."""
+    text = os.environ.get("MASTER_PORT")
+    if text is None:
+        return default if default is not None else free_port()
+    try:
+        return whole(1, 65535)(text)
+    except argparse.ArgumentTypeError as e:
+        print(f"{prog}: MASTER_PORT: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 def timeout_flag(ap):

@@ -13,7 +13,8 @@ Usage (repository root, after building build/):
         --timeout 3600 --exec -- /usr/bin/python3 cluster/bench/compare_compress.py --build build
 The second runs it here across two network namespaces joined by a link limited to 1 Gbit/s
 (netns_two_hosts.sh sets LOCKSTEP_RUN and MASTER_ADDR). PyTorch's ranks meet at MASTER_ADDR
-(default 127.0.0.1: give the first host's address across hosts). --dry-run prints the commands.
+(default 127.0.0.1: give the first host's address across hosts) and MASTER_PORT (default a port
+free on this host). --dry-run prints the commands.
 """
 import argparse
 import os
@@ -22,7 +23,7 @@ import shlex
 import statistics
 import sys
 
-from benchrun import print_command, program, samples_per_s, timeout_flag, whole
+from benchrun import master_port, print_command, program, samples_per_s, timeout_flag, whole
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -50,13 +51,16 @@ def main():
                OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     env.pop("LOCKSTEP_GRAD_COMPRESS", None)
     launch = [lsr, "-n", str(args.ranks)] + args.launcher_arg
-    for var in ("MASTER_ADDR", "MASTER_PORT"):
-        if var in env:
-            launch += ["-x", var]
+    if "MASTER_ADDR" in env:
+        launch += ["-x", "MASTER_ADDR"]
     common = ["--batch-size", str(args.batch_size), "--steps", str(args.steps)]
     bench = [program("compare_compress", os.path.join(args.build, "cluster", "bench", "bench_mlp"),
                      dry_run=args.dry_run), "--device", "cpu"]
+    # PyTorch's ranks meet at --port: $MASTER_PORT, else a port free here now (a fixed one made a
+    # second driver on the node fail, or its ranks join the first's)
     torch = ["/usr/bin/python3", os.path.join(HERE, "torch_ddp_mlp.py"), "--launched", "--threads", "1"]
+    if not args.no_torch:
+        torch += ["--port", str(master_port("compare_compress"))]
     configs = {}
     for c in ("none", "bf16", "fp16"):
         configs[f"lockstep {c}"] = launch + ["-x", f"LOCKSTEP_GRAD_COMPRESS={c}", "--"] + bench + common

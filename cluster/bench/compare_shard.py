@@ -26,7 +26,7 @@ import statistics
 import sys
 import tempfile
 
-from benchrun import print_command, program, run_output, samples_per_s, timeout_flag, whole
+from benchrun import master_port, print_command, program, run_output, samples_per_s, timeout_flag, whole
 
 
 def main():
@@ -77,7 +77,8 @@ def measure(args, env, lsr, mlp, tmp):
         steps = args.train_limit // (args.batch_size * args.ranks)
         torch = launch + ["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_ddp_mlp.py"),
                           "--launched", "--threads", "1", "--hidden", args.hidden, "--optimizer", "adamw",
-                          "--batch-size", str(args.batch_size), "--steps", str(steps)]
+                          "--batch-size", str(args.batch_size), "--steps", str(steps),
+                          "--port", str(master_port("compare_shard"))]  # $MASTER_PORT, else free here
         configs["torch DDP"] = torch
         configs["torch ZeRO"] = torch + ["--zero"]
         envs["torch DDP"] = envs["torch ZeRO"] = env

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from benchrun import peer_modules, sizes, whole
+from benchrun import master_port, peer_modules, sizes, whole
 from fashion_idx import read_idx, train_samples
 
 
@@ -27,8 +27,7 @@ def worker(rank, args):
     # imported here, in each rank (torch.multiprocessing's spawn starts a fresh interpreter)
     np, torch, dist = peer_modules("torch_ddp_mlp.py", "numpy", "torch", "torch.distributed")
     torch.set_num_threads(args.threads)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(args.port))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # MASTER_PORT: main's args.port
     dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
     torch.manual_seed(42)
     x = read_idx(os.path.join(args.data_dir, "train-images-idx3-ubyte.gz")).reshape(-1, 784)
@@ -106,7 +105,8 @@ def main():
     ap.add_argument("--steps", type=whole(1), default=200)
     ap.add_argument("--warmup", type=whole(0), default=20)
     ap.add_argument("--port", type=whole(1, 65535), default=None,
-                    help="rank 0's port (default $MASTER_PORT, else 29533)")
+                    help="rank 0's port (default $MASTER_PORT, else a free port of this host; with "
+                         "--launched, 29533)")
     ap.add_argument("--compress", choices=["none", "fp16"], default="none",
                     help="fp16: DDP's fp16_compress_hook, gradients all-reduced in 16 bits (default none; "
                          "PyTorch 1.13 offers bf16_compress_hook only with CUDA and NCCL)")
@@ -116,11 +116,11 @@ def main():
     ap.add_argument("--launched", action="store_true",
                     help="one rank of a job started by lockstep-run, mpirun or srun (--ranks is ignored)")
     args = ap.parse_args()
-    if args.port is None:
-        try:
-            args.port = whole(1, 65535)(os.environ.get("MASTER_PORT", "29533"))
-        except argparse.ArgumentTypeError as e:
-            ap.error(f"MASTER_PORT: {e}")
+    if args.port is None:  # the ranks of a launched job cannot agree on a free port: a fixed one
+        args.port = master_port("torch_ddp_mlp.py", 29533 if args.launched else None)
+    # --port over $MASTER_PORT (a MASTER_PORT set was used in --port's place); the ranks spawned
+    # below inherit it
+    os.environ["MASTER_PORT"] = str(args.port)
     rank = 0
     if args.launched:
         for r, w in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),

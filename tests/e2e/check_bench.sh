@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # check_bench.sh BENCH_COLLECTIVES: the benchmarks' tables mean what they say. (bench_gather's cold
 # first call, which at --rounds 1 was its figure, is fixed without a test here: that would be a
-# timed test; performance is measured in the benchmarks, never asserted in tests.)
+# timed test; performance is measured in the benchmarks, never asserted in tests.) And the Python
+# drivers' PyTorch runs meet at a port free on this host, so that two can run at once.
 set -u
 coll=$1
 fail() {
@@ -14,3 +15,98 @@ out=$("$coll" --backend self -b 4 -e 16 -f 1.1 -r 1 -n 1 -w 0 2>&1) || fail "ben
 sizes=$(awk '!/^#/ { printf "%s ", $1 }' <<<"$out")
 [ "$sizes" = "4 8 12 " ] || fail "bench_collectives -b 4 -e 16 -f 1.1: rows of sizes '$sizes', expected '4 8 12 ': $out"
 echo "PASS: bench_collectives -f 1.1: one row a size"
+
+# The drivers' PyTorch ranks meet at a port: it was 29533 whenever MASTER_PORT was unset, so a
+# second run on the node at once failed ("Address already in use") or its ranks joined the first's;
+# and torch_ddp_mlp.py's --port lost to a MASTER_PORT set. Now a port free here when the run starts
+# ($MASTER_PORT where set; --port over both); a launched job's ranks, which cannot agree on a free
+# port, keep 29533. Held here while the cases run, 29533 must not be the port chosen. A stub torch
+# (PYTHONPATH) prints the port its ranks would meet at, without PyTorch's seconds of start.
+benchdir=$(cd "$(dirname "$0")/../../cluster/bench" && pwd)
+py=python3
+[ -x /usr/bin/python3 ] && py=/usr/bin/python3
+d=$(mktemp -d)
+holder=
+cleanup() {
+    [ -z "$holder" ] || kill "$holder" 2>/dev/null
+    rm -rf "$d"
+}
+trap cleanup EXIT
+"$py" -c 'import socket, sys, time
+s = socket.socket()
+try:
+    s.bind(("", 29533)); s.listen()
+except OSError:
+    pass  # in use already: held all the same
+open(sys.argv[1], "w").write("held")
+time.sleep(300)' "$d/held" &
+holder=$!
+for _ in $(seq 300); do
+    [ -s "$d/held" ] && break
+    sleep 0.1
+done
+[ -s "$d/held" ] || fail "the helper holding port 29533 did not start in 30 s"
+mkdir -p "$d/idx64" "$d/stub/torch"
+"$py" -c 'import gzip, struct, sys; gzip.open(sys.argv[1], "wb").write(struct.pack(">IIII", 0x803, 64, 28, 28))' \
+    "$d/idx64/train-images-idx3-ubyte.gz"
+cat >"$d/stub/torch/__init__.py" <<'PY'
+import os, sys
+def set_num_threads(n):
+    pass
+def meet(*args, **kwargs):  # the ranks' rendezvous: say where, then end the run
+    print("MASTER_PORT", os.environ.get("MASTER_PORT"), flush=True)
+    os._exit(0)
+PY
+printf 'from torch import meet as spawn\n' >"$d/stub/torch/multiprocessing.py"
+printf 'from torch import meet as init_process_group\n' >"$d/stub/torch/distributed.py"
+# port_free PORT: PORT can be bound now
+port_free() { "$py" -c 'import socket, sys; socket.socket().bind(("", int(sys.argv[1])))' "$1" 2>/dev/null; }
+# ddp_port WANT ARGS...: torch_ddp_mlp.py ARGS meets at WANT ("free": a free port, not 29533)
+ddp_port() {
+    local want=$1 out port
+    shift
+    out=$(PYTHONPATH="$d/stub" "$py" "$benchdir/torch_ddp_mlp.py" --data-dir "$d/idx64" --batch-size 8 "$@" 2>&1) ||
+        fail "torch_ddp_mlp.py $*: exit $?: $out"
+    port=$(sed -n 's/^MASTER_PORT //p' <<<"$out")
+    if [ "$want" = free ]; then
+        [[ "$port" =~ ^[0-9]+$ ]] && [ "$port" != 29533 ] && port_free "$port" ||
+            fail "torch_ddp_mlp.py $*: port '$port', expected a free one: $out"
+    else
+        [ "$port" = "$want" ] || fail "torch_ddp_mlp.py $*: port '$port', expected $want: $out"
+    fi
+    echo "PASS: torch_ddp_mlp.py $*: port $port"
+}
+unset MASTER_PORT
+ddp_port free --ranks 2
+MASTER_PORT=4242 ddp_port 4242 --ranks 2
+MASTER_PORT=4242 ddp_port 4343 --ranks 2 --port 4343
+ddp_port 29533 --launched
+MASTER_PORT=4242 ddp_port 4242 --launched
+# the drivers that launch torch_ddp_mlp.py give its ranks --port: $MASTER_PORT, else one free here
+# driver_port WANT DRIVER ARGS...: every PyTorch command DRIVER --dry-run prints has --port WANT
+driver_port() {
+    local want=$1 drv=$2 out ports
+    shift 2
+    out=$("$py" "$benchdir/$drv" --build /nonexistent --dry-run "$@" 2>&1) || fail "$drv $*: exit $?: $out"
+    ports=$(grep torch_ddp_mlp.py <<<"$out" | sed -n 's/.* --port \([0-9]*\).*/\1/p' | sort -u)
+    [ "$(grep -c torch_ddp_mlp.py <<<"$out")" -eq 2 ] && [ "$(grep -c -- ' --port ' <<<"$out")" -eq 2 ] &&
+        [ "$(wc -l <<<"$ports")" -eq 1 ] || fail "$drv $*: not one --port on both PyTorch commands: $out"
+    if [ "$want" = free ]; then
+        [ "$ports" != 29533 ] && port_free "$ports" || fail "$drv $*: --port $ports, expected a free one: $out"
+    else
+        [ "$ports" = "$want" ] || fail "$drv $*: --port $ports, expected $want: $out"
+    fi
+    echo "PASS: $drv $*: the PyTorch ranks meet at port $ports"
+}
+driver_port free compare_compress.py
+MASTER_PORT=4242 driver_port 4242 compare_compress.py
+driver_port free compare_shard.py --torch
+MASTER_PORT=4242 driver_port 4242 compare_shard.py --torch
+# a MASTER_PORT that is no port is bad usage, named
+for drv in compare_compress.py "compare_shard.py --torch"; do
+    out=$(MASTER_PORT=x "$py" "$benchdir"/$drv --build /nonexistent --dry-run 2>&1)
+    rc=$?
+    [ "$rc" -eq 2 ] && grep -q "^${drv%.py*}: MASTER_PORT: 'x' must be a whole number from 1 to 65535$" <<<"$out" ||
+        fail "MASTER_PORT=x $drv: exit $rc: $out"
+    echo "PASS: MASTER_PORT=x $drv: refused"
+done
