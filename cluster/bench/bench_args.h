@@ -101,4 +101,19 @@ static inline double bench_now_s(void) {
         }                                                                                                              \
     } while (0)
 
+/* BENCH_CHECK for the step that reads a flag's value (value: the flag's, NULL where it was not
+ * given): a value it refuses as invalid (LS_ERR_INVALID_ARGUMENT: --device foo, --backend foo) is
+ * bad usage, "PROG: FLAG: the error" and return 2 (from main), as bench_bad; other failures (no GPU
+ * for --device cuda, a backend this build lacks), and a bad default or variable, are BENCH_CHECK's:
+ * "PROG: WHAT: the error" and 1. */
+#define BENCH_CHECK_FLAG(flag, value, what, expr)                                                                      \
+    do {                                                                                                               \
+        ls_status s_ = (expr);                                                                                         \
+        if (s_ != LS_OK) {                                                                                             \
+            int usage_ = (value) != NULL && s_ == LS_ERR_INVALID_ARGUMENT;                                             \
+            fprintf(stderr, "%s: %s: %s\n", BENCH_PROG, usage_ ? (flag) : (what), ls_last_error());                    \
+            return usage_ ? 2 : 1;                                                                                     \
+        }                                                                                                              \
+    } while (0)
+
 #endif

@@ -258,7 +258,7 @@ int main(int argc, char **argv) {
         }
     }
     bench_no_operands(argc, argv, optind);
-    CHECK("communicator", ls_comm_create(NULL, backend, &C));
+    BENCH_CHECK_FLAG("--backend", backend, "communicator", ls_comm_create(NULL, backend, &C));
     R = ls_comm_rank(C);
     W = ls_comm_world(C);
     ls_allocator *a = NULL;

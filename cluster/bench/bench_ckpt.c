@@ -198,7 +198,7 @@ int main(int argc, char **argv) {
         }
     }
     ls_device dev;
-    BENCH_CHECK("--device", ls_device_select(device, 0, &dev));
+    BENCH_CHECK_FLAG("--device", device, "device", ls_device_select(device, 0, &dev));
     ls_ctx *ctx;
     BENCH_CHECK("context", ls_ctx_create(dev, NULL, &ctx));
     ls_module *m;

@@ -364,7 +364,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!any_op) o.ops[OP_ALLREDUCE] = 1;
-    CHECK("communicator", ls_comm_create(NULL, o.backend, &C));
+    BENCH_CHECK_FLAG("--backend", o.backend, "communicator", ls_comm_create(NULL, o.backend, &C));
     R = ls_comm_rank(C);
     W = ls_comm_world(C);
     /* an operation none of whose sizes holds an element is refused (it printed its header, no

@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
     const char *env_device = getenv("LOCKSTEP_DEVICE");
     if (!device && !(env_device && *env_device)) device = "cpu"; /* a CPU benchmark unless asked */
     BENCH_CHECK("rank discovery", ls_rank_discover(&ri));
-    BENCH_CHECK("device", ls_device_select(device, ri.local_rank, &dev));
+    BENCH_CHECK_FLAG("--device", device, "device", ls_device_select(device, ri.local_rank, &dev));
     BENCH_CHECK("context", ls_ctx_create(dev, NULL, &ctx));
     BENCH_CHECK("communicator", ls_comm_create(ctx, NULL, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);

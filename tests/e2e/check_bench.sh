@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# check_bench.sh BENCH_COLLECTIVES: the benchmarks' tables mean what they say. (bench_gather's cold
+# check_bench.sh BENCH_COLLECTIVES [BENCH_MLP BENCH_RESNET BENCH_CKPT BENCH_BUCKETING]: the benchmarks' tables mean what they say. (bench_gather's cold
 # first call, which at --rounds 1 was its figure, is fixed without a test here: that would be a
 # timed test; performance is measured in the benchmarks, never asserted in tests.) And the Python
 # drivers' PyTorch runs meet at a port free on this host, so that two can run at once.
 set -u
-coll=$1
+coll=$1 mlp=${2:-} resnet=${3:-} ckpt=${4:-} bucketing=${5:-}
 fail() {
     echo "FAIL: $*"
     exit 1
@@ -15,6 +15,33 @@ out=$("$coll" --backend self -b 4 -e 16 -f 1.1 -r 1 -n 1 -w 0 2>&1) || fail "ben
 sizes=$(awk '!/^#/ { printf "%s ", $1 }' <<<"$out")
 [ "$sizes" = "4 8 12 " ] || fail "bench_collectives -b 4 -e 16 -f 1.1: rows of sizes '$sizes', expected '4 8 12 ': $out"
 echo "PASS: bench_collectives -f 1.1: one row a size"
+
+# A --device or --backend the library refuses as no device or backend is bad usage (exit 2) as any
+# other bad flag value (it exited 1, as a failed run), naming the flag; a device this build cannot
+# use, or a bad LOCKSTEP_DEVICE, is a failed run (1), as in the examples.
+# status WANT_RC WANT PROG ARGS...: PROG exits WANT_RC and its output holds WANT
+status() {
+    local want_rc=$1 want=$2 out rc
+    shift 2
+    out=$("$@" 2>&1)
+    rc=$?
+    [ "$rc" -eq "$want_rc" ] && grep -qF -- "$want" <<<"$out" ||
+        fail "$*: exit $rc (want $want_rc), expected '$want': $(tail -n 3 <<<"$out")"
+    echo "PASS: $* (exit $rc)"
+}
+ckdir=$(mktemp -d)
+status 2 "bench_collectives: --backend: backend argument 'foo' is not a communicator backend" "$coll" --backend foo
+if [ -n "$bucketing" ]; then
+    status 2 "bench_bucketing: --backend: backend argument 'foo' is not a communicator backend" "$bucketing" \
+        --backend foo
+fi
+if [ -n "$mlp" ]; then
+    status 2 "bench_mlp: --device: device 'foo' is not one of cpu, cuda, cuda:N" "$mlp" --device foo
+    status 1 "bench_mlp: device: LOCKSTEP_DEVICE: device 'foo'" env LOCKSTEP_DEVICE=foo "$mlp"
+    status 2 "bench_resnet: --device: device 'foo' is not one of cpu, cuda, cuda:N" "$resnet" --device foo
+    status 2 "bench_ckpt: --device: device 'foo' is not one of cpu, cuda, cuda:N" "$ckpt" save "$ckdir" --device foo
+fi
+rm -rf "$ckdir"
 
 # The drivers' PyTorch ranks meet at a port: it was 29533 whenever MASTER_PORT was unset, so a
 # second run on the node at once failed ("Address already in use") or its ranks joined the first's;
