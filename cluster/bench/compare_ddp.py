@@ -44,8 +44,8 @@ def main():
                                         timeout=args.timeout))
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in res.items()), flush=True)
     med = {k: statistics.median(v) for k, v in res.items()}
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; per-rank batch "
-          f"{args.batch_size}, {args.steps} steps, {args.rounds} rounds, 1 thread per rank")
+    print(f"machine: {platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+          f"per-rank batch {args.batch_size}, {args.steps} steps, {args.rounds} rounds, 1 thread per rank")
     print_command()
     for k, v in med.items():
         print(f"{k:18s} median {v:10.0f} samples/s")

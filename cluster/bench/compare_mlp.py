@@ -77,7 +77,7 @@ def main():
     med = {t: statistics.median(v) for t, v in torch.items()}
     best_t = max(med, key=med.get)
     ls_med, gf_med, sg_med = statistics.median(ls), statistics.median(gf), statistics.median(sg)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+    print(f"machine: {platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
           f"batch {args.batch_size}, {args.steps} steps, {args.rounds} rounds, OPENBLAS_NUM_THREADS={args.threads}"
           + (f", dropout {args.dropout}" if args.dropout > 0 else ""))
     print_command()

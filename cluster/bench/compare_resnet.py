@@ -77,9 +77,9 @@ def main():
             results[name].append(num(run(name, cmd, env, ranks, args.timeout), "samples/s"))
         print(f"round {r + 1}: " + "; ".join(f"{n} {v[-1]:.0f}" for n, v in results.items()), flush=True)
     med = {n: statistics.median(v) for n, v in results.items()}
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.1f}; widths {args.widths}, {args.blocks} block(s) per stage, global batch "
-          f"{args.batch_size}, {args.steps} steps, {args.rounds} rounds")
+    print(f"machine: {platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f}; widths {args.widths}, {args.blocks} block(s) per stage, "
+          f"global batch {args.batch_size}, {args.steps} steps, {args.rounds} rounds")
     print_command()
     for n, v in med.items():
         print(f"{n:40s} median {v:8.0f} samples/s  (min {min(results[n]):.0f}, max {max(results[n]):.0f})")

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# check_bench.sh BENCH_COLLECTIVES [BENCH_MLP BENCH_RESNET BENCH_CKPT BENCH_BUCKETING]: the benchmarks' tables mean what they say. (bench_gather's cold
-# first call, which at --rounds 1 was its figure, is fixed without a test here: that would be a
-# timed test; performance is measured in the benchmarks, never asserted in tests.) And the Python
-# drivers' PyTorch runs meet at a port free on this host, so that two can run at once.
+# check_bench.sh BENCH_COLLECTIVES [BENCH_MLP BENCH_RESNET BENCH_CKPT BENCH_BUCKETING]: the
+# benchmarks' tables mean what they say. (bench_gather's cold first call, which at --rounds 1 was its
+# figure, is fixed without a test here: that would be a timed test; performance is measured in the
+# benchmarks, never asserted in tests.) A --device or --backend that names none is bad usage (2).
+# The Python drivers' PyTorch runs meet at a port free on this host, so that two can run at once,
+# and their records name the machine.
 set -u
 coll=$1 mlp=${2:-} resnet=${3:-} ckpt=${4:-} bucketing=${5:-}
 fail() {
@@ -136,4 +138,29 @@ for drv in compare_compress.py "compare_shard.py --torch"; do
     [ "$rc" -eq 2 ] && grep -q "^${drv%.py*}: MASTER_PORT: 'x' must be a whole number from 1 to 65535$" <<<"$out" ||
         fail "MASTER_PORT=x $drv: exit $rc: $out"
     echo "PASS: MASTER_PORT=x $drv: refused"
+done
+
+# Each driver's record names the machine it ran on (README: "each prints the machine, the
+# command"): compare_ddp, compare_mlp and compare_resnet printed only the CPU's kind ("x86_64, 2
+# cores"), no host. Run here on fakes (copies of the drivers beside peers that print a figure, and a
+# build, mpirun and lockstep-run that do), so that no benchmark runs.
+fake=$d/fake
+mkdir -p "$fake/drv" "$fake/bin" "$fake/build/cluster/bench" "$fake/build/launcher"
+cp "$benchdir"/{benchrun.py,fashion_idx.py,compare_ddp.py,compare_mlp.py,compare_resnet.py} "$fake/drv/"
+for peer in torch_ddp_mlp torch_mlp torch_resnet; do
+    printf '%s\n' 'import sys' 'n = sys.argv[sys.argv.index("--ranks") + 1] if "--ranks" in sys.argv else "1"' \
+        'print(f"torch ranks {n} samples/s 50")' >"$fake/drv/$peer.py"
+done
+for prog in build/cluster/bench/bench_mlp build/cluster/bench/bench_resnet build/launcher/lockstep-run bin/mpirun; do
+    printf '%s\n' '#!/bin/sh' 'n=1' 'case "$0" in *mpirun | *lockstep-run) n=2 ;; esac' \
+        'echo "lockstep ranks $n samples/s 100 step_ms 1 GFLOP/s 5"' >"$fake/$prog"
+    chmod +x "$fake/$prog"
+done
+host=$(uname -n)
+for drv in compare_ddp compare_mlp compare_resnet; do
+    out=$(PATH="$fake/bin:$PATH" "$py" "$fake/drv/$drv.py" --build "$fake/build" --rounds 1 2>&1) ||
+        fail "$drv.py on fakes: exit $?: $out"
+    grep -q "^machine: $host, " <<<"$out" && grep -q "^command: .*$drv.py --build $fake/build --rounds 1$" <<<"$out" ||
+        fail "$drv.py: no 'machine: $host, ...' and 'command: ...' lines: $out"
+    echo "PASS: $drv.py names the machine: $(grep '^machine: ' <<<"$out")"
 done
