@@ -51,6 +51,20 @@ def anon_bytes(pid):
         return None
 
 
+def result_of(cmd, out, err):
+    """The JSON object on the last line cmd printed (bench_ckpt's and torch_ckpt.py's result); else
+    exits naming cmd and showing its output: a --bench or --baseline that is not bench_ckpt, or one
+    of an older build, ended in a JSONDecodeError or IndexError traceback."""
+    lines = out.strip().splitlines()
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        sys.exit(f"compare_ckpt: {' '.join(cmd)} printed no JSON result on its last line:\n{out}{err}")
+    return result
+
+
 def run(cmd, env, timeout):
     """Runs cmd; returns (its JSON result, anonymous bytes at "ready", peak after it)."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -80,7 +94,7 @@ def run(cmd, env, timeout):
     err = p.stderr.read()
     if p.returncode != 0:
         sys.exit(f"compare_ckpt: {' '.join(cmd)} failed ({p.returncode}):\n{err}")
-    result = json.loads(lines[-1])
+    result = result_of(cmd, "".join(lines), err)
     if base is None:
         sys.exit(f"compare_ckpt: {' '.join(cmd)} finished before it could be measured")
     return result, base, peak
@@ -114,7 +128,7 @@ def train_main(args, bench, base_bench, top):
                 sys.exit(f"compare_ckpt: {' '.join(cmd)} ran past {args.timeout} s")
             if p.returncode != 0:
                 sys.exit(f"compare_ckpt: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr}")
-            res = json.loads(p.stdout.strip().splitlines()[-1])
+            res = result_of(cmd, p.stdout, p.stderr)
             res["each"] = [float(m) for m in re.findall(r"the save stopped the training ([0-9.]+) s", p.stderr)]
             got[name].append(res)
             print(f"round {r + 1} {name:8s}: {res['seconds']:.3f} s, {res['saves']} saves stopped it "

@@ -164,3 +164,18 @@ for drv in compare_ddp compare_mlp compare_resnet; do
         fail "$drv.py: no 'machine: $host, ...' and 'command: ...' lines: $out"
     echo "PASS: $drv.py names the machine: $(grep '^machine: ' <<<"$out")"
 done
+
+# compare_ckpt.py given a --bench that prints no JSON result (not bench_ckpt, or an older build's)
+# names the command and shows its output (a JSONDecodeError or IndexError traceback)
+printf '%s\n' '#!/bin/sh' 'echo ready' 'echo "not json"' >"$fake/nojson"
+printf '%s\n' '#!/bin/sh' 'exit 0' >"$fake/silent"
+chmod +x "$fake/nojson" "$fake/silent"
+for prog in nojson silent; do
+    for mode in "" --train; do
+        out=$("$py" "$benchdir/compare_ckpt.py" --bench "$fake/$prog" --rounds 1 --hidden 8 $mode 2>&1)
+        rc=$?
+        [ "$rc" -eq 1 ] && grep -q "^compare_ckpt: $fake/$prog .* printed no JSON result on its last line:$" <<<"$out" &&
+            ! grep -q Traceback <<<"$out" || fail "compare_ckpt.py --bench $prog $mode: exit $rc: $out"
+        echo "PASS: compare_ckpt.py --bench $prog $mode: refused, named"
+    done
+done
