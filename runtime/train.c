@@ -81,6 +81,13 @@ struct ls_trainer {
     int reduce_owned;
     int n_own_grads;
     ls_tensor **own_grads;
+    /* clip_grad_norm's gradients: those of the parameters the optimizer updates (a frozen one, left
+     * out of it, has none in PyTorch, whose clip_grad_norm_ then neither measures nor scales it);
+     * reduced to their owners, this rank's own among them. in_opt[i]: the model's parameter i is
+     * the optimizer's. */
+    int n_clip;
+    ls_tensor **clip;
+    unsigned char *in_opt;
     ls_loss_scaler scaler; /* its config; its state is amp's (read back by ls_trainer_get_loss_scaler) */
     double *amp;           /* the found-inf check's state on the device (amp.h), when steps are checked */
     int64_t inject_step;   /* LOCKSTEP_AMP_INJECT_INF: step and rank; -1 off */
@@ -299,6 +306,8 @@ void ls_trainer_destroy(ls_trainer *t) {
     free(t->owned);
     free(t->owners);
     free(t->own_grads);
+    free(t->clip);
+    free(t->in_opt);
     ls_tensor_destroy(t->xl);
     if (t->model) ls_module_set_grad_hook(t->model, NULL, NULL);
     free(t);
@@ -435,6 +444,9 @@ static ls_status reduce_owners(ls_trainer *t, int **out) {
             }
         if (to[i] == rank) t->own_grads[t->n_own_grads++] = t->grads[i];
     }
+    t->n_clip = 0;
+    for (int i = 0; i < t->n_params; i++)
+        if (to[i] == rank && t->in_opt[i]) t->clip[t->n_clip++] = t->grads[i];
     t->reduce_owned = 1;
     *out = to;
     return LS_OK;
@@ -445,15 +457,15 @@ static ls_status reduce_owners(ls_trainer *t, int **out) {
 static ls_status clip_owned(ls_trainer *t, double max_norm, double *norm) {
     double v[2] = {0, 0}; /* the sum of squares, and the ranks that saw inf/NaN */
     int bad = 0;
-    LS_CHECK(ls_grads_sumsq(t->ctx, t->n_own_grads, t->own_grads, &v[0], &bad));
+    LS_CHECK(ls_grads_sumsq(t->ctx, t->n_clip, t->clip, &v[0], &bad));
     v[1] = bad;
     LS_CHECK(ls_comm_allreduce_host(t->comm, v, 2, LS_F64, LS_REDUCE_SUM));
     double total = v[1] > 0 ? NAN : sqrt(v[0]); /* as ls_clip_grad_norm */
     if (norm) *norm = total;
     if (v[1] > 0) return LS_OK;
     double coef = max_norm / (total + 1e-6);
-    for (int i = 0; i < t->n_own_grads && coef < 1; i++) {
-        ls_tensor *g = t->own_grads[i];
+    for (int i = 0; i < t->n_clip && coef < 1; i++) {
+        ls_tensor *g = t->clip[i];
         LS_CHECK(t->ctx->ops->scale(t->ctx->state, g->dtype, ls_tensor_numel(g), coef, g->data));
     }
     return LS_OK;
@@ -648,6 +660,19 @@ static ls_status init_local(ls_trainer *t, ls_ctx *ctx, ls_comm *comm, ls_module
     t->grads = calloc((size_t)t->n_params, sizeof *t->grads);
     if (!t->grads) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
     for (int i = 0; i < t->n_params; i++) t->grads[i] = ls_module_grad(model, i);
+    t->clip = calloc((size_t)(t->n_params > 0 ? t->n_params : 1), sizeof *t->clip);
+    t->in_opt = calloc((size_t)(t->n_params > 0 ? t->n_params : 1), 1);
+    if (!t->clip || !t->in_opt) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
+    /* the optimizer's parameters are the model's (check_optimizer), usually in its order */
+    for (int j = 0, last = -1; j < ls_optimizer_num_params(opt); j++) {
+        const ls_tensor *p = ls_optimizer_param(opt, j, NULL);
+        int i = last + 1 < t->n_params && ls_module_param(model, last + 1) == p ? last + 1 : 0;
+        while (i < t->n_params && ls_module_param(model, i) != p) i++;
+        if (i < t->n_params) t->in_opt[i] = 1;
+        last = i;
+    }
+    for (int i = 0; i < t->n_params; i++)
+        if (t->in_opt[i]) t->clip[t->n_clip++] = t->grads[i];
     LS_CHECK(ls_xent_create(ctx, &t->loss));
     LS_CHECK(ls_xent_set_label_smoothing(t->loss, cfg->label_smoothing));
     ls_loss_scaler_init(&t->scaler, cfg->precision == LS_PRECISION_FP16);
@@ -1413,7 +1438,7 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
     if (t->cfg.clip_grad_norm > 0 && t->reduce_owned)
         LS_CHECK(clip_owned(t, t->cfg.clip_grad_norm, stats ? &st.grad_norm : NULL));
     else if (t->cfg.clip_grad_norm > 0) /* on unscaled gradients; a flagged step's are left as they are */
-        LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_params, t->grads, t->cfg.clip_grad_norm,
+        LS_CHECK(ls_clip_grad_norm(t->ctx, t->n_clip, t->clip, t->cfg.clip_grad_norm,
                                    stats ? &st.grad_norm : NULL)); /* the norm is read for stats only */
     if (t->amp)
         LS_CHECK(ls_optimizer_step_unless(t->opt, st.lr, t->amp + LS_AMP_FOUND));

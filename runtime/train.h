@@ -27,7 +27,10 @@ typedef struct ls_train_config {
     int64_t batch_per_rank; /* micro-batch per rank */
     int accum_steps;        /* micro-batches per optimizer step (>= 1) */
     ls_lr_schedule lr;
-    double clip_grad_norm; /* 0: off */
+    /* the gradients' global 2-norm clipped to it (0: off): the gradients of the parameters the
+     * optimizer updates, as torch.nn.utils.clip_grad_norm_ of the parameters that require grad (a
+     * frozen one, left out of the optimizer, is neither measured nor scaled) */
+    double clip_grad_norm;
     ls_reducer_config buckets;
     ls_precision precision; /* fp32 (default), fp16 (with loss scaling) or bf16 */
     int no_timeline;        /* 1: do not open the LOCKSTEP_TIMELINE file (trial trainers) */
@@ -49,7 +52,7 @@ typedef struct ls_step_stats {
     int64_t samples; /* samples on this rank */
     int64_t global_samples;
     float lr;
-    double grad_norm;  /* before clipping, of the gradients after the all-reduce (with a sharded
+    double grad_norm;  /* before clipping, of the optimizer's gradients after the all-reduce (with a sharded
                         * optimizer's gradients reduced to their owners: of every owner's, summed
                         * over the ranks) (0 when clipping is off; inf or NaN where they were, as
                         * clip_grad_norm_ returns) */
