@@ -670,6 +670,12 @@ void ls_module_set_training(ls_module *m, int training) {
     for (int i = 0; i < m->n_children; i++) ls_module_set_training(m->children[i], training);
 }
 
+const char *ls_module_kind(const ls_module *m) { return m ? m->vt->kind : "?"; }
+
+int ls_module_num_children(const ls_module *m) { return m ? m->n_children : 0; }
+
+ls_module *ls_module_child(ls_module *m, int i) { return m && i >= 0 && i < m->n_children ? m->children[i] : NULL; }
+
 int ls_module_training_get(const ls_module *m, unsigned char *flags) {
     int n = 1;
     if (flags) flags[0] = (unsigned char)(m->training != 0);
@@ -723,8 +729,6 @@ int ls_module_num_params(const ls_module *m) { return m ? m->n_params : 0; }
 ls_tensor *ls_module_param(ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->params[i] : NULL; }
 ls_tensor *ls_module_grad(ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->grads[i] : NULL; }
 const char *ls_module_param_name(const ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->names[i] : NULL; }
-const char *ls_module_kind(const ls_module *m) { return m->vt->kind; }
-
 static int layers_walk(const ls_module *m, char (*out)[LS_LAYER_DESC_MAX], int max, int at) {
     if (!m) return at;
     const char *kind = m->vt->kind;

@@ -63,8 +63,20 @@ ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m)
  * sizes, the last takes the rest), each checkpointed. Consumes seq; the parameter order and
  * names are unchanged. On error seq is left untouched. */
 ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out_m);
-/* Training mode (dropout active) for m and everything inside it; modules start in training mode. */
+/* Training mode (dropout active, batch norm on the batch's statistics) for m and everything
+ * inside it; modules start in training mode. Set it on a module inside to freeze that one alone
+ * (a batch norm in eval mode while the rest trains); ls_trainer_evaluate puts the modes back. */
 void ls_module_set_training(ls_module *m, int training);
+/* The module's kind, as PyTorch names its class: "Linear", "ReLU", "GELU", "Dropout",
+ * "Sequential", "Checkpoint", "Conv2d", "BatchNorm2d", "MaxPool2d", "AvgPool2d",
+ * "GlobalAvgPool2d", "Flatten", "Reshape", "Cast", "Residual" ("?" for NULL). */
+const char *ls_module_kind(const ls_module *m);
+/* The modules directly inside m (a Sequential's layers, a Checkpoint's wrapped module, a
+ * Residual's body and then its shortcut): how many, and the i-th (NULL out of range); 0 and NULL
+ * for the other kinds. A walk over them reaches every module, as PyTorch's model.modules(): e.g.
+ * every BatchNorm2d of an ls_resnet_create model, to freeze them. */
+int ls_module_num_children(const ls_module *m);
+ls_module *ls_module_child(ls_module *m, int i);
 
 /* y points at a buffer owned by the module, valid until the next forward. */
 ls_status ls_module_forward(ls_module *m, const ls_tensor *x, const ls_tensor **y);
@@ -78,7 +90,6 @@ const char *ls_module_param_name(const ls_module *m, int i);
 int64_t ls_module_num_elements(const ls_module *m); /* total parameter elements */
 ls_status ls_module_zero_grad(ls_module *m);
 void ls_module_set_grad_hook(ls_module *m, ls_grad_hook hook, void *user);
-const char *ls_module_kind(const ls_module *m);
 /* m's layers in order, as ranks (ls_trainer_create) and checkpoints (state.json's "layers")
  * compare them: Sequential and activation checkpointing looked through (they do not change the
  * math), each leaf by its kind and what its parameters' shapes do not show ("ReLU",
