@@ -39,6 +39,28 @@ static void eval_then_step(double *ev, double *step) {
     *step = st.loss_sum;
 }
 
+/* SGD at lr 0.01 over every parameter of m, and a one-rank trainer of batch B */
+static void sgd_trainer(ls_module *m, ls_optimizer **o, ls_trainer **t) {
+    int np = ls_module_num_params(m);
+    ls_tensor **pa = calloc((size_t)np, sizeof *pa), **ga = calloc((size_t)np, sizeof *ga);
+    LS_REQUIRE(pa && ga);
+    for (int i = 0; i < np; i++) {
+        pa[i] = ls_module_param(m, i);
+        ga[i] = ls_module_grad(m, i);
+    }
+    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
+    oc.lr = 0.01f;
+    LS_REQUIRE_OK(ls_optimizer_create(C, np, pa, ga, &oc, o));
+    free(pa);
+    free(ga);
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = B;
+    tc.accum_steps = 1;
+    tc.lr.base_lr = 0.01f;
+    LS_REQUIRE_OK(ls_trainer_create(C, NULL, m, *o, &tc, t));
+}
+
 /* Sets every BatchNorm2d in m (m too) to training mode `on`; returns how many it found. */
 static int set_bn_training(ls_module *m, int on) {
     int n = 0;
@@ -85,24 +107,9 @@ static void frozen_resnet(void) {
     const int nbn = set_bn_training(m, 0);
     printf("resnet: %d BatchNorm2d found by the walk, %d running_mean buffers\n", nbn, running_means);
     LS_EXPECT(nbn == running_means && nbn >= 4);
-    int np = ls_module_num_params(m);
-    ls_tensor **pa = calloc((size_t)np, sizeof *pa), **ga = calloc((size_t)np, sizeof *ga);
-    LS_REQUIRE(pa && ga);
-    for (int i = 0; i < np; i++) {
-        pa[i] = ls_module_param(m, i);
-        ga[i] = ls_module_grad(m, i);
-    }
-    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
-    oc.lr = 0.01f;
     ls_optimizer *o;
-    LS_REQUIRE_OK(ls_optimizer_create(C, np, pa, ga, &oc, &o));
-    ls_train_config tc;
-    memset(&tc, 0, sizeof tc);
-    tc.batch_per_rank = B;
-    tc.accum_steps = 1;
-    tc.lr.base_lr = 0.01f;
     ls_trainer *t;
-    LS_REQUIRE_OK(ls_trainer_create(C, NULL, m, o, &tc, &t));
+    sgd_trainer(m, &o, &t);
     int32_t y[N];
     float *x = mlp_points(N, 64, 8, y);
     ls_dataset *d;
@@ -132,8 +139,6 @@ static void frozen_resnet(void) {
     ls_module_destroy(m);
     ls_dataset_destroy(d);
     free(x);
-    free(pa);
-    free(ga);
 }
 
 int main(int argc, char **argv) {
@@ -148,22 +153,8 @@ int main(int argc, char **argv) {
     layer[2] = drop;
     LS_REQUIRE_OK(ls_linear_create(C, LS_F32, 64, 10, 1, 12, "fc2", &layer[3]));
     LS_REQUIRE_OK(ls_sequential_create(C, 4, layer, &m));
-    int np = ls_module_num_params(m);
-    ls_tensor *pa[4], *ga[4];
-    for (int i = 0; i < np; i++) {
-        pa[i] = ls_module_param(m, i);
-        ga[i] = ls_module_grad(m, i);
-    }
-    ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
-    oc.lr = 0.01f;
     ls_optimizer *o;
-    LS_REQUIRE_OK(ls_optimizer_create(C, np, pa, ga, &oc, &o));
-    ls_train_config tc;
-    memset(&tc, 0, sizeof tc);
-    tc.batch_per_rank = B;
-    tc.accum_steps = 1;
-    tc.lr.base_lr = 0.01f;
-    LS_REQUIRE_OK(ls_trainer_create(C, NULL, m, o, &tc, &T));
+    sgd_trainer(m, &o, &T);
     for (int i = 0; i < B; i++) Idx[i] = (i * 5) % N;
 
     double ev, st;
