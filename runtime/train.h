@@ -183,7 +183,9 @@ ls_status ls_trainer_get_loss_scaler(ls_trainer *t, ls_loss_scaler *out);
 ls_status ls_trainer_set_loss_scaler(ls_trainer *t, const ls_loss_scaler *in);
 
 /* Sum of loss and correct over samples idx[0..count) of a data set (no gradients, dropout off), in
- * chunks of the per-rank batch. On a GPU the host runs up to two chunks ahead of the device: each
+ * chunks of the per-rank batch. Batch norm uses this rank's running statistics, which training
+ * folded from this rank's batches only: ls_cnn_broadcast_buffers on every rank first evaluates
+ * with rank 0's, as DDP's forward does (not collective itself: ranks may call it unequally). On a GPU the host runs up to two chunks ahead of the device: each
  * chunk's losses and count are copied to pinned memory in the background and added up in order
  * (the same sums as reading each chunk's), and the call waits for the device once, at its end. The
  * running totals' pending copies (cfg.totals) are folded into them first. */
