@@ -550,6 +550,7 @@ static ls_status clip_on_device(ls_ctx *c, int k, ls_tensor *const *t, double ma
 ls_status ls_clip_grad_norm(ls_ctx *ctx, int n, ls_tensor *const *grads, double max_norm, double *norm) {
     LS_CHECK_ARG(ctx && (grads || n == 0), "ls_clip_grad_norm: %s is NULL", !ctx ? "ctx" : "grads");
     for (int i = 0; i < n; i++) LS_CHECK_ARG(grads[i], "ls_clip_grad_norm: gradient %d is NULL", i);
+    LS_CHECK_ARG(max_norm >= 0, "ls_clip_grad_norm: max_norm %g must be >= 0 (0: measures the norm only)", max_norm);
     if (ctx->ops->clip_sumsq && ctx->ops->clip_norm && ctx->ops->clip_scale && max_norm > 0)
         return clip_on_device(ctx, n, grads, max_norm, norm);
     double sq = 0;

@@ -117,7 +117,8 @@ ls_status ls_grads_sumsq(ls_ctx *ctx, int k, ls_tensor *const *t, double *host_s
 ls_status ls_grads_amp_check(ls_ctx *ctx, int k, ls_tensor *const *t, int unscale, double *ctl);
 
 /* Scale the gradients so their global 2-norm is at most max_norm; *norm gets the norm before
- * clipping (inf/NaN if any gradient is not finite, in which case nothing is scaled). On a GPU the
+ * clipping (inf/NaN if any gradient is not finite, in which case nothing is scaled). max_norm 0
+ * only measures the norm (inf never clips); a negative or NaN one is an error. On a GPU the
  * norm, the coefficient and the scaling stay on the device: with norm NULL nothing waits for it
  * (as PyTorch's clip_grad_norm_, which scales by a device scalar); a norm asked for is read, once. */
 ls_status ls_clip_grad_norm(ls_ctx *ctx, int n, ls_tensor *const *grads, double max_norm, double *norm);

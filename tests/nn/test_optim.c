@@ -350,6 +350,18 @@ int main(void) {
     LS_EXPECT_NEAR(norm, 5, 1e-6);
     LS_EXPECT_NEAR(gd[0], 0.6, 1e-5);
     LS_EXPECT_NEAR(gd[1], 0.8, 1e-5);
+    /* max_norm 0 measures only (inf: never clips); a negative or NaN one is refused (it did
+     * nothing, silently: PyTorch's would flip or poison the gradients) */
+    LS_REQUIRE_OK(ls_clip_grad_norm(C, 1, &g, 0.0, &norm));
+    LS_EXPECT_NEAR(norm, 1, 1e-5);
+    LS_EXPECT_NEAR(gd[0], 0.6, 1e-5);
+    LS_REQUIRE_OK(ls_clip_grad_norm(C, 1, &g, INFINITY, &norm));
+    LS_EXPECT_NEAR(gd[1], 0.8, 1e-5);
+    LS_EXPECT_ERR(ls_clip_grad_norm(C, 1, &g, -1.0, &norm), LS_ERR_INVALID_ARGUMENT,
+                  "ls_clip_grad_norm: max_norm -1 must be >= 0 (0: measures the norm only)");
+    LS_EXPECT_ERR(ls_clip_grad_norm(C, 1, &g, NAN, &norm), LS_ERR_INVALID_ARGUMENT,
+                  "ls_clip_grad_norm: max_norm nan must be >= 0");
+    LS_EXPECT_NEAR(gd[0], 0.6, 1e-5);
     gd[2] = NAN;
     LS_REQUIRE_OK(ls_clip_grad_norm(C, 1, &g, 1.0, &norm));
     LS_EXPECT(isnan(norm));
