@@ -47,7 +47,7 @@ template <int TPR, typename A> __device__ __forceinline__ A row_sum(A v, A *sh) 
 }
 
 /* probs and losses are A: the logits' type, or f32 for f16/bf16 logits. With label smoothing e
- * (not 0) the loss is (1 - e) nll + e (log(sum) + mx - mean(z)), as the CPU computes it. */
+ * (not 0) the loss is (1 - e) nll + e (log(sum) - mean(z - mx)), as the CPU computes it. */
 template <typename T, int TPR>
 __global__ void xent_fwd_kernel(int64_t B, int64_t C, const T *logits, const int32_t *labels, double smoothing,
                                 typename Acc<T>::type *probs, typename Acc<T>::type *losses) {
@@ -68,7 +68,7 @@ __global__ void xent_fwd_kernel(int64_t B, int64_t C, const T *logits, const int
         for (int64_t j = lane; j < C; j += TPR) p[j] = mul_rn(d_exp(to_acc(z[j]) - mx), inv);
         A zs = 0;
         if (smoothing != 0) { /* the same for every thread of the block: all reduce, or none */
-            for (int64_t j = lane; j < C; j += TPR) zs += to_acc(z[j]);
+            for (int64_t j = lane; j < C; j += TPR) zs += to_acc(z[j]) - mx;
             zs = row_sum<TPR>(zs, sh);
         }
         if (lane == 0) {
@@ -77,7 +77,7 @@ __global__ void xent_fwd_kernel(int64_t B, int64_t C, const T *logits, const int
             A loss = (y >= 0 && y < C) ? d_log(sum) + (mx - to_acc(z[y])) : A(NAN);
             if (smoothing != 0) {
                 const A e = (A)smoothing;
-                loss = mul_rn(A(1) - e, loss) + mul_rn(e, d_log(sum) + (mx - zs / (A)C));
+                loss = mul_rn(A(1) - e, loss) + mul_rn(e, d_log(sum) - zs / (A)C);
             }
             losses[r] = loss;
         }

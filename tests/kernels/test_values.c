@@ -1,6 +1,7 @@
 /* test_values.c: f32 ops against straightforward f64 reference loops: the OpenBLAS linear
- * forward and backward, argmax/accuracy, SGD (momentum, nesterov, weight decay) and AdamW against
+ * forward and backward, argmax/accuracy, label-smoothed cross-entropy at extreme logits, SGD (momentum, nesterov, weight decay) and AdamW against
  * torch.optim's formulas written out. */
+#include <float.h>
 #include <stdlib.h>
 
 #include "gradcheck.h"
@@ -64,6 +65,56 @@ int main(void) {
     LS_REQUIRE_OK(C->ops->argmax(C->state, LS_F32, 5, 4, nan_logits, nan_labels, nan_pred, &correct));
     LS_EXPECT(nan_pred[0] == 2 && nan_pred[1] == 0 && nan_pred[2] == 1 && nan_pred[3] == 0 && nan_pred[4] == 0);
     LS_EXPECT(correct == 5);
+
+    /* label smoothing e: (1 - e) (lse - z_y) + e (lse - mean(z)), softmax's shift invariance kept:
+     * logits offset by 1e7 (f32 spacing 1), rows of one huge value (their sum overflows), a -inf
+     * logit (torch's loss: inf) and a NaN one (NaN); the reference in double, from z - max */
+    for (int wide = 0; wide < 2; wide++) {
+        enum { R = 5, K = 10 };
+        const double big = wide ? 0.3 * DBL_MAX : 0.3 * FLT_MAX, e = 0.1;
+        double z[R * K];
+        int32_t lab[R] = {3, 0, 7, 3, 3};
+        for (int j = 0; j < K; j++) {
+            z[0 * K + j] = 1e7 + j;
+            z[1 * K + j] = big;
+            z[2 * K + j] = -big;
+            z[3 * K + j] = j;
+            z[4 * K + j] = j;
+        }
+        z[3 * K + 5] = -INFINITY;
+        z[4 * K + 8] = NAN;
+        const size_t es = wide ? sizeof(double) : sizeof(float);
+        void *zt = malloc(es * R * K), *pt = malloc(es * R * K), *lt = malloc(es * R);
+        LS_REQUIRE(zt && pt && lt);
+        for (int i = 0; i < R * K; i++)
+            if (wide)
+                ((double *)zt)[i] = z[i];
+            else
+                ((float *)zt)[i] = (float)z[i];
+        LS_REQUIRE_OK(C->ops->xent_fwd(C->state, wide ? LS_F64 : LS_F32, R, K, zt, lab, e, pt, lt));
+        for (int row = 0; row < R; row++) {
+            const double *zr = z + row * K;
+            double mx = zr[0], s = 0, zs = 0;
+            for (int j = 1; j < K; j++) mx = zr[j] > mx ? zr[j] : mx;
+            for (int j = 0; j < K; j++) {
+                s += exp(zr[j] - mx);
+                zs += zr[j] - mx;
+            }
+            double want = (1 - e) * (log(s) + (mx - zr[lab[row]])) + e * (log(s) - zs / K);
+            double got = wide ? ((double *)lt)[row] : ((float *)lt)[row];
+            if (row == 4) {
+                LS_EXPECT(isnan(got));
+            } else if (isinf(want)) {
+                LS_EXPECT(got == want);
+            } else {
+                if (!(fabs(got - want) <= 1e-5 * fmax(1, fabs(want))))
+                    fprintf(stderr, "smoothed loss %s row %d: %.9g, wanted %.9g\n", wide ? "f64" : "f32", row, got,
+                            want);
+                LS_EXPECT(fabs(got - want) <= 1e-5 * fmax(1, fabs(want)));
+            }
+        }
+        free(zt), free(pt), free(lt);
+    }
 
     /* SGD with momentum, dampening 0, weight decay, over 3 steps against the formula */
     double p = 1.0, m = 0, g[3] = {0.5, -0.25, 1.0};
