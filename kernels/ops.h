@@ -59,7 +59,8 @@ enum {
     LS_AMP_CTL = 8
 };
 /* GradScaler's update (torch.cuda.amp): on found, scale *= backoff and the tracker restarts; else
- * after growth_interval clean steps scale *= growth. enabled 0: the scale stays (bf16). A backoff
+ * after growth_interval clean steps scale *= growth, unless that is not finite in f32 (the scale
+ * stays, the tracker restarts). enabled 0: the scale stays (bf16). A backoff
  * stops at LS_AMP_MIN_SCALE (a scale already below it stays): a run whose every step overflowed
  * (a model gone inf/NaN) halved it to 0 after 1075 steps, which every step then skipped on, and
  * whose checkpoint its resume refused. */

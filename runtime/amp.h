@@ -2,8 +2,9 @@
  * master weights and optimizer state while activations, GEMM inputs and activation gradients are
  * f16/bf16 (the input batch is cast and every layer follows its input's dtype). fp16 adds dynamic
  * loss scaling with torch.cuda.amp.GradScaler's semantics: initial scale 2^16, x2 after 2000
- * consecutive clean steps, x0.5 and the step skipped when any gradient is inf/NaN on any rank (not
- * below LS_AMP_MIN_SCALE, 2^-126: a run whose every step overflows stops halving there, not at 0).
+ * consecutive clean steps (unless that passes f32's largest value: the scale stays, as in
+ * GradScaler), x0.5 and the step skipped when any gradient is inf/NaN on any rank (not below
+ * LS_AMP_MIN_SCALE, 2^-126: a run whose every step overflows stops halving there, not at 0).
  * bf16 skips such a step too (without a scale). All of it is decided on the device. */
 #ifndef LOCKSTEP_AMP_H
 #define LOCKSTEP_AMP_H

@@ -6,6 +6,7 @@
  * low-precision activations the parameter gradients (dw, db) and the softmax probabilities and
  * losses are f32, as with fp32 master weights. */
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -293,7 +294,8 @@ static ls_status cpu_amp_update(void *st, double *ctl, const ls_amp_update_param
             ctl[LS_AMP_SCALE] = fmax(ctl[LS_AMP_SCALE] * p->backoff_factor, LS_AMP_MIN_SCALE);
         ctl[LS_AMP_TRACKER] = 0;
     } else if ((ctl[LS_AMP_TRACKER] += 1) >= (double)p->growth_interval) {
-        ctl[LS_AMP_SCALE] *= p->growth_factor;
+        const double grown = ctl[LS_AMP_SCALE] * p->growth_factor;
+        if (grown <= FLT_MAX) ctl[LS_AMP_SCALE] = grown; /* as GradScaler: not to inf in f32 */
         ctl[LS_AMP_TRACKER] = 0;
     }
     return LS_OK;

@@ -4,6 +4,8 @@
  * every pointer is 16-byte aligned, with a scalar tail; reductions are two-stage (per-block
  * partials in the scratch area, then one fixed-order pass) so results are deterministic, which
  * keeps data-parallel replicas bit-identical. */
+#include <cfloat>
+
 #include "cuda_common.cuh"
 #include "philox.h"
 
@@ -253,7 +255,8 @@ __global__ void amp_update_kernel(double *ctl, ls_amp_update_params p) {
             ctl[LS_AMP_SCALE] = fmax(ctl[LS_AMP_SCALE] * p.backoff_factor, LS_AMP_MIN_SCALE);
         ctl[LS_AMP_TRACKER] = 0;
     } else if ((ctl[LS_AMP_TRACKER] += 1) >= (double)p.growth_interval) {
-        ctl[LS_AMP_SCALE] *= p.growth_factor;
+        const double grown = ctl[LS_AMP_SCALE] * p.growth_factor;
+        if (grown <= FLT_MAX) ctl[LS_AMP_SCALE] = grown; /* as GradScaler: not to inf in f32 */
         ctl[LS_AMP_TRACKER] = 0;
     }
 }

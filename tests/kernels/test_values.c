@@ -1,5 +1,6 @@
 /* test_values.c: f32 ops against straightforward f64 reference loops: the OpenBLAS linear
- * forward and backward, argmax/accuracy, label-smoothed cross-entropy at extreme logits, SGD (momentum, nesterov, weight decay) and AdamW against
+ * forward and backward, argmax/accuracy, label-smoothed cross-entropy at extreme logits, the
+ * loss scaler's update at f32's limits, SGD (momentum, nesterov, weight decay) and AdamW against
  * torch.optim's formulas written out. */
 #include <float.h>
 #include <stdlib.h>
@@ -114,6 +115,32 @@ int main(void) {
             }
         }
         free(zt), free(pt), free(lt);
+    }
+
+    /* the loss scaler's update at f32's limits (GradScaler's _amp_update_scale_: a growth whose
+     * result is not finite in f32 is not taken, the tracker restarts all the same; a backoff stops
+     * at LS_AMP_MIN_SCALE) */
+    {
+        ls_amp_update_params up = {1, 2.0, 0.5, 3};
+        double ctl[LS_AMP_CTL] = {0};
+        ctl[LS_AMP_SCALE] = ldexp(1, 126);
+        ctl[LS_AMP_TRACKER] = 2;
+        LS_REQUIRE_OK(C->ops->amp_update(C->state, ctl, &up));
+        LS_EXPECT(ctl[LS_AMP_SCALE] == ldexp(1, 127) && ctl[LS_AMP_TRACKER] == 0);
+        ctl[LS_AMP_TRACKER] = 2;
+        LS_REQUIRE_OK(C->ops->amp_update(C->state, ctl, &up)); /* 2^128 is inf in f32: kept */
+        LS_EXPECT(ctl[LS_AMP_SCALE] == ldexp(1, 127) && ctl[LS_AMP_TRACKER] == 0 && ctl[LS_AMP_LAST] == ldexp(1, 127));
+        ctl[LS_AMP_SCALE] = FLT_MAX;
+        ctl[LS_AMP_TRACKER] = 2;
+        LS_REQUIRE_OK(C->ops->amp_update(C->state, ctl, &up));
+        LS_EXPECT(ctl[LS_AMP_SCALE] == FLT_MAX && ctl[LS_AMP_TRACKER] == 0);
+        ctl[LS_AMP_FOUND] = 1;
+        LS_REQUIRE_OK(C->ops->amp_update(C->state, ctl, &up));
+        LS_EXPECT(ctl[LS_AMP_SCALE] == FLT_MAX / 2 && ctl[LS_AMP_SKIPPED] == 1);
+        ctl[LS_AMP_SCALE] = ldexp(1, -125);
+        LS_REQUIRE_OK(C->ops->amp_update(C->state, ctl, &up));
+        LS_REQUIRE_OK(C->ops->amp_update(C->state, ctl, &up));
+        LS_EXPECT(ctl[LS_AMP_SCALE] == LS_AMP_MIN_SCALE && ctl[LS_AMP_SKIPPED] == 3);
     }
 
     /* SGD with momentum, dampening 0, weight decay, over 3 steps against the formula */
