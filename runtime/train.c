@@ -4,6 +4,7 @@
  * reducer's gradient hook, unscale and inf/NaN check, clipping, optimizer step. */
 #include "train.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1164,8 +1165,11 @@ ls_status ls_trainer_set_loss_scaler(ls_trainer *t, const ls_loss_scaler *in) {
                  "ls_trainer_set_loss_scaler: loss scaling is %s in this trainer (%s)",
                  t->scaler.enabled ? "on" : "off", ls_precision_name(t->cfg.precision));
     /* the one value that is wrong, named (it listed every rule with every value) */
-    LS_CHECK_ARG(isfinite(in->scale) && in->scale > 0,
-                 "ls_trainer_set_loss_scaler: scale is %g; it must be finite and > 0", in->scale);
+    /* the backward scales by it in f32, where a larger one is inf (every step would overflow) */
+    LS_CHECK_ARG(isfinite(in->scale) && in->scale > 0 && in->scale <= FLT_MAX,
+                 "ls_trainer_set_loss_scaler: scale is %g; it must be finite and > 0, at most f32's largest value "
+                 "(%g)",
+                 in->scale, (double)FLT_MAX);
     LS_CHECK_ARG(in->growth_factor > 1, "ls_trainer_set_loss_scaler: growth factor is %g; it must be > 1",
                  in->growth_factor);
     LS_CHECK_ARG(in->backoff_factor > 0 && in->backoff_factor < 1,

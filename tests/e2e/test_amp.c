@@ -215,6 +215,11 @@ static void scaler_case(void) {
     sc.scale = NAN;
     LS_EXPECT_ERR(ls_trainer_set_loss_scaler(t, &sc), LS_ERR_INVALID_ARGUMENT,
                   "scale is nan; it must be finite and > 0");
+    /* the backward scales by it in f32: a scale that is inf there would make every step overflow
+     * (about 900 skipped from 1e300 before the halvings got it back into range) */
+    sc.scale = 1e300;
+    LS_EXPECT_ERR(ls_trainer_set_loss_scaler(t, &sc), LS_ERR_INVALID_ARGUMENT,
+                  "scale is 1e+300; it must be finite and > 0, at most f32's largest value (3.40282e+38)");
     sc.scale = 1024, sc.backoff_factor = 1.5;
     LS_EXPECT_ERR(ls_trainer_set_loss_scaler(t, &sc), LS_ERR_INVALID_ARGUMENT,
                   "backoff factor is 1.5; it must be in (0, 1)");
