@@ -236,6 +236,8 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
         LS_CHECK(ex_step_file_open(o->log_steps, c->last_saved, "--log-steps", &c->step_log));
     }
     if (o->dump_params && ls_comm_rank(comm) == 0) { /* written after training: found out now, not then */
+        c->what = "--log-steps";
+        LS_CHECK(ex_check_not_dump(c->step_log, o->log_steps, o->dump_params));
         c->what = "--dump-params";
         struct stat sb;
         const int existed = stat(o->dump_params, &sb) == 0;

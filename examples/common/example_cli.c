@@ -491,7 +491,8 @@ void ex_step_file_close(FILE *f) {
     if (f && f != stdout && f != stderr) fclose(f);
 }
 
-ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_t resume_last, FILE *log_steps) {
+ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_t resume_last, FILE *log_steps,
+                          const char *dump_params) {
     memset(m, 0, sizeof *m);
     /* rank 0's option, whose figures every rank adds to: rank 0's choice decides (as --log-steps) */
     int32_t on = path != NULL;
@@ -508,7 +509,20 @@ ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_
                         "'%s' is the file of --log-steps too: each would write over the other's lines; give "
                         "each its own file",
                         path);
-    return ex_step_file_open(path, resume_last, "--metrics", &m->f);
+    LS_CHECK(ex_step_file_open(path, resume_last, "--metrics", &m->f));
+    return ex_check_not_dump(m->f, path, dump_params);
+}
+
+ls_status ex_check_not_dump(FILE *f, const char *path, const char *dump_params) {
+    /* --dump-params, written as a new file renamed over its path after training, replaced the
+     * step file's lines with the raw parameters, and the run ended 0 */
+    struct stat st;
+    if (f && dump_params && stat(dump_params, &st) == 0 && same_regular_file(fileno(f), &st))
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "'%s' is the file of --dump-params too: the parameters written there after training "
+                        "would replace these lines; give each its own file",
+                        path);
+    return LS_OK;
 }
 
 /* A JSON number, or null where the value is not finite (a diverged run): "nan" is not JSON. */

@@ -127,8 +127,12 @@ typedef struct ex_metrics {
  * each step's figures are summed over every rank, so all take part where rank 0 writes).
  * resume_last >= 0: a resumed run keeps the lines up to that step and appends (the lines of steps
  * after the checkpoint are dropped). log_steps: --log-steps' file, open (or NULL): path naming
- * the same regular file is an error. */
-ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_t resume_last, FILE *log_steps);
+ * the same regular file is an error, and so is dump_params (--dump-params, or NULL) naming it. */
+ls_status ex_metrics_open(ex_metrics *m, ls_comm *comm, const char *path, int64_t resume_last, FILE *log_steps,
+                          const char *dump_params);
+/* An error where the step file f (--log-steps, --metrics, opened as path; NULL: none) is the file
+ * dump_params names (NULL: none): the dump, renamed over it after training, would replace its lines. */
+ls_status ex_check_not_dump(FILE *f, const char *path, const char *dump_params);
 ls_status ex_metrics_step(ex_metrics *m, ls_comm *comm, ls_allocator *alloc, int64_t step, int64_t epoch,
                           const ls_step_stats *st, double step_s, int clipping);
 void ex_metrics_close(ex_metrics *m);

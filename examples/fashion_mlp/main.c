@@ -406,7 +406,7 @@ int main(int argc, char **argv) {
     ck.ema = ema;
     ck.dropout = o.dropout;
     TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
-    TRY("--metrics", ex_metrics_open(&metrics, comm, o.metrics, ck.last_saved, ck.step_log));
+    TRY("--metrics", ex_metrics_open(&metrics, comm, o.metrics, ck.last_saved, ck.step_log, o.ck.dump_params));
     int progress = 0;
     TRY("--progress", ex_progress_decide(comm, o.progress, &progress));
     ck.progress = progress && rank == 0;

@@ -522,7 +522,7 @@ int main(int argc, char **argv) {
     int progress = 0;
     TRY("--progress", ex_progress_decide(comm, o.progress, &progress));
     ck.progress = progress && rank == 0;
-    TRY("--metrics", ex_metrics_open(&metrics, comm, o.metrics, ck.last_saved, ck.step_log));
+    TRY("--metrics", ex_metrics_open(&metrics, comm, o.metrics, ck.last_saved, ck.step_log, o.ck.dump_params));
     TRY("indices", ex_batcher_init(&bt, per_step));
     test_idx = malloc((size_t)(ls_sampler_num_samples(test_sampler) + 1) * sizeof *test_idx);
     if (!test_idx) TRY("indices", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for batch indices"));

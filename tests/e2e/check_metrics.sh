@@ -6,7 +6,8 @@
 # without --metrics or --log-steps (running totals) prints the same epoch lines; two ranks (the samples are the
 # global batch); --progress's last reading of an epoch equals its train loss (LOCKSTEP_STDERR_TTY=1 shows it on a pipe, not in a file; a warning of rank 1 gets a line of its own); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
 # NaN loss is written as null; each step's lr follows --lr-schedule linear (to --min-lr) and constant;
-# a file that cannot be opened is an error naming it, one file for --metrics and --log-steps too;
+# a file that cannot be opened is an error naming it, one file for --metrics and --log-steps too
+# (or for either and --dump-params);
 # on resume a file is cut back in place (its inode and mode kept; in a read-only directory);
 # /dev/stdout, stdout a file, takes the lines in order with stdout's. CUDA_BUILT (1 in a
 # CUDA build): two ranks without a usable GPU say once, not twice, that they run on the CPU. Two
@@ -236,6 +237,15 @@ ln -s same "$dir/same.link"
 out=$("$mlp" "${args[@]}" --metrics "$dir/same.link" --log-steps "$dir/same" 2>&1) && fail "one file for --metrics and --log-steps was accepted: $out"
 grep -q -- "--metrics: invalid argument: '$dir/same.link' is the file of --log-steps too: each would write over the other's lines" <<<"$out" ||
     fail "one file for --metrics and --log-steps: unclear error: $out"
+# nor --dump-params with either (through another name too): the dump, renamed over the path
+# after training, replaced the step file's lines with raw floats, and the run ended 0
+for flag in --metrics --log-steps; do
+    rm -f "$dir/dump"
+    out=$("$mlp" "${args[@]}" --max-steps 2 $flag "$dir/dump" --dump-params "$dir/./dump" 2>&1) &&
+        fail "one file for $flag and --dump-params was accepted: $out"
+    grep -q -- "$flag: invalid argument: '$dir/dump' is the file of --dump-params too: the parameters written there after training would replace these lines" <<<"$out" ||
+        fail "one file for $flag and --dump-params: unclear error: $out"
+done
 "$mlp" "${args[@]}" --max-steps 2 --metrics /dev/null --log-steps /dev/null >"$dir/outnull" 2>&1 ||
     fail "--metrics and --log-steps to /dev/null: $(cat "$dir/outnull")"
 # /dev/stdout where stdout is a file (--metrics /dev/stdout >run.log): the lines go into stdout's
