@@ -35,7 +35,8 @@ static void usage(FILE *f) {
                "                  records;\n"
                "                  PATH is a checkpoint (DIR/step-N) or a checkpoint directory (each\n"
                "                  step-N in it); exit status 1 when any is damaged, of a newer\n"
-               "                  format than this build reads (NEWER FORMAT), or not there (MISSING)\n"
+               "                  format than this build reads (NEWER FORMAT), not there (MISSING),\n"
+               "                  or a directory with no checkpoint in it (NONE)\n"
                "  info PATH       the checkpoint's step, epoch, ranks and batch, optimizer, schedule and\n"
                "                  files (PATH a checkpoint directory: its newest valid checkpoint)\n"
                "  tensors FILE    a safetensors file's tensors: name, dtype, shape, bytes (any file, one\n"
@@ -157,7 +158,9 @@ static int verify(int n, char **paths) {
         }
         closedir(d);
         if (k == 0) {
-            printf("DAMAGED  %s: neither a checkpoint (no manifest.json) nor a directory of step-N checkpoints\n", p);
+            printf("NONE     %s: no checkpoint in it (no manifest.json, no step-N directory); --resume auto starts "
+                   "afresh there\n",
+                   p);
             bad++;
         }
         qsort(names, (size_t)k, sizeof *names, cmp_str);

@@ -181,6 +181,12 @@ run 0 --version
 grep -qxE "lockstep-ckpt [0-9]+\.[0-9]+\.[0-9]+" "$tmp/out" || fail "--version: $(cat "$tmp/out")"
 run 1 verify /nonexistent
 expect_out "MISSING  /nonexistent: No such file or directory"
+# a directory with no checkpoint in it (--save-every's before its first save: only its .lock)
+# holds nothing damaged: it said DAMAGED
+mkdir E
+: >E/.lock
+run 1 verify E
+expect_out "NONE     E: no checkpoint in it (no manifest.json, no step-N directory); --resume auto starts afresh there"
 # a file is not "no such directory"; a file named as a checkpoint is not one (a resume ignores it)
 run 1 verify z.st
 expect_out "DAMAGED  z.st: not a directory (a checkpoint is a step-N directory)"
