@@ -485,7 +485,7 @@ int main(int argc, char **argv) {
     tc.batch_per_rank = o.batch;
     int64_t per_step = o.batch * o.accum;
     int64_t steps = ls_sampler_steps(sampler, per_step);
-    TRY("--batch-size", ex_check_steps(sampler, steps, per_step));
+    USAGE("--batch-size", ex_check_steps(sampler, steps, per_step)); /* alike on every rank: no abort */
     tc.lr.base_lr = oc.lr;
     tc.lr.warmup_steps = o.warmup;
     tc.lr.total_steps = steps * o.epochs;

@@ -106,7 +106,7 @@ usage "--eps '1e39' must be a finite number >= 0 that a float holds" "$resnet" "
 usage "--lr '1e39' must be a finite number >= 0 that a float holds" "$resnet" "${small[@]}" --lr 1e39
 usage "--hidden: invalid argument: '1,2,3,4,5,6,7' is not a comma-separated list of 1 to 6 positive sizes" "$mlp" "${small[@]}" --hidden 1,2,3,4,5,6,7
 usage "'512,' is not a comma-separated list" "$mlp" "${small[@]}" --hidden 512,
-refused "this rank's 100 training samples are fewer than a step's 128 (--batch-size x --accum-steps) under --sampler drop-last" \
+usage "this rank's 100 training samples are fewer than a step's 128 (--batch-size x --accum-steps) under --sampler drop-last" \
     "$mlp" --train-limit 100 --test-limit 100 --sampler drop-last --no-progress
 refused "--log-steps: I/O error: cannot write '/dev/full': No space left on device" "$mlp" "${small[@]}" --log-steps /dev/full
 refused "--metrics: I/O error: cannot write '/dev/full': No space left on device" "$mlp" "${small[@]}" --metrics /dev/full

@@ -173,4 +173,15 @@ grep -q "^fashion_resnet: --batch-size auto: out of memory: .*: it ran out of me
     fail "--batch-size auto, rank 1 too small: rank 0 does not say it was another rank"
 grep -q "MPI_ABORT was invoked\|aborting the mpi communicator" "$tmp/out" &&
     fail "--batch-size auto, rank 1 too small: a rank aborted the job"
+# no whole step in an epoch under --sampler drop-last: the same on every rank, so each says so and
+# exits 2 (bad usage) on its own (mpirun may stop one before it prints); both called MPI_Abort
+# (exit 1 and Open MPI's abort banner)
+D=(--epochs 1 --train-limit 3 --test-limit 10 --sampler drop-last --batch-size 2 --no-progress)
+two "$MLP" "${D[@]}" -- "${D[@]}"
+[ "$rc" -ne 124 ] || fail "no whole step: still running after 60 s"
+[ "$rc" -eq 2 ] || fail "no whole step: exit status $rc, expected 2"
+grep -q "^fashion_mlp: --batch-size: invalid argument: no whole step in an epoch: this rank's 1 training samples are fewer than a step's 2" \
+    "$tmp/out" || fail "no whole step: not said"
+grep -q "MPI_ABORT was invoked\|aborting the mpi communicator" "$tmp/out" && fail "no whole step: a rank aborted the job"
+echo "ok: no whole step: exit 2"
 echo "PASS"
