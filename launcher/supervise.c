@@ -435,6 +435,7 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
     char abort_why[96] = "";            /* kill_why after a rank's abort notice */
     int killed = 0;                     /* the job got SIGKILL */
     int mpirun_stopped = 0;             /* the stop signal that went to mpirun itself (it had no rank here) */
+    int ranks_here = 0;                 /* a stop reached ranks of mpirun on this host */
     int child_done = 0;                 /* the child has exited (st); processes of the job may be left */
     int mpirun_more = 0;                /* mpirun was given abort_grace after its ranks here had ended */
     static const char second_stop[] = "the second stop signal";
@@ -578,7 +579,20 @@ int lsr_run_child(const lsr_signals *sigs, const char *exe, char *const argv[], 
             } else if (mpirun) {
                 /* the ranks' stop: SIGINT stays (exit 130), the others become SIGTERM (143) */
                 const int to_ranks = sig == SIGINT ? SIGINT : SIGTERM;
-                if (mpirun_stopped || signal_ranks(to_ranks) == 0) {
+                const int reached = mpirun_stopped ? 0 : signal_ranks(to_ranks);
+                if (reached > 0) ranks_here = 1;
+                if (reached == 0 && ranks_here) {
+                    /* The ranks here have ended since an earlier stop: mpirun is ending the job
+                     * (a rank's non-zero status aborts it). Signalled in its abort, Open MPI 4's
+                     * mpirun crashed (SIGSEGV in PMIx_Finalize: status 139, not the ranks'). */
+                    fprintf(stderr,
+                            "lockstep-run: SIG%s: the ranks on this host have ended; not passed to mpirun, which is "
+                            "ending the job\n",
+                            name);
+                    stop_at = mono_now();
+                    continue;
+                }
+                if (reached == 0) {
                     if (mpirun_stopped) {
                         fprintf(stderr,
                                 "lockstep-run: SIG%s: not passed to mpirun, which is stopping the ranks since the "

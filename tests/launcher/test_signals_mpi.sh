@@ -37,7 +37,7 @@ A=(-n 2 "$tmp/rank.sh")
 # start [timeout(1) args]: lockstep-run in the background (its own session), waits for both ranks
 start() {
     rm -f "$LOG"
-    env -i "PATH=/usr/local/bin:/usr/bin:/bin" HOLD="$HOLD" setsid "$@" "$LSR" "${A[@]}" >"$tmp/stdout" \
+    env -i "PATH=/usr/local/bin:/usr/bin:/bin" HOLD="$HOLD" SLOW_S="${SLOW_S:-0}" setsid "$@" "$LSR" "${A[@]}" >"$tmp/stdout" \
         2>"$tmp/stderr" &
     pid=$!
     local i
@@ -69,10 +69,10 @@ kill -TERM "$pid"
 reap
 expect_rc 143
 
-# (the ranks take 2 s: done 2.5 s before the second stop's 3 s are up; with 3 s, a loaded machine
-# took the 1.5 s left to see both ranks end, and the job was killed)
+# (the ranks hold 30 s, which the SIGINT cuts short (it ends their sleep): with 2 s, the test's own
+# 1.5 s sleep ran past it on a loaded machine, and the SIGINT came after the ranks had ended)
 case_ "SIGTERM, then SIGINT 1.5 s later: a second stop, passed to the ranks"
-HOLD=2
+HOLD=30
 start
 kill -TERM "$pid"
 sleep 1.5
@@ -84,10 +84,11 @@ expect_rc 143
 # machine (CI), and the job was killed then (137, the ranks' 143 lost). Now, the ranks here
 # having ended, mpirun gets --abort-grace more. An mpirun that takes 4 s (a script that waits
 # after it) stands in for the slow one.
-printf '#!/bin/sh\nmpirun "$@"\nrc=$?\nsleep 4\nexit $rc\n' >"$tmp/slowmpi"
+printf '#!/bin/sh\nmpirun "$@"\nrc=$?\nsleep "$SLOW_S"\nexit $rc\n' >"$tmp/slowmpi"
 chmod 755 "$tmp/slowmpi"
+SLOW_S=4
 case_ "SIGTERM, then SIGINT; mpirun ends 4 s after the ranks: not killed, exit 143"
-HOLD=2
+HOLD=30
 A=(--mpirun "$tmp/slowmpi" -n 2 "$tmp/rank.sh")
 start
 kill -TERM "$pid"
@@ -96,6 +97,23 @@ kill -INT "$pid"
 reap "TERM INT"
 expect_rc 143
 expect_err "lockstep-run: the ranks on this host have ended: mpirun has up to 60 s more to end the job (--abort-grace)"
+
+# A second stop after the ranks here have ended (mpirun is ending the job): it went to mpirun, as
+# if mpirun had no rank here, and Open MPI 4's mpirun, signalled in its abort, crashed (SIGSEGV:
+# status 139, seen on CI). Now it is not passed on; mpirun (here a script that stays 8 s) ends the
+# job with the ranks' 143.
+case_ "SIGTERM, the ranks end, then SIGINT: not passed to mpirun, exit 143"
+HOLD=0
+SLOW_S=8
+start
+kill -TERM "$pid"
+sleep 1.5 # (a stop within a second of the last is its duplicate, dropped)
+for ((i = 0; i < 400; i++)); do pgrep -f "^/bin/bash $tmp/rank.sh" >/dev/null || break; sleep 0.05; done
+kill -INT "$pid"
+reap TERM
+expect_rc 143
+expect_err "lockstep-run: SIGINT: the ranks on this host have ended; not passed to mpirun, which is ending the job"
+SLOW_S=4
 A=(-n 2 "$tmp/rank.sh")
 
 for s in QUIT HUP; do
