@@ -141,6 +141,16 @@ static void frozen_resnet(void) {
     free(x);
 }
 
+/* Twice (the second after an evaluation had run): a step's loss is the evaluation's, no dropout */
+static void expect_no_dropout(const char *what) {
+    for (int k = 0; k < 2; k++) {
+        double ev, st;
+        eval_then_step(&ev, &st);
+        printf("%s, round %d: evaluate %.6f, step %.6f\n", what, k, ev, st);
+        LS_EXPECT_NEAR(st, ev, 1e-5 * ev);
+    }
+}
+
 int main(int argc, char **argv) {
     LS_REQUIRE_OK(ls_ctx_create(mlp_device_arg(argc, argv), NULL, &C));
     int32_t y[N];
@@ -165,22 +175,14 @@ int main(int argc, char **argv) {
     /* the program's Dropout in eval mode: the step is the evaluation, twice (the second after an
      * evaluation had run) */
     ls_module_set_training(drop, 0);
-    for (int k = 0; k < 2; k++) {
-        eval_then_step(&ev, &st);
-        printf("dropout in eval mode, round %d: evaluate %.6f, step %.6f\n", k, ev, st);
-        LS_EXPECT_NEAR(st, ev, 1e-5 * ev);
-    }
+    expect_no_dropout("dropout in eval mode");
     /* back in training mode */
     ls_module_set_training(drop, 1);
     eval_then_step(&ev, &st);
     LS_EXPECT(fabs(st - ev) > 1e-3 * ev);
     /* the whole model in eval mode */
     ls_module_set_training(m, 0);
-    for (int k = 0; k < 2; k++) {
-        eval_then_step(&ev, &st);
-        printf("model in eval mode, round %d: evaluate %.6f, step %.6f\n", k, ev, st);
-        LS_EXPECT_NEAR(st, ev, 1e-5 * ev);
-    }
+    expect_no_dropout("model in eval mode");
     frozen_resnet();
     ls_trainer_destroy(T);
     ls_optimizer_destroy(o);
