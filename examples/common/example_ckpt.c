@@ -288,12 +288,19 @@ static void print_saved(ex_ckpt *c, int64_t step, double seconds, const char *mo
     fflush(stdout);
 }
 
+/* s, the outcome of a call that rank 0 shares with every rank (a save's, the lock's): a failure is
+ * then every rank's, but where a collective itself failed (LS_ERR_COMM: the others may not know). */
+static ls_status shared(ex_ckpt *c, ls_status s) {
+    c->agreed = s != LS_OK && s != LS_ERR_COMM;
+    return s;
+}
+
 /* --save-async: waits for the save in flight, if any, and prints its line. */
 static ls_status finish_async(ex_ckpt *c) {
     ls_ckpt_saved d;
     if (!c->saver) return LS_OK;
     c->what = "checkpoint";
-    LS_CHECK(ls_ckpt_async_wait(c->saver, c->comm, &d));
+    LS_CHECK(shared(c, ls_ckpt_async_wait(c->saver, c->comm, &d)));
     if (d.step < 0) return LS_OK;
     snprintf(c->path, sizeof c->path, "%s", d.path);
     if (ls_comm_rank(c->comm) == 0) {
@@ -332,18 +339,18 @@ static ls_status save(ex_ckpt *c, int now) {
         LS_CHECK(finish_async(c)); /* the save before: its line first */
         if (!c->saver) LS_CHECK(ls_ckpt_async_create(&c->saver));
         c->what = "checkpoint";
-        LS_CHECK(keep_lock(c));
-        LS_CHECK(ls_ckpt_save_async(c->saver, c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model,
-                                    c->opt, c->ema, &st));
+        LS_CHECK(shared(c, keep_lock(c)));
+        LS_CHECK(shared(c, ls_ckpt_save_async(c->saver, c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last,
+                                              c->model, c->opt, c->ema, &st)));
         c->last_saved = c->step;
         return now ? finish_async(c) : LS_OK;
     }
     c->what = "checkpoint";
     struct timespec t0, t1;
-    LS_CHECK(keep_lock(c));
+    LS_CHECK(shared(c, keep_lock(c)));
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    LS_CHECK(ls_ckpt_save_ema(c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model, c->opt, c->ema,
-                              &st, c->path, sizeof c->path));
+    LS_CHECK(shared(c, ls_ckpt_save_ema(c->comm, c->ctx, c->o->checkpoint_dir, (int)c->o->keep_last, c->model, c->opt,
+                                        c->ema, &st, c->path, sizeof c->path)));
     clock_gettime(CLOCK_MONOTONIC, &t1);
     c->last_saved = c->step;
     if (ls_comm_rank(c->comm) == 0)
@@ -353,6 +360,7 @@ static ls_status save(ex_ckpt *c, int now) {
 
 ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global, int last_in_epoch, int *sig) {
     *sig = 0;
+    c->agreed = 0;
     c->step = ls_trainer_num_steps(c->trainer);
     if (c->log_steps_on) {
         double l[2] = {st->loss_sum, (double)st->samples};
@@ -387,6 +395,7 @@ ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global
 
 ls_status ex_ckpt_end(ex_ckpt *c) {
     int rank = ls_comm_rank(c->comm);
+    c->agreed = 0;
     if (c->max_reached && c->step > c->first_step && rank == 0) { /* else "nothing to train" said it */
         printf("%s: stopped at step %lld (--max-steps)\n", c->prog, (long long)c->step);
         fflush(stdout);

@@ -192,6 +192,8 @@ typedef struct ex_ckpt {
     FILE *step_log;   /* --log-steps, rank 0 */
     int log_steps_on; /* rank 0 was given --log-steps: every rank takes part in the loss's all-reduce */
     const char *what; /* after a failed call: what failed, for the error line ("checkpoint"...) */
+    int agreed;       /* after a failed call: every rank has the same error (a save's, which rank 0 shares
+                       * with all): rank 0 says it, and no rank aborts the job (TRY_AGREED) */
     char path[LS_CKPT_PATH_MAX]; /* the last checkpoint saved or resumed from */
 } ex_ckpt;
 

@@ -287,6 +287,21 @@ void ex_print_nothing_to_train(const char *prog, int epochs, int64_t start_epoch
             goto done;                                                                                                 \
         }                                                                                                              \
     } while (0)
+/* TRY_AGREED(what, expr, agreed): TRY for a call after which agreed says whether its failure is
+ * the same on every rank (a checkpoint save's, whose error rank 0 shares with all: ex_ckpt's
+ * agreed): then rank 0 alone says it (the others' line was its copy, "(on rank 0)") and no rank
+ * aborts the job (all_failed: each exits 1 on its own, without Open MPI's MPI_ABORT banner). Needs
+ * rank. */
+#define TRY_AGREED(what, expr, agreed)                                                                                 \
+    do {                                                                                                               \
+        ls_status s_ = (expr);                                                                                         \
+        if (s_ != LS_OK) {                                                                                             \
+            all_failed = (agreed);                                                                                     \
+            if (!all_failed || rank == 0) (void)ex_fail(EX_PROG, what, s_);                                            \
+            rc = 1;                                                                                                    \
+            goto done;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
 #endif
 
 #endif

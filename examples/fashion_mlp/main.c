@@ -450,7 +450,7 @@ int main(int argc, char **argv) {
             TRY("--metrics", ex_metrics_step(&metrics, comm, ctx->alloc, ls_trainer_num_steps(trainer), epoch, &st,
                                              ex_now_s() - ts, o.clip > 0));
             seen += global;
-            TRY(ck.what, ex_ckpt_after_step(&ck, &st, global, j + 1 == steps, &sig));
+            TRY_AGREED(ck.what, ex_ckpt_after_step(&ck, &st, global, j + 1 == steps, &sig), ck.agreed);
             if (sig) {
                 rc = 128 + sig;
                 goto done;
@@ -492,7 +492,7 @@ int main(int argc, char **argv) {
         TRY("GPU figures", ex_gpu_monitor_report(gpumon, comm, rank));
         fflush(stdout);
     }
-    TRY(ck.what, ex_ckpt_end(&ck));
+    TRY_AGREED(ck.what, ex_ckpt_end(&ck), ck.agreed);
 
 done:
     ls_gpu_monitor_stop(gpumon);
