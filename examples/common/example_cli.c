@@ -463,8 +463,13 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
     }
     step_lines(f, g, last, &end, &prefix);
     fclose(f);
-    if (fclose(g) != 0 || rename(tmp, path) != 0)
-        return ls_error(LS_ERR_IO, "%s: cannot rewrite '%s': %s", flag, path, strerror(errno));
+    const int failed = ferror(g);
+    if (fclose(g) != 0 || failed || rename(tmp, path) != 0) {
+        /* a full disk: PATH as it was, and no PATH.tmp left beside it (it was, cut short) */
+        const int e = errno;
+        unlink(tmp);
+        return ls_error(LS_ERR_IO, "%s: cannot rewrite '%s': %s", flag, path, strerror(e));
+    }
     return LS_OK;
 }
 

@@ -7,7 +7,7 @@
 # is room --resume auto continues from it. The same on 2 ranks: every rank ends, exit 1, the error
 # said once (rank 0's; each rank printed it, then aborted the job: Open MPI's MPI_ABORT banner).
 # A read-only checkpoint directory: resumed from, evaluated and verified; saving there is refused
-# at the start, naming it.
+# at the start, naming it. --log-steps rewritten at a resume on a full disk: refused, no FILE.tmp left.
 PROG=$1 TOOL=$2 MPIRUN=$3
 . "$(dirname "$0")/lib.sh"
 export LOCKSTEP_DEVICE=cpu
@@ -78,4 +78,17 @@ grep -qx "save=1" "$tmp/out" &&
     grep -qxF "$NAME: --checkpoint-dir: I/O error: 'fs/ck': cannot write in the directory: Read-only file system" \
         "$tmp/out" || fail "read-only: a save there not refused at the start"
 echo "ok: a read-only checkpoint directory"
+
+# --log-steps on a full disk at a resume that rewrites it (its lines kept are not its first ones: a
+# step 99 among them): refused, the file as it was, no l.txt.tmp left (it was, cut short)
+"$PROG" "${A[@]}" --max-steps 2 --save-every 2 --checkpoint-dir ck >/dev/null 2>&1 || fail "a run to resume from"
+run="python3 -c 'import sys; sys.stdout.write(\"\".join(\"%d %s\\n\" % (i % 31 or 99, \"x\" * 80) for i in range(1, 61)))' >fs/l.txt;
+    cp fs/l.txt before.txt; \"$PROG\" ${A[*]} --max-steps 4 --checkpoint-dir ck --resume auto --log-steps fs/l.txt;
+    echo \"rc=\$?\"; cmp fs/l.txt before.txt && echo same; ls -A fs"
+in_fs 8k "$run"
+grep -qx "rc=1" "$tmp/out" && grep -qF "$NAME: --log-steps: I/O error: --log-steps: cannot rewrite '$tmp/fs/l.txt': No space left on device" \
+    "$tmp/out" || fail "--log-steps rewritten on a full disk: not refused, naming it"
+grep -qx same "$tmp/out" || fail "--log-steps rewritten on a full disk: the file changed"
+grep -qx "l.txt.tmp" "$tmp/out" && fail "--log-steps rewritten on a full disk: l.txt.tmp left"
+echo "ok: --log-steps rewritten at a resume on a full disk"
 echo PASS
