@@ -436,7 +436,7 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return LS_OK;
     char real[PATH_MAX];
-    if (!realpath(path, real)) return ls_error(LS_ERR_IO, "%s: cannot resolve '%s': %s", flag, path, strerror(errno));
+    if (!realpath(path, real)) return ls_error(LS_ERR_IO, "cannot resolve '%s': %s", path, strerror(errno));
     path = real;
     FILE *f = fopen(path, "r");
     if (!f) return LS_OK;
@@ -446,8 +446,7 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
     if (prefix) {
         fclose(f);
         if (end < st.st_size && truncate(path, (off_t)end) != 0)
-            return ls_error(LS_ERR_IO, "%s: cannot cut '%s' back to step %lld: %s", flag, path, (long long)last,
-                            strerror(errno));
+            return ls_error(LS_ERR_IO, "cannot cut '%s' back to step %lld: %s", path, (long long)last, strerror(errno));
         return LS_OK;
     }
     rewind(f);
@@ -468,7 +467,7 @@ ls_status ex_truncate_step_file(const char *path, int64_t last, const char *flag
         /* a full disk: PATH as it was, and no PATH.tmp left beside it (it was, cut short) */
         const int e = errno;
         unlink(tmp);
-        return ls_error(LS_ERR_IO, "%s: cannot rewrite '%s': %s", flag, path, strerror(e));
+        return ls_error(LS_ERR_IO, "cannot rewrite '%s': %s", path, strerror(e));
     }
     return LS_OK;
 }

@@ -86,7 +86,7 @@ run="python3 -c 'import sys; sys.stdout.write(\"\".join(\"%d %s\\n\" % (i % 31 o
     cp fs/l.txt before.txt; \"$PROG\" ${A[*]} --max-steps 4 --checkpoint-dir ck --resume auto --log-steps fs/l.txt;
     echo \"rc=\$?\"; cmp fs/l.txt before.txt && echo same; ls -A fs"
 in_fs 8k "$run"
-grep -qx "rc=1" "$tmp/out" && grep -qF "$NAME: --log-steps: I/O error: --log-steps: cannot rewrite '$tmp/fs/l.txt': No space left on device" \
+grep -qx "rc=1" "$tmp/out" && grep -qF "$NAME: --log-steps: I/O error: cannot rewrite '$tmp/fs/l.txt': No space left on device" \
     "$tmp/out" || fail "--log-steps rewritten on a full disk: not refused, naming it"
 grep -qx same "$tmp/out" || fail "--log-steps rewritten on a full disk: the file changed"
 grep -qx "l.txt.tmp" "$tmp/out" && fail "--log-steps rewritten on a full disk: l.txt.tmp left"
