@@ -258,13 +258,11 @@ static ls_status idx_read_first(const char *path, int64_t max_first, int want_nd
     int64_t got = 0;
 
     LS_CHECK_GOTO(src_read(&s, hdr, 4, &got), st, fail);
-    if (got == 0) {
-        const char *note = src_note(&s);
-        st = ls_error(LS_ERR_FORMAT, "'%s' is empty: no IDX header%s%s%s", path, note[0] ? " (gzip: " : "", note,
-                      note[0] ? ")" : "");
+    if (got == 0 && !src_note(&s)[0]) { /* an empty file, or a whole gzip stream of nothing */
+        st = ls_error(LS_ERR_FORMAT, "'%s' is empty: no IDX header", path);
         goto fail;
     }
-    if (got < 4) {
+    if (got < 4) { /* a gzip file cut before its first byte of data is no empty file: it is cut short */
         st = src_truncated(&s, "IDX header", 4, got);
         goto fail;
     }

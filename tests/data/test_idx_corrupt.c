@@ -71,7 +71,18 @@ static void check_idx_errors(void) {
     LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' is empty", p));
     p = tmp_path("empty.idx.gz");
     write_gz(p, buf, 0);
-    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' is empty", p));
+    LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' is empty: no IDX header", p));
+    /* a gzip file cut before its first byte of data is not empty but cut short (it was "is empty:
+     * no IDX header (gzip: unexpected end of file)", of a file of 2 bytes or more) */
+    static const uint8_t gz_head[10] = {0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03};
+    for (size_t cut = 2; cut <= sizeof gz_head; cut += sizeof gz_head - 2) {
+        p = tmp_path(cut == 2 ? "cut2.idx.gz" : "cut10.idx.gz");
+        write_plain(p, gz_head, cut);
+        LS_EXPECT_ERR(
+            ls_idx_read(p, &idx), LS_ERR_FORMAT,
+            EXPECTED("'%s' is truncated: expected 4 bytes of IDX header, found 0 (gzip: unexpected end of file)", p));
+        LS_EXPECT(idx.data == NULL && idx.count == 0);
+    }
 
     p = tmp_path("gif.idx");
     write_plain(p, (const uint8_t *)"GIF89a not an idx file", 22);
