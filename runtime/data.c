@@ -535,20 +535,26 @@ static void decode_row(const uint8_t *src, float *dst, size_t f, const float *lu
     for (; c < f; c++) dst[c] = lut[src[c]];
 }
 
-ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t count, float *images_out,
-                            int32_t *labels_out) {
+/* The checks of a gather (fn: the function the caller called, which the message names): the
+ * indices, and that the set has the samples (samples != 0) and labels (labels != 0) asked for. */
+static ls_status gather_check(const char *fn, const ls_dataset *d, const int64_t *idx, int64_t count, int samples,
+                              int labels) {
     if (!d || count < 0 || (count > 0 && !idx))
-        return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "ls_dataset_gather: need a data set, count >= 0 and indices (count=%lld)", (long long)count);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: need a data set, count >= 0 and indices (count=%lld)", fn,
+                        (long long)count);
     for (int64_t i = 0; i < count; i++)
         if (idx[i] < 0 || idx[i] >= d->n)
-            return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "ls_dataset_gather: index %lld at position %lld is outside [0, %lld)", (long long)idx[i],
-                            (long long)i, (long long)d->n);
-    if (images_out && !d->images && !d->bytes)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_gather: the data set has neither images nor bytes");
-    if (labels_out && !d->labels)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_gather: the data set has no labels");
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: index %lld at position %lld is outside [0, %lld)", fn,
+                            (long long)idx[i], (long long)i, (long long)d->n);
+    if (samples && !d->images && !d->bytes)
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the data set has neither images nor bytes", fn);
+    if (labels && !d->labels) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the data set has no labels", fn);
+    return LS_OK;
+}
+
+/* ls_dataset_gather's copy, of arguments gather_check has accepted. */
+static void gather_rows(const ls_dataset *d, const int64_t *idx, int64_t count, float *images_out,
+                        int32_t *labels_out) {
     size_t f = (size_t)d->features;
     const uint8_t *bytes = d->bytes;
     const char *base = bytes ? (const char *)bytes : (const char *)d->images;
@@ -570,6 +576,12 @@ ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t cou
         }
         if (labels_out) labels_out[j] = d->labels[idx[j]];
     }
+}
+
+ls_status ls_dataset_gather(const ls_dataset *d, const int64_t *idx, int64_t count, float *images_out,
+                            int32_t *labels_out) {
+    LS_CHECK(gather_check("ls_dataset_gather", d, idx, count, images_out != NULL, labels_out != NULL));
+    gather_rows(d, idx, count, images_out, labels_out);
     return LS_OK;
 }
 
@@ -577,7 +589,8 @@ ls_status ls_dataset_gather_bytes(const ls_dataset *d, const int64_t *idx, int64
                                   int32_t *labels_out) {
     if (d && bytes_out && !d->bytes)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_dataset_gather_bytes: the data set keeps f32 values, not bytes");
-    LS_CHECK(ls_dataset_gather(d, idx, count, NULL, labels_out)); /* checks the indices; the labels */
+    LS_CHECK(gather_check("ls_dataset_gather_bytes", d, idx, count, 0, labels_out != NULL));
+    gather_rows(d, idx, count, NULL, labels_out);
     size_t f = (size_t)d->features;
     if (bytes_out)
         for (int64_t i = 0; i < count; i++) memcpy(bytes_out + (size_t)i * f, d->bytes + (size_t)idx[i] * f, f);
@@ -590,12 +603,11 @@ typedef struct gather_job {
     int64_t count;
     float *images_out;
     int32_t *labels_out;
-    ls_status status;
 } gather_job;
 
 static void *gather_run(void *arg) {
     gather_job *j = arg;
-    j->status = ls_dataset_gather(j->d, j->idx, j->count, j->images_out, j->labels_out);
+    gather_rows(j->d, j->idx, j->count, j->images_out, j->labels_out);
     return NULL;
 }
 
@@ -629,35 +641,32 @@ ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, in
     int64_t most = (int64_t)(bytes / (1 << 20)); /* at least 1 MiB a thread */
     if (most < threads) threads = most > 1 ? (int)most : 1;
     if (threads > count) threads = count > 1 ? (int)count : 1;
-    if (threads <= 1 || !d || !idx) return ls_dataset_gather(d, idx, count, images_out, labels_out);
     /* the indices, and that the set has what is asked for, are checked here, once, so a thread
      * cannot fail (and errors name the position in the whole batch) */
-    LS_CHECK(ls_dataset_gather(d, idx, count, NULL, NULL));
-    LS_CHECK(ls_dataset_gather(d, idx, 0, images_out, labels_out)); /* copies nothing */
+    LS_CHECK(gather_check("ls_dataset_gather_parallel", d, idx, count, images_out != NULL, labels_out != NULL));
+    if (threads <= 1) {
+        gather_rows(d, idx, count, images_out, labels_out);
+        return LS_OK;
+    }
     gather_job jobs[MAX_THREADS];
     pthread_t tid[MAX_THREADS];
     int started[MAX_THREADS] = {0};
     int64_t per = (count + threads - 1) / threads;
     for (int k = 0; k < threads; k++) {
         int64_t lo = k * per < count ? k * per : count, hi = lo + per < count ? lo + per : count;
-        jobs[k] = (gather_job){d,
-                               idx + lo,
-                               hi > lo ? hi - lo : 0,
-                               images_out ? images_out + (size_t)lo * d->features : NULL,
-                               labels_out ? labels_out + lo : NULL,
-                               LS_OK};
+        jobs[k] =
+            (gather_job){d, idx + lo, hi > lo ? hi - lo : 0, images_out ? images_out + (size_t)lo * d->features : NULL,
+                         labels_out ? labels_out + lo : NULL};
         if (k > 0) started[k] = pthread_create(&tid[k], NULL, gather_run, &jobs[k]) == 0;
     }
     gather_run(&jobs[0]);
-    ls_status s = jobs[0].status;
     for (int k = 1; k < threads; k++) {
         if (started[k])
             pthread_join(tid[k], NULL);
         else
             gather_run(&jobs[k]); /* no thread to be had: this one does it */
-        if (s == LS_OK) s = jobs[k].status;
     }
-    return s;
+    return LS_OK;
 }
 
 /* ---------------------------------------------------------------- Fashion-MNIST */

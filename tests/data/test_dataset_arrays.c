@@ -87,7 +87,12 @@ int main(void) {
         unsetenv("LOCKSTEP_GATHER_THREADS");
         ix[3000] = n; /* a bad index: named with its position in the whole batch */
         LS_EXPECT_ERR(ls_dataset_gather_parallel(big, ix, 4096, b, lb2, 4), LS_ERR_INVALID_ARGUMENT,
-                      "index 5000 at position 3000 is outside [0, 5000)");
+                      "ls_dataset_gather_parallel: index 5000 at position 3000 is outside [0, 5000)");
+        /* named as the function called on one thread too (both said ls_dataset_gather) */
+        LS_EXPECT_ERR(ls_dataset_gather_parallel(big, ix + 2999, 2, b, lb2, 1), LS_ERR_INVALID_ARGUMENT,
+                      "ls_dataset_gather_parallel: index 5000 at position 1 is outside [0, 5000)");
+        LS_EXPECT_ERR(ls_dataset_gather_parallel(big, NULL, 2, b, lb2, 4), LS_ERR_INVALID_ARGUMENT,
+                      "ls_dataset_gather_parallel: need a data set, count >= 0 and indices (count=2)");
         free(ix);
         free(a);
         free(b);
@@ -153,6 +158,20 @@ int main(void) {
         memset(b, 0xff, sizeof(float) * 2048 * (size_t)f);
         LS_REQUIRE_OK(ls_dataset_gather_parallel(bs, ix, 2048, b, lb2, 3));
         LS_EXPECT(!memcmp(a, b, sizeof(float) * 2048 * (size_t)f) && !memcmp(la, lb2, sizeof la));
+        /* ls_dataset_gather_bytes: the rows as stored; its errors name it (they said ls_dataset_gather) */
+        uint8_t rows[2 * 784];
+        LS_REQUIRE_OK(ls_dataset_gather_bytes(bs, ix, 2, rows, lb2));
+        LS_EXPECT(!memcmp(rows, bs->bytes + ix[0] * f, (size_t)f) &&
+                  !memcmp(rows + f, bs->bytes + ix[1] * f, (size_t)f));
+        LS_EXPECT(lb2[0] == la[0] && lb2[1] == la[1]);
+        int64_t out_of_range[2] = {1, n};
+        LS_EXPECT_ERR(ls_dataset_gather_bytes(bs, out_of_range, 2, rows, lb2), LS_ERR_INVALID_ARGUMENT,
+                      "ls_dataset_gather_bytes: index 3000 at position 1 is outside [0, 3000)");
+        out_of_range[1] = -2;
+        LS_EXPECT_ERR(ls_dataset_gather_bytes(bs, out_of_range, 2, NULL, lb2), LS_ERR_INVALID_ARGUMENT,
+                      "ls_dataset_gather_bytes: index -2 at position 1 is outside [0, 3000)");
+        LS_EXPECT_ERR(ls_dataset_gather_bytes(bs, ix, -1, rows, lb2), LS_ERR_INVALID_ARGUMENT,
+                      "ls_dataset_gather_bytes: need a data set, count >= 0 and indices (count=-1)");
         uint64_t id = bs->id;
         LS_REQUIRE_OK(ls_dataset_to_f32(bs));
         LS_EXPECT(bs->images && !bs->bytes && bs->id != id);
@@ -171,7 +190,9 @@ int main(void) {
         LS_EXPECT(e == NULL);
         ls_dataset hand = {.n = 2, .features = 3, .num_classes = 2, .labels = la}; /* no samples */
         LS_EXPECT_ERR(ls_dataset_gather(&hand, ix, 1, a, NULL), LS_ERR_INVALID_ARGUMENT,
-                      "the data set has neither images nor bytes");
+                      "ls_dataset_gather: the data set has neither images nor bytes");
+        LS_EXPECT_ERR(ls_dataset_gather_parallel(&hand, ix, 1, a, NULL, 2), LS_ERR_INVALID_ARGUMENT,
+                      "ls_dataset_gather_parallel: the data set has neither images nor bytes");
         uint8_t six[6] = {1, 2, 3, 4, 5, 6};
         hand.bytes = six; /* the caller's memory: not freed, not converted */
         LS_EXPECT_ERR(ls_dataset_to_f32(&hand), LS_ERR_INVALID_ARGUMENT,
