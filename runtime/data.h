@@ -61,7 +61,8 @@ void ls_idx_free(ls_idx *idx);
  * (in f32); labels are checked to be < 10. With a limit the labels file is still read and checked
  * whole (every label, a gzip file's checksum), and an un-gzipped images file's size against its
  * header; a gzipped images file is read as far as the limit and its checksum, which covers the
- * whole stream, is not checked (a stream corrupt before the limit gives images of garbage). */
+ * whole stream, is not checked (a stream corrupt before the limit gives images of garbage; one
+ * cut short or corrupt after it is not found). */
 ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_dataset **out);
 /* Build a data set from memory (copies images [n, features] and labels [n]); rows = 1 and
  * cols = features (set them afterwards for images). Labels are checked to be in

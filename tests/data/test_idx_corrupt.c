@@ -403,6 +403,26 @@ static void check_fashion_small(void) {
     }
     remove_fashion_dir(good);
 
+    /* a gzipped images file cut short after the limit: read as far as the limit, it loads (as
+     * data.h and the README say); without a limit, or with one past the cut, it is refused */
+    const char *cut = make_fashion_dir("cut_images", 6, labels, 6);
+    {
+        static uint8_t img[4096];
+        size_t m = make_idx(img, 3, (const uint32_t[]){6, 3, 4}, 3 * 12); /* 6 images claimed, 3 there */
+        snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", cut);
+        write_gz(path, img, m);
+        LS_REQUIRE_OK(ls_fashion_mnist_load(cut, 1, 3, &d));
+        LS_EXPECT(d->n == 3 && d->bytes[35] == (uint8_t)(35 * 7 + 1) && d->labels[2] == 3);
+        ls_dataset_destroy(d);
+        d = NULL;
+        LS_EXPECT_ERR(ls_fashion_mnist_load(cut, 1, 0, &d), LS_ERR_FORMAT,
+                      EXPECTED("'%s' is truncated: expected 72 bytes of data, found 36", path));
+        LS_EXPECT_ERR(ls_fashion_mnist_load(cut, 1, 4, &d), LS_ERR_FORMAT,
+                      EXPECTED("'%s' is truncated: expected 48 bytes of data, found 36", path));
+        LS_EXPECT(d == NULL);
+    }
+    remove_fashion_dir(cut);
+
     const char *mismatch = make_fashion_dir("mismatch", 6, labels, 5);
     snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", mismatch);
     LS_EXPECT_ERR(ls_fashion_mnist_load(mismatch, 1, 0, &d), LS_ERR_FORMAT,
