@@ -700,7 +700,10 @@ ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_da
     char ipath[4096], lpath[4096];
     if (!fashion_path(ipath, sizeof ipath, dir, prefix, "images-idx3-ubyte") ||
         !fashion_path(lpath, sizeof lpath, dir, prefix, "labels-idx1-ubyte"))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_fashion_mnist_load: directory name too long");
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "the Fashion-MNIST directory '%.64s...'%s is too long: %zu characters, where a file path "
+                        "in it must fit in %zu",
+                        dir, from && from[0] ? " (LOCKSTEP_FASHION_DIR)" : "", strlen(dir), sizeof ipath - 1);
 
     ls_status st = LS_OK;
     ls_idx img, lab;

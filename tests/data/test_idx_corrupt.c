@@ -354,6 +354,22 @@ static void check_fashion_small(void) {
         ls_fashion_mnist_load(NULL, 0, 0, &d), LS_ERR_IO,
         EXPECTED("No such file or directory (Fashion-MNIST directory '%s', from LOCKSTEP_FASHION_DIR)", good));
     LS_EXPECT(d == NULL);
+    /* a directory too long for its file paths is named, with its length and where it came from
+     * (it was "ls_fashion_mnist_load: directory name too long") */
+    {
+        static char longdir[5000];
+        memset(longdir, 'a', 4500);
+        longdir[0] = '/';
+        longdir[4500] = '\0';
+        LS_EXPECT_ERR(ls_fashion_mnist_load(longdir, 1, 0, &d), LS_ERR_INVALID_ARGUMENT,
+                      EXPECTED("the Fashion-MNIST directory '%.64s...' is too long: 4500 characters, where a file "
+                               "path in it must fit in 4095",
+                               longdir));
+        LS_REQUIRE(setenv("LOCKSTEP_FASHION_DIR", longdir, 1) == 0);
+        LS_EXPECT_ERR(ls_fashion_mnist_load(NULL, 0, 0, &d), LS_ERR_INVALID_ARGUMENT,
+                      EXPECTED("'%.64s...' (LOCKSTEP_FASHION_DIR) is too long: 4500 characters", longdir));
+        LS_EXPECT(d == NULL);
+    }
     LS_REQUIRE(unsetenv("LOCKSTEP_FASHION_DIR") == 0);
     /* un-gzipped files (gunzip's result) are read where no .gz is there: the same set; the images
      * un-gzipped beside the labels' .gz, then both */
