@@ -419,10 +419,11 @@ int main(int argc, char **argv) {
             printf("%-26s %6lld  %-9s  %-13s  %13s  %9.3f s  (without the cap)\n", "baseline, uncapped",
                    (long long)need.batch, "fp32", "off", ls_memory_format(need.peak, pk, 32), need.step_s);
         }
-        /* the advice that can help the rows that failed: --small-batch only those with the small batch */
+        /* the advice that can help the rows that failed: --small-batch only those with the small batch,
+         * and only while it can be smaller (at 1 it was advised all the same) */
         int small_failed = 0;
         for (int i = 1; i < 5; i++)
-            small_failed |= cf[i].batch == small && !(cf[i].status == LS_OK && cf[i].peak <= cap);
+            small_failed |= small > 1 && cf[i].batch == small && !(cf[i].status == LS_OK && cf[i].peak <= cap);
         printf("%s\n", met ? "challenge met: the baseline exceeds the cap and every remedy fits"
                        : cf[0].status != LS_ERR_OUT_OF_MEMORY
                            ? "challenge NOT met: the baseline does not run out of memory"

@@ -50,4 +50,12 @@ grep -qF 'does not fit whatever the batch: a larger --memory-cap, or a smaller m
 grep -qxF 'challenge NOT met: the model itself does not fit the cap, whatever the batch (a larger --memory-cap, or smaller --widths or --blocks)' <<<"$tiny_out" ||
     fail "--memory-cap 1e3: no verdict on the model: $tiny_out"
 grep -q 'failed as expected' <<<"$tiny_out" && fail "--memory-cap 1e3: 'failed as expected': $tiny_out"
+# remedies that fail with a smaller batch of 1 already: a smaller --small-batch cannot help, and
+# is not advised (it was)
+one_out=$("$1" --steps 1 --batch-size 4 --memory-cap 3MiB 2>&1)
+[ $? -eq 1 ] || fail "--batch-size 4 --memory-cap 3MiB: exit status not 1: $one_out"
+grep -qE '^all three +1  bf16 .* no: out of memory$' <<<"$one_out" ||
+    fail "--batch-size 4 --memory-cap 3MiB: all three at batch 1 did not run out of memory: $one_out"
+grep -qxF 'challenge NOT met: a remedy does not fit the cap (see the table; a larger --memory-cap)' <<<"$one_out" ||
+    fail "--batch-size 4 --memory-cap 3MiB: the verdict advises what cannot help: $one_out"
 echo "PASS"
