@@ -475,12 +475,12 @@ ls_status ls_memory_parse_size(const char *s, size_t *out) {
                  {"tib", 1099511627776.0},
                  {"tb", 1e12}};
     char unit[8] = {0};
-    if (strlen(end) >= sizeof unit) goto bad;
-    for (size_t i = 0; end[i] && i < sizeof unit - 1; i++) unit[i] = (char)tolower((unsigned char)end[i]);
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    for (size_t i = 0; strlen(end) < sizeof unit && end[i]; i++) unit[i] = (char)tolower((unsigned char)end[i]);
+    for (size_t i = 0; strlen(end) < sizeof unit && i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(unit, units[i].u) == 0) {
             double bytes = v * units[i].m;
-            if (bytes > 1.8e19) goto bad;
+            if (bytes > 1.8e19) /* one message said "an unknown unit or too large" for both */
+                return ls_error(LS_ERR_INVALID_ARGUMENT, "memory size '%s' is too large: more than 1.8e19 bytes", s);
             if (units[i].m == 1 && bytes != floor(bytes)) /* "1.5" was a cap of 1 byte */
                 return ls_error(LS_ERR_INVALID_ARGUMENT,
                                 "memory size '%s' is not a whole number of bytes (a unit: e.g. 1.5GiB, 512MiB)", s);
@@ -488,10 +488,8 @@ ls_status ls_memory_parse_size(const char *s, size_t *out) {
             return LS_OK;
         }
     }
-bad:
     return ls_error(LS_ERR_INVALID_ARGUMENT,
-                    "memory size '%s' has an unknown unit or is too large (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
-                    s);
+                    "memory size '%s' has an unknown unit '%.40s' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s, end);
 }
 
 ls_status ls_memory_parse_cap(const char *s, size_t *out) {
@@ -555,16 +553,26 @@ ls_status ls_gpu_memory_policy_parse(const char *env, ls_gpu_memory_policy *pol)
                                 "LOCKSTEP_GPU_MEMORY: '%s': a number alone is a fraction of the free memory, in "
                                 "(0, 1]; a size takes a unit (reserve:0.9, reserve:20GiB)",
                                 item);
-            if (ls_memory_parse_size(v, &pol->reserve_bytes) == LS_OK && pol->reserve_bytes > 0) continue;
+            /* the size's own fault is said ("limit:0" and "limit:99999999999TiB" only "wanted a size") */
+            char why[256];
+            if (ls_memory_parse_size(v, &pol->reserve_bytes) != LS_OK)
+                snprintf(why, sizeof why, "%s", ls_last_error());
+            else if (pol->reserve_bytes > 0)
+                continue;
+            else
+                snprintf(why, sizeof why, "'%.100s' reserves nothing (for no reservation, leave reserve out)", v);
             return ls_error(LS_ERR_INVALID_ARGUMENT,
                             "LOCKSTEP_GPU_MEMORY: '%s' wants a fraction of the free memory in (0, 1] or a "
-                            "size (reserve:0.9, reserve:20GiB)",
-                            item);
+                            "size (reserve:0.9, reserve:20GiB): %s",
+                            item, why);
         }
         if (strncmp(item, "limit:", 6) == 0) {
             limit = item;
-            if (ls_memory_parse_size(item + 6, &pol->limit) == LS_OK && pol->limit > 0) continue;
-            return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY: '%s' wants a size (limit:48GiB)", item);
+            if (ls_memory_parse_cap(item + 6, &pol->limit) == LS_OK) continue;
+            char why[256];
+            snprintf(why, sizeof why, "%s", ls_last_error());
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_GPU_MEMORY: '%s' wants a size (limit:48GiB): %s", item,
+                            why);
         }
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "LOCKSTEP_GPU_MEMORY: '%s' is not one of grow, reserve:FRACTION, reserve:SIZE, "

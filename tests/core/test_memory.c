@@ -30,6 +30,13 @@ int main(void) {
     LS_EXPECT_ERR(ls_memory_parse_size("1.5", &n), LS_ERR_INVALID_ARGUMENT,
                   "memory size '1.5' is not a whole number of bytes");
     LS_EXPECT_ERR(ls_memory_parse_size("2.5B", &n), LS_ERR_INVALID_ARGUMENT, "not a whole number of bytes");
+    /* too large and an unknown unit were one message ("has an unknown unit or is too large"): each
+     * is said apart, the unit quoted (a trailing space shows) */
+    LS_EXPECT_ERR(ls_memory_parse_size("99999999999TiB", &n), LS_ERR_INVALID_ARGUMENT,
+                  "memory size '99999999999TiB' is too large: more than 1.8e19 bytes");
+    LS_EXPECT_ERR(ls_memory_parse_size("2GiB ", &n), LS_ERR_INVALID_ARGUMENT,
+                  "memory size '2GiB ' has an unknown unit 'GiB ' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+    LS_EXPECT_ERR(ls_memory_parse_size("2 kilobytes", &n), LS_ERR_INVALID_ARGUMENT, "has an unknown unit 'kilobytes'");
     LS_REQUIRE_OK(ls_memory_parse_size("1e3", &n));
     LS_EXPECT(n == 1000);
     LS_REQUIRE_OK(ls_memory_parse_size(".5KiB", &n));
@@ -53,6 +60,20 @@ int main(void) {
     }
     LS_EXPECT_ERR(ls_gpu_memory_policy_parse("reserve:2", &pol), LS_ERR_INVALID_ARGUMENT,
                   "'reserve:2': a number alone is a fraction of the free memory, in (0, 1]");
+    /* a size's own fault is said: "limit:0" and a size too large only "wanted a size" */
+    LS_EXPECT_ERR(ls_gpu_memory_policy_parse("limit:0", &pol), LS_ERR_INVALID_ARGUMENT,
+                  "LOCKSTEP_GPU_MEMORY: 'limit:0' wants a size (limit:48GiB): memory cap '0' is less than a byte");
+    LS_EXPECT_ERR(ls_gpu_memory_policy_parse("limit:48GiB,reserve:0B", &pol), LS_ERR_INVALID_ARGUMENT,
+                  "'reserve:0B' wants a fraction of the free memory in (0, 1] or a size (reserve:0.9, reserve:20GiB): "
+                  "'0B' reserves nothing (for no reservation, leave reserve out)");
+    LS_EXPECT_ERR(ls_gpu_memory_policy_parse("limit:99999999999TiB", &pol), LS_ERR_INVALID_ARGUMENT,
+                  "'limit:99999999999TiB' wants a size (limit:48GiB): memory size '99999999999TiB' is too large");
+    LS_EXPECT_ERR(ls_gpu_memory_policy_parse("reserve:20GiB,limit:1GiB ", &pol), LS_ERR_INVALID_ARGUMENT,
+                  "'limit:1GiB ' wants a size (limit:48GiB): memory size '1GiB ' has an unknown unit 'GiB '");
+    LS_EXPECT_ERR(
+        ls_gpu_memory_policy_parse("reserve:lots", &pol), LS_ERR_INVALID_ARGUMENT,
+        "'reserve:lots' wants a fraction of the free memory in (0, 1] or a size (reserve:0.9, reserve:20GiB): "
+        "memory size 'lots' is not a number of bytes");
     static const char *const empty_item[] = {"grow,", ",grow", "limit:2GiB,,grow", "grow, "};
     for (size_t i = 0; i < sizeof empty_item / sizeof empty_item[0]; i++) {
         char want[128];
