@@ -66,6 +66,11 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
     /* each rank trials under its own cap (they may differ: --memory-cap is per host); the one that
      * binds, the smallest, is reported (it was this rank's, beside peaks over every rank) */
     const size_t own_cap = st.cap_bytes;
+    /* where this rank's cap comes from (--memory-cap, LOCKSTEP_MEMORY_LIMIT, ...): the errors below
+     * name it, as the allocator's own do (the trials run under a lowered cap, which has no source) */
+    char from[160], own_from[176] = "";
+    ls_allocator_get_cap_from(alloc, from, sizeof from);
+    if (from[0]) snprintf(own_from, sizeof own_from, " (%s)", from);
     out->cap_bytes = own_cap;
     out->cap_rank = -1;
     if (comm && ls_comm_world(comm) > 1) {
@@ -102,9 +107,9 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
                             100 * cfg->headroom);
         return ls_error(LS_ERR_OUT_OF_MEMORY,
                         "the batch-size search has no room: the model already holds %s, more than the %s it trains "
-                        "within (the cap %s less %.0f%% headroom): a larger cap, or a smaller model",
+                        "within (the cap %s%s less %.0f%% headroom): a larger cap, or a smaller model",
                         ls_memory_format(st.live_bytes, a, 32), ls_memory_format(own_limit, l, 32),
-                        ls_memory_format(own_cap, c, 32), 100 * cfg->headroom);
+                        ls_memory_format(own_cap, c, 32), own_from, 100 * cfg->headroom);
     }
     ls_allocator_set_cap(alloc, own_limit);
     char oom[512] = "";
@@ -146,8 +151,13 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
     ls_allocator_reset_peak(alloc);
     if (s != LS_OK) return s;
     if (lo == 0) { /* what ran out at batch 1 on this rank (the model itself, often): it said nothing more */
-        char a[32], c[32], r[48] = "";
-        if (out->cap_rank >= 0) snprintf(r, sizeof r, " (rank %d's, the smallest)", out->cap_rank);
+        char a[32], c[32], r[240];
+        /* the binding cap's source is known on its rank only */
+        const int mine = comm && ls_comm_rank(comm) == out->cap_rank && from[0];
+        if (out->cap_rank >= 0)
+            snprintf(r, sizeof r, " (rank %d's, the smallest%s%s)", out->cap_rank, mine ? ": " : "", mine ? from : "");
+        else
+            snprintf(r, sizeof r, "%s", own_from);
         return ls_error(LS_ERR_OUT_OF_MEMORY,
                         "not even a batch of 1 per rank trains within %s (the cap %s%s less "
                         "%.0f%% headroom): %s",

@@ -319,6 +319,15 @@ void ls_allocator_set_cap_from(ls_allocator *a, size_t cap_bytes, const char *fr
     pthread_mutex_unlock(&a->mu);
 }
 
+void ls_allocator_get_cap_from(ls_allocator *a, char *buf, size_t len) {
+    if (!buf || !len) return;
+    buf[0] = '\0';
+    if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    if (a->cap_from[0] && a->cap_from_bytes == a->st.cap_bytes) snprintf(buf, len, "%s", a->cap_from);
+    pthread_mutex_unlock(&a->mu);
+}
+
 void ls_allocator_set_oom_hint(ls_allocator *a, const char *hint) {
     pthread_mutex_lock(&a->mu);
     snprintf(a->hint, sizeof a->hint, "%s", hint ? hint : "");

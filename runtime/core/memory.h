@@ -88,6 +88,9 @@ void ls_allocator_set_cap(ls_allocator *a, size_t cap_bytes);
 /* The same, naming where the cap comes from ("--memory-cap 2GiB"): out-of-memory errors say it
  * while the cap is that one (a later ls_allocator_set_cap to another size leaves it unsaid). */
 void ls_allocator_set_cap_from(ls_allocator *a, size_t cap_bytes, const char *from);
+/* Where the cap now set comes from, as ls_allocator_set_cap_from named it, into buf (empty: unsaid,
+ * or the cap was changed to another size since). */
+void ls_allocator_get_cap_from(ls_allocator *a, char *buf, size_t len);
 /* Text appended to out-of-memory errors (e.g. the remedies and their flags); copied. */
 void ls_allocator_set_oom_hint(ls_allocator *a, const char *hint);
 /* The hint now set (empty: none), copied into buf. */

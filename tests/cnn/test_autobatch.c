@@ -95,6 +95,20 @@ static void check_fake(ls_comm *comm) {
                       "not even a batch of 1 per rank trains within");
         /* what ran out at batch 1 is said (it said nothing more, also when the model did not fit) */
         LS_EXPECT(strstr(ls_last_error(), "fake activations") != NULL);
+        /* and where the cap comes from, as the allocator's own errors say (it was unsaid) */
+        ls_allocator_set_cap_from(a, 1000000, "--memory-cap 1000000");
+        LS_EXPECT_ERR(ls_batch_size_search(a, NULL, &cfg, fake_trial, &huge, &r), LS_ERR_OUT_OF_MEMORY,
+                      "not even a batch of 1 per rank trains within 878.91 KiB (the cap 976.56 KiB (--memory-cap "
+                      "1000000) less 10% headroom): ");
+        void *model;
+        LS_REQUIRE_OK(ls_alloc(a, 950000, "model", &model));
+        LS_EXPECT_ERR(ls_batch_size_search(a, NULL, &cfg, fake_trial, &f, &r), LS_ERR_OUT_OF_MEMORY,
+                      "more than the 878.91 KiB it trains within (the cap 976.56 KiB (--memory-cap 1000000) less 10% "
+                      "headroom)");
+        ls_free(a, model);
+        ls_memory_stats cs;
+        ls_allocator_stats(a, &cs);
+        LS_EXPECT(cs.cap_bytes == 1000000 && cs.live_bytes == 0);
         ls_allocator *nocap;
         LS_REQUIRE_OK(ls_host_allocator_create(0, &nocap));
         LS_EXPECT_ERR(ls_batch_size_search(nocap, NULL, &cfg, fake_trial, &f, &r), LS_ERR_INVALID_ARGUMENT,
@@ -133,6 +147,17 @@ static void check_fake(ls_comm *comm) {
         ls_memory_stats st;
         ls_allocator_stats(a, &st);
         LS_EXPECT(st.cap_bytes == cap);
+        /* nothing fits: the binding rank names where its cap comes from (the others cannot know) */
+        char from[64], want_from[160];
+        snprintf(from, sizeof from, "LOCKSTEP_MEMORY_LIMIT=%zu", cap);
+        ls_allocator_set_cap_from(a, cap, from);
+        fake huge = {a, 2000000, 1};
+        if (rank == world - 1)
+            snprintf(want_from, sizeof want_from, "(rank %d's, the smallest: LOCKSTEP_MEMORY_LIMIT=%zu) less 10%%",
+                     world - 1, last);
+        else
+            snprintf(want_from, sizeof want_from, "(rank %d's, the smallest) less 10%%", world - 1);
+        LS_EXPECT_ERR(ls_batch_size_search(a, comm, &cfg, fake_trial, &huge, &r), LS_ERR_OUT_OF_MEMORY, want_from);
         /* a rank without a cap fails every rank, naming it (it left the others in an all-reduce) */
         ls_allocator_set_cap(a, rank == world - 1 ? 0 : cap);
         char want[64];

@@ -203,9 +203,9 @@ refused "the cap is 20.00 MiB (LOCKSTEP_MEMORY_LIMIT=20MiB), 4.66 MiB is already
 # 2.36 MiB is already in use" and "The model ... does not fit whatever the batch")
 refused "the peak so far is 17.68 MiB. To fit, try a smaller --batch-size or --checkpoint-activations" \
     env LOCKSTEP_MEMORY_LIMIT=20MiB "$mlp" "${small[@]}" --train-limit 8192 --batch-size 8192 --hidden 512 --precision bf16
-refused "not even a batch of 1 per rank trains within 4.50 MiB (the cap 5.00 MiB less 10% headroom): layer 3 (Residual): layer 0 (Conv2d): out of memory on cpu: cannot allocate 882.00 KiB for convolution workspace; the cap is 4.50 MiB, 3.82 MiB is already in use, the peak so far is 3.82 MiB. To fit, try --precision bf16, --checkpoint-activations, a larger cap, or a smaller model (--widths, --blocks)" \
+refused "not even a batch of 1 per rank trains within 4.50 MiB (the cap 5.00 MiB (--memory-cap 5MiB) less 10% headroom): layer 3 (Residual): layer 0 (Conv2d): out of memory on cpu: cannot allocate 882.00 KiB for convolution workspace; the cap is 4.50 MiB, 3.82 MiB is already in use, the peak so far is 3.82 MiB. To fit, try --precision bf16, --checkpoint-activations, a larger cap, or a smaller model (--widths, --blocks)" \
     "$resnet" "${small[@]}" --widths 32,64,128 --batch-size auto --memory-cap 5MiB
-refused "the batch-size search has no room: the model already holds 2.36 MiB, more than the 2.20 MiB it trains within (the cap 2.44 MiB less 10% headroom): a larger cap, or a smaller model" \
+refused "the batch-size search has no room: the model already holds 2.36 MiB, more than the 2.20 MiB it trains within (the cap 2.44 MiB (--memory-cap 2500KiB) less 10% headroom): a larger cap, or a smaller model" \
     "$resnet" "${small[@]}" --widths 32,64,128 --batch-size auto --memory-cap 2500KiB
 # --memory-cap wins over LOCKSTEP_MEMORY_LIMIT, also over a bad value there (which stopped the run)
 out=$(LOCKSTEP_MEMORY_LIMIT=bogus "$resnet" "${small[@]}" --widths 4,8 --memory-cap 300MiB 2>&1) ||

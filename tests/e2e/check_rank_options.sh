@@ -167,7 +167,7 @@ grep -q "^fashion_resnet: --batch-size auto: invalid argument: the batch-size se
 two "$RESNET" "${R[@]}" --batch-size auto --memory-cap 64MiB -- "${R[@]}" --batch-size auto --memory-cap 100KiB
 [ "$rc" -ne 124 ] || fail "--batch-size auto, rank 1 too small for a batch of 1: still running after 60 s"
 [ "$rc" -eq 1 ] || fail "--batch-size auto, rank 1 too small for a batch of 1: exit status $rc, expected 1"
-grep -q "^fashion_resnet: --batch-size auto: out of memory: not even a batch of 1 per rank trains within 90.00 KiB (the cap 100.00 KiB (rank 1's, the smallest) less 10% headroom): .*cannot allocate" \
+grep -q "^fashion_resnet: --batch-size auto: out of memory: not even a batch of 1 per rank trains within 90.00 KiB (the cap 100.00 KiB (rank 1's, the smallest: --memory-cap 100KiB) less 10% headroom): .*cannot allocate" \
     "$tmp/out" || fail "--batch-size auto, rank 1 too small: rank 1 does not say what ran out"
 grep -q "^fashion_resnet: --batch-size auto: out of memory: .*: it ran out of memory on another rank$" "$tmp/out" ||
     fail "--batch-size auto, rank 1 too small: rank 0 does not say it was another rank"
