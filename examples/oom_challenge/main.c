@@ -305,9 +305,21 @@ int main(int argc, char **argv) {
     }
     ls_allocator_set_cap_from(ctx->alloc, cap, from);
     int64_t small = o.small_batch ? o.small_batch : (o.batch / 4 > 0 ? o.batch / 4 : 1);
-    /* every rank must run the same configurations: other ones would meet in other collectives */
-    ls_setting same[] = {ls_setting_num("--memory-cap (bytes)", (double)cap),
-                         ls_setting_num("--batch-size", (double)o.batch),
+    /* every rank must run the same configurations: other ones would meet in other collectives. The
+     * cap first, in bytes; where it differs, the ranks say where each comes from (it was always
+     * "--memory-cap (bytes) is ...", also for LOCKSTEP_MEMORY_LIMIT on one rank and the default on
+     * the other): the same text is the same cap, so texts differ where the bytes do */
+    what = "options";
+    ls_setting cap_bytes = ls_setting_num("the cap (bytes)", (double)cap), cap_from = ls_setting_str("the cap", from);
+    if ((s = ls_ddp_check_settings(comm, 1, &cap_bytes)) == LS_ERR_MISMATCH) {
+        ls_status named = ls_ddp_check_settings(comm, 1, &cap_from);
+        if (named != LS_OK) s = named;
+    }
+    if (s != LS_OK) {
+        all_failed = s == LS_ERR_MISMATCH; /* every rank prints it and exits 1: no ls_comm_abort */
+        goto fail;
+    }
+    ls_setting same[] = {ls_setting_num("--batch-size", (double)o.batch),
                          ls_setting_num("--small-batch", (double)small),
                          ls_setting_str("--precision", o.precision),
                          ls_setting_num("--checkpoint-activations", o.segments),
@@ -316,7 +328,6 @@ int main(int argc, char **argv) {
                          ls_setting_num("--image-size", (double)o.image),
                          ls_setting_num("--steps", o.steps),
                          ls_setting_flag("--measure-baseline", o.measure)};
-    what = "options";
     if ((s = ls_ddp_check_settings(comm, (int)(sizeof same / sizeof same[0]), same)) != LS_OK) {
         all_failed = s == LS_ERR_MISMATCH; /* every rank prints it and exits 1: no ls_comm_abort */
         goto fail;

@@ -106,8 +106,25 @@ mismatch "$RESNET" "$P --batch-size is 'auto' on rank 1 but 64 on rank 0" "${R[@
 
 O=(--widths 4,8 --blocks 1 --batch-size 32 --memory-cap 4MiB)
 P="oom_challenge: options: mismatch between ranks:"
-mismatch "$OOM" "$P --memory-cap (bytes) is 67108864 on rank 1 but 4194304 on rank 0" \
+mismatch "$OOM" "$P the cap is '--memory-cap 64MiB' on rank 1 but '--memory-cap 4MiB' on rank 0" \
     "${O[@]}" -- "${O[@]}" --memory-cap 64MiB
+# a cap from LOCKSTEP_MEMORY_LIMIT on one rank and the default on the other: where each comes from
+# (it was "--memory-cap (bytes) is 67108864 on rank 1 but 402653184 on rank 0", given to neither)
+O2=(--widths 4,8 --blocks 1 --batch-size 32)
+timeout 60 "$MPIRUN" --oversubscribe --bind-to none -np 1 "$OOM" "${O2[@]}" : \
+    -np 1 -x LOCKSTEP_MEMORY_LIMIT=64MiB "$OOM" "${O2[@]}" >"$tmp/out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "oom_challenge, LOCKSTEP_MEMORY_LIMIT=64MiB on rank 1 only: exit status $rc, expected 1"
+line="$P the cap is 'LOCKSTEP_MEMORY_LIMIT=64MiB' on rank 1 but 'the default 384MiB' on rank 0"
+[ "$(grep -cxF -- "$line" "$tmp/out")" -eq 2 ] ||
+    fail "oom_challenge, LOCKSTEP_MEMORY_LIMIT=64MiB on rank 1 only: '$line' not printed by both ranks"
+echo "ok: $line"
+# the same cap given two ways is the same cap: the run goes on (the challenge is not met at this size)
+timeout 60 "$MPIRUN" --oversubscribe --bind-to none -np 1 "$OOM" "${O2[@]}" --steps 1 --memory-cap 64MiB : \
+    -np 1 -x LOCKSTEP_MEMORY_LIMIT=65536KiB "$OOM" "${O2[@]}" --steps 1 >"$tmp/out" 2>&1
+grep -q "^oom_challenge: device cpu, 2 ranks, cap 64.00 MiB per rank" "$tmp/out" ||
+    fail "oom_challenge, --memory-cap 64MiB and LOCKSTEP_MEMORY_LIMIT=65536KiB: not run under the one cap"
+grep -q "mismatch" "$tmp/out" && fail "oom_challenge, --memory-cap 64MiB and LOCKSTEP_MEMORY_LIMIT=65536KiB: a mismatch"
 mismatch "$OOM" "$P --steps is 3 on rank 1 but 2 on rank 0" "${O[@]}" -- "${O[@]}" --steps 3
 
 # the trainer's own check, reached through the environment: the sharded optimizer's gradients
