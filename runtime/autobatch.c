@@ -12,26 +12,44 @@
 #include "reducer.h"
 
 /* Run one trial at batch b; *fit and *peak agreed over ranks; this rank's out-of-memory message
- * into oom (at most oom_len; untouched when it fit). */
+ * into oom (at most oom_len; untouched when it fit). An error other than out of memory is agreed
+ * too: every rank returns it (a rank whose trial failed so returned at once, and left the others
+ * waiting in the agreement's all-reduce until LOCKSTEP_COMM_TIMEOUT). */
 static ls_status trial_at(ls_allocator *alloc, ls_comm *comm, ls_batch_trial_fn trial, void *user, int64_t b, int *fit,
                           size_t *peak, char *oom, size_t oom_len) {
     ls_memory_stats st;
     ls_allocator_reset_peak(alloc);
     ls_status s = trial(user, b);
-    if (s != LS_OK && s != LS_ERR_OUT_OF_MEMORY) return ls_error_context(s, "batch-size trial at %lld", (long long)b);
+    const int several = comm && ls_comm_world(comm) > 1;
+    if (s != LS_OK && s != LS_ERR_OUT_OF_MEMORY) {
+        s = ls_error_context(s, "batch-size trial at %lld", (long long)b);
+        if (!several) return s;
+    }
     ls_allocator_stats(alloc, &st);
     LS_LOG_I("batch-size search: %lld per rank %s, peak %zu bytes", (long long)b,
-             s == LS_OK ? "fits" : "is out of memory", st.peak_bytes);
+             s == LS_OK                  ? "fits"
+             : s == LS_ERR_OUT_OF_MEMORY ? "is out of memory"
+                                         : "failed",
+             st.peak_bytes);
     if (s == LS_ERR_OUT_OF_MEMORY) {
         snprintf(oom, oom_len, "%s", ls_last_error());
         ls_error_clear();
     }
-    double v[2] = {s == LS_OK ? 1.0 : 0.0, (double)st.peak_bytes};
-    if (comm && ls_comm_world(comm) > 1) {
+    /* fits (min), the peak and another error's status (max) */
+    const int failed = s != LS_OK && s != LS_ERR_OUT_OF_MEMORY;
+    double v[3] = {s == LS_OK ? 1.0 : 0.0, (double)st.peak_bytes, failed ? (double)s : 0.0};
+    if (several) {
+        char own[1024] = "";
+        if (failed) snprintf(own, sizeof own, "%s", ls_last_error()); /* kept past the all-reduces */
         double mn = v[0];
         LS_CHECK(ls_comm_allreduce_host(comm, &mn, 1, LS_F64, LS_REDUCE_MIN));
-        LS_CHECK(ls_comm_allreduce_host(comm, &v[1], 1, LS_F64, LS_REDUCE_MAX));
+        LS_CHECK(ls_comm_allreduce_host(comm, &v[1], 2, LS_F64, LS_REDUCE_MAX));
         v[0] = mn;
+        if (failed) return ls_error(s, "%s", own);
+        if (v[2] > 0.5)
+            return ls_error((ls_status)(int)v[2],
+                            "batch-size trial at %lld: it failed on another rank (%s, said there)", (long long)b,
+                            ls_status_name((ls_status)(int)v[2]));
     }
     *fit = v[0] > 0.5;
     *peak = (size_t)v[1];

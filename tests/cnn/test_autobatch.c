@@ -24,6 +24,19 @@ static ls_status fake_trial(void *user, int64_t b) {
     return LS_OK;
 }
 
+/* fails otherwise than out of memory on one rank, from a batch on */
+typedef struct failing {
+    fake f;
+    int fails;
+    int64_t from;
+} failing;
+
+static ls_status failing_trial(void *user, int64_t b) {
+    failing *x = user;
+    if (x->fails && b >= x->from) return ls_error(LS_ERR_IO, "cannot read the trial's data");
+    return fake_trial(&x->f, b);
+}
+
 /* a "device" allocator over host memory: an allocator whose device is a GPU, without one */
 static void *fake_gpu_alloc(void *state, size_t bytes) {
     (void)state;
@@ -145,6 +158,19 @@ static void check_fake(ls_comm *comm) {
         LS_EXPECT(r.cap_bytes == last && r.cap_rank == world - 1 && r.limit_bytes == last * 9 / 10);
         LS_EXPECT(r.peak_bytes <= r.limit_bytes);
         ls_memory_stats st;
+        ls_allocator_stats(a, &st);
+        LS_EXPECT(st.cap_bytes == cap);
+        /* a trial that fails otherwise than out of memory on one rank fails every rank (that rank
+         * returned at once and the others waited in the trial's agreement until the communicator's
+         * timeout); each rank's cap is back */
+        failing x = {f, rank == world - 1, 4};
+        cfg.start = 1;
+        if (rank == world - 1)
+            LS_EXPECT_ERR(ls_batch_size_search(a, comm, &cfg, failing_trial, &x, &r), LS_ERR_IO,
+                          "batch-size trial at 4: cannot read the trial's data");
+        else
+            LS_EXPECT_ERR(ls_batch_size_search(a, comm, &cfg, failing_trial, &x, &r), LS_ERR_IO,
+                          "batch-size trial at 4: it failed on another rank (");
         ls_allocator_stats(a, &st);
         LS_EXPECT(st.cap_bytes == cap);
         /* nothing fits: the binding rank names where its cap comes from (the others cannot know) */
