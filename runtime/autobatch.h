@@ -22,7 +22,8 @@ extern "C" {
 
 /* One training step at this per-rank batch, allocating what a real step allocates (activations,
  * workspace, optimizer state), and leaving the model as it found it. Return
- * LS_ERR_OUT_OF_MEMORY when it does not fit; any other error ends the search. It must return: a
+ * LS_ERR_OUT_OF_MEMORY when it does not fit; any other error ends the search, on every rank (the
+ * others return that it failed on another rank). It must return: a
  * C++ exception thrown out of it (or a longjmp) passes through the search, which then never
  * restores the allocator's cap (it stays at the lowered limit) and, with several ranks, leaves the
  * others waiting in the trial's agreement; catch inside it and return an error instead. */
