@@ -24,10 +24,13 @@ import sys
 from benchrun import print_command, program, samples_per_s, timeout_flag, whole
 
 
-def default_ranks():
+def default_ranks(ap):
     """1 and powers of two up to the ranks one would start: SLURM_NTASKS in an allocation, else
     the GPUs of this host, else its CPUs."""
-    top = int(os.environ.get("SLURM_NTASKS", "0") or 0)
+    text = os.environ.get("SLURM_NTASKS", "")
+    if text and not re.fullmatch(r"[0-9]+", text):  # was a ValueError traceback
+        ap.error(f"SLURM_NTASKS='{text}' is not a count of tasks; give the rank counts with --ranks")
+    top = int(text or 0)
     if top <= 0:
         gpus = [d for d in os.listdir("/dev") if re.fullmatch(r"nvidia[0-9]+", d)] if os.path.isdir("/dev") else []
         top = len(gpus) or os.cpu_count() or 1
@@ -96,7 +99,7 @@ def main():
         args.batch_size = 128 if args.model == "mlp" else 64
     if args.steps is None:
         args.steps = 200 if args.model == "mlp" else 20
-    ranks = args.ranks or default_ranks()
+    ranks = args.ranks or default_ranks(ap)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if args.threads is not None:
         env.update(OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads))

@@ -259,6 +259,9 @@ usage "argument --batch-size: '0' must be a whole number >= 1" "$py" "$benchdir/
 # request), and a value that is none was found only when the first run failed
 usage "scaling.py: error: --precision bf16 is for --model resnet (bench_mlp trains in fp32)" "$py" \
     "$benchdir/scaling.py" --precision bf16 --dry-run
+# a SLURM_NTASKS that is no count (a job script's own export): said, not a ValueError traceback
+SLURM_NTASKS=4x usage "scaling.py: error: SLURM_NTASKS='4x' is not a count of tasks; give the rank counts with --ranks" \
+    "$py" "$benchdir/scaling.py" --dry-run
 usage "scaling.py: error: argument --precision: invalid choice: 'fp8'" "$py" "$benchdir/scaling.py" --model resnet \
     --precision fp8 --dry-run
 usage "--train-limit 100 must be at least --batch-size x --ranks = 128 (one step of every rank)" \
