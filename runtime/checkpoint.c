@@ -72,7 +72,8 @@ static int json_uint(const cJSON *j, uint64_t *out) {
     return 1;
 }
 
-static int utf8_valid(const unsigned char *s, size_t n) {
+/* The offset of the first byte of s[0..n) that starts no valid UTF-8 sequence; n when all are valid. */
+static size_t utf8_bad_at(const unsigned char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         unsigned c = s[i];
@@ -89,17 +90,19 @@ static int utf8_valid(const unsigned char *s, size_t n) {
         else if ((c & 0xF8) == 0xF0)
             len = 4, cp = c & 0x07, min = 0x10000;
         else
-            return 0;
-        if (n - i < len) return 0;
+            return i;
+        if (n - i < len) return i;
         for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return 0;
+            if ((s[i + k] & 0xC0) != 0x80) return i;
             cp = cp << 6 | (s[i + k] & 0x3F);
         }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
         i += len;
     }
-    return 1;
+    return n;
 }
+
+static int utf8_valid(const unsigned char *s, size_t n) { return utf8_bad_at(s, n) == n; }
 
 static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t len) {
     size_t n = (size_t)snprintf(buf, len, "[");
@@ -677,6 +680,38 @@ ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allo
     return ls_tensor_copy(alloc, dst, &src);
 }
 
+/* A string the writer puts into the header, which is JSON text: UTF-8, or no reader takes the file
+ * (ours refused what it wrote, "header is not valid UTF-8", naming nothing). what: the string's role. */
+static ls_status st_utf8(const char *s, const char *what) {
+    const size_t n = strlen(s), at = utf8_bad_at((const unsigned char *)s, n);
+    if (at == n) return LS_OK;
+    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                    "safetensors: %s is not valid UTF-8 (byte %zu is 0x%02x): the header is JSON text, which no "
+                    "reader would take",
+                    what, at, (unsigned)(unsigned char)s[at]);
+}
+
+/* The first key of metadata ("key", "value", ..., NULL) that appears twice, NULL when none; *err set
+ * when there is no memory to check. */
+static const char *st_meta_twice(const char *const *metadata, ls_status *err) {
+    int n = 0;
+    *err = LS_OK;
+    while (metadata[2 * n]) n++;
+    if (n < 2) return NULL;
+    const char **keys = malloc((size_t)n * sizeof *keys);
+    if (!keys) {
+        *err = ls_error(LS_ERR_OUT_OF_MEMORY, "safetensors: no memory to check %d metadata keys", n);
+        return NULL;
+    }
+    for (int k = 0; k < n; k++) keys[k] = metadata[2 * k];
+    qsort(keys, (size_t)n, sizeof *keys, cmp_str_ptr); /* sorted, a repeated key is its neighbour */
+    const char *twice = NULL;
+    for (int k = 1; k < n && !twice; k++)
+        if (strcmp(keys[k - 1], keys[k]) == 0) twice = keys[k];
+    free(keys);
+    return twice;
+}
+
 /* A safetensors file's first bytes (malloc'd): the header length and the header, padded to a
  * multiple of 8; the tensors' data, data_len bytes in the order given, follows it in the file.
  * Their dtypes and shapes are read, not their data (which may be NULL). */
@@ -689,11 +724,34 @@ static ls_status st_header(int n, const char *const *names, const ls_tensor *con
     if (n < 0 || (n > 0 && (!names || !tensors)))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_serialize: bad tensor list (n = %d)", n);
     for (int i = 0; i < n; i++) {
-        if (!names[i] || !names[i][0] || strcmp(names[i], "__metadata__") == 0 || !tensors[i])
+        if (!names[i] || !names[i][0] || strcmp(names[i], "__metadata__") == 0)
             return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: tensor %d has an empty or reserved name", i);
+        char what[64];
+        snprintf(what, sizeof what, "the name of tensor %d", i);
+        LS_CHECK(st_utf8(names[i], what));
+        if (!tensors[i])
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: tensor %d ('%s') is NULL", i, ESC_NAME(names[i]));
         if (tensors[i]->ndim < 0 || tensors[i]->ndim > LS_MAX_DIMS)
-            return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: tensor '%s' has %d dimensions", names[i],
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: tensor '%s' has %d dimensions", ESC_NAME(names[i]),
                             tensors[i]->ndim);
+    }
+    /* what the reader refuses, refused here rather than written: a key twice, text that is not UTF-8 */
+    for (int k = 0; metadata && metadata[k]; k += 2) {
+        char what[160];
+        snprintf(what, sizeof what, "metadata key %d", k / 2);
+        LS_CHECK(st_utf8(metadata[k], what));
+        if (!metadata[k + 1])
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: metadata key '%s' has no value",
+                            ESC_NAME(metadata[k]));
+        snprintf(what, sizeof what, "the value of metadata key '%s'", ESC_NAMEN(metadata[k], 64));
+        LS_CHECK(st_utf8(metadata[k + 1], what));
+    }
+    if (metadata) {
+        ls_status err;
+        const char *twice = st_meta_twice(metadata, &err);
+        LS_CHECK(err);
+        if (twice)
+            return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: metadata key '%s' appears twice", ESC_NAME(twice));
     }
     if (n > 1) { /* sorted, a repeated name is its neighbour */
         const char **sorted = malloc((size_t)n * sizeof *sorted);
@@ -711,13 +769,8 @@ static ls_status st_header(int n, const char *const *names, const ls_tensor *con
     if (ok && metadata && metadata[0]) {
         cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
         ok = meta != NULL;
-        for (int k = 0; ok && metadata[k]; k += 2) {
-            if (!metadata[k + 1]) {
-                cJSON_Delete(root);
-                return ls_error(LS_ERR_INVALID_ARGUMENT, "safetensors: metadata key '%s' has no value", metadata[k]);
-            }
+        for (int k = 0; ok && metadata[k]; k += 2)
             ok = cJSON_AddStringToObject(meta, metadata[k], metadata[k + 1]) != NULL;
-        }
     }
     uint64_t off = 0;
     for (int i = 0; ok && i < n; i++) {

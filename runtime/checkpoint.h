@@ -72,7 +72,8 @@ ls_status ls_safetensors_read(const ls_safetensors *f, const char *name, ls_allo
 
 /* Serialize tensors[0..n) named names[0..n) (on any device: alloc does device->host copies,
  * NULL for host tensors) into a malloc'd buffer *out of *out_len bytes. metadata: NULL or
- * "key", "value", ..., NULL. Duplicate or empty names are LS_ERR_INVALID_ARGUMENT. */
+ * "key", "value", ..., NULL. What a reader would refuse is LS_ERR_INVALID_ARGUMENT, naming it: a name
+ * empty or twice, a metadata key twice, a name, key or value that is not UTF-8. */
 ls_status ls_safetensors_serialize(int n, const char *const *names, const ls_tensor *const *tensors,
                                    const char *const *metadata, ls_allocator *alloc, void **out, size_t *out_len);
 /* Write path crash-safely (path.tmp, fsync, rename, fsync of the directory), each tensor as it

@@ -145,6 +145,40 @@ static void test_round_trip(void) {
     const char *reserved[1] = {"__metadata__"};
     LS_EXPECT_ERR(ls_safetensors_serialize(1, reserved, tp, NULL, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
                   "empty or reserved name");
+    /* What the reader refuses is refused by the writer, named (it wrote such files, which its own
+     * reader then refused: "header is not valid UTF-8", "key 'k' appears twice"); nothing written */
+    const char *bad_name[1] = {"w\xff"};
+    LS_EXPECT_ERR(ls_safetensors_serialize(1, bad_name, tp, NULL, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
+                  "safetensors: the name of tensor 0 is not valid UTF-8 (byte 1 is 0xff)");
+    const char *bad_key[] = {"ok", "v", "k\xc3", "v", NULL};
+    LS_EXPECT_ERR(ls_safetensors_serialize(1, names, tp, bad_key, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
+                  "safetensors: metadata key 1 is not valid UTF-8 (byte 1 is 0xc3)");
+    const char *bad_value[] = {"note", "caf\xe9", NULL}; /* Latin-1, not UTF-8 */
+    LS_EXPECT_ERR(ls_safetensors_serialize(1, names, tp, bad_value, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
+                  "safetensors: the value of metadata key 'note' is not valid UTF-8 (byte 3 is 0xe9)");
+    const char *twice_key[] = {"format", "pt", "note", "a", "format", "np", NULL};
+    LS_EXPECT_ERR(ls_safetensors_serialize(1, names, tp, twice_key, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
+                  "safetensors: metadata key 'format' appears twice");
+    const ls_tensor *none[1] = {NULL};
+    LS_EXPECT_ERR(ls_safetensors_serialize(1, names, none, NULL, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
+                  "safetensors: tensor 0 ('layer.weight') is NULL");
+    char bad_dir[] = "/tmp/ls_st_XXXXXX", bad_path[128];
+    LS_REQUIRE(mkdtemp(bad_dir) != NULL);
+    snprintf(bad_path, sizeof bad_path, "%s/bad.safetensors", bad_dir);
+    LS_EXPECT_ERR(ls_safetensors_write(bad_path, 1, names, tp, twice_key, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "metadata key 'format' appears twice");
+    LS_EXPECT(access(bad_path, F_OK) != 0);
+    LS_EXPECT(rmdir(bad_dir) == 0); /* nor a .tmp left */
+    /* valid UTF-8 of every length is written and read back */
+    const char *utf8_name[1] = {"caf\xc3\xa9.\xe2\x82\xac.\xf0\x9f\x98\x80"};
+    const char *utf8_meta[] = {"cl\xc3\xa9", "\xe2\x82\xac", NULL};
+    LS_REQUIRE_OK(ls_safetensors_serialize(1, utf8_name, tp, utf8_meta, NULL, &buf, &len));
+    LS_REQUIRE_OK(ls_safetensors_open_memory(buf, len, NAME, &f));
+    LS_EXPECT(ls_safetensors_find(f, utf8_name[0]) != NULL);
+    LS_EXPECT(ls_safetensors_metadata(f, utf8_meta[0]) &&
+              strcmp(ls_safetensors_metadata(f, utf8_meta[0]), utf8_meta[1]) == 0);
+    ls_safetensors_close(f);
+    free(buf);
     /* No tensors at all is a valid file: "{}" padded. */
     LS_REQUIRE_OK(ls_safetensors_serialize(0, NULL, NULL, NULL, NULL, &buf, &len));
     LS_EXPECT(len == 16 && memcmp((char *)buf + 8, "{}      ", 8) == 0);
