@@ -2406,8 +2406,17 @@ ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls
     if (!out || (!text && len)) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_state_parse: NULL argument");
     memset(out, 0, sizeof *out);
     if (!name) name = "state.json";
-    cJSON *r = cJSON_ParseWithLength(text ? text : "", len);
+    const char *t = text ? text : "", *end = NULL;
+    cJSON *r = cJSON_ParseWithLengthOpts(t, len, &end, 0);
     if (!r) return ls_error(LS_ERR_FORMAT, "'%s': not valid JSON (damaged state)", name);
+    /* what cJSON stops before: a state with more after its object ("{...}}", two states one after
+     * the other) was taken as its first object, where the manifest's parse refuses it */
+    for (const char *c = end; c < t + len; c++)
+        if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') {
+            cJSON_Delete(r);
+            return ls_error(LS_ERR_FORMAT, "'%s': bytes after its JSON object, at byte %zu (damaged state)", name,
+                            (size_t)(c - t));
+        }
     ls_status s = parse_state_obj(r, name, model, out);
     cJSON_Delete(r);
     return s;

@@ -329,7 +329,8 @@ ls_status ls_ckpt_find_latest(const char *dir, char *path_out, size_t path_len, 
 /* state.json: text of a state plus the model's signature (model may be NULL: no signature). The
  * returned string is malloc'd. */
 ls_status ls_ckpt_state_to_json(const ls_ckpt_state *state, ls_module *model, char **out);
-/* Parse state.json text (len bytes, no terminator needed); name labels errors. With model, also
+/* Parse state.json text (len bytes, no terminator needed; whitespace alone may follow the object:
+ * anything else is LS_ERR_FORMAT, a damaged state); name labels errors. With model, also
  * compare the signature: LS_ERR_INVALID_ARGUMENT naming the first differing parameter. */
 ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls_module *model, ls_ckpt_state *out);
 /* Warn (log) about settings that differ between a saved state and this run's (world size, batch,

@@ -1186,6 +1186,17 @@ static void test_state_json(void) {
                   "'x.json': \"epoch_samples\" is missing or not an integer from 0 to 2^53");
     LS_EXPECT_ERR(ls_ckpt_state_parse(text, strlen(text) / 2, "x.json", NULL, &got), LS_ERR_FORMAT,
                   "'x.json': not valid JSON");
+    /* more after the object (it was taken as the object alone, where the manifest's is refused);
+     * trailing whitespace, and a length that stops before the text's terminator, are fine */
+    size_t tl = strlen(text);
+    char *more = malloc(tl + 16);
+    LS_REQUIRE(more);
+    snprintf(more, tl + 16, "%s \n}x", text);
+    char want[96];
+    snprintf(want, sizeof want, "'x.json': bytes after its JSON object, at byte %zu (damaged state)", tl + 2);
+    LS_EXPECT_ERR(ls_ckpt_state_parse(more, strlen(more), "x.json", NULL, &got), LS_ERR_FORMAT, want);
+    LS_EXPECT(ls_ckpt_state_parse(more, tl + 2, "x.json", NULL, &got) == LS_OK && got.step == 5);
+    free(more);
     LS_EXPECT_ERR(ls_ckpt_state_parse("{\"format\":\"lockstep-state\",\"version\":2}", 39, "x.json", NULL, &got),
                   LS_ERR_UNSUPPORTED, "state version 2 is not 1");
     free(bad);
