@@ -3856,16 +3856,21 @@ ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module 
 /* ---------------------------------------------------------------- preemption */
 
 static volatile sig_atomic_t g_preempt_signal;
+/* each kind's first arrival, apart: the last signal alone ("asked twice" when it was this one) let
+ * SIGTERM, SIGINT, SIGTERM by turns go on forever, each taken for a first */
+static volatile sig_atomic_t g_preempt_seen_term, g_preempt_seen_int;
 static struct sigaction g_old_term, g_old_int;
 static int g_preempt_installed;
 static int g_preempt_held;
 
 static void preempt_handler(int sig) {
-    if (g_preempt_signal == sig) { /* asked twice: stop now */
+    volatile sig_atomic_t *seen = sig == SIGTERM ? &g_preempt_seen_term : &g_preempt_seen_int;
+    if (*seen) { /* asked twice: stop now */
         signal(sig, SIG_DFL);
         raise(sig);
         return;
     }
+    *seen = 1;
     g_preempt_signal = sig;
 }
 
@@ -3876,9 +3881,9 @@ ls_status ls_preempt_install(void) {
     sa.sa_handler = preempt_handler;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
+    g_preempt_signal = g_preempt_seen_term = g_preempt_seen_int = 0; /* before: one that comes at once counts */
     if (sigaction(SIGTERM, &sa, &g_old_term) != 0 || sigaction(SIGINT, &sa, &g_old_int) != 0)
         return ls_error(LS_ERR_INTERNAL, "cannot install the SIGTERM/SIGINT handlers: %s", strerror(errno));
-    g_preempt_signal = 0;
     g_preempt_installed = 1;
     g_preempt_held = 0;
     return LS_OK;
@@ -3902,7 +3907,7 @@ void ls_preempt_uninstall(void) {
         sigaction(SIGINT, &g_old_int, NULL);
     }
     g_preempt_installed = 0;
-    g_preempt_signal = 0;
+    g_preempt_signal = g_preempt_seen_term = g_preempt_seen_int = 0;
 }
 
 int ls_preempt_pending(void) { return (int)g_preempt_signal; }

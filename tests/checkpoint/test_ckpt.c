@@ -1263,6 +1263,22 @@ static void test_preempt(void) {
     int ws;
     LS_REQUIRE(waitpid(pid, &ws, 0) == pid);
     LS_EXPECT(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGINT);
+    /* The same with the other kind between: SIGTERM, SIGINT, SIGTERM ends it at the second SIGTERM
+     * (the SIGINT took the first one's place and the second SIGTERM was recorded as a first: a
+     * process got TERM and INT by turns, a Ctrl-C passed on as both, and never stopped) */
+    fflush(NULL);
+    pid = fork();
+    LS_REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ls_preempt_install();
+        raise(SIGTERM);
+        raise(SIGINT);
+        if (ls_preempt_pending() == 0) _exit(4);
+        raise(SIGTERM);
+        _exit(5);
+    }
+    LS_REQUIRE(waitpid(pid, &ws, 0) == pid);
+    LS_EXPECT(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGTERM);
     /* Held after the checkpoint: more signals of either kind are ignored, also after uninstall,
      * and the process ends with its own exit status. */
     fflush(NULL);
