@@ -2909,7 +2909,7 @@ static ls_status share_result(ls_comm *comm, ckpt_result *r, ls_status s) {
  * RNG stream's avail past 4) by the parse of the state's own text. opt: the optimizer saved, whose
  * kind state.optim must name (a zeroed state said sgd beside AdamW's moments: a checkpoint whose
  * resume refused it, and lockstep-ckpt verify passed). */
-static ls_status check_state(const ls_ckpt_state *st, const ls_optimizer *opt) {
+static ls_status check_state(const char *fn, const ls_ckpt_state *st, const ls_optimizer *opt) {
     const struct {
         const char *name;
         int64_t v, lo;
@@ -2925,27 +2925,26 @@ static ls_status check_state(const ls_ckpt_state *st, const ls_optimizer *opt) {
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].v < f[i].lo || (double)f[i].v > MAX_EXACT_INT)
             return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "ls_ckpt_save: state.%s = %lld is outside [%lld, 2^53] (a load would refuse it)", f[i].name,
+                            "%s: state.%s = %lld is outside [%lld, 2^53] (a load would refuse it)", fn, f[i].name,
                             (long long)f[i].v, (long long)f[i].lo);
     if (!isfinite(st->lr.base_lr) || !isfinite(st->lr.min_lr))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.lr's base_lr or min_lr is not finite");
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: state.lr's base_lr or min_lr is not finite", fn);
     if (!ls_lr_kind_name(st->lr.kind))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.lr's kind %d is not a schedule",
-                        (int)st->lr.kind);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: state.lr's kind %d is not a schedule", fn, (int)st->lr.kind);
     if (!(st->label_smoothing >= 0 && st->label_smoothing < 1))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.label_smoothing %g is not in [0, 1)",
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: state.label_smoothing %g is not in [0, 1)", fn,
                         st->label_smoothing);
     if (!(st->dropout >= 0 && st->dropout < 1))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.dropout %g is not in [0, 1)", st->dropout);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: state.dropout %g is not in [0, 1)", fn, st->dropout);
     if (st->n_settings < 0 || st->n_settings > LS_CKPT_MAX_SETTINGS)
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: state.n_settings %d is outside [0, %d]", st->n_settings,
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: state.n_settings %d is outside [0, %d]", fn, st->n_settings,
                         LS_CKPT_MAX_SETTINGS);
     const ls_optim_kind kind = ls_optimizer_config(opt).kind;
     if (st->optim.kind != kind)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
-                        "ls_ckpt_save: state.optim.kind is %d (%s) but the optimizer is %s: fill state.optim from "
+                        "%s: state.optim.kind is %d (%s) but the optimizer is %s: fill state.optim from "
                         "ls_optimizer_config",
-                        (int)st->optim.kind,
+                        fn, (int)st->optim.kind,
                         st->optim.kind == LS_OPTIM_SGD     ? "sgd"
                         : st->optim.kind == LS_OPTIM_ADAMW ? "adamw"
                                                            : "no optimizer",
@@ -2958,7 +2957,7 @@ static ls_status check_state(const ls_ckpt_state *st, const ls_optimizer *opt) {
     if (s == LS_OK) return LS_OK;
     char why[512]; /* ls_error writes where ls_last_error points */
     snprintf(why, sizeof why, "%s", ls_last_error());
-    return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_save: the state would not load back: %s", why);
+    return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the state would not load back: %s", fn, why);
 }
 
 /* A sharded optimizer (ls_optimizer_shard) over several ranks: its state is split between them. */
@@ -3119,7 +3118,7 @@ ls_status ls_ckpt_save_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, int keep
     /* a path_out too small for the path was filled with its first bytes, the save reported done */
     const int need = snprintf(NULL, 0, "%s/step-%08lld", dir ? dir : "", (long long)state->step);
     ls_status pre = !path_out || !path_len || need < 0 || (size_t)need < path_len
-                        ? check_state(state, opt)
+                        ? check_state("ls_ckpt_save", state, opt)
                         : ls_error(LS_ERR_INVALID_ARGUMENT,
                                    "ls_ckpt_save: path_out holds %zu bytes, and the checkpoint's path "
                                    "'%s/step-%08lld' needs %d (LS_CKPT_PATH_MAX always suffices)",
@@ -3351,7 +3350,7 @@ ls_status ls_ckpt_save_async(ls_ckpt_async *a, ls_comm *comm, ls_ctx *ctx, const
     LS_CHECK_ARG(opt, "ls_ckpt_save_async: the optimizer is NULL: a checkpoint holds its state, to resume from (the "
                       "weights alone: ls_safetensors_write)");
     LS_CHECK_ARG(keep_last >= 0, "ls_ckpt_save_async: keep_last %d is negative (0 keeps every checkpoint)", keep_last);
-    LS_CHECK(ls_comm_agree(comm, check_state(state, opt)));
+    LS_CHECK(ls_comm_agree(comm, check_state("ls_ckpt_save_async", state, opt)));
     LS_CHECK(ls_ckpt_async_wait(a, comm, NULL));
     double t0 = now_s();
     LS_TL_T0(tl);

@@ -223,9 +223,18 @@ static void test_errors(void) {
                   "ls_ckpt_save_async: the model is NULL");
     LS_EXPECT_ERR(ls_ckpt_async_wait(NULL, comm, &d), LS_ERR_INVALID_ARGUMENT, "ls_ckpt_async_wait: the saver is NULL");
     LS_EXPECT_ERR(ls_ckpt_async_create(NULL), LS_ERR_INVALID_ARGUMENT, "ls_ckpt_async_create: out is NULL");
+    /* a state its load would refuse, named by the call that was made (it said "ls_ckpt_save: ") */
     st.dropout = 1.5;
     LS_EXPECT_ERR(ls_ckpt_save_async(sv, comm, ctx, good, 0, r.m, r.o, r.e, &st), LS_ERR_INVALID_ARGUMENT,
-                  "state.dropout 1.5 is not in [0, 1)");
+                  "ls_ckpt_save_async: state.dropout 1.5 is not in [0, 1)");
+    st.dropout = 0;
+    st.n_loss_scaler = 2;
+    snprintf(st.loss_scaler[0].key, sizeof st.loss_scaler[0].key, "scale");
+    st.loss_scaler[1] = st.loss_scaler[0];
+    LS_EXPECT_ERR(ls_ckpt_save_async(sv, comm, ctx, good, 0, r.m, r.o, r.e, &st), LS_ERR_INVALID_ARGUMENT,
+                  "ls_ckpt_save_async: the state would not load back: 'state.json': loss-scaler key 'scale' appears "
+                  "twice");
+    LS_EXPECT(ls_ckpt_async_wait(sv, comm, &d) == LS_OK && d.step == -1); /* none started */
     ls_ckpt_async_destroy(sv);
     ls_ckpt_async_destroy(NULL);
     drop(&other);
