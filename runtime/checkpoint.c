@@ -3490,6 +3490,32 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
     return s;
 }
 
+/* A which that is no path but a name for a checkpoint in dir ("latest", a step number, "step-N"):
+ * which is a path of its own (from the working directory), so each was "no such checkpoint
+ * directory" alone, though dir held what was meant. The error, with what to give (the words fit
+ * --resume's too); LS_OK where which exists or is none of those. */
+static ls_status which_is_a_name(const char *dir, const char *which) {
+    if (path_exists(which) || !dir || !dir[0] || strchr(which, '/')) return LS_OK;
+    char p[LS_CKPT_PATH_MAX + 80];
+    int64_t step = 0;
+    size_t digits = strspn(which, "0123456789");
+    if (strcmp(which, "latest") == 0)
+        return ls_error(LS_ERR_IO,
+                        "'%s': no such checkpoint directory (\"auto\" takes the newest valid checkpoint in '%s')",
+                        which, dir);
+    if (digits > 0 && digits < 19 && which[digits] == '\0') {
+        step = strtoll(which, NULL, 10);
+        snprintf(p, sizeof p, "%s/step-%08lld", dir, (long long)step);
+    } else if (parse_step_name(which, &step)) {
+        snprintf(p, sizeof p, "%s/%s", dir, which);
+    } else {
+        return LS_OK;
+    }
+    if (!is_dir(p)) return ls_error(LS_ERR_IO, "'%s': no such checkpoint directory (nor is there a '%s')", which, p);
+    return ls_error(LS_ERR_IO, "'%s': no such checkpoint directory: the checkpoint of step %lld in '%s' is '%s'", which,
+                    (long long)step, dir, p);
+}
+
 /* obytes non-NULL (a sharded optimizer): optimizer.safetensors' bytes are left there, for
  * states_from_file. */
 static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_module *model, ls_optimizer *opt,
@@ -3501,6 +3527,7 @@ static ls_status load_rank0(ls_ctx *ctx, const char *dir, const char *which, ls_
         if (!dir || !dir[0]) return ls_error(LS_ERR_INVALID_ARGUMENT, "resume auto needs a checkpoint directory");
         LS_CHECK(find_and_read(dir, &b, &found, 1));
     } else {
+        LS_CHECK(which_is_a_name(dir, which));
         char mp[LS_CKPT_PATH_MAX + 80];
         snprintf(mp, sizeof mp, "%s/manifest.json", which);
         step_dir *v = NULL;

@@ -257,7 +257,8 @@ void ls_ckpt_async_destroy(ls_ckpt_async *a);
 /* Collective. which: "auto" (or NULL) = the newest valid checkpoint in dir, *found = 0 and LS_OK
  * when dir has none (a missing dir included), an error when it has some but none verifies;
  * otherwise the path of one checkpoint directory (or of a DIR holding step-S directories, then
- * as auto there), which must verify. Checks the model signature and the optimizer kind
+ * as auto there), which must verify. which is a path, not a name in dir: "latest", a step number
+ * or "step-S" where no such path is are LS_ERR_IO naming what dir holds for it. Checks the model signature and the optimizer kind
  * (LS_ERR_INVALID_ARGUMENT naming the first differing parameter), loads parameters and optimizer
  * state into every rank's model/optimizer, sets the optimizer's step count and fills *state.
  * path_out (may be NULL) receives the checkpoint's directory, cut to path_len - 1 bytes as

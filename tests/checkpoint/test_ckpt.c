@@ -677,6 +677,22 @@ static void test_bad_inputs(void) {
              "%s/bad-wrong-model/step-00000007, or %s/bad-wrong-model for its newest valid checkpoint",
              latest, root, root);
     LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, NULL, latest, m, o, &st, &found, NULL, 0), LS_ERR_IO, want);
+    /* a name of DIR's for PATH, which is a path of its own: it was "'7': no such checkpoint
+     * directory" alone, though DIR held it; now what to give (the test's working directory holds none
+     * of these names) */
+    char bdir[LS_CKPT_PATH_MAX];
+    snprintf(bdir, sizeof bdir, "%s/bad-wrong-model", root);
+    snprintf(want, sizeof want,
+             "'7': no such checkpoint directory: the checkpoint of step 7 in '%s' is '%s/step-00000007'", bdir, bdir);
+    LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, bdir, "7", m, o, &st, &found, NULL, 0), LS_ERR_IO, want);
+    LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, bdir, "step-00000007", m, o, &st, &found, NULL, 0), LS_ERR_IO,
+                  "'step-00000007': no such checkpoint directory: the checkpoint of step 7 in '");
+    snprintf(want, sizeof want, "'8': no such checkpoint directory (nor is there a '%s/step-00000008')", bdir);
+    LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, bdir, "8", m, o, &st, &found, NULL, 0), LS_ERR_IO, want);
+    snprintf(want, sizeof want,
+             "'latest': no such checkpoint directory (\"auto\" takes the newest valid checkpoint in '%s')", bdir);
+    LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, bdir, "latest", m, o, &st, &found, NULL, 0), LS_ERR_IO, want);
+    LS_EXPECT(found == 0);
     snprintf(latest, sizeof latest, "%s/bad-wrong-model/step-00000007/state.json", root);
     LS_EXPECT_ERR(ls_ckpt_load(comm, ctx, NULL, latest, m, o, &st, &found, NULL, 0), LS_ERR_IO,
                   "state.json' is a file, not a checkpoint directory (DIR/step-N)");
