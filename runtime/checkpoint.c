@@ -1085,6 +1085,11 @@ static ls_status st_write(const char *path, int n, const char *const *names, con
 ls_status ls_safetensors_write(const char *path, int n, const char *const *names, const ls_tensor *const *tensors,
                                const char *const *metadata, ls_allocator *alloc) {
     if (!path) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_write: path is NULL");
+    /* the file was written as PATH.tmp, then "cannot rename '.tmp' to ''" (or "'DIR/.tmp' to 'DIR/'") */
+    const size_t len = strlen(path);
+    if (!len || path[len - 1] == '/')
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_safetensors_write: the path '%s' names no file (%s)", path,
+                        len ? "it ends with '/'" : "it is empty");
     return st_write(path, n, names, tensors, metadata, alloc, 0, NULL);
 }
 

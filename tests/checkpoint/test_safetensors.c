@@ -168,6 +168,15 @@ static void test_round_trip(void) {
     LS_EXPECT_ERR(ls_safetensors_write(bad_path, 1, names, tp, twice_key, NULL), LS_ERR_INVALID_ARGUMENT,
                   "metadata key 'format' appears twice");
     LS_EXPECT(access(bad_path, F_OK) != 0);
+    /* a path that names no file: refused before anything is written (the file was written as
+     * PATH.tmp, then "cannot rename '.tmp' to ''") */
+    snprintf(bad_path, sizeof bad_path, "%s/", bad_dir);
+    char want_dir[160];
+    snprintf(want_dir, sizeof want_dir, "ls_safetensors_write: the path '%s/' names no file (it ends with '/')",
+             bad_dir);
+    LS_EXPECT_ERR(ls_safetensors_write(bad_path, 1, names, tp, NULL, NULL), LS_ERR_INVALID_ARGUMENT, want_dir);
+    LS_EXPECT_ERR(ls_safetensors_write("", 1, names, tp, NULL, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "ls_safetensors_write: the path '' names no file (it is empty)");
     LS_EXPECT(rmdir(bad_dir) == 0); /* nor a .tmp left */
     /* valid UTF-8 of every length is written and read back */
     const char *utf8_name[1] = {"caf\xc3\xa9.\xe2\x82\xac.\xf0\x9f\x98\x80"};
