@@ -333,7 +333,10 @@ static int digits(const char **p, long long max, long long *out) {
 
 static ls_status open_timeline(const ls_train_config *cfg, ls_comm *comm) {
     const char *pattern = getenv("LOCKSTEP_TIMELINE");
-    if (!pattern || !*pattern || cfg->no_timeline || ls_timeline_active()) return LS_OK;
+    /* open: a trace this process writes, or one stopped by a failed write (a full disk), which
+     * a later trainer (oom_challenge's next configuration) took for none and failed on, "already
+     * being written" */
+    if (!pattern || !*pattern || cfg->no_timeline || ls_timeline_is_open()) return LS_OK;
     int rank = comm ? ls_comm_rank(comm) : 0, world = comm ? ls_comm_world(comm) : 1;
     char path[4096];
     /* lockstep-run --max-restarts' count (its value checked by the launcher, which sets it): a

@@ -157,6 +157,13 @@ double ls_timeline_now(void) {
 
 int ls_timeline_active(void) { return atomic_load_explicit(&tl_on, memory_order_relaxed); }
 
+int ls_timeline_is_open(void) {
+    pthread_mutex_lock(&tl_mu);
+    int open = tl_f != NULL;
+    pthread_mutex_unlock(&tl_mu);
+    return open;
+}
+
 ls_status ls_timeline_open(const char *path, int rank) {
     if (!path || !*path) return ls_error(LS_ERR_INVALID_ARGUMENT, "timeline: no file name");
     pthread_mutex_lock(&tl_mu);

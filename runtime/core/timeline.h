@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-/* Start writing to path as rank (the trace's process id). A second open while one is active is
+/* Start writing to path as rank (the trace's process id). A second open while one is open is
  * LS_ERR_INVALID_ARGUMENT; a file that cannot be created is LS_ERR_IO naming it. */
 ls_status ls_timeline_open(const char *path, int rank);
 /* Close the array and the file (also flushes); nothing when none is open. */
@@ -26,8 +26,12 @@ ls_status ls_timeline_close(void);
 void ls_timeline_flush(void);
 /* Close the timeline when the process exits normally (atexit; registered once). */
 void ls_timeline_close_at_exit(void);
-/* Non-zero while a timeline is open (a relaxed atomic read: call freely). */
+/* Non-zero while a timeline records: open, and no write to it has failed (a relaxed atomic read:
+ * call freely). */
 int ls_timeline_active(void);
+/* Non-zero while a timeline's file is open, recording or stopped after a failed write (a full
+ * disk): ls_timeline_open would refuse another one until ls_timeline_close. */
+int ls_timeline_is_open(void);
 /* Microseconds of the wall clock; what span times are given in. */
 double ls_timeline_now(void);
 /* A span of the calling thread: name (copied: up to 63 bytes of whole UTF-8 characters; quotes,

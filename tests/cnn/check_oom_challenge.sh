@@ -3,7 +3,7 @@
 # the baseline fails with the allocator's out-of-memory error naming the request, the cap (and where
 # it comes from: the default, or LOCKSTEP_MEMORY_LIMIT) and the remedies; every remedy fits under the cap; all three together need the least; mixed precision
 # needs about half of the uncapped baseline, a quarter of the batch about a quarter, checkpointing
-# well under it.
+# well under it. A timeline that cannot be written (/dev/full) is said once and the run goes on.
 set -u
 out=$("$@" 2>&1); rc=$?
 printf '%s\n' "$out"
@@ -58,4 +58,13 @@ grep -qE '^all three +1  bf16 .* no: out of memory$' <<<"$one_out" ||
     fail "--batch-size 4 --memory-cap 3MiB: all three at batch 1 did not run out of memory: $one_out"
 grep -qxF 'challenge NOT met: a remedy does not fit the cap (see the table; a larger --memory-cap)' <<<"$one_out" ||
     fail "--batch-size 4 --memory-cap 3MiB: the verdict advises what cannot help: $one_out"
+# a timeline whose write fails (a full disk) stops, and the run goes on, as the README says: each
+# configuration's trainer after the first failed, "LOCKSTEP_TIMELINE: timeline: '/dev/full' is
+# already being written; close it first"
+if [ -w /dev/full ]; then
+    full_out=$(LOCKSTEP_MEMORY_LIMIT=6MiB LOCKSTEP_TIMELINE=/dev/full "$1" --widths 4,8 --blocks 1 --image-size 16 \
+        --batch-size 64 --steps 1 2>&1) || fail "LOCKSTEP_TIMELINE=/dev/full: $full_out"
+    [ "$(grep -c "timeline: writing '/dev/full' failed: No space left on device; the trace stops here" <<<"$full_out")" = 1 ] &&
+        grep -q 'challenge met' <<<"$full_out" || fail "LOCKSTEP_TIMELINE=/dev/full: not said once, or no verdict: $full_out"
+fi
 echo "PASS"

@@ -5,7 +5,8 @@
  * characters and invalid UTF-8 made safe, long names cut to 63 bytes without splitting a
  * character; a flush leaving whole events on disk; the file parsed back (valid UTF-8, one JSON
  * array and nothing after it) with every event where it belongs; a reopened timeline starting its
- * rows afresh; a failed write reported at close. */
+ * rows afresh; a failed write reported at close, and after one seen at a flush the file still open
+ * (ls_timeline_is_open) though nothing more is recorded. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <locale.h>
@@ -219,6 +220,17 @@ int main(void) {
         LS_REQUIRE_OK(ls_timeline_open("/dev/full", 0));
         for (int i = 0; i < 2000; i++) ls_timeline_span("filler", "test", t0, t0 + 1);
         LS_EXPECT_ERR(ls_timeline_close(), LS_ERR_IO, "timeline: writing '/dev/full' failed: No space left on device");
+        LS_EXPECT(!ls_timeline_is_open());
+        /* a failed write seen at a flush stops the recording, the file staying open (a trainer
+         * made after it takes it for its own, not for none: it failed, "already being written") */
+        LS_REQUIRE_OK(ls_timeline_open("/dev/full", 0));
+        LS_EXPECT(ls_timeline_active() && ls_timeline_is_open());
+        ls_timeline_span("filler", "test", t0, t0 + 1);
+        ls_timeline_flush();
+        LS_EXPECT(!ls_timeline_active() && ls_timeline_is_open());
+        LS_EXPECT_ERR(ls_timeline_open(path, 0), LS_ERR_INVALID_ARGUMENT, "'/dev/full' is already being written");
+        LS_EXPECT_ERR(ls_timeline_close(), LS_ERR_IO, "timeline: writing '/dev/full' failed: No space left on device");
+        LS_EXPECT(!ls_timeline_is_open());
     }
     unlink(path);
     unlink(path2);
