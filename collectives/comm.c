@@ -13,6 +13,7 @@
 
 #include "log.h"
 #include "parse.h"
+#include "timeline.h"
 
 const char *ls_coll_kind_name(ls_coll_kind k) {
     switch (k) {
@@ -417,7 +418,13 @@ void ls_comm_abort(ls_comm *c, const char *why) {
     if (!c) return;
     if (!why) why = "no reason given";
     LS_LOG_E("aborting the %s communicator (rank %d of %d): %s", c->iface->name, c->rank, c->world, why);
-    if (c->world > 1) tell_launcher_abort();
+    if (c->world > 1) {
+        tell_launcher_abort();
+        /* the job's abort ends this process without its atexit handlers: its timeline lost the
+         * events since the last step's flush (the failing step's, the ones to look at) and its
+         * closing bracket */
+        if (ls_timeline_close() != LS_OK) LS_LOG_W("%s", ls_last_error());
+    }
     c->aborted = 1;
     snprintf(c->abort_why, sizeof c->abort_why, "%s", why);
     if (c->iface->abort) c->iface->abort(c->state, why);

@@ -159,7 +159,8 @@ ls_status ls_comm_agree(ls_comm *c, ls_status s);
 
 /* Give up: log why, and make every rank stop instead of hanging. mpi: MPI_Abort on the job (does
  * not return); nccl: ncclCommAbort, then MPI_Abort over its bootstrap; self: later calls fail with
- * LS_ERR_COMM. */
+ * LS_ERR_COMM. Of several ranks, this one's timeline (LOCKSTEP_TIMELINE) is closed first: the abort
+ * skips the atexit handlers. */
 void ls_comm_abort(ls_comm *c, const char *why);
 
 const char *ls_reduce_op_name(ls_reduce_op op);

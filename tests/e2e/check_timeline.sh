@@ -3,7 +3,7 @@
 # Chrome trace per rank that timeline_check.c accepts: one rank (the name as given); two ranks
 # (tl.rank0.json and tl.rank1.json, and with %r in the name, the rank in its place), where both
 # gradient buckets have a row and bucket 0 is launched while backward runs; a file that cannot be
-# created is an error naming it; without the variable no file is written. With python3 and
+# created is an error naming it; a rank that aborts the job on an error closes its trace; without the variable no file is written. With python3 and
 # SUMMARY (cluster/bench/timeline_summary.py), its table of the one-rank run sums to the steps'
 # time, and --merge makes one trace of both ranks. A run killed at random moments leaves whole
 # events; the summary takes a trace cut within one. With RESNET (fashion_resnet), two ranks with --batch-size auto: the trial trainers (which
@@ -84,6 +84,12 @@ n = [sum(1 for e in ev if e.get("pid") == r and e.get("name") == "step 10") for 
 sys.exit(0 if names == {"rank 0", "rank 1"} and n == [1, 1] else 1)' "$dir/merged.json" ||
             fail "the merged trace does not hold both ranks' processes and steps"
     fi
+    # a rank that fails aborts the job (MPI_Abort: no atexit handlers), closing its trace first: it
+    # was cut after the last step's flush, without the failing step's events or its closing bracket
+    LOCKSTEP_TIMELINE="$dir/err.json" "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --metrics /dev/full \
+        >"$dir/oute" 2>&1 && fail "--metrics /dev/full on two ranks did not fail: $(cat "$dir/oute")"
+    grep -q "cannot write '/dev/full'" "$dir/oute" || fail "--metrics /dev/full on two ranks: $(cat "$dir/oute")"
+    "$check" "$dir/err.rank0.json" 0 1 2 || fail "the trace of the rank that aborted the job"
     LOCKSTEP_TIMELINE="$dir/r%r.trace" "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --max-steps 3 \
         >"$dir/out3" 2>&1 || fail "%r: $(cat "$dir/out3")"
     for r in 0 1; do "$check" "$dir/r$r.trace" $r 3 2 || fail "%r, rank $r"; done
