@@ -161,13 +161,16 @@ void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t ste
 
 double ex_plain_nan(double v) { return isnan(v) ? NAN : v; }
 
-void ex_diverged_hint(const char *prog, double train_loss) {
+void ex_diverged_hint(const char *prog, double train_loss, double clip) {
     static int said;
     if (isfinite(train_loss) || said) return;
     said = 1;
-    printf("%s: the train loss is %s: the training diverged (a lower --lr, a longer --warmup-steps or "
-           "--clip-grad-norm may help)\n",
-           prog, isnan(train_loss) ? "nan" : "inf");
+    /* a run that clips already was told to clip */
+    char c[64] = "--clip-grad-norm";
+    if (clip > 0) snprintf(c, sizeof c, "a --clip-grad-norm below %g", clip);
+    printf("%s: the train loss is %s: the training diverged (a lower --lr, a longer --warmup-steps or %s may "
+           "help)\n",
+           prog, isnan(train_loss) ? "nan" : "inf", c);
 }
 
 void ex_step_oom_hint(char *buf, size_t len, int64_t batch, int batch_auto, ls_precision precision, int checkpointing,

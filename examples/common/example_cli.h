@@ -73,8 +73,9 @@ void ex_progress_clear(void);
  * within the epoch, or stopped by --max-steps): "  (train figures of steps A-B of N: why)" ("of step B" for one); else "". */
 void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t steps);
 /* Once a run, after an epoch line whose train loss is not finite: "PROG: the train loss is nan:
- * the training diverged (...what may help)" (the run goes on, as PyTorch's would). */
-void ex_diverged_hint(const char *prog, double train_loss);
+ * the training diverged (...what may help)" (the run goes on, as PyTorch's would); clip: the run's
+ * --clip-grad-norm, 0 off (a run that clips is told of a lower one). */
+void ex_diverged_hint(const char *prog, double train_loss, double clip);
 /* The out-of-memory hint of a training step (ls_allocator_set_oom_hint): "To fit, try ..." with the
  * remedies this run does not use yet (a run in bf16 was told to use bf16): a smaller batch (batch_auto
  * 1: than the one --batch-size auto found; 0: or --batch-size auto; -1: the program has no auto),

@@ -483,7 +483,7 @@ int main(int argc, char **argv) {
             if (tot.skipped)
                 printf("  (%lld step%s skipped: inf/NaN gradients)\n", (long long)tot.skipped,
                        tot.skipped == 1 ? "" : "s");
-            ex_diverged_hint("fashion_mlp", m[0] / m[2]);
+            ex_diverged_hint("fashion_mlp", m[0] / m[2], o.clip);
             fflush(stdout);
         }
         if (ema) TRY("evaluation", evaluate_ema(ema, trainer, comm, test, test_idx, test_count, ev));

@@ -603,7 +603,7 @@ int main(int argc, char **argv) {
                    ls_memory_format((size_t)peak, pk, sizeof pk), part, skipped ? "" : "\n");
             if (skipped)
                 printf("  (%lld step%s skipped: inf/NaN gradients)\n", (long long)skipped, skipped == 1 ? "" : "s");
-            ex_diverged_hint("fashion_resnet", m[0] / m[2]);
+            ex_diverged_hint("fashion_resnet", m[0] / m[2], o.clip);
             fflush(stdout);
         }
         if (ema) TRY("evaluation", evaluate_ema(ema, trainer, comm, model, test, test_idx, test_count, per_step, ev));

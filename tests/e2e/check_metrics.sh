@@ -5,7 +5,7 @@
 # step 7 (its final checkpoint removed: steps 6 and 7 are written once, by the resumed run); a run
 # without --metrics or --log-steps (running totals) prints the same epoch lines; two ranks (the samples are the
 # global batch); --progress's last reading of an epoch equals its train loss (LOCKSTEP_STDERR_TTY=1 shows it on a pipe, not in a file; a warning of rank 1 gets a line of its own); each epoch's printed train accuracy is the mean of its steps'; a diverging run's
-# NaN loss is written as null; each step's lr follows --lr-schedule linear (to --min-lr) and constant;
+# NaN loss is written as null (its hint, when it clips, is of a lower --clip-grad-norm); each step's lr follows --lr-schedule linear (to --min-lr) and constant;
 # a file that cannot be opened is an error naming it, one file for --metrics and --log-steps too
 # (or for either and --dump-params);
 # on resume a file is cut back in place (its inode and mode kept; in a read-only directory);
@@ -181,6 +181,10 @@ fi
 # and it says so, once (it printed "train loss nan" and exited 0 without a word)
 [ "$(grep -c '^fashion_mlp: the train loss is nan: the training diverged (a lower --lr' "$dir/out5")" = 1 ] ||
     fail "diverging run: no hint, or more than one: $(cat "$dir/out5")"
+# a run that clips already is not told to clip, but of a lower --clip-grad-norm
+"$mlp" "${args[@]}" --lr 1e30 --max-steps 2 --clip-grad-norm 2.5 >"$dir/out5c" 2>&1 || fail "diverging run, clipping: $(cat "$dir/out5c")"
+grep -q '^fashion_mlp: the train loss is nan: the training diverged (a lower --lr, a longer --warmup-steps or a --clip-grad-norm below 2.5 may help)$' \
+    "$dir/out5c" || fail "diverging run, clipping: the hint: $(cat "$dir/out5c")"
 # the epoch line's NaN is "nan", as the hint's (printf wrote the sign bit's "-nan")
 grep -q '^epoch 1  train loss nan  ' "$dir/out5" || fail "diverging run: the epoch line's loss: $(cat "$dir/out5")"
 # and so are --log-steps' and the progress line's (they wrote "-nan": the progress line's last
