@@ -423,7 +423,7 @@ void ls_comm_abort(ls_comm *c, const char *why) {
         /* the job's abort ends this process without its atexit handlers: its timeline lost the
          * events since the last step's flush (the failing step's, the ones to look at) and its
          * closing bracket */
-        if (ls_timeline_close() != LS_OK) LS_LOG_W("%s", ls_last_error());
+        if (ls_timeline_close_nowait() != LS_OK) LS_LOG_W("%s", ls_last_error());
     }
     c->aborted = 1;
     snprintf(c->abort_why, sizeof c->abort_why, "%s", why);

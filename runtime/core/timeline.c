@@ -207,8 +207,8 @@ ls_status ls_timeline_open(const char *path, int rank) {
     return LS_OK;
 }
 
-ls_status ls_timeline_close(void) {
-    pthread_mutex_lock(&tl_mu);
+/* Close what is open; tl_mu held, and released here. */
+static ls_status tl_close_locked(void) {
     atomic_store(&tl_on, 0);
     if (!tl_f) {
         pthread_mutex_unlock(&tl_mu);
@@ -226,6 +226,16 @@ ls_status ls_timeline_close(void) {
     pthread_mutex_unlock(&tl_mu);
     if (bad) return ls_error(LS_ERR_IO, "timeline: writing '%s' failed: %s", tl_path, strerror(e));
     return LS_OK;
+}
+
+ls_status ls_timeline_close(void) {
+    pthread_mutex_lock(&tl_mu);
+    return tl_close_locked();
+}
+
+ls_status ls_timeline_close_nowait(void) {
+    if (pthread_mutex_trylock(&tl_mu) != 0) return LS_OK; /* another thread is writing it: left open */
+    return tl_close_locked();
 }
 
 void ls_timeline_flush(void) {

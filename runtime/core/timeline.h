@@ -21,6 +21,9 @@ extern "C" {
 ls_status ls_timeline_open(const char *path, int rank);
 /* Close the array and the file (also flushes); nothing when none is open. */
 ls_status ls_timeline_close(void);
+/* The same, unless another thread is writing the trace at that moment: then it is left open (a
+ * rank aborting the job, maybe from a watchdog thread, does not wait on a write that may hang). */
+ls_status ls_timeline_close_nowait(void);
 /* Write what is buffered, so that the file ends with whole events (the trainer does so after
  * each step). */
 void ls_timeline_flush(void);

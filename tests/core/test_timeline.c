@@ -5,8 +5,9 @@
  * characters and invalid UTF-8 made safe, long names cut to 63 bytes without splitting a
  * character; a flush leaving whole events on disk; the file parsed back (valid UTF-8, one JSON
  * array and nothing after it) with every event where it belongs; a reopened timeline starting its
- * rows afresh; a failed write reported at close, and after one seen at a flush the file still open
- * (ls_timeline_is_open) though nothing more is recorded. */
+ * rows afresh; ls_timeline_close_nowait closing it alike; a failed write reported at close, and
+ * after one seen at a flush the file still open (ls_timeline_is_open) though nothing more is
+ * recorded. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <locale.h>
@@ -213,6 +214,16 @@ int main(void) {
     LS_REQUIRE_OK(ls_timeline_close());
     ev = parse(path2);
     LS_EXPECT(row_of(ev, "main") == 1 && span_row(ev, "again") == 1 && row_of(ev, "worker b") == -1);
+    cJSON_Delete(ev);
+
+    /* ls_timeline_close_nowait (a rank aborting the job) closes it alike where no thread writes */
+    LS_REQUIRE_OK(ls_timeline_open(path2, 0));
+    ls_timeline_span("before the abort", "test", t0, t0 + 1);
+    LS_REQUIRE_OK(ls_timeline_close_nowait());
+    LS_EXPECT(!ls_timeline_is_open() && !ls_timeline_active());
+    LS_REQUIRE_OK(ls_timeline_close_nowait()); /* none open: nothing to do */
+    ev = parse(path2);
+    LS_EXPECT(span_row(ev, "before the abort") == 1);
     cJSON_Delete(ev);
 
     /* a write that fails is reported at close */

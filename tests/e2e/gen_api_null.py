@@ -19,6 +19,7 @@ MAY_SUCCEED = {
     'ls_comm_wait': 'a NULL request is a completed one (as MPI_REQUEST_NULL)',
     'ls_comm_wait_stream': 'a NULL request is a completed one',
     'ls_timeline_close': 'no timeline open: nothing to close',
+    'ls_timeline_close_nowait': 'no timeline open: nothing to close',
 }
 SKIP = {'ls_error', 'ls_error_context'}  # printf-like: they make a status, they take no object
 
