@@ -428,6 +428,7 @@ int main(int argc, char **argv) {
     for (int64_t epoch = start_epoch; epoch < o.epochs && !ck.max_reached; epoch++) {
         TRY("sampler", ls_sampler_set_epoch(sampler, epoch));
         ex_batcher_epoch(&bt);
+        ls_allocator_reset_peak(ctx->alloc); /* the epoch line's peak is the epoch's, as fashion_resnet's */
         double t0 = ex_now_s();
         int64_t seen = 0;
         ls_train_totals tot;

@@ -587,7 +587,7 @@ int main(int argc, char **argv) {
         if (ck.progress) ex_progress_clear();
         double ev[3];
         TRY("evaluation", evaluate(trainer, comm, model, test, test_idx, test_count, per_step, ev));
-        ls_memory_stats ms; /* the epoch's peak, its evaluation too (as fashion_mlp's) */
+        ls_memory_stats ms; /* the epoch's peak, its evaluation too (reset at its start, as fashion_mlp's) */
         ls_allocator_stats(ctx->alloc, &ms);
         double peak = (double)ms.peak_bytes;
         TRY("metrics", ls_comm_allreduce_host(comm, m, 3, LS_F64, LS_REDUCE_SUM));
