@@ -81,7 +81,8 @@ enum {
     "Preemption: on SIGTERM or SIGINT every rank finishes the current step, a checkpoint is written,\n"                \
     "\"received SIGTERM: finished step N, saved checkpoint DIR/step-0000000N; exiting\" is printed and\n"              \
     "the program exits with 128 + the signal number (143 for SIGTERM, 130 for SIGINT): run it again\n"                 \
-    "with --resume auto. A second signal stops at once. A stop that reaches any rank stops them all.\n"                \
+    "with --resume auto. A second signal of the same kind (SIGTERM twice, SIGINT twice) stops at once.\n"              \
+    "A stop that reaches any rank stops them all.\n"                                                                   \
     "Under lockstep-run, signal lockstep-run: it passes the signal to the ranks (mpirun's ranks on its\n"              \
     "host, or the job's through scancel in Slurm). A SIGTERM to mpirun itself reaches the ranks, but\n"                \
     "mpirun kills them 1 s later (Open MPI's odls_base_sigkill_timeout) and exits 1.\n"                                \
