@@ -358,6 +358,14 @@ static ls_status save(ex_ckpt *c, int now) {
     return LS_OK;
 }
 
+ls_status ex_ckpt_step_file_failed(ex_ckpt *c, const char *what, ls_status s) {
+    if (s != LS_ERR_IO || c->io_what) return s;
+    c->io_what = what;
+    snprintf(c->io_why, sizeof c->io_why, "%s", ls_last_error());
+    ls_error_clear();
+    return LS_OK;
+}
+
 ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global, int last_in_epoch, int *sig) {
     *sig = 0;
     c->agreed = 0;
@@ -368,15 +376,36 @@ ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global
         LS_CHECK(ls_comm_allreduce_host(c->comm, l, 2, LS_F64, LS_REDUCE_SUM));
         if (c->step_log && (fprintf(c->step_log, "%lld %.17g\n", (long long)c->step, ex_plain_nan(l[0] / l[1])) < 0 ||
                             fflush(c->step_log) != 0))
-            return ls_error(LS_ERR_IO, "cannot write '%s': %s", c->o->log_steps, strerror(errno));
+            (void)ex_ckpt_step_file_failed(
+                c, "--log-steps", ls_error(LS_ERR_IO, "cannot write '%s': %s", c->o->log_steps, strerror(errno)));
     }
-    /* Every rank stops after the same step when any rank got SIGTERM/SIGINT. */
+    /* Every rank stops after the same step when any rank got SIGTERM/SIGINT, or when rank 0 could
+     * not write the step's line (a full disk: rank 0 alone failed, and aborted the job, which lost
+     * the training since the last checkpoint); agreed in one all-reduce, as ls_preempt_agree's */
     c->what = "preemption";
-    LS_CHECK(ls_preempt_agree(c->comm, sig));
+    int32_t v[2] = {(int32_t)ls_preempt_pending(), c->io_what != NULL};
+    if (ls_comm_world(c->comm) > 1) LS_CHECK(ls_comm_allreduce_host(c->comm, v, 2, LS_I32, LS_REDUCE_MAX));
+    *sig = (int)v[0];
     c->pos_samples += global;
     if (last_in_epoch) {
         c->pos_epoch++;
         c->pos_samples = 0;
+    }
+    if (v[1] && !*sig) {
+        const int rank0 = ls_comm_rank(c->comm) == 0;
+        if (c->progress) ex_progress_clear();
+        if (rank0) { /* said first: the save may fail too (the same full disk) */
+            fprintf(stderr, "%s: %s: I/O error: %s; saving a checkpoint of step %lld and stopping\n", c->prog,
+                    c->io_what, c->io_why, (long long)c->step);
+            fflush(stderr);
+        }
+        if (c->step != c->last_saved) LS_CHECK(save(c, 1));
+        c->what = rank0 ? c->io_what : "step file";
+        c->agreed = 1;
+        return ls_error(LS_ERR_IO,
+                        "stopped after step %lld, whose line is not in the file; --resume auto continues from %s "
+                        "once the file can be written",
+                        (long long)c->step, c->path);
     }
     if (*sig || (c->o->save_every > 0 && c->step % c->o->save_every == 0)) LS_CHECK(save(c, *sig != 0));
     if (*sig) {

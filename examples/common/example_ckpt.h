@@ -196,6 +196,10 @@ typedef struct ex_ckpt {
     int agreed;       /* after a failed call: every rank has the same error (a save's, which rank 0 shares
                        * with all): rank 0 says it, and no rank aborts the job (TRY_AGREED) */
     char path[LS_CKPT_PATH_MAX]; /* the last checkpoint saved or resumed from */
+    /* rank 0: a step's line that could not be written (--metrics, --log-steps: a full disk), what
+     * and why; every rank then saves and stops after that step (ex_ckpt_after_step) */
+    const char *io_what;
+    char io_why[512];
 } ex_ckpt;
 
 /* Before anything can fail (ex_ckpt_close is then safe): no run yet. */
@@ -212,11 +216,17 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
                         int64_t steps_per_epoch, int64_t *start_epoch, int64_t *start_j);
 /* Before a step: 1 when --max-steps is reached (c->max_reached set; take no further step). */
 int ex_ckpt_done(ex_ckpt *c);
+/* A step's line that rank 0 could not write (s: LS_ERR_IO, the error set; what: "--metrics"): noted
+ * for ex_ckpt_after_step, which stops every rank after this step with a checkpoint; other
+ * statuses are returned as they are. */
+ls_status ex_ckpt_step_file_failed(ex_ckpt *c, const char *what, ls_status s);
 /* After each optimizer step, st its statistics, global the samples it took over all ranks,
  * last_in_epoch whether it ended the epoch: logs the step's loss (--log-steps), agrees on
  * preemption, saves every --save-every steps, and on a signal saves, prints the preemption
  * message, ignores further signals and sets *sig to the signal (the program then exits with 128 +
- * *sig); else *sig = 0. */
+ * *sig); else *sig = 0. Where rank 0 could not write the step's line (--log-steps, or --metrics
+ * noted by ex_ckpt_step_file_failed), every rank saves a checkpoint of this step and returns
+ * LS_ERR_IO with c->agreed set (rank 0 says it, no rank aborts the job). */
 ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global, int last_in_epoch, int *sig);
 /* After training: says when --max-steps stopped it, saves a last checkpoint (--save-every > 0,
  * unless this step is saved already) and writes --dump-params (rank 0). */

@@ -567,8 +567,10 @@ int main(int argc, char **argv) {
             TRY("batch", ex_batcher_step(&bt, sampler, trainer, data, j, steps, per_step, &idx, &count, &global));
             TRY("training step", ls_trainer_step(trainer, data, idx, count, global, read ? &st : NULL));
             if (ema) TRY("--ema", ls_ema_update(ema));
-            TRY("--metrics", ex_metrics_step(&metrics, comm, ctx->alloc, ls_trainer_num_steps(trainer), epoch, &st,
-                                             ex_now_s() - ts, o.clip > 0));
+            TRY("--metrics",
+                ex_ckpt_step_file_failed(&ck, "--metrics",
+                                         ex_metrics_step(&metrics, comm, ctx->alloc, ls_trainer_num_steps(trainer),
+                                                         epoch, &st, ex_now_s() - ts, o.clip > 0)));
             seen += global;
             TRY_AGREED(ck.what, ex_ckpt_after_step(&ck, &st, global, j + 1 == steps, &sig), ck.agreed);
             if (sig) {

@@ -108,8 +108,26 @@ usage "--hidden: invalid argument: '1,2,3,4,5,6,7' is not a comma-separated list
 usage "'512,' is not a comma-separated list" "$mlp" "${small[@]}" --hidden 512,
 usage "this rank's 100 training samples are fewer than a step's 128 (--batch-size x --accum-steps) under --sampler drop-last" \
     "$mlp" --train-limit 100 --test-limit 100 --sampler drop-last --no-progress
-refused "--log-steps: I/O error: cannot write '/dev/full': No space left on device" "$mlp" "${small[@]}" --log-steps /dev/full
-refused "--metrics: I/O error: cannot write '/dev/full': No space left on device" "$mlp" "${small[@]}" --metrics /dev/full
+# a step's line that cannot be written (a full disk): a checkpoint of that step is saved and the run
+# stops, exit 1 (it stopped without one: the training since the last checkpoint was lost); resumed
+# once the file can be written, the file goes on from the next step
+d=$(mktemp -d)
+for f in --log-steps --metrics; do
+    out=$("$mlp" "${small[@]}" --checkpoint-dir "$d/ck$f" "$f" /dev/full 2>&1)
+    rc=$?
+    [ "$rc" = 1 ] && grep -qxF "fashion_mlp: $f: I/O error: cannot write '/dev/full': No space left on device; saving a checkpoint of step 1 and stopping" <<<"$out" &&
+        grep -qF "fashion_mlp: saved checkpoint $d/ck$f/step-00000001 (step 1)" <<<"$out" &&
+        grep -qxF "fashion_mlp: $f: I/O error: stopped after step 1, whose line is not in the file; --resume auto continues from $d/ck$f/step-00000001 once the file can be written" <<<"$out" ||
+        fail "$f /dev/full: exit $rc: $out"
+    out=$("$mlp" "${small[@]}" --checkpoint-dir "$d/ck$f" --resume auto "$f" "$d/steps$f" 2>&1) ||
+        fail "$f /dev/full, resumed: $out"
+    first='^2 '
+    [ "$f" = --log-steps ] || first='^\{"step": 2, '
+    grep -qE "$first" "$d/steps$f" && [ "$(wc -l <"$d/steps$f")" = 1 ] ||
+        fail "$f /dev/full, resumed: the file: $(cat "$d/steps$f")"
+    echo "saved and stopped (1): $f /dev/full"
+done
+rm -rf "$d"
 # --dump-params is written after training: a path that cannot be written is found before it
 out=$("$mlp" "${small[@]}" --dump-params /nonexistent-dir/p.bin 2>&1)
 [ $? -eq 1 ] || fail "--dump-params /nonexistent-dir/p.bin: not exit 1"

@@ -201,4 +201,16 @@ grep -q "^fashion_mlp: --batch-size: invalid argument: no whole step in an epoch
     "$tmp/out" || fail "no whole step: not said"
 grep -q "MPI_ABORT was invoked\|aborting the mpi communicator" "$tmp/out" && fail "no whole step: a rank aborted the job"
 echo "ok: no whole step: exit 2"
+# rank 0 cannot write a step's --metrics line (a full disk): every rank saves that step's
+# checkpoint and exits 1, said once (rank 0 alone knew it, and aborted the job, which lost the
+# training since the last checkpoint)
+timeout 60 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$MLP" --train-limit 512 --test-limit 100 --hidden 16 \
+    --no-progress --max-steps 3 --checkpoint-dir ck --metrics /dev/full >"$tmp/out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "--metrics /dev/full on 2 ranks: exit status $rc, expected 1"
+[ "$(grep -c "stopped after step 1, whose line is not in the file; --resume auto continues from ck/step-00000001" "$tmp/out")" = 1 ] &&
+    grep -qF "fashion_mlp: saved checkpoint ck/step-00000001 (step 1)" "$tmp/out" && [ -d ck/step-00000001 ] ||
+    fail "--metrics /dev/full on 2 ranks: not saved and stopped, said once"
+grep -q "MPI_ABORT was invoked\|aborting the mpi communicator" "$tmp/out" && fail "--metrics /dev/full: a rank aborted the job"
+echo "ok: --metrics /dev/full on 2 ranks: saved and stopped, exit 1"
 echo "PASS"
