@@ -301,7 +301,10 @@ static void seq_destroy(ls_module *m) {
 
 static const ls_module_vt seq_vt = {"Sequential", seq_forward, seq_backward, seq_destroy, NULL};
 
-ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, ls_module **out_m) {
+/* ls_sequential_create, or with names (not NULL) the parameters named names[0..] instead of
+ * "<i>.<child's name>" (ls_checkpoint_sequential: the names of the container it replaces). */
+static ls_status sequential_make(ls_ctx *ctx, int n, ls_module *const *children, char (*names)[LS_NAME_MAX],
+                                 ls_module **out_m) {
     LS_CHECK_ARG(out_m && n >= 0 && (children || n == 0), "ls_sequential_create: %s",
                  !out_m  ? "out is NULL"
                  : n < 0 ? "a negative count of children"
@@ -317,7 +320,7 @@ ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, l
                          "place: create another for the second)",
                          j, i);
         total += children[i]->n_params;
-        for (int p = 0; p < children[i]->n_params; p++) {
+        for (int p = 0; p < children[i]->n_params && !names; p++) {
             char nm[LS_NAME_MAX];
             if ((size_t)snprintf(nm, sizeof nm, "%d.%s", i, children[i]->names[p]) >= sizeof nm)
                 return ls_error(LS_ERR_INVALID_ARGUMENT,
@@ -343,11 +346,18 @@ ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, l
         for (int p = 0; p < c->n_params; p++, k++) {
             m->params[k] = c->params[p];
             m->grads[k] = c->grads[p];
-            snprintf(m->names[k], LS_NAME_MAX, "%d.%s", i, c->names[p]);
+            if (names)
+                memcpy(m->names[k], names[k], LS_NAME_MAX);
+            else
+                snprintf(m->names[k], LS_NAME_MAX, "%d.%s", i, c->names[p]);
         }
     }
     *out_m = m;
     return LS_OK;
+}
+
+ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, ls_module **out_m) {
+    return sequential_make(ctx, n, children, NULL, out_m);
 }
 
 ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act, uint64_t seed,
@@ -631,11 +641,10 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
     for (int k = 0; k < segments && s == LS_OK; k++) {
         int end = k == segments - 1 ? n : start + per;
         ls_module *inner;
-        s = ls_sequential_create(ctx, end - start, seq->children + start, &inner);
+        /* the original parameter names ("<layer>.weight"), not ones composed anew: a name as long as
+         * a name can be was refused with a segment's index put before it */
+        s = sequential_make(ctx, end - start, seq->children + start, seq->names + seq->child_first[start], &inner);
         if (s == LS_OK) {
-            /* keep the original parameter names ("<layer>.weight") */
-            for (int p = 0; p < inner->n_params; p++)
-                memcpy(inner->names[p], seq->names[seq->child_first[start] + p], LS_NAME_MAX);
             s = ls_checkpoint_create(ctx, inner, &segs[k]);
             if (s != LS_OK) {
                 inner->n_children = 0; /* the layers still belong to seq */
@@ -646,7 +655,10 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
         }
         start = end;
     }
-    if (s == LS_OK) s = ls_sequential_create(ctx, segments, segs, out_m);
+    /* into a variable of its own: out_m may point to the caller's seq (the guide's
+     * ls_checkpoint_sequential(model, k, &model)), which an error leaves as it was */
+    ls_module *wrapped = NULL;
+    if (s == LS_OK) s = sequential_make(ctx, segments, segs, seq->names, &wrapped);
     if (s != LS_OK) {
         for (int k = 0; k < made; k++) {
             segs[k]->children[0]->n_children = 0;
@@ -657,11 +669,11 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
     }
     free(segs);
     /* the layers now belong to the segments: dismantle the old container without them */
-    (*out_m)->hook = seq->hook;
-    (*out_m)->hook_user = seq->hook_user;
-    for (int p = 0; p < seq->n_params; p++) memcpy((*out_m)->names[p], seq->names[p], LS_NAME_MAX);
+    wrapped->hook = seq->hook;
+    wrapped->hook_user = seq->hook_user;
     seq->n_children = 0;
     ls_module_destroy(seq);
+    *out_m = wrapped;
     return LS_OK;
 }
 

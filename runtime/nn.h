@@ -61,7 +61,7 @@ uint64_t *ls_module_dropout_seed(ls_module *m, int i);
 ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m);
 /* torch.utils.checkpoint.checkpoint_sequential: split a Sequential's layers into segments (equal
  * sizes, the last takes the rest), each checkpointed. Consumes seq; the parameter order and
- * names are unchanged. On error seq is left untouched. */
+ * names are unchanged. On error seq and *out_m are left untouched (so out_m may be &seq). */
 ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out_m);
 /* Training mode (dropout active, batch norm on the batch's statistics) for m and everything
  * inside it; modules start in training mode. Set it on a module inside to freeze that one alone
