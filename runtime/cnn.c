@@ -135,6 +135,7 @@ static const ls_module_vt conv_vt = {"Conv2d", conv_forward, conv_backward, free
 
 ls_status ls_conv2d_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int kernel, int stride, int pad,
                            int groups, int bias, uint64_t seed, const char *name, ls_module **out_m) {
+    LS_CHECK_ARG(out_m, "ls_conv2d_create: out is NULL");
     /* the one value that is wrong, named (it listed every rule with every value) */
     const char *sp = name && *name ? " " : "", *nm = name ? name : "";
     const struct {
@@ -376,6 +377,7 @@ ls_batchnorm_config ls_batchnorm_defaults(void) {
 
 ls_status ls_batchnorm2d_create(ls_ctx *ctx, ls_dtype dtype, int64_t channels, const ls_batchnorm_config *cfg,
                                 const char *name, ls_module **out_m) {
+    LS_CHECK_ARG(out_m, "ls_batchnorm2d_create: out is NULL");
     ls_batchnorm_config c = cfg ? *cfg : ls_batchnorm_defaults();
     /* the one value that is wrong, named (it listed every rule with every value) */
     const char *sp = name && *name ? " " : "", *nm = name ? name : "";
@@ -461,6 +463,7 @@ static const ls_module_vt maxpool_vt = {"MaxPool2d", pool_forward, pool_backward
 static const ls_module_vt avgpool_vt = {"AvgPool2d", pool_forward, pool_backward, NULL, pool_describe};
 
 ls_status ls_pool2d_create(ls_ctx *ctx, ls_pool mode, int kernel, int stride, int pad, ls_module **out_m) {
+    LS_CHECK_ARG(out_m, "ls_pool2d_create: out is NULL");
     /* the one value that is wrong, named (it listed every rule with every value) */
     if (mode != LS_POOL_MAX && mode != LS_POOL_AVG)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "pooling: mode %d is neither LS_POOL_MAX nor LS_POOL_AVG", (int)mode);
@@ -562,6 +565,7 @@ static const ls_module_vt reshape_vt = {"Reshape", reshape_forward, reshape_back
 static const ls_module_vt flatten_vt = {"Flatten", reshape_forward, reshape_backward, NULL, NULL};
 
 ls_status ls_reshape_create(ls_ctx *ctx, int ndim, const int64_t *sample_shape, ls_module **out_m) {
+    LS_CHECK_ARG(out_m && sample_shape, "ls_reshape_create: %s is NULL", !out_m ? "out" : "the sample shape");
     if (ndim < 1 || ndim > LS_MAX_DIMS - 1)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "reshape: %d per-sample dims, expected 1..%d", ndim, LS_MAX_DIMS - 1);
     for (int i = 0; i < ndim; i++)
@@ -619,6 +623,7 @@ static void cast_describe(const ls_module *m, char *buf, size_t n) {
 static const ls_module_vt cast_vt = {"Cast", cast_forward, cast_backward, NULL, cast_describe};
 
 ls_status ls_cast_create(ls_ctx *ctx, ls_dtype dtype, ls_module **out_m) {
+    LS_CHECK_ARG(out_m, "ls_cast_create: out is NULL");
     if (dtype != LS_F32 && dtype != LS_F64 && !is_lowp(dtype))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "cast: %s is not a floating-point dtype", ls_dtype_name(dtype));
     ls_module *m = NULL;
@@ -690,6 +695,19 @@ ls_status ls_residual_create(ls_ctx *ctx, ls_module *body, ls_module *shortcut, 
         ls_module_destroy(shortcut);
         return ls_error(LS_ERR_INVALID_ARGUMENT, "residual: the body is missing");
     }
+    /* one module as both would be destroyed twice, and its second forward would overwrite the
+     * output of its first */
+    if (body == shortcut) {
+        ls_module_destroy(body);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_residual_create: the body and the shortcut are the same module (create another for the "
+                        "shortcut)");
+    }
+    if (!out_m) {
+        ls_module_destroy(body);
+        ls_module_destroy(shortcut);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_residual_create: out is NULL");
+    }
     int n = body->n_params + (shortcut ? shortcut->n_params : 0);
     ls_module *m = NULL;
     ls_status s = LS_OK;
@@ -747,6 +765,7 @@ static ls_status seq_of(ls_ctx *ctx, int n, ls_module **mods, ls_module **out) {
 
 ls_status ls_basic_block_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int stride, uint64_t seed,
                                 const ls_batchnorm_config *bn, ls_module **out_m) {
+    LS_CHECK_ARG(out_m, "ls_basic_block_create: out is NULL");
     ls_batchnorm_config plain = bn ? *bn : ls_batchnorm_defaults(), fused = plain;
     plain.relu = 0;
     fused.relu = 1;

@@ -12,7 +12,9 @@
  * - ls_trainer_evaluate with a negative count, NULL data sets and indices, and a bad index in a
  *   later chunk (the error, naming its place in idx, not in its chunk; then the same sums as
  *   before it), and a bad index in a step's third micro-batch (named by its place in idx);
- * - a sequential container given the same child twice (it was destroyed twice), or a NULL one;
+ * - a sequential container given the same child twice (it was destroyed twice), or a NULL one; a
+ *   residual block given one module as its body and shortcut (destroyed twice); the cnn.h builders
+ *   given out NULL (a crash writing the module there) or a reshape no shape;
  * - a model with fewer outputs than the data set's classes (an error on some label, naming neither);
  * - a checkpoint saved without an optimizer (ls_ckpt_save wrote one its resume refused);
  * - a NULL context given to a layer's builder (LS_OK, then a crash at the first forward), a linear
@@ -390,6 +392,34 @@ int main(void) {
                   "ls_sequential_create: child 1 is NULL");
     LS_EXPECT(seq == NULL);
     ls_module_destroy(lin);
+    /* a residual block owns its body and shortcut (also on error): one module as both would be
+     * destroyed twice, its forward's output overwritten by its second forward */
+    ls_module *res = NULL;
+    LS_REQUIRE_OK(ls_linear_create(c, LS_F32, 4, 4, 1, 5, "lin", &lin));
+    LS_EXPECT_ERR(ls_residual_create(c, lin, lin, 1, &res), LS_ERR_INVALID_ARGUMENT,
+                  "ls_residual_create: the body and the shortcut are the same module");
+    LS_EXPECT(res == NULL);
+
+    /* the cnn.h builders given no place for the module (they crashed writing to NULL; a residual
+     * block still takes its body and shortcut) */
+    const ls_batchnorm_config bnc = ls_batchnorm_defaults();
+    LS_EXPECT_ERR(ls_conv2d_create(c, LS_F32, 1, 4, 3, 1, 1, 1, 1, 5, "conv", NULL), LS_ERR_INVALID_ARGUMENT,
+                  "ls_conv2d_create: out is NULL");
+    LS_EXPECT_ERR(ls_batchnorm2d_create(c, LS_F32, 4, &bnc, "bn", NULL), LS_ERR_INVALID_ARGUMENT,
+                  "ls_batchnorm2d_create: out is NULL");
+    LS_EXPECT_ERR(ls_pool2d_create(c, LS_POOL_MAX, 2, 2, 0, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "ls_pool2d_create: out is NULL");
+    LS_EXPECT_ERR(ls_reshape_create(c, 1, (int64_t[]){4}, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "ls_reshape_create: out is NULL");
+    LS_EXPECT_ERR(ls_reshape_create(c, 1, NULL, &res), LS_ERR_INVALID_ARGUMENT,
+                  "ls_reshape_create: the sample shape is NULL");
+    LS_EXPECT_ERR(ls_cast_create(c, LS_F32, NULL), LS_ERR_INVALID_ARGUMENT, "ls_cast_create: out is NULL");
+    LS_REQUIRE_OK(ls_linear_create(c, LS_F32, 4, 4, 1, 5, "lin", &lin));
+    LS_EXPECT_ERR(ls_residual_create(c, lin, NULL, 1, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "ls_residual_create: out is NULL");
+    LS_EXPECT_ERR(ls_basic_block_create(c, LS_F32, 4, 4, 1, 5, &bnc, NULL), LS_ERR_INVALID_ARGUMENT,
+                  "ls_basic_block_create: out is NULL");
+    LS_EXPECT(res == NULL);
 
     /* NULL objects: errors, not crashes */
     ls_module *none_m = NULL;
