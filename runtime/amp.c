@@ -5,6 +5,7 @@
 #include <string.h>
 
 ls_status ls_precision_parse(const char *s, ls_precision *out) {
+    LS_CHECK_ARG(out, "ls_precision_parse: out is NULL");
     static const struct {
         const char *n;
         ls_precision p;

@@ -57,6 +57,7 @@ ls_optim_config ls_optim_defaults(ls_optim_kind kind) {
 }
 
 ls_status ls_optim_kind_parse(const char *s, ls_optim_kind *out) {
+    LS_CHECK_ARG(out, "ls_optim_kind_parse: out is NULL");
     if (s && strcmp(s, "sgd") == 0) {
         *out = LS_OPTIM_SGD;
         return LS_OK;
@@ -451,6 +452,7 @@ ls_status ls_optimizer_hold_states(ls_optimizer *o, int all) {
 static const char *const lr_kinds[] = {"cosine", "linear", "constant"};
 
 ls_status ls_lr_kind_parse(const char *s, ls_lr_kind *out) {
+    LS_CHECK_ARG(out, "ls_lr_kind_parse: out is NULL");
     for (int k = 0; k < 3; k++)
         if (s && strcmp(s, lr_kinds[k]) == 0) {
             *out = (ls_lr_kind)k;

@@ -12,6 +12,7 @@
 #include "log.h"
 
 ls_status ls_device_parse(const char *s, ls_device *out) {
+    LS_CHECK_ARG(out, "ls_device_parse: out is NULL");
     if (!s) return ls_error(LS_ERR_INVALID_ARGUMENT, "device string is missing");
     if (strcmp(s, "cpu") == 0) {
         *out = ls_device_cpu();

@@ -56,6 +56,7 @@ static int ls_log_rank_now(void) {
 static const char *const ls_level_names[] = {"error", "warn", "info", "debug"};
 
 ls_status ls_log_level_parse(const char *s, ls_log_level *out) {
+    LS_CHECK_ARG(out, "ls_log_level_parse: out is NULL");
     for (int i = 0; i < 4; i++) {
         if (s && strcasecmp(s, ls_level_names[i]) == 0) {
             *out = (ls_log_level)i;

@@ -455,6 +455,7 @@ ls_status ls_allocator_download_done(ls_allocator *a, int slot, int *done) {
 }
 
 ls_status ls_memory_parse_size(const char *s, size_t *out) {
+    LS_CHECK_ARG(out, "ls_memory_parse_size: out is NULL");
     if (!s) return ls_error(LS_ERR_INVALID_ARGUMENT, "memory size is missing");
     char *end = NULL;
     errno = 0;

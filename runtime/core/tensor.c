@@ -30,6 +30,7 @@ const char *ls_dtype_name(ls_dtype t) {
 }
 
 ls_status ls_dtype_parse(const char *s, ls_dtype *out) {
+    LS_CHECK_ARG(out, "ls_dtype_parse: out is NULL");
     static const struct {
         const char *n;
         ls_dtype t;

@@ -14,7 +14,8 @@
  *   before it), and a bad index in a step's third micro-batch (named by its place in idx);
  * - a sequential container given the same child twice (it was destroyed twice), or a NULL one; a
  *   residual block given one module as its body and shortcut (destroyed twice); the cnn.h builders
- *   given out NULL (a crash writing the module there) or a reshape no shape;
+ *   given out NULL (a crash writing the module there) or a reshape no shape; the parsers (dtype,
+ *   precision, schedule, optimizer, log level, memory size, device) given out NULL;
  * - a model with fewer outputs than the data set's classes (an error on some label, naming neither);
  * - a checkpoint saved without an optimizer (ls_ckpt_save wrote one its resume refused);
  * - a NULL context given to a layer's builder (LS_OK, then a crash at the first forward), a linear
@@ -44,6 +45,7 @@
 #include "checkpoint.h"
 #include "cnn.h"
 #include "data.h"
+#include "log.h"
 #include "mlp_run.h"
 #include "nn.h"
 #include "optim.h"
@@ -438,6 +440,16 @@ int main(void) {
                   "ls_tensor_create: the allocator is NULL");
     LS_EXPECT_ERR(ls_ctx_create(ls_device_cpu(), NULL, NULL), LS_ERR_INVALID_ARGUMENT, "ls_ctx_create: out is NULL");
     LS_EXPECT_ERR(ls_alloc(NULL, 16, "x", (void **)&nt), LS_ERR_INVALID_ARGUMENT, "ls_alloc: the allocator is NULL");
+
+    /* the parsers given a name they know but no place for the value (a crash writing it to NULL) */
+    LS_EXPECT_ERR(ls_dtype_parse("f32", NULL), LS_ERR_INVALID_ARGUMENT, "ls_dtype_parse: out is NULL");
+    LS_EXPECT_ERR(ls_precision_parse("fp16", NULL), LS_ERR_INVALID_ARGUMENT, "ls_precision_parse: out is NULL");
+    LS_EXPECT_ERR(ls_lr_kind_parse("cosine", NULL), LS_ERR_INVALID_ARGUMENT, "ls_lr_kind_parse: out is NULL");
+    LS_EXPECT_ERR(ls_optim_kind_parse("sgd", NULL), LS_ERR_INVALID_ARGUMENT, "ls_optim_kind_parse: out is NULL");
+    LS_EXPECT_ERR(ls_log_level_parse("warn", NULL), LS_ERR_INVALID_ARGUMENT, "ls_log_level_parse: out is NULL");
+    LS_EXPECT_ERR(ls_memory_parse_size("1KiB", NULL), LS_ERR_INVALID_ARGUMENT, "ls_memory_parse_size: out is NULL");
+    LS_EXPECT_ERR(ls_memory_parse_cap("1KiB", NULL), LS_ERR_INVALID_ARGUMENT, "ls_memory_parse_size: out is NULL");
+    LS_EXPECT_ERR(ls_device_parse("cpu", NULL), LS_ERR_INVALID_ARGUMENT, "ls_device_parse: out is NULL");
 
     ls_xent *xe = NULL;
     LS_EXPECT_ERR(ls_xent_create(NULL, &xe), LS_ERR_INVALID_ARGUMENT, "ls_xent_create: the context is NULL");
