@@ -87,8 +87,10 @@ ls_status ls_device_select(const char *request, int local_rank, ls_device *out) 
         return LS_OK;
     }
     ls_device d;
-    if (ls_device_parse(request, &d) != LS_OK)
+    if (ls_device_parse(request, &d) != LS_OK) { /* auto, taken above, is one too (its list left it out) */
+        ls_error(LS_ERR_INVALID_ARGUMENT, "device '%s' is not one of auto, cpu, cuda, cuda:N", request);
         return from_env ? ls_error_context(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_DEVICE") : LS_ERR_INVALID_ARGUMENT;
+    }
     if (d.type == LS_DEVICE_CUDA) {
         int n = ls_device_cuda_count(why, sizeof why);
         if (n == 0)

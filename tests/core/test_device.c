@@ -36,7 +36,11 @@ int main(void) {
         LS_REQUIRE_OK(ls_device_select(NULL, 0, &d));
         LS_EXPECT(d.type == LS_DEVICE_CPU);
         setenv("LOCKSTEP_DEVICE", "gpu0", 1);
-        LS_EXPECT_ERR(ls_device_select(NULL, 0, &d), LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_DEVICE: device 'gpu0'");
+        LS_EXPECT_ERR(ls_device_select(NULL, 0, &d), LS_ERR_INVALID_ARGUMENT,
+                      "LOCKSTEP_DEVICE: device 'gpu0' is not one of auto, cpu, cuda, cuda:N");
+        /* auto, which select takes, is in the list (it was not) */
+        LS_EXPECT_ERR(ls_device_select("tpu", 0, &d), LS_ERR_INVALID_ARGUMENT,
+                      "device 'tpu' is not one of auto, cpu, cuda, cuda:N");
     } else {
         unsetenv("LOCKSTEP_DEVICE");
         LS_REQUIRE_OK(ls_device_select(NULL, 5, &d));

@@ -38,10 +38,10 @@ if [ -n "$bucketing" ]; then
         --backend foo
 fi
 if [ -n "$mlp" ]; then
-    status 2 "bench_mlp: --device: device 'foo' is not one of cpu, cuda, cuda:N" "$mlp" --device foo
+    status 2 "bench_mlp: --device: device 'foo' is not one of auto, cpu, cuda, cuda:N" "$mlp" --device foo
     status 1 "bench_mlp: device: LOCKSTEP_DEVICE: device 'foo'" env LOCKSTEP_DEVICE=foo "$mlp"
-    status 2 "bench_resnet: --device: device 'foo' is not one of cpu, cuda, cuda:N" "$resnet" --device foo
-    status 2 "bench_ckpt: --device: device 'foo' is not one of cpu, cuda, cuda:N" "$ckpt" save "$ckdir" --device foo
+    status 2 "bench_resnet: --device: device 'foo' is not one of auto, cpu, cuda, cuda:N" "$resnet" --device foo
+    status 2 "bench_ckpt: --device: device 'foo' is not one of auto, cpu, cuda, cuda:N" "$ckpt" save "$ckdir" --device foo
 fi
 rm -rf "$ckdir"
 

@@ -164,7 +164,7 @@ refused "LOCKSTEP_MEMORY_LIMIT: memory size '0.5' is not a whole number of bytes
 refused "LOCKSTEP_MEMORY_LIMIT: memory cap '0.0001KB' is less than a byte" env LOCKSTEP_MEMORY_LIMIT=0.0001KB "$mlp" "${small[@]}"
 # a --device or --comm value that means nothing is bad usage (2: it exited 1); oom_challenge named
 # a bad --comm "device"
-usage "--device: invalid argument: device 'cuda:x' is not one of cpu, cuda, cuda:N" "$mlp" "${small[@]}" --device cuda:x
+usage "--device: invalid argument: device 'cuda:x' is not one of auto, cpu, cuda, cuda:N" "$mlp" "${small[@]}" --device cuda:x
 usage "--comm: invalid argument: backend argument 'foo' is not a communicator backend" "$mlp" "${small[@]}" --comm foo
 usage "fashion_resnet: --device: invalid argument: device 'gpu' is not one of" "$resnet" "${small[@]}" --device gpu
 usage "fashion_resnet: --comm: invalid argument: backend argument 'foo'" "$resnet" "${small[@]}" --comm foo
