@@ -111,6 +111,19 @@ static ls_status ls_coll_check(const ls_comm *c, const ls_coll_op *op) {
         if (!op->recv) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: buffer is NULL", what);
         if ((op->kind == LS_COLL_ALLGATHER || op->kind == LS_COLL_REDUCE_SCATTER) && !op->send)
             return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: send buffer is NULL", what);
+        /* a send buffer inside the receive buffer other than this rank's block: MPI read it after
+         * writing another rank's block over it (send == recv on rank 1 of 2 got rank 0's values
+         * in its own block, without an error) */
+        if (op->kind == LS_COLL_ALLGATHER) {
+            const uintptr_t s = (uintptr_t)op->send, r = (uintptr_t)op->recv;
+            const uintptr_t bytes = (uintptr_t)op->count * es, slot = r + (uintptr_t)c->rank * bytes;
+            if (s < r + bytes * (uintptr_t)c->world && r < s + bytes && s != slot)
+                return ls_error(LS_ERR_INVALID_ARGUMENT,
+                                "allgather: the send buffer overlaps the receive buffer but is not this rank's "
+                                "block of it (in place is send == recv + rank * count_per_rank, here recv + %d * "
+                                "%" PRId64 ")",
+                                c->rank, op->count);
+        }
     }
     return LS_OK;
 }

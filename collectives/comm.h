@@ -78,7 +78,8 @@ ls_status ls_comm_allreduce(ls_comm *c, void *buf, int64_t count, ls_dtype t, ls
 /* buf[count] from root to every rank, in place. */
 ls_status ls_comm_broadcast(ls_comm *c, void *buf, int64_t count, ls_dtype t, int root);
 /* recv[world * count_per_rank] = concatenation of every rank's send[count_per_rank] in rank order.
- * In place when send == recv + rank * count_per_rank. */
+ * In place when send == recv + rank * count_per_rank; a send buffer that overlaps recv otherwise is
+ * LS_ERR_INVALID_ARGUMENT. */
 ls_status ls_comm_allgather(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t);
 /* recv[count_per_rank] = this rank's block of the reduction of send[world * count_per_rank]. */
 ls_status ls_comm_reduce_scatter(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t,

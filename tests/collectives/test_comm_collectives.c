@@ -307,6 +307,31 @@ static void test_errors(void) {
                   "request pointer");
     LS_EXPECT_ERR(ls_comm_allgather(C, NULL, &f, 1, LS_F32), LS_ERR_INVALID_ARGUMENT, "send buffer is NULL");
     LS_EXPECT_ERR(ls_comm_reduce(C, &f, 1, LS_F32, LS_REDUCE_SUM, W), LS_ERR_INVALID_ARGUMENT, "reduce: root");
+    /* a send buffer inside the receive buffer but not this rank's block (send == recv on rank 1 of 2
+     * gave rank 0's values in rank 1's block, without an error): refused, on every rank, even where
+     * it is this rank's block on another rank; this rank's block is in place */
+    float g[20] = {0};
+    char want[160];
+    snprintf(want, sizeof want,
+             "is not this rank's block of it (in place is send == recv + rank * count_per_rank, "
+             "here recv + %d * 3)",
+             R);
+    LS_EXPECT_ERR(ls_comm_allgather(C, g + 1, g, 3, LS_F32), LS_ERR_INVALID_ARGUMENT, want);
+    LS_EXPECT_ERR(ls_comm_allgather(C, g + 3 * R + 2, g, 3, LS_F32), LS_ERR_INVALID_ARGUMENT, "overlaps");
+    LS_EXPECT_ERR(ls_comm_allgather(C, g + 3 * R, g + 1, 3, LS_F32), LS_ERR_INVALID_ARGUMENT, "overlaps");
+    LS_EXPECT_ERR(ls_comm_iallgather(C, g + 1, g, 3, LS_F32, &(ls_comm_request *){NULL}), LS_ERR_INVALID_ARGUMENT,
+                  "overlaps");
+    /* send == recv, as a reduce-scatter's in place (rank 0's block: an overlap elsewhere there) */
+    LS_EXPECT_ERR(ls_comm_allgather(C, R ? g : g + 1, g, 3, LS_F32), LS_ERR_INVALID_ARGUMENT, "overlaps");
+    /* right after the receive buffer, or right before it: no overlap */
+    float *h = xalloc((size_t)(W + 2) * 3 * sizeof *h);
+    for (int i = 0; i < 3; i++) h[i] = h[3 * (W + 1) + i] = (float)(R * 10 + i);
+    LS_REQUIRE_OK(ls_comm_allgather(C, h, h + 3, 3, LS_F32));
+    CHECK_ELEMS("allgather, send just before recv", h + 3, LS_F32, 3 * W, (i / 3) * 10 + i % 3);
+    for (int i = 0; i < 3; i++) h[3 * (W + 1) + i] = (float)(R * 10 + i);
+    LS_REQUIRE_OK(ls_comm_allgather(C, h + 3 * (W + 1), h + 3, 3, LS_F32));
+    CHECK_ELEMS("allgather, send just after recv", h + 3, LS_F32, 3 * W, (i / 3) * 10 + i % 3);
+    free(h);
     LS_EXPECT_ERR(ls_comm_ireduce(C, &f, 1, LS_F32, (ls_reduce_op)9, 0, &(ls_comm_request *){NULL}),
                   LS_ERR_INVALID_ARGUMENT, "reduction");
 }
