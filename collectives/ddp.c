@@ -122,7 +122,9 @@ static ls_status first_difference(ls_comm *c, int first, int n, int *at, int *wh
 }
 
 ls_status ls_ddp_check_signature(ls_comm *c, int n, ls_tensor *const *params, const char *const *names) {
-    LS_CHECK(ls_check_list("ls_ddp_check_signature", n, params));
+    /* a rank's bad list fails every rank (it returned, the others waited in the count's exchange
+     * until LOCKSTEP_COMM_TIMEOUT) */
+    LS_CHECK(ls_comm_agree(c, ls_check_list("ls_ddp_check_signature", n, params)));
     const int rank = ls_comm_rank(c);
 
     /* 1. the parameter count */

@@ -25,7 +25,9 @@ ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, co
  *   "model differs between ranks: parameter 3 (fc2.weight) has shape [256, 512] f32 on rank 1 but
  *    [256, 500] f32 on rank 0"      or      "model differs between ranks: rank 1 has 6 parameters,
  *    rank 0 has 4". names may be NULL (then only indices are named); the name shown is the
- * differing rank's. Fixed-size exchanges only, so it cannot hang on a mismatch. */
+ * differing rank's. Fixed-size exchanges only, so it cannot hang on a mismatch. A rank's bad
+ * arguments (n < 0, params or one of them NULL) fail every rank (LS_ERR_INVALID_ARGUMENT,
+ * " (on rank N)" on the others). */
 ls_status ls_ddp_check_signature(ls_comm *c, int n, ls_tensor *const *params, const char *const *names);
 
 /* One setting every rank must share (ls_ddp_check_settings): a number (num), a string (str; NULL:

@@ -208,6 +208,19 @@ int main(void) {
     LS_REQUIRE_OK(ls_ddp_check_signature(C, m.n, m.p, names));
     drop(&m);
     LS_EXPECT_ERR(ls_ddp_check_signature(C, -1, NULL, NULL), LS_ERR_INVALID_ARGUMENT, "negative parameter count");
+    /* a NULL parameter on rank 1 only: every rank fails naming it (the others waited in the count's
+     * exchange until LOCKSTEP_COMM_TIMEOUT) */
+    if (W > 1) {
+        m = build(500, LS_F32, 0, 0);
+        ls_tensor *keep = m.p[2];
+        if (R == 1) m.p[2] = NULL;
+        LS_EXPECT_ERR(ls_ddp_check_signature(C, m.n, m.p, names), LS_ERR_INVALID_ARGUMENT,
+                      R == 1 ? "ls_ddp_check_signature: parameter 2 is NULL" : "parameter 2 is NULL (on rank 1)");
+        m.p[2] = keep;
+        LS_REQUIRE_OK(ls_comm_barrier(C));
+        LS_REQUIRE_OK(ls_ddp_check_signature(C, m.n, m.p, names));
+        drop(&m);
+    }
 
     check_settings();
 
