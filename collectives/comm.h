@@ -22,6 +22,8 @@ extern "C" {
 typedef struct ls_comm ls_comm;
 typedef struct ls_comm_request ls_comm_request;
 
+/* Floating-point max and min ignore NaN where another rank has a number (fmax and fmin, as NCCL's):
+ * NaN only where every rank has NaN, whichever ranks hold it. */
 typedef enum ls_reduce_op {
     LS_REDUCE_SUM = 0,
     LS_REDUCE_AVG = 1, /* sum / world; integer types truncate toward zero */

@@ -3,7 +3,9 @@
  * is CUDA-aware (MPIX_Query_cuda_support, or LOCKSTEP_MPI_CUDA_AWARE=0|1). f16/bf16 sums go to MPI
  * as 16 bits, with a sum operator of our own (each partial sum computed in f32 and rounded to 16
  * bits, as NCCL does: half the bytes of f32 on the wire); their avg, max and min are staged through
- * f32 (one rounding of the f32 result back to 16 bits); avg is sum then divide.
+ * f32 (one rounding of the f32 result back to 16 bits); avg is sum then divide. Float max and min
+ * use operators of our own too (fmax, fmin: a NaN is ignored where another rank has a number, as
+ * NCCL's).
  * Progress (LOCKSTEP_MPI_PROGRESS): "thread" (default when MPI gives MPI_THREAD_MULTIPLE): async
  * collectives are queued to one communication thread per communicator that runs them in order with
  * the blocking MPI calls, so they progress while the caller computes; blocking calls run on the
@@ -24,6 +26,7 @@
  * limit) goes to MPI as several calls of at most that size (see ls_mpi_exec and ls_mpi_pump). */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -227,10 +230,35 @@ static void ls_mpi_bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
     ls_mpi_sum16_run(1, in, inout, *len);
 }
 
+/* The f32 and f64 max and min: NaN where every rank has NaN, else the max or min of the numbers
+ * (fmax, fmin, as NCCL's). MPI_MAX and MPI_MIN compare with > and <, so a NaN won or lost by its
+ * rank's place in the reduction: kept from rank 0, dropped from the last rank. Made with the first
+ * communicator, freed after the last. */
+static MPI_Op ls_mpi_minmax[2] = {MPI_OP_NULL, MPI_OP_NULL}; /* max, min */
+
+static void ls_mpi_minmax_run(int max, const void *in, void *inout, int len, MPI_Datatype dt) {
+    if (dt == MPI_DOUBLE) {
+        const double *a = in;
+        double *b = inout;
+        for (int i = 0; i < len; i++) b[i] = max ? fmax(a[i], b[i]) : fmin(a[i], b[i]);
+    } else {
+        const float *a = in;
+        float *b = inout;
+        for (int i = 0; i < len; i++) b[i] = max ? fmaxf(a[i], b[i]) : fminf(a[i], b[i]);
+    }
+}
+static void ls_mpi_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    ls_mpi_minmax_run(1, in, inout, *len, *dt);
+}
+static void ls_mpi_min(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    ls_mpi_minmax_run(0, in, inout, *len, *dt);
+}
+
 static MPI_Op ls_mpi_op(ls_reduce_op op, ls_dtype t) {
+    const int fp = t == LS_F32 || t == LS_F64; /* 16-bit max and min go as f32 */
     switch (op) {
-    case LS_REDUCE_MAX: return MPI_MAX;
-    case LS_REDUCE_MIN: return MPI_MIN;
+    case LS_REDUCE_MAX: return fp ? ls_mpi_minmax[0] : MPI_MAX;
+    case LS_REDUCE_MIN: return fp ? ls_mpi_minmax[1] : MPI_MIN;
     default: return t == LS_F16 ? ls_mpi_sum16[0] : t == LS_BF16 ? ls_mpi_sum16[1] : MPI_SUM;
     }
 }
@@ -1084,9 +1112,12 @@ static void ls_mpi_release(void) {
     if (--ls_mpi_users == 0) {
         int fin = 0;
         MPI_Finalized(&fin);
-        for (int i = 0; i < 2 && !fin; i++)
+        for (int i = 0; i < 2 && !fin; i++) {
             if (ls_mpi_sum16[i] != MPI_OP_NULL) MPI_Op_free(&ls_mpi_sum16[i]);
+            if (ls_mpi_minmax[i] != MPI_OP_NULL) MPI_Op_free(&ls_mpi_minmax[i]);
+        }
         ls_mpi_sum16[0] = ls_mpi_sum16[1] = MPI_OP_NULL;
+        ls_mpi_minmax[0] = ls_mpi_minmax[1] = MPI_OP_NULL;
         if (ls_mpi_we_initialized) {
             if (!fin) MPI_Finalize();
             ls_mpi_we_initialized = 0;
@@ -1192,11 +1223,17 @@ static ls_status ls_mpi_acquire(int *thread_level) {
     if (ls_mpi_sum16[0] == MPI_OP_NULL) {
         int rc = MPI_Op_create(ls_mpi_f16_sum, 1, &ls_mpi_sum16[0]);
         if (rc == MPI_SUCCESS) rc = MPI_Op_create(ls_mpi_bf16_sum, 1, &ls_mpi_sum16[1]);
+        if (rc == MPI_SUCCESS) rc = MPI_Op_create(ls_mpi_max, 1, &ls_mpi_minmax[0]);
+        if (rc == MPI_SUCCESS) rc = MPI_Op_create(ls_mpi_min, 1, &ls_mpi_minmax[1]);
         if (rc != MPI_SUCCESS) {
-            if (ls_mpi_sum16[0] != MPI_OP_NULL) MPI_Op_free(&ls_mpi_sum16[0]);
+            for (int i = 0; i < 2; i++) {
+                if (ls_mpi_sum16[i] != MPI_OP_NULL) MPI_Op_free(&ls_mpi_sum16[i]);
+                if (ls_mpi_minmax[i] != MPI_OP_NULL) MPI_Op_free(&ls_mpi_minmax[i]);
+            }
             ls_mpi_sum16[0] = ls_mpi_sum16[1] = MPI_OP_NULL;
+            ls_mpi_minmax[0] = ls_mpi_minmax[1] = MPI_OP_NULL;
             pthread_mutex_unlock(&ls_mpi_global_lock);
-            return ls_mpi_error(rc, "MPI_Op_create (the f16 and bf16 sums)");
+            return ls_mpi_error(rc, "MPI_Op_create (the f16 and bf16 sums, the float max and min)");
         }
     }
     ls_mpi_users++;

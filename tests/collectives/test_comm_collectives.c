@@ -49,6 +49,50 @@ static void test_allreduce(void) {
             }
 }
 
+/* Max and min with NaN on one rank (element j: on rank j), on every rank (element W): the max or
+ * min of the numbers, whichever rank holds the NaN (MPI_MAX kept rank 0's NaN and dropped the last
+ * rank's); NaN where every rank has one. All-reduce, reduce to the last rank, reduce-scatter. */
+static void test_minmax_nan(void) {
+    static const ls_dtype fts[] = {LS_F32, LS_F64, LS_F16, LS_BF16};
+    const double nan = strtod("nan", NULL);
+    for (int d = 0; d < 4; d++)
+        for (int mx = 0; mx < 2; mx++)
+            for (int kind = 0; kind < 3; kind++) {
+                ls_dtype t = fts[d];
+                ls_reduce_op op = mx ? LS_REDUCE_MAX : LS_REDUCE_MIN;
+                const int64_t n = W + 1, len = kind == 2 ? n * W : n; /* reduce-scatter: n per rank */
+                void *buf = xalloc((size_t)len * ls_dtype_size(t)), *out = xalloc((size_t)n * ls_dtype_size(t));
+                for (int64_t i = 0; i < len; i++) {
+                    const int64_t j = i % n;
+                    ct_set(buf, t, i, j == W || j == R ? nan : (double)(R + 1));
+                }
+                ls_status s = kind == 0   ? ls_comm_allreduce(C, buf, n, t, op)
+                              : kind == 1 ? ls_comm_reduce(C, buf, n, t, op, W - 1)
+                                          : ls_comm_reduce_scatter(C, buf, out, n, t, op);
+                LS_REQUIRE_OK(s);
+                const void *got = kind == 2 ? out : buf;
+                int bad = 0;
+                for (int64_t j = 0; j < n && !(kind == 1 && R != W - 1); j++) { /* a reduce: at its root */
+                    double want = nan; /* the max or min of r + 1 over the ranks r != j */
+                    for (int r = 0; r < W; r++)
+                        if (r != j && j < W) want = want != want ? r + 1 : mx ? fmax(want, r + 1) : fmin(want, r + 1);
+                    double g = ct_get(got, t, j);
+                    if (want != want ? g == g : g != want) {
+                        if (!bad++)
+                            fprintf(stderr, "rank %d: %s %s %s: element %lld (NaN on %s) = %g, expected %g\n", R,
+                                    kind == 0   ? "allreduce"
+                                    : kind == 1 ? "reduce"
+                                                : "reduce-scatter",
+                                    ls_reduce_op_name(op), ls_dtype_name(t), (long long)j,
+                                    j < W ? "one rank" : "every rank", g, want);
+                    }
+                }
+                LS_EXPECT(bad == 0);
+                free(buf);
+                free(out);
+            }
+}
+
 static void test_allreduce_large(void) {
     const int64_t n = 3000001;
     float *a = xalloc((size_t)n * 4), *b = xalloc((size_t)n * 4);
@@ -350,6 +394,7 @@ int main(void) {
     LS_EXPECT(ls_comm_set_compute_stream(C, NULL) == LS_OK);
 
     test_allreduce();
+    test_minmax_nan();
     test_allreduce_large();
     test_broadcast();
     test_allgather();
