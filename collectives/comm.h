@@ -62,7 +62,9 @@ ls_status ls_rank_discover(ls_rank_info *out);
  * last communicator destroyed finalizes it in that case, so keep one communicator alive for the
  * life of the process. Sets the log's rank prefix when world > 1. ctx must outlive the comm. */
 ls_status ls_comm_create(ls_ctx *ctx, const char *backend, ls_comm **out);
-/* Free the communicator. Every request must have been waited for. NULL is fine. Where the
+/* Free the communicator. Every request must have been waited for: one that was not is completed
+ * first, without the host-side steps of its wait (an avg's division, the copy back of a staged
+ * buffer), and must not be waited for afterwards. NULL is fine. Where the
  * application initialized MPI itself, lockstep leaves it initialized, and a communicator may be
  * destroyed after the application's MPI_Finalize (it then makes no MPI call). */
 void ls_comm_destroy(ls_comm *c);

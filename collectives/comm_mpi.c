@@ -1126,9 +1126,50 @@ static void ls_mpi_release(void) {
     pthread_mutex_unlock(&ls_mpi_global_lock);
 }
 
+/* Nonblocking progress, at destruction: the requests started and not waited for (comm.h asks for
+ * every one to be waited for). Their MPI calls were pending, some not yet posted: MPI_Comm_free and
+ * MPI_Finalize with them crashed in Open MPI's progress (the communication thread's progress runs
+ * its queue to the end). They are completed now (the other ranks' calls pair with them) within
+ * LOCKSTEP_COMM_TIMEOUT, and freed; 0 where one failed or timed out (MPI may still use them). */
+static int ls_mpi_drain(ls_mpi_state *st) {
+    if (!st->nb_head) return 1;
+    int n = 0;
+    for (ls_mpi_req *r = st->nb_head; r; r = r->nb_next) n++;
+    LS_LOG_W("mpi communicator destroyed with %d collective(s) not waited for: completing them first (call "
+             "ls_comm_wait on every request before ls_comm_destroy)",
+             n);
+    const double t0 = ls_now();
+    for (long spins = 0; st->nb_head; spins++) {
+        ls_mpi_req *r = st->nb_head;
+        int done = 0;
+        if (ls_mpi_test_nonblocking(st, r, &done) != LS_OK) {
+            LS_LOG_W("%s", ls_last_error());
+            return 0;
+        }
+        if (done) {
+            ls_mpi_req_free(st, r);
+        } else if (st->env.timeout_s > 0 && (spins & 1023) == 0 && ls_now() - t0 > st->env.timeout_s) {
+            LS_LOG_W("the collectives not waited for did not complete within %g s (LOCKSTEP_COMM_TIMEOUT)",
+                     st->env.timeout_s);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static void ls_mpi_destroy(void *sp) {
     ls_mpi_state *st = sp;
     if (!st) return;
+    if (!st->worker_started && !ls_mpi_drain(st)) {
+        LS_LOG_W("mpi communicator destroyed with collectives MPI may still be running: its resources are left "
+                 "behind (call ls_comm_abort after a failed collective)");
+        pthread_mutex_lock(&st->stage_mu); /* as below: the kept staging blocks go now */
+        st->closing = 1;
+        for (int i = 0; i < st->nkept; i++) ls_stage_free(st->kept[i]);
+        st->nkept = 0;
+        pthread_mutex_unlock(&st->stage_mu);
+        return;
+    }
     if (st->worker_started) {
         pthread_mutex_lock(&st->mu);
         if (st->orphans) { /* the thread is stuck in a collective that timed out: leave it be */
