@@ -23,7 +23,10 @@ typedef struct ls_comm ls_comm;
 typedef struct ls_comm_request ls_comm_request;
 
 /* Floating-point max and min ignore NaN where another rank has a number (fmax and fmin, as NCCL's):
- * NaN only where every rank has NaN, whichever ranks hold it. */
+ * NaN only where every rank has NaN, whichever ranks hold it. Sums are in the buffer's type, as
+ * NCCL's: an integer sum wraps (u8: 200 + 200 is 144), and so does the sum an integer avg divides
+ * (u8 avg of 200 and 200 on 2 ranks: 72); an f16 or bf16 sum rounds each partial sum to 16 bits
+ * (an f16 sum past 65504 is inf), in an order that depends on the backend and the world size. */
 typedef enum ls_reduce_op {
     LS_REDUCE_SUM = 0,
     LS_REDUCE_AVG = 1, /* sum / world; integer types truncate toward zero */

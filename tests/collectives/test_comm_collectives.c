@@ -94,6 +94,27 @@ static void test_minmax_nan(void) {
             }
 }
 
+/* Sums in the buffer's type (comm.h): u8 and i32 sums wrap, and the avg divides the wrapped sum;
+ * an f16 sum past 65504 is inf (its avg, in f32, is not). */
+static void test_sum_in_type(void) {
+    uint8_t u[2] = {200, 200};
+    LS_REQUIRE_OK(ls_comm_allreduce(C, &u[0], 1, LS_U8, LS_REDUCE_SUM));
+    LS_REQUIRE_OK(ls_comm_allreduce(C, &u[1], 1, LS_U8, LS_REDUCE_AVG));
+    LS_EXPECT(u[0] == (200 * W) % 256);
+    LS_EXPECT(u[1] == (200 * W) % 256 / W);
+    int32_t big = INT32_MAX - 1, want = (int32_t)(uint32_t)((uint32_t)(INT32_MAX - 1) * (uint32_t)W);
+    LS_REQUIRE_OK(ls_comm_allreduce(C, &big, 1, LS_I32, LS_REDUCE_SUM));
+    LS_EXPECT(big == want);
+    uint16_t h[2] = {ls_hi_f32_to_f16(60000.0f), ls_hi_f32_to_f16(-60000.0f)}, a = ls_hi_f32_to_f16(60000.0f);
+    LS_REQUIRE_OK(ls_comm_allreduce(C, h, 2, LS_F16, LS_REDUCE_SUM));
+    LS_REQUIRE_OK(ls_comm_allreduce(C, &a, 1, LS_F16, LS_REDUCE_AVG));
+    LS_EXPECT(W == 1 ? ls_hi_f16_to_f32(h[0]) == 60000.0f
+                     : isinf(ls_hi_f16_to_f32(h[0])) && ls_hi_f16_to_f32(h[0]) > 0);
+    LS_EXPECT(W == 1 ? ls_hi_f16_to_f32(h[1]) == -60000.0f
+                     : isinf(ls_hi_f16_to_f32(h[1])) && ls_hi_f16_to_f32(h[1]) < 0);
+    LS_EXPECT(ls_hi_f16_to_f32(a) == 60000.0f);
+}
+
 static void test_allreduce_large(void) {
     const int64_t n = 3000001;
     float *a = xalloc((size_t)n * 4), *b = xalloc((size_t)n * 4);
@@ -422,6 +443,7 @@ int main(int argc, char **argv) {
 
     test_allreduce();
     test_minmax_nan();
+    test_sum_in_type();
     test_allreduce_large();
     test_broadcast();
     test_allgather();
