@@ -94,10 +94,16 @@ static ls_status ls_read_vars(const ls_launcher_vars *v, ls_rank_info *out, int 
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "inconsistent launcher environment (%s): %s=%d ranks on this node but %s=%d in all",
                         v->launcher, v->local_world ? v->local_world : "local size", lw, v->world, w);
-    if (lr < 0 || lr >= lw)
+    if (lr < 0 || lr >= lw) {
+        if (!has_lr) /* it named the unset variable with the global rank as its value */
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "inconsistent launcher environment (%s): %s is not set, and %s=%d is not a local rank "
+                            "of %s=%d",
+                            v->launcher, v->local_rank, v->rank, r, v->local_world ? v->local_world : "local size", lw);
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "inconsistent launcher environment (%s): %s=%d is not a local rank of %d", v->launcher,
                         v->local_rank, lr, lw);
+    }
     out->rank = r;
     out->world = w;
     out->local_rank = lr;

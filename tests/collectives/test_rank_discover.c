@@ -176,6 +176,15 @@ int main(void) {
     expect_info("torchrun", 2, 4, 0, 2);
     setenv("LOCAL_RANK", "2", 1);
     expect_error("LOCAL_RANK=2 is not a local rank of 2");
+    /* a local size without a local rank: the message named LOCAL_RANK=3, which was not set */
+    unsetenv("LOCAL_RANK");
+    setenv("RANK", "3", 1);
+    expect_error("inconsistent launcher environment (torchrun): LOCAL_RANK is not set, and RANK=3 is not a local "
+                 "rank of LOCAL_WORLD_SIZE=2");
+    setenv("RANK", "1", 1);
+    expect_info("torchrun", 1, 4, 1, 2);
+    setenv("RANK", "2", 1);
+    setenv("LOCAL_RANK", "0", 1);
     setenv("WORLD_SIZE", "1x", 1);
     expect_error("WORLD_SIZE=1x is not an integer");
     clear_env();
