@@ -12,7 +12,8 @@ int ls_parse_count(const char *s, long long max, long long *out) {
     if (!s || !is_digit(*s)) return 0;
     long long v = 0;
     for (; is_digit(*s); s++) {
-        if (v > (max - (*s - '0')) / 10) return 0;
+        /* v * 10 + digit <= max; max - digit < 0 (a max below 9) divided by 10 rounded up to 0 */
+        if (max - (*s - '0') < 0 || v > (max - (*s - '0')) / 10) return 0;
         v = v * 10 + (*s - '0');
     }
     if (*s) return 0;

@@ -18,6 +18,9 @@ int main(void) {
         LS_EXPECT(!ls_parse_count(bad_counts[i], 64, &n));
     }
     LS_EXPECT(n == -1 && !ls_parse_count(NULL, 64, &n));
+    /* a max below 9: a first digit above it was taken ((max - digit) / 10 rounded up to 0) */
+    LS_EXPECT(!ls_parse_count("5", 3, &n) && !ls_parse_count("1", 0, &n) && !ls_parse_count("13", 3, &n));
+    LS_EXPECT(n == -1 && ls_parse_count("3", 3, &n) && n == 3 && ls_parse_count("0", 0, &n) && n == 0);
 
     double d = -1;
     LS_EXPECT(ls_parse_decimal("30", &d) && d == 30);
