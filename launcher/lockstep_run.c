@@ -783,6 +783,10 @@ static void plan_np(const lsr_opts *o, lsr_plan *p) {
             }
         }
         p->np_why = "slots of the hosts";
+        /* slots go to 1000000 each: their sum started a job -n could not ask for (-np 2000000) */
+        if (p->np > MAX_RANKS)
+            die_usage("the slots of the hosts in %s add up to %ld ranks, more than the %d -n allows; pass -n N",
+                      o->hostfile ? o->hostfile : "--hosts", p->np, MAX_RANKS);
     } else if (p->launcher == LSR_SRUN && env_long("SLURM_NTASKS", 0) > 0) {
         p->np = env_long("SLURM_NTASKS", 1);
         p->np_why = "SLURM_NTASKS";

@@ -37,6 +37,15 @@ run "$LSR" --dry-run -n 5 --oversubscribe --hostfile "$HF" true
 expect_rc 0
 expect_out "$M -np 5 --hostfile $HF$ROOTFLAG --oversubscribe --bind-to none --map-by slot$KA -x OMP_NUM_THREADS=$T3 -x OPENBLAS_NUM_THREADS=$T3 true"
 
+case_ "--hostfile whose slots add up to more ranks than -n takes: refused, not -np 1000001"
+printf 'a slots=1000000\nb slots=1\n' >"$tmp/huge.txt"
+run "$LSR" --dry-run --hostfile "$tmp/huge.txt" true
+expect_rc 2
+expect_out ""
+expect_err "the slots of the hosts in $tmp/huge.txt add up to 1000001 ranks, more than the 1000000 -n allows; pass -n N"
+run "$LSR" --dry-run -n 2 --hostfile "$tmp/huge.txt" true
+expect_rc 0
+
 case_ "hostfile lines without slots: one rank per GPU each (CUDA_VISIBLE_DEVICES= hides GPUs)"
 printf 'n1\nn2\n' >"$tmp/noslots.txt"
 # Open MPI gives such a host as many slots as it has cores, so both ranks may land on n1.
