@@ -55,7 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check(st);
     ls_device dev;
     st = ls_device_parse(s, &dev);
-    if (st == LS_OK && dev.type != LS_DEVICE_CPU && dev.type != LS_DEVICE_CUDA) abort();
+    if (st == LS_OK && (dev.type == LS_DEVICE_CPU ? dev.index != 0
+                                                  : dev.type != LS_DEVICE_CUDA || dev.index < -1 || dev.index >= 1024))
+        abort();
     check(st);
     ls_log_level level;
     st = ls_log_level_parse(s, &level);
