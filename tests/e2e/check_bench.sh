@@ -50,7 +50,8 @@ rm -rf "$ckdir"
 # and torch_ddp_mlp.py's --port lost to a MASTER_PORT set. Now a port free here when the run starts
 # ($MASTER_PORT where set; --port over both); a launched job's ranks, which cannot agree on a free
 # port, keep 29533. Held here while the cases run, 29533 must not be the port chosen. A stub torch
-# (PYTHONPATH) prints the port its ranks would meet at, without PyTorch's seconds of start.
+# (PYTHONPATH) prints the port its ranks would meet at, without PyTorch's seconds of start (and
+# without PyTorch or numpy installed).
 benchdir=$(cd "$(dirname "$0")/../../cluster/bench" && pwd)
 py=python3
 [ -x /usr/bin/python3 ] && py=/usr/bin/python3
@@ -87,6 +88,9 @@ def meet(*args, **kwargs):  # the ranks' rendezvous: say where, then end the run
     os._exit(0)
 PY
 printf 'from torch import meet as spawn\n' >"$d/stub/torch/multiprocessing.py"
+# and numpy, which a launched rank imports before it meets the others: the stub runs where neither
+# is installed (a fresh machine: torch_ddp_mlp.py --launched said it cannot import numpy)
+mkdir -p "$d/stub/numpy" && : >"$d/stub/numpy/__init__.py"
 printf 'from torch import meet as init_process_group\n' >"$d/stub/torch/distributed.py"
 # port_free PORT: PORT can be bound now
 port_free() { "$py" -c 'import socket, sys; socket.socket().bind(("", int(sys.argv[1])))' "$1" 2>/dev/null; }
