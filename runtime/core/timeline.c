@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,12 @@ static void tl_clean(char *dst, const char *s) {
  * killed run's trace then ended in `"dur":2942.250` and no reader took it). Under tl_mu. */
 static char tl_buf[1 << 16];
 static size_t tl_len;
+/* Bytes put since the file's start. No event crosses a 4 KiB boundary of the file: one that would
+ * starts at the boundary, after spaces. Linux copies a write to a file a page at a time and stops
+ * between pages when the process is killed (a SIGKILL in a 64 KiB write left a trace cut at a 4 KiB
+ * boundary, '{"' its end), so a cut write ends between whole events too. */
+static uint64_t tl_off;
+enum { TL_PAGE = 4096 };
 
 static int tl_err;  /* errno of the first failed write of this trace, 0 while none failed */
 static int tl_said; /* that failure was logged at a flush (not again at exit) */
@@ -94,10 +101,22 @@ static void tl_drain(void) {
     tl_len = 0;
 }
 
-static void tl_put(const char *s, size_t n) {
+static void tl_put_raw(const char *s, size_t n) {
     if (tl_len + n > sizeof tl_buf) tl_drain();
     memcpy(tl_buf + tl_len, s, n);
     tl_len += n;
+    tl_off += n;
+}
+
+static void tl_put(const char *s, size_t n) {
+    const size_t room = TL_PAGE - (size_t)(tl_off % TL_PAGE);
+    if (n > room && n <= TL_PAGE) { /* spaces to the boundary: JSON whitespace between events */
+        if (tl_len + room > sizeof tl_buf) tl_drain();
+        memset(tl_buf + tl_len, ' ', room);
+        tl_len += room;
+        tl_off += room;
+    }
+    tl_put_raw(s, n);
 }
 
 /* One event: the separator and the formatted object (names are cut to TL_NAME: it fits). */
@@ -194,6 +213,7 @@ ls_status ls_timeline_open(const char *path, int rank) {
     tl_nrows = 0;
     setvbuf(tl_f, NULL, _IONBF, 0); /* tl_buf is the buffer: whole events at a time */
     tl_len = 0;
+    tl_off = 0;
     tl_err = tl_said = 0;
     tl_put("[\n", 2);
     tl_emitf("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank,
