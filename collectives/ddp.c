@@ -310,7 +310,7 @@ ls_status ls_ddp_check_settings(ls_comm *c, int n, const ls_setting *settings) {
     LS_CHECK(other_count(c, n, &who, &nb, &n0));
     if (who >= 0)
         return ls_error(LS_ERR_MISMATCH,
-                        "settings differ between ranks: rank %d checks %d settings, rank 0 %d (not the same "
+                        "settings differ: rank %d checks %d settings, rank 0 %d (not the same "
                         "program?)",
                         who, nb, n0);
     if (n == 0) return LS_OK;
@@ -346,8 +346,7 @@ ls_status ls_ddp_check_settings(ls_comm *c, int n, const ls_setting *settings) {
     int32_t have = theirs && zero; /* every rank takes part in the broadcasts: all or none */
     s = ls_comm_allreduce_host(c, &have, 1, LS_I32, LS_REDUCE_MIN);
     if (s == LS_OK && !have)
-        s = ls_error(LS_ERR_MISMATCH, "settings differ between ranks: setting %d on rank %d (no memory to say how)", at,
-                     who);
+        s = ls_error(LS_ERR_MISMATCH, "settings differ: setting %d on rank %d (no memory to say how)", at, who);
     if (s == LS_OK) {
         ls_set_view_of(&settings[at], theirs);
         ls_set_view_of(&settings[at], zero);
@@ -361,7 +360,7 @@ ls_status ls_ddp_check_settings(ls_comm *c, int n, const ls_setting *settings) {
         const size_t dn = ls_set_first_diff(theirs->name, zero->name);
         if (strcmp(theirs->name, zero->name) != 0 || theirs->long_name != zero->long_name) {
             s = ls_error(LS_ERR_MISMATCH,
-                         "settings differ between ranks: setting %d is %s on rank %d but %s on rank 0 (not the same "
+                         "settings differ: setting %d is %s on rank %d but %s on rank 0 (not the same "
                          "program?)",
                          at, ls_set_excerpt(theirs->name, theirs->long_name, dn, a, sizeof a), who,
                          ls_set_excerpt(zero->name, zero->long_name, dn, b, sizeof b));

@@ -138,7 +138,7 @@ static void check_settings(void) {
              x49, x49, x49, x49);
     expect_settings_mismatch(1, longs, lw);
     snprintf(lw, sizeof lw,
-             "settings differ between ranks: setting 0 is '...x%sY%s...' on rank 1 but '...x%sx%s...' "
+             "settings differ: setting 0 is '...x%sY%s...' on rank 1 but '...x%sx%s...' "
              "on rank 0 (not the same program?)",
              x49, x49, x49, x49);
     expect_settings_mismatch(1, longs + 1, lw);
@@ -146,10 +146,10 @@ static void check_settings(void) {
     /* another program: the count, or a name */
     ls_setting other[2] = {ls_setting_num("--epochs", 5), ls_setting_num(R == 1 ? "--steps" : "--epochs", 5)};
     expect_settings_mismatch(R == 1 ? 1 : 2, other,
-                             "settings differ between ranks: rank 1 checks 1 settings, rank 0 2 (not the same "
+                             "settings differ: rank 1 checks 1 settings, rank 0 2 (not the same "
                              "program?)");
     expect_settings_mismatch(2, other,
-                             "settings differ between ranks: setting 1 is '--steps' on rank 1 but '--epochs' on rank 0 "
+                             "settings differ: setting 1 is '--steps' on rank 1 but '--epochs' on rank 0 "
                              "(not the same program?)");
     /* and they still agree afterwards */
     LS_REQUIRE_OK(ls_ddp_check_settings(C, 6, same));
