@@ -337,7 +337,7 @@ int main(int argc, char **argv) {
     TRY("context", ls_ctx_create(dev, NULL, &ctx));
     TRY_FLAG(o.comm, "--comm", "communicator", ls_comm_create(ctx, o.comm, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
-    TRY("LOCKSTEP_GPU_MONITOR", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
+    TRY("GPU monitor", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
 
     TRY("training data", ls_fashion_mnist_load(o.data_dir, 1, o.train_limit, &train));
     TRY("test data", ls_fashion_mnist_load(o.data_dir, 0, o.test_limit, &test));

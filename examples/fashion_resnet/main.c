@@ -376,7 +376,7 @@ int main(int argc, char **argv) {
     TRY("context", ls_ctx_create(dev, NULL, &ctx));
     TRY_FLAG(o.comm, "--comm", "communicator", ls_comm_create(ctx, o.comm, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
-    TRY("LOCKSTEP_GPU_MONITOR", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
+    TRY("GPU monitor", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
     if (o.memory_cap) {
         char from[160];
         snprintf(from, sizeof from, "--memory-cap %.140s", o.memory_cap);

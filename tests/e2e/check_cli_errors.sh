@@ -153,6 +153,9 @@ timeout 60 "$mlp" "${small[@]}" --dump-params "$d/fifo" >/dev/null 2>&1 || fail 
 wait
 cmp -s "$d/via.bin" "$d/first.bin" || fail "--dump-params to a FIFO: not the dump"
 rm -rf "$d"
+# the variable named once (it was 'LOCKSTEP_GPU_MONITOR: invalid argument: LOCKSTEP_GPU_MONITOR=...')
+refused "fashion_mlp: GPU monitor: invalid argument: LOCKSTEP_GPU_MONITOR='fast': use a sampling interval" \
+    env LOCKSTEP_GPU_MONITOR=fast "$mlp" "${small[@]}"
 refused "LOCKSTEP_GRAD_COMPRESS=garbage: expected none, fp16 or bf16" env LOCKSTEP_GRAD_COMPRESS=garbage "$mlp" "${small[@]}"
 refused "trainer: invalid argument: LOCKSTEP_SHARD_REDUCE='sideways': expected owner" env LOCKSTEP_SHARD_REDUCE=sideways \
     "$mlp" "${small[@]}"
