@@ -1172,6 +1172,15 @@ ls_status ls_ckpt_lock_dir(const char *dir, int *fd) {
             close(f);
             who[n > 0 ? n : 0] = '\0';
             who[strcspn(who, "\n")] = '\0';
+            char me[160], host[64] = "?";
+            (void)gethostname(host, sizeof host);
+            host[sizeof host - 1] = '\0';
+            snprintf(me, sizeof me, "pid %ld on %s", (long)getpid(), host);
+            if (strcmp(who, me) == 0) /* this process locked it before, on another descriptor */
+                return ls_error(LS_ERR_IO,
+                                "checkpoint directory '%s' is already locked by this process (%s holds %s): "
+                                "ls_ckpt_lock_dir was called for it twice without ls_ckpt_unlock_dir between",
+                                dir, who, p);
             return ls_error(LS_ERR_IO,
                             "checkpoint directory '%s' is in use by another run (%s holds %s): two runs saving into "
                             "one directory overwrite and prune each other's checkpoints; give this run a directory "
