@@ -67,6 +67,7 @@ static int ls_slurm_batch_shell(void) {
 typedef struct ls_launcher_vars {
     const char *launcher;
     const char *rank, *world, *local_rank, *local_world; /* local_world NULL: computed */
+    int world_needs_rank; /* world above 1 without rank is an error (torchrun's, set by hand) */
 } ls_launcher_vars;
 
 static ls_status ls_read_vars(const ls_launcher_vars *v, ls_rank_info *out, int *found) {
@@ -74,6 +75,14 @@ static ls_status ls_read_vars(const ls_launcher_vars *v, ls_rank_info *out, int 
     int r = 0, w = 1, lr = 0, lw = 1;
     LS_CHECK(ls_env_int(v->rank, &has_r, &r));
     *found = has_r;
+    if (!has_r && v->world_needs_rank) {
+        LS_CHECK(ls_env_int(v->world, &has_w, &w));
+        if (has_w && w != 1)
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "launcher environment (%s): %s=%d is set but %s is not (set both, or neither to run one "
+                            "process)",
+                            v->launcher, v->world, w, v->rank);
+    }
     if (!has_r) return LS_OK;
     LS_CHECK(ls_env_int(v->world, &has_w, &w));
     if (!has_w)
@@ -119,10 +128,14 @@ ls_status ls_rank_discover(ls_rank_info *out) {
     out->local_world = 1;
     snprintf(out->launcher, sizeof out->launcher, "none");
 
-    static const ls_launcher_vars ompi = {"mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                          "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
-    static const ls_launcher_vars pmi = {"mpi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"};
-    static const ls_launcher_vars torch = {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+    static const ls_launcher_vars ompi = {"mpi",
+                                          "OMPI_COMM_WORLD_RANK",
+                                          "OMPI_COMM_WORLD_SIZE",
+                                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                                          "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                          0};
+    static const ls_launcher_vars pmi = {"mpi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", 0};
+    static const ls_launcher_vars torch = {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", 1};
     int found = 0;
     LS_CHECK(ls_read_vars(&ompi, out, &found));
     if (found) return LS_OK;
@@ -134,7 +147,7 @@ ls_status ls_rank_discover(ls_rank_info *out) {
      * (or by lockstep-run --no-slurm there) is not one of srun's tasks, and read them as rank 0 of
      * SLURM_NTASKS it failed in MPI_Init. */
     const char *ntasks = getenv("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
-    ls_launcher_vars slurm = {"slurm", "SLURM_PROCID", ntasks, "SLURM_LOCALID", NULL};
+    ls_launcher_vars slurm = {"slurm", "SLURM_PROCID", ntasks, "SLURM_LOCALID", NULL, 0};
     if (!ls_slurm_batch_shell()) LS_CHECK(ls_read_vars(&slurm, out, &found));
     if (found) {
         const char *tpn_name =

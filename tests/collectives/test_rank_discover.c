@@ -187,6 +187,16 @@ int main(void) {
     setenv("LOCAL_RANK", "0", 1);
     setenv("WORLD_SIZE", "1x", 1);
     expect_error("WORLD_SIZE=1x is not an integer");
+    /* a rank count without a rank (a user's export, two processes started by hand): each ran alone
+     * as rank 0 of 1, silently; torch's env:// refuses it too */
+    clear_env();
+    setenv("WORLD_SIZE", "2", 1);
+    expect_error("launcher environment (torchrun): WORLD_SIZE=2 is set but RANK is not (set both, or neither to run "
+                 "one process)");
+    setenv("WORLD_SIZE", "1", 1); /* one process of one: nothing lost */
+    expect_info("none", 0, 1, 0, 1);
+    setenv("WORLD_SIZE", "x", 1);
+    expect_error("WORLD_SIZE=x is not an integer");
     clear_env();
 
     LS_EXPECT_ERR(ls_rank_discover(NULL), LS_ERR_INVALID_ARGUMENT, "out is NULL");
