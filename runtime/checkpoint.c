@@ -397,6 +397,40 @@ static int json_nul_string(const char *h, size_t n, size_t *at, size_t *len) {
     return 0;
 }
 
+/* The first number of a JSON text h (n bytes, parsed already) not written as a whole number in
+ * digits alone (no sign, fraction, exponent or leading zero): cJSON keeps no number's text, and took
+ * "shape": [2.0] or "data_offsets": [0, 8e0] as 2 and 8, where the reference reader (serde's
+ * usize) refuses them. Its offset in *at and length in *len; 0 when none. Outside strings, only
+ * numbers start with '-' or a digit (true, false and null do not). */
+static int json_non_integer(const char *h, size_t n, size_t *at, size_t *len) {
+    int in = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char ch = h[i];
+        if (in) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in = 0;
+        } else if (ch == '"') {
+            in = 1;
+        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            size_t j = i;
+            int plain = 1;
+            while (j < n && strchr("0123456789+-.eE", h[j]) && h[j]) {
+                if (h[j] < '0' || h[j] > '9') plain = 0;
+                j++;
+            }
+            if (!plain || (h[i] == '0' && j - i > 1)) {
+                *at = i;
+                *len = j - i;
+                return 1;
+            }
+            i = j - 1;
+        }
+    }
+    return 0;
+}
+
 static ls_status st_parse(ls_safetensors *f) {
     const char *nm = f->name;
     if (!host_little_endian())
@@ -498,6 +532,13 @@ static ls_status st_parse(ls_safetensors *f) {
                              ESC_NAME(names[i]));
         free(names);
         if (s != LS_OK) goto done;
+    }
+    if (json_non_integer(h, (size_t)hl, &at, &slen)) {
+        s = ls_error(LS_ERR_FORMAT,
+                     "'%s': header number '%.*s' (at header byte %zu) is not written as a whole number (safetensors' "
+                     "shapes and offsets are digits alone: no sign, fraction, exponent or leading zero)",
+                     nm, (int)(slen > 32 ? 32 : slen), h + at, at);
+        goto done;
     }
     s = st_check_layout(f, f->buf + 8 + hl, (uint64_t)(f->len - 8 - hl));
     if (s != LS_OK) goto done;
@@ -804,6 +845,13 @@ static ls_status st_header(int n, const char *const *names, const ls_tensor *con
     cJSON_Delete(root);
     if (!hdr) return ls_error(LS_ERR_OUT_OF_MEMORY, "safetensors: no memory for the header");
     size_t hl = strlen(hdr), padded = (hl + 7) & ~(size_t)7;
+    if (padded > LS_SAFETENSORS_MAX_HEADER) { /* a file every reader (this one too) refuses */
+        free(hdr);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "safetensors: the header would take %zu bytes, past the format's limit of %llu (long tensor "
+                        "names or metadata?)",
+                        padded, LS_SAFETENSORS_MAX_HEADER);
+    }
     unsigned char *buf = malloc(8 + padded);
     if (!buf) {
         free(hdr);

@@ -159,6 +159,16 @@ static void test_round_trip(void) {
     const char *twice_key[] = {"format", "pt", "note", "a", "format", "np", NULL};
     LS_EXPECT_ERR(ls_safetensors_serialize(1, names, tp, twice_key, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
                   "safetensors: metadata key 'format' appears twice");
+    /* a header past the format's 100 MB: refused (it was written, and every reader refuses it) */
+    char *huge = malloc(100000001);
+    LS_REQUIRE(huge != NULL);
+    memset(huge, 'a', 100000000);
+    huge[100000000] = '\0';
+    const char *huge_meta[] = {"note", huge, NULL};
+    LS_EXPECT_ERR(ls_safetensors_serialize(1, names, tp, huge_meta, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
+                  "safetensors: the header would take 100000096 bytes, past the format's limit of 100000000 (long "
+                  "tensor names or metadata?)");
+    free(huge);
     const ls_tensor *none[1] = {NULL};
     LS_EXPECT_ERR(ls_safetensors_serialize(1, names, none, NULL, NULL, &buf, &len), LS_ERR_INVALID_ARGUMENT,
                   "safetensors: tensor 0 ('layer.weight') is NULL");
@@ -233,6 +243,21 @@ static void test_bad_files(void) {
                "not an integer from 0 to 2^53");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, -1,
                "tensor 'a': shape [3] of F32 needs 12 bytes but data_offsets [0, 8] span 8");
+    /* numbers not written as digits alone, which the reference reader refuses (cJSON read 2.0 as 2) */
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8, -1,
+               "header number '2.0' (at header byte 29) is not written as a whole number (safetensors' shapes and "
+               "offsets are digits alone: no sign, fraction, exponent or leading zero)");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8e0]}}", 8, -1, "header number '8e0'");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,0.8E1]}}", 8, -1, "header number '0.8E1'");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-0,8]}}", 8, -1, "header number '-0'");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[02],\"data_offsets\":[0,8]}}", 8, -1, "header number '02'");
+    /* digits inside strings are not numbers: a name "1.5e3" and a metadata value "2.0" are fine */
+    b = make("{\"__metadata__\":{\"v\":\"2.0\"},\"1.5e3\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+             zeros, 8, -1, &len);
+    LS_EXPECT(ls_safetensors_open_memory(b, len, NAME, &f) == LS_OK && f && ls_safetensors_find(f, "1.5e3"));
+    ls_safetensors_close(f);
+    f = NULL;
+    free(b);
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, -1, "invalid \"data_offsets\"");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8, -1, "invalid \"data_offsets\"");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,8]}}", 8, -1,
