@@ -165,8 +165,10 @@ static ls_status ls_comm_start_op(ls_comm *c, const ls_coll_op *op, ls_comm_requ
     return LS_OK;
 }
 
-ls_status ls_comm_wait(ls_comm_request *r) {
-    if (!r) return LS_OK;
+ls_status ls_comm_wait(ls_comm_request **req) {
+    if (!req || !*req) return LS_OK;
+    ls_comm_request *r = *req;
+    *req = NULL; /* freed below: a second wait on it is a no-op, as MPI_Wait on MPI_REQUEST_NULL */
     ls_comm *c = r->comm;
     ls_status s;
     if (r->completed) {
@@ -180,10 +182,12 @@ ls_status ls_comm_wait(ls_comm_request *r) {
     return s;
 }
 
-ls_status ls_comm_wait_stream(ls_comm_request *r) {
-    if (!r) return LS_OK;
+ls_status ls_comm_wait_stream(ls_comm_request **req) {
+    if (!req || !*req) return LS_OK;
+    ls_comm_request *r = *req;
     ls_comm *c = r->comm;
-    if (r->completed || !c->iface->wait_stream) return ls_comm_wait(r);
+    if (r->completed || !c->iface->wait_stream) return ls_comm_wait(req);
+    *req = NULL;
     ls_status s = c->iface->wait_stream(c->state, r->handle, r->what);
     if (s != LS_OK) ls_error_context(s, "%s on rank %d (%s)", r->what, c->rank, c->iface->name);
     free(r);

@@ -125,8 +125,9 @@ ls_status ls_comm_ibroadcast_segments(ls_comm *c, void *buf, int nseg, const int
  * flight at once (a sharded optimizer's parameters, each from its owner). */
 ls_status ls_comm_ibroadcast_many(ls_comm *c, int n, void *const *bufs, const int64_t *counts, const int *roots,
                                   ls_dtype t, ls_comm_request **req);
-/* Block until req completes (results then visible to the host and to later device work), free it
- * and return its status. A request that does not complete within LOCKSTEP_COMM_TIMEOUT seconds
+/* Block until *req completes (results then visible to the host and to later device work), free it,
+ * set *req to NULL (a second wait on it is LS_OK, as MPI_Wait's MPI_REQUEST_NULL: it was a use after
+ * free) and return its status. A request that does not complete within LOCKSTEP_COMM_TIMEOUT seconds
  * (default 1800, 0 = wait forever) is LS_ERR_COMM ("a rank may have failed or skipped this
  * collective"): call ls_comm_abort then. The bound holds for ls_comm_wait on every backend and for
  * blocking nccl collectives; with the mpi backend's thread progress, a blocking collective issued
@@ -134,9 +135,9 @@ ls_status ls_comm_ibroadcast_many(ls_comm *c, int n, void *const *bufs, const in
  * nonblocking progress (LOCKSTEP_MPI_PROGRESS=nonblocking) a request's MPI calls are posted from
  * its communicator's queue as that communicator's requests are tested and waited for: waits on
  * several communicators must come in the same order on every rank, and after a failed call or a
- * timeout every later collective of that communicator fails. NULL is LS_OK. */
-ls_status ls_comm_wait(ls_comm_request *req);
-/* Complete req in stream order, as PyTorch's work.wait(): the device work queued on the compute
+ * timeout every later collective of that communicator fails. req or *req NULL is LS_OK. */
+ls_status ls_comm_wait(ls_comm_request **req);
+/* Complete *req in stream order, as PyTorch's work.wait(): the device work queued on the compute
  * stream (ls_comm_set_compute_stream) after this call waits for the collective, and the host does
  * not; frees req. Results are then visible to that later device work only (the host sees them
  * after it synchronizes the stream). nccl: a watchdog thread of the communicator watches the
@@ -144,10 +145,11 @@ ls_status ls_comm_wait(ls_comm_request *req);
  * LOCKSTEP_COMM_TIMEOUT, the watchdog logs why and aborts the job (the NCCL communicator, then
  * every rank through MPI), since the work queued after it would otherwise use a result that never
  * arrived. Other backends (and nccl's host-memory collectives): ls_comm_wait. Returns what could be
- * checked now (an earlier asynchronous error, a failed CUDA call). NULL is LS_OK. */
-ls_status ls_comm_wait_stream(ls_comm_request *req);
+ * checked now (an earlier asynchronous error, a failed CUDA call). Sets *req to NULL, as
+ * ls_comm_wait; req or *req NULL is LS_OK. */
+ls_status ls_comm_wait_stream(ls_comm_request **req);
 /* *done = 1 once req has completed (then returns its status); drives progress. Does not free:
- * call ls_comm_wait afterwards. */
+ * call ls_comm_wait(&req) afterwards. */
 ls_status ls_comm_test(ls_comm_request *req, int *done);
 
 /* ---- host-memory variants (work on every backend; nccl routes them over its MPI bootstrap) ---- */

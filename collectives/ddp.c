@@ -83,7 +83,7 @@ ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, co
         lo = hi;
     }
     for (int i = 0; i < started; i++) {
-        ls_status w = stream_order && s == LS_OK ? ls_comm_wait_stream(reqs[i]) : ls_comm_wait(reqs[i]);
+        ls_status w = stream_order && s == LS_OK ? ls_comm_wait_stream(&reqs[i]) : ls_comm_wait(&reqs[i]);
         if (w != LS_OK && s == LS_OK) s = ls_error_context(w, "broadcasting the parameters");
     }
     free(reqs);

@@ -380,7 +380,7 @@ static ls_status ls_dev_scale(ls_reducer *r, void *buf, int64_t n) {
 void ls_reducer_destroy(ls_reducer *r) {
     if (!r) return;
     for (int k = 0; r->b && k < r->nb; k++) {
-        if (r->b[k].req) ls_comm_wait(r->b[k].req);
+        if (r->b[k].req) ls_comm_wait(&r->b[k].req);
         free(r->b[k].runs);
         free(r->b[k].seg_count);
         free(r->b[k].seg_root);
@@ -696,7 +696,7 @@ ls_status ls_reducer_finish(ls_reducer *r) {
         /* In stream order (nccl: the host goes on while the last buckets are in flight, the
          * scaling below waits on the device); on the host under the timeline, whose bucket rows
          * end when the host saw them complete. */
-        ls_status s = ls_timeline_active() ? ls_comm_wait(b->req) : ls_comm_wait_stream(b->req);
+        ls_status s = ls_timeline_active() ? ls_comm_wait(&b->req) : ls_comm_wait_stream(&b->req);
         b->req = NULL;
         ls_bucket_span(b, k);
         if (s == LS_OK && err == LS_OK) {

@@ -88,7 +88,7 @@ ls_status ls_amp_step(const ls_loss_scaler *s, ls_ctx *ctx, ls_comm *comm, int n
     if (comm && ls_comm_world(comm) > 1) { /* every rank skips if one saw inf/NaN */
         ls_comm_request *req = NULL;
         LS_CHECK(ls_comm_iallreduce(comm, ctl + LS_AMP_FOUND, 1, LS_F64, LS_REDUCE_MAX, &req));
-        LS_CHECK(ls_comm_wait_stream(req)); /* nccl: in stream order, the host does not wait */
+        LS_CHECK(ls_comm_wait_stream(&req)); /* nccl: in stream order, the host does not wait */
     }
     ls_amp_update_params p = {s->enabled, s->growth_factor, s->backoff_factor, s->growth_interval};
     return ctx->ops->amp_update(ctx->state, ctl, &p);

@@ -177,7 +177,7 @@ static void run_method(setup *s, method m) {
             CHECK("iallreduce", ls_comm_iallreduce(C, s->g[i]->data, s->p.numel[i], LS_F32, LS_REDUCE_SUM, &req[i]));
         }
         for (int i = n - 1; i >= 0; i--) {
-            CHECK("wait", ls_comm_wait(req[i]));
+            CHECK("wait", ls_comm_wait(&req[i]));
             scale_all(s, i);
         }
         break;

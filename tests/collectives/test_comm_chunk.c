@@ -82,7 +82,7 @@ static void check_allreduce(ls_comm *c, ls_dtype t, ls_reduce_op op, int64_t n, 
     if (async) {
         ls_comm_request *req[NREQ];
         for (int b = 0; b < nbuf; b++) LS_REQUIRE_OK(ls_comm_iallreduce(c, buf[b], n, t, op, &req[b]));
-        for (int b = nbuf - 1; b >= 0; b--) LS_REQUIRE_OK(ls_comm_wait(req[b]));
+        for (int b = nbuf - 1; b >= 0; b--) LS_REQUIRE_OK(ls_comm_wait(&req[b]));
         /* nonblocking: the first request posts min(window, its parts) calls before testing any, and
          * never more than the window are outstanding (0: a request's parts all at once) */
         const long parts = (long)((n + per_call - 1) / per_call), most = atomic_load(&max_outstanding);
@@ -166,7 +166,7 @@ int main(void) {
         ls_comm_request *req = NULL;
         LS_REQUIRE_OK(ls_comm_iallreduce(c, a, N, LS_F32, LS_REDUCE_SUM, &req));
         LS_REQUIRE_OK(ls_comm_allreduce(c, b, N, LS_F32, LS_REDUCE_SUM));
-        LS_REQUIRE_OK(ls_comm_wait(req));
+        LS_REQUIRE_OK(ls_comm_wait(&req));
         CT_CHECK_ELEMS(R, "async then blocking (first)", a, LS_F32, N, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 7));
         CT_CHECK_ELEMS(R, "async then blocking (second)", b, LS_F32, N, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 8));
         free(a);
@@ -187,9 +187,9 @@ int main(void) {
         LS_REQUIRE_OK(ls_comm_iallreduce(c, a, N, LS_F32, LS_REDUCE_SUM, &r1));
         LS_REQUIRE_OK(ls_comm_ibroadcast(c, b, M, LS_F32, W - 1, &r2));
         LS_REQUIRE_OK(ls_comm_iallreduce(c, d, N, LS_F32, LS_REDUCE_SUM, &r3));
-        LS_REQUIRE_OK(ls_comm_wait(r3));
-        LS_REQUIRE_OK(ls_comm_wait(r2));
-        LS_REQUIRE_OK(ls_comm_wait(r1));
+        LS_REQUIRE_OK(ls_comm_wait(&r3));
+        LS_REQUIRE_OK(ls_comm_wait(&r2));
+        LS_REQUIRE_OK(ls_comm_wait(&r1));
         CT_CHECK_ELEMS(R, "all-reduce before a broadcast", a, LS_F32, N, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 11));
         CT_CHECK_ELEMS(R, "broadcast between all-reduces", b, LS_F32, M, (double)i * 0.5);
         CT_CHECK_ELEMS(R, "all-reduce after a broadcast", d, LS_F32, N, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 12));
@@ -213,7 +213,7 @@ int main(void) {
         if (R == 0)
             for (int done = 0; !done;) LS_REQUIRE_OK(ls_comm_test(req, &done));
         LS_REQUIRE_OK(ls_comm_allreduce(c, b, N, LS_F32, LS_REDUCE_SUM));
-        LS_REQUIRE_OK(ls_comm_wait(req));
+        LS_REQUIRE_OK(ls_comm_wait(&req));
         CT_CHECK_ELEMS(R, "tested on rank 0 only, then blocking (first)", a, LS_F32, N,
                        ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 13));
         CT_CHECK_ELEMS(R, "tested on rank 0 only, then blocking (second)", b, LS_F32, N,
@@ -242,7 +242,7 @@ int main(void) {
                 LS_REQUIRE_OK(ls_comm_test(req[q], &done[q]));
                 if (done[q]) left--;
             }
-        for (int q = 0; q < NR; q++) LS_REQUIRE_OK(ls_comm_wait(req[q])); /* frees */
+        for (int q = 0; q < NR; q++) LS_REQUIRE_OK(ls_comm_wait(&req[q])); /* frees */
         for (int q = 0; q < NR; q++) {
             CT_CHECK_ELEMS(R, "parts completed by test", bufs[q], LS_F32, sizes[q],
                            ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 20 + q));
@@ -318,11 +318,11 @@ int main(void) {
         LS_REQUIRE_OK(ls_comm_iallreduce(fc, y, 100, LS_F32, LS_REDUCE_SUM, &r2));
         for (int done = 0, k = 0; !done && k < 100000000; k++)
             if (ls_comm_test(r1, &done) != LS_OK) break;
-        LS_EXPECT(ls_comm_wait(r1) == LS_OK);
+        LS_EXPECT(ls_comm_wait(&r1) == LS_OK);
         LS_EXPECT(x[0] == (float)W);
         int done2 = 0;
         LS_EXPECT_ERR(ls_comm_test(r2, &done2), LS_ERR_COMM, "MPI_Iallreduce");
-        LS_EXPECT_ERR(ls_comm_wait(r2), LS_ERR_COMM, "MPI_Iallreduce"); /* still, after the test */
+        LS_EXPECT_ERR(ls_comm_wait(&r2), LS_ERR_COMM, "MPI_Iallreduce"); /* still, after the test */
         LS_EXPECT_ERR(ls_comm_allreduce(fc, &z, 1, LS_F32, LS_REDUCE_SUM), LS_ERR_COMM,
                       "the MPI communicator stopped after an earlier error (MPI_Iallreduce failed");
         fail_iallreduce_at = -1;

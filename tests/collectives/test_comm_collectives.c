@@ -123,7 +123,7 @@ static void test_allreduce_large(void) {
     CHECK_ELEMS("large allreduce", a, LS_F32, n, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 1));
     ls_comm_request *req = NULL;
     LS_REQUIRE_OK(ls_comm_iallreduce(C, b, n, LS_F32, LS_REDUCE_AVG, &req));
-    LS_REQUIRE_OK(ls_comm_wait(req));
+    LS_REQUIRE_OK(ls_comm_wait(&req));
     CHECK_ELEMS("large iallreduce avg", b, LS_F32, n, ct_expect(LS_F32, LS_REDUCE_AVG, W, i, 1));
     free(a);
     free(b);
@@ -220,8 +220,8 @@ static void test_reduce(void) {
     ls_comm_request *req[2] = {NULL, NULL};
     LS_REQUIRE_OK(ls_comm_ireduce(C, b, n / 2, LS_F32, LS_REDUCE_AVG, 0, &req[0]));
     LS_REQUIRE_OK(ls_comm_ireduce(C, b + n / 2, n - n / 2, LS_F32, LS_REDUCE_SUM, W / 2, &req[1]));
-    LS_REQUIRE_OK(ls_comm_wait(req[0]));
-    LS_REQUIRE_OK(ls_comm_wait(req[1]));
+    LS_REQUIRE_OK(ls_comm_wait(&req[0]));
+    LS_REQUIRE_OK(ls_comm_wait(&req[1]));
     CHECK_ELEMS("large ireduce avg", b, LS_F32, n / 2,
                 R == 0 ? ct_expect(LS_F32, LS_REDUCE_AVG, W, i, 2) : ct_val(LS_F32, R, i, 2));
     CHECK_ELEMS("large ireduce sum", b + n / 2, LS_F32, n - n / 2,
@@ -256,8 +256,8 @@ static void test_segments(void) {
             ls_comm_request *ra = NULL, *rb = NULL;
             LS_REQUIRE_OK(ls_comm_ireduce_segments(C, a, NS, cnt, roots, t, ops[o], &ra));
             LS_REQUIRE_OK(ls_comm_ibroadcast_segments(C, b, NS, cnt, roots, t, &rb));
-            LS_REQUIRE_OK(ls_comm_wait(ra));
-            LS_REQUIRE_OK(ls_comm_wait(rb));
+            LS_REQUIRE_OK(ls_comm_wait(&ra));
+            LS_REQUIRE_OK(ls_comm_wait(&rb));
             for (int j = 0; j < NS; j++) {
                 char what[64];
                 snprintf(what, sizeof what, "reduce %s, segment %d (root %d)", ls_reduce_op_name(ops[o]), j, roots[j]);
@@ -326,13 +326,18 @@ static void test_async(void) {
     }
     /* wait in reverse order: completion order must not matter to the caller; every other one in
      * stream order (on the CPU backends a plain wait: the results are on the host after it) */
-    for (int k = K - 1; k >= 0; k--) LS_REQUIRE_OK(k % 2 ? ls_comm_wait_stream(reqs[k]) : ls_comm_wait(reqs[k]));
+    for (int k = K - 1; k >= 0; k--) LS_REQUIRE_OK(k % 2 ? ls_comm_wait_stream(&reqs[k]) : ls_comm_wait(&reqs[k]));
     LS_REQUIRE_OK(ls_comm_wait_stream(NULL));
-    LS_REQUIRE_OK(ls_comm_wait(rbar));
-    LS_REQUIRE_OK(ls_comm_wait(rs));
-    LS_REQUIRE_OK(ls_comm_wait(rg));
-    LS_REQUIRE_OK(ls_comm_wait(rb));
+    LS_REQUIRE_OK(ls_comm_wait(&rbar));
+    LS_REQUIRE_OK(ls_comm_wait(&rs));
+    LS_REQUIRE_OK(ls_comm_wait(&rg));
+    LS_REQUIRE_OK(ls_comm_wait(&rb));
     LS_REQUIRE_OK(ls_comm_wait(NULL));
+    /* a wait clears the caller's handle: waiting again (on a request freed by the first wait, a use
+     * after free under ASan) is a no-op, as MPI_Wait on MPI_REQUEST_NULL */
+    for (int k = 0; k < K; k++) LS_EXPECT(reqs[k] == NULL);
+    LS_EXPECT(rbar == NULL && rs == NULL && rg == NULL && rb == NULL);
+    LS_EXPECT(ls_comm_wait(&rb) == LS_OK && ls_comm_wait_stream(&reqs[1]) == LS_OK);
     for (int k = 0; k < K; k++) {
         CHECK_ELEMS("iallreduce", bufs[k], LS_F32, n, ct_expect(LS_F32, LS_REDUCE_SUM, W, i, 10 + k));
         free(bufs[k]);

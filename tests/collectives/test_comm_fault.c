@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
         if (rank == 0) {
             ls_comm_request *r = NULL;
             LS_REQUIRE_OK(ls_comm_iallreduce(c, x, 4, LS_F32, LS_REDUCE_SUM, &r));
-            ls_status s = ls_comm_wait(r);
+            ls_status s = ls_comm_wait(&r);
             printf("timeout detected: %s: %s\n", ls_status_name(s), ls_last_error());
             fflush(stdout);
             ls_comm_abort(c, "collective timed out");

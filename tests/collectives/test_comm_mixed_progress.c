@@ -39,8 +39,8 @@ int main(void) {
     ls_comm_request *ra = NULL, *rb = NULL;
     LS_REQUIRE_OK(ls_comm_iallreduce(c, a, 64, LS_F64, LS_REDUCE_SUM, &ra));
     LS_REQUIRE_OK(ls_comm_iallreduce(c, b, 64, LS_F64, LS_REDUCE_MAX, &rb));
-    LS_REQUIRE_OK(ls_comm_wait(ra));
-    LS_REQUIRE_OK(ls_comm_wait(rb));
+    LS_REQUIRE_OK(ls_comm_wait(&ra));
+    LS_REQUIRE_OK(ls_comm_wait(&rb));
     for (int i = 0; i < 64; i++) {
         LS_EXPECT(a[i] == w * (w - 1) / 2.0 + (double)w * i);
         LS_EXPECT(b[i] == 2.0 * (w - 1));
@@ -51,7 +51,7 @@ int main(void) {
     int roots[2] = {0, 1};
     ls_comm_request *rs = NULL;
     LS_REQUIRE_OK(ls_comm_ireduce_segments(c, seg, 2, counts, roots, LS_F32, LS_REDUCE_SUM, &rs));
-    LS_REQUIRE_OK(ls_comm_wait(rs));
+    LS_REQUIRE_OK(ls_comm_wait(&rs));
     for (int i = 0; i < 10; i++) LS_EXPECT(seg[i] == ((i < 4 ? r == 0 : r == 1) ? (float)w : 1.0f));
     float p0[3] = {(float)r, (float)r, (float)r}, p1[5] = {(float)r, (float)r, (float)r, (float)r, (float)r};
     void *bufs[2] = {p0, p1};
@@ -59,7 +59,7 @@ int main(void) {
     int from[2] = {1, 0};
     ls_comm_request *rm = NULL;
     LS_REQUIRE_OK(ls_comm_ibroadcast_many(c, 2, bufs, bc, from, LS_F32, &rm));
-    LS_REQUIRE_OK(ls_comm_wait(rm));
+    LS_REQUIRE_OK(ls_comm_wait(&rm));
     for (int i = 0; i < 3; i++) LS_EXPECT(p0[i] == 1.0f);
     for (int i = 0; i < 5; i++) LS_EXPECT(p1[i] == 0.0f);
     LS_REQUIRE_OK(ls_comm_barrier(c));

@@ -60,11 +60,11 @@ static void test_self_backend(void) {
     int done = 0;
     LS_REQUIRE_OK(ls_comm_test(r, &done));
     LS_EXPECT(done == 1);
-    LS_REQUIRE_OK(ls_comm_wait(r));
+    LS_REQUIRE_OK(ls_comm_wait(&r));
     LS_REQUIRE_OK(ls_comm_iallgather(c, s, g, 2, LS_F64, &r));
-    LS_REQUIRE_OK(ls_comm_wait(r));
+    LS_REQUIRE_OK(ls_comm_wait(&r));
     LS_REQUIRE_OK(ls_comm_ibarrier(c, &r));
-    LS_REQUIRE_OK(ls_comm_wait(r));
+    LS_REQUIRE_OK(ls_comm_wait(&r));
 
     /* abort: later calls fail instead of running */
     ls_comm_abort(c, "test abort");

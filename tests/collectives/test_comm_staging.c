@@ -103,7 +103,7 @@ static void test_collectives(ls_allocator *dev) {
             LS_REQUIRE_OK(ls_comm_reduce(C, buf, 0, t, LS_REDUCE_SUM, 0)); /* nothing: no copies */
             ls_comm_request *rq = NULL;
             LS_REQUIRE_OK(ls_comm_ireduce_segments(C, buf, 3, cnt, roots, t, LS_REDUCE_SUM, &rq));
-            LS_REQUIRE_OK(ls_comm_wait(rq));
+            LS_REQUIRE_OK(ls_comm_wait(&rq));
             CHECK_ALL("reduce in segments", buf, t, n,
                       (i < n / 3 ? R == W - 1 : R == 0) ? ct_expect(t, LS_REDUCE_SUM, W, i, 22) : ct_val(t, R, i, 22));
             void *parts[3] = {buf, NULL, big};
@@ -111,7 +111,7 @@ static void test_collectives(ls_allocator *dev) {
             for (int64_t i = 0; i < n; i++) ct_set(big, t, i, ct_val(t, R, i, 24));
             long d0 = to_dev, h0 = to_host;
             LS_REQUIRE_OK(ls_comm_ibroadcast_many(C, 3, parts, cnt, roots, t, &rq));
-            LS_REQUIRE_OK(ls_comm_wait(rq));
+            LS_REQUIRE_OK(ls_comm_wait(&rq));
             CHECK_ALL("broadcast of buffers (1)", buf, t, n / 3, ct_val(t, W - 1, i, 23));
             CHECK_ALL("broadcast of buffers (3)", big, t, n - n / 3, ct_val(t, 0, i, 24));
             int sends = (R == W - 1) + (R == 0), receives = (R != W - 1) + (R != 0);
@@ -124,7 +124,7 @@ static void test_collectives(ls_allocator *dev) {
         ls_comm_request *rq = NULL;
         for (int64_t i = 0; i < n; i++) ct_set(buf, t, i, ct_val(t, R, i, 40));
         LS_REQUIRE_OK(ls_comm_iallreduce(C, buf, n, t, LS_REDUCE_SUM, &rq));
-        LS_REQUIRE_OK(ls_comm_wait(rq));
+        LS_REQUIRE_OK(ls_comm_wait(&rq));
         CHECK_ALL("iallreduce", buf, t, n, ct_expect(t, LS_REDUCE_SUM, W, i, 40));
         ls_free(dev, buf);
         ls_free(dev, big);
@@ -149,7 +149,7 @@ static void test_collectives(ls_allocator *dev) {
         long before = pinned_allocs;
         for (int j = 0; j < FLIGHT; j++)
             LS_REQUIRE_OK(ls_comm_iallreduce(C, bufs[j], BIG, LS_F32, LS_REDUCE_SUM, &rq[j]));
-        for (int j = 0; j < FLIGHT; j++) LS_REQUIRE_OK(ls_comm_wait(rq[j]));
+        for (int j = 0; j < FLIGHT; j++) LS_REQUIRE_OK(ls_comm_wait(&rq[j]));
         per_step[step] = pinned_allocs - before;
     }
     LS_EXPECT(per_step[1] == 0 && per_step[2] == 0);

@@ -137,7 +137,7 @@ static void test_async(void) {
         LS_REQUIRE_OK(ls_comm_iallreduce(C, dv[k], n, LS_F32, k % 2 ? LS_REDUCE_AVG : LS_REDUCE_SUM, &req[k]));
     }
     for (int k = 0; k < K; k++) {
-        LS_REQUIRE_OK(ls_comm_wait(req[k]));
+        LS_REQUIRE_OK(ls_comm_wait(&req[k]));
         get(h, dv[k], (size_t)n * 4);
         ls_reduce_op op = k % 2 ? LS_REDUCE_AVG : LS_REDUCE_SUM;
         CHECK_ELEMS("iallreduce in flight", h, LS_F32, n, ct_expect(LS_F32, op, W, i, 20 + k));
@@ -165,7 +165,7 @@ static void test_stream_order(void) {
         if (in_stream) {
             ls_comm_request *req = NULL;
             LS_REQUIRE_OK(ls_comm_iallreduce(C, dv, n, LS_F32, ops[o], &req));
-            LS_REQUIRE_OK(ls_comm_wait_stream(req)); /* the host goes on at once */
+            LS_REQUIRE_OK(ls_comm_wait_stream(&req)); /* the host goes on at once */
         } else {
             LS_REQUIRE_OK(ls_comm_allreduce(C, dv, n, LS_F32, ops[o])); /* must see the doubled values */
         }
