@@ -463,6 +463,10 @@ ls_status ls_memory_parse_size(const char *s, size_t *out) {
     /* decimal digits only: strtod also reads hexadecimal ("0x100000" was a MiB) and "infinity" */
     int decimal = end > s && (isdigit((unsigned char)s[0]) || s[0] == '.');
     for (const char *c = s; decimal && c < end; c++) decimal = strchr("0123456789.eE+-", *c) != NULL;
+    /* out of a double's range: 1e400 is too large (it was "not a number of bytes"), 1e-400 is 0 */
+    if (decimal && errno == ERANGE && isinf(v))
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "memory size '%s' is too large: more than 1.8e19 bytes", s);
+    if (decimal && errno == ERANGE) errno = 0, v = 0;
     if (end == s || errno != 0 || !(v >= 0) || isinf(v) || !decimal)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "memory size '%s' is not a number of bytes with an optional unit (e.g. 2GiB, 512MiB)", s);

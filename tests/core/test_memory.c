@@ -34,6 +34,14 @@ int main(void) {
      * is said apart, the unit quoted (a trailing space shows) */
     LS_EXPECT_ERR(ls_memory_parse_size("99999999999TiB", &n), LS_ERR_INVALID_ARGUMENT,
                   "memory size '99999999999TiB' is too large: more than 1.8e19 bytes");
+    /* past a double's range: too large too (it was "not a number of bytes"); below it, 0 bytes */
+    LS_EXPECT_ERR(ls_memory_parse_size("1e400", &n), LS_ERR_INVALID_ARGUMENT,
+                  "memory size '1e400' is too large: more than 1.8e19 bytes");
+    LS_EXPECT_ERR(ls_memory_parse_size("1e400GiB", &n), LS_ERR_INVALID_ARGUMENT, "'1e400GiB' is too large");
+    LS_REQUIRE_OK(ls_memory_parse_size("1e-400", &n));
+    LS_EXPECT(n == 0);
+    LS_EXPECT_ERR(ls_memory_parse_cap("1e-400MiB", &n), LS_ERR_INVALID_ARGUMENT,
+                  "memory cap '1e-400MiB' is less than a byte");
     LS_EXPECT_ERR(ls_memory_parse_size("2GiB ", &n), LS_ERR_INVALID_ARGUMENT,
                   "memory size '2GiB ' has an unknown unit 'GiB ' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
     LS_EXPECT_ERR(ls_memory_parse_size("2 kilobytes", &n), LS_ERR_INVALID_ARGUMENT, "has an unknown unit 'kilobytes'");
