@@ -1,5 +1,6 @@
 /* rank.c: where this process sits in the job, from the launcher's environment variables only
  * (mpirun/mpiexec, srun, torchrun). No MPI calls: the result decides whether MPI is needed. */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -16,7 +17,8 @@ static ls_status ls_env_int(const char *name, int *present, int *out) {
     char *end = NULL;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (end == s || *end)
+    /* digits, after a '-' at most: strtol also took " 2" and "+2" */
+    if (end == s || *end || !(isdigit((unsigned char)s[0]) || (s[0] == '-' && isdigit((unsigned char)s[1]))))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "launcher environment: %s=%s is not an integer", name, s);
     if (errno || v < INT_MIN || v > INT_MAX)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "launcher environment: %s=%s is out of range (at most %d)", name, s,
@@ -32,12 +34,14 @@ static ls_status ls_slurm_tasks_on_node(const char *name, const char *s, int nod
     int idx = 0;
     while (*p) {
         char *end = NULL;
+        if (!isdigit((unsigned char)*p)) goto bad; /* strtol took " 4" and "+4" */
         long n = strtol(p, &end, 10);
         if (end == p || n < 0) goto bad;
         long rep = 1;
         p = end;
         if (*p == '(') {
             if (p[1] != 'x') goto bad;
+            if (!isdigit((unsigned char)p[2])) goto bad;
             rep = strtol(p + 2, &end, 10);
             if (end == p + 2 || *end != ')' || rep < 1) goto bad;
             p = end + 1;

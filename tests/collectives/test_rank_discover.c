@@ -128,6 +128,18 @@ int main(void) {
     expect_info("slurm", 6, 12, 5, 6);
     setenv("SLURM_STEP_TASKS_PER_NODE", "6(x2", 1);
     expect_error("cannot parse SLURM_STEP_TASKS_PER_NODE=6(x2");
+    /* digits only: strtol took a leading space or sign */
+    setenv("SLURM_STEP_TASKS_PER_NODE", " 6(x2)", 1);
+    expect_error("cannot parse SLURM_STEP_TASKS_PER_NODE= 6(x2)");
+    setenv("SLURM_STEP_TASKS_PER_NODE", "6(x+2)", 1);
+    expect_error("cannot parse SLURM_STEP_TASKS_PER_NODE=6(x+2)");
+    setenv("SLURM_STEP_TASKS_PER_NODE", "6,+6", 1);
+    expect_error("cannot parse SLURM_STEP_TASKS_PER_NODE=6,+6");
+    setenv("SLURM_STEP_NUM_TASKS", "+12", 1);
+    expect_error("SLURM_STEP_NUM_TASKS=+12 is not an integer");
+    setenv("SLURM_STEP_NUM_TASKS", " 12", 1);
+    expect_error("SLURM_STEP_NUM_TASKS= 12 is not an integer");
+    setenv("SLURM_STEP_NUM_TASKS", "12", 1);
     setenv("SLURM_STEP_TASKS_PER_NODE", "6(x2)", 1);
     setenv("SLURM_NODEID", "2", 1);
     expect_error("lists 2 nodes but SLURM_NODEID=2");
