@@ -120,14 +120,16 @@ ls_status ls_op_linear_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor 
     LS_CHECK(on_ctx(c, op, "input", x));
     LS_CHECK(on_ctx(c, op, "weight", w));
     LS_CHECK(on_ctx(c, op, "output gradient", dy));
-    LS_CHECK(on_ctx(c, op, "weight gradient", dw));
     LS_CHECK(matrix(op, "input", x));
     LS_CHECK(matrix(op, "weight", w));
     int64_t B = x->shape[0], in = x->shape[1], out = w->shape[0];
     ls_dtype t = x->dtype;
     LS_CHECK(want(op, "weight", w, t, 2, out, in));
     LS_CHECK(want(op, "output gradient", dy, t, 2, B, out));
-    LS_CHECK(want(op, "weight gradient", dw, master(t), 2, out, in));
+    if (dw) { /* NULL: a frozen weight (no weight-gradient GEMM) */
+        LS_CHECK(on_ctx(c, op, "weight gradient", dw));
+        LS_CHECK(want(op, "weight gradient", dw, master(t), 2, out, in));
+    }
     if (dx) {
         LS_CHECK(on_ctx(c, op, "input gradient", dx));
         LS_CHECK(want(op, "input gradient", dx, t, 2, B, in));
@@ -136,8 +138,8 @@ ls_status ls_op_linear_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor 
         LS_CHECK(on_ctx(c, op, "bias gradient", db));
         LS_CHECK(want(op, "bias gradient", db, master(t), 1, out, 0));
     }
-    return c->ops->linear_bwd(c->state, t, B, in, out, dy->data, x->data, w->data, dx ? dx->data : NULL, dw->data,
-                              db ? db->data : NULL);
+    return c->ops->linear_bwd(c->state, t, B, in, out, dy->data, x->data, w->data, dx ? dx->data : NULL,
+                              dw ? dw->data : NULL, db ? db->data : NULL);
 }
 
 ls_status ls_op_bias_add(ls_ctx *c, const ls_tensor *b, ls_tensor *y) {
@@ -471,12 +473,14 @@ ls_status ls_op_conv2d_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor 
     LS_CHECK(on_ctx(c, op, "input", x));
     LS_CHECK(on_ctx(c, op, "weight", w));
     LS_CHECK(on_ctx(c, op, "output gradient", dy));
-    LS_CHECK(on_ctx(c, op, "weight gradient", dw));
     LS_CHECK(conv_params(op, x, w, stride, pad, groups, &p));
     ls_dtype t = x->dtype;
     LS_CHECK(want4(op, "weight", w, t, p.K, p.C / groups, p.R, p.S));
     LS_CHECK(want4(op, "output gradient", dy, t, p.N, p.K, p.P, p.Q));
-    LS_CHECK(want4(op, "weight gradient", dw, master(t), p.K, p.C / groups, p.R, p.S));
+    if (dw) { /* NULL: a frozen weight (no weight-gradient pass) */
+        LS_CHECK(on_ctx(c, op, "weight gradient", dw));
+        LS_CHECK(want4(op, "weight gradient", dw, master(t), p.K, p.C / groups, p.R, p.S));
+    }
     if (dx) {
         LS_CHECK(on_ctx(c, op, "input gradient", dx));
         LS_CHECK(want4(op, "input gradient", dx, t, p.N, p.C, p.H, p.W));
@@ -488,8 +492,8 @@ ls_status ls_op_conv2d_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor 
     LS_CHECK(entry(c, op, c->ops->conv2d_bwd != NULL));
     void *ws;
     LS_CHECK(conv_ws(c, t, &p, dx ? LS_CONV_BACKWARD : LS_CONV_BACKWARD_WEIGHTS, &ws));
-    ls_status s = c->ops->conv2d_bwd(c->state, t, &p, dy->data, x->data, w->data, dx ? dx->data : NULL, dw->data,
-                                     db ? db->data : NULL, ws);
+    ls_status s = c->ops->conv2d_bwd(c->state, t, &p, dy->data, x->data, w->data, dx ? dx->data : NULL,
+                                     dw ? dw->data : NULL, db ? db->data : NULL, ws);
     ls_free(c->alloc, ws);
     return s;
 }

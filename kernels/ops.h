@@ -123,7 +123,8 @@ typedef struct ls_ops {
     /* y = x @ w^T + b (b may be NULL); x[B,in], w[out,in], y[B,out]. */
     ls_status (*linear_fwd)(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *x, const void *w,
                             const void *b, void *y);
-    /* dx = dy @ w (dx may be NULL); dw += dy^T @ x; db += colsum(dy) (db may be NULL). */
+    /* dx = dy @ w (dx may be NULL); dw += dy^T @ x (dw may be NULL: a frozen weight); db += colsum(dy)
+     * (db may be NULL). */
     ls_status (*linear_bwd)(void *st, ls_dtype t, int64_t B, int64_t in, int64_t out, const void *dy, const void *x,
                             const void *w, void *dx, void *dw, void *db);
     /* y = act(x) elementwise (y may alias x). */
@@ -177,8 +178,8 @@ typedef struct ls_ops {
     /* y = conv(x, w) + b (b may be NULL). */
     ls_status (*conv2d_fwd)(void *st, ls_dtype t, const ls_conv2d_params *p, const void *x, const void *w,
                             const void *b, void *y, void *ws);
-    /* dx = conv^T(dy, w) (dx may be NULL, else overwritten); dw += corr(dy, x); db += sums of dy (db may
-     * be NULL). dw, db in the master dtype. */
+    /* dx = conv^T(dy, w) (dx may be NULL, else overwritten); dw += corr(dy, x) (dw may be NULL: a
+     * frozen weight); db += sums of dy (db may be NULL). dw, db in the master dtype. */
     ls_status (*conv2d_bwd)(void *st, ls_dtype t, const ls_conv2d_params *p, const void *dy, const void *x,
                             const void *w, void *dx, void *dw, void *db, void *ws);
     ls_status (*pool2d_fwd)(void *st, ls_dtype t, const ls_pool2d_params *p, const void *x, void *y);
@@ -324,7 +325,8 @@ int64_t ls_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
  * context's allocator for the duration of the call (it counts toward the peak). */
 ls_status ls_op_conv2d_forward(ls_ctx *c, const ls_tensor *x, const ls_tensor *w, const ls_tensor *b, ls_tensor *y,
                                int stride, int pad, int groups);
-/* dx may be NULL; dw (and db if given) accumulate, in the master dtype (f32 for f16/bf16). */
+/* dx, dw and db may be NULL (dw NULL: a frozen weight, no weight-gradient pass); dw and db
+ * accumulate, in the master dtype (f32 for f16/bf16). */
 ls_status ls_op_conv2d_backward(ls_ctx *c, const ls_tensor *dy, const ls_tensor *x, const ls_tensor *w, ls_tensor *dx,
                                 ls_tensor *dw, ls_tensor *db, int stride, int pad, int groups);
 /* Max or average pooling with a square window (average counts the padding, as PyTorch's default). */

@@ -247,10 +247,12 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
         s = ls_error(LS_ERR_OUT_OF_MEMORY, "no host memory for a batch-size trial");
         goto done;
     }
-    for (int i = 0; i < np; i++) {
-        p[i] = ls_module_param(t->model, i);
-        g[i] = ls_module_grad(t->model, i);
-    }
+    int n_grad = 0; /* the parameters that need a gradient (a frozen one is in no bucket nor optimizer) */
+    for (int i = 0; i < np; i++)
+        if (ls_module_requires_grad(t->model, i)) {
+            p[n_grad] = ls_module_param(t->model, i);
+            g[n_grad++] = ls_module_grad(t->model, i);
+        }
     for (int64_t i = 0; i < b; i++) idx[i] = (rank * b + i) % t->data->n;
     LS_CHECK_GOTO(buffers_save(t->ctx, t->model, nb, saved, &n_saved), s, done);
     ls_cnn_release_activations(t->model);
@@ -269,18 +271,18 @@ ls_status ls_trainer_trial_step(void *user, int64_t b) {
     /* The step runs without the communicator, so a rank that runs out of memory cannot leave the
      * others waiting in a collective; the gradient buckets the reducer would hold are reserved
      * instead, and ls_batch_size_search agrees on the outcome afterwards. */
-    if (world > 1) LS_CHECK_GOTO(reserve_buckets(t, np, g, &reserved), s, done);
+    if (world > 1) LS_CHECK_GOTO(reserve_buckets(t, n_grad, g, &reserved), s, done);
     ls_cnn_sync_local(t->model, 1); /* nor its SyncBatchNorms (undone at done) */
     /* one rank steps it, without the communicator. A sharded optimizer's trial keeps the state of
      * this rank's share only, as the run will: the partition is read off a sharded optimizer (its
      * state is this share's too, freed before the trial's own), and the trial's optimizer, unsharded,
      * holds this rank's parameters only (the others are not stepped; lr is 0 anyway). */
     ls_optim_config oc = *t->optim;
-    int n_opt = np;
+    int n_opt = n_grad;
     if (oc.shard_world > 1) {
-        LS_CHECK_GOTO(ls_optimizer_create(t->ctx, np, p, g, &oc, &opt), s, done);
+        LS_CHECK_GOTO(ls_optimizer_create(t->ctx, n_grad, p, g, &oc, &opt), s, done);
         n_opt = 0;
-        for (int i = 0; i < np; i++) /* in place: p and g keep this rank's own, in order */
+        for (int i = 0; i < n_grad; i++) /* in place: p and g keep this rank's own, in order */
             if (ls_optimizer_owner(opt, i) == oc.shard_rank) {
                 p[n_opt] = p[i];
                 g[n_opt++] = g[i];

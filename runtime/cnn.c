@@ -120,8 +120,12 @@ static ls_status conv_backward(ls_module *m, const ls_tensor *dy, int want_dx, c
     if (!m->x) return no_input(m);
     if (want_dx) LS_CHECK(ls_module_ensure(m->ctx, &m->dx, m->x->dtype, 4, m->x->shape, "conv2d input gradient"));
     const ls_tensor *w = m->x->dtype == m->params[0]->dtype ? m->params[0] : m->lowp[0];
-    LS_CHECK(ls_op_conv2d_backward(m->ctx, dy, m->x, w, want_dx ? m->dx : NULL, m->grads[0],
-                                   m->n_params > 1 ? m->grads[1] : NULL, c->stride, c->pad, c->groups));
+    /* a frozen parameter's gradient is not computed (ls_module_set_requires_grad) */
+    ls_tensor *dw = m->no_grad[0] ? NULL : m->grads[0];
+    ls_tensor *db = m->n_params > 1 && !m->no_grad[1] ? m->grads[1] : NULL;
+    if (want_dx || dw || db)
+        LS_CHECK(
+            ls_op_conv2d_backward(m->ctx, dy, m->x, w, want_dx ? m->dx : NULL, dw, db, c->stride, c->pad, c->groups));
     if (dx) *dx = want_dx ? m->dx : NULL;
     return LS_OK;
 }
@@ -332,15 +336,25 @@ static ls_status bn_backward(ls_module *m, const ls_tensor *dy, int want_dx, con
     b->folded = 0;
     const ls_tensor *g = m->params[0];
     int64_t C = g->shape[0];
+    const int dgamma = !m->no_grad[0], dbeta = !m->no_grad[1]; /* ls_module_set_requires_grad */
+    if (!want_dx && !dgamma && !dbeta) {                       /* frozen, and nothing before it trains */
+        if (dx) *dx = NULL;
+        return LS_OK;
+    }
     const ls_tensor *mean = b->used_batch_stats ? b->mean : b->running_mean;
     const ls_tensor *var = b->used_batch_stats ? b->var : b->running_var;
     LS_CHECK(ls_module_ensure(ctx, &b->sum_dy, g->dtype, 1, &C, "batch-norm gradient sums"));
     LS_CHECK(ls_module_ensure(ctx, &b->sum_dy_xhat, g->dtype, 1, &C, "batch-norm gradient sums"));
     LS_CHECK(ls_op_batchnorm_backward_reduce(ctx, dy, m->x, m->y, mean, var, b->cfg.eps, b->cfg.relu, b->sum_dy,
                                              b->sum_dy_xhat));
-    /* parameter gradients from this rank's samples (the reducer sums them across ranks) */
-    LS_CHECK(ctx->ops->bn_update(ctx->state, g->dtype, C, 1.0, 1.0, b->sum_dy_xhat->data, m->grads[0]->data, 1.0,
-                                 b->sum_dy->data, m->grads[1]->data));
+    /* parameter gradients from this rank's samples (the reducer sums them across ranks); a frozen
+     * one's left as it is */
+    if (dgamma && dbeta)
+        LS_CHECK(ctx->ops->bn_update(ctx->state, g->dtype, C, 1.0, 1.0, b->sum_dy_xhat->data, m->grads[0]->data, 1.0,
+                                     b->sum_dy->data, m->grads[1]->data));
+    else if (dgamma || dbeta)
+        LS_CHECK(ctx->ops->axpy(ctx->state, g->dtype, C, 1.0, (dgamma ? b->sum_dy_xhat : b->sum_dy)->data,
+                                m->grads[dgamma ? 0 : 1]->data));
     if (want_dx) {
         if (b->used_batch_stats && synced(b)) LS_CHECK(bn_sync_sums(b));
         LS_CHECK(ls_module_ensure(ctx, &m->dx, m->x->dtype, m->x->ndim, m->x->shape, "batch-norm input gradient"));
@@ -659,7 +673,7 @@ static ls_status res_backward(ls_module *m, const ls_tensor *dy, int want_dx, co
     res_mod *r = (res_mod *)m;
     if (!m->x) return no_input(m);
     const ls_tensor *g = dy, *gb = NULL, *gs = NULL;
-    if (r->relu) {
+    if (r->relu && (want_dx || ls_module_any_requires_grad(m))) { /* else the branches have nothing to do */
         LS_CHECK(ls_module_ensure(m->ctx, &m->mask, dy->dtype, dy->ndim, dy->shape, "residual gradient"));
         LS_CHECK(ls_op_act_backward(m->ctx, LS_ACT_RELU, m->y, dy, m->mask)); /* ReLU's output masks too */
         g = m->mask;

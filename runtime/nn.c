@@ -46,10 +46,12 @@ ls_status ls_module_alloc(ls_ctx *ctx, const ls_module_vt *vt, int n_params, siz
         m->params = calloc((size_t)n_params, sizeof *m->params);
         m->grads = calloc((size_t)n_params, sizeof *m->grads);
         m->names = calloc((size_t)n_params, sizeof *m->names);
-        if (!m->params || !m->grads || !m->names) {
+        m->no_grad = calloc((size_t)n_params, sizeof *m->no_grad);
+        if (!m->params || !m->grads || !m->names || !m->no_grad) {
             free(m->params);
             free(m->grads);
             free(m->names);
+            free(m->no_grad);
             free(m);
             return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a %s module's parameter list", vt->kind);
         }
@@ -69,6 +71,7 @@ void ls_module_destroy(ls_module *m) {
     free(m->params);
     free(m->grads);
     free(m->names);
+    free(m->no_grad);
     free(m);
 }
 
@@ -168,8 +171,10 @@ static ls_status linear_backward(ls_module *m, const ls_tensor *dy, int want_dx,
     if (!m->x) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: backward called before forward", m->names[0]);
     if (want_dx) LS_CHECK(ls_module_ensure(m->ctx, &m->dx, m->x->dtype, 2, m->x->shape, "linear input gradient"));
     const ls_tensor *w = m->x->dtype == m->params[0]->dtype ? m->params[0] : m->lowp[0];
-    LS_CHECK(ls_op_linear_backward(m->ctx, dy, m->x, w, want_dx ? m->dx : NULL, m->grads[0],
-                                   m->n_params > 1 ? m->grads[1] : NULL));
+    /* a frozen parameter's gradient is not computed (ls_module_set_requires_grad) */
+    ls_tensor *dw = m->no_grad[0] ? NULL : m->grads[0];
+    ls_tensor *db = m->n_params > 1 && !m->no_grad[1] ? m->grads[1] : NULL;
+    if (want_dx || dw || db) LS_CHECK(ls_op_linear_backward(m->ctx, dy, m->x, w, want_dx ? m->dx : NULL, dw, db));
     if (dx) *dx = want_dx ? m->dx : NULL;
     return LS_OK;
 }
@@ -282,10 +287,18 @@ static ls_status seq_forward(ls_module *m, const ls_tensor *x, const ls_tensor *
 
 static ls_status seq_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
     const ls_tensor *cur = dy;
+    /* the first layer with a parameter that needs a gradient: the layers up to it need no input
+     * gradient. The layers before it, with nothing to compute, are still called (a batch norm
+     * folds its next batch's statistics, a dropout counts its passes), with the last gradient
+     * there is, which they do not read. */
+    int first = 0;
+    while (!want_dx && first < m->n_children && !ls_module_any_requires_grad(m->children[first])) first++;
     for (int i = m->n_children - 1; i >= 0; i--) {
         ls_module *c = m->children[i];
-        ls_status s = ls_module_backward(c, cur, i > 0 || want_dx, &cur);
+        const ls_tensor *g = NULL;
+        ls_status s = ls_module_backward(c, cur, i > first || want_dx, &g);
         if (s != LS_OK) return ls_error_context(s, "layer %d (%s) backward", i, c->vt->kind);
+        if (g) cur = g;
         if (m->hook)
             for (int p = c->n_params - 1; p >= 0; p--) LS_CHECK(m->hook(m->hook_user, m->child_first[i] + p));
     }
@@ -735,6 +748,59 @@ ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, con
     ls_status s = module_backward(m, dy, want_dx, dx);
     module_span(m, "backward", t0);
     return s;
+}
+
+/* The module without children below m (m itself if it has none) that holds m's parameter i, and
+ * the parameter's index there in *at. Containers list their layers' parameters in the layers'
+ * order: each level looks there first, then searches. */
+static ls_module *param_home(ls_module *m, int i, int *at) {
+    while (m->n_children > 0) {
+        const ls_tensor *p = m->params[i];
+        ls_module *next = NULL;
+        int j = -1;
+        for (int c = 0, k = 0; c < m->n_children && !next; k += m->children[c++]->n_params)
+            if (i >= k && i - k < m->children[c]->n_params && m->children[c]->params[i - k] == p)
+                next = m->children[c], j = i - k;
+        for (int c = 0; c < m->n_children && !next; c++)
+            for (int q = 0; q < m->children[c]->n_params && !next; q++)
+                if (m->children[c]->params[q] == p) next = m->children[c], j = q;
+        if (!next) break; /* a container's own parameter */
+        m = next;
+        i = j;
+    }
+    *at = i;
+    return m;
+}
+
+ls_status ls_module_set_requires_grad(ls_module *m, int i, int requires) {
+    LS_CHECK_ARG(m, "ls_module_set_requires_grad: the module is NULL");
+    LS_CHECK_ARG(i >= -1 && i < m->n_params,
+                 "ls_module_set_requires_grad: parameter %d of a %s with %d parameter%s (-1: all of them)", i,
+                 m->vt->kind, m->n_params, m->n_params == 1 ? "" : "s");
+    for (int k = i < 0 ? 0 : i; k < (i < 0 ? m->n_params : i + 1); k++) {
+        int at;
+        ls_module *home = param_home(m, k, &at);
+        home->no_grad[at] = !requires;
+    }
+    return LS_OK;
+}
+
+int ls_module_requires_grad(const ls_module *m, int i) {
+    if (!m || i < 0 || i >= m->n_params) return -1;
+    int at;
+    const ls_module *home = param_home((ls_module *)m, i, &at);
+    return !home->no_grad[at];
+}
+
+int ls_module_any_requires_grad(const ls_module *m) {
+    if (m->n_children == 0) {
+        for (int i = 0; i < m->n_params; i++)
+            if (!m->no_grad[i]) return 1;
+        return 0;
+    }
+    for (int c = 0; c < m->n_children; c++)
+        if (ls_module_any_requires_grad(m->children[c])) return 1;
+    return 0;
 }
 
 int ls_module_num_params(const ls_module *m) { return m ? m->n_params : 0; }

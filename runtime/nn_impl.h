@@ -35,6 +35,8 @@ struct ls_module {
     ls_tensor **params;
     ls_tensor **grads;
     char (*names)[LS_NAME_MAX];
+    unsigned char *no_grad; /* [n_params] of a module without children: parameter i needs no gradient
+                             * (a container's are unused: its layers hold the flags) */
     ls_grad_hook hook;
     void *hook_user;
     /* kind-specific */
@@ -66,6 +68,10 @@ struct ls_module {
  * modes the program set (a Dropout or a batch norm it keeps in eval mode). */
 int ls_module_training_get(const ls_module *m, unsigned char *flags);
 int ls_module_training_put(ls_module *m, const unsigned char *flags);
+
+/* Whether any parameter of m (of the modules inside it) needs a gradient: its backward has work to
+ * do even where no input gradient is wanted. */
+int ls_module_any_requires_grad(const ls_module *m);
 
 /* A zeroed module of size bytes (0: sizeof(struct ls_module); a kind's struct embeds ls_module
  * first) with vt, ctx and n_params empty parameter slots. */

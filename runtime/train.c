@@ -72,6 +72,15 @@ struct ls_trainer {
     ls_tensor *xl; /* the batch cast to f16/bf16 [cap, features] (mixed precision) */
     int n_params;
     ls_tensor **grads;
+    /* the gradients of the parameters that need one (ls_module_requires_grad, read at create):
+     * the reducer's, zeroed and checked for inf/NaN at each step; a frozen parameter's gradient is
+     * never computed, and the trainer leaves it as it is (PyTorch DDP leaves a parameter with
+     * requires_grad False out of its buckets). requires[i]: parameter i's flag at create;
+     * train_of[i]: its index among them, -1 when frozen. */
+    int n_train;
+    ls_tensor **train;
+    unsigned char *requires;
+    int *train_of;
     /* a sharded optimizer (ls_optimizer_shard): its parameters and their owners, each broadcast from
      * its owner after every step; NULL when unsharded */
     int n_owned;
@@ -144,7 +153,11 @@ static ls_status env_auto_on_off(const char *name, int *out) {
     return LS_OK;
 }
 
-static ls_status reducer_hook(void *user, int i) { return ls_reducer_grad_ready(user, i); }
+/* The model's parameter i is final: the reducer's gradient of it, unless it is frozen (none). */
+static ls_status reducer_hook(void *user, int i) {
+    const ls_trainer *t = user;
+    return t->train_of[i] < 0 ? LS_OK : ls_reducer_grad_ready(t->reducer, t->train_of[i]);
+}
 
 /* Input buffers: device tensors (in the context's allocator) on a GPU, when the data set is
  * kept "on the device" of a CPU context (LOCKSTEP_DATA_ON_DEVICE=on) or when staged copies are
@@ -304,6 +317,9 @@ void ls_trainer_destroy(ls_trainer *t) {
     free(t->hint.idx);
     free(t->pf.idx);
     free(t->grads);
+    free(t->train);
+    free(t->requires);
+    free(t->train_of);
     free(t->owned);
     free(t->owners);
     free(t->own_grads);
@@ -376,6 +392,14 @@ static ls_status check_optimizer(ls_module *model, const ls_optimizer *opt) {
                             "the optimizer's parameter %d is the model's parameter %d, but its gradient is not "
                             "ls_module_grad(model, %d)",
                             i, j, j);
+        /* torch.optim skips a parameter whose gradient is None; this optimizer would step it on a
+         * gradient never computed (momentum and weight decay still moving it) */
+        if (!ls_module_requires_grad(model, j))
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "the model's parameter %d (%s) needs no gradient (ls_module_set_requires_grad) but is the "
+                            "optimizer's parameter %d, which would step it on a gradient never computed: leave it "
+                            "out of the optimizer",
+                            j, ls_module_param_name(model, j), i);
     }
     return LS_OK;
 }
@@ -446,7 +470,7 @@ static ls_status reduce_owners(ls_trainer *t, int **out) {
                 to[i] = t->owners[j];
                 break;
             }
-        if (to[i] == rank) t->own_grads[t->n_own_grads++] = t->grads[i];
+        if (to[i] == rank && t->train_of[i] >= 0) t->own_grads[t->n_own_grads++] = t->grads[i];
     }
     t->n_clip = 0;
     for (int i = 0; i < t->n_params; i++)
@@ -590,7 +614,9 @@ static ls_status check_settings(ls_comm *comm, ls_module *model, ls_optimizer *o
         int j = 0;
         while (j < no && ls_optimizer_param(opt, j, NULL) != p) j++;
         snprintf(names[2 * i], sizeof names[2 * i], "parameter %d (%s)", i, pn ? pn : "unnamed");
-        set[n++] = ls_setting_str(names[2 * i], j < no ? "updated by the optimizer" : "frozen (not in the optimizer)");
+        set[n++] = ls_setting_str(names[2 * i], !ls_module_requires_grad(model, i) ? "frozen (requires no gradient)"
+                                                : j < no                           ? "updated by the optimizer"
+                                                                                   : "frozen (not in the optimizer)");
         snprintf(names[2 * i + 1], sizeof names[2 * i + 1], "the weight decay of parameter %d (%s)", i,
                  pn ? pn : "unnamed");
         set[n++] = ls_setting_num(names[2 * i + 1], j < no ? ls_optimizer_weight_decay(opt, j) : 0);
@@ -664,6 +690,15 @@ static ls_status init_local(ls_trainer *t, ls_ctx *ctx, ls_comm *comm, ls_module
     t->grads = calloc((size_t)t->n_params, sizeof *t->grads);
     if (!t->grads) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
     for (int i = 0; i < t->n_params; i++) t->grads[i] = ls_module_grad(model, i);
+    t->train = calloc((size_t)(t->n_params > 0 ? t->n_params : 1), sizeof *t->train);
+    t->requires = calloc((size_t)(t->n_params > 0 ? t->n_params : 1), 1);
+    t->train_of = calloc((size_t)(t->n_params > 0 ? t->n_params : 1), sizeof *t->train_of);
+    if (!t->train || !t->requires || !t->train_of) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
+    for (int i = 0; i < t->n_params; i++) {
+        t->requires[i] = (unsigned char)ls_module_requires_grad(model, i);
+        t->train_of[i] = t->requires[i] ? t->n_train : -1;
+        if (t->requires[i]) t->train[t->n_train++] = t->grads[i];
+    }
     t->clip = calloc((size_t)(t->n_params > 0 ? t->n_params : 1), sizeof *t->clip);
     t->in_opt = calloc((size_t)(t->n_params > 0 ? t->n_params : 1), 1);
     if (!t->clip || !t->in_opt) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the trainer");
@@ -756,10 +791,15 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
         LS_CHECK_GOTO(shard_optimizer(t), s, fail);
         int *to = NULL; /* each gradient's owner, when they are reduced to their owners */
         LS_CHECK_GOTO(reduce_owners(t, &to), s, fail);
-        s = ls_reducer_create_to_owners(t->comm, ctx, t->n_params, t->grads, to, &cfg->buckets, &t->reducer);
+        if (to) /* the owners of the gradients the reducer holds: the trained ones */
+            for (int i = 0; i < t->n_params; i++)
+                if (t->train_of[i] >= 0) to[t->train_of[i]] = to[i];
+        /* frozen parameters' gradients in no bucket (every rank froze the same: check_settings) */
+        if (t->n_train > 0)
+            s = ls_reducer_create_to_owners(t->comm, ctx, t->n_train, t->train, to, &cfg->buckets, &t->reducer);
         free(to);
         if (s != LS_OK) goto fail;
-        t->compress_f16 = ls_reducer_get_config(t->reducer).compress == LS_REDUCER_F16;
+        if (t->reducer) t->compress_f16 = ls_reducer_get_config(t->reducer).compress == LS_REDUCER_F16;
     } else {
         /* one rank has no reducer, but a bad LOCKSTEP_GRAD_COMPRESS or bucket size is an error here
          * too, not first on the day the job runs on two */
@@ -776,6 +816,8 @@ fail:
     ls_trainer_destroy(t);
     return s;
 }
+
+const ls_reducer *ls_trainer_reducer(const ls_trainer *t) { return t ? t->reducer : NULL; }
 
 int ls_trainer_shard_reduce(const ls_trainer *t) { return !t || !t->owners ? 0 : t->reduce_owned ? 1 : -1; }
 
@@ -1193,7 +1235,8 @@ static ls_status inject_inf(ls_trainer *t) {
     if (t->steps + 1 != t->inject_step || rank != t->inject_rank) return LS_OK; /* the step being taken */
     float inf = 1.0f / 0.0f;
     /* reduced to their owners: one of this rank's own, the gradients it checks */
-    ls_tensor *g = t->reduce_owned && t->n_own_grads > 0 ? t->own_grads[0] : t->grads[0];
+    ls_tensor *g = t->reduce_owned && t->n_own_grads > 0 ? t->own_grads[0] : t->n_train > 0 ? t->train[0] : NULL;
+    if (!g) return LS_OK; /* every parameter frozen: no gradient to put it in */
     ls_tensor one = ls_tensor_view(&inf, LS_F32, ls_device_cpu(), 1, (int64_t[]){1});
     ls_tensor dst = ls_tensor_view(g->data, LS_F32, g->device, 1, (int64_t[]){1});
     LS_LOG_W("LOCKSTEP_AMP_INJECT_INF: an inf gradient on rank %d at step %lld", rank, (long long)t->steps + 1);
@@ -1309,6 +1352,21 @@ static ls_status check_indices(const char *fn, const ls_dataset *data, const int
     return LS_OK;
 }
 
+/* The parameters needing a gradient are those of ls_trainer_create: its reducer, clipping and
+ * inf/NaN check were planned for them (a parameter frozen since would be stepped on a zero
+ * gradient, one unfrozen since would train on this rank's gradient alone, accumulating). */
+static ls_status check_requires(const ls_trainer *t) {
+    for (int i = 0; i < t->n_params; i++)
+        if (ls_module_requires_grad(t->model, i) != t->requires[i])
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "ls_trainer_step: the model's parameter %d (%s) was %s (ls_module_set_requires_grad) "
+                            "after the trainer was made, whose gradient exchange, clipping and inf/NaN checks "
+                            "cover the parameters that needed a gradient then: set the flags before "
+                            "ls_trainer_create (a new trainer for new ones)",
+                            i, ls_module_param_name(t->model, i), t->requires[i] ? "frozen" : "unfrozen");
+    return LS_OK;
+}
+
 static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *idx, int64_t count,
                           int64_t global_count, ls_step_stats *stats) {
     LS_CHECK_ARG(t && data && (idx || count <= 0), "ls_trainer_step: %s is NULL",
@@ -1361,8 +1419,10 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
     ls_step_stats st;
     memset(&st, 0, sizeof st);
     st.global_samples = global_count;
-    /* with the reducer's bucket views, one memset a bucket (not one a gradient) */
-    LS_CHECK(t->reducer ? ls_reducer_zero_grads(t->reducer) : ls_module_zero_grad(t->model));
+    LS_CHECK(check_requires(t));
+    /* with the reducer's bucket views, one memset a bucket (not one a gradient); a frozen
+     * parameter's gradient is left as it is */
+    LS_CHECK(t->reducer ? ls_reducer_zero_grads(t->reducer) : ls_op_zero_many(t->ctx, t->n_train, t->train));
     /* the parameters stay as they are until the optimizer: f16/bf16 weight copies are cast once
      * (on a GPU all at once, in multi-tensor launches) for every micro-batch and recomputation */
     LS_CHECK(ls_module_cache_weight_casts(t->model, 1));
@@ -1382,7 +1442,7 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
         int64_t n = hi > lo ? hi - lo : 0;
         if (last && t->reducer) {
             LS_CHECK(ls_reducer_begin(t->reducer, 1.0));
-            ls_module_set_grad_hook(t->model, reducer_hook, t->reducer);
+            ls_module_set_grad_hook(t->model, reducer_hook, t);
         }
         if (n > 0) {
             LS_TL_T0(t_load);
@@ -1430,8 +1490,8 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
         LS_TL_T0(t_unscale);
         /* reduced to their owners, each rank checks (and unscales) its own: every gradient is
          * checked once, and the flag is combined over the ranks */
-        LS_CHECK(ls_amp_step(&t->scaler, t->ctx, t->comm, t->reduce_owned ? t->n_own_grads : t->n_params,
-                             t->reduce_owned ? t->own_grads : t->grads, t->amp));
+        LS_CHECK(ls_amp_step(&t->scaler, t->ctx, t->comm, t->reduce_owned ? t->n_own_grads : t->n_train,
+                             t->reduce_owned ? t->own_grads : t->train, t->amp));
         LS_TL_SPAN(t_unscale, "unscale and inf check", "amp");
         if (defer) { /* the flag goes to the totals with the step's losses */
             LS_CHECK(ls_allocator_download(t->ctx->alloc, t->ds_next, dslot_flag(t, defer), t->amp + LS_AMP_FOUND,

@@ -103,6 +103,10 @@ void ls_trainer_destroy(ls_trainer *t);
 /* With a sharded optimizer over several ranks: 1 when each gradient is reduced to its owner, -1 when
  * gradients are all-reduced (cfg->shard_reduce, LOCKSTEP_SHARD_REDUCE); 0 otherwise. */
 int ls_trainer_shard_reduce(const ls_trainer *t);
+/* The trainer's gradient reducer, to read its buckets (ls_reducer_num_buckets, ls_reducer_bucket):
+ * its gradient i is the i-th of the model's parameters that need a gradient (frozen ones are in no
+ * bucket); NULL on one rank, or where every parameter is frozen. */
+const ls_reducer *ls_trainer_reducer(const ls_trainer *t);
 
 /* One optimizer step over this rank's samples idx[0..count) (count <= accum_steps *
  * batch_per_rank, split into micro-batches), global_count = samples in the step over all ranks

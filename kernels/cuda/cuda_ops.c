@@ -448,7 +448,8 @@ static ls_status cu_linear_bwd(void *st, ls_dtype t, int64_t B, int64_t in, int6
         else
             LS_CHECK(gemm_ex(s, t, t, 0, 0, B, in, out, 1.0, dy, out, w, in, 0.0, dx, in));
     }
-    if (in > 0 && out > 0) LS_CHECK(gemm_ex(s, t, master(t), 1, 0, out, in, B, 1.0, dy, out, x, in, 1.0, dw, in));
+    if (dw && in > 0 && out > 0) /* dw NULL: a frozen weight */
+        LS_CHECK(gemm_ex(s, t, master(t), 1, 0, out, in, B, 1.0, dy, out, x, in, 1.0, dw, in));
     if (db) LS_CUDA_CHECK(ls_cuda_bias_grad(&s->launch, t, B, out, dy, db));
     return LS_OK;
 }

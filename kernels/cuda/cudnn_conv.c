@@ -507,11 +507,11 @@ ls_status ls_cudnn_conv2d_bwd(ls_cuda_state *s, ls_dtype t, const ls_conv2d_para
         conv_args g = {NULL, w, dy, dx, 0.0, cws, need - stage};
         LS_CHECK(conv_run(s, e, DIR_BWD_DATA, &g));
     }
-    if (stage) { /* dw in the input dtype into the workspace, then added into the f32 master */
+    if (dw && stage) { /* dw in the input dtype into the workspace, then added into the f32 master */
         conv_args g = {x, NULL, dy, ws, 0.0, cws, need - stage};
         LS_CHECK(conv_run(s, e, DIR_BWD_FILTER, &g));
         LS_CUDA_CHECK(ls_cuda_accumulate_master(&s->launch, t, p->K * (p->C / p->groups) * p->R * p->S, ws, dw));
-    } else {
+    } else if (dw) { /* NULL: a frozen weight, no filter gradient */
         conv_args g = {x, NULL, dy, dw, 1.0, cws, need};
         LS_CHECK(conv_run(s, e, DIR_BWD_FILTER, &g));
     }
