@@ -5,7 +5,10 @@
  * and the time per step; with --sgemm it instead times OpenBLAS sgemm alone on the same
  * eight GEMM shapes a step runs, the ceiling for the achieved rate. --batch-size is per rank;
  * --ema DECAY also updates an EMA of the weights after every step; --dropout P puts a Dropout
- * after each hidden activation (masks keyed to step and sample). Not a test: compare_mlp.py,
+ * after each hidden activation (masks keyed to step and sample); --freeze N fine-tunes: the first N
+ * layers frozen (ls_module_set_requires_grad, left out of the optimizer; with --freeze-optim only
+ * left out of the optimizer, their gradients still computed and all-reduced, the A of an A/B).
+ * Not a test: compare_mlp.py,
  * compare_ddp.py and compare_ema.py run it beside PyTorch. */
 #include <cblas.h>
 #include <getopt.h>
@@ -41,16 +44,21 @@ static void usage(FILE *f) {
                "  --ema DECAY            also update an exponential moving average of the weights after\n"
                "                         every step (ls_ema_update)\n"
                "  --dropout P            a Dropout(P) after each hidden activation (ls_mlp_create_dropout)\n"
+               "  --freeze N             fine-tuning: the first N (0 to 2) of the 3 layers frozen (no gradient\n"
+               "                         computed or all-reduced: ls_module_set_requires_grad; default 0)\n"
+               "  --freeze-optim         with --freeze: the frozen layers only left out of the optimizer, their\n"
+               "                         gradients computed and all-reduced as before\n"
                "  -h, --help             this text\n");
 }
 
 /* GEMM FLOPs of one training step: forward of every layer, weight gradients of every layer, and
- * input gradients of every layer but the first. */
-static double step_flops(const int64_t *s, int n, int64_t B) {
+ * input gradients of every layer but the first; with the first skip layers needing no gradient,
+ * their forward alone, and no input gradient of the first layer that trains. */
+static double step_flops(const int64_t *s, int n, int64_t B, int skip) {
     double f = 0;
     for (int i = 0; i + 1 < n; i++) {
         double layer = 2.0 * (double)B * (double)s[i] * (double)s[i + 1];
-        f += layer * (i == 0 ? 2 : 3);
+        f += layer * (i < skip ? 1 : i == skip ? 2 : 3);
     }
     return f;
 }
@@ -87,7 +95,7 @@ static int run_sgemm(const int64_t *s, int n, int64_t B, int steps) {
         }
     }
     double dt = bench_now_s() - t0;
-    printf("sgemm GFLOP/s %.2f step_ms %.3f\n", step_flops(s, n, B) * steps / dt / 1e9, 1000 * dt / steps);
+    printf("sgemm GFLOP/s %.2f step_ms %.3f\n", step_flops(s, n, B, 0) * steps / dt / 1e9, 1000 * dt / steps);
     free(a);
     free(w);
     free(c);
@@ -96,7 +104,7 @@ static int run_sgemm(const int64_t *s, int n, int64_t B, int steps) {
 
 int main(int argc, char **argv) {
     int64_t B = 128;
-    int steps = 400, sgemm = 0;
+    int steps = 400, sgemm = 0, freeze = 0, freeze_optim = 0;
     double ema_decay = -1, dropout = 0;
     const char *dir = NULL, *device = NULL;
     static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'},
@@ -106,6 +114,8 @@ int main(int argc, char **argv) {
                                          {"device", required_argument, 0, 'D'},
                                          {"ema", required_argument, 0, 'e'},
                                          {"dropout", required_argument, 0, 'p'},
+                                         {"freeze", required_argument, 0, 'f'},
+                                         {"freeze-optim", no_argument, 0, 'F'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
@@ -124,6 +134,10 @@ int main(int argc, char **argv) {
             ema_decay = bench_num("--ema", optarg, 0, 0, 0.999999);
         else if (c == 'p')
             dropout = bench_num("--dropout", optarg, 0, 0, 0.999999);
+        else if (c == 'f')
+            freeze = (int)bench_int("--freeze", optarg, 0, 2);
+        else if (c == 'F')
+            freeze_optim = 1;
         else {
             usage(c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;
@@ -151,13 +165,15 @@ int main(int argc, char **argv) {
     bench_batch_fits("--batch-size", B, ls_sampler_num_samples(smp), "the training samples per rank", comm);
     BENCH_CHECK("model", ls_mlp_create_dropout(ctx, LS_F32, 4, sizes, LS_ACT_RELU, (float)dropout, 42, &model));
     ls_tensor *p[6], *g[6];
-    for (int i = 0; i < 6; i++) {
-        p[i] = ls_module_param(model, i);
-        g[i] = ls_module_grad(model, i);
+    const int nf = 2 * freeze; /* the frozen layers' weights and biases, first in the list */
+    for (int i = nf; i < 6; i++) {
+        p[i - nf] = ls_module_param(model, i);
+        g[i - nf] = ls_module_grad(model, i);
     }
+    for (int i = 0; i < nf && !freeze_optim; i++) BENCH_CHECK("--freeze", ls_module_set_requires_grad(model, i, 0));
     ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
     oc.lr = 0.05f;
-    BENCH_CHECK("optimizer", ls_optimizer_create(ctx, 6, p, g, &oc, &opt));
+    BENCH_CHECK("optimizer", ls_optimizer_create(ctx, 6 - nf, p, g, &oc, &opt));
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
     tc.batch_per_rank = B;
@@ -216,8 +232,8 @@ int main(int argc, char **argv) {
     if (rank == 0)
         printf("lockstep ranks %d samples/s %.1f step_ms %.3f GFLOP/s %.2f loss %.4f prefetched %lld\n", world,
                (double)stepped_global / dt, 1000 * dt / steps,
-               step_flops(sizes, 4, 1) * (double)stepped_local / dt / 1e9, st.loss_sum / (double)st.samples,
-               (long long)pf_hits);
+               step_flops(sizes, 4, 1, freeze_optim ? 0 : freeze) * (double)stepped_local / dt / 1e9,
+               st.loss_sum / (double)st.samples, (long long)pf_hits);
     free(idx);
     free(nidx);
     ls_sampler_destroy(smp);
