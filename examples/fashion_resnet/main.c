@@ -41,7 +41,7 @@ typedef struct options {
     int momentum_given; /* --momentum: SGD's, refused with AdamW */
     int64_t warmup;
     ex_train_flags tf; /* the flags both examples share (example_cli.h) */
-    int blocks, ckpt_segments, sync_bn, augment;
+    int blocks, ckpt_segments, sync_bn, augment, freeze_backbone;
     uint64_t seed;
     const char *data_dir, *device, *comm, *metrics;
     int progress;       /* -1 auto */
@@ -102,6 +102,9 @@ static void usage(FILE *f) {
         "                        model.safetensors or ema.safetensors, or a PyTorch state_dict of the\n"
         "                        same names and shapes (f32, f16, bf16 or f64); a checkpoint resumed\n"
         "                        replaces them\n"
+        "  --freeze-backbone     fine-tuning: train the classifier (the last Linear) alone, every other\n"
+        "                        layer frozen: no gradient computed or all-reduced for it, as PyTorch's\n"
+        "                        requires_grad_(False); batch norm's statistics still update\n"
         "  --seed N              seed for initialization, shuffling and augmentation (default 42)\n"
         "  --train-limit N       use only the first N training samples (default all 60000)\n"
         "  --test-limit N        use only the first N test samples (default all 10000)\n"
@@ -155,6 +158,7 @@ static int parse_options(int argc, char **argv, options *o) {
                                              {"checkpoint-activations", optional_argument, 0, 'K'},
                                              {"sync-bn", no_argument, 0, 'Y'},
                                              {"augment", no_argument, 0, 'G'},
+                                             {"freeze-backbone", no_argument, 0, 1101},
                                              {"memory-cap", required_argument, 0, 'M'},
                                              {"seed", required_argument, 0, 's'},
                                              {"train-limit", required_argument, 0, 'T'},
@@ -228,6 +232,7 @@ static int parse_options(int argc, char **argv, options *o) {
             break;
         case 'Y': o->sync_bn = 1; break;
         case 'G': o->augment = 1; break;
+        case 1101: o->freeze_backbone = 1; break;
         case 'M': o->memory_cap = optarg; break;
         case 's':
             if (parse_i64("--seed", optarg, 0, INT64_MAX, &v)) return -1;
@@ -317,7 +322,7 @@ static ls_status evaluate_ema(ls_ema *ema, ls_trainer *trainer, ls_comm *comm, l
  * and --memory-cap may differ per rank: --batch-size auto takes the smallest batch that fits). */
 static ls_status check_same_options(ls_comm *comm, const options *o, const ls_dataset *train, const ls_dataset *test,
                                     ex_ckpt *record) {
-    ls_setting set[EX_SAME_COMMON_N + 4 + EX_SAME_EXTRA];
+    ls_setting set[EX_SAME_COMMON_N + 5 + EX_SAME_EXTRA];
     char seed[24];
     int n = 0;
     EX_SAME_COMMON(set, n, o, seed);
@@ -325,6 +330,7 @@ static ls_status check_same_options(ls_comm *comm, const options *o, const ls_da
     set[n++] = ls_setting_num("--blocks", o->blocks);
     set[n++] = ls_setting_flag("--sync-bn", o->sync_bn);
     set[n++] = ls_setting_flag("--augment", o->augment);
+    set[n++] = ls_setting_flag("--freeze-backbone", o->freeze_backbone);
     return ex_check_same_options(comm, set, n, &o->tf, &o->ck, train, test, record);
 }
 
@@ -424,14 +430,19 @@ int main(int argc, char **argv) {
         oc.momentum = (float)o.momentum;
         oc.nesterov = o.momentum > 0;
     }
-    int np = ls_module_num_params(model);
+    int np = ls_module_num_params(model), n_opt = 0;
+    if (o.freeze_backbone) { /* all but the classifier, the model's last two parameters */
+        TRY("--freeze-backbone", ls_module_set_requires_grad(model, -1, 0));
+        for (int i = np - 2; i < np; i++) TRY("--freeze-backbone", ls_module_set_requires_grad(model, i, 1));
+    }
     params = calloc((size_t)np, sizeof *params);
     grads = calloc((size_t)np, sizeof *grads);
     if (!params || !grads) TRY("parameters", ls_error(LS_ERR_OUT_OF_MEMORY, "no memory for the parameter list"));
-    for (int i = 0; i < np; i++) {
-        params[i] = ls_module_param(model, i);
-        grads[i] = ls_module_grad(model, i);
-    }
+    for (int i = 0; i < np; i++) /* a frozen parameter is not the optimizer's */
+        if (ls_module_requires_grad(model, i)) {
+            params[n_opt] = ls_module_param(model, i);
+            grads[n_opt++] = ls_module_grad(model, i);
+        }
     ls_train_config tc;
     memset(&tc, 0, sizeof tc);
     ex_train_flags_train(&o.tf, lr_kind, &tc);
@@ -489,7 +500,7 @@ int main(int argc, char **argv) {
     tc.lr.base_lr = oc.lr;
     tc.lr.warmup_steps = o.warmup;
     tc.lr.total_steps = steps * o.epochs;
-    TRY("optimizer", ls_optimizer_create(ctx, np, params, grads, &oc, &opt));
+    TRY("optimizer", ls_optimizer_create(ctx, n_opt, params, grads, &oc, &opt));
     tc.totals = 1; /* the epoch's loss and accuracy: read once, at its end */
     TRY_ALL("trainer", ls_trainer_create(ctx, comm, model, opt, &tc, &trainer));
     char hint[512];
@@ -511,6 +522,12 @@ int main(int argc, char **argv) {
                (long long)o.batch, o.accum, world, (long long)steps, steps == 1 ? "" : "s");
         if (o.ckpt_segments)
             printf("activation checkpointing: %d segment%s\n", o.ckpt_segments, o.ckpt_segments == 1 ? "" : "s");
+    }
+    if (rank == 0 && o.freeze_backbone) {
+        int64_t trained = 0;
+        for (int i = 0; i < n_opt; i++) trained += ls_tensor_numel(params[i]);
+        printf("fashion_resnet: --freeze-backbone: %lld of the %lld parameters train (the classifier)\n",
+               (long long)trained, (long long)ls_module_num_elements(model));
     }
     if (rank == 0) ex_print_shard("fashion_resnet", opt, trainer, world);
     fflush(stdout);
