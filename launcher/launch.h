@@ -60,8 +60,10 @@ int lsr_count_cpus(void);
 int lsr_count_cores(void);
 
 /* Resolves a program like execvp: a name with '/' is used as is, else searched in PATH. Returns
- * 0 with a malloc'd path in *out, or an errno-like code: ENOENT (not found), EACCES (not an
- * executable regular file). */
+ * 0 with a malloc'd path in *out, or an errno-like code: ENOENT (not found), ENOEXEC (not an
+ * executable regular file), or, for a name with '/', why it could not be looked at (EACCES: a
+ * directory on its path may not be searched by this user). A PATH entry this user may not search
+ * is passed over, as by the shell. */
 int lsr_find_program(const char *name, char **out);
 
 /* Runs argv (argv[0] a path, no PATH search) with stdin from /dev/null and its standard output

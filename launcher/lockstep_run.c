@@ -200,8 +200,9 @@ static void usage(FILE *f) {
                "\n"
                "Exit status: the program's (mpirun and srun pass it on; 128 + N for a rank killed by\n"
                "signal N); 2 for a usage error (bad option, hostfile, -n, missing mpirun); 127 when\n"
-               "program (or its #! interpreter) is not found, 126 when it is not executable, both\n"
-               "checked before anything starts. mpirun itself exits 131 or 132 when it cannot start\n"
+               "program (or its #! interpreter) is not found, 126 when it is not executable or lies\n"
+               "in a directory this user may not search, both checked before anything starts.\n"
+               "mpirun itself exits 131 or 132 when it cannot start\n"
                "the program on a host (131: it could not execute it; 132: not found or not executable).\n"
                "1 when --help, --version or --dry-run cannot write their output (a full disk).\n"
                "\n"
@@ -497,9 +498,18 @@ static void print_command(FILE *f, const lsr_strvec *env, char *const *argv) {
     fputc('\n', f);
 }
 
+/* Why a program lsr_find_program could not look at (not ENOENT, ENOEXEC) cannot be run, into buf:
+ * stat's error, and for EACCES which part of the path it is (the file itself is looked at, not
+ * opened: only a directory on the way refuses a stat; root's never did). */
+static const char *unreachable(int rc, char *buf, size_t len) {
+    snprintf(buf, len, "%s%s", strerror(rc),
+             rc == EACCES ? " (a directory on its path may not be searched by this user)" : "");
+    return buf;
+}
+
 /* A script's #! interpreter must be there too: execve fails with ENOENT without one, and mpirun
- * then exits 131 ("bad interpreter"), which reads as 128 + SIGQUIT. Returns 0, or ENOENT/EACCES
- * as lsr_find_program with the interpreter's path in interp, or EILSEQ for a #! line that ends
+ * then exits 131 ("bad interpreter"), which reads as 128 + SIGQUIT. Returns 0, or an error
+ * as lsr_find_program's with the interpreter's path in interp, or EILSEQ for a #! line that ends
  * in "\r\n" (a script saved with Windows line endings: the kernel ends the interpreter's name,
  * or its argument, at a blank or the '\n' only, so '/bin/sh\r' is not found). */
 static int check_interpreter(const char *path, char *interp, size_t len) {
@@ -846,7 +856,9 @@ static void plan_launcher(const lsr_opts *o, lsr_plan *p) {
     if (o->mpirun) {
         int rc = lsr_find_program(o->mpirun, &p->mpirun_path);
         if (rc == ENOENT) die_usage("%s %s: no such program", o->mpirun_src, o->mpirun);
-        if (rc) die_usage("%s %s: not an executable file", o->mpirun_src, o->mpirun);
+        if (rc == ENOEXEC) die_usage("%s %s: not an executable file", o->mpirun_src, o->mpirun);
+        char why[256];
+        if (rc) die_usage("%s %s: cannot be run: %s", o->mpirun_src, o->mpirun, unreachable(rc, why, sizeof why));
     } else if (lsr_find_program("mpirun", &p->mpirun_path)) {
         if (p->hosts.n)
             die_usage("%s needs mpirun, which was not found in PATH; install Open MPI "
@@ -1226,13 +1238,16 @@ int main(int argc, char **argv) {
     int rc = 0;
     plan_hosts(&o, &p);
     /* The program must exist before anything is started. */
+    char why[256];
     int prc = lsr_find_program(o.prog[0], &p.prog_path);
     if (prc) {
         if (prc == ENOENT)
             note("program '%s' not found%s", o.prog[0],
                  strchr(o.prog[0], '/') ? "" : " in PATH (give a path such as ./prog)");
-        else
+        else if (prc == ENOEXEC)
             note("program '%s' is not an executable file", o.prog[0]);
+        else
+            note("program '%s' cannot be run: %s", o.prog[0], unreachable(prc, why, sizeof why));
         rc = prc == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
         goto done;
     }
@@ -1246,8 +1261,11 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (prc) {
-        note("program '%s' cannot run: its interpreter '%s' (the #! line) %s", o.prog[0], interp,
-             prc == ENOENT ? "was not found" : "is not an executable file");
+        note("program '%s' cannot run: its interpreter '%s' (the #! line) %s%s", o.prog[0], interp,
+             prc == ENOENT    ? "was not found"
+             : prc == ENOEXEC ? "is not an executable file"
+                              : "cannot be run: ",
+             prc == ENOENT || prc == ENOEXEC ? "" : unreachable(prc, why, sizeof why));
         rc = prc == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
         goto done;
     }

@@ -134,10 +134,12 @@ int lsr_count_cores(void) {
     return nseen > 0 ? nseen : lsr_count_cpus();
 }
 
+/* 0, ENOENT, ENOEXEC (there, but no executable regular file), or stat's errno (EACCES: a
+ * directory on the path this user may not search; root was never refused one) */
 static int check_exec(const char *path) {
     struct stat st;
-    if (stat(path, &st) != 0) return errno == ENOENT || errno == ENOTDIR ? ENOENT : EACCES;
-    if (!S_ISREG(st.st_mode) || access(path, X_OK) != 0) return EACCES;
+    if (stat(path, &st) != 0) return errno == ENOENT || errno == ENOTDIR ? ENOENT : errno;
+    if (!S_ISREG(st.st_mode) || access(path, X_OK) != 0) return ENOEXEC;
     return 0;
 }
 
@@ -167,11 +169,11 @@ int lsr_find_program(const char *name, char **out) {
             return 0;
         }
         free(cand);
-        found_noexec |= rc == EACCES;
+        found_noexec |= rc == ENOEXEC; /* a directory it may not search: as one without it */
         if (!end) break;
         p = end + 1;
     }
-    return found_noexec ? EACCES : ENOENT;
+    return found_noexec ? ENOEXEC : ENOENT;
 }
 
 static long now_ms(void) {

@@ -278,4 +278,46 @@ expect_rc 0
 err 2 "no program given" -n 2
 err 2 "no program given" -n 2 --
 
+# A directory this user may not search (root searches any: as root, run as nobody): the program in
+# it "cannot be run: Permission denied", not "not an executable file" (it is); its interpreter the
+# same; a PATH entry of that kind is passed over, as by the shell: a program in none is not found
+# (a PATH holding /root/bin, kept by su, made every typo "not an executable file"), and one later
+# in PATH is used.
+as=()
+[ "$(id -u)" != 0 ] || as=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+if [ ${#as[@]} -eq 0 ] || { command -v setpriv >/dev/null && "${as[@]}" test -x "$LSR"; }; then
+    mkdir "$tmp/shut"
+    cp /bin/true "$tmp/shut/prog"
+    printf '#!%s\n' "$tmp/shut/prog" >"$tmp/shutinterp"
+    chmod 755 "$tmp/shutinterp"
+    chmod 0 "$tmp/shut"
+    nosearch="Permission denied (a directory on its path may not be searched by this user)"
+    unshut() { chmod 755 "$tmp/shut"; }
+    case_ "a program in a directory this user may not search"
+    run "${as[@]}" "$LSR" -n 2 "$tmp/shut/prog"
+    expect_rc 126
+    expect_out ""
+    [ "$err" = "lockstep-run: program '$tmp/shut/prog' cannot be run: $nosearch" ] || fail "stderr: $err"
+    case_ "an interpreter in a directory this user may not search"
+    run "${as[@]}" "$LSR" -n 1 "$tmp/shutinterp"
+    expect_rc 126
+    [ "$err" = "lockstep-run: program '$tmp/shutinterp' cannot run: its interpreter '$tmp/shut/prog' (the #! line) cannot be run: $nosearch" ] ||
+        fail "stderr: $err"
+    case_ "--mpirun in a directory this user may not search"
+    run "${as[@]}" "$LSR" --mpirun "$tmp/shut/mpirun" -n 2 true
+    expect_rc 2
+    [ "$err" = "lockstep-run: --mpirun $tmp/shut/mpirun: cannot be run: $nosearch" ] || fail "stderr: $err"
+    case_ "PATH's first entry a directory this user may not search"
+    run PATH="$tmp/shut:$BASEPATH" "${as[@]}" "$LSR" -n 2 no-such-program-xyz
+    expect_rc 127
+    [ "$err" = "lockstep-run: program 'no-such-program-xyz' not found in PATH (give a path such as ./prog)" ] ||
+        fail "stderr: $err"
+    run PATH="$tmp/shut:$BASEPATH" "${as[@]}" "$LSR" --dry-run -n 1 true
+    expect_rc 0
+    expect_out "true"
+    unshut
+else
+    echo "note: cannot run lockstep-run as nobody here; a directory it may not search is left out" >&2
+fi
+
 finish
