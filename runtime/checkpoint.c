@@ -1937,6 +1937,24 @@ ls_status ls_ckpt_verify(const char *ckpt_dir, int64_t *step) {
     return LS_OK;
 }
 
+/* 1 where this user may not read checkpoint directory p or a file in it (its permissions: not damage,
+ * and what a chmod mends; root reads any, so only other users ever see it) */
+static int ckpt_denied(const char *p) {
+    if (faccessat(AT_FDCWD, p, R_OK | X_OK, AT_EACCESS) != 0) return errno == EACCES;
+    DIR *d = opendir(p);
+    if (!d) return errno == EACCES;
+    int denied = 0;
+    struct dirent *e;
+    char f[LS_CKPT_PATH_MAX + 400]; /* p (as find_and_read's) and a name */
+    while (!denied && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(f, sizeof f, "%s/%s", p, e->d_name);
+        denied = faccessat(AT_FDCWD, f, R_OK, AT_EACCESS) != 0 && errno == EACCES;
+    }
+    closedir(d);
+    return denied;
+}
+
 /* The newest checkpoint in dir that verifies, read into b. resume: for a resume (the training
  * programs' --resume), else for ls_ckpt_find_latest (lockstep-ckpt info): what to do where the
  * newest is of a newer format. */
@@ -1973,6 +1991,21 @@ static ls_status find_and_read(const char *dir, ckpt_bundle *b, int *found, int 
                                 why);
             return ls_error(s, "%s (not falling back to an older checkpoint: name one, %s/step-N, to use it)", why,
                             dir);
+        }
+        if (s == LS_ERR_IO && ckpt_denied(p)) { /* not damaged either: a resume past it lost the work since,
+                                                * its save of the same step replacing it */
+            free(v);
+            char why[1024];
+            snprintf(why, sizeof why, "%s", ls_last_error());
+            if (resume)
+                return ls_error(s,
+                                "%s (this user may not read it: not resuming from an older checkpoint; make it "
+                                "readable, or give one with --resume PATH)",
+                                why);
+            return ls_error(s,
+                            "%s (this user may not read it: not falling back to an older checkpoint; make it readable, "
+                            "or name one, %s/step-N, to use it)",
+                            why, dir);
         }
         if (first == LS_OK) {
             first = s;

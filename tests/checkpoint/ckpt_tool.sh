@@ -449,4 +449,35 @@ if [ -n "$RESNET" ]; then # a ResNet's blocks: their layers in brackets, the sho
     b="BatchNorm2d(eps=1e-05, momentum=0.1"
     expect_out "layers      Reshape(1x28x28), Conv2d(stride=1, padding=1, groups=1), $b, relu), Residual(relu)[Conv2d(stride=1, padding=1, groups=1), $b, relu), Conv2d(stride=1, padding=1, groups=1), $b)] x 2, Residual(relu)[Conv2d(stride=2, padding=1, groups=1), $b, relu), Conv2d(stride=1, padding=1, groups=1), $b) | Conv2d(stride=2, padding=0, groups=1), $b)], Residual(relu)["
 fi
+# the newest checkpoint holding a file this user may not read (root reads any: as root, run as
+# nobody): not damaged, so neither a resume nor info falls back past it (a resume went on from the
+# checkpoint before, and its save of the same step replaced the newest one: the work since lost)
+as=()
+[ "$(id -u)" != 0 ] || as=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+if [ ${#as[@]} -eq 0 ] || { command -v setpriv >/dev/null && "${as[@]}" test -x "$PROG" && "${as[@]}" test -x "$TOOL"; }; then
+    U=(--train-limit 256 --test-limit 100 --hidden 16 --batch-size 64 --no-progress --checkpoint-dir NR/ck)
+    train 1 "${U[@]}" --max-steps 4 --save-every 2
+    expect_rc 0
+    if [ ${#as[@]} -gt 0 ]; then chmod 755 "$tmp" && chown -R 65534:65534 NR; fi
+    chmod 0 NR/ck/step-00000004/model.safetensors
+    denied="'NR/ck/step-00000004/model.safetensors': cannot open: Permission denied"
+    "${as[@]}" "$PROG" "${U[@]}" --max-steps 6 --save-every 1 --resume auto >"$tmp/out" 2>&1
+    rc=$?
+    expect_rc 1
+    expect_out "$NAME: --resume: I/O error: $denied (this user may not read it: not resuming from an older checkpoint; make it readable, or give one with --resume PATH)"
+    ! grep -q "resumed from\|^epoch" "$tmp/out" || fail "resumed past a checkpoint this user may not read"
+    [ "$(stat -c %a NR/ck/step-00000004/model.safetensors)" = 0 ] || fail "the unreadable checkpoint was replaced"
+    "${as[@]}" "$TOOL" info NR/ck >"$tmp/out" 2>&1
+    rc=$?
+    expect_rc 1
+    expect_out "$denied (this user may not read it: not falling back to an older checkpoint; make it readable, or name one, NR/ck/step-N, to use it)"
+    "${as[@]}" "$TOOL" verify NR/ck >"$tmp/out" 2>&1
+    rc=$?
+    expect_rc 1
+    expect_out "ok       NR/ck/step-00000002 (step 2)"
+    expect_out "  NR/ck/step-00000004: $denied"
+    echo "ok: a checkpoint this user may not read"
+else
+    echo "note: cannot run the programs as nobody here; a checkpoint this user may not read is left out"
+fi
 echo "PASS"
