@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # disk_full.sh PROG TOOL MPIRUN|none: the file system of --checkpoint-dir misbehaving during a run,
-# on a tmpfs of its own in a private mount namespace (root only: else skipped, 77). Room for one
+# on a tmpfs of its own in a private mount namespace (root, or another user in a user namespace of
+# its own where the system allows them: else skipped, 77). Room for one
 # checkpoint and a half: the first save is made, the second fails: exit 1, the error naming the
 # file and "No space left on device" (written in the background with --save-async, said at the
 # next save), the first checkpoint verifies, nothing else is left in the directory, and once there
@@ -11,8 +12,14 @@
 PROG=$1 TOOL=$2 MPIRUN=$3
 . "$(dirname "$0")/lib.sh"
 export LOCKSTEP_DEVICE=cpu
-if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
-    echo "skipped: needs root and mount namespaces (a tmpfs of its own)"
+if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+    NS=(unshare -m)
+elif unshare -r -m true 2>/dev/null; then # another user: root in a user namespace of its own
+    NS=(unshare -r -m)
+    # Open MPI's session directory, /tmp/ompi.HOST.UID, is then root's (uid 0 there): one of its own
+    mkdir "$tmp/mpitmp" && export TMPDIR=$tmp/mpitmp
+else
+    echo "skipped: needs mount namespaces (a tmpfs of its own), as root or in a user namespace, which this system refuses"
     exit 77
 fi
 A=(--train-limit 1024 --test-limit 100 --hidden 16 --no-progress)
@@ -21,7 +28,7 @@ mkdir fs
 in_fs() {
     local size=$1
     shift
-    timeout 120 unshare -m sh -c 'mount -t tmpfs -o "size=$1" tmpfs fs && shift && eval "$@"' sh "$size" "$@" \
+    timeout 120 "${NS[@]}" sh -c 'mount -t tmpfs -o "size=$1" tmpfs fs && shift && eval "$@"' sh "$size" "$@" \
         >"$tmp/out" 2>&1
     rc=$?
     [ "$rc" -ne 124 ] || fail "$*: still running after 120 s"
@@ -34,7 +41,7 @@ full_case() {
     run="\"$PROG\" ${A[*]} $* --max-steps 4 --save-every 1 --checkpoint-dir fs/ck"
     [ "$np" -eq 1 ] || run="\"$MPIRUN\" --oversubscribe --bind-to none -np $np $run"
     in_fs 180k "$run; echo \"rc=\$?\"; \"$TOOL\" verify fs/ck; echo \"verify=\$?\"; echo '<ls>'; ls -A fs/ck; echo '</ls>';
-        mount -o remount,size=1m fs; $run --resume auto; echo \"resumed=\$?\""
+        mount -o remount,size=1m tmpfs fs; $run --resume auto; echo \"resumed=\$?\""
     local what="$np rank(s) $*"
     grep -qx "rc=1" "$tmp/out" || fail "$what: the run on a full disk did not exit 1"
     local err="$NAME: checkpoint: I/O error: optimizer state '0.weight.momentum': "
@@ -62,7 +69,7 @@ if [ "$MPIRUN" != none ]; then
 fi
 
 # read-only: resume, evaluate and verify work; a save there is refused at the start
-run="\"$PROG\" ${A[*]} --max-steps 2 --save-every 1 --checkpoint-dir fs/ck >/dev/null 2>&1; mount -o remount,ro fs;
+run="\"$PROG\" ${A[*]} --max-steps 2 --save-every 1 --checkpoint-dir fs/ck >/dev/null 2>&1; mount -o remount,ro tmpfs fs;
     \"$PROG\" ${A[*]} --max-steps 4 --checkpoint-dir fs/ck --resume auto; echo \"resume=\$?\";
     \"$PROG\" ${A[*]} --epochs 0 --resume fs/ck/step-00000002; echo \"eval=\$?\";
     \"$TOOL\" verify fs/ck; echo \"verify=\$?\";
