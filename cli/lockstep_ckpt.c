@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -35,8 +37,9 @@ static void usage(FILE *f) {
                "                  records;\n"
                "                  PATH is a checkpoint (DIR/step-N) or a checkpoint directory (each\n"
                "                  step-N in it); exit status 1 when any is damaged, of a newer\n"
-               "                  format than this build reads (NEWER FORMAT), not there (MISSING),\n"
-               "                  or a directory with no checkpoint in it (NONE)\n"
+               "                  format than this build reads (NEWER FORMAT), not readable by this\n"
+               "                  user (UNREADABLE), not there (MISSING), or a directory with no\n"
+               "                  checkpoint in it (NONE)\n"
                "  info PATH       the checkpoint's step, epoch, ranks and batch, optimizer, schedule and\n"
                "                  files (PATH a checkpoint directory: its newest valid checkpoint)\n"
                "  tensors FILE    a safetensors file's tensors: name, dtype, shape, bytes (any file, one\n"
@@ -91,13 +94,35 @@ static const char *printable(const char *s, char *buf, size_t size) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* One checkpoint: "ok", "DAMAGED" or "NEWER FORMAT" (than this build reads: not damaged) and why;
- * returns 1 when not ok. */
+/* 1 where this user may not read checkpoint p or a file in it: its permissions, not damage (root
+ * reads any) */
+static int denied(const char *p) {
+    if (faccessat(AT_FDCWD, p, R_OK | X_OK, AT_EACCESS) != 0) return errno == EACCES;
+    DIR *d = opendir(p);
+    if (!d) return errno == EACCES;
+    int no = 0;
+    struct dirent *e;
+    char f[PATH_MAX + 300];
+    while (!no && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(f, sizeof f, "%s/%s", p, e->d_name);
+        no = faccessat(AT_FDCWD, f, R_OK, AT_EACCESS) != 0 && errno == EACCES;
+    }
+    closedir(d);
+    return no;
+}
+
+/* One checkpoint: "ok", "DAMAGED", "NEWER FORMAT" (than this build reads: not damaged) or
+ * "UNREADABLE" (by this user: not damaged either) and why; returns 1 when not ok. */
 static int verify_one(const char *p) {
     int64_t step = -1;
     ls_status s = ls_ckpt_verify(p, &step);
     if (s != LS_OK) {
-        printf("%s  %s: %s\n", s == LS_ERR_UNSUPPORTED ? "NEWER FORMAT" : "DAMAGED", p, ls_last_error());
+        printf("%s  %s: %s\n",
+               s == LS_ERR_UNSUPPORTED       ? "NEWER FORMAT"
+               : s == LS_ERR_IO && denied(p) ? "UNREADABLE"
+                                             : "DAMAGED",
+               p, ls_last_error());
         return 1;
     }
     printf("ok       %s (step %lld)\n", p, (long long)step);
@@ -124,7 +149,18 @@ static int verify(int n, char **paths) {
         }
         DIR *d = opendir(p);
         if (!d) {
-            printf("DAMAGED  %s: cannot list it\n", p);
+            int e = errno;
+            printf("%s  %s: cannot list it: %s\n", e == EACCES ? "UNREADABLE" : "DAMAGED", p, strerror(e));
+            bad++;
+            continue;
+        }
+        /* listed but not searched (r without x: a chmod -R 644): each step-N was "not a directory",
+         * and the directory "NONE" */
+        if (faccessat(AT_FDCWD, p, X_OK, AT_EACCESS) != 0 && errno == EACCES) {
+            printf("UNREADABLE  %s: cannot look into it: %s (this user may read its names but not search it: no x "
+                   "permission)\n",
+                   p, strerror(EACCES));
+            closedir(d);
             bad++;
             continue;
         }

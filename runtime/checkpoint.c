@@ -1354,6 +1354,15 @@ static ls_status list_steps(const char *dir, step_dir **out, int *n, int warn_sk
         if (errno == ENOENT) return LS_OK;
         return ls_error(LS_ERR_IO, "'%s': cannot list the checkpoint directory: %s", dir, strerror(errno));
     }
+    /* listed but not searched (r without x: a chmod -R 644): every step-N was "not a directory", and
+     * a resume started afresh beside them without a word */
+    if (faccessat(AT_FDCWD, dir, X_OK, AT_EACCESS) != 0 && errno == EACCES) {
+        closedir(d);
+        return ls_error(LS_ERR_IO,
+                        "'%s': cannot look into the checkpoint directory: %s (this user may read its names but not "
+                        "search it: no x permission)",
+                        dir, strerror(EACCES));
+    }
     int cap = 0;
     step_dir *v = NULL;
     struct dirent *e;

@@ -475,7 +475,26 @@ if [ ${#as[@]} -eq 0 ] || { command -v setpriv >/dev/null && "${as[@]}" test -x 
     rc=$?
     expect_rc 1
     expect_out "ok       NR/ck/step-00000002 (step 2)"
-    expect_out "  NR/ck/step-00000004: $denied"
+    expect_out "UNREADABLE  NR/ck/step-00000004: $denied"
+    # a checkpoint directory this user may list but not search (chmod -R 644): its step-N were
+    # "not a directory" to a resume, which started afresh without a word; verify said so too
+    chmod 644 NR/ck/step-00000004/model.safetensors NR/ck
+    nosearch="'NR/ck': cannot look into the checkpoint directory: Permission denied (this user may read its names but not search it: no x permission)"
+    "${as[@]}" "$PROG" "${U[@]}" --max-steps 6 --resume auto >"$tmp/out" 2>&1
+    rc=$?
+    expect_rc 1
+    expect_out "$NAME: --resume: I/O error: $nosearch"
+    ! grep -q "starting from step 0\|^epoch" "$tmp/out" || fail "started afresh beside checkpoints it may not look at"
+    "${as[@]}" "$TOOL" info NR/ck >"$tmp/out" 2>&1
+    rc=$?
+    expect_rc 1
+    expect_out "$nosearch"
+    "${as[@]}" "$TOOL" verify NR/ck >"$tmp/out" 2>&1
+    rc=$?
+    expect_rc 1
+    expect_out "UNREADABLE  NR/ck: cannot look into it: Permission denied (this user may read its names but not search it: no x permission)"
+    ! grep -q "^NONE\|^note" "$tmp/out" || fail "verify of a directory it may not search: $(cat "$tmp/out")"
+    chmod 755 NR/ck
     echo "ok: a checkpoint this user may not read"
 else
     echo "note: cannot run the programs as nobody here; a checkpoint this user may not read is left out"
