@@ -4,6 +4,8 @@
 # runs the unit tests again, then the collectives', DDP's and checkpoints' mpi tests with leak
 # detection off (Open MPI's own allocations would read as leaks; out-of-bounds accesses and use
 # after free are still caught). Build trees: build/ and build-asan/. Exits non-zero on failure.
+# Needs no root (the OMPI_ALLOW_RUN_AS_ROOT variables only matter to root; as another user the
+# network-namespace and Slurm tests skip, saying why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
