@@ -13,8 +13,10 @@
 /* The memory-bound loops of these kernels (normalization, im2col, the residual add) are compiled
  * for AVX-512 and AVX2 as well as the baseline ISA, the best picked at load time (GCC function
  * multiversioning). Arithmetic is the same in every version: no contraction into FMA under
- * -std=c11, and sums keep their fixed 8-way association. Off under the sanitizers. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+ * -std=c11, and sums keep their fixed 8-way association. Off under the sanitizers (under TSan the
+ * instrumented resolvers ran before its runtime started: every program crashed at load). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) &&               \
+    !defined(__SANITIZE_THREAD__)
 #define LS_CPU_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define LS_CPU_HOT

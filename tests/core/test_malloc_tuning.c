@@ -5,14 +5,15 @@
  * (arena stays). "off" (run with LOCKSTEP_MALLOC_TUNING=0, and =off): glibc's defaults, the 20 MiB
  * block mmapped ("off" left the tuning on without a word). "refused" (run with
  * LOCKSTEP_MALLOC_TUNING=maybe): the allocator is not made, and the error names the variable and
- * its value. Skipped (77) without glibc or under AddressSanitizer, whose malloc is its own. */
+ * its value. Skipped (77) without glibc or under AddressSanitizer or ThreadSanitizer, whose malloc is
+ * their own. */
 #include <stdio.h>
 #include <string.h>
 
 #include "memory.h"
 #include "testutil.h"
 
-#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #include <malloc.h>
 
 int main(int argc, char **argv) {
