@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -3985,23 +3986,32 @@ ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module 
 
 /* ---------------------------------------------------------------- preemption */
 
-static volatile sig_atomic_t g_preempt_signal;
+/* Lock-free atomics, not volatile sig_atomic_t: the handler runs on whichever thread the kernel
+ * picks (the MPI progress thread, the GPU monitor's), and volatile orders nothing between threads
+ * (a data race with the training thread's reads; ThreadSanitizer reported it). */
+static atomic_int g_preempt_signal;
 /* each kind's first arrival, apart: the last signal alone ("asked twice" when it was this one) let
  * SIGTERM, SIGINT, SIGTERM by turns go on forever, each taken for a first */
-static volatile sig_atomic_t g_preempt_seen_term, g_preempt_seen_int;
+static atomic_int g_preempt_seen_term, g_preempt_seen_int;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the preemption flags are set in a signal handler: lock-free atomics");
 static struct sigaction g_old_term, g_old_int;
 static int g_preempt_installed;
 static int g_preempt_held;
 
 static void preempt_handler(int sig) {
-    volatile sig_atomic_t *seen = sig == SIGTERM ? &g_preempt_seen_term : &g_preempt_seen_int;
-    if (*seen) { /* asked twice: stop now */
+    atomic_int *seen = sig == SIGTERM ? &g_preempt_seen_term : &g_preempt_seen_int;
+    if (atomic_exchange(seen, 1)) { /* asked twice: stop now */
         signal(sig, SIG_DFL);
         raise(sig);
         return;
     }
-    *seen = 1;
-    g_preempt_signal = sig;
+    atomic_store(&g_preempt_signal, sig);
+}
+
+static void preempt_clear(void) {
+    atomic_store(&g_preempt_signal, 0);
+    atomic_store(&g_preempt_seen_term, 0);
+    atomic_store(&g_preempt_seen_int, 0);
 }
 
 ls_status ls_preempt_install(void) {
@@ -4011,7 +4021,7 @@ ls_status ls_preempt_install(void) {
     sa.sa_handler = preempt_handler;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    g_preempt_signal = g_preempt_seen_term = g_preempt_seen_int = 0; /* before: one that comes at once counts */
+    preempt_clear(); /* before: one that comes at once counts */
     if (sigaction(SIGTERM, &sa, &g_old_term) != 0 || sigaction(SIGINT, &sa, &g_old_int) != 0)
         return ls_error(LS_ERR_INTERNAL, "cannot install the SIGTERM/SIGINT handlers: %s", strerror(errno));
     g_preempt_installed = 1;
@@ -4037,13 +4047,13 @@ void ls_preempt_uninstall(void) {
         sigaction(SIGINT, &g_old_int, NULL);
     }
     g_preempt_installed = 0;
-    g_preempt_signal = g_preempt_seen_term = g_preempt_seen_int = 0;
+    preempt_clear();
 }
 
-int ls_preempt_pending(void) { return (int)g_preempt_signal; }
+int ls_preempt_pending(void) { return atomic_load(&g_preempt_signal); }
 
 ls_status ls_preempt_agree(ls_comm *comm, int *signum) {
-    int32_t v = (int32_t)g_preempt_signal;
+    int32_t v = (int32_t)atomic_load(&g_preempt_signal);
     if (comm_world(comm) > 1) LS_CHECK(ls_comm_allreduce_host(comm, &v, 1, LS_I32, LS_REDUCE_MAX));
     if (signum) *signum = (int)v;
     return LS_OK;

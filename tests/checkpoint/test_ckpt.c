@@ -4,7 +4,7 @@
  * bit-flipped, missing file, missing manifest, wrong model, wrong dtype, wrong optimizer) as a
  * status and a message naming the file and the problem, a crash at each stage of a save (a forked
  * child killed by LOCKSTEP_CKPT_CRASH_AT) leaving the previous checkpoint loadable, the resume
- * position at a new world size, the preemption flag, and a ResNet's BatchNorm running statistics
+ * position at a new world size, the preemption flag (also set by a signal handled on another thread), and a ResNet's BatchNorm running statistics
  * (buffers) saved beside its parameters and restored on every rank, and an EMA of the weights
  * (ema.safetensors: saved, recorded, loaded on every rank as rank 0's, reset where a checkpoint has
  * none), an optimizer over some of the parameters (a frozen one), and a sharded optimizer's state (the unsharded save's files; no rank holds the others'
@@ -13,12 +13,15 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -1331,6 +1334,43 @@ static void test_preempt(void) {
     LS_EXPECT(ls_preempt_pending() == 0);
 }
 
+static atomic_int idle_stop;
+static void *idle_thread(void *arg) {
+    (void)arg;
+    const struct timespec ms = {0, 1000000};
+    while (!atomic_load(&idle_stop)) nanosleep(&ms, NULL);
+    return NULL;
+}
+
+/* A signal handled on another thread than the training one: a signal sent to the process goes to
+ * any thread that does not block it (the MPI progress thread, the GPU monitor's), and the
+ * training thread must see it. Here the main thread blocks SIGTERM, so the handler runs on the idle
+ * thread while the main thread polls ls_preempt_pending (for up to 20 s). The flags were volatile
+ * sig_atomic_t, which orders nothing between threads: a data race ThreadSanitizer reports. */
+static void test_preempt_other_thread(void) {
+    LS_REQUIRE_OK(ls_preempt_install());
+    atomic_store(&idle_stop, 0);
+    pthread_t th;
+    LS_REQUIRE(pthread_create(&th, NULL, idle_thread, NULL) == 0);
+    sigset_t term, old;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    LS_REQUIRE(pthread_sigmask(SIG_BLOCK, &term, &old) == 0);
+    LS_REQUIRE(kill(getpid(), SIGTERM) == 0);
+    const struct timespec ms = {0, 1000000};
+    int seen = 0;
+    for (int i = 0; i < 20000 && !(seen = ls_preempt_pending()); i++) nanosleep(&ms, NULL);
+    LS_EXPECT(seen == SIGTERM);
+    int sig = -1;
+    LS_REQUIRE_OK(ls_preempt_agree(NULL, &sig));
+    LS_EXPECT(sig == SIGTERM);
+    atomic_store(&idle_stop, 1);
+    pthread_join(th, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    ls_preempt_uninstall();
+    LS_EXPECT(ls_preempt_pending() == 0);
+}
+
 int main(void) {
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
     LS_REQUIRE_OK(ls_comm_create(ctx, NULL, &comm));
@@ -1360,6 +1400,7 @@ int main(void) {
         test_save_refuses_bad_state();
         test_resume_position();
         test_preempt();
+        test_preempt_other_thread();
         test_relock();
     }
     if (rank == 0) rm_rf(root);
