@@ -37,13 +37,14 @@ void stub_trace_add(const char *what, const void *a, const void *b) {
     c->b = b;
 }
 
-/* An event: whether its last record will never complete (read by the NCCL watchdog's thread). */
+/* An event: whether its last record will never complete. The NCCL watchdog's thread queries it
+ * while the test's completes it: every access atomic (ThreadSanitizer). */
 typedef struct stub_event {
-    volatile int hang;
+    int hang;
     int polls; /* not-ready answers still to give before it completes */
 } stub_event;
 
-void stub_event_complete(cudaEvent_t e) { ((stub_event *)e)->hang = 0; }
+void stub_event_complete(cudaEvent_t e) { __atomic_store_n(&((stub_event *)e)->hang, 0, __ATOMIC_SEQ_CST); }
 
 /* The live cudaMalloc blocks, to check cudaFree's argument and give back its size. */
 typedef struct stub_rec {
@@ -177,19 +178,20 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    ((stub_event *)e)->hang = stub_event_hang;
-    ((stub_event *)e)->polls = stub_event_polls;
+    __atomic_store_n(&((stub_event *)e)->hang, stub_event_hang, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&((stub_event *)e)->polls, stub_event_polls, __ATOMIC_SEQ_CST);
     stub_trace_add("record", e, s);
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-    if (stub_event_error != cudaSuccess) return stub_note(stub_event_error);
+    cudaError_t err = __atomic_load_n(&stub_event_error, __ATOMIC_SEQ_CST);
+    if (err != cudaSuccess) return stub_note(err);
     stub_event *ev = (stub_event *)e;
-    if (ev->polls > 0) {
-        ev->polls--;
+    if (__atomic_load_n(&ev->polls, __ATOMIC_SEQ_CST) > 0) {
+        __atomic_sub_fetch(&ev->polls, 1, __ATOMIC_SEQ_CST);
         return stub_note(cudaErrorNotReady);
     }
-    return stub_note(ev->hang ? cudaErrorNotReady : cudaSuccess);
+    return stub_note(__atomic_load_n(&ev->hang, __ATOMIC_SEQ_CST) ? cudaErrorNotReady : cudaSuccess);
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) {
     (void)s;

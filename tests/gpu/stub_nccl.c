@@ -92,7 +92,7 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) {
     (void)c;
-    *e = stub_nccl_async_error;
+    *e = __atomic_load_n(&stub_nccl_async_error, __ATOMIC_SEQ_CST); /* set by the test, read by the watchdog */
     if (*e != ncclSuccess) fail(*e, "a peer failed (injected)");
     return ncclSuccess;
 }

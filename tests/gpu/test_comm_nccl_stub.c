@@ -267,11 +267,11 @@ static void test_async_error(void) {
     LS_REQUIRE_OK(c.f->start(c.st, &op, &h));
     int done = 0;
     LS_EXPECT(c.f->test(c.st, h, &done) == LS_OK && done == 0); /* not finished, no error yet */
-    stub_nccl_async_error = ncclRemoteError;
+    __atomic_store_n(&stub_nccl_async_error, ncclRemoteError, __ATOMIC_SEQ_CST);
     LS_EXPECT_ERR(c.f->wait(c.st, h), LS_ERR_COMM,
                   "NCCL (asynchronous error) failed: remote process exited or there was a network error: stub "
                   "NCCL: a peer failed (injected)");
-    stub_nccl_async_error = ncclSuccess;
+    __atomic_store_n(&stub_nccl_async_error, ncclSuccess, __ATOMIC_SEQ_CST);
     stub_event_hang = 0;
     LS_EXPECT(stub_nccl_aborts == aborts + 1);
     LS_EXPECT_ERR(c.f->run(c.st, &op), LS_ERR_COMM, "aborted after an earlier failure");
@@ -284,6 +284,9 @@ static double seconds(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+/* the stand-in's live events (the watchdog's thread destroys them) */
+static long live_events(void) { return __atomic_load_n(&stub_events_live, __ATOMIC_SEQ_CST); }
 
 /* CUDA and NCCL failures once the buffers are accepted abort the communicator; a completion event
  * that cannot be created fails the start before anything is queued; destroy does not wait for ever. */
@@ -305,11 +308,11 @@ static void test_failures(void) {
 
     LS_REQUIRE_OK(make(30, &c));
     aborts = stub_nccl_aborts;
-    stub_event_error = cudaErrorIllegalAddress;
+    __atomic_store_n(&stub_event_error, cudaErrorIllegalAddress, __ATOMIC_SEQ_CST);
     LS_EXPECT_ERR(c.f->run(c.st, &op), LS_ERR_CUDA,
                   "cudaEventQuery failed: an illegal memory access was encountered (cudaErrorIllegalAddress); the "
                   "NCCL communicator was aborted");
-    stub_event_error = cudaSuccess;
+    __atomic_store_n(&stub_event_error, cudaSuccess, __ATOMIC_SEQ_CST);
     LS_EXPECT(stub_nccl_aborts == aborts + 1);
     c.f->destroy(c.st);
 
@@ -340,11 +343,11 @@ static void test_failures(void) {
     /* and at once after an asynchronous error, whatever the timeout */
     LS_REQUIRE_OK(make(300, &c));
     aborts = stub_nccl_aborts;
-    stub_nccl_async_error = ncclRemoteError;
+    __atomic_store_n(&stub_nccl_async_error, ncclRemoteError, __ATOMIC_SEQ_CST);
     t0 = seconds();
     c.f->destroy(c.st);
     waited = seconds() - t0;
-    stub_nccl_async_error = ncclSuccess;
+    __atomic_store_n(&stub_nccl_async_error, ncclSuccess, __ATOMIC_SEQ_CST);
     stub_stream_busy = 0;
     LS_EXPECT(stub_nccl_aborts == aborts + 1 && stub_nccl_destroys == destroys && waited < 10);
     cudaFree(b);
@@ -428,7 +431,7 @@ static void test_wait_stream(void) {
     float x[16];
     for (int i = 0; i < 16; i++) x[i] = (float)(R + 1) * (float)i;
     memcpy(b, x, sizeof x); /* the stand-in's device memory is host memory */
-    long events = stub_events_live, aborts = stub_nccl_aborts;
+    long events = live_events(), aborts = stub_nccl_aborts;
     cudaEvent_t done = NULL;
     void *h = start_hung(&c, &op, &done);
     stub_ntrace = 0;
@@ -437,27 +440,27 @@ static void test_wait_stream(void) {
     LS_EXPECT(seconds() - t0 < 5); /* the host did not wait (the timeout is 30 s) */
     LS_EXPECT(stub_ntrace == 1 && !strcmp(stub_trace[0].what, "wait") && stub_trace[0].a == (const void *)compute &&
               stub_trace[0].b == (const void *)done);
-    LS_EXPECT(stub_events_live == events + 1); /* the watchdog holds it */
+    LS_EXPECT(live_events() == events + 1); /* the watchdog holds it */
     /* the stand-in reduced at start: the sum over ranks of (r + 1) * i */
     memcpy(x, b, sizeof x);
     int sum_ok = 1;
     for (int i = 0; i < 16; i++) sum_ok &= x[i] == (float)(W * (W + 1) / 2) * (float)i;
     LS_EXPECT(sum_ok);
     stub_event_complete(done);
-    for (double t = seconds(); stub_events_live != events && seconds() - t < 10;) sched_yield();
-    LS_EXPECT(stub_events_live == events); /* seen complete, released */
+    for (double t = seconds(); live_events() != events && seconds() - t < 10;) sched_yield();
+    LS_EXPECT(live_events() == events); /* seen complete, released */
     /* many in flight at once, completed out of order: all released, none reported */
     cudaEvent_t ev[5];
     for (int k = 0; k < 5; k++) LS_EXPECT(c.f->wait_stream(c.st, start_hung(&c, &op, &ev[k]), "allreduce") == LS_OK);
     for (int k = 4; k >= 0; k--) stub_event_complete(ev[k]);
-    for (double t = seconds(); stub_events_live != events && seconds() - t < 10;) sched_yield();
-    LS_EXPECT(stub_events_live == events);
+    for (double t = seconds(); live_events() != events && seconds() - t < 10;) sched_yield();
+    LS_EXPECT(live_events() == events);
     /* destroy with one still watched: the watchdog stops, the stream is drained, the event freed */
     LS_EXPECT(c.f->wait_stream(c.st, start_hung(&c, &op, &done), "allreduce") == LS_OK);
     long destroys = stub_nccl_destroys;
     c.f->destroy(c.st);
     LS_EXPECT(stub_nccl_destroys == destroys + 1 && stub_nccl_aborts == aborts);
-    LS_EXPECT(stub_events_live == events - 1); /* and the communicator's own "ready" event */
+    LS_EXPECT(live_events() == events - 1); /* and the communicator's own "ready" event */
     cudaFree(b);
     cudaStreamDestroy(compute);
 }
@@ -487,11 +490,11 @@ static void test_watchdog(void) {
         int before = __atomic_load_n(&fatal_count, __ATOMIC_SEQ_CST);
         cudaEvent_t done = NULL;
         LS_EXPECT(c.f->wait_stream(c.st, start_hung(&c, &op, &done), "allreduce of 16 f32") == LS_OK);
-        if (k == 1) stub_nccl_async_error = ncclRemoteError;
-        if (k == 2) stub_event_error = cudaErrorIllegalAddress;
+        if (k == 1) __atomic_store_n(&stub_nccl_async_error, ncclRemoteError, __ATOMIC_SEQ_CST);
+        if (k == 2) __atomic_store_n(&stub_event_error, cudaErrorIllegalAddress, __ATOMIC_SEQ_CST);
         double took = await_fatal(before);
-        stub_nccl_async_error = ncclSuccess;
-        stub_event_error = cudaSuccess;
+        __atomic_store_n(&stub_nccl_async_error, ncclSuccess, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&stub_event_error, cudaSuccess, __ATOMIC_SEQ_CST);
         LS_EXPECT(took >= 0 && (k > 0 || took >= 0.25));
         char want[600];
         snprintf(want, sizeof want, "allreduce of 16 f32 on rank %d (nccl, seen by its watchdog): %s", R, cases[k].why);
