@@ -215,7 +215,7 @@ void ls_allocator_destroy(ls_allocator *a) {
 }
 
 ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out) {
-    char b1[32], b2[32], b3[32], b4[32], dev[32];
+    char b1[32], b2[32], b3[32], b4[32], dev[32], hint[sizeof a->hint];
     LS_CHECK_ARG(a && out, "ls_alloc: %s is NULL", !a ? "the allocator" : "out");
     *out = NULL;
     pthread_mutex_lock(&a->mu);
@@ -223,6 +223,7 @@ ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out) 
         ls_memory_stats s = a->st;
         char from[sizeof a->cap_from + 4] = "";
         if (a->cap_from[0] && a->cap_from_bytes == s.cap_bytes) snprintf(from, sizeof from, " (%s)", a->cap_from);
+        memcpy(hint, a->hint, sizeof hint); /* under mu: another thread may set it */
         pthread_mutex_unlock(&a->mu);
         return ls_error(LS_ERR_OUT_OF_MEMORY,
                         "out of memory on %s: cannot allocate %s for %s; the cap is %s%s, %s is "
@@ -230,7 +231,7 @@ ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out) 
                         ls_device_str(a->device, dev, sizeof dev), ls_memory_format(bytes, b1, 32),
                         what ? what : "an unnamed buffer", ls_memory_format(s.cap_bytes, b2, 32), from,
                         ls_memory_format(s.live_bytes, b3, 32), ls_memory_format(s.peak_bytes, b4, 32),
-                        a->hint[0] ? ". " : "", a->hint);
+                        hint[0] ? ". " : "", hint);
     }
     void *p = a->vt->alloc(a->state, bytes);
     if (!p && a->vt->alloc_error) {
@@ -247,6 +248,7 @@ ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out) 
         if (!p && a->vt->oom_detail) a->vt->oom_detail(a->state, detail, sizeof detail);
         if (p) a->vt->free(a->state, p, bytes);
         ls_memory_stats s = a->st;
+        memcpy(hint, a->hint, sizeof hint);
         pthread_mutex_unlock(&a->mu);
         return ls_error(LS_ERR_OUT_OF_MEMORY,
                         "out of memory on %s: the %s allocator could not provide %s for %s%s%s%s; %s is "
@@ -254,7 +256,7 @@ ls_status ls_alloc(ls_allocator *a, size_t bytes, const char *what, void **out) 
                         ls_device_str(a->device, dev, sizeof dev), a->vt->name, ls_memory_format(bytes, b1, 32),
                         what ? what : "an unnamed buffer", detail[0] ? " (" : "", detail, detail[0] ? ")" : "",
                         ls_memory_format(s.live_bytes, b3, 32), ls_memory_format(s.peak_bytes, b4, 32),
-                        a->hint[0] ? ". " : "", a->hint);
+                        hint[0] ? ". " : "", hint);
     }
     a->st.live_bytes += bytes;
     if (a->st.live_bytes > a->st.peak_bytes) a->st.peak_bytes = a->st.live_bytes;

@@ -1,12 +1,57 @@
 /* test_memory.c: size parsing, live/peak statistics, and the cap's out-of-memory error, which
- * must name the request, the cap (and where it came from) and the peak; a free of what is not a live allocation warns. */
+ * must name the request, the cap (and where it came from) and the peak; a free of what is not a live allocation warns.
+ * The hint changed on one thread while another is refused: each error carries one whole hint. */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "memory.h"
 #include "testutil.h"
+
+/* two hints of a kind the allocator keeps (up to 511 bytes), apart in every byte */
+#define HINT_A100 "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+#define HINT_B100 "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+#define HINT_A HINT_A100 HINT_A100 HINT_A100 HINT_A100 "AAAA: a smaller --batch-size"
+#define HINT_B HINT_B100 HINT_B100 HINT_B100 HINT_B100 HINT_B100
+
+static atomic_int hints_done;
+static void *set_hints(void *arg) {
+    ls_allocator *a = arg;
+    for (int i = 0; i < 20000; i++) ls_allocator_set_oom_hint(a, i % 2 ? HINT_A : HINT_B);
+    atomic_store(&hints_done, 1);
+    return NULL;
+}
+
+/* The cap's error read the hint after the allocator's lock was let go: a data race with
+ * ls_allocator_set_oom_hint on another thread (ThreadSanitizer), and a hint cut or mixed from two. */
+static void test_hint_while_refused(void) {
+    ls_allocator *a;
+    LS_REQUIRE_OK(ls_host_allocator_create(1 << 20, &a));
+    ls_allocator_set_oom_hint(a, HINT_A);
+    pthread_t th;
+    LS_REQUIRE(pthread_create(&th, NULL, set_hints, a) == 0);
+    int bad = 0, n = 0;
+    do {
+        void *p = NULL;
+        if (ls_alloc(a, 2 << 20, "big", &p) != LS_ERR_OUT_OF_MEMORY) {
+            bad++;
+            break;
+        }
+        const char *e = strstr(ls_last_error(), "the peak so far is 0 B. ");
+        e = e ? e + strlen("the peak so far is 0 B. ") : "";
+        if (strcmp(e, HINT_A) && strcmp(e, HINT_B)) {
+            if (!bad) fprintf(stderr, "hint cut or mixed: '%s'\n", ls_last_error());
+            bad++;
+        }
+        n++;
+    } while (!atomic_load(&hints_done));
+    pthread_join(th, NULL);
+    LS_EXPECT(bad == 0 && n > 0);
+    ls_allocator_destroy(a);
+}
 
 int main(void) {
     size_t n;
@@ -158,5 +203,7 @@ int main(void) {
     setenv("LOCKSTEP_MEMORY_LIMIT", "plenty", 1);
     LS_EXPECT_ERR(ls_host_allocator_create_from_env(&a), LS_ERR_INVALID_ARGUMENT,
                   "LOCKSTEP_MEMORY_LIMIT: memory size 'plenty'");
+    unsetenv("LOCKSTEP_MEMORY_LIMIT");
+    test_hint_while_refused();
     LS_TEST_END();
 }
