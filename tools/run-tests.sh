@@ -30,9 +30,10 @@ echo "== CPU-only ThreadSanitizer build (build-tsan/)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOCKSTEP_CUDA=OFF -DLOCKSTEP_SANITIZE=thread \
   -DLOCKSTEP_BUILD_EXAMPLES=OFF -DLOCKSTEP_BUILD_BENCH=OFF >/dev/null
 cmake --build build-tsan -j"$jobs"
-tsan_tests='^(test_core_status|test_core_gpumon|test_core_timeline|test_comm_collectives|test_comm_staging|test_ddp'
-tsan_tests+='|test_reducer|test_reducer_np2|test_comm_collectives_np2_destroy_in_flight'
-tsan_tests+='|test_comm_collectives_np3_destroy_in_flight_nonblocking|test_comm_fault_timeout_np2|test_e2e_prefetch'
+tsan_tests='^(test_core_status|test_core_memory|test_core_gpumon|test_core_timeline'
+tsan_tests+='|test_comm_collectives|test_comm_staging|test_ddp|test_reducer|test_reducer_np2'
+tsan_tests+='|test_comm_collectives_np2_destroy_in_flight|test_comm_collectives_np3_destroy_in_flight_nonblocking'
+tsan_tests+='|test_comm_fault_timeout_np2|test_e2e_prefetch'
 tsan_tests+='|test_e2e_gpu_report|test_e2e_gpu_report_np2|test_ckpt|test_ckpt_async|test_ckpt_async_np2|test_ckpt_async_np3)$'
 # Reports go to files (one per process), so that one in a rank of a test that passes by its output
 # (the fault tests) fails the run too.
