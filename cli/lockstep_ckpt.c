@@ -520,6 +520,13 @@ static int diff(const char *a, const char *b, double tol) {
         fprintf(stderr, "lockstep-ckpt: diff: '%s' and '%s' are not both checkpoints or both files\n", a, b);
         return 2;
     }
+    /* a directory this user may not search: its files were "only in" the other one, or neither held
+     * any ("hold no safetensors files"), the permission unsaid */
+    for (int i = 0; i < 2 && is_dir(a); i++)
+        if (faccessat(AT_FDCWD, i ? b : a, R_OK | X_OK, AT_EACCESS) != 0) {
+            fprintf(stderr, "lockstep-ckpt: diff: '%s': cannot look into it: %s\n", i ? b : a, strerror(errno));
+            return 2;
+        }
     for (int i = 0; i < 2 && is_dir(a);
          i++) { /* a run's directory: which of its checkpoints is not for diff to guess */
         const char *p = i ? b : a;

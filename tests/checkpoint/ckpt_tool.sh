@@ -494,7 +494,15 @@ if [ ${#as[@]} -eq 0 ] || { command -v setpriv >/dev/null && "${as[@]}" test -x 
     expect_rc 1
     expect_out "UNREADABLE  NR/ck: cannot look into it: Permission denied (this user may read its names but not search it: no x permission)"
     ! grep -q "^NONE\|^note" "$tmp/out" || fail "verify of a directory it may not search: $(cat "$tmp/out")"
+    # diff of a checkpoint in it: the permission said (its files were "only in" the other one)
     chmod 755 NR/ck
+    chmod 0 NR/ck/step-00000004
+    "${as[@]}" "$TOOL" diff NR/ck/step-00000002 NR/ck/step-00000004 >"$tmp/out" 2>&1
+    rc=$?
+    expect_rc 2
+    expect_out "lockstep-ckpt: diff: 'NR/ck/step-00000004': cannot look into it: Permission denied"
+    ! grep -q "only in" "$tmp/out" || fail "diff of a checkpoint it may not look into: $(cat "$tmp/out")"
+    chmod 755 NR/ck/step-00000004
     echo "ok: a checkpoint this user may not read"
 else
     echo "note: cannot run the programs as nobody here; a checkpoint this user may not read is left out"
