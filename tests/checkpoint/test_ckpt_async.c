@@ -13,10 +13,13 @@
  *  - a process killed in the middle of the background write (LOCKSTEP_CKPT_CRASH_AT=mid-write)
  *    while it trains on: the previous checkpoint stays the newest and loads;
  *  - ls_ckpt_async_destroy completes a save in flight;
+ *  - savers made, used (saves written, a save that fails, a resume) and destroyed again and again
+ *    leave the process's file descriptors and threads as they were (a run saves for days);
  *  - the timeline: the write is a span of its own thread ("checkpoint writer"), after the
  *    snapshot's span on the training thread.
  * Args: [cpu|cuda] (the emulated GPU in test_emu_ckpt_async: the snapshot is copied from the
  * device). Run alone or under mpirun. */
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,6 +244,64 @@ static void test_errors(void) {
     drop(&r);
 }
 
+/* The entries of /proc/self/<what> (fd, task): this process's open files, its threads. */
+static int proc_entries(const char *what) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/%s", what);
+    DIR *d = opendir(p);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Savers made, used and destroyed in turn: each round two saves in the background (the second
+ * pruning the first), one whose directory cannot be made (its failure at the wait) and a resume.
+ * After the first round (whatever MPI or a device opens once), the file descriptors and threads
+ * are those of before: no writer thread, snapshot or file kept per save or per saver. */
+static void test_no_growth(void) {
+    char good[128], file[128], bad[160];
+    snprintf(good, sizeof good, "%s/rounds", root);
+    snprintf(file, sizeof file, "%s/rounds-file", root);
+    snprintf(bad, sizeof bad, "%s/sub", file);
+    if (rank == 0) {
+        FILE *f = fopen(file, "w");
+        LS_REQUIRE(f && fclose(f) == 0);
+    }
+    run r = make(100, 5, 0);
+    int fds = -1, threads = -1;
+    enum { ROUNDS = 8 };
+    for (int round = 0; round <= ROUNDS; round++) {
+        if (round == 1) {
+            fds = proc_entries("fd");
+            threads = proc_entries("task");
+        }
+        ls_ckpt_async *sv;
+        LS_REQUIRE_OK(ls_ckpt_async_create(&sv));
+        for (int k = 1; k <= 2; k++) {
+            ls_ckpt_state st = ckpt_test_state(2 * round + k, world);
+            LS_REQUIRE_OK(ls_ckpt_save_async(sv, comm, ctx, good, 1, r.m, r.o, r.e, &st));
+        }
+        LS_REQUIRE_OK(ls_ckpt_async_wait(sv, comm, NULL));
+        ls_ckpt_state st = ckpt_test_state(99, world);
+        LS_REQUIRE_OK(ls_ckpt_save_async(sv, comm, ctx, bad, 1, r.m, r.o, r.e, &st));
+        LS_EXPECT(ls_ckpt_async_wait(sv, comm, NULL) == LS_ERR_IO);
+        ls_ckpt_async_destroy(sv);
+        int found = 0;
+        LS_REQUIRE_OK(ls_ckpt_load_ema(comm, ctx, good, "auto", r.m, r.o, r.e, &st, &found, NULL, 0));
+        LS_EXPECT(found && st.step == 2 * round + 2);
+    }
+    const int fds_now = proc_entries("fd"), threads_now = proc_entries("task");
+    if (fds_now != fds || threads_now != threads) {
+        fprintf(stderr,
+                "rank %d: after %d rounds of savers: %d file descriptors (%d after the first), %d threads (%d)\n", rank,
+                ROUNDS, fds_now, fds, threads_now, threads);
+        ls_test_failures++;
+    }
+    drop(&r);
+}
+
 /* One process: the disk refuses the write midway. */
 static void test_write_refused(void) {
     char dir[128], p[256];
@@ -391,6 +452,7 @@ int main(int argc, char **argv) {
     test_back_to_back();
     test_errors();
     test_destroy_completes();
+    test_no_growth();
     if (world == 1) {
         test_write_refused();
         test_timeline();
