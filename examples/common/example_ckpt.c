@@ -122,11 +122,15 @@ static ls_status restore_loss_scaler(ls_trainer *t, const ls_ckpt_state *saved, 
     return s == LS_OK ? s : ls_error_context(s, "the checkpoint's loss scaler");
 }
 
+static ls_status shared(ex_ckpt *c, ls_status s);
+
 static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
     int rank = ls_comm_rank(c->comm), found, exact;
     ls_ckpt_state saved;
-    LS_CHECK(ls_ckpt_load_ema(c->comm, c->ctx, c->o->checkpoint_dir, c->o->resume, c->model, c->opt, c->ema, &saved,
-                              &found, c->path, sizeof c->path));
+    /* rank 0 reads and shares the outcome: a failure is every rank's (said once, no abort) */
+    LS_CHECK(shared(c, ls_ckpt_load_ema(c->comm, c->ctx, c->o->checkpoint_dir, c->o->resume, c->model, c->opt, c->ema,
+                                        &saved, &found, c->path, sizeof c->path)));
+    c->agreed = 0;
     if (!found) {
         if (rank == 0) printf("%s: no checkpoint in %s; starting from step 0\n", c->prog, c->o->checkpoint_dir);
         return LS_OK;
@@ -185,6 +189,7 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
                         ls_trainer *trainer, const ls_train_config *tc, const ls_optim_config *oc, uint64_t seed,
                         int64_t steps_per_epoch, int64_t *start_epoch, int64_t *start_j) {
     const ex_ckpt_options *o = c->o;
+    c->agreed = 0;
     c->comm = comm;
     c->ctx = ctx;
     c->model = model;

@@ -405,7 +405,9 @@ int main(int argc, char **argv) {
     int64_t start_epoch, start_j;
     ck.ema = ema;
     ck.dropout = o.dropout;
-    TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
+    TRY_AGREED(ck.what,
+               ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j),
+               ck.agreed);
     TRY("--metrics", ex_metrics_open(&metrics, comm, o.metrics, ck.last_saved, ck.step_log, o.ck.dump_params));
     int progress = 0;
     TRY("--progress", ex_progress_decide(comm, o.progress, &progress));

@@ -535,7 +535,9 @@ int main(int argc, char **argv) {
     int64_t start_epoch, start_j;
     ck.ema = ema;
     ck.dropout = o.dropout;
-    TRY(ck.what, ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j));
+    TRY_AGREED(ck.what,
+               ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j),
+               ck.agreed);
     int progress = 0;
     TRY("--progress", ex_progress_decide(comm, o.progress, &progress));
     ck.progress = progress && rank == 0;

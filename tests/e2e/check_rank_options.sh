@@ -213,4 +213,18 @@ rc=$?
     fail "--metrics /dev/full on 2 ranks: not saved and stopped, said once"
 grep -q "MPI_ABORT was invoked\|aborting the mpi communicator" "$tmp/out" && fail "--metrics /dev/full: a rank aborted the job"
 echo "ok: --metrics /dev/full on 2 ranks: saved and stopped, exit 1"
+# a resume that fails on every rank alike (rank 0 reads, and shares the outcome): said once by rank
+# 0, exit 1 on every rank (each aborted the job: Open MPI's MPI_ABORT banner, and rank 1's copy)
+R=(--train-limit 512 --test-limit 100 --hidden 16 --no-progress --max-steps 2)
+for which in nowhere ck/step-00000009; do
+    timeout 60 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$MLP" "${R[@]}" --checkpoint-dir ck --resume "$which" \
+        >"$tmp/out" 2>&1
+    rc=$?
+    [ "$rc" -eq 1 ] || fail "--resume $which on 2 ranks: exit status $rc, expected 1: $(tail -n 3 "$tmp/out")"
+    [ "$(grep -c "^fashion_mlp: --resume: I/O error: '$which'" "$tmp/out")" = 1 ] ||
+        fail "--resume $which on 2 ranks: not said once: $(cat "$tmp/out")"
+    grep -q "MPI_ABORT was invoked\|aborting the mpi communicator\|(on rank 0)" "$tmp/out" &&
+        fail "--resume $which on 2 ranks: a rank aborted the job, or rank 1 said it too: $(cat "$tmp/out")"
+done
+echo "ok: a failed resume on 2 ranks: said once, exit 1"
 echo "PASS"
