@@ -94,24 +94,6 @@ static const char *printable(const char *s, char *buf, size_t size) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* 1 where this user may not read checkpoint p or a file in it: its permissions, not damage (root
- * reads any) */
-static int denied(const char *p) {
-    if (faccessat(AT_FDCWD, p, R_OK | X_OK, AT_EACCESS) != 0) return errno == EACCES;
-    DIR *d = opendir(p);
-    if (!d) return errno == EACCES;
-    int no = 0;
-    struct dirent *e;
-    char f[PATH_MAX + 300];
-    while (!no && (e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(f, sizeof f, "%s/%s", p, e->d_name);
-        no = faccessat(AT_FDCWD, f, R_OK, AT_EACCESS) != 0 && errno == EACCES;
-    }
-    closedir(d);
-    return no;
-}
-
 /* One checkpoint: "ok", "DAMAGED", "NEWER FORMAT" (than this build reads: not damaged) or
  * "UNREADABLE" (by this user: not damaged either) and why; returns 1 when not ok. */
 static int verify_one(const char *p) {
@@ -119,9 +101,9 @@ static int verify_one(const char *p) {
     ls_status s = ls_ckpt_verify(p, &step);
     if (s != LS_OK) {
         printf("%s  %s: %s\n",
-               s == LS_ERR_UNSUPPORTED       ? "NEWER FORMAT"
-               : s == LS_ERR_IO && denied(p) ? "UNREADABLE"
-                                             : "DAMAGED",
+               s == LS_ERR_UNSUPPORTED                   ? "NEWER FORMAT"
+               : s == LS_ERR_IO && ls_ckpt_unreadable(p) ? "UNREADABLE"
+                                                         : "DAMAGED",
                p, ls_last_error());
         return 1;
     }

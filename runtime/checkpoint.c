@@ -1947,9 +1947,9 @@ ls_status ls_ckpt_verify(const char *ckpt_dir, int64_t *step) {
     return LS_OK;
 }
 
-/* 1 where this user may not read checkpoint directory p or a file in it (its permissions: not damage,
- * and what a chmod mends; root reads any, so only other users ever see it) */
-static int ckpt_denied(const char *p) {
+/* (root reads any file, so only other users ever see it) */
+int ls_ckpt_unreadable(const char *p) {
+    if (!p) return 0;
     if (faccessat(AT_FDCWD, p, R_OK | X_OK, AT_EACCESS) != 0) return errno == EACCES;
     DIR *d = opendir(p);
     if (!d) return errno == EACCES;
@@ -2002,7 +2002,7 @@ static ls_status find_and_read(const char *dir, ckpt_bundle *b, int *found, int 
             return ls_error(s, "%s (not falling back to an older checkpoint: name one, %s/step-N, to use it)", why,
                             dir);
         }
-        if (s == LS_ERR_IO && ckpt_denied(p)) { /* not damaged either: a resume past it lost the work since,
+        if (s == LS_ERR_IO && ls_ckpt_unreadable(p)) { /* not damaged either: a resume past it lost the work since,
                                                 * its save of the same step replacing it */
             free(v);
             char why[1024];

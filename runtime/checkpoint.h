@@ -322,6 +322,11 @@ ls_status ls_ckpt_check_space(const char *dir, uint64_t bytes);
  * format, version 1, fields, the manifest's step), every safetensors header valid. *step (may be
  * NULL) gets its step. Errors name the file; LS_ERR_UNSUPPORTED: a state of a newer version. */
 ls_status ls_ckpt_verify(const char *ckpt_dir, int64_t *step);
+/* 1 where this user may not read checkpoint directory path, or a file directly in it (EACCES: its
+ * permissions, which a chmod mends, not damage); 0 otherwise (NULL too). A resume that meets it
+ * in the newest checkpoint stops rather than fall back to an older one (whose saves would replace
+ * it); lockstep-ckpt verify says UNREADABLE. */
+int ls_ckpt_unreadable(const char *path);
 /* The newest checkpoint in dir that verifies (damaged newer ones are skipped with a warning) into
  * path_out (cut as ls_ckpt_load's); *found = 0 when dir holds no checkpoint directories; an error when none verifies, and
  * LS_ERR_UNSUPPORTED at a newer one of a newer state version (older ones are not taken past it). */
