@@ -5,7 +5,7 @@
 # detection off (Open MPI's own allocations would read as leaks; out-of-bounds accesses and use
 # after free are still caught), then a CPU-only ThreadSanitizer build that runs the tests of
 # lockstep's threads (the MPI progress thread, background checkpoint saves, the GPU monitor, the
-# timeline, preemption signals; one process and 2-3 ranks) with tools/tsan.supp, any report a
+# timeline, the batch prefetch; one process and 2-3 ranks) with tools/tsan.supp, any report a
 # failure. Build trees: build/, build-asan/ and build-tsan/. Exits non-zero on failure.
 # Needs no root (the OMPI_ALLOW_RUN_AS_ROOT variables only matter to root; as another user the
 # network-namespace and Slurm tests skip, saying why).
@@ -34,7 +34,11 @@ tsan_tests='^(test_core_status|test_core_memory|test_core_gpumon|test_core_timel
 tsan_tests+='|test_comm_collectives|test_comm_staging|test_ddp|test_reducer|test_reducer_np2'
 tsan_tests+='|test_comm_collectives_np2_destroy_in_flight|test_comm_collectives_np3_destroy_in_flight_nonblocking'
 tsan_tests+='|test_comm_fault_timeout_np2|test_e2e_prefetch'
-tsan_tests+='|test_e2e_gpu_report|test_e2e_gpu_report_np2|test_ckpt|test_ckpt_async|test_ckpt_async_np2|test_ckpt_async_np3)$'
+tsan_tests+='|test_e2e_gpu_report|test_e2e_gpu_report_np2|test_ckpt_async|test_ckpt_async_np2|test_ckpt_async_np3)$'
+# test_ckpt is not in it: under TSan a signal is handled only when the thread that took it next
+# calls an intercepted function, and one taken by an OpenBLAS thread spinning in its own code was
+# not handled within the test's 20 s on a loaded machine (test_preempt_other_thread; it runs in the
+# default build, where the kernel runs the handler at once).
 # Reports go to files (one per process), so that one in a rank of a test that passes by its output
 # (the fault tests) fails the run too.
 tsan_logs=$(mktemp -d)
