@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -1212,7 +1213,24 @@ ls_status ls_ckpt_lock_dir(const char *dir, int *fd) {
     if ((size_t)snprintf(p, sizeof p, "%s/.lock", dir) >= sizeof p)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory '%.64s...' is too long", dir);
     int f = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (f < 0) return ls_error(LS_ERR_IO, "'%s': cannot open the checkpoint directory's lock: %s", p, strerror(errno));
+    if (f < 0) {
+        const int e = errno;
+        struct stat st;
+        /* another user's (a file of 644 that this user may not open for writing): the directory is
+         * most likely that user's run's, which a bare "Permission denied" did not say */
+        if ((e == EACCES || e == EPERM) && stat(p, &st) == 0 && st.st_uid != geteuid()) {
+            char buf[1024], name[300] = "";
+            struct passwd pw, *pwp = NULL;
+            if (getpwuid_r(st.st_uid, &pw, buf, sizeof buf, &pwp) == 0 && pwp && pwp->pw_name)
+                snprintf(name, sizeof name, " (%s)", pwp->pw_name);
+            return ls_error(LS_ERR_IO,
+                            "'%s': cannot open the checkpoint directory's lock: %s: it belongs to another user, uid "
+                            "%ld%s, so '%s' is probably that user's run's checkpoint directory: give this run a "
+                            "directory of its own, or ask that user",
+                            p, strerror(e), (long)st.st_uid, name, dir);
+        }
+        return ls_error(LS_ERR_IO, "'%s': cannot open the checkpoint directory's lock: %s", p, strerror(e));
+    }
     if (flock(f, LOCK_EX | LOCK_NB) != 0) {
         const int e = errno;
         if (e == EWOULDBLOCK) {
@@ -2738,6 +2756,36 @@ static ls_status write_text(const char *dir, const char *file, const char *text,
     return write_file_atomic(p, text, strlen(text), 0, rec);
 }
 
+/* The checkpoint directories (device, inode) whose checkpoints of later steps, an earlier run's,
+ * this process has warned of: once a run (a process), not at every save (20 times in a run of 20
+ * saves). A process-wide record, as the preemption flags are: saves reach it from any thread (an
+ * asynchronous saver's writer); past its size every save warns again, as before. */
+static pthread_mutex_t g_newer_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    dev_t dev;
+    ino_t ino;
+} g_newer_warned[64];
+static int g_newer_n;
+
+/* 1 the first time for dir in this process (recorded), 0 after. */
+static int first_newer_warning(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0) return 1;
+    int first = 1;
+    pthread_mutex_lock(&g_newer_mu);
+    for (int i = 0; i < g_newer_n && first; i++)
+        first = !(g_newer_warned[i].dev == st.st_dev && g_newer_warned[i].ino == st.st_ino);
+    if (first && g_newer_n < (int)(sizeof g_newer_warned / sizeof g_newer_warned[0])) {
+        g_newer_warned[g_newer_n].dev = st.st_dev;
+        g_newer_warned[g_newer_n].ino = st.st_ino;
+        g_newer_n++;
+    }
+    pthread_mutex_unlock(&g_newer_mu);
+    return first;
+}
+
+/* --keep-last's pruning after the save of step just_written; checkpoints of later steps, left by
+ * an earlier run, are kept and said (once a process: first_newer_warning). */
 static void prune(const char *dir, int keep_last, int64_t just_written) {
     step_dir *v;
     int n;
@@ -2746,14 +2794,13 @@ static void prune(const char *dir, int keep_last, int64_t just_written) {
         return;
     }
     char p[LS_CKPT_PATH_MAX + 80];
-    int kept = 0;
+    int kept = 0, newer = 0, first = -1;
     for (int i = 0; i < n; i++) {
         /* newer than this run's, left by an earlier one: kept, and not counted among the K (it took
          * the place of one of this run's, which were removed for it) */
         if (v[i].step > just_written) {
-            LS_LOG_W("'%s/%s' is newer than the checkpoint just written (step %lld), left by an earlier run: "
-                     "--resume auto would pick it; remove it if this run replaces it",
-                     dir, v[i].name, (long long)just_written);
+            if (first < 0 || v[i].step > v[first].step) first = i;
+            newer++;
             continue;
         }
         if (v[i].step == just_written || (keep_last <= 0) || kept < keep_last) {
@@ -2767,6 +2814,17 @@ static void prune(const char *dir, int keep_last, int64_t just_written) {
         char gone[sizeof p + 16];
         snprintf(gone, sizeof gone, "%s.prune.tmp", p);
         remove_tree(rename(p, gone) == 0 ? gone : p);
+    }
+    if (newer && first_newer_warning(dir)) {
+        const char *it = newer > 1 ? "them" : "it";
+        char more[64] = "";
+        if (newer > 1) snprintf(more, sizeof more, " and %d more checkpoints", newer - 1);
+        LS_LOG_W("'%s/%s'%s %s newer than the checkpoint just written (step %lld): an earlier run saved %s into "
+                 "'%s'. --resume auto would pick '%s/%s' over this run's checkpoints, and --keep-last neither counts "
+                 "nor removes %s: remove %s if this run replaces that one, or give this run a directory of its own "
+                 "(said once: this run's later saves keep %s too)",
+                 dir, v[first].name, more, newer > 1 ? "are" : "is", (long long)just_written, it, dir, dir,
+                 v[first].name, it, it, it);
     }
     free(v);
 }
@@ -3575,13 +3633,21 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
         LS_LOG_W("'%s' holds no momentum (the checkpoint's sgd kept none): this run's momentum, %g, starts afresh "
                  "as a new optimizer's (each buffer the gradient of its first step)",
                  p, (double)ls_optimizer_config(opt).momentum);
+    /* the file holds a state for each parameter its signature does not mark frozen
+     * (check_contents): one this run's optimizer steps but the file lacks was frozen when saved */
+    int missing = 0, first = -1;
+    for (int i = 0; i < ol.n && s == LS_OK && !*fresh; i++)
+        if (!ls_safetensors_find(f, ol.names[i]) && missing++ == 0) first = i;
+    if (missing) {
+        char more[64] = "";
+        if (missing > 1) snprintf(more, sizeof more, " (and %d more state tensors)", missing - 1);
+        s = ls_error(LS_ERR_INVALID_ARGUMENT,
+                     "'%s': no tensor '%s'%s for this run's optimizer: the run that saved it had those parameters "
+                     "frozen (left out of its optimizer), and this run trains them; resume with them frozen",
+                     p, ol.names[first], more);
+    }
     for (int i = 0; i < ol.n && s == LS_OK && !*fresh; i++) {
-        if (!ls_safetensors_find(f, ol.names[i]))
-            s = ls_error(LS_ERR_INVALID_ARGUMENT,
-                         "'%s': no tensor '%s' for this run's optimizer (its parameter frozen, left out of the "
-                         "optimizer, in the run that saved it?)",
-                         p, ol.names[i]);
-        else if (ol.owner[i] > 0)
+        if (ol.owner[i] > 0)
             s = st_check(f, ol.names[i], ol.t[i], NULL);
         else
             s = ls_safetensors_read(f, ol.names[i], ctx->alloc, ol.t[i]);

@@ -193,9 +193,9 @@ typedef struct ls_ckpt_state {
      * ls_ckpt_warn_changes says it. */
     char layers_changed[320];
     /* Other settings that shape the training, as the program names them (the examples: --precision,
-     * --clip-grad-norm, --augment, --sampler, --sync-bn, the training set's size and CRC32): saved in
-     * state.json's "settings"; a resume where one that both runs record differs warns, naming it
-     * (ls_ckpt_warn_changes). None in checkpoints from before 6 December 2026. */
+     * --clip-grad-norm, --augment, --sampler, --sync-bn, --freeze-backbone, the training set's size
+     * and CRC32): saved in state.json's "settings"; a resume where one that both runs record
+     * differs warns, naming it (ls_ckpt_warn_changes). None in checkpoints from before 6 December 2026. */
     int n_settings;
     ls_ckpt_setting settings[LS_CKPT_MAX_SETTINGS];
 } ls_ckpt_state;
@@ -263,7 +263,8 @@ void ls_ckpt_async_destroy(ls_ckpt_async *a);
  * state into every rank's model/optimizer, sets the optimizer's step count and fills *state.
  * path_out (may be NULL) receives the checkpoint's directory, cut to path_len - 1 bytes as
  * snprintf cuts (LS_CKPT_PATH_MAX bytes always hold it). On an error the model may be
- * partly loaded. */
+ * partly loaded; on rank 0, *state holds what state.json records where it was read (the error in
+ * the tensors: the settings of the run that saved them, to say what differs), else zeros. */
 ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *which, ls_module *model,
                        ls_optimizer *opt, ls_ckpt_state *state, int *found, char *path_out, size_t path_len);
 /* The same with an EMA of the weights (ema may be NULL: as ls_ckpt_load, which ignores a saved one;

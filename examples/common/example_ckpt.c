@@ -54,6 +54,7 @@ static void record_settings(ex_ckpt *c, const ls_setting *set, int n) {
                                        "--augment",
                                        "--sampler",
                                        "--sync-bn",
+                                       "--freeze-backbone",
                                        "the training set's size (--train-limit, --data-dir)",
                                        "the training set's CRC32 (its files in --data-dir)"};
     c->n_settings = 0;
@@ -124,12 +125,40 @@ static ls_status restore_loss_scaler(ls_trainer *t, const ls_ckpt_state *saved, 
 
 static ls_status shared(ex_ckpt *c, ls_status s);
 
+/* Recorded settings that decide which parameters the optimizer steps: a checkpoint's optimizer
+ * state fits only a run where it is the same. What each value means, in words. */
+static const struct {
+    const char *name, *on, *off;
+} same_on_resume[] = {{"--freeze-backbone", "the backbone frozen, without optimizer state", "every layer trained"}};
+
+/* Rank 0, a resume that failed (s) once saved (state.json's settings, read before the tensors)
+ * was read: where the checkpoint's optimizer state did not fit this run's (LS_ERR_INVALID_ARGUMENT)
+ * and a setting of same_on_resume differs, the error says how it was saved and the flag to add or
+ * drop (it said only that a tensor was missing). */
+static ls_status resume_failed(const ex_ckpt *c, const ls_ckpt_state *saved, ls_status s) {
+    if (s != LS_ERR_INVALID_ARGUMENT) return s;
+    for (size_t k = 0; k < sizeof same_on_resume / sizeof same_on_resume[0]; k++)
+        for (int i = 0; i < saved->n_settings; i++)
+            for (int j = 0; j < c->run.n_settings; j++) {
+                const ls_ckpt_setting *a = &saved->settings[i], *b = &c->run.settings[j];
+                if (strcmp(a->name, same_on_resume[k].name) != 0 || strcmp(b->name, a->name) != 0 ||
+                    strcmp(a->value, b->value) == 0)
+                    continue;
+                const int on = strcmp(a->value, "on") == 0;
+                return ls_error_context(
+                    s, "the checkpoint was saved %s %s (%s): %s %s to resume it", on ? "with" : "without", a->name,
+                    on ? same_on_resume[k].on : same_on_resume[k].off, on ? "add" : "drop", a->name);
+            }
+    return s;
+}
+
 static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
     int rank = ls_comm_rank(c->comm), found, exact;
     ls_ckpt_state saved;
     /* rank 0 reads and shares the outcome: a failure is every rank's (said once, no abort) */
-    LS_CHECK(shared(c, ls_ckpt_load_ema(c->comm, c->ctx, c->o->checkpoint_dir, c->o->resume, c->model, c->opt, c->ema,
-                                        &saved, &found, c->path, sizeof c->path)));
+    ls_status ls = shared(c, ls_ckpt_load_ema(c->comm, c->ctx, c->o->checkpoint_dir, c->o->resume, c->model, c->opt,
+                                              c->ema, &saved, &found, c->path, sizeof c->path));
+    if (ls != LS_OK) return rank == 0 ? resume_failed(c, &saved, ls) : ls;
     c->agreed = 0;
     if (!found) {
         if (rank == 0) printf("%s: no checkpoint in %s; starting from step 0\n", c->prog, c->o->checkpoint_dir);
@@ -371,6 +400,8 @@ ls_status ex_ckpt_step_file_failed(ex_ckpt *c, const char *what, ls_status s) {
     return LS_OK;
 }
 
+static const char *sig_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
 ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global, int last_in_epoch, int *sig) {
     *sig = 0;
     c->agreed = 0;
@@ -396,15 +427,26 @@ ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global
         c->pos_epoch++;
         c->pos_samples = 0;
     }
-    if (v[1] && !*sig) {
+    /* a signal in the same step: both said, and the exit status the error's (1), not the clean
+     * stop's (143): the signal alone was said, the line missing from the file unsaid */
+    if (v[1]) {
         const int rank0 = ls_comm_rank(c->comm) == 0;
         if (c->progress) ex_progress_clear();
         if (rank0) { /* said first: the save may fail too (the same full disk) */
             fprintf(stderr, "%s: %s: I/O error: %s; saving a checkpoint of step %lld and stopping\n", c->prog,
-                    c->io_what, c->io_why, (long long)c->step);
+                    c->io_what ? c->io_what : "a step file", c->io_why, (long long)c->step);
             fflush(stderr);
         }
         if (c->step != c->last_saved) LS_CHECK(save(c, 1));
+        if (*sig) {
+            if (rank0)
+                printf("%s: received %s: finished step %lld, saved checkpoint %s; exiting with status 1 for the %s "
+                       "error\n",
+                       c->prog, sig_name(*sig), (long long)c->step, c->path, c->io_what ? c->io_what : "step file");
+            fflush(stdout);
+            ls_preempt_hold(); /* saved: a launcher's SIGTERM to the last ranks must not kill them */
+            *sig = 0;          /* the error decides the exit status */
+        }
         c->what = rank0 ? c->io_what : "step file";
         c->agreed = 1;
         return ls_error(LS_ERR_IO,
@@ -416,10 +458,7 @@ ls_status ex_ckpt_after_step(ex_ckpt *c, const ls_step_stats *st, int64_t global
     if (*sig) {
         if (c->progress) ex_progress_clear();
         if (ls_comm_rank(c->comm) == 0)
-            printf("%s: received %s: finished step %lld, saved checkpoint %s; exiting\n", c->prog,
-                   *sig == SIGINT    ? "SIGINT"
-                   : *sig == SIGTERM ? "SIGTERM"
-                                     : "a signal",
+            printf("%s: received %s: finished step %lld, saved checkpoint %s; exiting\n", c->prog, sig_name(*sig),
                    (long long)c->step, c->path);
         fflush(stdout);
         ls_preempt_hold(); /* saved: a launcher's SIGTERM to the last ranks must not kill them */

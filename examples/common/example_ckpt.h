@@ -138,8 +138,8 @@ struct ex_ckpt;
  * set's size and CRC32. All are compared with rank 0's (ls_ddp_check_settings: LS_ERR_MISMATCH on
  * every rank, "--epochs is 2 on rank 1 but 1 on rank 0"). Those that shape the training and no
  * other field of a checkpoint records (--precision, --clip-grad-norm, --augment, --sampler,
- * --sync-bn, the training set's size and CRC32) go to record's settings (may be NULL), saved with
- * each checkpoint: a resume where one changed warns. */
+ * --sync-bn, --freeze-backbone, the training set's size and CRC32) go to record's settings (may
+ * be NULL), saved with each checkpoint: a resume where one changed warns. */
 #define EX_SAME_EXTRA (EX_TRAIN_SETTINGS + 8)
 /* The flags both programs have, appended to set[n++] from an options struct o that names them
  * alike (batch 0: auto); seed: 24 bytes (ex_setting_seed). EX_SAME_COMMON_N of them. */
