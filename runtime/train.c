@@ -349,10 +349,14 @@ static int digits(const char **p, long long max, long long *out) {
 
 static ls_status open_timeline(const ls_train_config *cfg, ls_comm *comm) {
     const char *pattern = getenv("LOCKSTEP_TIMELINE");
+    if (cfg->no_timeline) return LS_OK;
+    /* read without LOCKSTEP_TIMELINE too: a job script's typo is found where it is tried */
+    ls_timeline_steps steps;
+    LS_CHECK(ls_timeline_steps_parse(getenv("LOCKSTEP_TIMELINE_STEPS"), &steps));
     /* open: a trace this process writes, or one stopped by a failed write (a full disk), which
      * a later trainer (oom_challenge's next configuration) took for none and failed on, "already
-     * being written" */
-    if (!pattern || !*pattern || cfg->no_timeline || ls_timeline_is_open()) return LS_OK;
+     * being written", or one closed after its window of steps (a later trainer would truncate it) */
+    if (!pattern || !*pattern || ls_timeline_is_open()) return LS_OK;
     int rank = comm ? ls_comm_rank(comm) : 0, world = comm ? ls_comm_world(comm) : 1;
     char path[4096];
     /* lockstep-run --max-restarts' count (its value checked by the launcher, which sets it): a
@@ -363,10 +367,27 @@ static ls_status open_timeline(const ls_train_config *cfg, ls_comm *comm) {
     if (!rc || !*rc || *end || restart < 0 || restart > 1000000) restart = 0;
     if (ls_timeline_path_restart(pattern, rank, world, (int)restart, path, (int)sizeof path) != 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_TIMELINE: the file name is too long");
-    ls_status s = ls_timeline_open(path, rank);
-    if (s != LS_OK) return ls_error_context(s, "LOCKSTEP_TIMELINE");
+    /* an earlier run's trace of that name (a resume by hand) is moved aside, not truncated */
+    char aside[sizeof path];
+    ls_status s = ls_timeline_keep_earlier(path, aside, (int)sizeof aside);
+    if (s == LS_OK) s = ls_timeline_open(path, rank);
+    if (s == LS_OK) s = ls_timeline_set_steps(&steps);
+    if (s != LS_OK) {
+        (void)ls_timeline_close();
+        return ls_error_context(s, "LOCKSTEP_TIMELINE");
+    }
     ls_timeline_close_at_exit();
-    if (rank == 0) LS_LOG_I("timeline: writing %s (open it in ui.perfetto.dev or chrome://tracing)", path);
+    if (aside[0])
+        ls_log(rank == 0 ? LS_LOG_WARN : LS_LOG_INFO, "timeline: the earlier trace in '%s' is kept as '%s'", path,
+               aside);
+    if (rank == 0 && steps.by_default)
+        LS_LOG_I("timeline: writing %s, its first %d steps (LOCKSTEP_TIMELINE_STEPS for others; open it in "
+                 "ui.perfetto.dev or chrome://tracing)",
+                 path, LS_TIMELINE_DEFAULT_STEPS);
+    else if (rank == 0)
+        LS_LOG_I("timeline: writing %s, steps %s (LOCKSTEP_TIMELINE_STEPS; open it in ui.perfetto.dev or "
+                 "chrome://tracing)",
+                 path, steps.text);
     return LS_OK;
 }
 
@@ -1415,6 +1436,7 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
     /* a step short of every rank's full micro-batches may leave some rank's last ones empty */
     if (t->comm && global_count < (int64_t)ls_comm_world(t->comm) * b * accum && ls_cnn_num_synced(t->model) > 0)
         LS_CHECK(check_sync_bn_counts(t, count));
+    if (!t->cfg.no_timeline) ls_timeline_step_begin(t->steps + 1); /* LOCKSTEP_TIMELINE_STEPS: recorded? */
     LS_TL_T0(t_step);
     ls_step_stats st;
     memset(&st, 0, sizeof st);
@@ -1555,8 +1577,13 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
         char name[48];
         snprintf(name, sizeof name, "step %lld", (long long)t->steps);
         ls_timeline_span(name, "step", t_step, ls_timeline_now());
-        ls_timeline_flush(); /* a run that dies keeps its steps up to the last one */
     }
+    /* flushed: a run that dies keeps its steps up to the last one; after the window's last step
+     * the file is closed */
+    if (!t->cfg.no_timeline)
+        ls_timeline_step_end(t->steps);
+    else if (t_step > 0)
+        ls_timeline_flush();
     if (stats) *stats = st;
     return LS_OK;
 }

@@ -1,10 +1,12 @@
 /* timeline.c: the Chrome-trace timeline (timeline.h). One open file per process, guarded by a
  * mutex; each thread gets a row number the first time it records in a session (a session
- * generation tells a thread its row is from an earlier one); lanes get rows from 1000 up. */
+ * generation tells a thread its row is from an earlier one); lanes get rows from 1000 up. A window
+ * of steps pauses the recording outside it and closes the file after its last step. */
 #define _POSIX_C_SOURCE 200809L
 #include "timeline.h"
 
 #include "log.h"
+#include "parse.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,6 +98,19 @@ enum { TL_PAGE = 4096 };
 
 static int tl_err;  /* errno of the first failed write of this trace, 0 while none failed */
 static int tl_said; /* that failure was logged at a flush (not again at exit) */
+
+/* The window of steps (ls_timeline_set_steps), under tl_mu: tl_win says one is set (read without
+ * the lock by the step calls, to cost nothing without one); tl_paused, that this moment is outside
+ * it; tl_taken, the steps recorded; tl_in_step, that the step under way is recorded. tl_ended: the
+ * window ended and the file was closed (tl_f NULL), tl_end_err the errno of that close (0: fine);
+ * the session lasts until ls_timeline_close. */
+static atomic_int tl_win;
+static ls_timeline_steps tl_steps;
+static int tl_paused, tl_in_step, tl_ended, tl_end_err;
+static int64_t tl_taken;
+
+/* tl_on from the state: a file, not paused, no failed write said. Under tl_mu. */
+static void tl_set_on(void) { atomic_store(&tl_on, tl_f && !tl_paused && !tl_said); }
 
 static void tl_drain(void) {
     if (tl_len && fwrite(tl_buf, 1, tl_len, tl_f) != tl_len && !tl_err) tl_err = errno ? errno : EIO;
@@ -178,7 +194,7 @@ int ls_timeline_active(void) { return atomic_load_explicit(&tl_on, memory_order_
 
 int ls_timeline_is_open(void) {
     pthread_mutex_lock(&tl_mu);
-    int open = tl_f != NULL;
+    int open = tl_f != NULL || tl_ended;
     pthread_mutex_unlock(&tl_mu);
     return open;
 }
@@ -186,9 +202,12 @@ int ls_timeline_is_open(void) {
 ls_status ls_timeline_open(const char *path, int rank) {
     if (!path || !*path) return ls_error(LS_ERR_INVALID_ARGUMENT, "timeline: no file name");
     pthread_mutex_lock(&tl_mu);
-    if (tl_f) {
+    if (tl_f || tl_ended) {
         pthread_mutex_unlock(&tl_mu);
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "timeline: '%s' is already being written; close it first", tl_path);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        tl_f ? "timeline: '%s' is already being written; close it first"
+                             : "timeline: '%s' ended after its steps; close it first",
+                        tl_path);
     }
     /* (not on fd 1 of a program started with stdout closed: its printf lines went into the trace) */
     int fd = ls_fd_off_stdio(open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -215,6 +234,9 @@ ls_status ls_timeline_open(const char *path, int rank) {
     tl_len = 0;
     tl_off = 0;
     tl_err = tl_said = 0;
+    tl_paused = tl_in_step = 0;
+    tl_taken = 0;
+    atomic_store(&tl_win, 0);
     tl_put("[\n", 2);
     tl_emitf("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank,
              rank);
@@ -227,24 +249,28 @@ ls_status ls_timeline_open(const char *path, int rank) {
     return LS_OK;
 }
 
-/* Close what is open; tl_mu held, and released here. */
-static ls_status tl_close_locked(void) {
-    atomic_store(&tl_on, 0);
-    if (!tl_f) {
-        pthread_mutex_unlock(&tl_mu);
-        return LS_OK;
-    }
+/* The closing bracket, and the file closed: 0, or the errno of its first failed write. Under tl_mu. */
+static int tl_finish(void) {
     tl_put("\n]\n", 3);
     tl_drain();
     int bad = ferror(tl_f) || tl_err;
-    int e = tl_err ? tl_err : errno;
+    int e = tl_err ? tl_err : errno ? errno : EIO;
     if (fclose(tl_f) != 0 && !bad) {
         bad = 1;
         e = errno;
     }
     tl_f = NULL;
+    return bad ? e : 0;
+}
+
+/* Close what is open; tl_mu held, and released here. */
+static ls_status tl_close_locked(void) {
+    atomic_store(&tl_on, 0);
+    atomic_store(&tl_win, 0);
+    int e = tl_f ? tl_finish() : tl_ended ? tl_end_err : 0;
+    tl_ended = tl_end_err = 0;
     pthread_mutex_unlock(&tl_mu);
-    if (bad) return ls_error(LS_ERR_IO, "timeline: writing '%s' failed: %s", tl_path, strerror(e));
+    if (e) return ls_error(LS_ERR_IO, "timeline: writing '%s' failed: %s", tl_path, strerror(e));
     return LS_OK;
 }
 
@@ -275,6 +301,152 @@ void ls_timeline_flush(void) {
     if (failed)
         LS_LOG_W("timeline: writing '%s' failed: %s; the trace stops here (the run goes on)", tl_path,
                  strerror(tl_err));
+}
+
+ls_status ls_timeline_steps_parse(const char *value, ls_timeline_steps *out) {
+    LS_CHECK_ARG(out, "ls_timeline_steps_parse: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!value || !*value) {
+        out->count = LS_TIMELINE_DEFAULT_STEPS;
+        out->by_default = 1;
+        return LS_OK;
+    }
+    snprintf(out->text, sizeof out->text, "%s", value);
+    const char *colon = strchr(value, ':');
+    long long a, b;
+    char head[32];
+    if (!strcmp(value, "all")) {
+        out->first = 1;
+        out->last = INT64_MAX;
+        return LS_OK;
+    }
+    if (!colon && ls_parse_count(value, INT64_MAX, &a)) {
+        if (a == 0)
+            return ls_error(
+                LS_ERR_INVALID_ARGUMENT,
+                "LOCKSTEP_TIMELINE_STEPS='%s': 0 steps records nothing (unset LOCKSTEP_TIMELINE for no trace)", value);
+        out->count = a;
+        return LS_OK;
+    }
+    if (colon && (size_t)(colon - value) < sizeof head) {
+        memcpy(head, value, (size_t)(colon - value));
+        head[colon - value] = 0;
+        if (ls_parse_count(head, INT64_MAX, &a) && a >= 1) {
+            b = INT64_MAX; /* FIRST: has no end */
+            if (!colon[1] || ls_parse_count(colon + 1, INT64_MAX, &b)) {
+                if (b < a)
+                    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                                    "LOCKSTEP_TIMELINE_STEPS='%s': the last step, %lld, is before the first, %lld",
+                                    value, b, a);
+                out->first = a;
+                out->last = b;
+                return LS_OK;
+            }
+        }
+    }
+    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                    "LOCKSTEP_TIMELINE_STEPS='%s': use N (the first N steps), FIRST:LAST or FIRST: (steps by number, "
+                    "from 1), or all",
+                    value);
+}
+
+ls_status ls_timeline_set_steps(const ls_timeline_steps *steps) {
+    LS_CHECK_ARG(steps, "ls_timeline_set_steps: steps is NULL");
+    pthread_mutex_lock(&tl_mu);
+    if (!tl_f) {
+        pthread_mutex_unlock(&tl_mu);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "timeline: no trace is open to set its steps");
+    }
+    tl_steps = *steps;
+    tl_paused = steps->count <= 0 && steps->first > 1; /* until step FIRST */
+    tl_taken = 0;
+    tl_in_step = 0;
+    if (tl_paused) tl_drain();
+    tl_set_on();
+    atomic_store(&tl_win, 1);
+    pthread_mutex_unlock(&tl_mu);
+    return LS_OK;
+}
+
+/* What tl_end_window closed, said after tl_mu is released. */
+struct tl_end {
+    char path[sizeof tl_path];
+    ls_timeline_steps steps;
+    int64_t taken;
+    int pid, err, said;
+};
+
+/* The window is over: the file closed (valid JSON from now on), the session kept until
+ * ls_timeline_close; what to say in *end. Under tl_mu. */
+static void tl_end_window(struct tl_end *end) {
+    tl_end_err = tl_finish();
+    tl_ended = 1;
+    atomic_store(&tl_win, 0);
+    tl_set_on();
+    snprintf(end->path, sizeof end->path, "%s", tl_path);
+    end->steps = tl_steps;
+    end->taken = tl_taken;
+    end->pid = tl_pid;
+    end->err = tl_end_err;
+    end->said = tl_said;
+    tl_said = 1; /* a failure is said below: not again at exit */
+}
+
+static void tl_say_end(const struct tl_end *e) {
+    if (e->err) {
+        if (!e->said) LS_LOG_W("timeline: writing '%s' failed: %s", e->path, strerror(e->err));
+    } else if (e->pid != 0) {
+        /* rank 0 says it for all: every rank ends at the same step */
+    } else if (e->steps.by_default)
+        LS_LOG_W("timeline: %lld steps recorded in '%s', the default bound: the trace ends here and the run goes on "
+                 "(LOCKSTEP_TIMELINE_STEPS=N records the first N steps, FIRST:LAST a window, all every step)",
+                 (long long)e->taken, e->path);
+    else
+        LS_LOG_I("timeline: %lld step%s recorded in '%s' (LOCKSTEP_TIMELINE_STEPS=%s): the trace is closed",
+                 (long long)e->taken, e->taken == 1 ? "" : "s", e->path, e->steps.text);
+}
+
+void ls_timeline_step_begin(int64_t step) {
+    if (!atomic_load_explicit(&tl_win, memory_order_relaxed)) return;
+    struct tl_end end;
+    int ended = 0;
+    pthread_mutex_lock(&tl_mu);
+    if (tl_f && atomic_load(&tl_win)) {
+        if (tl_steps.count <= 0 && step > tl_steps.last) { /* a run resumed past the window */
+            tl_end_window(&end);
+            ended = 1;
+        } else {
+            tl_paused = tl_steps.count <= 0 && step < tl_steps.first;
+            tl_in_step = !tl_paused;
+            if (tl_paused) tl_drain();
+            tl_set_on();
+        }
+    }
+    pthread_mutex_unlock(&tl_mu);
+    if (ended) tl_say_end(&end);
+}
+
+void ls_timeline_step_end(int64_t step) {
+    if (!atomic_load_explicit(&tl_win, memory_order_relaxed)) {
+        ls_timeline_flush();
+        return;
+    }
+    struct tl_end end;
+    int ended = 0;
+    pthread_mutex_lock(&tl_mu);
+    if (tl_f && atomic_load(&tl_win)) {
+        if (tl_in_step) tl_taken++;
+        tl_in_step = 0;
+        if (tl_steps.count > 0 ? tl_taken >= tl_steps.count : step >= tl_steps.last) {
+            tl_end_window(&end);
+            ended = 1;
+        }
+    }
+    pthread_mutex_unlock(&tl_mu);
+    if (ended)
+        tl_say_end(&end);
+    else
+        ls_timeline_flush();
 }
 
 /* at exit nobody is left to return an error to: a trace that could not be written (a full disk)
@@ -361,4 +533,35 @@ int ls_timeline_path(const char *pattern, int rank, int world, char *out, int le
         n = snprintf(out, (size_t)len, "%.*s.rank%d%s", (int)(dot - pattern), pattern, rank, dot);
     }
     return n < 0 || n >= len ? -1 : 0;
+}
+
+ls_status ls_timeline_keep_earlier(const char *path, char *aside, int len) {
+    LS_CHECK_ARG(path && aside && len > 0, "ls_timeline_keep_earlier: %s",
+                 !path ? "path is NULL" : "no room for aside");
+    aside[0] = 0;
+    struct stat st;
+    /* nothing to keep: no file, an empty one (made for the run), a device (/dev/null) */
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return LS_OK;
+    const char *dot = extension_of(path);
+    for (int k = 1; k <= 1000000; k++) {
+        int n = snprintf(aside, (size_t)len, "%.*s.prev%d%s", (int)(dot - path), path, k, dot);
+        if (n < 0 || n >= len) {
+            aside[0] = 0;
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "timeline: keeping the earlier trace '%s': the name to move it to is too long", path);
+        }
+        struct stat taken;
+        if (lstat(aside, &taken) == 0) continue;
+        if (rename(path, aside) != 0) {
+            int e = errno;
+            ls_status s = ls_error(LS_ERR_IO, "timeline: cannot move the earlier trace '%s' to '%s' (to keep it): %s",
+                                   path, aside, strerror(e));
+            aside[0] = 0;
+            return s;
+        }
+        return LS_OK;
+    }
+    aside[0] = 0;
+    return ls_error(LS_ERR_IO,
+                    "timeline: cannot keep the earlier trace '%s': its names .prev1 to .prev1000000 are taken", path);
 }

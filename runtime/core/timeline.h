@@ -6,11 +6,15 @@
  * the trainer flushes after each step, so the file then ends with whole events).
  * Process-wide, like the log level; off unless opened, and then a span costs two clock reads and a
  * buffered write under a lock. The trainer opens it from LOCKSTEP_TIMELINE. Times are the wall
- * clock in microseconds, so ranks on several hosts line up as well as their clocks agree. */
+ * clock in microseconds, so ranks on several hosts line up as well as their clocks agree. A window of
+ * steps (ls_timeline_set_steps; the trainer's from LOCKSTEP_TIMELINE_STEPS, by default the first
+ * LS_TIMELINE_DEFAULT_STEPS) bounds the file: after its last step the file is closed. */
 #ifndef LOCKSTEP_TIMELINE_H
 #define LOCKSTEP_TIMELINE_H
 
 #include "status.h"
+
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,7 +37,8 @@ void ls_timeline_close_at_exit(void);
  * call freely). */
 int ls_timeline_active(void);
 /* Non-zero while a timeline's file is open, recording or stopped after a failed write (a full
- * disk): ls_timeline_open would refuse another one until ls_timeline_close. */
+ * disk), or closed after its window of steps: ls_timeline_open would refuse another one until
+ * ls_timeline_close. */
 int ls_timeline_is_open(void);
 /* Microseconds of the wall clock; what span times are given in. */
 double ls_timeline_now(void);
@@ -55,6 +60,40 @@ int ls_timeline_path(const char *pattern, int rank, int world, char *out, int le
  * (tl.rank1.json -> tl.rank1.restart2.json), so a restart keeps the trace of the attempt that
  * failed instead of truncating it. */
 int ls_timeline_path_restart(const char *pattern, int rank, int world, int restart, char *out, int len);
+
+/* Which steps a trace records (ls_timeline_steps_parse, ls_timeline_set_steps). */
+typedef struct ls_timeline_steps {
+    int64_t count;       /* > 0: the first count steps this process takes, whatever their numbers; 0: first..last */
+    int64_t first, last; /* with count 0: the steps numbered first to last (from 1); last INT64_MAX: no end */
+    int by_default;      /* no value given: the first LS_TIMELINE_DEFAULT_STEPS steps, their end said as a warning */
+    char text[32];       /* the value given, for messages ("" for the default) */
+} ls_timeline_steps;
+
+/* The default bound: 2-10 MB of trace for an MLP or a small ResNet (2-6 KB a step). */
+#define LS_TIMELINE_DEFAULT_STEPS 1000
+
+/* LOCKSTEP_TIMELINE_STEPS's value: "N" (the first N steps), "FIRST:LAST" or "FIRST:" (the steps
+ * of those numbers, counted from 1; FIRST: has no end), "all" (every step), NULL or "" (the default
+ * bound). Anything else is LS_ERR_INVALID_ARGUMENT naming the variable and the forms. */
+ls_status ls_timeline_steps_parse(const char *value, ls_timeline_steps *out);
+/* Record only the steps of *steps in the open trace (ls_timeline_step_begin/_end tell it the
+ * steps): with a count, or FIRST 1, from now on; else from the start of step FIRST. After the
+ * window's last step (or at the first step past it) the file is closed, a valid JSON array, and
+ * the end said once (a warning for the default bound, naming the variable; else at info level);
+ * ls_timeline_is_open stays non-zero until ls_timeline_close. Without a window a trace records
+ * every step. LS_ERR_INVALID_ARGUMENT where no trace is open. */
+ls_status ls_timeline_set_steps(const ls_timeline_steps *steps);
+/* Step `step` (its number: a resumed run's continue) starts: recording goes on or off as the window
+ * says. Nothing without a window. */
+void ls_timeline_step_begin(int64_t step);
+/* Step `step` ended: a flush (ls_timeline_flush), and the file's close after the window's last step. */
+void ls_timeline_step_end(int64_t step);
+/* Keep an earlier run's trace at path (a resume by hand with the same LOCKSTEP_TIMELINE): a
+ * non-empty regular file there is renamed "<stem>.prev<K><ext>" (tl.json -> tl.prev1.json), K the
+ * first from 1 that names no file, so the new trace takes path and higher K are newer. aside gets
+ * the new name, or "" where nothing was moved (no file, an empty one, a device). LS_ERR_IO naming
+ * both where the rename fails; LS_ERR_INVALID_ARGUMENT where the name does not fit aside. */
+ls_status ls_timeline_keep_earlier(const char *path, char *aside, int len);
 
 /* Time a block: LS_TL_T0(t); ... LS_TL_SPAN(t, "forward", "compute"); */
 #define LS_TL_T0(var) double var = ls_timeline_active() ? ls_timeline_now() : 0.0

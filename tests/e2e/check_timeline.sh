@@ -3,8 +3,11 @@
 # Chrome trace per rank that timeline_check.c accepts: one rank (the name as given); two ranks
 # (tl.rank0.json and tl.rank1.json, and with %r in the name, the rank in its place), where both
 # gradient buckets have a row and bucket 0 is launched while backward runs; a file that cannot be
-# created is an error naming it; a rank that aborts the job on an error closes its trace; without the variable no file is written. With python3 and
-# SUMMARY (cluster/bench/timeline_summary.py), its table of the one-rank run sums to the steps'
+# created is an error naming it; a rank that aborts the job on an error closes its trace; without
+# the variable no file is written. LOCKSTEP_TIMELINE_STEPS (with python3, reading each file whole):
+# a window (one and two ranks) and a count record those steps, the default bound the first 1000
+# with one warning; a bad value is an error naming it; a resume by hand keeps the earlier run's
+# trace as tl.prev1.json, saying so. With python3 and SUMMARY (cluster/bench/timeline_summary.py), its table of the one-rank run sums to the steps'
 # time, and --merge makes one trace of both ranks. A run killed at random moments leaves whole
 # events; the summary takes a trace cut within one. With RESNET (fashion_resnet), two ranks with --batch-size auto: the trial trainers (which
 # run without the communicator) leave no file of their own, and each rank's file holds its steps.
@@ -25,6 +28,50 @@ LOCKSTEP_RESTART_COUNT=1 LOCKSTEP_TIMELINE="$dir/one.json" "$mlp" "${args[@]}" -
     fail "restart: $(cat "$dir/out1r")"
 "$check" "$dir/one.json" 0 10 0 || fail "restart: the first attempt's trace was overwritten"
 "$check" "$dir/one.restart1.json" 0 2 0 || fail "restart: its trace"
+
+# LOCKSTEP_TIMELINE_STEPS: which steps are recorded; the file is closed after the last one (one
+# JSON array, read whole); steps_in prints the step spans' numbers in order ("3,4,5")
+steps_in() {
+    python3 -c 'import json, sys
+ev = json.load(open(sys.argv[1]))
+print(",".join(e["name"][5:] for e in ev if e.get("ph") == "X" and e["name"].startswith("step ")))' "$1"
+}
+if command -v python3 >/dev/null; then
+    LOCKSTEP_TIMELINE="$dir/win.json" LOCKSTEP_TIMELINE_STEPS=3:5 "$mlp" "${args[@]}" >"$dir/outw" 2>&1 ||
+        fail "LOCKSTEP_TIMELINE_STEPS=3:5: $(cat "$dir/outw")"
+    [ "$(steps_in "$dir/win.json")" = 3,4,5 ] || fail "LOCKSTEP_TIMELINE_STEPS=3:5 recorded $(steps_in "$dir/win.json")"
+    LOCKSTEP_TIMELINE="$dir/count.json" LOCKSTEP_TIMELINE_STEPS=2 "$mlp" "${args[@]}" >"$dir/outc" 2>&1 ||
+        fail "LOCKSTEP_TIMELINE_STEPS=2: $(cat "$dir/outc")"
+    [ "$(steps_in "$dir/count.json")" = 1,2 ] || fail "LOCKSTEP_TIMELINE_STEPS=2 recorded $(steps_in "$dir/count.json")"
+    # by default the first 1000 steps, and one warning saying so and how to record more
+    LOCKSTEP_TIMELINE="$dir/cap.json" "$mlp" --epochs 1 --train-limit 1010 --test-limit 10 --batch-size 1 \
+        --max-steps 1003 --no-progress >"$dir/outcap" 2>&1 || fail "1003 steps: $(cat "$dir/outcap")"
+    [ "$(steps_in "$dir/cap.json")" = "$(seq -s, 1000)" ] || fail "the default bound: $(steps_in "$dir/cap.json" | tail -c 80)"
+    [ "$(grep -c timeline: "$dir/outcap")" = 1 ] &&
+        grep -qF "timeline: 1000 steps recorded in '$dir/cap.json', the default bound: the trace ends here and the run goes on (LOCKSTEP_TIMELINE_STEPS=N records the first N steps, FIRST:LAST a window, all every step)" \
+            "$dir/outcap" || fail "the default bound's end, said: $(cat "$dir/outcap")"
+    # a resume by hand with the same LOCKSTEP_TIMELINE keeps the first run's trace beside its own
+    mkdir "$dir/res"
+    LOCKSTEP_TIMELINE="$dir/res/tl.json" "$mlp" "${args[@]}" --max-steps 4 --save-every 2 --checkpoint-dir "$dir/rck" \
+        >"$dir/outr1" 2>&1 || fail "resume, first run: $(cat "$dir/outr1")"
+    LOCKSTEP_TIMELINE="$dir/res/tl.json" "$mlp" "${args[@]}" --max-steps 6 --save-every 2 --checkpoint-dir "$dir/rck" \
+        --resume auto >"$dir/outr2" 2>&1 || fail "resume: $(cat "$dir/outr2")"
+    [ "$(ls "$dir/res" | tr '\n' ' ')" = "tl.json tl.prev1.json " ] || fail "resume: the files are $(ls "$dir/res")"
+    [ "$(steps_in "$dir/res/tl.prev1.json")" = 1,2,3,4 ] && [ "$(steps_in "$dir/res/tl.json")" = 5,6 ] ||
+        fail "resume: tl.prev1.json $(steps_in "$dir/res/tl.prev1.json"), tl.json $(steps_in "$dir/res/tl.json")"
+    grep -qF "timeline: the earlier trace in '$dir/res/tl.json' is kept as '$dir/res/tl.prev1.json'" "$dir/outr2" ||
+        fail "resume: the move not said: $(cat "$dir/outr2")"
+fi
+# a bad LOCKSTEP_TIMELINE_STEPS is an error naming it, before any trace is written
+forms="use N (the first N steps), FIRST:LAST or FIRST: (steps by number, from 1), or all"
+for v in "0|0 steps records nothing (unset LOCKSTEP_TIMELINE for no trace)" \
+    "5:2|the last step, 2, is before the first, 5" "x|$forms" "1:2:3|$forms" "-3|$forms"; do
+    out=$(LOCKSTEP_TIMELINE="$dir/bad.json" LOCKSTEP_TIMELINE_STEPS=${v%%|*} "$mlp" "${args[@]}" 2>&1) &&
+        fail "LOCKSTEP_TIMELINE_STEPS=${v%%|*} was accepted"
+    grep -qF "LOCKSTEP_TIMELINE_STEPS='${v%%|*}': ${v#*|}" <<<"$out" ||
+        fail "LOCKSTEP_TIMELINE_STEPS=${v%%|*}: unclear error: $out"
+    [ ! -e "$dir/bad.json" ] || fail "LOCKSTEP_TIMELINE_STEPS=${v%%|*}: a trace was written"
+done
 
 # --save-async: each save's writer thread is a new thread, on the one row "checkpoint writer" (a
 # row each, all of that name, before)
@@ -90,6 +137,14 @@ sys.exit(0 if names == {"rank 0", "rank 1"} and n == [1, 1] else 1)' "$dir/merge
         >"$dir/oute" 2>&1 && fail "--metrics /dev/full on two ranks did not fail: $(cat "$dir/oute")"
     grep -q "cannot write '/dev/full'" "$dir/oute" || fail "--metrics /dev/full on two ranks: $(cat "$dir/oute")"
     "$check" "$dir/err.rank0.json" 0 1 2 || fail "the trace of the rank that aborted the job"
+    # a window on two ranks: each rank's file holds steps 2 and 3, closed
+    if command -v python3 >/dev/null; then
+        LOCKSTEP_TIMELINE="$dir/w2.json" LOCKSTEP_TIMELINE_STEPS=2:3 "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 \
+            >"$dir/outw2" 2>&1 || fail "two ranks, LOCKSTEP_TIMELINE_STEPS=2:3: $(cat "$dir/outw2")"
+        for r in 0 1; do
+            [ "$(steps_in "$dir/w2.rank$r.json")" = 2,3 ] || fail "two ranks, window, rank $r: $(steps_in "$dir/w2.rank$r.json")"
+        done
+    fi
     LOCKSTEP_TIMELINE="$dir/r%r.trace" "$run" -n 2 "$mlp" "${args[@]}" --batch-size 50 --max-steps 3 \
         >"$dir/out3" 2>&1 || fail "%r: $(cat "$dir/out3")"
     for r in 0 1; do "$check" "$dir/r$r.trace" $r 3 2 || fail "%r, rank $r"; done
