@@ -121,8 +121,22 @@ int main(void) {
     parse_ok("all", 0, 1, INT64_MAX, 0);
     parse_ok("9223372036854775807", INT64_MAX, 0, 0, 0);
     const char *forms = "use N (the first N steps), FIRST:LAST or FIRST: (steps by number, from 1), or all";
-    const char *bad[] = {"x", "-1", "+3", " 3", "3 ", "0x10", "1e3", ":5", "3:x", "1:2:3", "3:-4", "ALL", "3.5",
-                         "99999999999999999999", "1:99999999999999999999", "0:4"};
+    const char *bad[] = {"x",
+                         "-1",
+                         "+3",
+                         " 3",
+                         "3 ",
+                         "0x10",
+                         "1e3",
+                         ":5",
+                         "3:x",
+                         "1:2:3",
+                         "3:-4",
+                         "ALL",
+                         "3.5",
+                         "99999999999999999999",
+                         "1:99999999999999999999",
+                         "0:4"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) parse_bad(bad[i], forms);
     parse_bad("0", "0 steps records nothing (unset LOCKSTEP_TIMELINE for no trace)");
     parse_bad("7:3", "the last step, 3, is before the first, 7");
@@ -145,14 +159,14 @@ int main(void) {
     LS_EXPECT(!ls_timeline_active() && ls_timeline_is_open());
     expect_steps(path, "3,4,5", 3); /* whole JSON before any close */
     run_steps(6, 8);
-    LS_EXPECT_ERR(ls_timeline_open(path2, 0), LS_ERR_INVALID_ARGUMENT,
-                  "w.json' ended after its steps; close it first");
+    LS_EXPECT_ERR(ls_timeline_open(path2, 0), LS_ERR_INVALID_ARGUMENT, "w.json' ended after its steps; close it first");
     LS_REQUIRE_OK(ls_timeline_close());
     LS_EXPECT(!ls_timeline_is_open());
     expect_steps(path, "3,4,5", 3);
     {
         char *text = slurp(path);
-        LS_EXPECT(text && !strstr(text, "\"setup\"") && strstr(text, "\n]\n") && !strstr(strstr(text, "\n]\n") + 3, "]"));
+        LS_EXPECT(text && !strstr(text, "\"setup\"") && strstr(text, "\n]\n") &&
+                  !strstr(strstr(text, "\n]\n") + 3, "]"));
         free(text);
     }
 
@@ -212,7 +226,8 @@ int main(void) {
         close(saved);
         char want[8192];
         int n = 0;
-        for (int s = 1; s <= LS_TIMELINE_DEFAULT_STEPS; s++) n += snprintf(want + n, sizeof want - (size_t)n, "%s%d", s > 1 ? "," : "", s);
+        for (int s = 1; s <= LS_TIMELINE_DEFAULT_STEPS; s++)
+            n += snprintf(want + n, sizeof want - (size_t)n, "%s%d", s > 1 ? "," : "", s);
         expect_steps(path, want, LS_TIMELINE_DEFAULT_STEPS);
         char *log = slurp(logp);
         char line[1024];
