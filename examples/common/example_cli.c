@@ -130,10 +130,10 @@ ls_status ex_progress(ls_trainer *t, ls_comm *comm, int64_t epoch, int64_t j, in
         ls_log_progress_shown(1);
         return LS_OK;
     }
-    char loss[32] = "-";                                    /* nothing has arrived yet */
-    double mean = v[1] > 0 ? ex_plain_nan(v[0] / v[1]) : 0; /* "nan" as the epoch line's, not "-nan" */
-    /* a diverging loss in all its digits overran the buffer: 1.1367e+35 shown cut to 31 digits */
-    if (v[1] > 0) snprintf(loss, sizeof loss, fabs(mean) < 1e6 ? "%.4f" : "%.4e", mean);
+    char loss[EX_LOSS_TEXT] = "-"; /* nothing has arrived yet */
+    /* "nan" as the epoch line's, not "-nan"; a diverging loss in all its digits overran the
+     * buffer: 1.1367e+35 shown cut to 31 digits */
+    if (v[1] > 0) ex_loss_text(v[0] / v[1], loss);
     /* erased to the end of the line: a longer line before left its tail */
     fprintf(stderr, "\repoch %d  step %lld/%lld  loss %s  %.0f samples/s\033[K", (int)epoch + 1, (long long)(j + 1),
             (long long)steps, loss, elapsed_s > 0 ? (double)seen / elapsed_s : 0.0);
@@ -160,6 +160,12 @@ void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t ste
 }
 
 double ex_plain_nan(double v) { return isnan(v) ? NAN : v; }
+
+const char *ex_loss_text(double v, char buf[EX_LOSS_TEXT]) {
+    v = ex_plain_nan(v);
+    snprintf(buf, EX_LOSS_TEXT, isfinite(v) && fabs(v) >= 1e6 ? "%.4e" : "%.4f", v);
+    return buf;
+}
 
 void ex_diverged_hint(const char *prog, double train_loss, double clip) {
     static int said;
@@ -322,8 +328,9 @@ void ex_print_nothing_to_train(const char *prog, int epochs, int64_t start_epoch
         snprintf(why, sizeof why, "all %d epoch%s done at step %lld", epochs, epochs == 1 ? "" : "s", (long long)step);
     else
         snprintf(why, sizeof why, "step %lld has reached --max-steps", (long long)step);
-    printf("%s: nothing to train (%s); the model as it is: test loss %.4f  test acc %.2f%%\n", prog, why,
-           ev[2] > 0 ? ev[0] / ev[2] : 0.0, ev[2] > 0 ? 100.0 * ev[1] / ev[2] : 0.0);
+    char l[EX_LOSS_TEXT];
+    printf("%s: nothing to train (%s); the model as it is: test loss %s  test acc %.2f%%\n", prog, why,
+           ex_loss_text(ev[2] > 0 ? ev[0] / ev[2] : 0.0, l), ev[2] > 0 ? 100.0 * ev[1] / ev[2] : 0.0);
     fflush(stdout);
 }
 
@@ -690,8 +697,9 @@ ls_status ex_ema_create(const ex_train_flags *f, ls_ctx *ctx, ls_module *model, 
 }
 
 void ex_print_ema(const ls_ema *e, const double ev[3]) {
-    printf("  EMA of the weights (decay %g%s): test loss %.4f  test acc %.2f%%\n", ls_ema_decay(e),
-           ls_ema_warmup(e) ? " with warmup" : "", ex_plain_nan(ev[0] / ev[2]), 100.0 * ev[1] / ev[2]);
+    char l[EX_LOSS_TEXT];
+    printf("  EMA of the weights (decay %g%s): test loss %s  test acc %.2f%%\n", ls_ema_decay(e),
+           ls_ema_warmup(e) ? " with warmup" : "", ex_loss_text(ev[0] / ev[2], l), 100.0 * ev[1] / ev[2]);
 }
 
 void ex_stdio_guard(void) {

@@ -53,6 +53,11 @@ int ex_exit_status(const char *prog, int rc);
 /* v, with a NaN's sign dropped: printf writes a NaN of the sign bit as "-nan", so the epoch lines
  * said "train loss -nan" where the hint says "nan" (a scraper's pattern missed one of them). */
 double ex_plain_nan(double v);
+/* A loss as the epoch, evaluation and progress lines show it: "%.4f", or "%.4e" from 1e6 up (a
+ * diverging run's 4.9e+31 was printed in all its 36 digits), "nan" without a sign. Returns buf,
+ * which holds EX_LOSS_TEXT bytes. */
+#define EX_LOSS_TEXT 32
+const char *ex_loss_text(double v, char buf[EX_LOSS_TEXT]);
 /* Prints "PROG: WHAT: STATUS: the library's last error" to stderr; returns 1 (an exit status). */
 int ex_fail(const char *prog, const char *what, ls_status s);
 /* Whether the progress line is on, the same on every rank (collective): flag 1 or 0 (--progress,

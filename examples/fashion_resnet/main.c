@@ -618,9 +618,10 @@ int main(int argc, char **argv) {
             char pk[32];
             char part[128];
             ex_epoch_part(part, sizeof part, j0, j_end, steps);
-            printf("epoch %d  train loss %.4f  train acc %.2f%%  test loss %.4f  test acc %.2f%%  "
+            char tl[EX_LOSS_TEXT], vl[EX_LOSS_TEXT];
+            printf("epoch %d  train loss %s  train acc %.2f%%  test loss %s  test acc %.2f%%  "
                    "%.0f samples/s  %.1f s  peak memory %s%s%s",
-                   (int)epoch + 1, ex_plain_nan(m[0] / m[2]), 100.0 * m[1] / m[2], ex_plain_nan(ev[0] / ev[2]),
+                   (int)epoch + 1, ex_loss_text(m[0] / m[2], tl), 100.0 * m[1] / m[2], ex_loss_text(ev[0] / ev[2], vl),
                    100.0 * ev[1] / ev[2], (double)seen / train_time, train_time,
                    ls_memory_format((size_t)peak, pk, sizeof pk), part, skipped ? "" : "\n");
             if (skipped)

@@ -185,6 +185,14 @@ fi
 "$mlp" "${args[@]}" --lr 1e30 --max-steps 2 --clip-grad-norm 2.5 >"$dir/out5c" 2>&1 || fail "diverging run, clipping: $(cat "$dir/out5c")"
 grep -q '^fashion_mlp: the train loss is nan: the training diverged (a lower --lr, a longer --warmup-steps or a --clip-grad-norm below 2.5 may help)$' \
     "$dir/out5c" || fail "diverging run, clipping: the hint: $(cat "$dir/out5c")"
+# a loss that is huge but finite (a run diverging, 3 steps at --lr 20) reads in exponent form on the
+# epoch and EMA lines (they printed "test loss 138725807062935552.0000", 36 digits at 4 steps)
+"$mlp" "${args[@]}" --lr 20 --warmup-steps 0 --max-steps 3 --ema 0.5 >"$dir/out5h" 2>&1 || fail "huge loss: $(cat "$dir/out5h")"
+grep -Eq '^epoch 1  train loss [1-9]\.[0-9]{4}e\+[0-9]{2}  train acc [0-9.]+%  test loss [1-9]\.[0-9]{4}e\+[0-9]{2}  test acc ' \
+    "$dir/out5h" || fail "huge loss: the epoch line: $(cat "$dir/out5h")"
+grep -Eq '^  EMA of the weights \(decay 0\.5\): test loss [1-9]\.[0-9]{4}e\+[0-9]{2}  test acc ' "$dir/out5h" ||
+    fail "huge loss: the EMA line: $(cat "$dir/out5h")"
+! grep -Eq '[0-9]{12}' "$dir/out5h" || fail "huge loss: printed in all its digits: $(cat "$dir/out5h")"
 # the epoch line's NaN is "nan", as the hint's (printf wrote the sign bit's "-nan")
 grep -q '^epoch 1  train loss nan  ' "$dir/out5" || fail "diverging run: the epoch line's loss: $(cat "$dir/out5")"
 # and so are --log-steps' and the progress line's (they wrote "-nan": the progress line's last
