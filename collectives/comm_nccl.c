@@ -30,6 +30,11 @@ typedef struct ls_nccl_state {
     cudaStream_t compute; /* producer/consumer of the buffers; NULL: legacy default stream */
     cudaEvent_t ready;    /* recorded on compute before each collective */
     int32_t *scratch;     /* one int on the device for the barrier */
+    /* Held by this thread around its calls into the communicator and by the watchdog around its
+     * ncclCommAbort, which frees it: a call the watchdog's abort landed in the middle of, or one
+     * made after it (the flag checked, then the abort), used freed memory. The flag wd_failed is
+     * set before the abort waits for it, and read under it, so no call follows the abort. */
+    pthread_mutex_t use_lock;
     /* the watchdog: collectives waited for in stream order, oldest first, until they complete */
     pthread_mutex_t wd_lock;
     pthread_cond_t wd_wake;
@@ -106,19 +111,31 @@ static void ls_nccl_kill(ls_nccl_state *st) {
     st->comm = NULL;
 }
 
-static ls_status ls_nccl_alive(ls_nccl_state *st) {
+/* Whether the watchdog aborted the communicator; under use_lock. */
+static int ls_nccl_aborted_locked(ls_nccl_state *st) {
     pthread_mutex_lock(&st->wd_lock);
     int failed = st->wd_failed;
     pthread_mutex_unlock(&st->wd_lock);
-    if (!st->comm || failed) return ls_error(LS_ERR_COMM, "the NCCL communicator was aborted after an earlier failure");
-    ncclResult_t ar = ncclSuccess;
-    LS_NCCL_CHECK(st, ncclCommGetAsyncError(st->comm, &ar));
-    if (ar != ncclSuccess && ar != ncclInProgress) {
-        ls_status s = ls_nccl_status(st, ar, "NCCL (asynchronous error)");
-        ls_nccl_kill(st);
-        return s;
+    return !st->comm || failed;
+}
+
+static ls_status ls_nccl_aborted_error(void) {
+    return ls_error(LS_ERR_COMM, "the NCCL communicator was aborted after an earlier failure");
+}
+
+static ls_status ls_nccl_alive(ls_nccl_state *st) {
+    pthread_mutex_lock(&st->use_lock);
+    if (ls_nccl_aborted_locked(st)) {
+        pthread_mutex_unlock(&st->use_lock);
+        return ls_nccl_aborted_error();
     }
-    return LS_OK;
+    ncclResult_t ar = ncclSuccess;
+    ls_status s = ls_nccl_status(st, ncclCommGetAsyncError(st->comm, &ar), "ncclCommGetAsyncError");
+    if (s == LS_OK && ar != ncclSuccess && ar != ncclInProgress)
+        s = ls_nccl_status(st, ar, "NCCL (asynchronous error)");
+    pthread_mutex_unlock(&st->use_lock); /* before the kill, which waits for the watchdog */
+    if (s != LS_OK && ar != ncclSuccess && ar != ncclInProgress) ls_nccl_kill(st);
+    return s;
 }
 
 /* Enqueue op on the communication stream. */
@@ -202,7 +219,13 @@ static ls_status ls_nccl_enqueue(ls_nccl_state *st, const ls_coll_op *op) {
         LS_CHECK(ls_nccl_device_buffer(op->send, "send"));
         if (op->recv != op->send) LS_CHECK(ls_nccl_device_buffer(op->recv, "receive"));
     }
+    pthread_mutex_lock(&st->use_lock);
+    if (ls_nccl_aborted_locked(st)) { /* by the watchdog since the check above */
+        pthread_mutex_unlock(&st->use_lock);
+        return ls_nccl_aborted_error();
+    }
     ls_status s = ls_nccl_issue(st, op);
+    pthread_mutex_unlock(&st->use_lock);
     return s == LS_OK ? LS_OK : ls_nccl_fail(st, s);
 }
 
@@ -378,7 +401,14 @@ static void *ls_nccl_watchdog(void *arg) {
             pthread_mutex_lock(&st->wd_lock);
             st->wd_failed = 1; /* later calls fail ("aborted after an earlier failure") */
             pthread_mutex_unlock(&st->wd_lock);
+            /* after the call the training thread may be in (use_lock); one stuck in NCCL for 10 s
+             * (a blocking call whose peer is gone) is what the abort is for: aborted anyway */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += 10;
+            int locked = pthread_mutex_timedlock(&st->use_lock, &until) == 0;
             ncclCommAbort(st->comm);
+            if (locked) pthread_mutex_unlock(&st->use_lock);
             if (ls_nccl_fatal) {
                 ls_nccl_fatal(msg);
                 return NULL;
@@ -522,6 +552,7 @@ static void ls_nccl_destroy(void *sp) {
     }
     ls_nccl_watch_free(st); /* their events completed or the communicator was aborted */
     pthread_mutex_destroy(&st->wd_lock);
+    pthread_mutex_destroy(&st->use_lock);
     pthread_cond_destroy(&st->wd_wake);
     if (st->scratch) cudaFree(st->scratch);
     if (st->ready) cudaEventDestroy(st->ready);
@@ -557,6 +588,7 @@ ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *boot, const ls_co
     ls_nccl_state *st = calloc(1, sizeof *st);
     if (!st) return ls_error(LS_ERR_OUT_OF_MEMORY, "NCCL communicator: out of host memory");
     pthread_mutex_init(&st->wd_lock, NULL);
+    pthread_mutex_init(&st->use_lock, NULL);
     pthread_cond_init(&st->wd_wake, NULL);
     st->env = *env;
     st->dev = env->device.index < 0 ? 0 : env->device.index; /* "cuda" unresolved: cuda:0, as the CUDA backend */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "half_impl.h"
@@ -24,7 +25,18 @@ volatile long stub_nccl_aborts;
 
 struct ncclComm {
     int rank, world;
+    int aborted; /* __atomic: ncclCommAbort's mark (the memory is kept, so a later use is seen) */
 };
+
+int stub_nccl_async_delay_us;
+volatile long stub_nccl_used_aborted;
+
+/* A call on c: one made on an aborted communicator, or one during which it was aborted (freed in
+ * NCCL: a use after free), is counted. */
+static void use(ncclComm_t c) {
+    if (c && __atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST))
+        __atomic_add_fetch(&stub_nccl_used_aborted, 1, __ATOMIC_SEQ_CST);
+}
 
 static char last_error[256];
 
@@ -45,7 +57,7 @@ const char *ncclGetErrorString(ncclResult_t r) {
 }
 
 const char *ncclGetLastError(ncclComm_t c) {
-    (void)c;
+    use(c);
     return last_error;
 }
 
@@ -79,19 +91,27 @@ ncclResult_t ncclCommInitRank(ncclComm_t *c, int nranks, ncclUniqueId id, int ra
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
+    use(c);
     stub_nccl_destroys++;
     free(c);
     return ncclSuccess;
 }
 
+/* Marked, not freed (a few bytes a test): a later call on it is counted (use). */
 ncclResult_t ncclCommAbort(ncclComm_t c) {
+    use(c);
     stub_nccl_aborts++;
-    free(c);
+    if (c) __atomic_store_n(&c->aborted, 1, __ATOMIC_SEQ_CST);
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) {
-    (void)c;
+    use(c);
+    if (stub_nccl_async_delay_us > 0) { /* a call that takes a while: an abort meanwhile is seen */
+        struct timespec nap = {0, 1000L * stub_nccl_async_delay_us};
+        nanosleep(&nap, NULL);
+        use(c);
+    }
     *e = __atomic_load_n(&stub_nccl_async_error, __ATOMIC_SEQ_CST); /* set by the test, read by the watchdog */
     if (*e != ncclSuccess) fail(*e, "a peer failed (injected)");
     return ncclSuccess;
@@ -141,6 +161,7 @@ static ncclResult_t enter(const char *name, const void *send, const void *recv, 
                           cudaStream_t s) {
     stub_trace_add(name, c, s);
     stub_nccl_colls++;
+    use(c);
     if (!c) return fail(ncclInvalidArgument, "NULL communicator");
     if (stub_nccl_fail_colls != ncclSuccess) return fail(stub_nccl_fail_colls, "the collective failed (injected)");
     if (!type_size(t)) return fail(ncclInvalidArgument, "a data type lockstep does not use");

@@ -10,5 +10,7 @@ extern ncclResult_t stub_nccl_fail_colls;           /* not ncclSuccess: every co
 extern long stub_nccl_inits, stub_nccl_destroys,    /* ncclCommInitRank, ncclCommDestroy, */
     stub_nccl_colls;                                /* and collective calls */
 extern volatile long stub_nccl_aborts;              /* ncclCommAbort calls (the watchdog's too) */
+extern int stub_nccl_async_delay_us;                /* > 0: ncclCommGetAsyncError takes this long */
+extern volatile long stub_nccl_used_aborted;        /* calls on (or during the abort of) an aborted comm */
 
 #endif

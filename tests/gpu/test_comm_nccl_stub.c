@@ -532,6 +532,41 @@ static void test_watchdog(void) {
     ls_comm_nccl_set_watchdog_fatal(NULL);
 }
 
+/* The watchdog aborts the communicator (in NCCL: frees it) while this thread polls another
+ * collective, each poll an ncclCommGetAsyncError that here takes 2 ms: the abort must wait for
+ * the call in progress and no call may follow it (the poll checked the failure flag, then called
+ * into the communicator the watchdog had meanwhile freed). The poll ends with the abort's error. */
+static void test_watchdog_abort_while_polled(void) {
+    ls_comm_nccl_set_watchdog_fatal(record_fatal);
+    long used = stub_nccl_used_aborted;
+    for (int round = 0; round < 3; round++) {
+        nccl c;
+        LS_REQUIRE_OK(make(0.2, &c));
+        float *b = NULL;
+        ls_coll_op op = small_allreduce(&b);
+        int before = __atomic_load_n(&fatal_count, __ATOMIC_SEQ_CST);
+        cudaEvent_t done1 = NULL, done2 = NULL;
+        LS_EXPECT(c.f->wait_stream(c.st, start_hung(&c, &op, &done1), "allreduce of 16 f32") == LS_OK);
+        void *polled = start_hung(&c, &op, &done2);
+        stub_nccl_async_delay_us = 2000;
+        int done = 0;
+        ls_status s = LS_OK;
+        double t0 = seconds();
+        while ((s = c.f->test(c.st, polled, &done)) == LS_OK && !done && seconds() - t0 < 10) {}
+        stub_nccl_async_delay_us = 0;
+        LS_EXPECT(await_fatal(before) >= 0);
+        LS_EXPECT(s == LS_ERR_COMM && !done);
+        LS_EXPECT_ERR(c.f->wait(c.st, polled), LS_ERR_COMM, "aborted after an earlier failure");
+        c.f->destroy(c.st);
+        cudaFree(b);
+    }
+    if (stub_nccl_used_aborted != used)
+        fprintf(stderr, "rank %d: %ld NCCL calls on a communicator the watchdog aborted\n", R,
+                stub_nccl_used_aborted - used);
+    LS_EXPECT(stub_nccl_used_aborted == used);
+    ls_comm_nccl_set_watchdog_fatal(NULL);
+}
+
 /* One rank (registry.c's path for --comm nccl without a launcher): bootstrapped over a self
  * communicator, whose broadcast of the unique id is a no-op; then every collective as above. */
 static void test_one_rank_bootstrap(void) {
@@ -603,6 +638,7 @@ int main(int argc, char **argv) {
     test_failures();
     test_wait_stream();
     test_watchdog();
+    test_watchdog_abort_while_polled();
     test_setup_failure();
     if (W == 1) test_one_rank_bootstrap();
 
