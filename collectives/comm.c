@@ -124,6 +124,19 @@ static ls_status ls_coll_check(const ls_comm *c, const ls_coll_op *op) {
                                 "%" PRId64 ")",
                                 c->rank, op->count);
         }
+        /* the same for a reduce-scatter's receive buffer inside its send buffer: in place is NCCL's
+         * form (ncclReduceScatter(data, data + rank * count)); MPI's (send == recv, the result at
+         * the start) read on nccl as two overlapping buffers past rank 0 */
+        if (op->kind == LS_COLL_REDUCE_SCATTER) {
+            const uintptr_t s = (uintptr_t)op->send, r = (uintptr_t)op->recv;
+            const uintptr_t bytes = (uintptr_t)op->count * es, slot = s + (uintptr_t)c->rank * bytes;
+            if (r < s + bytes * (uintptr_t)c->world && s < r + bytes && r != slot)
+                return ls_error(LS_ERR_INVALID_ARGUMENT,
+                                "reduce-scatter: the receive buffer overlaps the send buffer but is not this rank's "
+                                "block of it (in place is recv == send + rank * count_per_rank, here send + %d * "
+                                "%" PRId64 ")",
+                                c->rank, op->count);
+        }
     }
     return LS_OK;
 }

@@ -88,7 +88,11 @@ ls_status ls_comm_broadcast(ls_comm *c, void *buf, int64_t count, ls_dtype t, in
  * In place when send == recv + rank * count_per_rank; a send buffer that overlaps recv otherwise is
  * LS_ERR_INVALID_ARGUMENT. */
 ls_status ls_comm_allgather(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t);
-/* recv[count_per_rank] = this rank's block of the reduction of send[world * count_per_rank]. */
+/* recv[count_per_rank] = this rank's block of the reduction of send[world * count_per_rank].
+ * In place when recv == send + rank * count_per_rank (NCCL's form: this rank's block of send; on
+ * rank 0, recv == send); the other blocks of send may be overwritten. A receive buffer that
+ * overlaps send otherwise is LS_ERR_INVALID_ARGUMENT: MPI's in-place form (recv == send on every
+ * rank, the result at its start) among them, which NCCL reads as two overlapping buffers. */
 ls_status ls_comm_reduce_scatter(ls_comm *c, const void *send, void *recv, int64_t count_per_rank, ls_dtype t,
                                  ls_reduce_op op);
 /* buf[count] reduced across ranks into root's buf, in place (MPI_Reduce, ncclReduce): DeepSpeed's

@@ -167,6 +167,10 @@ struct ls_mpi_req {
     const void *post_host;
     void *post_dev;
     size_t post_bytes;
+    /* post, host memory: a reduce-scatter in place past rank 0 (received beside send, then here) */
+    const void *move_from;
+    void *move_to;
+    size_t move_bytes;
     ls_dtype user_dtype;
     /* progress */
     MPI_Request req;   /* nonblocking: the call, or with an all-reduce in parts, the first part */
@@ -442,8 +446,13 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     /* the f32 widening, the avg divide and our 16-bit sum operator run on the host: device buffers
      * are staged for them even where MPI could take device pointers */
     const int half16 = op->dtype == LS_F16 || op->dtype == LS_BF16;
-    const int stage_dev = !op->host && st->env.device.type != LS_DEVICE_CPU &&
-                          (!st->cuda_aware || convert || (reduction && (op->op == LS_REDUCE_AVG || half16)));
+    /* a reduce-scatter in place (NCCL's form: recv == send + rank * n) past rank 0: MPI's in place
+     * is another (the result at the start of the buffer), and MPI takes no overlapping buffers */
+    const int rs_in_place = op->kind == LS_COLL_REDUCE_SCATTER && st->rank > 0 &&
+                            op->recv == (const void *)((const char *)op->send + (size_t)st->rank * (size_t)n * es);
+    const int stage_dev =
+        !op->host && st->env.device.type != LS_DEVICE_CPU &&
+        (!st->cuda_aware || convert || rs_in_place || (reduction && (op->op == LS_REDUCE_AVG || half16)));
     if (!op->host && st->env.device.type != LS_DEVICE_CPU && !stage_dev && st->env.ctx) {
         /* MPI reads and writes the device buffer itself: the work queued on the compute stream
          * (the gradients of this bucket) must be done first. (Staged buffers are copied on that
@@ -552,9 +561,20 @@ static ls_status ls_mpi_prepare(ls_mpi_state *st, const ls_coll_op *op, ls_mpi_r
     }
     case LS_COLL_REDUCE_SCATTER: {
         const int64_t ns = n * world;
-        if (!stage_dev && !convert) {
+        if (!stage_dev && !convert && rs_in_place) { /* host buffers: received beside, then moved */
+            ls_status s = ls_stage_get(st, (size_t)n * es, &r->stage);
+            if (s != LS_OK) {
+                free(r);
+                return s;
+            }
+            r->msend = op->send;
+            r->mrecv = r->stage.p;
+            r->move_from = r->stage.p;
+            r->move_to = op->recv;
+            r->move_bytes = (size_t)n * es;
+        } else if (!stage_dev && !convert) {
             r->mrecv = op->recv;
-            r->in_place = op->send == (const void *)op->recv;
+            r->in_place = op->send == (const void *)op->recv; /* rank 0's in place: MPI's too */
             r->msend = r->in_place ? NULL : op->send;
         } else {
             size_t ms_bytes = (size_t)ns * mes, mr_bytes = (size_t)n * mes;
@@ -660,6 +680,7 @@ static ls_status ls_mpi_post(ls_mpi_state *st, ls_mpi_req *r) {
         ls_status s = ls_allocator_copy(st->env.dev, r->post_dev, 1, r->post_host, 0, r->post_bytes);
         if (s != LS_OK) return ls_error_context(s, "copying the result back to the device");
     }
+    if (r->move_bytes) memcpy(r->move_to, r->move_from, r->move_bytes);
     return LS_OK;
 }
 

@@ -164,23 +164,34 @@ static void test_allgather(void) {
             }
 }
 
+/* In place is NCCL's form, recv == send + rank * count_per_rank (this rank's block of send; rank 0:
+ * send == recv), blocking and async: on MPI, ranks past 0 passed it to MPI_Reduce_scatter_block as
+ * two overlapping buffers, which MPI does not allow. */
 static void test_reduce_scatter(void) {
     static const int64_t rc[] = {0, 1, 5, 4099};
     static const ls_reduce_op ops[] = {LS_REDUCE_SUM, LS_REDUCE_AVG, LS_REDUCE_MAX, LS_REDUCE_MIN};
     for (int d = 0; d < CT_NDTYPES; d++)
         for (int o = 0; o < 4; o++)
             for (int k = 0; k < 4; k++)
-                for (int inplace = 0; inplace < 2; inplace++) {
+                for (int inplace = 0; inplace < 3; inplace++) { /* 2: in place, async */
                     ls_dtype t = ct_all_dtypes[d];
                     int64_t n = rc[k];
                     size_t es = ls_dtype_size(t);
                     void *send = xalloc((size_t)n * (size_t)W * es);
                     for (int64_t j = 0; j < n * W; j++) ct_set(send, t, j, ct_val(t, R, j, 5 + o));
-                    void *recv = inplace ? send : xalloc((size_t)n * es);
-                    LS_REQUIRE_OK(ls_comm_reduce_scatter(C, send, recv, n, t, ops[o]));
+                    void *recv = inplace ? (char *)send + (size_t)R * (size_t)n * es : xalloc((size_t)n * es);
+                    if (inplace == 2) {
+                        ls_comm_request *q = NULL;
+                        LS_REQUIRE_OK(ls_comm_ireduce_scatter(C, send, recv, n, t, ops[o], &q));
+                        LS_REQUIRE_OK(ls_comm_wait(&q));
+                    } else {
+                        LS_REQUIRE_OK(ls_comm_reduce_scatter(C, send, recv, n, t, ops[o]));
+                    }
                     char what[64];
                     snprintf(what, sizeof what, "reduce-scatter %s%s", ls_reduce_op_name(ops[o]),
-                             inplace ? " in place" : "");
+                             inplace == 2 ? " in place, async"
+                             : inplace    ? " in place"
+                                          : "");
                     CHECK_ELEMS(what, recv, t, n, ct_expect(t, ops[o], W, (int64_t)R * n + i, 5 + o));
                     if (!inplace) free(recv);
                     free(send);
@@ -382,7 +393,7 @@ static void test_errors(void) {
      * gave rank 0's values in rank 1's block, without an error): refused, on every rank, even where
      * it is this rank's block on another rank; this rank's block is in place */
     float g[20] = {0};
-    char want[160];
+    char want[256];
     snprintf(want, sizeof want,
              "is not this rank's block of it (in place is send == recv + rank * count_per_rank, "
              "here recv + %d * 3)",
@@ -403,6 +414,22 @@ static void test_errors(void) {
     LS_REQUIRE_OK(ls_comm_allgather(C, h + 3 * (W + 1), h + 3, 3, LS_F32));
     CHECK_ELEMS("allgather, send just after recv", h + 3, LS_F32, 3 * W, (i / 3) * 10 + i % 3);
     free(h);
+    /* reduce-scatter: a receive buffer inside the send buffer other than this rank's block (MPI's
+     * in place, send == recv, on a rank past 0: NCCL reads it as two overlapping buffers) is refused
+     * on every rank alike; this rank's block is in place */
+    snprintf(want, sizeof want,
+             "reduce-scatter: the receive buffer overlaps the send buffer but is not this rank's block of it "
+             "(in place is recv == send + rank * count_per_rank, here send + %d * 3)",
+             R);
+    LS_EXPECT_ERR(ls_comm_reduce_scatter(C, g, g + 1, 3, LS_F32, LS_REDUCE_SUM), LS_ERR_INVALID_ARGUMENT, want);
+    LS_EXPECT_ERR(ls_comm_reduce_scatter(C, g, g + 3 * R + 1, 3, LS_F32, LS_REDUCE_SUM), LS_ERR_INVALID_ARGUMENT,
+                  "overlaps");
+    LS_EXPECT_ERR(ls_comm_reduce_scatter(C, g + 1, g + 3 * R, 3, LS_F32, LS_REDUCE_SUM), LS_ERR_INVALID_ARGUMENT,
+                  "overlaps");
+    LS_EXPECT_ERR(ls_comm_ireduce_scatter(C, g, g + 1, 3, LS_F32, LS_REDUCE_SUM, &(ls_comm_request *){NULL}),
+                  LS_ERR_INVALID_ARGUMENT, "overlaps");
+    if (R > 0) /* send == recv: in place on rank 0 only */
+        LS_EXPECT_ERR(ls_comm_reduce_scatter(C, g, g, 3, LS_F32, LS_REDUCE_SUM), LS_ERR_INVALID_ARGUMENT, "overlaps");
     LS_EXPECT_ERR(ls_comm_ireduce(C, &f, 1, LS_F32, (ls_reduce_op)9, 0, &(ls_comm_request *){NULL}),
                   LS_ERR_INVALID_ARGUMENT, "reduction");
 }
