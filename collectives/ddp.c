@@ -1,6 +1,7 @@
 /* ddp.c: parameter broadcast, model signature check and metric reductions across ranks. The
  * signature check exchanges fixed-size records only (count, then per-parameter descriptors, then
- * a min-allreduce locating the first difference) so every rank reaches the same verdict. */
+ * a min-allreduce locating the first difference) so every rank reaches the same verdict; the
+ * broadcast and the metric sums agree on their arguments first, in one small all-reduce. */
 #include "ddp.h"
 
 #include <math.h>
@@ -40,12 +41,82 @@ static ls_status ls_check_list(const char *fn, int n, ls_tensor *const *params) 
     return LS_OK;
 }
 
-ls_status ls_ddp_broadcast_params(ls_comm *c, int n, ls_tensor *const *params) {
-    return ls_ddp_broadcast_owned(c, n, params, NULL, 0);
+static ls_status other_count(ls_comm *c, int n, int *who, int *their_n, int *n0);
+static ls_status first_difference(ls_comm *c, int first, int n, int *at, int *who);
+
+/* A call's own checks (status local) and what every rank must pass alike (key: a digest of it),
+ * agreed in one all-reduce before the call's collective, so that a rank that failed its checks or
+ * was given another call does not leave the others waiting there (until LOCKSTEP_COMM_TIMEOUT, or
+ * in MPI for ever) or pair their collectives with another. A rank's failed check fails every rank
+ * (ls_comm_agree: its message, " (on rank N)" on the others); *differ = whether the keys differ
+ * (the caller then says how, collectively). One rank, or c NULL: local. */
+static ls_status agree_call(ls_comm *c, ls_status local, uint64_t key, int *differ) {
+    *differ = 0;
+    if (!c || ls_comm_world(c) <= 1) return local;
+    const int world = ls_comm_world(c);
+    const double k = (double)(key >> 12); /* 52 bits: exact as a double */
+    double v[3] = {local != LS_OK ? ls_comm_rank(c) : world, k, -k};
+    LS_CHECK(ls_comm_allreduce_host(c, v, 3, LS_F64, LS_REDUCE_MIN));
+    if (v[0] < world) return ls_comm_agree(c, local); /* every rank saw a failure */
+    *differ = v[1] != -v[2];
+    return LS_OK;
 }
 
-ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, const int *roots, int stream_order) {
-    const char *fn = roots ? "ls_ddp_broadcast_owned" : "ls_ddp_broadcast_params";
+/* A parameter as a broadcast pairs it across ranks: its elements, dtype and root. */
+typedef struct ls_bc_desc {
+    int64_t numel, dtype, root;
+} ls_bc_desc;
+
+static uint64_t ls_fnv(uint64_t h, const void *p, size_t n);
+
+static void ls_bc_of(const ls_tensor *t, const int *roots, int i, ls_bc_desc *d) {
+    memset(d, 0, sizeof *d);
+    d->numel = ls_tensor_numel(t);
+    d->dtype = t->dtype;
+    d->root = roots ? roots[i] : 0;
+}
+
+/* Collective, where the ranks' broadcasts differ: the error naming the first difference (the
+ * count, else the lowest parameter, then the lowest rank). */
+static ls_status broadcast_mismatch(ls_comm *c, const char *fn, int n, ls_tensor *const *params, const int *roots) {
+    int who, nb, n0;
+    LS_CHECK(other_count(c, n, &who, &nb, &n0));
+    if (who >= 0)
+        return ls_error(LS_ERR_MISMATCH, "%s: the ranks' calls differ: rank %d broadcasts %d parameters, rank 0 %d", fn,
+                        who, nb, n0);
+    ls_bc_desc *ref = calloc((size_t)(n > 0 ? n : 1), sizeof *ref);
+    int32_t ok = ref != NULL;
+    LS_CHECK(ls_comm_allreduce_host(c, &ok, 1, LS_I32, LS_REDUCE_MIN));
+    if (!ok) {
+        free(ref);
+        return ls_error(LS_ERR_MISMATCH, "%s: the ranks' calls differ (%s no memory to say how)", fn,
+                        ref ? "a rank had" : "this rank has");
+    }
+    for (int i = 0; i < n; i++) ls_bc_of(params[i], roots, i, &ref[i]);
+    ls_status s = ls_comm_broadcast_host(c, ref, (int64_t)((size_t)n * sizeof *ref), LS_U8, 0);
+    int first = n, at = -1;
+    for (int i = 0; i < n && first == n && s == LS_OK; i++) {
+        ls_bc_desc mine;
+        ls_bc_of(params[i], roots, i, &mine);
+        if (memcmp(&mine, &ref[i], sizeof mine)) first = i;
+    }
+    if (s == LS_OK) s = first_difference(c, first, n, &at, &who);
+    ls_bc_desc theirs = {0, 0, 0}, zero = at >= 0 ? ref[at] : ref[0];
+    free(ref);
+    if (s != LS_OK) return s;
+    if (who < 0) /* the digests differ, the lists not (a hash collision would go the other way) */
+        return ls_error(LS_ERR_INTERNAL, "%s: the ranks' digests of their calls differ, their calls not", fn);
+    if (ls_comm_rank(c) == who) ls_bc_of(params[at], roots, at, &theirs);
+    LS_CHECK(ls_comm_broadcast_host(c, &theirs, (int64_t)sizeof theirs, LS_U8, who));
+    return ls_error(LS_ERR_MISMATCH,
+                    "%s: the ranks' calls differ: parameter %d is %lld %s elements from rank %lld on rank %d but "
+                    "%lld %s elements from rank %lld on rank 0",
+                    fn, at, (long long)theirs.numel, ls_dtype_name((ls_dtype)theirs.dtype), (long long)theirs.root, who,
+                    (long long)zero.numel, ls_dtype_name((ls_dtype)zero.dtype), (long long)zero.root);
+}
+
+/* This rank's own checks of a broadcast's arguments. */
+static ls_status check_broadcast(ls_comm *c, const char *fn, int n, ls_tensor *const *params, const int *roots) {
     LS_CHECK(ls_check_list(fn, n, params));
     ls_device dev = ls_comm_device(c);
     for (int i = 0; i < n; i++) {
@@ -58,6 +129,44 @@ ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, co
             return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: parameter %d's root %d is not a rank of %d", fn, i, roots[i],
                             ls_comm_world(c));
     }
+    return LS_OK;
+}
+
+static ls_status broadcast_run(ls_comm *c, const char *fn, int n, ls_tensor *const *params, const int *roots,
+                               int stream_order);
+
+ls_status ls_ddp_broadcast_params(ls_comm *c, int n, ls_tensor *const *params) {
+    return ls_ddp_broadcast_owned(c, n, params, NULL, 0);
+}
+
+ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, const int *roots, int stream_order) {
+    const char *fn = roots ? "ls_ddp_broadcast_owned" : "ls_ddp_broadcast_params";
+    if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the communicator is NULL", fn);
+    /* checked here, then agreed with the others: a rank's NULL parameter or bad root, or another
+     * count, dtype or root than the others', fails every rank before any broadcast */
+    ls_status s = check_broadcast(c, fn, n, params, roots);
+    uint64_t key = ls_fnv(14695981039346656037ull, &n, sizeof n);
+    for (int i = 0; i < n && s == LS_OK; i++) {
+        ls_bc_desc d;
+        ls_bc_of(params[i], roots, i, &d);
+        key = ls_fnv(key, &d, sizeof d);
+    }
+    int differ;
+    LS_CHECK(agree_call(c, s, key, &differ));
+    if (differ) return broadcast_mismatch(c, fn, n, params, roots);
+    return broadcast_run(c, fn, n, params, roots, stream_order);
+}
+
+ls_status ls_ddp_rebroadcast_owned(ls_comm *c, int n, ls_tensor *const *params, const int *roots, int stream_order) {
+    const char *fn = "ls_ddp_rebroadcast_owned";
+    if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the communicator is NULL", fn);
+    LS_CHECK(check_broadcast(c, fn, n, params, roots));
+    return broadcast_run(c, fn, n, params, roots, stream_order);
+}
+
+/* The broadcasts themselves (the arguments checked). */
+static ls_status broadcast_run(ls_comm *c, const char *fn, int n, ls_tensor *const *params, const int *roots,
+                               int stream_order) {
     /* one collective for each run of parameters of one dtype, their broadcasts all in flight at once
      * (ls_comm_ibroadcast_many: from different roots, both directions of a link carry data) */
     ls_comm_request **reqs = calloc((size_t)(n > 0 ? n : 1), sizeof *reqs);
@@ -182,8 +291,19 @@ ls_status ls_ddp_check_signature(ls_comm *c, int n, ls_tensor *const *params, co
 }
 
 static ls_status sum_metrics(const char *fn, ls_comm *c, double *vals, int n) {
-    if (n < 0 || (n > 0 && !vals))
-        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: %s", fn, n < 0 ? "a negative count" : "the values are NULL");
+    if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the communicator is NULL", fn);
+    /* checked here, then agreed with the others (with the count): a rank's bad arguments or another
+     * count fail every rank, where the others waited in the sum (or MPI took another count) */
+    ls_status s = n < 0 || (n > 0 && !vals) ? ls_error(LS_ERR_INVALID_ARGUMENT, "%s: %s", fn,
+                                                       n < 0 ? "a negative count" : "the values are NULL")
+                                            : LS_OK;
+    int differ, who, nb, n0;
+    LS_CHECK(agree_call(c, s, (uint64_t)(uint32_t)n << 12, &differ));
+    if (differ) {
+        LS_CHECK(other_count(c, n, &who, &nb, &n0));
+        return ls_error(LS_ERR_MISMATCH, "%s: the ranks' calls differ: rank %d sums %d values, rank 0 %d", fn, who, nb,
+                        n0);
+    }
     return ls_comm_allreduce_host(c, vals, n, LS_F64, LS_REDUCE_SUM);
 }
 

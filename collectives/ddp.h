@@ -16,8 +16,20 @@ ls_status ls_ddp_broadcast_params(ls_comm *c, int n, ls_tensor *const *params);
 /* Every rank receives params[i] from rank roots[i] (each parameter from the rank that updated it:
  * a sharded optimizer's owners; roots NULL: rank 0), the broadcasts in flight together. stream_order
  * 1 completes them in stream order (ls_comm_wait_stream: on nccl the host does not wait; the device
- * work queued after the call does), 0 waits for them. */
+ * work queued after the call does), 0 waits for them.
+ * Both check their arguments, then agree on them over the ranks in one small all-reduce before any
+ * broadcast: a rank's bad arguments (n < 0, params or one of them NULL, one on another device, a
+ * root out of range) fail every rank (LS_ERR_INVALID_ARGUMENT, " (on rank N)" on the others), and
+ * ranks given different calls (the count, or a parameter's elements, dtype or root) fail every rank
+ * with LS_ERR_MISMATCH naming the first difference, e.g. "ls_ddp_broadcast_params: the ranks' calls
+ * differ: parameter 2 is 100 f32 elements from rank 0 on rank 1 but 120 f32 elements from rank 0 on
+ * rank 0", where the others used to wait in the broadcasts until LOCKSTEP_COMM_TIMEOUT. */
 ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, const int *roots, int stream_order);
+/* ls_ddp_broadcast_owned without the agreement (no collective but the broadcasts; on nccl with
+ * stream_order 1 the host does not wait): for a list that ls_ddp_broadcast_owned was given once on
+ * every rank, passed again each step (the trainer's sharded optimizer). A rank's bad arguments
+ * fail that rank alone, the others then wait in the broadcasts until LOCKSTEP_COMM_TIMEOUT. */
+ls_status ls_ddp_rebroadcast_owned(ls_comm *c, int n, ls_tensor *const *params, const int *roots, int stream_order);
 
 /* Compare the parameter count, and each parameter's shape and dtype, with rank 0's. On any
  * difference every rank returns LS_ERR_MISMATCH with a message naming the first one (lowest
@@ -63,7 +75,11 @@ static inline ls_setting ls_setting_flag(const char *name, int given) {
  * (LS_ERR_INVALID_ARGUMENT, " (on rank N)" on the others). */
 ls_status ls_ddp_check_settings(ls_comm *c, int n, const ls_setting *settings);
 
-/* vals[0..n) (host) = their sum over ranks. */
+/* vals[0..n) (host) = their sum over ranks. Both check their arguments and agree on them and on n
+ * over the ranks first (one small all-reduce): a rank's bad arguments (n < 0, vals NULL) fail every
+ * rank (LS_ERR_INVALID_ARGUMENT, " (on rank N)" on the others), another n on some rank fails every
+ * rank with LS_ERR_MISMATCH, "ls_ddp_sum_metrics: the ranks' calls differ: rank 1 sums 2 values,
+ * rank 0 3". */
 ls_status ls_ddp_sum_metrics(ls_comm *c, double *vals, int n);
 /* vals[0..n) (host) = their mean over ranks (sum / world). For a weighted mean, sum value*weight
  * and weight with ls_ddp_sum_metrics and divide. */

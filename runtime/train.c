@@ -29,6 +29,7 @@ struct ls_trainer {
     int dropouts;     /* the model holds Dropouts: each micro-batch keys their masks to its samples */
     int64_t steps;
     int counts_checked; /* the first step's counts agreed over the ranks (check_counts) */
+    int owned_agreed;   /* the ranks agreed on the sharded optimizer's broadcasts (the first step) */
     int64_t lr_offset;  /* the schedule's position less the step count (ls_trainer_set_schedule_step) */
     int64_t cap;        /* rows the input buffers hold */
     int64_t features;   /* and the features per row */
@@ -1536,7 +1537,12 @@ static ls_status step_run(ls_trainer *t, const ls_dataset *data, const int64_t *
     LS_TL_SPAN(t_opt, "optimizer", "compute");
     if (t->owners) { /* a sharded optimizer stepped this rank's parameters: the others come from their owners */
         LS_TL_T0(t_bc);
-        LS_CHECK(ls_ddp_broadcast_owned(t->comm, t->n_owned, t->owned, t->owners, 1));
+        /* the ranks agree on the list at the first step (a small all-reduce), then not again */
+        if (t->owned_agreed)
+            LS_CHECK(ls_ddp_rebroadcast_owned(t->comm, t->n_owned, t->owned, t->owners, 1));
+        else
+            LS_CHECK(ls_ddp_broadcast_owned(t->comm, t->n_owned, t->owned, t->owners, 1));
+        t->owned_agreed = 1;
         LS_TL_SPAN(t_bc, "parameter broadcast (sharded optimizer)", "comm");
     }
     LS_TL_T0(t_pf);

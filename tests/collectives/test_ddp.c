@@ -2,7 +2,8 @@
  * pass the signature check; a rank with a different shape, dtype or parameter count makes EVERY
  * rank return LS_ERR_MISMATCH with the message naming the first difference, and the ranks go on
  * communicating afterwards (no hang: the ctest timeout would catch one); the same for settings
- * (ls_ddp_check_settings: numbers, strings, flags, not given); metrics sum/average.
+ * (ls_ddp_check_settings: numbers, strings, flags, not given); metrics sum/average; the broadcasts
+ * and metric sums given bad arguments or another call on one rank fail every rank at once.
  * Run with any number of ranks (alone: self, where every check passes trivially). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -155,6 +156,79 @@ static void check_settings(void) {
     LS_REQUIRE_OK(ls_ddp_check_settings(C, 6, same));
 }
 
+/* s: every rank fails with status st; the message is mine on the rank that was wrong (bad; -1: on
+ * every rank alike), else mine with " (on rank BAD)"; and the ranks still talk afterwards. */
+static void expect_all(ls_status s, ls_status st, int bad, const char *mine) {
+    char want[512];
+    snprintf(want, sizeof want, bad >= 0 && R != bad ? "%s (on rank %d)" : "%s", mine, bad);
+    LS_EXPECT(s == st);
+    if (strcmp(ls_last_error(), want)) {
+        fprintf(stderr, "rank %d: got  %s '%s'\n        expected '%s'\n", R, ls_status_name(s), ls_last_error(), want);
+        ls_test_failures++;
+    }
+    LS_REQUIRE_OK(ls_comm_barrier(C));
+}
+
+/* The broadcasts and the metric sums given bad arguments or another call on ONE rank: every rank
+ * fails at once naming the rank and the problem, where the others waited in the collective until
+ * LOCKSTEP_COMM_TIMEOUT (or MPI paired the calls of other counts); then a broadcast again goes
+ * through. */
+static void check_one_rank_wrong(void) {
+    if (W == 1) return;
+    const int last = W - 1;
+    double v[3] = {1, 2, 3};
+    expect_all(ls_ddp_sum_metrics(C, R == 1 ? NULL : v, 3), LS_ERR_INVALID_ARGUMENT, 1,
+               "ls_ddp_sum_metrics: the values are NULL");
+    expect_all(ls_ddp_average_metrics(C, v, R == last ? -1 : 3), LS_ERR_INVALID_ARGUMENT, last,
+               "ls_ddp_average_metrics: a negative count");
+    expect_all(ls_ddp_sum_metrics(C, v, R == 1 ? 2 : 3), LS_ERR_MISMATCH, -1,
+               "ls_ddp_sum_metrics: the ranks' calls differ: rank 1 sums 2 values, rank 0 3");
+
+    model m = build(500, LS_F32, 0, 100.0 * R);
+    ls_tensor *keep = m.p[2];
+    if (R == 1) m.p[2] = NULL;
+    expect_all(ls_ddp_broadcast_params(C, m.n, m.p), LS_ERR_INVALID_ARGUMENT, 1,
+               "ls_ddp_broadcast_params: parameter 2 is NULL");
+    m.p[2] = keep;
+    int roots[4] = {0, 1 % W, 0, last};
+    if (R == last) roots[1] = W;
+    char want[256];
+    snprintf(want, sizeof want, "ls_ddp_broadcast_owned: parameter 1's root %d is not a rank of %d", W, W);
+    expect_all(ls_ddp_broadcast_owned(C, m.n, m.p, roots, 0), LS_ERR_INVALID_ARGUMENT, last, want);
+    roots[1] = 1 % W;
+    /* another count, another root, another size */
+    expect_all(ls_ddp_broadcast_params(C, R == 1 ? 3 : 4, m.p), LS_ERR_MISMATCH, -1,
+               "ls_ddp_broadcast_params: the ranks' calls differ: rank 1 broadcasts 3 parameters, rank 0 4");
+    if (R == last) roots[2] = last;
+    snprintf(want, sizeof want,
+             "ls_ddp_broadcast_owned: the ranks' calls differ: parameter 2 is 131072 f32 elements from rank %d on "
+             "rank %d but 131072 f32 elements from rank 0 on rank 0",
+             last, last);
+    expect_all(ls_ddp_broadcast_owned(C, m.n, m.p, roots, 0), LS_ERR_MISMATCH, -1, want);
+    roots[2] = 0;
+    drop(&m);
+    m = build(R == 1 ? 512 : 500, LS_F32, 0, 100.0 * R);
+    expect_all(ls_ddp_broadcast_params(C, m.n, m.p), LS_ERR_MISMATCH, -1,
+               "ls_ddp_broadcast_params: the ranks' calls differ: parameter 3 is 131072 f32 elements from rank 0 on "
+               "rank 1 but 128000 f32 elements from rank 0 on rank 0");
+    drop(&m);
+
+    /* the ranks go on: each parameter from its root, then the same again without the agreement */
+    m = build(500, LS_F32, 0, 100.0 * R);
+    for (int again = 0; again < 2; again++) {
+        LS_REQUIRE_OK(again ? ls_ddp_rebroadcast_owned(C, m.n, m.p, roots, 0)
+                            : ls_ddp_broadcast_owned(C, m.n, m.p, roots, 0));
+        for (int k = 0; k < m.n; k++) {
+            int64_t n = ls_tensor_numel(m.p[k]), bad = 0;
+            for (int64_t i = 0; i < n; i++) bad += ((float *)m.p[k]->data)[i] != (float)(100.0 * roots[k] + (double)i);
+            LS_EXPECT(bad == 0);
+        }
+    }
+    drop(&m);
+    LS_REQUIRE_OK(ls_ddp_sum_metrics(C, v, 3));
+    LS_EXPECT_NEAR(v[0], W, 1e-12);
+}
+
 int main(void) {
     LS_REQUIRE_OK(ls_host_allocator_create(0, &A));
     LS_REQUIRE_OK(ls_comm_create(NULL, NULL, &C));
@@ -235,6 +309,8 @@ int main(void) {
     LS_EXPECT_NEAR(a[0], (W - 1) / 2.0, 1e-12);
     LS_EXPECT_NEAR(a[1], 5, 1e-12);
     LS_REQUIRE_OK(ls_ddp_average_metrics(C, NULL, 0));
+
+    check_one_rank_wrong();
 
     int32_t fails = ls_test_failures;
     LS_REQUIRE_OK(ls_comm_allreduce(C, &fails, 1, LS_I32, LS_REDUCE_MAX));
