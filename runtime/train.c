@@ -1308,16 +1308,93 @@ static ls_status forward_backward(ls_trainer *t, double scale, const double *sca
     return s;
 }
 
+/* Walk m (inside root; off: its first parameter's index in root's list) and the modules inside it,
+ * m first then each child's, depth first (ls_module_training_get's order, *k the index there):
+ * returns a digest of the training modes of its Dropouts and BatchNorm2ds (no other kind's mode
+ * changes its math). With set, also one setting for each of those (*ns of them so far), named
+ * "the training mode of module 4 (BatchNorm2d layer1.0.bn1) of the model" (the path from its first
+ * parameter's name). */
+static uint64_t modes_walk(const ls_module *root, const ls_module *m, int off, int *k, int *ns, ls_setting *set,
+                           char (*names)[160]) {
+    uint64_t h = 14695981039346656037ull;
+    /* the kinds whose forward reads the mode: another one's mode (a Linear's: 0 when made, 1 after
+     * ls_module_set_training(model, 1)) changes nothing */
+    if (!strcmp(ls_module_kind(m), "Dropout") || !strcmp(ls_module_kind(m), "BatchNorm2d")) {
+        h = (h ^ (uint64_t)(m->training != 0 ? 2 : 1)) * 1099511628211ull;
+        if (set) {
+            char path[LS_NAME_MAX + 1] = "";
+            if (m->n_params > 0 && off < ls_module_num_params(root)) {
+                snprintf(path, sizeof path, " %s", ls_module_param_name(root, off));
+                char *dot = strrchr(path, '.');
+                if (dot)
+                    *dot = '\0';
+                else
+                    path[0] = '\0';
+            }
+            snprintf(names[*ns], sizeof names[*ns], "the training mode of module %d (%s%s) of the model", *k,
+                     ls_module_kind(m), path);
+            set[*ns] = ls_setting_str(names[*ns], m->training ? "train" : "eval");
+        }
+        (*ns)++;
+    }
+    (*k)++;
+    for (int i = 0, o = off; i < m->n_children; i++) {
+        const ls_module *c = m->children[i];
+        if (m->child_first) o = off + m->child_first[i];
+        const uint64_t hc = modes_walk(root, c, o, k, ns, set, names);
+        h = (h ^ hc) * 1099511628211ull;
+        if (!m->child_first) o += c->n_params;
+    }
+    return h;
+}
+
+/* A digest of the training modes of model's modules (modes_walk), 52 bits: exact as a double. */
+static double modes_digest(const ls_module *model) {
+    int k = 0, ns = 0;
+    return (double)(modes_walk(model, model, 0, &k, &ns, NULL, NULL) >> 12);
+}
+
+/* Collective, where the ranks' training modes differ (check_counts): every rank's error names the
+ * first module that differs and the rank. */
+static ls_status check_modes(ls_trainer *t) {
+    const int n = ls_module_training_get(t->model, NULL); /* at least those without children */
+    ls_setting *set = malloc((size_t)n * sizeof *set);
+    char(*names)[160] = malloc((size_t)n * sizeof *names);
+    int32_t ok = set && names;
+    ls_status s = ls_comm_allreduce_host(t->comm, &ok, 1, LS_I32, LS_REDUCE_MIN);
+    if (s == LS_OK && !ok)
+        s = ls_error(LS_ERR_MISMATCH,
+                     "ls_trainer_step: the ranks' models are in different training modes (%s no "
+                     "memory to say which)",
+                     set && names ? "a rank had" : "this rank has");
+    if (s == LS_OK) {
+        int k = 0, ns = 0;
+        modes_walk(t->model, t->model, 0, &k, &ns, set, names);
+        s = ls_ddp_check_settings(t->comm, ns, set);
+    }
+    free(set);
+    free(names);
+    if (s != LS_ERR_MISMATCH) return s;
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", ls_last_error());
+    return ls_error(s,
+                    "ls_trainer_step: %s: every rank must train in the same modes (ls_module_set_training), or they "
+                    "train different models",
+                    msg);
+}
+
 /* Several ranks, the trainer's first step: every rank's global_count must be the sum of the
  * ranks' counts (it divides the gradient: a wrong one scales every step's update). Checked once,
  * where every rank takes its first step together (a collective: every rank reaches the same
  * verdict); later steps' counts are the caller's to keep right. */
 static ls_status check_counts(ls_trainer *t, int64_t count, int64_t global_count) {
     t->counts_checked = 1;
-    double sum = (double)count, ext[2] = {(double)global_count, -(double)global_count};
+    /* with the models' training modes (check_modes), in the same all-reduce */
+    const double modes = modes_digest(t->model);
+    double sum = (double)count, ext[4] = {(double)global_count, -(double)global_count, modes, -modes};
     LS_CHECK(ls_comm_allreduce_host(t->comm, &sum, 1, LS_F64, LS_REDUCE_SUM));
-    LS_CHECK(ls_comm_allreduce_host(t->comm, ext, 2, LS_F64, LS_REDUCE_MAX));
-    if (ext[0] == sum && -ext[1] == sum) return LS_OK;
+    LS_CHECK(ls_comm_allreduce_host(t->comm, ext, 4, LS_F64, LS_REDUCE_MAX));
+    if (ext[0] == sum && -ext[1] == sum) return ext[2] == -ext[3] ? LS_OK : check_modes(t);
     char g[64];
     if (ext[0] == -ext[1])
         snprintf(g, sizeof g, "%.0f", ext[0]);

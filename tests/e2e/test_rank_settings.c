@@ -6,7 +6,8 @@
  * makes EVERY rank's create fail with LS_ERR_MISMATCH naming the
  * setting and both values, instead of training apart or waiting in a collective the others never
  * reach; the ranks then agree again, and a trainer of equal settings trains; a first step whose
- * global_count is not the ranks' counts summed fails on every rank. Run alone (every
+ * global_count is not the ranks' counts summed, or a module in another training mode (eval, train)
+ * on one rank, fails on every rank. Run alone (every
  * check passes trivially) and under mpirun with 2 and 3 ranks (the last rank differs). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,6 +278,35 @@ int main(void) {
             snprintf(want, sizeof want, "global_count 17 must be the samples of the step on all ranks: on one rank");
         LS_EXPECT_ERR(ls_trainer_step(r.t, d, idx, 16, g, &st), LS_ERR_INVALID_ARGUMENT, want);
         drop(&r);
+    }
+    /* a module in another training mode on the last rank (a Dropout, or the whole model, in eval
+     * mode there: the ranks trained different models, silently) fails every rank's first step,
+     * naming the module and the rank; compared in the all-reduce of the first step's counts */
+    for (int k = 0; k < 2; k++) {
+        all_arch.dropout = last_arch.dropout = 0.5f;
+        LS_REQUIRE_OK(make(NULL, NULL, &r));
+        all_arch.dropout = last_arch.dropout = 0;
+        ls_module *drop_m = ls_module_child(r.m, 2); /* Linear, ReLU, Dropout, Linear */
+        LS_REQUIRE(!strcmp(ls_module_kind(drop_m), "Dropout"));
+        if (R == W - 1) ls_module_set_training(k ? r.m : drop_m, 0);
+        ls_status s = ls_trainer_step(r.t, d, idx, 16, 16 * W, &st);
+        char want[400];
+        snprintf(want, sizeof want,
+                 "ls_trainer_step: the training mode of module %s of the model is 'eval' on rank %d but 'train' on "
+                 "rank 0: every rank must train in the same modes (ls_module_set_training), or they train "
+                 "different models",
+                 "3 (Dropout)", W - 1); /* only a Dropout's or a batch norm's mode is compared */
+        if (W == 1) {
+            LS_EXPECT(s == LS_OK);
+        } else {
+            LS_EXPECT(s == LS_ERR_MISMATCH);
+            if (strcmp(ls_last_error(), want)) {
+                fprintf(stderr, "rank %d: got      '%s'\n        expected '%s'\n", R, ls_last_error(), want);
+                ls_test_failures++;
+            }
+        }
+        drop(&r);
+        LS_REQUIRE_OK(ls_comm_barrier(C));
     }
     if (W > 1) { /* global_count unequal over the ranks: the range is named */
         LS_REQUIRE_OK(make(NULL, NULL, &r));
