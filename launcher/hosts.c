@@ -138,6 +138,114 @@ static int parse_attr(char **pp, const char *path, int lineno, int *slots, int *
     return 0;
 }
 
+/* Whether s[0..len) is an IPv6 address (inet_pton's forms: no brackets, no zone); *addr gets it. */
+static int parse_ipv6(const char *s, size_t len, struct in6_addr *addr) {
+    char buf[64];
+    if (len >= sizeof buf) return 0;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    return inet_pton(AF_INET6, buf, addr) == 1;
+}
+
+/* Whether s[0..len) is an IPv6 address, alone or as "[address]" with anything after. */
+static int is_ipv6(const char *s, size_t len) {
+    struct in6_addr addr;
+    if (len && *s == '[') {
+        const char *close = memchr(s, ']', len);
+        if (!close) return 0;
+        len = (size_t)(close - s - 1);
+        s++;
+    }
+    return parse_ipv6(s, len, &addr);
+}
+
+/* Checks a hostfile line's name (name[0..nlen), "user@" allowed before the host) as Open MPI's
+ * hostfile parser would take it: its lexer passes a run of letters, digits and ':' on as a node
+ * name (so "a::b" reached ssh), stops on '[', ']', '%' and on a '.' among colons (a parse error),
+ * and took "::" for this machine. A ':' belongs to an IPv6 address (checked with inet_pton), or
+ * to --hosts' "host:N". Returns -1 with the reason in err. */
+static int hostfile_name_check(const char *path, int lineno, const char *name, size_t nlen, char *err, size_t errlen) {
+    const char *host = name;
+    size_t hlen = nlen;
+    for (const char *q = name; q < name + nlen; q++)
+        if (*q == '@') {
+            host = q + 1;
+            hlen = nlen - (size_t)(host - name);
+        }
+    struct in6_addr addr;
+    const char *addr_s = host; /* an address in brackets, with a zone: the address alone */
+    size_t addr_len = hlen;
+    const int bracket = hlen && *host == '[';
+    if (bracket) {
+        const char *close = memchr(host, ']', hlen);
+        addr_s = host + 1;
+        addr_len = close ? (size_t)(close - addr_s) : hlen - 1;
+    }
+    const char *zone = memchr(addr_s, '%', addr_len);
+    if (parse_ipv6(addr_s, zone ? (size_t)(zone - addr_s) : addr_len, &addr)) {
+        if (zone) {
+            snprintf(err, errlen,
+                     "%s:%d: '%.*s': an IPv6 address with a zone ('%.*s'), which Open MPI's mpirun cannot parse; give "
+                     "the host's name or a global address",
+                     path, lineno, (int)nlen, name, (int)(addr_len - (size_t)(zone - addr_s)), zone);
+            return -1;
+        }
+        if (bracket) {
+            snprintf(err, errlen,
+                     "%s:%d: '%.*s': an IPv6 address goes in a hostfile without brackets ('%.*s%.*s'), which Open "
+                     "MPI's mpirun cannot parse",
+                     path, lineno, (int)nlen, name, (int)(host - name), name, (int)addr_len, addr_s);
+            return -1;
+        }
+    }
+    if (!host_name_ok(name, nlen, 1)) {
+        snprintf(err, errlen, "%s:%d: '%.*s' is not a host name", path, lineno, (int)nlen, name);
+        return -1;
+    }
+    const char *colon = memchr(host, ':', hlen);
+    if (!colon) return 0;
+    if (!memchr(colon + 1, ':', hlen - (size_t)(colon + 1 - host))) {
+        /* one colon: --hosts' "host:N", which mpirun reads as a host named "host:N" */
+        char num[16] = "";
+        size_t slen = hlen - (size_t)(colon + 1 - host);
+        long v = 0;
+        if (slen < sizeof num) memcpy(num, colon + 1, slen);
+        if (colon == host || slen >= sizeof num || lsr_parse_int(num, 1, LSR_MAX_SLOTS, &v)) {
+            snprintf(err, errlen,
+                     "%s:%d: '%.*s' is not a host name (a ':' belongs to an IPv6 address, or to --hosts' host:N)", path,
+                     lineno, (int)nlen, name);
+            return -1;
+        }
+        snprintf(err, errlen, "%s:%d: '%.*s': a hostfile gives slots as '%.*s slots=%s' (host:N is --hosts' form)",
+                 path, lineno, (int)nlen, name, (int)(colon - name), name, num);
+        return -1;
+    }
+    if (!parse_ipv6(host, hlen, &addr)) {
+        snprintf(err, errlen, "%s:%d: '%.*s' is neither a host name nor an IPv6 address (a name with ':' must be one)",
+                 path, lineno, (int)nlen, name);
+        return -1;
+    }
+    if (IN6_IS_ADDR_UNSPECIFIED(&addr)) {
+        snprintf(err, errlen,
+                 "%s:%d: '%.*s' is the unspecified IPv6 address, not a host's (this machine is 'localhost')", path,
+                 lineno, (int)nlen, name);
+        return -1;
+    }
+    if (memchr(host, '.', hlen)) { /* "::ffff:10.0.0.1": the lexer's IPv6 rule has no '.' */
+        char hex[48];
+        size_t used = 0;
+        for (int g = 0; g < 8; g++)
+            used += (size_t)snprintf(hex + used, sizeof hex - used, "%s%x", g ? ":" : "",
+                                     (unsigned)addr.s6_addr[2 * g] << 8 | addr.s6_addr[2 * g + 1]);
+        snprintf(err, errlen,
+                 "%s:%d: '%.*s': an IPv6 address with an IPv4 part, which Open MPI's mpirun cannot parse; write it in "
+                 "hexadecimal ('%.*s%s')",
+                 path, lineno, (int)nlen, name, (int)(host - name), name, hex);
+        return -1;
+    }
+    return 0;
+}
+
 int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t errlen) {
     /* mpirun opens its hostfile more than once: a pipe (a process substitution, <(...)) read here
      * would be empty for it ("No nodes are available") */
@@ -157,8 +265,20 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
     char *line = NULL;
     size_t cap = 0;
     int lineno = 0, rc = 0;
-    while (getline(&line, &cap, f) >= 0) {
+    ssize_t got;
+    while ((got = getline(&line, &cap, f)) >= 0) {
         lineno++;
+        /* A NUL byte (a binary file, a corrupted copy) ended the line here without a word (the name
+         * cut at it, the rest dropped); mpirun's lexer stops on it but in a comment */
+        const char *nul = memchr(line, '\0', (size_t)got);
+        const char *hash0 = memchr(line, '#', (size_t)got);
+        if (nul && (!hash0 || nul < hash0)) {
+            snprintf(err, errlen,
+                     "%s:%d: a NUL byte at column %ld, which Open MPI's mpirun cannot parse (is it a text file?)", path,
+                     lineno, (long)(nul - line) + 1);
+            rc = -1;
+            break;
+        }
         /* an editor's "UTF-8 with BOM": mpirun's lexer stops at it ("parse error ... on token 1"),
          * before a comment too, and here it read as a host name of invisible characters */
         if (lineno == 1 && !strncmp(line, "\xEF\xBB\xBF", 3)) {
@@ -187,19 +307,7 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
         char *name = p;
         while (*p && !isspace((unsigned char)*p)) p++;
         size_t nlen = (size_t)(p - name);
-        if (!host_name_ok(name, nlen, 1)) {
-            snprintf(err, errlen, "%s:%d: '%.*s' is not a host name", path, lineno, (int)nlen, name);
-            rc = -1;
-            break;
-        }
-        /* a colon belongs to IPv6 addresses (two or more); "host:N" is --hosts' form, which
-         * mpirun reads as a host named "host:N" */
-        const char *colon = memchr(name, ':', nlen);
-        if (colon && !memchr(colon + 1, ':', nlen - (size_t)(colon + 1 - name))) {
-            snprintf(err, errlen,
-                     "%s:%d: '%.*s': a hostfile gives slots as '%.*s slots=%.*s' (host:N is --hosts' form)", path,
-                     lineno, (int)nlen, name, (int)(colon - name), name, (int)(nlen - (size_t)(colon + 1 - name)),
-                     colon + 1);
+        if (hostfile_name_check(path, lineno, name, nlen, err, errlen)) {
             rc = -1;
             break;
         }
@@ -248,22 +356,6 @@ int lsr_hostfile_parse(const char *path, lsr_hostlist *out, char *err, size_t er
     fclose(f);
     if (rc) lsr_hostlist_free(out);
     return rc;
-}
-
-/* Whether s[0..len) is an IPv6 address, alone or as "[address]" with anything after. */
-static int is_ipv6(const char *s, size_t len) {
-    char buf[64];
-    struct in6_addr addr;
-    if (len && *s == '[') {
-        const char *close = memchr(s, ']', len);
-        if (!close) return 0;
-        len = (size_t)(close - s - 1);
-        s++;
-    }
-    if (len >= sizeof buf) return 0;
-    memcpy(buf, s, len);
-    buf[len] = '\0';
-    return inet_pton(AF_INET6, buf, &addr) == 1;
 }
 
 int lsr_hosts_parse(const char *spec, lsr_hostlist *out, char *err, size_t errlen) {

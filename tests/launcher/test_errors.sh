@@ -104,6 +104,46 @@ expect_rc 0
 [[ $out == *" -np 4 --hostfile $HF "* ]] || fail "stdout: $out"
 printf 'node1:4\n' >"$HF"
 err 2 "$HF:1: 'node1:4': a hostfile gives slots as 'node1 slots=4' (host:N is --hosts' form)" --hostfile "$HF" true
+# A NUL byte (a binary file, a corrupted copy): the name was cut at it without a word, and what
+# followed on the line (slots=2) was dropped; mpirun stops on it ("parse error ... on token 1"),
+# except in a comment
+printf 'node1\0junk slots=2\nnode2 slots=1\n' >"$HF"
+err 2 "$HF:1: a NUL byte at column 6, which Open MPI's mpirun cannot parse (is it a text file?)" --hostfile "$HF" true
+printf '# hosts\n\nnode1 slots=2\0\n' >"$HF"
+err 2 "$HF:3: a NUL byte at column 14," --hostfile "$HF" true
+printf '\0\n' >"$HF"
+err 2 "$HF:1: a NUL byte at column 1," --hostfile "$HF" true
+case_ "a NUL byte in a comment: read past, as mpirun does"
+printf 'node1 slots=2 # a\0b\nnode2 slots=1\n' >"$HF"
+run "$LSR" --dry-run --hostfile "$HF" true
+expect_rc 0
+[[ $out == *" -np 3 --hostfile $HF "* ]] || fail "stdout: $out"
+# A name with ':' is an IPv6 address (mpirun passes any run of letters, digits and ':' on as a
+# node name, and ssh then fails on it) or --hosts' host:N
+printf 'node::1 slots=1\n' >"$HF"
+err 2 "$HF:1: 'node::1' is neither a host name nor an IPv6 address (a name with ':' must be one)" --hostfile "$HF" true
+printf 'node1 slots=1\nhost:2:3\n' >"$HF"
+err 2 "$HF:2: 'host:2:3' is neither a host name nor an IPv6 address" --hostfile "$HF" true
+printf 'me@1:2:3:4:5:6:7:8:9\n' >"$HF"
+err 2 "$HF:1: 'me@1:2:3:4:5:6:7:8:9' is neither a host name nor an IPv6 address" --hostfile "$HF" true
+printf 'node1:x\n' >"$HF"
+err 2 "$HF:1: 'node1:x' is not a host name (a ':' belongs to an IPv6 address, or to --hosts' host:N)" --hostfile "$HF" true
+printf ':4\n' >"$HF"
+err 2 "$HF:1: ':4' is not a host name" --hostfile "$HF" true
+# "::" is every address of no host: mpirun took it for this machine
+printf ':: slots=1\n' >"$HF"
+err 2 "$HF:1: '::' is the unspecified IPv6 address, not a host's (this machine is 'localhost')" --hostfile "$HF" true
+printf '[::1] slots=1\n' >"$HF"
+err 2 "$HF:1: '[::1]': an IPv6 address goes in a hostfile without brackets ('::1'), which Open MPI's mpirun cannot parse" \
+    --hostfile "$HF" true
+printf '[fe80::1%%eth0] slots=1\n' >"$HF"
+err 2 "$HF:1: '[fe80::1%eth0]': an IPv6 address with a zone ('%eth0'), which Open MPI's mpirun cannot parse; give the host's name or a global address" \
+    --hostfile "$HF" true
+printf 'fe80::1%%eth0 slots=1\n' >"$HF"
+err 2 "$HF:1: 'fe80::1%eth0': an IPv6 address with a zone ('%eth0')" --hostfile "$HF" true
+printf '::ffff:10.0.0.1 slots=1\n' >"$HF"
+err 2 "$HF:1: '::ffff:10.0.0.1': an IPv6 address with an IPv4 part, which Open MPI's mpirun cannot parse; write it in hexadecimal ('0:0:0:0:0:ffff:a00:1')" \
+    --hostfile "$HF" true
 printf 'node1 username=\n' >"$HF"
 err 2 "$HF:1: username= has no value" --hostfile "$HF" true
 # Windows line endings: mpirun stops at the '\r' ("parse error in the hostfile ... line 1 on
