@@ -429,7 +429,7 @@ static long parent_of(long pid) {
  * still on the network); lockstep-run then kills the job after its --abort-grace. SIGURG
  * (launcher/launch.h's LSR_ABORT_SIGNAL), sent only to an ancestor of this process: its default
  * action is to be ignored. */
-static void tell_launcher_abort(void) {
+void ls_comm_tell_launcher_abort(void) {
     const char *v = getenv("LOCKSTEP_RUN_PID");
     if (!v || !*v) return;
     char *end = NULL;
@@ -449,7 +449,7 @@ void ls_comm_abort(ls_comm *c, const char *why) {
     if (!why) why = "no reason given";
     LS_LOG_E("aborting the %s communicator (rank %d of %d): %s", c->iface->name, c->rank, c->world, why);
     if (c->world > 1) {
-        tell_launcher_abort();
+        ls_comm_tell_launcher_abort();
         /* the job's abort ends this process without its atexit handlers: its timeline lost the
          * events since the last step's flush (the failing step's, the ones to look at) and its
          * closing bracket */

@@ -95,6 +95,9 @@ LS_COMM_INTERNAL ls_status ls_comm_self_create(const ls_comm_env *env, const ls_
 LS_COMM_INTERNAL ls_status ls_comm_mpi_create(const ls_comm_env *env, const ls_comm_iface **iface, void **state,
                                               int *rank, int *world);
 LS_COMM_INTERNAL int ls_comm_mpi_initialized(void);
+/* Under lockstep-run's mpirun: tells lockstep-run (LOCKSTEP_RUN_PID) that this rank is aborting the
+ * job, so that it bounds mpirun's abort (comm.c). */
+LS_COMM_INTERNAL void ls_comm_tell_launcher_abort(void);
 
 /* bootstrap: an mpi communicator the nccl backend takes over (destroys it) on success. */
 LS_COMM_INTERNAL ls_status ls_comm_nccl_create(const ls_comm_env *env, ls_comm *bootstrap, const ls_comm_iface **iface,

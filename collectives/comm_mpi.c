@@ -45,11 +45,16 @@
 #include "parse.h"
 #include "timeline.h"
 
-/* MPI is initialized once per process: count the communicators using it and finalize after the
- * last one only if lockstep initialized it. */
+/* MPI is initialized once per process: count the communicators using it; an MPI that lockstep
+ * initialized is finalized at the process's exit (ls_mpi_at_exit), once the last one is gone. */
 static pthread_mutex_t ls_mpi_global_lock = PTHREAD_MUTEX_INITIALIZER;
 static int ls_mpi_users = 0;
 static int ls_mpi_we_initialized = 0;
+static int ls_mpi_exit_hook = 0; /* ls_mpi_at_exit registered */
+
+/* Seconds a rank that exits with a non-zero status waits for every rank to reach its exit before
+ * it aborts the job (see ls_mpi_at_exit). */
+#define LS_MPI_EXIT_GRACE_S 3.0
 
 static ls_status ls_mpi_error(int rc, const char *call) {
     char s[MPI_MAX_ERROR_STRING];
@@ -1128,6 +1133,8 @@ static void ls_mpi_abort(void *sp, const char *why) {
     MPI_Abort(st->comm, 1);
 }
 
+/* The last communicator gone: lockstep's operators freed. MPI itself stays initialized until the
+ * process exits (ls_mpi_at_exit), when its exit status says whether the ranks end together. */
 static void ls_mpi_release(void) {
     pthread_mutex_lock(&ls_mpi_global_lock);
     if (--ls_mpi_users == 0) {
@@ -1139,11 +1146,60 @@ static void ls_mpi_release(void) {
         }
         ls_mpi_sum16[0] = ls_mpi_sum16[1] = MPI_OP_NULL;
         ls_mpi_minmax[0] = ls_mpi_minmax[1] = MPI_OP_NULL;
-        if (ls_mpi_we_initialized) {
-            if (!fin) MPI_Finalize();
-            ls_mpi_we_initialized = 0;
-        }
     }
+    pthread_mutex_unlock(&ls_mpi_global_lock);
+}
+
+/* Whether every rank of MPI_COMM_WORLD reaches this barrier within `grace` seconds (< 0: waits
+ * for ever, as MPI_Finalize would). */
+static int ls_mpi_exit_barrier(double grace) {
+    MPI_Request req;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return 0;
+    const double t0 = ls_now();
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+        if (done) return 1;
+        if (grace >= 0 && ls_now() - t0 > grace) return 0;
+        struct timespec ms = {0, 1000000L};
+        nanosleep(&ms, NULL);
+    }
+}
+
+/* At exit (on_exit: the status given to exit or returned by main), MPI that lockstep initialized
+ * is finalized once its communicators are gone. MPI_Finalize is collective in Open MPI (a PMIx
+ * fence): a rank that reported an error and returned non-zero while another waited for it in a
+ * collective stayed in MPI_Finalize, and so never exited, until that collective's
+ * LOCKSTEP_COMM_TIMEOUT (mpirun ends a job as soon as a rank exits non-zero, which it never did).
+ * So every rank first meets the others in a barrier: one exiting 0 waits as MPI_Finalize would;
+ * one exiting non-zero waits LS_MPI_EXIT_GRACE_S, then aborts the job naming itself, telling
+ * lockstep-run first. Ranks that fail alike (and a stop every rank agreed on: 143) all reach it,
+ * and finalize. Where communicators are still held, nothing is done (as before: the process exits
+ * without MPI_Finalize, and mpirun ends the job). */
+static void ls_mpi_at_exit(int status, void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&ls_mpi_global_lock);
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (!ls_mpi_we_initialized || ls_mpi_users > 0 || !inited || fin) {
+        pthread_mutex_unlock(&ls_mpi_global_lock);
+        return;
+    }
+    ls_mpi_we_initialized = 0;
+    const int code = status & 0xff;
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world > 1 && !ls_mpi_exit_barrier(code ? LS_MPI_EXIT_GRACE_S : -1.0)) {
+        LS_LOG_E("rank %d of %d exits with status %d, but the other ranks have not exited within %g s (one may wait "
+                 "for this rank in a collective): aborting the job (MPI_Abort) rather than waiting for them in "
+                 "MPI_Finalize",
+                 rank, world, code, LS_MPI_EXIT_GRACE_S);
+        ls_comm_tell_launcher_abort();
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
+    MPI_Finalize();
     pthread_mutex_unlock(&ls_mpi_global_lock);
 }
 
@@ -1237,11 +1293,16 @@ static const ls_comm_iface ls_mpi_iface = {
     .destroy = ls_mpi_destroy,
 };
 
+/* An MPI in use: the application's, or lockstep's while a communicator holds it (once the last is
+ * gone, lockstep's waits only for the exit to be finalized). */
 int ls_comm_mpi_initialized(void) {
     int inited = 0, fin = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&fin);
-    return inited && !fin;
+    pthread_mutex_lock(&ls_mpi_global_lock);
+    const int lingering = ls_mpi_we_initialized && ls_mpi_users == 0;
+    pthread_mutex_unlock(&ls_mpi_global_lock);
+    return inited && !fin && !lingering;
 }
 
 /* Open MPI busy-polls without yielding unless it knows the node is oversubscribed; with a
@@ -1268,8 +1329,8 @@ static ls_status ls_mpi_acquire(int *thread_level) {
     MPI_Finalized(&fin);
     if (fin) {
         pthread_mutex_unlock(&ls_mpi_global_lock);
-        return ls_error(LS_ERR_COMM, "MPI was already finalized (by the destruction of the last "
-                                     "communicator?): keep one communicator alive for the whole process");
+        return ls_error(LS_ERR_COMM, "MPI was already finalized (by the application): create "
+                                     "lockstep's communicators before MPI_Finalize");
     }
     if (!inited) {
         ls_mpi_tune_yield();
@@ -1280,6 +1341,7 @@ static ls_status ls_mpi_acquire(int *thread_level) {
             return ls_mpi_error(rc, "MPI_Init_thread");
         }
         ls_mpi_we_initialized = 1;
+        if (!ls_mpi_exit_hook && on_exit(ls_mpi_at_exit, NULL) == 0) ls_mpi_exit_hook = 1;
     }
     MPI_Query_thread(thread_level);
     if (ls_mpi_sum16[0] == MPI_OP_NULL) {
