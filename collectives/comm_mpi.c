@@ -51,6 +51,7 @@ static pthread_mutex_t ls_mpi_global_lock = PTHREAD_MUTEX_INITIALIZER;
 static int ls_mpi_users = 0;
 static int ls_mpi_we_initialized = 0;
 static int ls_mpi_exit_hook = 0; /* ls_mpi_at_exit registered */
+static pid_t ls_mpi_pid;         /* the process that initialized MPI (a fork()ed child's exit is not its) */
 
 /* Seconds a rank that exits with a non-zero status waits for every rank to reach its exit before
  * it aborts the job (see ls_mpi_at_exit). */
@@ -1182,7 +1183,7 @@ static void ls_mpi_at_exit(int status, void *arg) {
     int inited = 0, fin = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&fin);
-    if (!ls_mpi_we_initialized || ls_mpi_users > 0 || !inited || fin) {
+    if (!ls_mpi_we_initialized || ls_mpi_users > 0 || !inited || fin || getpid() != ls_mpi_pid) {
         pthread_mutex_unlock(&ls_mpi_global_lock);
         return;
     }
@@ -1341,6 +1342,7 @@ static ls_status ls_mpi_acquire(int *thread_level) {
             return ls_mpi_error(rc, "MPI_Init_thread");
         }
         ls_mpi_we_initialized = 1;
+        ls_mpi_pid = getpid();
         if (!ls_mpi_exit_hook && on_exit(ls_mpi_at_exit, NULL) == 0) ls_mpi_exit_hook = 1;
     }
     MPI_Query_thread(thread_level);

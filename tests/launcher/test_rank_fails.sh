@@ -27,4 +27,12 @@ expect_err "rank_fails: rank 0: bad input"
 expect_err "rank_fails: rank 1: bad input"
 case $err in *"aborting the job"* | *MPI_ABORT*) fail "aborted: $err" ;; esac
 
+case_ "a forked child's exit is not the rank's: no barrier, no abort"
+run LOCKSTEP_COMM_TIMEOUT=$T OMPI_MCA_rmaps_base_oversubscribe=1 timeout -k 5 30 "$LSR" -n 2 "$PROG" fork
+expect_rc 0
+for r in 0 1; do
+    case $out in *"rank_fails: rank $r: the child exited 5"*) ;; *) fail "rank $r: no child status: $out $err" ;; esac
+done
+case $err in *"aborting the job"* | *MPI_ABORT*) fail "aborted: $err" ;; esac
+
 finish
