@@ -135,7 +135,7 @@ static void conv_describe(const ls_module *m, char *buf, size_t n) {
     snprintf(buf, n, "Conv2d(stride=%d, padding=%d, groups=%d)", c->stride, c->pad, c->groups);
 }
 
-static const ls_module_vt conv_vt = {"Conv2d", conv_forward, conv_backward, free_params, conv_describe};
+static const ls_module_vt conv_vt = {"Conv2d", conv_forward, conv_backward, free_params, conv_describe, NULL};
 
 ls_status ls_conv2d_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int kernel, int stride, int pad,
                            int groups, int bias, uint64_t seed, const char *name, ls_module **out_m) {
@@ -336,11 +336,9 @@ static ls_status bn_backward(ls_module *m, const ls_tensor *dy, int want_dx, con
     b->folded = 0;
     const ls_tensor *g = m->params[0];
     int64_t C = g->shape[0];
-    const int dgamma = !m->no_grad[0], dbeta = !m->no_grad[1]; /* ls_module_set_requires_grad */
-    if (!want_dx && !dgamma && !dbeta) {                       /* frozen, and nothing before it trains */
-        if (dx) *dx = NULL;
-        return LS_OK;
-    }
+    /* ls_module_set_requires_grad; with neither, and no input gradient wanted, ls_module_backward
+     * comes to bn_backward_frozen */
+    const int dgamma = !m->no_grad[0], dbeta = !m->no_grad[1];
     const ls_tensor *mean = b->used_batch_stats ? b->mean : b->running_mean;
     const ls_tensor *var = b->used_batch_stats ? b->var : b->running_var;
     LS_CHECK(ls_module_ensure(ctx, &b->sum_dy, g->dtype, 1, &C, "batch-norm gradient sums"));
@@ -365,6 +363,13 @@ static ls_status bn_backward(ls_module *m, const ls_tensor *dy, int want_dx, con
     return LS_OK;
 }
 
+/* in the frozen prefix: the next forward in training mode folds its batch's statistics into the
+ * running ones (a recomputed forward, before this, does not fold them twice) */
+static ls_status bn_backward_frozen(ls_module *m) {
+    ((bn_mod *)m)->folded = 0;
+    return LS_OK;
+}
+
 /* v with the fewest significant digits that read back to it */
 static void shortest_number(char *buf, size_t n, double v) {
     for (int digits = 6; digits <= 17; digits++) {
@@ -382,7 +387,7 @@ static void bn_describe(const ls_module *m, char *buf, size_t n) {
              b->cfg.sync ? ", sync" : "");
 }
 
-static const ls_module_vt bn_vt = {"BatchNorm2d", bn_forward, bn_backward, bn_destroy, bn_describe};
+static const ls_module_vt bn_vt = {"BatchNorm2d", bn_forward, bn_backward, bn_destroy, bn_describe, bn_backward_frozen};
 
 ls_batchnorm_config ls_batchnorm_defaults(void) {
     ls_batchnorm_config c = {1e-5, 0.1, 0, NULL};
@@ -473,8 +478,8 @@ static void pool_describe(const ls_module *m, char *buf, size_t n) {
     snprintf(buf, n, "%s(kernel_size=%d, stride=%d, padding=%d)", m->vt->kind, p->kernel, p->stride, p->pad);
 }
 
-static const ls_module_vt maxpool_vt = {"MaxPool2d", pool_forward, pool_backward, NULL, pool_describe};
-static const ls_module_vt avgpool_vt = {"AvgPool2d", pool_forward, pool_backward, NULL, pool_describe};
+static const ls_module_vt maxpool_vt = {"MaxPool2d", pool_forward, pool_backward, NULL, pool_describe, NULL};
+static const ls_module_vt avgpool_vt = {"AvgPool2d", pool_forward, pool_backward, NULL, pool_describe, NULL};
 
 ls_status ls_pool2d_create(ls_ctx *ctx, ls_pool mode, int kernel, int stride, int pad, ls_module **out_m) {
     LS_CHECK_ARG(out_m, "ls_pool2d_create: out is NULL");
@@ -523,7 +528,7 @@ static ls_status gap_backward(ls_module *m, const ls_tensor *dy, int want_dx, co
     return LS_OK;
 }
 
-static const ls_module_vt gap_vt = {"GlobalAvgPool2d", gap_forward, gap_backward, NULL, NULL};
+static const ls_module_vt gap_vt = {"GlobalAvgPool2d", gap_forward, gap_backward, NULL, NULL, NULL};
 
 ls_status ls_global_avgpool_create(ls_ctx *ctx, ls_module **out_m) {
     return cnn_alloc(ctx, &gap_vt, 0, sizeof(ls_module), out_m);
@@ -575,8 +580,8 @@ static void reshape_describe(const ls_module *m, char *buf, size_t n) {
     if (at > 0 && (size_t)at < n) snprintf(buf + at, n - (size_t)at, ")");
 }
 
-static const ls_module_vt reshape_vt = {"Reshape", reshape_forward, reshape_backward, NULL, reshape_describe};
-static const ls_module_vt flatten_vt = {"Flatten", reshape_forward, reshape_backward, NULL, NULL};
+static const ls_module_vt reshape_vt = {"Reshape", reshape_forward, reshape_backward, NULL, reshape_describe, NULL};
+static const ls_module_vt flatten_vt = {"Flatten", reshape_forward, reshape_backward, NULL, NULL, NULL};
 
 ls_status ls_reshape_create(ls_ctx *ctx, int ndim, const int64_t *sample_shape, ls_module **out_m) {
     LS_CHECK_ARG(out_m && sample_shape, "ls_reshape_create: %s is NULL", !out_m ? "out" : "the sample shape");
@@ -634,7 +639,7 @@ static void cast_describe(const ls_module *m, char *buf, size_t n) {
     snprintf(buf, n, "Cast(%s)", ls_dtype_name(((const cast_mod *)m)->to));
 }
 
-static const ls_module_vt cast_vt = {"Cast", cast_forward, cast_backward, NULL, cast_describe};
+static const ls_module_vt cast_vt = {"Cast", cast_forward, cast_backward, NULL, cast_describe, NULL};
 
 ls_status ls_cast_create(ls_ctx *ctx, ls_dtype dtype, ls_module **out_m) {
     LS_CHECK_ARG(out_m, "ls_cast_create: out is NULL");
@@ -673,7 +678,7 @@ static ls_status res_backward(ls_module *m, const ls_tensor *dy, int want_dx, co
     res_mod *r = (res_mod *)m;
     if (!m->x) return no_input(m);
     const ls_tensor *g = dy, *gb = NULL, *gs = NULL;
-    if (r->relu && (want_dx || ls_module_any_requires_grad(m))) { /* else the branches have nothing to do */
+    if (r->relu) { /* something below trains or want_dx: else ls_module_backward came to res_backward_frozen */
         LS_CHECK(ls_module_ensure(m->ctx, &m->mask, dy->dtype, dy->ndim, dy->shape, "residual gradient"));
         LS_CHECK(ls_op_act_backward(m->ctx, LS_ACT_RELU, m->y, dy, m->mask)); /* ReLU's output masks too */
         g = m->mask;
@@ -691,6 +696,11 @@ static ls_status res_backward(ls_module *m, const ls_tensor *dy, int want_dx, co
     return LS_OK;
 }
 
+static ls_status res_backward_frozen(ls_module *m) {
+    for (int i = 0; i < m->n_children; i++) LS_CHECK(ls_module_backward_frozen(m->children[i]));
+    return LS_OK;
+}
+
 static void res_destroy(ls_module *m) {
     for (int i = 0; i < m->n_children; i++) ls_module_destroy(m->children[i]);
     free(m->children);
@@ -702,7 +712,8 @@ static void res_describe(const ls_module *m, char *buf, size_t n) {
     snprintf(buf, n, "%s", ((const res_mod *)m)->relu ? "Residual(relu)" : "Residual");
 }
 
-static const ls_module_vt res_vt = {"Residual", res_forward, res_backward, res_destroy, res_describe};
+static const ls_module_vt res_vt = {"Residual",  res_forward,  res_backward,
+                                    res_destroy, res_describe, res_backward_frozen};
 
 ls_status ls_residual_create(ls_ctx *ctx, ls_module *body, ls_module *shortcut, int relu, ls_module **out_m) {
     if (!body) {

@@ -179,7 +179,7 @@ static ls_status linear_backward(ls_module *m, const ls_tensor *dy, int want_dx,
     return LS_OK;
 }
 
-static const ls_module_vt linear_vt = {"Linear", linear_forward, linear_backward, linear_destroy, NULL};
+static const ls_module_vt linear_vt = {"Linear", linear_forward, linear_backward, linear_destroy, NULL, NULL};
 
 ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int bias, uint64_t seed,
                            const char *name, ls_module **out_m) {
@@ -263,8 +263,8 @@ static ls_status act_backward(ls_module *m, const ls_tensor *dy, int want_dx, co
     return LS_OK;
 }
 
-static const ls_module_vt relu_vt = {"ReLU", act_forward, act_backward, NULL, NULL};
-static const ls_module_vt gelu_vt = {"GELU", act_forward, act_backward, NULL, NULL};
+static const ls_module_vt relu_vt = {"ReLU", act_forward, act_backward, NULL, NULL, NULL};
+static const ls_module_vt gelu_vt = {"GELU", act_forward, act_backward, NULL, NULL, NULL};
 
 ls_status ls_activation_create(ls_ctx *ctx, ls_act act, ls_module **out_m) {
     if (act != LS_ACT_RELU && act != LS_ACT_GELU)
@@ -285,18 +285,14 @@ static ls_status seq_forward(ls_module *m, const ls_tensor *x, const ls_tensor *
     return LS_OK;
 }
 
-static ls_status seq_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+/* Backward through the layers from the last down to layer first, and the frozen prefix before it
+ * (no gradient: each layer's per-step state alone); after each layer its parameters' hooks. */
+static ls_status seq_pass(ls_module *m, const ls_tensor *dy, int want_dx, int first, const ls_tensor **dx) {
     const ls_tensor *cur = dy;
-    /* the first layer with a parameter that needs a gradient: the layers up to it need no input
-     * gradient. The layers before it, with nothing to compute, are still called (a batch norm
-     * folds its next batch's statistics, a dropout counts its passes), with the last gradient
-     * there is, which they do not read. */
-    int first = 0;
-    while (!want_dx && first < m->n_children && !ls_module_any_requires_grad(m->children[first])) first++;
     for (int i = m->n_children - 1; i >= 0; i--) {
         ls_module *c = m->children[i];
         const ls_tensor *g = NULL;
-        ls_status s = ls_module_backward(c, cur, i > first || want_dx, &g);
+        ls_status s = i < first ? ls_module_backward_frozen(c) : ls_module_backward(c, cur, i > first || want_dx, &g);
         if (s != LS_OK) return ls_error_context(s, "layer %d (%s) backward", i, c->vt->kind);
         if (g) cur = g;
         if (m->hook)
@@ -306,13 +302,25 @@ static ls_status seq_backward(ls_module *m, const ls_tensor *dy, int want_dx, co
     return LS_OK;
 }
 
+static ls_status seq_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+    /* the first layer with a parameter that needs a gradient: the layers up to it need no input
+     * gradient, and those before it (the frozen prefix) get no gradient at all, only their
+     * per-step state (a batch norm folds its next batch's statistics, a dropout counts its passes) */
+    int first = 0;
+    while (!want_dx && first < m->n_children && !ls_module_any_requires_grad(m->children[first])) first++;
+    return seq_pass(m, dy, want_dx, first, dx);
+}
+
+/* every layer in the frozen prefix */
+static ls_status seq_backward_frozen(ls_module *m) { return seq_pass(m, NULL, 0, m->n_children, NULL); }
+
 static void seq_destroy(ls_module *m) {
     for (int i = 0; i < m->n_children; i++) ls_module_destroy(m->children[i]);
     free(m->children);
     free(m->child_first);
 }
 
-static const ls_module_vt seq_vt = {"Sequential", seq_forward, seq_backward, seq_destroy, NULL};
+static const ls_module_vt seq_vt = {"Sequential", seq_forward, seq_backward, seq_destroy, NULL, seq_backward_frozen};
 
 /* ls_sequential_create, or with names (not NULL) the parameters named names[0..] instead of
  * "<i>.<child's name>" (ls_checkpoint_sequential: the names of the container it replaces). */
@@ -471,11 +479,7 @@ static ls_status dropout_forward(ls_module *m, const ls_tensor *x, const ls_tens
 
 static ls_status dropout_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
     if (!m->x) return ls_error(LS_ERR_INVALID_ARGUMENT, "dropout: backward called before forward");
-    m->backward_passes++;
-    if (!want_dx) {
-        if (dx) *dx = NULL;
-        return LS_OK;
-    }
+    m->backward_passes++; /* want_dx: with none wanted ls_module_backward comes to dropout_backward_frozen */
     if (!m->training || m->p == 0) {
         if (dx) *dx = dy;
         return LS_OK;
@@ -483,6 +487,13 @@ static ls_status dropout_backward(ls_module *m, const ls_tensor *dy, int want_dx
     LS_CHECK(ls_module_ensure(m->ctx, &m->dx, dy->dtype, dy->ndim, dy->shape, "dropout input gradient"));
     LS_CHECK(m->ctx->ops->mul(m->ctx->state, dy->dtype, ls_tensor_numel(dy), dy->data, m->mask->data, m->dx->data));
     if (dx) *dx = m->dx;
+    return LS_OK;
+}
+
+/* in the frozen prefix: the pass counted, the next forward's mask keyed to it (no mask, input or
+ * gradient read: in a checkpointed segment there is none) */
+static ls_status dropout_backward_frozen(ls_module *m) {
+    m->backward_passes++;
     return LS_OK;
 }
 
@@ -496,7 +507,8 @@ static void dropout_describe(const ls_module *m, char *buf, size_t n) {
     snprintf(buf, n, "Dropout(p=%s)", v);
 }
 
-static const ls_module_vt dropout_vt = {"Dropout", dropout_forward, dropout_backward, NULL, dropout_describe};
+static const ls_module_vt dropout_vt = {"Dropout", dropout_forward,  dropout_backward,
+                                        NULL,      dropout_describe, dropout_backward_frozen};
 
 ls_status ls_module_key_dropout(ls_module *m, uint64_t step, const int64_t *rows, int64_t n) {
     LS_CHECK_ARG(m, "ls_module_key_dropout: the module is NULL");
@@ -608,12 +620,21 @@ static ls_status ckpt_backward(ls_module *m, const ls_tensor *dy, int want_dx, c
     return LS_OK;
 }
 
+/* A segment in the frozen prefix: not recomputed, as nothing in it computes a gradient; its layers'
+ * per-step state alone, which needs no activation. */
+static ls_status ckpt_backward_frozen(ls_module *m) {
+    ls_tensor_destroy(m->dx); /* the last backward's input gradient */
+    m->dx = NULL;
+    return ls_module_backward_frozen(m->children[0]);
+}
+
 static void ckpt_destroy(ls_module *m) {
     ls_module_destroy(m->children[0]);
     free(m->children);
 }
 
-static const ls_module_vt ckpt_vt = {"Checkpoint", ckpt_forward, ckpt_backward, ckpt_destroy, NULL};
+static const ls_module_vt ckpt_vt = {"Checkpoint", ckpt_forward, ckpt_backward,
+                                     ckpt_destroy, NULL,         ckpt_backward_frozen};
 
 ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m) {
     LS_CHECK_ARG(inner && out_m, "ls_checkpoint_create: %s is NULL", !inner ? "the module" : "out");
@@ -733,6 +754,10 @@ ls_status ls_module_forward(ls_module *m, const ls_tensor *x, const ls_tensor **
 }
 
 static ls_status module_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
+    if (!want_dx && !ls_module_any_requires_grad(m)) { /* nothing to compute in m: no gradient for it */
+        if (dx) *dx = NULL;
+        return ls_module_backward_frozen(m);
+    }
     if (m->vt != &seq_vt && m->hook) {
         LS_CHECK(m->vt->backward(m, dy, want_dx, dx));
         for (int p = m->n_params - 1; p >= 0; p--) LS_CHECK(m->hook(m->hook_user, p));
@@ -748,6 +773,17 @@ ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, con
     ls_status s = module_backward(m, dy, want_dx, dx);
     module_span(m, "backward", t0);
     return s;
+}
+
+ls_status ls_module_backward_frozen(ls_module *m) {
+    LS_CHECK_ARG(m, "ls_module_backward_frozen: the module is NULL");
+    const int span = ls_timeline_active();
+    double t0 = span ? ls_timeline_now() : 0;
+    if (m->vt->backward_frozen) LS_CHECK(m->vt->backward_frozen(m));
+    if (m->vt != &seq_vt && m->hook) /* as module_backward: a Sequential fires its layers' */
+        for (int p = m->n_params - 1; p >= 0; p--) LS_CHECK(m->hook(m->hook_user, p));
+    if (span) module_span(m, "backward (frozen)", t0);
+    return LS_OK;
 }
 
 /* The module without children below m (m itself if it has none) that holds m's parameter i, and

@@ -21,6 +21,13 @@ typedef struct ls_module_vt {
      * "Conv2d(stride=2, padding=1, groups=1)", written into buf (NULL: the kind alone). Ranks
      * compare these at ls_trainer_create. */
     void (*describe)(const ls_module *m, char *buf, size_t n);
+    /* backward of a module in the frozen prefix: no parameter of it (or of a module inside it)
+     * needs a gradient and no input gradient is wanted of it, so it gets no gradient at all and
+     * computes none; only the per-step state its backward would keep, with no activation to read
+     * either (a checkpointed segment is not recomputed for it): a batch norm lets its next forward
+     * fold the statistics, a dropout counts the pass its masks are keyed to. A container passes it
+     * on to its children (ls_module_backward_frozen). NULL: the kind keeps no such state. */
+    ls_status (*backward_frozen)(ls_module *m);
 } ls_module_vt;
 
 /* A parameter's full name ("layer1.0.body.conv1.weight") with its terminator; a longer one is an
@@ -72,6 +79,12 @@ int ls_module_training_put(ls_module *m, const unsigned char *flags);
 /* Whether any parameter of m (of the modules inside it) needs a gradient: its backward has work to
  * do even where no input gradient is wanted. */
 int ls_module_any_requires_grad(const ls_module *m);
+
+/* The backward of m where nothing in m trains and no input gradient is wanted of it (the layers
+ * before the first that trains; ls_module_backward with want_dx 0 on such a module comes here
+ * too): vt->backward_frozen of m, which passes it on to the modules inside, then the gradient
+ * hooks of m's parameters as ls_module_backward fires them. */
+ls_status ls_module_backward_frozen(ls_module *m);
 
 /* A zeroed module of size bytes (0: sizeof(struct ls_module); a kind's struct embeds ls_module
  * first) with vt, ctx and n_params empty parameter slots. */
