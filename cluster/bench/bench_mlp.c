@@ -7,8 +7,9 @@
  * --ema DECAY also updates an EMA of the weights after every step; --dropout P puts a Dropout
  * after each hidden activation (masks keyed to step and sample); --freeze N fine-tunes: the first N
  * layers frozen (ls_module_set_requires_grad, left out of the optimizer; with --freeze-optim only
- * left out of the optimizer, their gradients still computed and all-reduced, the A of an A/B).
- * Not a test: compare_mlp.py,
+ * left out of the optimizer, their gradients still computed and all-reduced, the A of an A/B);
+ * --checkpoint-activations[=N] recomputes the activations in backward (ls_checkpoint_sequential,
+ * N segments; with --freeze, a segment wholly frozen is not recomputed). Not a test: compare_mlp.py,
  * compare_ddp.py and compare_ema.py run it beside PyTorch. */
 #include <cblas.h>
 #include <getopt.h>
@@ -48,6 +49,9 @@ static void usage(FILE *f) {
                "                         computed or all-reduced: ls_module_set_requires_grad; default 0)\n"
                "  --freeze-optim         with --freeze: the frozen layers only left out of the optimizer, their\n"
                "                         gradients computed and all-reduced as before\n"
+               "  --checkpoint-activations[=N]  recompute activations in backward: the layers (5, 7 with\n"
+               "                         --dropout) split into N segments (default 2) whose inner activations\n"
+               "                         are not kept (ls_checkpoint_sequential)\n"
                "  -h, --help             this text\n");
 }
 
@@ -104,7 +108,7 @@ static int run_sgemm(const int64_t *s, int n, int64_t B, int steps) {
 
 int main(int argc, char **argv) {
     int64_t B = 128;
-    int steps = 400, sgemm = 0, freeze = 0, freeze_optim = 0;
+    int steps = 400, sgemm = 0, freeze = 0, freeze_optim = 0, segments = 0;
     double ema_decay = -1, dropout = 0;
     const char *dir = NULL, *device = NULL;
     static const struct option opts[] = {{"batch-size", required_argument, 0, 'b'},
@@ -116,6 +120,7 @@ int main(int argc, char **argv) {
                                          {"dropout", required_argument, 0, 'p'},
                                          {"freeze", required_argument, 0, 'f'},
                                          {"freeze-optim", no_argument, 0, 'F'},
+                                         {"checkpoint-activations", optional_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
@@ -138,6 +143,8 @@ int main(int argc, char **argv) {
             freeze = (int)bench_int("--freeze", optarg, 0, 2);
         else if (c == 'F')
             freeze_optim = 1;
+        else if (c == 'c')
+            segments = optarg ? (int)bench_int("--checkpoint-activations", optarg, 1, 7) : 2;
         else {
             usage(c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;
@@ -171,6 +178,7 @@ int main(int argc, char **argv) {
         g[i - nf] = ls_module_grad(model, i);
     }
     for (int i = 0; i < nf && !freeze_optim; i++) BENCH_CHECK("--freeze", ls_module_set_requires_grad(model, i, 0));
+    if (segments) BENCH_CHECK("--checkpoint-activations", ls_checkpoint_sequential(model, segments, &model));
     ls_optim_config oc = ls_optim_defaults(LS_OPTIM_SGD);
     oc.lr = 0.05f;
     BENCH_CHECK("optimizer", ls_optimizer_create(ctx, 6 - nf, p, g, &oc, &opt));

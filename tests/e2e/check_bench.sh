@@ -40,6 +40,19 @@ fi
 if [ -n "$mlp" ]; then
     status 2 "bench_mlp: --device: device 'foo' is not one of auto, cpu, cuda, cuda:N" "$mlp" --device foo
     status 1 "bench_mlp: device: LOCKSTEP_DEVICE: device 'foo'" env LOCKSTEP_DEVICE=foo "$mlp"
+    status 2 "bench_mlp: --checkpoint-activations '0': out of range (a whole number from 1 to 7)" "$mlp" \
+        --checkpoint-activations=0
+    # --checkpoint-activations trains the same (the loss printed) as without, frozen layers or not
+    if [ -f "${LOCKSTEP_FASHION_DIR:-/usr/share/datasets/fashion-mnist}/train-images-idx3-ubyte.gz" ]; then
+        for f in "--freeze 0" "--freeze 2"; do
+            # shellcheck disable=SC2086
+            a=$("$mlp" --device cpu --steps 3 $f | grep -o 'loss [0-9.]*')
+            # shellcheck disable=SC2086
+            b=$("$mlp" --device cpu --steps 3 $f --checkpoint-activations=5 | grep -o 'loss [0-9.]*')
+            [ -n "$a" ] && [ "$a" = "$b" ] || fail "bench_mlp $f: '$a' without --checkpoint-activations, '$b' with"
+            echo "PASS: bench_mlp $f --checkpoint-activations=5: $b, as without"
+        done
+    fi
     status 2 "bench_resnet: --device: device 'foo' is not one of auto, cpu, cuda, cuda:N" "$resnet" --device foo
     status 2 "bench_ckpt: --device: device 'foo' is not one of auto, cpu, cuda, cuda:N" "$ckpt" save "$ckdir" --device foo
 fi
