@@ -1308,6 +1308,8 @@ static ls_status forward_backward(ls_trainer *t, double scale, const double *sca
     return s;
 }
 
+#define LS_MODE_NAME 256 /* "the training mode of module K (KIND PATH) of the model" */
+
 /* Walk m (inside root; off: its first parameter's index in root's list) and the modules inside it,
  * m first then each child's, depth first (ls_module_training_get's order, *k the index there):
  * returns a digest of the training modes of its Dropouts and BatchNorm2ds (no other kind's mode
@@ -1315,7 +1317,7 @@ static ls_status forward_backward(ls_trainer *t, double scale, const double *sca
  * "the training mode of module 4 (BatchNorm2d layer1.0.bn1) of the model" (the path from its first
  * parameter's name). */
 static uint64_t modes_walk(const ls_module *root, const ls_module *m, int off, int *k, int *ns, ls_setting *set,
-                           char (*names)[160]) {
+                           char (*names)[LS_MODE_NAME]) {
     uint64_t h = 14695981039346656037ull;
     /* the kinds whose forward reads the mode: another one's mode (a Linear's: 0 when made, 1 after
      * ls_module_set_training(model, 1)) changes nothing */
@@ -1331,7 +1333,7 @@ static uint64_t modes_walk(const ls_module *root, const ls_module *m, int off, i
                 else
                     path[0] = '\0';
             }
-            snprintf(names[*ns], sizeof names[*ns], "the training mode of module %d (%s%s) of the model", *k,
+            snprintf(names[*ns], sizeof names[*ns], "the training mode of module %d (%.32s%.130s) of the model", *k,
                      ls_module_kind(m), path);
             set[*ns] = ls_setting_str(names[*ns], m->training ? "train" : "eval");
         }
@@ -1359,7 +1361,7 @@ static double modes_digest(const ls_module *model) {
 static ls_status check_modes(ls_trainer *t) {
     const int n = ls_module_training_get(t->model, NULL); /* at least those without children */
     ls_setting *set = malloc((size_t)n * sizeof *set);
-    char(*names)[160] = malloc((size_t)n * sizeof *names);
+    char(*names)[LS_MODE_NAME] = malloc((size_t)n * sizeof *names);
     int32_t ok = set && names;
     ls_status s = ls_comm_allreduce_host(t->comm, &ok, 1, LS_I32, LS_REDUCE_MIN);
     if (s == LS_OK && !ok)
