@@ -79,6 +79,23 @@ static void ls_coll_describe(const ls_comm *c, const ls_coll_op *op, char *buf, 
         snprintf(buf, len, "%s of %" PRId64 " %s", ls_coll_kind_name(op->kind), op->count, ls_dtype_name(op->dtype));
 }
 
+/* A collective's in-place form: the per-rank buffer `part` (count elements) may overlap the whole
+ * one `whole` (world * count) only as this rank's block of it (whole + rank * count). */
+static ls_status ls_check_in_place(const ls_comm *c, const ls_coll_op *op, size_t es, const char *what,
+                                   const void *whole, const char *whole_name, const void *part, const char *part_name) {
+    const uintptr_t w = (uintptr_t)whole, p = (uintptr_t)part;
+    const uintptr_t bytes = (uintptr_t)op->count * es, slot = w + (uintptr_t)c->rank * bytes;
+    /* the formula in the arguments' names: recv, send */
+    const char *ws = strcmp(whole_name, "receive") ? whole_name : "recv";
+    const char *ps = strcmp(part_name, "receive") ? part_name : "recv";
+    if (p < w + bytes * (uintptr_t)c->world && w < p + bytes && p != slot)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "%s: the %s buffer overlaps the %s buffer but is not this rank's block of it (in place is "
+                        "%s == %s + rank * count_per_rank, here %s + %d * %" PRId64 ")",
+                        what, part_name, whole_name, ps, ws, ws, c->rank, op->count);
+    return LS_OK;
+}
+
 static ls_status ls_coll_check(const ls_comm *c, const ls_coll_op *op) {
     if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", ls_coll_kind_name(op->kind));
     const char *what = ls_coll_kind_name(op->kind);
@@ -114,29 +131,13 @@ static ls_status ls_coll_check(const ls_comm *c, const ls_coll_op *op) {
         /* a send buffer inside the receive buffer other than this rank's block: MPI read it after
          * writing another rank's block over it (send == recv on rank 1 of 2 got rank 0's values
          * in its own block, without an error) */
-        if (op->kind == LS_COLL_ALLGATHER) {
-            const uintptr_t s = (uintptr_t)op->send, r = (uintptr_t)op->recv;
-            const uintptr_t bytes = (uintptr_t)op->count * es, slot = r + (uintptr_t)c->rank * bytes;
-            if (s < r + bytes * (uintptr_t)c->world && r < s + bytes && s != slot)
-                return ls_error(LS_ERR_INVALID_ARGUMENT,
-                                "allgather: the send buffer overlaps the receive buffer but is not this rank's "
-                                "block of it (in place is send == recv + rank * count_per_rank, here recv + %d * "
-                                "%" PRId64 ")",
-                                c->rank, op->count);
-        }
+        if (op->kind == LS_COLL_ALLGATHER)
+            LS_CHECK(ls_check_in_place(c, op, es, "allgather", op->recv, "receive", op->send, "send"));
         /* the same for a reduce-scatter's receive buffer inside its send buffer: in place is NCCL's
          * form (ncclReduceScatter(data, data + rank * count)); MPI's (send == recv, the result at
          * the start) read on nccl as two overlapping buffers past rank 0 */
-        if (op->kind == LS_COLL_REDUCE_SCATTER) {
-            const uintptr_t s = (uintptr_t)op->send, r = (uintptr_t)op->recv;
-            const uintptr_t bytes = (uintptr_t)op->count * es, slot = s + (uintptr_t)c->rank * bytes;
-            if (r < s + bytes * (uintptr_t)c->world && s < r + bytes && r != slot)
-                return ls_error(LS_ERR_INVALID_ARGUMENT,
-                                "reduce-scatter: the receive buffer overlaps the send buffer but is not this rank's "
-                                "block of it (in place is recv == send + rank * count_per_rank, here send + %d * "
-                                "%" PRId64 ")",
-                                c->rank, op->count);
-        }
+        if (op->kind == LS_COLL_REDUCE_SCATTER)
+            LS_CHECK(ls_check_in_place(c, op, es, "reduce-scatter", op->send, "send", op->recv, "receive"));
     }
     return LS_OK;
 }
