@@ -49,6 +49,20 @@ static int ls_test_failures __attribute__((unused)) = 0;
         }                                                                                                              \
     } while (0)
 
+/* The whole file at path, NUL-terminated (free it); NULL where it cannot be opened. */
+static __attribute__((unused)) char *ls_test_slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    LS_REQUIRE(b && fread(b, 1, (size_t)n, f) == (size_t)n);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
 #define LS_EXPECT_NEAR(a, b, tol)                                                                                      \
     do {                                                                                                               \
         double ls_a_ = (double)(a), ls_b_ = (double)(b);                                                               \

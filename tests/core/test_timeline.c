@@ -29,16 +29,10 @@ static void check_path(const char *pattern, int rank, int world, const char *wan
     }
 }
 
+/* The file's text; the test stops where there is none. */
 static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    LS_REQUIRE(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    LS_REQUIRE(b && fread(b, 1, (size_t)n, f) == (size_t)n);
-    b[n] = 0;
-    fclose(f);
+    char *b = ls_test_slurp(path);
+    LS_REQUIRE(b);
     return b;
 }
 

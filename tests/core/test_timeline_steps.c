@@ -22,19 +22,6 @@
 #include "testutil.h"
 #include "timeline.h"
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    LS_REQUIRE(b && fread(b, 1, (size_t)n, f) == (size_t)n);
-    b[n] = 0;
-    fclose(f);
-    return b;
-}
-
 static void spit(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
     LS_REQUIRE(f && fputs(text, f) >= 0 && fclose(f) == 0);
@@ -43,7 +30,7 @@ static void spit(const char *path, const char *text) {
 /* The file's step spans ("step N") as the numbers N in order, "," between them ("3,4,5"), and
  * how many spans are called other; -1 in *n_other where the file is not one whole JSON array. */
 static void steps_of(const char *path, const char *other, char *out, size_t len, int *n_other) {
-    char *text = slurp(path);
+    char *text = ls_test_slurp(path);
     LS_REQUIRE(text);
     cJSON *a = cJSON_ParseWithOpts(text, NULL, 1);
     free(text);
@@ -164,7 +151,7 @@ int main(void) {
     LS_EXPECT(!ls_timeline_is_open());
     expect_steps(path, "3,4,5", 3);
     {
-        char *text = slurp(path);
+        char *text = ls_test_slurp(path);
         LS_EXPECT(text && !strstr(text, "\"setup\"") && strstr(text, "\n]\n") &&
                   !strstr(strstr(text, "\n]\n") + 3, "]"));
         free(text);
@@ -229,7 +216,7 @@ int main(void) {
         for (int s = 1; s <= LS_TIMELINE_DEFAULT_STEPS; s++)
             n += snprintf(want + n, sizeof want - (size_t)n, "%s%d", s > 1 ? "," : "", s);
         expect_steps(path, want, LS_TIMELINE_DEFAULT_STEPS);
-        char *log = slurp(logp);
+        char *log = ls_test_slurp(logp);
         char line[1024];
         snprintf(line, sizeof line,
                  "timeline: %d steps recorded in '%s', the default bound: the trace ends here and the run goes on "
@@ -255,14 +242,14 @@ int main(void) {
     LS_REQUIRE_OK(ls_timeline_keep_earlier(path2, aside, (int)sizeof aside));
     snprintf(want, sizeof want, "%s/other.prev1.json", dir);
     LS_EXPECT(!strcmp(aside, want) && access(path2, F_OK) != 0);
-    char *text = slurp(want);
+    char *text = ls_test_slurp(want);
     LS_EXPECT(text && !strcmp(text, "[first]"));
     free(text);
     spit(path2, "[second]");
     LS_REQUIRE_OK(ls_timeline_keep_earlier(path2, aside, (int)sizeof aside));
     snprintf(want, sizeof want, "%s/other.prev2.json", dir);
     LS_EXPECT(!strcmp(aside, want));
-    text = slurp(want);
+    text = ls_test_slurp(want);
     LS_EXPECT(text && !strcmp(text, "[second]"));
     free(text);
     {
