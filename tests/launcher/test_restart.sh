@@ -329,6 +329,10 @@ expect_rc 0
 # lockstep-run (no restart either). Here rank 1 and mpirun are stopped: rank 0 times out after
 # 2 s, tells lockstep-run (LOCKSTEP_RUN_PID, SIGURG) and aborts; the job is killed 1 s later.
 case_ "2 ranks, rank 0 aborts while mpirun's abort hangs: the job is killed --abort-grace later"
+# emptied first: the case before left its run's "epoch 1" in stdout, which the wait below found
+# before the shell had started this job (loaded: mpirun and rank 1 then "not found")
+: >"$tmp/stdout"
+: >"$tmp/stderr"
 env "${E[@]}" LOCKSTEP_COMM_TIMEOUT=2 setsid "$LSR" -n 2 --abort-grace 1 "$PROG" "${A[@]}" --epochs 100000 \
     >"$tmp/stdout" 2>"$tmp/stderr" &
 pid=$!

@@ -128,10 +128,12 @@ done
 case_ "timeout(1) signals lockstep-run and its process group: one SIGTERM reaches the ranks"
 HOLD=1
 rm -f "$LOG"
-env -i "PATH=/usr/local/bin:/usr/bin:/bin" HOLD="$HOLD" timeout 10 "$LSR" "${A[@]}" >"$tmp/stdout" 2>"$tmp/stderr" &
+# (20 s: a clean machine running check_format and two other launcher tests beside it had not
+# started both ranks within 10)
+env -i "PATH=/usr/local/bin:/usr/bin:/bin" HOLD="$HOLD" timeout 20 "$LSR" "${A[@]}" >"$tmp/stdout" 2>"$tmp/stderr" &
 pid=$!
 reap
-[ "$(grep -c started "$LOG")" = 2 ] || fail "the ranks had not both started within timeout's 10 s: $(tr '\n' ' ' <"$LOG")"
+[ "$(grep -c started "$LOG")" = 2 ] || fail "the ranks had not both started within timeout's 20 s: $(tr '\n' ' ' <"$LOG")"
 
 # A rank that is a script around the program (no exec), and an mpirun that is a script around
 # mpirun: the stop reached the script alone, which ended and left the program (or mpirun and
