@@ -598,12 +598,33 @@ static ls_status ckpt_forward(ls_module *m, const ls_tensor *x, const ls_tensor 
     ls_module *in = m->children[0];
     ls_tensor_destroy(m->y); /* the last forward's output, valid until this one: not held beside the new */
     m->y = NULL;
+    m->held = NULL;
     LS_CHECK(ls_module_forward(in, x, &out));
+    m->x = x;
+    if (m->keep_acts) { /* the last segment: its backward comes next, with these activations */
+        m->held = out;
+        *y = out;
+        return LS_OK;
+    }
     LS_CHECK(keep_buffer(m, &m->y, in, out, "checkpoint segment output"));
     release_buffers(in); /* keep only the segment's input (x) and its output (y) */
-    m->x = x;
     *y = m->y;
     return LS_OK;
+}
+
+/* After the backward of a forward that kept its activations: the output it handed out moves to m
+ * (the same tensor: the caller's pointer stays valid until the next forward), then the layers'
+ * buffers go as a recomputed segment's do. An output of another allocator than m's cannot be
+ * moved: the layers then keep their buffers, as a plain Sequential's. */
+static void release_held(ls_module *m, ls_module *in) {
+    ls_tensor **owner = buffer_owner(in, m->held);
+    m->held = NULL;
+    if (owner && (*owner)->alloc != m->ctx->alloc) return;
+    if (owner) {
+        m->y = *owner;
+        *owner = NULL;
+    }
+    release_buffers(in);
 }
 
 static ls_status ckpt_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
@@ -612,10 +633,14 @@ static ls_status ckpt_backward(ls_module *m, const ls_tensor *dy, int want_dx, c
     const ls_tensor *out, *g = NULL;
     ls_tensor_destroy(m->dx); /* the last backward's input gradient, used since */
     m->dx = NULL;
-    LS_CHECK(ls_module_forward(in, m->x, &out)); /* recompute the segment's activations */
+    /* recompute the segment's activations, unless its forward kept them (the last segment) */
+    if (!m->held) LS_CHECK(ls_module_forward(in, m->x, &out));
     LS_CHECK(ls_module_backward(in, dy, want_dx, &g));
     if (want_dx && g) LS_CHECK(keep_buffer(m, &m->dx, in, g, "checkpoint input gradient"));
-    release_buffers(in);
+    if (m->held)
+        release_held(m, in);
+    else
+        release_buffers(in);
     if (dx) *dx = want_dx ? m->dx : NULL;
     return LS_OK;
 }
@@ -625,7 +650,9 @@ static ls_status ckpt_backward(ls_module *m, const ls_tensor *dy, int want_dx, c
 static ls_status ckpt_backward_frozen(ls_module *m) {
     ls_tensor_destroy(m->dx); /* the last backward's input gradient */
     m->dx = NULL;
-    return ls_module_backward_frozen(m->children[0]);
+    LS_CHECK(ls_module_backward_frozen(m->children[0]));
+    if (m->held) release_held(m, m->children[0]);
+    return LS_OK;
 }
 
 static void ckpt_destroy(ls_module *m) {
@@ -684,6 +711,9 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
                 inner->n_children = 0; /* the layers still belong to seq */
                 ls_module_destroy(inner);
             } else {
+                /* the last segment is not recomputed: its backward follows its forward at once, so
+                 * recomputing it would hold the same activations at the same time, later */
+                segs[k]->keep_acts = k == segments - 1;
                 made++;
             }
         }

@@ -67,6 +67,12 @@ struct ls_module {
      * tree below a module does not change once made): each call is then O(1), not a walk */
     struct ls_buffer_ref *buf_refs;
     int n_buf_refs;
+    /* Checkpoint: keep_acts (ls_checkpoint_sequential's last segment, as PyTorch's
+     * checkpoint_sequential runs its last segment plainly): its forward keeps its layers'
+     * activations for the backward that follows, which does not recompute them; held: the output
+     * of such a forward, still its layers' buffer (NULL: none held, a backward recomputes) */
+    int keep_acts;
+    const ls_tensor *held;
 };
 
 /* The training modes of m and of every module inside it (m first, then each child's, depth

@@ -51,7 +51,7 @@ static void usage(FILE *f) {
                "                         gradients computed and all-reduced as before\n"
                "  --checkpoint-activations[=N]  recompute activations in backward: the layers (5, 7 with\n"
                "                         --dropout) split into N segments (default 2) whose inner activations\n"
-               "                         are not kept (ls_checkpoint_sequential)\n"
+               "                         are not kept, but the last's (ls_checkpoint_sequential)\n"
                "  -h, --help             this text\n");
 }
 

@@ -74,7 +74,8 @@ static void usage(FILE *f) {
                "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations and GEMM inputs with\n"
                "                        f32 master weights; fp16 adds dynamic loss scaling (GradScaler's rules)\n"
                "  --checkpoint-activations[=N]  recompute activations in backward: the layers split into N\n"
-               "                        segments (default 2) whose inner activations are not kept\n" EX_TRAIN_HELP_SHARD
+               "                        segments (default 2) whose inner activations are not kept, but\n"
+               "                        the last's (its backward follows at once: PyTorch's rule)\n" EX_TRAIN_HELP_SHARD
                    EX_TRAIN_HELP_EMA
                "  --hidden A,B,...      hidden layer sizes, at most 6 (default 512,256; '' for none: a linear\n"
                "                        model)\n"

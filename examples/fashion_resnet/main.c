@@ -93,7 +93,8 @@ static void usage(FILE *f) {
         "  --precision P         fp32 (default), bf16 or fp16: f16/bf16 activations with f32 master\n"
         "                        weights; fp16 adds dynamic loss scaling\n"
         "  --checkpoint-activations[=N]  recompute activations in backward: the top-level layers split\n"
-        "                        into N segments (default 3) whose inner activations are not kept\n" EX_TRAIN_HELP_SHARD
+        "                        into N segments (default 3) whose inner activations are not kept,\n"
+        "                        but the last's (its backward follows at once: PyTorch's rule)\n" EX_TRAIN_HELP_SHARD
             EX_TRAIN_HELP_EMA
         "  --sync-bn             batch-norm statistics over all ranks (SyncBatchNorm) instead of per rank\n"
         "  --augment             random shifts (up to 2 pixels) and horizontal flips of the training images\n"
