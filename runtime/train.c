@@ -368,19 +368,15 @@ static ls_status open_timeline(const ls_train_config *cfg, ls_comm *comm) {
     if (!rc || !*rc || *end || restart < 0 || restart > 1000000) restart = 0;
     if (ls_timeline_path_restart(pattern, rank, world, (int)restart, path, (int)sizeof path) != 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "LOCKSTEP_TIMELINE: the file name is too long");
-    /* an earlier run's trace of that name (a resume by hand) is moved aside, not truncated */
-    char aside[sizeof path];
-    ls_status s = ls_timeline_keep_earlier(path, aside, (int)sizeof aside);
-    if (s == LS_OK) s = ls_timeline_open(path, rank);
+    /* an earlier run's trace of that name (a resume by hand) is moved aside, not truncated, and
+     * said (ls_timeline_open) */
+    ls_status s = ls_timeline_open(path, rank);
     if (s == LS_OK) s = ls_timeline_set_steps(&steps);
     if (s != LS_OK) {
         (void)ls_timeline_close();
         return ls_error_context(s, "LOCKSTEP_TIMELINE");
     }
     ls_timeline_close_at_exit();
-    if (aside[0])
-        ls_log(rank == 0 ? LS_LOG_WARN : LS_LOG_INFO, "timeline: the earlier trace in '%s' is kept as '%s'", path,
-               aside);
     if (rank == 0 && steps.by_default)
         LS_LOG_I("timeline: writing %s, its first %d steps (LOCKSTEP_TIMELINE_STEPS for others; open it in "
                  "ui.perfetto.dev or chrome://tracing)",

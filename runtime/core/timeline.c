@@ -199,6 +199,11 @@ int ls_timeline_is_open(void) {
     return open;
 }
 
+/* Where an earlier trace went (ls_timeline_open): a warning on rank 0, which says it for all ranks. */
+static void tl_say_kept(const char *path, const char *aside, int rank) {
+    ls_log(rank == 0 ? LS_LOG_WARN : LS_LOG_INFO, "timeline: the earlier trace in '%s' is kept as '%s'", path, aside);
+}
+
 ls_status ls_timeline_open(const char *path, int rank) {
     if (!path || !*path) return ls_error(LS_ERR_INVALID_ARGUMENT, "timeline: no file name");
     pthread_mutex_lock(&tl_mu);
@@ -208,6 +213,14 @@ ls_status ls_timeline_open(const char *path, int rank) {
                         tl_f ? "timeline: '%s' is already being written; close it first"
                              : "timeline: '%s' ended after its steps; close it first",
                         tl_path);
+    }
+    /* an earlier trace of that name (the program run again, a resume by hand) is moved aside, not
+     * truncated: here for every opener, the trainer's LOCKSTEP_TIMELINE and a program's own trace */
+    char aside[sizeof tl_path];
+    ls_status kept = ls_timeline_keep_earlier(path, aside, (int)sizeof aside);
+    if (kept != LS_OK) {
+        pthread_mutex_unlock(&tl_mu);
+        return kept;
     }
     /* (not on fd 1 of a program started with stdout closed: its printf lines went into the trace) */
     int fd = ls_fd_off_stdio(open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -220,7 +233,9 @@ ls_status ls_timeline_open(const char *path, int rank) {
     if (!f) {
         int e = errno;
         pthread_mutex_unlock(&tl_mu);
-        return ls_error(LS_ERR_IO, "timeline: cannot create '%s': %s", path, strerror(e));
+        ls_status s = ls_error(LS_ERR_IO, "timeline: cannot create '%s': %s", path, strerror(e));
+        if (aside[0]) tl_say_kept(path, aside, rank);
+        return s;
     }
     tl_f = f;
     snprintf(tl_path, sizeof tl_path, "%s", path);
@@ -246,6 +261,7 @@ ls_status ls_timeline_open(const char *path, int rank) {
     tl_drain();
     atomic_store(&tl_on, 1);
     pthread_mutex_unlock(&tl_mu);
+    if (aside[0]) tl_say_kept(path, aside, rank);
     return LS_OK;
 }
 

@@ -20,8 +20,11 @@
 extern "C" {
 #endif
 
-/* Start writing to path as rank (the trace's process id). A second open while one is open is
- * LS_ERR_INVALID_ARGUMENT; a file that cannot be created is LS_ERR_IO naming it. */
+/* Start writing to path as rank (the trace's process id). A trace already at path (an earlier run's)
+ * is not truncated: ls_timeline_keep_earlier moves it to "<stem>.prev<K><ext>" first, said as a
+ * warning on rank 0 (info on the others), and its errors are this call's; an empty file or a device
+ * is written as it is. A second open while one is open is LS_ERR_INVALID_ARGUMENT (nothing moved);
+ * a file that cannot be created is LS_ERR_IO naming it. */
 ls_status ls_timeline_open(const char *path, int rank);
 /* Close the array and the file (also flushes); nothing when none is open. */
 ls_status ls_timeline_close(void);
@@ -88,9 +91,10 @@ ls_status ls_timeline_set_steps(const ls_timeline_steps *steps);
 void ls_timeline_step_begin(int64_t step);
 /* Step `step` ended: a flush (ls_timeline_flush), and the file's close after the window's last step. */
 void ls_timeline_step_end(int64_t step);
-/* Keep an earlier run's trace at path (a resume by hand with the same LOCKSTEP_TIMELINE): a
- * non-empty regular file there is renamed "<stem>.prev<K><ext>" (tl.json -> tl.prev1.json), K the
- * first from 1 that names no file, so the new trace takes path and higher K are newer. aside gets
+/* Keep an earlier run's trace at path (ls_timeline_open does so: a resume by hand with the same
+ * LOCKSTEP_TIMELINE, a program run again): a non-empty regular file there is renamed
+ * "<stem>.prev<K><ext>" (tl.json -> tl.prev1.json), K the first from 1 that names no file, so the
+ * new trace takes path and higher K are newer. aside gets
  * the new name, or "" where nothing was moved (no file, an empty one, a device). LS_ERR_IO naming
  * both where the rename fails; LS_ERR_INVALID_ARGUMENT where the name does not fit aside. */
 ls_status ls_timeline_keep_earlier(const char *path, char *aside, int len);

@@ -211,6 +211,7 @@ int main(void) {
     cJSON_Delete(ev);
 
     /* ls_timeline_close_nowait (a rank aborting the job) closes it alike where no thread writes */
+    unlink(path2); /* not kept as b.prev1.json */
     LS_REQUIRE_OK(ls_timeline_open(path2, 0));
     ls_timeline_span("before the abort", "test", t0, t0 + 1);
     LS_REQUIRE_OK(ls_timeline_close_nowait());

@@ -159,6 +159,7 @@ int main(void) {
 
     /* FIRST: has no end; closed by ls_timeline_close */
     LS_REQUIRE_OK(ls_timeline_steps_parse("2:", &w));
+    unlink(path); /* not kept as w.prevK.json */
     LS_REQUIRE_OK(ls_timeline_open(path, 0));
     LS_REQUIRE_OK(ls_timeline_set_steps(&w));
     run_steps(1, 4);
@@ -169,6 +170,7 @@ int main(void) {
     /* a count: the first 2 steps this process takes, numbered as a resumed run numbers them; what
      * comes before the first step (the trainer's setup) is recorded too */
     LS_REQUIRE_OK(ls_timeline_steps_parse("2", &w));
+    unlink(path); /* not kept as w.prevK.json */
     LS_REQUIRE_OK(ls_timeline_open(path, 0));
     LS_REQUIRE_OK(ls_timeline_set_steps(&w));
     ls_timeline_span("between", "test", 1, 2);
@@ -178,6 +180,7 @@ int main(void) {
 
     /* a run resumed past the window records no step, and closes the file at its first one */
     LS_REQUIRE_OK(ls_timeline_steps_parse("3:5", &w));
+    unlink(path); /* not kept as w.prevK.json */
     LS_REQUIRE_OK(ls_timeline_open(path, 0));
     LS_REQUIRE_OK(ls_timeline_set_steps(&w));
     run_steps(9, 10);
@@ -186,6 +189,7 @@ int main(void) {
     LS_REQUIRE_OK(ls_timeline_close());
 
     /* no window set (a program that opens its own trace): every step */
+    unlink(path); /* not kept as w.prevK.json */
     LS_REQUIRE_OK(ls_timeline_open(path, 0));
     run_steps(1, 3);
     LS_REQUIRE_OK(ls_timeline_close());
@@ -203,6 +207,7 @@ int main(void) {
         close(fd);
         ls_log_set_level(LS_LOG_WARN);
         LS_REQUIRE_OK(ls_timeline_steps_parse(NULL, &w));
+        unlink(path); /* not kept as w.prevK.json */
         LS_REQUIRE_OK(ls_timeline_open(path, 0));
         LS_REQUIRE_OK(ls_timeline_set_steps(&w));
         run_steps(1, LS_TIMELINE_DEFAULT_STEPS + 20);
@@ -268,6 +273,57 @@ int main(void) {
     }
     LS_REQUIRE_OK(ls_timeline_keep_earlier("/dev/null", aside, (int)sizeof aside)); /* not a file of ours */
     LS_EXPECT(aside[0] == 0);
+
+    /* ls_timeline_open keeps it too (a program that opens its own trace, as the trainer does for
+     * LOCKSTEP_TIMELINE): a trace written twice to one name has the first run's bytes, exactly, in
+     * <stem>.prev1<ext>, said once as a warning (rank 0); an open refused (one is open) moves nothing */
+    {
+        char api[300], prev[320], prev2[320], logp[320];
+        snprintf(api, sizeof api, "%s/api.json", dir);
+        snprintf(prev, sizeof prev, "%s/api.prev1.json", dir);
+        snprintf(prev2, sizeof prev2, "%s/api.prev2.json", dir);
+        snprintf(logp, sizeof logp, "%s/log", dir);
+        LS_REQUIRE_OK(ls_timeline_open(api, 0));
+        ls_timeline_span("first run", "test", 1, 2);
+        LS_REQUIRE_OK(ls_timeline_close());
+        char *first = ls_test_slurp(api);
+        LS_REQUIRE(first && strstr(first, "\"first run\""));
+        fflush(stderr);
+        int saved = dup(2), fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        LS_REQUIRE(saved >= 0 && fd >= 0);
+        dup2(fd, 2);
+        close(fd);
+        ls_log_set_level(LS_LOG_WARN);
+        LS_REQUIRE_OK(ls_timeline_open(api, 0));
+        LS_EXPECT_ERR(ls_timeline_open(api, 0), LS_ERR_INVALID_ARGUMENT, "api.json' is already being written");
+        ls_timeline_span("second run", "test", 1, 2);
+        LS_REQUIRE_OK(ls_timeline_close());
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        char *kept = ls_test_slurp(prev), *second = ls_test_slurp(api), *log = ls_test_slurp(logp);
+        if (!kept || strcmp(kept, first) != 0) {
+            fprintf(stderr, "'%s' should hold the first run's trace:\n%s\ngot:\n%s\n", prev, first,
+                    kept ? kept : "(no file)");
+            ls_test_failures++;
+        }
+        LS_EXPECT(second && strstr(second, "\"second run\"") && !strstr(second, "\"first run\""));
+        LS_EXPECT(access(prev2, F_OK) != 0); /* the refused open moved nothing */
+        char line[1024];
+        snprintf(line, sizeof line, "timeline: the earlier trace in '%s' is kept as '%s'\n", api, prev);
+        const char *hit = log ? strstr(log, line) : NULL;
+        if (!hit || strstr(hit + 1, "timeline:")) {
+            fprintf(stderr, "the kept trace's log, expected once:\n%s\ngot:\n%s\n", line, log ? log : "(none)");
+            ls_test_failures++;
+        }
+        free(first);
+        free(kept);
+        free(second);
+        free(log);
+        unlink(logp);
+        unlink(prev);
+        unlink(api);
+    }
 
     snprintf(want, sizeof want, "%s/other.prev1.json", dir);
     unlink(want);
