@@ -378,9 +378,9 @@ static ls_status open_timeline(const ls_train_config *cfg, ls_comm *comm) {
     }
     ls_timeline_close_at_exit();
     if (rank == 0 && steps.by_default)
-        LS_LOG_I("timeline: writing %s, its first %d steps (LOCKSTEP_TIMELINE_STEPS for others; open it in "
-                 "ui.perfetto.dev or chrome://tracing)",
-                 path, LS_TIMELINE_DEFAULT_STEPS);
+        LS_LOG_I("timeline: writing %s, its first %d steps, at most %lld MiB (LOCKSTEP_TIMELINE_STEPS for others; "
+                 "open it in ui.perfetto.dev or chrome://tracing)",
+                 path, LS_TIMELINE_DEFAULT_STEPS, LS_TIMELINE_DEFAULT_BYTES >> 20);
     else if (rank == 0)
         LS_LOG_I("timeline: writing %s, steps %s (LOCKSTEP_TIMELINE_STEPS; open it in ui.perfetto.dev or "
                  "chrome://tracing)",

@@ -110,7 +110,8 @@ enum {
     "LOCKSTEP_TIMELINE=FILE (a Chrome trace of each rank's steps, modules and all-reduces; with\n"                     \
     "several ranks .rankN before FILE's extension, tl.json: tl.rank0.json, or %%r in FILE replaced by\n"               \
     "the rank; an earlier run's tl.json is kept as tl.prev1.json; open in ui.perfetto.dev),\n"                         \
-    "LOCKSTEP_TIMELINE_STEPS=N|FIRST:LAST|FIRST:|all (the steps it records; default the first 1000),\n"                \
+    "LOCKSTEP_TIMELINE_STEPS=N|FIRST:LAST|FIRST:|all (the steps it records; default the first 1000, at\n"              \
+    "most 256 MiB),\n"                                                                                                 \
     "LOCKSTEP_MALLOC_TUNING=0 (leave glibc's malloc as it is),\n"                                                      \
     "LOCKSTEP_CKPT_CRASH_AT=<stage> (tests: kill the process at that stage of a checkpoint save).\n"                   \
     "The README's table lists the rest (LOCKSTEP_COMM_TIMEOUT, LOCKSTEP_GPU_MEMORY, LOCKSTEP_TF32, ...).\n"

@@ -324,6 +324,7 @@ ls_status ls_timeline_steps_parse(const char *value, ls_timeline_steps *out) {
     memset(out, 0, sizeof *out);
     if (!value || !*value) {
         out->count = LS_TIMELINE_DEFAULT_STEPS;
+        out->max_bytes = LS_TIMELINE_DEFAULT_BYTES;
         out->by_default = 1;
         return LS_OK;
     }
@@ -389,13 +390,16 @@ struct tl_end {
     char path[sizeof tl_path];
     ls_timeline_steps steps;
     int64_t taken;
+    uint64_t bytes; /* the file's size where the byte bound ended it, else 0 */
     int pid, err, said;
 };
 
 /* The window is over: the file closed (valid JSON from now on), the session kept until
  * ls_timeline_close; what to say in *end. Under tl_mu. */
 static void tl_end_window(struct tl_end *end) {
+    int by_bytes = tl_steps.max_bytes > 0 && tl_off >= (uint64_t)tl_steps.max_bytes;
     tl_end_err = tl_finish();
+    end->bytes = by_bytes ? tl_off : 0;
     tl_ended = 1;
     atomic_store(&tl_win, 0);
     tl_set_on();
@@ -411,7 +415,14 @@ static void tl_end_window(struct tl_end *end) {
 static void tl_say_end(const struct tl_end *e) {
     if (e->err) {
         if (!e->said) LS_LOG_W("timeline: writing '%s' failed: %s", e->path, strerror(e->err));
-    } else if (e->pid != 0) {
+    } else if (e->bytes)
+        /* rank 0 says it; a rank whose events are more (its buckets, MPI calls) may end a step sooner */
+        ls_log(e->pid == 0 ? LS_LOG_WARN : LS_LOG_INFO,
+               "timeline: %lld steps recorded in '%s', %.1f MiB, past the default bound of %lld MiB: the trace ends "
+               "here and the run goes on (LOCKSTEP_TIMELINE_STEPS=N records the first N steps, FIRST:LAST a window, "
+               "all every step)",
+               (long long)e->taken, e->path, (double)e->bytes / (1 << 20), (long long)(e->steps.max_bytes >> 20));
+    else if (e->pid != 0) {
         /* rank 0 says it for all: every rank ends at the same step */
     } else if (e->steps.by_default)
         LS_LOG_W("timeline: %lld steps recorded in '%s', the default bound: the trace ends here and the run goes on "
@@ -453,7 +464,8 @@ void ls_timeline_step_end(int64_t step) {
     if (tl_f && atomic_load(&tl_win)) {
         if (tl_in_step) tl_taken++;
         tl_in_step = 0;
-        if (tl_steps.count > 0 ? tl_taken >= tl_steps.count : step >= tl_steps.last) {
+        if ((tl_steps.count > 0 ? tl_taken >= tl_steps.count : step >= tl_steps.last) ||
+            (tl_steps.max_bytes > 0 && tl_off >= (uint64_t)tl_steps.max_bytes)) {
             tl_end_window(&end);
             ended = 1;
         }

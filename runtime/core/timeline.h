@@ -69,19 +69,25 @@ typedef struct ls_timeline_steps {
     int64_t count;       /* > 0: the first count steps this process takes, whatever their numbers; 0: first..last */
     int64_t first, last; /* with count 0: the steps numbered first to last (from 1); last INT64_MAX: no end */
     int by_default;      /* no value given: the first LS_TIMELINE_DEFAULT_STEPS steps, their end said as a warning */
+    int64_t max_bytes;   /* > 0: also closed at the end of the step whose events pass this size (the default's) */
     char text[32];       /* the value given, for messages ("" for the default) */
 } ls_timeline_steps;
 
-/* The default bound: 2-10 MB of trace for an MLP or a small ResNet (2-6 KB a step). */
+/* The default bound: 2-10 MB of trace for an MLP or a small ResNet (2-8 KB a step), and at most
+ * LS_TIMELINE_DEFAULT_BYTES (a step writes about 230 bytes per module and micro-step: fashion_resnet
+ * --blocks 16 --accum-steps 4, 268 KB a step, passes it at step 1000). */
 #define LS_TIMELINE_DEFAULT_STEPS 1000
+#define LS_TIMELINE_DEFAULT_BYTES (256LL << 20)
 
 /* LOCKSTEP_TIMELINE_STEPS's value: "N" (the first N steps), "FIRST:LAST" or "FIRST:" (the steps
  * of those numbers, counted from 1; FIRST: has no end), "all" (every step), NULL or "" (the default
- * bound). Anything else is LS_ERR_INVALID_ARGUMENT naming the variable and the forms. */
+ * bound: LS_TIMELINE_DEFAULT_STEPS steps or LS_TIMELINE_DEFAULT_BYTES of trace, whichever comes
+ * first; a value given has no byte bound). Anything else is LS_ERR_INVALID_ARGUMENT naming the variable and the forms. */
 ls_status ls_timeline_steps_parse(const char *value, ls_timeline_steps *out);
 /* Record only the steps of *steps in the open trace (ls_timeline_step_begin/_end tell it the
  * steps): with a count, or FIRST 1, from now on; else from the start of step FIRST. After the
- * window's last step (or at the first step past it) the file is closed, a valid JSON array, and
+ * window's last step (or at the first step past it, or at the end of the step that passes
+ * max_bytes) the file is closed, a valid JSON array, and
  * the end said once (a warning for the default bound, naming the variable; else at info level);
  * ls_timeline_is_open stays non-zero until ls_timeline_close. Without a window a trace records
  * every step. LS_ERR_INVALID_ARGUMENT where no trace is open. */

@@ -236,6 +236,65 @@ int main(void) {
         unlink(logp);
     }
 
+    /* the default bound's bytes: a model whose steps write much (hundreds of modules, gradient
+     * accumulation) stops at the end of the step that passes max_bytes, a whole JSON array, with
+     * one warning naming the size and the variable; an explicit value has no byte bound */
+    {
+        LS_REQUIRE_OK(ls_timeline_steps_parse(NULL, &w));
+        LS_EXPECT(w.max_bytes == LS_TIMELINE_DEFAULT_BYTES && LS_TIMELINE_DEFAULT_BYTES == 256LL << 20);
+        LS_REQUIRE_OK(ls_timeline_steps_parse("all", &w));
+        LS_EXPECT(w.max_bytes == 0);
+        LS_REQUIRE_OK(ls_timeline_steps_parse("7", &w));
+        LS_EXPECT(w.max_bytes == 0);
+        char logp[320];
+        snprintf(logp, sizeof logp, "%s/log", dir);
+        fflush(stderr);
+        int saved = dup(2), fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        LS_REQUIRE(saved >= 0 && fd >= 0);
+        dup2(fd, 2);
+        close(fd);
+        ls_log_set_level(LS_LOG_WARN);
+        LS_REQUIRE_OK(ls_timeline_steps_parse(NULL, &w));
+        w.max_bytes = 1 << 20; /* a step here is 2 spans, about 230 bytes: past 1 MiB in step 4500 or so */
+        w.count = 100000;      /* the bytes first */
+        unlink(path);
+        LS_REQUIRE_OK(ls_timeline_open(path, 0));
+        LS_REQUIRE_OK(ls_timeline_set_steps(&w));
+        run_steps(1, 8000);
+        LS_EXPECT(!ls_timeline_active() && ls_timeline_is_open());
+        LS_REQUIRE_OK(ls_timeline_close());
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        static char got[65536], want[65536];
+        int between;
+        steps_of(path, "between", got, sizeof got, &between);
+        struct stat st;
+        LS_REQUIRE(stat(path, &st) == 0);
+        int n = between; /* whole JSON (between >= 0); the steps 1..n, the file just past the bound */
+        int o = 0;
+        for (int s = 1; s <= n; s++) o += snprintf(want + o, sizeof want - (size_t)o, "%s%d", s > 1 ? "," : "", s);
+        if (n < 2000 || n > 7000 || strcmp(got, want) || st.st_size < (1 << 20) || st.st_size > (1 << 20) + 4096) {
+            fprintf(stderr, "the byte bound: steps '%s', %d between, %lld bytes\n", got, between,
+                    (long long)st.st_size);
+            ls_test_failures++;
+        }
+        char *log = ls_test_slurp(logp);
+        char line[1024];
+        snprintf(line, sizeof line,
+                 "timeline: %d steps recorded in '%s', %.1f MiB, past the default bound of 1 MiB: the trace ends "
+                 "here and the run goes on (LOCKSTEP_TIMELINE_STEPS=N records the first N steps, FIRST:LAST a "
+                 "window, all every step)\n",
+                 n, path, (double)st.st_size / (1 << 20));
+        const char *hit = log ? strstr(log, line) : NULL;
+        if (!hit || strstr(hit + 1, "timeline:")) {
+            fprintf(stderr, "the byte bound's log, expected once:\n%s\ngot:\n%s\n", line, log ? log : "(none)");
+            ls_test_failures++;
+        }
+        free(log);
+        unlink(logp);
+    }
+
     /* an earlier run's trace is moved aside, not written over */
     char aside[300], want[320];
     LS_REQUIRE_OK(ls_timeline_keep_earlier(path2, aside, (int)sizeof aside)); /* none there */
