@@ -646,6 +646,24 @@ ls_status ex_train_flags_check(const ex_train_flags *f, ls_optim_kind kind, ls_l
     return LS_OK;
 }
 
+ls_status ex_train_flags_check_optim(const ex_train_flags *f, const ls_optim_config *oc, int lr_given, int wd_given,
+                                     const char **flag) {
+    const char *opt = oc->kind == LS_OPTIM_SGD ? "sgd" : "adamw";
+    *flag = "--min-lr"; /* compared as the schedule takes them, in float: --lr 0.01 --min-lr 0.01 is fine */
+    if ((float)f->min_lr > oc->lr)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "%g is above the peak learning rate %g (%s%s--lr): the schedule would rise to it, not "
+                        "decay; give a --min-lr at most --lr",
+                        f->min_lr, (double)oc->lr, lr_given ? "" : opt, lr_given ? "" : "'s default ");
+    *flag = "--no-decay-1d";
+    if (f->no_decay_1d && !wd_given && oc->weight_decay == 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "the weight decay is 0 (%s's default --weight-decay), so no parameter decays: add "
+                        "--weight-decay X",
+                        opt);
+    return LS_OK;
+}
+
 ls_setting ex_setting_given(const char *name, double v) {
     return v < 0 ? ls_setting_str(name, NULL) : ls_setting_num(name, v);
 }

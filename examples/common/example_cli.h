@@ -216,6 +216,13 @@ int ex_train_flags_parse(const char *prog, ex_train_flags *f, int c, const char 
  * --ema-warmup only with --ema. Else LS_ERR_INVALID_ARGUMENT with *flag the flag at fault (a usage
  * error). */
 ls_status ex_train_flags_check(const ex_train_flags *f, ls_optim_kind kind, ls_lr_kind *lr_kind, const char **flag);
+/* What the flags need of the optimizer's settings oc, its defaults filled in (lr_given,
+ * wd_given: --lr, --weight-decay given): --min-lr at most the peak learning rate (above it, the
+ * schedule rose to it), --no-decay-1d only with a weight decay to leave out (where the default is
+ * 0, fashion_mlp's SGD, it changed nothing). Else LS_ERR_INVALID_ARGUMENT with *flag the flag at
+ * fault (a usage error). */
+ls_status ex_train_flags_check_optim(const ex_train_flags *f, const ls_optim_config *oc, int lr_given, int wd_given,
+                                     const char **flag);
 /* The flags above as settings every rank must be given alike (ls_ddp_check_settings): writes at
  * most EX_TRAIN_SETTINGS to out, returns how many. */
 #define EX_TRAIN_SETTINGS 11

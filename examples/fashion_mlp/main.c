@@ -59,14 +59,15 @@ static void usage(FILE *f) {
                "  --eps X               AdamW's epsilon (default 1e-8)\n"
                "  --weight-decay X      weight decay (default 0 for sgd, 0.01 for adamw)\n"
                "  --no-decay-1d         no weight decay on the biases (1-D parameters), as timm and nanoGPT group\n"
-               "                        them (default: every parameter decays, as torch.optim)\n"
+               "                        them (default: every parameter decays, as torch.optim); with SGD\n"
+               "                        give a --weight-decay (its default, 0, leaves nothing to exempt)\n"
                "  --warmup-steps N      linear warmup before the decay: step s < N takes lr x (s+1)/N, so none\n"
                "                        trains at 0 (default 100)\n"
                "  --lr-schedule S       after the warmup: cosine (default) or linear decay toward --min-lr,\n"
                "                        reached at step T = epochs x steps an epoch, one past the last step\n"
                "                        trained (as Hugging Face's get_cosine/linear_schedule_with_warmup,\n"
                "                        whose warmup starts at 0), or constant\n"
-               "  --min-lr X            the learning rate the decay tends to (default 0)\n"
+               "  --min-lr X            the learning rate the decay tends to, at most --lr (default 0)\n"
                "  --clip-grad-norm X    clip the global gradient norm to X (default off; fp16: after unscaling)\n"
                "  --label-smoothing X   cross-entropy's label smoothing in [0, 1), as torch.nn.CrossEntropyLoss's\n"
                "                        (default 0); the train loss printed is the smoothed one, the test loss\n"
@@ -360,6 +361,7 @@ int main(int argc, char **argv) {
         oc.lr = 0.05f;
     if (o.weight_decay >= 0) oc.weight_decay = (float)o.weight_decay;
     ex_train_flags_optim(&o.tf, rank, world, &oc);
+    USAGE(bad_flag, ex_train_flags_check_optim(&o.tf, &oc, o.lr >= 0, o.weight_decay >= 0, &bad_flag));
     if (kind == LS_OPTIM_SGD) oc.momentum = (float)o.momentum;
     int np = ls_module_num_params(model);
     ls_tensor *params[16], *grads[16];

@@ -79,7 +79,7 @@ static void usage(FILE *f) {
         "                        reached at step T = epochs x steps an epoch, one past the last step\n"
         "                        trained (as Hugging Face's get_cosine/linear_schedule_with_warmup,\n"
         "                        whose warmup starts at 0), or constant\n"
-        "  --min-lr X            the learning rate the decay tends to (default 0)\n"
+        "  --min-lr X            the learning rate the decay tends to, at most --lr (default 0)\n"
         "  --clip-grad-norm X    clip the global gradient norm to X (default off)\n"
         "  --label-smoothing X   cross-entropy's label smoothing in [0, 1), as torch.nn.CrossEntropyLoss's\n"
         "                        (default 0); the train loss printed is the smoothed one, the test loss\n"
@@ -428,6 +428,7 @@ int main(int argc, char **argv) {
     oc.lr = (float)(o.lr >= 0 ? o.lr : kind == LS_OPTIM_SGD ? 0.1 : 0.002);
     oc.weight_decay = (float)(o.weight_decay >= 0 ? o.weight_decay : kind == LS_OPTIM_SGD ? 5e-4 : 0.05);
     ex_train_flags_optim(&o.tf, rank, world, &oc);
+    USAGE(bad_flag, ex_train_flags_check_optim(&o.tf, &oc, o.lr >= 0, o.weight_decay >= 0, &bad_flag));
     if (kind == LS_OPTIM_SGD) {
         oc.momentum = (float)o.momentum;
         oc.nesterov = o.momentum > 0;

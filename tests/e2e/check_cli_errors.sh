@@ -10,7 +10,8 @@
 # training), a gradient-compression setting on one rank (checked only with two), a memory cap of
 # 0 (meant no cap), LOCKSTEP_MPI_CUDA_AWARE=maybe (meant on), LOCKSTEP_MALLOC_TUNING=maybe (kept the tuning), 14 x 14 images (failed at the first
 # step, naming no file), a label smoothing of 1 or more, an empty --init-from, an unknown
-# --lr-schedule, a negative --min-lr, --min-lr with the constant schedule, --betas not two numbers in [0, 1), --betas or --eps without
+# --lr-schedule, a negative --min-lr, --min-lr with the constant schedule or above the peak --lr,
+# --no-decay-1d with no weight decay to leave out (fashion_mlp's SGD default), --betas not two numbers in [0, 1), --betas or --eps without
 # AdamW, --momentum with AdamW, an --ema decay outside [0, 1), --ema-warmup without --ema, a --dropout of 1 (fashion_mlp
 # and fashion_resnet) or with no hidden layer to follow, a benchmark driver given a build without its
 # programs, a count of 0 or a value out of its range (a traceback, or a run of garbage), a
@@ -67,6 +68,15 @@ usage "--min-lr '-0.1' must be a finite number >= 0" "$resnet" "${small[@]}" --m
 # --min-lr with the constant schedule was dropped without a word
 usage "--min-lr: invalid argument: the constant schedule does not decay toward a minimum: add --lr-schedule cosine or linear" \
     "$mlp" "${small[@]}" --lr-schedule constant --min-lr 0.001
+# --min-lr above the peak --lr (given, or the optimizer's default) made the "decay" a rise to it:
+# fashion_mlp's lr went 0.01, 0.08, 0.25, 0.43 over 4 steps toward --min-lr 0.5
+usage "--min-lr: invalid argument: 0.5 is above the peak learning rate 0.01 (--lr): the schedule would rise to it, not decay; give a --min-lr at most --lr" \
+    "$mlp" "${small[@]}" --lr 0.01 --min-lr 0.5
+usage "--min-lr: invalid argument: 0.01 is above the peak learning rate 0.002 (adamw's default --lr): the schedule would rise to it, not decay; give a --min-lr at most --lr" \
+    "$resnet" "${small[@]}" --optimizer adamw --min-lr 0.01
+# --no-decay-1d where nothing decays (fashion_mlp's SGD: weight decay 0 by default) changed nothing
+usage "--no-decay-1d: invalid argument: the weight decay is 0 (sgd's default --weight-decay), so no parameter decays: add --weight-decay X" \
+    "$mlp" "${small[@]}" --no-decay-1d
 usage "--betas '0.9' must be two numbers from 0 to below 1, as 0.9,0.999" "$mlp" "${small[@]}" --optimizer adamw \
     --betas 0.9
 usage "--betas '0.9,1' must be two numbers from 0 to below 1, as 0.9,0.999" "$resnet" "${small[@]}" --betas 0.9,1
