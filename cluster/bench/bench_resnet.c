@@ -37,7 +37,7 @@ static void usage(FILE *f) {
                "                    [--precision fp32|bf16|fp16] [--checkpoint-activations SEGMENTS]\n"
                "                    [--device cpu|cuda[:N] (default $LOCKSTEP_DEVICE, else cpu)] [--data-dir DIR]\n"
                "SEGMENTS: recompute activations in backward, the model's top-level layers split in SEGMENTS\n"
-               "(0, the default: off).\n");
+               "(0, the default: off), all but the last recomputed (ls_checkpoint_sequential).\n");
 }
 
 static double clock_s(clockid_t id) {
