@@ -578,15 +578,19 @@ static ls_tensor **buffer_owner(ls_module *m, const ls_tensor *t) {
 }
 
 /* Keep t, a buffer of the segment's inner modules, in *keep beyond release_buffers(inner): taken
- * over where an inner module owns it, else copied. A copy held the segment's output (and its
- * input gradient) twice, and beside the recomputed activations, so segments of one layer needed
- * more memory than no checkpointing (fashion_mlp --hidden 512: 86 MiB against 70 at batch 8192). */
-static ls_status keep_buffer(ls_module *m, ls_tensor **keep, ls_module *inner, const ls_tensor *t, const char *what) {
+ * over where an inner module owns it (*home, where not NULL, gets the field it was in), else
+ * copied. A copy held the segment's output (and its input gradient) twice, and beside the
+ * recomputed activations, so segments of one layer needed more memory than no checkpointing
+ * (fashion_mlp --hidden 512: 86 MiB against 70 at batch 8192). */
+static ls_status keep_buffer(ls_module *m, ls_tensor **keep, ls_module *inner, const ls_tensor *t, const char *what,
+                             ls_tensor ***home) {
     ls_tensor **owner = buffer_owner(inner, t);
+    if (home) *home = NULL;
     if (owner && (*owner)->alloc == m->ctx->alloc) {
         ls_tensor_destroy(*keep);
         *keep = *owner;
         *owner = NULL;
+        if (home) *home = owner;
         return LS_OK;
     }
     LS_CHECK(ls_module_ensure(m->ctx, keep, t->dtype, t->ndim, t->shape, what));
@@ -599,6 +603,7 @@ static ls_status ckpt_forward(ls_module *m, const ls_tensor *x, const ls_tensor 
     ls_tensor_destroy(m->y); /* the last forward's output, valid until this one: not held beside the new */
     m->y = NULL;
     m->held = NULL;
+    m->y_home = NULL;
     LS_CHECK(ls_module_forward(in, x, &out));
     m->x = x;
     if (m->keep_acts) { /* the last segment: its backward comes next, with these activations */
@@ -606,7 +611,7 @@ static ls_status ckpt_forward(ls_module *m, const ls_tensor *x, const ls_tensor 
         *y = out;
         return LS_OK;
     }
-    LS_CHECK(keep_buffer(m, &m->y, in, out, "checkpoint segment output"));
+    LS_CHECK(keep_buffer(m, &m->y, in, out, "checkpoint segment output", &m->y_home));
     release_buffers(in); /* keep only the segment's input (x) and its output (y) */
     *y = m->y;
     return LS_OK;
@@ -630,13 +635,23 @@ static void release_held(ls_module *m, ls_module *in) {
 static ls_status ckpt_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx) {
     if (!m->x) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint: backward called before forward");
     ls_module *in = m->children[0];
-    const ls_tensor *out, *g = NULL;
+    const ls_tensor *out = NULL, *g = NULL;
     ls_tensor_destroy(m->dx); /* the last backward's input gradient, used since */
     m->dx = NULL;
-    /* recompute the segment's activations, unless its forward kept them (the last segment) */
-    if (!m->held) LS_CHECK(ls_module_forward(in, m->x, &out));
+    /* recompute the segment's activations, unless its forward kept them (the last segment); the
+     * output it keeps goes back to the layer it came from, which writes the same values into it
+     * (the segment after this one, which read it, is done: backward runs the other way) */
+    if (!m->held) {
+        if (m->y_home && !*m->y_home) {
+            *m->y_home = m->y;
+            m->y = NULL;
+        }
+        LS_CHECK(ls_module_forward(in, m->x, &out));
+    }
     LS_CHECK(ls_module_backward(in, dy, want_dx, &g));
-    if (want_dx && g) LS_CHECK(keep_buffer(m, &m->dx, in, g, "checkpoint input gradient"));
+    /* the output back from its layer, whose backward may have read it (a ReLU's) */
+    if (!m->held && !m->y) LS_CHECK(keep_buffer(m, &m->y, in, out, "checkpoint segment output", &m->y_home));
+    if (want_dx && g) LS_CHECK(keep_buffer(m, &m->dx, in, g, "checkpoint input gradient", NULL));
     if (m->held)
         release_held(m, in);
     else

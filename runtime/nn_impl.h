@@ -73,6 +73,10 @@ struct ls_module {
      * of such a forward, still its layers' buffer (NULL: none held, a backward recomputes) */
     int keep_acts;
     const ls_tensor *held;
+    /* Checkpoint: the field in its layers that held the output it keeps (y), given back to it for
+     * the recompute, so that the layer writes the same values into the same buffer instead of a
+     * second one beside it; NULL where the output was copied */
+    ls_tensor **y_home;
 };
 
 /* The training modes of m and of every module inside it (m first, then each child's, depth
