@@ -294,6 +294,16 @@ static ls_status seq_pass(ls_module *m, const ls_tensor *dy, int want_dx, int fi
         const ls_tensor *g = NULL;
         ls_status s = i < first ? ls_module_backward_frozen(c) : ls_module_backward(c, cur, i > first || want_dx, &g);
         if (s != LS_OK) return ls_error_context(s, "layer %d (%s) backward", i, c->vt->kind);
+        /* the input gradient of a checkpointed segment after it, consumed: freed now, as the rest of
+         * the segment's buffers (a plain layer keeps its buffers for the next step); not where this
+         * layer's input gradient may be a view of it (a Reshape's): only after another segment,
+         * whose input gradient is its own buffer, or a layer that gave none */
+        ls_module *next = i + 1 < m->n_children ? m->children[i + 1] : NULL;
+        if (next && next->vt == &ckpt_vt && next->dx == cur && (c->vt == &ckpt_vt || !g)) {
+            ls_tensor_destroy(next->dx);
+            next->dx = NULL;
+            cur = NULL;
+        }
         if (g) cur = g;
         if (m->hook)
             for (int p = c->n_params - 1; p >= 0; p--) LS_CHECK(m->hook(m->hook_user, m->child_first[i] + p));
