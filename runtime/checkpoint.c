@@ -6,6 +6,7 @@
 #include "checkpoint.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -3904,12 +3905,114 @@ static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *
     return s;
 }
 
+/* ---- a file of another model: what each side has that the other lacks ---- */
+
+/* Natural order: runs of digits compared as numbers ('2.weight' before '10.weight'), so that the
+ * names of a model and of a file pair up layer by layer. */
+static int natural_cmp(const char *a, const char *b) {
+    while (*a && *b) {
+        if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+            while (*a == '0') a++;
+            while (*b == '0') b++;
+            size_t la = 0, lb = 0;
+            while (isdigit((unsigned char)a[la])) la++;
+            while (isdigit((unsigned char)b[lb])) lb++;
+            if (la != lb) return la < lb ? -1 : 1;
+            int c = strncmp(a, b, la);
+            if (c) return c;
+            a += la;
+            b += lb;
+        } else {
+            if (*a != *b) return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+            a++;
+            b++;
+        }
+    }
+    return (unsigned char)*a - (unsigned char)*b;
+}
+
+/* Whether a and b are one name but for the numbers in it ('2.weight', '3.weight'). */
+static int same_but_indices(const char *a, const char *b) {
+    while (*a && *b) {
+        if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+            while (isdigit((unsigned char)*a)) a++;
+            while (isdigit((unsigned char)*b)) b++;
+        } else if (*a++ != *b++) {
+            return 0;
+        }
+    }
+    return !*a && !*b;
+}
+
+typedef struct named_shape {
+    const char *name;
+    int ndim;
+    const int64_t *shape;
+} named_shape;
+
+static int cmp_named_shape(const void *a, const void *b) {
+    return natural_cmp(((const named_shape *)a)->name, ((const named_shape *)b)->name);
+}
+
+/* The first LS_MISMATCH_SHOWN of l (n of them) for a message, "'2.weight' [256, 512], '2.bias' [256],
+ * ... and 3 more"; each name cut to 48 bytes: a bounded line however many tensors differ. */
+#define LS_MISMATCH_SHOWN 3
+static const char *some_names(const named_shape *l, int n, char *buf, size_t len) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && i < LS_MISMATCH_SHOWN && at < len; i++) {
+        char sh[160];
+        const size_t nl = strlen(l[i].name);
+        at += (size_t)snprintf(buf + at, len - at, "%s'%s%s' %s", i ? ", " : "", ESC_NAMEN(l[i].name, 48),
+                               nl > 48 ? "..." : "", shape_str(l[i].ndim, l[i].shape, sh, sizeof sh));
+    }
+    if (n > LS_MISMATCH_SHOWN && at < len) snprintf(buf + at, len - at, " and %d more", n - LS_MISMATCH_SHOWN);
+    return buf;
+}
+
+/* The names of f the model lacks (*lacks, *nl: the file's shapes) and the model's that f lacks
+ * (*wants, *nw: the model's shapes), each in natural order; *shifted: whether they pair up one to
+ * one with the same shapes and names that differ only in their numbers, as where a layer without
+ * tensors (a Dropout) was added or removed before them. ours/dst: the model's n names and tensors;
+ * sorted: its names sorted. The caller frees both lists (also on failure). */
+static ls_status mismatch_lists(const ls_safetensors *f, const char *path, const char **ours, ls_tensor **dst,
+                                const char **sorted, int n, named_shape **lacks, int *nl, named_shape **wants, int *nw,
+                                int *shifted) {
+    *nl = *nw = *shifted = 0;
+    *lacks = calloc((size_t)ls_safetensors_count(f) + 1, sizeof **lacks);
+    *wants = calloc((size_t)n + 1, sizeof **wants);
+    if (!*lacks || !*wants)
+        return ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory to compare %d tensor names", path,
+                        n + ls_safetensors_count(f));
+    for (int j = 0; j < ls_safetensors_count(f); j++) {
+        const ls_safetensors_info *t = ls_safetensors_tensor(f, j);
+        if (!bsearch(&t->name, sorted, (size_t)n, sizeof *sorted, cmp_str_ptr) &&
+            !ends_with(t->name, ".num_batches_tracked"))
+            (*lacks)[(*nl)++] = (named_shape){t->name, t->ndim, t->shape};
+    }
+    for (int i = 0; i < n; i++)
+        if (!ls_safetensors_find(f, ours[i]))
+            (*wants)[(*nw)++] = (named_shape){ours[i], dst[i] ? dst[i]->ndim : 0, dst[i] ? dst[i]->shape : NULL};
+    qsort(*lacks, (size_t)*nl, sizeof **lacks, cmp_named_shape);
+    qsort(*wants, (size_t)*nw, sizeof **wants, cmp_named_shape);
+    int same = *nl > 0 && *nl == *nw;
+    for (int i = 0; same && i < *nl; i++) {
+        const named_shape *a = &(*lacks)[i], *b = &(*wants)[i];
+        same = a->ndim == b->ndim && same_but_indices(a->name, b->name);
+        for (int k = 0; same && k < a->ndim; k++) same = a->shape[k] == b->shape[k];
+    }
+    *shifted = same;
+    return LS_OK;
+}
+
 /* The model's tensor name (its what) is not in f: said with what the file holds instead, as
  * load_state_dict lists the unexpected keys beside the missing ones. It said only "no tensor
  * '0.weight'" where the file held 'module.0.weight' (a DDP or torch.compile wrapper's state_dict),
- * or a checkpoint's optimizer state. sorted: the model's names, sorted; n of them. */
+ * or a checkpoint's optimizer state; then only the first name the model lacks, where fashion_resnet
+ * with --dropout numbers its classifier one further than without. ours/dst: the model's n names
+ * and tensors; sorted: its names, sorted. */
 static ls_status missing_tensor(const ls_safetensors *f, const char *path, const char *name, const char *what,
-                                const char **sorted, int n) {
+                                const char **ours, ls_tensor **dst, const char **sorted, int n) {
     const char *kind = ls_safetensors_metadata(f, "lockstep");
     if (kind && strcmp(kind, "model") != 0 && strcmp(kind, "ema") != 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT,
@@ -3936,15 +4039,25 @@ static ls_status missing_tensor(const ls_safetensors *f, const char *path, const
                         "'%s' (DDP's 'module.', torch.compile's '_orig_mod.'?): save the unwrapped model's "
                         "state_dict, or strip the prefix",
                         path, name, what, ESC_NAME(under), ESC_NAMEN(under, pl));
-    for (int j = 0; j < ls_safetensors_count(f); j++) { /* the first the model lacks, in the file's order */
-        const char *fn = ls_safetensors_tensor(f, j)->name;
-        if (!bsearch(&fn, sorted, (size_t)n, sizeof *sorted, cmp_str_ptr) && !ends_with(fn, ".num_batches_tracked"))
-            return ls_error(LS_ERR_INVALID_ARGUMENT,
-                            "'%s': no tensor '%s' (the model's %s), and the file's '%s' is not in the model: a "
-                            "different architecture, or names of another scheme?",
-                            path, name, what, ESC_NAME(fn));
+    named_shape *lacks = NULL, *wants = NULL;
+    int nl, nw, shifted;
+    ls_status s = mismatch_lists(f, path, ours, dst, sorted, n, &lacks, &nl, &wants, &nw, &shifted);
+    if (s == LS_OK && nl == 0)
+        s = ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': no tensor '%s' (the model's %s)", path, name, what);
+    else if (s == LS_OK) {
+        char a[400], b[400];
+        s = ls_error(LS_ERR_INVALID_ARGUMENT,
+                     "'%s': no tensor '%s' (the model's %s); the file has %d tensor%s the model lacks (%s) and "
+                     "lacks %d of the model's (%s): %s",
+                     path, name, what, nl, nl == 1 ? "" : "s", some_names(lacks, nl, a, sizeof a), nw,
+                     some_names(wants, nw, b, sizeof b),
+                     shifted ? "the same shapes under other numbers, as where a layer without weights (a Dropout?) "
+                               "was added or removed before them: build the model as the file's was"
+                             : "a different architecture, or names of another scheme?");
     }
-    return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': no tensor '%s' (the model's %s)", path, name, what);
+    free(lacks);
+    free(wants);
+    return s;
 }
 
 static ls_status model_load_rank0(ls_ctx *ctx, const char *path, ls_module *model) {
@@ -3992,19 +4105,25 @@ static ls_status model_load_rank0(ls_ctx *ctx, const char *path, ls_module *mode
         else
             snprintf(what, sizeof what, "buffer %d", i - np);
         if (!ls_safetensors_find(f, ours[i]))
-            s = missing_tensor(f, path, ours[i], what, sorted, np + nb);
+            s = missing_tensor(f, path, ours[i], what, ours, dst, sorted, np + nb);
         else
             s = model_tensor(ctx, f, path, ours[i], what, i >= np && ends_with(ours[i], "running_var"), dst[i]);
     }
     /* strict: a tensor of the file that the model lacks is a mismatch (a wrong architecture, or
      * names of another scheme), not something to drop silently */
-    for (int j = 0; j < ls_safetensors_count(f) && s == LS_OK; j++) {
-        const char *name = ls_safetensors_tensor(f, j)->name;
-        if (!bsearch(&name, sorted, (size_t)(np + nb), sizeof *sorted, cmp_str_ptr) &&
-            !ends_with(name, ".num_batches_tracked"))
+    if (s == LS_OK) {
+        named_shape *lacks = NULL, *wants = NULL;
+        int nl, nw, shifted;
+        s = mismatch_lists(f, path, ours, dst, sorted, np + nb, &lacks, &nl, &wants, &nw, &shifted);
+        if (s == LS_OK && nl > 0) {
+            char a[400];
             s = ls_error(LS_ERR_INVALID_ARGUMENT,
-                         "'%s': tensor '%s' is not in the model (%d parameters, %d buffers: a different architecture?)",
-                         path, ESC_NAME(name), np, nb);
+                         "'%s': the file has %d tensor%s the model lacks (%s), beside all the model's %d parameters "
+                         "and %d buffers: a different architecture?",
+                         path, nl, nl == 1 ? "" : "s", some_names(lacks, nl, a, sizeof a), np, nb);
+        }
+        free(lacks);
+        free(wants);
     }
     free(ours);
     free(sorted);

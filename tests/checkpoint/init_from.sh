@@ -9,7 +9,9 @@
 #   - a checkpoint's model.safetensors: the same test figures as the run that wrote it; on 2 ranks
 #     (rank 0 reads, the others receive) as on 1; with RESNET, fashion_resnet's too (batch norm's
 #     running statistics, which evaluation uses, are in the file);
-#   - refused, naming the file and the tensor: one missing, a wrong shape, one the model lacks,
+#   - refused, naming the file and the tensor: a ResNet with --dropout from one without and the
+#     reverse (the classifier numbered one further: said as such, with the names each side lacks),
+#     one missing, a wrong shape, one the model lacks,
 #     an integer tensor, a NaN, an f64 past f32's range, a file that is not safetensors, and one
 #     that does not exist; a missing tensor with what the file holds instead (names under DDP's
 #     'module.' or torch.compile's '_orig_mod.' prefix, a tensor the model lacks, a checkpoint's
@@ -102,6 +104,17 @@ if [ -n "$RESNET" ]; then
     train 1 "${R[@]}" --epochs 0 --precision bf16 --init-from "$(ls -d R/step-* | tail -n 1)/model.safetensors"
     expect_rc 0
     expect_out "the model as it is: test loss"
+    # --dropout inserts a Dropout before the classifier, which it numbers one further: a model with
+    # it from weights without it, and the reverse, are told that the shapes agree under other numbers
+    rck="$(ls -d R/step-* | tail -n 1)/model.safetensors"
+    train 1 "${R[@]}" --epochs 0 --dropout 0.1 --init-from "$rck"
+    expect_rc 1
+    expect_out "fashion_resnet: --init-from: invalid argument: '$rck': no tensor '7.weight' (the model's parameter 18); the file has 2 tensors the model lacks ('6.bias' [10], '6.weight' [10, 16]) and lacks 2 of the model's ('7.bias' [10], '7.weight' [10, 16]): the same shapes under other numbers, as where a layer without weights (a Dropout?) was added or removed before them: build the model as the file's was"
+    train 1 "${R[@]}" --epochs 1 --max-steps 1 --dropout 0.1 --save-every 1 --checkpoint-dir RD
+    expect_rc 0
+    train 1 "${R[@]}" --epochs 0 --init-from RD/step-00000001/model.safetensors
+    expect_rc 1
+    expect_out "'RD/step-00000001/model.safetensors': no tensor '6.weight' (the model's parameter 18); the file has 2 tensors the model lacks ('7.bias' [10], '7.weight' [10, 16]) and lacks 2 of the model's ('6.bias' [10], '6.weight' [10, 16]): the same shapes under other numbers"
     # a negative running variance (a hand-edited file) is refused, named: it evaluated to NaN, exit 0
     python3 - "$(ls -d R/step-* | tail -n 1)/model.safetensors" negvar.st <<'EOF'
 import json, struct, sys
@@ -137,14 +150,16 @@ expect_out "'ddp.st': no tensor '0.weight' (the model's parameter 0), but 'modul
 write nested.st "1.$L0" "$B0"
 train 1 "${A[@]}" --init-from nested.st
 expect_rc 1
-expect_out "'nested.st': no tensor '0.weight' (the model's parameter 0), and the file's '1.0.weight' is not in the model"
+expect_out "'nested.st': no tensor '0.weight' (the model's parameter 0); the file has 1 tensor the model lacks ('1.0.weight' [512, 784]) and lacks 5 of the model's ('0.weight' [512, 784], '2.bias' [256], '2.weight' [256, 512] and 2 more): a different architecture, or names of another scheme?"
 write compiled.st "_orig_mod.$L0" "_orig_mod.$B0" "_orig_mod.$L2" "_orig_mod.$B2" "_orig_mod.$L4" "_orig_mod.$B4"
 train 1 "${A[@]}" --init-from compiled.st
 expect_rc 1
 expect_out "but '_orig_mod.0.weight': the file's names are under a prefix '_orig_mod.'"
+# a Dropout renumbers the layers after it: the same shapes under other numbers, said as such (it
+# said only "the file's '2.weight' is not in the model: a different architecture?")
 train 1 "${A[@]}" --dropout 0.1 --init-from zeros.st
 expect_rc 1
-expect_out "'zeros.st': no tensor '3.weight' (the model's parameter 2), and the file's '2.weight' is not in the model: a different architecture, or names of another scheme?"
+expect_out "'zeros.st': no tensor '3.weight' (the model's parameter 2); the file has 4 tensors the model lacks ('2.bias' [256], '2.weight' [256, 512], '4.bias' [10] and 1 more) and lacks 4 of the model's ('3.bias' [256], '3.weight' [256, 512], '6.bias' [10] and 1 more): the same shapes under other numbers, as where a layer without weights (a Dropout?) was added or removed before them: build the model as the file's was"
 train 1 --hidden 64 --no-progress --epochs 0 --init-from "$ck/optimizer.safetensors"
 expect_rc 1
 expect_out "no tensor '0.weight' (the model's parameter 0): the file is a checkpoint's optimizer state (its metadata \"lockstep\" is \"optimizer\"), not weights; a checkpoint's weights are its model.safetensors"
@@ -160,7 +175,7 @@ expect_out "'zeros.st': tensor '2.weight' has shape [256, 512] but the model's p
 write extra.st "$L0" "$B0" "$L2" "$B2" "$L4" "$B4" "6.weight:F32:10x10:zeros"
 train 1 "${A[@]}" --init-from extra.st
 expect_rc 1
-expect_out "'extra.st': tensor '6.weight' is not in the model (6 parameters, 0 buffers: a different architecture?)"
+expect_out "'extra.st': the file has 1 tensor the model lacks ('6.weight' [10, 10]), beside all the model's 6 parameters and 0 buffers: a different architecture?"
 write int.st "$L0" "$B0" "$L2" "$B2" "$L4" "4.bias:I64:10:zeros"
 train 1 "${A[@]}" --init-from int.st
 expect_rc 1
