@@ -157,6 +157,12 @@ ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, co
     return broadcast_run(c, fn, n, params, roots, stream_order);
 }
 
+ls_status ls_ddp_broadcast_abandon(ls_comm *c, ls_status s) {
+    if (s == LS_OK) s = ls_error(LS_ERR_INTERNAL, "ls_ddp_broadcast_abandon: called without a failure");
+    int differ;
+    return agree_call(c, s, 0, &differ); /* s failed: every rank's agreement ends in ls_comm_agree */
+}
+
 ls_status ls_ddp_rebroadcast_owned(ls_comm *c, int n, ls_tensor *const *params, const int *roots, int stream_order) {
     const char *fn = "ls_ddp_rebroadcast_owned";
     if (!c) return ls_error(LS_ERR_INVALID_ARGUMENT, "%s: the communicator is NULL", fn);

@@ -25,6 +25,11 @@ ls_status ls_ddp_broadcast_params(ls_comm *c, int n, ls_tensor *const *params);
  * differ: parameter 2 is 100 f32 elements from rank 0 on rank 1 but 120 f32 elements from rank 0 on
  * rank 0", where the others used to wait in the broadcasts until LOCKSTEP_COMM_TIMEOUT. */
 ls_status ls_ddp_broadcast_owned(ls_comm *c, int n, ls_tensor *const *params, const int *roots, int stream_order);
+/* For a rank that cannot make its call of ls_ddp_broadcast_params or ls_ddp_broadcast_owned where
+ * the others make theirs (building its list failed: status s, with its message): it meets them in
+ * that call's agreement instead of leaving them in it for good, and every rank fails with s and its
+ * message (" (on rank N)" on the others). Returns s (LS_ERR_INTERNAL where s is LS_OK). */
+ls_status ls_ddp_broadcast_abandon(ls_comm *c, ls_status s);
 /* ls_ddp_broadcast_owned without the agreement (no collective but the broadcasts; on nccl with
  * stream_order 1 the host does not wait): for a list that ls_ddp_broadcast_owned was given once on
  * every rank, passed again each step (the trainer's sharded optimizer). A rank's bad arguments

@@ -1020,7 +1020,9 @@ ls_status ls_cnn_broadcast_buffers(ls_comm *comm, ls_module *m) {
     int n = ls_cnn_num_buffers(m);
     if (n == 0) return LS_OK;
     ls_tensor **b = malloc((size_t)n * sizeof *b);
-    if (!b) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the buffer list");
+    if (!b) /* the others are in the broadcast's agreement: this rank's failure is theirs */
+        return ls_ddp_broadcast_abandon(
+            comm, ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the list of %d batch-norm buffers to broadcast", n));
     for (int i = 0; i < n; i++) b[i] = ls_cnn_buffer(m, i, NULL, 0);
     ls_status s = ls_ddp_broadcast_params(comm, n, b);
     free(b);
