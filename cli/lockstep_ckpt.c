@@ -146,18 +146,21 @@ static int verify(int n, char **paths) {
             bad++;
             continue;
         }
+        /* "run/" joined as "run/step-N" (it printed "run//step-N") */
+        const size_t plen = strlen(p);
+        const char *sep = plen > 0 && p[plen - 1] == '/' ? "" : "/";
         char **names = NULL;
         int k = 0, cap = 0;
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
             size_t len = strlen(e->d_name);
             if (strncmp(e->d_name, "step-", 5) == 0 && len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0)
-                printf("note     %s/%s: a save in progress, or left by an interrupted one: not a "
+                printf("note     %s%s%s: a save in progress, or left by an interrupted one: not a "
                        "checkpoint (the next save removes it)\n",
-                       p, e->d_name);
+                       p, sep, e->d_name);
             if (!is_step_name(e->d_name)) continue;
             char full[LS_CKPT_PATH_MAX + 300];
-            snprintf(full, sizeof full, "%s/%s", p, e->d_name);
+            snprintf(full, sizeof full, "%s%s%s", p, sep, e->d_name);
             if (!is_dir(full)) { /* as a resume, which looks at directories only */
                 struct stat lst;
                 printf("note     %s: %s: not a checkpoint (a resume skips it)\n", full,
@@ -184,7 +187,7 @@ static int verify(int n, char **paths) {
         qsort(names, (size_t)k, sizeof *names, cmp_str);
         for (int j = 0; j < k; j++) {
             char c[LS_CKPT_PATH_MAX + 300];
-            snprintf(c, sizeof c, "%s/%s", p, names[j]);
+            snprintf(c, sizeof c, "%s%s%s", p, sep, names[j]);
             bad += verify_one(c);
             free(names[j]);
         }

@@ -1849,6 +1849,17 @@ static ls_status not_a_checkpoint_dir(const char *ckpt_dir) {
                     ckpt_dir, name, dir, name, dir);
 }
 
+/* path's last component into buf (at most size), trailing slashes ignored: "DIR/step-9/" is step-9
+ * (strrchr's "" after the slash skipped the check of the name against the manifest's step) */
+static const char *last_name(const char *path, char *buf, size_t size) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    snprintf(buf, size, "%.*s", (int)(n - b), path + b);
+    return buf;
+}
+
 static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
     memset(b, 0, sizeof *b);
     char p[LS_CKPT_PATH_MAX + 80];
@@ -1864,9 +1875,8 @@ static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
     if (!path_exists(p)) {
         /* a run's directory holding only what interrupted saves left, or one of those: said so
          * ("an incomplete checkpoint" sent people looking for a damaged one) */
-        const char *base = strrchr(ckpt_dir, '/');
-        char tmp[256];
-        if (is_tmp_name(base ? base + 1 : ckpt_dir))
+        char base[256], tmp[256];
+        if (is_tmp_name(last_name(ckpt_dir, base, sizeof base)))
             return ls_error(LS_ERR_IO,
                             "'%s' is missing: '%s' was left by a save that was interrupted (or is one in progress), "
                             "not a checkpoint",
@@ -1893,10 +1903,9 @@ static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
     ls_status s = manifest_parse((const char *)text, len, p, &m);
     free(text);
     LS_CHECK(s);
-    const char *base = strrchr(ckpt_dir, '/');
-    base = base ? base + 1 : ckpt_dir;
+    char base[256];
     int64_t named;
-    if (parse_step_name(base, &named) && named != m.step)
+    if (parse_step_name(last_name(ckpt_dir, base, sizeof base), &named) && named != m.step)
         return ls_error(LS_ERR_FORMAT, "'%s': the manifest says step %lld but the directory is named %s", p,
                         (long long)m.step, base);
     b->step = m.step;

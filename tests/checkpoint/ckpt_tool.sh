@@ -206,6 +206,17 @@ run 0 info F
 expect_out "skipping 'F/step-00000120': a symbolic link to nothing that exists (not a checkpoint)"
 expect_out "skipping 'F/step-00000099': not a directory (not a checkpoint)"
 expect_out "checkpoint  F/step-00000016"
+# a checkpoint under another step's name is damaged with a trailing slash too (the name was taken
+# as "" after the slash, unchecked: "ok"); a directory given as "F/" joins as "F/step-N" ("F//")
+mkdir G
+cp -r R/step-00000016 G/step-00000017
+run 1 verify G/step-00000017/
+expect_out "DAMAGED  G/step-00000017/: 'G/step-00000017//manifest.json': the manifest says step 16 but the directory is named step-00000017"
+run 1 verify G/
+expect_out "DAMAGED  G/step-00000017: "
+run 0 verify F/
+expect_out "ok       F/step-00000016 (step 16)"
+expect_out "note     F/step-00000099: not a directory"
 mkdir empty
 run 1 info empty
 expect_out "'empty' holds no checkpoint"
