@@ -35,11 +35,11 @@ static void usage(FILE *f) {
                "                  (present, size, CRC32), state.json read, the safetensors files'\n"
                "                  tensors (names, dtypes, shapes) against the model and optimizer it\n"
                "                  records;\n"
-               "                  PATH is a checkpoint (DIR/step-N) or a checkpoint directory (each\n"
-               "                  step-N in it); exit status 1 when any is damaged, of a newer\n"
-               "                  format than this build reads (NEWER FORMAT), not readable by this\n"
-               "                  user (UNREADABLE), not there (MISSING), or a directory with no\n"
-               "                  checkpoint in it (NONE)\n"
+               "                  PATH is a checkpoint (DIR/step-N, or DIR/latest: the one it names;\n"
+               "                  also for info and diff) or a checkpoint directory (each step-N in\n"
+               "                  it); exit status 1 when any is damaged, of a newer format than this\n"
+               "                  build reads (NEWER FORMAT), not readable by this user (UNREADABLE),\n"
+               "                  not there (MISSING), or a directory with no checkpoint in it (NONE)\n"
                "  info PATH       the checkpoint's step, epoch, ranks and batch, optimizer, schedule and\n"
                "                  files (PATH a checkpoint directory: its newest valid checkpoint)\n"
                "  tensors FILE    a safetensors file's tensors: name, dtype, shape, bytes (any file, one\n"
@@ -75,6 +75,26 @@ static int is_step_name(const char *n) {
     for (const char *c = n + 5; *c; c++)
         if (*c < '0' || *c > '9') return 0;
     return 1;
+}
+
+/* DIR/latest, the file each save rewrites with the newest checkpoint's name: that checkpoint,
+ * DIR/step-N, into out (at most size), returned; NULL where p is not such a file or the step-N it
+ * names is not a directory. (verify said "DAMAGED: not a directory" of it, diff read it as a
+ * safetensors file: "header length 3472328284420011123 exceeds the format's limit".) */
+static const char *follow_latest(const char *p, char *out, size_t size) {
+    const char *base = strrchr(p, '/');
+    base = base ? base + 1 : p;
+    struct stat st;
+    if (strcmp(base, "latest") != 0 || stat(p, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > 256) return NULL;
+    char name[300] = "";
+    FILE *f = fopen(p, "r");
+    if (!f) return NULL;
+    if (!fgets(name, sizeof name, f)) name[0] = '\0';
+    fclose(f);
+    name[strcspn(name, "\r\n")] = '\0';
+    if (!is_step_name(name)) return NULL;
+    if ((size_t)snprintf(out, size, "%.*s%s", (int)(base - p), p, name) >= size || !is_dir(out)) return NULL;
+    return out;
 }
 
 /* s as text for a terminal: control bytes (a newline, an escape sequence in a tensor's name) as
@@ -116,6 +136,11 @@ static int verify(int n, char **paths) {
     for (int i = 0; i < n; i++) {
         const char *p = paths[i];
         struct stat sb;
+        char target[LS_CKPT_PATH_MAX + 300];
+        if (follow_latest(p, target, sizeof target)) {
+            printf("note     %s names the newest checkpoint, %s\n", p, target);
+            p = target;
+        }
         if (!is_dir(p)) {
             /* a path that is not there is missing, not a damaged checkpoint (a typo) */
             if (stat(p, &sb) == 0)
@@ -262,8 +287,9 @@ static void print_layers(const cJSON *layers) {
 }
 
 static int info(const char *arg) {
-    char path[LS_CKPT_PATH_MAX];
+    char path[LS_CKPT_PATH_MAX], target[LS_CKPT_PATH_MAX];
     struct stat sb;
+    if (follow_latest(arg, target, sizeof target)) arg = target;
     if (!is_dir(arg)) {
         fprintf(stderr, "lockstep-ckpt: '%s': %s\n", arg,
                 stat(arg, &sb) == 0 ? "not a directory (a checkpoint, or a directory of them; for a safetensors "
@@ -493,6 +519,9 @@ static int diff_files(const char *a, const char *b, double *worst, int *same, in
 }
 
 static int diff(const char *a, const char *b, double tol) {
+    char ta[LS_CKPT_PATH_MAX], tb[LS_CKPT_PATH_MAX];
+    if (follow_latest(a, ta, sizeof ta)) a = ta;
+    if (follow_latest(b, tb, sizeof tb)) b = tb;
     double worst = 0;
     int same = 0, differ = 0, rc = 0, compared = 0;
     struct stat there;

@@ -217,6 +217,15 @@ expect_out "DAMAGED  G/step-00000017: "
 run 0 verify F/
 expect_out "ok       F/step-00000016 (step 16)"
 expect_out "note     F/step-00000099: not a directory"
+# DIR/latest, the file naming the newest checkpoint, is that checkpoint (verify said "DAMAGED: not
+# a directory", diff read it as a safetensors file: "header length 3472328284420011123 exceeds ...")
+run 0 verify R/latest
+expect_out "note     R/latest names the newest checkpoint, R/step-00000016"
+expect_out "ok       R/step-00000016 (step 16)"
+run 0 info R/latest
+expect_out "checkpoint  R/step-00000016 (verified"
+run 0 diff R/latest R/step-00000016
+expect_out "identical: 24 tensors, bit for bit"
 mkdir empty
 run 1 info empty
 expect_out "'empty' holds no checkpoint"
