@@ -69,12 +69,21 @@ static int has_manifest(const char *p) {
     return stat(m, &st) == 0;
 }
 
-/* a step-N directory's name (N digits only) */
+/* a step-N directory's name (N digits only): 1; 2 where a resume passes it over, as the library's
+ * search does (N past int64, a name of 64 bytes or more): verify said "ok" of such a checkpoint,
+ * which neither a resume nor info ever takes */
 static int is_step_name(const char *n) {
     if (strncmp(n, "step-", 5) != 0 || !n[5]) return 0;
-    for (const char *c = n + 5; *c; c++)
+    long long v = 0;
+    int big = strlen(n) >= 64;
+    for (const char *c = n + 5; *c; c++) {
         if (*c < '0' || *c > '9') return 0;
-    return 1;
+        if (v > (LLONG_MAX - 9) / 10)
+            big = 1;
+        else
+            v = v * 10 + (*c - '0');
+    }
+    return big ? 2 : 1;
 }
 
 /* DIR/latest, the file each save rewrites with the newest checkpoint's name: that checkpoint,
@@ -92,7 +101,7 @@ static const char *follow_latest(const char *p, char *out, size_t size) {
     if (!fgets(name, sizeof name, f)) name[0] = '\0';
     fclose(f);
     name[strcspn(name, "\r\n")] = '\0';
-    if (!is_step_name(name)) return NULL;
+    if (is_step_name(name) != 1) return NULL;
     if ((size_t)snprintf(out, size, "%.*s%s", (int)(base - p), p, name) >= size || !is_dir(out)) return NULL;
     return out;
 }
@@ -183,7 +192,14 @@ static int verify(int n, char **paths) {
                 printf("note     %s%s%s: a save in progress, or left by an interrupted one: not a "
                        "checkpoint (the next save removes it)\n",
                        p, sep, e->d_name);
-            if (!is_step_name(e->d_name)) continue;
+            const int named = is_step_name(e->d_name);
+            if (!named) continue;
+            if (named == 2) {
+                printf("note     %s%s%s: a step number or name too long for a checkpoint: not one (a resume skips "
+                       "it)\n",
+                       p, sep, e->d_name);
+                continue;
+            }
             char full[LS_CKPT_PATH_MAX + 300];
             snprintf(full, sizeof full, "%s%s%s", p, sep, e->d_name);
             if (!is_dir(full)) { /* as a resume, which looks at directories only */

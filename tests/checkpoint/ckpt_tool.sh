@@ -217,6 +217,12 @@ expect_out "DAMAGED  G/step-00000017: "
 run 0 verify F/
 expect_out "ok       F/step-00000016 (step 16)"
 expect_out "note     F/step-00000099: not a directory"
+# a step-N a resume never takes (N past int64) is not verified as a checkpoint (it said "ok")
+mkdir H
+cp -r R/step-00000016 H/step-99999999999999999999999
+run 1 verify H
+expect_out "note     H/step-99999999999999999999999: a step number or name too long for a checkpoint: not one (a resume skips it)"
+expect_out "NONE     H: no checkpoint in it"
 # DIR/latest, the file naming the newest checkpoint, is that checkpoint (verify said "DAMAGED: not
 # a directory", diff read it as a safetensors file: "header length 3472328284420011123 exceeds ...")
 run 0 verify R/latest
