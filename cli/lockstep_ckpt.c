@@ -145,7 +145,7 @@ static int verify(int n, char **paths) {
     for (int i = 0; i < n; i++) {
         const char *p = paths[i];
         struct stat sb;
-        char target[LS_CKPT_PATH_MAX + 300];
+        char target[LS_CKPT_PATH_MAX];
         if (follow_latest(p, target, sizeof target)) {
             printf("note     %s names the newest checkpoint, %s\n", p, target);
             p = target;
@@ -225,10 +225,11 @@ static int verify(int n, char **paths) {
                    p);
             bad++;
         }
-        qsort(names, (size_t)k, sizeof *names, cmp_str);
+        if (k > 1) qsort(names, (size_t)k, sizeof *names, cmp_str); /* names is NULL when k is 0 */
         for (int j = 0; j < k; j++) {
             char c[LS_CKPT_PATH_MAX + 300];
-            snprintf(c, sizeof c, "%s%s%s", p, sep, names[j]);
+            const int w = snprintf(c, sizeof c, "%s%s%s", p, sep, names[j]);
+            (void)w; /* cut short: still past LS_CKPT_PATH_MAX, which the library names as too long */
             bad += verify_one(c);
             free(names[j]);
         }
