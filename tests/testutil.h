@@ -3,10 +3,12 @@
 #ifndef LOCKSTEP_TESTUTIL_H
 #define LOCKSTEP_TESTUTIL_H
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "status.h"
 
@@ -61,6 +63,22 @@ static __attribute__((unused)) char *ls_test_slurp(const char *path) {
     b[n] = 0;
     fclose(f);
     return b;
+}
+
+/* stderr into the file path (truncated) until ls_test_stderr_back(saved): saved is the fd that
+ * puts it back. For tests that read what the runtime logged. */
+static __attribute__((unused)) int ls_test_stderr_to(const char *path) {
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    LS_REQUIRE(saved >= 0 && fd >= 0 && dup2(fd, 2) == 2);
+    close(fd);
+    return saved;
+}
+
+static __attribute__((unused)) void ls_test_stderr_back(int saved) {
+    fflush(stderr);
+    LS_REQUIRE(dup2(saved, 2) == 2);
+    close(saved);
 }
 
 #define LS_EXPECT_NEAR(a, b, tol)                                                                                      \

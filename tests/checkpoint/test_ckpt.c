@@ -746,16 +746,11 @@ static void test_momentum_turned_on(void) {
         ls_module *b = make_model(8, LS_F32, 2), *c = make_model(8, LS_F32, 3);
         ls_optimizer *ob = make_opt_cfg(b, &on);
         fill_all(b, ob, 9); /* buffers not zero, 109 steps: the load replaces both */
-        fflush(stderr);
-        int saved = dup(2), fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        LS_REQUIRE(saved >= 0 && fd >= 0 && dup2(fd, 2) == 2);
+        int saved = ls_test_stderr_to(logp);
         ls_ckpt_state got;
         int found = 0;
         ls_status s = ls_ckpt_load(comm, ctx, dir, "auto", b, ob, &got, &found, NULL, 0);
-        fflush(stderr);
-        LS_REQUIRE(dup2(saved, 2) == 2);
-        close(saved);
-        close(fd);
+        ls_test_stderr_back(saved);
         LS_REQUIRE_OK(s);
         size_t len = 0;
         char *log = (char *)ckpt_test_slurp(logp, &len);

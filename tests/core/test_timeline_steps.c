@@ -200,11 +200,7 @@ int main(void) {
     {
         char logp[320];
         snprintf(logp, sizeof logp, "%s/log", dir);
-        fflush(stderr);
-        int saved = dup(2), fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        LS_REQUIRE(saved >= 0 && fd >= 0);
-        dup2(fd, 2);
-        close(fd);
+        int saved = ls_test_stderr_to(logp);
         ls_log_set_level(LS_LOG_WARN);
         LS_REQUIRE_OK(ls_timeline_steps_parse(NULL, &w));
         unlink(path); /* not kept as w.prevK.json */
@@ -213,9 +209,7 @@ int main(void) {
         run_steps(1, LS_TIMELINE_DEFAULT_STEPS + 20);
         LS_EXPECT(!ls_timeline_active());
         LS_REQUIRE_OK(ls_timeline_close());
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
+        ls_test_stderr_back(saved);
         char want[8192];
         int n = 0;
         for (int s = 1; s <= LS_TIMELINE_DEFAULT_STEPS; s++)
@@ -248,11 +242,7 @@ int main(void) {
         LS_EXPECT(w.max_bytes == 0);
         char logp[320];
         snprintf(logp, sizeof logp, "%s/log", dir);
-        fflush(stderr);
-        int saved = dup(2), fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        LS_REQUIRE(saved >= 0 && fd >= 0);
-        dup2(fd, 2);
-        close(fd);
+        int saved = ls_test_stderr_to(logp);
         ls_log_set_level(LS_LOG_WARN);
         LS_REQUIRE_OK(ls_timeline_steps_parse(NULL, &w));
         w.max_bytes = 1 << 20; /* a step here is 2 spans, about 230 bytes: past 1 MiB in step 4500 or so */
@@ -263,9 +253,7 @@ int main(void) {
         run_steps(1, 8000);
         LS_EXPECT(!ls_timeline_active() && ls_timeline_is_open());
         LS_REQUIRE_OK(ls_timeline_close());
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
+        ls_test_stderr_back(saved);
         static char got[65536], want[65536];
         int between;
         steps_of(path, "between", got, sizeof got, &between);
@@ -347,19 +335,13 @@ int main(void) {
         LS_REQUIRE_OK(ls_timeline_close());
         char *first = ls_test_slurp(api);
         LS_REQUIRE(first && strstr(first, "\"first run\""));
-        fflush(stderr);
-        int saved = dup(2), fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        LS_REQUIRE(saved >= 0 && fd >= 0);
-        dup2(fd, 2);
-        close(fd);
+        int saved = ls_test_stderr_to(logp);
         ls_log_set_level(LS_LOG_WARN);
         LS_REQUIRE_OK(ls_timeline_open(api, 0));
         LS_EXPECT_ERR(ls_timeline_open(api, 0), LS_ERR_INVALID_ARGUMENT, "api.json' is already being written");
         ls_timeline_span("second run", "test", 1, 2);
         LS_REQUIRE_OK(ls_timeline_close());
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
+        ls_test_stderr_back(saved);
         char *kept = ls_test_slurp(prev), *second = ls_test_slurp(api), *log = ls_test_slurp(logp);
         if (!kept || strcmp(kept, first) != 0) {
             fprintf(stderr, "'%s' should hold the first run's trace:\n%s\ngot:\n%s\n", prev, first,
