@@ -712,6 +712,12 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
     LS_CHECK_ARG(seq && out_m, "ls_checkpoint_sequential: %s is NULL", !seq ? "the module" : "out");
     if (seq->vt != &seq_vt)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint_sequential needs a Sequential, got %s", seq->vt->kind);
+    /* a trainer keeps its model: the container consumed here would be freed under it */
+    if (seq->trainers > 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_checkpoint_sequential: the model is held by a trainer (ls_trainer_create), which would go "
+                        "on with the container this call replaces: wrap the model before making the trainer (or "
+                        "destroy the trainer first and make a new one for the wrapped model)");
     int n = seq->n_children;
     if (segments < 1 || segments > n)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "cannot split %d layer%s into %d checkpoint segments (at most %d)%s",

@@ -63,8 +63,10 @@ ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m)
  * sizes, the last takes the rest), each checkpointed but the last: as PyTorch's, the last segment
  * keeps its activations from forward to the backward that follows at once (recomputing them
  * would only hold the same at the same time, later), and frees them after its backward; so one
- * segment checkpoints nothing. Consumes seq; the parameter order and names are unchanged. On
- * error seq and *out_m are left untouched (so out_m may be &seq). */
+ * segment checkpoints nothing. Consumes seq; the parameter order and names are unchanged, and the
+ * segments ("Checkpoint") become the returned model's children (ls_module_child). A seq that a
+ * trainer holds as its model (made, not yet destroyed) is LS_ERR_INVALID_ARGUMENT: wrap it first.
+ * On error seq and *out_m are left untouched (so out_m may be &seq). */
 ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out_m);
 /* Training mode (dropout active, batch norm on the batch's statistics) for m and everything
  * inside it; modules start in training mode. Set it on a module inside to freeze that one alone

@@ -21,6 +21,7 @@ struct ls_trainer {
     int32_t classes; /* the loaded batch's data set's classes (its labels are below) */
     ls_comm *comm;   /* NULL or world 1: no exchange */
     ls_module *model;
+    int holds_model; /* counted in model->trainers (a trainer made): uncounted by destroy */
     ls_optimizer *opt;
     ls_train_config cfg;
     ls_xent *loss;
@@ -328,6 +329,7 @@ void ls_trainer_destroy(ls_trainer *t) {
     free(t->in_opt);
     ls_tensor_destroy(t->xl);
     if (t->model) ls_module_set_grad_hook(t->model, NULL, NULL);
+    if (t->holds_model) t->model->trainers--;
     free(t);
 }
 
@@ -828,6 +830,8 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
     /* mixed precision's check (and an f16 exchange's, and the test hook's) stays on the device */
     if (cfg->precision != LS_PRECISION_FP32 || t->inject_step >= 0 || t->compress_f16)
         LS_CHECK_GOTO(ls_amp_state_create(ctx, &t->scaler, &t->amp), s, fail);
+    model->trainers++; /* ls_checkpoint_sequential must not consume it while this trainer holds it */
+    t->holds_model = 1;
     *out = t;
     return LS_OK;
 fail:

@@ -18,6 +18,8 @@
  *   precision, schedule, optimizer, log level, memory size, device) given out NULL;
  * - a model with fewer outputs than the data set's classes (an error on some label, naming neither);
  * - a checkpoint saved without an optimizer (ls_ckpt_save wrote one its resume refused);
+ * - ls_checkpoint_sequential of a model a trainer holds (the trainer went on with the freed
+ *   container: a use after free);
  * - a NULL context given to a layer's builder (LS_OK, then a crash at the first forward), a linear
  *   layer of f16, bf16 or u8 parameters (a heap overflow before the refusal), a tensor of a dtype
  *   that is none;
@@ -538,6 +540,43 @@ int main(void) {
     cst.optim = ls_optim_defaults(LS_OPTIM_ADAMW);
     LS_EXPECT_ERR(ls_ckpt_save(NULL, c, "/tmp/ls_api_no_opt", 1, a, NULL, &cst, NULL, 0), LS_ERR_INVALID_ARGUMENT,
                   "ls_ckpt_save: the optimizer is NULL");
+
+    /* activation checkpointing after the trainer was made: ls_checkpoint_sequential consumed the
+     * container the trainer holds (freed: its next step read freed memory, and named a parameter
+     * with garbage); refused while a trainer holds the model, the model left as it was; once the
+     * trainer is destroyed it wraps, and a new trainer trains the wrapped model */
+    {
+        int64_t ck_sizes[] = {F, 8, 10};
+        ls_module *ck_m = NULL, *ck_w = NULL;
+        ls_optimizer *ck_o = NULL;
+        ls_trainer *ck_t = NULL;
+        LS_REQUIRE_OK(ls_mlp_create(c, LS_F32, 3, ck_sizes, LS_ACT_RELU, 9, &ck_m));
+        ls_tensor *ck_p[4], *ck_g[4];
+        for (int i = 0; i < 4; i++) {
+            ck_p[i] = ls_module_param(ck_m, i);
+            ck_g[i] = ls_module_grad(ck_m, i);
+        }
+        const ls_optim_config ck_oc = ls_optim_defaults(LS_OPTIM_SGD);
+        LS_REQUIRE_OK(ls_optimizer_create(c, 4, ck_p, ck_g, &ck_oc, &ck_o));
+        ls_train_config ck_tc = config();
+        ck_tc.lr.base_lr = ck_oc.lr;
+        LS_REQUIRE_OK(ls_trainer_create(c, NULL, ck_m, ck_o, &ck_tc, &ck_t));
+        ls_module *ck_held = ck_m;
+        LS_EXPECT_ERR(ls_checkpoint_sequential(ck_m, 2, &ck_m), LS_ERR_INVALID_ARGUMENT,
+                      "ls_checkpoint_sequential: the model is held by a trainer (ls_trainer_create), which would "
+                      "go on with the container this call replaces: wrap the model before making the trainer");
+        LS_EXPECT(ck_m == ck_held);
+        LS_REQUIRE_OK(ls_trainer_step(ck_t, d, idx, 8, 8, NULL));
+        ls_trainer_destroy(ck_t);
+        ck_t = NULL;
+        LS_REQUIRE_OK(ls_checkpoint_sequential(ck_m, 2, &ck_w));
+        if (ck_w) ck_m = ck_w;
+        LS_REQUIRE_OK(ls_trainer_create(c, NULL, ck_m, ck_o, &ck_tc, &ck_t));
+        LS_REQUIRE_OK(ls_trainer_step(ck_t, d, idx, 8, 8, NULL));
+        ls_trainer_destroy(ck_t);
+        ls_optimizer_destroy(ck_o);
+        ls_module_destroy(ck_m);
+    }
 
     /* a device of no known type was named "cuda:0" */
     ls_ctx *odd_ctx = NULL;
