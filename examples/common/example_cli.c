@@ -179,6 +179,15 @@ void ex_diverged_hint(const char *prog, double train_loss, double clip) {
            prog, isnan(train_loss) ? "nan" : "inf", c);
 }
 
+void ex_skipped_note(int64_t skipped, int64_t trained) {
+    if (skipped <= 0)
+        printf("\n");
+    else if (skipped >= trained && trained > 1)
+        printf("  (all %lld steps skipped: inf/NaN gradients, no step taken this epoch)\n", (long long)skipped);
+    else
+        printf("  (%lld step%s skipped: inf/NaN gradients)\n", (long long)skipped, skipped == 1 ? "" : "s");
+}
+
 void ex_step_oom_hint(char *buf, size_t len, int64_t batch, int batch_auto, ls_precision precision, int checkpointing,
                       const char *model_flags) {
     char item[5][128];

@@ -81,6 +81,9 @@ void ex_epoch_part(char *buf, size_t len, int64_t j0, int64_t j_end, int64_t ste
  * the training diverged (...what may help)" (the run goes on, as PyTorch's would); clip: the run's
  * --clip-grad-norm, 0 off (a run that clips is told of a lower one). */
 void ex_diverged_hint(const char *prog, double train_loss, double clip);
+/* The epoch line's end: "\n", or how many of its `trained` steps were skipped for inf/NaN
+ * gradients, "all" of them said so (a run whose every step overflows no longer trains). */
+void ex_skipped_note(int64_t skipped, int64_t trained);
 /* The out-of-memory hint of a training step (ls_allocator_set_oom_hint): "To fit, try ..." with the
  * remedies this run does not use yet (a run in bf16 was told to use bf16): a smaller batch (batch_auto
  * 1: than the one --batch-size auto found; 0: or --batch-size auto; -1: the program has no auto),

@@ -484,14 +484,12 @@ int main(int argc, char **argv) {
             ex_epoch_part(part, sizeof part, j0, j_end, steps);
             char tl[EX_LOSS_TEXT], vl[EX_LOSS_TEXT];
             printf("epoch %d  train loss %s  train acc %.2f%%  test loss %s  test acc %.2f%%  "
-                   "%.0f samples/s  %.2f s  peak memory %s%s%s",
+                   "%.0f samples/s  %.2f s  peak memory %s%s",
                    (int)epoch + 1, ex_loss_text(m[0] / m[2], tl), 100.0 * m[1] / m[2], ex_loss_text(ev[0] / ev[2], vl),
                    100.0 * ev[1] / ev[2], (double)seen / train_time, train_time,
-                   ls_memory_format((size_t)peak, pk, sizeof pk), part, tot.skipped ? "" : "\n");
+                   ls_memory_format((size_t)peak, pk, sizeof pk), part);
             /* the same on every rank: a step is skipped on all of them */
-            if (tot.skipped)
-                printf("  (%lld step%s skipped: inf/NaN gradients)\n", (long long)tot.skipped,
-                       tot.skipped == 1 ? "" : "s");
+            ex_skipped_note(tot.skipped, j_end - j0);
             ex_diverged_hint("fashion_mlp", m[0] / m[2], o.clip);
             fflush(stdout);
         }

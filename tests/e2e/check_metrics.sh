@@ -217,10 +217,13 @@ scales=$(sed -nE 's/.*"loss_scale": ([^,]*),.*/\1/p' "$dir/m7")
     fail "diverging fp16 run: the loss scale went from $(head -n 1 <<<"$scales") to $(sort -g <<<"$scales" | head -n 1), not to its floor 2^-126"
 grep -qE '^epoch 1 .*\(1099 steps skipped: inf/NaN gradients\)$' "$dir/out7" ||
     fail "diverging fp16 run: the skipped steps are not counted: $(grep '^epoch' "$dir/out7")"
-"$mlp" "${fa[@]}" --resume auto --max-steps 1101 >"$dir/out7r" 2>&1 ||
+"$mlp" "${fa[@]}" --resume auto --max-steps 1102 >"$dir/out7r" 2>&1 ||
     fail "the diverged fp16 run's checkpoint does not resume: $(cat "$dir/out7r")"
 grep -q "^fashion_mlp: resumed from $dir/c7/step-00001100 at step 1100, the end of epoch 1" "$dir/out7r" ||
     fail "diverged fp16 run's resume: $(cat "$dir/out7r")"
+# an epoch whose every step was skipped says so: no step was taken (it said "2 steps skipped")
+grep -qE '^epoch 2 .*  \(all 2 steps skipped: inf/NaN gradients, no step taken this epoch\)$' "$dir/out7r" ||
+    fail "diverged fp16 run's resume: an epoch of skipped steps only: $(grep '^epoch' "$dir/out7r")"
 
 # the learning rate of each step follows --lr-schedule: 20 steps, 5 of warmup to 0.1, then linear
 # to --min-lr 0.01 at the last step (0.01 + 0.09 (1 - t), t = (step - 5) / 15), or constant
