@@ -21,9 +21,9 @@
 #include "testutil.h"
 #include "train.h"
 
-#define F 32   /* features */
-#define B 4    /* micro-batch per rank */
-#define A 2    /* micro-batches a step */
+#define F 32 /* features */
+#define B 4  /* micro-batch per rank */
+#define A 2  /* micro-batches a step */
 #define STEPS 5
 #define BAD_STEP 2 /* k: the third step */
 
@@ -41,7 +41,9 @@ static double checksum(ls_module *m) {
 
 /* world ranks x STEPS steps x A micro-batches x B samples, each sample used once; sample
  * (rank, k, a, j) is index ((k * world + rank) * A + a) * B + j. */
-static int64_t sample(int rank, int world, int k, int a, int j) { return (((int64_t)k * world + rank) * A + a) * B + j; }
+static int64_t sample(int rank, int world, int k, int a, int j) {
+    return (((int64_t)k * world + rank) * A + a) * B + j;
+}
 
 static void run(ls_precision prec, int shard, double clip) {
     const int rank = ls_comm_rank(W), world = ls_comm_world(W);
@@ -100,8 +102,7 @@ static void run(ls_precision prec, int shard, double clip) {
         LS_EXPECT((checksum(m) == before) == skip);
         LS_EXPECT(taken1 == taken0 + !skip);
         LS_EXPECT(st.lr == ls_lr_at(&tc.lr, k)); /* the schedule's step k, skipped steps counted */
-        if (prec == LS_PRECISION_FP16)
-            LS_EXPECT(st.loss_scale == (k <= BAD_STEP ? 65536.0 : 32768.0));
+        if (prec == LS_PRECISION_FP16) LS_EXPECT(st.loss_scale == (k <= BAD_STEP ? 65536.0 : 32768.0));
         if (clip > 0) LS_EXPECT(skip ? !isfinite(st.grad_norm) : isfinite(st.grad_norm) && st.grad_norm > 0);
         if (clip > 0 && k == 0 && prec == LS_PRECISION_FP32) norm32 = st.grad_norm;
         if (clip > 0 && k == 0 && prec == LS_PRECISION_FP16) LS_EXPECT(fabs(st.grad_norm / norm32 - 1) < 0.01);
