@@ -88,7 +88,7 @@ ls_status ls_module_forward(ls_module *m, const ls_tensor *x, const ls_tensor **
 /* dx (if want_dx) points at a module-owned buffer. Gradients accumulate into the grads. */
 ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, const ls_tensor **dx);
 
-/* Freezing, as PyTorch's p.requires_grad_(False): requires 0 marks m's parameter i (i = -1: every
+/* Freezing, as PyTorch's p.requires_grad_(False): requires_grad 0 marks m's parameter i (i = -1: every
  * parameter of m, as module.requires_grad_(False)) as needing no gradient; 1 (the default) undoes
  * it. Backward then leaves its gradient as it is (zero unless written to): no weight-gradient GEMM
  * of a frozen Linear or Conv2d weight, no sums of a frozen BatchNorm2d's weight and bias, and no
@@ -100,7 +100,7 @@ ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, con
  * bucket), clipped or checked for inf/NaN, and must be frozen on every rank; change the flags
  * before the trainer is made (its steps refuse a change since). An index out of range is
  * LS_ERR_INVALID_ARGUMENT; ls_module_requires_grad gives 1 or 0, and -1 for one out of range. */
-ls_status ls_module_set_requires_grad(ls_module *m, int i, int requires);
+ls_status ls_module_set_requires_grad(ls_module *m, int i, int requires_grad);
 int ls_module_requires_grad(const ls_module *m, int i);
 
 int ls_module_num_params(const ls_module *m);

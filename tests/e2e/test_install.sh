@@ -42,17 +42,31 @@ if command -v readelf >/dev/null; then
     *) echo "test_install: liblockstep.so's SONAME is '$so', not versioned" >&2; exit 1 ;;
     esac
 fi
-# every installed header compiles alone, as C11 and (where a C++ compiler is) as C++ (a narrowing
-# in ddp.h's inline functions was an error in C++)
+# every installed header compiles alone, as C11 and (where a C++ compiler is) as C++17 and C++20
+# (a narrowing in ddp.h's inline functions was an error in C++; nn.h's parameter named 'requires',
+# a keyword since C++20, stopped any C++20 program that included it), and all of them together
+cxx20=
+if command -v c++ >/dev/null && echo | c++ -std=c++20 -fsyntax-only -x c++ - 2>/dev/null; then cxx20=c++20; fi
+all=""
 for h in "$tmp/prefix"/include/lockstep/*.h; do
     inc="#include <lockstep/$(basename "$h")>"
-    echo "$inc" | cc -std=c11 -Wall -Wextra -pedantic -Werror -fsyntax-only -I"$tmp/prefix/include" -x c - ||
+    all="$all$inc
+"
+    echo "$inc" | cc -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I"$tmp/prefix/include" -x c - ||
         { echo "test_install: $h does not compile alone as C11" >&2; exit 1; }
     if command -v c++ >/dev/null; then
-        echo "$inc" | c++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I"$tmp/prefix/include" -x c++ - ||
-            { echo "test_install: $h does not compile as C++" >&2; exit 1; }
+        for std in c++17 $cxx20; do
+            echo "$inc" | c++ -std=$std -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I"$tmp/prefix/include" -x c++ - ||
+                { echo "test_install: $h does not compile alone as ${std^^}" >&2; exit 1; }
+        done
     fi
 done
+echo "$all" | cc -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I"$tmp/prefix/include" -x c - ||
+    { echo "test_install: the installed headers do not compile together as C11" >&2; exit 1; }
+if command -v c++ >/dev/null; then
+    echo "$all" | c++ -std=c++17 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I"$tmp/prefix/include" -x c++ - ||
+        { echo "test_install: the installed headers do not compile together as C++17" >&2; exit 1; }
+fi
 cmake -S "$src/tests/e2e/consumer" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/build" >/dev/null
 rc=0
