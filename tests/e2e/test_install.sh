@@ -84,6 +84,34 @@ if command -v c++ >/dev/null; then
     [ "$out" = "consumer_cxx: 23 parameters" ] || { echo "test_install: consumer_cxx printed '$out'" >&2; exit 1; }
 fi
 
+# The prefix moved (README: the installed programs run wherever it is moved): the programs and a C
+# project built with find_package against the new place run without LD_LIBRARY_PATH; no installed
+# text file (the package config) and no RUNPATH names the build tree, the sources or the old prefix
+mv "$tmp/prefix" "$tmp/moved"
+for d in "$build" "$src" "$tmp/prefix"; do
+    d=$(cd "$(dirname "$d")" 2>/dev/null && pwd -P)/$(basename "$d")
+    hit=$(grep -rlIF -e "$d/" "$tmp/moved" || true)
+    [ -z "$hit" ] || { echo "test_install: installed files name $d: $hit" >&2; exit 1; }
+    if command -v readelf >/dev/null; then
+        for f in "$tmp/moved"/bin/* "$tmp/moved"/lib*/liblockstep.so; do
+            readelf -d "$f" 2>/dev/null | grep -E "R(UN)?PATH" | grep -qF "$d" &&
+                { echo "test_install: $f: a RUNPATH names $d" >&2; exit 1; }
+        done
+    fi
+done
+for p in fashion_mlp lockstep-ckpt; do
+    [ -x "$tmp/moved/bin/$p" ] || continue
+    env -u LD_LIBRARY_PATH "$tmp/moved/bin/$p" --help >/dev/null ||
+        { echo "test_install: $p does not run from the moved prefix" >&2; exit 1; }
+done
+cmake -S "$src/tests/e2e/consumer" -B "$tmp/moved_build" -DCMAKE_PREFIX_PATH="$tmp/moved" >"$tmp/moved.log" 2>&1 &&
+    cmake --build "$tmp/moved_build" >>"$tmp/moved.log" 2>&1 ||
+    { cat "$tmp/moved.log"; echo "test_install: the consumer does not build against the moved prefix" >&2; exit 1; }
+out=$(env -u LD_LIBRARY_PATH "$tmp/moved_build/consumer") ||
+    { echo "test_install: the consumer built against the moved prefix does not run" >&2; exit 1; }
+[ "$out" = "consumer: 6 outputs, 15 parameters" ] || { echo "test_install: moved: consumer printed '$out'" >&2; exit 1; }
+mv "$tmp/moved" "$tmp/prefix"
+
 # examples/quickstart (docs/guide.md) built on its own against the install, as a user's project.
 # On the CPU (the device check runs it on a GPU): ranks sharing one GPU could not use NCCL.
 cmake -S "$src/examples/quickstart" -B "$tmp/qs" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
