@@ -869,7 +869,7 @@ static ls_module *param_home(ls_module *m, int i, int *at) {
     return m;
 }
 
-ls_status ls_module_set_requires_grad(ls_module *m, int i, int requires) {
+ls_status ls_module_set_requires_grad(ls_module *m, int i, int requires_grad) {
     LS_CHECK_ARG(m, "ls_module_set_requires_grad: the module is NULL");
     LS_CHECK_ARG(i >= -1 && i < m->n_params,
                  "ls_module_set_requires_grad: parameter %d of a %s with %d parameter%s (-1: all of them)", i,
@@ -877,7 +877,7 @@ ls_status ls_module_set_requires_grad(ls_module *m, int i, int requires) {
     for (int k = i < 0 ? 0 : i; k < (i < 0 ? m->n_params : i + 1); k++) {
         int at;
         ls_module *home = param_home(m, k, &at);
-        home->no_grad[at] = !requires;
+        home->no_grad[at] = !requires_grad;
     }
     return LS_OK;
 }
