@@ -510,6 +510,47 @@ ls_status ex_step_file_open(const char *path, int64_t resume_last, const char *f
     return LS_OK;
 }
 
+/* rank 0: whether path can be opened as ex_step_file_open will, without changing it (an existing
+ * regular file is opened to append, nothing written; one that is not there is created and
+ * removed); a device, a FIFO or a link to no file is left to the open itself */
+static ls_status step_file_probe(const char *path) {
+    struct stat st;
+    if (!path) return LS_OK;
+    const int exists = stat(path, &st) == 0;
+    if (exists ? !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode) : lstat(path, &st) == 0)
+        return LS_OK; /* a dangling symbolic link: the open creates its target */
+    int fd = open(path, exists ? O_WRONLY | O_APPEND | O_NOCTTY : O_WRONLY | O_CREAT | O_EXCL | O_NOCTTY, 0666);
+    if (fd < 0) return ls_error(LS_ERR_IO, "cannot open '%s' for writing: %s", path, strerror(errno));
+    close(fd);
+    if (!exists) unlink(path);
+    return LS_OK;
+}
+
+ls_status ex_step_files_probe(ls_comm *comm, const char *metrics, const char *log_steps, const char **flag,
+                              int *agreed) {
+    /* before the data is read and --batch-size auto's trials (minutes): a path that cannot be
+     * written was found after them. Rank 0's files (the other ranks' flags are not used): its
+     * error is every rank's, said by rank 0 alone (*agreed) */
+    *agreed = 0;
+    int32_t bad = 0;
+    ls_status s = LS_OK;
+    *flag = "--log-steps";
+    if (ls_comm_rank(comm) == 0) {
+        s = step_file_probe(log_steps);
+        if (s == LS_OK) {
+            *flag = "--metrics";
+            s = step_file_probe(metrics);
+        }
+        bad = s != LS_OK;
+    }
+    ls_status b = ls_comm_broadcast_host(comm, &bad, 1, LS_I32, 0);
+    if (b != LS_OK) return b;
+    if (!bad) return LS_OK;
+    *agreed = 1;
+    if (ls_comm_rank(comm) != 0) return ls_error(LS_ERR_IO, "rank 0's --metrics or --log-steps cannot be written");
+    return s;
+}
+
 void ex_step_file_close(FILE *f) {
     if (f && f != stdout && f != stderr) fclose(f);
 }

@@ -150,6 +150,11 @@ void ex_metrics_close(ex_metrics *m);
  * the regular file stdout or stderr writes (--metrics /dev/stdout >run.log) gives that stream
  * itself, neither truncated nor cut back: opened again, the two wrote over each other's lines. */
 ls_status ex_step_file_open(const char *path, int64_t resume_last, const char *flag, FILE **out);
+/* Rank 0's --metrics and --log-steps (NULL: not given) can be opened for writing, checked before
+ * the data is read, nothing changed: else the error, *flag the flag, and *agreed 1 (every rank
+ * fails; rank 0 says why, for TRY_AGREED). Collective. */
+ls_status ex_step_files_probe(ls_comm *comm, const char *metrics, const char *log_steps, const char **flag,
+                              int *agreed);
 /* Closes what ex_step_file_open opened (not stdout or stderr); NULL is fine. */
 void ex_step_file_close(FILE *f);
 /* Keep the lines of a per-step file (--log-steps, --metrics) whose step, the first integer on the

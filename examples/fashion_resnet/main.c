@@ -385,6 +385,10 @@ int main(int argc, char **argv) {
     TRY_FLAG(o.comm, "--comm", "communicator", ls_comm_create(ctx, o.comm, &comm));
     int rank = ls_comm_rank(comm), world = ls_comm_world(comm);
     TRY("GPU monitor", ex_gpu_monitor_start(EX_PROG, dev, rank, &gpumon));
+    const char *probe_flag = "";
+    int probe_agreed = 0;
+    TRY_AGREED(probe_flag, ex_step_files_probe(comm, o.metrics, o.ck.log_steps, &probe_flag, &probe_agreed),
+               probe_agreed);
     if (o.memory_cap) {
         char from[160];
         snprintf(from, sizeof from, "--memory-cap %.140s", o.memory_cap);

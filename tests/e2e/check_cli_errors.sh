@@ -52,6 +52,23 @@ for p in "$mlp" "$resnet" "$oom"; do
     [ "$(wc -l <<<"$out")" -eq 2 ] && grep -q "^Try '$(basename "$p") --help' for the options.$" <<<"$out" ||
         fail "$p --bogus: $(head -n 5 <<<"$out")"
 done
+# a --metrics or --log-steps path that cannot be written is refused before the data is read (and
+# before --batch-size auto's trials): it was found after them, 4 minutes into a default
+# fashion_resnet --batch-size auto on the CPU; here the data directory does not exist either
+nodata=$(mktemp -d)
+rmdir "$nodata"
+for p in "$mlp" "$resnet"; do
+    for f in --metrics --log-steps; do
+        out=$("$p" "${small[@]}" --data-dir "$nodata" $f /nonexistent-dir/m 2>&1) && fail "$p $f /nonexistent-dir/m: accepted"
+        [ "$out" = "$(basename "$p"): $f: I/O error: cannot open '/nonexistent-dir/m' for writing: No such file or directory" ] ||
+            fail "$p $f /nonexistent-dir/m: not refused before reading the data: $out"
+    done
+    # a directory, and a file it may not write; neither is left changed
+    out=$("$p" "${small[@]}" --data-dir "$nodata" --metrics /tmp 2>&1) && fail "$p --metrics /tmp: accepted"
+    grep -qxF "$(basename "$p"): --metrics: I/O error: cannot open '/tmp' for writing: Is a directory" <<<"$out" ||
+        fail "$p --metrics /tmp: $out"
+done
+echo "refused before the data: --metrics and --log-steps paths that cannot be written"
 usage "--label-smoothing '1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --label-smoothing 1
 usage "--label-smoothing 'nan' must be a number from 0 to below 1" "$resnet" "${small[@]}" --label-smoothing nan
 usage "--label-smoothing '-0.1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --label-smoothing -0.1
