@@ -142,8 +142,22 @@ static ls_status gz_fill(idx_src *s, size_t *added) {
     return LS_OK;
 }
 
-/* gzip: a member has ended. Another member may follow (gzip -c a b > ab.gz); anything else after
- * it is refused, as extra bytes after a plain file are (zlib's gzread dropped them silently,
+/* gzip: the rest of the file is zero bytes (padding; 1 when it is); reads it. */
+static ls_status gz_rest_zero(idx_src *s, int *zero) {
+    size_t added = 1;
+    *zero = 1;
+    while (*zero && added) {
+        for (uInt i = 0; i < s->z.avail_in && *zero; i++) *zero = s->z.next_in[i] == 0;
+        s->z.avail_in = 0;
+        LS_CHECK(gz_fill(s, &added));
+    }
+    return LS_OK;
+}
+
+/* gzip: a member has ended. Another member may follow (gzip -c a b > ab.gz), or zero bytes to the
+ * end of the file (padding: gzip -t says "decompression OK, trailing zero bytes ignored" and
+ * Python's gzip, torchvision's reader, skips them; the data is whole by its CRC); anything else
+ * after it is refused, as extra bytes after a plain file are (zlib's gzread dropped them silently,
  * where gzip -t says "trailing garbage"). */
 static ls_status gz_member_end(idx_src *s) {
     size_t added = 1;
@@ -158,6 +172,12 @@ static ls_status gz_member_end(idx_src *s) {
     }
     long pos = ftell(s->f);
     long long after = pos >= 0 ? (long long)(s->plain_size - pos) + s->z.avail_in : (long long)s->z.avail_in;
+    int zero = 0;
+    LS_CHECK(gz_rest_zero(s, &zero));
+    if (zero) {
+        s->gz_end = 1;
+        return LS_OK;
+    }
     return ls_error(LS_ERR_FORMAT,
                     "'%s' has %lld byte%s after the end of its gzip data that %s not gzip (trailing garbage; "
                     "gzip -t reports it too)",

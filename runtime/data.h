@@ -47,7 +47,9 @@ typedef struct ls_idx {
     int64_t count;   /* product of dims */
 } ls_idx;
 
-/* Read an IDX file, plain or gzip (detected by the magic bytes 1f 8b). Only the unsigned-byte
+/* Read an IDX file, plain or gzip (detected by the magic bytes 1f 8b; one gzip member or several,
+ * as gzip -c a b writes them, and zero bytes of padding after them, which gzip and Python's gzip
+ * skip too; other bytes after the data are an error, as after a plain file). Only the unsigned-byte
  * type 0x08 is supported. Errors (LS_ERR_IO, LS_ERR_FORMAT, LS_ERR_UNSUPPORTED,
  * LS_ERR_OUT_OF_MEMORY) name the file and the problem; on error *out is left empty. */
 ls_status ls_idx_read(const char *path, ls_idx *out);
