@@ -288,7 +288,9 @@ static ls_status idx_read_first(const char *path, int64_t max_first, int want_nd
     }
     uint32_t magic = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
     if (hdr[0] != 0 || hdr[1] != 0) {
-        st = ls_error(LS_ERR_FORMAT, "'%s' is not an IDX file: bad magic 0x%08x", path, magic);
+        int twice = s.gz && hdr[0] == 0x1f && hdr[1] == 0x8b; /* gzip run on a .gz */
+        st = ls_error(LS_ERR_FORMAT, "'%s' is not an IDX file: bad magic 0x%08x%s", path, magic,
+                      twice ? " (its gzip data is gzip again: the file was compressed twice; gunzip it once)" : "");
         goto fail;
     }
     if (hdr[2] != 0x08) {

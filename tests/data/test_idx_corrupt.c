@@ -90,6 +90,23 @@ static void check_idx_errors(void) {
     p = tmp_path("gif.idx.gz");
     write_gz(p, (const uint8_t *)"GIF89a not an idx file", 22);
     LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT, EXPECTED("'%s' is not an IDX file: bad magic 0x47494638", p));
+    /* gzip inside gzip (gzip run on a .gz): the message says so, not only "bad magic 0x1f8b0800" */
+    {
+        static uint8_t gz[4096];
+        uint32_t d1[1] = {3};
+        size_t m = make_idx(buf, 1, d1, 3);
+        p = tmp_path("twice.idx.gz");
+        write_gz(p, buf, m);
+        FILE *g = fopen(p, "rb");
+        LS_REQUIRE(g != NULL);
+        size_t gn = fread(gz, 1, sizeof gz, g);
+        LS_REQUIRE(fclose(g) == 0 && gn > 2 && gn < sizeof gz);
+        write_gz(p, gz, gn);
+        LS_EXPECT_ERR(ls_idx_read(p, &idx), LS_ERR_FORMAT,
+                      EXPECTED("'%s' is not an IDX file: bad magic 0x1f8b0800 (its gzip data is gzip again: the file "
+                               "was compressed twice; gunzip it once)",
+                               p));
+    }
 
     uint32_t dims2[2] = {3, 4};
     size_t n = make_idx(buf, 2, dims2, 12);
