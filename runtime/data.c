@@ -307,7 +307,8 @@ static ls_status idx_read_first(const char *path, int64_t max_first, int want_nd
     }
     int ndim = hdr[3];
     if (want_ndim > 0 && ndim != want_ndim) { /* (a labels file of 3 dimensions was "truncated") */
-        st = ls_error(LS_ERR_FORMAT, "'%s' should hold %s but has %d dimensions", path, what, ndim);
+        st = ls_error(LS_ERR_FORMAT, "'%s' should hold %s but has %d dimension%s", path, what, ndim,
+                      ndim == 1 ? "" : "s");
         goto fail;
     }
     if (ndim == 0) {

@@ -508,7 +508,8 @@ static void check_fashion_small(void) {
     snprintf(expect_buf, sizeof expect_buf, "%s/train-labels-idx1-ubyte.gz", swapped);
     write_gz(expect_buf, img3, make_idx(img3, 1, (const uint32_t[]){6}, 6));
     LS_EXPECT_ERR(ls_fashion_mnist_load(swapped, 1, 0, &d), LS_ERR_FORMAT,
-                  EXPECTED("'%s' should hold images [n, rows, cols] but has 1 dimensions", path));
+                  EXPECTED("'%s' should hold images [n, rows, cols] but has 1 dimension", path));
+    LS_EXPECT(strstr(ls_last_error(), "1 dimensions") == NULL); /* one dimension, not "1 dimensions" */
     LS_EXPECT(d == NULL);
     remove_fashion_dir(swapped);
 }
