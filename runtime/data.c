@@ -694,13 +694,18 @@ ls_status ls_dataset_gather_parallel(const ls_dataset *d, const int64_t *idx, in
 
 /* ---------------------------------------------------------------- Fashion-MNIST */
 
-/* dir/name.gz, or dir/name when only that (un-gzipped, as gunzip leaves it) is there; 0 if too long. */
-static int fashion_path(char *out, size_t size, const char *dir, const char *prefix, const char *name) {
+/* dir/name.gz, or dir/name when only that (un-gzipped, as gunzip leaves it) is there; 0 if too long.
+ * *neither: 1 when neither is there (the error names the .gz, and says the other was looked for). */
+static int fashion_path(char *out, size_t size, const char *dir, const char *prefix, const char *name, int *neither) {
+    *neither = 0;
     int n = snprintf(out, size, "%s/%s-%s.gz", dir, prefix, name);
     if (n < 0 || (size_t)n >= size) return 0;
     if (access(out, F_OK) != 0 && errno == ENOENT) {
         out[n - 3] = '\0';
-        if (access(out, F_OK) != 0) out[n - 3] = '.'; /* neither: the error names the .gz */
+        if (access(out, F_OK) != 0) {
+            *neither = errno == ENOENT;
+            out[n - 3] = '.';
+        }
     }
     return 1;
 }
@@ -721,8 +726,9 @@ ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_da
     }
     const char *prefix = train ? "train" : "t10k";
     char ipath[4096], lpath[4096];
-    if (!fashion_path(ipath, sizeof ipath, dir, prefix, "images-idx3-ubyte") ||
-        !fashion_path(lpath, sizeof lpath, dir, prefix, "labels-idx1-ubyte"))
+    int img_neither = 0, lab_neither = 0;
+    if (!fashion_path(ipath, sizeof ipath, dir, prefix, "images-idx3-ubyte", &img_neither) ||
+        !fashion_path(lpath, sizeof lpath, dir, prefix, "labels-idx1-ubyte", &lab_neither))
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "the Fashion-MNIST directory '%.64s...'%s is too long: %zu characters, where a file path "
                         "in it must fit in %zu",
@@ -739,7 +745,11 @@ ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_da
      * its end only, and a corrupt one read as far as a limit gave labels of garbage without a word;
      * and every label is checked. The images are read as far as the limit: a gzip file's checksum is
      * not checked there (its whole stream is most of a full load's time). */
+    const char *reading = lpath; /* the file an I/O error is of */
+    int neither = lab_neither;
     LS_CHECK_GOTO(idx_read_first(lpath, 0, 1, "labels [n]", &lab, &n_lab), st, fail);
+    reading = ipath;
+    neither = img_neither;
     LS_CHECK_GOTO(idx_read_first(ipath, limit, 3, "images [n, rows, cols]", &img, &n_img), st, fail);
     if (n_img != n_lab) {
         st = ls_error(LS_ERR_FORMAT, "'%s' has %lld images but '%s' has %lld labels", ipath, (long long)n_img, lpath,
@@ -769,7 +779,14 @@ ls_status ls_fashion_mnist_load(const char *dir, int train, int64_t limit, ls_da
 fail:
     if (st == LS_ERR_IO && strlen(ls_last_error()) < 700) {
         char msg[1024];
-        snprintf(msg, sizeof msg, "%s", ls_last_error());
+        /* "x.gz: No such file or directory; 'x' (un-gzipped) is not there either" */
+        const char *base = strrchr(reading, '/');
+        base = base ? base + 1 : reading;
+        if (neither)
+            snprintf(msg, sizeof msg, "%s; '%.*s' (un-gzipped) is not there either", ls_last_error(),
+                     (int)strlen(base) - 3, base);
+        else
+            snprintf(msg, sizeof msg, "%s", ls_last_error());
         if (from)
             ls_error(st, "%s (Fashion-MNIST directory '%s'%s)", msg, dir, from);
         else
