@@ -30,7 +30,10 @@ int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg)
     case EX_OPT_SAVE_EVERY: return ex_parse_i64(prog, "--save-every", arg, 0, INT64_MAX, &o->save_every) ? -1 : 1;
     /* at most a million (the save takes an int: 4294967298 became 2, and pruned) */
     case EX_OPT_KEEP_LAST: return ex_parse_i64(prog, "--keep-last", arg, 0, 1000000, &o->keep_last) ? -1 : 1;
-    case EX_OPT_CHECKPOINT_DIR: o->checkpoint_dir = arg; return 1;
+    case EX_OPT_CHECKPOINT_DIR:
+        o->checkpoint_dir = arg;
+        o->dir_given = 1;
+        return 1;
     case EX_OPT_RESUME: o->resume = arg; return ex_nonempty(prog, "--resume", arg) ? -1 : 1;
     case EX_OPT_LOG_STEPS: o->log_steps = arg; return ex_nonempty(prog, "--log-steps", arg) ? -1 : 1;
     case EX_OPT_DUMP_PARAMS: o->dump_params = arg; return ex_nonempty(prog, "--dump-params", arg) ? -1 : 1;
@@ -38,6 +41,8 @@ int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg)
     default: return 0;
     }
 }
+
+int ex_ckpt_saves(const ex_ckpt_options *o) { return o->save_every > 0 || o->dir_given; }
 
 int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o) {
     if (!o->checkpoint_dir[0]) {
@@ -244,12 +249,25 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
     }
     c->global_batch = tc->batch_per_rank * tc->accum_steps * c->run.world_size;
     *start_epoch = *start_j = 0;
-    if (o->save_every > 0 && ls_comm_rank(comm) == 0) {
+    int saves = ex_ckpt_saves(o); /* rank 0's: shared below */
+    if (saves && ls_comm_rank(comm) == 0) {
         /* before the resume reads it: a second run saving into the same directory (started twice,
          * or an old job beside its requeued copy) is refused, not left to prune the first's */
         c->what = "--checkpoint-dir";
-        LS_CHECK(ls_ckpt_prepare_dir(o->checkpoint_dir));
-        LS_CHECK(ls_ckpt_lock_dir(o->checkpoint_dir, &c->lock_fd));
+        ls_status ps = ls_ckpt_prepare_dir(o->checkpoint_dir);
+        if (ps != LS_OK && o->save_every == 0 && o->resume) {
+            /* --checkpoint-dir alone asks for the save at the end, but is also where --resume auto
+             * looks: a checkpoint store this run may read but not write (read-only, another
+             * user's) is resumed from, and only the save at the end is given up, saying so
+             * (without --resume, a directory that cannot be written is an error at the start) */
+            LS_LOG_W("--checkpoint-dir %s: no checkpoint will be saved at the end of this run (--save-every N would "
+                     "make this an error)",
+                     ls_last_error());
+            saves = 0;
+        } else {
+            LS_CHECK(ps);
+            LS_CHECK(ls_ckpt_lock_dir(o->checkpoint_dir, &c->lock_fd));
+        }
     }
     if (o->resume) {
         c->what = "--resume";
@@ -262,10 +280,13 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
     /* --log-steps is rank 0's option (the others may lack it), but the loss it writes is summed over
      * every rank: rank 0's choice decides where all take part (a rank 0 alone with the flag made its
      * all-reduce meet the others' next collective: MPI_ERR_TRUNCATE, or a hang) */
-    int32_t on = o->log_steps != NULL;
+    /* the same for the save at the end that a --checkpoint-dir without --save-every asks for (a
+     * collective: rank 0 alone with the flag would wait in it for ever) */
+    int32_t on[2] = {o->log_steps != NULL, saves};
     c->what = "--log-steps";
-    LS_CHECK(ls_comm_broadcast_host(comm, &on, 1, LS_I32, 0));
-    c->log_steps_on = on;
+    LS_CHECK(ls_comm_broadcast_host(comm, on, 2, LS_I32, 0));
+    c->log_steps_on = on[0];
+    c->save_at_end = on[1];
     if (o->log_steps && ls_comm_rank(comm) == 0) {
         LS_CHECK(ex_step_file_open(o->log_steps, c->last_saved, "--log-steps", &c->step_log));
     }
@@ -287,8 +308,8 @@ ls_status ex_ckpt_begin(ex_ckpt *c, ls_comm *comm, ls_ctx *ctx, ls_module *model
             if (!existed) unlink(o->dump_params);
         }
     }
-    if (o->save_every > 0 && ls_comm_rank(comm) == 0) { /* the same: not after the epochs to be saved */
-        c->what = "--checkpoint-dir";                   /* (ls_ckpt_prepare_dir above) */
+    if (saves && ls_comm_rank(comm) == 0) { /* the same: not after the epochs to be saved */
+        c->what = "--checkpoint-dir";       /* (ls_ckpt_prepare_dir above) */
         /* (a full disk was found at the first save, after the training it was to keep) */
         LS_CHECK(ls_ckpt_check_space(o->checkpoint_dir, ls_ckpt_size_estimate(model, opt, c->ema)));
     }
@@ -473,7 +494,7 @@ ls_status ex_ckpt_end(ex_ckpt *c) {
         printf("%s: stopped at step %lld (--max-steps)\n", c->prog, (long long)c->step);
         fflush(stdout);
     }
-    if (c->o->save_every > 0 && c->step > 0 && c->step != c->last_saved) LS_CHECK(save(c, 1));
+    if (c->save_at_end && c->step > 0 && c->step != c->last_saved) LS_CHECK(save(c, 1));
     LS_CHECK(finish_async(c)); /* the last save, when it was the last step's */
     if (c->o->dump_params && rank == 0) {
         c->what = "--dump-params";

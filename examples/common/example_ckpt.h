@@ -45,12 +45,14 @@ enum {
     "  --max-steps N         stop after N optimizer steps in all, resumed ones included (default: no\n"                \
     "                        limit); the learning-rate schedule still spans --epochs (a stop, as\n"                    \
     "                        between the chunks of a long job, not a shorter run)\n"                                   \
-    "  --save-every N        write a checkpoint every N optimizer steps and at the end (default 0: only\n"             \
-    "                        on SIGTERM/SIGINT)\n"                                                                     \
-    "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints); with\n"                     \
+    "  --save-every N        write a checkpoint every N optimizer steps and at the end (default 0: at\n"               \
+    "                        the end when --checkpoint-dir is given, else only on SIGTERM/SIGINT)\n"                   \
+    "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints); given, the\n"               \
+    "                        last step is saved at the end even without --save-every; given or with\n"                 \
     "                        --save-every, DIR is created and checked for writing, and for room\n"                     \
     "                        for a checkpoint, at the start, and held (DIR/.lock) until the end: a\n"                  \
-    "                        second run saving there is refused\n"                                                     \
+    "                        second run saving there is refused; with --resume, no --save-every, a DIR\n"              \
+    "                        that cannot be written is only read: a warning, no save at the end\n"                     \
     "  --keep-last K         keep the K newest checkpoints, remove older ones (default 3; 0 keeps all)\n"              \
     "  --save-async          write checkpoints in the background: training stops only while rank 0\n"                  \
     "                        copies the state to host memory (held from then on: the checkpoint's size);\n"            \
@@ -118,9 +120,10 @@ enum {
 
 typedef struct ex_ckpt_options {
     int64_t max_steps;  /* 0: no limit */
-    int64_t save_every; /* 0: only on a signal */
+    int64_t save_every; /* 0: at the end when dir_given, else only on a signal */
     int64_t keep_last;
     int save_async; /* --save-async */
+    int dir_given;  /* --checkpoint-dir given: a checkpoint at the end even without --save-every */
     const char *checkpoint_dir, *resume, *log_steps, *dump_params;
 } ex_ckpt_options;
 
@@ -129,6 +132,9 @@ void ex_ckpt_options_init(ex_ckpt_options *o);
 /* One getopt_long result: 1 when c is a shared flag (taken), 0 when not, -1 on a bad value (the
  * message printed). */
 int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg);
+/* Whether the run saves checkpoints of its own accord (--save-every, or --checkpoint-dir given:
+ * at the end), not only on a signal. */
+int ex_ckpt_saves(const ex_ckpt_options *o);
 /* After parsing: 0, or -1 with a message (an empty --checkpoint-dir). */
 int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o);
 
@@ -195,6 +201,7 @@ typedef struct ex_ckpt {
     int lock_fd;      /* rank 0 of a run that saves: its hold on --checkpoint-dir (ls_ckpt_lock_dir), or -1 */
     FILE *step_log;   /* --log-steps, rank 0 */
     int log_steps_on; /* rank 0 was given --log-steps: every rank takes part in the loss's all-reduce */
+    int save_at_end;  /* rank 0 saves of its own accord (ex_ckpt_saves): every rank saves at the end */
     const char *what; /* after a failed call: what failed, for the error line ("checkpoint"...) */
     int agreed;       /* after a failed call: every rank has the same error (a save's, which rank 0 shares
                        * with all): rank 0 says it, and no rank aborts the job (TRY_AGREED) */

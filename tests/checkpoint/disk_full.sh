@@ -77,6 +77,9 @@ run="\"$PROG\" ${A[*]} --max-steps 2 --save-every 1 --checkpoint-dir fs/ck >/dev
 in_fs 1m "$run"
 grep -qx "resume=0" "$tmp/out" && grep -qF "$NAME: stopped at step 4 (--max-steps)" "$tmp/out" ||
     fail "read-only: resuming without a save failed"
+# --checkpoint-dir alone saves at the end; a store that cannot be written gives that up, saying so
+grep -qF "[lockstep warn] --checkpoint-dir 'fs/ck': cannot write in the directory: Read-only file system: no checkpoint will be saved at the end of this run (--save-every N would make this an error)" "$tmp/out" ||
+    fail "read-only: the run resumed from it did not say that it saves no checkpoint at the end"
 grep -qx "eval=0" "$tmp/out" && grep -qF "$NAME: nothing to train (--epochs 0); the model as it is: test loss" \
     "$tmp/out" || fail "read-only: evaluating a checkpoint failed"
 grep -qx "verify=0" "$tmp/out" && grep -qx "ok       fs/ck/step-00000002 (step 2)" "$tmp/out" ||

@@ -15,7 +15,8 @@ A=(--train-limit 1000 --test-limit 200 --batch-size $((32 / NP)) --epochs 3 --no
 # a metrics line without its timing and memory figures
 deterministic() { sed -E 's/^(\{"step".*"lr": [^,]*), "step_ms".*("loss_scale": [^,]*, "skipped": [0-9]+).*/\1 \2/' "$1"; }
 
-train "$NP" "${A[@]}" --max-steps 40 --log-steps A.log --metrics A.json --dump-params A.bin
+# (a directory of its own: --checkpoint-dir saves the last step at the end)
+train "$NP" "${A[@]}" --max-steps 40 --log-steps A.log --metrics A.json --dump-params A.bin --checkpoint-dir "$tmp/S"
 expect_rc 0
 [ "$(wc -l <A.log)" -eq 40 ] || fail "straight run logged $(wc -l <A.log) steps, expected 40"
 
