@@ -42,7 +42,9 @@ int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg)
     }
 }
 
-int ex_ckpt_saves(const ex_ckpt_options *o) { return o->save_every > 0 || o->dir_given; }
+int ex_ckpt_saves(const ex_ckpt_options *o) {
+    return o->save_every > 0 || o->dir_given || (o->resume && strcmp(o->resume, "auto") == 0);
+}
 
 int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o) {
     if (!o->checkpoint_dir[0]) {

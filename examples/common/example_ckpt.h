@@ -46,10 +46,11 @@ enum {
     "                        limit); the learning-rate schedule still spans --epochs (a stop, as\n"                    \
     "                        between the chunks of a long job, not a shorter run)\n"                                   \
     "  --save-every N        write a checkpoint every N optimizer steps and at the end (default 0: at\n"               \
-    "                        the end when --checkpoint-dir is given, else only on SIGTERM/SIGINT)\n"                   \
-    "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints); given, the\n"               \
-    "                        last step is saved at the end even without --save-every; given or with\n"                 \
-    "                        --save-every, DIR is created and checked for writing, and for room\n"                     \
+    "                        the end when --checkpoint-dir or --resume auto is given, else only on\n"                  \
+    "                        SIGTERM/SIGINT)\n"                                                                        \
+    "  --checkpoint-dir DIR  checkpoints go to DIR/step-NNNNNNNN/ (default ./checkpoints); given (or\n"                \
+    "                        --resume auto), the last step is saved at the end even without\n"                         \
+    "                        --save-every, and DIR is created and checked for writing, and for room\n"                 \
     "                        for a checkpoint, at the start, and held (DIR/.lock) until the end: a\n"                  \
     "                        second run saving there is refused; with --resume, no --save-every, a DIR\n"              \
     "                        that cannot be written is only read: a warning, no save at the end\n"                     \
@@ -120,7 +121,7 @@ enum {
 
 typedef struct ex_ckpt_options {
     int64_t max_steps;  /* 0: no limit */
-    int64_t save_every; /* 0: at the end when dir_given, else only on a signal */
+    int64_t save_every; /* 0: at the end when dir_given or --resume auto, else only on a signal */
     int64_t keep_last;
     int save_async; /* --save-async */
     int dir_given;  /* --checkpoint-dir given: a checkpoint at the end even without --save-every */
@@ -132,8 +133,8 @@ void ex_ckpt_options_init(ex_ckpt_options *o);
 /* One getopt_long result: 1 when c is a shared flag (taken), 0 when not, -1 on a bad value (the
  * message printed). */
 int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg);
-/* Whether the run saves checkpoints of its own accord (--save-every, or --checkpoint-dir given:
- * at the end), not only on a signal. */
+/* Whether the run saves checkpoints of its own accord (--save-every; --checkpoint-dir given or
+ * --resume auto, which continues a run in it: at the end), not only on a signal. */
 int ex_ckpt_saves(const ex_ckpt_options *o);
 /* After parsing: 0, or -1 with a message (an empty --checkpoint-dir). */
 int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o);

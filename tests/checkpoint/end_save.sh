@@ -4,6 +4,7 @@
 # signal, so a finished run left nothing in the directory it was given).
 # 1. One rank: DIR/step-N of the last step, DIR/latest naming it, its weights those --dump-params
 #    wrote after training (bitwise), and --resume auto from it has nothing left to train.
+#    --resume auto alone (./checkpoints) continues a run there and saves its end as well.
 # 2. Neither flag: nothing is written (./checkpoints is not made). A --checkpoint-dir that cannot
 #    be written is refused at the start (with --resume it is a store to read: test_ckpt_disk_full).
 # 3. Two ranks (MPIRUN not none), --checkpoint-dir given to rank 0 alone (it is rank 0's option):
@@ -43,6 +44,16 @@ expect_rc 0
 expect_out "nothing to train (all 1 epoch done at step $steps)"
 expect_out "test acc $acc"
 [ "$(ls D | grep -c '^step-')" -eq 1 ] || fail "the resumed run with nothing to train saved again: $(ls D | tr '\n' ' ')"
+
+# 1b. --resume auto (into ./checkpoints, the default) continues a run there: its end is saved too
+mkdir cwd && cd cwd || exit 1
+train 1 "${A[@]}" --max-steps 5 --save-every 5
+expect_rc 0
+train 1 "${A[@]}" --resume auto
+expect_rc 0
+expect_out "saved checkpoint checkpoints/$last (step $steps)"
+[ "$(cat checkpoints/latest)" = "$last" ] || fail "--resume auto: checkpoints/latest is '$(cat checkpoints/latest)'"
+cd "$tmp" || exit 1
 
 # 2. neither flag: nothing on disk
 mkdir none && (cd none && "$PROG" "${A[@]}" >../out 2>&1) || fail "a run without checkpoint flags failed"
