@@ -3587,23 +3587,24 @@ void ls_ckpt_async_destroy(ls_ckpt_async *a) {
     free(a);
 }
 
-/* A safetensors file of the checkpoint into the model's tensors, or (ema) into the averages; the
- * file is there (load_rank0 has checked that state.json's EMA is in the manifest). */
-static ls_status load_weights(ls_ctx *ctx, const ckpt_bundle *b, int file, ls_module *model, ls_ema *ema) {
+/* A safetensors file of the checkpoint for the model's tensors, or (ema) for the averages (the file
+ * is there: load_rank0 has checked that state.json's EMA is in the manifest): with write 0 every
+ * tensor is only checked (there, of its tensor's dtype and shape, and nothing more in the file),
+ * with write 1 (after every file of the load passed its checks) copied. */
+static ls_status load_weights(ls_ctx *ctx, const ckpt_bundle *b, int file, ls_module *model, ls_ema *ema, int write) {
     char p[LS_CKPT_PATH_MAX + 80];
     ls_safetensors *f = NULL;
     snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[file]);
     LS_CHECK(ls_safetensors_open_memory(b->f[file].p, b->f[file].len, p, &f));
     ls_status s = LS_OK;
     int np = ls_module_num_params(model), nb = ls_cnn_num_buffers(model);
-    if (ema) s = ema_of_model(model, ema);
-    for (int i = 0; i < np && s == LS_OK; i++)
-        s = ls_safetensors_read(f, ls_module_param_name(model, i), ctx->alloc,
-                                ema ? ls_ema_tensor(ema, i) : ls_module_param(model, i));
-    for (int i = 0; i < nb && s == LS_OK; i++) {
+    if (ema && !write) s = ema_of_model(model, ema);
+    for (int i = 0; i < np + nb && s == LS_OK; i++) {
         char bname[LS_CKPT_BUFFER_NAME];
-        ls_tensor *t = ls_cnn_buffer(model, i, bname, sizeof bname);
-        s = ls_safetensors_read(f, bname, ctx->alloc, ema ? ls_ema_tensor(ema, np + i) : t);
+        ls_tensor *t = i < np ? ls_module_param(model, i) : ls_cnn_buffer(model, i - np, bname, sizeof bname);
+        const char *name = i < np ? ls_module_param_name(model, i) : bname;
+        if (ema) t = ls_ema_tensor(ema, i);
+        s = write ? ls_safetensors_read(f, name, ctx->alloc, t) : st_check(f, name, t, NULL);
     }
     if (s == LS_OK && ls_safetensors_count(f) != np + nb)
         s = ls_error(LS_ERR_INVALID_ARGUMENT, "'%s' holds %d tensors but the model has %d parameters and %d buffers", p,
@@ -3614,6 +3615,10 @@ static ls_status load_weights(ls_ctx *ctx, const ckpt_bundle *b, int file, ls_mo
 
 /* Load tensors of a verified checkpoint into rank 0's model, optimizer and EMA; with shard (a
  * sharded optimizer) the states other ranks keep are only checked (states_from_file sends them).
+ * Every file is checked before any tensor is written: a checkpoint refused (an optimizer of another
+ * kind, a state this run's optimizer needs and the file lacks, a tensor of another shape) leaves
+ * the model, the optimizer and the EMA as they were (the model's weights were loaded before the
+ * optimizer's file was looked at).
  * *fresh: 1 where this run's SGD keeps a momentum that the checkpoint, saved without, lacks: it
  * starts as a fresh optimizer's (ls_optimizer_restart_momentum, on every rank after the load), as
  * torch.optim.SGD's for a parameter without a buffer. It was an error, where momentum 0.9 to 0
@@ -3622,9 +3627,14 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
                               const ls_ckpt_state *st, int shard, int32_t *fresh) {
     char p[LS_CKPT_PATH_MAX + 80];
     ls_safetensors *f = NULL;
-    ls_status s = load_weights(ctx, b, F_MODEL, model, NULL);
-    if (s == LS_OK && ema && st->has_ema) s = load_weights(ctx, b, F_EMA, model, ema);
-    if (s != LS_OK || !opt) return s;
+    const int with_ema = ema && st->has_ema;
+    ls_status s = load_weights(ctx, b, F_MODEL, model, NULL, 0);
+    if (s == LS_OK && with_ema) s = load_weights(ctx, b, F_EMA, model, ema, 0);
+    if (s != LS_OK) return s;
+    if (!opt) {
+        s = load_weights(ctx, b, F_MODEL, model, NULL, 1);
+        return s == LS_OK && with_ema ? load_weights(ctx, b, F_EMA, model, ema, 1) : s;
+    }
 
     snprintf(p, sizeof p, "%s/%s", b->path, ckpt_required[F_OPTIM]);
     LS_CHECK(ls_safetensors_open_memory(b->f[F_OPTIM].p, b->f[F_OPTIM].len, p, &f));
@@ -3639,10 +3649,6 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
     s = opt_list_make(model, opt, st->optim.kind, shard, &ol);
     /* check_contents: SGD's file holds a momentum for every parameter or for none */
     *fresh = s == LS_OK && ol.n > 0 && !this_adamw && ls_safetensors_count(f) == 0;
-    if (*fresh)
-        LS_LOG_W("'%s' holds no momentum (the checkpoint's sgd kept none): this run's momentum, %g, starts afresh "
-                 "as a new optimizer's (each buffer the gradient of its first step)",
-                 p, (double)ls_optimizer_config(opt).momentum);
     /* the file holds a state for each parameter its signature does not mark frozen
      * (check_contents): one this run's optimizer steps but the file lacks was frozen when saved */
     int missing = 0, first = -1;
@@ -3656,12 +3662,16 @@ static ls_status load_tensors(ls_ctx *ctx, const ckpt_bundle *b, ls_module *mode
                      "frozen (left out of its optimizer), and this run trains them; resume with them frozen",
                      p, ol.names[first], more);
     }
-    for (int i = 0; i < ol.n && s == LS_OK && !*fresh; i++) {
-        if (ol.owner[i] > 0)
-            s = st_check(f, ol.names[i], ol.t[i], NULL);
-        else
-            s = ls_safetensors_read(f, ol.names[i], ctx->alloc, ol.t[i]);
-    }
+    for (int i = 0; i < ol.n && s == LS_OK && !*fresh; i++) s = st_check(f, ol.names[i], ol.t[i], NULL);
+    /* every file checked: now the copies */
+    if (s == LS_OK) s = load_weights(ctx, b, F_MODEL, model, NULL, 1);
+    if (s == LS_OK && with_ema) s = load_weights(ctx, b, F_EMA, model, ema, 1);
+    if (s == LS_OK && *fresh)
+        LS_LOG_W("'%s' holds no momentum (the checkpoint's sgd kept none): this run's momentum, %g, starts afresh "
+                 "as a new optimizer's (each buffer the gradient of its first step)",
+                 p, (double)ls_optimizer_config(opt).momentum);
+    for (int i = 0; i < ol.n && s == LS_OK && !*fresh; i++)
+        if (ol.owner[i] <= 0) s = ls_safetensors_read(f, ol.names[i], ctx->alloc, ol.t[i]);
     if (s == LS_OK && ls_safetensors_count(f) > ol.n)
         LS_LOG_W("'%s': %d optimizer state tensors that this run's optimizer does not keep are ignored", p,
                  ls_safetensors_count(f) - ol.n);
@@ -3874,8 +3884,12 @@ static ls_status check_finite(const char *path, const char *name, ls_dtype dtype
                     (long long)at, (long long)n, t->dtype != dtype ? " (as the model's dtype)" : "");
 }
 
+/* One tensor of the file for dst: with write 0 only checked (present, a float type, dst's shape, every
+ * value finite in dst's dtype), with write 1 (after every tensor passed its check) copied into dst.
+ * ls_model_load checks them all before it writes one, so that a file it refuses leaves the model as
+ * it was (it had filled the parameters before the one in error). */
 static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *path, const char *name,
-                              const char *what, int nonneg, ls_tensor *dst) {
+                              const char *what, int nonneg, ls_tensor *dst, int write) {
     char a[160], b[160];
     const ls_safetensors_info *t = ls_safetensors_find(f, name);
     if (!t) return ls_error(LS_ERR_INVALID_ARGUMENT, "'%s': no tensor '%s' (the model's %s)", path, name, what);
@@ -3892,10 +3906,9 @@ static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *
     if (dst->dtype != LS_F32 && dst->dtype != LS_F64)
         return ls_error(LS_ERR_UNSUPPORTED, "'%s': the model's %s is %s, not f32 or f64", path, what,
                         ls_dtype_name(dst->dtype));
-    if (t->dtype == dst->dtype) {
-        LS_CHECK(check_finite(path, name, dst->dtype, t->data, t->numel, nonneg, t));
-        return ls_safetensors_read(f, name, ctx->alloc, dst);
-    }
+    if (t->dtype == dst->dtype)
+        return write ? ls_safetensors_read(f, name, ctx->alloc, dst)
+                     : check_finite(path, name, dst->dtype, t->data, t->numel, nonneg, t);
     /* the CPU backend's conversion, from an aligned copy of the file's bytes */
     const int64_t n = t->numel;
     void *raw = malloc(t->nbytes ? t->nbytes : 1), *conv = malloc((size_t)n * ls_dtype_size(dst->dtype) + 1);
@@ -3904,8 +3917,8 @@ static ls_status model_tensor(ls_ctx *ctx, const ls_safetensors *f, const char *
         memcpy(raw, t->data, t->nbytes);
         s = ls_cpu_convert(n, t->dtype, raw, dst->dtype, conv);
     }
-    if (s == LS_OK) s = check_finite(path, name, dst->dtype, conv, n, nonneg, t);
-    if (s == LS_OK) {
+    if (s == LS_OK && !write) s = check_finite(path, name, dst->dtype, conv, n, nonneg, t);
+    if (s == LS_OK && write) {
         ls_tensor src = ls_tensor_view(conv, dst->dtype, ls_device_cpu(), dst->ndim, dst->shape);
         s = ls_tensor_copy(ctx->alloc, dst, &src);
     }
@@ -4116,7 +4129,7 @@ static ls_status model_load_rank0(ls_ctx *ctx, const char *path, ls_module *mode
         if (!ls_safetensors_find(f, ours[i]))
             s = missing_tensor(f, path, ours[i], what, ours, dst, sorted, np + nb);
         else
-            s = model_tensor(ctx, f, path, ours[i], what, i >= np && ends_with(ours[i], "running_var"), dst[i]);
+            s = model_tensor(ctx, f, path, ours[i], what, i >= np && ends_with(ours[i], "running_var"), dst[i], 0);
     }
     /* strict: a tensor of the file that the model lacks is a mismatch (a wrong architecture, or
      * names of another scheme), not something to drop silently */
@@ -4133,6 +4146,11 @@ static ls_status model_load_rank0(ls_ctx *ctx, const char *path, ls_module *mode
         }
         free(lacks);
         free(wants);
+    }
+    /* every tensor checked, nothing written yet: now the copies */
+    for (int i = 0; i < np + nb && s == LS_OK; i++) {
+        snprintf(what, sizeof what, "%s %d", i < np ? "parameter" : "buffer", i < np ? i : i - np);
+        s = model_tensor(ctx, f, path, ours[i], what, 0, dst[i], 1);
     }
     free(ours);
     free(sorted);

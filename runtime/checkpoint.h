@@ -262,8 +262,12 @@ void ls_ckpt_async_destroy(ls_ckpt_async *a);
  * (LS_ERR_INVALID_ARGUMENT naming the first differing parameter), loads parameters and optimizer
  * state into every rank's model/optimizer, sets the optimizer's step count and fills *state.
  * path_out (may be NULL) receives the checkpoint's directory, cut to path_len - 1 bytes as
- * snprintf cuts (LS_CKPT_PATH_MAX bytes always hold it). On an error the model may be
- * partly loaded; on rank 0, *state holds what state.json records where it was read (the error in
+ * snprintf cuts (LS_CKPT_PATH_MAX bytes always hold it). Every file is checked before any tensor
+ * is written: a checkpoint refused (another model, an optimizer of another kind, a state this run's
+ * optimizer needs and the file lacks) leaves the model, optimizer and EMA as they were; only a
+ * failure of the copies themselves (out of device memory), or with several ranks a difference
+ * between their optimizers or EMAs (found after rank 0's load) or a failed broadcast, may leave
+ * them in part. On rank 0, *state holds what state.json records where it was read (the error in
  * the tensors: the settings of the run that saved them, to say what differs), else zeros. */
 ls_status ls_ckpt_load(ls_comm *comm, ls_ctx *ctx, const char *dir, const char *which, ls_module *model,
                        ls_optimizer *opt, ls_ckpt_state *state, int *found, char *path_out, size_t path_len);
@@ -286,8 +290,10 @@ ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const ch
  * but PyTorch's "*.num_batches_tracked", which are skipped; then every rank gets rank 0's values.
  * Every rank's model must have rank 0's parameters and buffers (count, shapes, dtypes), checked
  * first: a difference is LS_ERR_MISMATCH on every rank, naming the first ("model differs between
- * ranks: ..."). Errors name the file and the tensor; every rank returns rank 0's. On an error the
- * model may be partly loaded. */
+ * ranks: ..."). Errors name the file and the tensor; every rank returns rank 0's. All or nothing: every
+ * tensor is checked (present, shape, dtype, finite, nothing more in the file) before the first is
+ * written, so a file refused leaves the model bit for bit as it was; only a failure of the copies
+ * themselves (out of device memory) may leave it in part. */
 ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module *model);
 
 /* Rank 0, before a run that saves: creates dir (and its parents) as a save would, and checks that
