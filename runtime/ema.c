@@ -7,9 +7,11 @@
 #include <string.h>
 
 #include "cnn.h"
+#include "nn_impl.h"
 
 struct ls_ema {
     ls_ctx *ctx;
+    ls_module *model; /* counted in model->emas: ls_module_destroy refuses to free it before this */
     double decay;
     int warmup;
     int64_t updates;
@@ -27,6 +29,7 @@ double ls_ema_decay_at(double decay, int warmup, int64_t t) {
 
 void ls_ema_destroy(ls_ema *e) {
     if (!e) return;
+    if (e->model) e->model->emas--;
     for (int i = 0; i < e->n; i++) ls_tensor_destroy(e->avg ? e->avg[i] : NULL);
     free(e->avg);
     free(e->src);
@@ -65,6 +68,8 @@ ls_status ls_ema_create(ls_ctx *ctx, ls_module *model, double decay, int warmup,
         ls_ema_destroy(e);
         return s;
     }
+    e->model = model;
+    model->emas++;
     *out = e;
     return LS_OK;
 }

@@ -32,7 +32,8 @@ typedef struct ls_ema ls_ema;
 double ls_ema_decay_at(double decay, int warmup, int64_t t);
 
 /* An average of model's parameters and buffers, starting from their values now (copies; the
- * model must outlive it). decay in [0, 1): LS_ERR_INVALID_ARGUMENT otherwise. */
+ * model must outlive it: ls_module_destroy of the model, or of a container holding it, refuses to
+ * free it until ls_ema_destroy). decay in [0, 1): LS_ERR_INVALID_ARGUMENT otherwise. */
 ls_status ls_ema_create(ls_ctx *ctx, ls_module *model, double decay, int warmup, ls_ema **out);
 void ls_ema_destroy(ls_ema *e);
 

@@ -3,6 +3,7 @@
  * gradient hook for a child's parameters (last first) right after that child's backward. */
 #include "nn.h"
 #include "nn_impl.h"
+#include "log.h"
 #include "timeline.h"
 
 #include <math.h>
@@ -60,8 +61,27 @@ ls_status ls_module_alloc(ls_ctx *ctx, const ls_module_vt *vt, int n_params, siz
     return LS_OK;
 }
 
+/* The trainers and EMAs that hold m or a module inside it (added to *trainers and *emas). */
+static void holders(const ls_module *m, int *trainers, int *emas) {
+    *trainers += m->trainers;
+    *emas += m->emas;
+    for (int i = 0; i < m->n_children; i++)
+        if (m->children[i]) holders(m->children[i], trainers, emas);
+}
+
 void ls_module_destroy(ls_module *m) {
     if (!m) return;
+    int trainers = 0, emas = 0;
+    holders(m, &trainers, &emas);
+    if (trainers || emas) { /* freed, their use and their own destroys would write into freed memory */
+        ls_error(LS_ERR_INVALID_ARGUMENT,
+                 "ls_module_destroy: the module (%s) is still held by %d trainer%s and %d EMA%s (ls_trainer_create, "
+                 "ls_ema_create, of it or of a module inside it) not yet destroyed: destroy them first "
+                 "(ls_trainer_destroy, ls_ema_destroy), then the module; it is left as it is, not freed",
+                 m->vt->kind, trainers, trainers == 1 ? "" : "s", emas, emas == 1 ? "" : "s");
+        LS_LOG_E("%s", ls_last_error());
+        return;
+    }
     if (m->vt->destroy) m->vt->destroy(m);
     ls_tensor_destroy(m->y);
     ls_tensor_destroy(m->dx);
@@ -718,6 +738,10 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
                         "ls_checkpoint_sequential: the model is held by a trainer (ls_trainer_create), which would go "
                         "on with the container this call replaces: wrap the model before making the trainer (or "
                         "destroy the trainer first and make a new one for the wrapped model)");
+    if (seq->emas > 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_checkpoint_sequential: the model is held by an EMA of its weights (ls_ema_create), which "
+                        "holds the container this call replaces: wrap the model before making the EMA");
     int n = seq->n_children;
     if (segments < 1 || segments > n)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "cannot split %d layer%s into %d checkpoint segments (at most %d)%s",

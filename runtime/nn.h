@@ -37,6 +37,11 @@ ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t 
  * "0.bias", "3.weight", ... The dropouts' streams are apart from the layers' init streams. */
 ls_status ls_mlp_create_dropout(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act,
                                 float dropout, uint64_t seed, ls_module **out_m);
+/* Frees m and the modules inside it (NULL: nothing). Destroy the trainers (ls_trainer_create) and
+ * EMAs (ls_ema_create) made of m, or of a module inside it, first: while one is held, m is left as
+ * it is, not freed, and the error (ls_last_error, and logged) names how many hold it; call it again
+ * after their destroys. A leak rather than a use after free, at their next call or destroy. An
+ * optimizer over m's tensors keeps them too: destroy it before m, or at least never step it after. */
 void ls_module_destroy(ls_module *m);
 
 /* Dropout with probability p (inverted: kept values scaled by 1/(1-p)); inactive when not

@@ -77,9 +77,11 @@ struct ls_module {
      * the recompute, so that the layer writes the same values into the same buffer instead of a
      * second one beside it; NULL where the output was copied */
     ls_tensor **y_home;
-    /* trainers made with this module as their model and not yet destroyed (ls_trainer_create):
-     * ls_checkpoint_sequential refuses to consume such a container, which they would go on using */
-    int trainers;
+    /* trainers made with this module as their model and EMAs made of it (ls_trainer_create,
+     * ls_ema_create), not yet destroyed: ls_checkpoint_sequential refuses to consume such a
+     * container, which they would go on using, and ls_module_destroy to free a module while one is
+     * held in it (their destroys, after, would write into it) */
+    int trainers, emas;
 };
 
 /* The training modes of m and of every module inside it (m first, then each child's, depth

@@ -88,7 +88,7 @@ typedef struct ls_trainer ls_trainer;
  * model's gradients move into the reducer's buckets (reducer.h: gradients as bucket views, unless
  * cfg->buckets.bucket_view is -1 or LOCKSTEP_GRAD_AS_BUCKET_VIEW=0): the tensors stay, their ->data
  * changes, so read it when used; ls_trainer_destroy gives them their own memory back, and the
- * model must outlive the trainer. An optimizer sharded over the ranks (ZeRO stage 1: the config's
+ * model must outlive the trainer (ls_module_destroy refuses to free it until ls_trainer_destroy). An optimizer sharded over the ranks (ZeRO stage 1: the config's
  * shard_rank and shard_world, or ls_optimizer_shard) must be sharded over comm's ranks: each
  * gradient is reduced to the rank that owns its parameter (cfg->shard_reduce), each rank steps its
  * own parameters and the trainer broadcasts each parameter from its owner after every step, so

@@ -1,0 +1,111 @@
+/* test_capi_misuse.c: what a C program writing its own training loop may get wrong, each
+ * well-defined and said:
+ * - destroy order: ls_module_destroy of a module a trainer or an EMA still holds (it, or a module
+ *   inside it) is refused with an error naming what to destroy first, and the module stays usable
+ *   (it was freed under them: a use after free at their next call and at their destroy); after
+ *   their destroy it is freed (the ASan build's leak check sees that). ls_checkpoint_sequential of
+ *   a container an EMA holds is refused as for a trainer. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ema.h"
+#include "nn.h"
+#include "optim.h"
+#include "testutil.h"
+#include "train.h"
+
+static ls_ctx *ctx;
+
+static ls_module *make_model(uint64_t seed) {
+    ls_module *m;
+    int64_t sizes[3] = {4, 8, 3};
+    LS_REQUIRE_OK(ls_mlp_create(ctx, LS_F32, 3, sizes, LS_ACT_RELU, seed, &m));
+    return m;
+}
+
+static ls_status make_opt_order(ls_module *m, ls_optim_kind kind, const int *order, ls_optimizer **o) {
+    ls_tensor *p[4], *g[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = ls_module_param(m, order[i]);
+        g[i] = ls_module_grad(m, order[i]);
+    }
+    ls_optim_config c = ls_optim_defaults(kind);
+    return ls_optimizer_create(ctx, 4, p, g, &c, o);
+}
+
+static ls_optimizer *make_opt(ls_module *m, ls_optim_kind kind) {
+    static const int in_order[4] = {0, 1, 2, 3};
+    ls_optimizer *o;
+    LS_REQUIRE_OK(make_opt_order(m, kind, in_order, &o));
+    return o;
+}
+
+static ls_train_config config(void) {
+    ls_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.batch_per_rank = 4;
+    tc.accum_steps = 1;
+    tc.lr = (ls_lr_schedule){0.1f, 0, 0, 10, LS_LR_COSINE};
+    return tc;
+}
+
+/* ls_module_destroy of m, whose refusal (and its log line) must name want. */
+static void expect_refused_destroy(ls_module *m, const char *want) {
+    char log[64];
+    snprintf(log, sizeof log, "/tmp/ls_capi_misuse_%d.log", (int)getpid());
+    int saved = ls_test_stderr_to(log);
+    ls_module_destroy(m);
+    ls_test_stderr_back(saved);
+    char *said = ls_test_slurp(log);
+    remove(log);
+    LS_EXPECT(strstr(ls_last_error(), want) != NULL);
+    LS_EXPECT(said && strstr(said, want) != NULL);
+    if (!strstr(ls_last_error(), want)) fprintf(stderr, "last error: '%s', expected '%s'\n", ls_last_error(), want);
+    free(said);
+    /* still there: usable */
+    LS_EXPECT(ls_module_num_params(m) == 4 && strcmp(ls_module_param_name(m, 0), "0.weight") == 0);
+}
+
+static void test_destroy_order(void) {
+    ls_module *m = make_model(1);
+    ls_optimizer *o = make_opt(m, LS_OPTIM_SGD);
+    ls_train_config tc = config();
+    ls_trainer *t;
+    LS_REQUIRE_OK(ls_trainer_create(ctx, NULL, m, o, &tc, &t));
+    expect_refused_destroy(m, "is still held by 1 trainer and 0 EMAs");
+    expect_refused_destroy(m, "destroy them first (ls_trainer_destroy, ls_ema_destroy), then the module");
+    LS_EXPECT(ls_trainer_num_steps(t) == 0);
+    ls_trainer_destroy(t); /* writes into the model: it must still be there */
+
+    /* an EMA of the model, and one of a module inside it */
+    ls_ema *e, *ec;
+    LS_REQUIRE_OK(ls_ema_create(ctx, m, 0.5, 0, &e));
+    LS_REQUIRE_OK(ls_ema_create(ctx, ls_module_child(m, 0), 0.5, 0, &ec));
+    expect_refused_destroy(m, "is still held by 0 trainers and 2 EMAs");
+    LS_EXPECT(ls_ema_update(e) == LS_OK && ls_ema_update(ec) == LS_OK);
+    ls_ema_destroy(e);
+    expect_refused_destroy(m, "is still held by 0 trainers and 1 EMA ");
+    ls_ema_destroy(ec);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m); /* freed now: ASan's leak check would name it otherwise */
+
+    /* ls_checkpoint_sequential of a container an EMA holds (the EMA's destroy wrote into the freed one) */
+    ls_module *s = make_model(2);
+    LS_REQUIRE_OK(ls_ema_create(ctx, s, 0.5, 0, &e));
+    ls_module *wrapped = NULL;
+    LS_EXPECT_ERR(ls_checkpoint_sequential(s, 2, &wrapped), LS_ERR_INVALID_ARGUMENT,
+                  "held by an EMA of its weights (ls_ema_create)");
+    LS_EXPECT(wrapped == NULL);
+    ls_ema_destroy(e);
+    LS_REQUIRE_OK(ls_checkpoint_sequential(s, 2, &s));
+    ls_module_destroy(s);
+}
+
+int main(void) {
+    LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
+    test_destroy_order();
+    ls_ctx_destroy(ctx);
+    LS_TEST_END();
+}
