@@ -172,6 +172,12 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
         if (!(hp[i].v >= 0 && (hp[i].below ? hp[i].v < hp[i].max : hp[i].v <= hp[i].max)))
             return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: %s %g must be %s", hp[i].name, (double)hp[i].v,
                             hp[i].range);
+    /* AdamW divides by sqrt(v) + eps: with eps 0 an element whose gradients were all 0 steps by 0/0 = NaN */
+    if (cfg->kind == LS_OPTIM_ADAMW && !(cfg->eps > 0))
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "optimizer: AdamW's eps %g must be > 0 (with 0, a weight whose gradients are all 0 steps by "
+                        "0/0 = NaN)",
+                        (double)cfg->eps);
     if (cfg->shard_world < 0 || (cfg->shard_world > 1 && (cfg->shard_rank < 0 || cfg->shard_rank >= cfg->shard_world)))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "optimizer: shard_rank %d is not a rank of shard_world %d",
                         cfg->shard_rank, cfg->shard_world);

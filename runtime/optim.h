@@ -21,7 +21,8 @@ typedef struct ls_optim_config {
     float weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled */
     float momentum, dampening;
     int nesterov;
-    float beta1, beta2, eps;
+    float beta1, beta2, eps; /* AdamW's: betas in [0, 1), eps > 0 (0: a weight whose gradients are all
+                              * 0 would step by 0/0 = NaN) */
     /* 1: no weight decay on parameters of fewer than 2 dimensions (biases, batch norm's scale and
      * shift), as timm and nanoGPT group them; 0 (the default): every parameter decays, as
      * torch.optim with one parameter group */
@@ -99,7 +100,11 @@ typedef enum ls_lr_kind { LS_LR_COSINE = 0, LS_LR_LINEAR = 1, LS_LR_CONSTANT = 2
 ls_status ls_lr_kind_parse(const char *s, ls_lr_kind *out); /* "cosine", "linear", "constant" */
 const char *ls_lr_kind_name(ls_lr_kind k);                  /* NULL for a value not in the enum */
 
-/* Linear warmup from lr/warmup to lr over warmup steps, then kind's decay to min_lr at total. */
+/* Linear warmup from lr/warmup to lr over warmup steps, then kind's decay to min_lr at total.
+ * ls_trainer_create refuses (LS_ERR_INVALID_ARGUMENT, naming the values) a base_lr or min_lr
+ * negative or not finite, min_lr above base_lr (a rise, not a decay), min_lr > 0 with the constant
+ * kind (never reached), negative warmup or total steps, a kind not in the enum. ls_lr_at(NULL, .)
+ * is NAN. */
 typedef struct ls_lr_schedule {
     float base_lr, min_lr;
     int64_t warmup_steps, total_steps; /* total 0 (or <= warmup): constant after warmup */

@@ -682,6 +682,17 @@ static ls_status check_config(ls_ctx *ctx, ls_module *model, ls_optimizer *opt, 
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "learning-rate schedule: kind %d is not LS_LR_COSINE, LS_LR_LINEAR or LS_LR_CONSTANT",
                         (int)lr->kind);
+    /* as the examples' --min-lr: compared in float, as the schedule uses them */
+    if (lr->min_lr > lr->base_lr)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "learning-rate schedule: min_lr %g is above base_lr %g: the schedule would rise to it, not "
+                        "decay; set min_lr at most base_lr",
+                        (double)lr->min_lr, (double)lr->base_lr);
+    if (lr->kind == LS_LR_CONSTANT && lr->min_lr > 0)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "learning-rate schedule: min_lr %g with the constant schedule, which never decays toward it: "
+                        "use LS_LR_COSINE or LS_LR_LINEAR, or min_lr 0",
+                        (double)lr->min_lr);
     if (!(cfg->clip_grad_norm >= 0) || !isfinite(cfg->clip_grad_norm))
         return ls_error(LS_ERR_INVALID_ARGUMENT, "clip_grad_norm %g must be finite and >= 0 (0: off)",
                         cfg->clip_grad_norm);

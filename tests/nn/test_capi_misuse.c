@@ -4,7 +4,13 @@
  *   inside it) is refused with an error naming what to destroy first, and the module stays usable
  *   (it was freed under them: a use after free at their next call and at their destroy); after
  *   their destroy it is freed (the ASan build's leak check sees that). ls_checkpoint_sequential of
- *   a container an EMA holds is refused as for a trainer. */
+ *   a container an EMA holds is refused as for a trainer;
+ * - the trainer's learning-rate schedule: min_lr above base_lr (it would rise, not decay), and
+ *   min_lr with the constant schedule (never reached), are LS_ERR_INVALID_ARGUMENT naming both;
+ *   AdamW's eps 0 (a zero gradient's update 0/0 = NaN) likewise;
+ * - optimizers whose parameter lists do not match the trainer's model: another model's, a
+ *   parameter with another's gradient, a parameter twice: refused; the model's own in another
+ *   order: accepted. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,9 +109,75 @@ static void test_destroy_order(void) {
     ls_module_destroy(s);
 }
 
+static void test_schedule(void) {
+    ls_module *m = make_model(3);
+    ls_optimizer *o = make_opt(m, LS_OPTIM_SGD);
+    ls_trainer *t = NULL;
+    ls_train_config tc = config();
+    tc.lr.min_lr = 0.2f;
+    LS_EXPECT_ERR(ls_trainer_create(ctx, NULL, m, o, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "learning-rate schedule: min_lr 0.2 is above base_lr 0.1");
+    LS_EXPECT(t == NULL);
+    tc = config();
+    tc.lr.kind = LS_LR_CONSTANT;
+    tc.lr.min_lr = 0.01f;
+    LS_EXPECT_ERR(ls_trainer_create(ctx, NULL, m, o, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "learning-rate schedule: min_lr 0.01 with the constant schedule");
+    /* equal is fine (compared in float, as the schedule uses them), as min_lr 0 with constant */
+    tc = config();
+    tc.lr.min_lr = tc.lr.base_lr;
+    LS_EXPECT(ls_trainer_create(ctx, NULL, m, o, &tc, &t) == LS_OK);
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(o);
+
+    ls_optim_config c = ls_optim_defaults(LS_OPTIM_ADAMW);
+    c.eps = 0;
+    ls_tensor *p[1] = {ls_module_param(m, 0)}, *g[1] = {ls_module_grad(m, 0)};
+    LS_EXPECT_ERR(ls_optimizer_create(ctx, 1, p, g, &c, &o), LS_ERR_INVALID_ARGUMENT,
+                  "optimizer: AdamW's eps 0 must be > 0");
+    c = ls_optim_defaults(LS_OPTIM_SGD);
+    c.eps = 0; /* SGD has no use for it */
+    LS_EXPECT(ls_optimizer_create(ctx, 1, p, g, &c, &o) == LS_OK);
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+}
+
+static void test_param_lists(void) {
+    ls_module *m = make_model(4), *other = make_model(5);
+    ls_train_config tc = config();
+    ls_trainer *t = NULL;
+    ls_optimizer *o = make_opt(other, LS_OPTIM_SGD);
+    LS_EXPECT_ERR(ls_trainer_create(ctx, NULL, m, o, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "the optimizer's parameter 0 ([8, 4] f32 cpu) is not one of the model's");
+    ls_optimizer_destroy(o);
+    static const int dup[4] = {0, 1, 1, 3};
+    LS_EXPECT_ERR(make_opt_order(m, LS_OPTIM_SGD, dup, &o), LS_ERR_INVALID_ARGUMENT,
+                  "parameters 1 and 2 are the same tensor");
+    static const int reversed[4] = {3, 2, 1, 0};
+    LS_REQUIRE_OK(make_opt_order(m, LS_OPTIM_SGD, reversed, &o));
+    LS_EXPECT(ls_trainer_create(ctx, NULL, m, o, &tc, &t) == LS_OK);
+    ls_trainer_destroy(t);
+    ls_optimizer_destroy(o);
+    /* a parameter with another parameter's gradient of the same shape: 0.weight of m, grad of other's */
+    ls_tensor *p[4], *g[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = ls_module_param(m, i);
+        g[i] = ls_module_grad(i == 2 ? other : m, i);
+    }
+    ls_optim_config c = ls_optim_defaults(LS_OPTIM_SGD);
+    LS_REQUIRE_OK(ls_optimizer_create(ctx, 4, p, g, &c, &o));
+    LS_EXPECT_ERR(ls_trainer_create(ctx, NULL, m, o, &tc, &t), LS_ERR_INVALID_ARGUMENT,
+                  "the optimizer's parameter 2 is the model's parameter 2, but its gradient is not");
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+    ls_module_destroy(other);
+}
+
 int main(void) {
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
     test_destroy_order();
+    test_schedule();
+    test_param_lists();
     ls_ctx_destroy(ctx);
     LS_TEST_END();
 }
