@@ -797,6 +797,7 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
 }
 
 void ls_module_set_training(ls_module *m, int training) {
+    if (!m) return;
     m->training = training;
     for (int i = 0; i < m->n_children; i++) ls_module_set_training(m->children[i], training);
 }
@@ -925,9 +926,11 @@ int ls_module_any_requires_grad(const ls_module *m) {
 }
 
 int ls_module_num_params(const ls_module *m) { return m ? m->n_params : 0; }
-ls_tensor *ls_module_param(ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->params[i] : NULL; }
-ls_tensor *ls_module_grad(ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->grads[i] : NULL; }
-const char *ls_module_param_name(const ls_module *m, int i) { return i >= 0 && i < m->n_params ? m->names[i] : NULL; }
+ls_tensor *ls_module_param(ls_module *m, int i) { return m && i >= 0 && i < m->n_params ? m->params[i] : NULL; }
+ls_tensor *ls_module_grad(ls_module *m, int i) { return m && i >= 0 && i < m->n_params ? m->grads[i] : NULL; }
+const char *ls_module_param_name(const ls_module *m, int i) {
+    return m && i >= 0 && i < m->n_params ? m->names[i] : NULL;
+}
 static int layers_walk(const ls_module *m, char (*out)[LS_LAYER_DESC_MAX], int max, int at) {
     if (!m) return at;
     const char *kind = m->vt->kind;
@@ -961,7 +964,7 @@ int ls_module_layers(const ls_module *m, char (*out)[LS_LAYER_DESC_MAX], int max
 
 int64_t ls_module_num_elements(const ls_module *m) {
     int64_t n = 0;
-    for (int i = 0; i < m->n_params; i++) n += ls_tensor_numel(m->params[i]);
+    for (int i = 0; m && i < m->n_params; i++) n += ls_tensor_numel(m->params[i]);
     return n;
 }
 
@@ -971,6 +974,7 @@ ls_status ls_module_zero_grad(ls_module *m) {
 }
 
 void ls_module_set_grad_hook(ls_module *m, ls_grad_hook hook, void *user) {
+    if (!m) return;
     m->hook = hook;
     m->hook_user = user;
 }

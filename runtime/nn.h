@@ -108,6 +108,7 @@ ls_status ls_module_backward(ls_module *m, const ls_tensor *dy, int want_dx, con
 ls_status ls_module_set_requires_grad(ls_module *m, int i, int requires_grad);
 int ls_module_requires_grad(const ls_module *m, int i);
 
+/* The getters give 0 or NULL (the setters do nothing) for m NULL or i out of range. */
 int ls_module_num_params(const ls_module *m);
 ls_tensor *ls_module_param(ls_module *m, int i);
 ls_tensor *ls_module_grad(ls_module *m, int i);

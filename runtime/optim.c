@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+
 struct ls_optimizer {
     ls_ctx *ctx;
     ls_optim_config cfg;
@@ -354,6 +356,15 @@ ls_status ls_optimizer_get_num_steps(ls_optimizer *o, int64_t *steps) {
 }
 
 void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps) {
+    if (!o) return;
+    if (steps < 0) { /* AdamW's bias correction at a step <= 0 made every weight NaN, silently */
+        ls_error(LS_ERR_INVALID_ARGUMENT,
+                 "ls_optimizer_set_num_steps: %lld steps is negative; the count is left at "
+                 "its value",
+                 (long long)steps);
+        LS_LOG_E("%s", ls_last_error());
+        return;
+    }
     o->steps = steps;
     o->restart = 0;
     o->count = COUNT_HOST; /* written to the device by the next counted step */
@@ -471,6 +482,7 @@ ls_status ls_lr_kind_parse(const char *s, ls_lr_kind *out) {
 const char *ls_lr_kind_name(ls_lr_kind k) { return (unsigned)k < 3 ? lr_kinds[k] : NULL; }
 
 float ls_lr_at(const ls_lr_schedule *s, int64_t step) {
+    if (!s) return NAN; /* an optimizer's step refuses it */
     if (s->warmup_steps > 0 && step < s->warmup_steps) return s->base_lr * (float)(step + 1) / (float)s->warmup_steps;
     if (s->total_steps <= s->warmup_steps || s->kind == LS_LR_CONSTANT) return s->base_lr;
     double t = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);

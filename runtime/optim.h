@@ -87,6 +87,8 @@ int ls_optimizer_owner(const ls_optimizer *o, int i);
  * do not: ls_ckpt_save moves the others' states one tensor at a time); its steps still update only
  * its own. all 0 frees them again. Unsharded: nothing to do. */
 ls_status ls_optimizer_hold_states(ls_optimizer *o, int all);
+/* A negative count is refused (logged, ls_last_error; the count stays): AdamW's bias correction
+ * made every weight NaN from it. */
 void ls_optimizer_set_num_steps(ls_optimizer *o, int64_t steps);
 /* SGD's momentum buffers (this rank's) zeroed, and the next step taken as a first one: each buffer
  * starts as that step's gradient (with weight decay), as torch.optim.SGD's does for a parameter

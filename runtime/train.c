@@ -854,7 +854,7 @@ const ls_reducer *ls_trainer_reducer(const ls_trainer *t) { return t ? t->reduce
 
 int ls_trainer_shard_reduce(const ls_trainer *t) { return !t || !t->owners ? 0 : t->reduce_owned ? 1 : -1; }
 
-int64_t ls_trainer_num_steps(const ls_trainer *t) { return t->steps; }
+int64_t ls_trainer_num_steps(const ls_trainer *t) { return t ? t->steps : 0; }
 
 void ls_trainer_set_num_steps(ls_trainer *t, int64_t steps) {
     if (t) t->steps = steps < 0 ? 0 : steps; /* a negative step would make the warmup's lr negative */

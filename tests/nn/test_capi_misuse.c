@@ -10,7 +10,11 @@
  *   AdamW's eps 0 (a zero gradient's update 0/0 = NaN) likewise;
  * - optimizers whose parameter lists do not match the trainer's model: another model's, a
  *   parameter with another's gradient, a parameter twice: refused; the model's own in another
- *   order: accepted. */
+ *   order: accepted;
+ * - NULL objects given to the module getters and setters, ls_lr_at, ls_trainer_num_steps and
+ *   ls_optimizer_set_num_steps (crashes): NULL, 0, NAN or nothing done; a negative step count set
+ *   on an optimizer (AdamW's bias correction then made every weight NaN, silently): refused,
+ *   logged, the count left as it was. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,11 +177,46 @@ static void test_param_lists(void) {
     ls_module_destroy(other);
 }
 
+static void test_null_and_negative(void) {
+    /* getters and setters given NULL */
+    LS_EXPECT(ls_module_param(NULL, 0) == NULL);
+    LS_EXPECT(ls_module_grad(NULL, 0) == NULL);
+    LS_EXPECT(ls_module_param_name(NULL, 0) == NULL);
+    LS_EXPECT(ls_module_num_elements(NULL) == 0);
+    ls_module_set_training(NULL, 1);
+    ls_module_set_grad_hook(NULL, NULL, NULL);
+    LS_EXPECT(isnan(ls_lr_at(NULL, 3)));
+    LS_EXPECT(ls_trainer_num_steps(NULL) == 0);
+    ls_trainer_set_num_steps(NULL, 3);
+    ls_optimizer_set_num_steps(NULL, 3);
+
+    /* a negative step count: refused, the count as it was (AdamW's step made every weight NaN) */
+    ls_module *m = make_model(6);
+    ls_optimizer *o = make_opt(m, LS_OPTIM_ADAMW);
+    for (int i = 0; i < 4; i++) {
+        ls_tensor *g = ls_module_grad(m, i);
+        for (int64_t k = 0; k < ls_tensor_numel(g); k++) ((float *)g->data)[k] = 0.5f;
+    }
+    ls_optimizer_set_num_steps(o, 7);
+    ls_optimizer_set_num_steps(o, -5);
+    LS_EXPECT(strstr(ls_last_error(), "ls_optimizer_set_num_steps: -5 steps is negative") != NULL);
+    int64_t steps = -1;
+    LS_REQUIRE_OK(ls_optimizer_get_num_steps(o, &steps));
+    LS_EXPECT(steps == 7);
+    LS_REQUIRE_OK(ls_optimizer_step(o, 0.1f));
+    const float *w = ls_module_param(m, 0)->data;
+    LS_EXPECT(isfinite(w[0]));
+
+    ls_optimizer_destroy(o);
+    ls_module_destroy(m);
+}
+
 int main(void) {
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
     test_destroy_order();
     test_schedule();
     test_param_lists();
+    test_null_and_negative();
     ls_ctx_destroy(ctx);
     LS_TEST_END();
 }
