@@ -2571,6 +2571,7 @@ static void diff_str(char *d, size_t size, const char *fmt, ...) {
 
 int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
     int n = 0;
+    if (!a || !b) return 0;
     if (a->world_size != b->world_size || a->batch_per_rank != b->batch_per_rank || a->accum_steps != b->accum_steps) {
         LS_LOG_W(
             "the checkpoint was written by %d rank(s) x batch %lld x %d accumulation, this run has %d x %lld x %d: "
@@ -2665,6 +2666,8 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *a, const ls_ckpt_state *b) {
 
 void ls_ckpt_resume_position(const ls_ckpt_state *st, int64_t global_batch, int64_t steps_per_epoch, int64_t *epoch,
                              int64_t *step_in_epoch, int *exact) {
+    const ls_ckpt_state none = {0};
+    if (!st) st = &none; /* the start */
     int64_t e = st->epoch, s = st->epoch_samples, j = 0;
     int ex = 1;
     if (global_batch > 0) {

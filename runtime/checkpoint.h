@@ -348,7 +348,7 @@ ls_status ls_ckpt_state_to_json(const ls_ckpt_state *state, ls_module *model, ch
 ls_status ls_ckpt_state_parse(const char *text, size_t len, const char *name, ls_module *model, ls_ckpt_state *out);
 /* Warn (log) about settings that differ between a saved state and this run's (world size, batch,
  * seed, schedule, optimizer hyperparameters, an EMA of the weights: kept or not, its decay and
- * warmup); returns how many differ. */
+ * warmup); returns how many differ (0 where either is NULL). */
 int ls_ckpt_warn_changes(const ls_ckpt_state *saved, const ls_ckpt_state *now);
 
 /* Where to continue in the saved epoch with a global batch of global_batch samples per step:
@@ -357,7 +357,7 @@ int ls_ckpt_warn_changes(const ls_ckpt_state *saved, const ls_ckpt_state *now);
  * of that epoch are skipped); past the last step it moves to the start of the next epoch.
  * Bitwise continuation is promised only for the same world size and batch. */
 void ls_ckpt_resume_position(const ls_ckpt_state *state, int64_t global_batch, int64_t steps_per_epoch, int64_t *epoch,
-                             int64_t *step_in_epoch, int *exact);
+                             int64_t *step_in_epoch, int *exact); /* state NULL: the start; outputs may be NULL */
 
 /* ---------------------------------------------------------------- preemption
  * What a scheduler sends before it preempts or cancels a job (Slurm, Kubernetes: SIGTERM; a

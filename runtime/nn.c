@@ -1051,6 +1051,7 @@ ls_status ls_xent_correct(ls_xent *l, const ls_tensor *logits, const ls_tensor *
 }
 
 double ls_xent_mean(ls_dtype dtype, const void *losses, int64_t count) {
+    if ((count > 0 && !losses) || (dtype != LS_F32 && dtype != LS_F64)) return NAN;
     double sum = 0; /* the order and precision of ls_op_xent_forward's sum */
     for (int64_t i = 0; i < count; i++)
         sum += dtype == LS_F64 ? ((const double *)losses)[i] : ((const float *)losses)[i];

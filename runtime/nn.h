@@ -153,7 +153,8 @@ ls_status ls_xent_read(ls_xent *l, double *mean_loss, int64_t *correct);
  * with ls_xent_mean. host_losses should come from ls_allocator_host_alloc (pinned). */
 ls_status ls_xent_download(ls_xent *l, int slot, void *host_losses, int32_t *host_correct, ls_dtype *dtype,
                            int64_t *count);
-/* The mean of count per-sample losses (f32 or f64) in host memory, summed as ls_xent_read does. */
+/* The mean of count per-sample losses (f32 or f64) in host memory, summed as ls_xent_read does;
+ * NAN for another dtype, or losses NULL with count > 0. */
 double ls_xent_mean(ls_dtype dtype, const void *losses, int64_t count);
 
 #ifdef __cplusplus

@@ -14,12 +14,15 @@
  * - NULL objects given to the module getters and setters, ls_lr_at, ls_trainer_num_steps and
  *   ls_optimizer_set_num_steps (crashes): NULL, 0, NAN or nothing done; a negative step count set
  *   on an optimizer (AdamW's bias correction then made every weight NaN, silently): refused,
- *   logged, the count left as it was. */
+ *   logged, the count left as it was; NULL states given to ls_ckpt_warn_changes and
+ *   ls_ckpt_resume_position (crashes): 0 differences, the start; ls_xent_mean of NULL losses or of
+ *   an integer dtype (read as floats): NAN. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "ema.h"
 #include "nn.h"
 #include "optim.h"
@@ -211,12 +214,28 @@ static void test_null_and_negative(void) {
     ls_module_destroy(m);
 }
 
+static void test_null_state_and_losses(void) {
+    ls_ckpt_state st;
+    memset(&st, 0, sizeof st);
+    LS_EXPECT(ls_ckpt_warn_changes(NULL, &st) == 0 && ls_ckpt_warn_changes(&st, NULL) == 0);
+    int64_t epoch = -1, step = -1;
+    int exact = -1;
+    ls_ckpt_resume_position(NULL, 64, 10, &epoch, &step, &exact);
+    LS_EXPECT(epoch == 0 && step == 0 && exact == 1);
+    LS_EXPECT(isnan(ls_xent_mean(LS_F32, NULL, 3)));
+    const int32_t ints[2] = {1, 2};
+    LS_EXPECT(isnan(ls_xent_mean(LS_I32, ints, 2)));
+    const float losses[2] = {1, 2};
+    LS_EXPECT(ls_xent_mean(LS_F32, losses, 2) == 1.5 && ls_xent_mean(LS_F32, NULL, 0) == 0);
+}
+
 int main(void) {
     LS_REQUIRE_OK(ls_ctx_create(ls_device_cpu(), NULL, &ctx));
     test_destroy_order();
     test_schedule();
     test_param_lists();
     test_null_and_negative();
+    test_null_state_and_losses();
     ls_ctx_destroy(ctx);
     LS_TEST_END();
 }
