@@ -690,6 +690,8 @@ ls_status ex_train_flags_check(const ex_train_flags *f, ls_optim_kind kind, ls_l
     *flag = f->betas[0] >= 0 ? "--betas" : "--eps";
     if ((f->betas[0] >= 0 || f->eps >= 0) && kind != LS_OPTIM_ADAMW)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "betas and eps are AdamW's: add --optimizer adamw");
+    *flag = "--eps"; /* AdamW divides by sqrt(v) + eps: 0 makes a weight whose gradients are all 0 NaN */
+    if (f->eps == 0) return ls_error(LS_ERR_INVALID_ARGUMENT, "'0' must be above 0 (AdamW divides by sqrt(v) + eps)");
     *flag = "--ema-warmup";
     if (f->ema_warmup && f->ema < 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "warms up an EMA of the weights: add --ema DECAY");

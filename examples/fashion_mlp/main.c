@@ -56,7 +56,7 @@ static void usage(FILE *f) {
                "  --lr X                peak learning rate (default 0.05 for sgd, 0.001 for adamw)\n"
                "  --momentum X          SGD momentum (default 0.9)\n"
                "  --betas B1,B2         AdamW's betas (default 0.9,0.999)\n"
-               "  --eps X               AdamW's epsilon (default 1e-8)\n"
+               "  --eps X               AdamW's epsilon, above 0 (default 1e-8)\n"
                "  --weight-decay X      weight decay (default 0 for sgd, 0.01 for adamw)\n"
                "  --no-decay-1d         no weight decay on the biases (1-D parameters), as timm and nanoGPT group\n"
                "                        them (default: every parameter decays, as torch.optim); with SGD\n"

@@ -68,7 +68,7 @@ static void usage(FILE *f) {
         "  --lr X                peak learning rate (default 0.1 for sgd, 0.002 for adamw)\n"
         "  --momentum X          SGD momentum (default 0.9)\n"
         "  --betas B1,B2         AdamW's betas (default 0.9,0.999)\n"
-        "  --eps X               AdamW's epsilon (default 1e-8)\n"
+        "  --eps X               AdamW's epsilon, above 0 (default 1e-8)\n"
         "  --weight-decay X      weight decay (default 5e-4 for sgd, 0.05 for adamw)\n"
         "  --no-decay-1d         no weight decay on biases and batch norm's scale and shift (1-D\n"
         "                        parameters), as timm and nanoGPT group them (default: every parameter\n"

@@ -100,6 +100,9 @@ usage "--betas '0.9,1' must be two numbers from 0 to below 1, as 0.9,0.999" "$re
 usage "--betas: invalid argument: betas and eps are AdamW's: add --optimizer adamw" "$mlp" "${small[@]}" \
     --betas 0.9,0.95
 usage "--eps: invalid argument: betas and eps are AdamW's: add --optimizer adamw" "$resnet" "${small[@]}" --eps 1e-6
+# --eps 0: AdamW's step of a weight whose gradients are all 0 is 0/0, NaN (it trained into NaN)
+usage "--eps: invalid argument: '0' must be above 0 (AdamW divides by sqrt(v) + eps)" "$mlp" "${small[@]}" \
+    --optimizer adamw --eps 0
 # --momentum with AdamW was dropped without a word (AdamW has no momentum: its first beta)
 usage "--momentum: invalid argument: momentum is SGD's (AdamW's is --betas' first): add --optimizer sgd" "$mlp" \
     "${small[@]}" --optimizer adamw --momentum 0.5
