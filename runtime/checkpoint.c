@@ -1908,6 +1908,14 @@ static ls_status ckpt_read(const char *ckpt_dir, ckpt_bundle *b) {
     if (parse_step_name(last_name(ckpt_dir, base, sizeof base), &named) && named != m.step)
         return ls_error(LS_ERR_FORMAT, "'%s': the manifest says step %lld but the directory is named %s", p,
                         (long long)m.step, base);
+    /* step-<digits> past int64: no save writes it and a resume's search passes it over, but named
+     * itself it verified "ok" (of the manifest's step), its name left unchecked */
+    if (strncmp(base, "step-", 5) == 0 && base[5] && strspn(base + 5, "0123456789") == strlen(base + 5) &&
+        !parse_step_name(base, &named))
+        return ls_error(LS_ERR_FORMAT,
+                        "'%s': the directory is named %s, a step number past int64 (the manifest says step %lld): "
+                        "not a checkpoint's name",
+                        p, base, (long long)m.step);
     b->step = m.step;
     for (int i = 0; i < m.n; i++) {
         snprintf(p, sizeof p, "%s/%s", ckpt_dir, m.files[i].name);

@@ -223,6 +223,15 @@ cp -r R/step-00000016 H/step-99999999999999999999999
 run 1 verify H
 expect_out "note     H/step-99999999999999999999999: a step number or name too long for a checkpoint: not one (a resume skips it)"
 expect_out "NONE     H: no checkpoint in it"
+# and named itself (verify, info, diff, --resume PATH): refused naming the directory, not "ok" of step 16
+run 1 verify H/step-99999999999999999999999
+expect_out "DAMAGED  H/step-99999999999999999999999: 'H/step-99999999999999999999999/manifest.json': the directory is named step-99999999999999999999999, a step number past int64 (the manifest says step 16): not a checkpoint's name"
+run 1 verify H/step-99999999999999999999999/
+expect_out "a step number past int64 (the manifest says step 16)"
+run 1 info H/step-99999999999999999999999
+expect_out "lockstep-ckpt: 'H/step-99999999999999999999999/manifest.json': the directory is named step-99999999999999999999999, a step number past int64"
+run 1 diff H/step-99999999999999999999999 R/step-00000016
+expect_out "lockstep-ckpt: diff: 'H/step-99999999999999999999999' is damaged: "
 # DIR/latest, the file naming the newest checkpoint, is that checkpoint (verify said "DAMAGED: not
 # a directory", diff read it as a safetensors file: "header length 3472328284420011123 exceeds ...")
 run 0 verify R/latest
