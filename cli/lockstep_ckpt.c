@@ -45,9 +45,10 @@ static void usage(FILE *f) {
                "  tensors FILE    a safetensors file's tensors: name, dtype, shape, bytes (any file, one\n"
                "                  saved by PyTorch too)\n"
                "  diff A B        compare two safetensors files, or two checkpoints' model, optimizer and\n"
-               "                  EMA files, tensor by tensor: identical bits, or the largest |a - b| over\n"
-               "                  the tensor's largest |a|; names, dtypes and shapes must match; a\n"
-               "                  checkpoint is verified first (damaged: exit status 1)\n"
+               "                  EMA files (each summed up on a line), tensor by tensor, by name:\n"
+               "                  identical bits, or the largest |a - b| over the largest |a|, |b| of\n"
+               "                  the two; names, dtypes and shapes must match; the same report\n"
+               "                  whichever is A; a checkpoint is verified first (damaged: exit status 1)\n"
                "  --tolerance X   diff: the two agree when every tensor is within X (default 0: bitwise;\n"
                "                  also --tolerance=X); after --, every argument is a path\n"
                "  -h, --help      this text\n"
@@ -458,28 +459,59 @@ static double value_at(const ls_safetensors_info *t, int64_t i) {
     }
 }
 
-/* The two files' tensors; *worst (the largest relative difference) and the counts grow. Returns 2
- * when they cannot be compared (a file unreadable; names, dtypes or shapes differ), else 0. */
-static int diff_files(const char *a, const char *b, double *worst, int *same, int *differ) {
+/* One tensor of either file: x in a, y in b (NULL where that file lacks it). */
+typedef struct diff_pair {
+    const ls_safetensors_info *x, *y;
+} diff_pair;
+
+/* by name, numbers as numbers ("2.weight" before "10.weight"): one order whichever file is A */
+static int cmp_pair(const void *p, const void *q) {
+    const diff_pair *u = p, *v = q;
+    return strverscmp((u->x ? u->x : u->y)->name, (v->x ? v->x : v->y)->name);
+}
+
+/* The two files' tensors; *worst (the largest relative difference) and the counts grow. label: the
+ * file's name in a checkpoint ("ema.safetensors", whose tensors are named as the model's), printed
+ * before each tensor's name and on a line of its own that sums the file up; NULL for two files.
+ * The report is the same whichever file is A (the sides of a line swapped): the tensors go in one
+ * order, by name, and a difference is measured against the larger of the two tensors' largest
+ * values (it was A's: 0.333 one way, 0.25 the other, and --tolerance 0.3 passed one of them).
+ * Returns 2 when they cannot be compared (a file unreadable; names, dtypes or shapes differ), else 0. */
+static int diff_files(const char *a, const char *b, const char *label, double *worst, int *same, int *differ) {
     ls_safetensors *fa = NULL, *fb = NULL;
     if (ls_safetensors_open(a, &fa) != LS_OK || ls_safetensors_open(b, &fb) != LS_OK) {
         fprintf(stderr, "lockstep-ckpt: %s\n", ls_last_error());
         ls_safetensors_close(fa);
         return 2;
     }
-    int rc = 0, na = ls_safetensors_count(fa), nb = ls_safetensors_count(fb);
-    char nm[1024];
-    for (int i = 0; i < nb; i++)
-        if (!ls_safetensors_find(fa, ls_safetensors_tensor(fb, i)->name)) {
-            printf("only in %s: %s\n", b, printable(ls_safetensors_tensor(fb, i)->name, nm, sizeof nm));
-            rc = 2;
-        }
+    int rc = 0, na = ls_safetensors_count(fa), nb = ls_safetensors_count(fb), np = 0;
+    int f_same = 0, f_differ = 0, f_apart = 0;
+    double f_worst = 0;
+    diff_pair *pairs = malloc(((size_t)na + (size_t)nb + 1) * sizeof *pairs);
+    if (!pairs) {
+        fprintf(stderr, "lockstep-ckpt: no memory to compare '%s' and '%s'\n", a, b);
+        ls_safetensors_close(fa);
+        ls_safetensors_close(fb);
+        return 2;
+    }
     for (int i = 0; i < na; i++) {
-        const ls_safetensors_info *x = ls_safetensors_tensor(fa, i), *y = ls_safetensors_find(fb, x->name);
-        const char *name = printable(x->name, nm, sizeof nm);
-        if (!y) {
-            printf("only in %s: %s\n", a, name);
+        const ls_safetensors_info *x = ls_safetensors_tensor(fa, i);
+        pairs[np++] = (diff_pair){x, ls_safetensors_find(fb, x->name)};
+    }
+    for (int i = 0; i < nb; i++)
+        if (!ls_safetensors_find(fa, ls_safetensors_tensor(fb, i)->name))
+            pairs[np++] = (diff_pair){NULL, ls_safetensors_tensor(fb, i)};
+    if (np > 1) qsort(pairs, (size_t)np, sizeof *pairs, cmp_pair);
+    char nm[1024], shown[1100];
+    for (int i = 0; i < np; i++) {
+        const ls_safetensors_info *x = pairs[i].x, *y = pairs[i].y;
+        printable((x ? x : y)->name, nm, sizeof nm);
+        snprintf(shown, sizeof shown, "%s%s%s", label ? label : "", label ? ": " : "", nm);
+        const char *name = shown;
+        if (!x || !y) {
+            printf("only in %s: %s\n", x ? a : b, nm); /* the file's path names it */
             rc = 2;
+            f_apart++;
             continue;
         }
         int comparable = x->ndim == y->ndim && strcmp(x->dtype_name, y->dtype_name) == 0;
@@ -489,24 +521,27 @@ static int diff_files(const char *a, const char *b, double *worst, int *same, in
             printf("%s: not comparable: %s %s in %s, %s %s in %s\n", name, x->dtype_name, shape_text(x, sa, sizeof sa),
                    a, y->dtype_name, shape_text(y, sb, sizeof sb), b);
             rc = 2;
+            f_apart++;
             continue;
         }
         if (memcmp(x->data, y->data, x->nbytes) == 0) {
-            (*same)++;
+            f_same++;
             continue;
         }
-        (*differ)++;
+        f_differ++;
         int fl =
             x->has_dtype && (x->dtype == LS_F64 || x->dtype == LS_F32 || x->dtype == LS_F16 || x->dtype == LS_BF16);
         if (!fl) {
             printf("%-40s differs (%s: its bytes compared)\n", name, x->dtype_name);
-            *worst = INFINITY;
+            f_worst = INFINITY;
             continue;
         }
         double most = 0, big = 0;
         int64_t at = 0, nan_at = -1;
         for (int64_t k = 0; k < x->numel; k++) {
             double u = value_at(x, k), v = value_at(y, k);
+            if (isfinite(u) && fabs(u) > big) big = fabs(u);
+            if (isfinite(v) && fabs(v) > big) big = fabs(v);
             if (isnan(u) != isnan(v)) { /* a NaN against a number: no difference to measure */
                 if (nan_at < 0) nan_at = k;
                 continue;
@@ -516,7 +551,6 @@ static int diff_files(const char *a, const char *b, double *worst, int *same, in
                 most = d;
                 at = k;
             }
-            if (isfinite(u) && fabs(u) > big) big = fabs(u);
         }
         double rel = big > 0 ? most / big : (most > 0 ? INFINITY : 0);
         if (nan_at >= 0) {
@@ -525,13 +559,27 @@ static int diff_files(const char *a, const char *b, double *worst, int *same, in
         } else if (most == 0) { /* the bytes differ, the values do not */
             printf("%-40s equal values in other bits (-0 against 0, or NaNs' payloads)\n", name);
         } else {
-            printf("%-40s max |a - b| %.3g at element %lld: %.3g of the largest |a| (%.3g)\n", name, most,
+            printf("%-40s max |a - b| %.3g at element %lld: %.3g of the largest |a|, |b| (%.3g)\n", name, most,
                    (long long)at, rel, big);
         }
-        if (!(rel <= *worst)) *worst = rel;
+        if (!(rel <= f_worst)) f_worst = rel;
     }
+    free(pairs);
     ls_safetensors_close(fa);
     ls_safetensors_close(fb);
+    if (label) { /* the file summed up: an EMA's differences were told from the model's by nothing */
+        if (f_differ == 0 && f_apart == 0)
+            printf("%s: identical: %d tensors, bit for bit\n", label, f_same);
+        else if (f_differ > 0)
+            printf("%s: %d of %d tensors differ; the largest difference is %.3g of its tensor's largest value\n", label,
+                   f_differ, f_same + f_differ, f_worst);
+        if (f_apart > 0)
+            printf("%s: %d tensors not compared (only in one checkpoint, or of another dtype or shape)%s\n", label,
+                   f_apart, f_differ == 0 && f_same > 0 ? "; the others identical" : "");
+    }
+    *same += f_same;
+    *differ += f_differ;
+    if (!(f_worst <= *worst)) *worst = f_worst;
     return rc;
 }
 
@@ -587,14 +635,15 @@ static int diff(const char *a, const char *b, double tol) {
             long long sa = file_size(a, files[i]), sb = file_size(b, files[i]);
             if (sa < 0 && sb < 0) continue;
             if ((sa < 0) != (sb < 0)) {
-                printf("%s: only in %s\n", files[i], sa < 0 ? b : a);
+                printf("%s: only in %s%s\n", files[i], sa < 0 ? b : a,
+                       i == 2 ? " (an EMA of the weights, --ema, in one checkpoint only)" : "");
                 rc = 2;
                 continue;
             }
             char pa[LS_CKPT_PATH_MAX + 64], pb[LS_CKPT_PATH_MAX + 64];
             snprintf(pa, sizeof pa, "%s/%s", a, files[i]);
             snprintf(pb, sizeof pb, "%s/%s", b, files[i]);
-            int r = diff_files(pa, pb, &worst, &same, &differ);
+            int r = diff_files(pa, pb, files[i], &worst, &same, &differ);
             if (r > rc) rc = r;
             compared++;
         }
@@ -603,7 +652,7 @@ static int diff(const char *a, const char *b, double tol) {
             return 2;
         }
     } else {
-        rc = diff_files(a, b, &worst, &same, &differ);
+        rc = diff_files(a, b, NULL, &worst, &same, &differ);
     }
     if (rc) return rc;
     if (differ == 0) {

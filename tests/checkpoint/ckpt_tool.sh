@@ -77,7 +77,7 @@ expect_out "identical: 24 tensors, bit for bit"
 run 1 diff R/step-00000016 A/step-00000016
 grep -qE "^[0-9]+ of 24 tensors differ; the largest difference is [0-9.e-]+ of its tensor's largest value \(tolerance 0: bit for bit\)$" \
     "$tmp/out" || fail "diff: no summary of the accumulation run's differences"
-grep -qE "^0.weight +max \|a - b\| [0-9.e-]+ at element [0-9]+: [0-9.e-]+ of the largest \|a\|" "$tmp/out" ||
+grep -qE "^model.safetensors: 0.weight +max \|a - b\| [0-9.e-]+ at element [0-9]+: [0-9.e-]+ of the largest \|a\|, \|b\|" "$tmp/out" ||
     fail "diff: no line for 0.weight"
 run 0 diff R/step-00000016 A/step-00000016 --tolerance 1e-5
 grep -qE "^[0-9]+ of 24 tensors differ; .* \(tolerance 1e-05: all within it\)$" "$tmp/out" ||
@@ -93,6 +93,33 @@ run 2 diff R/step-00000016 R/step-00000099
 expect_out "lockstep-ckpt: diff: 'R/step-00000099': No such file or directory"
 # --tolerance before the paths too (it took them for the tolerance)
 run 0 diff --tolerance 1e-5 R/step-00000016 A/step-00000016
+# each file of a checkpoint summed up on a line, the EMA's too (its tensors are named as the model's:
+# a difference in it was told from the model's by nothing, and one without an EMA against one with
+# it said only "ema.safetensors: only in"); the same lines whichever is A
+T0=(--train-limit 1024 --test-limit 200 --epochs 1 --max-steps 16 --save-every 16 --optimizer adamw --dropout 0.1
+    --no-progress --batch-size 64)
+train 1 "${T0[@]}" --checkpoint-dir NE
+expect_rc 0
+train 1 "${T0[@]}" --ema 0.9 --checkpoint-dir EE
+expect_rc 0
+for ab in "R NE" "NE R"; do
+    set -- $ab
+    run 2 diff $1/step-00000016 $2/step-00000016
+    printf '%s\n' "model.safetensors: identical: 6 tensors, bit for bit" \
+        "optimizer.safetensors: identical: 12 tensors, bit for bit" \
+        "ema.safetensors: only in R/step-00000016 (an EMA of the weights, --ema, in one checkpoint only)" |
+        diff - "$tmp/out" || fail "diff $ab: not the expected report"
+done
+run 1 diff R/step-00000016 EE/step-00000016
+cp "$tmp/out" "$tmp/out.re"
+grep -v "^ema.safetensors: [0-9]" "$tmp/out" | grep -qv "^ema.safetensors: \|^model.safetensors: identical\|^optimizer.safetensors: identical\|^6 of 24 tensors differ" &&
+    fail "diff R EE: a line other than the EMA's"
+grep -qE "^ema.safetensors: 0.weight +max \|a - b\| " "$tmp/out" || fail "diff R EE: no line for the EMA's 0.weight"
+grep -qE "^ema.safetensors: 6 of 6 tensors differ; the largest difference is [0-9.e-]+ of its tensor's largest value$" \
+    "$tmp/out" || fail "diff R EE: no summary of ema.safetensors"
+expect_out "model.safetensors: identical: 6 tensors, bit for bit"
+run 1 diff EE/step-00000016 R/step-00000016
+diff "$tmp/out.re" "$tmp/out" || fail "diff EE R: not diff R EE's report"
 # a damaged checkpoint is said so, not compared: one bit flipped in the last value's lowest byte
 # passed --tolerance 1e-5 as a difference of training (exit status 0)
 cp -r R Rd
@@ -146,6 +173,41 @@ open("h.st", "wb").write(struct.pack("<Q", len(h)) + h + b)
 PY
 run 2 diff z.st h.st
 expect_out "x: not comparable: F32 [3] in z.st, F16 [3, 1] in h.st"
+# diff A B and diff B A report the same (sides swapped): the tensors in one order (by name, numbers
+# as numbers), each difference relative to the larger of the two tensors' largest values (it was
+# a's alone: 0.333 one way and 0.25 the other, so --tolerance 0.3 passed B A and failed A B)
+python3 - <<'PY'
+import json, struct
+def write(path, tensors):
+    out, blob = {}, b""
+    for k, (dt, sh, vals) in tensors.items():
+        b = struct.pack("<%d%s" % (len(vals), {"F32": "f", "F16": "e"}[dt]), *vals)
+        out[k] = {"dtype": dt, "shape": sh, "data_offsets": [len(blob), len(blob) + len(b)]}
+        blob += b
+    h = json.dumps(out).encode()
+    h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + blob)
+write("sa.st", {"10.w": ("F32", [3], [1, 2, 3]), "onlyA": ("F32", [1], [1]), "s": ("F32", [2], [1, 2]),
+                "2.w": ("F32", [2], [1, 100])})
+write("sb.st", {"2.w": ("F32", [2], [1, 200]), "s": ("F16", [2], [1, 2]), "10.w": ("F32", [3], [1, 2, 4]),
+                "onlyB": ("F32", [1], [1])})
+write("sc.st", {"10.w": ("F32", [3], [1, 2, 3]), "2.w": ("F32", [2], [1, 100])})
+write("sd.st", {"2.w": ("F32", [2], [1, 200]), "10.w": ("F32", [3], [1, 2, 4])})
+PY
+sym_ab='2.w                                      max |a - b| 100 at element 1: 0.5 of the largest |a|, |b| (200)
+10.w                                     max |a - b| 1 at element 2: 0.25 of the largest |a|, |b| (4)'
+run 2 diff sa.st sb.st
+printf '%s\n' "$sym_ab" "only in sa.st: onlyA" "only in sb.st: onlyB" "s: not comparable: F32 [2] in sa.st, F16 [2] in sb.st" |
+    diff - "$tmp/out" || fail "diff sa.st sb.st: not the expected report"
+run 2 diff sb.st sa.st
+printf '%s\n' "$sym_ab" "only in sa.st: onlyA" "only in sb.st: onlyB" "s: not comparable: F16 [2] in sb.st, F32 [2] in sa.st" |
+    diff - "$tmp/out" || fail "diff sb.st sa.st: not diff sa.st sb.st's report with the sides swapped"
+for ab in "sc.st sd.st" "sd.st sc.st"; do
+    run 1 diff $ab --tolerance 0.4
+    printf '%s\n' "$sym_ab" "2 of 2 tensors differ; the largest difference is 0.5 of its tensor's largest value (tolerance 0.4: over it)" |
+        diff - "$tmp/out" || fail "diff $ab --tolerance 0.4: not the expected report"
+    run 0 diff $ab --tolerance 0.6
+done
 
 # damage: a flipped byte, then a truncated file
 printf 'X' | dd of=C/step-00000016/optimizer.safetensors bs=1 seek=5000 conv=notrunc 2>/dev/null
