@@ -1788,6 +1788,9 @@ static ls_status check_contents(const ckpt_bundle *b) {
     if (st.has_ema && !b->f[F_EMA].p)
         return ls_error(LS_ERR_FORMAT, "'%s' records an EMA of the weights but the manifest lists no %s", sp,
                         ckpt_required[F_EMA]);
+    if (!st.has_ema && b->f[F_EMA].p) /* every save that writes the file records it: a resume ignored it */
+        return ls_error(LS_ERR_FORMAT, "'%s' records no EMA of the weights but the manifest lists %s", sp,
+                        ckpt_required[F_EMA]);
     /* the signature, which ls_ckpt_state_parse leaves to a model */
     cJSON *root = cJSON_ParseWithLength((const char *)b->f[F_STATE].p, b->f[F_STATE].len);
     if (!root) return ls_error(LS_ERR_OUT_OF_MEMORY, "'%s': no memory to read it again", sp);

@@ -444,6 +444,18 @@ expect_out "DAMAGED  T2/step-00000016: 'T2/step-00000016/model.safetensors': ten
 expect_out "DAMAGED  T3/step-00000008: 'T3/step-00000008/optimizer.safetensors': tensor '2.bias.momentum' of state.json's optimizer (sgd, momentum 0.9) is missing"
 expect_out "DAMAGED  T4/step-00000016: 'T4/step-00000016/ema.safetensors' holds 7 tensors where state.json's model has 6: 'extra\x1b[2J' is not one of them"
 ! grep -q $'\x1b' "$tmp/out" || fail "verify: a tensor name's escape sequence reached the terminal"
+# an ema.safetensors that state.json does not record (its "ema" gone): damaged, as the reverse is
+# (it verified ok, and a resume with --ema restarted the average from the weights without a word)
+mkdir -p T5 && cp -r R/step-00000016 T5/
+python3 - T5/step-00000016/state.json <<'PY'
+import json, sys
+st = json.load(open(sys.argv[1]))
+del st["ema"]
+json.dump(st, open(sys.argv[1], "w"))
+PY
+fixman T5/step-00000016
+run 1 verify T5
+expect_out "DAMAGED  T5/step-00000016: 'T5/step-00000016/state.json' records no EMA of the weights but the manifest lists ema.safetensors"
 train 1 "${V[@]}" --checkpoint-dir T2 --resume auto --max-steps 9
 expect_rc 0
 expect_out "skipping damaged checkpoint 'T2/step-00000016': 'T2/step-00000016/model.safetensors': tensor '4.weight' is [256, 10] F32"
