@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <pthread.h>
 #include <pwd.h>
@@ -2316,16 +2317,22 @@ static ls_status state_to_json(const ls_ckpt_state *st, ls_module *model, const 
 
 static ls_status get_uint(const cJSON *o, const char *key, const char *file, int64_t *out) {
     uint64_t v;
-    if (!json_uint(cJSON_GetObjectItemCaseSensitive(o, key), &v))
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!json_uint(j, &v)) {
+        if (cJSON_IsNumber(j)) /* the value named: a negative step said only "missing or not an integer" */
+            return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" = %.17g is not an integer from 0 to 2^53", file, key,
+                            j->valuedouble);
         return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" is missing or not an integer from 0 to 2^53", file, key);
+    }
     *out = (int64_t)v;
     return LS_OK;
 }
 
 static ls_status get_num(const cJSON *o, const char *key, const char *file, double *out) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble))
-        return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" is missing or not a finite number", file, key);
+    if (cJSON_IsNumber(j) && !isfinite(j->valuedouble)) /* 1e999 */
+        return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" = %g is not a finite number", file, key, j->valuedouble);
+    if (!cJSON_IsNumber(j)) return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" is missing or not a finite number", file, key);
     *out = j->valuedouble;
     return LS_OK;
 }
@@ -2333,7 +2340,7 @@ static ls_status get_num(const cJSON *o, const char *key, const char *file, doub
 static ls_status get_float(const cJSON *o, const char *key, const char *file, float *out) {
     double d = 0;
     LS_CHECK(get_num(o, key, file, &d));
-    if (fabs(d) > 3.4e38) return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" is out of range", file, key);
+    if (fabs(d) > 3.4e38) return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" = %g is past a float's range", file, key, d);
     *out = (float)d;
     return LS_OK;
 }
@@ -2355,6 +2362,10 @@ static ls_status get_u64str(const cJSON *o, const char *key, const char *file, u
 
 static ls_status get_int_range(const cJSON *o, const char *key, const char *file, int64_t lo, int64_t hi,
                                int64_t *out) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsNumber(j) && j->valuedouble == floor(j->valuedouble) && (j->valuedouble < (double)lo))
+        return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" = %.17g is outside [%lld, %lld]", file, key, j->valuedouble,
+                        (long long)lo, (long long)hi); /* a world size of -2: the range, not "from 0" */
     LS_CHECK(get_uint(o, key, file, out));
     if (*out < lo || *out > hi)
         return ls_error(LS_ERR_FORMAT, "'%s': \"%s\" = %lld is outside [%lld, %lld]", file, key, (long long)*out,
@@ -2470,6 +2481,36 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
     LS_CHECK(get_float(op, "beta1", file, &st->optim.beta1));
     LS_CHECK(get_float(op, "beta2", file, &st->optim.beta2));
     LS_CHECK(get_float(op, "eps", file, &st->optim.eps));
+    /* the ranges the optimizer and the schedule take (ls_optimizer_create's), each named with its
+     * value: a negative learning rate was resumed and trained away from the minimum */
+    const struct {
+        const char *in, *key;
+        float v, max;
+        int below;
+        const char *range;
+    } hp[] = {{"lr_schedule", "base_lr", st->lr.base_lr, FLT_MAX, 0, "finite and >= 0"},
+              {"lr_schedule", "min_lr", st->lr.min_lr, FLT_MAX, 0, "finite and >= 0"},
+              {"optimizer", "lr", st->optim.lr, FLT_MAX, 0, "finite and >= 0"},
+              {"optimizer", "weight_decay", st->optim.weight_decay, FLT_MAX, 0, "finite and >= 0"},
+              {"optimizer", "momentum", st->optim.momentum, FLT_MAX, 0, "finite and >= 0"},
+              {"optimizer", "dampening", st->optim.dampening, 1, 0, "from 0 to 1"},
+              {"optimizer", "beta1", st->optim.beta1, 1, 1, "from 0 to below 1"},
+              {"optimizer", "beta2", st->optim.beta2, 1, 1, "from 0 to below 1"},
+              {"optimizer", "eps", st->optim.eps, FLT_MAX, 0, "finite and >= 0"}};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
+        if (!(hp[i].v >= 0 && (hp[i].below ? hp[i].v < hp[i].max : hp[i].v <= hp[i].max)))
+            return ls_error(LS_ERR_FORMAT, "'%s': %s \"%s\" = %g is not %s", file, hp[i].in, hp[i].key, (double)hp[i].v,
+                            hp[i].range);
+    /* where the next step starts in its epoch: within the epoch's data, steps_per_epoch global
+     * batches (0: not recorded); one past it was taken as the next epoch's start without a word */
+    const double epoch_data =
+        (double)st->steps_per_epoch * st->world_size * (double)st->batch_per_rank * st->accum_steps;
+    if (st->steps_per_epoch > 0 && (double)st->epoch_samples > epoch_data)
+        return ls_error(LS_ERR_FORMAT,
+                        "'%s': \"epoch_samples\" = %lld is past the epoch's data: %lld steps of %d ranks x batch "
+                        "%lld x %d accumulation steps are %.17g samples",
+                        file, (long long)st->epoch_samples, (long long)st->steps_per_epoch, st->world_size,
+                        (long long)st->batch_per_rank, st->accum_steps, epoch_data);
     const cJSON *nes = cJSON_GetObjectItemCaseSensitive(op, "nesterov");
     if (!cJSON_IsBool(nes)) return ls_error(LS_ERR_FORMAT, "'%s': optimizer \"nesterov\" is not true/false", file);
     st->optim.nesterov = cJSON_IsTrue(nes);
@@ -2492,6 +2533,15 @@ static ls_status parse_state_obj(const cJSON *r, const char *file, ls_module *mo
                 return ls_error(LS_ERR_FORMAT, "'%s': loss-scaler key '%s' appears twice", file, ESC_NAME(e->string));
         snprintf(kv->key, sizeof kv->key, "%s", e->string);
         LS_CHECK(get_num(ls, e->string, file, &kv->value));
+        /* the keys GradScaler's state has (the examples' save): a scale of -1 or a growth tracker
+         * of 2.5 verified ok, and was found only by an fp16 resume */
+        const double val = kv->value;
+        if (strcmp(kv->key, "scale") == 0 && !(val > 0))
+            return ls_error(LS_ERR_FORMAT, "'%s': loss_scaler \"scale\" = %g is not a number > 0", file, val);
+        if ((strcmp(kv->key, "growth_tracker") == 0 || strcmp(kv->key, "skipped") == 0) &&
+            !(val >= 0 && val == floor(val) && val <= MAX_EXACT_INT))
+            return ls_error(LS_ERR_FORMAT, "'%s': loss_scaler \"%s\" = %g is not a whole number from 0 to 2^53", file,
+                            kv->key, val);
         st->n_loss_scaler++;
     }
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(r, "rng");

@@ -406,6 +406,31 @@ fixman K/step-00000008
 run 1 verify K
 expect_out "DAMAGED  K/step-00000008: 'K/step-00000008/optimizer.safetensors' holds the state of $kind but state.json names the optimizer $other"
 
+# state.json's values out of range, its manifest rewritten to match: a negative learning rate, a
+# loss scale of -1, a sampler position past the epoch's data (verify said ok, a resume took them), a
+# negative step (it said "missing or not an integer"): refused naming the file, field and value
+for case in 'lr_schedule "base_lr" = -0.5 is not finite and >= 0' 'loss_scaler "scale" = -1 is not a number > 0' \
+    "\"epoch_samples\" = 1088 is past the epoch's data: 16 steps of 1 ranks x batch 64 x 1 accumulation steps are 1024 samples" \
+    '"step" = -8 is not an integer from 0 to 2^53'; do
+    rm -rf RG && mkdir RG && cp -r V/step-00000008 RG/
+    python3 - RG/step-00000008/state.json "$case" <<'PY'
+import json, sys
+p, case = sys.argv[1:3]
+st = json.load(open(p))
+if "base_lr" in case: st["lr_schedule"]["base_lr"] = -0.5
+if "scale" in case: st["loss_scaler"] = {"scale": -1, "growth_tracker": 0}
+if "epoch_samples" in case: st["epoch_samples"] = 1088
+if '"step"' in case: st["step"] = -8
+json.dump(st, open(p, "w"))
+PY
+    fixman RG/step-00000008
+    run 1 verify RG
+    expect_out "DAMAGED  RG/step-00000008: 'RG/step-00000008/state.json': $case"
+    train 1 "${V[@]}" --checkpoint-dir RG --resume RG/step-00000008
+    expect_rc 1
+    expect_out "'RG/step-00000008/state.json': $case"
+done
+
 # the tensors against what state.json records, their manifests rewritten to match (verify said ok
 # to each, the resume refused it, and --resume auto stopped there rather than skipping to an older
 # checkpoint): a parameter missing from model.safetensors, one transposed, a momentum missing from

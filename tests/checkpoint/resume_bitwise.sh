@@ -162,7 +162,7 @@ EOF
             expect_out "'$tmp/E/step-00000040' holds no loss scale (written without fp16): the scaler starts at 65536"
         else
             expect_rc 1
-            expect_out "'$tmp/E/step-00000040/state.json': the loss scaler's growth_tracker 2.5 is not a whole number >= 0"
+            expect_out "'$tmp/E/step-00000040/state.json': loss_scaler \"growth_tracker\" = 2.5 is not a whole number from 0 to 2^53"
         fi
     done
 fi

@@ -1232,6 +1232,71 @@ static void test_state_json(void) {
     ls_module_destroy(m);
 }
 
+/* text with key's value (the first "key": in it) replaced by value; malloc'd */
+static char *with_value(const char *text, const char *key, const char *value) {
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\":", key);
+    const char *at = strstr(text, quoted);
+    LS_REQUIRE(at);
+    const char *v = at + strlen(quoted);
+    v += strspn(v, " \t\n");
+    const char *end = v + strcspn(v, ",}\n");
+    size_t n = strlen(text) + strlen(value) + 1;
+    char *out = malloc(n);
+    LS_REQUIRE(out);
+    snprintf(out, n, "%.*s%s%s", (int)(v - text), text, value, end);
+    return out;
+}
+
+/* state.json's values out of their ranges are refused naming the file, the field and the value (a
+ * negative learning rate, loss scale or sampler position past the epoch's data were taken, and a
+ * negative step said only "missing or not an integer") */
+static void test_state_ranges(void) {
+    ls_ckpt_state s = make_state(5, LS_OPTIM_ADAMW), got;
+    s.has_ema = 1;
+    s.ema_decay = 0.5;
+    s.ema_updates = 5;
+    char *text;
+    LS_REQUIRE_OK(ls_ckpt_state_to_json(&s, NULL, &text));
+    LS_REQUIRE_OK(ls_ckpt_state_parse(text, strlen(text), "x.json", NULL, &got));
+    static const struct {
+        const char *key, *value, *want;
+    } bad[] = {
+        {"step", "-5", "'x.json': \"step\" = -5 is not an integer from 0 to 2^53"},
+        {"epoch", "-1", "'x.json': \"epoch\" = -1 is not an integer from 0 to 2^53"},
+        {"updates", "-3", "'x.json': \"updates\" = -3 is not an integer from 0 to 2^53"},
+        {"world_size", "0", "'x.json': \"world_size\" = 0 is outside [1, 2147483647]"},
+        {"world_size", "-2", "'x.json': \"world_size\" = -2 is outside [1, 2147483647]"},
+        {"base_lr", "-0.5", "'x.json': lr_schedule \"base_lr\" = -0.5 is not finite and >= 0"},
+        {"min_lr", "1e999", "'x.json': \"min_lr\" = inf is not a finite number"},
+        {"lr", "-0.25", "'x.json': optimizer \"lr\" = -0.25 is not finite and >= 0"},
+        {"lr", "1e39", "'x.json': \"lr\" = 1e+39 is past a float's range"},
+        {"beta2", "1", "'x.json': optimizer \"beta2\" = 1 is not from 0 to below 1"},
+        {"scale", "-1", "'x.json': loss_scaler \"scale\" = -1 is not a number > 0"},
+        {"scale", "0", "'x.json': loss_scaler \"scale\" = 0 is not a number > 0"},
+        {"scale", "-1e999", "'x.json': \"scale\" = -inf is not a finite number"},
+        {"growth_tracker", "2.5",
+         "'x.json': loss_scaler \"growth_tracker\" = 2.5 is not a whole number from 0 to 2^53"},
+        {"growth_tracker", "-1", "'x.json': loss_scaler \"growth_tracker\" = -1 is not a whole number from 0 to 2^53"},
+        /* 32 steps of 2 ranks x 16: 1024 samples an epoch */
+        {"epoch_samples", "1025",
+         "'x.json': \"epoch_samples\" = 1025 is past the epoch's data: 32 steps of 2 ranks x batch 16 x 1 accumulation "
+         "steps are 1024 samples"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *t = with_value(text, bad[i].key, bad[i].value);
+        LS_EXPECT_ERR(ls_ckpt_state_parse(t, strlen(t), "x.json", NULL, &got), LS_ERR_FORMAT, bad[i].want);
+        free(t);
+    }
+    char *t = with_value(text, "epoch_samples", "1024"); /* the epoch's end: still the data */
+    LS_EXPECT(ls_ckpt_state_parse(t, strlen(t), "x.json", NULL, &got) == LS_OK && got.epoch_samples == 1024);
+    free(t);
+    t = with_value(text, "steps_per_epoch", "0"); /* not recorded: no bound */
+    LS_EXPECT(ls_ckpt_state_parse(t, strlen(t), "x.json", NULL, &got) == LS_OK);
+    free(t);
+    free(text);
+}
+
 /* A state that its own load would refuse is refused at save, before anything is written. */
 static void test_save_refuses_bad_state(void) {
     char dir[128], p[LS_CKPT_PATH_MAX];
@@ -1392,6 +1457,7 @@ int main(void) {
         test_crash_stages();
         test_crash_replace();
         test_state_json();
+        test_state_ranges();
         test_save_refuses_bad_state();
         test_resume_position();
         test_preempt();
