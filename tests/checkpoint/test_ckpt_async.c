@@ -233,6 +233,7 @@ static void test_errors(void) {
     st.dropout = 0;
     st.n_loss_scaler = 2;
     snprintf(st.loss_scaler[0].key, sizeof st.loss_scaler[0].key, "scale");
+    st.loss_scaler[0].value = 65536; /* a scale in range: the key twice is what is refused */
     st.loss_scaler[1] = st.loss_scaler[0];
     LS_EXPECT_ERR(ls_ckpt_save_async(sv, comm, ctx, good, 0, r.m, r.o, r.e, &st), LS_ERR_INVALID_ARGUMENT,
                   "ls_ckpt_save_async: the state would not load back: 'state.json': loss-scaler key 'scale' appears "
