@@ -1145,6 +1145,21 @@ ls_status ls_safetensors_write(const char *path, int n, const char *const *names
     return st_write(path, n, names, tensors, metadata, alloc, 0, NULL);
 }
 
+/* path with its slashes normalized into buf (size bytes), returned: runs of '/' as one, none at the
+ * end but for "/" itself, so that the paths joined to it and printed are "run/step-00000010" for a
+ * --checkpoint-dir given as "run/" (it printed "run//step-00000010"). path itself where it does not
+ * fit (the callers then say it is too long), or where it is NULL. */
+#define NORM_PATH(p) norm_path((p), (char[LS_CKPT_PATH_MAX]){0}, LS_CKPT_PATH_MAX)
+static const char *norm_path(const char *path, char *buf, size_t size) {
+    if (!path || strlen(path) >= size) return path;
+    size_t n = 0;
+    for (const char *c = path; *c; c++)
+        if (*c != '/' || n == 0 || buf[n - 1] != '/') buf[n++] = *c;
+    while (n > 1 && buf[n - 1] == '/') n--;
+    buf[n] = '\0';
+    return buf;
+}
+
 static ls_status make_dirs(const char *dir) {
     char buf[LS_CKPT_PATH_MAX];
     if ((size_t)snprintf(buf, sizeof buf, "%s", dir) >= sizeof buf)
@@ -1185,6 +1200,7 @@ ls_status ls_ckpt_check_space(const char *dir, uint64_t bytes) {
 
 ls_status ls_ckpt_prepare_dir(const char *dir) {
     if (!dir || !dir[0]) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory is empty");
+    dir = NORM_PATH(dir);
     /* as save_prepare: room for /step-NNNNNNNN.tmp and the files' names */
     if (strlen(dir) + sizeof "/step-00000000" + 10 >= LS_CKPT_PATH_MAX)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory '%.64s...' is too long (%zu characters)", dir,
@@ -1210,6 +1226,7 @@ ls_status ls_ckpt_prepare_dir(const char *dir) {
 
 ls_status ls_ckpt_lock_dir(const char *dir, int *fd) {
     if (!dir || !fd) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_lock_dir: NULL argument");
+    dir = NORM_PATH(dir);
     *fd = -1;
     char p[LS_CKPT_PATH_MAX + 16];
     if ((size_t)snprintf(p, sizeof p, "%s/.lock", dir) >= sizeof p)
@@ -1278,6 +1295,7 @@ void ls_ckpt_unlock_dir(int fd) {
 
 ls_status ls_ckpt_relock_dir(const char *dir, int *fd) {
     if (!dir || !fd) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_relock_dir: NULL argument");
+    dir = NORM_PATH(dir);
     if (*fd < 0) return LS_OK; /* no lock held (a file system that cannot lock): nothing to keep */
     char p[LS_CKPT_PATH_MAX + 16];
     if ((size_t)snprintf(p, sizeof p, "%s/.lock", dir) >= sizeof p)
@@ -1980,6 +1998,7 @@ fail:
 
 ls_status ls_ckpt_verify(const char *ckpt_dir, int64_t *step) {
     if (!ckpt_dir) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_verify: NULL path");
+    ckpt_dir = NORM_PATH(ckpt_dir);
     ckpt_bundle b;
     LS_CHECK(ckpt_read(ckpt_dir, &b));
     if (step) *step = b.step;
@@ -2069,6 +2088,7 @@ static ls_status find_and_read(const char *dir, ckpt_bundle *b, int *found, int 
 
 ls_status ls_ckpt_find_latest(const char *dir, char *path_out, size_t path_len, int *found) {
     if (!dir || !found) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_find_latest: NULL argument");
+    dir = NORM_PATH(dir);
     ckpt_bundle b;
     LS_CHECK(find_and_read(dir, &b, found, 0));
     if (*found && path_out && path_len) snprintf(path_out, path_len, "%s", b.path);
@@ -2977,6 +2997,7 @@ static ls_status save_prepare(save_job *j, ls_ctx *ctx, const char *dir, int kee
                               ls_optimizer *opt, ls_ema *ema, const ls_ckpt_state *state) {
     memset(j, 0, sizeof *j);
     if (!dir || !dir[0]) return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint directory is empty");
+    dir = NORM_PATH(dir);
     if (state->step < 0)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "checkpoint step %lld is negative", (long long)state->step);
     if ((size_t)snprintf(j->final, sizeof j->final, "%s/step-%08lld", dir, (long long)state->step) >= sizeof j->final ||
@@ -3877,6 +3898,8 @@ ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const ch
                            ls_optimizer *opt, ls_ema *ema, ls_ckpt_state *state, int *found, char *path_out,
                            size_t path_len) {
     if (!ctx || !model || !state || !found) return ls_error(LS_ERR_INVALID_ARGUMENT, "ls_ckpt_load: NULL argument");
+    dir = NORM_PATH(dir);
+    which = which && strcmp(which, "auto") != 0 ? NORM_PATH(which) : which;
     *found = 0;
     memset(state, 0, sizeof *state);
     ckpt_result r;

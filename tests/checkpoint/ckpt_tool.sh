@@ -272,13 +272,33 @@ expect_out "checkpoint  F/step-00000016"
 # as "" after the slash, unchecked: "ok"); a directory given as "F/" joins as "F/step-N" ("F//")
 mkdir G
 cp -r R/step-00000016 G/step-00000017
+# paths are printed with their slashes normalized ("G/step-00000017/" gave
+# 'G/step-00000017//manifest.json', "F//" "F//step-00000016")
 run 1 verify G/step-00000017/
-expect_out "DAMAGED  G/step-00000017/: 'G/step-00000017//manifest.json': the manifest says step 16 but the directory is named step-00000017"
+expect_out "DAMAGED  G/step-00000017: 'G/step-00000017/manifest.json': the manifest says step 16 but the directory is named step-00000017"
 run 1 verify G/
 expect_out "DAMAGED  G/step-00000017: "
-run 0 verify F/
+run 0 verify F/ F//
 expect_out "ok       F/step-00000016 (step 16)"
 expect_out "note     F/step-00000099: not a directory"
+! grep -q "//" "$tmp/out" || fail "verify F/ F//: a doubled slash printed: $(grep "//" "$tmp/out")"
+run 0 info F//
+expect_out "checkpoint  F/step-00000016 (verified"
+run 0 diff F//step-00000016/ R/step-00000016//
+# a run given --checkpoint-dir with a slash at its end: its saves, its resume, its warnings
+# ("saved checkpoint SL//step-00000004", "resumed from SL//step-00000004")
+W=(--train-limit 512 --test-limit 100 --epochs 1 --batch-size 64 --hidden 16 --save-every 4 --no-progress)
+train 1 "${W[@]}" --checkpoint-dir SL/ --max-steps 4
+expect_rc 0
+expect_out "saved checkpoint SL/step-00000004 (step 4)"
+train 1 "${W[@]}" --checkpoint-dir SL// --resume SL//step-00000004/ --max-steps 8
+expect_rc 0
+expect_out "resumed from SL/step-00000004 at step 4"
+expect_out "saved checkpoint SL/step-00000008 (step 8)"
+train 1 "${W[@]}" --checkpoint-dir SL/ --resume auto --max-steps 8
+expect_rc 0
+expect_out "resumed from SL/step-00000008 at step 8"
+! grep -q "//" "$tmp/out" || fail "--checkpoint-dir SL/: a doubled slash printed: $(grep "//" "$tmp/out")"
 # a step-N a resume never takes (N past int64) is not verified as a checkpoint (it said "ok")
 mkdir H
 cp -r R/step-00000016 H/step-99999999999999999999999
