@@ -51,6 +51,14 @@ int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o) {
         fprintf(stderr, "%s: --checkpoint-dir must not be empty\n", prog);
         return -1;
     }
+    /* it did nothing: no save but a signal's and the end's, each waited for at once either way */
+    if (o->save_async && o->save_every == 0) {
+        fprintf(stderr,
+                "%s: --save-async: invalid argument: writes --save-every's checkpoints in the background: add "
+                "--save-every N\n",
+                prog);
+        return -1;
+    }
     return 0;
 }
 

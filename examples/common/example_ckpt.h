@@ -57,7 +57,8 @@ enum {
     "  --keep-last K         keep the K newest checkpoints, remove older ones (default 3; 0 keeps all)\n"              \
     "  --save-async          write checkpoints in the background: training stops only while rank 0\n"                  \
     "                        copies the state to host memory (held from then on: the checkpoint's size);\n"            \
-    "                        a save's line is printed once it is written, at the next save or the end\n"               \
+    "                        a save's line is printed once it is written, at the next save or the end;\n"              \
+    "                        needs --save-every (a signal's or the end's checkpoint is written at once)\n"             \
     "  --resume auto|PATH    auto: continue from the newest valid checkpoint in --checkpoint-dir (start\n"             \
     "                        afresh when it holds none; an error when all it holds are damaged);\n"                    \
     "                        PATH: from that checkpoint directory\n"                                                   \
@@ -136,7 +137,8 @@ int ex_ckpt_option(const char *prog, ex_ckpt_options *o, int c, const char *arg)
 /* Whether the run saves checkpoints of its own accord (--save-every; --checkpoint-dir given or
  * --resume auto, which continues a run in it: at the end), not only on a signal. */
 int ex_ckpt_saves(const ex_ckpt_options *o);
-/* After parsing: 0, or -1 with a message (an empty --checkpoint-dir). */
+/* After parsing: 0, or -1 with a message (an empty --checkpoint-dir, --save-async without
+ * --save-every). */
 int ex_ckpt_options_check(const char *prog, const ex_ckpt_options *o);
 
 struct ex_ckpt;

@@ -2,7 +2,8 @@
 # fashion_mlp, fashion_resnet) and MPIRUN set by the caller; gives NAME (the program's name, which
 # starts its messages), a scratch directory $tmp (the working directory, removed on exit), fail,
 # expect_out, expect_rc, train NP ARGS... which runs PROG directly (NP = 1) or under mpirun
-# (NP > 1), its output into $tmp/out and its exit status into $rc, and reldiff/within to compare
+# (NP > 1; --save-async only where ARGS hold --save-every), its output into $tmp/out and its exit
+# status into $rc, and reldiff/within to compare
 # two --dump-params files.
 set -u
 NAME=$(basename "$PROG")
@@ -11,8 +12,12 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fail() { echo "FAIL: $*"; echo "--- last output:"; tail -n 30 "$tmp/out" 2>/dev/null; exit 1; }
-train() { # NP ARGS...
-    local np=$1; shift
+train() { # NP ARGS...; a script's --save-async goes to the runs that save (--save-every): the others
+    # are run without it, which the programs refuse alone
+    local np=$1 a keep=() saves=0; shift
+    for a in "$@"; do [ "$a" = --save-every ] && saves=1; done
+    for a in "$@"; do [ "$a" = --save-async ] && [ "$saves" = 0 ] || keep+=("$a"); done
+    set -- "${keep[@]}"
     if [ "$np" -eq 1 ]; then "$PROG" "$@" >"$tmp/out" 2>&1; rc=$?
     else "$MPIRUN" --oversubscribe --bind-to none -np "$np" "$PROG" "$@" >"$tmp/out" 2>&1; rc=$?; fi
 }

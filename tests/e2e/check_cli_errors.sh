@@ -112,6 +112,11 @@ usage "--ema '1' must be a number from 0 to below 1" "$mlp" "${small[@]}" --ema 
 usage "--ema '-0.5' must be a number from 0 to below 1" "$resnet" "${small[@]}" --ema -0.5
 usage "--ema-warmup: invalid argument: warms up an EMA of the weights: add --ema DECAY" "$resnet" "${small[@]}" \
     --ema-warmup
+# --save-async without --save-every did nothing (a signal's checkpoint is written at once either way)
+usage "--save-async: invalid argument: writes --save-every's checkpoints in the background: add --save-every N" \
+    "$mlp" "${small[@]}" --save-async
+usage "--save-async: invalid argument: writes --save-every's checkpoints in the background: add --save-every N" \
+    "$resnet" "${small[@]}" --save-async --save-every 0
 usage "--eps 'nan' must be a finite number >= 0" "$mlp" "${small[@]}" --optimizer adamw --eps nan
 usage "--epochs '99999999999999999999' must be a whole number from 0 to 1000000" "$mlp" --epochs 99999999999999999999
 usage "--batch-size '4611686018427387904' must be a whole number from 1 to 16777216" "$mlp" --batch-size 4611686018427387904 --accum-steps 2
