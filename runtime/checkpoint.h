@@ -175,7 +175,7 @@ typedef struct ls_ckpt_state {
     ls_lr_schedule lr;
     ls_optim_config optim; /* kind and hyperparameters (ls_optimizer_config: a save refuses another kind) */
     int64_t optim_steps;   /* the optimizer's step count (filled by save from the optimizer) */
-    int n_loss_scaler;     /* e.g. {"scale", 65536}, {"growth_tracker", 0}; 0 when no scaler */
+    int n_loss_scaler;     /* e.g. {"scale", 65536}, {"growth_tracker", 0}, {"skipped", 0}; 0 when no scaler */
     ls_ckpt_kv loss_scaler[LS_CKPT_MAX_KV];
     int n_rng; /* named RNG streams to restore exactly */
     ls_ckpt_rng rng[LS_CKPT_MAX_RNG];

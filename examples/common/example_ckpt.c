@@ -104,7 +104,7 @@ ls_status ex_check_same_options(ls_comm *comm, ls_setting *set, int n, const ex_
     return ls_ddp_check_settings(comm, n, set);
 }
 
-/* Restores the loss scaler's "scale" and "growth_tracker" (see save), when this run scales the
+/* Restores the loss scaler's "scale", "growth_tracker" and "skipped" (see save), when this run scales the
  * loss (fp16): a checkpoint of an fp16 run resumed in bf16 or fp32 has no scale to apply. */
 /* fp16: the checkpoint's loss scale and growth tracker (path: the checkpoint, for errors). A value
  * that is not one is refused, named (a growth tracker of 2.5 was truncated); a checkpoint without
@@ -131,6 +131,9 @@ static ls_status restore_loss_scaler(ls_trainer *t, const ls_ckpt_state *saved, 
                                 path, v);
             sc.growth_tracker = (int64_t)v;
         }
+        /* in checkpoints since 7 December 2026 (before: the count starts at 0); a whole number >= 0
+         * (ls_ckpt_state_parse) */
+        if (strcmp(key, "skipped") == 0) sc.skipped = (int64_t)v;
     }
     if (!have && rank == 0)
         LS_LOG_W("'%s' holds no loss scale (written without fp16): the scaler starts at %g", path, sc.scale);
@@ -396,6 +399,10 @@ static ls_status save(ex_ckpt *c, int now) {
         st.loss_scaler[0].value = sc.scale;
         snprintf(st.loss_scaler[1].key, sizeof st.loss_scaler[1].key, "growth_tracker");
         st.loss_scaler[1].value = (double)sc.growth_tracker;
+        /* the steps skipped so far (ls_trainer_get_loss_scaler's): a resume restarted it at 0 */
+        st.n_loss_scaler = 3;
+        snprintf(st.loss_scaler[2].key, sizeof st.loss_scaler[2].key, "skipped");
+        st.loss_scaler[2].value = (double)sc.skipped;
     }
     st.step = c->step;
     st.epoch = c->pos_epoch;

@@ -15,8 +15,8 @@ A=(--train-limit 1000 --test-limit 200 --batch-size $((32 / NP)) --epochs 3 --no
 # a metrics line without its timing and memory figures
 deterministic() { sed -E 's/^(\{"step".*"lr": [^,]*), "step_ms".*("loss_scale": [^,]*, "skipped": [0-9]+).*/\1 \2/' "$1"; }
 
-# (a directory of its own: --checkpoint-dir saves the last step at the end)
-train "$NP" "${A[@]}" --max-steps 40 --log-steps A.log --metrics A.json --dump-params A.bin --checkpoint-dir "$tmp/S"
+train "$NP" "${A[@]}" --max-steps 40 --log-steps A.log --metrics A.json --dump-params A.bin --save-every 40 \
+    --checkpoint-dir "$tmp/S"
 expect_rc 0
 [ "$(wc -l <A.log)" -eq 40 ] || fail "straight run logged $(wc -l <A.log) steps, expected 40"
 
@@ -65,6 +65,20 @@ cmp A.log B.log || { diff A.log B.log | head; fail "per-step losses differ"; }
 cmp <(deterministic A.json) <(deterministic B.json) ||
     { diff <(deterministic A.json) <(deterministic B.json) | head; fail "per-step metrics differ"; }
 [ "$(ls -d D/step-* | wc -l)" -eq 3 ] || fail "--keep-last 3 left $(ls -d D/step-* | wc -l) checkpoints"
+# the loss scaler's state, saved at step 40 after resumes, is the straight run's: its scale, growth
+# tracker and (fp16) count of skipped steps, that of A.json's (the count was not saved: a resume
+# restarted it at 0)
+python3 - S/step-00000040/state.json D/step-00000040/state.json A.json <<'PY' || fail "the loss scaler's state differs"
+import json, sys
+a, b = (json.load(open(p))["loss_scaler"] for p in sys.argv[1:3])
+if a != b:
+    sys.exit(f"straight {a}, resumed {b}")
+if "scale" in a:
+    skipped = sum(json.loads(l)["skipped"] for l in open(sys.argv[3]))
+    if a.get("skipped") != skipped:
+        sys.exit(f"the checkpoints' skipped count {a.get('skipped')}, A.json's {skipped}")
+    print(f"loss scaler at step 40, straight and resumed: {a}")
+PY
 # nothing left to train: the checkpoint is evaluated as it is, to the same figures, nothing saved
 train "$NP" "${A[@]}" --resume auto --max-steps 40 --save-every 20
 expect_rc 0
@@ -154,12 +168,21 @@ for f in m["files"]:
 open(d + "/manifest.json", "w").write(json.dumps(m))
 EOF
     }
-    for edit in 's["loss_scaler"]["growth_tracker"] = 2.5' 's["loss_scaler"] = {}'; do
+    # a checkpoint from before the count of skipped steps was saved resumes, the count from 0
+    for edit in 's["loss_scaler"]["growth_tracker"] = 2.5' 's["loss_scaler"] = {}' 'del s["loss_scaler"]["skipped"]'; do
         rm -rf E && mkdir E && cp -r D/step-00000040 E/ && edit_state E/step-00000040 "$edit"
         train "$NP" "${A[@]}" --resume "$tmp/E/step-00000040" --max-steps 41 --checkpoint-dir E
         if [ "$edit" = 's["loss_scaler"] = {}' ]; then
             expect_rc 0
             expect_out "'$tmp/E/step-00000040' holds no loss scale (written without fp16): the scaler starts at 65536"
+        elif [ "$edit" = 'del s["loss_scaler"]["skipped"]' ]; then
+            expect_rc 0
+            expect_out "resumed from $tmp/E/step-00000040 at step 40"
+            ! grep -q "warn" "$tmp/out" || fail "a checkpoint without the skipped count: $(grep warn "$tmp/out")"
+            train "$NP" "${A[@]}" --resume "$tmp/E/step-00000040" --max-steps 41 --checkpoint-dir E --save-every 41
+            expect_rc 0
+            python3 -c 'import json, sys; l = json.load(open(sys.argv[1]))["loss_scaler"]; sys.exit(l["skipped"] != 0 and str(l))' \
+                E/step-00000041/state.json || fail "the skipped count of a checkpoint without one did not start at 0"
         else
             expect_rc 1
             expect_out "'$tmp/E/step-00000040/state.json': loss_scaler \"growth_tracker\" = 2.5 is not a whole number from 0 to 2^53"
