@@ -178,7 +178,8 @@ EOF
         elif [ "$edit" = 'del s["loss_scaler"]["skipped"]' ]; then
             expect_rc 0
             expect_out "resumed from $tmp/E/step-00000040 at step 40"
-            ! grep -q "warn" "$tmp/out" || fail "a checkpoint without the skipped count: $(grep warn "$tmp/out")"
+            w=$(grep warn "$tmp/out" | grep -v "no usable CUDA device") # (a CUDA build on a machine without a GPU)
+            [ -z "$w" ] || fail "a checkpoint without the skipped count: $w"
             train "$NP" "${A[@]}" --resume "$tmp/E/step-00000040" --max-steps 41 --checkpoint-dir E --save-every 41
             expect_rc 0
             python3 -c 'import json, sys; l = json.load(open(sys.argv[1]))["loss_scaler"]; sys.exit(l["skipped"] != 0 and str(l))' \
