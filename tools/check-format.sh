@@ -30,6 +30,13 @@ if [ "$fix" = 1 ]; then
   echo "check-format: formatted ${#files[@]} files"
   exit 0
 fi
+# One clang-format for every file (it checks each on its own, as the loop below does, and fails
+# if any is not formatted): a process per file took 25 s of a 2-core machine. Only where it fails
+# does the loop run, to name each file and show its first difference.
+if "$cf" --dry-run -Werror "${files[@]}" >/dev/null 2>&1; then
+  echo "check-format: ${#files[@]} files formatted"
+  exit 0
+fi
 bad=0
 for f in "${files[@]}"; do
   if ! "$cf" --dry-run -Werror "$f" >/dev/null 2>&1; then
