@@ -50,8 +50,10 @@ start() {
 reap() {
     local want=${1:-TERM}
     reap_within 60
-    sleep 0.5
-    local left
+    local left i
+    # (none may be left 0.5 s after it: a rank, script or mpirun being killed as lockstep-run ends
+    # may still show; the wait ends as soon as none does)
+    for ((i = 0; i < 10; i++)); do pgrep -f "$tmp/(rank|wrap)\.sh" >/dev/null || break; sleep 0.05; done
     left=$(pgrep -f "$tmp/rank.sh")
     [ -z "$left" ] || fail "rank processes outlived lockstep-run: $(ps -o pid,ppid,args -p ${left//$'\n'/,})"
     for r in 0 1; do
@@ -84,7 +86,9 @@ expect_rc 143
 # machine (CI), and the job was killed then (137, the ranks' 143 lost). Now, the ranks here
 # having ended, mpirun gets --abort-grace more. An mpirun that takes 4 s (a script that waits
 # after it) stands in for the slow one.
-printf '#!/bin/sh\nmpirun "$@"\nrc=$?\nsleep "$SLOW_S"\nexit $rc\n' >"$tmp/slowmpi"
+# (it stays SLOW_S seconds, or less once the test creates $tmp/release)
+printf '#!/bin/sh\nmpirun "$@"\nrc=$?\nfor i in $(seq $((SLOW_S * 20))); do [ -e "%s/release" ] && break; sleep 0.05; done\nexit $rc\n' \
+    "$tmp" >"$tmp/slowmpi"
 chmod 755 "$tmp/slowmpi"
 SLOW_S=4
 case_ "SIGTERM, then SIGINT; mpirun ends 4 s after the ranks: not killed, exit 143"
@@ -100,8 +104,8 @@ expect_err "lockstep-run: the ranks on this host have ended: mpirun has up to 60
 
 # A second stop after the ranks here have ended (mpirun is ending the job): it went to mpirun, as
 # if mpirun had no rank here, and Open MPI 4's mpirun, signalled in its abort, crashed (SIGSEGV:
-# status 139, seen on CI). Now it is not passed on; mpirun (here a script that stays 8 s) ends the
-# job with the ranks' 143.
+# status 139, seen on CI). Now it is not passed on; mpirun (here a script that stays up to 8 s, until
+# lockstep-run has said what it did with the SIGINT) ends the job with the ranks' 143.
 case_ "SIGTERM, the ranks end, then SIGINT: not passed to mpirun, exit 143"
 HOLD=0
 SLOW_S=8
@@ -110,7 +114,10 @@ kill -TERM "$pid"
 sleep 1.5 # (a stop within a second of the last is its duplicate, dropped)
 for ((i = 0; i < 400; i++)); do pgrep -f "^/bin/bash $tmp/rank.sh" >/dev/null || break; sleep 0.05; done
 kill -INT "$pid"
+for ((i = 0; i < 160; i++)); do grep -q "SIGINT: the ranks on this host have ended" "$tmp/stderr" && break; sleep 0.05; done
+touch "$tmp/release"
 reap TERM
+rm -f "$tmp/release"
 expect_rc 143
 expect_err "lockstep-run: SIGINT: the ranks on this host have ended; not passed to mpirun, which is ending the job"
 SLOW_S=4
@@ -129,9 +136,13 @@ case_ "timeout(1) signals lockstep-run and its process group: one SIGTERM reache
 HOLD=1
 rm -f "$LOG"
 # (20 s: a clean machine running check_format and two other launcher tests beside it had not
-# started both ranks within 10)
+# started both ranks within 10.) timeout(1) is sent SIGTERM once both ranks have started: it
+# passes it on as it does its own expiry's (to its child, then to its process group), without
+# the rest of the 20 s to wait.
 env -i "PATH=/usr/local/bin:/usr/bin:/bin" HOLD="$HOLD" timeout 20 "$LSR" "${A[@]}" >"$tmp/stdout" 2>"$tmp/stderr" &
 pid=$!
+for ((i = 0; i < 400; i++)); do [ "$(grep -c started "$LOG" 2>/dev/null)" = 2 ] && break; sleep 0.05; done
+kill -TERM "$pid" 2>/dev/null
 reap
 [ "$(grep -c started "$LOG")" = 2 ] || fail "the ranks had not both started within timeout's 20 s: $(tr '\n' ' ' <"$LOG")"
 
@@ -179,7 +190,7 @@ chmod 755 "$tmp/stubborn.sh"
 # the next signal's SIGKILL: the log lacked its line). After the first stop there is no deadline
 # (10 s at most for the ranks' lines); after the second the job has 3 s, so the wait ends 2.5 s
 # after it (it was 1.5 s of sleep and then up to 2.5 s more: past the 3 s under load, the job was
-# killed before the third signal). Waits for the end (10 s at most) and checks that no rank is left.
+# killed before the third signal). Waits for the end (11.5 s at most) and checks that no rank is left.
 elapsed_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $(((t - $1) / 1000)); }
 stubborn() {
     rm -f "$LOG"
@@ -191,18 +202,15 @@ stubborn() {
         kill -"$s" "$pid"
         t0=${EPOCHREALTIME/[.,]/}
         k=$((k + 1))
-        if [ "$k" = "$#" ]; then
-            sleep 1.5
-            break
-        fi
+        [ "$k" = "$#" ] && break
         limit=$((k == 1 ? 10000 : 2500))
         while [ "$(grep -cE '(TERM|INT)$' "$LOG")" -lt $((2 * k)) ] && [ "$(elapsed_ms "$t0")" -lt "$limit" ]; do
             sleep 0.05
         done
         while [ "$(elapsed_ms "$t0")" -lt 1500 ]; do sleep 0.05; done
     done
-    for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    kill -0 "$pid" 2>/dev/null && { fail "lockstep-run still running 10 s after the last signal"; kill -KILL "$pid"; }
+    for ((i = 0; i < 230; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    kill -0 "$pid" 2>/dev/null && { fail "lockstep-run still running 11.5 s after the last signal"; kill -KILL "$pid"; }
     wait "$pid"
     rc=$?
     err=$(cat "$tmp/stderr")
