@@ -39,11 +39,8 @@ static double *rnd(int64_t n, double scale, ls_dtype t) {
     double *v = calloc((size_t)(n > 0 ? n : 1), sizeof(double)); /* calloc: gcc sees n = 0 reads nothing */
     LS_REQUIRE(v);
     for (int64_t i = 0; i < n; i++) v[i] = ls_rng_normal(&R) * scale;
-    void *p = pack(v, t, n);
-    double *r = unpack(p, t, n);
-    free(p);
-    free(v);
-    return r;
+    round_to(v, t, n);
+    return v;
 }
 
 /* The f32 (or f64) reference type of t, for the CPU entries without f16/bf16; also the dtype of
@@ -825,9 +822,9 @@ static void case_optim(ls_dtype t, int adamw, int momentum, int counted) {
         hm[i] = pack(z, t, n[i]);
         hv[i] = pack(z, t, n[i]);
         hg[i] = malloc((size_t)n[i] * es + 1);
-        dp[i] = dev_vals(p, t, n[i]);
-        dm[i] = dev_vals(z, t, n[i]);
-        dv[i] = dev_vals(z, t, n[i]);
+        dp[i] = dev_bytes(hp[i], (size_t)n[i] * es); /* (dev_vals of p and z: the same bytes) */
+        dm[i] = dev_bytes(hm[i], (size_t)n[i] * es);
+        dv[i] = dev_bytes(hv[i], (size_t)n[i] * es);
         dg[i] = dev_alloc((size_t)n[i] * es);
         free(p), free(z);
     }
@@ -847,10 +844,9 @@ static void case_optim(ls_dtype t, int adamw, int momentum, int counted) {
         }
         for (int i = 0; i < K; i++) { /* fresh gradients each step */
             double *g = rnd(n[i], 0.5, t);
-            void *h = pack(g, t, n[i]);
-            memcpy(hg[i], h, (size_t)n[i] * es);
-            if (n[i]) LS_REQUIRE_OK(ls_allocator_copy(DEV->alloc, dg[i], 1, h, 0, (size_t)n[i] * es));
-            free(g), free(h);
+            pack_into(hg[i], g, t, n[i]);
+            if (n[i]) LS_REQUIRE_OK(ls_allocator_copy(DEV->alloc, dg[i], 1, hg[i], 0, (size_t)n[i] * es));
+            free(g);
         }
         ls_status s;
         if (adamw) {
@@ -881,28 +877,29 @@ static void case_optim(ls_dtype t, int adamw, int momentum, int counted) {
     }
     if (ok_all) {
         /* compare every tensor's p (and m, v) as one vector */
-        int64_t total = 0;
-        for (int i = 0; i < K; i++) total += n[i];
+        int64_t total = 0, most = 1;
+        for (int i = 0; i < K; i++) total += n[i], most = n[i] > most ? n[i] : most;
+        void *dh = malloc((size_t)most * es); /* a tensor's bytes read from the device */
+        double *got = malloc(sizeof(double) * (size_t)total), *ref = malloc(sizeof(double) * (size_t)total);
+        LS_REQUIRE(dh && got && ref);
         const char *part[3] = {"p", "m", "v"};
         for (int which = 0; which < 3; which++) {
             if (which == 1 && !adamw && !momentum) break;
             if (which == 2 && !adamw) break;
-            double *got = malloc(sizeof(double) * (size_t)total), *ref = malloc(sizeof(double) * (size_t)total);
             int64_t off = 0;
             for (int i = 0; i < K; i++) {
                 void *h = which == 0 ? hp[i] : which == 1 ? hm[i] : hv[i];
                 void *d = which == 0 ? dp[i] : which == 1 ? dm[i] : dv[i];
-                double *g = dev_read(d, t, n[i]), *r = unpack(h, t, n[i]);
-                memcpy(got + off, g, sizeof(double) * (size_t)n[i]);
-                memcpy(ref + off, r, sizeof(double) * (size_t)n[i]);
+                dev_get(dh, d, (size_t)n[i] * es);
+                unpack_into(got + off, dh, t, n[i]);
+                unpack_into(ref + off, h, t, n[i]);
                 off += n[i];
-                free(g), free(r);
             }
             char what[96];
             snprintf(what, sizeof what, "%s x3 steps, %d tensors: %s", name, K, part[which]);
             check(what, t, 0, got, ref, total);
-            free(got), free(ref);
         }
+        free(dh), free(got), free(ref);
     }
     if (counted) { /* two steps taken on both */
         double got = -1;
