@@ -37,34 +37,40 @@ base=(--hidden 64 --train-limit 2048 --test-limit 1000 --batch-size 64 --no-prog
 # a TF32 setting other than 1/on/true or 0/off/false (it meant off) is refused when cuda:0 starts
 out=$(env LOCKSTEP_TF32=maybe "$prog" "${base[@]}" --device cuda --max-steps 1 2>&1) && fail "LOCKSTEP_TF32=maybe accepted"
 grep -qF "LOCKSTEP_TF32=maybe: expected 1, on or true" <<<"$out" || fail "LOCKSTEP_TF32=maybe: $out"
-train cpu -- --device cpu --epochs 1
-train cuda -- --device cuda --epochs 1
+# (runs of one process each, two at a time: train_bg in emu/runs.sh)
+train_bg cpu -- --device cpu --epochs 1
+train_bg cuda -- --device cuda --epochs 1
+train_wait
 close cuda cpu 1e-5
-train staged LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=on -- --device cuda --epochs 1
+train_bg staged LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=on -- --device cuda --epochs 1
+train_bg staged_nopf LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=off -- --device cuda --epochs 1
+train_wait
 close staged cuda 0
-train staged_nopf LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=off -- --device cuda --epochs 1
 close staged_nopf cuda 0
 # the emulator's other schedules (cuda_emu.cc): kernels and library calls queued too, copies as
 # late as allowed (lazy) or as early (eager); the same work in another legal order: bitwise the same
 for sch in late lazy eager; do
-    train "accum_$sch" EMU_SCHEDULE=$sch LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=on -- --device cuda --epochs 1 \
+    train_bg "accum_$sch" EMU_SCHEDULE=$sch LOCKSTEP_DATA_ON_DEVICE=off LOCKSTEP_PREFETCH=on -- --device cuda --epochs 1 \
         --accum-steps 2
 done
+train_wait
 close accum_lazy accum_late 0
 close accum_eager accum_late 0
 
 feat=(--epochs 1 --activation gelu --clip-grad-norm 0.5 --accum-steps 2 --checkpoint-activations
       --label-smoothing 0.1 --weight-decay 0.01 --no-decay-1d --dropout 0.2)
-train feat_cpu -- --device cpu "${feat[@]}"
-train feat_cuda -- --device cuda "${feat[@]}"
+train_bg feat_cpu -- --device cpu "${feat[@]}"
+train_bg feat_cuda -- --device cuda "${feat[@]}"
+train_wait
 close feat_cuda feat_cpu 1e-5
 
 for p in bf16:1e-4 fp16:5e-3; do
     IFS=: read -r prec tol <<<"$p"
     inj=LOCKSTEP_AMP_INJECT_INF=
     [ "$prec" = fp16 ] && inj=LOCKSTEP_AMP_INJECT_INF=5 # an inf gradient at step 5: the step skipped, the scale halved
-    train "${prec}_cpu" "$inj" -- --device cpu --epochs 1 --precision "$prec" --metrics "${prec}_cpu.json"
-    train "${prec}_cuda" "$inj" -- --device cuda --epochs 1 --precision "$prec" --metrics "${prec}_cuda.json"
+    train_bg "${prec}_cpu" "$inj" -- --device cpu --epochs 1 --precision "$prec" --metrics "${prec}_cpu.json"
+    train_bg "${prec}_cuda" "$inj" -- --device cuda --epochs 1 --precision "$prec" --metrics "${prec}_cuda.json"
+    train_wait
     close "${prec}_cuda" "${prec}_cpu" "$tol"
 done
 scales() { sed -n 's/.*"loss_scale": *\([^,}]*\), "skipped": *\([01]\).*/\1 \2/p' "$1"; }
@@ -128,9 +134,10 @@ run init_cpu -- "${base[@]}" --device cpu --epochs 0 --init-from ck/step-0000004
 [ -n "$on_cuda" ] && [ "$on_cuda" = "$(figures)" ] || fail "--init-from: cuda '$on_cuda', cpu '$(figures)'"
 # --ema on the emulated GPU: updated on the compute stream, swapped in for the evaluation
 ema=(--epochs 1 --ema 0.9 --ema-warmup --max-steps 20 --save-every 20)
-train ema_cpu -- --device cpu "${ema[@]}" --checkpoint-dir ec
-train ema_cuda -- --device cuda "${ema[@]}" --checkpoint-dir eg
-ema_fig=$(grep -oE 'EMA of the weights \(decay 0.9 with warmup\): test loss [0-9.]+  test acc [0-9.]+%' <<<"$out" |
+train_bg ema_cpu -- --device cpu "${ema[@]}" --checkpoint-dir ec
+train_bg ema_cuda -- --device cuda "${ema[@]}" --checkpoint-dir eg
+train_wait
+ema_fig=$(grep -oE 'EMA of the weights \(decay 0.9 with warmup\): test loss [0-9.]+  test acc [0-9.]+%' ema_cuda.out |
     grep -oE 'test loss.*')
 close ema_cuda ema_cpu 1e-5
 python3 - ec/step-00000020/ema.safetensors eg/step-00000020/ema.safetensors <<'PY' || fail "--ema: cuda's average differs"

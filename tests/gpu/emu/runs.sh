@@ -5,6 +5,12 @@
 #       script on a failure; prints the last epoch line
 #   run NAME [VAR=VALUE ...] -- ARGS...     the same without base, --log-steps and --dump-params:
 #       the output in $out
+#   train_bg NAME [VAR=VALUE ...] -- ARGS...  train in the background (its output in NAME.out),
+#       for runs on one process each that need not wait for one another: two at a time fill the
+#       two cores a test with PROCESSORS 2 holds, as the emulator and the CPU backend
+#       (OPENBLAS_NUM_THREADS=1) use one each
+#   train_wait                              waits for every train_bg, printing their lines in the
+#       order they were started; stops the script if any failed
 #   close A B TOL                           compare_runs.py A B TOL, stopping the script on a failure
 #   fail MESSAGE
 emu_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -47,6 +53,28 @@ train() {
     split_env "$@"
     run "$name" "${envs[@]}" -- "${base[@]}" --log-steps "$name.loss" --dump-params "$name.bin" "${args[@]}"
     printf '%s: %s\n' "$name" "$(grep -E '^epoch' <<<"$out" | tail -n 1)"
+}
+
+bg_pids=() bg_names=()
+train_bg() {
+    (
+        train "$@" >"$1.line"
+        rc=$?
+        printf '%s\n' "$out" >"$1.out"
+        exit $rc
+    ) >"$1.fail" 2>&1 &
+    bg_pids+=($!)
+    bg_names+=("$1")
+}
+
+train_wait() {
+    local i bad=0
+    for i in "${!bg_pids[@]}"; do
+        wait "${bg_pids[$i]}" || bad=1
+        cat "${bg_names[$i]}.line" "${bg_names[$i]}.fail" 2>/dev/null
+    done
+    bg_pids=() bg_names=()
+    [ "$bad" = 0 ] || fail "a run in the background failed (above)"
 }
 
 close() {
