@@ -25,8 +25,10 @@ prog=$(realpath "$1") oom=$(realpath "$2") run=$(realpath "$3")
 source "$(dirname "$0")/emu/runs.sh"
 base=(--widths 4,8,8 --train-limit 256 --test-limit 128 --batch-size 32 --lr 0.01 --warmup-steps 2 --no-progress)
 
-train cpu -- --device cpu --epochs 2 --augment
-train cuda -- --device cuda --epochs 2 --augment
+# (the two runs side by side: train_bg in emu/runs.sh)
+train_bg cpu -- --device cpu --epochs 2 --augment
+train_bg cuda -- --device cuda --epochs 2 --augment
+train_wait
 close cuda cpu 1e-5
 
 launch=("$run" -n 2)
