@@ -6,9 +6,9 @@
 #   run NAME [VAR=VALUE ...] -- ARGS...     the same without base, --log-steps and --dump-params:
 #       the output in $out
 #   train_bg NAME [VAR=VALUE ...] -- ARGS...  train in the background (its output in NAME.out),
-#       for runs on one process each that need not wait for one another: two at a time fill the
-#       two cores a test with PROCESSORS 2 holds, as the emulator and the CPU backend
-#       (OPENBLAS_NUM_THREADS=1) use one each
+#       for runs on one process each that need not wait for one another: two at a time (a third
+#       waits for the first) fill the two cores a test with PROCESSORS 2 holds, as the emulator
+#       and the CPU backend (OPENBLAS_NUM_THREADS=1) use one each
 #   train_wait                              waits for every train_bg, printing their lines in the
 #       order they were started; stops the script if any failed
 #   close A B TOL                           compare_runs.py A B TOL, stopping the script on a failure
@@ -57,6 +57,7 @@ train() {
 
 bg_pids=() bg_names=()
 train_bg() {
+    [ "${#bg_pids[@]}" -lt 2 ] || bg_wait_first
     (
         train "$@" >"$1.line"
         rc=$?
@@ -67,14 +68,16 @@ train_bg() {
     bg_names+=("$1")
 }
 
+bg_wait_first() {
+    local rc=0
+    wait "${bg_pids[0]}" || rc=1
+    cat "${bg_names[0]}.line" "${bg_names[0]}.fail" 2>/dev/null
+    bg_pids=("${bg_pids[@]:1}") bg_names=("${bg_names[@]:1}")
+    [ "$rc" = 0 ] || fail "a run in the background failed (above)"
+}
+
 train_wait() {
-    local i bad=0
-    for i in "${!bg_pids[@]}"; do
-        wait "${bg_pids[$i]}" || bad=1
-        cat "${bg_names[$i]}.line" "${bg_names[$i]}.fail" 2>/dev/null
-    done
-    bg_pids=() bg_names=()
-    [ "$bad" = 0 ] || fail "a run in the background failed (above)"
+    while [ "${#bg_pids[@]}" -gt 0 ]; do bg_wait_first; done
 }
 
 close() {
