@@ -12,7 +12,7 @@
 #include "reducer.h"
 
 /* Run one trial at batch b; *fit and *peak agreed over ranks; this rank's out-of-memory message
- * into oom (at most oom_len; untouched when it fit). An error other than out of memory is agreed
+ * into oom (at most oom_len; emptied when it fit on this rank). An error other than out of memory is agreed
  * too: every rank returns it (a rank whose trial failed so returned at once, and left the others
  * waiting in the agreement's all-reduce until LOCKSTEP_COMM_TIMEOUT). */
 static ls_status trial_at(ls_allocator *alloc, ls_comm *comm, ls_batch_trial_fn trial, void *user, int64_t b, int *fit,
@@ -34,6 +34,10 @@ static ls_status trial_at(ls_allocator *alloc, ls_comm *comm, ls_batch_trial_fn 
     if (s == LS_ERR_OUT_OF_MEMORY) {
         snprintf(oom, oom_len, "%s", ls_last_error());
         ls_error_clear();
+    } else if (s == LS_OK && oom_len) {
+        /* fit here: an earlier trial's message (at a larger batch) is not what ran out at this one;
+         * it was quoted as batch 1's failure where only another rank failed batch 1 */
+        oom[0] = '\0';
     }
     /* fits (min), the peak and another error's status (max) */
     const int failed = s != LS_OK && s != LS_ERR_OUT_OF_MEMORY;

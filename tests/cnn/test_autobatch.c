@@ -24,6 +24,14 @@ static ls_status fake_trial(void *user, int64_t b) {
     return LS_OK;
 }
 
+static ls_status big_trial(void *user, int64_t b) {
+    fake *f = user;
+    void *p;
+    LS_CHECK(ls_alloc(f->a, f->base + f->per * (size_t)b, "big-batch activations", &p));
+    ls_free(f->a, p);
+    return LS_OK;
+}
+
 /* fails otherwise than out of memory on one rank, from a batch on */
 typedef struct failing {
     fake f;
@@ -184,6 +192,25 @@ static void check_fake(ls_comm *comm) {
         else
             snprintf(want_from, sizeof want_from, "(rank %d's, the smallest) less 10%%", world - 1);
         LS_EXPECT_ERR(ls_batch_size_search(a, comm, &cfg, fake_trial, &huge, &r), LS_ERR_OUT_OF_MEMORY, want_from);
+        /* only the last rank fails at batch 1; the others fit it but ran out themselves at larger batches.
+         * Their error must not quote their own earlier failure as what ran out at batch 1 (it said
+         * "cannot allocate 1.05 MiB for big-batch activations" of the trial at 2, which fit there on
+         * another rank's account) */
+        fake big = {a, 100000, 500000};
+        cfg.start = 16;
+        ls_status nothing = ls_batch_size_search(a, comm, &cfg, rank == world - 1 ? fake_trial : big_trial,
+                                                 rank == world - 1 ? &huge : &big, &r);
+        LS_EXPECT(nothing == LS_ERR_OUT_OF_MEMORY);
+        if (rank == world - 1)
+            LS_EXPECT(strstr(ls_last_error(), "fake activations") != NULL);
+        else {
+            if (strstr(ls_last_error(), "big-batch") ||
+                !strstr(ls_last_error(), "it ran out of memory on another rank"))
+                fprintf(stderr, "rank %d: %s\n", rank, ls_last_error());
+            LS_EXPECT(strstr(ls_last_error(), "big-batch") == NULL);
+            LS_EXPECT(strstr(ls_last_error(), "it ran out of memory on another rank") != NULL);
+        }
+        cfg.start = 1;
         /* a rank without a cap fails every rank, naming it (it left the others in an all-reduce) */
         ls_allocator_set_cap(a, rank == world - 1 ? 0 : cap);
         char want[64];
