@@ -170,6 +170,27 @@ static ls_status resume_failed(const ex_ckpt *c, const ls_ckpt_state *saved, ls_
     return s;
 }
 
+/* Rank 0, resuming with --batch-size auto: the search ran again and may find another batch than the
+ * checkpoint's (another cap, another machine). The warning above says only that the batches differ;
+ * this says which the search found and what to do: the saved batch is at most the one found, so it
+ * fits (give it to continue bitwise), or it is larger and does not fit this cap. */
+static void batch_auto_note(const ex_ckpt *c, const ls_ckpt_state *saved) {
+    const long long found = (long long)c->run.batch_per_rank, was = (long long)saved->batch_per_rank;
+    if (!c->batch_auto || was <= 0 || was == found) return;
+    if (was < found && saved->world_size == c->run.world_size && saved->accum_steps == c->run.accum_steps)
+        printf("%s: --batch-size auto found %lld per rank, the checkpoint was trained at %lld: give --batch-size %lld "
+               "(it fits) to continue it bitwise\n",
+               c->prog, found, was, was);
+    else if (was < found)
+        printf("%s: --batch-size auto found %lld per rank, the checkpoint was trained at %lld (it fits: give "
+               "--batch-size %lld to keep it)\n",
+               c->prog, found, was, was);
+    else
+        printf("%s: --batch-size auto found %lld per rank, the checkpoint was trained at %lld, which does not fit "
+               "this cap: training goes on at %lld, not bitwise\n",
+               c->prog, found, was, found);
+}
+
 static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
     int rank = ls_comm_rank(c->comm), found, exact;
     ls_ckpt_state saved;
@@ -193,6 +214,7 @@ static ls_status resume(ex_ckpt *c, int64_t *start_epoch, int64_t *start_j) {
     if (at != saved.step) ls_trainer_set_schedule_step(c->trainer, at);
     if (rank != 0) return LS_OK;
     ls_ckpt_warn_changes(&saved, &c->run);
+    batch_auto_note(c, &saved);
     if (!exact) {
         /* the next step boundary, or the epoch's end where that is past its last step (the position
          * then moved to step 0 of the next epoch: counted from there, the skip was negative) */

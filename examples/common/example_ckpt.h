@@ -190,6 +190,8 @@ typedef struct ex_ckpt {
     ls_ema *ema;          /* an EMA of the weights (--ema), saved and resumed with them: set
                                      * before ex_ckpt_begin; NULL: none */
     double dropout;       /* the model's dropout (--dropout), recorded: set before ex_ckpt_begin */
+    int batch_auto;       /* the batch was found by --batch-size auto: set before ex_ckpt_begin (a resume
+                           * whose batch differs from the checkpoint's says which and what to do) */
     int n_settings;       /* more settings recorded (ex_check_same_options picks them) */
     ls_ckpt_setting settings[LS_CKPT_MAX_SETTINGS];
     ls_ckpt_state run;              /* this run's settings, saved with each checkpoint and compared on resume */

@@ -57,7 +57,9 @@ static void usage(FILE *f) {
         "                        --max-steps reached) the model is evaluated on the test set as it is\n"
         "  --batch-size N|auto   samples per rank per micro-step (default 64); auto: the largest batch\n"
         "                        whose training step and evaluation fit the memory cap with 10%% headroom,\n"
-        "                        found by trials (doubling, then bisection), the minimum over ranks\n"
+        "                        found by trials (doubling, then bisection), the minimum over ranks;\n"
+        "                        found again on --resume: where it differs from the checkpoint's batch,\n"
+        "                        the run says whether that one fits (give it to continue bitwise)\n"
         "  --memory-cap SIZE     cap on the device memory lockstep allocates, e.g. 2GiB (default\n"
         "                        $LOCKSTEP_MEMORY_LIMIT on the CPU, LOCKSTEP_GPU_MEMORY's limit:SIZE on a\n"
         "                        GPU, else none)\n"
@@ -542,6 +544,7 @@ int main(int argc, char **argv) {
     int64_t start_epoch, start_j;
     ck.ema = ema;
     ck.dropout = o.dropout;
+    ck.batch_auto = batch_auto;
     TRY_AGREED(ck.what,
                ex_ckpt_begin(&ck, comm, ctx, model, opt, trainer, &tc, &oc, o.seed, steps, &start_epoch, &start_j),
                ck.agreed);
