@@ -6,10 +6,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cnn.h"
 #include "log.h"
 #include "reducer.h"
+
+/* The memory this host gives a process: its RAM, or a cgroup v2 limit below it; 0 when unknown. */
+static size_t host_memory_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t total = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    if (f) {
+        unsigned long long max;
+        if (fscanf(f, "%llu", &max) == 1 && max > 0 && (!total || max < total)) total = (size_t)max;
+        fclose(f);
+    }
+    return total;
+}
 
 /* Run one trial at batch b; *fit and *peak agreed over ranks; this rank's out-of-memory message
  * into oom (at most oom_len; emptied when it fit on this rank). An error other than out of memory is agreed
@@ -116,6 +130,35 @@ ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batc
     }
     out->limit_bytes = (size_t)((double)out->cap_bytes * (1.0 - cfg->headroom));
     const size_t own_limit = (size_t)((double)own_cap * (1.0 - cfg->headroom));
+    /* host memory: a cap the host cannot give is no cap to search under. Linux hands out memory it
+     * does not have (overcommit), so a trial between the host's memory and such a cap did not fail
+     * as out of memory: it swapped, or the kernel's OOM killer stopped the rank (LOCKSTEP_MEMORY_LIMIT
+     * set for a larger machine). Agreed, as the cap is. */
+    size_t host_share = 0;
+    int local = 1;
+    if (ls_allocator_device(alloc).type == LS_DEVICE_CPU) {
+        if (comm && ls_comm_rank_info(comm) && ls_comm_rank_info(comm)->local_world > 1)
+            local = ls_comm_rank_info(comm)->local_world;
+        host_share = host_memory_bytes() / (size_t)local;
+    }
+    double beyond = host_share && own_cap > host_share ? 1.0 : 0.0;
+    if (comm && ls_comm_world(comm) > 1) LS_CHECK(ls_comm_allreduce_host(comm, &beyond, 1, LS_F64, LS_REDUCE_MAX));
+    if (beyond > 0.5) {
+        char c[32], h[32], e[32], each[96] = "";
+        if (!(host_share && own_cap > host_share))
+            return ls_error(LS_ERR_INVALID_ARGUMENT,
+                            "the batch-size search's cap is more than the memory of another rank's host: a trial "
+                            "there could be stopped by the kernel's out-of-memory killer rather than fail; give a cap "
+                            "within it");
+        if (local > 1)
+            snprintf(each, sizeof each, ", %s for each of the %d ranks on it", ls_memory_format(host_share, e, 32),
+                     local);
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "the batch-size search's cap %s%s is more than this host's memory (%s%s): a trial could be "
+                        "stopped by the kernel's out-of-memory killer rather than fail; give a cap within it",
+                        ls_memory_format(own_cap, c, 32), own_from, ls_memory_format(host_share * (size_t)local, h, 32),
+                        each);
+    }
     /* what is held already (the model) past the trials' cap: every trial's message would say "the
      * cap is 2.20 MiB, 2.36 MiB is already in use"; agreed, as the trials' outcomes are */
     double over = st.live_bytes >= own_limit ? 1.0 : 0.0;

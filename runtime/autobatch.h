@@ -52,7 +52,10 @@ typedef struct ls_batch_search_result {
 /* Search with the allocator's cap (LS_ERR_INVALID_ARGUMENT when it has none: set one with
  * LOCKSTEP_MEMORY_LIMIT or --memory-cap). During the search the cap is lowered to the limit, so a
  * trial that would eat into the headroom fails like a real out-of-memory; it is restored after.
- * comm may be NULL (one process). LS_ERR_OUT_OF_MEMORY when not even a batch of 1 fits. */
+ * comm may be NULL (one process). LS_ERR_OUT_OF_MEMORY when not even a batch of 1 fits. A host
+ * allocator's cap above the host's memory (RAM or cgroup v2 memory.max, divided by the ranks on the
+ * host) is LS_ERR_INVALID_ARGUMENT on every rank: with overcommit a trial past the host's memory
+ * does not fail, it swaps or is killed. */
 ls_status ls_batch_size_search(ls_allocator *alloc, ls_comm *comm, const ls_batch_search_config *cfg,
                                ls_batch_trial_fn trial, void *user, ls_batch_search_result *out);
 

@@ -149,6 +149,15 @@ static void check_fake(ls_comm *comm) {
                       "needs a memory cap to fit in: set --memory-cap or LOCKSTEP_GPU_MEMORY=limit:SIZE");
         LS_EXPECT(strstr(ls_last_error(), "LOCKSTEP_MEMORY_LIMIT") == NULL);
         ls_allocator_destroy(nocap);
+        /* a host cap above the host's memory (1 PiB): refused before any trial, which could allocate
+         * past the host's memory without failing (overcommit) and be killed by the kernel */
+        ls_allocator_set_cap_from(a, (size_t)1 << 50, "LOCKSTEP_MEMORY_LIMIT=1024TiB");
+        fake petabyte = {a, (size_t)1 << 40, (size_t)1 << 40}; /* never run: its first trial would fail */
+        LS_EXPECT_ERR(ls_batch_size_search(a, NULL, &cfg, fake_trial, &petabyte, &r), LS_ERR_INVALID_ARGUMENT,
+                      "the batch-size search's cap 1024.00 TiB (LOCKSTEP_MEMORY_LIMIT=1024TiB) is more than this "
+                      "host's memory (");
+        LS_EXPECT(r.trials == 0);
+        ls_allocator_set_cap(a, 1000000);
         cfg.headroom = 1.0;
         LS_EXPECT_ERR(ls_batch_size_search(a, NULL, &cfg, fake_trial, &f, &r), LS_ERR_INVALID_ARGUMENT, "headroom");
     } else {
@@ -211,6 +220,11 @@ static void check_fake(ls_comm *comm) {
             LS_EXPECT(strstr(ls_last_error(), "it ran out of memory on another rank") != NULL);
         }
         cfg.start = 1;
+        /* the last rank's cap above its host's memory fails every rank, before any trial */
+        ls_allocator_set_cap(a, rank == world - 1 ? (size_t)1 << 50 : cap);
+        LS_EXPECT_ERR(ls_batch_size_search(a, comm, &cfg, fake_trial, &f, &r), LS_ERR_INVALID_ARGUMENT,
+                      rank == world - 1 ? "is more than this host's memory" : "the memory of another rank's host");
+        LS_EXPECT(r.trials == 0);
         /* a rank without a cap fails every rank, naming it (it left the others in an all-reduce) */
         ls_allocator_set_cap(a, rank == world - 1 ? 0 : cap);
         char want[64];
