@@ -47,6 +47,20 @@ fail:
 
 void ls_ctx_destroy(ls_ctx *c) {
     if (!c) return;
+    if (c->live_modules || c->live_losses || c->live_optimizers || c->live_trainers || c->live_emas) {
+        /* freed, their destroys would free into a freed allocator and backend */
+        ls_error(LS_ERR_INVALID_ARGUMENT,
+                 "ls_ctx_destroy: objects made with this context are still alive (%d module%s, those inside containers "
+                 "counted, %d loss%s, %d "
+                 "optimizer%s, %d trainer%s, %d EMA%s): destroy them first (ls_trainer_destroy, ls_ema_destroy, "
+                 "ls_optimizer_destroy, ls_module_destroy on each outermost module, ls_xent_destroy), then the "
+                 "context; it is left as it is, not freed",
+                 c->live_modules, c->live_modules == 1 ? "" : "s", c->live_losses, c->live_losses == 1 ? "" : "es",
+                 c->live_optimizers, c->live_optimizers == 1 ? "" : "s", c->live_trainers,
+                 c->live_trainers == 1 ? "" : "s", c->live_emas, c->live_emas == 1 ? "" : "s");
+        LS_LOG_E("%s", ls_last_error());
+        return;
+    }
     if (c->alloc && c->alloc != c->host) ls_allocator_destroy(c->alloc);
     c->ops->fini(c->state);
     if (c->owns_host) ls_allocator_destroy(c->host);

@@ -273,13 +273,20 @@ typedef struct ls_ctx {
      * every forward. cast_epochs counts the epochs begun. */
     uint64_t cast_epoch;
     uint64_t cast_epochs;
+    /* The objects made with this context and not yet destroyed, counted by their creates and
+     * destroys (runtime/): ls_ctx_destroy refuses while one is left. */
+    int live_modules, live_losses, live_optimizers, live_trainers, live_emas;
 } ls_ctx;
 
 /* Create a context on dev. host: host allocator to use, or NULL to create one from
  * LOCKSTEP_MEMORY_LIMIT. On the CPU the device allocator is the host allocator. */
 ls_status ls_ctx_create(ls_device dev, ls_allocator *host, ls_ctx **out);
 /* Destroy what was made with the context first (trainers, EMAs, optimizers, modules, losses,
- * tensors, data sets kept on the device): they use its allocator and backend to the end. */
+ * tensors, data sets kept on the device): they use its allocator and backend to the end. While a
+ * module, loss, optimizer, trainer or EMA made with it is left (the live_ counts), the context is
+ * left as it is, not freed, and the error (ls_last_error, and logged) names how many of each
+ * remain: destroy them, then call it again. A leak rather than a use after free at their destroys.
+ * Tensors and data sets are not counted. */
 void ls_ctx_destroy(ls_ctx *ctx);
 ls_status ls_ctx_synchronize(ls_ctx *ctx);
 /* The context's compute stream (cudaStream_t on CUDA); NULL on the CPU. */

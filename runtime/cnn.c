@@ -702,7 +702,7 @@ static ls_status res_backward_frozen(ls_module *m) {
 }
 
 static void res_destroy(ls_module *m) {
-    for (int i = 0; i < m->n_children; i++) ls_module_destroy(m->children[i]);
+    for (int i = 0; i < m->n_children; i++) ls_module_destroy_child(m->children[i]);
     free(m->children);
     ls_tensor_destroy(m->mask);
     m->mask = NULL;
@@ -716,6 +716,18 @@ static const ls_module_vt res_vt = {"Residual",  res_forward,  res_backward,
                                     res_destroy, res_describe, res_backward_frozen};
 
 ls_status ls_residual_create(ls_ctx *ctx, ls_module *body, ls_module *shortcut, int relu, ls_module **out_m) {
+    /* one already in a container is its container's: not freed here, on this error or another */
+    if ((body && body->parent) || (shortcut && shortcut->parent)) {
+        const ls_module *in = body && body->parent ? body : shortcut;
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "ls_residual_create: the %s (%s) is already inside a %s, which owns it (a module can be in one "
+                 "container): create another for this one",
+                 in == body ? "body" : "shortcut", in->vt->kind, in->parent->vt->kind);
+        if (body && !body->parent) ls_module_destroy(body);
+        if (shortcut && !shortcut->parent) ls_module_destroy(shortcut);
+        return ls_error(LS_ERR_INVALID_ARGUMENT, "%s", msg);
+    }
     if (!body) {
         ls_module_destroy(shortcut);
         return ls_error(LS_ERR_INVALID_ARGUMENT, "residual: the body is missing");
@@ -761,6 +773,8 @@ ls_status ls_residual_create(ls_ctx *ctx, ls_module *body, ls_module *shortcut, 
     ((res_mod *)m)->relu = relu != 0;
     m->children[0] = body;
     m->children[1] = shortcut;
+    ls_module_adopt(m, body);
+    ls_module_adopt(m, shortcut);
     m->n_children = shortcut ? 2 : 1;
     int k = 0;
     for (int c = 0; c < m->n_children; c++) {

@@ -56,7 +56,8 @@ ls_status ls_reshape_create(ls_ctx *ctx, int ndim, const int64_t *sample_shape, 
 ls_status ls_cast_create(ls_ctx *ctx, ls_dtype dtype, ls_module **out_m);
 
 /* y = ReLU(body(x) + shortcut(x)) (ReLU when relu is set), shortcut NULL: the identity. Takes
- * ownership of body and shortcut (also on error; one module as both is an error). Parameters:
+ * ownership of body and shortcut (also on error; one module as both is an error, and so is one
+ * already inside a container, which is left to its container). Parameters:
  * body's ("body.<name>"), then shortcut's ("shortcut.<name>"). */
 ls_status ls_residual_create(ls_ctx *ctx, ls_module *body, ls_module *shortcut, int relu, ls_module **out_m);
 

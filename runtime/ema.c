@@ -29,7 +29,10 @@ double ls_ema_decay_at(double decay, int warmup, int64_t t) {
 
 void ls_ema_destroy(ls_ema *e) {
     if (!e) return;
-    if (e->model) e->model->emas--;
+    if (e->model) {
+        e->model->emas--;
+        e->ctx->live_emas--;
+    }
     for (int i = 0; i < e->n; i++) ls_tensor_destroy(e->avg ? e->avg[i] : NULL);
     free(e->avg);
     free(e->src);
@@ -70,6 +73,7 @@ ls_status ls_ema_create(ls_ctx *ctx, ls_module *model, double decay, int warmup,
     }
     e->model = model;
     model->emas++;
+    ctx->live_emas++; /* ls_ctx_destroy refuses while it is alive */
     *out = e;
     return LS_OK;
 }

@@ -43,6 +43,7 @@ ls_status ls_module_alloc(ls_ctx *ctx, const ls_module_vt *vt, int n_params, siz
     m->vt = vt;
     m->ctx = ctx;
     m->n_params = n_params;
+    ctx->live_modules++; /* ls_ctx_destroy refuses while it is alive */
     if (n_params) {
         m->params = calloc((size_t)n_params, sizeof *m->params);
         m->grads = calloc((size_t)n_params, sizeof *m->grads);
@@ -54,6 +55,7 @@ ls_status ls_module_alloc(ls_ctx *ctx, const ls_module_vt *vt, int n_params, siz
             free(m->names);
             free(m->no_grad);
             free(m);
+            ctx->live_modules--;
             return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a %s module's parameter list", vt->kind);
         }
     }
@@ -69,8 +71,52 @@ static void holders(const ls_module *m, int *trainers, int *emas) {
         if (m->children[i]) holders(m->children[i], trainers, emas);
 }
 
+ls_status ls_module_check_free(const ls_module *c, const char *where, int index) {
+    if (!c->parent) return LS_OK;
+    return ls_error(LS_ERR_INVALID_ARGUMENT,
+                    "%s: module %d (%s) is already inside a %s, which owns it (a module can be in one container): "
+                    "create another for this one",
+                    where, index, c->vt->kind, c->parent->vt->kind);
+}
+
+void ls_module_adopt(ls_module *parent, ls_module *child) {
+    if (child) child->parent = parent;
+}
+
+/* m and the modules inside it freed, unchecked: what ls_module_destroy does once its checks pass */
+static void module_free(ls_module *m) {
+    if (m->vt->destroy) m->vt->destroy(m);
+    ls_tensor_destroy(m->y);
+    ls_tensor_destroy(m->dx);
+    ls_tensor_destroy(m->mask);
+    free(m->key_rows);
+    free(m->buf_refs);
+    free(m->params);
+    free(m->grads);
+    free(m->names);
+    free(m->no_grad);
+    m->ctx->live_modules--;
+    free(m);
+}
+
+/* the checks of the outermost container's destroy covered its children (their holders, their
+ * parameters, which are in its list) */
+void ls_module_destroy_child(ls_module *c) {
+    if (!c) return;
+    c->parent = NULL;
+    module_free(c);
+}
+
 void ls_module_destroy(ls_module *m) {
     if (!m) return;
+    if (m->parent) { /* the container frees it at its own destroy: a second free */
+        ls_error(LS_ERR_INVALID_ARGUMENT,
+                 "ls_module_destroy: the module (%s) is inside a %s, which owns it and frees it: destroy the "
+                 "outermost container instead; the module is left as it is, not freed",
+                 m->vt->kind, m->parent->vt->kind);
+        LS_LOG_E("%s", ls_last_error());
+        return;
+    }
     int trainers = 0, emas = 0;
     holders(m, &trainers, &emas);
     if (trainers || emas) { /* freed, their use and their own destroys would write into freed memory */
@@ -82,17 +128,20 @@ void ls_module_destroy(ls_module *m) {
         LS_LOG_E("%s", ls_last_error());
         return;
     }
-    if (m->vt->destroy) m->vt->destroy(m);
-    ls_tensor_destroy(m->y);
-    ls_tensor_destroy(m->dx);
-    ls_tensor_destroy(m->mask);
-    free(m->key_rows);
-    free(m->buf_refs);
-    free(m->params);
-    free(m->grads);
-    free(m->names);
-    free(m->no_grad);
-    free(m);
+    /* a container's list holds every parameter below it */
+    int opts = 0;
+    for (int i = 0; i < m->n_params; i++)
+        if (m->params[i] && m->params[i]->holders > opts) opts = m->params[i]->holders;
+    if (opts) { /* freed, their steps and destroys would write into freed memory */
+        ls_error(LS_ERR_INVALID_ARGUMENT,
+                 "ls_module_destroy: the module's (%s) parameters are still held by %d optimizer%s "
+                 "(ls_optimizer_create over them) not yet destroyed: destroy %s first (ls_optimizer_destroy), then "
+                 "the module; it is left as it is, not freed",
+                 m->vt->kind, opts, opts == 1 ? "" : "s", opts == 1 ? "it" : "them");
+        LS_LOG_E("%s", ls_last_error());
+        return;
+    }
+    module_free(m);
 }
 
 /* ---- Linear ---- */
@@ -345,7 +394,7 @@ static ls_status seq_backward(ls_module *m, const ls_tensor *dy, int want_dx, co
 static ls_status seq_backward_frozen(ls_module *m) { return seq_pass(m, NULL, 0, m->n_children, NULL); }
 
 static void seq_destroy(ls_module *m) {
-    for (int i = 0; i < m->n_children; i++) ls_module_destroy(m->children[i]);
+    for (int i = 0; i < m->n_children; i++) ls_module_destroy_child(m->children[i]);
     free(m->children);
     free(m->child_first);
 }
@@ -370,6 +419,7 @@ static ls_status sequential_make(ls_ctx *ctx, int n, ls_module *const *children,
                          "ls_sequential_create: children %d and %d are the same module (a module can be in one "
                          "place: create another for the second)",
                          j, i);
+        LS_CHECK(ls_module_check_free(children[i], "ls_sequential_create", i));
         total += children[i]->n_params;
         for (int p = 0; p < children[i]->n_params && !names; p++) {
             char nm[LS_NAME_MAX];
@@ -393,6 +443,7 @@ static ls_status sequential_make(ls_ctx *ctx, int n, ls_module *const *children,
     for (int i = 0; i < n; i++) {
         ls_module *c = children[i];
         m->children[i] = c;
+        ls_module_adopt(m, c);
         m->child_first[i] = k;
         for (int p = 0; p < c->n_params; p++, k++) {
             m->params[k] = c->params[p];
@@ -701,7 +752,7 @@ static ls_status ckpt_backward_frozen(ls_module *m) {
 }
 
 static void ckpt_destroy(ls_module *m) {
-    ls_module_destroy(m->children[0]);
+    ls_module_destroy_child(m->children[0]);
     free(m->children);
 }
 
@@ -710,6 +761,7 @@ static const ls_module_vt ckpt_vt = {"Checkpoint", ckpt_forward, ckpt_backward,
 
 ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m) {
     LS_CHECK_ARG(inner && out_m, "ls_checkpoint_create: %s is NULL", !inner ? "the module" : "out");
+    LS_CHECK(ls_module_check_free(inner, "ls_checkpoint_create", 0));
     ls_module *m;
     LS_CHECK(ls_module_alloc(ctx, &ckpt_vt, inner->n_params, 0, &m));
     m->children = calloc(1, sizeof *m->children);
@@ -718,6 +770,7 @@ ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m)
         return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate a checkpoint wrapper");
     }
     m->children[0] = inner;
+    ls_module_adopt(m, inner);
     m->n_children = 1;
     for (int p = 0; p < inner->n_params; p++) {
         m->params[p] = inner->params[p];
@@ -742,6 +795,12 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
         return ls_error(LS_ERR_INVALID_ARGUMENT,
                         "ls_checkpoint_sequential: the model is held by an EMA of its weights (ls_ema_create), which "
                         "holds the container this call replaces: wrap the model before making the EMA");
+    /* consumed here, it would stay in its container's list, freed */
+    if (seq->parent)
+        return ls_error(LS_ERR_INVALID_ARGUMENT,
+                        "ls_checkpoint_sequential: the Sequential is inside a %s, which owns it: wrap it before "
+                        "putting it in the container",
+                        seq->parent->vt->kind);
     int n = seq->n_children;
     if (segments < 1 || segments > n)
         return ls_error(LS_ERR_INVALID_ARGUMENT, "cannot split %d layer%s into %d checkpoint segments (at most %d)%s",
@@ -752,6 +811,8 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
     if (!segs) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the segment list");
     ls_status s = LS_OK;
     int made = 0, start = 0;
+    /* the layers go to the segments: free of seq for sequential_make, given back to it on error */
+    for (int i = 0; i < n; i++) seq->children[i]->parent = NULL;
     /* torch.utils.checkpoint.checkpoint_sequential: equal segments, the last takes the rest */
     int per = n / segments;
     for (int k = 0; k < segments && s == LS_OK; k++) {
@@ -764,7 +825,7 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
             s = ls_checkpoint_create(ctx, inner, &segs[k]);
             if (s != LS_OK) {
                 inner->n_children = 0; /* the layers still belong to seq */
-                ls_module_destroy(inner);
+                module_free(inner);
             } else {
                 /* the last segment is not recomputed: its backward follows its forward at once, so
                  * recomputing it would hold the same activations at the same time, later */
@@ -781,17 +842,19 @@ ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out
     if (s != LS_OK) {
         for (int k = 0; k < made; k++) {
             segs[k]->children[0]->n_children = 0;
-            ls_module_destroy(segs[k]);
+            module_free(segs[k]);
         }
         free(segs);
+        for (int i = 0; i < n; i++) seq->children[i]->parent = seq;
         return s;
     }
     free(segs);
     /* the layers now belong to the segments: dismantle the old container without them */
     wrapped->hook = seq->hook;
     wrapped->hook_user = seq->hook_user;
+    /* not ls_module_destroy: its parameters, which an optimizer may hold, live on in wrapped */
     seq->n_children = 0;
-    ls_module_destroy(seq);
+    module_free(seq);
     *out_m = wrapped;
     return LS_OK;
 }
@@ -994,6 +1057,7 @@ ls_status ls_xent_create(ls_ctx *ctx, ls_xent **out) {
     *out = calloc(1, sizeof **out);
     if (!*out) return ls_error(LS_ERR_OUT_OF_MEMORY, "cannot allocate the loss");
     (*out)->ctx = ctx;
+    ctx->live_losses++; /* ls_ctx_destroy refuses while it is alive */
     return LS_OK;
 }
 
@@ -1010,6 +1074,7 @@ void ls_xent_destroy(ls_xent *l) {
     ls_tensor_destroy(l->losses);
     ls_tensor_destroy(l->dlogits);
     ls_tensor_destroy(l->pred);
+    l->ctx->live_losses--;
     free(l);
 }
 

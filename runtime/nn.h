@@ -25,7 +25,8 @@ typedef ls_status (*ls_grad_hook)(void *user, int param_index);
 ls_status ls_linear_create(ls_ctx *ctx, ls_dtype dtype, int64_t in, int64_t out, int bias, uint64_t seed,
                            const char *name, ls_module **out_m);
 ls_status ls_activation_create(ls_ctx *ctx, ls_act act, ls_module **out_m);
-/* Takes ownership of the children (on success; a child listed twice is an error). Parameter names
+/* Takes ownership of the children (on success; a child listed twice is an error, and so is one
+ * already inside a container: a module is in one container, which frees it). Parameter names
  * become "<i>.<child name>". */
 ls_status ls_sequential_create(ls_ctx *ctx, int n, ls_module *const *children, ls_module **out_m);
 /* An MLP: Linear(sizes[0], sizes[1]), act, ..., Linear(sizes[n-2], sizes[n-1]) (no act at the end);
@@ -37,11 +38,13 @@ ls_status ls_mlp_create(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t 
  * "0.bias", "3.weight", ... The dropouts' streams are apart from the layers' init streams. */
 ls_status ls_mlp_create_dropout(ls_ctx *ctx, ls_dtype dtype, int n_sizes, const int64_t *sizes, ls_act act,
                                 float dropout, uint64_t seed, ls_module **out_m);
-/* Frees m and the modules inside it (NULL: nothing). Destroy the trainers (ls_trainer_create) and
- * EMAs (ls_ema_create) made of m, or of a module inside it, first: while one is held, m is left as
- * it is, not freed, and the error (ls_last_error, and logged) names how many hold it; call it again
- * after their destroys. A leak rather than a use after free, at their next call or destroy. An
- * optimizer over m's tensors keeps them too: destroy it before m, or at least never step it after. */
+/* Frees m and the modules inside it (NULL: nothing). Destroy the trainers (ls_trainer_create),
+ * EMAs (ls_ema_create) and optimizers (ls_optimizer_create over its parameters) made of m, or of a
+ * module inside it, first: while one is held, m is left as it is, not freed, and the error
+ * (ls_last_error, and logged) names how many hold it; call it again after their destroys. A leak
+ * rather than a use after free, at their next call or destroy. A module inside a container
+ * (ls_sequential_create, ls_checkpoint_create, ls_residual_create, the builders' blocks) is the
+ * container's: destroying it alone is refused the same way; destroy the outermost container. */
 void ls_module_destroy(ls_module *m);
 
 /* Dropout with probability p (inverted: kept values scaled by 1/(1-p)); inactive when not
@@ -61,8 +64,9 @@ ls_status ls_module_key_dropout(ls_module *m, uint64_t step, const int64_t *rows
  * where i is out of range). ls_trainer_create sets every rank's to rank 0's, as the parameters. */
 int ls_module_num_dropouts(const ls_module *m);
 uint64_t *ls_module_dropout_seed(ls_module *m, int i);
-/* Activation checkpointing: wrap inner (ownership taken) so forward keeps only the input and the
- * output, and backward recomputes inner's activations before its backward. */
+/* Activation checkpointing: wrap inner (ownership taken; one already inside a container is
+ * refused) so forward keeps only the input and the output, and backward recomputes inner's
+ * activations before its backward. */
 ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m);
 /* torch.utils.checkpoint.checkpoint_sequential: split a Sequential's layers into segments (equal
  * sizes, the last takes the rest), each checkpointed but the last: as PyTorch's, the last segment
@@ -70,7 +74,8 @@ ls_status ls_checkpoint_create(ls_ctx *ctx, ls_module *inner, ls_module **out_m)
  * would only hold the same at the same time, later), and frees them after its backward; so one
  * segment checkpoints nothing. Consumes seq; the parameter order and names are unchanged, and the
  * segments ("Checkpoint") become the returned model's children (ls_module_child). A seq that a
- * trainer holds as its model (made, not yet destroyed) is LS_ERR_INVALID_ARGUMENT: wrap it first.
+ * trainer holds as its model (made, not yet destroyed), or one inside a container, is
+ * LS_ERR_INVALID_ARGUMENT: wrap it first.
  * On error seq and *out_m are left untouched (so out_m may be &seq). */
 ls_status ls_checkpoint_sequential(ls_module *seq, int segments, ls_module **out_m);
 /* Training mode (dropout active, batch norm on the batch's statistics) for m and everything

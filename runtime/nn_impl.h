@@ -82,6 +82,11 @@ struct ls_module {
      * container, which they would go on using, and ls_module_destroy to free a module while one is
      * held in it (their destroys, after, would write into it) */
     int trainers, emas;
+    /* the container this module is inside (a Sequential, a Checkpoint, a Residual), which owns it
+     * and frees it; NULL: none (the caller's). A module with a parent is refused by
+     * ls_module_destroy (the container would free it again) and by every container's create (it
+     * would be freed by two) */
+    ls_module *parent;
 };
 
 /* The training modes of m and of every module inside it (m first, then each child's, depth
@@ -100,6 +105,13 @@ int ls_module_any_requires_grad(const ls_module *m);
  * too): vt->backward_frozen of m, which passes it on to the modules inside, then the gradient
  * hooks of m's parameters as ls_module_backward fires them. */
 ls_status ls_module_backward_frozen(ls_module *m);
+
+/* For a container's create and destroy: ls_module_adopt makes parent the owner of child (which
+ * must have none: checked by the creates, with ls_module_check_free); ls_module_destroy_child
+ * frees a child of the container being destroyed. */
+ls_status ls_module_check_free(const ls_module *child, const char *where, int index);
+void ls_module_adopt(ls_module *parent, ls_module *child);
+void ls_module_destroy_child(ls_module *child);
 
 /* A zeroed module of size bytes (0: sizeof(struct ls_module); a kind's struct embeds ls_module
  * first) with vt, ctx and n_params empty parameter slots. */

@@ -10,6 +10,7 @@
 #include "log.h"
 
 struct ls_optimizer {
+    int holds; /* made: counted in its parameters' holders and the context's live_optimizers */
     ls_ctx *ctx;
     ls_optim_config cfg;
     int n;
@@ -73,6 +74,10 @@ ls_status ls_optim_kind_parse(const char *s, ls_optim_kind *out) {
 
 void ls_optimizer_destroy(ls_optimizer *o) {
     if (!o) return;
+    if (o->holds) {
+        for (int i = 0; i < o->n; i++) o->p[i]->holders--;
+        o->ctx->live_optimizers--;
+    }
     if (o->ctl) ls_free(o->ctx->alloc, o->ctl);
     for (int i = 0; i < o->n; i++) {
         if (o->m) ls_tensor_destroy(o->m[i]);
@@ -246,6 +251,11 @@ ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_t
     if (cfg->shard_world > 1) LS_CHECK_GOTO(ls_optimizer_shard(o, cfg->shard_rank, cfg->shard_world), s, fail);
     for (int i = 0; i < n; i++)
         if (mine(o, i)) LS_CHECK_GOTO(state_alloc(o, i), s, fail);
+    /* the parameters are held (ls_tensor_destroy and ls_module_destroy refuse to free them) and the
+     * context counted (ls_ctx_destroy refuses) until this optimizer is destroyed */
+    for (int i = 0; i < n; i++) params[i]->holders++;
+    ctx->live_optimizers++;
+    o->holds = 1;
     *out = o;
     return LS_OK;
 fail:
@@ -483,6 +493,9 @@ const char *ls_lr_kind_name(ls_lr_kind k) { return (unsigned)k < 3 ? lr_kinds[k]
 
 float ls_lr_at(const ls_lr_schedule *s, int64_t step) {
     if (!s) return NAN; /* an optimizer's step refuses it */
+    /* before the first step there is no rate (a warmup's would be negative, a decay's above the peak),
+     * and a kind not in the enum has no curve: NAN, refused by a step, as for NULL */
+    if (step < 0 || (s->kind != LS_LR_COSINE && s->kind != LS_LR_LINEAR && s->kind != LS_LR_CONSTANT)) return NAN;
     if (s->warmup_steps > 0 && step < s->warmup_steps) return s->base_lr * (float)(step + 1) / (float)s->warmup_steps;
     if (s->total_steps <= s->warmup_steps || s->kind == LS_LR_CONSTANT) return s->base_lr;
     double t = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);

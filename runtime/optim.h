@@ -39,7 +39,9 @@ ls_status ls_optim_kind_parse(const char *s, ls_optim_kind *out);
 
 typedef struct ls_optimizer ls_optimizer;
 /* Keeps the tensors (which must outlive it) and reads their ->data at every step, so their memory
- * may move (the reducer's gradients as bucket views). */
+ * may move (the reducer's gradients as bucket views). The parameters are held (their holders) until
+ * ls_optimizer_destroy: ls_tensor_destroy of one, or ls_module_destroy of the module they belong
+ * to, is refused (logged, ls_last_error) before then. */
 ls_status ls_optimizer_create(ls_ctx *ctx, int n, ls_tensor *const *params, ls_tensor *const *grads,
                               const ls_optim_config *cfg, ls_optimizer **out);
 void ls_optimizer_destroy(ls_optimizer *o);
@@ -105,8 +107,9 @@ const char *ls_lr_kind_name(ls_lr_kind k);                  /* NULL for a value 
 /* Linear warmup from lr/warmup to lr over warmup steps, then kind's decay to min_lr at total.
  * ls_trainer_create refuses (LS_ERR_INVALID_ARGUMENT, naming the values) a base_lr or min_lr
  * negative or not finite, min_lr above base_lr (a rise, not a decay), min_lr > 0 with the constant
- * kind (never reached), negative warmup or total steps, a kind not in the enum. ls_lr_at(NULL, .)
- * is NAN. */
+ * kind (never reached), negative warmup or total steps, a kind not in the enum. ls_lr_at is NAN
+ * for a NULL schedule, a negative step and a kind not in the enum (an optimizer's step refuses a
+ * NaN rate). */
 typedef struct ls_lr_schedule {
     float base_lr, min_lr;
     int64_t warmup_steps, total_steps; /* total 0 (or <= warmup): constant after warmup */

@@ -329,7 +329,10 @@ void ls_trainer_destroy(ls_trainer *t) {
     free(t->in_opt);
     ls_tensor_destroy(t->xl);
     if (t->model) ls_module_set_grad_hook(t->model, NULL, NULL);
-    if (t->holds_model) t->model->trainers--;
+    if (t->holds_model) {
+        t->model->trainers--;
+        t->ctx->live_trainers--;
+    }
     free(t);
 }
 
@@ -843,6 +846,7 @@ ls_status ls_trainer_create(ls_ctx *ctx, ls_comm *comm, ls_module *model, ls_opt
         LS_CHECK_GOTO(ls_amp_state_create(ctx, &t->scaler, &t->amp), s, fail);
     model->trainers++; /* ls_checkpoint_sequential must not consume it while this trainer holds it */
     t->holds_model = 1;
+    ctx->live_trainers++; /* ls_ctx_destroy refuses while it is alive */
     *out = t;
     return LS_OK;
 fail:

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+
 size_t ls_dtype_size(ls_dtype t) {
     switch (t) {
     case LS_F32: return 4;
@@ -103,6 +105,16 @@ ls_status ls_tensor_create(ls_allocator *a, ls_dtype dtype, int ndim, const int6
 
 void ls_tensor_destroy(ls_tensor *t) {
     if (!t) return;
+    if (t->holders > 0) { /* its holder would use it, and write its count, after the free */
+        char d[64];
+        ls_error(LS_ERR_INVALID_ARGUMENT,
+                 "ls_tensor_destroy: the tensor (%s) is still held by %d object%s that use%s it later (an optimizer "
+                 "over it, ls_optimizer_create): destroy %s first; the tensor is left as it is, not freed",
+                 ls_tensor_describe(t, d, sizeof d), t->holders, t->holders == 1 ? "" : "s", t->holders == 1 ? "s" : "",
+                 t->holders == 1 ? "it" : "them");
+        LS_LOG_E("%s", ls_last_error());
+        return;
+    }
     if (t->alloc) ls_free(t->alloc, t->data);
     free(t);
 }

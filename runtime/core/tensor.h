@@ -33,6 +33,9 @@ typedef struct ls_tensor {
     ls_dtype dtype;
     ls_device device;
     ls_allocator *alloc; /* owner of data; NULL for a view */
+    int holders;         /* objects that keep this tensor to use later (an optimizer over it): while
+                          * not 0, ls_tensor_destroy refuses to free it, and so does ls_module_destroy
+                          * a module with such a parameter */
 } ls_tensor;
 
 size_t ls_dtype_size(ls_dtype t);
@@ -43,7 +46,8 @@ ls_status ls_dtype_parse(const char *s, ls_dtype *out);
 /* Allocate a tensor on the allocator's device; what names it in out-of-memory errors. */
 ls_status ls_tensor_create(ls_allocator *a, ls_dtype dtype, int ndim, const int64_t *shape, const char *what,
                            ls_tensor **out);
-/* Free data (if owned) and the struct. NULL is fine. */
+/* Free data (if owned) and the struct. NULL is fine. A tensor with holders (an optimizer made over
+ * it, not yet destroyed) is left as it is, not freed: the error is logged and in ls_last_error. */
 void ls_tensor_destroy(ls_tensor *t);
 /* A borrowed view of existing memory. A rank outside 0..LS_MAX_DIMS (or shape NULL with a rank
  * above 0) gives an invalid view: data NULL, ndim -1, numel 0, of no shape a call expects. */
