@@ -58,19 +58,6 @@ static void usage(FILE *f) {
                "usage (diff: also input it cannot compare).\n");
 }
 
-/* p with its slashes normalized into buf (size bytes), returned: runs of '/' as one, none at the end
- * but for "/" itself ("run//step-8/" printed as given, and "run/" joined as "run//step-N"); p itself
- * where it does not fit. As the library's, which prints the same. */
-static const char *norm_path(const char *p, char *buf, size_t size) {
-    if (strlen(p) >= size) return p;
-    size_t n = 0;
-    for (const char *c = p; *c; c++)
-        if (*c != '/' || n == 0 || buf[n - 1] != '/') buf[n++] = *c;
-    while (n > 1 && buf[n - 1] == '/') n--;
-    buf[n] = '\0';
-    return buf;
-}
-
 static int is_dir(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
@@ -158,7 +145,7 @@ static int verify(int n, char **paths) {
     int bad = 0;
     for (int i = 0; i < n; i++) {
         char normal[PATH_MAX];
-        const char *p = norm_path(paths[i], normal, sizeof normal);
+        const char *p = ls_ckpt_path_normalize(paths[i], normal, sizeof normal);
         struct stat sb;
         char target[LS_CKPT_PATH_MAX];
         if (follow_latest(p, target, sizeof target)) {
@@ -320,7 +307,7 @@ static void print_layers(const cJSON *layers) {
 
 static int info(const char *arg) {
     char path[LS_CKPT_PATH_MAX], target[LS_CKPT_PATH_MAX], normal[PATH_MAX];
-    arg = norm_path(arg, normal, sizeof normal);
+    arg = ls_ckpt_path_normalize(arg, normal, sizeof normal);
     struct stat sb;
     if (follow_latest(arg, target, sizeof target)) arg = target;
     if (!is_dir(arg)) {
@@ -600,8 +587,8 @@ static int diff_files(const char *a, const char *b, const char *label, double *w
 
 static int diff(const char *a, const char *b, double tol) {
     char ta[LS_CKPT_PATH_MAX], tb[LS_CKPT_PATH_MAX], na[PATH_MAX], nb[PATH_MAX];
-    a = norm_path(a, na, sizeof na);
-    b = norm_path(b, nb, sizeof nb);
+    a = ls_ckpt_path_normalize(a, na, sizeof na);
+    b = ls_ckpt_path_normalize(b, nb, sizeof nb);
     if (follow_latest(a, ta, sizeof ta)) a = ta;
     if (follow_latest(b, tb, sizeof tb)) b = tb;
     double worst = 0;

@@ -1149,8 +1149,8 @@ ls_status ls_safetensors_write(const char *path, int n, const char *const *names
  * end but for "/" itself, so that the paths joined to it and printed are "run/step-00000010" for a
  * --checkpoint-dir given as "run/" (it printed "run//step-00000010"). path itself where it does not
  * fit (the callers then say it is too long), or where it is NULL. */
-#define NORM_PATH(p) norm_path((p), (char[LS_CKPT_PATH_MAX]){0}, LS_CKPT_PATH_MAX)
-static const char *norm_path(const char *path, char *buf, size_t size) {
+#define NORM_PATH(p) ls_ckpt_path_normalize((p), (char[LS_CKPT_PATH_MAX]){0}, LS_CKPT_PATH_MAX)
+const char *ls_ckpt_path_normalize(const char *path, char *buf, size_t size) {
     if (!path || strlen(path) >= size) return path;
     size_t n = 0;
     for (const char *c = path; *c; c++)

@@ -295,6 +295,11 @@ ls_status ls_ckpt_load_ema(ls_comm *comm, ls_ctx *ctx, const char *dir, const ch
  * written, so a file refused leaves the model bit for bit as it was; only a failure of the copies
  * themselves (out of device memory) may leave it in part. */
 ls_status ls_model_load(ls_comm *comm, ls_ctx *ctx, const char *path, ls_module *model);
+/* path with its slashes normalized into buf (size bytes), returned: runs of '/' as one, none at the
+ * end but for "/" itself ("run//" -> "run", so that what is joined to it and printed reads
+ * "run/step-00000010"); path itself where it does not fit in buf, or is NULL. What the library's
+ * messages print of a checkpoint directory or path given to it (lockstep-ckpt prints the same). */
+const char *ls_ckpt_path_normalize(const char *path, char *buf, size_t size);
 
 /* Rank 0, before a run that saves: creates dir (and its parents) as a save would, and checks that
  * a file can be written in it, so that a path that is a file, a read-only file system, a missing
